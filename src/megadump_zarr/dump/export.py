@@ -1,0 +1,93 @@
+"""The dump layer's output contract: plain, graph-free descriptions of one window.
+
+The dump layer builds these from decoded snapshots; the store layer (which may import this module, never
+the reverse) persists them. Nothing here knows
+about graphs, runtimes or torch: arrays are numpy (ml_dtypes for bfloat16/float8), attributes are JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ArrayWrite", "GroupWrite", "InvocationWrite", "WindowWrite"]
+
+
+@dataclass(frozen=True)
+class ArrayWrite:
+    """One stored tensor.
+
+    Args:
+        path: Slash-separated path relative to the invocation group, already sanitised by the
+            caller (for example ``"x"`` at L0 or ``"stages/expert_up/task_000003/output_00_ws"`` at L1).
+            Its parent group must be the invocation group or a declared ``GroupWrite``.
+        data: Host array, possibly a zero-copy view into a decoded Device buffer; any of bool, the
+            integer and float numpy dtypes, or ml_dtypes ``bfloat16``/``float8_e4m3fn``/``float8_e5m2``.
+        dims: One dimension name per axis of ``data``. Within one group no dimension name may be used
+            with two different lengths.
+        attrs: JSON-serialisable attributes (the record's metadata); the store adds ``stats``.
+        coords: Optional 1-D coordinate arrays keyed by dimension name; the store writes each as a
+            sibling array in the same group (named after the dimension, dims ``(name,)``) once per group.
+    """
+
+    path: str
+    data: np.ndarray
+    dims: tuple[str, ...]
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    coords: Mapping[str, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GroupWrite:
+    """One group below the invocation group (an L1 task group, or the ``stages/{stage}`` level).
+
+    Args:
+        path: Slash-separated path relative to the invocation group.
+        attrs: JSON-serialisable attributes.
+    """
+
+    path: str
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class InvocationWrite:
+    """One kernel invocation inside a window.
+
+    Args:
+        name: Group name, ``invocation_{id:06d}_{direction}``.
+        attrs: Invocation attributes (invocationId, step, direction, kernelName, device, counts, ...).
+        groups: Groups below the invocation group; parents are created implicitly.
+        arrays: Arrays below the invocation group.
+    """
+
+    name: str
+    attrs: dict[str, Any]
+    groups: list[GroupWrite] = field(default_factory=list)
+    arrays: list[ArrayWrite] = field(default_factory=list)
+
+
+@dataclass
+class WindowWrite:
+    """One rank's window.
+
+    Args:
+        rank: Job-global rank.
+        window_index: Zero-based window index.
+        attrs: Window manifest attributes (schemaVersion, level, capturePhaseSemantics, ...); the store
+            adds ``status`` and timestamps.
+        invocations: The window's invocations in order.
+    """
+
+    rank: int
+    window_index: int
+    attrs: dict[str, Any]
+    invocations: list[InvocationWrite] = field(default_factory=list)
+
+    @property
+    def path(self) -> str:
+        """Relative path of the window group below the dump root."""
+        return f"rank_{self.rank}/window_{self.window_index:04d}"

@@ -1,0 +1,28 @@
+"""The reference MegaKernel runtime: graph, ABI, compiler, executor with L1 device worker, kernel."""
+
+from megadump_zarr.runtime.abi import RuntimeConfigC, TaskAiCoreType, TaskDescC, TensorDescC
+from megadump_zarr.runtime.compiler import PreparedRuntime, compile_runtime, shard_view_resolver, worker_shard
+from megadump_zarr.runtime.executor import DeviceWorker, Tile, execute
+from megadump_zarr.runtime.graph import Graph, GraphTensor, OperatorNode, SplitSpec, TensorSpec, operator_diagnostic_name
+from megadump_zarr.runtime.kernel import MegaKernel, megakernel_apply
+
+__all__ = [
+    "DeviceWorker",
+    "Graph",
+    "GraphTensor",
+    "MegaKernel",
+    "OperatorNode",
+    "PreparedRuntime",
+    "RuntimeConfigC",
+    "SplitSpec",
+    "TaskAiCoreType",
+    "TaskDescC",
+    "TensorDescC",
+    "Tile",
+    "compile_runtime",
+    "execute",
+    "megakernel_apply",
+    "operator_diagnostic_name",
+    "shard_view_resolver",
+    "worker_shard",
+]

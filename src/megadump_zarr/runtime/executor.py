@@ -1,0 +1,170 @@
+"""Run a compiled kernel tile by tile, with the L1 device worker around every task."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from megadump_zarr.l1 import (
+    L1_ANY_WORKER,
+    L1_DIAGNOSTIC_MODE,
+    L1_DUMP_PHASE_AFTER,
+    L1_DUMP_PHASE_BEFORE,
+    L1_DUMP_STATUS_BYTE,
+    L1_DUMP_STATUS_CAPTURED,
+    L1Record,
+    read_l1_buffer,
+)
+from megadump_zarr.runtime.abi import RuntimeConfigC
+from megadump_zarr.runtime.compiler import CompiledTask, PreparedRuntime, worker_shard
+
+__all__ = ["DeviceWorker", "Tile", "execute"]
+
+
+@dataclass(frozen=True)
+class Tile:
+    """What a tile function sees.
+
+    Args:
+        params: The native parameter list.
+        start: First row of this tile (or worker shard) along the split axis; None if not split.
+        stop: One past its last row.
+        owner_id: Owner of an owner-split task.
+        task: The compiled task.
+    """
+
+    params: Sequence[torch.Tensor]
+    start: int | None
+    stop: int | None
+    owner_id: int | None
+    task: CompiledTask
+
+    @property
+    def rows(self) -> slice:
+        """The tile's rows as a slice (all rows when not split)."""
+        return slice(self.start, self.stop)
+
+
+class DeviceWorker:
+    """The L1 capture engine: copies selected task operands into the Device buffer's payload slots.
+
+    It reads the header and record table from the buffer itself (validated; a malformed buffer is
+    refused before anything is copied), then, around each task, copies BEFORE records (inputs) before
+    the tile and AFTER records (outputs) after it and sets their status to CAPTURED.
+
+    Args:
+        buffer: The Device buffer (uint8 tensor on the kernel's device).
+        parameters: The native parameter list the records' positions index.
+    """
+
+    def __init__(self, buffer: torch.Tensor, parameters: Sequence[Any]) -> None:
+        if not torch.is_tensor(buffer) or buffer.dtype != torch.uint8 or buffer.dim() != 1:
+            raise ValueError("L1 device worker needs a 1-D uint8 Device buffer tensor")
+        if not buffer.is_contiguous():
+            raise ValueError("L1 device worker needs a contiguous Device buffer")
+        # The reader validates header, table and slot geometry; on CPU it views the buffer in place.
+        decoded = read_l1_buffer(buffer)
+        self._buffer = buffer
+        self._parameters = parameters
+        self._by_task: dict[tuple[int, int], list[L1Record]] = {}
+        for record in decoded.records:
+            self._by_task.setdefault((record.task_id, record.phase), []).append(record)
+
+    def capture(self, task_id: int, phase: int, worker: int | None, *, first: bool = True, last: bool = True) -> None:
+        """Copy the records of one task boundary.
+
+        Args:
+            task_id: The task.
+            phase: ``L1_DUMP_PHASE_BEFORE`` or ``L1_DUMP_PHASE_AFTER``.
+            worker: The broadcast worker running, or None in event-driven mode (records of any worker).
+            first: Whether this is the first worker to reach the BEFORE boundary (any-worker records
+                are copied there).
+            last: Whether this is the last worker to reach the AFTER boundary.
+        """
+        for record in self._by_task.get((task_id, phase), ()):
+            if worker is not None:
+                if record.worker_id == L1_ANY_WORKER:
+                    if (phase == L1_DUMP_PHASE_BEFORE and not first) or (phase == L1_DUMP_PHASE_AFTER and not last):
+                        continue
+                elif record.worker_id != worker:
+                    continue
+            self._copy(record)
+
+    def _copy(self, record: L1Record) -> None:
+        position = record.parameter_position
+        if position >= len(self._parameters):
+            raise RuntimeError(
+                f"L1 device worker refused record {record.index} (task {record.task_id}): parameter {position} "
+                f"does not exist ({len(self._parameters)} parameters)"
+            )
+        parameter = self._parameters[position]
+        if not torch.is_tensor(parameter) or not parameter.is_contiguous():
+            raise RuntimeError(f"L1 device worker refused record {record.index}: parameter {position} is not a contiguous tensor")
+        source = parameter.reshape(-1).view(torch.uint8)
+        begin, size = record.source_offset_bytes, record.payload_bytes
+        if begin + size > source.numel():
+            raise RuntimeError(
+                f"L1 device worker refused record {record.index} (task {record.task_id}): source range "
+                f"[{begin}, {begin + size}) leaves parameter {position} of {source.numel()} bytes"
+            )
+        end = record.payload_offset + size
+        if end > self._buffer.numel():
+            raise RuntimeError(
+                f"L1 device worker refused record {record.index}: payload slot [{record.payload_offset}, {end}) "
+                f"leaves the {self._buffer.numel()}-byte Device buffer"
+            )
+        if size:
+            self._buffer[record.payload_offset:end].copy_(source[begin:begin + size])
+        self._buffer[record.record_offset + L1_DUMP_STATUS_BYTE] = L1_DUMP_STATUS_CAPTURED
+
+
+def _diagnostic_mode(runtime_config: torch.Tensor) -> int:
+    offset = RuntimeConfigC.diagnostic_mode.offset
+    return int(runtime_config[offset:offset + 4].cpu().view(torch.int32).item())
+
+
+def execute(runtime: PreparedRuntime, parameters: Sequence[Any], arguments: Any) -> None:
+    """Run every task of ``runtime`` in dependency order.
+
+    Args:
+        runtime: The compiled kernel.
+        parameters: The native parameter list.
+        arguments: ``LaunchArguments``: the runtime config tensor (its diagnostic mode byte decides
+            whether the device worker runs), event counters (incremented per finished task) and the
+            diagnostic buffer.
+    """
+    mode = _diagnostic_mode(arguments.runtime_config)
+    worker = DeviceWorker(arguments.diagnostic_buffer, parameters) if mode == L1_DIAGNOSTIC_MODE else None
+    counters = arguments.event_counters
+    broadcast = runtime.spec.execution_mode == "aiv_pipeline"
+    workers = int(runtime.host_config.num_workers)
+    with torch.no_grad():
+        for task in runtime.tasks:
+            if broadcast:
+                _run_broadcast(task, parameters, worker, workers)
+            else:
+                if worker is not None:
+                    worker.capture(task.task_id, L1_DUMP_PHASE_BEFORE, None)
+                task.operator.tile_fn(Tile(parameters, task.start, task.stop, task.owner_id, task))
+                if worker is not None:
+                    worker.capture(task.task_id, L1_DUMP_PHASE_AFTER, None)
+            if counters is not None and torch.is_tensor(counters) and counters.numel() > task.task_id:
+                counters[task.task_id] += 1
+
+
+def _run_broadcast(task: CompiledTask, parameters: Sequence[Any], worker: DeviceWorker | None, workers: int) -> None:
+    """aiv_pipeline: every worker runs the task on its own row shard; empty shards do nothing."""
+    for worker_id in range(workers):
+        if task.start is None:
+            begin, end = (None, None) if worker_id == 0 else (0, 0)
+        else:
+            begin, end = worker_shard(task.start, task.stop, worker_id, workers)
+        if worker is not None:
+            worker.capture(task.task_id, L1_DUMP_PHASE_BEFORE, worker_id, first=worker_id == 0, last=worker_id == workers - 1)
+        if begin is None or end > begin:
+            task.operator.tile_fn(Tile(parameters, begin, end, task.owner_id, task))
+        if worker is not None:
+            worker.capture(task.task_id, L1_DUMP_PHASE_AFTER, worker_id, first=worker_id == 0, last=worker_id == workers - 1)

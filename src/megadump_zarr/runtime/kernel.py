@@ -1,0 +1,127 @@
+"""The torch-facing MegaKernel and its launch protocol."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from megadump_zarr.diagnostics import DiagnosticCall, LaunchContext, active_session
+from megadump_zarr.runtime.compiler import PreparedRuntime, compile_runtime
+from megadump_zarr.runtime.executor import execute
+from megadump_zarr.runtime.graph import Graph
+
+__all__ = ["MegaKernel", "megakernel_apply"]
+
+
+def _current_rank(rank: int | None) -> int:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return int(torch.distributed.get_rank())
+    return 0 if rank is None else int(rank)
+
+
+class MegaKernel:
+    """A compiled graph launched as one persistent kernel.
+
+    Args:
+        graph: The compute graph.
+        name: Stable diagnostic kernel name.
+        num_workers: Worker count.
+        execution_mode: ``"event_driven"`` or ``"aiv_pipeline"``.
+        vector_worker_stride: Workers per vector group in event-driven mode.
+        owner_label: Business name of task owners (``"expert"``).
+        owner_context: Object handed to diagnostic view resolvers.
+        rank: Rank to report when torch.distributed is not initialised.
+    """
+
+    def __init__(
+        self,
+        graph: Graph,
+        *,
+        name: str,
+        num_workers: int = 8,
+        execution_mode: str = "event_driven",
+        vector_worker_stride: int = 2,
+        owner_label: str = "",
+        owner_context: Any = None,
+        rank: int | None = None,
+    ) -> None:
+        self.graph = graph
+        self.kernel_name = name
+        self._options = dict(
+            num_workers=num_workers,
+            execution_mode=execution_mode,
+            vector_worker_stride=vector_worker_stride,
+            owner_label=owner_label,
+            owner_context=owner_context,
+        )
+        self._rank = rank
+        self._cache: dict[tuple, PreparedRuntime] = {}
+
+    @property
+    def rank(self) -> int:
+        """torch.distributed's rank when initialised, else the given rank (default 0)."""
+        return _current_rank(self._rank)
+
+    def prepare(self, parameters: Sequence[torch.Tensor]) -> PreparedRuntime:
+        """Compile (once per parameter signature) and return the prepared runtime.
+
+        Args:
+            parameters: The native parameter list.
+        """
+        key = tuple((tuple(p.shape), p.dtype, str(p.device)) for p in parameters) + (self.rank,)
+        runtime = self._cache.get(key)
+        if runtime is None:
+            runtime = compile_runtime(self.graph, parameters, kernel_name=self.kernel_name, rank=self.rank, **self._options)
+            self._cache[key] = runtime
+        return runtime
+
+    def launch(self, parameters: Sequence[torch.Tensor], *, direction: str = "forward") -> PreparedRuntime:
+        """Run the kernel once, letting the active diagnostic session take part.
+
+        The session's ``prepare_call`` returns the arguments to run with; ``complete()`` follows a
+        successful run, ``cancel()`` a failed one (whose exception is re-raised).
+
+        Args:
+            parameters: The native parameter list; outputs are written in place.
+            direction: ``"forward"`` or ``"backward"``.
+        """
+        runtime = self.prepare(parameters)
+        counters = torch.zeros(max(len(runtime.tasks), 1), dtype=torch.int32, device=runtime.device)
+        context = LaunchContext(runtime, direction, tuple(parameters), counters)
+        session = active_session()
+        call = session.prepare_call(context) if session is not None else DiagnosticCall(context.ordinary_arguments())
+        try:
+            execute(runtime, parameters, call.arguments)
+        except BaseException:
+            call.cancel()
+            raise
+        call.complete()
+        return runtime
+
+
+class _KernelFunction(torch.autograd.Function):
+    """Autograd bridge: forward and backward each run a MegaKernel launch."""
+
+    @staticmethod
+    def forward(ctx: Any, block: Any, *inputs: torch.Tensor) -> Any:  # noqa: D102
+        outputs, saved = block.run_forward(inputs)
+        ctx.block = block
+        ctx.save_for_backward(*saved)
+        return outputs
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> Any:  # noqa: D102
+        return (None, *ctx.block.run_backward(ctx.saved_tensors, grads))
+
+
+def megakernel_apply(block: Any, *inputs: torch.Tensor) -> Any:
+    """Run ``block`` under autograd: ``block.run_forward(inputs) -> (outputs, saved)`` and
+    ``block.run_backward(saved, grads) -> input grads`` each launch a compiled kernel.
+
+    Args:
+        block: An object with ``run_forward`` and ``run_backward``.
+        inputs: Differentiable inputs.
+    """
+    return _KernelFunction.apply(block, *inputs)
