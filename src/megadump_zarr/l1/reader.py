@@ -1,0 +1,253 @@
+"""Read and validate an L1 dump buffer on the host, without copying payloads.
+
+:func:`read_l1_buffer` accepts the buffer as bytes-like, numpy or torch (any
+device), brings it to the host at most once, validates header, table and every
+record, and returns an :class:`~megadump_zarr.l1.format.L1Buffer` whose payloads
+are views into one host array. Every malformed buffer raises ``ValueError``
+naming the offending field and values; no other exception escapes for bad bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from megadump_zarr.l1.format import (
+    HEADER_STRUCT,
+    L1_DUMP_HEADER_SIZE,
+    L1_DUMP_MAGIC,
+    L1_DUMP_MAX_RECORDS,
+    L1_DUMP_RECORD_SIZE,
+    L1_DUMP_RECORDS_OFFSET,
+    L1_DUMP_VERSION,
+    RECORD_DTYPE,
+    L1Buffer,
+    L1Header,
+    L1Record,
+)
+
+__all__ = ["read_l1_buffer", "read_l1_header"]
+
+
+def _from_torch(obj: Any) -> np.ndarray:
+    """Copy a torch tensor to the host at most once and view it as numpy.
+
+    Args:
+        obj: an object whose type comes from the torch package.
+    """
+    import torch  # only when the caller already uses torch
+
+    if not isinstance(obj, torch.Tensor):
+        raise TypeError(f"L1 dump buffer must be bytes-like, a numpy array or a torch tensor, got {type(obj).__name__}")
+    if obj.dtype != torch.uint8:
+        raise TypeError(f"L1 dump buffer tensor must have dtype torch.uint8, got {obj.dtype}")
+    if obj.dim() != 1:
+        raise ValueError(f"L1 dump buffer tensor must be 1-D, got shape {tuple(obj.shape)}")
+    tensor = obj.detach()
+    if tensor.device.type == "meta":
+        raise TypeError("L1 dump buffer tensor is on the meta device and holds no data")
+    if tensor.device.type != "cpu":
+        tensor = tensor.cpu()  # the one device-to-host copy (contiguous by construction)
+    if not tensor.is_contiguous():
+        tensor = tensor.contiguous()
+    return tensor.numpy()
+
+
+def _from_memoryview(view: memoryview) -> np.ndarray:
+    """View a one-byte-item memoryview as uint8 (copying only when it is not contiguous).
+
+    Args:
+        view: the caller's memoryview.
+    """
+    if view.itemsize != 1:
+        raise TypeError(f"L1 dump buffer memoryview must have 1-byte items, got format {view.format!r}")
+    if not view.c_contiguous:
+        return np.frombuffer(view.tobytes(), dtype=np.uint8)
+    return np.frombuffer(view, dtype=np.uint8)
+
+
+def _as_host_array(buffer: Any) -> np.ndarray:
+    """Turn any accepted buffer into a read-only 1-D uint8 host array, zero-copy where possible.
+
+    Args:
+        buffer: bytes, bytearray, memoryview, a 1-D numpy uint8 array or a 1-D torch uint8 tensor.
+    """
+    if isinstance(buffer, np.ndarray):
+        if buffer.dtype != np.uint8:
+            raise TypeError(f"L1 dump buffer array must have dtype uint8, got {buffer.dtype}")
+        if buffer.ndim != 1:
+            raise ValueError(f"L1 dump buffer array must be 1-D, got shape {buffer.shape}")
+        array = buffer if buffer.flags.c_contiguous else np.ascontiguousarray(buffer)
+    elif isinstance(buffer, (bytes, bytearray)):
+        array = np.frombuffer(buffer, dtype=np.uint8)
+    elif isinstance(buffer, memoryview):
+        array = _from_memoryview(buffer)
+    elif type(buffer).__module__.split(".", 1)[0] == "torch":
+        array = _from_torch(buffer)
+    else:
+        raise TypeError(
+            f"L1 dump buffer must be bytes, bytearray, memoryview, a numpy uint8 array or a torch uint8 tensor, "
+            f"got {type(buffer).__module__}.{type(buffer).__qualname__}"
+        )
+    view = array.view()
+    view.flags.writeable = False  # affects only this view, never the caller's array
+    return view
+
+
+def _validate_header(data: np.ndarray) -> L1Header:
+    """Decode the header and check it and the table geometry against the buffer length.
+
+    Args:
+        data: the host buffer (1-D uint8).
+    """
+    length = data.shape[0]
+    if length < L1_DUMP_HEADER_SIZE:
+        raise ValueError(f"L1 dump buffer shorter than its header: {length} < {L1_DUMP_HEADER_SIZE} bytes")
+    header = L1Header(*HEADER_STRUCT.unpack(data[:L1_DUMP_HEADER_SIZE].tobytes()))
+    magic, version = header.magic, header.version
+    if magic != L1_DUMP_MAGIC or version != L1_DUMP_VERSION:
+        raise ValueError(f"invalid L1 dump buffer header: magic={magic:#x}, version={version}")
+    if header.record_size != L1_DUMP_RECORD_SIZE:
+        raise ValueError(f"L1 dump record_size must be {L1_DUMP_RECORD_SIZE}, got {header.record_size}")
+    if header.records_offset != L1_DUMP_RECORDS_OFFSET:
+        raise ValueError(f"L1 dump records_offset must be {L1_DUMP_RECORDS_OFFSET}, got {header.records_offset}")
+    if header.record_count > L1_DUMP_MAX_RECORDS:
+        raise ValueError(f"L1 dump record_count must be at most {L1_DUMP_MAX_RECORDS}, got {header.record_count}")
+    table_end = header.records_offset + header.record_count * header.record_size
+    if table_end > header.total_bytes:
+        raise ValueError(
+            f"L1 dump record table ends past total_bytes: record_count={header.record_count} ends at {table_end}"
+            f" > total_bytes={header.total_bytes}"
+        )
+    if header.payload_offset > header.total_bytes:
+        raise ValueError(
+            f"L1 dump payload_offset past total_bytes: payload_offset={header.payload_offset}"
+            f" > total_bytes={header.total_bytes}"
+        )
+    if table_end > header.payload_offset:
+        raise ValueError(
+            f"L1 dump record table runs into the payload area: record_count={header.record_count} ends at {table_end}"
+            f" > payload_offset={header.payload_offset}"
+        )
+    if length < header.total_bytes:
+        raise ValueError(f"L1 dump buffer shorter than total_bytes: {length} < {header.total_bytes} bytes")
+    return header
+
+
+def _first(mask: np.ndarray) -> int:
+    """Index of the first True in ``mask``, or -1 when there is none.
+
+    Args:
+        mask: a 1-D boolean array.
+    """
+    hits = np.flatnonzero(mask)
+    return int(hits[0]) if hits.size else -1
+
+
+def _validate_records(header: L1Header, table: np.ndarray, offsets: np.ndarray, ends: np.ndarray) -> None:
+    """Check phase, status, slot bounds and slot overlap of every record (vectorised, O(n log n)).
+
+    Args:
+        header: the validated header.
+        table: the record table as a RECORD_DTYPE array.
+        offsets: payload offsets as int64.
+        ends: payload ends (offset + bytes) as int64.
+    """
+    phase, status, task_id = table["phase"], table["status"], table["task_id"]
+    bad = _first((phase != 1) & (phase != 2))
+    if bad >= 0:
+        raise ValueError(
+            f"L1 dump record {bad} (task_id={int(task_id[bad])}) has invalid phase {int(phase[bad])};"
+            " expected 1 (BEFORE) or 2 (AFTER)"
+        )
+    bad = _first(status > 1)
+    if bad >= 0:
+        raise ValueError(
+            f"L1 dump record {bad} (task_id={int(task_id[bad])}) has invalid status {int(status[bad])};"
+            " expected 0 (PENDING) or 1 (CAPTURED)"
+        )
+    bad = _first((offsets < header.payload_offset) | (ends > header.total_bytes))
+    if bad >= 0:
+        raise ValueError(
+            f"L1 dump record {bad} (task_id={int(task_id[bad])}) payload slot outside the payload area:"
+            f" payload_offset={int(offsets[bad])}, payload_bytes={int(ends[bad] - offsets[bad])} not within"
+            f" [{header.payload_offset}, total_bytes={header.total_bytes})"
+        )
+    nonempty = np.flatnonzero(ends > offsets)
+    if nonempty.size < 2:
+        return
+    order = nonempty[np.argsort(offsets[nonempty], kind="stable")]
+    # Sorted by start, slots are disjoint iff each one starts at or after the previous one's end.
+    clash = _first(offsets[order[1:]] < ends[order[:-1]])
+    if clash >= 0:
+        a, b = sorted((int(order[clash]), int(order[clash + 1])))
+        raise ValueError(
+            f"L1 dump records {a} and {b} have overlapping payload slots:"
+            f" [{int(offsets[a])}, {int(ends[a])}) and [{int(offsets[b])}, {int(ends[b])})"
+        )
+
+
+def read_l1_header(buffer: Any) -> L1Header:
+    """Validate only the header and the record table's geometry, and return the header.
+
+    For a device worker that must refuse a malformed buffer before touching it;
+    record contents (phase, status, slots) are not checked — :func:`read_l1_buffer` does that.
+
+    Args:
+        buffer: bytes, bytearray, memoryview, a 1-D numpy uint8 array or a 1-D torch uint8 tensor (any device).
+
+    Returns:
+        The decoded :class:`L1Header`.
+
+    Raises:
+        TypeError: unsupported buffer type or dtype.
+        ValueError: the header or table geometry is invalid (the message names the field and values).
+    """
+    return _validate_header(_as_host_array(buffer))
+
+
+def read_l1_buffer(buffer: Any) -> L1Buffer:
+    """Decode and validate a whole L1 dump buffer; payloads are zero-copy views.
+
+    A torch tensor on a device is copied to the host once; every other accepted
+    input is viewed in place when contiguous. Bytes past ``total_bytes`` are ignored.
+
+    Args:
+        buffer: bytes, bytearray, memoryview, a 1-D numpy uint8 array or a 1-D torch uint8 tensor (any device).
+
+    Returns:
+        An :class:`L1Buffer` whose ``data`` is the read-only host array and whose
+        records' ``payload`` arrays are views into it.
+
+    Raises:
+        TypeError: unsupported buffer type or dtype.
+        ValueError: any field of the header or of a record is invalid, or two slots overlap.
+    """
+    data = _as_host_array(buffer)
+    header = _validate_header(data)
+    start = header.records_offset
+    count = header.record_count
+    table = np.frombuffer(data, dtype=RECORD_DTYPE, count=count, offset=start) if count else np.empty(0, RECORD_DTYPE)
+    offsets = table["payload_offset"].astype(np.int64)
+    ends = offsets + table["payload_bytes"]
+    _validate_records(header, table, offsets, ends)
+
+    source = (table["source_offset_high"].astype(np.uint64) << np.uint64(32)) | table["source_offset_low"]
+    columns = zip(
+        table["task_id"].tolist(),
+        table["phase"].tolist(),
+        table["parameter_position"].tolist(),
+        source.tolist(),
+        offsets.tolist(),
+        table["payload_bytes"].tolist(),
+        table["status"].tolist(),
+        table["task_index"].tolist(),
+        table["worker_id"].tolist(),
+        ends.tolist(),
+    )
+    records = tuple(
+        L1Record(tid, ph, pp, so, off, nb, st, ti, wid, i, start + i * L1_DUMP_RECORD_SIZE, data[off:end])
+        for i, (tid, ph, pp, so, off, nb, st, ti, wid, end) in enumerate(columns)
+    )
+    return L1Buffer(header=header, records=records, data=data)
