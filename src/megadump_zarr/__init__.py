@@ -1,2 +1,41 @@
-"""megadump_zarr: MegaKernel tensor dumps in Zarr v3."""
+"""megadump_zarr: dump MegaKernel tensors (L0 kernel boundary, L1 task boundary) into Zarr v3, read them with xarray.
+
+Public API::
+
+    TensorDumpConfig, tensor_dump, schedule, DiagnosticAction   # capture
+    open_dump, compare                                          # read and analyse
+
+Everything is imported on first use: zarr loads ``megadump_zarr.store.dtypes`` in every interpreter that
+reads a dump (see ``store/zarr_plugin.py``), and that must not pull in torch, xarray or pandas.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
 __version__ = "0.1.0"
+
+__all__ = ["DiagnosticAction", "TensorDumpConfig", "compare", "open_dump", "schedule", "tensor_dump"]
+
+_PUBLIC = {
+    "DiagnosticAction": "megadump_zarr.diagnostics",
+    "schedule": "megadump_zarr.diagnostics",
+    "TensorDumpConfig": "megadump_zarr.dump.config",
+    "tensor_dump": "megadump_zarr.api",
+    "open_dump": "megadump_zarr.read",
+    "compare": "megadump_zarr.analyse",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'megadump_zarr' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
