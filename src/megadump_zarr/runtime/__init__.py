@@ -18,6 +18,7 @@ __all__ = [
     "TaskAiCoreType",
     "TaskDescC",
     "TensorDescC",
+    "TensorSpec",
     "Tile",
     "compile_runtime",
     "execute",

@@ -24,6 +24,7 @@ __all__ = [
     "PreparedRuntime",
     "RuntimeMetadata",
     "RuntimeSpec",
+    "check_parameters",
     "compile_runtime",
     "shard_view_resolver",
     "worker_shard",
@@ -150,7 +151,13 @@ def _split_width(operator: OperatorNode) -> int | None:
     return None
 
 
-def _check_parameters(graph: Graph, parameters: Sequence[Any]) -> torch.device:
+def check_parameters(graph: Graph, parameters: Sequence[Any]) -> torch.device:
+    """Check every operand's parameter (tensor, dtype, size, contiguity, one device); return the device.
+
+    Args:
+        graph: The compute graph.
+        parameters: The native ABI parameter list.
+    """
     device = None
     for operator in graph.operators:
         for spec in (*operator.inputs, *operator.outputs):
@@ -229,7 +236,7 @@ def compile_runtime(
         raise ValueError(f"execution_mode must be one of {list(EXECUTION_MODES)}, got {execution_mode!r}")
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 2:
         raise ValueError(f"num_workers must be an int >= 2, got {num_workers!r}")
-    device = _check_parameters(graph, parameters)
+    device = check_parameters(graph, parameters)
     config = RuntimeConfigC()
     config.num_workers = num_workers
     schedules: dict[TaskAiCoreType, list[int]] = {core: [] for core in TaskAiCoreType}

@@ -71,6 +71,7 @@ class DeviceWorker:
         self._parameters = parameters
         self._by_task: dict[tuple[int, int], list[L1Record]] = {}
         for record in decoded.records:
+            self._source(record)  # refuse a bad record before any task runs, not at its task's boundary
             self._by_task.setdefault((record.task_id, record.phase), []).append(record)
 
     def capture(self, task_id: int, phase: int, worker: int | None, *, first: bool = True, last: bool = True) -> None:
@@ -93,7 +94,8 @@ class DeviceWorker:
                     continue
             self._copy(record)
 
-    def _copy(self, record: L1Record) -> None:
+    def _source(self, record: L1Record) -> torch.Tensor:
+        """The record's source bytes as a view of its parameter; refuses what would leave it."""
         position = record.parameter_position
         if position >= len(self._parameters):
             raise RuntimeError(
@@ -116,8 +118,12 @@ class DeviceWorker:
                 f"L1 device worker refused record {record.index}: payload slot [{record.payload_offset}, {end}) "
                 f"leaves the {self._buffer.numel()}-byte Device buffer"
             )
-        if size:
-            self._buffer[record.payload_offset:end].copy_(source[begin:begin + size])
+        return source[begin:begin + size]
+
+    def _copy(self, record: L1Record) -> None:
+        source = self._source(record)
+        if source.numel():
+            self._buffer[record.payload_offset:record.payload_offset + source.numel()].copy_(source)
         self._buffer[record.record_offset + L1_DUMP_STATUS_BYTE] = L1_DUMP_STATUS_CAPTURED
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from megadump_zarr.diagnostics import DiagnosticCall, LaunchContext, active_session
-from megadump_zarr.runtime.compiler import PreparedRuntime, compile_runtime
+from megadump_zarr.runtime.compiler import PreparedRuntime, check_parameters, compile_runtime
 from megadump_zarr.runtime.executor import execute
 from megadump_zarr.runtime.graph import Graph
 
@@ -70,6 +70,7 @@ class MegaKernel:
         Args:
             parameters: The native parameter list.
         """
+        check_parameters(self.graph, parameters)  # every launch, not only when compiling: cheap, and a cache hit must not skip it
         key = tuple((tuple(p.shape), p.dtype, str(p.device)) for p in parameters) + (self.rank,)
         runtime = self._cache.get(key)
         if runtime is None:
