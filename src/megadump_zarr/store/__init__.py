@@ -1,0 +1,1 @@
+"""Storage layer: persist dump windows as Zarr v3 (``store.writer.WindowWriter``); imports nothing heavy."""

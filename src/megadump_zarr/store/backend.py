@@ -1,0 +1,247 @@
+"""Where the bytes go: a tiny key/value interface over a local directory or an fsspec file system.
+
+Keys are ``/``-separated paths relative to the dump root (``rank_0/window_0000/zarr.json``). The interface
+is deliberately small (put, put many, exists, get, claim) so that an object-store backend with retries
+can be added later without touching the writer.
+
+- :class:`LocalBackend` (plain paths and ``file://`` URLs) uses ``os`` calls directly: one ``open`` +
+  ``write`` + ``close`` per file, parent directories created once and remembered, payloads written from
+  any buffer without copying. Calls are thread-safe and release the GIL, so a thread pool overlaps them.
+- :class:`FsspecBackend` (``s3://``, ``memory://``, ...) uses ``fsspec.core.url_to_fs`` and writes with
+  ``fs.pipe_file`` / ``fs.pipe`` (a batch, concurrent on async file systems). Object stores have no
+  directories, so none are created.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+import os
+import threading
+from typing import Any, Union
+
+__all__ = ["Backend", "Buffer", "FsspecBackend", "LocalBackend", "open_backend"]
+
+Buffer = Union[bytes, bytearray, memoryview, Any]  # anything exposing the buffer protocol as bytes
+
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+
+
+class Backend(ABC):
+    """Byte storage below one root.
+
+    Args:
+        url: The root as given (local path or URL); used to build user-facing locations.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    @abstractmethod
+    def location(self, key: str) -> str:
+        """User-facing path or URL of ``key``.
+
+        Args:
+            key: Relative key.
+        """
+
+    @abstractmethod
+    def put(self, key: str, data: Buffer, *, atomic: bool = False) -> None:
+        """Store ``data`` at ``key``, creating or replacing it.
+
+        Args:
+            key: Relative key.
+            data: Bytes or any C-contiguous buffer (read, never copied, by the local backend).
+            atomic: Readers must see either the old or the new content, never a partial file
+                (local: temp file + ``os.replace``; object stores are atomic per object anyway).
+        """
+
+    def put_many(self, items: Sequence[tuple[str, Buffer]]) -> None:
+        """Store several objects (order is not guaranteed to be observable).
+
+        Args:
+            items: ``(key, data)`` pairs.
+        """
+        for key, data in items:
+            self.put(key, data)
+
+    @abstractmethod
+    def exists(self, key: str) -> bool:
+        """Whether an object (or, locally, a directory) exists at ``key``.
+
+        Args:
+            key: Relative key.
+        """
+
+    @abstractmethod
+    def get(self, key: str) -> bytes | None:
+        """The bytes at ``key``, or ``None`` when absent.
+
+        Args:
+            key: Relative key.
+        """
+
+    @abstractmethod
+    def claim(self, prefix: str) -> None:
+        """Reserve ``prefix`` for one writer, raising ``FileExistsError`` if it is already taken.
+
+        Args:
+            prefix: Relative key of a window group.
+        """
+
+
+class LocalBackend(Backend):
+    """A local directory, written with ``os`` calls.
+
+    Args:
+        root: Directory path (created on demand).
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        path = os.path.abspath(os.fspath(root))
+        super().__init__(path)
+        self._root = path
+        self._dirs: set[str] = set()
+        self._lock = threading.Lock()
+
+    def location(self, key: str) -> str:
+        return os.path.join(self._root, *key.split("/")) if key else self._root
+
+    def _path(self, key: str) -> str:
+        return self._root + "/" + key if key else self._root
+
+    def _ensure_dir(self, path: str) -> None:
+        if path in self._dirs:
+            return
+        parent = path.rpartition("/")[0]
+        if parent and parent not in self._dirs and parent != path:
+            self._ensure_dir(parent)
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            pass
+        except FileNotFoundError:  # a parent vanished or was never recorded: fall back to the slow path
+            os.makedirs(path, exist_ok=True)
+        self._dirs.add(path)
+
+    def put(self, key: str, data: Buffer, *, atomic: bool = False) -> None:
+        path = self._path(key)
+        parent = path.rpartition("/")[0]
+        if parent not in self._dirs:
+            self._ensure_dir(parent)
+        target = path
+        if atomic:
+            path = f"{parent}/.{path.rpartition('/')[2]}.tmp-{os.getpid()}-{threading.get_ident()}"
+        fd = os.open(path, _WRITE_FLAGS, 0o666)
+        try:
+            view = memoryview(data).cast("B")
+            while view.nbytes:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        if atomic:
+            try:
+                os.replace(path, target)
+            except BaseException:
+                os.unlink(path)
+                raise
+
+    def exists(self, key: str) -> bool:
+        return os.path.exists(self._path(key))
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            with open(self._path(key), "rb") as handle:
+                return handle.read()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def claim(self, prefix: str) -> None:
+        """Create the window directory with ``os.mkdir``: exactly one process can succeed.
+
+        Args:
+            prefix: Relative key of the window group.
+        """
+        path = self._path(prefix)
+        parent = path.rpartition("/")[0]
+        os.makedirs(parent, exist_ok=True)
+        os.mkdir(path)  # raises FileExistsError if the window is already claimed
+        with self._lock:
+            node = path
+            while node.startswith(self._root) and node not in self._dirs:
+                self._dirs.add(node)
+                node = node.rpartition("/")[0]
+
+
+class FsspecBackend(Backend):
+    """Any fsspec file system addressed by URL (``s3://bucket/prefix``, ``memory://x``, ...).
+
+    Args:
+        url: Root URL.
+        storage_options: Passed to ``fsspec.core.url_to_fs``.
+    """
+
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
+        import fsspec.core
+
+        super().__init__(url.rstrip("/"))
+        self.fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        self._root = path.rstrip("/")
+
+    def location(self, key: str) -> str:
+        return f"{self.url}/{key}" if key else self.url
+
+    def _path(self, key: str) -> str:
+        return f"{self._root}/{key}" if key else self._root
+
+    def put(self, key: str, data: Buffer, *, atomic: bool = False) -> None:
+        self.fs.pipe_file(self._path(key), _as_bytes(data))
+
+    def put_many(self, items: Sequence[tuple[str, Buffer]]) -> None:
+        if len(items) == 1:
+            self.put(*items[0])
+        elif items:
+            self.fs.pipe({self._path(key): _as_bytes(data) for key, data in items})
+
+    def exists(self, key: str) -> bool:
+        return bool(self.fs.exists(self._path(key)))
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            return bytes(self.fs.cat_file(self._path(key)))
+        except FileNotFoundError:
+            return None
+
+    def claim(self, prefix: str) -> None:
+        """Check that ``prefix/zarr.json`` is absent (the caller writes it right after).
+
+        Object stores offer no portable create-if-absent, so two writers racing for the same window
+        between this check and the caller's write could both succeed; the dump schedule gives every
+        (rank, window) to exactly one process, which is what makes this safe in practice.
+
+        Args:
+            prefix: Relative key of the window group.
+        """
+        if self.exists(f"{prefix}/zarr.json"):
+            raise FileExistsError(self.location(prefix))
+
+
+def _as_bytes(data: Buffer) -> bytes:
+    if isinstance(data, bytes):
+        return data
+    return memoryview(data).cast("B").tobytes()
+
+
+def open_backend(root: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> Backend:
+    """The backend for a dump root.
+
+    Args:
+        root: Local path, ``file://`` URL (both local), or any other fsspec URL.
+        storage_options: fsspec options (ignored for local roots).
+    """
+    text = os.fspath(root)
+    if "://" not in text:
+        return LocalBackend(text)
+    if text.startswith("file://"):
+        return LocalBackend(text[len("file://") :])
+    return FsspecBackend(text, storage_options)

@@ -1,0 +1,420 @@
+"""The window writer: persist one rank's window as a Zarr v3 hierarchy, then commit it.
+
+Layout below the dump root (all Zarr v3; see DESIGN.md "Store layout")::
+
+    zarr.json                        root group, created if missing, never rewritten
+    rank_{r}/zarr.json               rank group, created if missing, never rewritten
+    rank_{r}/window_{wwww}/          window group: attrs + status/createdAt/committedAt
+        invocation_.../              invocation group (InvocationWrite.attrs)
+            <groups>/ <arrays>       GroupWrite / ArrayWrite paths, coordinates as sibling arrays
+
+Protocol:
+
+1. ``begin`` claims the window (local: ``os.mkdir``, so exactly one process wins; fsspec: existence
+   check of ``window/zarr.json``) and writes the window ``zarr.json`` with status ``"writing"``.
+2. ``write_invocation`` validates the whole invocation first, then writes every array (chunks, then the
+   array's ``zarr.json`` once its statistics are known) from a thread pool; nothing else.
+3. ``commit`` writes each group's ``zarr.json`` below the window with inline consolidated metadata of
+   its descendants, then the window ``zarr.json`` last, atomically, with the final status. Every data
+   group then opens with plain ``xr.open_zarr(path)`` (no consolidated-metadata warning). The root and
+   rank groups are shared by concurrent writers and never carry consolidated metadata.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from datetime import datetime, timezone
+import json
+import os
+import threading
+from typing import Any
+
+import numpy as np
+
+from megadump_zarr.codecs import CompressorSpec, parse_compressor
+from megadump_zarr.dump.export import InvocationWrite, WindowWrite
+from megadump_zarr.store.backend import Backend, LocalBackend, open_backend
+from megadump_zarr.store.metadata import (
+    array_document_bytes,
+    consolidated_group_bytes,
+    dumps,
+    flat_group_bytes,
+    group_document,
+)
+from megadump_zarr.store.plan import ArrayJob, plan_invocation
+from megadump_zarr.store.stats import StatsAccumulator
+
+__all__ = ["LAYOUT_VERSION", "WindowSession", "WindowWriter", "window_key", "window_status"]
+
+LAYOUT_VERSION = 1
+_STATUSES = ("complete", "aborted")
+# Single-chunk arrays are written in batches (fewer pool round trips; one fs.pipe call for fsspec).
+_BATCH_ARRAYS = 16
+_BATCH_BYTES = 4 << 20
+
+
+def window_key(rank: int, window_index: int) -> str:
+    """Key of a window group relative to the dump root (``rank_{r}/window_{wwww}``).
+
+    Args:
+        rank: Job-global rank (>= 0).
+        window_index: Zero-based window index.
+    """
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 0:
+        raise ValueError(f"rank must be a non-negative integer, got {rank!r}")
+    if isinstance(window_index, bool) or not isinstance(window_index, (int, np.integer)) or window_index < 0:
+        raise ValueError(f"window_index must be a non-negative integer, got {window_index!r}")
+    return f"rank_{int(rank)}/window_{int(window_index):04d}"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class _Encoder:
+    """Compresses chunk buffers with numcodecs (thread-safe; releases the GIL)."""
+
+    def __init__(self, spec: CompressorSpec) -> None:
+        self.spec = spec
+        self._codecs: dict[int, Any] = {}
+        if spec.kind == "zstd":
+            from numcodecs import Zstd
+
+            self._zstd = Zstd(level=spec.level, checksum=False)
+
+    def encode(self, payload: np.ndarray, itemsize: int) -> Any:
+        if self.spec.kind == "none":
+            return payload
+        if self.spec.kind == "zstd":
+            return self._zstd.encode(payload)
+        codec = self._codecs.get(itemsize)
+        if codec is None:
+            from numcodecs import Blosc
+
+            shuffle = {"noshuffle": Blosc.NOSHUFFLE, "shuffle": Blosc.SHUFFLE, "bitshuffle": Blosc.BITSHUFFLE}
+            codec = Blosc(
+                cname=self.spec.cname,
+                clevel=self.spec.level,
+                shuffle=shuffle[self.spec.shuffle],
+                blocksize=0,
+                typesize=itemsize,
+            )
+            self._codecs[itemsize] = codec
+        return codec.encode(payload)
+
+
+class WindowWriter:
+    """Writes tensor-dump windows below one root.
+
+    Args:
+        root: Local directory, ``file://`` URL, or fsspec URL (``s3://bucket/prefix``, ``memory://x``).
+        storage_options: fsspec options for URL roots.
+        compressor: Compressor name (see :mod:`megadump_zarr.codecs`); ``None`` or ``"none"`` stores raw.
+        chunk_bytes: Target uncompressed bytes per chunk (whole rows along axis 0).
+        stats: Store ``stats`` (see :mod:`megadump_zarr.store.stats`) in every data array's attributes.
+        max_workers: Threads overlapping file-system operations and compression (default
+            ``min(32, 2 * cpu_count)`` for local roots, 32 for fsspec roots).
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        storage_options: dict[str, Any] | None = None,
+        compressor: str | None = "default",
+        chunk_bytes: int = 4 << 20,
+        stats: bool = True,
+        max_workers: int | None = None,
+    ) -> None:
+        if chunk_bytes < 1:
+            raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
+        self.backend: Backend = open_backend(root, storage_options)
+        self.compressor = parse_compressor(compressor)
+        self.chunk_bytes = int(chunk_bytes)
+        self.stats = bool(stats)
+        if max_workers is None:  # local file-system calls are CPU work in the kernel; remote calls wait
+            local = isinstance(self.backend, LocalBackend)
+            max_workers = min(32, 2 * (os.cpu_count() or 1)) if local else 32
+        self.max_workers = max_workers
+        self._encoder = _Encoder(self.compressor)
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    @property
+    def pool(self) -> ThreadPoolExecutor:
+        """The shared worker pool (created on first use)."""
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.max_workers, thread_name_prefix="megadump-store")
+            return self._pool
+
+    def close(self) -> None:
+        """Stop the worker threads (the writer can still be used; a new pool is made on demand)."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+    def __enter__(self) -> WindowWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def begin(self, rank: int, window_index: int, attrs: dict[str, Any]) -> WindowSession:
+        """Claim a window and mark it ``"writing"``.
+
+        Args:
+            rank: Job-global rank.
+            window_index: Zero-based window index.
+            attrs: Window manifest attributes; ``status``, ``createdAt`` and ``committedAt`` are added.
+
+        Raises:
+            FileExistsError: ``"Tensor dump window already exists: {url}"``; nothing existing is touched.
+        """
+        key = window_key(rank, window_index)
+        url = self.backend.location(key)
+        attrs = dict(attrs)
+        attrs.pop("committedAt", None)
+        attrs.update(status="writing", createdAt=_now())
+        document = dumps(group_document(attrs))  # validates the attributes before claiming
+        try:
+            self.backend.claim(key)
+        except FileExistsError:
+            raise FileExistsError(f"Tensor dump window already exists: {url}") from None
+        root_doc = dumps(group_document({"megadump_zarr": {"layoutVersion": LAYOUT_VERSION}}))
+        for group_key, doc in (("zarr.json", root_doc), (f"rank_{int(rank)}/zarr.json", dumps(group_document({})))):
+            if not self.backend.exists(group_key):
+                self.backend.put(group_key, doc, atomic=True)
+        self.backend.put(f"{key}/zarr.json", document, atomic=True)
+        return WindowSession(self, key, url, attrs)
+
+    def write_window(self, window: WindowWrite, *, status: str = "complete") -> str:
+        """Write a whole window: begin, every invocation, commit.
+
+        If writing an invocation fails, whatever was written is committed with status ``"aborted"`` and
+        the error is re-raised.
+
+        Args:
+            window: The window description.
+            status: Final status, ``"complete"`` or ``"aborted"``.
+
+        Returns:
+            The window group's path (local) or URL.
+        """
+        if status not in _STATUSES:
+            raise ValueError(f"status must be one of {list(_STATUSES)}, got {status!r}")
+        session = self.begin(window.rank, window.window_index, window.attrs)
+        try:
+            for invocation in window.invocations:
+                session.write_invocation(invocation)
+        except BaseException as error:
+            try:
+                session.commit("aborted")
+            except Exception as commit_error:  # keep the original error; note the failed commit
+                error.add_note(f"committing {session.url} as aborted also failed: {commit_error!r}")
+            raise
+        return session.commit(status)
+
+    # -- workers -----------------------------------------------------------------------------------
+
+    def _chunk(self, job: ArrayJob, index: int) -> tuple[Any, StatsAccumulator | None]:
+        """Encode chunk ``index`` of an array (zero-copy view unless it is a padded edge chunk).
+
+        Returns:
+            The encoded buffer and the chunk's partial statistics (``None`` when disabled).
+        """
+        data, plan = job.data, job.chunks
+        if not plan.shape:
+            piece = payload = data
+        else:
+            start, stop = plan.rows(index)
+            piece = payload = data[start:stop]
+            if stop - start < plan.chunks[0]:  # edge chunk: pad to the full chunk shape with the fill (0)
+                payload = np.zeros(plan.chunks, dtype=data.dtype)
+                payload[: stop - start] = piece
+        acc = StatsAccumulator(data.dtype).update(piece) if job.stats else None
+        return self._encoder.encode(payload.reshape(-1).view(np.uint8), data.dtype.itemsize), acc
+
+    def _document(self, job: ArrayJob, acc: StatsAccumulator | None) -> bytes:
+        """The array's ``zarr.json`` bytes, with statistics spliced into the attributes."""
+        attrs_json = job.attrs_json
+        if job.stats:
+            if acc is None:
+                acc = StatsAccumulator(job.data.dtype)
+            sep = b"," if attrs_json != b"{}" else b""
+            attrs_json = attrs_json[:-1] + sep + b'"stats":' + dumps(acc.result()) + b"}"
+        plan = job.chunks
+        return array_document_bytes(plan.shape, job.data.dtype, plan.chunks, self.compressor, attrs_json, job.dims)
+
+    def _write_small(self, batch: list[tuple[ArrayJob, str]]) -> None:
+        """Write arrays of at most one chunk: chunk then ``zarr.json`` of each, as one backend batch."""
+        items: list[tuple[str, Any]] = []
+        for job, prefix in batch:
+            acc = None
+            if job.chunks.count:
+                encoded, acc = self._chunk(job, 0)
+                items.append((f"{prefix}/{job.chunks.key(0)}", encoded))
+            job.document = self._document(job, acc)
+            items.append((f"{prefix}/zarr.json", job.document))
+        self.backend.put_many(items)
+        for job, _ in batch:
+            job.written = True
+
+    def _write_chunked(self, job: ArrayJob, prefix: str) -> list[Future[Any]]:
+        """One task per chunk; the task finishing last merges the statistics and writes ``zarr.json``."""
+        lock = threading.Lock()
+        state: dict[str, Any] = {"left": job.chunks.count, "acc": None}
+
+        def run(index: int) -> None:
+            encoded, part = self._chunk(job, index)
+            self.backend.put(f"{prefix}/{job.chunks.key(index)}", encoded)
+            with lock:
+                if part is not None:
+                    state["acc"] = part if state["acc"] is None else state["acc"].merge(part)
+                state["left"] -= 1
+                last = state["left"] == 0
+            if last:
+                job.document = self._document(job, state["acc"])
+                self.backend.put(f"{prefix}/zarr.json", job.document)
+                job.written = True
+
+        return [self.pool.submit(run, index) for index in job.chunks]
+
+
+class WindowSession:
+    """One claimed window being written. Not thread-safe: one thread drives a session.
+
+    Args:
+        writer: The owning writer.
+        key: Window key relative to the root.
+        url: Window path (local) or URL.
+        attrs: Window attributes including ``status`` and ``createdAt``.
+    """
+
+    def __init__(self, writer: WindowWriter, key: str, url: str, attrs: dict[str, Any]) -> None:
+        self.writer = writer
+        self.key = key
+        self.url = url
+        self.attrs = attrs
+        self.status = "writing"
+        # path relative to the window -> ("group", encoded attrs) | ("array", encoded document)
+        self._nodes: dict[str, tuple[str, bytes]] = {}
+        self._invocations: set[str] = set()
+
+    def write_invocation(self, invocation: InvocationWrite) -> None:
+        """Validate and write one invocation's arrays (group documents follow at commit).
+
+        Args:
+            invocation: The invocation to persist.
+
+        Raises:
+            ValueError: Bad paths, collisions, dimension or coordinate clashes (nothing written).
+            RuntimeError: The session is already committed.
+        """
+        if self.status != "writing":
+            raise RuntimeError(f"window {self.url} is already committed ({self.status})")
+        w = self.writer
+        plan = plan_invocation(invocation, chunk_bytes=w.chunk_bytes, stats=w.stats)
+        if plan.name in self._invocations:
+            raise ValueError(f"invocation {plan.name!r} would collide with invocation {plan.name!r} in {self.url}")
+        self._invocations.add(plan.name)
+        for path, attrs_json in plan.groups.items():
+            self._nodes[f"{plan.name}/{path}" if path else plan.name] = ("group", attrs_json)
+
+        base = f"{self.key}/{plan.name}"
+        futures: list[Future[Any]] = []
+        batch: list[tuple[ArrayJob, str]] = []
+        batch_bytes = 0
+        for job in plan.arrays:
+            prefix = f"{base}/{job.path}"
+            if job.chunks.count > 1:
+                futures.extend(w._write_chunked(job, prefix))
+                continue
+            batch.append((job, prefix))
+            batch_bytes += job.data.nbytes
+            if len(batch) >= _BATCH_ARRAYS or batch_bytes >= _BATCH_BYTES:
+                futures.append(w.pool.submit(w._write_small, batch))
+                batch, batch_bytes = [], 0
+        if batch:
+            futures.append(w.pool.submit(w._write_small, batch))
+        try:
+            _wait_all(futures)  # re-raises the first failure after every task has stopped
+        finally:  # arrays that were fully written stay part of the window (an aborted commit keeps them)
+            for job in plan.arrays:
+                if job.written:
+                    self._nodes[f"{plan.name}/{job.path}"] = ("array", job.document)
+
+    def commit(self, status: str = "complete") -> str:
+        """Write every group document with consolidated metadata, then the window document, last.
+
+        Args:
+            status: ``"complete"``, or ``"aborted"`` to keep whatever was written after a failure.
+
+        Returns:
+            The window group's path (local) or URL.
+        """
+        if status not in _STATUSES:
+            raise ValueError(f"status must be one of {list(_STATUSES)}, got {status!r}")
+        if self.status != "writing":
+            raise RuntimeError(f"window {self.url} is already committed ({self.status})")
+        w = self.writer
+        entries: dict[str, list[tuple[str, bytes]]] = defaultdict(list)
+        for path, (kind, payload) in self._nodes.items():
+            flat = flat_group_bytes(payload) if kind == "group" else payload
+            entries[""].append((path, flat))
+            cut = path.rfind("/")
+            while cut > 0:
+                entries[path[:cut]].append((path[cut + 1 :], flat))
+                cut = path.rfind("/", 0, cut)
+        groups = sorted((p for p, (kind, _) in self._nodes.items() if kind == "group"), key=lambda p: -p.count("/"))
+
+        def write_groups(paths: list[str]) -> None:
+            w.backend.put_many(
+                [
+                    (f"{self.key}/{path}/zarr.json", consolidated_group_bytes(self._nodes[path][1], entries[path]))
+                    for path in paths
+                ]
+            )
+
+        _wait_all(
+            [w.pool.submit(write_groups, groups[i : i + _BATCH_ARRAYS]) for i in range(0, len(groups), _BATCH_ARRAYS)]
+        )
+        self.attrs.update(status=status, committedAt=_now())
+        document = consolidated_group_bytes(dumps(self.attrs), entries[""])
+        w.backend.put(f"{self.key}/zarr.json", document, atomic=True)
+        self.status = status
+        return self.url
+
+
+def _wait_all(futures: list[Future[Any]]) -> None:
+    if not futures:
+        return
+    wait(futures)
+    for future in futures:
+        error = future.exception()
+        if error is not None:
+            raise error
+
+
+def window_status(
+    root: str | os.PathLike[str],
+    rank: int,
+    window_index: int,
+    *,
+    storage_options: dict[str, Any] | None = None,
+) -> str | None:
+    """The status of a window: ``"writing"``, ``"complete"``, ``"aborted"``, or ``None`` if absent.
+
+    Args:
+        root: Dump root (local path or URL).
+        rank: Job-global rank.
+        window_index: Zero-based window index.
+        storage_options: fsspec options for URL roots.
+    """
+    raw = open_backend(root, storage_options).get(f"{window_key(rank, window_index)}/zarr.json")
+    if raw is None:
+        return None
+    status = json.loads(raw).get("attributes", {}).get("status")
+    return status if isinstance(status, str) else None
