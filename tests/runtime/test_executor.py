@@ -197,7 +197,7 @@ def test_broadcast_worker_records_and_shards():
         (2, L1_DUMP_PHASE_AFTER, X, 8, 10, 0),  # worker 0's boundary: row 9 not yet updated
         (2, L1_DUMP_PHASE_BEFORE, X, 8, 10, L1_ANY_WORKER),  # any worker: copied once, at the first worker
         (2, L1_DUMP_PHASE_AFTER, X, 8, 10, L1_ANY_WORKER),  # any worker: copied once, after the last worker
-        (2, L1_DUMP_PHASE_AFTER, Y, 8, 10, 3),  # worker 3: empty shard, runs nothing, still copied (see below)
+        (2, L1_DUMP_PHASE_AFTER, Y, 8, 10, 3),  # worker 3: empty shard, runs nothing, reaches no boundary
         (2, L1_DUMP_PHASE_BEFORE, X, 8, 10, 7),  # worker 7 does not exist with 4 workers: never copied
     ]
     buffer = _buffer(_entries(specs))
@@ -211,20 +211,18 @@ def test_broadcast_worker_records_and_shards():
     x0, x1 = before[X], before[X] + 1
     row8_done = x0.clone()
     row8_done[8] += 1
-    assert _payloads(buffer)[:7] == [
+    assert _payloads(buffer)[:6] == [
         _rows_bytes(row8_done, 8, 10),
         _rows_bytes(x0, 9, 10),
         _rows_bytes(x1, 9, 10),
         _rows_bytes(row8_done, 8, 10),
         _rows_bytes(x0, 8, 10),
         _rows_bytes(x1, 8, 10),
-        _rows_bytes(x1 * 2, 8, 10),
     ]
-    # Documented behaviour: the executor calls the device worker at every worker's boundaries, also for a
-    # worker whose shard is empty, so a record addressed to such a worker is copied (the L1 planner never
-    # emits one: it skips empty shards). A worker id outside range(num_workers) is never reached.
-    assert _status_bytes(buffer, len(specs)) == [1, 1, 1, 1, 1, 1, 1, 0]
-    assert _payloads(buffer)[7] == bytes(2 * ROW_BYTES)
+    # A worker whose shard is empty runs nothing and reaches no task boundary, so a record addressed to it
+    # stays PENDING (the L1 planner never emits one), as does one for a worker id outside range(num_workers).
+    assert _status_bytes(buffer, len(specs)) == [1, 1, 1, 1, 1, 1, 0, 0]
+    assert _payloads(buffer)[6:] == [bytes(2 * ROW_BYTES), bytes(2 * ROW_BYTES)]
     assert torch.equal(params[X], x1) and torch.equal(params[Y], x1 * 2)
     assert counters.tolist() == [1, 1, 1]  # once per task, not per worker
 
@@ -245,8 +243,11 @@ def test_broadcast_each_record_copied_exactly_once(monkeypatch):
 
     monkeypatch.setattr(DeviceWorker, "_copy", counting)
     _run(runtime, _params(), buffer)
-    assert sorted(copies) == list(range(len(specs)))
-    assert _status_bytes(buffer, len(specs)) == [1] * len(specs)
+    # tile [8, 10) on 4 workers: workers 2 and 3 have empty shards, run nothing and copy nothing
+    idle = [i for i, (task, _, _, _, _, worker) in enumerate(specs) if task == 2 and worker in (2, 3)]
+    assert len(idle) == 4
+    assert sorted(copies) == [i for i in range(len(specs)) if i not in idle]
+    assert _status_bytes(buffer, len(specs)) == [0 if i in idle else 1 for i in range(len(specs))]
 
 
 def test_broadcast_unsplit_task_runs_on_worker_zero_only():
@@ -261,10 +262,13 @@ def test_broadcast_unsplit_task_runs_on_worker_zero_only():
     runtime = compile_runtime(Graph([OperatorNode("all", "vector", (x,), (y,), whole)]), _params(),
                               kernel_name="k", num_workers=4, execution_mode="aiv_pipeline")
     params = _params()
-    buffer = _buffer(_entries([(0, L1_DUMP_PHASE_AFTER, Y, 0, 10, 2), (0, L1_DUMP_PHASE_BEFORE, Y, 0, 10, 1)]))
+    buffer = _buffer(_entries([(0, L1_DUMP_PHASE_AFTER, Y, 0, 10, 0), (0, L1_DUMP_PHASE_AFTER, Y, 0, 10, 2),
+                               (0, L1_DUMP_PHASE_BEFORE, Y, 0, 10, 1)]))
     _run(runtime, params, buffer)
     assert calls == [(None, None, slice(None, None))]
-    assert _payloads(buffer) == [_rows_bytes(_params()[X] * 3, 0, 10)] * 2  # worker 0 ran before workers 1 and 2
+    # only worker 0 runs a task without split rows; the others reach no boundary
+    assert _payloads(buffer) == [_rows_bytes(_params()[X] * 3, 0, 10), bytes(10 * ROW_BYTES), bytes(10 * ROW_BYTES)]
+    assert _status_bytes(buffer, 3) == [1, 0, 0]
 
 
 # --- refusals --------------------------------------------------------------------------------------------------

@@ -186,6 +186,7 @@ class MoEBlock:
         gate = self._spec("gate", (T,), 8, ("token",))
         out = self._spec("out", (T, D), 9, ("token", "hidden"))
         ws_tokens = TensorSpec("ws", (T, D), c.dtype, 4, ("token", "ffn"))
+        ys_all = TensorSpec("ys", (T, D), c.dtype, 5, ("slot", "hidden"))  # unpermute reads every row
         experts = tuple(range(E))
 
         def expert_up(t: Any) -> None:
@@ -206,7 +207,7 @@ class MoEBlock:
         return Graph([
             OperatorNode("expert_up", "mix", (xs, counts, w_up), (ws_hidden,), expert_up, owners=experts, diagnostic_view_resolver=resolver),
             OperatorNode("expert_down", "cube", (ws_hidden, counts, w_down), (ys,), expert_down, owners=experts, diagnostic_view_resolver=resolver),
-            OperatorNode("unpermute", "vector", (ys, inv), (ws_tokens,), unpermute, SplitSpec(((1, 0),), (0,)), c.tile_rows),
+            OperatorNode("unpermute", "vector", (ys_all, inv), (ws_tokens,), unpermute, SplitSpec(((1, 0),), (0,)), c.tile_rows),
             OperatorNode("combine", "vector", (x, ws_tokens, gate), (out,), combine, SplitSpec(((0, 0), (1, 0), (2, 0)), (0,)), c.tile_rows),
         ])
 
@@ -227,6 +228,7 @@ class MoEBlock:
         grad_x = spec("grad_x", (T, D), 9, ("token", "hidden"))
         grad_gate = spec("grad_gate", (T,), 10, ("token",))
         grad_ys = spec("grad_ys", (T, D), 11, ("slot", "hidden"), dynamic=True)
+        grad_ys_tiles = spec("grad_ys", (T, D), 11, ("slot", "hidden"))  # permute_bwd writes row tiles
         grad_w_down = spec("grad_w_down", (E, D, D), 12, ("expert", "ffn", "hidden"))
         grad_xs = spec("grad_xs", (T, D), 13, ("slot", "hidden"), dynamic=True)
         grad_w_up = spec("grad_w_up", (E, D, D), 14, ("expert", "hidden", "ffn"))
@@ -262,7 +264,7 @@ class MoEBlock:
         resolver = expert_rows_resolver
         return Graph([
             OperatorNode("combine_bwd", "vector", (grad_out, yu, gate), (grad_x, grad_gate, bws_tokens), combine_bwd, rows_split, c.tile_rows),
-            OperatorNode("permute_bwd", "vector", (bws_tokens, order), (grad_ys,), permute_bwd, SplitSpec(((1, 0),), (0,)), c.tile_rows),
+            OperatorNode("permute_bwd", "vector", (bws_tokens, order), (grad_ys_tiles,), permute_bwd, SplitSpec(((1, 0),), (0,)), c.tile_rows),
             OperatorNode("expert_down_bwd", "cube", (xs, counts, w_up, w_down, grad_ys), (grad_w_down, bws_slots), expert_down_bwd,
                          owners=experts, diagnostic_view_resolver=resolver),
             OperatorNode("expert_up_bwd", "mix", (xs, counts, w_up, bws_slots), (grad_xs, grad_w_up), expert_up_bwd,

@@ -162,15 +162,21 @@ def execute(runtime: PreparedRuntime, parameters: Sequence[Any], arguments: Any)
 
 
 def _run_broadcast(task: CompiledTask, parameters: Sequence[Any], worker: DeviceWorker | None, workers: int) -> None:
-    """aiv_pipeline: every worker runs the task on its own row shard; empty shards do nothing."""
+    """aiv_pipeline: every worker runs the task on its own row shard. A worker whose shard is empty (or,
+    for a task without split rows, every worker but 0) runs nothing and reaches no task boundary."""
+    shards = []
     for worker_id in range(workers):
         if task.start is None:
-            begin, end = (None, None) if worker_id == 0 else (0, 0)
-        else:
-            begin, end = worker_shard(task.start, task.stop, worker_id, workers)
+            if worker_id == 0:
+                shards.append((worker_id, None, None))
+            continue
+        begin, end = worker_shard(task.start, task.stop, worker_id, workers)
+        if end > begin:
+            shards.append((worker_id, begin, end))
+    for position, (worker_id, begin, end) in enumerate(shards):
+        first, last = position == 0, position == len(shards) - 1
         if worker is not None:
-            worker.capture(task.task_id, L1_DUMP_PHASE_BEFORE, worker_id, first=worker_id == 0, last=worker_id == workers - 1)
-        if begin is None or end > begin:
-            task.operator.tile_fn(Tile(parameters, begin, end, task.owner_id, task))
+            worker.capture(task.task_id, L1_DUMP_PHASE_BEFORE, worker_id, first=first, last=last)
+        task.operator.tile_fn(Tile(parameters, begin, end, task.owner_id, task))
         if worker is not None:
-            worker.capture(task.task_id, L1_DUMP_PHASE_AFTER, worker_id, first=worker_id == 0, last=worker_id == workers - 1)
+            worker.capture(task.task_id, L1_DUMP_PHASE_AFTER, worker_id, first=first, last=last)

@@ -1,0 +1,322 @@
+"""The schedule-driven L0/L1 tensor dumper: a diagnostic session around MegaKernel launches."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from megadump_zarr.diagnostics import (
+    DiagnosticAction,
+    DiagnosticCall,
+    LaunchArguments,
+    LaunchContext,
+    activate_session,
+    deactivate_session,
+)
+from megadump_zarr.dump.config import TensorDumpConfig
+from megadump_zarr.dump.export import InvocationWrite, WindowWrite
+from megadump_zarr.dump.exporter import BackgroundExporter
+from megadump_zarr.dump.l0 import L0Tensor, describe_graph_tensors
+from megadump_zarr.dump.l1_plan import PreparedL1Dump, prepare_l1_dump
+from megadump_zarr.dump.snapshots import decode_l1_dump, salvage_l1_dump, snapshot_tensor
+from megadump_zarr.dump.window import DumpInvocation, build_window
+
+__all__ = ["TensorDumper", "WindowSink"]
+
+_RECORDING = (DiagnosticAction.RECORD, DiagnosticAction.RECORD_AND_SAVE)
+
+
+class WindowSession(Protocol):
+    """One claimed window being written (the store's ``WindowSession``)."""
+
+    url: str
+
+    def write_invocation(self, invocation: InvocationWrite) -> None:
+        """Persist one invocation."""
+
+    def commit(self, status: str = "complete") -> str:
+        """Write the window's final status last; return its path or URL."""
+
+
+class WindowSink(Protocol):
+    """Where finished windows go (the store's ``WindowWriter``)."""
+
+    def begin(self, rank: int, window_index: int, attrs: dict[str, Any]) -> WindowSession:
+        """Claim a window (status "writing"); raise FileExistsError if it already exists."""
+
+
+def _write_window(session: WindowSession, window: WindowWrite, status: str) -> str:
+    """Write every invocation and commit; on failure commit what exists as "aborted" and re-raise."""
+    try:
+        for invocation in window.invocations:
+            session.write_invocation(invocation)
+    except BaseException as error:
+        try:
+            session.commit("aborted")
+        except Exception as commit_error:  # keep the original error
+            error.add_note(f"committing {session.url} as aborted also failed: {commit_error!r}")
+        raise
+    return session.commit(status)
+
+
+class _TensorDumpCall(DiagnosticCall):
+    """The dumper's handle on one selected launch."""
+
+    def __init__(self, arguments: LaunchArguments, dumper: TensorDumper, invocation: DumpInvocation,
+                 tensors: tuple[L0Tensor, ...] = (), parameters: Sequence[Any] = (),
+                 prepared_l1: PreparedL1Dump | None = None) -> None:
+        super().__init__(arguments)
+        self._dumper = dumper
+        self._invocation = invocation
+        self._tensors = tensors
+        self._parameters = parameters
+        self._prepared_l1 = prepared_l1
+        self.finished = False
+
+    def complete(self) -> None:
+        """Take the after-launch values (L0) or decode the Device buffer (L1), then keep the invocation."""
+        if self.finished:
+            return
+        if self._prepared_l1 is not None:
+            self._invocation.l1_snapshots.extend(decode_l1_dump(self._prepared_l1))
+        else:
+            for tensor in self._tensors:
+                if tensor.role != "external_input":
+                    snapshot = snapshot_tensor(self._parameters[tensor.param_position], tensor.graph_tensor, "after")
+                    self._invocation.snapshots.append((tensor, snapshot))
+        self._dumper._keep(self._invocation)
+        self.finished = True
+
+    def cancel(self) -> None:
+        """The launch failed: drop its snapshots, or with ``on_error="keep"`` keep what an L1 buffer captured."""
+        if self.finished:
+            return
+        if self._dumper.config.on_error == "keep" and self._prepared_l1 is not None:
+            captured, pending = salvage_l1_dump(self._prepared_l1)
+            self._invocation.l1_snapshots[:] = list(captured)
+            self._invocation.failed = True
+            self._invocation.pending_records = pending
+            self._dumper._keep(self._invocation)
+        else:
+            self._invocation.snapshots.clear()
+            self._invocation.l1_snapshots.clear()
+        self._prepared_l1 = None
+        self.finished = True
+
+
+class TensorDumper:
+    """Standalone schedule-driven L0/L1 Tensor dumper for MegaKernels (use ``tensor_dump``).
+
+    Args:
+        config: What to capture and where to store it.
+        schedule: ``step -> DiagnosticAction``; None records every step into one window.
+        on_dump_ready: Called with the dumper after each window is exported.
+        sink: Where windows are written.
+    """
+
+    def __init__(self, config: TensorDumpConfig, *, schedule: Callable[[int], DiagnosticAction] | None,
+                 on_dump_ready: Callable[[Any], None] | None, sink: WindowSink) -> None:
+        if not isinstance(config, TensorDumpConfig):
+            raise TypeError(f"config must be TensorDumpConfig, got {type(config).__name__}")
+        if schedule is not None and not callable(schedule):
+            raise TypeError("schedule must be callable or None")
+        if on_dump_ready is not None and not callable(on_dump_ready):
+            raise TypeError("on_dump_ready must be callable or None")
+        self.config = config
+        self._schedule = schedule
+        self._on_dump_ready = on_dump_ready
+        self._sink = sink
+        self._step = 0
+        self._action = self._action_for_step(0)
+        self._entered = False
+        self._next_invocation_id = 0
+        self._window_index = 0
+        self._invocations: list[DumpInvocation] = []
+        self._last_paths: tuple[str | Path, ...] = ()
+        self._exporter: BackgroundExporter | None = None
+        self._pending_reports: dict[int, list[str | Path]] = {}
+
+    @property
+    def step_num(self) -> int:
+        """The zero-based user step now running."""
+        return self._step
+
+    @property
+    def current_action(self) -> DiagnosticAction:
+        """The schedule's action for the current step."""
+        return self._action
+
+    @property
+    def window_index(self) -> int:
+        """Index the next finalised window gets."""
+        return self._window_index
+
+    @property
+    def last_window_paths(self) -> tuple[str | Path, ...]:
+        """Window groups (local paths or URLs) committed by the most recent finalisation."""
+        return self._last_paths
+
+    last_manifest_paths = last_window_paths
+
+    def __enter__(self) -> TensorDumper:
+        activate_session("tensor_dump", self)
+        self._entered = True
+        if self.config.async_export:
+            self._exporter = BackgroundExporter(self.config.host_memory_budget_mb * 1024 * 1024)
+        return self
+
+    def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
+        try:
+            if exc_type is None and self._invocations:
+                self._finalize_window()
+            elif exc_type is not None:
+                if self.config.on_error == "keep" and self._invocations:
+                    self._finalize_window(status="aborted")
+                self._invocations.clear()
+        finally:
+            try:
+                self._close_exporter(raise_errors=exc_type is None)
+            finally:
+                deactivate_session(self)
+                self._entered = False
+
+    def _close_exporter(self, *, raise_errors: bool) -> None:
+        """Wait for background exports, report finished windows, stop the thread; surface a failure."""
+        exporter, self._exporter = self._exporter, None
+        if exporter is None:
+            return
+        try:
+            exporter.flush()
+        except Exception:
+            if raise_errors:
+                raise
+        finally:
+            exporter.close()
+            self._report_finished(exporter)
+
+    def _report_finished(self, exporter: BackgroundExporter | None = None) -> None:
+        """Call ``on_dump_ready`` once per finalisation whose windows have all been committed, with
+        ``last_window_paths`` showing that finalisation's windows during the call."""
+        exporter = exporter or self._exporter
+        if exporter is None:
+            return
+        for (finalisation, expected), path in exporter.take_finished():
+            done = self._pending_reports.setdefault(finalisation, [])
+            done.append(self._as_path(path))
+            if len(done) == expected:
+                del self._pending_reports[finalisation]
+                if self._on_dump_ready is not None:
+                    current, self._last_paths = self._last_paths, tuple(done)
+                    try:
+                        self._on_dump_ready(self)
+                    finally:
+                        self._last_paths = current
+
+    def flush(self) -> None:
+        """Wait until every window handed to the background exporter is committed (a no-op when
+        exporting synchronously); re-raise a background failure."""
+        if self._exporter is not None:
+            self._exporter.flush()
+            self._report_finished()
+
+    def step(self) -> None:
+        """Finish the current user step and advance the schedule (a window closes on RECORD_AND_SAVE,
+        or when a run of RECORD steps ends)."""
+        if not self._entered:
+            raise RuntimeError("dumper.step() must be called inside its context")
+        if self._exporter is not None:
+            self._exporter.raise_if_failed()
+            self._report_finished()
+        next_action = self._action_for_step(self._step + 1)
+        if self._action is DiagnosticAction.RECORD_AND_SAVE:
+            self._finalize_window()
+        elif self._action is DiagnosticAction.RECORD and next_action not in _RECORDING:
+            self._finalize_window()
+        self._step += 1
+        self._action = next_action
+
+    def _action_for_step(self, step: int) -> DiagnosticAction:
+        if self._schedule is None:
+            return DiagnosticAction.RECORD
+        action = self._schedule(step)
+        if not isinstance(action, DiagnosticAction):
+            raise TypeError(f"MegaKernel schedule must return DiagnosticAction, got {type(action).__name__}")
+        return action
+
+    def is_capture_enabled(self) -> bool:
+        """Whether this step collects Tensor values (WARMUP copies nothing)."""
+        return self._action in _RECORDING
+
+    def prepare_call(self, context: LaunchContext) -> DiagnosticCall:
+        """Plan one launch: ordinary arguments when it is not selected, else a capturing call.
+
+        Args:
+            context: The launch.
+        """
+        runtime = context.runtime
+        if not self.is_capture_enabled() or not self.config.selects_invocation(context.direction, runtime.rank, runtime.kernel_name):
+            return DiagnosticCall(context.ordinary_arguments())
+        counters = context.fallback_event_counters
+        arguments = LaunchArguments(runtime.normal_tensor, counters,
+                                    runtime.normal_tensor if counters is None else counters, counters)
+        device = runtime.normal_tensor.device
+        if self.config.level == "L1":
+            prepared = prepare_l1_dump(runtime, runtime.graph, context.parameters, self.config, rank=runtime.rank, device=device)
+            invocation = self._new_invocation(runtime, context.direction, device)
+            invocation.device_buffer_bytes = prepared.total_bytes
+            arguments.runtime_config = prepared.runtime_config
+            arguments.diagnostic_buffer = prepared.buffer
+            return _TensorDumpCall(arguments, self, invocation, prepared_l1=prepared)
+        tensors = tuple(t for t in describe_graph_tensors(runtime.graph) if self.config.selects_tensor(t.name, t.role))
+        if not tensors:
+            return DiagnosticCall(arguments)
+        needed = max(t.param_position for t in tensors)
+        if needed >= len(context.parameters):
+            raise ValueError(f"MegaKernel dump requires param_position {needed}, but only {len(context.parameters)} parameters exist")
+        invocation = self._new_invocation(runtime, context.direction, device)
+        for tensor in tensors:
+            if tensor.role == "external_input":
+                invocation.snapshots.append((tensor, snapshot_tensor(context.parameters[tensor.param_position], tensor.graph_tensor, "before")))
+        return _TensorDumpCall(arguments, self, invocation, tensors, context.parameters)
+
+    def _new_invocation(self, runtime: Any, direction: str, device: Any) -> DumpInvocation:
+        invocation = DumpInvocation(
+            invocation_id=self._next_invocation_id, step=self._step, kernel_name=runtime.kernel_name,
+            direction=direction, rank=runtime.rank, device=str(device), level=self.config.level,
+            execution_mode=getattr(getattr(runtime, "spec", None), "execution_mode", ""),
+        )
+        self._next_invocation_id += 1
+        return invocation
+
+    def _as_path(self, url: str) -> str | Path:
+        return url if self.config.is_remote else Path(url)
+
+    def _keep(self, invocation: DumpInvocation) -> None:
+        self._invocations.append(invocation)
+
+    def _finalize_window(self, status: str = "complete") -> None:
+        """Export the window's invocations per rank, release them, and advance the window index."""
+        if not self._invocations:
+            self._last_paths = ()
+            self._window_index += 1
+            return
+        paths = []
+        ranks = sorted({invocation.rank for invocation in self._invocations})
+        for rank in ranks:
+            mine = [invocation for invocation in self._invocations if invocation.rank == rank]
+            window = build_window(self.config.level, rank, self._window_index, mine)
+            # The claim is synchronous, so an existing window fails here, on the step thread.
+            session = self._sink.begin(window.rank, window.window_index, window.attrs)
+            paths.append(self._as_path(session.url))
+            if self._exporter is None:
+                _write_window(session, window, status)
+            else:
+                nbytes = sum(invocation.payload_bytes for invocation in mine)
+                tag = (self._window_index, len(ranks))
+                self._exporter.submit(lambda s=session, w=window: _write_window(s, w, status), nbytes, session.url, tag)
+        self._last_paths = tuple(paths)
+        self._invocations.clear()
+        self._window_index += 1
+        if self._on_dump_ready is not None and self._exporter is None:
+            self._on_dump_ready(self)

@@ -1,0 +1,252 @@
+"""Turn one rank's completed invocations into the store's ``WindowWrite`` (groups, arrays, attributes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import megadump_zarr
+from megadump_zarr.dump.export import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
+from megadump_zarr.dump.l0 import L0Tensor
+from megadump_zarr.dump.names import NameTable, safe_name
+from megadump_zarr.dump.snapshots import L0Snapshot, L1Snapshot
+from megadump_zarr.l1 import L1_ANY_WORKER
+
+__all__ = ["DumpInvocation", "build_window"]
+
+SCHEMA_VERSION = 5
+
+
+@dataclass
+class DumpInvocation:
+    """A completed invocation kept until its window is finalised."""
+
+    invocation_id: int
+    step: int
+    kernel_name: str
+    direction: str
+    rank: int
+    device: str
+    level: str
+    snapshots: list[tuple[L0Tensor, L0Snapshot]] = field(default_factory=list)
+    l1_snapshots: list[L1Snapshot] = field(default_factory=list)
+    device_buffer_bytes: int = 0
+    execution_mode: str = ""
+    failed: bool = False
+    pending_records: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        """The invocation's group name."""
+        return f"invocation_{self.invocation_id:06d}_{self.direction}"
+
+    @property
+    def payload_bytes(self) -> int:
+        """Host bytes held by this invocation's snapshots."""
+        return sum(s.data.nbytes for _, s in self.snapshots) + sum(s.data.nbytes for s in self.l1_snapshots)
+
+
+class _DimTable:
+    """Dimension names of one group: a name keeps one length and one coordinate, else it is renamed.
+
+    Names are made path-safe (a coordinate is stored as an array named after its dimension), and one
+    array never uses a name twice (a square ``(hidden, hidden)`` spec gets ``hidden`` and a renamed twin).
+    """
+
+    def __init__(self) -> None:
+        self._dims: dict[str, tuple[int, np.ndarray | None]] = {}
+
+    def claim_all(self, names: tuple[str, ...], lengths: tuple[int, ...], coords: dict[int, np.ndarray], suffix: str) -> tuple[str, ...]:
+        """Resolve every axis name of one array.
+
+        Args:
+            names: Wanted names, one per axis.
+            lengths: Axis lengths.
+            coords: Coordinate values by axis, where the array has one.
+            suffix: Disambiguator used when a name must be renamed.
+        """
+        used: set[str] = set()
+        resolved = []
+        for axis, (name, length) in enumerate(zip(names, lengths)):
+            resolved.append(self._claim(safe_name(name), length, coords.get(axis), suffix, used))
+            used.add(resolved[-1])
+        return tuple(resolved)
+
+    def _claim(self, name: str, length: int, coord: np.ndarray | None, suffix: str, used: set[str]) -> str:
+        candidate, attempt = name, 0
+        while True:
+            known = self._dims.get(candidate)
+            if candidate not in used:
+                if known is None:
+                    self._dims[candidate] = (length, coord)
+                    return candidate
+                if known[0] == length and _same(known[1], coord):
+                    return candidate
+            attempt += 1
+            candidate = f"{name}_{suffix}" if attempt == 1 else f"{name}_{suffix}_{attempt}"
+
+
+def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return a.shape == b.shape and bool(np.array_equal(a, b))
+
+
+def _l0_array(tensor: L0Tensor, snapshot: L0Snapshot, component: str, dims: _DimTable) -> ArrayWrite:
+    spec_dims = tensor.graph_tensor.spec.dim_names
+    shape = snapshot.shape
+    names = spec_dims if len(spec_dims) == len(shape) else tuple(f"{component}_dim_{i}" for i in range(len(shape)))
+    resolved = dims.claim_all(tuple(names), tuple(shape), {}, component)
+    graph_tensor = tensor.graph_tensor
+    attrs = {
+        "name": graph_tensor.name,
+        "paramPosition": graph_tensor.param_position,
+        "role": graph_tensor.role,
+        "capturePhase": snapshot.phase,
+        "producers": list(graph_tensor.producers),
+        "consumers": list(graph_tensor.consumers),
+        "ports": [dict(port) for port in tensor.ports],
+        "declaredShape": list(graph_tensor.declared_shape),
+        "actualShape": list(shape),
+        "originalDtype": snapshot.original_dtype,
+        "storedDtype": snapshot.original_dtype,
+    }
+    return ArrayWrite(component, snapshot.data, resolved, attrs)
+
+
+def _l0_invocation(invocation: DumpInvocation) -> InvocationWrite:
+    names = NameTable(f"invocation {invocation.name}")
+    dims = _DimTable()
+    arrays = [_l0_array(t, s, names.add(t.name), dims) for t, s in invocation.snapshots]
+    attrs = _invocation_attrs(invocation)
+    attrs["tensorCount"] = len(arrays)
+    return InvocationWrite(invocation.name, attrs, [], arrays)
+
+
+def _row_coordinate(snapshot: L1Snapshot) -> np.ndarray | None:
+    """Global indices along axis 0 when the record is a whole-row slice of its declared tensor."""
+    plan = snapshot.record
+    shape, declared = plan.actual_shape, plan.declared_shape
+    if plan.truncated or not shape or len(shape) != len(declared) or shape[1:] != declared[1:]:
+        return None
+    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * snapshot.data.dtype.itemsize
+    if row_bytes == 0 or plan.source_offset_bytes % row_bytes:
+        return None
+    start = plan.source_offset_bytes // row_bytes
+    return np.arange(start, start + shape[0], dtype=np.int64)
+
+
+def _l1_array(snapshot: L1Snapshot, dims: _DimTable) -> ArrayWrite:
+    plan = snapshot.record
+    component = f"{plan.io}_{plan.index:02d}_{safe_name(plan.tensor_name)}"
+    suffix = f"{plan.io}{plan.index:02d}"
+    coords: dict[str, np.ndarray] = {}
+    if plan.truncated:
+        names: tuple[str, ...] = dims.claim_all((f"{plan.io}_{plan.index:02d}_element",), (snapshot.data.shape[0],), {}, suffix)
+    else:
+        coordinate = _row_coordinate(snapshot)
+        axis_coords = {} if coordinate is None else {0: coordinate}
+        names = dims.claim_all(tuple(plan.dims), tuple(snapshot.stored_shape), axis_coords, suffix)
+        if coordinate is not None:
+            coords[names[0]] = coordinate
+    attrs = {
+        "name": plan.tensor_name,
+        "paramPosition": plan.parameter_position,
+        "io": plan.io,
+        "index": plan.index,
+        "capturePhase": plan.phase,
+        "sourceOffsetBytes": plan.source_offset_bytes,
+        "declaredShape": list(plan.declared_shape),
+        "actualShape": list(plan.actual_shape),
+        "storedShape": list(snapshot.stored_shape),
+        "originalDtype": snapshot.original_dtype,
+        "storedDtype": snapshot.stored_dtype,
+        "fullBytes": plan.full_bytes,
+        "storedBytes": plan.payload_bytes,
+        "truncated": plan.truncated,
+        "note": plan.note,
+    }
+    if plan.truncated:  # the stored array is a flat prefix: keep what readers need to rebuild the logical view
+        attrs["logicalDims"] = [safe_name(d) for d in plan.dims]
+    return ArrayWrite(component, snapshot.data, names, attrs, coords)
+
+
+def _l1_invocation(invocation: DumpInvocation) -> InvocationWrite:
+    by_task: dict[tuple[int, str, int], list[L1Snapshot]] = {}
+    for snapshot in invocation.l1_snapshots:
+        plan = snapshot.record
+        by_task.setdefault((plan.task_id, plan.core_type, plan.core_id), []).append(snapshot)
+    stages = NameTable(f"invocation {invocation.name} stages")
+    groups: list[GroupWrite] = []
+    arrays: list[ArrayWrite] = []
+    seen_stages: set[str] = set()
+    for key in sorted(by_task):
+        snapshots = by_task[key]
+        first = snapshots[0].record
+        stage_component = stages.add(first.stage)
+        if stage_component not in seen_stages:
+            seen_stages.add(stage_component)
+            groups.append(GroupWrite(f"stages/{stage_component}", {"stage": first.stage}))
+        task_component = f"task_{first.task_id:06d}"
+        if first.worker_id != L1_ANY_WORKER:
+            task_component += f"_worker_{first.core_id:03d}"
+        path = f"stages/{stage_component}/{task_component}"
+        dims = _DimTable()
+        task_arrays = [_l1_array(snapshot, dims) for snapshot in snapshots]
+        groups.append(GroupWrite(path, {
+            "taskId": first.task_id,
+            "stageTaskIndex": first.task_index,
+            "stage": first.stage,
+            "owner": {"label": first.owner_label, "id": first.owner_id},
+            "coreType": first.core_type,
+            "coreId": first.core_id,
+            "workerId": None if first.worker_id == L1_ANY_WORKER else first.worker_id,
+            "tensorCount": len(task_arrays),
+        }))
+        arrays.extend(ArrayWrite(f"{path}/{a.path}", a.data, a.dims, a.attrs, a.coords) for a in task_arrays)
+    attrs = _invocation_attrs(invocation)
+    attrs.update(deviceBufferBytes=invocation.device_buffer_bytes, taskCount=len(by_task),
+                 recordCount=len(invocation.l1_snapshots), executionMode=invocation.execution_mode)
+    return InvocationWrite(invocation.name, attrs, groups, arrays)
+
+
+def _invocation_attrs(invocation: DumpInvocation) -> dict[str, Any]:
+    return {
+        "invocationId": invocation.invocation_id,
+        "step": invocation.step,
+        "direction": invocation.direction,
+        "kernelName": invocation.kernel_name,
+        "device": invocation.device,
+        "level": invocation.level,
+        "rank": invocation.rank,
+        "launchFailed": invocation.failed,
+        "pendingRecords": invocation.pending_records,
+    }
+
+
+def build_window(level: str, rank: int, window_index: int, invocations: list[DumpInvocation]) -> WindowWrite:
+    """Describe one rank's window for the store.
+
+    Args:
+        level: ``L0`` or ``L1``.
+        rank: The rank.
+        window_index: The window's index.
+        invocations: The rank's completed invocations in order.
+    """
+    is_l1 = level == "L1"
+    built = [_l1_invocation(i) if i.level == "L1" else _l0_invocation(i) for i in invocations]
+    attrs = {
+        "schemaVersion": SCHEMA_VERSION,
+        "producer": f"megadump_zarr {megadump_zarr.__version__}",
+        "level": level,
+        "tensorSerialization": "zarr-v3",
+        "windowIndex": window_index,
+        "capturePhaseSemantics": "task_boundary" if is_l1 else "mega_kernel_boundary",
+        "stageViewStorage": "array_per_task_record" if is_l1 else "array_per_tensor_with_ports",
+        "rank": rank,
+        "invocationCount": len(built),
+        "invocations": [inv.name for inv in built],
+    }
+    return WindowWrite(rank, window_index, attrs, built)

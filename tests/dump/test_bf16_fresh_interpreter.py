@@ -1,0 +1,151 @@
+"""A plain interpreter (no megadump_zarr import) reads bfloat16 dumps with xr.open_zarr; every data group opens
+without any warning."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import xarray as xr
+
+from megadump_zarr import TensorDumpConfig, tensor_dump
+from megadump_zarr.demo.model import DemoConfig, MoEBlock
+from megadump_zarr.runtime import MegaKernel
+from tests.dump._dump_helpers import read_json
+
+BF16 = DemoConfig(dtype=torch.bfloat16)
+
+
+def l1_bf16_dump(root: Path, monkeypatch) -> tuple[Path, dict]:
+    seen: dict = {}
+    real = MegaKernel.launch
+
+    def spy(kernel, parameters, *, direction="forward"):
+        if kernel.kernel_name == "moe_experts":
+            seen["before"] = [p.clone() for p in parameters]
+        return real(kernel, parameters, direction=direction)
+
+    monkeypatch.setattr(MegaKernel, "launch", spy)
+    block = MoEBlock(BF16)
+    with tensor_dump(TensorDumpConfig(root, level="L1", kernel_names="moe_experts", stages=("expert_up", "combine"))):
+        block(block.make_input())
+    return root / "rank_0" / "window_0000" / "invocation_000000_forward", seen
+
+
+READER = textwrap.dedent("""
+    import json, sys
+    import xarray as xr
+    assert "megadump_zarr" not in sys.modules, "the reader must not import megadump_zarr"
+    out = {}
+    for path in sys.argv[1:]:
+        ds = xr.open_zarr(path)
+        out[path] = {name: {"dtype": str(var.dtype), "dims": list(var.dims),
+                            "values": var.values.astype("float32").tolist()}
+                     for name, var in ds.data_vars.items()}
+        out[path]["coords"] = {name: c.values.tolist() for name, c in ds.coords.items()}
+    print(json.dumps(out))
+""")
+
+
+def test_plain_interpreter_reads_bfloat16_task_groups(tmp_path, monkeypatch):
+    inv, seen = l1_bf16_dump(tmp_path, monkeypatch)
+    xs, counts, w_up = seen["before"][0], seen["before"][1], seen["before"][2]
+    tasks = [inv / "stages" / "expert_up" / f"task_{e:06d}" for e in range(4)]
+    result = subprocess.run([sys.executable, "-W", "error", "-c", READER, *map(str, tasks)], capture_output=True,
+                            text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    data = json.loads(result.stdout)
+    start = 0
+    for e, task in enumerate(tasks):
+        rows = slice(start, start + int(counts[e]))
+        start = rows.stop
+        got = data[str(task)]
+        assert set(got) == {"input_00_xs", "input_01_expert_counts", "input_02_w_up", "output_00_ws", "coords"}
+        assert got["input_00_xs"]["dtype"] == "bfloat16"
+        assert got["input_00_xs"]["dims"] == ["slot", "hidden"]
+        assert got["input_00_xs"]["values"] == xs[rows].float().tolist()
+        assert got["input_02_w_up"]["values"] == w_up[e].float().tolist()
+        hidden = F.silu(xs[rows] @ w_up[e])  # the task's output, recomputed in bfloat16
+        assert got["output_00_ws"]["dtype"] == "bfloat16"
+        assert got["output_00_ws"]["values"] == hidden.float().tolist()
+        assert got["input_01_expert_counts"]["dtype"] == "int64"
+        assert got["coords"]["slot"] == list(range(rows.start, rows.stop))
+
+
+def test_plain_interpreter_reads_bfloat16_l0(tmp_path):
+    block = MoEBlock(BF16)
+    x = block.make_input()
+    with tensor_dump(TensorDumpConfig(tmp_path, kernel_names="moe_router")):
+        block.route(x)
+    inv = tmp_path / "rank_0" / "window_0000" / "invocation_000000_forward"
+    result = subprocess.run([sys.executable, "-W", "error", "-c", READER, str(inv)], capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    got = json.loads(result.stdout)[str(inv)]
+    assert got["x"]["dtype"] == "bfloat16"
+    assert got["x"]["values"] == x.float().tolist()
+    assert got["norm_weight"]["values"] == block.g.float().tolist()
+
+
+def data_groups(window: Path) -> list[Path]:
+    """Every invocation group and every L1 task group of a window, from its consolidated metadata."""
+    meta = read_json(window / "zarr.json")["consolidated_metadata"]["metadata"]
+    groups = []
+    for key, node in meta.items():
+        parts = key.split("/")
+        if node["node_type"] != "group":
+            continue
+        if len(parts) == 1 or (len(parts) == 4 and parts[1] == "stages"):
+            groups.append(window / key)
+    return groups
+
+
+def open_all_silently(paths: list[Path]) -> list[xr.Dataset]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        datasets = [xr.open_zarr(str(p)) for p in paths]
+        for ds in datasets:
+            ds.load()
+    assert [str(w.message) for w in caught] == []
+    return datasets
+
+
+def test_every_group_opens_without_warning(tmp_path):
+    block = MoEBlock(BF16)
+    x = block.make_input().requires_grad_()
+    with tensor_dump(TensorDumpConfig(tmp_path / "l0")):
+        block(x).float().pow(2).mean().backward()
+    l0 = data_groups(tmp_path / "l0" / "rank_0" / "window_0000")
+    assert len(l0) == 4
+    datasets = open_all_silently(l0)
+    assert sum(len(ds.data_vars) for ds in datasets) == 5 + 3 + 10 + 15
+
+    block = MoEBlock(BF16)
+    x = block.make_input()
+    with tensor_dump(TensorDumpConfig(tmp_path / "l1", level="L1", kernel_names="moe_experts",
+                                      stages=("expert_up", "expert_down", "combine"))):
+        block(x)
+    with tensor_dump(TensorDumpConfig(tmp_path / "g", level="L1", kernel_names="moe_dispatch", stages="gather")):
+        block.route(block.make_input())
+    l1 = data_groups(tmp_path / "l1" / "rank_0" / "window_0000") + data_groups(tmp_path / "g" / "rank_0" / "window_0000")
+    tasks = [p for p in l1 if p.parent.parent.name == "stages"]
+    assert len(tasks) == 4 + 4 + 5 + (4 * 8 + 5)  # gather: 8 one-row shards per full tile, 5 for the last
+    datasets = open_all_silently(l1)
+    for ds in datasets:
+        for var in ds.data_vars.values():
+            if var.attrs.get("originalDtype") == "bfloat16":
+                assert var.dtype.name == "bfloat16"
+    # a task group's record values equal the window's own view of them
+    ds = xr.open_zarr(str(tmp_path / "l1" / "rank_0" / "window_0000" / "invocation_000000_forward" / "stages" / "combine"
+                          / "task_000017"))
+    assert ds["output_00_out"].shape == (5, 16)
+    assert ds["token"].values.tolist() == list(range(32, 37))
+    assert np.array_equal(ds["input_00_x"].values.astype(np.float32), x[32:].float().numpy())
