@@ -1,0 +1,423 @@
+"""The catalogue of a dump: ranks, windows, invocations, data groups and the records table.
+
+Everything here comes from metadata only, never from chunks:
+
+- a window's ``zarr.json`` carries its manifest (``status``, ``level``, ``invocations``, ...) and, once
+  committed (``complete`` or ``aborted``), inline consolidated metadata of every group and array below
+  it. One ``get`` and one ``json.loads`` of that document describe the whole window, however many
+  records it holds.
+- a *torn* window (status ``writing``: the writer was killed, or is still writing) has no consolidated
+  metadata and no group documents below it; its arrays' own ``zarr.json`` files are found by listing
+  the window's keys, and task/stage information is recovered from the path names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+import math
+import re
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pandas as pd
+from zarr.abc.store import Store
+
+from megadump_zarr.read.location import get_json, get_many, list_dir, list_prefix, parse_json
+
+__all__ = [
+    "EXTRA_COLUMNS",
+    "RECORD_COLUMNS",
+    "DataGroup",
+    "WindowInfo",
+    "check_root",
+    "data_groups",
+    "itemsize",
+    "records_frame",
+    "scan_windows",
+    "window_nodes",
+]
+
+RECORD_COLUMNS = (
+    "rank", "window", "invocation", "step", "direction", "kernel", "level", "stage", "task_id",
+    "stage_task_index", "owner_label", "owner_id", "core_type", "core_id", "worker", "io", "index", "name",
+    "dtype", "shape", "stored_shape", "truncated", "bytes", "stored_bytes", "min", "max", "mean", "l2norm",
+    "nan_count", "inf_count", "path",
+)
+"""The records table's required columns, in order."""
+
+EXTRA_COLUMNS = ("role", "capture_phase", "status", "param_position", "note", "invocation_name", "group")
+"""Columns that follow the required ones: L0 role, capture phase, window status, ABI parameter position,
+the record's note, the invocation group's name and the data group's path (relative to the root)."""
+
+_FINAL = frozenset(("complete", "aborted"))
+_RANK = re.compile(r"^rank_(\d+)$")
+_WINDOW = re.compile(r"^window_(\d+)$")
+_INVOCATION = re.compile(r"^invocation_(\d+)_(.+)$")
+_TASK = re.compile(r"^task_(\d+)(?:_worker_(\d+))?$")
+_ITEMSIZE = {name: np.dtype(name).itemsize for name in (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64",
+)}
+_ITEMSIZE.update(bfloat16=np.dtype(ml_dtypes.bfloat16).itemsize, float8_e4m3fn=1, float8_e5m2=1)
+_INT_COLUMNS = ("step", "task_id", "stage_task_index", "owner_id", "core_id", "worker", "index", "nan_count",
+                "inf_count", "param_position", "bytes", "stored_bytes")
+_FLOAT_COLUMNS = ("min", "max", "mean", "l2norm")
+
+
+def itemsize(data_type: str) -> int:
+    """Bytes per element of a stored Zarr ``data_type`` (0 when unknown).
+
+    Args:
+        data_type: The array document's ``data_type`` (``float32``, ``bfloat16``, ...).
+    """
+    return _ITEMSIZE.get(data_type, 0) if isinstance(data_type, str) else 0
+
+
+@dataclass
+class WindowInfo:
+    """One window of one rank, as its ``zarr.json`` describes it.
+
+    Args:
+        rank: The rank.
+        window: The window index.
+        key: Path of the window group relative to the root (``rank_0/window_0000``).
+        status: ``complete``, ``aborted`` or ``writing`` (torn, or a window without ``zarr.json`` yet).
+        attrs: The window manifest (empty when the window has no ``zarr.json``).
+        nodes: Consolidated metadata (flat relative path -> document), or ``None`` for a torn window.
+    """
+
+    rank: int
+    window: int
+    key: str
+    status: str
+    attrs: dict[str, Any] = field(default_factory=dict)
+    nodes: dict[str, dict[str, Any]] | None = None
+
+    @property
+    def level(self) -> str | None:
+        """``L0`` or ``L1`` from the manifest (``None`` when unknown)."""
+        level = self.attrs.get("level")
+        return level if isinstance(level, str) else None
+
+    @property
+    def invocation_names(self) -> list[str]:
+        """Invocation group names listed in the manifest."""
+        names = self.attrs.get("invocations")
+        return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+
+    @property
+    def final(self) -> bool:
+        """Whether the window was committed (its documents never change again)."""
+        return self.status in _FINAL and self.nodes is not None
+
+
+def check_root(store: Store, url: str) -> dict[str, Any]:
+    """Check that the store's root is a megadump_zarr dump root; return its attributes.
+
+    Args:
+        store: The dump store.
+        url: The root as given, for messages.
+
+    Raises:
+        ValueError: Naming ``url`` and what is missing (no root ``zarr.json``, not a group, no
+            ``megadump_zarr`` attribute), with a hint when ``url`` is a rank, window or data group.
+    """
+    doc = get_json(store, "zarr.json")
+    hint = " (the dump root is the directory that holds rank_*/ groups)"
+    if doc is None:
+        if any(_RANK.match(name) for name in list_dir(store, "")):
+            return {}
+        raise ValueError(f"{url} is not a megadump_zarr dump root: zarr.json is missing{hint}")
+    if doc.get("node_type") != "group" or doc.get("zarr_format") != 3:
+        raise ValueError(f"{url} is not a megadump_zarr dump root: its zarr.json is not a Zarr v3 group{hint}")
+    attrs = doc.get("attributes") or {}
+    if "megadump_zarr" not in attrs:
+        if "schemaVersion" in attrs and "windowIndex" in attrs:
+            what = "a window group"
+        elif "invocationId" in attrs or "taskId" in attrs or "stage" in attrs:
+            what = "a data group inside a window"
+        elif any(_WINDOW.match(name) for name in list_dir(store, "")):
+            what = "a rank group"
+        else:
+            what = None
+        found = f"; it looks like {what}, open the dump root two or more levels up" if what else ""
+        raise ValueError(f"{url} is not a megadump_zarr dump root: its zarr.json has no 'megadump_zarr' attribute{found}{hint}")
+    return attrs
+
+
+def scan_windows(store: Store, cache: dict[str, WindowInfo] | None = None) -> list[WindowInfo]:
+    """List every window of every rank, ordered by (rank, window).
+
+    Committed windows found in ``cache`` are reused (their documents never change); other window
+    documents are fetched concurrently, one ``get`` each.
+
+    Args:
+        store: The dump store.
+        cache: Window key -> info of windows seen before; updated in place.
+    """
+    cache = {} if cache is None else cache
+    keys: list[tuple[int, int, str]] = []
+    for rank_name in list_dir(store, ""):
+        rank_match = _RANK.match(rank_name)
+        if not rank_match:
+            continue
+        for window_name in list_dir(store, rank_name):
+            window_match = _WINDOW.match(window_name)
+            if window_match:
+                keys.append((int(rank_match.group(1)), int(window_match.group(1)), f"{rank_name}/{window_name}"))
+    keys.sort()
+    missing = [key for _, _, key in keys if key not in cache or not cache[key].final]
+    for key, raw in zip(missing, get_many(store, [f"{key}/zarr.json" for key in missing])):
+        cache[key] = _window_info(key, raw)
+    for rank, window, key in keys:
+        cache[key].rank, cache[key].window = rank, window
+    return [cache[key] for _, _, key in keys]
+
+
+def _window_info(key: str, raw: bytes | None) -> WindowInfo:
+    rank_name, window_name = key.split("/")
+    rank, window = int(rank_name[5:]), int(window_name[7:])
+    if raw is None:
+        return WindowInfo(rank, window, key, "writing")
+    doc = parse_json(raw, f"{key}/zarr.json")
+    attrs = doc.get("attributes") or {}
+    status = attrs.get("status")
+    if status not in ("complete", "aborted", "writing"):
+        status = "writing"
+    consolidated = doc.get("consolidated_metadata")
+    nodes = consolidated.get("metadata") if isinstance(consolidated, dict) else None
+    if status == "writing" or not isinstance(nodes, dict):
+        nodes = None
+    return WindowInfo(rank, window, key, status, attrs, nodes)
+
+
+def window_nodes(store: Store, info: WindowInfo) -> dict[str, dict[str, Any]]:
+    """Every node below a window (flat relative path -> ``zarr.json`` document).
+
+    Committed windows answer from their consolidated metadata. A torn window is listed: every
+    ``*/zarr.json`` key below it is fetched (metadata only, never chunks).
+
+    Args:
+        store: The dump store.
+        info: The window.
+    """
+    if info.nodes is not None:
+        return info.nodes
+    prefix = f"{info.key}/"
+    keys = [k for k in list_prefix(store, prefix) if k.endswith("/zarr.json") and k != f"{prefix}zarr.json"]
+    nodes: dict[str, dict[str, Any]] = {}
+    for key, raw in zip(keys, get_many(store, keys)):
+        if raw is not None:
+            nodes[key[len(prefix) : -len("/zarr.json")]] = parse_json(raw, key)
+    return nodes
+
+
+@dataclass(frozen=True)
+class DataGroup:
+    """One data group: an L0 invocation group, or an L1 task group.
+
+    Args:
+        rank: The rank.
+        window: The window index.
+        key: Path relative to the root.
+        level: ``L0`` or ``L1``.
+        invocation: Invocation id.
+        invocation_name: Invocation group name.
+        kernel: Kernel name (``None`` when unknown).
+        direction: ``forward`` or ``backward``.
+        stage: Original stage name (L1).
+        stage_component: Stage path component (L1).
+        task_id: Task id (L1).
+        task_name: Task group name, e.g. ``task_000003_worker_001`` (L1).
+        status: The window's status.
+    """
+
+    rank: int
+    window: int
+    key: str
+    level: str
+    invocation: int
+    invocation_name: str
+    kernel: str | None
+    direction: str | None
+    stage: str | None = None
+    stage_component: str | None = None
+    task_id: int | None = None
+    task_name: str | None = None
+    status: str = "complete"
+
+
+def _invocation_info(name: str, nodes: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    attrs = (nodes.get(name) or {}).get("attributes") or {}
+    match = _INVOCATION.match(name)
+    invocation_id = attrs.get("invocationId", int(match.group(1)) if match else None)
+    direction = attrs.get("direction", match.group(2) if match else None)
+    return {
+        "invocation": invocation_id,
+        "step": attrs.get("step"),
+        "direction": direction,
+        "kernel": attrs.get("kernelName"),
+        "level": attrs.get("level"),
+    }
+
+
+def data_groups(info: WindowInfo, nodes: Mapping[str, dict[str, Any]]) -> list[DataGroup]:
+    """The data groups of one window, ordered by path.
+
+    An L0 invocation group counts when it holds arrays; an L1 task group is any ``stages/*/task_*``.
+
+    Args:
+        info: The window.
+        nodes: Its nodes (see :func:`window_nodes`).
+    """
+    found: dict[str, DataGroup] = {}
+    invocations: dict[str, dict[str, Any]] = {}
+    for path, doc in nodes.items():
+        parts = path.split("/")
+        if not _INVOCATION.match(parts[0]):
+            continue
+        inv = invocations.get(parts[0])
+        if inv is None:
+            inv = invocations[parts[0]] = _invocation_info(parts[0], nodes)
+        common = dict(rank=info.rank, window=info.window, invocation=inv["invocation"], invocation_name=parts[0],
+                      kernel=inv["kernel"], direction=inv["direction"], status=info.status)
+        if len(parts) >= 4 and parts[1] == "stages" and _TASK.match(parts[3]):
+            group = "/".join(parts[:4])
+            if group not in found:
+                task_attrs = (nodes.get(group) or {}).get("attributes") or {}
+                stage_attrs = (nodes.get("/".join(parts[:3])) or {}).get("attributes") or {}
+                stage = task_attrs.get("stage", stage_attrs.get("stage", parts[2]))
+                found[group] = DataGroup(level="L1", key=f"{info.key}/{group}", stage=stage, stage_component=parts[2],
+                                         task_id=int(_TASK.match(parts[3]).group(1)), task_name=parts[3], **common)
+        elif len(parts) == 2 and doc.get("node_type") == "array" and parts[0] not in found:
+            found[parts[0]] = DataGroup(level="L0", key=f"{info.key}/{parts[0]}", **common)
+    return [found[k] for k in sorted(found)]
+
+
+def _stats_value(stats: Mapping[str, Any], key: str) -> float | None:
+    value = stats.get(key)
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _window_rows(info: WindowInfo, nodes: Mapping[str, dict[str, Any]], columns: dict[str, list[Any]]) -> None:
+    """Append one row per stored tensor of a window to ``columns``."""
+    invocations: dict[str, dict[str, Any]] = {}
+    tasks: dict[str, dict[str, Any]] = {}
+    window_level = info.level
+    for path, doc in nodes.items():
+        if doc.get("node_type") != "array":
+            continue
+        attrs = doc.get("attributes")
+        if not attrs or "name" not in attrs:
+            continue  # coordinate arrays carry no record attributes
+        parts = path.split("/")
+        inv = invocations.get(parts[0])
+        if inv is None:
+            inv = invocations[parts[0]] = _invocation_info(parts[0], nodes)
+        is_l1 = len(parts) >= 5 and parts[1] == "stages"
+        stored_shape = tuple(int(d) for d in doc.get("shape", ()))
+        actual = attrs.get("actualShape")
+        shape = tuple(int(d) for d in actual) if isinstance(actual, list) else stored_shape
+        data_type = attrs.get("originalDtype") or doc.get("data_type")
+        size = itemsize(doc.get("data_type"))
+        full = attrs.get("fullBytes")
+        stored = attrs.get("storedBytes")
+        stats = attrs.get("stats") or {}
+        group = "/".join(parts[:-1])
+        if is_l1:
+            task = tasks.get(group)
+            if task is None:
+                task_attrs = (nodes.get(group) or {}).get("attributes") or {}
+                stage_attrs = (nodes.get("/".join(parts[:3])) or {}).get("attributes") or {}
+                match = _TASK.match(parts[3])
+                owner = task_attrs.get("owner") or {}
+                task = tasks[group] = {
+                    "stage": task_attrs.get("stage", stage_attrs.get("stage", parts[2])),
+                    "task_id": task_attrs.get("taskId", int(match.group(1)) if match else None),
+                    "stage_task_index": task_attrs.get("stageTaskIndex"),
+                    "owner_label": owner.get("label") if isinstance(owner, dict) else None,
+                    "owner_id": owner.get("id") if isinstance(owner, dict) else None,
+                    "core_type": task_attrs.get("coreType"),
+                    "core_id": task_attrs.get("coreId"),
+                    "worker": task_attrs.get("workerId",
+                                             int(match.group(2)) if match and match.group(2) is not None else None),
+                }
+        else:
+            task = _NO_TASK
+        row = columns
+        row["rank"].append(info.rank)
+        row["window"].append(info.window)
+        row["invocation"].append(inv["invocation"])
+        row["step"].append(inv["step"])
+        row["direction"].append(inv["direction"])
+        row["kernel"].append(inv["kernel"])
+        row["level"].append(inv["level"] or window_level or ("L1" if is_l1 else "L0"))
+        for key in ("stage", "task_id", "stage_task_index", "owner_label", "owner_id", "core_type", "core_id", "worker"):
+            row[key].append(task[key])
+        row["io"].append(attrs.get("io") if is_l1 else None)
+        row["index"].append(attrs.get("index") if is_l1 else None)
+        row["name"].append(attrs["name"])
+        row["dtype"].append(data_type)
+        row["shape"].append(shape)
+        row["stored_shape"].append(stored_shape)
+        row["truncated"].append(bool(attrs.get("truncated", False)))
+        row["bytes"].append(int(full) if full is not None else math.prod(shape) * size)
+        row["stored_bytes"].append(int(stored) if stored is not None else math.prod(stored_shape) * size)
+        for key in _FLOAT_COLUMNS:
+            row[key].append(_stats_value(stats, key))
+        row["nan_count"].append(stats.get("nanCount"))
+        row["inf_count"].append(stats.get("infCount"))
+        row["path"].append(f"{info.key}/{path}")
+        row["role"].append(attrs.get("role"))
+        row["capture_phase"].append(attrs.get("capturePhase"))
+        row["status"].append(info.status)
+        row["param_position"].append(attrs.get("paramPosition"))
+        row["note"].append(attrs.get("note") if is_l1 else None)
+        row["invocation_name"].append(parts[0])
+        row["group"].append(f"{info.key}/{group}")
+
+
+_NO_TASK = dict.fromkeys(("stage", "task_id", "stage_task_index", "owner_label", "owner_id", "core_type", "core_id", "worker"))
+
+
+def records_frame(windows: Iterable[tuple[WindowInfo, Mapping[str, dict[str, Any]]]]) -> pd.DataFrame:
+    """The records table of some windows: one row per stored tensor (coordinate arrays excluded).
+
+    Rows are ordered by (rank, window, path). Integer columns that can be missing use pandas' nullable
+    ``Int64``; ``min``/``max``/``mean``/``l2norm`` are float64 (NaN when the writer stored no value);
+    ``shape``/``stored_shape`` are tuples; ``path`` and ``group`` are relative to the dump root.
+
+    Args:
+        windows: ``(window, nodes)`` pairs (see :func:`window_nodes`).
+    """
+    columns: dict[str, list[Any]] = {name: [] for name in (*RECORD_COLUMNS, *EXTRA_COLUMNS)}
+    for info, nodes in windows:
+        _window_rows(info, nodes, columns)
+    order = sorted(range(len(columns["path"])), key=lambda i: (columns["rank"][i], columns["window"][i], columns["path"][i]))
+    data: dict[str, Any] = {}
+    for name, values in columns.items():
+        values = [values[i] for i in order]
+        if name in ("rank", "window"):
+            data[name] = np.array(values, dtype=np.int64)
+        elif name == "invocation":
+            data[name] = pd.array(values, dtype="Int64")
+        elif name in _INT_COLUMNS:
+            data[name] = pd.array([None if v is None else int(v) for v in values], dtype="Int64")
+        elif name in _FLOAT_COLUMNS:
+            data[name] = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+        elif name == "truncated":
+            data[name] = np.array(values, dtype=bool)
+        elif name in ("shape", "stored_shape"):
+            array = np.empty(len(values), dtype=object)
+            array[:] = values
+            data[name] = array
+        else:
+            data[name] = pd.array(values, dtype=object)
+    return pd.DataFrame(data, columns=[*RECORD_COLUMNS, *EXTRA_COLUMNS])
+

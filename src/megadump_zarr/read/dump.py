@@ -1,0 +1,558 @@
+"""``Dump``: one dump root opened for reading — catalogue, records table, xarray views, tensors.
+
+Nothing here reads chunk data until asked for values: ``windows()`` and ``records()`` read window
+``zarr.json`` documents only, ``tree()``/``dataset()``/``record_array()`` return dask-backed objects
+without default indexes, and ``tensor()`` reads only the small global-index coordinate arrays it
+stitches by.
+
+Window statuses: ``complete`` windows are what every default reads. ``aborted`` windows (committed
+after a failure) and ``writing`` windows (torn: the writer was killed or is still writing; their
+``zarr.json`` never says ``complete``) are listed by ``windows()``, included by ``records()`` and
+``tree()`` only with ``include_incomplete=True``, and read by ``dataset()``/``tensor()`` only when
+named with ``window=``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+import math
+import os
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+from zarr.abc.store import Store
+from zarr.core.sync import sync
+
+from megadump_zarr.read.catalog import (
+    DataGroup,
+    WindowInfo,
+    check_root,
+    data_groups,
+    itemsize,
+    records_frame,
+    scan_windows,
+    window_nodes,
+)
+from megadump_zarr.read.location import DumpLocation, open_location, store_path
+from megadump_zarr.read.stitch import Piece, stitch
+from megadump_zarr.read.truncated import logical_dims, open_zarr_array, record_dask, stored_dask, truncated_dask
+
+__all__ = ["Dump", "open_dump"]
+
+_LIST_LIMIT = 24
+_WINDOW_KEY = re.compile(r"^(rank_\d+/window_\d+)/(.+)$")
+
+
+def open_dump(url: str | os.PathLike[str] | Store, storage_options: dict[str, Any] | None = None) -> Dump:
+    """Open a dump root for reading.
+
+    Args:
+        url: The dump root: a local directory, a ``file://`` URL, an fsspec URL (``s3://bucket/prefix``,
+            ``memory://name``), or a zarr ``Store`` rooted at the dump root.
+        storage_options: fsspec options for URL roots (for example ``{"endpoint_url": ...}``).
+
+    Raises:
+        ValueError: ``url`` is not a dump root; the message names it and what is missing.
+    """
+    location = open_location(url, storage_options)
+    attrs = check_root(location.store, location.url)
+    return Dump(location, attrs)
+
+
+def _listing(items: Sequence[str]) -> str:
+    shown = list(items[:_LIST_LIMIT])
+    more = f", ... ({len(items) - _LIST_LIMIT} more)" if len(items) > _LIST_LIMIT else ""
+    return ", ".join(shown) + more
+
+
+def _describe_group(g: DataGroup) -> str:
+    where = f"rank={g.rank} window={g.window} invocation={g.invocation} ({g.invocation_name}, kernel {g.kernel!r})"
+    if g.level == "L1":
+        where += f" stage={g.stage!r} task={g.task_name!r}"
+    return where
+
+
+def _int_or(value: Any, default: int = -1) -> int:
+    return default if value is None or value is pd.NA else int(value)
+
+
+class Dump:
+    """A dump root opened for reading (use :func:`open_dump`).
+
+    Args:
+        location: The opened root.
+        root_attrs: The root group's attributes.
+    """
+
+    def __init__(self, location: DumpLocation, root_attrs: dict[str, Any] | None = None) -> None:
+        self.location = location
+        self.root_attrs = dict(root_attrs or {})
+        self._windows: dict[str, WindowInfo] = {}
+        self._frames: dict[str, pd.DataFrame] = {}
+
+    # ------------------------------------------------------------------ catalogue
+    @property
+    def root(self) -> str:
+        """The dump root as given (path or URL)."""
+        return self.location.url
+
+    @property
+    def store(self) -> Store:
+        """The read-only zarr store of the root."""
+        return self.location.store
+
+    def _scan(self) -> list[WindowInfo]:
+        return scan_windows(self.store, self._windows)
+
+    def windows(self) -> pd.DataFrame:
+        """Every window of every rank, torn ones included.
+
+        Returns:
+            DataFrame with columns rank, window, status (``complete``/``aborted``/``writing``), level,
+            invocations (count from the manifest), path (relative to the root), created_at,
+            committed_at; ordered by (rank, window).
+        """
+        rows = [
+            {
+                "rank": info.rank,
+                "window": info.window,
+                "status": info.status,
+                "level": info.level,
+                "invocations": len(info.invocation_names),
+                "path": info.key,
+                "created_at": info.attrs.get("createdAt"),
+                "committed_at": info.attrs.get("committedAt"),
+            }
+            for info in self._scan()
+        ]
+        columns = ["rank", "window", "status", "level", "invocations", "path", "created_at", "committed_at"]
+        frame = pd.DataFrame(rows, columns=columns)
+        for name in ("rank", "window", "invocations"):
+            frame[name] = frame[name].astype(np.int64)
+        return frame
+
+    def _nodes(self, info: WindowInfo) -> dict[str, dict[str, Any]]:
+        return window_nodes(self.store, info)
+
+    def _window_frame(self, info: WindowInfo) -> pd.DataFrame:
+        cached = self._frames.get(info.key)
+        if cached is not None:
+            return cached
+        frame = records_frame([(info, self._nodes(info))])
+        if info.final:
+            self._frames[info.key] = frame
+        return frame
+
+    def records(self, *, include_incomplete: bool = False) -> pd.DataFrame:
+        """One row per stored tensor, from metadata only (no chunk is read).
+
+        Columns, in order: rank, window, invocation, step, direction, kernel, level, stage, task_id,
+        stage_task_index, owner_label, owner_id, core_type, core_id, worker, io, index, name, dtype,
+        shape, stored_shape, truncated, bytes, stored_bytes, min, max, mean, l2norm, nan_count,
+        inf_count, path; then role, capture_phase, status, param_position, note, invocation_name, group.
+
+        L0 rows have ``stage``, task columns, ``io`` and ``index`` missing and their L0 ``role``
+        (external_input, stage_output, final_output) in ``role``; L1 rows have ``role`` missing.
+        ``shape`` is the logical (actual) shape, ``stored_shape`` the stored array's (a truncated
+        record stores a flat prefix). ``bytes``/``stored_bytes`` are the logical and stored payload
+        sizes. Statistics are the writer's (over finite elements; see ``megadump_zarr.store.stats``).
+        ``path`` and ``group`` are relative to the root (pass ``path`` to :meth:`record_array`).
+
+        Args:
+            include_incomplete: Also list records of ``aborted`` and torn (``writing``) windows; the
+                ``status`` column tells them apart. Torn windows have no group documents, so their
+                task and invocation columns come from the path names where possible.
+        """
+        frames = [self._window_frame(info) for info in self._scan()
+                  if include_incomplete or info.status == "complete"]
+        frames = [f for f in frames if len(f)]
+        if not frames:
+            return records_frame([])
+        if len(frames) == 1:
+            return frames[0].copy()
+        return pd.concat(frames, ignore_index=True)
+
+    # ------------------------------------------------------------------ selection
+    def _windows_for(self, rank: int, window: int | None) -> list[WindowInfo]:
+        infos = self._scan()
+        mine = [w for w in infos if w.rank == rank]
+        if not mine:
+            ranks = sorted({w.rank for w in infos})
+            raise ValueError(f"rank {rank} has no windows in {self.root}; ranks with windows: {ranks}")
+        if window is None:
+            complete = [w for w in mine if w.status == "complete"]
+            if not complete:
+                listed = _listing([f"{w.window} ({w.status})" for w in mine])
+                raise ValueError(f"rank {rank} has no complete window in {self.root}; windows: {listed}; "
+                                 "pass window= to read an incomplete one")
+            return complete
+        chosen = [w for w in mine if w.window == int(window)]
+        if not chosen:
+            listed = _listing([f"{w.window} ({w.status})" for w in mine])
+            raise ValueError(f"rank {rank} has no window {window} in {self.root}; windows: {listed}")
+        return chosen
+
+    @staticmethod
+    def _match_invocation(value: int | str | None, invocation_id: Any, invocation_name: str) -> bool:
+        if value is None:
+            return True
+        if isinstance(value, str):
+            return value == invocation_name or (value.isdigit() and int(value) == invocation_id)
+        return invocation_id is not None and invocation_id is not pd.NA and int(invocation_id) == int(value)
+
+    def _groups(self, rank: int, window: int | None, invocation: int | str | None, stage: str | None,
+                task: int | str | None) -> list[DataGroup]:
+        infos = self._windows_for(rank, window)
+        everything: list[DataGroup] = []
+        for info in infos:
+            groups = data_groups(info, self._nodes(info))
+            everything.extend(groups)
+            found = [
+                g for g in groups
+                if self._match_invocation(invocation, g.invocation, g.invocation_name)
+                and (stage is None or stage in (g.stage, g.stage_component))
+                and (task is None or (g.task_name == task if isinstance(task, str) else g.task_id == int(task)))
+            ]
+            if found:
+                return found
+        wanted = ", ".join(f"{k}={v!r}" for k, v in (("invocation", invocation), ("stage", stage), ("task", task)) if v is not None)
+        raise ValueError(f"no data group matches {wanted or 'the defaults'} in rank {rank} "
+                         f"window(s) {[w.window for w in infos]} of {self.root}; data groups: "
+                         f"{_listing([_describe_group(g) for g in everything]) or 'none'}")
+
+    # ------------------------------------------------------------------ xarray views
+    def dataset(self, *, rank: int = 0, window: int | None = None, invocation: int | str | None = None,
+                stage: str | None = None, task: int | str | None = None) -> xr.Dataset:
+        """One data group as a lazy ``xarray.Dataset``: an L0 invocation group or an L1 task group.
+
+        The Dataset is what ``xr.open_zarr(group)`` gives (dask-backed, dimension names and
+        coordinates as stored, group attributes as ``attrs``), except that no default index is built,
+        so no chunk is read; call ``ds.set_xindex(dim)`` for label selection along a coordinate.
+
+        Args:
+            rank: The rank.
+            window: Window index; default: the first complete window of the rank with a match.
+            invocation: Invocation id (int) or group name (``invocation_000001_forward``); default:
+                the only matching one.
+            stage: L1 stage name (original or path component); default: the only matching one.
+            task: L1 task id (int) or task group name (``task_000003_worker_001``); default: the only
+                matching one.
+
+        Raises:
+            ValueError: No match, or several matches (the message lists them).
+        """
+        groups = self._groups(rank, window, invocation, stage, task)
+        if len(groups) > 1:
+            if len({g.invocation_name for g in groups}) > 1:
+                hint, options = "invocation=", [f"{g.invocation} ({g.invocation_name}, kernel {g.kernel!r})" for g in groups]
+            elif len({g.stage for g in groups}) > 1:
+                hint, options = "stage=", [repr(g.stage) for g in groups]
+            else:
+                hint, options = "task=", [f"{g.task_id} ({g.task_name!r})" for g in groups]
+            options = list(dict.fromkeys(options))
+            raise ValueError(f"{len(groups)} data groups match in rank {groups[0].rank} window {groups[0].window}; "
+                             f"choose one with {hint}: {_listing(options)}")
+        return self._open_group(groups[0])
+
+    def _info(self, key: str) -> WindowInfo:
+        window_key = "/".join(key.split("/")[:2])
+        info = self._windows.get(window_key)
+        if info is None:
+            self._scan()
+            info = self._windows.get(window_key)
+        if info is None:
+            raise ValueError(f"{key} is not inside a window of {self.root}")
+        return info
+
+    def _open_group(self, group: DataGroup) -> xr.Dataset:
+        info = self._info(group.key)
+        if info.nodes is not None:
+            return xr.open_zarr(store_path(self.store, group.key), consolidated=True, chunks={},
+                                create_default_indexes=False, zarr_format=3)
+        return self._manual_dataset(info, group.key[len(info.key) + 1 :], {})
+
+    def _manual_dataset(self, info: WindowInfo, rel: str, attrs: dict[str, Any]) -> xr.Dataset:
+        """A Dataset of the arrays directly in ``rel`` (torn windows have no group documents)."""
+        nodes = self._nodes(info)
+        prefix = f"{rel}/" if rel else ""
+        variables: dict[str, xr.Variable] = {}
+        coords: dict[str, xr.Variable] = {}
+        for path, doc in nodes.items():
+            if doc.get("node_type") != "array" or not path.startswith(prefix) or "/" in path[len(prefix) :]:
+                continue
+            name = path[len(prefix) :]
+            key = f"{info.key}/{path}"
+            array = open_zarr_array(self.store, key, doc)
+            dims = tuple(doc.get("dimension_names") or (f"{name}_dim_{i}" for i in range(array.ndim)))
+            variable = xr.Variable(dims, stored_dask(array, key, self.root), attrs=doc.get("attributes") or {})
+            (coords if dims == (name,) else variables)[name] = variable
+        group_doc = nodes.get(rel) or {}
+        return xr.Dataset(variables, coords=xr.Coordinates(coords, indexes={}),
+                          attrs={**(group_doc.get("attributes") or {}), **attrs})
+
+    def tree(self, *, include_incomplete: bool = False) -> xr.DataTree:
+        """The whole dump as a lazy ``xarray.DataTree``: ``/rank_{r}/window_{wwww}/invocation_.../...``.
+
+        Committed windows open with ``xr.open_datatree(window, engine="zarr")`` from their consolidated
+        metadata (one ``get`` per window, no chunk reads, no default indexes); every node keeps its
+        group's attributes (window manifests, invocation and task attributes).
+
+        Args:
+            include_incomplete: Also include ``aborted`` windows and torn (``writing``) windows; torn
+                ones are built from their arrays' own metadata (their groups have no documents).
+        """
+        nodes: dict[str, xr.Dataset] = {"/": xr.Dataset(attrs=self.root_attrs)}
+        for info in self._scan():
+            if not include_incomplete and info.status != "complete":
+                continue
+            rank_path = f"/rank_{info.rank}"
+            nodes.setdefault(rank_path, xr.Dataset())
+            if info.nodes is not None:
+                window_tree = xr.open_datatree(store_path(self.store, info.key), engine="zarr", chunks={},
+                                               create_default_indexes=False, consolidated=True, zarr_format=3)
+                for node in window_tree.subtree:
+                    path = f"/{info.key}" + ("" if node.path == "/" else node.path)
+                    nodes[path] = node.to_dataset(inherit=False)
+            else:
+                nodes[f"/{info.key}"] = xr.Dataset(attrs=info.attrs)
+                parents = {p.rpartition("/")[0] for p, d in self._nodes(info).items() if d.get("node_type") == "array"}
+                for rel in sorted(parents):
+                    nodes[f"/{info.key}/{rel}" if rel else f"/{info.key}"] = self._manual_dataset(
+                        info, rel, info.attrs if not rel else {})
+        return xr.DataTree.from_dict(nodes, name=os.path.basename(self.root.rstrip("/")) or None)
+
+    # ------------------------------------------------------------------ records and tensors
+    def _record(self, path: str) -> tuple[WindowInfo, str, dict[str, Any]]:
+        match = _WINDOW_KEY.match(path.strip("/"))
+        if not match:
+            raise ValueError(f"{path!r} is not a record path (expected rank_{{r}}/window_{{wwww}}/invocation_.../...; "
+                             "see the records() 'path' column)")
+        info = self._info(match.group(1))
+        rel = match.group(2)
+        doc = self._nodes(info).get(rel)
+        if doc is None or doc.get("node_type") != "array":
+            raise ValueError(f"{path!r} is not an array of window {info.key} in {self.root}")
+        return info, rel, doc
+
+    def _row_coordinate(self, info: WindowInfo, rel: str, doc: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+        dims = doc.get("dimension_names") or []
+        if not dims:
+            return None
+        group = rel.rpartition("/")[0]
+        coord_rel = f"{group}/{dims[0]}" if group else dims[0]
+        coord = self._nodes(info).get(coord_rel)
+        if coord is None or coord.get("node_type") != "array" or coord.get("attributes") or coord_rel == rel:
+            return None
+        if list(coord.get("shape", [])) != [doc["shape"][0]]:
+            return None
+        return f"{info.key}/{coord_rel}", coord
+
+    def record_array(self, path: str) -> xr.DataArray:
+        """One record as a lazy ``DataArray`` in its logical shape.
+
+        A non-truncated record is the stored array (dims as stored; its group's coordinate arrays for
+        those dims attached lazily, without an index). A truncated record is its logical-shape view
+        (see :mod:`megadump_zarr.read.truncated`): dims from ``logicalDims``, else ``row``, ``dim_1``, ... (the writer keeps no
+        dimension names for truncated records), captured elements present and NaN elsewhere, reading
+        only the stored chunks that the selected rows need; its ``row`` coordinate holds global row
+        indices when the record is a whole-row slice of its declared tensor.
+
+        Args:
+            path: The record's path relative to the root (the records() ``path`` column).
+
+        Raises:
+            ValueError: ``path`` is not an array of this dump.
+        """
+        info, rel, doc = self._record(path)
+        key = f"{info.key}/{rel}"
+        attrs = dict(doc.get("attributes") or {})
+        array = open_zarr_array(self.store, key, doc)
+        actual = attrs.get("actualShape")
+        name = attrs.get("name", rel.rpartition("/")[2])
+        if attrs.get("truncated") and isinstance(actual, list):
+            data = truncated_dask(array, actual, key, self.root)
+            dims = logical_dims(attrs, len(actual))
+            if data.dtype != array.dtype:
+                attrs["promotedFrom"] = str(array.dtype)
+            coords: dict[str, Any] = {}
+            rows = _derived_rows(attrs, doc)
+            if rows is not None:
+                coords[dims[0]] = xr.Variable(dims[0], rows)
+            attrs["capturedElements"] = int(array.shape[0])
+            return xr.DataArray(data, dims=dims, coords=xr.Coordinates(coords, indexes={}), name=name, attrs=attrs)
+        dims = tuple(doc.get("dimension_names") or (f"dim_{i}" for i in range(array.ndim)))
+        coords = {}
+        group = rel.rpartition("/")[0]
+        nodes = self._nodes(info)
+        for axis, dim in enumerate(dims):
+            coord_rel = f"{group}/{dim}" if group else dim
+            coord = nodes.get(coord_rel)
+            if (coord_rel != rel and coord is not None and coord.get("node_type") == "array" and not coord.get("attributes")
+                    and list(coord.get("shape", [])) == [array.shape[axis]]):
+                coord_key = f"{info.key}/{coord_rel}"
+                coords[dim] = xr.Variable(dim, stored_dask(open_zarr_array(self.store, coord_key, coord), coord_key, self.root))
+        return xr.DataArray(stored_dask(array, key, self.root), dims=dims, coords=xr.Coordinates(coords, indexes={}),
+                            name=name, attrs=attrs)
+
+    def tensor(self, name: str, *, rank: int = 0, window: int | None = None, invocation: int | str | None = None,
+               stage: str | None = None, io: str | None = None, kernel: str | None = None,
+               task: int | str | None = None) -> xr.DataArray:
+        """A logical tensor as a lazy ``DataArray``.
+
+        L0: the stored array (``record_array``). L1: stitched along axis 0 from its task records (see
+        :mod:`megadump_zarr.read.stitch`): ordered by global row, rows no task captured are absent,
+        rows captured twice are checked equal when computed, coordinates ``task_id``/``owner_id``/
+        ``core_id``/``worker`` per row and ``da.sel(owner_id=k)`` selects owner ``k``'s rows.
+        Truncated records (L0 or L1) are given in logical shape, NaN where not captured.
+
+        Args:
+            name: The tensor's logical name (the records() ``name`` column).
+            rank: The rank.
+            window: Window index; default: the first complete window of the rank holding the tensor.
+            invocation: Invocation id or group name; default: the only one holding the tensor.
+            stage: L1 stage; required when the tensor appears in several stages.
+            io: ``input`` or ``output`` (L1); required when the tensor is both.
+            kernel: Kernel name, to choose among invocations.
+            task: L1 task id or task group name: only that task's record(s).
+
+        Raises:
+            ValueError: Unknown tensor, an ambiguous choice (the message lists the options), or L1
+                records without global row indices (they cannot be stitched; use ``task=`` or
+                :meth:`record_array`).
+        """
+        infos = self._windows_for(rank, window)
+        rows = None
+        for info in infos:
+            frame = self._window_frame(info)
+            selected = frame[frame["name"] == name]
+            if invocation is not None:
+                selected = selected[[self._match_invocation(invocation, i, n) for i, n in
+                                     zip(selected["invocation"], selected["invocation_name"])]]
+            if kernel is not None:
+                selected = selected[selected["kernel"] == kernel]
+            if stage is not None:
+                components = selected["group"].map(lambda g: g.split("/")[4] if g.count("/") >= 4 else None)
+                selected = selected[(selected["stage"] == stage) | (components == stage)]
+            if io is not None:
+                selected = selected[selected["io"] == io]
+            if task is not None:
+                if isinstance(task, str):
+                    selected = selected[selected["group"].map(lambda g: g.rpartition("/")[2] == task)]
+                else:
+                    selected = selected[selected["task_id"] == int(task)]
+            if len(selected):
+                rows = selected
+                break
+        if rows is None:
+            names = sorted({n for info in infos for n in self._window_frame(info)["name"]})
+            raise ValueError(f"no tensor {name!r} matches in rank {rank} window(s) {[w.window for w in infos]} of "
+                             f"{self.root}; tensors: {_listing(names) or 'none'}")
+        invocations = rows.drop_duplicates("invocation_name")
+        l1 = rows["io"].notna()
+        if not l1.any():
+            if len(invocations) > 1:
+                options = [f"invocation={r.invocation} ({r.kernel} {r.direction})" for r in invocations.itertuples()]
+                raise ValueError(f"tensor {name!r} is stored by {len(invocations)} invocations; choose one with "
+                                 f"invocation= or kernel=: {_listing(options)}")
+            return self.record_array(rows["path"].iloc[0])
+        keys = rows.groupby(["invocation_name", "stage", "io", "index"], sort=True, dropna=False).size()
+        if len(keys) > 1:
+            frame = rows.drop_duplicates(["invocation_name", "stage", "io", "index"])
+            options = [f"invocation={r.invocation} ({r.kernel}) stage={r.stage!r} io={r.io!r} index={r.index}"
+                       for r in frame.itertuples()]
+            what = "io=" if len({o for o in frame["io"]}) > 1 and len(set(frame["stage"])) == 1 else (
+                "stage=" if len(set(frame["stage"])) > 1 else "invocation=")
+            raise ValueError(f"tensor {name!r} matches {len(frame)} (invocation, stage, io, index) choices; "
+                             f"choose with {what}: {_listing(options)}")
+        return self._stitched(name, rows)
+
+    def _stitched(self, name: str, rows: pd.DataFrame) -> xr.DataArray:
+        paths = list(rows["path"])
+        records = [self._record(p) for p in paths]
+        coordinate_of = [self._row_coordinate(info, rel, doc) for info, rel, doc in records]
+        derived = [None if c is not None else _derived_rows(doc.get("attributes") or {}, doc) for (_, _, doc), c in
+                   zip(records, coordinate_of)]
+        unstitchable = [p for p, c, d in zip(paths, coordinate_of, derived) if c is None and d is None]
+        if unstitchable:
+            if len(paths) == 1:
+                return self.record_array(paths[0])
+            raise ValueError(
+                f"tensor {name!r}: {len(unstitchable)} of its {len(paths)} records have no global row index along "
+                f"axis 0 (no coordinate array named after their first dimension in their task group: they are not "
+                f"whole-row slices of the declared tensor, e.g. per-owner weight slices), so they cannot be stitched; "
+                f"pass task= for one task's record or use record_array(path): {_listing(unstitchable)}")
+        coordinate_values = _read_coordinates(self.store, [c for c in coordinate_of if c is not None])
+        values = iter(coordinate_values)
+        pieces = []
+        for row, (info, rel, doc), coord, rows_from_attrs in zip(rows.itertuples(), records, coordinate_of, derived):
+            attrs = doc.get("attributes") or {}
+            key = f"{info.key}/{rel}"
+            array = open_zarr_array(self.store, key, doc)
+            truncated = bool(attrs.get("truncated")) and isinstance(attrs.get("actualShape"), list)
+            global_rows = next(values) if coord is not None else rows_from_attrs
+            pieces.append(Piece(
+                path=key, data=record_dask(array, attrs, key, self.root), rows=np.asarray(global_rows, dtype=np.int64),
+                dims=(tuple(attrs["logicalDims"]) if isinstance(attrs.get("logicalDims"), list) else None) if truncated
+                else tuple(doc.get("dimension_names") or ()) or None,
+                task_id=_int_or(row.task_id), owner_id=_int_or(row.owner_id), core_id=_int_or(row.core_id),
+                worker=_int_or(row.worker), truncated=truncated,
+            ))
+        first = rows.iloc[0]
+        declared = (records[0][2].get("attributes") or {}).get("declaredShape")
+        captured = len(np.unique(np.concatenate([p.rows for p in pieces]))) if pieces else 0
+        attrs = {
+            "name": name, "level": "L1", "rank": int(first["rank"]), "window": int(first["window"]),
+            "invocation": _int_or(first["invocation"]), "kernel": first["kernel"], "direction": first["direction"],
+            "stage": first["stage"], "io": first["io"], "index": _int_or(first["index"]),
+            "records": len(pieces), "truncatedRecords": sum(p.truncated for p in pieces), "capturedRows": captured,
+        }
+        if isinstance(declared, list) and declared:
+            attrs["declaredShape"] = list(declared)
+            attrs["missingRows"] = max(0, int(declared[0]) - captured)
+        return stitch(pieces, name=name, attrs=attrs)
+
+    # ------------------------------------------------------------------ display
+    def __repr__(self) -> str:
+        infos = self._scan()
+        ranks = sorted({w.rank for w in infos})
+        counts: dict[str, int] = {}
+        for w in infos:
+            counts[w.status] = counts.get(w.status, 0) + 1
+        status = ", ".join(f"{counts[s]} {s}" for s in ("complete", "aborted", "writing") if s in counts)
+        levels = sorted({w.level for w in infos if w.level})
+        return (f"<megadump_zarr.Dump {self.root!r}: ranks {ranks}, {len(infos)} window"
+                f"{'' if len(infos) == 1 else 's'}{f' ({status})' if status else ''}"
+                f"{', levels ' + '/'.join(levels) if levels else ''}>")
+
+
+def _derived_rows(attrs: dict[str, Any], doc: dict[str, Any]) -> np.ndarray | None:
+    """Global rows of a record from its attributes (the writer's rule for its coordinate arrays):
+    the record must be a whole-row slice of its declared tensor at a row-aligned source offset."""
+    actual, declared = attrs.get("actualShape"), attrs.get("declaredShape")
+    offset = attrs.get("sourceOffsetBytes")
+    if not isinstance(actual, list) or not isinstance(declared, list) or not actual or offset is None:
+        return None
+    if len(actual) != len(declared) or list(actual[1:]) != list(declared[1:]):
+        return None
+    row_bytes = math.prod(int(d) for d in actual[1:]) * itemsize(doc.get("data_type"))
+    if row_bytes <= 0 or int(offset) % row_bytes:
+        return None
+    start = int(offset) // row_bytes
+    return np.arange(start, start + int(actual[0]), dtype=np.int64)
+
+
+def _read_coordinates(store: Store, coords: list[tuple[str, dict[str, Any]]]) -> list[np.ndarray]:
+    """Read several small coordinate arrays concurrently."""
+    if not coords:
+        return []
+    arrays = [open_zarr_array(store, key, doc) for key, doc in coords]
+
+    async def run() -> list[Any]:
+        return list(await asyncio.gather(*(a._async_array.getitem(slice(None)) for a in arrays)))
+
+    return [np.asarray(v) for v in sync(run())]
+

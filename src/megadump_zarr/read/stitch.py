@@ -1,0 +1,232 @@
+"""Stitch an L1 tensor from its task records along the split axis (axis 0), lazily.
+
+Each L1 record that is a whole-row slice of its declared tensor knows which global rows it holds: the
+writer stores them as a coordinate array named like the record's first dimension (``token``,
+``slot``, ...) in the record's task group. Truncated records have no such array; their rows follow
+from ``sourceOffsetBytes`` and ``actualShape`` by the writer's own rule (offset a whole number of
+rows, trailing dimensions equal to the declared ones), and they contribute their logical-shape view
+(NaN past the captured prefix). Records without either (per-expert weight slices, non-row-aligned
+views) cannot be stitched.
+
+The result is ordered by global row, one entry per distinct row:
+
+- rows no task captured are *absent* (the global-index coordinate shows the gaps; ``attrs``
+  ``missingRows`` counts them against the declared length);
+- rows captured by several records (an input every task reads, such as a whole routing table, or
+  broadcast workers) are taken from the first record in (first row, task id, worker, path) order, and
+  the other copies are checked against it *when the data is computed*: bitwise equality, or, when a
+  truncated record takes part, equality where both copies hold a captured value (the truncated
+  copy's NaN padding is filled from the other one). A mismatch raises ``ValueError`` naming both
+  records and the rows. Only the blocks that hold duplicated rows pay for the check.
+
+Coordinates along the split dimension: the global index (named as the dimension, an index), and
+per-row ``task_id``, ``owner_id``, ``core_id`` and ``worker`` of the record the row comes from (``-1``
+where a task has no owner or no fixed worker). ``owner_id`` carries an index, so ``da.sel(owner_id=3)``
+returns exactly owner 3's rows (scalar labels; the index is not unique, so list labels are refused by
+pandas). Select by the other per-row coordinates with a mask, ``da.isel(token=da.task_id.values == t)``
+(``da.where(..., drop=True)`` works too, except for bfloat16/float8 data, which xarray's ``where``
+cannot promote), and call ``da.drop_indexes("owner_id")`` before combining tensors whose owners differ
+along the same dimension.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+import hashlib
+from typing import Any
+
+import dask.array as da
+from dask.highlevelgraph import HighLevelGraph
+import numpy as np
+import xarray as xr
+
+__all__ = ["Piece", "stitch"]
+
+_ML_FLOATS = frozenset(("bfloat16", "float8_e4m3fn", "float8_e5m2"))
+
+
+@dataclass
+class Piece:
+    """One record taking part in a stitch.
+
+    Args:
+        path: The record's path relative to the dump root (for messages).
+        data: Its data in logical shape (dask).
+        rows: Global index along axis 0 of each of its rows.
+        dims: Its dimension names (``None`` when unknown, e.g. truncated records).
+        task_id: Task id.
+        owner_id: Owner id (``-1`` for none).
+        core_id: Core id (``-1`` for unknown).
+        worker: Worker id (``-1`` for any worker).
+        truncated: Whether the record is a truncated (NaN-padded) view.
+    """
+
+    path: str
+    data: da.Array
+    rows: np.ndarray
+    dims: tuple[str, ...] | None = None
+    task_id: int = -1
+    owner_id: int = -1
+    core_id: int = -1
+    worker: int = -1
+    truncated: bool = False
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _common_dtype(pieces: Sequence[Piece]) -> np.dtype:
+    dtypes = {np.dtype(p.data.dtype) for p in pieces}
+    if len(dtypes) == 1:
+        return dtypes.pop()
+    try:
+        return np.result_type(*dtypes)
+    except TypeError:
+        return np.dtype(np.float64)
+
+
+def _check_pieces(pieces: Sequence[Piece], name: str) -> None:
+    if not pieces:
+        raise ValueError(f"no records to stitch for tensor {name!r}")
+    trailing = {p.data.shape[1:] for p in pieces}
+    if any(p.data.ndim == 0 for p in pieces) or len(trailing) > 1:
+        shapes = ", ".join(f"{p.path}: {p.data.shape}" for p in pieces[:8])
+        raise ValueError(f"records of tensor {name!r} cannot be stitched along axis 0: their shapes differ beyond axis 0 ({shapes})")
+    for p in pieces:
+        if p.rows.shape != (p.data.shape[0],):
+            raise ValueError(f"record {p.path}: {p.rows.shape[0]} global indices for {p.data.shape[0]} rows")
+
+
+def _verify(primary: np.ndarray, duplicates: list[np.ndarray], offsets: list[int], merge: bool,
+            primary_label: str, labels: list[str], rows: list[tuple[int, int]]) -> np.ndarray:
+    """Check (and, in merge mode, fill) one block's duplicated rows against its primary rows."""
+    out = np.array(primary, copy=True)
+    for dup, offset, label, (first, last) in zip(duplicates, offsets, labels, rows):
+        dup = np.asarray(dup)
+        target = out[offset : offset + dup.shape[0]]
+        if merge and (target.dtype.kind == "f" or target.dtype.name in _ML_FLOATS):
+            a = target.astype(np.float64)
+            b = dup.astype(np.float64)
+            both = ~np.isnan(a) & ~np.isnan(b)
+            if not np.array_equal(a[both], b[both]):
+                raise ValueError(f"records {primary_label} and {label} hold different values for global rows "
+                                 f"{first}..{last}; read them one by one with Dump.record_array(path)")
+            fill = np.isnan(a) & ~np.isnan(b)
+            target[fill] = dup.astype(target.dtype)[fill]
+        elif np.ascontiguousarray(target).tobytes() != np.ascontiguousarray(dup.astype(target.dtype, copy=False)).tobytes():
+            raise ValueError(f"records {primary_label} and {label} hold different values for global rows "
+                             f"{first}..{last}; read them one by one with Dump.record_array(path)")
+    return out
+
+
+def _single_block(array: da.Array) -> da.Array:
+    return array.rechunk(tuple(-1 for _ in range(array.ndim))) if array.npartitions > 1 else array
+
+
+def _verified_block(primary: da.Array, primary_label: str, dups: list[tuple[da.Array, int, str, tuple[int, int]]],
+                    merge: bool) -> da.Array:
+    primary = _single_block(primary)
+    parts = [_single_block(d) for d, _, _, _ in dups]
+    token = hashlib.sha1(repr((primary.name, [p.name for p in parts], [o for _, o, _, _ in dups], merge)).encode()).hexdigest()
+    name = f"megadump-verify-{token[:16]}"
+    zeros = (0,) * primary.ndim
+    task = (_verify, (primary.name, *zeros), [(p.name, *zeros) for p in parts], [o for _, o, _, _ in dups], merge,
+            primary_label, [lab for _, _, lab, _ in dups], [r for _, _, _, r in dups])
+    graph = HighLevelGraph.from_collections(name, {(name, *zeros): task}, dependencies=[primary, *parts])
+    return da.Array(graph, name, primary.chunks, dtype=primary.dtype, meta=primary._meta)
+
+
+def _runs(piece_of: np.ndarray, local_of: np.ndarray) -> list[tuple[int, int, int, int]]:
+    """Maximal runs of output positions that come from consecutive rows of one piece:
+    ``(first output, last output + 1, piece, first local row)``."""
+    n = piece_of.shape[0]
+    if n == 0:
+        return []
+    breaks = np.flatnonzero((piece_of[1:] != piece_of[:-1]) | (local_of[1:] != local_of[:-1] + 1)) + 1
+    starts = np.concatenate(([0], breaks))
+    stops = np.concatenate((breaks, [n]))
+    return [(int(a), int(b), int(piece_of[a]), int(local_of[a])) for a, b in zip(starts, stops)]
+
+
+def stitch(pieces: Sequence[Piece], *, name: str, dims: Sequence[str] | None = None,
+           attrs: dict[str, Any] | None = None) -> xr.DataArray:
+    """Concatenate records along axis 0 in global-row order (see the module docstring).
+
+    Args:
+        pieces: The records.
+        name: Tensor name (the DataArray's name, and for messages).
+        dims: Dimension names of the result (default: the first piece's that has them).
+        attrs: Attributes of the result.
+
+    Raises:
+        ValueError: No pieces, or shapes that differ beyond axis 0.
+    """
+    pieces = list(pieces)
+    _check_pieces(pieces, name)
+    pieces.sort(key=lambda p: (int(p.rows.min()) if p.rows.size else np.iinfo(np.int64).max, p.task_id, p.worker, p.path))
+    dtype = _common_dtype(pieces)
+    ndim = pieces[0].data.ndim
+    if dims is None:
+        dims = next((p.dims for p in pieces if p.dims is not None), None) or tuple(
+            "row" if axis == 0 else f"dim_{axis}" for axis in range(ndim))
+    dims = tuple(dims)
+
+    rows = np.concatenate([p.rows.astype(np.int64) for p in pieces])
+    owner = np.concatenate([np.full(p.rows.shape[0], i, dtype=np.int64) for i, p in enumerate(pieces)])
+    local = np.concatenate([np.arange(p.rows.shape[0], dtype=np.int64) for p in pieces])
+    order = np.lexsort((owner, rows))
+    rows, owner, local = rows[order], owner[order], local[order]
+    unique_rows, first = np.unique(rows, return_index=True)
+    is_primary = np.zeros(rows.shape[0], dtype=bool)
+    is_primary[first] = True
+    piece_of, local_of = owner[first], local[first]
+    dup_pos = np.searchsorted(unique_rows, rows[~is_primary])
+    dup_piece, dup_local = owner[~is_primary], local[~is_primary]
+    dup_order = np.argsort(dup_pos, kind="stable")
+    dup_pos, dup_piece, dup_local = dup_pos[dup_order], dup_piece[dup_order], dup_local[dup_order]
+
+    blocks: list[da.Array] = []
+    for start, stop, p, l0 in _runs(piece_of, local_of):
+        data = pieces[p].data
+        lo, hi = np.searchsorted(dup_pos, [start, stop])
+        if lo == hi:
+            blocks.append(data[l0 : l0 + stop - start])
+            continue
+        bounds = np.cumsum((0, *data.chunks[0]))
+        cuts = sorted({l0, l0 + stop - start, *(int(b) for b in bounds if l0 < b < l0 + stop - start)})
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            out_a, out_b = start + a - l0, start + b - l0
+            d_lo, d_hi = np.searchsorted(dup_pos, [out_a, out_b])
+            if d_lo == d_hi:
+                blocks.append(data[a:b])
+                continue
+            block_dups = []
+            merge = pieces[p].truncated
+            sub = np.lexsort((dup_local[d_lo:d_hi], dup_piece[d_lo:d_hi]))
+            positions, sources, locals_ = dup_pos[d_lo:d_hi][sub], dup_piece[d_lo:d_hi][sub], dup_local[d_lo:d_hi][sub]
+            breaks = np.flatnonzero((sources[1:] != sources[:-1]) | (locals_[1:] != locals_[:-1] + 1)
+                                    | (positions[1:] != positions[:-1] + 1)) + 1
+            for r0, r1 in zip(np.concatenate(([0], breaks)), np.concatenate((breaks, [positions.shape[0]]))):
+                s, sl0, span = int(sources[r0]), int(locals_[r0]), int(r1 - r0)
+                merge = merge or pieces[s].truncated
+                block_dups.append((pieces[s].data[sl0 : sl0 + span], int(positions[r0]) - out_a, pieces[s].path,
+                                   (int(unique_rows[positions[r0]]), int(unique_rows[positions[r1 - 1]]))))
+            blocks.append(_verified_block(data[a:b], pieces[p].path, block_dups, merge))
+    blocks = [b if b.dtype == dtype else b.astype(dtype) for b in blocks]
+    if blocks:
+        result = da.concatenate(blocks, axis=0) if len(blocks) > 1 else blocks[0]
+    else:
+        result = da.zeros((0, *pieces[0].data.shape[1:]), dtype=dtype)
+
+    def per_row(attr: str) -> np.ndarray:
+        values = np.array([getattr(p, attr) for p in pieces], dtype=np.int64)
+        return values[piece_of] if piece_of.size else np.zeros(0, dtype=np.int64)
+
+    coords = {
+        dims[0]: (dims[0], unique_rows),
+        "task_id": (dims[0], per_row("task_id")),
+        "owner_id": (dims[0], per_row("owner_id")),
+        "core_id": (dims[0], per_row("core_id")),
+        "worker": (dims[0], per_row("worker")),
+    }
+    out = xr.DataArray(result, dims=dims, coords=coords, name=name, attrs=dict(attrs or {}))
+    return out.set_xindex("owner_id")

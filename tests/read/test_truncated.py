@@ -1,0 +1,126 @@
+"""Truncated records in logical shape: captured prefix, NaN elsewhere, only the needed chunks read."""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+from zarr.storage import LocalStore
+
+from megadump_zarr.read import open_dump
+from megadump_zarr.store.writer import WindowWriter
+
+
+def _record(records, stage, name, task_id):
+    row = records[(records["stage"] == stage) & (records["name"] == name) & (records["task_id"] == task_id)]
+    assert len(row) == 1
+    return row.iloc[0]
+
+
+def test_records_describe_truncation(truncated_dump):
+    records = open_dump(truncated_dump.root).records()
+    assert records["truncated"].all()
+    counts = truncated_dump.param("moe_experts", 1)
+    up = records[(records["stage"] == "expert_up") & (records["name"] == "xs")].sort_values("owner_id")
+    assert list(up["shape"]) == [(int(c), 16) for c in counts]
+    assert set(up["stored_shape"]) == {(512,)} and set(up["stored_bytes"]) == {2048}
+    assert list(up["bytes"]) == [int(c) * 16 * 4 for c in counts]
+
+
+def test_record_array_logical_view(truncated_dump, counting_store):
+    run = truncated_dump
+    store = counting_store(LocalStore(run.root, read_only=True))
+    dump = open_dump(store)
+    records = dump.records()
+    counts = run.param("moe_experts", 1)
+    xs = run.param("moe_experts", 0)
+    for expert in range(4):
+        row = _record(records, "expert_up", "xs", expert)
+        view = dump.record_array(row["path"])
+        assert isinstance(view.data, da.Array)
+        # the writer keeps the logical dimension names of a truncated record in its logicalDims attribute
+        assert view.dims == ("slot", "hidden") and view.shape == row["shape"] and view.dtype == np.float32
+        start = int(counts[:expert].sum())
+        np.testing.assert_array_equal(view["slot"].values, np.arange(start, start + counts[expert]))
+        values = view.values
+        flat = values.reshape(-1)
+        np.testing.assert_array_equal(flat[:512], xs[start : start + counts[expert]].reshape(-1)[:512])
+        assert np.isnan(flat[512:]).all() and flat[512:].size == counts[expert] * 16 - 512
+        assert view.attrs["capturedElements"] == 512 and view.attrs["truncated"] is True
+
+
+def test_partial_rows_read_only_needed_chunks(truncated_dump, counting_store):
+    store = counting_store(LocalStore(truncated_dump.root, read_only=True))
+    dump = open_dump(store)
+    row = _record(dump.records(), "expert_up", "xs", 0)
+    stored_chunks = [p for p in (truncated_dump.root / row["path"] / "c").iterdir()]
+    assert len(stored_chunks) == 8  # 512 float32 elements in 256-byte chunks
+    view = dump.record_array(row["path"])
+    assert store.chunk_reads() == []
+    store.reads.clear()
+    head = view.isel(slot=slice(0, 8)).values
+    reads = store.chunk_reads()
+    assert 1 <= len(reads) <= 2 and all(k.startswith(row["path"] + "/c/") for k in reads)
+    np.testing.assert_array_equal(head, truncated_dump.param("moe_experts", 0)[:8])
+    store.reads.clear()
+    tail = view.isel(slot=slice(40, 50)).values  # wholly past the captured prefix: nothing to read
+    assert store.chunk_reads() == [] and np.isnan(tail).all()
+    store.reads.clear()
+    tensor = dump.tensor("xs", stage="expert_up")
+    assert store.chunk_reads() == []  # truncated records' global rows come from their attributes
+    store.reads.clear()
+    tensor.isel(slot=slice(0, 8)).values
+    assert 1 <= len(store.chunk_reads()) <= 2
+
+
+def test_stitched_truncated_outputs(truncated_dump):
+    run = truncated_dump
+    dump = open_dump(run.root)
+    out = dump.tensor("out")
+    expected = run.param("moe_experts", 9)
+    assert out.shape == expected.shape and out.attrs["truncatedRecords"] == 4 and out.attrs["missingRows"] == 0
+    values = out.values.astype(np.float64)
+    for tile in range(4):
+        captured = slice(tile * 64, tile * 64 + 32)
+        np.testing.assert_array_equal(values[captured], expected[captured])
+        assert np.isnan(values[tile * 64 + 32 : (tile + 1) * 64]).all()
+    one = dump.tensor("xs", stage="expert_up").sel(owner_id=1)
+    counts = run.param("moe_experts", 1)
+    assert one.sizes["slot"] == counts[1]
+    np.testing.assert_array_equal(one.values[:32], run.param("moe_experts", 0)[counts[0] : counts[0] + 32])
+    single = dump.tensor("ws", stage="expert_up", task=2)
+    assert single.shape == (counts[2], 16) and np.isnan(single.values[32:]).all()
+
+
+def test_dataset_shows_stored_prefix(truncated_dump):
+    ds = open_dump(truncated_dump.root).dataset(stage="expert_up", task=0)
+    assert ds["input_00_xs"].dims == ("input_00_element",) and ds["input_00_xs"].shape == (512,)
+
+
+def test_integer_truncation_promotes_to_float64(hand, tmp_path):
+    logical = np.arange(40, dtype=np.int32).reshape(10, 4) - 7
+    record = hand.Record("k", logical.reshape(-1)[:13].copy(), 0, logical_shape=(10, 4), declared_rows=10)
+    with WindowWriter(tmp_path, compressor="none", chunk_bytes=16) as writer:
+        writer.write_window(hand.window({1: [record]}))
+    dump = open_dump(tmp_path)
+    view = dump.record_array(dump.records()["path"].iloc[0])
+    assert view.dtype == np.float64 and view.attrs["promotedFrom"] == "int32"
+    flat = view.values.reshape(-1)
+    np.testing.assert_array_equal(flat[:13], logical.reshape(-1)[:13])
+    assert np.isnan(flat[13:]).all()
+    np.testing.assert_array_equal(view.isel(row=slice(1, 3)).values.reshape(-1)[:5], logical.reshape(-1)[4:9])
+    np.testing.assert_array_equal(dump.tensor("k").values.reshape(-1)[:13], logical.reshape(-1)[:13])
+
+
+def test_bfloat16_truncation_keeps_dtype(hand, tmp_path):
+    import ml_dtypes
+
+    logical = (np.arange(24, dtype=np.float32).reshape(6, 4) / 8).astype(ml_dtypes.bfloat16)
+    record = hand.Record("b", logical.reshape(-1)[:10].copy(), 0, logical_shape=(6, 4), declared_rows=6)
+    with WindowWriter(tmp_path, chunk_bytes=8) as writer:
+        writer.write_window(hand.window({1: [record]}))
+    dump = open_dump(tmp_path)
+    view = dump.record_array(dump.records()["path"].iloc[0])
+    assert view.dtype == logical.dtype
+    flat = view.values.astype(np.float32).reshape(-1)
+    np.testing.assert_array_equal(flat[:10], logical.astype(np.float32).reshape(-1)[:10])
+    assert np.isnan(flat[10:]).all()
