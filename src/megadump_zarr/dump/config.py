@@ -113,6 +113,9 @@ class TensorDumpConfig:
         async_export: Export windows on a background thread (the step only waits when the queue is
             full); False exports on the step thread.
         host_memory_budget_mb: Most host memory held by windows waiting for the background exporter.
+        save_plans: Before each L1 launch, save its record plan as JSON below
+            ``{output_dir}/.plans/`` (removed once the window is committed), so a Device buffer saved
+            from a hung launch can still be decoded with ``megadump decode-buffer``.
     """
 
     output_dir: str | Path
@@ -138,6 +141,7 @@ class TensorDumpConfig:
     stats: bool = True
     async_export: bool = False
     host_memory_budget_mb: int = 2048
+    save_plans: bool = True
 
     def __post_init__(self) -> None:
         """Validate every field and normalise the collection filters."""
@@ -187,7 +191,7 @@ class TensorDumpConfig:
         _positive_int(self.chunk_bytes, name="chunk_bytes")
         if self.on_error not in _VALID_ON_ERROR:
             raise ValueError(f"unsupported on_error {self.on_error!r}; expected one of {list(_VALID_ON_ERROR)}")
-        for name in ("stats", "async_export"):
+        for name in ("stats", "async_export", "save_plans"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
         _positive_int(self.host_memory_budget_mb, name="host_memory_budget_mb")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+import json
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -19,6 +20,8 @@ from megadump_zarr.dump.export import InvocationWrite, WindowWrite
 from megadump_zarr.dump.exporter import BackgroundExporter
 from megadump_zarr.dump.l0 import L0Tensor, describe_graph_tensors
 from megadump_zarr.dump.l1_plan import PreparedL1Dump, prepare_l1_dump
+from megadump_zarr.dump.plan_io import plan_document, plan_key
+from megadump_zarr.dump.sidecar import Sidecars
 from megadump_zarr.dump.snapshots import decode_l1_dump, salvage_l1_dump, snapshot_tensor
 from megadump_zarr.dump.window import DumpInvocation, build_window
 
@@ -135,6 +138,7 @@ class TensorDumper:
         self._invocations: list[DumpInvocation] = []
         self._last_paths: tuple[str | Path, ...] = ()
         self._exporter: BackgroundExporter | None = None
+        self._sidecars = Sidecars(config.output_dir, config.storage_options)
         self._pending_reports: dict[int, list[str | Path]] = {}
 
     @property
@@ -265,6 +269,10 @@ class TensorDumper:
             prepared = prepare_l1_dump(runtime, runtime.graph, context.parameters, self.config, rank=runtime.rank, device=device)
             invocation = self._new_invocation(runtime, context.direction, device)
             invocation.device_buffer_bytes = prepared.total_bytes
+            if self.config.save_plans:  # lets `megadump decode-buffer` salvage a buffer saved from a hung launch
+                document = plan_document(prepared, invocation, self._window_index)
+                key = plan_key(invocation.rank, self._window_index, invocation.name)
+                self._sidecars.put(key, json.dumps(document).encode())
             arguments.runtime_config = prepared.runtime_config
             arguments.diagnostic_buffer = prepared.buffer
             return _TensorDumpCall(arguments, self, invocation, prepared_l1=prepared)
@@ -289,6 +297,16 @@ class TensorDumper:
         self._next_invocation_id += 1
         return invocation
 
+    def _window_job(self, session: WindowSession, window: WindowWrite, status: str) -> Callable[[], str]:
+        """Write and commit one window, then drop its saved L1 plans (no longer needed once committed)."""
+        def job() -> str:
+            url = _write_window(session, window, status)
+            if self.config.level == "L1" and self.config.save_plans:
+                self._sidecars.remove(f".plans/rank_{window.rank}/window_{window.window_index:04d}")
+            return url
+
+        return job
+
     def _as_path(self, url: str) -> str | Path:
         return url if self.config.is_remote else Path(url)
 
@@ -309,12 +327,12 @@ class TensorDumper:
             # The claim is synchronous, so an existing window fails here, on the step thread.
             session = self._sink.begin(window.rank, window.window_index, window.attrs)
             paths.append(self._as_path(session.url))
+            job = self._window_job(session, window, status)
             if self._exporter is None:
-                _write_window(session, window, status)
+                job()
             else:
                 nbytes = sum(invocation.payload_bytes for invocation in mine)
-                tag = (self._window_index, len(ranks))
-                self._exporter.submit(lambda s=session, w=window: _write_window(s, w, status), nbytes, session.url, tag)
+                self._exporter.submit(job, nbytes, session.url, (self._window_index, len(ranks)))
         self._last_paths = tuple(paths)
         self._invocations.clear()
         self._window_index += 1
