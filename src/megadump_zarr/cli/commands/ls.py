@@ -1,0 +1,109 @@
+"""``megadump ls``: the records table of a dump, filtered."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from megadump_zarr.cli.common import (
+    EXIT_OK, Context, add_filters, add_output_flags, add_storage_options, filter_records, human_bytes, open_dump_arg,
+    storage_options,
+)
+from megadump_zarr.cli.render import Column, cell, frame_table, is_missing
+
+__all__ = ["no_match_hint", "register", "selected_records"]
+
+_PATH_WIDTH = 140
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``ls``."""
+    parser = subparsers.add_parser(
+        "ls", help="list the stored tensors (records), filtered",
+        description="List the records of a dump (one per stored tensor) from metadata only, filtered by the "
+                    "options below. --json gives every column of Dump.records(); --quiet prints only the record "
+                    "paths (what 'show' and 'plot' take as SELECTOR).")
+    parser.add_argument("path", metavar="PATH", help="dump root: directory or URL")
+    add_filters(parser)
+    add_storage_options(parser)
+    add_output_flags(parser)
+    parser.set_defaults(handler=run)
+
+
+def selected_records(args: argparse.Namespace) -> tuple[Any, Any]:
+    """Open ``args.path`` and return ``(dump, filtered records)``."""
+    dump = open_dump_arg(args.path, storage_options(args))
+    records = dump.records(include_incomplete=bool(getattr(args, "include_incomplete", False)))
+    return dump, filter_records(records, args)
+
+
+def no_match_hint(dump: Any, args: argparse.Namespace) -> str:
+    """Why nothing matched: the filters, or windows that are not complete."""
+    if getattr(args, "include_incomplete", False):
+        return "no records match"
+    windows = dump.windows()
+    incomplete = windows[windows["status"] != "complete"]
+    if len(incomplete):
+        listed = ", ".join(f"{r.path} ({r.status})" for r in incomplete.itertuples())
+        return f"no records match in complete windows; pass --include-incomplete to see {listed}"
+    return "no records match"
+
+
+def _status_style(row: Any) -> str | None:
+    status = row.get("status")
+    return {"aborted": "red", "writing": "yellow"}.get(status) if isinstance(status, str) else None
+
+
+def _port(row: Any) -> str:
+    if not is_missing(row.get("io")):
+        index = row.get("index")
+        return f"{row['io']}[{'' if is_missing(index) else int(index)}]"
+    return "" if is_missing(row.get("role")) else str(row["role"])
+
+
+COLUMNS = (
+    Column("rank", justify="right"),
+    Column("win", key="window", justify="right"),
+    Column("inv", key="invocation", justify="right"),
+    Column("step", justify="right"),
+    Column("kernel", lambda r: f"{r['kernel']}{' (bwd)' if r.get('direction') == 'backward' else ''}", key="kernel"),
+    Column("stage"),
+    Column("task", key="task_id", justify="right"),
+    Column("owner", key="owner_id", justify="right"),
+    Column("core", lambda r: "" if is_missing(r.get("core_type")) else f"{r['core_type']}{cell(r.get('core_id'))}"),
+    Column("port", _port),
+    Column("name", style="bold"),
+    Column("dtype"),
+    Column("shape"),
+    Column("size", lambda r: r.get("bytes"), justify="right", fmt=lambda v: "" if is_missing(v) else human_bytes(v)),
+    Column("trunc", key="truncated"),
+    Column("status", style=_status_style),
+    Column("path", wrap=True),
+)
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    """Print the filtered records."""
+    dump, records = selected_records(args)
+    if ctx.json:
+        ctx.emit_json(records.to_dict(orient="records"))
+        return EXIT_OK
+    if ctx.quiet:
+        for path in records["path"]:
+            ctx.console.print(str(path), highlight=False, soft_wrap=True)
+        return EXIT_OK
+    if records.empty:
+        ctx.err.print(no_match_hint(dump, args), highlight=False)
+        return EXIT_OK
+    columns = list(COLUMNS)
+    if records["rank"].nunique() <= 1:
+        columns = [c for c in columns if c.key != "rank"]
+    if not args.include_incomplete:
+        columns = [c for c in columns if c.key != "status"]
+    if ctx.console.width < _PATH_WIDTH:
+        columns = [c for c in columns if c.key != "path"]
+    ctx.console.print(frame_table(records, columns, width=ctx.console.width))
+    hint = "" if ctx.console.width >= _PATH_WIDTH else " (record paths: --quiet, or a console of 140+ columns)"
+    ctx.note(f"{len(records)} record{'s' if len(records) != 1 else ''}, "
+             f"{human_bytes(float(records['bytes'].fillna(0).sum()))} logical{hint}")
+    return EXIT_OK

@@ -1,0 +1,154 @@
+"""``megadump show``: statistics and the first values of one tensor."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.table import Table
+
+from megadump_zarr.cli.common import (
+    EXIT_OK, CliError, Context, add_filters, add_output_flags, add_storage_options, open_dump_arg, storage_options,
+)
+from megadump_zarr.cli.render import cell, is_missing, shape_text
+from megadump_zarr.cli.tensors import Selected, flat_head, select_tensor
+
+__all__ = ["register", "tensor_stats"]
+
+_STATS = ("min", "max", "mean", "l2norm", "nan_count", "inf_count")
+
+
+def add_selector(parser: argparse.ArgumentParser) -> None:
+    """PATH, SELECTOR and the filters that narrow a tensor name."""
+    parser.add_argument("path", metavar="PATH", help="dump root: directory or URL")
+    parser.add_argument("selector", metavar="SELECTOR",
+                        help="a record path relative to the root (the 'path' column of 'megadump ls'), or a tensor "
+                             "name narrowed by the filters; several L1 records of one tensor are stitched along "
+                             "axis 0 (Dump.tensor)")
+    add_filters(parser, names=False)
+    add_storage_options(parser)
+    add_output_flags(parser)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``show``."""
+    parser = subparsers.add_parser(
+        "show", help="stats and the first values of one tensor",
+        description="Show one tensor: where it is stored, dtype and shape, statistics (the stored stats of a "
+                    "single record; computed from the data for a stitched tensor) and its first N values in C "
+                    "order (truncated records read NaN where nothing was captured). JSON: NaN is null, "
+                    "infinities are \"inf\"/\"-inf\".")
+    add_selector(parser)
+    parser.add_argument("--head", type=int, default=10, metavar="N", help="how many leading values to print (default 10)")
+    parser.set_defaults(handler=run)
+
+
+def _as_float(values: Any) -> Any:
+    import numpy as np
+
+    values = np.asarray(values)
+    if values.dtype.kind in "biu":
+        return values
+    return values.astype(np.float64)
+
+
+def tensor_stats(data: Any) -> dict[str, Any]:
+    """min/max/mean/L2 norm over finite elements and NaN/Inf counts, computed block by block."""
+    import dask.array as dsa
+    import numpy as np
+
+    array = data.data if hasattr(data, "data") else data
+    if not isinstance(array, dsa.Array):
+        array = dsa.from_array(np.asarray(array))
+    if array.dtype.kind == "b":
+        array = array.astype(np.int8)
+    values = array.astype(np.float64)
+    finite = dsa.isfinite(values)
+    count = finite.sum()
+    safe = dsa.where(finite, values, 0.0)
+    results = dsa.compute(
+        dsa.where(finite, values, np.inf).min(), dsa.where(finite, values, -np.inf).max(), safe.sum(),
+        (safe * safe).sum(), dsa.isnan(values).sum(), dsa.isinf(values).sum(), count,
+    )
+    lo, hi, total, squares, nans, infs, n = (np.asarray(r).item() for r in results)
+    return {"min": lo if n else None, "max": hi if n else None, "mean": total / n if n else None,
+            "l2norm": squares ** 0.5, "nan_count": int(nans), "inf_count": int(infs)}
+
+
+def _stored_stats(row: Any) -> dict[str, Any]:
+    return {k: (None if is_missing(row.get(k)) else row.get(k)) for k in _STATS}
+
+
+def describe(selected: Selected) -> dict[str, Any]:
+    """What ``show`` reports, JSON-ready apart from numpy values."""
+    data = selected.data
+    attrs = data.attrs
+    info: dict[str, Any] = {"name": selected.name, "dtype": str(data.dtype), "shape": [int(s) for s in data.shape],
+                            "dims": [str(d) for d in data.dims]}
+    if selected.path is not None and len(selected.records):
+        row = selected.records.iloc[0]
+        info.update(path=selected.path, stored_shape=row.get("stored_shape"), truncated=bool(row.get("truncated")),
+                    dtype=str(row.get("dtype")), status=row.get("status"), note=row.get("note"))
+        stats = _stored_stats(row)
+        if all(v is None for v in stats.values()):
+            stats, source = tensor_stats(data), "computed"
+        else:
+            source = "stored"
+    else:
+        info.update(paths=[str(p) for p in selected.records["path"]], records=attrs.get("records"),
+                    captured_rows=attrs.get("capturedRows"), missing_rows=attrs.get("missingRows"),
+                    truncated_records=attrs.get("truncatedRecords"))
+        stats, source = tensor_stats(data), "computed"
+    if selected.notes:
+        info["notes"] = list(selected.notes)
+    info["stats_source"] = source
+    info["stats"] = stats
+    return info
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    """Print the tensor's description, statistics and first values."""
+    import numpy as np
+
+    if args.head < 0:
+        raise CliError(f"--head must not be negative, got {args.head}")
+    dump = open_dump_arg(args.path, storage_options(args))
+    selected = select_tensor(dump, args.selector, args)
+    info = describe(selected)
+    head = _as_float(flat_head(selected.data, args.head))
+    info["head"] = head.tolist()
+    if ctx.json:
+        ctx.emit_json(info)
+        return EXIT_OK
+    console = ctx.console
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("tensor", info["name"])
+    if "path" in info:
+        table.add_row("record", info["path"])
+    else:
+        paths = info["paths"]
+        table.add_row("records", f"{len(paths)} stitched along axis 0"
+                      + (f" ({info['captured_rows']} rows captured, {info['missing_rows']} missing)"
+                         if info.get("captured_rows") is not None and info.get("missing_rows") is not None else ""))
+    table.add_row("dtype", info["dtype"])
+    table.add_row("shape", f"{shape_text(info['shape'])}  dims ({', '.join(info['dims'])})")
+    if info.get("truncated"):
+        table.add_row("truncated", f"yes: stored {shape_text(info.get('stored_shape'))} (NaN where not captured)")
+    if info.get("status") not in (None, "complete"):
+        table.add_row("window", f"[red]{info['status']}[/red]")
+    if info.get("note"):
+        table.add_row("note", str(info["note"]))
+    for note in info.get("notes", []):
+        table.add_row("selection", note)
+    stats = info["stats"]
+    table.add_row(f"stats ({info['stats_source']})",
+                  "  ".join(f"{k.removesuffix('_count')}={cell(stats[k]) or '—'}" for k in _STATS))
+    console.print(table)
+    if args.head:
+        shown = np.array2string(head, precision=6, separator=", ", max_line_width=max(40, console.width - 2),
+                                threshold=max(1000, args.head + 1))
+        console.print(f"[bold]first {len(head)} values[/bold] (C order):", highlight=False)
+        console.print(shown, highlight=False, markup=False)
+    return EXIT_OK

@@ -1,0 +1,73 @@
+"""``megadump stats``: per-tensor statistics from the records' stored stats (no tensor data read)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from megadump_zarr.cli.common import EXIT_OK, Context, add_filters, add_output_flags, add_storage_options
+from megadump_zarr.cli.commands.ls import no_match_hint, selected_records
+from megadump_zarr.cli.render import Column, frame_table, is_missing, location
+
+__all__ = ["register"]
+
+JSON_COLUMNS = ("rank", "window", "invocation", "kernel", "direction", "stage", "task_id", "owner_id", "io", "index",
+                "name", "dtype", "shape", "truncated", "min", "max", "mean", "l2norm", "nan_count", "inf_count",
+                "status", "path")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``stats``."""
+    parser = subparsers.add_parser(
+        "stats", help="per-tensor min/max/mean/L2 norm/NaN/Inf from the stored stats",
+        description="Per-record statistics written with the dump (min, max, mean and L2 norm over finite "
+                    "elements; NaN and Inf counts). Reads metadata only, never tensor data. Rows holding NaN or "
+                    "Inf are highlighted; --nonfinite shows only those.")
+    parser.add_argument("path", metavar="PATH", help="dump root: directory or URL")
+    parser.add_argument("--nonfinite", action="store_true", help="only records whose stats count a NaN or Inf")
+    add_filters(parser)
+    add_storage_options(parser)
+    add_output_flags(parser)
+    parser.set_defaults(handler=run)
+
+
+def _nonfinite(row: Any) -> bool:
+    return any(not is_missing(row.get(k)) and int(row.get(k)) > 0 for k in ("nan_count", "inf_count"))
+
+
+COLUMNS = (
+    Column("name", style="bold"),
+    Column("where", location, wrap=True),
+    Column("dtype"),
+    Column("shape"),
+    Column("min", justify="right"),
+    Column("max", justify="right"),
+    Column("mean", justify="right"),
+    Column("l2norm", justify="right"),
+    Column("nan", key="nan_count", justify="right"),
+    Column("inf", key="inf_count", justify="right"),
+    Column("trunc", key="truncated"),
+)
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    """Print the statistics table."""
+    from megadump_zarr.analyse.compare import execution_order
+
+    dump, records = selected_records(args)
+    if len(records):
+        records = execution_order(records)
+    if args.nonfinite and len(records):
+        records = records[[_nonfinite(row) for _, row in records.iterrows()]]
+    if ctx.json:
+        ctx.emit_json(records[[c for c in JSON_COLUMNS if c in records.columns]].to_dict(orient="records"))
+        return EXIT_OK
+    if records.empty:
+        ctx.err.print(no_match_hint(dump, args), highlight=False)
+        return EXIT_OK
+    if records["min"].isna().all() and records["nan_count"].isna().all():
+        ctx.err.print("[yellow]warning:[/yellow] these records carry no statistics (dump written with stats=False)")
+    ctx.console.print(frame_table(records, COLUMNS, width=ctx.console.width, row_style=lambda r: "red" if _nonfinite(r) else None))
+    bad = sum(_nonfinite(row) for _, row in records.iterrows())
+    ctx.note(f"{len(records)} records, {bad} with NaN/Inf")
+    return EXIT_OK

@@ -1,0 +1,294 @@
+"""What every ``megadump`` subcommand shares: the run context, shared options, errors, opening dumps.
+
+A subcommand handler is ``handler(args, ctx) -> int`` (exit status); it raises :class:`CliError` (or a
+``ValueError``/``OSError`` whose message is fit for a user) for bad input, which ``main`` turns into a
+one-line ``error: ...`` on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+import contextlib
+from dataclasses import dataclass
+import fnmatch
+import json
+import os
+from pathlib import Path
+import sys
+from typing import Any
+
+from rich.console import Console
+
+__all__ = [
+    "EXIT_CHECK_FAILED", "EXIT_OK", "EXIT_USAGE", "CliError", "Context", "add_filters", "add_global_flags",
+    "add_output_flags", "add_storage_options", "child_roots", "filter_records", "human_bytes", "open_dump_arg", "progress_on_stderr",
+    "record_select", "storage_options",
+]
+
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1
+EXIT_USAGE = 2
+
+
+class CliError(Exception):
+    """Bad input: reported as ``error: {message}`` on stderr with exit status ``code`` (default 2)."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class Context:
+    """One run of the command line.
+
+    Args:
+        console: Rich console on stdout (tables, trees, summaries).
+        err: Rich console on stderr (errors, warnings, progress bars).
+        json: ``--json``: write machine-readable JSON to stdout instead of rich output.
+        quiet: ``--quiet``: no progress bars, no headings or hints; only the essential result.
+    """
+
+    console: Console
+    err: Console
+    json: bool = False
+    quiet: bool = False
+
+    @property
+    def progress(self) -> bool:
+        """Whether to draw progress bars (on stderr)."""
+        return not self.quiet
+
+    def emit_json(self, document: Any) -> None:
+        """Write ``document`` as JSON to stdout (plain text, no rich markup)."""
+        sys.stdout.write(json.dumps(to_jsonable(document), indent=2, allow_nan=False) + "\n")
+        sys.stdout.flush()
+
+    def note(self, message: str) -> None:
+        """An informational line on stderr (suppressed by ``--quiet``)."""
+        if not self.quiet:
+            self.err.print(message, highlight=False)
+
+
+# ---------------------------------------------------------------------------------------------- JSON values
+def to_jsonable(value: Any) -> Any:
+    """A value JSON can hold: NaN and missing values become null, infinities the strings "inf"/"-inf",
+    tuples lists, numpy scalars and arrays Python values, paths strings."""
+    import math
+
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return value
+    try:
+        import numpy as np
+        import pandas as pd
+    except ImportError:  # pragma: no cover - both are dependencies
+        return str(value)
+    if value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, np.ndarray):
+        return [to_jsonable(v) for v in value.tolist()]
+    if isinstance(value, np.generic):
+        item = value.item()
+        if isinstance(item, (int, float, bool, str)):
+            return to_jsonable(item)
+        return to_jsonable(float(value))  # bfloat16/float8 scalars
+    if isinstance(value, pd.Timestamp):
+        return value.isoformat()
+    return str(value)
+
+
+# ---------------------------------------------------------------------------------------------- options
+def add_global_flags(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """``--quiet``/``--json`` on the top-level parser (``top``) or a subcommand's.
+
+    A subcommand's copies default to ``SUPPRESS`` so they never overwrite a value given before the
+    subcommand (``megadump --json ls ...`` and ``megadump ls ... --json`` both work).
+    """
+    default = False if top else argparse.SUPPRESS
+    parser.add_argument("-q", "--quiet", action="store_true", default=default,
+                        help="no progress bars, headings or hints; print only the essential result")
+    parser.add_argument("--json", action="store_true", default=default,
+                        help="write machine-readable JSON to stdout instead of tables")
+
+
+def add_output_flags(parser: argparse.ArgumentParser) -> None:
+    """``--quiet`` and ``--json`` on a subcommand (also accepted before the subcommand)."""
+    add_global_flags(parser, top=False)
+
+
+def _storage_option(text: str) -> tuple[str, Any]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = raw
+    return key.strip(), value
+
+
+def add_storage_options(parser: argparse.ArgumentParser) -> None:
+    """``--storage-option KEY=VALUE`` (repeatable): fsspec options for URL roots."""
+    parser.add_argument("-S", "--storage-option", dest="storage_option", metavar="KEY=VALUE", action="append",
+                        type=_storage_option, default=[],
+                        help="fsspec option for URL roots (repeatable), e.g. endpoint_url=http://127.0.0.1:9000; "
+                             "VALUE is parsed as JSON when it can be (true, 3, {...}), else kept as a string")
+
+
+def storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The ``--storage-option`` values as a dict (None when none were given)."""
+    pairs = getattr(args, "storage_option", None) or []
+    return dict(pairs) if pairs else None
+
+
+def _invocation(text: str) -> int | str:
+    return int(text) if text.isdigit() else text
+
+
+def add_filters(parser: argparse.ArgumentParser, *, names: bool = True, incomplete: bool = True) -> None:
+    """The record filters shared by ls, stats, compare, show and plot."""
+    group = parser.add_argument_group("record filters")
+    group.add_argument("--rank", type=int, help="rank")
+    group.add_argument("--window", type=int, help="window index")
+    group.add_argument("--invocation", type=_invocation, metavar="ID|NAME",
+                       help="invocation id (e.g. 2) or group name (invocation_000002_forward)")
+    group.add_argument("--kernel", help="kernel name, e.g. moe_experts")
+    group.add_argument("--direction", choices=("forward", "backward"), help="invocation direction")
+    group.add_argument("--stage", help="L1 stage name")
+    group.add_argument("--task", type=_invocation, metavar="ID|NAME",
+                       help="L1 task id or task group name (task_000003_worker_001)")
+    group.add_argument("--owner", type=int, metavar="ID", help="L1 owner id (e.g. the expert)")
+    group.add_argument("--io", choices=("input", "output"), help="L1 port")
+    if names:
+        group.add_argument("--name", action="append", metavar="PATTERN",
+                           help="tensor name or shell-style pattern (repeatable: any of them)")
+    if incomplete:
+        group.add_argument("--include-incomplete", action="store_true",
+                           help="also list records of aborted and torn (writing) windows")
+
+
+def record_select(args: argparse.Namespace) -> dict[str, Any]:
+    """The filters given on the command line, by name (only those set)."""
+    keys = ("rank", "window", "invocation", "kernel", "direction", "stage", "task", "owner", "io", "name")
+    return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+
+
+def _component(path: Any, index: int) -> Any:
+    parts = str(path).split("/")
+    return parts[index] if len(parts) > index else None
+
+
+def filter_records(frame: Any, args: argparse.Namespace) -> Any:
+    """Rows of a ``records()`` frame matching the command-line filters."""
+    import pandas as pd
+
+    select = record_select(args)
+    mask = pd.Series(True, index=frame.index)
+
+    def equal(column: str, value: Any) -> Any:
+        values = frame[column]
+        return values.notna() & (values.astype(object) == value)
+
+    if "rank" in select:
+        mask &= equal("rank", select["rank"])
+    if "window" in select:
+        mask &= equal("window", select["window"])
+    if "invocation" in select:
+        value = select["invocation"]
+        mask &= equal("invocation", value) if isinstance(value, int) else equal("invocation_name", value)
+    for key in ("kernel", "direction", "io"):
+        if key in select:
+            mask &= equal(key, select[key])
+    if "owner" in select:
+        mask &= equal("owner_id", select["owner"])
+    if "stage" in select:
+        components = frame["group"].map(lambda g: _component(g, 4))
+        mask &= equal("stage", select["stage"]) | (components == select["stage"])
+    if "task" in select:
+        value = select["task"]
+        if isinstance(value, int):
+            mask &= equal("task_id", value)
+        else:
+            mask &= frame["group"].map(lambda g: str(g).rpartition("/")[2] == value)
+    if "name" in select:
+        patterns = list(select["name"])
+        mask &= frame["name"].map(lambda n: any(fnmatch.fnmatchcase(str(n), p) for p in patterns))
+    return frame[mask.to_numpy(dtype=bool)]
+
+
+# ---------------------------------------------------------------------------------------------- dumps
+def child_roots(path: str) -> list[str]:
+    """Dump roots directly below a local directory (e.g. the ``l0``/``l1`` roots a demo run writes)."""
+    if "://" in path or not os.path.isdir(path):
+        return []
+    found = []
+    for entry in sorted(os.scandir(path), key=lambda e: e.name):
+        marker = Path(entry.path) / "zarr.json"
+        if entry.is_dir() and marker.is_file():
+            try:
+                attrs = json.loads(marker.read_text(encoding="utf-8")).get("attributes") or {}
+            except (OSError, ValueError):
+                continue
+            if "megadump_zarr" in attrs:
+                found.append(entry.path)
+    return found
+
+
+def open_dump_arg(path: str, options: dict[str, Any] | None = None) -> Any:
+    """``open_dump(path)`` with a command-line error (and a hint when ``path`` holds dump roots)."""
+    from megadump_zarr.read import open_dump
+
+    try:
+        return open_dump(path, storage_options=options)
+    except (ValueError, OSError) as error:
+        message = str(error)
+        children = child_roots(path)
+        if children:
+            message += f"; it holds the dump roots {', '.join(children)}: pass one of them"
+        raise CliError(message) from None
+
+
+# ---------------------------------------------------------------------------------------------- output
+def human_bytes(n: float | None) -> str:
+    """``1536`` → ``1.5 KiB``."""
+    if n is None:
+        return "—"
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+@contextlib.contextmanager
+def progress_on_stderr(ctx: Context) -> Iterator[bool]:
+    """Route progress bars that library code draws on rich's global console to stderr.
+
+    ``megadump_zarr.analyse``/``interop`` build ``rich.progress.Progress()`` without a console, i.e. on
+    rich's global console (stdout), which would mix with tables and JSON. For the duration of the block
+    the global console is a stderr console. Yields whether progress bars are wanted.
+    """
+    import rich
+
+    saved = getattr(rich, "_console", None)
+    rich._console = ctx.err  # type: ignore[attr-defined]
+    try:
+        yield ctx.progress
+    finally:
+        rich._console = saved  # type: ignore[attr-defined]

@@ -1,0 +1,97 @@
+"""The ``megadump`` command line.
+
+Exit status: 0 success; 1 a check failed (``compare`` found a fail, error or missing tensor); 2 a usage
+or input error (bad option, wrong path, not a dump, no such tensor), reported as one ``error: ...``
+line on stderr, never a traceback (set ``MEGADUMP_DEBUG=1`` to see one). Subcommands live in
+``megadump_zarr.cli.commands`` (one module each, see its docstring).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import NoReturn
+
+from rich.console import Console
+
+from megadump_zarr.cli.common import EXIT_USAGE, CliError, Context, add_global_flags
+
+__all__ = ["build_parser", "main", "run"]
+
+_INPUT_ERRORS = (CliError, ValueError, OSError)
+_PIPE_WIDTH = 160
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line ``error: ...`` (and a pointer to ``--help``) instead of the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"error: {message} (see '{self.prog} --help')\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    from megadump_zarr.cli.commands import command_modules
+
+    parser = _Parser(
+        prog="megadump",
+        description="Dump, inspect, compare and plot MegaKernel tensor dumps stored in Zarr.",
+        epilog="Exit status: 0 ok, 1 a check failed (compare), 2 usage or input error. "
+               "Run 'megadump COMMAND --help' for a command's options.",
+    )
+    add_global_flags(parser, top=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    for module in command_modules():
+        module.register(sub)
+    return parser
+
+
+def _width() -> int | None:
+    """Rich's own choice on a terminal or with ``COLUMNS`` set; else wide lines (tables piped to a file)."""
+    if "COLUMNS" in os.environ or sys.stdout.isatty():
+        return None
+    return _PIPE_WIDTH
+
+
+def _message(error: BaseException) -> str:
+    text = str(error) or type(error).__name__
+    return " ".join(text.split())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``megadump``.
+
+    Args:
+        argv: Arguments (default: ``sys.argv[1:]``).
+
+    Returns:
+        The exit status.
+    """
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit_:  # --help (0) or a usage error (2, already reported)
+        return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
+    ctx = Context(console=Console(width=_width()), err=Console(stderr=True), json=args.json, quiet=args.quiet)
+    try:
+        return int(args.handler(args, ctx))
+    except _INPUT_ERRORS as error:
+        if os.environ.get("MEGADUMP_DEBUG"):
+            raise
+        code = error.code if isinstance(error, CliError) else EXIT_USAGE
+        sys.stdout.flush()
+        sys.stderr.write(f"error: {_message(error)}\n")
+        return code
+    except KeyboardInterrupt:
+        sys.stderr.write("error: interrupted\n")
+        return 130
+
+
+def run() -> None:
+    """Console-script wrapper: exit with ``main``'s status."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

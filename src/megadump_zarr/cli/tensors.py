@@ -1,0 +1,148 @@
+"""Pick one tensor of a dump from a command-line SELECTOR (``show`` and ``plot``)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+import os
+import re
+from typing import Any
+
+from megadump_zarr.cli.common import CliError, filter_records
+from megadump_zarr.cli.render import is_missing
+
+__all__ = ["Selected", "flat_head", "select_tensor"]
+
+_RECORD_PATH = re.compile(r"^rank_\d+/window_\d+/.+")
+_LISTED = 12
+
+
+@dataclass
+class Selected:
+    """The chosen tensor.
+
+    Args:
+        data: The lazy DataArray (logical shape; stitched for L1 tensors of several records).
+        records: Its records (rows of ``records()``).
+        path: The record path when it is one record, else None.
+    """
+
+    data: Any
+    records: Any
+    path: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return str(self.data.name if self.data.name is not None else self.records["name"].iloc[0])
+
+
+def _relative(dump: Any, selector: str) -> str:
+    """A selector given as a full local path below the dump root, made relative to it."""
+    text = selector.strip()
+    root = dump.root
+    if "://" not in root and os.path.isabs(text):
+        absolute_root = os.path.abspath(os.path.expanduser(root))
+        candidate = os.path.abspath(text)
+        if candidate.startswith(absolute_root + os.sep):
+            return os.path.relpath(candidate, absolute_root).replace(os.sep, "/")
+    if text.startswith(root.rstrip("/") + "/"):
+        return text[len(root.rstrip("/")) + 1:]
+    return text.strip("/")
+
+
+def _unique(frame: Any, column: str) -> Any:
+    """The one value ``column`` takes over ``frame`` (None when missing everywhere or not unique)."""
+    values = [v for v in frame[column].tolist() if not is_missing(v)]
+    if not values or len(set(values)) != 1:
+        return None
+    value = values[0]
+    return value.item() if hasattr(value, "item") else value
+
+
+def _listing(values: list[str]) -> str:
+    more = f", ... ({len(values) - _LISTED} more)" if len(values) > _LISTED else ""
+    return ", ".join(values[:_LISTED]) + more
+
+
+def _flag_hint(message: str) -> str:
+    """Translate the read API's keyword hints (``invocation=``) into the command's flags."""
+    for word in ("invocation", "stage", "io", "kernel", "task", "window", "rank"):
+        message = message.replace(f"{word}=:", f"--{word}:").replace(f"{word}= or", f"--{word} or")
+        message = message.replace(f"{word}=", f"--{word} ")
+    return message
+
+
+def select_tensor(dump: Any, selector: str, args: argparse.Namespace) -> Selected:
+    """Resolve SELECTOR: a record path relative to the root, or a tensor name narrowed by the filters.
+
+    A name matching one record gives that record; several records of one (invocation, stage, io, index)
+    are stitched with ``Dump.tensor`` (``--owner`` then keeps that owner's rows).
+    """
+    include = bool(getattr(args, "include_incomplete", False))
+    relative = _relative(dump, selector)
+    if _RECORD_PATH.match(relative):
+        records = dump.records(include_incomplete=True)
+        rows = records[records["path"] == relative]
+        try:
+            data = dump.record_array(relative)
+        except ValueError as error:
+            raise CliError(f"{error}; list record paths with 'megadump ls {dump.root} --quiet'") from None
+        return Selected(data, rows, relative)
+    if "/" in relative:
+        raise CliError(f"{selector!r} is neither a tensor name nor a record path (rank_R/window_WWWW/invocation_.../...) "
+                       f"of {dump.root}")
+    records = filter_records(dump.records(include_incomplete=include), args)
+    rows = records[records["name"] == relative]
+    if rows.empty:
+        names = sorted({str(n) for n in records["name"]})
+        raise CliError(f"no tensor named {relative!r} matches the filters in {dump.root}; tensors: "
+                       f"{_listing(names) or 'none'}")
+    if len(rows) == 1:
+        path = str(rows["path"].iloc[0])
+        return Selected(dump.record_array(path), rows, path)
+    select: dict[str, Any] = {}
+    for key, column in (("rank", "rank"), ("window", "window"), ("invocation", "invocation"), ("stage", "stage"),
+                        ("io", "io"), ("kernel", "kernel")):
+        value = getattr(args, key, None)
+        if value is None:
+            value = _unique(rows, column)
+        if value is not None:
+            select[key] = value
+    if getattr(args, "task", None) is not None:
+        select["task"] = args.task
+    select.setdefault("rank", 0)
+    if rows["io"].isna().all():  # L0: every record is a whole tensor; several means an ambiguous choice
+        options = [f"{r.path}" for r in rows.itertuples()]
+        raise CliError(f"tensor {relative!r} is stored by {len(rows)} records; narrow it with --window/--invocation/"
+                       f"--kernel or pass a record path: {_listing(options)}")
+    try:
+        data = dump.tensor(relative, **select)
+    except ValueError as error:
+        raise CliError(_flag_hint(str(error))) from None
+    notes = []
+    owner = getattr(args, "owner", None)
+    if owner is not None and "owner_id" in data.coords and data.ndim:
+        mask = data.coords["owner_id"].values == owner
+        data = data.isel({data.dims[0]: mask})
+        notes.append(f"rows of owner {owner}")
+    used = rows
+    if "path" in rows.columns and data.attrs.get("records") is not None and data.attrs["records"] != len(rows):
+        notes.append(f"stitched from {data.attrs['records']} records")
+    return Selected(data, used, None, notes)
+
+
+def flat_head(data: Any, n: int) -> Any:
+    """The first ``n`` elements of ``data`` in C order, reading only the leading rows needed."""
+    import math
+
+    import numpy as np
+
+    if n <= 0:
+        return np.empty(0)
+    if data.ndim == 0:
+        return np.asarray(data.values).reshape(1)
+    per_row = math.prod(int(s) for s in data.shape[1:])
+    rows = min(int(data.shape[0]), max(1, math.ceil(n / per_row))) if per_row else 0
+    values = np.asarray(data.isel({data.dims[0]: slice(0, rows)}).values)
+    return values.reshape(-1)[:n]

@@ -1,0 +1,162 @@
+"""``megadump compare`` (exit status, fail-fast, JSON) and ``megadump plot`` (PNG files)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+import shutil
+
+import numpy as np
+import pytest
+import zarr
+
+from megadump_zarr.read import open_dump
+from tests.cli._helpers import assert_input_error
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def perturbed(demo, tmp_path_factory) -> tuple[Path, str]:
+    """A copy of the demo's L1 dump with one stored record (an expert_up output) shifted by +2.0."""
+    copy = tmp_path_factory.mktemp("perturbed") / "l1"
+    shutil.copytree(demo.roots["L1"], copy)
+    records = open_dump(copy).records()
+    row = records[(records["stage"] == "expert_up") & (records["io"] == "output") & (records["task_id"] == 1)
+                  & (records["invocation"] == 2)].iloc[0]
+    array = zarr.open_array(str(copy / row["path"]), mode="r+")
+    array[...] = array[...] + 2.0
+    return copy, row["path"]
+
+
+# --------------------------------------------------------------------------- compare
+def test_compare_with_itself_passes(cli, demo):
+    result = cli("compare", demo.roots["L1"], demo.roots["L1"])
+    assert result.code == 0, result.err
+    records = open_dump(demo.roots["L1"]).records()
+    assert f"PASS: all {len(records)} records pass" in result.out
+    assert "fail" not in result.out.replace("--fail", "")
+    report = cli("compare", demo.roots["L1"], demo.roots["L1"], "--json").json()
+    assert report["verdict"] == "pass" and report["compared"] == report["total"] == len(records)
+    assert {r["verdict"] for r in report["results"]} == {"pass"}
+    assert all(r["max_abs"] == 0.0 and r["cosine"] == pytest.approx(1.0) for r in report["results"])
+
+
+def test_compare_l0_with_itself_and_tolerances(cli, demo):
+    result = cli("compare", demo.roots["L0"], demo.roots["L0"], "--rtol", "1e-6", "--atol", "0", "--quiet")
+    assert result.code == 0 and result.out.startswith("PASS")
+    assert "┃" not in result.out  # --quiet: the verdict line only
+
+
+def test_compare_perturbed_copy_fails_and_names_the_tensor(cli, demo, perturbed):
+    copy, path = perturbed
+    result = cli("compare", copy, demo.roots["L1"])
+    assert result.code == 1, result.err
+    assert "FAIL: 1 fail" in result.out
+    assert f"first divergence: ws (fail) at {path}" in result.out
+    report = cli("compare", copy, demo.roots["L1"], "--json").json()
+    failing = [r for r in report["results"] if r["verdict"] != "pass"]
+    assert len(failing) == 1 and failing[0]["name"] == "ws" and failing[0]["path"] == path
+    assert failing[0]["max_abs"] == pytest.approx(2.0)
+    assert report["first_divergence"]["path"] == path and report["counts"]["fail"] == 1
+    only = cli("compare", copy, demo.roots["L1"], "--failures-only")
+    assert only.code == 1 and only.out.count("│ pass") == 0 and "│ fail" in only.out
+
+
+def test_compare_fail_fast_stops_at_the_first_failure(cli, demo, perturbed):
+    copy, path = perturbed
+    report = cli("compare", copy, demo.roots["L1"], "--fail-fast", "--json").json()
+    assert report["stopped_early"] is True
+    assert report["results"][-1]["path"] == path and report["results"][-1]["verdict"] == "fail"
+    assert all(r["verdict"] == "pass" for r in report["results"][:-1])
+    assert report["compared"] < report["total"]
+    text = cli("compare", copy, demo.roots["L1"], "-x")
+    assert text.code == 1 and "stopped at the first failure" in text.out
+
+
+def test_compare_filters_exclude_the_perturbed_record(cli, demo, perturbed):
+    copy, _ = perturbed
+    assert cli("compare", copy, demo.roots["L1"], "--invocation", "0").code == 0
+    assert cli("compare", copy, demo.roots["L1"], "--stage", "expert_up", "--invocation", "2").code == 1
+
+
+def test_compare_missing_records_fail(cli, demo, tmp_path):
+    copy = tmp_path / "l1"
+    shutil.copytree(demo.roots["L1"], copy)
+    records = open_dump(copy).records()
+    victim = records[records["stage"] == "expert_down"].iloc[0]["path"]
+    # drop one record from the copy's consolidated metadata and files: it is "only in dump b"
+    import json
+
+    window = copy / "rank_0" / "window_0000"
+    document = json.loads((window / "zarr.json").read_text())
+    relative = victim.split("/", 2)[2]
+    del document["consolidated_metadata"]["metadata"][relative]
+    (window / "zarr.json").write_text(json.dumps(document))
+    shutil.rmtree(copy / victim)
+    report = cli("compare", copy, demo.roots["L1"], "--json")
+    assert report.code == 1
+    missing = [r for r in report.json()["results"] if r["verdict"] == "missing"]
+    assert [r["path"] for r in missing] == [victim] and missing[0]["note"] == "only in dump b"
+
+
+def test_compare_input_errors(cli, demo, tmp_path):
+    assert_input_error(cli("compare", demo.roots["L1"], tmp_path / "none"), "does not exist")
+    assert_input_error(cli("compare", demo.roots["L1"], demo.roots["L1"], "--name", "nothing"), "no records to compare")
+    assert_input_error(cli("compare", demo.roots["L1"], demo.roots["L1"], "--rtol", "abc"), "--rtol")
+
+
+# --------------------------------------------------------------------------- plot
+def _png(path: Path) -> None:
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC
+    assert len(data) > 5000
+
+
+def test_plot_heatmap_of_a_stitched_tensor(cli, demo, tmp_path):
+    out = tmp_path / "ws.png"
+    result = cli("plot", demo.roots["L1"], "ws", "--stage", "expert_up", "--invocation", "0", "--out", out)
+    assert result.code == 0, result.err
+    assert str(out) in result.out and "heatmap" in result.out
+    _png(out)
+
+
+def test_plot_histogram_of_a_record_json(cli, demo, tmp_path):
+    path = open_dump(demo.roots["L0"]).records().query("name == 'w_up'").iloc[0]["path"]
+    out = tmp_path / "w_up.png"
+    result = cli("plot", demo.roots["L0"], path, "--kind", "hist", "--bins", "20", "--out", out, "--json")
+    assert result.code == 0, result.err
+    report = result.json()
+    assert report["kind"] == "hist" and report["shape"] == [4, 16, 16] and report["bytes"] == out.stat().st_size
+    _png(out)
+
+
+def test_plot_input_errors(cli, demo, tmp_path):
+    assert_input_error(cli("plot", demo.roots["L1"], "ws", "--stage", "expert_up", "--invocation", "0",
+                           "--out", tmp_path / "missing" / "x.png"), "does not exist")
+    assert_input_error(cli("plot", demo.roots["L1"], "nothing", "--out", tmp_path / "x.png"), "no tensor named")
+    assert_input_error(cli("plot", demo.roots["L1"], "ws", "--out", tmp_path / "x.png", "--kind", "pie"), "--kind")
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_plot_functions_downsample_huge_tensors():
+    import xarray as xr
+    from matplotlib.figure import Figure
+
+    from megadump_zarr.analyse.plot import heatmap_values, histogram_values, plot_heatmap, plot_histogram
+
+    big = xr.DataArray(np.arange(3000 * 700, dtype=np.float32).reshape(3000, 700), dims=("row", "col"), name="big")
+    values, steps, dims = heatmap_values(big)
+    assert values.shape[0] <= 512 and values.shape[1] <= 512 and steps == (6, 2) and dims == ("row", "col")
+    assert values[1, 1] == big.values[6, 2]
+    finite, nans, infs, step = histogram_values(big, max_elements=70_000)
+    assert finite.size <= 70_000 and step == 30 and nans == infs == 0
+    figure = Figure()
+    ax = figure.add_subplot()
+    assert plot_heatmap(big, ax) is ax and "every 6" in ax.get_ylabel()
+    ax2 = figure.add_subplot(2, 1, 2)
+    with_nan = np.array([1.0, np.nan, np.inf, 2.0])
+    assert plot_histogram(with_nan, ax2, bins=4) is ax2 and "1 NaN" in ax2.get_title() and "1 Inf" in ax2.get_title()
+    one_d, _, _ = heatmap_values(np.arange(5))
+    assert one_d.shape == (1, 5)
+    with pytest.raises(ValueError, match="scalar"):
+        heatmap_values(np.float32(1.0))
