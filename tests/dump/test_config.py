@@ -245,9 +245,11 @@ def test_compressor_valid(tmp_path, name):
     parse_compressor(name)  # the store interprets the same value
 
 
-def test_default_compressor_is_zstd_1():
-    assert DEFAULT_COMPRESSOR == "zstd-1"
-    assert parse_compressor("default").name == "zstd-1"
+def test_default_compressor_is_blosc_lz4_bitshuffle():
+    assert DEFAULT_COMPRESSOR == "blosc-lz4-bitshuffle"
+    spec = parse_compressor("default")
+    assert (spec.kind, spec.cname, spec.level, spec.shuffle) == ("blosc", "lz4", 5, "bitshuffle")
+    assert spec.name == "blosc-lz4-5-bitshuffle"
 
 
 CNAMES = "['lz4', 'lz4hc', 'zstd', 'zlib', 'blosclz']"

@@ -7,6 +7,7 @@ import numpy as np
 from zarr.storage import LocalStore
 
 from megadump_zarr.read import open_dump
+from megadump_zarr.store.chunking import CHUNK_KEY_SEPARATOR
 from megadump_zarr.store.writer import WindowWriter
 
 
@@ -52,14 +53,20 @@ def test_partial_rows_read_only_needed_chunks(truncated_dump, counting_store):
     store = counting_store(LocalStore(truncated_dump.root, read_only=True))
     dump = open_dump(store)
     row = _record(dump.records(), "expert_up", "xs", 0)
-    stored_chunks = [p for p in (truncated_dump.root / row["path"] / "c").iterdir()]
-    assert len(stored_chunks) == 8  # 512 float32 elements in 256-byte chunks
+    chunk_prefix = "c" + CHUNK_KEY_SEPARATOR  # chunk keys of the 1-D stored array: "c", separator, index
+    array_dir = truncated_dump.root / row["path"]
+    stored_chunks = sorted(
+        p.relative_to(array_dir).as_posix() for p in array_dir.rglob("*") if p.is_file() and p.name != "zarr.json"
+    )
+    assert stored_chunks == sorted(chunk_prefix + str(i) for i in range(8))  # 512 float32 elements, 256-byte chunks
     view = dump.record_array(row["path"])
     assert store.chunk_reads() == []
     store.reads.clear()
     head = view.isel(slot=slice(0, 8)).values
     reads = store.chunk_reads()
-    assert 1 <= len(reads) <= 2 and all(k.startswith(row["path"] + "/c/") for k in reads)
+    assert 1 <= len(reads) <= 2 and all(k.startswith(row["path"] + "/" + chunk_prefix) for k in reads)
+    # rows 0-7 are stored elements 0-127: the first two 64-element chunks, each read once
+    assert sorted(reads) == [row["path"] + "/" + chunk_prefix + "0", row["path"] + "/" + chunk_prefix + "1"]
     np.testing.assert_array_equal(head, truncated_dump.param("moe_experts", 0)[:8])
     store.reads.clear()
     tail = view.isel(slot=slice(40, 50)).values  # wholly past the captured prefix: nothing to read

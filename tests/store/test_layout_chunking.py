@@ -11,8 +11,21 @@ import pytest
 
 from megadump_zarr.dump.export import ArrayWrite, InvocationWrite, WindowWrite
 from megadump_zarr.store.backend import FsspecBackend, LocalBackend, open_backend
-from megadump_zarr.store.chunking import chunk_shape, plan_chunks
+from megadump_zarr.store.chunking import CHUNK_KEY_SEPARATOR, chunk_shape, plan_chunks
 from megadump_zarr.store.writer import WindowWriter
+
+SEP = CHUNK_KEY_SEPARATOR
+
+
+def _chunk_key(*index: int) -> str:
+    """The "default" encoding's key of the chunk at ``index`` ("c", then each index after the separator)."""
+    return SEP.join(["c", *map(str, index)])
+
+
+def _chunk_files(array_dir: str | os.PathLike[str]) -> list[str]:
+    """The stored chunk keys of an array: every file below its directory but zarr.json, as "/"-joined paths."""
+    root = Path(array_dir)
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and p.name != "zarr.json")
 
 
 @pytest.mark.parametrize(
@@ -39,7 +52,7 @@ def test_chunk_plan_keys_and_rows():
     plan = plan_chunks((10, 3, 2), 4, 4 * 3 * 2 * 4)
     assert plan.chunks == (4, 3, 2)
     assert plan.count == 3
-    assert [plan.key(i) for i in plan] == ["c/0/0/0", "c/1/0/0", "c/2/0/0"]
+    assert [plan.key(i) for i in plan] == [f"c{SEP}0{SEP}0{SEP}0", f"c{SEP}1{SEP}0{SEP}0", f"c{SEP}2{SEP}0{SEP}0"]
     assert [plan.rows(i) for i in plan] == [(0, 4), (4, 8), (8, 10)]
     assert plan_chunks((), 4, 16).count == 1 and plan_chunks((), 4, 16).key(0) == "c"
     assert plan_chunks((0, 4), 4, 16).count == 0
@@ -52,13 +65,20 @@ def test_written_chunk_grid_follows_policy(tmp_path):
         ArrayWrite("m", np.zeros((9, 6), np.float64), ("r", "c")),  # 48-byte rows
         ArrayWrite("v", np.zeros(50, np.int16), ("n",)),
     ]
-    url = WindowWriter(tmp_path, chunk_bytes=100).write_window(WindowWrite(0, 0, {}, [InvocationWrite("inv", {}, [], arrays)]))
+    url = WindowWriter(tmp_path, chunk_bytes=100).write_window(
+        WindowWrite(0, 0, {}, [InvocationWrite("inv", {}, [], arrays)])
+    )
     m = json.loads(Path(url, "inv", "m", "zarr.json").read_bytes())
     v = json.loads(Path(url, "inv", "v", "zarr.json").read_bytes())
     assert m["chunk_grid"]["configuration"]["chunk_shape"] == [2, 6]
     assert v["chunk_grid"]["configuration"]["chunk_shape"] == [50]
-    assert sorted(os.listdir(Path(url, "inv", "m", "c")), key=int) == [str(i) for i in range(5)]
-    assert os.listdir(Path(url, "inv", "m", "c", "4")) == ["0"]
+    assert m["chunk_key_encoding"] == {"name": "default", "configuration": {"separator": SEP}}
+    assert v["chunk_key_encoding"] == {"name": "default", "configuration": {"separator": SEP}}
+    # 9 rows in 2-row chunks: 5 chunks along axis 0, one along axis 1; 50 int16 elements: one chunk
+    assert _chunk_files(Path(url, "inv", "m")) == sorted(_chunk_key(i, 0) for i in range(5))
+    assert _chunk_files(Path(url, "inv", "v")) == [_chunk_key(0)]
+    if SEP == ".":  # chunk files sit beside zarr.json: no directories below the array
+        assert sorted(os.listdir(Path(url, "inv", "m"))) == sorted([*(_chunk_key(i, 0) for i in range(5)), "zarr.json"])
 
 
 def test_open_backend_kinds(tmp_path, memory_url):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 import os
 from pathlib import Path
+import uuid
 import warnings
 
 import ml_dtypes
@@ -13,12 +14,25 @@ import pytest
 import xarray as xr
 import zarr
 
-from megadump_zarr.dump.export import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
+from megadump_zarr.dump.export import ArrayWrite, InvocationWrite, WindowWrite
 from megadump_zarr.store import backend as backend_mod
+from megadump_zarr.store.chunking import CHUNK_KEY_SEPARATOR
 from megadump_zarr.store.stats import compute_stats
 from megadump_zarr.store.writer import WindowWriter, window_status
 
 INV = "invocation_000001_forward"
+SEP = CHUNK_KEY_SEPARATOR
+
+
+def _chunk_key(*index: int) -> str:
+    """The "default" encoding's key of the chunk at ``index`` ("c", then each index after the separator)."""
+    return SEP.join(["c", *map(str, index)])
+
+
+def _chunk_files(array_dir: str | os.PathLike[str]) -> list[str]:
+    """The stored chunk keys of an array: every file below its directory but zarr.json, as "/"-joined paths."""
+    root = Path(array_dir)
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and p.name != "zarr.json")
 
 
 def _zarr_registered(name: str) -> bool:
@@ -45,7 +59,9 @@ DTYPES = [
     pytest.param(
         ml_dtypes.float8_e4m3fn, marks=pytest.mark.skipif(not _zarr_registered("float8_e4m3fn"), reason="dtypes.py")
     ),
-    pytest.param(ml_dtypes.float8_e5m2, marks=pytest.mark.skipif(not _zarr_registered("float8_e5m2"), reason="dtypes.py")),
+    pytest.param(
+        ml_dtypes.float8_e5m2, marks=pytest.mark.skipif(not _zarr_registered("float8_e5m2"), reason="dtypes.py")
+    ),
 ]
 
 
@@ -89,7 +105,7 @@ def test_round_trip_dtypes_through_zarr_and_xarray(tmp_path, dtype, compressor):
     assert group[f"{INV}/v"][...].tobytes() == vector.tobytes()
     assert group[f"{INV}/v"].chunks == (15,)
     # every chunk is written, edge chunks at full size
-    assert sorted(os.listdir(Path(url, INV, "a", "c"))) == ["0", "1", "2"]
+    assert _chunk_files(Path(url, INV, "a")) == [_chunk_key(0, 0), _chunk_key(1, 0), _chunk_key(2, 0)]
     ds = xr.open_zarr(os.path.join(url, INV))
     assert ds["a"].dims == ("row", "col")
     assert ds["a"].values.tobytes() == data.tobytes()
@@ -114,8 +130,16 @@ def _assert_stats_close(got, expected):
 
 @pytest.mark.parametrize(
     "compressor",
-    ["none", "zstd", "zstd-3", "blosc-lz4", "blosc-lz4hc-9-bitshuffle", "blosc-zstd-3-noshuffle", "blosc-zlib-1",
-     "blosc-blosclz-5-shuffle"],
+    [
+        "none",
+        "zstd",
+        "zstd-3",
+        "blosc-lz4",
+        "blosc-lz4hc-9-bitshuffle",
+        "blosc-zstd-3-noshuffle",
+        "blosc-zlib-1",
+        "blosc-blosclz-5-shuffle",
+    ],
 )
 def test_every_compressor_reads_back(tmp_path, helpers, compressor):
     data = _sample(np.float32, (50, 9))
@@ -130,7 +154,8 @@ def test_every_compressor_reads_back(tmp_path, helpers, compressor):
     assert codecs[0] == {"name": "bytes", "configuration": {"endian": "little"}}
     if compressor == "none":
         assert len(codecs) == 1
-        assert Path(url, INV, "a", "c", "0", "0").read_bytes() == data[:16].tobytes()
+        assert Path(url, INV, "a", _chunk_key(0, 0)).read_bytes() == data[:16].tobytes()
+        assert Path(url, INV, "a", _chunk_key(3, 0)).read_bytes() == data[48:].tobytes() + bytes(14 * 9 * 4)  # padded
     else:
         assert codecs[1]["name"] == compressor.split("-")[0]
 
@@ -224,7 +249,10 @@ def test_aborted_commit_keeps_data(tmp_path, helpers):
 def test_write_window_failure_commits_aborted(tmp_path, helpers):
     good = helpers.l1_invocation()
     bad = InvocationWrite(
-        "invocation_000002_forward", {}, [], [ArrayWrite("a", np.zeros(3), ("x",)), ArrayWrite("b", np.zeros(4), ("x",))]
+        "invocation_000002_forward",
+        {},
+        [],
+        [ArrayWrite("a", np.zeros(3), ("x",)), ArrayWrite("b", np.zeros(4), ("x",))],
     )
     with pytest.raises(ValueError, match="dimension 'x' has lengths 3 and 4"):
         WindowWriter(tmp_path).write_window(WindowWrite(0, 0, {}, [good, bad]))
@@ -251,7 +279,9 @@ def test_invocation_names_cannot_repeat(tmp_path, helpers):
 
 
 def test_every_data_group_opens_with_xarray_without_warnings(tmp_path, helpers):
-    window = WindowWrite(0, 0, {"level": "L1"}, [helpers.l1_invocation(), helpers.l1_invocation("invocation_000002_backward", seed=1)])
+    window = WindowWrite(
+        0, 0, {"level": "L1"}, [helpers.l1_invocation(), helpers.l1_invocation("invocation_000002_backward", seed=1)]
+    )
     url = WindowWriter(tmp_path).write_window(window)
     groups = [os.path.relpath(d, url) for d, _, files in os.walk(url) if "zarr.json" in files]
     groups = [g for g in groups if helpers.read_json(Path(url, g, "zarr.json"))["node_type"] == "group"]
@@ -275,7 +305,10 @@ def test_every_data_group_opens_with_xarray_without_warnings(tmp_path, helpers):
     assert task["input_00_x"].attrs["capturePhase"] == "before"
     # the coordinate is written once per group, as a sibling array with dims (dim,)
     assert sorted(os.listdir(Path(url, INV, "stages/expert_up/task_000003"))) == [
-        "input_00_x", "output_00_y", "row", "zarr.json"
+        "input_00_x",
+        "output_00_y",
+        "row",
+        "zarr.json",
     ]
 
 
@@ -300,8 +333,12 @@ def test_zero_size_and_scalar_arrays(tmp_path, helpers):
 
 
 def test_all_zero_chunks_are_written(tmp_path):
-    url = WindowWriter(tmp_path, chunk_bytes=16).write_window(_window([ArrayWrite("z", np.zeros(10, np.int32), ("n",))]))
-    assert sorted(os.listdir(Path(url, INV, "z", "c")), key=int) == ["0", "1", "2"]
+    url = WindowWriter(tmp_path, chunk_bytes=16).write_window(
+        _window([ArrayWrite("z", np.zeros(10, np.int32), ("n",))])
+    )
+    assert _chunk_files(Path(url, INV, "z")) == [_chunk_key(0), _chunk_key(1), _chunk_key(2)]
+    assert all(Path(url, INV, "z", key).stat().st_size > 0 for key in _chunk_files(Path(url, INV, "z")))
+    np.testing.assert_array_equal(zarr.open_array(Path(url, INV, "z"), mode="r")[...], np.zeros(10, np.int32))
 
 
 def test_non_contiguous_and_big_endian_inputs(tmp_path):
@@ -323,12 +360,14 @@ def test_chunks_are_passed_without_copies(tmp_path, monkeypatch):
     real_put = backend_mod.LocalBackend.put
 
     def spy(self, key, payload, *, atomic=False):
-        if "/c/" in key:
+        if f"/a/c{SEP}" in key:  # a chunk of "a" (its keys are "c", the separator, then the chunk index)
             seen.append(payload)
         return real_put(self, key, payload, atomic=atomic)
 
     monkeypatch.setattr(backend_mod.LocalBackend, "put", spy)
-    WindowWriter(tmp_path, compressor="none", chunk_bytes=16 * 64 * 4).write_window(_window([ArrayWrite("a", data, ("r", "c"))]))
+    WindowWriter(tmp_path, compressor="none", chunk_bytes=16 * 64 * 4).write_window(
+        _window([ArrayWrite("a", data, ("r", "c"))])
+    )
     assert len(seen) == 4
     assert all(np.shares_memory(buf, data) for buf in seen)
 
@@ -337,10 +376,12 @@ def test_large_array_many_chunks_stats_match(tmp_path, helpers):
     data = _sample(np.float32, (1000, 33))
     data[5, 3] = np.nan
     data[900, 0] = -np.inf
-    url = WindowWriter(tmp_path, chunk_bytes=4096, max_workers=4).write_window(_window([ArrayWrite("a", data, ("r", "c"))]))
+    url = WindowWriter(tmp_path, chunk_bytes=4096, max_workers=4).write_window(
+        _window([ArrayWrite("a", data, ("r", "c"))])
+    )
     doc = helpers.read_json(Path(url, INV, "a", "zarr.json"))
     assert doc["chunk_grid"]["configuration"]["chunk_shape"] == [31, 33]
-    assert len(os.listdir(Path(url, INV, "a", "c"))) == 33
+    assert _chunk_files(Path(url, INV, "a")) == sorted(_chunk_key(i, 0) for i in range(33))
     expected = compute_stats(data)
     got = doc["attributes"]["stats"]
     assert got["nanCount"] == 1 and got["infCount"] == 1
@@ -411,7 +452,9 @@ def test_unsupported_dtype_and_attrs(tmp_path):
     with pytest.raises(TypeError):
         writer.begin(0, 1, {"bad": object()})
     assert not Path(tmp_path, "rank_0", "window_0001").exists()
-    session.write_invocation(InvocationWrite(INV, {"n": np.int64(3)}, [], [ArrayWrite("a", np.zeros(2), ("n",), {"v": np.float32(1.5)})]))
+    session.write_invocation(
+        InvocationWrite(INV, {"n": np.int64(3)}, [], [ArrayWrite("a", np.zeros(2), ("n",), {"v": np.float32(1.5)})])
+    )
     session.commit()
     assert zarr.open_group(session.url, mode="r")[f"{INV}/a"].attrs["v"] == 1.5
 
@@ -426,17 +469,21 @@ def test_s3_root_through_moto(helpers):
         host, port = server.get_host_and_port()
         endpoint = f"http://{host}:{port}"
         options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
+        bucket = f"writer-{uuid.uuid4().hex[:12]}"  # moto's state is per process: keep clear of other tests
         boto3.client(
-            "s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
+            "s3",
+            endpoint_url=endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
             region_name="us-east-1",
-        ).create_bucket(Bucket="dumps")
-        with WindowWriter("s3://dumps/run", storage_options=options, chunk_bytes=64) as writer:
+        ).create_bucket(Bucket=bucket)
+        with WindowWriter(f"s3://{bucket}/run", storage_options=options, chunk_bytes=64) as writer:
             url = writer.write_window(helpers.l1_window(rank=1, window_index=2))
-            assert url == "s3://dumps/run/rank_1/window_0002"
+            assert url == f"s3://{bucket}/run/rank_1/window_0002"
             with pytest.raises(FileExistsError, match=f"Tensor dump window already exists: {url}"):
                 writer.begin(1, 2, {})
-        assert window_status("s3://dumps/run", 1, 2, storage_options=options) == "complete"
-        assert window_status("s3://dumps/run", 1, 3, storage_options=options) is None
+        assert window_status(f"s3://{bucket}/run", 1, 2, storage_options=options) == "complete"
+        assert window_status(f"s3://{bucket}/run", 1, 3, storage_options=options) is None
         store = zarr.storage.FsspecStore.from_url(url, storage_options=options, read_only=True)
         group = zarr.open_group(store=store, mode="r")
         for item in helpers.l1_invocation().arrays:

@@ -18,6 +18,7 @@ from zarr.errors import ZarrUserWarning
 from megadump_zarr.codecs import parse_compressor
 from megadump_zarr.dump.export import ArrayWrite, InvocationWrite, WindowWrite
 from megadump_zarr.store import metadata
+from megadump_zarr.store.chunking import CHUNK_KEY_SEPARATOR
 from megadump_zarr.store.writer import WindowWriter
 
 INV = "invocation_000001_forward"
@@ -38,7 +39,7 @@ def test_exact_array_document(tmp_path):
         "shape": [10, 4],
         "data_type": "float32",
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4, 4]}},
-        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": CHUNK_KEY_SEPARATOR}},
         "fill_value": 0.0,
         "codecs": [
             {"name": "bytes", "configuration": {"endian": "little"}},
@@ -52,8 +53,17 @@ def test_exact_array_document(tmp_path):
     }
     # key order follows zarr's ArrayV3Metadata.to_dict
     assert list(json.loads((path / "zarr.json").read_bytes())) == [
-        "shape", "data_type", "chunk_grid", "chunk_key_encoding", "fill_value", "codecs", "attributes",
-        "dimension_names", "zarr_format", "node_type", "storage_transformers",
+        "shape",
+        "data_type",
+        "chunk_grid",
+        "chunk_key_encoding",
+        "fill_value",
+        "codecs",
+        "attributes",
+        "dimension_names",
+        "zarr_format",
+        "node_type",
+        "storage_transformers",
     ]
 
 
@@ -68,8 +78,16 @@ def _zarr_reference(root, data, chunks, compressor, dims):
             typesize=data.dtype.itemsize, cname=spec.cname, clevel=spec.level, shuffle=spec.shuffle, blocksize=0
         )
     array = zarr.create_array(
-        str(root), shape=data.shape, chunks=chunks, dtype=data.dtype, compressors=compressors,
-        dimension_names=list(dims), fill_value=0, attributes={"k": "v"}, write_data=True,
+        str(root),
+        shape=data.shape,
+        chunks=chunks,
+        dtype=data.dtype,
+        compressors=compressors,
+        dimension_names=list(dims),
+        fill_value=0,
+        attributes={"k": "v"},
+        chunk_key_encoding={"name": "default", "separator": CHUNK_KEY_SEPARATOR},  # the writer's encoding
+        write_data=True,
     )
     if data.size:
         array[...] = data
@@ -96,20 +114,27 @@ CASES = [
     (np.uint8, (7,), "none"),
     (np.float64, (), "none"),
     (np.float16, (0, 3), "zstd-1"),
-    pytest.param(ml_dtypes.bfloat16, (6, 8), "zstd-1", marks=pytest.mark.skipif(not _bf16_registered(), reason="dtypes.py")),
-    pytest.param(ml_dtypes.bfloat16, (6, 8), "blosc-lz4", marks=pytest.mark.skipif(not _bf16_registered(), reason="dtypes.py")),
+    pytest.param(
+        ml_dtypes.bfloat16, (6, 8), "zstd-1", marks=pytest.mark.skipif(not _bf16_registered(), reason="dtypes.py")
+    ),
+    pytest.param(
+        ml_dtypes.bfloat16, (6, 8), "blosc-lz4", marks=pytest.mark.skipif(not _bf16_registered(), reason="dtypes.py")
+    ),
 ]
 
 
 @pytest.mark.parametrize(("dtype", "shape", "compressor"), CASES)
 def test_documents_match_zarr_create_array(tmp_path, dtype, shape, compressor):
     data = np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape).astype(dtype)
-    ours_path = _write_one(tmp_path / "ours", data, tuple(f"d{i}" for i in range(data.ndim)), compressor, 48, {"k": "v"})
+    ours_path = _write_one(
+        tmp_path / "ours", data, tuple(f"d{i}" for i in range(data.ndim)), compressor, 48, {"k": "v"}
+    )
     ours = json.loads((ours_path / "zarr.json").read_bytes())
     chunks = tuple(ours["chunk_grid"]["configuration"]["chunk_shape"])
     reference = _zarr_reference(tmp_path / "ref", data, chunks, compressor, tuple(f"d{i}" for i in range(data.ndim)))
     assert ours == reference
     assert list(ours) == list(reference)
+    assert ours["chunk_key_encoding"] == {"name": "default", "configuration": {"separator": CHUNK_KEY_SEPARATOR}}
     # and the chunk files decode identically through zarr
     np.testing.assert_array_equal(zarr.open_array(ours_path, mode="r")[...], data)
 
@@ -119,8 +144,17 @@ def test_chunk_bytes_match_zarr_for_uncompressed_and_padded_edges(tmp_path):
     ours = _write_one(tmp_path / "ours", data, ("r", "c"), "none", chunk_bytes=4 * 3 * 2)
     ref = tmp_path / "ref"
     _zarr_reference(ref, data, (4, 3), "none", ("r", "c"))
-    for key in ("c/0/0", "c/1/0", "c/2/0"):  # the last one is the padded edge chunk
+    keys = [CHUNK_KEY_SEPARATOR.join(("c", str(i), "0")) for i in range(3)]  # the last one is the padded edge chunk
+    assert _chunk_files(ours) == _chunk_files(ref) == sorted(keys)  # same file names as zarr's
+    for key in keys:
         assert (ours / key).read_bytes() == (ref / key).read_bytes(), key
+    assert (ours / keys[2]).read_bytes() == data[8:].tobytes() + bytes(2 * 3 * 2)
+
+
+def _chunk_files(array_dir: Path) -> list[str]:
+    """The stored chunk keys of an array: every file below its directory but zarr.json, as "/"-joined paths."""
+    files = (p for p in array_dir.rglob("*") if p.is_file() and p.name != "zarr.json")
+    return sorted(p.relative_to(array_dir).as_posix() for p in files)
 
 
 def _window_with_nested_groups(root) -> Path:
@@ -172,7 +206,10 @@ def test_consolidated_entries_equal_children_documents(tmp_path):
         if child["node_type"] == "array":
             assert entries[path] == child
         else:  # groups appear with an empty nested consolidated block, as zarr flattens them
-            assert entries[path] == {**child, "consolidated_metadata": {"kind": "inline", "must_understand": False, "metadata": {}}}
+            assert entries[path] == {
+                **child,
+                "consolidated_metadata": {"kind": "inline", "must_understand": False, "metadata": {}},
+            }
             nested = child["consolidated_metadata"]["metadata"]
             below = {p[len(path) + 1 :] for p in entries if p.startswith(path + "/")}
             assert set(nested) == below
@@ -192,15 +229,28 @@ def test_metadata_helpers():
     spec = parse_compressor("blosc-lz4hc-9-noshuffle")
     assert metadata.codecs_for(np.dtype(np.uint8), spec) == [
         {"name": "bytes"},
-        {"name": "blosc", "configuration": {"typesize": 1, "cname": "lz4hc", "clevel": 9, "shuffle": "noshuffle", "blocksize": 0}},
+        {
+            "name": "blosc",
+            "configuration": {"typesize": 1, "cname": "lz4hc", "clevel": 9, "shuffle": "noshuffle", "blocksize": 0},
+        },
     ]
     assert metadata.fill_value_for(np.dtype(bool)) is False
-    assert metadata.fill_value_for(np.dtype(np.int32)) == 0 and isinstance(metadata.fill_value_for(np.dtype(np.int32)), int)
+    assert metadata.fill_value_for(np.dtype(np.int32)) == 0 and isinstance(
+        metadata.fill_value_for(np.dtype(np.int32)), int
+    )
     assert metadata.fill_value_for(np.dtype(ml_dtypes.float8_e4m3fn)) == 0.0
     assert metadata.data_type_name(np.dtype(">f8")) == "float64"
     with pytest.raises(TypeError, match="unsupported dtype"):
         metadata.data_type_name(np.dtype("U3"))
     doc = metadata.array_document((3,), np.dtype("f4"), (3,), spec, {"a": float("nan")}, ("n",))
-    encoded = metadata.array_document_bytes((3,), np.dtype("f4"), (3,), spec, metadata.dumps({"a": float("nan")}), ("n",))
+    encoded = metadata.array_document_bytes(
+        (3,), np.dtype("f4"), (3,), spec, metadata.dumps({"a": float("nan")}), ("n",)
+    )
     assert json.dumps(json.loads(encoded)) == json.dumps(doc)
-    assert sorted(["b/a", "B", "a", "c/d/e", "A/z"], key=metadata.consolidated_sort_key) == ["a", "B", "A/z", "b/a", "c/d/e"]
+    assert sorted(["b/a", "B", "a", "c/d/e", "A/z"], key=metadata.consolidated_sort_key) == [
+        "a",
+        "B",
+        "A/z",
+        "b/a",
+        "c/d/e",
+    ]

@@ -52,8 +52,14 @@ def test_float_stats_with_nan_and_inf(dtype):
 def test_float8_e4m3fn_has_nan_but_no_inf():
     data = np.array([1.0, -2.0, np.nan, 0.5], dtype=np.float32).astype(ml_dtypes.float8_e4m3fn)
     got = compute_stats(data)
-    assert got == {"min": -2.0, "max": 1.0, "mean": pytest.approx(-0.5 / 3), "l2norm": pytest.approx(math.sqrt(5.25)),
-                   "nanCount": 1, "infCount": 0}
+    assert got == {
+        "min": -2.0,
+        "max": 1.0,
+        "mean": pytest.approx(-0.5 / 3),
+        "l2norm": pytest.approx(math.sqrt(5.25)),
+        "nanCount": 1,
+        "infCount": 0,
+    }
 
 
 @pytest.mark.parametrize("fill", [np.nan, np.inf])
@@ -65,7 +71,12 @@ def test_no_finite_values(fill):
 
 def test_empty():
     assert compute_stats(np.zeros((0, 4), np.float32)) == {
-        "min": None, "max": None, "mean": None, "l2norm": None, "nanCount": 0, "infCount": 0
+        "min": None,
+        "max": None,
+        "mean": None,
+        "l2norm": None,
+        "nanCount": 0,
+        "infCount": 0,
     }
     assert compute_stats(np.zeros(0, np.int64))["min"] is None
 
@@ -73,7 +84,14 @@ def test_empty():
 def test_bool_counts_as_zero_one():
     data = np.array([True, False, True, True])
     got = compute_stats(data)
-    assert got == {"min": 0, "max": 1, "mean": 0.75, "l2norm": pytest.approx(math.sqrt(3)), "nanCount": 0, "infCount": 0}
+    assert got == {
+        "min": 0,
+        "max": 1,
+        "mean": 0.75,
+        "l2norm": pytest.approx(math.sqrt(3)),
+        "nanCount": 0,
+        "infCount": 0,
+    }
     assert type(got["min"]) is int
 
 

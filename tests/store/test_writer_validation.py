@@ -41,7 +41,13 @@ def test_dimension_length_clash_in_one_group(session):
 def test_dimension_lengths_may_differ_between_groups(tmp_path):
     session = WindowWriter(tmp_path).begin(0, 0, {})
     session.write_invocation(
-        _inv([ArrayWrite("g1/a", np.zeros(3), ("token",)), ArrayWrite("g2/a", np.zeros(4), ("token",)), ArrayWrite("a", np.zeros(5), ("token",))])
+        _inv(
+            [
+                ArrayWrite("g1/a", np.zeros(3), ("token",)),
+                ArrayWrite("g2/a", np.zeros(4), ("token",)),
+                ArrayWrite("a", np.zeros(5), ("token",)),
+            ]
+        )
     )
     session.commit()
     group = zarr.open_group(session.url, mode="r")
@@ -59,7 +65,10 @@ def test_coordinate_values_clash(session):
         ArrayWrite("t/a", np.zeros(3), ("token",), coords={"token": np.arange(3)}),
         ArrayWrite("t/b", np.ones(3), ("token",), coords={"token": np.arange(3) + 1}),
     ]
-    with pytest.raises(ValueError, match=re.escape(f"coordinate 'token' in group '{INV}/t' differs between arrays '{INV}/t/a' and '{INV}/t/b'")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(f"coordinate 'token' in group '{INV}/t' differs between arrays '{INV}/t/a' and '{INV}/t/b'"),
+    ):
         session.write_invocation(_inv(arrays))
 
 
@@ -67,7 +76,9 @@ def test_equal_coordinates_are_written_once(tmp_path):
     session = WindowWriter(tmp_path).begin(0, 0, {})
     arrays = [
         ArrayWrite("t/a", np.zeros(3), ("token",), coords={"token": np.arange(3)}),
-        ArrayWrite("t/b", np.ones((3, 2)), ("token", "k"), coords={"token": np.arange(3), "k": np.array([0.5, np.nan])}),
+        ArrayWrite(
+            "t/b", np.ones((3, 2)), ("token", "k"), coords={"token": np.arange(3), "k": np.array([0.5, np.nan])}
+        ),
         ArrayWrite("t/c", np.ones(2), ("k",), coords={"k": np.array([0.5, np.nan])}),
     ]
     session.write_invocation(_inv(arrays))
@@ -104,7 +115,10 @@ def test_coordinate_must_be_1d(session):
             f"array '{INV}/t' would collide with group '{INV}/t'",
         ),
         (
-            [ArrayWrite("g/token", np.zeros(3), ("k",)), ArrayWrite("g/x", np.zeros(3), ("token",), coords={"token": np.arange(3)})],
+            [
+                ArrayWrite("g/token", np.zeros(3), ("k",)),
+                ArrayWrite("g/x", np.zeros(3), ("token",), coords={"token": np.arange(3)}),
+            ],
             [],
             f"coordinate '{INV}/g/token' would collide with array '{INV}/g/token'",
         ),
@@ -127,8 +141,18 @@ def test_path_collisions(session, arrays, groups, message):
 
 @pytest.mark.parametrize(
     ("path", "component"),
-    [("", ""), ("a//b", ""), ("a/", ""), ("./a", "."), ("a/../b", ".."), ("a\\b", "a\\b"), ("a\x00", "a\x00"),
-     ("__reserved", "__reserved"), ("g/__x", "__x"), ("zarr.json", "zarr.json")],
+    [
+        ("", ""),
+        ("a//b", ""),
+        ("a/", ""),
+        ("./a", "."),
+        ("a/../b", ".."),
+        ("a\\b", "a\\b"),
+        ("a\x00", "a\x00"),
+        ("__reserved", "__reserved"),
+        ("g/__x", "__x"),
+        ("zarr.json", "zarr.json"),
+    ],
 )
 def test_bad_path_components(session, path, component):
     with pytest.raises(ValueError, match=re.escape(f"array path {path!r} has an invalid component {component!r}")):

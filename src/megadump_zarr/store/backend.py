@@ -18,11 +18,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 import os
 import threading
-from typing import Any, Union
+from typing import Any
 
 __all__ = ["Backend", "Buffer", "FsspecBackend", "LocalBackend", "open_backend"]
 
-Buffer = Union[bytes, bytearray, memoryview, Any]  # anything exposing the buffer protocol as bytes
+Buffer = bytes | bytearray | memoryview | Any  # anything exposing the buffer protocol as bytes
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
 
@@ -244,4 +244,8 @@ def open_backend(root: str | os.PathLike[str], storage_options: dict[str, Any] |
         return LocalBackend(text)
     if text.startswith("file://"):
         return LocalBackend(text[len("file://") :])
+    if text.partition("://")[0].lower() in ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl"):
+        from megadump_zarr.store.object_backend import ObjectStoreBackend  # retries, bounded concurrency
+
+        return ObjectStoreBackend(text, storage_options)
     return FsspecBackend(text, storage_options)

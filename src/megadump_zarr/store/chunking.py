@@ -12,7 +12,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 import math
 
-__all__ = ["ChunkPlan", "chunk_shape", "plan_chunks"]
+__all__ = ["CHUNK_KEY_SEPARATOR", "ChunkPlan", "chunk_shape", "plan_chunks"]
+
+# Separator of the "default" chunk key encoding. "." puts chunk files ("c.0.0") beside the array's
+# zarr.json, because the writer's cost is file-system operations: with "/" a one-chunk 2-D array "a"
+# costs 5 (directories a, a/c and a/c/0, then files a/zarr.json and a/c/0/0), with "." 3 (a,
+# a/zarr.json, a/c.0.0); measured ~15% faster for windows of 4096 arrays of 8 KiB. Zarr v3 readers
+# follow the encoding recorded in each zarr.json ("chunk_key_encoding"); chunk keys and the documents
+# both follow this constant.
+CHUNK_KEY_SEPARATOR = "."
 
 
 def chunk_shape(shape: tuple[int, ...], itemsize: int, chunk_bytes: int) -> tuple[int, ...]:
@@ -62,14 +70,15 @@ class ChunkPlan:
         return -(-self.shape[0] // self.chunks[0])
 
     def key(self, index: int) -> str:
-        """Chunk key (default encoding, ``/`` separator) relative to the array, e.g. ``c/3/0/0``.
+        """Chunk key (default encoding) relative to the array, e.g. ``c.3.0.0`` (with the "." separator); ``c`` for 0-d arrays.
 
         Args:
             index: Chunk index along axis 0.
         """
         if not self.shape:
             return "c"
-        return "c/" + str(index) + "/0" * (len(self.shape) - 1)
+        sep = CHUNK_KEY_SEPARATOR
+        return "c" + sep + str(index) + (sep + "0") * (len(self.shape) - 1)
 
     def rows(self, index: int) -> tuple[int, int]:
         """First and one-past-last row of chunk ``index`` (the last chunk may be short).

@@ -23,6 +23,7 @@ import unicodedata
 import numpy as np
 
 from megadump_zarr.codecs import CompressorSpec
+from megadump_zarr.store import chunking
 
 __all__ = [
     "SUPPORTED_DTYPES",
@@ -164,9 +165,7 @@ def array_document_bytes(
         attributes_json: The attributes object, already encoded with :func:`dumps`.
         dimension_names: One name per axis.
     """
-    head = _array_head(
-        tuple(int(d) for d in shape), np.dtype(dtype), tuple(int(c) for c in chunks), compressor
-    )
+    head = _array_head(tuple(int(d) for d in shape), np.dtype(dtype), tuple(int(c) for c in chunks), compressor)
     return head + attributes_json + _array_tail(tuple(dimension_names))
 
 
@@ -177,7 +176,7 @@ def _array_head(shape: tuple[int, ...], dtype: np.dtype, chunks: tuple[int, ...]
         "shape": list(shape),
         "data_type": data_type_name(dtype),
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(chunks)}},
-        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": chunking.CHUNK_KEY_SEPARATOR}},
         "fill_value": fill_value_for(dtype),
         "codecs": codecs_for(dtype, compressor),
     }

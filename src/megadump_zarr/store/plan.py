@@ -77,12 +77,7 @@ def check_component(part: str, what: str, path: str) -> None:
     Raises:
         ValueError: Naming the path and the offending component.
     """
-    if (
-        part in ("", ".", "..", "zarr.json")
-        or "\\" in part
-        or "\x00" in part
-        or part.startswith("__")
-    ):
+    if part in ("", ".", "..", "zarr.json") or "\\" in part or "\x00" in part or part.startswith("__"):
         raise ValueError(
             f"{what} path {path!r} has an invalid component {part!r}: components must not be empty, '.', "
             f"'..' or 'zarr.json', contain '\\\\' or NUL, or start with the reserved '__'"
@@ -188,7 +183,7 @@ def plan_invocation(invocation: InvocationWrite, *, chunk_bytes: int, stats: boo
         if len(set(dims)) != len(dims):
             raise ValueError(f"array {label(path)!r} repeats a dimension name in {dims!r}")
         group = _parent(path)
-        for dim, size in zip(dims, data.shape):
+        for dim, size in zip(dims, data.shape, strict=True):
             use_dim(group, dim, int(size))
         attrs = dict(item.attrs)
         if stats:

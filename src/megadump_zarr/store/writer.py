@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 import json
 import os
 import threading
@@ -69,11 +69,15 @@ def window_key(rank: int, window_index: int) -> str:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class _Encoder:
-    """Compresses chunk buffers with numcodecs (thread-safe; releases the GIL)."""
+    """Compresses chunk buffers with numcodecs (thread-safe; releases the GIL).
+
+    Args:
+        spec: Parsed compressor.
+    """
 
     def __init__(self, spec: CompressorSpec) -> None:
         self.spec = spec
@@ -84,6 +88,12 @@ class _Encoder:
             self._zstd = Zstd(level=spec.level, checksum=False)
 
     def encode(self, payload: np.ndarray, itemsize: int) -> Any:
+        """Compress one chunk.
+
+        Args:
+            payload: The chunk's bytes as a contiguous uint8 array (returned as is for ``"none"``).
+            itemsize: Element size, for blosc's shuffle.
+        """
         if self.spec.kind == "none":
             return payload
         if self.spec.kind == "zstd":
