@@ -386,10 +386,21 @@ def _window_rows(info: WindowInfo, nodes: Mapping[str, dict[str, Any]], columns:
 _NO_TASK = dict.fromkeys(("stage", "task_id", "stage_task_index", "owner_label", "owner_id", "core_type", "core_id", "worker"))
 
 
+def _execution_key(columns: Mapping[str, list[Any]], i: int) -> tuple[Any, ...]:
+    def number(name: str) -> int:
+        value = columns[name][i]
+        return -1 if value is None else int(value)
+
+    return (number("rank"), number("window"), number("invocation"), number("task_id"), number("worker"),
+            1 if columns["io"][i] == "output" else 0, number("index"), number("param_position"), columns["path"][i])
+
+
 def records_frame(windows: Iterable[tuple[WindowInfo, Mapping[str, dict[str, Any]]]]) -> pd.DataFrame:
     """The records table of some windows: one row per stored tensor (coordinate arrays excluded).
 
-    Rows are ordered by (rank, window, path). Integer columns that can be missing use pandas' nullable
+    Rows are in execution order: rank, window, invocation, task id (the compiler numbers tasks in
+    topological stage order and the executor runs them in that order), worker, inputs (captured before
+    the task) before outputs, port index; L0 tensors by parameter position. Integer columns that can be missing use pandas' nullable
     ``Int64``; ``min``/``max``/``mean``/``l2norm`` are float64 (NaN when the writer stored no value);
     ``shape``/``stored_shape`` are tuples; ``path`` and ``group`` are relative to the dump root.
 
@@ -399,7 +410,7 @@ def records_frame(windows: Iterable[tuple[WindowInfo, Mapping[str, dict[str, Any
     columns: dict[str, list[Any]] = {name: [] for name in (*RECORD_COLUMNS, *EXTRA_COLUMNS)}
     for info, nodes in windows:
         _window_rows(info, nodes, columns)
-    order = sorted(range(len(columns["path"])), key=lambda i: (columns["rank"][i], columns["window"][i], columns["path"][i]))
+    order = sorted(range(len(columns["path"])), key=lambda i: _execution_key(columns, i))
     data: dict[str, Any] = {}
     for name, values in columns.items():
         values = [values[i] for i in order]
