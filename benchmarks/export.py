@@ -1,0 +1,232 @@
+"""Export benchmark: our Zarr window writer against the seed's layout, on the same decoded Device buffer.
+
+    python -m benchmarks.export [--quick] [--json OUT] [--repeats N] [--dir DIR]
+
+Workloads (P1, P2 of the export issue) start from one packed L1 Device buffer on the host, as the dumper
+has it after the launch's single Device-to-Host copy:
+
+* baseline — the seed (hyper_multicore ``dump/l1.py`` + ``dump/api.py``): decode clones every payload,
+  then ``torch.save`` one file per tensor, one ``task.json`` per task and a ``manifest.json``.
+* ours — ``read_l1_buffer`` (zero-copy payload views), ``build_window``, ``WindowWriter.write_window``
+  with the default codec, and with compression off.
+* raw — the same payload bytes written to one file: the physical limit.
+
+Every contender ends with ``os.sync()`` inside its timed region, so all pay for their disk writes the
+same way. Pairs run interleaved (seed, ours, ours-none, raw, seed, ...) because the disk is noisy.
+P3 (async export) runs the demo MoE block under an L0 dump and compares the time the step thread spends
+in ``dumper.step()`` with asynchronous vs synchronous export.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from benchmarks._common import PeakRss, machine, print_table, scratch_dir, sync_disk, write_json
+from megadump_zarr.dump.l1_plan import L1RecordPlan
+from megadump_zarr.dump.snapshots import payload_snapshot
+from megadump_zarr.dump.window import DumpInvocation, build_window
+from megadump_zarr.l1 import L1_DUMP_PAYLOAD_BASE, L1_DUMP_RECORD_SIZE, L1_DUMP_RECORDS_OFFSET, pack_l1_buffer, plan_slots, read_l1_buffer
+from megadump_zarr.store.writer import WindowWriter
+
+
+def make_workload(count: int, payload_bytes: int, dtype: torch.dtype, seed: int = 0) -> tuple[torch.Tensor, list[L1RecordPlan]]:
+    """A filled host Device buffer with ``count`` records (input/output pairs of ``count // 2`` tasks).
+
+    Args:
+        count: Records.
+        payload_bytes: Bytes per record.
+        dtype: Element type (activations drawn from a scaled normal distribution).
+        seed: RNG seed.
+    """
+    element = torch.empty((), dtype=dtype).element_size()
+    cols = 1024 if payload_bytes >= 1024 * element * 4 else max(payload_bytes // element // 8, 1)
+    rows = payload_bytes // element // cols
+    offsets = plan_slots([rows * cols * element] * count)
+    plans = []
+    for i, offset in enumerate(offsets):
+        io = "input" if i % 2 == 0 else "output"
+        plans.append(L1RecordPlan(
+            task_id=i // 2, task_index=i // 2, stage="expert_up", owner_id=(i // 2) % 8, owner_label="expert",
+            core_type="MIX", core_id=(i // 2) % 4, io=io, index=0, phase="before" if io == "input" else "after",
+            parameter_position=0 if io == "input" else 1, tensor_name="x" if io == "input" else "y", dtype=dtype,
+            source_offset_bytes=(i // 2) * rows * cols * element, actual_shape=(rows, cols),
+            payload_offset=offset, payload_bytes=rows * cols * element, full_bytes=rows * cols * element,
+            truncated=False, note="", record_offset=L1_DUMP_RECORDS_OFFSET + i * L1_DUMP_RECORD_SIZE,
+            dims=("token", "hidden"), declared_shape=(rows * count, cols),
+        ))
+    buffer = torch.frombuffer(pack_l1_buffer([p.entry for p in plans]), dtype=torch.uint8)
+    generator = torch.Generator().manual_seed(seed)
+    payload_area = buffer[L1_DUMP_PAYLOAD_BASE:]
+    values = (torch.randn(payload_area.numel() // element, generator=generator) * 0.5).to(dtype)
+    payload_area[: values.numel() * element].copy_(values.view(torch.uint8))
+    for plan in plans:  # mark CAPTURED, as the device worker would
+        buffer[plan.record_offset + 28] = 1
+    return buffer, plans
+
+
+def seed_layout(buffer: torch.Tensor, plans: list[L1RecordPlan], root: Path) -> None:
+    """The seed's decode (clone per payload) and layout (torch.save per tensor, task.json, manifest.json)."""
+    window = root / "rank_0" / "window_0000"
+    window.mkdir(parents=True)
+    invocation = window / "invocation_000000_forward"
+    by_task: dict[int, list[L1RecordPlan]] = {}
+    for plan in plans:
+        by_task.setdefault(plan.task_id, []).append(plan)
+    tasks = []
+    for task_id, records in by_task.items():
+        task_dir = invocation / "stages" / records[0].stage / f"task_{task_id:06d}"
+        task_dir.mkdir(parents=True, exist_ok=True)
+        tensors = []
+        for plan in records:
+            data = buffer.narrow(0, plan.payload_offset, plan.payload_bytes).view(plan.dtype).clone().reshape(plan.actual_shape)
+            path = task_dir / f"{plan.io}_{plan.index:02d}_{plan.tensor_name}.pt"
+            torch.save(data, path)
+            tensors.append({"name": plan.tensor_name, "paramPosition": plan.parameter_position, "io": plan.io,
+                            "index": plan.index, "capturePhase": plan.phase, "sourceOffsetBytes": plan.source_offset_bytes,
+                            "actualShape": list(plan.actual_shape), "storedShape": list(plan.actual_shape),
+                            "originalDtype": str(plan.dtype), "storedDtype": str(plan.dtype), "fullBytes": plan.full_bytes,
+                            "storedBytes": plan.payload_bytes, "truncated": False, "note": "",
+                            "file": path.relative_to(window).as_posix()})
+        meta = {"taskId": task_id, "stageTaskIndex": records[0].task_index, "stage": records[0].stage,
+                "owner": {"label": records[0].owner_label, "id": records[0].owner_id}, "coreType": records[0].core_type,
+                "coreId": records[0].core_id, "tensorCount": len(tensors), "tensors": tensors}
+        (task_dir / "task.json").write_text(json.dumps(meta, ensure_ascii=False, indent=2), encoding="utf-8")
+        tasks.append(meta)
+    manifest = {"schemaVersion": 4, "level": "L1", "windowIndex": 0, "rank": 0,
+                "invocations": [{"invocationId": 0, "tasks": tasks}]}
+    (window / "manifest.json").write_text(json.dumps(manifest, ensure_ascii=False, indent=2), encoding="utf-8")
+
+
+def ours(buffer: torch.Tensor, plans: list[L1RecordPlan], root: Path, compressor: str) -> None:
+    """Our path: zero-copy decode, window description, Zarr window writer."""
+    decoded = read_l1_buffer(buffer)
+    invocation = DumpInvocation(0, 0, "bench", "forward", 0, "cpu", "L1", execution_mode="event_driven")
+    invocation.l1_snapshots = [payload_snapshot(plan, record.payload) for plan, record in zip(plans, decoded.records)]
+    window = build_window("L1", 0, 0, [invocation])
+    with WindowWriter(root, compressor=compressor) as writer:
+        writer.write_window(window)
+
+
+def raw(buffer: torch.Tensor, plans: list[L1RecordPlan], root: Path) -> None:
+    """The same payload bytes, one file."""
+    root.mkdir(parents=True, exist_ok=True)
+    start, end = plans[0].payload_offset, plans[-1].payload_offset + plans[-1].payload_bytes
+    with open(root / "payload.bin", "wb") as handle:
+        handle.write(memoryview(buffer.numpy())[start:end])
+
+
+def _du(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def run_workload(name: str, count: int, payload_bytes: int, dtype: torch.dtype, repeats: int, base: str | None) -> dict[str, Any]:
+    """Interleaved timings of every contender on one workload."""
+    buffer, plans = make_workload(count, payload_bytes, dtype)
+    contenders = {
+        "seed": lambda root: seed_layout(buffer, plans, root),
+        "ours": lambda root: ours(buffer, plans, root, "default"),
+        "ours_none": lambda root: ours(buffer, plans, root, "none"),
+        "raw": lambda root: raw(buffer, plans, root),
+    }
+    times: dict[str, list[float]] = {k: [] for k in contenders}
+    peaks: dict[str, list[int]] = {k: [] for k in contenders}
+    stored: dict[str, int] = {}
+    for _ in range(repeats):
+        for key, run in contenders.items():
+            with scratch_dir(base) as scratch:
+                root = Path(scratch) / "dump"
+                sync_disk()
+                with PeakRss() as rss:
+                    start = time.perf_counter()
+                    run(root)
+                    sync_disk()
+                    times[key].append(time.perf_counter() - start)
+                peaks[key].append(rss.extra)
+                stored[key] = _du(root)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    payload = sum(p.payload_bytes for p in plans)
+    return {
+        "workload": name, "payload_bytes": payload, "records": count,
+        "baseline_s": med["seed"], "ours_s": med["ours"], "ratio": med["seed"] / med["ours"],
+        "ours_none_s": med["ours_none"], "raw_s": med["raw"], "none_vs_raw": med["ours_none"] / med["raw"],
+        "peak_extra_rss_bytes": max(peaks["ours"]), "peak_extra_rss_share": max(peaks["ours"]) / payload,
+        "baseline_peak_extra_rss_bytes": max(peaks["seed"]),
+        "stored_bytes_ours": stored["ours"], "stored_bytes_seed": stored["seed"],
+        "times": times,
+    }
+
+
+def run_async(quick: bool, base: str | None) -> dict[str, Any]:
+    """P3: time in ``dumper.step()`` with asynchronous vs synchronous export (demo MoE block, L0)."""
+    from megadump_zarr import TensorDumpConfig, schedule, tensor_dump
+    from megadump_zarr.demo.model import DemoConfig, MoEBlock
+
+    tokens, d_model, steps = (4096, 256, 6) if quick else (32768, 512, 8)
+    block = MoEBlock(DemoConfig(tokens=tokens, d_model=d_model, n_experts=8, tile_rows=1024))
+    inputs = [block.make_input() for _ in range(steps)]
+    result: dict[str, Any] = {"workload": f"P3 async L0 demo T={tokens} D={d_model}", "steps": steps}
+    for mode in (False, True):
+        with scratch_dir(base) as scratch:
+            stalls = []
+            config = TensorDumpConfig(Path(scratch) / "dump", async_export=mode)
+            with tensor_dump(config, schedule(wait=1, warmup=0, active=1)) as dumper:
+                for x in inputs:
+                    block(x)
+                    start = time.perf_counter()
+                    dumper.step()
+                    stalls.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                dumper.flush()
+                drain = time.perf_counter() - start
+            sync_disk()
+            result["async" if mode else "sync"] = {"step_s": sum(stalls), "final_flush_s": drain,
+                                                   "stored_bytes": _du(Path(scratch) / "dump")}
+    result["baseline_s"] = result["sync"]["step_s"]
+    result["ours_s"] = result["async"]["step_s"]
+    result["ratio"] = result["baseline_s"] / max(result["ours_s"], 1e-9)
+    result["stall_share"] = result["ours_s"] / result["baseline_s"]
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the export benchmarks and print ratios."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes (CI smoke)")
+    parser.add_argument("--json", default=None, help="write results as JSON")
+    parser.add_argument("--repeats", type=int, default=None, help="runs per contender (default 3, quick 1)")
+    parser.add_argument("--dir", default=None, help="scratch parent directory (default: system temp)")
+    parser.add_argument("--skip-async", action="store_true")
+    args = parser.parse_args(argv)
+    repeats = args.repeats or (1 if args.quick else 3)
+    big = (32, 4 << 20) if args.quick else (256, 4 << 20)
+    small = (512, 8 << 10) if args.quick else (4096, 8 << 10)
+    print(f"machine: {machine()}")
+    entries = [
+        run_workload(f"P1 {big[0]} x {big[1] >> 20} MiB bf16", big[0], big[1], torch.bfloat16, repeats, args.dir),
+        run_workload(f"P2 {small[0]} x {small[1] >> 10} KiB fp32", small[0], small[1], torch.float32, repeats, args.dir),
+    ]
+    print_table(entries, [("workload", "workload"), ("baseline_s", "seed s"), ("ours_s", "ours s"), ("ratio", "seed/ours"),
+                          ("ours_none_s", "ours-none s"), ("raw_s", "raw s"), ("none_vs_raw", "none/raw"),
+                          ("peak_extra_rss_share", "our extra RSS / payload")])
+    if not args.skip_async:
+        p3 = run_async(args.quick, args.dir)
+        entries.append(p3)
+        print(f"{p3['workload']}: step thread {p3['ours_s']:.3f} s async vs {p3['baseline_s']:.3f} s sync "
+              f"(stall share {p3['stall_share']:.1%}; final flush {p3['async']['final_flush_s']:.3f} s)")
+    for entry in entries:
+        entry.pop("times", None)
+    write_json(args.json, entries)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
