@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 import json
 from pathlib import Path
 from typing import Any, Protocol
@@ -35,11 +35,9 @@ class WindowSession(Protocol):
 
     url: str
 
-    def write_invocation(self, invocation: InvocationWrite) -> None:
-        """Persist one invocation."""
-
-    def commit(self, status: str = "complete") -> str:
-        """Write the window's final status last; return its path or URL."""
+    def write_all(self, invocations: Iterable[InvocationWrite], status: str = "complete") -> str:
+        """Persist every invocation, then the window's final status last (``"aborted"`` if one failed,
+        re-raising); return the window's path or URL."""
 
 
 class WindowSink(Protocol):
@@ -47,20 +45,6 @@ class WindowSink(Protocol):
 
     def begin(self, rank: int, window_index: int, attrs: dict[str, Any]) -> WindowSession:
         """Claim a window (status "writing"); raise FileExistsError if it already exists."""
-
-
-def _write_window(session: WindowSession, window: WindowWrite, status: str) -> str:
-    """Write every invocation and commit; on failure commit what exists as "aborted" and re-raise."""
-    try:
-        for invocation in window.invocations:
-            session.write_invocation(invocation)
-    except BaseException as error:
-        try:
-            session.commit("aborted")
-        except Exception as commit_error:  # keep the original error
-            error.add_note(f"committing {session.url} as aborted also failed: {commit_error!r}")
-        raise
-    return session.commit(status)
 
 
 class _TensorDumpCall(DiagnosticCall):
@@ -300,7 +284,7 @@ class TensorDumper:
     def _window_job(self, session: WindowSession, window: WindowWrite, status: str) -> Callable[[], str]:
         """Write and commit one window, then drop its saved L1 plans (no longer needed once committed)."""
         def job() -> str:
-            url = _write_window(session, window, status)
+            url = session.write_all(window.invocations, status)
             if self.config.level == "L1" and self.config.save_plans:
                 self._sidecars.remove(f".plans/rank_{window.rank}/window_{window.window_index:04d}")
             return url

@@ -23,6 +23,7 @@ Protocol:
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import UTC, datetime
 import json
@@ -215,17 +216,7 @@ class WindowWriter:
         """
         if status not in _STATUSES:
             raise ValueError(f"status must be one of {list(_STATUSES)}, got {status!r}")
-        session = self.begin(window.rank, window.window_index, window.attrs)
-        try:
-            for invocation in window.invocations:
-                session.write_invocation(invocation)
-        except BaseException as error:
-            try:
-                session.commit("aborted")
-            except Exception as commit_error:  # keep the original error; note the failed commit
-                error.add_note(f"committing {session.url} as aborted also failed: {commit_error!r}")
-            raise
-        return session.commit(status)
+        return self.begin(window.rank, window.window_index, window.attrs).write_all(window.invocations, status)
 
     # -- workers -----------------------------------------------------------------------------------
 
@@ -355,6 +346,30 @@ class WindowSession:
             for job in plan.arrays:
                 if job.written:
                     self._nodes[f"{plan.name}/{job.path}"] = ("array", job.document)
+
+    def write_all(self, invocations: Iterable[InvocationWrite], status: str = "complete") -> str:
+        """Write every invocation and commit; if one fails, commit what was written as ``"aborted"``
+        and re-raise.
+
+        Args:
+            invocations: The window's invocations.
+            status: Final status when all were written.
+
+        Returns:
+            The window group's path (local) or URL.
+        """
+        if status not in _STATUSES:
+            raise ValueError(f"status must be one of {list(_STATUSES)}, got {status!r}")
+        try:
+            for invocation in invocations:
+                self.write_invocation(invocation)
+        except BaseException as error:
+            try:
+                self.commit("aborted")
+            except Exception as commit_error:  # keep the original error; note the failed commit
+                error.add_note(f"committing {self.url} as aborted also failed: {commit_error!r}")
+            raise
+        return self.commit(status)
 
     def commit(self, status: str = "complete") -> str:
         """Write every group document with consolidated metadata, then the window document, last.
