@@ -148,6 +148,8 @@ class TensorDumper:
     last_manifest_paths = last_window_paths
 
     def __enter__(self) -> TensorDumper:
+        # Refuse an unwritable output root now, before any launch is slowed by captures it cannot keep.
+        self._sidecars.probe()
         activate_session("tensor_dump", self)
         self._entered = True
         if self.config.async_export:
@@ -217,12 +219,14 @@ class TensorDumper:
             self._exporter.raise_if_failed()
             self._report_finished()
         next_action = self._action_for_step(self._step + 1)
-        if self._action is DiagnosticAction.RECORD_AND_SAVE:
-            self._finalize_window()
-        elif self._action is DiagnosticAction.RECORD and next_action not in _RECORDING:
-            self._finalize_window()
-        self._step += 1
-        self._action = next_action
+        try:
+            if self._action is DiagnosticAction.RECORD_AND_SAVE:
+                self._finalize_window()
+            elif self._action is DiagnosticAction.RECORD and next_action not in _RECORDING:
+                self._finalize_window()
+        finally:  # a failed export still ends the step: the schedule goes on
+            self._step += 1
+            self._action = next_action
 
     def _action_for_step(self, step: int) -> DiagnosticAction:
         if self._schedule is None:
@@ -305,20 +309,33 @@ class TensorDumper:
             return
         paths = []
         ranks = sorted({invocation.rank for invocation in self._invocations})
-        for rank in ranks:
-            mine = [invocation for invocation in self._invocations if invocation.rank == rank]
-            window = build_window(self.config.level, rank, self._window_index, mine)
-            # The claim is synchronous, so an existing window fails here, on the step thread.
-            session = self._sink.begin(window.rank, window.window_index, window.attrs)
-            paths.append(self._as_path(session.url))
-            job = self._window_job(session, window, status)
-            if self._exporter is None:
-                job()
-            else:
-                nbytes = sum(invocation.payload_bytes for invocation in mine)
-                self._exporter.submit(job, nbytes, session.url, (self._window_index, len(ranks)))
-        self._last_paths = tuple(paths)
-        self._invocations.clear()
-        self._window_index += 1
+        failure: BaseException | None = None
+        try:
+            for rank in ranks:  # one rank's failure never keeps the others' windows from being written
+                mine = [invocation for invocation in self._invocations if invocation.rank == rank]
+                try:
+                    window = build_window(self.config.level, rank, self._window_index, mine)
+                    # The claim is synchronous, so an existing window fails here, on the step thread.
+                    session = self._sink.begin(window.rank, window.window_index, window.attrs)
+                    paths.append(self._as_path(session.url))
+                    job = self._window_job(session, window, status)
+                    if self._exporter is None:
+                        job()
+                    else:
+                        nbytes = sum(invocation.payload_bytes for invocation in mine)
+                        self._exporter.submit(job, nbytes, session.url, (self._window_index, len(ranks)))
+                except BaseException as error:
+                    where = f"Tensor dump window rank_{rank}/window_{self._window_index:04d}"
+                    if not any(where in note or "Tensor dump window" in note for note in getattr(error, "__notes__", ())):
+                        error.add_note(f"while exporting {where} under {self.config.output_dir}")
+                    failure = failure or error
+        finally:
+            # Whatever happened, this window's host copies are released and the next window gets the
+            # next index: a transient failure (a full disk for a moment) must not wedge later steps.
+            self._last_paths = tuple(paths)
+            self._invocations.clear()
+            self._window_index += 1
+        if failure is not None:
+            raise failure
         if self._on_dump_ready is not None and self._exporter is None:
             self._on_dump_ready(self)

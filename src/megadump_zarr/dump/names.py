@@ -16,7 +16,7 @@ def _digest(name: str) -> str:
     return hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:10]
 
 
-def safe_name(name: str) -> str:
+def safe_name(name: str, *, hashed: bool = False) -> str:
     """A path component for ``name``: itself when already safe, else a sanitised form plus a hash.
 
     Safe means ASCII letters, digits, ``.``, ``_`` and ``-``, at most 96 characters, not ``.``/``..``
@@ -26,19 +26,24 @@ def safe_name(name: str) -> str:
 
     Args:
         name: The original (logical) name.
+        hashed: Always add the hash (used when the plain form is taken by another name in a scope).
     """
     if not isinstance(name, str):
         raise TypeError(f"name must be a string, got {type(name).__name__}")
     cleaned = _UNSAFE.sub("_", name)
     reserved = name.lower() in _RESERVED
-    if cleaned == name and name and len(name) <= _MAX_LENGTH and not name.startswith((".", "__")) and "~" not in name and not reserved:
+    plain = name and len(name) <= _MAX_LENGTH and not name.startswith((".", "__")) and "~" not in name and not reserved
+    if cleaned == name and plain and not hashed:
         return name
     prefix = cleaned.lstrip("._")[: _MAX_LENGTH - 11] or "x"
     return f"{prefix}~{_digest(name)}"
 
 
 class NameTable:
-    """Sanitised names within one scope; a second different name mapping to a taken component fails.
+    """Components of the names within one scope, distinct even on case-insensitive file systems.
+
+    A name whose component equals another's up to letter case ("Ab" and "ab") gets the hashed form; if
+    even that is taken (a hash collision), adding it fails rather than overwrite anything.
 
     Args:
         scope: Where the names live, for messages.
@@ -47,6 +52,7 @@ class NameTable:
     def __init__(self, scope: str) -> None:
         self.scope = scope
         self._owners: dict[str, str] = {}
+        self._components: dict[str, str] = {}
 
     def add(self, name: str, component: str | None = None) -> str:
         """Claim a component for ``name`` (idempotent for the same name).
@@ -55,8 +61,15 @@ class NameTable:
             name: The original name.
             component: A prepared component (defaults to ``safe_name(name)``).
         """
-        component = safe_name(name) if component is None else component
-        owner = self._owners.setdefault(component, name)
-        if owner != name:
-            raise ValueError(f"names {owner!r} and {name!r} both map to {component!r} in {self.scope}")
-        return component
+        if name in self._components:
+            return self._components[name]
+        candidates = [safe_name(name) if component is None else component]
+        if component is None:
+            candidates.append(safe_name(name, hashed=True))
+        for candidate in candidates:
+            owner = self._owners.get(candidate.casefold())
+            if owner is None:
+                self._owners[candidate.casefold()] = name
+                self._components[name] = candidate
+                return candidate
+        raise ValueError(f"names {owner!r} and {name!r} both map to {candidates[-1]!r} in {self.scope}")

@@ -50,6 +50,26 @@ class Sidecars:
         self._filesystem().pipe_file(url, data)
         return url
 
+    def probe(self) -> None:
+        """Create the root if needed and write and delete a probe file; raise OSError when it cannot be
+        written (read-only file system, a file in the way, no permission, an unreachable bucket)."""
+        key = f".megadump-probe-{os.getpid()}-{id(self):x}"
+        if self._local is not None:
+            self._local.mkdir(parents=True, exist_ok=True)
+            path = self._local / key
+            path.write_bytes(b"")
+            path.unlink()
+            return
+        url = f"{self._url}/{key}"
+        fs = self._filesystem()
+        try:
+            fs.pipe_file(url, b"")
+            fs.rm(url)
+        except OSError:
+            raise
+        except Exception as error:  # object-store clients raise their own types; name the root plainly
+            raise OSError(f"cannot write to the dump root {self._url}: {error}") from error
+
     def remove(self, prefix: str) -> None:
         """Remove everything below ``prefix`` (missing is fine).
 

@@ -55,8 +55,10 @@ class _DimTable:
     array never uses a name twice (a square ``(hidden, hidden)`` spec gets ``hidden`` and a renamed twin).
     """
 
-    def __init__(self) -> None:
-        self._dims: dict[str, tuple[int, np.ndarray | None]] = {}
+    def __init__(self, reserved: tuple[str, ...] = ()) -> None:
+        # keyed by casefold: "Token" and "token" must not become two coordinate arrays on a
+        # case-insensitive file system; reserved names (the group's arrays) are never dimensions
+        self._dims: dict[str, tuple[str, int, np.ndarray | None]] = {name.casefold(): (name, -1, None) for name in reserved}
 
     def claim_all(self, names: tuple[str, ...], lengths: tuple[int, ...], coords: dict[int, np.ndarray], suffix: str) -> tuple[str, ...]:
         """Resolve every axis name of one array.
@@ -77,12 +79,12 @@ class _DimTable:
     def _claim(self, name: str, length: int, coord: np.ndarray | None, suffix: str, used: set[str]) -> str:
         candidate, attempt = name, 0
         while True:
-            known = self._dims.get(candidate)
+            known = self._dims.get(candidate.casefold())
             if candidate not in used:
                 if known is None:
-                    self._dims[candidate] = (length, coord)
+                    self._dims[candidate.casefold()] = (candidate, length, coord)
                     return candidate
-                if known[0] == length and _same(known[1], coord):
+                if known[0] == candidate and known[1] == length and _same(known[2], coord):
                     return candidate
             attempt += 1
             candidate = f"{name}_{suffix}" if attempt == 1 else f"{name}_{suffix}_{attempt}"
@@ -118,8 +120,9 @@ def _l0_array(tensor: L0Tensor, snapshot: L0Snapshot, component: str, dims: _Dim
 
 def _l0_invocation(invocation: DumpInvocation) -> InvocationWrite:
     names = NameTable(f"invocation {invocation.name}")
-    dims = _DimTable()
-    arrays = [_l0_array(t, s, names.add(t.name), dims) for t, s in invocation.snapshots]
+    components = [names.add(t.name) for t, _ in invocation.snapshots]
+    dims = _DimTable(tuple(components))
+    arrays = [_l0_array(t, s, component, dims) for (t, s), component in zip(invocation.snapshots, components)]
     attrs = _invocation_attrs(invocation)
     attrs["tensorCount"] = len(arrays)
     return InvocationWrite(invocation.name, attrs, [], arrays)
@@ -138,9 +141,13 @@ def _row_coordinate(snapshot: L1Snapshot) -> np.ndarray | None:
     return np.arange(start, start + shape[0], dtype=np.int64)
 
 
+def _record_component(plan: Any) -> str:
+    return f"{plan.io}_{plan.index:02d}_{safe_name(plan.tensor_name)}"
+
+
 def _l1_array(snapshot: L1Snapshot, dims: _DimTable) -> ArrayWrite:
     plan = snapshot.record
-    component = f"{plan.io}_{plan.index:02d}_{safe_name(plan.tensor_name)}"
+    component = _record_component(plan)
     suffix = f"{plan.io}{plan.index:02d}"
     coords: dict[str, np.ndarray] = {}
     if plan.truncated:
@@ -193,7 +200,7 @@ def _l1_invocation(invocation: DumpInvocation) -> InvocationWrite:
         if first.worker_id != L1_ANY_WORKER:
             task_component += f"_worker_{first.core_id:03d}"
         path = f"stages/{stage_component}/{task_component}"
-        dims = _DimTable()
+        dims = _DimTable(tuple(_record_component(snapshot.record) for snapshot in snapshots))
         task_arrays = [_l1_array(snapshot, dims) for snapshot in snapshots]
         groups.append(GroupWrite(path, {
             "taskId": first.task_id,

@@ -85,6 +85,7 @@ class WindowInfo:
         status: ``complete``, ``aborted`` or ``writing`` (torn, or a window without ``zarr.json`` yet).
         attrs: The window manifest (empty when the window has no ``zarr.json``).
         nodes: Consolidated metadata (flat relative path -> document), or ``None`` for a torn window.
+        damaged: Keys of a torn window's documents that were cut short (skipped when listing).
     """
 
     rank: int
@@ -93,6 +94,7 @@ class WindowInfo:
     status: str
     attrs: dict[str, Any] = field(default_factory=dict)
     nodes: dict[str, dict[str, Any]] | None = None
+    damaged: list[str] = field(default_factory=list)
 
     @property
     def level(self) -> str | None:
@@ -196,7 +198,8 @@ def window_nodes(store: Store, info: WindowInfo) -> dict[str, dict[str, Any]]:
     """Every node below a window (flat relative path -> ``zarr.json`` document).
 
     Committed windows answer from their consolidated metadata. A torn window is listed: every
-    ``*/zarr.json`` key below it is fetched (metadata only, never chunks).
+    ``*/zarr.json`` key below it is fetched (metadata only, never chunks); a document cut short by the
+    kill that tore the window is skipped, and its key is listed in ``info.damaged``.
 
     Args:
         store: The dump store.
@@ -208,8 +211,12 @@ def window_nodes(store: Store, info: WindowInfo) -> dict[str, dict[str, Any]]:
     keys = [k for k in list_prefix(store, prefix) if k.endswith("/zarr.json") and k != f"{prefix}zarr.json"]
     nodes: dict[str, dict[str, Any]] = {}
     for key, raw in zip(keys, get_many(store, keys)):
-        if raw is not None:
+        if raw is None:
+            continue
+        try:
             nodes[key[len(prefix) : -len("/zarr.json")]] = parse_json(raw, key)
+        except ValueError:
+            info.damaged.append(key)  # torn mid-write: the node never finished, so it is not part of the window
     return nodes
 
 

@@ -364,6 +364,7 @@ class WindowSession:
             for invocation in invocations:
                 self.write_invocation(invocation)
         except BaseException as error:
+            error.add_note(f"while exporting Tensor dump window {self.url}")
             try:
                 self.commit("aborted")
             except Exception as commit_error:  # keep the original error; note the failed commit
