@@ -109,9 +109,10 @@ def test_sigkill_before_each_kind_of_store_operation(window_puts, tmp_path):
         assert list(committed) == [str(root / "rank_0" / "window_0000")], text
         assert result.committed == 1 and result.complete == 1
         assert window_status(root, 0, 0) == "complete"
+        # None / absent: killed at the second window's L1 plan sidecar, before the window was claimed
         assert window_status(root, 0, 1) in ("writing", None)
         dump = open_dump(root)
-        assert list(dump.windows()["status"]) == ["complete", "writing"]
+        assert list(dump.windows()["status"]) in (["complete", "writing"], ["complete"])
         assert set(dump.records()["window"]) == {0}
         _torn_listing(dump)
         assert_confined(root)

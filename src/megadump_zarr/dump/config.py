@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 import re
 from typing import Any
@@ -134,7 +134,7 @@ class TensorDumpConfig:
     io: str | Collection[str] | None = None
     device_memory_budget_mb: int = 512
     max_bytes_per_tensor: int | None = None
-    storage_options: Mapping[str, Any] | None = None
+    storage_options: Mapping[str, Any] | None = field(default=None, repr=False)  # may hold credentials
     compressor: str | None = "default"
     chunk_bytes: int = 4 << 20
     on_error: str = "discard"

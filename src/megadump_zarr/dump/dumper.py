@@ -21,7 +21,6 @@ from megadump_zarr.dump.exporter import BackgroundExporter
 from megadump_zarr.dump.l0 import L0Tensor, describe_graph_tensors
 from megadump_zarr.dump.l1_plan import PreparedL1Dump, prepare_l1_dump
 from megadump_zarr.dump.plan_io import plan_document, plan_key
-from megadump_zarr.dump.sidecar import Sidecars
 from megadump_zarr.dump.snapshots import decode_l1_dump, salvage_l1_dump, snapshot_tensor
 from megadump_zarr.dump.window import DumpInvocation, build_window
 
@@ -45,6 +44,15 @@ class WindowSink(Protocol):
 
     def begin(self, rank: int, window_index: int, attrs: dict[str, Any]) -> WindowSession:
         """Claim a window (status "writing"); raise FileExistsError if it already exists."""
+
+    def probe(self) -> None:
+        """Raise OSError when the output root cannot be written."""
+
+    def put_sidecar(self, key: str, data: bytes) -> str:
+        """Store a small file (an L1 plan) below the root."""
+
+    def remove_sidecars(self, prefix: str) -> None:
+        """Remove the sidecar files below ``prefix``."""
 
 
 class _TensorDumpCall(DiagnosticCall):
@@ -122,7 +130,6 @@ class TensorDumper:
         self._invocations: list[DumpInvocation] = []
         self._last_paths: tuple[str | Path, ...] = ()
         self._exporter: BackgroundExporter | None = None
-        self._sidecars = Sidecars(config.output_dir, config.storage_options)
         self._pending_reports: dict[int, list[str | Path]] = {}
 
     @property
@@ -149,7 +156,7 @@ class TensorDumper:
 
     def __enter__(self) -> TensorDumper:
         # Refuse an unwritable output root now, before any launch is slowed by captures it cannot keep.
-        self._sidecars.probe()
+        self._sink.probe()
         activate_session("tensor_dump", self)
         self._entered = True
         if self.config.async_export:
@@ -260,7 +267,7 @@ class TensorDumper:
             if self.config.save_plans:  # lets `megadump decode-buffer` salvage a buffer saved from a hung launch
                 document = plan_document(prepared, invocation, self._window_index)
                 key = plan_key(invocation.rank, self._window_index, invocation.name)
-                self._sidecars.put(key, json.dumps(document).encode())
+                self._sink.put_sidecar(key, json.dumps(document).encode())
             arguments.runtime_config = prepared.runtime_config
             arguments.diagnostic_buffer = prepared.buffer
             return _TensorDumpCall(arguments, self, invocation, prepared_l1=prepared)
@@ -290,7 +297,7 @@ class TensorDumper:
         def job() -> str:
             url = session.write_all(window.invocations, status)
             if self.config.level == "L1" and self.config.save_plans:
-                self._sidecars.remove(f".plans/rank_{window.rank}/window_{window.window_index:04d}")
+                self._sink.remove_sidecars(f".plans/rank_{window.rank}/window_{window.window_index:04d}")
             return url
 
         return job

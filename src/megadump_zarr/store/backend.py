@@ -17,6 +17,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 import os
+import shutil
 import threading
 from typing import Any
 
@@ -79,6 +80,14 @@ class Backend(ABC):
 
         Args:
             key: Relative key.
+        """
+
+    @abstractmethod
+    def delete_prefix(self, prefix: str) -> None:
+        """Remove the object at ``prefix`` and every object below ``prefix/`` (missing is fine).
+
+        Args:
+            prefix: Relative key, or key prefix (a "directory").
         """
 
     @abstractmethod
@@ -156,6 +165,18 @@ class LocalBackend(Backend):
         except (FileNotFoundError, NotADirectoryError):
             return None
 
+    def delete_prefix(self, prefix: str) -> None:
+        path = self._path(prefix)
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+        with self._lock:
+            self._dirs = {d for d in self._dirs if d != path and not d.startswith(path + "/")}
+
     def claim(self, prefix: str) -> None:
         """Create the window directory with ``os.mkdir``: exactly one process can succeed.
 
@@ -211,6 +232,12 @@ class FsspecBackend(Backend):
             return bytes(self.fs.cat_file(self._path(key)))
         except FileNotFoundError:
             return None
+
+    def delete_prefix(self, prefix: str) -> None:
+        try:
+            self.fs.rm(self._path(prefix), recursive=True)
+        except FileNotFoundError:
+            pass
 
     def claim(self, prefix: str) -> None:
         """Check that ``prefix/zarr.json`` is absent (the caller writes it right after).

@@ -10,25 +10,34 @@ concurrently (up to the same bound) instead of sending them one after the other.
 Client library. ``s3://`` goes through obstore (Rust ``object_store``; requests never hold the GIL) when
 it is installed and ``storage_options`` can be translated (see :func:`s3_config`); everything else goes
 through fsspec (s3fs, gcsfs, adlfs), wrapped in the same retry loop. Measured on moto's server on loopback
-(2 cores, 32 threads, ``python /tmp/.../measure.py``, moto in the same process and in another one):
+(this project's 2-core machine, shared and noisy; moto in the same process and in a child process):
 
-    ===================================  =================  ==================
-    workload                              s3fs ``pipe_file``  obstore ``put``
-    ===================================  =================  ==================
-    1000 x 8 KiB puts (objects/s)          139-186             280-324
-    32 x 4 MiB puts (MiB/s)                119-142             208-254
-    ===================================  =================  ==================
+    ======================================================  ==============  ===============
+    workload                                                s3fs            obstore
+    ======================================================  ==============  ===============
+    1000 x 8 KiB puts from 32 threads (objects/s)           139-186         280-324
+    32 x 4 MiB puts from 8 threads (MiB/s)                  119-142         208-254
+    WindowWriter, 1024 x 8 KiB arrays (~2,600 objects), s   14.7-15.7       10.1-11.0
+    WindowWriter, 32 x 4 MiB bf16 arrays, s                 1.17-1.47       0.93-0.95
+    ======================================================  ==============  ===============
 
-obstore is 1.6-2x faster for both many small and big objects (s3fs signs and parses every request in
-Python on an asyncio loop, competing for the GIL with the compression threads), so it is the default.
+(the writer rows compare the previous ``FsspecBackend`` with this backend). obstore is 1.3-2x faster for
+both many small and big objects (s3fs signs and parses every request in Python on one asyncio loop,
+competing for the GIL with the compression threads), so it is the default. moto itself (one Python
+process) caps both at ~300 small objects/s, so against real S3 the gap is likely larger.
 
 Retries (:class:`RetryPolicy`): HTTP 5xx, 429 / ``SlowDown`` / throttling, ``RequestTimeout``, dropped
 or reset connections and timeouts are retried with exponential backoff and jitter (the delay before
 attempt ``n + 1`` is uniform in ``[d/2, d]`` with ``d = min(max_delay, base_delay * 2**(n-1))``); any
 other 4xx (403, 404, 412, ...) fails at once. After ``attempts`` tries the error is
 :class:`ObjectStoreError` naming the operation, the object's URL, the number of attempts and the last
-error. The client library's own retries are switched off (obstore) so that one policy decides. Every
-put is idempotent (whole-object replace), so a retried request whose first attempt did land is harmless.
+error. The client library's own retries are switched off (obstore) so that one policy decides (the
+fsspec fallback keeps its library's retries underneath). Every put is idempotent (whole-object replace),
+so a retried request whose first attempt did land is harmless. ``WindowWriter``/``tensor_dump`` take no
+retry argument: they get the process default, set with :func:`set_default_retry_policy` or, for a block,
+``with retry_policy(attempts=5, base_delay=0.05): ...``; ``ObjectStoreBackend(..., retry=...)`` and
+``transfer.upload(..., retry=...)`` take one directly. The default (8 tries, 0.1 s doubling to at most
+10 s) gives up after about 13 s of backoff at worst, plus the request timeouts.
 
 Credentials: ``storage_options`` are never written to the store, never logged, and never appear in a
 ``repr`` or an error message (:func:`redact_options`; every message is scrubbed of secret values).
@@ -774,6 +783,16 @@ class ObjectStoreBackend(Backend):
             self._call("DELETE", keys[0], lambda: self._client.delete(paths), expect=(_Kind.NOT_FOUND,))
         except FileNotFoundError:
             pass
+
+    def delete_prefix(self, prefix: str) -> None:
+        """Remove the object at ``prefix`` and every object below ``prefix/`` (missing is fine).
+
+        Args:
+            prefix: Relative key, or key prefix.
+        """
+        keys = [prefix.rstrip("/"), *self.list(prefix.rstrip("/") + "/")]
+        for start in range(0, len(keys), 1000):  # S3 DeleteObjects takes at most 1000 keys
+            self.delete(keys[start:start + 1000])
 
     def claim(self, prefix: str) -> None:
         """Create ``{prefix}/zarr.json`` (a ``"writing"`` placeholder) only if absent; see the module notes.

@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 import json
 import os
 import threading
+import uuid
 from typing import Any
 
 import numpy as np
@@ -172,6 +173,30 @@ class WindowWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def probe(self) -> None:
+        """Write and delete a probe object at the root; raise OSError when the root is not writable."""
+        key = f".megadump-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.backend.put(key, b"")
+        self.backend.delete_prefix(key)
+
+    def put_sidecar(self, key: str, data: bytes) -> str:
+        """Store a small file beside the dump (an L1 plan), atomically; return its path or URL.
+
+        Args:
+            key: Relative key; sidecars live below dot-directories that Zarr readers never list.
+            data: File content.
+        """
+        self.backend.put(key, data, atomic=True)
+        return self.backend.location(key)
+
+    def remove_sidecars(self, prefix: str) -> None:
+        """Remove the sidecar files below ``prefix``.
+
+        Args:
+            prefix: Relative key prefix.
+        """
+        self.backend.delete_prefix(prefix)
 
     def begin(self, rank: int, window_index: int, attrs: dict[str, Any]) -> WindowSession:
         """Claim a window and mark it ``"writing"``.

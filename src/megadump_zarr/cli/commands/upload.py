@@ -1,0 +1,64 @@
+"""``megadump upload``: copy a local dump's committed windows to an object store, verified."""
+
+from __future__ import annotations
+
+import argparse
+
+from megadump_zarr.cli.common import (
+    EXIT_CHECK_FAILED, EXIT_OK, CliError, Context, add_output_flags, add_storage_options, storage_options,
+)
+
+__all__ = ["register"]
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``upload``."""
+    parser = subparsers.add_parser(
+        "upload", help="upload a local dump to S3 (or another object store), verified and resumable",
+        description="Upload every committed window (status complete or aborted) of the dump at LOCAL to URL "
+                    "(megadump_zarr.transfer.upload): objects in parallel, each window's zarr.json last, every "
+                    "object checked (size and MD5/ETag) after upload. Objects already uploaded are skipped, so an "
+                    "interrupted upload resumes where it stopped. Windows still 'writing' are skipped with a note. "
+                    "Exit status 1 when some window could not be uploaded or verified.")
+    parser.add_argument("local", metavar="LOCAL", help="local dump root (directory holding zarr.json and rank_*/)")
+    parser.add_argument("url", metavar="URL", help="destination dump root, e.g. s3://bucket/run1")
+    parser.add_argument("--workers", type=_positive, default=16, metavar="N",
+                        help="objects uploaded concurrently (default 16)")
+    parser.add_argument("--delete-local", action="store_true",
+                        help="remove each local window directory once its upload is verified")
+    add_storage_options(parser)
+    add_output_flags(parser)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    """Upload and summarise."""
+    from megadump_zarr.transfer import UploadError, upload
+
+    if "://" not in args.url or args.url.startswith("file://"):
+        raise CliError(f"URL must be an object-store URL such as s3://bucket/prefix, got {args.url!r}")
+    failed = False
+    try:
+        report = upload(args.local, args.url, storage_options=storage_options(args), workers=args.workers,
+                        delete_local=args.delete_local, progress=ctx.progress and not ctx.json)
+    except UploadError as error:
+        report, failed = error.report, True
+    if ctx.json:
+        ctx.emit_json({**report.as_dict(), "ok": not failed})
+    else:
+        for key, reason in sorted(report.skipped.items()):
+            ctx.note(f"skipped {key}: {reason}")
+        for key, reason in sorted(report.failed.items()):
+            ctx.err.print(f"error: {key}: {reason}", highlight=False, markup=False)
+        ctx.console.print(report.summary(), highlight=False, markup=False)
+    return EXIT_CHECK_FAILED if failed else EXIT_OK

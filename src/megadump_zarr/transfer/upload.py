@@ -1,0 +1,468 @@
+"""Upload a local dump to an object store: committed windows only, parallel, resumable, verified.
+
+Order. The root ``zarr.json`` and each ``rank_{r}/zarr.json`` go first (uploaded when absent or
+different). Then, per window, every object except the window's own ``zarr.json``; the window prefix is
+re-listed and every object checked; only then is the window ``zarr.json`` uploaded (and checked). A
+window interrupted half-way therefore has no window document remotely and readers see it as torn
+(``writing``), never as complete.
+
+Which windows. Those whose local ``zarr.json`` says ``complete`` or ``aborted``. A window still
+``writing`` (being written, or its writer died) is skipped with a note in the report; hidden files
+(``.plans/``, temporary ``.zarr.json.tmp-*``) are never uploaded.
+
+Checksums. Each local file's MD5 is computed while it is read for upload. A remote object counts as
+"the same" when its size matches and either its ETag equals the S3 ETag of the local bytes (the MD5 for
+single-part uploads; for files above ``multipart_threshold``, uploaded in ``part_bytes`` parts, the MD5
+of the parts' MD5 digests followed by ``-{parts}``) or its ``megadump-md5`` user metadata (written on
+every upload) equals the MD5. The ETag comparison needs only the listing (one request per 1000 objects);
+the metadata one is the fallback for stores whose ETag is not an MD5 (SSE-KMS, other providers) and costs
+one request per object. MD5 guards against corruption in transit and against stale objects, not against
+an adversary; it is what S3 itself uses for ``Content-MD5``.
+
+Resume. Running the same upload again lists each window prefix, skips every object that is already the
+same, and uploads nothing when the dump is already there. A remote window document that differs from
+the local one (another dump written to the same URL) is a conflict: that window is not touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+import hashlib
+import json
+import os
+import re
+import shutil
+import threading
+import time
+from typing import Any
+
+from megadump_zarr.store.object_backend import ObjectInfo, ObjectStoreBackend, RetryPolicy
+
+__all__ = ["UploadError", "UploadReport", "upload", "upload_windows"]
+
+_RANK = re.compile(r"^rank_(\d+)$")
+_WINDOW = re.compile(r"^window_(\d+)$")
+_COMMITTED = ("complete", "aborted")
+_MD5_KEY = "megadump-md5"
+_READ_BYTES = 8 << 20
+
+
+@dataclass
+class UploadReport:
+    """What an upload did.
+
+    Attributes:
+        url: Destination root.
+        windows: Window keys (``rank_0/window_0000``) now present and verified remotely.
+        skipped: Window key -> why it was not uploaded (not committed, conflict).
+        failed: Window key -> error, for windows whose upload or verification failed.
+        uploaded_objects: Objects sent.
+        uploaded_bytes: Bytes sent.
+        present_objects: Objects found already uploaded (same size and checksum) and not sent again.
+        present_bytes: Their bytes.
+        verified_objects: Objects checked against the remote listing after upload.
+        deleted_local: Local window directories removed after verification (``delete_local``).
+        seconds: Wall time.
+    """
+
+    url: str
+    windows: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    uploaded_objects: int = 0
+    uploaded_bytes: int = 0
+    present_objects: int = 0
+    present_bytes: int = 0
+    verified_objects: int = 0
+    deleted_local: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """Whether every committed window is uploaded and verified (skipped windows do not count)."""
+        return not self.failed
+
+    def summary(self) -> str:
+        """One line for people."""
+        rate = self.uploaded_bytes / self.seconds / 2**20 if self.seconds > 0 else 0.0
+        text = (f"{len(self.windows)} window(s) verified at {self.url}: {self.uploaded_objects} object(s) "
+                f"({self.uploaded_bytes / 2**20:.1f} MiB) uploaded, {self.present_objects} already present, "
+                f"{self.seconds:.1f} s ({rate:.0f} MiB/s)")
+        if self.skipped:
+            text += f"; {len(self.skipped)} skipped"
+        if self.failed:
+            text += f"; {len(self.failed)} FAILED"
+        return text
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly form."""
+        return {"url": self.url, "windows": list(self.windows), "skipped": dict(self.skipped),
+                "failed": dict(self.failed), "uploaded_objects": self.uploaded_objects,
+                "uploaded_bytes": self.uploaded_bytes, "present_objects": self.present_objects,
+                "present_bytes": self.present_bytes, "verified_objects": self.verified_objects,
+                "deleted_local": list(self.deleted_local), "seconds": self.seconds}
+
+    def _merge(self, other: UploadReport) -> None:
+        self.windows += other.windows
+        self.skipped.update(other.skipped)
+        self.failed.update(other.failed)
+        for name in ("uploaded_objects", "uploaded_bytes", "present_objects", "present_bytes", "verified_objects"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.deleted_local += other.deleted_local
+        self.seconds += other.seconds
+
+
+class UploadError(RuntimeError):
+    """Some windows could not be uploaded or verified; ``report`` says which and what else was done."""
+
+    def __init__(self, message: str, report: UploadReport) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+# ---------------------------------------------------------------------------------------------- local side
+@dataclass
+class _File:
+    key: str
+    path: str
+    size: int
+
+
+def _read_status(path: str) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            attrs = json.load(handle).get("attributes") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    status = attrs.get("status")
+    return status if isinstance(status, str) else None
+
+
+def _files_below(root: str, prefix: str) -> list[_File]:
+    """Every non-hidden file below ``root/prefix``, keyed relative to ``root``."""
+    found = []
+    base = os.path.join(root, prefix)
+    for directory, dirnames, filenames in os.walk(base):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        rel = os.path.relpath(directory, root).replace(os.sep, "/")
+        for name in filenames:
+            if name.startswith("."):
+                continue
+            path = os.path.join(directory, name)
+            found.append(_File(f"{rel}/{name}", path, os.path.getsize(path)))
+    return found
+
+
+def _shared_files(root: str, ranks: Sequence[str]) -> list[_File]:
+    """The root and rank group documents that exist locally."""
+    keys = ["zarr.json"] + [f"{rank}/zarr.json" for rank in ranks]
+    paths = [(key, os.path.join(root, *key.split("/"))) for key in keys]
+    return [_File(key, path, os.path.getsize(path)) for key, path in paths if os.path.isfile(path)]
+
+
+def _windows(root: str) -> list[str]:
+    keys = []
+    for rank in sorted(os.listdir(root)):
+        if not _RANK.match(rank) or not os.path.isdir(os.path.join(root, rank)):
+            continue
+        for window in sorted(os.listdir(os.path.join(root, rank))):
+            if _WINDOW.match(window) and os.path.isdir(os.path.join(root, rank, window)):
+                keys.append(f"{rank}/{window}")
+    return sorted(keys, key=lambda k: tuple(int(p.split("_")[1]) for p in k.split("/")))
+
+
+def _check_root(root: str) -> None:
+    marker = os.path.join(root, "zarr.json")
+    if not os.path.isdir(root):
+        raise ValueError(f"{root} is not a megadump_zarr dump root: the directory does not exist")
+    try:
+        with open(marker, "rb") as handle:
+            attrs = json.load(handle).get("attributes") or {}
+    except FileNotFoundError:
+        raise ValueError(f"{root} is not a megadump_zarr dump root: zarr.json is missing") from None
+    except (OSError, ValueError, AttributeError) as error:
+        raise ValueError(f"{root} is not a megadump_zarr dump root: zarr.json is unreadable ({error})") from None
+    if "megadump_zarr" not in attrs:
+        raise ValueError(f"{root} is not a megadump_zarr dump root: zarr.json has no 'megadump_zarr' attribute")
+
+
+# ---------------------------------------------------------------------------------------------- checksums
+class _Digest:
+    """MD5 of a file and the S3 ETag it gets when uploaded our way."""
+
+    def __init__(self, part_bytes: int, multipart: bool) -> None:
+        self._whole = hashlib.md5(usedforsecurity=False)
+        self._multipart = multipart
+        self._part_bytes = part_bytes
+        self._parts: list[bytes] = []
+        self._part = hashlib.md5(usedforsecurity=False)
+        self._in_part = 0
+
+    def update(self, data: bytes | memoryview) -> None:
+        self._whole.update(data)
+        if not self._multipart:
+            return
+        view = memoryview(data)
+        while view.nbytes:
+            take = min(view.nbytes, self._part_bytes - self._in_part)
+            self._part.update(view[:take])
+            self._in_part += take
+            view = view[take:]
+            if self._in_part == self._part_bytes:
+                self._parts.append(self._part.digest())
+                self._part, self._in_part = hashlib.md5(usedforsecurity=False), 0
+
+    @property
+    def md5(self) -> str:
+        return self._whole.hexdigest()
+
+    @property
+    def etag(self) -> str:
+        if not self._multipart:
+            return self.md5
+        parts = self._parts + ([self._part.digest()] if self._in_part else [])
+        return f"{hashlib.md5(b''.join(parts), usedforsecurity=False).hexdigest()}-{len(parts)}"
+
+
+# ---------------------------------------------------------------------------------------------- progress
+class _Progress:
+    def __init__(self, enabled: bool, total: int) -> None:
+        self._bar: Any = None
+        if not enabled:
+            return
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn,
+        )
+
+        self._bar = Progress(TextColumn("[bold]upload"), BarColumn(), DownloadColumn(binary_units=True),
+                             TransferSpeedColumn(), TimeRemainingColumn(), console=Console(stderr=True),
+                             transient=False)
+        self._task = self._bar.add_task("upload", total=total)
+        self._bar.start()
+
+    def advance(self, nbytes: int) -> None:
+        if self._bar is not None:
+            self._bar.advance(self._task, nbytes)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+# ---------------------------------------------------------------------------------------------- uploader
+class _Uploader:
+    def __init__(self, local_root: str, backend: ObjectStoreBackend, *, workers: int, delete_local: bool,
+                 multipart_threshold: int, part_bytes: int, progress: _Progress) -> None:
+        self.root = local_root
+        self.backend = backend
+        self.workers = workers
+        self.delete_local = delete_local
+        self.threshold = multipart_threshold
+        self.part_bytes = part_bytes
+        self.progress = progress
+        self.report = UploadReport(backend.url)
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="megadump-upload")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    def _count(self, name: str, nbytes: int, objects: int = 1) -> None:
+        with self._lock:
+            setattr(self.report, f"{name}_objects", getattr(self.report, f"{name}_objects") + objects)
+            setattr(self.report, f"{name}_bytes", getattr(self.report, f"{name}_bytes") + nbytes)
+
+    # -- one file --------------------------------------------------------------------------------------
+    def _digest(self, file: _File) -> tuple[_Digest, bytes | None]:
+        """Checksum a file; small files are kept in memory for the upload that may follow."""
+        multipart = file.size > self.threshold
+        digest = _Digest(self.part_bytes, multipart)
+        if not multipart:
+            with open(file.path, "rb") as handle:
+                data = handle.read()
+            digest.update(data)
+            return digest, data
+        with open(file.path, "rb") as handle:
+            while chunk := handle.read(_READ_BYTES):
+                digest.update(chunk)
+        return digest, None
+
+    def _same(self, file: _File, digest: _Digest, remote: ObjectInfo | None) -> bool:
+        if remote is None or remote.size != file.size:
+            return False
+        if remote.etag is not None and remote.etag == digest.etag:
+            return True
+        attributes = self.backend.get_attributes(file.key) or {}
+        return attributes.get(_MD5_KEY) == digest.md5
+
+    def _send(self, file: _File, remote: ObjectInfo | None) -> tuple[_File, _Digest]:
+        """Upload one file unless the remote copy is the same; returns its digest for verification."""
+        digest, data = self._digest(file)
+        if self._same(file, digest, remote):
+            self._count("present", file.size)
+        else:
+            attributes = {_MD5_KEY: digest.md5}
+            if data is not None:
+                self.backend.put(file.key, data, attributes=attributes)
+            else:
+                self.backend.put_file(file.key, file.path, part_bytes=self.part_bytes, attributes=attributes)
+            self._count("uploaded", file.size)
+        self.progress.advance(file.size)
+        return file, digest
+
+    def _send_all(self, files: Sequence[_File], remote: Mapping[str, ObjectInfo]) -> list[tuple[_File, _Digest]]:
+        futures: list[Future[tuple[_File, _Digest]]] = [self._pool.submit(self._send, f, remote.get(f.key)) for f in files]
+        wait(futures)
+        for future in futures:
+            error = future.exception()
+            if error is not None:
+                raise error
+        return [future.result() for future in futures]
+
+    def _verify(self, sent: Sequence[tuple[_File, _Digest]], listing: Mapping[str, ObjectInfo]) -> None:
+        bad = [file.key for file, digest in sent if not self._same(file, digest, listing.get(file.key))]
+        if bad:
+            shown = ", ".join(bad[:5]) + (f", ... ({len(bad) - 5} more)" if len(bad) > 5 else "")
+            raise OSError(f"verification failed for {len(bad)} object(s) at {self.backend.url}: {shown}")
+        with self._lock:
+            self.report.verified_objects += len(sent)
+
+    # -- shared group documents ----------------------------------------------------------------------
+    def upload_shared(self, ranks: Sequence[str]) -> None:
+        """Root and rank group documents (absent or different ones)."""
+        files = _shared_files(self.root, ranks)
+        remote = {f.key: self.backend.head(f.key) for f in files}
+        sent = self._send_all(files, {k: v for k, v in remote.items() if v is not None})
+        self._verify(sent, {f.key: info for f in files if (info := self.backend.head(f.key)) is not None})
+
+    # -- one window -----------------------------------------------------------------------------------
+    def upload_window(self, key: str) -> None:
+        status = _read_status(os.path.join(self.root, key, "zarr.json"))
+        if status not in _COMMITTED:
+            reason = "no window zarr.json" if status is None else f"status {status!r}"
+            with self._lock:
+                self.report.skipped[key] = f"{reason}: not committed yet, not uploaded"
+            return
+        files = _files_below(self.root, key)
+        document_key = f"{key}/zarr.json"
+        document = next(f for f in files if f.key == document_key)
+        body = [f for f in files if f.key != document_key]
+        listing = self.backend.list(f"{key}/")
+        remote_doc = listing.get(document_key)
+        if remote_doc is not None:
+            digest, _ = self._digest(document)
+            if not self._same(document, digest, remote_doc):
+                with self._lock:
+                    self.report.failed[key] = ("conflict: the remote window document differs from the local one "
+                                               "(another dump at this URL?); the window was not touched")
+                self.progress.advance(sum(f.size for f in files))
+                return
+        sent = self._send_all(body, listing)
+        self._verify(sent, self.backend.list(f"{key}/"))
+        last = self._send_all([document], listing)  # the window document last: only now does it look committed
+        head = self.backend.head(document_key)
+        self._verify(last, {document_key: head} if head is not None else {})
+        with self._lock:
+            self.report.windows.append(key)
+        if self.delete_local:
+            shutil.rmtree(os.path.join(self.root, key))
+            with self._lock:
+                self.report.deleted_local.append(os.path.join(self.root, key))
+
+
+def _make_backend(url: str, storage_options: Mapping[str, Any] | None, workers: int,
+                  retry: RetryPolicy | None) -> ObjectStoreBackend:
+    if not isinstance(url, str) or "://" not in url:
+        raise ValueError(f"upload destination must be an object-store URL such as s3://bucket/prefix, got {url!r}")
+    return ObjectStoreBackend(url, storage_options, retry=retry, max_concurrency=max(workers, 1))
+
+
+def upload_windows(local_root: str | os.PathLike[str], url: str, windows: Sequence[str] | None = None, *,
+                   storage_options: Mapping[str, Any] | None = None, workers: int = 16, delete_local: bool = False,
+                   progress: bool = False, retry: RetryPolicy | None = None, multipart_threshold: int = 64 << 20,
+                   part_bytes: int = 16 << 20, backend: ObjectStoreBackend | None = None) -> UploadReport:
+    """Like :func:`upload`, for chosen windows only (``["rank_0/window_0003", ...]``; ``None``: all).
+
+    Returns the report without raising for failed windows (see ``report.failed``).
+    """
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    if part_bytes < 5 << 20:
+        raise ValueError(f"part_bytes must be at least 5 MiB (S3's smallest part), got {part_bytes}")
+    root = os.path.abspath(os.fspath(local_root))
+    _check_root(root)
+    keys = _windows(root) if windows is None else [str(w).strip("/") for w in windows]
+    for key in keys:
+        parts = key.split("/")
+        if len(parts) != 2 or not _RANK.match(parts[0]) or not _WINDOW.match(parts[1]):
+            raise ValueError(f"not a window key (rank_R/window_WWWW): {key!r}")
+        if not os.path.isdir(os.path.join(root, key)):
+            raise ValueError(f"no window {key} below {root}")
+    backend = backend or _make_backend(url, storage_options, workers, retry)
+    ranks = sorted({key.split("/")[0] for key in keys})
+    total = sum(f.size for key in keys for f in _files_below(root, key)) + sum(f.size for f in _shared_files(root, ranks))
+    start = time.perf_counter()
+    bar = _Progress(progress, total)
+    uploader = _Uploader(root, backend, workers=workers, delete_local=delete_local,
+                         multipart_threshold=multipart_threshold, part_bytes=part_bytes, progress=bar)
+    try:
+        try:
+            uploader.upload_shared(ranks)
+        except Exception as error:  # without the root and rank documents no window is readable: all fail
+            for key in keys:
+                uploader.report.failed[key] = f"{type(error).__name__}: {error}"
+            keys_to_send: list[str] = []
+        else:
+            keys_to_send = list(keys)
+        # A few windows at once keep the pool busy across each window's verify / document round trips.
+        with ThreadPoolExecutor(min(4, max(len(keys), 1)), thread_name_prefix="megadump-upload-window") as windows_pool:
+            futures = {key: windows_pool.submit(uploader.upload_window, key) for key in keys_to_send}
+            for key, future in futures.items():
+                error = future.exception()
+                if error is not None:
+                    uploader.report.failed[key] = f"{type(error).__name__}: {error}"
+    finally:
+        uploader.close()
+        bar.close()
+    uploader.report.seconds = time.perf_counter() - start
+    order = {key: i for i, key in enumerate(keys)}
+    uploader.report.windows.sort(key=lambda k: order.get(k, len(order)))
+    return uploader.report
+
+
+def upload(local_root: str | os.PathLike[str], url: str, *, storage_options: Mapping[str, Any] | None = None,
+           workers: int = 16, delete_local: bool = False, progress: bool = False, retry: RetryPolicy | None = None,
+           multipart_threshold: int = 64 << 20, part_bytes: int = 16 << 20) -> UploadReport:
+    """Upload a local dump's committed windows to ``url`` (``s3://bucket/prefix``), then verify them.
+
+    See the module documentation for order, resume and checksums.
+
+    Args:
+        local_root: The local dump root (the directory holding ``zarr.json`` and ``rank_*/``).
+        url: Destination dump root.
+        storage_options: fsspec-style options (``{"key", "secret", "endpoint_url", ...}``); never stored or shown.
+        workers: Objects uploaded concurrently.
+        delete_local: Remove each local window directory once its upload is verified.
+        progress: Draw a progress bar (bytes) on stderr.
+        retry: Retry policy of the requests (default: the object backend's default).
+        multipart_threshold: Files larger than this are uploaded in parts.
+        part_bytes: Part size of multipart uploads (>= 5 MiB).
+
+    Returns:
+        What was uploaded, skipped and verified.
+
+    Raises:
+        ValueError: ``local_root`` is not a dump root, or ``url`` is not an object-store URL.
+        UploadError: Some committed window could not be uploaded or verified (``error.report`` has details);
+            every other window was still uploaded.
+    """
+    report = upload_windows(local_root, url, None, storage_options=storage_options, workers=workers,
+                            delete_local=delete_local, progress=progress, retry=retry,
+                            multipart_threshold=multipart_threshold, part_bytes=part_bytes)
+    if report.failed:
+        details = "; ".join(f"{k}: {v}" for k, v in sorted(report.failed.items()))
+        raise UploadError(f"upload to {report.url} failed for {len(report.failed)} window(s): {details}", report)
+    return report
