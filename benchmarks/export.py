@@ -140,10 +140,12 @@ def run_workload(name: str, count: int, payload_bytes: int, dtype: torch.dtype, 
     times: dict[str, list[float]] = {k: [] for k in contenders}
     peaks: dict[str, list[int]] = {k: [] for k in contenders}
     stored: dict[str, int] = {}
-    for _ in range(repeats):
-        for key, run in contenders.items():
-            with scratch_dir(base) as scratch:
-                root = Path(scratch) / "dump"
+    # Every run keeps its output until the workload ends: this disk is mounted with `discard`, and
+    # deleting tens of thousands of files stalls the next run's file creation for seconds.
+    with scratch_dir(base) as scratch:
+        for repeat in range(repeats):
+            for key, run in contenders.items():
+                root = Path(scratch) / f"{key}_{repeat}"
                 sync_disk()
                 with PeakRss() as rss:
                     start = time.perf_counter()
@@ -152,6 +154,8 @@ def run_workload(name: str, count: int, payload_bytes: int, dtype: torch.dtype, 
                     times[key].append(time.perf_counter() - start)
                 peaks[key].append(rss.extra)
                 stored[key] = _du(root)
+    sync_disk()
+    time.sleep(2)  # let the deletions' discards settle before the next workload
     med = {k: statistics.median(v) for k, v in times.items()}
     payload = sum(p.payload_bytes for p in plans)
     return {
