@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench venv clean
+.PHONY: demo test test-slow bench venv clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -24,9 +24,15 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider
 
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider -m slow
+
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.export
 	$(BIN)/python -m benchmarks.read
+	$(BIN)/python -m benchmarks.codecs
+	$(BIN)/python -m benchmarks.upload
+	$(BIN)/python -m benchmarks.reliability
 
 clean:
 	rm -rf $(VENV) megadump-demo*
