@@ -15,22 +15,35 @@ Arrays are never loaded whole: :mod:`megadump_zarr.analyse.metrics` reads them b
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 import contextlib
 import math
-import os
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
+from megadump_zarr.analyse.matching import (
+    KEY_COLUMNS,
+    align_reference,
+    clean_select,
+    common_keys,
+    execution_order,
+    filter_records,
+    is_dump,
+    is_reference_collection,
+    merged_order,
+    name_filter,
+    open_side,
+    record_keys,
+    record_select,
+    reference_get,
+    reference_names,
+    scalar,
+)
 from megadump_zarr.analyse.metrics import DEFAULT_BLOCK_BYTES, compute_metrics, dtype_name, shape_of
 from megadump_zarr.analyse.verdict import verdict
 
 __all__ = ["KEY_COLUMNS", "RESULT_COLUMNS", "compare", "execution_order", "first_divergence", "first_nonfinite"]
-
-KEY_COLUMNS = ("rank", "window", "invocation", "direction", "kernel", "stage", "task_id", "io", "index", "name", "path")
-"""Columns identifying the compared tensor (None where they do not apply)."""
 
 METRIC_COLUMNS = (
     "shape_a", "shape_b", "dtype_a", "dtype_b", "elements", "cosine", "max_abs", "max_rel", "rmse",
@@ -47,153 +60,6 @@ _NOT_PASSING = ("fail", "error")
 
 
 # ---------------------------------------------------------------------------------------------------- helpers
-def _is_dump(x: Any) -> bool:
-    return all(callable(getattr(x, m, None)) for m in ("records", "record_array", "tensor"))
-
-
-def _is_path(x: Any) -> bool:
-    return isinstance(x, (str, os.PathLike))
-
-
-def _open(x: Any) -> Any:
-    if not _is_path(x):
-        return x
-    try:
-        from megadump_zarr.read import open_dump
-    except ImportError as exc:  # pragma: no cover - depends on the read layer being installed
-        raise ImportError(f"comparing dump paths needs megadump_zarr.read.open_dump: {exc}") from exc
-    return open_dump(x)
-
-
-def _is_reference_collection(x: Any) -> bool:
-    import xarray as xr
-
-    return isinstance(x, (Mapping, xr.Dataset))
-
-
-def _reference_names(x: Any) -> list[str]:
-    import xarray as xr
-
-    if isinstance(x, xr.Dataset):
-        return [str(n) for n in x.data_vars]
-    return [str(n) for n in x]
-
-
-def _reference_get(x: Any, name: str) -> Any:
-    import xarray as xr
-
-    if isinstance(x, xr.Dataset):
-        return x.data_vars[name] if name in x.data_vars else None
-    return x.get(name)
-
-
-def _scalar(value: Any) -> Any:
-    """A plain Python value for a key cell (NaN / NA → None)."""
-    if value is None:
-        return None
-    try:
-        if pd.isna(value):
-            return None
-    except (TypeError, ValueError):
-        pass
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
-def _name_filter(names: str | Iterable[str] | None) -> list[str] | None:
-    if names is None:
-        return None
-    if isinstance(names, str):
-        return [names]
-    return [str(n) for n in names]
-
-
-def _clean_select(select: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in select.items() if v is not None}
-
-
-def _filter_records(records: pd.DataFrame, select: dict[str, Any], names: list[str] | None = None) -> pd.DataFrame:
-    """Rows of ``records`` matching ``select`` (equality, or membership for list/tuple/set/range) and ``names``."""
-    mask = pd.Series(True, index=records.index)
-    for key, value in select.items():
-        if key not in records.columns:
-            raise ValueError(f"unknown selection {key!r}; records() has columns {list(records.columns)}")
-        if isinstance(value, (list, tuple, set, frozenset, range)):
-            mask &= records[key].isin(list(value))
-        else:
-            mask &= records[key] == value
-    if names is not None:
-        mask &= records["name"].isin(names)
-    return records[mask.fillna(False).astype(bool)]
-
-
-_PHASES = {"before": 0, "input": 0, "after": 1, "output": 1}
-
-
-def execution_order(records: pd.DataFrame) -> pd.DataFrame:
-    """``records`` stably sorted into execution order.
-
-    The key is (rank, window, invocation, task id, worker, capture phase), ties kept in the given
-    order. Task ids are assigned in the kernel graph's topological order and tasks run in id order,
-    so this is "stage groups in the order they were executed, then task"; within a task (or an L0
-    invocation) tensors captured before the task ran (inputs) come before those captured after it
-    (outputs); an ``aiv_pipeline`` task's workers run one after the other. A ``records()`` table that
-    is already in execution order is returned unchanged.
-
-    Args:
-        records: A ``records()`` table (or a filtered part of it).
-    """
-    if records.empty:
-        return records
-
-    def column(name: str, fill: float) -> np.ndarray:
-        if name not in records.columns:
-            return np.full(len(records), fill)
-        return pd.to_numeric(records[name], errors="coerce").astype("float64").fillna(fill).to_numpy()
-
-    if "capture_phase" in records.columns:
-        phase_source = records["capture_phase"]
-    elif "io" in records.columns:
-        phase_source = records["io"]
-    else:
-        phase_source = pd.Series([None] * len(records), index=records.index)
-    phase = np.array([_PHASES.get(v, 0) if isinstance(v, str) else 0 for v in phase_source], dtype=np.float64)
-    keys = [np.arange(len(records)), phase, column("worker", -1), column("task_id", -1), column("invocation", -1),
-            column("window", -1), column("rank", -1)]
-    return records.iloc[np.lexsort(keys)]
-
-
-def _record_select(select: dict[str, Any]) -> dict[str, Any]:
-    """``Dump.tensor`` selection arguments as ``records()`` column filters."""
-    out = {}
-    for key, value in select.items():
-        if key == "task":
-            key = "task_id" if not isinstance(value, str) else "group"
-            if isinstance(value, str):
-                continue  # a task group name; tensor() resolves it
-        elif key == "invocation" and isinstance(value, str):
-            key = "invocation_name"
-        out[key] = value
-    return out
-
-
-def _record_keys(row: pd.Series) -> dict[str, Any]:
-    return {k: _scalar(row[k]) if k in row.index else None for k in KEY_COLUMNS}
-
-
-def _common_keys(rows: pd.DataFrame, name: str) -> dict[str, Any]:
-    """Key columns shared by every row of ``rows`` (None where they differ)."""
-    keys: dict[str, Any] = dict.fromkeys(KEY_COLUMNS)
-    for k in KEY_COLUMNS:
-        if k in rows.columns and len(rows):
-            values = {_scalar(v) for v in rows[k]}
-            if len(values) == 1:
-                keys[k] = values.pop()
-    keys["name"] = name
-    return keys
-
-
 def _empty_row(keys: dict[str, Any], verdict_: str, note: str, **extra: Any) -> dict[str, Any]:
     row: dict[str, Any] = dict(keys)
     row.update(dict.fromkeys(METRIC_COLUMNS))
@@ -231,50 +97,6 @@ def _pair_row(keys: dict[str, Any], a: Any, b: Any, *, rtol: float | None, atol:
     return row
 
 
-def _take_rows(x: Any, rows: np.ndarray) -> Any:
-    """``x`` restricted to the given indices along axis 0 (lazy inputs stay lazy)."""
-    import xarray as xr
-
-    if isinstance(x, xr.DataArray):
-        return x.isel({x.dims[0]: rows})
-    if type(x).__module__.startswith("torch"):
-        import torch
-
-        return x[torch.as_tensor(rows, device=x.device)]
-    if hasattr(x, "oindex"):  # zarr arrays: orthogonal (integer array) indexing
-        return x.oindex[rows]
-    if hasattr(x, "shape") and hasattr(x, "__getitem__"):
-        return x[rows]
-    return np.asarray(x)[rows]
-
-
-def _align_reference(tensor: Any, ref: Any) -> tuple[Any, str]:
-    """Align a full-length reference with a stitched L1 tensor that holds only the captured rows.
-
-    ``Dump.tensor`` stitches an L1 tensor from its task records: rows no selected task captured are
-    absent, and the global row index is the coordinate named like the first dimension. The
-    reference's rows are taken at those indices, so a dump of some owners/tasks compares with a whole
-    eager tensor.
-    """
-    import xarray as xr
-
-    if not isinstance(tensor, xr.DataArray) or tensor.attrs.get("level") != "L1" or not tensor.dims:
-        return ref, ""
-    dim = tensor.dims[0]
-    shape_t, shape_r = shape_of(tensor), shape_of(ref)
-    if dim not in tensor.coords or not shape_r or shape_t[1:] != shape_r[1:]:
-        return ref, ""
-    rows = np.asarray(tensor.coords[dim].values)
-    if rows.dtype.kind not in "iu":
-        return ref, ""
-    n = shape_r[0]
-    if rows.size == n and np.array_equal(rows, np.arange(n)):
-        return ref, ""
-    if rows.size and (rows.min() < 0 or rows.max() >= n):
-        return ref, ""
-    return _take_rows(ref, rows.astype(np.int64)), f"reference rows aligned to the {rows.size} captured rows of {n}"
-
-
 def _truncation_note(x: Any) -> str:
     attrs = getattr(x, "attrs", None) or {}
     if attrs.get("truncated") or attrs.get("truncatedRecords"):
@@ -285,7 +107,7 @@ def _truncation_note(x: Any) -> str:
 def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
     for col in _INT_COLUMNS:
-        df[col] = pd.array([None if _scalar(v) is None else int(v) for v in df[col]], dtype="Int64")
+        df[col] = pd.array([None if scalar(v) is None else int(v) for v in df[col]], dtype="Int64")
     for col in _FLOAT_COLUMNS:
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
     df["allclose"] = pd.array([None if v is None else bool(v) for v in df["allclose"]], dtype="boolean")
@@ -303,23 +125,6 @@ def _progress(enabled: bool, total: int, description: str) -> Any:
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:
         task = bar.add_task(description, total=total)
         yield lambda: bar.advance(task)
-
-
-def _merged_order(keys_a: list[Any], keys_b: list[Any]) -> list[Any]:
-    """``keys_a`` in order, with keys found only in ``keys_b`` placed after their predecessor in ``keys_b``."""
-    in_a = set(keys_a)
-    after: dict[Any, list[Any]] = {}
-    previous = None
-    for key in keys_b:
-        if key in in_a:
-            previous = key
-        else:
-            after.setdefault(previous, []).append(key)
-    order = list(after.get(None, []))
-    for key in keys_a:
-        order.append(key)
-        order.extend(after.get(key, []))
-    return order
 
 
 # ---------------------------------------------------------------------------------------------------- compare
@@ -369,22 +174,22 @@ def compare(
     Returns:
         A DataFrame with columns :data:`RESULT_COLUMNS`.
     """
-    a, b = _open(a), _open(b)
-    name_list = _name_filter(names)
-    select = _clean_select(select)
+    a, b = open_side(a), open_side(b)
+    name_list = name_filter(names)
+    select = clean_select(select)
     tol = dict(rtol=rtol, atol=atol)
-    if _is_dump(a) and _is_dump(b):
+    if is_dump(a) and is_dump(b):
         return _compare_dumps(a, b, name_list, select, progress, tol)
-    if _is_dump(a):
-        if not _is_reference_collection(b):
+    if is_dump(a):
+        if not is_reference_collection(b):
             raise TypeError(
                 f"a dump can be compared with a dump, a mapping or an xarray.Dataset, not {type(b).__name__}")
         return _compare_dump_reference(a, b, name_list, select, progress, tol)
-    if _is_dump(b):
+    if is_dump(b):
         raise TypeError("pass the dump under test first and the reference second: compare(dump, reference)")
     if select:
         raise TypeError(f"selection {sorted(select)} only applies to dumps")
-    if _is_reference_collection(a) and _is_reference_collection(b):
+    if is_reference_collection(a) and is_reference_collection(b):
         return _compare_collections(a, b, name_list, progress, tol)
     label = name_list[0] if name_list and len(name_list) == 1 else None
     return _frame([_pair_row({**dict.fromkeys(KEY_COLUMNS), "name": label}, a, b, **tol)])
@@ -392,16 +197,16 @@ def compare(
 
 def _compare_dumps(a: Any, b: Any, names: list[str] | None, select: dict[str, Any], progress: bool,
                    tol: dict[str, Any]) -> pd.DataFrame:
-    ra = execution_order(_filter_records(a.records(), _record_select(select), names))
-    rb = execution_order(_filter_records(b.records(), _record_select(select), names))
+    ra = execution_order(filter_records(a.records(), record_select(select), names))
+    rb = execution_order(filter_records(b.records(), record_select(select), names))
     rows_a = {str(p): row for p, (_, row) in zip(ra["path"], ra.iterrows())}
     rows_b = {str(p): row for p, (_, row) in zip(rb["path"], rb.iterrows())}
-    order = _merged_order(list(rows_a), list(rows_b))
+    order = merged_order(list(rows_a), list(rows_b))
     rows: list[dict[str, Any]] = []
     with _progress(progress, len(order), "comparing records") as advance:
         for path in order:
             ra_row, rb_row = rows_a.get(path), rows_b.get(path)
-            keys = _record_keys(ra_row if ra_row is not None else rb_row)
+            keys = record_keys(ra_row if ra_row is not None else rb_row)
             if ra_row is None or rb_row is None:
                 present = ra_row if ra_row is not None else rb_row
                 side = "a" if ra_row is not None else "b"
@@ -409,7 +214,7 @@ def _compare_dumps(a: Any, b: Any, names: list[str] | None, select: dict[str, An
                 if "shape" in present.index:
                     extra[f"shape_{side}"] = tuple(int(s) for s in present["shape"])
                 if "dtype" in present.index:
-                    extra[f"dtype_{side}"] = _scalar(present["dtype"])
+                    extra[f"dtype_{side}"] = scalar(present["dtype"])
                 rows.append(_empty_row(keys, "missing", f"only in dump {side}", **extra))
             else:
                 try:
@@ -417,7 +222,7 @@ def _compare_dumps(a: Any, b: Any, names: list[str] | None, select: dict[str, An
                 except Exception as exc:
                     rows.append(_empty_row(keys, "error", f"{type(exc).__name__}: {exc}"))
                 else:
-                    truncated = any(bool(_scalar(r.get("truncated"))) for r in (ra_row, rb_row))
+                    truncated = any(bool(scalar(r.get("truncated"))) for r in (ra_row, rb_row))
                     note = "truncated record: NaN where not captured" if truncated else ""
                     rows.append(_pair_row(keys, xa, xb, notes=[note], **tol))
             advance()
@@ -426,8 +231,8 @@ def _compare_dumps(a: Any, b: Any, names: list[str] | None, select: dict[str, An
 
 def _compare_dump_reference(dump: Any, reference: Any, names: list[str] | None, select: dict[str, Any],
                             progress: bool, tol: dict[str, Any]) -> pd.DataFrame:
-    records = execution_order(_filter_records(dump.records(), _record_select(select)))
-    wanted = names if names is not None else _reference_names(reference)
+    records = execution_order(filter_records(dump.records(), record_select(select)))
+    wanted = names if names is not None else reference_names(reference)
     record_names = list(records["name"])
     first_seen = {}
     for position, name in enumerate(record_names):
@@ -436,11 +241,11 @@ def _compare_dump_reference(dump: Any, reference: Any, names: list[str] | None, 
     rows: list[dict[str, Any]] = []
     with _progress(progress, len(ordered), "comparing tensors") as advance:
         for name in ordered:
-            keys = _common_keys(records[records["name"] == name], name)
-            for k, v in _record_select(select).items():
+            keys = common_keys(records[records["name"] == name], name)
+            for k, v in record_select(select).items():
                 if k in keys and keys[k] is None and not isinstance(v, (list, tuple, set, frozenset, range)):
                     keys[k] = v
-            ref = _reference_get(reference, name)
+            ref = reference_get(reference, name)
             if ref is None:
                 rows.append(_empty_row(keys, "missing", "not in the reference"))
             elif name not in first_seen:
@@ -452,7 +257,7 @@ def _compare_dump_reference(dump: Any, reference: Any, names: list[str] | None, 
                 except Exception as exc:
                     rows.append(_empty_row(keys, "error", f"{type(exc).__name__}: {exc}"))
                 else:
-                    ref, aligned = _align_reference(tensor, ref)
+                    ref, aligned = align_reference(tensor, ref)
                     rows.append(_pair_row(keys, tensor, ref, notes=[aligned, _truncation_note(tensor)], **tol))
             advance()
     return _frame(rows)
@@ -461,13 +266,13 @@ def _compare_dump_reference(dump: Any, reference: Any, names: list[str] | None, 
 def _compare_collections(a: Any, b: Any, names: list[str] | None, progress: bool,
                          tol: dict[str, Any]) -> pd.DataFrame:
     if names is None:
-        names_a, names_b = _reference_names(a), _reference_names(b)
+        names_a, names_b = reference_names(a), reference_names(b)
         names = names_a + [n for n in names_b if n not in set(names_a)]
     rows: list[dict[str, Any]] = []
     with _progress(progress, len(names), "comparing tensors") as advance:
         for name in names:
             keys = {**dict.fromkeys(KEY_COLUMNS), "name": name}
-            xa, xb = _reference_get(a, name), _reference_get(b, name)
+            xa, xb = reference_get(a, name), reference_get(b, name)
             if xa is None or xb is None:
                 where = "in neither" if xa is None and xb is None else f"only in {'a' if xb is None else 'b'}"
                 rows.append(_empty_row(keys, "missing", where))
@@ -514,7 +319,7 @@ def first_nonfinite(dump: Any, **select: Any) -> pd.Series | None:
     Raises:
         ValueError: The selected records carry no statistics (the dump was written with ``stats=False``).
     """
-    records = execution_order(_filter_records(_open(dump).records(), _record_select(_clean_select(select))))
+    records = execution_order(filter_records(open_side(dump).records(), record_select(clean_select(select))))
     if records.empty:
         return None
     nan = pd.to_numeric(records["nan_count"], errors="coerce")

@@ -15,7 +15,6 @@ named with ``window=``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 import math
 import os
 import re
@@ -38,12 +37,19 @@ from megadump_zarr.read.catalog import (
     window_nodes,
 )
 from megadump_zarr.read.location import DumpLocation, open_location, store_path
+from megadump_zarr.read.select import (
+    check_tensor_choice,
+    listing,
+    pick_groups,
+    pick_tensor_rows,
+    pick_windows,
+    single_group,
+)
 from megadump_zarr.read.stitch import Piece, stitch
 from megadump_zarr.read.truncated import logical_dims, open_zarr_array, record_dask, stored_dask, truncated_dask
 
 __all__ = ["Dump", "open_dump"]
 
-_LIST_LIMIT = 24
 _WINDOW_KEY = re.compile(r"^(rank_\d+/window_\d+)/(.+)$")
 
 
@@ -61,19 +67,6 @@ def open_dump(url: str | os.PathLike[str] | Store, storage_options: dict[str, An
     location = open_location(url, storage_options)
     attrs = check_root(location.store, location.url)
     return Dump(location, attrs)
-
-
-def _listing(items: Sequence[str]) -> str:
-    shown = list(items[:_LIST_LIMIT])
-    more = f", ... ({len(items) - _LIST_LIMIT} more)" if len(items) > _LIST_LIMIT else ""
-    return ", ".join(shown) + more
-
-
-def _describe_group(g: DataGroup) -> str:
-    where = f"rank={g.rank} window={g.window} invocation={g.invocation} ({g.invocation_name}, kernel {g.kernel!r})"
-    if g.level == "L1":
-        where += f" stage={g.stage!r} task={g.task_name!r}"
-    return where
 
 
 def _int_or(value: Any, default: int = -1) -> int:
@@ -176,53 +169,15 @@ class Dump:
             return frames[0].copy()
         return pd.concat(frames, ignore_index=True)
 
-    # ------------------------------------------------------------------ selection
+    # ------------------------------------------------------------------ selection (see read.select)
     def _windows_for(self, rank: int, window: int | None) -> list[WindowInfo]:
-        infos = self._scan()
-        mine = [w for w in infos if w.rank == rank]
-        if not mine:
-            ranks = sorted({w.rank for w in infos})
-            raise ValueError(f"rank {rank} has no windows in {self.root}; ranks with windows: {ranks}")
-        if window is None:
-            complete = [w for w in mine if w.status == "complete"]
-            if not complete:
-                listed = _listing([f"{w.window} ({w.status})" for w in mine])
-                raise ValueError(f"rank {rank} has no complete window in {self.root}; windows: {listed}; "
-                                 "pass window= to read an incomplete one")
-            return complete
-        chosen = [w for w in mine if w.window == int(window)]
-        if not chosen:
-            listed = _listing([f"{w.window} ({w.status})" for w in mine])
-            raise ValueError(f"rank {rank} has no window {window} in {self.root}; windows: {listed}")
-        return chosen
-
-    @staticmethod
-    def _match_invocation(value: int | str | None, invocation_id: Any, invocation_name: str) -> bool:
-        if value is None:
-            return True
-        if isinstance(value, str):
-            return value == invocation_name or (value.isdigit() and int(value) == invocation_id)
-        return invocation_id is not None and invocation_id is not pd.NA and int(invocation_id) == int(value)
+        return pick_windows(self._scan(), rank, window, self.root)
 
     def _groups(self, rank: int, window: int | None, invocation: int | str | None, stage: str | None,
                 task: int | str | None) -> list[DataGroup]:
         infos = self._windows_for(rank, window)
-        everything: list[DataGroup] = []
-        for info in infos:
-            groups = data_groups(info, self._nodes(info))
-            everything.extend(groups)
-            found = [
-                g for g in groups
-                if self._match_invocation(invocation, g.invocation, g.invocation_name)
-                and (stage is None or stage in (g.stage, g.stage_component))
-                and (task is None or (g.task_name == task if isinstance(task, str) else g.task_id == int(task)))
-            ]
-            if found:
-                return found
-        wanted = ", ".join(f"{k}={v!r}" for k, v in (("invocation", invocation), ("stage", stage), ("task", task)) if v is not None)
-        raise ValueError(f"no data group matches {wanted or 'the defaults'} in rank {rank} "
-                         f"window(s) {[w.window for w in infos]} of {self.root}; data groups: "
-                         f"{_listing([_describe_group(g) for g in everything]) or 'none'}")
+        return pick_groups(infos, lambda info: data_groups(info, self._nodes(info)), rank, invocation, stage, task,
+                           self.root)
 
     # ------------------------------------------------------------------ xarray views
     def dataset(self, *, rank: int = 0, window: int | None = None, invocation: int | str | None = None,
@@ -245,18 +200,7 @@ class Dump:
         Raises:
             ValueError: No match, or several matches (the message lists them).
         """
-        groups = self._groups(rank, window, invocation, stage, task)
-        if len(groups) > 1:
-            if len({g.invocation_name for g in groups}) > 1:
-                hint, options = "invocation=", [f"{g.invocation} ({g.invocation_name}, kernel {g.kernel!r})" for g in groups]
-            elif len({g.stage for g in groups}) > 1:
-                hint, options = "stage=", [repr(g.stage) for g in groups]
-            else:
-                hint, options = "task=", [f"{g.task_id} ({g.task_name!r})" for g in groups]
-            options = list(dict.fromkeys(options))
-            raise ValueError(f"{len(groups)} data groups match in rank {groups[0].rank} window {groups[0].window}; "
-                             f"choose one with {hint}: {_listing(options)}")
-        return self._open_group(groups[0])
+        return self._open_group(single_group(self._groups(rank, window, invocation, stage, task)))
 
     def _info(self, key: str) -> WindowInfo:
         window_key = "/".join(key.split("/")[:2])
@@ -425,49 +369,10 @@ class Dump:
                 :meth:`record_array`).
         """
         infos = self._windows_for(rank, window)
-        rows = None
-        for info in infos:
-            frame = self._window_frame(info)
-            selected = frame[frame["name"] == name]
-            if invocation is not None:
-                selected = selected[[self._match_invocation(invocation, i, n) for i, n in
-                                     zip(selected["invocation"], selected["invocation_name"])]]
-            if kernel is not None:
-                selected = selected[selected["kernel"] == kernel]
-            if stage is not None:
-                components = selected["group"].map(lambda g: g.split("/")[4] if g.count("/") >= 4 else None)
-                selected = selected[(selected["stage"] == stage) | (components == stage)]
-            if io is not None:
-                selected = selected[selected["io"] == io]
-            if task is not None:
-                if isinstance(task, str):
-                    selected = selected[selected["group"].map(lambda g: g.rpartition("/")[2] == task)]
-                else:
-                    selected = selected[selected["task_id"] == int(task)]
-            if len(selected):
-                rows = selected
-                break
-        if rows is None:
-            names = sorted({n for info in infos for n in self._window_frame(info)["name"]})
-            raise ValueError(f"no tensor {name!r} matches in rank {rank} window(s) {[w.window for w in infos]} of "
-                             f"{self.root}; tensors: {_listing(names) or 'none'}")
-        invocations = rows.drop_duplicates("invocation_name")
-        l1 = rows["io"].notna()
-        if not l1.any():
-            if len(invocations) > 1:
-                options = [f"invocation={r.invocation} ({r.kernel} {r.direction})" for r in invocations.itertuples()]
-                raise ValueError(f"tensor {name!r} is stored by {len(invocations)} invocations; choose one with "
-                                 f"invocation= or kernel=: {_listing(options)}")
+        rows = pick_tensor_rows(infos, self._window_frame, name, rank=rank, invocation=invocation, stage=stage,
+                                io=io, kernel=kernel, task=task, root=self.root)
+        if not check_tensor_choice(name, rows):
             return self.record_array(rows["path"].iloc[0])
-        keys = rows.groupby(["invocation_name", "stage", "io", "index"], sort=True, dropna=False).size()
-        if len(keys) > 1:
-            frame = rows.drop_duplicates(["invocation_name", "stage", "io", "index"])
-            options = [f"invocation={r.invocation} ({r.kernel}) stage={r.stage!r} io={r.io!r} index={r.index}"
-                       for r in frame.itertuples()]
-            what = "io=" if len({o for o in frame["io"]}) > 1 and len(set(frame["stage"])) == 1 else (
-                "stage=" if len(set(frame["stage"])) > 1 else "invocation=")
-            raise ValueError(f"tensor {name!r} matches {len(frame)} (invocation, stage, io, index) choices; "
-                             f"choose with {what}: {_listing(options)}")
         return self._stitched(name, rows)
 
     def _stitched(self, name: str, rows: pd.DataFrame) -> xr.DataArray:
@@ -484,7 +389,7 @@ class Dump:
                 f"tensor {name!r}: {len(unstitchable)} of its {len(paths)} records have no global row index along "
                 f"axis 0 (no coordinate array named after their first dimension in their task group: they are not "
                 f"whole-row slices of the declared tensor, e.g. per-owner weight slices), so they cannot be stitched; "
-                f"pass task= for one task's record or use record_array(path): {_listing(unstitchable)}")
+                f"pass task= for one task's record or use record_array(path): {listing(unstitchable)}")
         coordinate_values = _read_coordinates(self.store, [c for c in coordinate_of if c is not None])
         values = iter(coordinate_values)
         pieces = []
