@@ -9,6 +9,7 @@ import pytest
 import xarray as xr
 
 from megadump_zarr.read import open_dump
+from tests._moto import KEY, SECRET, moto_s3
 from tests.cli._helpers import assert_input_error
 
 
@@ -16,25 +17,15 @@ from tests.cli._helpers import assert_input_error
 def s3_dump(demo):
     """The demo's L1 dump copied to ``s3://dumps/l1``; yields the ``-S`` options."""
     pytest.importorskip("s3fs")
-    moto_server = pytest.importorskip("moto.server")
-    boto3 = pytest.importorskip("boto3")
     import s3fs
 
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
-                     region_name="us-east-1").create_bucket(Bucket="dumps")
-        fs = s3fs.S3FileSystem(key="testing", secret="testing", client_kwargs={"endpoint_url": endpoint})
+    with moto_s3("dumps") as endpoint:
+        fs = s3fs.S3FileSystem(key=KEY, secret=SECRET, client_kwargs={"endpoint_url": endpoint})
         local = Path(demo.roots["L1"])
         for file in local.rglob("*"):
             if file.is_file():
                 fs.pipe(f"dumps/l1/{file.relative_to(local).as_posix()}", file.read_bytes())
-        yield ["-S", f"endpoint_url={endpoint}", "-S", "key=testing", "-S", "secret=testing"]
-    finally:
-        server.stop()
+        yield ["-S", f"endpoint_url={endpoint}", "-S", f"key={KEY}", "-S", f"secret={SECRET}"]
 
 
 def test_info_ls_show_over_s3(cli, demo, s3_dump, tmp_path):

@@ -10,6 +10,7 @@ import pytest
 import megadump_zarr
 from megadump_zarr.read import Dump, open_dump
 from megadump_zarr.store.writer import WindowWriter
+from tests._moto import KEY, SECRET, moto_s3
 
 
 def test_open_dump_is_exported_at_top_level(demo_dumps):
@@ -102,16 +103,8 @@ def test_records_span_ranks(multirank_dump):
 
 def test_s3_root_through_moto(hand):
     pytest.importorskip("s3fs")
-    moto_server = pytest.importorskip("moto.server")
-    boto3 = pytest.importorskip("boto3")
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
-        boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
-                     region_name="us-east-1").create_bucket(Bucket="dumps")
+    with moto_s3("dumps") as endpoint:
+        options = {"endpoint_url": endpoint, "key": KEY, "secret": SECRET}
         data = np.arange(24, dtype=np.float32).reshape(6, 4)
         window = hand.window({1: [hand.Record("y", data[:3], 0, declared_rows=6)],
                               2: [hand.Record("y", data[3:], 3, declared_rows=6)]})
@@ -125,8 +118,6 @@ def test_s3_root_through_moto(hand):
         assert "window_0000" in dump.tree()["rank_0"].children
         with pytest.raises(ValueError, match=r"s3://dumps/elsewhere.*zarr.json is missing"):
             open_dump("s3://dumps/elsewhere", storage_options=options)
-    finally:
-        server.stop()
 
 
 def test_memory_root_views(hand):

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("obstore")
 pytest.importorskip("s3fs")
 boto3 = pytest.importorskip("boto3")
-moto_server = pytest.importorskip("moto.server")
+from tests._moto import moto_s3  # noqa: E402  (after the importorskips above)
 
 import torch  # noqa: E402
 
@@ -30,13 +30,9 @@ SECRET = "sEcReT/megadump+never-shown-0123456789"  # must never appear in object
 @pytest.fixture(scope="session")
 def moto() -> Iterator[dict[str, Any]]:
     """moto's threaded S3 server on 127.0.0.1 (a free port)."""
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield {"host": host, "port": port, "endpoint": f"http://{host}:{port}"}
-    finally:
-        server.stop()
+    with moto_s3() as endpoint:
+        host, port = endpoint.removeprefix("http://").rsplit(":", 1)
+        yield {"host": host, "port": int(port), "endpoint": endpoint}
 
 
 def s3_options(endpoint: str) -> dict[str, Any]:

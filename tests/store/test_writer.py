@@ -19,6 +19,7 @@ from megadump_zarr.store import backend as backend_mod
 from megadump_zarr.store.chunking import CHUNK_KEY_SEPARATOR
 from megadump_zarr.store.stats import compute_stats
 from megadump_zarr.store.writer import WindowWriter, window_status
+from tests._moto import KEY, SECRET, moto_s3
 
 INV = "invocation_000001_forward"
 SEP = CHUNK_KEY_SEPARATOR
@@ -461,22 +462,9 @@ def test_unsupported_dtype_and_attrs(tmp_path):
 
 def test_s3_root_through_moto(helpers):
     pytest.importorskip("s3fs")
-    moto_server = pytest.importorskip("moto.server")
-    boto3 = pytest.importorskip("boto3")
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
-        bucket = f"writer-{uuid.uuid4().hex[:12]}"  # moto's state is per process: keep clear of other tests
-        boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-            region_name="us-east-1",
-        ).create_bucket(Bucket=bucket)
+    bucket = f"writer-{uuid.uuid4().hex[:12]}"  # moto's state is per process: keep clear of other tests
+    with moto_s3(bucket) as endpoint:
+        options = {"endpoint_url": endpoint, "key": KEY, "secret": SECRET}
         with WindowWriter(f"s3://{bucket}/run", storage_options=options, chunk_bytes=64) as writer:
             url = writer.write_window(helpers.l1_window(rank=1, window_index=2))
             assert url == f"s3://{bucket}/run/rank_1/window_0002"
@@ -492,5 +480,4 @@ def test_s3_root_through_moto(helpers):
             warnings.simplefilter("error")
             ds = xr.open_zarr(f"{url}/{INV}/stages/expert_up/task_000003", storage_options=options)
         np.testing.assert_array_equal(ds["row"].values, np.arange(12, 18))
-    finally:
-        server.stop()
+

@@ -261,6 +261,25 @@ class ObjectStoreBackend(Backend):
             if error is not None:
                 raise error
 
+    def _absent_as_none(self, operation: str, key: str, fn: Callable[[], Any]) -> Any:
+        """``fn``'s result under the retry policy, or ``None`` when the object does not exist.
+
+        Args:
+            operation: Request name for messages.
+            key: Relative key.
+            fn: The request.
+        """
+        try:
+            return self._call(operation, key, fn, expect=(_Kind.NOT_FOUND,))
+        except FileNotFoundError:
+            return None
+        except ObjectStoreError:
+            raise
+        except Exception as error:
+            if self._client.kind(error) == _Kind.NOT_FOUND:
+                return None
+            raise
+
     def exists(self, key: str) -> bool:
         return self.head(key) is not None
 
@@ -271,26 +290,12 @@ class ObjectStoreBackend(Backend):
             key: Relative key.
         """
         path = self._path(key)
-        try:
-            info = self._call("HEAD", key, lambda: self._client.head(path), expect=(_Kind.NOT_FOUND,))
-        except FileNotFoundError:
-            return None
-        except Exception as error:
-            if self._client.kind(error) == _Kind.NOT_FOUND:
-                return None
-            raise
-        return ObjectInfo(key, info.size, info.etag)
+        info = self._absent_as_none("HEAD", key, lambda: self._client.head(path))
+        return None if info is None else ObjectInfo(key, info.size, info.etag)
 
     def get(self, key: str) -> bytes | None:
         path = self._path(key)
-        try:
-            return self._call("GET", key, lambda: self._client.get(path), expect=(_Kind.NOT_FOUND,))
-        except ObjectStoreError:
-            raise
-        except Exception as error:
-            if self._client.kind(error) == _Kind.NOT_FOUND:
-                return None
-            raise
+        return self._absent_as_none("GET", key, lambda: self._client.get(path))
 
     def get_attributes(self, key: str) -> dict[str, str] | None:
         """User metadata of ``key`` (``{}`` when the store has none), or ``None`` when absent.
@@ -299,14 +304,7 @@ class ObjectStoreBackend(Backend):
             key: Relative key.
         """
         path = self._path(key)
-        try:
-            return self._call("GET", key, lambda: self._client.get_attributes(path), expect=(_Kind.NOT_FOUND,))
-        except ObjectStoreError:
-            raise
-        except Exception as error:
-            if self._client.kind(error) == _Kind.NOT_FOUND:
-                return None
-            raise
+        return self._absent_as_none("GET", key, lambda: self._client.get_attributes(path))
 
     def list(self, prefix: str = "") -> dict[str, ObjectInfo]:
         """Every object below ``prefix`` (a key prefix ending with ``/``, or ``""``), by relative key.
