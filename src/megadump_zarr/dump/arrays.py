@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import torch
 
-__all__ = ["dtype_name", "numpy_dtype_of", "tensor_to_numpy"]
+__all__ = ["dtype_name", "numpy_dtype_of", "tensor_to_numpy", "torch_dtype_named"]
 
 _NUMPY = {
     torch.bool: np.dtype(np.bool_),
@@ -55,3 +55,15 @@ def tensor_to_numpy(tensor: torch.Tensor) -> np.ndarray:
     flat = tensor.detach().contiguous().reshape(-1)
     raw = flat.view(torch.uint8).numpy() if flat.numel() else np.empty(0, dtype=np.uint8)
     return raw.view(target).reshape(tuple(tensor.shape))
+
+
+def torch_dtype_named(name: str) -> torch.dtype:
+    """``"bfloat16"`` → ``torch.bfloat16``, for every dtype the dump stores.
+
+    Args:
+        name: A name as written by ``dtype_name``.
+    """
+    for dtype in _NUMPY:
+        if dtype_name(dtype) == name:
+            return dtype
+    raise ValueError(f"unsupported dtype {name!r}; expected one of {sorted(dtype_name(d) for d in _NUMPY)}")

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from megadump_zarr.dump.arrays import dtype_name, torch_dtype_named
 from megadump_zarr.dump.l1_plan import L1RecordPlan, PreparedL1Dump
 from megadump_zarr.dump.snapshots import salvage_l1_dump
 from megadump_zarr.dump.window import DumpInvocation, build_window
@@ -22,9 +23,6 @@ from megadump_zarr.dump.export import WindowWrite
 __all__ = ["PLAN_SCHEMA", "load_plan", "plan_document", "plan_key", "records_from_plan", "salvage_window"]
 
 PLAN_SCHEMA = "megadump_zarr.l1-plan/1"
-_DTYPES = {str(d).removeprefix("torch."): d for d in (
-    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.float32,
-    torch.float64, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2)}
 _FIELDS = tuple(L1RecordPlan.__dataclass_fields__)
 
 
@@ -50,7 +48,7 @@ def plan_document(prepared: PreparedL1Dump, invocation: DumpInvocation, window_i
     records = []
     for record in prepared.records:
         entry = {name: getattr(record, name) for name in _FIELDS}
-        entry["dtype"] = str(record.dtype).removeprefix("torch.")
+        entry["dtype"] = dtype_name(record.dtype)
         entry["actual_shape"] = list(record.actual_shape)
         entry["dims"] = list(record.dims)
         entry["declared_shape"] = list(record.declared_shape)
@@ -94,10 +92,11 @@ def records_from_plan(document: Mapping[str, Any]) -> tuple[L1RecordPlan, ...]:
         missing = [name for name in _FIELDS if name not in entry]
         if missing:
             raise ValueError(f"L1 plan record {index} lacks {missing}")
-        if entry["dtype"] not in _DTYPES:
-            raise ValueError(f"L1 plan record {index} has unsupported dtype {entry['dtype']!r}")
         values = {name: entry[name] for name in _FIELDS}
-        values["dtype"] = _DTYPES[entry["dtype"]]
+        try:
+            values["dtype"] = torch_dtype_named(entry["dtype"])
+        except ValueError:
+            raise ValueError(f"L1 plan record {index} has unsupported dtype {entry['dtype']!r}") from None
         for name in ("actual_shape", "dims", "declared_shape"):
             values[name] = tuple(values[name])
         records.append(L1RecordPlan(**values))
