@@ -1,0 +1,24 @@
+"""Errors the read layer raises for damaged dumps."""
+
+from __future__ import annotations
+
+__all__ = ["DumpIntegrityError"]
+
+
+class DumpIntegrityError(ValueError):
+    """A committed window's chunk is missing or corrupt.
+
+    Raised while reading a chunk that a committed (complete) window should hold
+    (each array's chunk count follows from its ``shape`` and ``chunk_shape``)
+    but that the store does not have, or whose bytes fail to decode or fail
+    their checksum. The message names the store key and, for a checksum
+    failure, the checksum (e.g. ``crc32c``).
+
+    Args:
+        message: Human readable description naming the key.
+        key: The store key of the chunk (relative to the dump root), if known.
+    """
+
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
