@@ -71,3 +71,33 @@ def test_failure_surfaces_once_on_the_caller_thread_and_later_jobs_still_run():
 def test_budget_must_be_positive():
     with pytest.raises(ValueError, match="budget_bytes must be positive, got 0"):
         BackgroundExporter(0)
+
+
+def test_every_failure_is_kept_and_named_in_one_export_error():
+    exporter = BackgroundExporter(budget_bytes=1 << 20)
+    for index in range(3):
+        def job(index=index):
+            if index != 1:
+                raise OSError(f"disk full {index}")
+            return index
+        exporter.submit(job, 1, f"window_{index:04d}", tag=index)
+    with pytest.raises(ExportError) as info:
+        exporter.flush()
+    error = info.value
+    assert error.windows == ("window_0000", "window_0002")
+    assert str(error) == ("background export of 2 windows failed: window_0000: OSError('disk full 0'); "
+                          "window_0002: OSError('disk full 2')")
+    assert [str(e) for e in error.errors] == ["disk full 0", "disk full 2"] and error.__cause__ is error.errors[0]
+    assert exporter.take_failures() == [] and exporter.take_finished() == [(1, 1)]
+    exporter.close()
+
+
+def test_submit_never_raises_an_earlier_failure_so_the_job_still_runs():
+    exporter = BackgroundExporter(budget_bytes=1 << 20)
+    exporter.submit(lambda: (_ for _ in ()).throw(OSError("boom")), 1, "w0")
+    exporter.wait()
+    exporter.submit(lambda: "ran", 1, "w1", tag="w1")  # the old exporter raised w0's failure here, dropping w1
+    exporter.wait()
+    assert exporter.take_finished() == [("w1", "ran")]
+    assert [label for label, _ in exporter.take_failures()] == ["w0"]
+    exporter.close()

@@ -17,7 +17,7 @@ from megadump_zarr.diagnostics import (
 )
 from megadump_zarr.dump.config import TensorDumpConfig
 from megadump_zarr.dump.export import InvocationWrite, WindowWrite
-from megadump_zarr.dump.exporter import BackgroundExporter
+from megadump_zarr.dump.exporter import BackgroundExporter, ExportError
 from megadump_zarr.dump.l0 import L0Tensor, describe_graph_tensors
 from megadump_zarr.dump.l1_plan import PreparedL1Dump, prepare_l1_dump
 from megadump_zarr.dump.plan_io import plan_document, plan_key
@@ -164,40 +164,58 @@ class TensorDumper:
         return self
 
     def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
+        pending: BaseException | None = exc_value
         try:
             if exc_type is None and self._invocations:
-                self._finalize_window()
+                try:
+                    self._finalize_window()
+                except BaseException as error:
+                    pending = error
+                    raise
             elif exc_type is not None:
                 if self.config.on_error == "keep" and self._invocations:
                     self._finalize_window(status="aborted")
                 self._invocations.clear()
         finally:
             try:
-                self._close_exporter(raise_errors=exc_type is None)
+                self._close_exporter(pending)
             finally:
                 deactivate_session(self)
                 self._entered = False
 
-    def _close_exporter(self, *, raise_errors: bool) -> None:
-        """Wait for background exports, report finished windows, stop the thread; surface a failure."""
+    def _close_exporter(self, pending: BaseException | None) -> None:
+        """Wait for background exports, report finished windows, stop the thread; then raise every
+        failure (or, when ``pending`` is already propagating, add them to it as notes)."""
         exporter, self._exporter = self._exporter, None
         if exporter is None:
             return
         try:
-            exporter.flush()
-        except Exception:
-            if raise_errors:
-                raise
+            exporter.wait()
         finally:
             exporter.close()
-            self._report_finished(exporter)
+            errors = self._collect(exporter)
+        if pending is None:
+            _raise_all(errors)
+        else:
+            for error in errors:
+                pending.add_note(f"also failed: {error}")
 
-    def _report_finished(self, exporter: BackgroundExporter | None = None) -> None:
+    def _collect(self, exporter: BackgroundExporter) -> list[BaseException]:
+        """Background failures (one ``ExportError`` naming every failed window), then the exceptions
+        raised by ``on_dump_ready`` for the windows that finished meanwhile, all reported."""
+        failures = exporter.take_failures()
+        errors: list[BaseException] = []
+        if failures:
+            export_error = ExportError(failures)
+            export_error.__cause__ = failures[0][1]
+            errors.append(export_error)
+        return errors + self._report_finished(exporter)
+
+    def _report_finished(self, exporter: BackgroundExporter) -> list[BaseException]:
         """Call ``on_dump_ready`` once per finalisation whose windows have all been committed, with
-        ``last_window_paths`` showing that finalisation's windows during the call."""
-        exporter = exporter or self._exporter
-        if exporter is None:
-            return
+        ``last_window_paths`` showing that finalisation's windows during the call; return the
+        exceptions the calls raised (every finished window is reported, whatever an earlier call did)."""
+        errors: list[BaseException] = []
         for (finalisation, expected), path in exporter.take_finished():
             done = self._pending_reports.setdefault(finalisation, [])
             done.append(self._as_path(path))
@@ -207,33 +225,46 @@ class TensorDumper:
                     current, self._last_paths = self._last_paths, tuple(done)
                     try:
                         self._on_dump_ready(self)
+                    except Exception as error:  # noqa: BLE001 - surfaced on the step thread below
+                        errors.append(error)
                     finally:
                         self._last_paths = current
+        return errors
 
     def flush(self) -> None:
         """Wait until every window handed to the background exporter is committed (a no-op when
-        exporting synchronously); re-raise a background failure."""
+        exporting synchronously); raise the background failures (one ``ExportError`` naming every
+        failed window) and any exception ``on_dump_ready`` raised meanwhile."""
         if self._exporter is not None:
-            self._exporter.flush()
-            self._report_finished()
+            self._exporter.wait()
+            _raise_all(self._collect(self._exporter))
 
     def step(self) -> None:
         """Finish the current user step and advance the schedule (a window closes on RECORD_AND_SAVE,
-        or when a run of RECORD steps ends)."""
+        or when a run of RECORD steps ends).
+
+        The step always ends, whatever fails: with ``async_export`` a background failure or an
+        ``on_dump_ready`` exception from an earlier window is raised only after this step's window is
+        finalised and the step counted, so window indices, step labels and contents are exactly those
+        of the synchronous export of the same run.
+        """
         if not self._entered:
             raise RuntimeError("dumper.step() must be called inside its context")
-        if self._exporter is not None:
-            self._exporter.raise_if_failed()
-            self._report_finished()
         next_action = self._action_for_step(self._step + 1)
+        errors: list[BaseException] = []
         try:
             if self._action is DiagnosticAction.RECORD_AND_SAVE:
                 self._finalize_window()
             elif self._action is DiagnosticAction.RECORD and next_action not in _RECORDING:
                 self._finalize_window()
+        except BaseException as error:
+            errors.append(error)
         finally:  # a failed export still ends the step: the schedule goes on
             self._step += 1
             self._action = next_action
+            if self._exporter is not None:
+                errors[:0] = self._collect(self._exporter)
+        _raise_all(errors)
 
     def _action_for_step(self, step: int) -> DiagnosticAction:
         if self._schedule is None:
@@ -346,3 +377,14 @@ class TensorDumper:
             raise failure
         if self._on_dump_ready is not None and self._exporter is None:
             self._on_dump_ready(self)
+
+
+def _raise_all(errors: list[BaseException]) -> None:
+    """Raise the first error with the others attached as notes (none is dropped); no-op when empty."""
+    if not errors:
+        return
+    first = errors[0]
+    for other in errors[1:]:
+        if other is not first:
+            first.add_note(f"also failed: {other!r}")
+    raise first

@@ -11,7 +11,28 @@ __all__ = ["BackgroundExporter", "ExportError"]
 
 
 class ExportError(RuntimeError):
-    """A window failed to export in the background; raised on the step thread at the next step or at exit."""
+    """One or more windows failed to export in the background; raised on the step thread at the next
+    step, ``flush`` or exit. The message names every failed window.
+
+    Args:
+        failures: ``(label, error)`` per failed window, in the order they failed.
+
+    Attributes:
+        windows: The failed windows' labels (paths or URLs).
+        errors: The underlying exceptions, one per window (the first is also ``__cause__``).
+    """
+
+    def __init__(self, failures: list[tuple[str, BaseException]]) -> None:
+        if not failures:
+            raise ValueError("ExportError needs at least one failure")
+        self.windows = tuple(label for label, _ in failures)
+        self.errors = tuple(error for _, error in failures)
+        if len(failures) == 1:
+            message = f"background export of {failures[0][0]} failed: {failures[0][1]!r}"
+        else:
+            message = f"background export of {len(failures)} windows failed: " + "; ".join(
+                f"{label}: {error!r}" for label, error in failures)
+        super().__init__(message)
 
 
 class BackgroundExporter:
@@ -19,8 +40,9 @@ class BackgroundExporter:
 
     The step thread only waits when the bytes already queued plus the new job's would exceed the
     budget (back-pressure; a single job larger than the budget still runs, alone). Nothing is ever
-    dropped. A job's exception is kept and re-raised by the next ``submit``, ``raise_if_failed`` or
-    ``flush`` on the caller's thread.
+    dropped. Every job's exception is kept (later jobs still run) and reported, all failures in one
+    ``ExportError``, by the next ``raise_if_failed`` or ``flush`` on the caller's thread, or taken with
+    ``take_failures``. ``submit`` never raises an earlier job's failure: a submitted job always runs.
 
     Args:
         budget_bytes: Most host bytes held by queued and running jobs.
@@ -33,8 +55,7 @@ class BackgroundExporter:
         self._jobs: deque[tuple[Callable[[], Any], int, str, Any]] = deque()
         self._held = 0
         self._running = False
-        self._failure: BaseException | None = None
-        self._failed_label = ""
+        self._failures: list[tuple[str, BaseException]] = []
         self._finished: list[tuple[Any, Any]] = []
         self._closed = False
         self._cond = threading.Condition()
@@ -63,26 +84,35 @@ class BackgroundExporter:
         with self._cond:
             if self._closed:
                 raise RuntimeError("the background exporter is closed")
-            self._raise_locked()
             while self._held and self._held + nbytes > self.budget_bytes:
                 self._cond.wait()
-                self._raise_locked()
             self._jobs.append((job, nbytes, label, tag))
             self._held += nbytes
             self._cond.notify_all()
         self.waited_seconds += time.perf_counter() - start
 
     def raise_if_failed(self) -> None:
-        """Re-raise a background failure, once."""
-        with self._cond:
-            self._raise_locked()
+        """Raise one ``ExportError`` naming every failure not yet reported (each is reported once)."""
+        failures = self.take_failures()
+        if failures:
+            raise ExportError(failures) from failures[0][1]
 
-    def flush(self) -> None:
-        """Wait until every queued job has finished; re-raise a failure."""
+    def take_failures(self) -> list[tuple[str, BaseException]]:
+        """``(label, error)`` of the jobs that failed since the last call, in failing order."""
+        with self._cond:
+            failures, self._failures = self._failures, []
+        return failures
+
+    def wait(self) -> None:
+        """Wait until every queued job has finished (failures stay kept)."""
         with self._cond:
             while self._jobs or self._running:
                 self._cond.wait()
-            self._raise_locked()
+
+    def flush(self) -> None:
+        """Wait until every queued job has finished; raise the failures (see ``raise_if_failed``)."""
+        self.wait()
+        self.raise_if_failed()
 
     def take_finished(self) -> list[tuple[Any, Any]]:
         """(tag, result) of jobs finished since the last call, in finishing order."""
@@ -97,11 +127,6 @@ class BackgroundExporter:
             self._cond.notify_all()
         self._thread.join()
 
-    def _raise_locked(self) -> None:
-        if self._failure is not None:
-            failure, self._failure = self._failure, None
-            raise ExportError(f"background export of {self._failed_label} failed: {failure!r}") from failure
-
     def _loop(self) -> None:
         while True:
             with self._cond:
@@ -115,8 +140,7 @@ class BackgroundExporter:
                 result = job()
             except BaseException as error:  # kept for the step thread; later jobs still run
                 with self._cond:
-                    if self._failure is None:
-                        self._failure, self._failed_label = error, label
+                    self._failures.append((label, error))
             else:
                 with self._cond:
                     self._finished.append((tag, result))
