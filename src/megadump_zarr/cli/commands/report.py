@@ -1,0 +1,146 @@
+"""``megadump report``: one self-contained HTML file of a comparison (or of one dump) to attach to a bug."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+from pathlib import Path
+import tempfile
+from typing import Any, Iterator
+
+from megadump_zarr.cli.common import (
+    EXIT_CHECK_FAILED, EXIT_OK, CliError, Context, add_filters, add_output_flags, add_storage_options, filter_records,
+    open_dump_arg, storage_options,
+)
+
+__all__ = ["register"]
+
+
+def _tolerance(text: str) -> float:
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``report``."""
+    parser = subparsers.add_parser(
+        "report", help="write one self-contained HTML report of A vs B (or of A alone)",
+        description="Compare dump A (under test) with dump B (reference) as 'megadump compare' does and write "
+                    "one HTML file that needs no network to view: the verdict summary, the root cause and the "
+                    "first divergence with where they live, a stage x owner (or core) error map per invocation, "
+                    "the per-record table (sortable, filterable, failures first), the A-B heatmap and error "
+                    "histogram of the worst records, and how to open each record with xarray. Without B: the "
+                    "dump's statistics and its NaN/Inf records. Exit status 1 when a record does not pass "
+                    "(or, without B, holds NaN/Inf); an existing output is kept unless --overwrite.")
+    parser.add_argument("a", metavar="A", help="dump under test (root directory or URL)")
+    parser.add_argument("b", metavar="B", nargs="?", help="reference dump (root directory or URL)")
+    parser.add_argument("-o", "--output", required=True, metavar="FILE.html", help="the report file to write")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing report file")
+    parser.add_argument("--rtol", type=_tolerance, help="relative tolerance, as in 'megadump compare'")
+    parser.add_argument("--atol", type=_tolerance, help="absolute tolerance, as in 'megadump compare'")
+    parser.add_argument("--by", choices=("owner", "core"), default="owner", help="error-map columns (default owner)")
+    parser.add_argument("--worst", type=int, default=6, metavar="N",
+                        help="worst records with a heatmap and histogram (default 6)")
+    add_filters(parser)
+    add_storage_options(parser)
+    add_output_flags(parser)
+    parser.set_defaults(handler=run)
+
+
+class _Records:
+    """A dump seen through the records the command-line filters select."""
+
+    def __init__(self, dump: Any, records: Any) -> None:
+        self._dump, self._records = dump, records
+        self.root = getattr(dump, "root", None)
+
+    def records(self, *, include_incomplete: bool = False) -> Any:
+        return self._records
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._dump, name)
+
+
+@contextlib.contextmanager
+def _claimed(path: Path, overwrite: bool) -> Iterator[Any]:
+    """Write ``path`` through a temporary file in its directory, renamed into place only when complete."""
+    try:
+        from megadump_zarr.cli.outputs import claim_output
+    except ImportError:  # pragma: no cover - the shared claim lands with the integrity work
+        claim_output = None
+    if claim_output is not None:
+        with claim_output(path, overwrite) as handle:
+            yield handle
+        return
+    if path.exists() and not overwrite:
+        raise CliError(f"{path} exists; pass --overwrite to replace it")
+    if path.exists() and not path.is_file():
+        raise CliError(f"{path} is not a regular file; refusing to replace it")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            yield handle
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    """Build the report, write it, print where it is."""
+    from megadump_zarr.report import collect_comparison, collect_single, render_html
+
+    if args.worst < 0:
+        raise CliError(f"--worst must be >= 0, got {args.worst}")
+    output = Path(args.output)
+    if output.exists() and not output.is_file():
+        raise CliError(f"{output} is not a regular file; refusing to write the report there")
+    if output.exists() and not args.overwrite:
+        raise CliError(f"{output} exists; pass --overwrite to replace it")
+    if not output.parent.is_dir():
+        raise CliError(f"{output.parent} is not a directory")
+    options = storage_options(args)
+    include = bool(args.include_incomplete)
+    dump_a = open_dump_arg(args.a, options)
+    records_a = filter_records(dump_a.records(include_incomplete=include), args)
+    if args.b is None:
+        if records_a.empty:
+            raise CliError(f"no records in {args.a} match the filters")
+        data = collect_single(_Records(dump_a, records_a))
+        failing = data.summary["nonfinite"]
+    else:
+        dump_b = open_dump_arg(args.b, options)
+        records_b = filter_records(dump_b.records(include_incomplete=include), args)
+        if records_a.empty and records_b.empty:
+            raise CliError(f"no records to compare: none match the filters in {args.a} or {args.b}")
+        data = collect_comparison(_Records(dump_a, records_a), _Records(dump_b, records_b), rtol=args.rtol,
+                                  atol=args.atol, by=args.by, worst=args.worst)
+        failing = data.summary["failing"]
+    data.sources["a"], data.sources["root_a"] = args.a, str(dump_a.root)
+    if args.b is not None:
+        data.sources["b"] = args.b
+    page = render_html(data)
+    with _claimed(output, args.overwrite) as handle:
+        handle.write(page)
+    if ctx.json:
+        ctx.emit_json({"output": str(output), "bytes": len(page.encode()), "summary": data.summary,
+                       "root_cause": data.root_cause, "first_divergence": data.first_divergence,
+                       "first_nonfinite": data.first_nonfinite})
+    elif not ctx.quiet:
+        ctx.console.print(f"wrote {output} ({len(page.encode()) / 1e6:.2f} MB): {data.summary['verdict']}",
+                          highlight=False)
+    else:
+        ctx.console.print(str(output), highlight=False)
+    return EXIT_CHECK_FAILED if failing else EXIT_OK

@@ -1,0 +1,307 @@
+"""What a report shows, gathered from the analysis layer into plain, JSON-ready values.
+
+Nothing here renders: :mod:`megadump_zarr.report.html` turns a :class:`ReportData` into one HTML file.
+Two shapes of report:
+
+* a comparison of dump A (under test) with dump B (reference): :func:`collect_comparison` runs
+  ``megadump_zarr.analyse.compare`` once, then takes the verdict counts, the first divergence and the
+  root cause, the per-invocation error maps, and for the worst records a strided A−B difference (the
+  heatmap) and a histogram of the differences;
+* a single dump: :func:`collect_single` takes its records' stored statistics and the records that hold
+  NaN or Inf (no tensor data is read).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["DIFF_MAX_SIZE", "HISTOGRAM_BINS", "WORST_RECORDS", "ReportData", "collect_comparison", "collect_single"]
+
+WORST_RECORDS = 6
+"""How many of the worst failing records get a difference heatmap and a histogram."""
+DIFF_MAX_SIZE = 96
+"""Largest side of a difference heatmap (longer axes are strided): keeps a report small."""
+HISTOGRAM_BINS = 40
+
+_LOCATION = ("rank", "window", "invocation", "step", "direction", "kernel", "stage", "task_id", "owner_id",
+             "core_type", "core_id", "io", "index", "name", "path")
+_TABLE_COLUMNS = ("verdict", "name", "rank", "window", "invocation", "step", "stage", "task_id", "owner_id",
+                  "core_type", "core_id", "io", "dtype_a", "dtype_b", "shape_a", "shape_b", "cosine", "max_abs",
+                  "max_rel", "rmse", "mismatches", "worst_index", "note", "path")
+_STATS_COLUMNS = ("name", "rank", "window", "invocation", "step", "stage", "task_id", "owner_id", "core_type",
+                  "core_id", "io", "dtype", "shape", "min", "max", "mean", "l2norm", "nan_count", "inf_count",
+                  "truncated", "path")
+_PASSING = ("pass",)
+
+
+@dataclass
+class ReportData:
+    """Everything one report shows, as JSON-ready values.
+
+    Args:
+        kind: ``"compare"`` or ``"single"``.
+        title: The page title.
+        sources: The dumps' URLs (``{"a": ..., "b": ...}`` or ``{"a": ...}``).
+        summary: Verdict counts and the overall verdict (compare) or record counts (single).
+        first_divergence: Where the first failing record lives (compare), or None.
+        root_cause: Where the divergence is born (compare), or None.
+        first_nonfinite: The first record holding NaN/Inf (single), or None.
+        error_maps: Per invocation, a stage × owner (or core) grid of worst relative errors.
+        rows: The per-record table, failures first.
+        columns: The table's column names, in order.
+        worst: For the worst records, the difference heatmap and histogram.
+        notes: Things the reader should know (e.g. analysis functions not available).
+    """
+
+    kind: str
+    title: str
+    sources: dict[str, str]
+    summary: dict[str, Any]
+    first_divergence: dict[str, Any] | None = None
+    root_cause: dict[str, Any] | None = None
+    first_nonfinite: dict[str, Any] | None = None
+    error_maps: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    columns: list[str] = field(default_factory=list)
+    worst: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as one JSON-ready mapping."""
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+# ----------------------------------------------------------------------------------------------- values
+def jsonable(value: Any) -> Any:
+    """``value`` as plain JSON: numpy scalars unwrapped, NaN/NA as None, tuples as lists."""
+    if value is None or value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, (np.generic,)):
+        value = value.item()
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    try:
+        if pd.isna(value):
+            return None
+    except (TypeError, ValueError):
+        pass
+    return str(value)
+
+
+def _where(row: Any, columns: tuple[str, ...] = _LOCATION) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    get = row.get if hasattr(row, "get") else (lambda k, d=None: d)
+    out = {k: jsonable(get(k)) for k in columns}
+    for extra in ("verdict", "note", "max_abs", "max_rel", "worst_index", "worst_task_id", "worst_owner_id",
+                  "worst_core_type", "worst_core_id"):
+        if extra in getattr(row, "index", ()):
+            out[extra] = jsonable(get(extra))
+    return out
+
+
+def _table(frame: pd.DataFrame, columns: tuple[str, ...]) -> tuple[list[str], list[dict[str, Any]]]:
+    present = [c for c in columns if c in frame.columns]
+    present = [c for c in present if frame[c].notna().any()] if len(frame) else present
+    rows = [{c: jsonable(v) for c, v in zip(present, values)} for values in frame[present].itertuples(index=False)]
+    return present, rows
+
+
+def _failures_first(result: pd.DataFrame) -> pd.DataFrame:
+    failing = ~result["verdict"].isin(_PASSING)
+    return pd.concat([result[failing], result[~failing]])
+
+
+# ------------------------------------------------------------------------------------------- analysis
+def _analysis(name: str) -> Any:
+    """A function of ``megadump_zarr.analyse`` by name, or None where this version has none."""
+    from megadump_zarr import analyse
+
+    return getattr(analyse, name, None)
+
+
+def _error_maps(result: pd.DataFrame, by: str) -> list[dict[str, Any]]:
+    """Per invocation, a stage × owner (or core) grid of the worst relative error and verdicts."""
+    frame = result[result["stage"].notna()] if "stage" in result.columns else result.iloc[0:0]
+    key = "owner_id" if by == "owner" else "core_id"
+    if frame.empty or key not in frame.columns or frame[key].isna().all():
+        return []
+    maps = []
+    group_keys = [c for c in ("rank", "window", "invocation") if c in frame.columns]
+    for labels, group in frame.groupby(group_keys, sort=True, dropna=False):
+        labels = labels if isinstance(labels, tuple) else (labels,)
+        stages = list(dict.fromkeys(group["stage"].astype(str)))
+        columns = sorted({int(v) for v in group[key].dropna()})
+        cells = []
+        for stage in stages:
+            line = []
+            for col in columns:
+                hit = group[(group["stage"].astype(str) == stage) & (group[key] == col)]
+                if hit.empty:
+                    line.append(None)
+                    continue
+                rel = pd.to_numeric(hit["max_rel"], errors="coerce")
+                failing = int((~hit["verdict"].isin(_PASSING)).sum())
+                line.append({"worst_rel": jsonable(rel.max()) if rel.notna().any() else None,
+                             "failing": failing, "records": len(hit)})
+            cells.append(line)
+        step = group["step"].dropna().iloc[0] if "step" in group.columns and group["step"].notna().any() else None
+        maps.append({"where": {k: jsonable(v) for k, v in zip(group_keys, labels)} | {"step": jsonable(step)},
+                     "by": by, "rows": stages, "columns": columns, "cells": cells})
+    return maps
+
+
+def _strided(da: Any, max_size: int) -> np.ndarray:
+    from megadump_zarr.analyse.plot import heatmap_values
+
+    values, _, _ = heatmap_values(da, max_size)
+    return values.astype(np.float64)
+
+
+def _open_pair(dump_a: Any, dump_b: Any, row: pd.Series) -> tuple[Any, Any]:
+    path = str(row["path"])
+    return dump_a.record_array(path), dump_b.record_array(path)
+
+
+def _worst(dump_a: Any, dump_b: Any, result: pd.DataFrame, limit: int) -> tuple[list[dict[str, Any]], list[str]]:
+    """Difference heatmaps and histograms of the ``limit`` worst failing records with data on both sides."""
+    failing = result[result["verdict"].isin(("fail",))]
+    if "payload" in result.columns:
+        failing = failing[failing["payload"].fillna(True).astype(bool)]
+    if failing.empty:
+        return [], []
+    rel = pd.to_numeric(failing["max_rel"], errors="coerce").fillna(-1.0)
+    order = failing.assign(_rel=rel).sort_values("_rel", ascending=False, kind="stable")
+    out, notes = [], []
+    for _, row in order.head(limit).iterrows():
+        try:
+            a, b = _open_pair(dump_a, dump_b, row)
+            diff = _strided(a, DIFF_MAX_SIZE) - _strided(b, DIFF_MAX_SIZE)
+        except (ValueError, KeyError, OSError, TypeError) as error:
+            notes.append(f"no difference heatmap for {row['path']}: {error}")
+            continue
+        finite = diff[np.isfinite(diff)]
+        limit_abs = float(np.max(np.abs(finite))) if finite.size else 0.0
+        counts, edges = (np.histogram(finite, bins=HISTOGRAM_BINS) if finite.size
+                         else (np.zeros(0, dtype=int), np.zeros(0)))
+        out.append({
+            "where": _where(row),
+            "shape": [int(s) for s in diff.shape],
+            "logical_shape": jsonable(row.get("shape_a")),
+            "limit": limit_abs,
+            # Quantised to 0..254 around 0 (127); 255 marks a non-finite cell. Small enough to embed.
+            "cells": _quantise(diff, limit_abs),
+            "histogram": {"counts": [int(c) for c in counts], "edges": [float(e) for e in edges]},
+            "sampled": int(diff.size) < int(np.prod(a.shape)) if a.ndim else False,
+        })
+    return out, notes
+
+
+def _quantise(diff: np.ndarray, limit: float) -> list[int]:
+    scaled = np.full(diff.shape, 255, dtype=np.int64)
+    finite = np.isfinite(diff)
+    if limit > 0:
+        scaled[finite] = np.clip(np.rint(diff[finite] / limit * 127 + 127), 0, 254)
+    else:
+        scaled[finite] = 127
+    return scaled.reshape(-1).tolist()
+
+
+def collect_comparison(a: Any, b: Any, *, rtol: float | None = None, atol: float | None = None,
+                       names: Any = None, select: dict[str, Any] | None = None, by: str = "owner",
+                       worst: int = WORST_RECORDS, result: pd.DataFrame | None = None) -> ReportData:
+    """Compare dump ``a`` with dump ``b`` and gather what the report shows.
+
+    Args:
+        a: The dump under test (a ``Dump`` or a path/URL).
+        b: The reference dump.
+        rtol: Relative tolerance, as in ``compare``.
+        atol: Absolute tolerance, as in ``compare``.
+        names: Only these tensor names, as in ``compare``.
+        select: Record selection, as in ``compare``.
+        by: Error-map columns: ``"owner"`` or ``"core"``.
+        worst: How many worst records get a difference heatmap.
+        result: A ``compare`` result already computed for ``a`` and ``b`` (skips the comparison).
+    """
+    from megadump_zarr.analyse import compare
+    from megadump_zarr.analyse.matching import open_side
+
+    if by not in ("owner", "core"):
+        raise ValueError(f"by must be 'owner' or 'core', got {by!r}")
+    dump_a, dump_b = open_side(a), open_side(b)
+    if result is None:
+        result = compare(dump_a, dump_b, rtol=rtol, atol=atol, names=names, **(select or {}))
+    notes: list[str] = []
+    counts = {str(v): int(n) for v, n in result["verdict"].value_counts(sort=False).items()}
+    failing = int((~result["verdict"].isin(_PASSING)).sum())
+    summary = {"verdict": "fail" if failing else "pass", "records": len(result), "failing": failing,
+               "counts": counts, "rtol": jsonable(rtol), "atol": jsonable(atol)}
+    first = _analysis("first_divergence")
+    root = _analysis("root_cause")
+    if root is None:
+        notes.append("root cause analysis is not available in this version of megadump_zarr")
+    worst_rows, worst_notes = _worst(dump_a, dump_b, result, worst)
+    notes.extend(worst_notes)
+    columns, rows = _table(_failures_first(result), _TABLE_COLUMNS)
+    return ReportData(
+        kind="compare",
+        title=f"megadump report: {_url(a)} vs {_url(b)}",
+        sources={"a": _url(a), "b": _url(b), "root_a": _root(dump_a), "root_b": _root(dump_b)},
+        summary=summary,
+        first_divergence=_where(first(result)) if first is not None else None,
+        root_cause=_where(root(result)) if root is not None else None,
+        error_maps=_error_maps(result, by),
+        rows=rows,
+        columns=columns,
+        worst=worst_rows,
+        notes=notes,
+    )
+
+
+def collect_single(a: Any, *, names: Any = None, select: dict[str, Any] | None = None) -> ReportData:
+    """Gather one dump's statistics and non-finite records (metadata only, no tensor data).
+
+    Args:
+        a: The dump (a ``Dump`` or a path/URL).
+        names: Only these tensor names.
+        select: Record selection, as in ``compare``.
+    """
+    from megadump_zarr.analyse.compare import execution_order
+    from megadump_zarr.analyse.matching import clean_select, filter_records, name_filter, open_side, record_select
+
+    dump = open_side(a)
+    records = filter_records(dump.records(), record_select(clean_select(dict(select or {}))), name_filter(names))
+    if len(records):
+        records = execution_order(records)
+    nan = pd.to_numeric(records.get("nan_count"), errors="coerce") if len(records) else pd.Series(dtype=float)
+    inf = pd.to_numeric(records.get("inf_count"), errors="coerce") if len(records) else pd.Series(dtype=float)
+    nonfinite = records[(nan.fillna(0) > 0) | (inf.fillna(0) > 0)] if len(records) else records
+    first = nonfinite.iloc[0] if len(nonfinite) else None
+    ordered = pd.concat([nonfinite, records.drop(nonfinite.index)]) if len(records) else records
+    columns, rows = _table(ordered, _STATS_COLUMNS)
+    summary = {"verdict": "nonfinite" if len(nonfinite) else "finite", "records": len(records),
+               "nonfinite": len(nonfinite),
+               "windows": int(records["window"].nunique()) if len(records) else 0}
+    return ReportData(kind="single", title=f"megadump report: {_url(a)}",
+                      sources={"a": _url(a), "root_a": _root(dump)}, summary=summary,
+                      first_nonfinite=_where(first), rows=rows, columns=columns)
+
+
+def _url(x: Any) -> str:
+    root = getattr(x, "root", None)
+    return str(root if root is not None else x)
+
+
+def _root(dump: Any) -> str:
+    return str(getattr(dump, "root", ""))

@@ -1,0 +1,184 @@
+"""One self-contained HTML page from a :class:`~megadump_zarr.report.collect.ReportData`.
+
+The page needs nothing at view time: the style sheet and script are inline (see ``assets.py``), the
+data is one embedded JSON document, heatmaps are drawn on canvases and histograms are inline SVG. The
+static parts (summary, first divergence, root cause, error maps, histograms) are plain HTML, so the
+answer is readable even with scripts disabled.
+"""
+
+from __future__ import annotations
+
+from html import escape
+import json
+import math
+from typing import Any
+
+from megadump_zarr.report.assets import DIVERGING, SCRIPT, STYLE
+from megadump_zarr.report.collect import ReportData
+
+__all__ = ["render_html"]
+
+_WHERE_FIELDS = ("name", "verdict", "rank", "window", "invocation", "step", "direction", "kernel", "stage",
+                 "task_id", "owner_id", "core_type", "core_id", "io", "index", "worst_index", "worst_task_id",
+                 "worst_owner_id", "worst_core_type", "worst_core_id", "max_abs", "max_rel", "note", "path")
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e5):
+            return f"{value:.3e}"
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        return "×".join(_text(v) for v in value) if all(isinstance(v, int) for v in value) else json.dumps(value)
+    return str(value)
+
+
+def _card(title: str, where: dict[str, Any] | None, card_id: str, empty: str) -> str:
+    if where is None:
+        return f'<div class="card" id="{card_id}"><h3>{escape(title)}</h3><p class="note">{escape(empty)}</p></div>'
+    items = "".join(f"<dt>{escape(k)}</dt><dd>{escape(_text(where.get(k)))}</dd>"
+                    for k in _WHERE_FIELDS if where.get(k) not in (None, ""))
+    return f'<div class="card" id="{card_id}"><h3>{escape(title)}</h3><dl>{items}</dl></div>'
+
+
+def _summary(data: ReportData) -> str:
+    s = data.summary
+    verdict = s.get("verdict", "")
+    if data.kind == "compare":
+        counts = ", ".join(f"{n} {v}" for v, n in sorted(s.get("counts", {}).items()))
+        line = (f'<span class="verdict-{escape(verdict)}" id="verdict">{escape(verdict.upper())}</span>: '
+                f"{s.get('failing', 0)} of {s.get('records', 0)} records do not pass ({escape(counts)})")
+        if s.get("rtol") is not None or s.get("atol") is not None:
+            line += f"; rtol={escape(_text(s.get('rtol')))}, atol={escape(_text(s.get('atol')))}"
+    else:
+        line = (f'<span class="verdict-{escape(verdict)}" id="verdict">{escape(verdict.upper())}</span>: '
+                f"{s.get('nonfinite', 0)} of {s.get('records', 0)} records hold NaN or Inf "
+                f"({s.get('windows', 0)} windows)")
+    sources = " vs ".join(f"<code>{escape(v)}</code>" for k, v in data.sources.items() if k in ("a", "b"))
+    return f"<p>{sources}</p><p>{line}</p>"
+
+
+def _heat_color(value: float | None, top: float) -> str:
+    """A sequential colour for a worst relative error: white at 0, dark red at ``top`` (log scale)."""
+    if value is None or not math.isfinite(value):
+        return "#eeeeee"
+    t = 0.0 if value <= 0 or top <= 0 else max(0.0, min(1.0, (math.log10(value) + 6) / (math.log10(top) + 6 or 1)))
+    r, g, b = (255 - int(t * 152), 245 - int(t * 245), 240 - int(t * 209))
+    return f"rgb({r},{g},{b})"
+
+
+def _error_maps(data: ReportData) -> str:
+    if not data.error_maps:
+        return '<p class="note">No L1 owner/core grid in these records.</p>'
+    parts = []
+    for m in data.error_maps:
+        values = [c["worst_rel"] for line in m["cells"] for c in line if c and c.get("worst_rel") is not None]
+        top = max(values) if values else 1.0
+        where = ", ".join(f"{k} {v}" for k, v in m["where"].items() if v is not None)
+        head = "".join(f"<th>{escape(m['by'])} {escape(str(c))}</th>" for c in m["columns"])
+        body = []
+        for stage, line in zip(m["rows"], m["cells"]):
+            cells = []
+            for col, cell in zip(m["columns"], line):
+                if cell is None:
+                    cells.append('<td class="empty" style="background:#fafafa"></td>')
+                    continue
+                rel = cell.get("worst_rel")
+                title = (f"stage {stage}, {m['by']} {col}: worst max_rel {_text(rel)}, "
+                         f"{cell['failing']} of {cell['records']} records failing")
+                mark = "fail" if cell["failing"] else "ok"
+                cells.append(f'<td class="{mark}" data-value="{escape(_text(rel))}" title="{escape(title)}" '
+                             f'style="background:{_heat_color(rel, top)}">{escape(_text(rel))}</td>')
+            body.append(f"<tr><th>{escape(stage)}</th>{''.join(cells)}</tr>")
+        parts.append(f'<h3>{escape(where)}</h3><table class="errormap"><thead><tr><th>stage</th>{head}</tr></thead>'
+                     f'<tbody>{"".join(body)}</tbody></table>')
+    return "".join(parts) + '<p class="note">Cells: worst relative error of the records of that stage and ' \
+                            f"{escape(data.error_maps[0]['by'])} (darker is worse); hover for counts.</p>"
+
+
+def _histogram_svg(hist: dict[str, Any]) -> str:
+    counts, edges = hist["counts"], hist["edges"]
+    if not counts:
+        return '<p class="note">no finite differences</p>'
+    width, height, top = 320, 120, max(counts) or 1
+    bar = width / len(counts)
+    bars = "".join(f'<rect x="{i * bar:.1f}" y="{height - c / top * height:.1f}" width="{max(bar - 1, 1):.1f}" '
+                   f'height="{c / top * height:.1f}" fill="#4c72b0"><title>{_text(edges[i])} .. '
+                   f'{_text(edges[i + 1])}: {c}</title></rect>' for i, c in enumerate(counts))
+    return (f'<figure><svg class="histogram" width="{width}" height="{height + 16}" role="img" '
+            f'aria-label="histogram of A-B">{bars}<text x="0" y="{height + 13}" font-size="10">{_text(edges[0])}'
+            f'</text><text x="{width}" y="{height + 13}" font-size="10" text-anchor="end">{_text(edges[-1])}</text>'
+            f'</svg><figcaption>histogram of A−B ({sum(counts)} finite values)</figcaption></figure>')
+
+
+def _open_snippet(root: str, path: str) -> str:
+    group, _, array = path.rpartition("/")
+    top = "/".join(path.split("/")[:3])
+    return (f'import xarray as xr\nxr.open_zarr({json.dumps(root + "/" + group)})[{json.dumps(array)}]\n'
+            f'# or: xr.open_dataset({json.dumps(root)}, engine="megadump", group={json.dumps(top)})')
+
+
+def _worst(data: ReportData) -> str:
+    if not data.worst:
+        return '<p class="note">No failing record with tensor data on both sides.</p>'
+    parts = []
+    root = data.sources.get("root_a", data.sources.get("a", ""))
+    for i, w in enumerate(data.worst):
+        where = w["where"]
+        title = (f"{where.get('name')}: window {where.get('window')}, invocation {where.get('invocation')}, "
+                 f"step {_text(where.get('step'))}, stage {_text(where.get('stage'))}")
+        sampled = " (strided sample)" if w.get("sampled") else ""
+        parts.append(
+            f'<div class="worst" id="worst-{i}"><div><h3>{escape(title)}</h3>'
+            f'<canvas class="heatmap" data-index="{i}" aria-label="A-B heatmap of {escape(str(where.get("name")))}">'
+            f'</canvas><div class="colorbar"><span>{escape(_text(-w["limit"]))}</span>'
+            f'<canvas class="colorbar-scale" width="160" height="12"></canvas><span>{escape(_text(w["limit"]))}</span>'
+            f'<span>A−B{escape(sampled)}, 0 = white</span></div></div>'
+            f'<div>{_histogram_svg(w["histogram"])}{_card("where", where, f"worst-where-{i}", "")}'
+            f'<pre class="mono">{escape(_open_snippet(root, str(where.get("path", ""))))}</pre></div></div>')
+    return "".join(parts)
+
+
+def render_html(data: ReportData) -> str:
+    """The report page, one string of HTML."""
+    payload = data.to_json()
+    payload["colormap"] = [list(c) for c in DIVERGING]
+    payload["worst"] = [{"shape": w["shape"], "cells": w["cells"]} for w in data.worst]
+    # "</" never appears inside the embedded JSON, so it cannot close the script element.
+    blob = json.dumps({k: payload[k] for k in ("columns", "rows", "worst", "colormap", "sources")},
+                      separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    if data.kind == "compare":
+        cards = (_card("Root cause: where the divergence is born", data.root_cause, "root-cause",
+                       "none: every record passes") +
+                 _card("First divergence: the first failing record", data.first_divergence, "first-divergence",
+                       "none: every record passes"))
+        sections = (f"<h2>Error map</h2>{_error_maps(data)}<h2>Worst records</h2>{_worst(data)}")
+        failures_toggle = '<label><input type="checkbox" id="failures-only"> failures only</label>'
+    else:
+        cards = _card("First NaN/Inf", data.first_nonfinite, "first-nonfinite", "none: every record is finite")
+        sections = ""
+        failures_toggle = '<label><input type="checkbox" id="failures-only"> non-finite only</label>'
+    notes = "".join(f'<p class="note">{escape(n)}</p>' for n in data.notes)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
+<title>{escape(data.title)}</title><style>{STYLE}</style></head>
+<body data-kind="{escape(data.kind)}">
+<h1>{escape(data.title)}</h1>
+<pre id="js-errors"></pre>
+<section id="summary">{_summary(data)}</section>
+<div class="cards">{cards}</div>
+{notes}
+{sections}
+<h2>Records</h2>
+<div class="controls"><input id="filter" type="search" placeholder="filter: name, stage, verdict, path ...">
+{failures_toggle}<span id="shown-count" class="note"></span></div>
+<div class="table-wrap"><table id="records"><thead><tr></tr></thead><tbody></tbody></table></div>
+<p class="note">Click a row to see how to open that record with xarray.</p>
+<pre id="open-snippet" class="mono"></pre>
+<script type="application/json" id="report-data">{blob}</script>
+<script>{SCRIPT}</script>
+</body></html>
+"""

@@ -1,0 +1,35 @@
+"""Fixtures of the report tests: a pair of demo dumps that differ (bfloat16 under test, float32 reference)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from megadump_zarr.cli.main import main
+from tests.cli._helpers import Result
+
+
+@pytest.fixture(scope="session")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``(bf16 run, fp32 run)`` demo summaries: the L1 windows differ by rounding and by token routing."""
+    from megadump_zarr.demo.run import run_demo
+
+    base = tmp_path_factory.mktemp("report")
+    return run_demo(base / "bf16", steps=2, dtype="bfloat16"), run_demo(base / "fp32", steps=2, dtype="float32")
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``cli(*args)`` runs ``main([...])`` in-process and returns a :class:`Result`."""
+    monkeypatch.setenv("COLUMNS", "120")
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.delenv("MEGADUMP_DEBUG", raising=False)
+
+    def run(*args: Any) -> Result:
+        capsys.readouterr()
+        code = main([str(a) for a in args])
+        captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    return run
