@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow bench venv clean
+.PHONY: demo test test-slow bench venv clean browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -21,7 +21,16 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/megadump demo
 
-test: $(STAMP)
+# The HTML report is tested in a real headless browser: Debian's chromium, installed here (root + apt-get)
+# when missing, so the suite itself installs nothing. Without root or apt the browser tests skip (not under CI).
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	      echo "installing chromium (apt-get) for the report's browser tests"; \
+	      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	    else echo "chromium not installed and apt-get unavailable: the report's browser tests will skip"; fi; }
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider
 
 test-slow: $(STAMP)
