@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     except _INPUT_ERRORS as error:
         if os.environ.get("MEGADUMP_DEBUG"):
             raise
-        code = error.code if isinstance(error, CliError) else EXIT_USAGE
+        code = error.code if isinstance(error, CliError) else getattr(error, "exit_code", EXIT_USAGE)
+        code = code if isinstance(code, int) else EXIT_USAGE  # DumpIntegrityError: 1 (a failed check)
         sys.stdout.flush()
         sys.stderr.write(f"error: {_message(error)}\n")
         return code

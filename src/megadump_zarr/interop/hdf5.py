@@ -194,7 +194,9 @@ def _open_window(window_url: str | os.PathLike[str], storage_options: Mapping[st
             f"{location} is not a megadump_zarr window group (no schemaVersion/windowIndex attributes); pass the "
             f"path of rank_{{r}}/window_{{wwww}}"
         )
-    return group
+    from megadump_zarr.read.integrity import guard_window_group
+
+    return guard_window_group(group, location)  # a missing or corrupt chunk of a committed window raises
 
 
 def export_hdf5(
@@ -351,6 +353,8 @@ def _write_arrays(h5group: Any, path: str, members: list[tuple[str, Any]], compr
 def _copy_array(h5group: Any, name: str, array: Any, dims: tuple[str, ...], where: str, compression: str | None,
                 level: int) -> None:
     source = np.dtype(array.dtype)
+    from megadump_zarr.read.integrity import guard_read
+
     dtype, extra = _target_dtype(source, where)
     attrs = array.attrs.asdict()
     clash = sorted(set(extra) & set(attrs))
@@ -368,7 +372,7 @@ def _copy_array(h5group: Any, name: str, array: Any, dims: tuple[str, ...], wher
     variable = h5group.create_variable(name, dims, dtype=dtype, **options)
     itemsize = max(source.itemsize, dtype.itemsize)
     for region in _blocks(shape, tuple(array.chunks), itemsize, _BLOCK_BYTES):
-        block = np.asarray(array[region])
+        block = np.asarray(guard_read(array, array.path or where, lambda: array[region]))
         variable[region] = block.astype(dtype, copy=False) if block.dtype != dtype else block
     _set_attrs(variable.attrs, {**attrs, **extra}, where)
 

@@ -36,6 +36,7 @@ from megadump_zarr.read.catalog import (
     scan_windows,
     window_nodes,
 )
+from megadump_zarr.read.integrity import CommittedWindows, IntegrityStore
 from megadump_zarr.read.location import DumpLocation, open_location, store_path
 from megadump_zarr.read.select import (
     check_tensor_choice,
@@ -82,9 +83,12 @@ class Dump:
     """
 
     def __init__(self, location: DumpLocation, root_attrs: dict[str, Any] | None = None) -> None:
-        self.location = location
         self.root_attrs = dict(root_attrs or {})
         self._windows: dict[str, WindowInfo] = {}
+        if not isinstance(location.store, IntegrityStore):  # missing/corrupt chunks of committed windows raise
+            location = DumpLocation(IntegrityStore(location.store, CommittedWindows(self._windows), location.url),
+                                    location.url)
+        self.location = location
         self._frames: dict[str, pd.DataFrame] = {}
 
     # ------------------------------------------------------------------ catalogue

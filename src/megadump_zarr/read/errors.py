@@ -19,6 +19,9 @@ class DumpIntegrityError(ValueError):
         key: The store key of the chunk (relative to the dump root), if known.
     """
 
+    exit_code = 1
+    """The command line's exit status for it: a failed check (the dump is damaged), not bad input."""
+
     def __init__(self, message: str, *, key: str | None = None) -> None:
         super().__init__(message)
         self.key = key

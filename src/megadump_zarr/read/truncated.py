@@ -27,9 +27,10 @@ import numpy as np
 import zarr
 from zarr.abc.store import Store
 
+from megadump_zarr.read.integrity import GuardedArray, guard_read
 from megadump_zarr.read.location import store_path
 
-__all__ = ["logical_dims", "logical_dtype", "open_zarr_array", "record_dask", "stored_dask", "truncated_dask"]
+__all__ = ["MAX_LOGICAL_BYTES", "check_logical_shape", "logical_dims", "logical_dtype", "open_zarr_array", "record_dask", "stored_dask", "truncated_dask"]
 
 _ML_FLOATS = frozenset(("bfloat16", "float8_e4m3fn", "float8_e5m2"))
 
@@ -58,7 +59,7 @@ def stored_dask(array: zarr.Array, key: str, root: str = "") -> da.Array:
         root: The dump root (for a stable dask name).
     """
     chunks = array.chunks if array.ndim else ()
-    return da.from_array(array, chunks=chunks, name=f"megadump-stored-{_token(root, key)}", lock=False,
+    return da.from_array(GuardedArray(array, key, root), chunks=chunks, name=f"megadump-stored-{_token(root, key)}", lock=False,
                          asarray=False, inline_array=True, meta=np.empty((0,) * array.ndim, dtype=array.dtype))
 
 
@@ -101,6 +102,33 @@ def _read_flat(array: zarr.Array, start: int, stop: int, shape: tuple[int, ...],
     return out.reshape(shape)
 
 
+_NAN_BLOCK_ELEMENTS = 1 << 22
+"""Elements of one block of a truncated view past its stored prefix (all NaN, no read)."""
+
+MAX_LOGICAL_BYTES = 1 << 40
+"""Largest logical size (1 TiB) a record's ``actualShape`` may describe: no device tensor is larger, and
+a crafted shape beyond it is refused before any view is built."""
+
+
+def check_logical_shape(shape: Sequence[int], itemsize: int, key: str) -> None:
+    """Refuse a logical shape that no tensor can have (negative, non-integer, or over :data:`MAX_LOGICAL_BYTES`).
+
+    Args:
+        shape: The logical shape (``actualShape``).
+        itemsize: Bytes per stored element.
+        key: The record's key, for the message.
+
+    Raises:
+        ValueError: Naming the key, the field and the value.
+    """
+    if not all(type(d) is int and d >= 0 for d in shape):
+        raise ValueError(f"{key}/zarr.json: attributes.actualShape {list(shape)!r} is not a list of non-negative integers")
+    size = math.prod(shape) * max(1, int(itemsize))
+    if size > MAX_LOGICAL_BYTES:
+        raise ValueError(f"{key}/zarr.json: attributes.actualShape {list(shape)} describes {size} bytes, more than "
+                         f"any tensor can hold ({MAX_LOGICAL_BYTES} bytes)")
+
+
 def truncated_dask(array: zarr.Array, logical_shape: Sequence[int], key: str, root: str = "") -> da.Array:
     """The logical-shape view of a truncated record (see the module docstring).
 
@@ -110,7 +138,9 @@ def truncated_dask(array: zarr.Array, logical_shape: Sequence[int], key: str, ro
         key: Its path (for a stable dask name).
         root: The dump root (for a stable dask name).
     """
-    shape = tuple(int(d) for d in logical_shape)
+    shape = tuple(logical_shape)
+    check_logical_shape(shape, array.dtype.itemsize, key)
+    array = GuardedArray(array, key, root)
     dtype = logical_dtype(array.dtype)
     name = f"megadump-truncated-{_token(root, key, shape)}"
     if not shape:  # a 0-d tensor has one element: never truncated, but stay total
@@ -119,11 +149,18 @@ def truncated_dask(array: zarr.Array, logical_shape: Sequence[int], key: str, ro
     row = math.prod(shape[1:])
     stored_chunk = int(array.chunks[0]) if array.ndim and array.chunks[0] else max(1, int(array.shape[0]))
     rows_per_block = max(1, stored_chunk // row) if row else max(1, shape[0])
+    # rows holding captured elements: one block per stored chunk; past the prefix (NaN, nothing to read)
+    # few large blocks, so the graph and any pass over the view cost the stored bytes, not the logical size
+    captured_rows = min(shape[0], -(-int(array.shape[0]) // row)) if row else shape[0]
+    nan_rows = max(rows_per_block, _NAN_BLOCK_ELEMENTS // row) if row else max(1, shape[0])
     block_rows: list[int] = []
     left = shape[0]
+    done = 0
     while left > 0:
-        block_rows.append(min(rows_per_block, left))
+        block_rows.append(min(rows_per_block if done < captured_rows else nan_rows, left,
+                              captured_rows - done if done < captured_rows else left))
         left -= block_rows[-1]
+        done += block_rows[-1]
     if not block_rows:
         block_rows = [0]
     chunks = (tuple(block_rows), *((d,) for d in shape[1:]))

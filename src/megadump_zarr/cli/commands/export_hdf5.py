@@ -66,18 +66,23 @@ def resolve_window(path: str, rank: int | None, window: int | None, options: dic
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     """Export and report the file written."""
+    from megadump_zarr.cli.outputs import claim_output
     from megadump_zarr.interop import export_hdf5
+    from megadump_zarr.read.errors import DumpIntegrityError
 
     options = storage_options(args)
     window = resolve_window(args.window, args.rank, args.window_index, options)
     target = Path(args.file).expanduser()
-    if not target.parent.is_dir():
-        raise CliError(f"cannot write {target}: directory {target.parent} does not exist")
     compression = None if args.compression == "none" else args.compression
     try:
-        with progress_on_stderr(ctx) as progress:
-            written = export_hdf5(window, target, storage_options=options, compression=compression,
-                                  allow_incomplete=args.allow_incomplete, overwrite=args.overwrite, progress=progress)
+        with claim_output(target, args.overwrite) as temp, progress_on_stderr(ctx) as progress:
+            export_hdf5(window, temp, storage_options=options, compression=compression,
+                        allow_incomplete=args.allow_incomplete, overwrite=True, progress=progress)
+        written = target
+    except DumpIntegrityError:
+        raise  # exit 1: the window is damaged
+    except FileNotFoundError as error:
+        raise CliError(str(error)) from None
     except FileExistsError as error:
         raise CliError(str(error).replace("overwrite=True", "--overwrite")) from None
     except ValueError as error:

@@ -1,0 +1,326 @@
+"""No silent fill values: a zarr store wrapper that refuses missing or corrupt chunks of committed windows.
+
+zarr reads a missing chunk as the array's fill value (zeros here), and a corrupt chunk fails deep in a
+codec (``RuntimeError`` from blosc, a bare ``ValueError`` from ``crc32c``). A committed window
+(``complete`` or ``aborted``) holds every chunk of every array it lists: the writer writes each one,
+padding the edge chunk, so the chunk count follows from ``shape`` and the chunk grid. :class:`IntegrityStore`
+wraps the dump's store and, for a chunk key of an array of a committed window:
+
+- a ``get`` that finds nothing raises :class:`~megadump_zarr.read.errors.DumpIntegrityError` naming the key;
+- a whole-chunk ``get`` whose codec chain ends with ``crc32c`` has its checksum verified here (one C
+  call, the same one zarr makes again on decode), so a mismatch names the key and both checksums.
+
+Keys of torn (``writing``) windows, documents and anything outside a committed window pass through
+unchanged. :func:`guard_read` turns a codec failure of an array read (chunks written without a
+checksum) into the same error, naming the chunk that fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+import itertools
+from typing import Any
+
+import numpy as np
+from zarr.abc.store import ByteRequest, Store
+from zarr.core.buffer import Buffer, BufferPrototype
+from zarr.storage import WrapperStore
+
+from megadump_zarr.read.errors import DumpIntegrityError
+
+__all__ = ["ChunkLookup", "GuardedArray", "IntegrityStore", "chunk_grid", "expected_chunk", "guard_read", "verify_crc32c",
+           "window_lookup"]
+
+ChunkLookup = Callable[[str], "tuple[str, dict[str, Any]] | None"]
+"""``lookup(key) -> (array key, array document)`` when ``key`` lies inside an array of a committed window."""
+
+
+def chunk_grid(doc: Mapping[str, Any]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """``(shape, chunk_shape)`` of a regular-grid array document, or ``None`` when it is not one.
+
+    Args:
+        doc: The array's ``zarr.json`` document.
+    """
+    shape = doc.get("shape")
+    grid = doc.get("chunk_grid")
+    if not isinstance(shape, list) or not isinstance(grid, Mapping) or grid.get("name") != "regular":
+        return None
+    config = grid.get("configuration")
+    chunks = config.get("chunk_shape") if isinstance(config, Mapping) else None
+    if not isinstance(chunks, list) or len(chunks) != len(shape):
+        return None
+    if not all(type(d) is int and d >= 0 for d in shape) or not all(type(c) is int and c > 0 for c in chunks):
+        return None
+    return tuple(shape), tuple(chunks)
+
+
+def _coords(doc: Mapping[str, Any], name: str) -> tuple[int, ...] | None:
+    """Chunk coordinates encoded in ``name`` (relative to the array) under the document's key encoding."""
+    encoding = doc.get("chunk_key_encoding")
+    kind, sep = "default", "/"
+    if isinstance(encoding, Mapping):
+        kind = encoding.get("name", "default")
+        config = encoding.get("configuration")
+        sep = config.get("separator", "/" if kind == "default" else ".") if isinstance(config, Mapping) else (
+            "/" if kind == "default" else ".")
+    if kind == "default":
+        if name == "c":
+            return ()
+        if not name.startswith("c" + sep):
+            return None
+        name = name[2:]
+    elif kind != "v2":
+        return None
+    parts = name.split(sep)
+    if not all(p.isdigit() and p.isascii() for p in parts):
+        return None
+    return tuple(int(p) for p in parts)
+
+
+def expected_chunk(doc: Mapping[str, Any], name: str) -> bool:
+    """Whether chunk ``name`` (relative to its array) is one the writer must have written.
+
+    Args:
+        doc: The array document.
+        name: Chunk key relative to the array (``c.0.0``).
+    """
+    grid = chunk_grid(doc)
+    coords = _coords(doc, name)
+    if grid is None or coords is None:
+        return False
+    shape, chunks = grid
+    if len(coords) != len(shape):
+        return False
+    return all(0 <= c < -(-s // k) for c, s, k in zip(coords, shape, chunks))
+
+
+def _has_crc32c(doc: Mapping[str, Any]) -> bool:
+    codecs = doc.get("codecs")
+    if not isinstance(codecs, list) or not codecs:
+        return False
+    last = codecs[-1]
+    name = last.get("name") if isinstance(last, Mapping) else last
+    return name == "crc32c"
+
+
+def window_lookup(windows: Callable[[str], Mapping[str, dict[str, Any]] | None], depth: int = 2) -> ChunkLookup:
+    """A :data:`ChunkLookup` over windows whose key is the first ``depth`` path components.
+
+    Args:
+        windows: Window key (``rank_0/window_0000``, or ``""`` with ``depth=0``) -> consolidated nodes
+            of that window when it is committed, else ``None``.
+        depth: Path components of a window key (2 below a dump root, 0 when the store is the window).
+    """
+
+    def lookup(key: str) -> tuple[str, dict[str, Any]] | None:
+        parts = key.split("/")
+        if len(parts) <= depth + 1 or parts[-1] == "zarr.json":
+            return None
+        window = "/".join(parts[:depth])
+        nodes = windows(window)
+        if not nodes:
+            return None
+        rest = parts[depth:]
+        for cut in range(len(rest) - 1, 0, -1):  # "." separator: one component; "/": several
+            doc = nodes.get("/".join(rest[:cut]))
+            if isinstance(doc, dict) and doc.get("node_type") == "array":
+                array_key = "/".join(parts[: depth + cut])
+                return array_key, doc
+        return None
+
+    return lookup
+
+
+class IntegrityStore(WrapperStore[Store]):
+    """A read-only store wrapper that refuses missing and corrupt chunks of committed windows.
+
+    Args:
+        store: The dump's store.
+        lookup: Which keys are chunks of committed windows' arrays (see :func:`window_lookup`).
+        url: The dump root as given, for messages.
+    """
+
+    def __init__(self, store: Store, lookup: ChunkLookup | None = None, url: str = "") -> None:
+        super().__init__(store)
+        self._lookup = lookup or (lambda key: None)
+        self._url = url
+
+    def _with_store(self, store: Store) -> IntegrityStore:
+        return type(self)(store, self._lookup, self._url)
+
+    def __eq__(self, value: object) -> bool:
+        return isinstance(value, IntegrityStore) and self._store == value._store
+
+    def __hash__(self) -> int:
+        return hash(id(self._store))
+
+    def __str__(self) -> str:
+        return str(self._store)
+
+    def __repr__(self) -> str:
+        return f"IntegrityStore({self._store!r})"
+
+    def _where(self) -> str:
+        return f" in {self._url}" if self._url else ""
+
+    def _check(self, key: str, value: Buffer | None, byte_range: ByteRequest | None) -> Buffer | None:
+        found = self._lookup(key)
+        if found is None:
+            return value
+        array_key, doc = found
+        name = key[len(array_key) + 1 :]
+        if value is None:
+            if expected_chunk(doc, name):
+                raise DumpIntegrityError(
+                    f"chunk {key}{self._where()} is missing: its window is committed, so every chunk of "
+                    f"{array_key} (shape {doc.get('shape')}) must exist", key=key)
+            return value
+        if byte_range is None and _has_crc32c(doc):
+            verify_crc32c(key, value.as_numpy_array(), self._where())
+        return value
+
+    async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
+        value = await self._store.get(key, prototype, byte_range)
+        return self._check(key, value, byte_range)
+
+    async def get_partial_values(self, prototype: BufferPrototype,
+                                 key_ranges: Iterable[tuple[str, ByteRequest | None]]) -> list[Buffer | None]:
+        key_ranges = list(key_ranges)
+        values = await self._store.get_partial_values(prototype, key_ranges)
+        return [self._check(key, value, byte_range) for (key, byte_range), value in zip(key_ranges, values)]
+
+
+def verify_crc32c(key: str, data: np.ndarray, where: str = "") -> None:
+    """Check the trailing little-endian crc32c of a stored chunk.
+
+    Args:
+        key: The chunk's key (for the message).
+        data: The stored bytes (uint8).
+        where: `` in ROOT`` for the message.
+
+    Raises:
+        DumpIntegrityError: Too short to hold a checksum, or the checksum does not match.
+    """
+    import google_crc32c
+
+    data = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+    if data.size < 4:
+        raise DumpIntegrityError(f"chunk {key}{where} is corrupt: {data.size} bytes, too short to hold its crc32c "
+                                 "checksum", key=key)
+    stored = int.from_bytes(bytes(data[-4:]), "little")
+    computed = int(google_crc32c.value(data[:-4].tobytes() if not data[:-4].flags.c_contiguous else data[:-4]))
+    if stored != computed:
+        raise DumpIntegrityError(f"chunk {key}{where} is corrupt: crc32c checksum mismatch (stored {stored:#010x}, "
+                                 f"computed {computed:#010x})", key=key)
+
+
+def guard_read(array: Any, key: str, read: Callable[[], Any], root: str = "") -> Any:
+    """Run ``read()`` (a read of zarr ``array``) and turn a codec failure into :class:`DumpIntegrityError`.
+
+    A chunk that decodes badly (blosc garbage, a cut-short zstd frame, a checksum mismatch when zarr
+    checks it) is located by reading the touched chunks one by one, so the message names its key.
+
+    Args:
+        array: The zarr array being read.
+        key: The array's key relative to the root.
+        read: The read, e.g. ``lambda: array[0:8]``.
+        root: The dump root, for messages.
+    """
+    try:
+        return read()
+    except DumpIntegrityError:
+        raise
+    except (RuntimeError, ValueError, TypeError, OSError, EOFError) as error:
+        if isinstance(error, (FileNotFoundError, PermissionError)):
+            raise
+        bad = _find_bad_chunk(array, key)
+        where = f" in {root}" if root else ""
+        target = f"chunk {bad}" if bad else f"a chunk of {key}"
+        raise DumpIntegrityError(f"{target}{where} is corrupt: it does not decode "
+                                 f"({type(error).__name__}: {' '.join(str(error).split())[:200]})",
+                                 key=bad or key) from None
+
+
+def _find_bad_chunk(array: Any, key: str) -> str | None:
+    """The key of the first chunk of ``array`` that fails to read (at most 4096 are tried)."""
+    try:
+        shape, chunks = tuple(array.shape), tuple(array.chunks)
+        grid = tuple(-(-s // c) for s, c in zip(shape, chunks))
+        for coords in itertools.islice(itertools.product(*(range(n) for n in grid)), 4096):
+            try:
+                array.get_block_selection(coords)
+            except DumpIntegrityError as error:
+                return error.key
+            except Exception:
+                return f"{key}/{array.metadata.encode_chunk_key(coords)}"
+    except Exception:
+        return None
+    return None
+
+
+class GuardedArray:
+    """A zarr array for ``dask.array.from_array`` whose reads go through :func:`guard_read`.
+
+    Args:
+        array: The zarr array.
+        key: Its key relative to the root.
+        root: The dump root, for messages.
+    """
+
+    def __init__(self, array: Any, key: str, root: str = "") -> None:
+        self.array, self.key, self.root = array, key, root
+        self.shape, self.dtype, self.ndim, self.chunks = array.shape, array.dtype, array.ndim, array.chunks
+
+    def __getitem__(self, selection: Any) -> Any:
+        return guard_read(self.array, self.key, lambda: self.array[selection], self.root)
+
+
+class CommittedWindows:
+    """A picklable :data:`ChunkLookup` over a dump's window catalogue (see :func:`window_lookup`).
+
+    Args:
+        infos: Window key -> ``WindowInfo`` (the ``Dump``'s own cache, shared: windows scanned later
+            count too). Only committed (``final``) windows with consolidated nodes are checked.
+    """
+
+    def __init__(self, infos: Mapping[str, Any]) -> None:
+        self.infos = infos
+
+    def _nodes(self, window: str) -> Mapping[str, dict[str, Any]] | None:
+        info = self.infos.get(window)
+        if info is None or not getattr(info, "final", False):
+            return None
+        return info.nodes
+
+    def __call__(self, key: str) -> tuple[str, dict[str, Any]] | None:
+        return window_lookup(self._nodes)(key)
+
+
+def guard_window_group(group: Any, url: str = "") -> Any:
+    """The same zarr window group, reopened over an :class:`IntegrityStore` when the window is committed.
+
+    For readers that open one window directly with zarr (``export-hdf5``) rather than through ``open_dump``.
+
+    Args:
+        group: A ``zarr.Group`` of a window (``rank_{r}/window_{wwww}``).
+        url: The window as given, for messages.
+    """
+    import zarr
+
+    from megadump_zarr.read.location import get_json
+
+    prefix = f"{group.path}/" if group.path else ""
+    doc = get_json(group.store, f"{prefix}zarr.json") or {}
+    attrs = doc.get("attributes")
+    consolidated = doc.get("consolidated_metadata")
+    nodes = consolidated.get("metadata") if isinstance(consolidated, Mapping) else None
+    if not isinstance(attrs, Mapping) or attrs.get("status") not in ("complete", "aborted") or not isinstance(nodes, Mapping):
+        return group
+    depth = len(group.path.split("/")) if group.path else 0
+    window = group.path
+
+    def windows(key: str) -> Mapping[str, dict[str, Any]] | None:
+        return nodes if key == window else None
+
+    store = IntegrityStore(group.store, window_lookup(windows, depth), url)
+    return zarr.open_group(store, path=group.path, mode="r", zarr_format=3)
