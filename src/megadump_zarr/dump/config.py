@@ -17,6 +17,8 @@ _VALID_ROLES = frozenset(("external_input", "stage_output", "final_output"))
 _VALID_IO = frozenset(("input", "output"))
 _VALID_CORE_TYPES = frozenset(("AIC", "AIV"))
 _VALID_ON_ERROR = ("discard", "keep")
+_VALID_MODES = ("tensor", "statistics", "nonfinite", "diff")
+_VALID_ON_BUDGET = ("error", "statistics")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
@@ -116,6 +118,18 @@ class TensorDumpConfig:
         save_plans: Before each L1 launch, save its record plan as JSON below
             ``{output_dir}/.plans/`` (removed once the window is committed), so a Device buffer saved
             from a hung launch can still be decoded with ``megadump decode-buffer``.
+        mode: What each selected record stores. ``"tensor"`` (default, the seed's): the payload.
+            ``"statistics"``: min, max, mean, L2 norm, NaN/Inf/element counts and a content checksum,
+            computed on the device (no payload crosses to the host), in the invocation's
+            ``statistics`` table. ``"nonfinite"``: statistics for every record, payloads only for
+            records holding NaN or Inf. ``"diff"``: statistics for every record, payloads only where
+            the record differs from the same record of ``baseline``.
+        baseline: The dump (path or URL) ``mode="diff"`` compares against; required for it, refused
+            for the other modes. Opened when the dumper is entered, before any launch.
+        baseline_storage_options: Object-store options for ``baseline`` (never written to the dump).
+        on_budget: What an L1 launch does when its Device buffer would exceed
+            ``device_memory_budget_mb``: ``"error"`` raises the seed's ``MemoryError``;
+            ``"statistics"`` stores statistics instead of the payload for the records that do not fit.
     """
 
     output_dir: str | Path
@@ -142,6 +156,10 @@ class TensorDumpConfig:
     async_export: bool = False
     host_memory_budget_mb: int = 2048
     save_plans: bool = True
+    mode: str = "tensor"
+    baseline: str | Path | None = None
+    baseline_storage_options: Mapping[str, Any] | None = field(default=None, repr=False)  # may hold credentials
+    on_budget: str = "error"
 
     def __post_init__(self) -> None:
         """Validate every field and normalise the collection filters."""
@@ -195,6 +213,26 @@ class TensorDumpConfig:
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
         _positive_int(self.host_memory_budget_mb, name="host_memory_budget_mb")
+        self._check_mode_fields()
+
+    def _check_mode_fields(self) -> None:
+        """Validate ``mode``, ``baseline``, ``baseline_storage_options`` and ``on_budget``."""
+        if self.mode not in _VALID_MODES:
+            raise ValueError(f"unsupported mode {self.mode!r}; expected one of {list(_VALID_MODES)}")
+        if self.on_budget not in _VALID_ON_BUDGET:
+            raise ValueError(f"unsupported on_budget {self.on_budget!r}; expected one of {list(_VALID_ON_BUDGET)}")
+        if self.mode == "diff":
+            if self.baseline is None:
+                raise ValueError("mode='diff' requires baseline=URL of the dump to compare against")
+            if not isinstance(self.baseline, (str, Path)) or not str(self.baseline):
+                raise TypeError(f"baseline must be a non-empty str or Path, got {self.baseline!r}")
+        elif self.baseline is not None:
+            raise ValueError(f"baseline is only used with mode='diff', got mode={self.mode!r} and baseline={self.baseline!r}")
+        options = self.baseline_storage_options
+        if options is not None and not isinstance(options, Mapping):
+            raise TypeError(f"baseline_storage_options must be a mapping or None, got {type(options).__name__}")
+        if options is not None:
+            object.__setattr__(self, "baseline_storage_options", dict(options))
 
     @property
     def is_remote(self) -> bool:

@@ -10,6 +10,41 @@ device worker (which fills it). Everything is little-endian:
   payload_offset, payload_bytes, status, task_index, worker_id;
 * payload slots (64-byte aligned when packed) in ``[payload_offset, total_bytes)``.
 
+Version 3 (statistics records) is version 2 plus a meaning for the 24 padding bytes of a record.
+A buffer whose records are all tensor records is packed as version 2, byte for byte the seed's;
+any statistics record makes it version 3 (a version-2-only device worker then refuses it instead of
+copying 128 bytes of the tensor into a statistics slot). At record byte 40, ``struct "<6I"``:
+
+* ``kind``: 0 tensor (the seed's record; the five other words are 0), 1 statistics,
+  2 statistics and tensor;
+* ``dtype_code``: the element type the device reduces over (:data:`L1_DTYPE_CODES`);
+* ``source_bytes_low``, ``source_bytes_high``: bytes of the source range the statistics cover (u64);
+* ``tensor_offset``, ``tensor_bytes``: kind 2 only, a second 64-byte-aligned slot into which the
+  device also copies the first ``tensor_bytes`` bytes of the source (a prefix when capped).
+
+For kinds 1 and 2, ``payload_offset``/``payload_bytes`` name a 128-byte statistics slot that the
+device fills at the task boundary (statistics layout version 1, little-endian,
+``struct "<IIQQQ8s8sddQQ48x"``):
+
+====== ====== ===============================================================================
+offset  type  field
+====== ====== ===============================================================================
+0       u32   layout version (1)
+4       u32   flags: 1 valid, 2 integer (min/max are i64, else f64), 4 has a finite element,
+              8 tensor copied (kind 2)
+8       u64   element count
+16      u64   NaN count
+24      u64   Inf count (+Inf and -Inf)
+32      8 B   min over finite elements (i64 or f64 by flag 2; 0 when flag 4 is clear)
+40      8 B   max over finite elements
+48      f64   mean over finite elements
+56      f64   L2 norm over finite elements, ``sqrt(sum(x*x))``
+64      u64   checksum: ``sum_i w_i * (2 i + 1) mod 2**64`` over the little-endian u32 words
+              ``w_i`` of the source bytes (zero-padded to a multiple of 4)
+72      u64   byte count covered (equals the record's source bytes)
+80      48 B  reserved, zero
+====== ====== ===============================================================================
+
 This module holds no logic beyond :func:`align_up`; reading lives in
 :mod:`megadump_zarr.l1.reader` and packing in :mod:`megadump_zarr.l1.packer`.
 """
@@ -90,8 +125,57 @@ RECORD_DTYPE = np.dtype(
     }
 )
 """The record layout as a numpy structured dtype, for decoding the whole table at once."""
+RECORD_DTYPE_V3 = np.dtype(
+    {
+        "names": [*RECORD_FIELDS, "kind", "dtype_code", "source_bytes_low", "source_bytes_high", "tensor_offset",
+                  "tensor_bytes"],
+        "formats": ["<u4"] * (len(RECORD_FIELDS) + 6),
+        "offsets": [4 * i for i in range(len(RECORD_FIELDS))] + [40 + 4 * i for i in range(6)],
+        "itemsize": L1_DUMP_RECORD_SIZE,
+    }
+)
+"""The version-3 record layout (the seed's fields, then the extension words at byte 40)."""
+
+L1_DUMP_VERSION_STATISTICS = 3
+"""ABI version of a buffer holding at least one statistics record (kind 1 or 2)."""
+L1_DUMP_VERSIONS = frozenset({L1_DUMP_VERSION, L1_DUMP_VERSION_STATISTICS})
+
+L1_RECORD_KIND_TENSOR = 0
+"""Record kind: copy ``payload_bytes`` of the source into the payload slot (the seed's record)."""
+L1_RECORD_KIND_STATISTICS = 1
+"""Record kind: reduce the source range on the device into a 128-byte statistics slot; copy nothing."""
+L1_RECORD_KIND_STATISTICS_AND_TENSOR = 2
+"""Record kind: statistics slot as kind 1, and the source (prefix) copied into the tensor slot."""
+L1_RECORD_KINDS = frozenset({L1_RECORD_KIND_TENSOR, L1_RECORD_KIND_STATISTICS, L1_RECORD_KIND_STATISTICS_AND_TENSOR})
+L1_RECORD_EXTENSION_OFFSET = 40
+"""Byte offset, inside a record, of the version-3 extension words (the seed's padding)."""
+RECORD_EXTENSION_STRUCT = struct.Struct("<6I")
+"""Extension layout: kind, dtype_code, source_bytes_low, source_bytes_high, tensor_offset, tensor_bytes."""
+RECORD_EXTENSION_FIELDS = ("kind", "dtype_code", "source_bytes_low", "source_bytes_high", "tensor_offset", "tensor_bytes")
+
+L1_STATISTICS_LAYOUT_VERSION = 1
+"""Version of the statistics slot layout (word 0 of the slot)."""
+L1_STATISTICS_SLOT_SIZE = 128
+"""Bytes of one statistics slot (``payload_bytes`` of a kind 1 or 2 record)."""
+STATISTICS_STRUCT = struct.Struct("<IIQQQ8s8sddQQ48x")
+"""Statistics slot layout: version, flags, element_count, nan_count, inf_count, min, max, mean, l2norm,
+checksum, byte_count, 48 reserved bytes."""
+L1_STAT_VALID = 1
+L1_STAT_INTEGER = 2
+L1_STAT_HAS_FINITE = 4
+L1_STAT_TENSOR_COPIED = 8
+
+L1_DTYPE_CODES = {
+    1: "bool", 2: "int8", 3: "uint8", 4: "int16", 5: "uint16", 6: "int32", 7: "uint32", 8: "int64",
+    9: "uint64", 10: "float16", 11: "bfloat16", 12: "float32", 13: "float64", 14: "float8_e4m3fn",
+    15: "float8_e5m2",
+}
+"""Element type codes of the extension's ``dtype_code`` (names as torch and ml_dtypes spell them)."""
+L1_DTYPE_CODE_OF = {name: code for code, name in L1_DTYPE_CODES.items()}
 
 assert HEADER_STRUCT.size == L1_DUMP_HEADER_SIZE
+assert STATISTICS_STRUCT.size == L1_STATISTICS_SLOT_SIZE
+assert L1_RECORD_EXTENSION_OFFSET + RECORD_EXTENSION_STRUCT.size == L1_DUMP_RECORD_SIZE
 assert RECORD_STRUCT.size == RECORD_DTYPE.itemsize == L1_DUMP_RECORD_SIZE
 assert RECORD_DTYPE.fields["status"][1] == L1_DUMP_STATUS_BYTE
 
@@ -155,6 +239,12 @@ class L1RecordEntry:
         status: :data:`L1_DUMP_STATUS_PENDING` or :data:`L1_DUMP_STATUS_CAPTURED`.
         task_index: the stage-local task index.
         worker_id: the worker expected to run the task, or :data:`L1_ANY_WORKER`.
+        kind: :data:`L1_RECORD_KIND_TENSOR` (0, the seed's), ``_STATISTICS`` (1) or
+            ``_STATISTICS_AND_TENSOR`` (2); keyword-only, like the four fields after it.
+        dtype_code: element type of the source for kinds 1 and 2 (:data:`L1_DTYPE_CODES`).
+        source_bytes: bytes of the source the statistics cover (kinds 1 and 2).
+        tensor_offset: kind 2: absolute offset of the tensor slot.
+        tensor_bytes: kind 2: bytes copied into the tensor slot.
     """
 
     task_id: int
@@ -166,11 +256,22 @@ class L1RecordEntry:
     status: int
     task_index: int
     worker_id: int
+    kind: int = field(default=0, kw_only=True)
+    dtype_code: int = field(default=0, kw_only=True)
+    source_bytes: int = field(default=0, kw_only=True)
+    tensor_offset: int = field(default=0, kw_only=True)
+    tensor_bytes: int = field(default=0, kw_only=True)
 
     @property
     def payload_end(self) -> int:
         """One past the last byte of the payload slot."""
         return self.payload_offset + self.payload_bytes
+
+    @property
+    def copy_bytes(self) -> int:
+        """Bytes the device worker reads from the source: ``payload_bytes`` for a tensor record,
+        ``source_bytes`` for a statistics record."""
+        return self.payload_bytes if self.kind == L1_RECORD_KIND_TENSOR else self.source_bytes
 
 
 @dataclass(frozen=True)
@@ -202,7 +303,51 @@ class L1Record(L1RecordEntry):
             status=self.status,
             task_index=self.task_index,
             worker_id=self.worker_id,
+            kind=self.kind,
+            dtype_code=self.dtype_code,
+            source_bytes=self.source_bytes,
+            tensor_offset=self.tensor_offset,
+            tensor_bytes=self.tensor_bytes,
         )
+
+
+@dataclass(frozen=True)
+class L1Statistics:
+    """A decoded statistics slot (layout version 1; see the module docstring).
+
+    Args:
+        flags: the slot's flag word.
+        element_count: elements covered.
+        nan_count: NaN elements.
+        inf_count: +/-Inf elements.
+        min: minimum over finite elements (int for integer and bool sources), None when there is none.
+        max: maximum over finite elements, None when there is none.
+        mean: mean over finite elements, None when there is none.
+        l2norm: L2 norm over finite elements, None when there is none.
+        checksum: the content checksum (u64).
+        byte_count: bytes covered.
+    """
+
+    flags: int
+    element_count: int
+    nan_count: int
+    inf_count: int
+    min: int | float | None
+    max: int | float | None
+    mean: float | None
+    l2norm: float | None
+    checksum: int
+    byte_count: int
+
+    @property
+    def tensor_copied(self) -> bool:
+        """Whether the device also copied the tensor into the record's tensor slot."""
+        return bool(self.flags & L1_STAT_TENSOR_COPIED)
+
+    @property
+    def nonfinite(self) -> bool:
+        """Whether any element is NaN or Inf."""
+        return self.nan_count + self.inf_count > 0
 
 
 @dataclass(frozen=True, eq=False)

@@ -5,6 +5,10 @@ returns always reads back with :func:`megadump_zarr.l1.reader.read_l1_buffer`.
 Records are always written with status PENDING: the device worker sets
 CAPTURED, so an entry's own ``status`` field is ignored (this lets the records
 decoded from a filled buffer be packed again into a fresh one).
+
+A buffer of tensor records only is packed as ABI version 2, byte for byte the
+seed's layout; any statistics record (kind 1 or 2) makes the buffer version 3
+and fills the record's extension words (see :mod:`megadump_zarr.l1.format`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,14 @@ from megadump_zarr.l1.format import (
     L1_DUMP_RECORDS_OFFSET,
     L1_DUMP_STATUS_PENDING,
     L1_DUMP_VERSION,
+    L1_DUMP_VERSION_STATISTICS,
+    L1_DTYPE_CODES,
+    L1_RECORD_EXTENSION_OFFSET,
+    L1_RECORD_KIND_STATISTICS_AND_TENSOR,
+    L1_RECORD_KIND_TENSOR,
+    L1_RECORD_KINDS,
+    L1_STATISTICS_SLOT_SIZE,
+    RECORD_EXTENSION_STRUCT,
     RECORD_STRUCT,
     TOTAL_BYTES_LIMIT,
     U32_MAX,
@@ -99,6 +111,7 @@ def _validated_entry(index: int, entry: L1RecordEntry, payload_base: int) -> L1R
     if number is None or not 0 <= number < U64_LIMIT:
         raise ValueError(f"L1 dump entry {index} (task_id={entry.task_id}) source_offset_bytes={source!r} is not a u64")
     values["source_offset_bytes"] = number
+    values.update(_extension(index, entry))
     clean = L1RecordEntry(status=L1_DUMP_STATUS_PENDING, **values)
     if clean.phase not in L1_DUMP_PHASES:
         raise ValueError(
@@ -118,20 +131,65 @@ def _validated_entry(index: int, entry: L1RecordEntry, payload_base: int) -> L1R
     return clean
 
 
+def _extension(index: int, entry: L1RecordEntry) -> dict[str, int]:
+    """Check a record's version-3 extension (kind, dtype code, source bytes, tensor slot).
+
+    Args:
+        index: the entry's position.
+        entry: the entry.
+    """
+    where = f"L1 dump entry {index} (task_id={entry.task_id})"
+    values = {}
+    for name, limit in (("kind", U32_MAX), ("dtype_code", U32_MAX), ("source_bytes", U64_LIMIT - 1),
+                        ("tensor_offset", U32_MAX), ("tensor_bytes", U32_MAX)):
+        value = getattr(entry, name)
+        number = _as_int(value)
+        if number is None or not 0 <= number <= limit:
+            raise ValueError(f"{where} field {name}={value!r} is out of range")
+        values[name] = number
+    kind = values["kind"]
+    if kind not in L1_RECORD_KINDS:
+        raise ValueError(f"{where} has invalid kind {kind}; expected 0 (tensor), 1 (statistics) or 2 (statistics and tensor)")
+    if kind == L1_RECORD_KIND_TENSOR:
+        extra = {k: v for k, v in values.items() if k != "kind" and v}
+        if extra:
+            raise ValueError(f"{where} is a tensor record but sets statistics fields {sorted(extra)}")
+        return values
+    if values["dtype_code"] not in L1_DTYPE_CODES:
+        raise ValueError(f"{where} has unknown dtype_code {values['dtype_code']}")
+    if _as_int(entry.payload_bytes) != L1_STATISTICS_SLOT_SIZE:
+        raise ValueError(f"{where} statistics slot payload_bytes={entry.payload_bytes!r} must be {L1_STATISTICS_SLOT_SIZE}")
+    if kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR:
+        if values["tensor_offset"] % L1_DUMP_ALIGNMENT:
+            raise ValueError(f"{where} tensor_offset={values['tensor_offset']} is not {L1_DUMP_ALIGNMENT}-byte aligned")
+        if values["tensor_bytes"] > values["source_bytes"]:
+            raise ValueError(f"{where} tensor_bytes={values['tensor_bytes']} exceeds source_bytes={values['source_bytes']}")
+    elif values["tensor_offset"] or values["tensor_bytes"]:
+        raise ValueError(f"{where} is a statistics record without a tensor slot but sets tensor_offset/tensor_bytes")
+    return values
+
+
+def _slots(entries: Sequence[L1RecordEntry]) -> list[tuple[int, int, int]]:
+    """Every non-empty slot as ``(offset, end, entry index)``: payload slots and kind-2 tensor slots."""
+    slots = [(e.payload_offset, e.payload_end, i) for i, e in enumerate(entries) if e.payload_bytes > 0]
+    slots += [(e.tensor_offset, e.tensor_offset + e.tensor_bytes, i) for i, e in enumerate(entries)
+              if e.kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR and e.tensor_bytes > 0]
+    return slots
+
+
 def _check_overlap(entries: Sequence[L1RecordEntry]) -> None:
     """Refuse two non-empty slots that share a byte (sort by start, compare neighbours).
 
     Args:
         entries: entries whose fields are already validated.
     """
-    nonempty = sorted((e.payload_offset, i) for i, e in enumerate(entries) if e.payload_bytes > 0)
-    for (_, i), (_, j) in zip(nonempty, nonempty[1:]):
-        if entries[j].payload_offset < entries[i].payload_end:
-            first, second = sorted((i, j))
-            ea, eb = entries[first], entries[second]
+    nonempty = sorted(_slots(entries))
+    for (a_start, a_end, i), (b_start, b_end, j) in zip(nonempty, nonempty[1:]):
+        if b_start < a_end:
+            (first, fa, fe), (second, sa, se) = sorted(((i, a_start, a_end), (j, b_start, b_end)))
             raise ValueError(
                 f"L1 dump entries {first} and {second} have overlapping payload slots:"
-                f" [{ea.payload_offset}, {ea.payload_end}) and [{eb.payload_offset}, {eb.payload_end})"
+                f" [{fa}, {fe}) and [{sa}, {se})"
             )
 
 
@@ -169,8 +227,16 @@ def pack_l1_buffer(entries: Sequence[L1RecordEntry], *, payload_base: int = L1_D
         )
     entries = [_validated_entry(index, entry, payload_base) for index, entry in enumerate(entries)]
     _check_overlap(entries)
+    for index, e in enumerate(entries):
+        if e.kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR and e.tensor_offset < payload_base:
+            raise ValueError(
+                f"L1 dump entry {index} (task_id={e.task_id}) tensor_offset={e.tensor_offset}"
+                f" is below payload_base={payload_base}"
+            )
     payload_offset = min(e.payload_offset for e in entries)
-    total_bytes = align_up(max(e.payload_end for e in entries), L1_DUMP_ALIGNMENT)
+    total_bytes = align_up(max(end for _, end, _ in _slots(entries) or [(0, 0, 0)]), L1_DUMP_ALIGNMENT)
+    total_bytes = max(total_bytes, align_up(max(e.payload_end for e in entries), L1_DUMP_ALIGNMENT))
+    statistics = any(e.kind != L1_RECORD_KIND_TENSOR for e in entries)
     if total_bytes >= TOTAL_BYTES_LIMIT:
         raise ValueError(f"L1 dump total_bytes={total_bytes} must be below 2**32={TOTAL_BYTES_LIMIT}")
 
@@ -179,7 +245,7 @@ def pack_l1_buffer(entries: Sequence[L1RecordEntry], *, payload_base: int = L1_D
         buffer,
         0,
         L1_DUMP_MAGIC,
-        L1_DUMP_VERSION,
+        L1_DUMP_VERSION_STATISTICS if statistics else L1_DUMP_VERSION,
         1,
         count,
         L1_DUMP_RECORD_SIZE,
@@ -202,4 +268,15 @@ def pack_l1_buffer(entries: Sequence[L1RecordEntry], *, payload_base: int = L1_D
             e.task_index,
             e.worker_id,
         )
+        if e.kind != L1_RECORD_KIND_TENSOR:
+            RECORD_EXTENSION_STRUCT.pack_into(
+                buffer,
+                L1_DUMP_RECORDS_OFFSET + index * L1_DUMP_RECORD_SIZE + L1_RECORD_EXTENSION_OFFSET,
+                e.kind,
+                e.dtype_code,
+                e.source_bytes & U32_MAX,
+                e.source_bytes >> 32,
+                e.tensor_offset,
+                e.tensor_bytes,
+            )
     return buffer

@@ -9,25 +9,40 @@ naming the offending field and values; no other exception escapes for bad bytes.
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import numpy as np
 
 from megadump_zarr.l1.format import (
     HEADER_STRUCT,
+    L1_DUMP_ALIGNMENT,
     L1_DUMP_HEADER_SIZE,
     L1_DUMP_MAGIC,
     L1_DUMP_MAX_RECORDS,
     L1_DUMP_RECORD_SIZE,
     L1_DUMP_RECORDS_OFFSET,
     L1_DUMP_VERSION,
+    L1_DUMP_VERSION_STATISTICS,
+    L1_DUMP_VERSIONS,
+    L1_DTYPE_CODES,
+    L1_RECORD_KIND_STATISTICS_AND_TENSOR,
+    L1_RECORD_KIND_TENSOR,
+    L1_STAT_HAS_FINITE,
+    L1_STAT_INTEGER,
+    L1_STAT_VALID,
+    L1_STATISTICS_LAYOUT_VERSION,
+    L1_STATISTICS_SLOT_SIZE,
     RECORD_DTYPE,
+    RECORD_DTYPE_V3,
+    STATISTICS_STRUCT,
     L1Buffer,
     L1Header,
     L1Record,
+    L1Statistics,
 )
 
-__all__ = ["read_l1_buffer", "read_l1_header"]
+__all__ = ["read_l1_buffer", "read_l1_header", "read_l1_statistics"]
 
 
 def _from_torch(obj: Any) -> np.ndarray:
@@ -95,18 +110,20 @@ def _as_host_array(buffer: Any) -> np.ndarray:
     return view
 
 
-def _validate_header(data: np.ndarray) -> L1Header:
+def _validate_header(data: np.ndarray, partial: bool = False) -> L1Header:
     """Decode the header and check it and the table geometry against the buffer length.
 
     Args:
         data: the host buffer (1-D uint8).
+        partial: the buffer may end before ``total_bytes`` (a host copy of its table and statistics
+            slots only); the record checks then require every payload slot within the bytes given.
     """
     length = data.shape[0]
     if length < L1_DUMP_HEADER_SIZE:
         raise ValueError(f"L1 dump buffer shorter than its header: {length} < {L1_DUMP_HEADER_SIZE} bytes")
     header = L1Header(*HEADER_STRUCT.unpack(data[:L1_DUMP_HEADER_SIZE].tobytes()))
     magic, version = header.magic, header.version
-    if magic != L1_DUMP_MAGIC or version != L1_DUMP_VERSION:
+    if magic != L1_DUMP_MAGIC or version not in L1_DUMP_VERSIONS:
         raise ValueError(f"invalid L1 dump buffer header: magic={magic:#x}, version={version}")
     if header.record_size != L1_DUMP_RECORD_SIZE:
         raise ValueError(f"L1 dump record_size must be {L1_DUMP_RECORD_SIZE}, got {header.record_size}")
@@ -130,7 +147,7 @@ def _validate_header(data: np.ndarray) -> L1Header:
             f"L1 dump record table runs into the payload area: record_count={header.record_count} ends at {table_end}"
             f" > payload_offset={header.payload_offset}"
         )
-    if length < header.total_bytes:
+    if length < header.total_bytes and not (partial and length >= table_end):
         raise ValueError(f"L1 dump buffer shorter than total_bytes: {length} < {header.total_bytes} bytes")
     return header
 
@@ -188,6 +205,98 @@ def _validate_records(header: L1Header, table: np.ndarray, offsets: np.ndarray, 
         )
 
 
+def _validate_extension(header: L1Header, table: np.ndarray, offsets: np.ndarray, ends: np.ndarray) -> None:
+    """Version 3: check kinds, dtype codes, statistics slot sizes and kind-2 tensor slots.
+
+    Args:
+        header: the validated header.
+        table: the record table as a RECORD_DTYPE_V3 array.
+        offsets: payload offsets as int64.
+        ends: payload ends as int64.
+    """
+    kind, task_id = table["kind"], table["task_id"]
+    bad = _first(kind > L1_RECORD_KIND_STATISTICS_AND_TENSOR)
+    if bad >= 0:
+        raise ValueError(f"L1 dump record {bad} (task_id={int(task_id[bad])}) has invalid kind {int(kind[bad])};"
+                         " expected 0 (tensor), 1 (statistics) or 2 (statistics and tensor)")
+    stats = kind != L1_RECORD_KIND_TENSOR
+    extension = ("dtype_code", "source_bytes_low", "source_bytes_high", "tensor_offset", "tensor_bytes")
+    bad = _first(~stats & np.any([table[name] != 0 for name in extension], axis=0))
+    if bad >= 0:
+        raise ValueError(f"L1 dump record {bad} (task_id={int(task_id[bad])}) is a tensor record with non-zero"
+                         " statistics fields")
+    codes = np.array(sorted(L1_DTYPE_CODES), dtype=np.uint32)
+    bad = _first(stats & ~np.isin(table["dtype_code"], codes))
+    if bad >= 0:
+        raise ValueError(f"L1 dump record {bad} (task_id={int(task_id[bad])}) has unknown dtype_code"
+                         f" {int(table['dtype_code'][bad])}")
+    bad = _first(stats & (ends - offsets != L1_STATISTICS_SLOT_SIZE))
+    if bad >= 0:
+        raise ValueError(f"L1 dump record {bad} (task_id={int(task_id[bad])}) statistics slot payload_bytes="
+                         f"{int(ends[bad] - offsets[bad])} must be {L1_STATISTICS_SLOT_SIZE}")
+    with_tensor = kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR
+    bad = _first(~with_tensor & ((table["tensor_offset"] != 0) | (table["tensor_bytes"] != 0)))
+    if bad >= 0:
+        raise ValueError(f"L1 dump record {bad} (task_id={int(task_id[bad])}) has a tensor slot but kind {int(kind[bad])}")
+    source = (table["source_bytes_high"].astype(np.uint64) << np.uint64(32)) | table["source_bytes_low"]
+    t_start = table["tensor_offset"].astype(np.int64)
+    t_end = t_start + table["tensor_bytes"]
+    bad = _first(with_tensor & ((t_start < header.payload_offset) | (t_end > header.total_bytes)
+                                | (t_start % L1_DUMP_ALIGNMENT != 0)
+                                | (table["tensor_bytes"].astype(np.uint64) > source)))
+    if bad >= 0:
+        raise ValueError(
+            f"L1 dump record {bad} (task_id={int(task_id[bad])}) tensor slot [{int(t_start[bad])}, {int(t_end[bad])})"
+            f" is misplaced: not aligned, outside [{header.payload_offset}, total_bytes={header.total_bytes}),"
+            f" or longer than source_bytes={int(source[bad])}"
+        )
+    # every slot, payload and tensor, must be disjoint from every other
+    starts = np.concatenate([offsets, t_start[with_tensor]])
+    stops = np.concatenate([ends, t_end[with_tensor]])
+    owners = np.concatenate([np.arange(len(offsets)), np.flatnonzero(with_tensor)])
+    nonempty = np.flatnonzero(stops > starts)
+    order = nonempty[np.argsort(starts[nonempty], kind="stable")]
+    clash = _first(starts[order[1:]] < stops[order[:-1]])
+    if clash >= 0:
+        a, b = int(order[clash]), int(order[clash + 1])
+        first, second = sorted((int(owners[a]), int(owners[b])))
+        raise ValueError(
+            f"L1 dump records {first} and {second} have overlapping payload slots:"
+            f" [{int(starts[a])}, {int(stops[a])}) and [{int(starts[b])}, {int(stops[b])})"
+        )
+
+
+
+def read_l1_statistics(slot: Any) -> L1Statistics:
+    """Decode one 128-byte statistics slot (layout version 1).
+
+    Args:
+        slot: the slot's bytes (bytes-like or a uint8 numpy array of at least 128 bytes).
+
+    Raises:
+        ValueError: a short slot, an unknown layout version, or a slot the device never filled.
+    """
+    raw = bytes(np.asarray(slot, dtype=np.uint8)[:L1_STATISTICS_SLOT_SIZE]) if not isinstance(slot, (bytes, bytearray)) else bytes(slot[:L1_STATISTICS_SLOT_SIZE])
+    if len(raw) < L1_STATISTICS_SLOT_SIZE:
+        raise ValueError(f"L1 statistics slot holds {len(raw)} bytes, expected {L1_STATISTICS_SLOT_SIZE}")
+    version, flags, count, nan, inf, lo, hi, mean, l2, checksum, nbytes = STATISTICS_STRUCT.unpack(raw)
+    if not flags & L1_STAT_VALID:
+        raise ValueError("L1 statistics slot was not written by the device (valid flag clear)")
+    if version != L1_STATISTICS_LAYOUT_VERSION:
+        raise ValueError(f"L1 statistics slot layout version {version} is not {L1_STATISTICS_LAYOUT_VERSION}")
+    if flags & L1_STAT_HAS_FINITE:
+        fmt = "<q" if flags & L1_STAT_INTEGER else "<d"
+        low, high = struct.unpack(fmt, lo)[0], struct.unpack(fmt, hi)[0]
+        mean_value, l2_value = _finite(mean), _finite(l2)
+    else:
+        low = high = mean_value = l2_value = None
+    return L1Statistics(flags, count, nan, inf, low, high, mean_value, l2_value, checksum, nbytes)
+
+
+def _finite(value: float) -> float | None:
+    return value if np.isfinite(value) else None
+
+
 def read_l1_header(buffer: Any) -> L1Header:
     """Validate only the header and the record table's geometry, and return the header.
 
@@ -207,7 +316,7 @@ def read_l1_header(buffer: Any) -> L1Header:
     return _validate_header(_as_host_array(buffer))
 
 
-def read_l1_buffer(buffer: Any) -> L1Buffer:
+def read_l1_buffer(buffer: Any, *, partial: bool = False) -> L1Buffer:
     """Decode and validate a whole L1 dump buffer; payloads are zero-copy views.
 
     A torch tensor on a device is copied to the host once; every other accepted
@@ -220,18 +329,36 @@ def read_l1_buffer(buffer: Any) -> L1Buffer:
         An :class:`L1Buffer` whose ``data`` is the read-only host array and whose
         records' ``payload`` arrays are views into it.
 
+    Version-3 buffers (statistics records) are read too: each record then carries its extension
+    fields, and a statistics record's ``payload`` is its 128-byte statistics slot
+    (:func:`read_l1_statistics` decodes it). A kind-2 record's tensor slot is not viewed.
+
+    Args:
+        buffer: as above.
+        partial: accept a buffer that ends before ``total_bytes`` (a host copy of the header, table and
+            statistics slots only) as long as every record's payload slot lies within it.
+
     Raises:
         TypeError: unsupported buffer type or dtype.
         ValueError: any field of the header or of a record is invalid, or two slots overlap.
     """
     data = _as_host_array(buffer)
-    header = _validate_header(data)
+    header = _validate_header(data, partial)
     start = header.records_offset
     count = header.record_count
-    table = np.frombuffer(data, dtype=RECORD_DTYPE, count=count, offset=start) if count else np.empty(0, RECORD_DTYPE)
+    v3 = header.version == L1_DUMP_VERSION_STATISTICS
+    layout = RECORD_DTYPE_V3 if v3 else RECORD_DTYPE
+    table = np.frombuffer(data, dtype=layout, count=count, offset=start) if count else np.empty(0, layout)
     offsets = table["payload_offset"].astype(np.int64)
     ends = offsets + table["payload_bytes"]
     _validate_records(header, table, offsets, ends)
+    if v3:
+        _validate_extension(header, table, offsets, ends)
+    if partial and count:
+        bad = _first(ends > data.shape[0])
+        if bad >= 0:
+            raise ValueError(f"L1 dump record {bad} payload slot ends at {int(ends[bad])}, past the"
+                             f" {data.shape[0]} bytes copied")
 
     source = (table["source_offset_high"].astype(np.uint64) << np.uint64(32)) | table["source_offset_low"]
     columns = zip(
@@ -250,4 +377,14 @@ def read_l1_buffer(buffer: Any) -> L1Buffer:
         L1Record(tid, ph, pp, so, off, nb, st, ti, wid, i, start + i * L1_DUMP_RECORD_SIZE, data[off:end])
         for i, (tid, ph, pp, so, off, nb, st, ti, wid, end) in enumerate(columns)
     )
+    if v3:
+        source_bytes = ((table["source_bytes_high"].astype(np.uint64) << np.uint64(32)) | table["source_bytes_low"]).tolist()
+        extension = zip(table["kind"].tolist(), table["dtype_code"].tolist(), source_bytes,
+                        table["tensor_offset"].tolist(), table["tensor_bytes"].tolist())
+        records = tuple(
+            L1Record(r.task_id, r.phase, r.parameter_position, r.source_offset_bytes, r.payload_offset, r.payload_bytes,
+                     r.status, r.task_index, r.worker_id, r.index, r.record_offset, r.payload, kind=kind,
+                     dtype_code=code, source_bytes=nbytes, tensor_offset=t_off, tensor_bytes=t_bytes)
+            for r, (kind, code, nbytes, t_off, t_bytes) in zip(records, extension)
+        )
     return L1Buffer(header=header, records=records, data=data)

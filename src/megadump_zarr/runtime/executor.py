@@ -18,8 +18,10 @@ from megadump_zarr.l1 import (
     L1Record,
     read_l1_buffer,
 )
+from megadump_zarr.l1.format import L1_RECORD_KIND_STATISTICS_AND_TENSOR, L1_RECORD_KIND_TENSOR, L1_STAT_TENSOR_COPIED
 from megadump_zarr.runtime.abi import RuntimeConfigC
 from megadump_zarr.runtime.compiler import CompiledTask, PreparedRuntime, worker_shard
+from megadump_zarr.runtime.statistics import statistics_slot, torch_dtype
 
 __all__ = ["DeviceWorker", "Tile", "execute"]
 
@@ -54,6 +56,10 @@ class DeviceWorker:
     It reads the header and record table from the buffer itself (validated; a malformed buffer is
     refused before anything is copied), then, around each task, copies BEFORE records (inputs) before
     the tile and AFTER records (outputs) after it and sets their status to CAPTURED.
+
+    A statistics record (ABI version 3, kind 1) is not copied: the worker reduces the source range on
+    the device into the record's 128-byte statistics slot; a kind-2 record also gets its source (prefix)
+    copied into its tensor slot, and the slot's "tensor copied" flag set. No value leaves the device.
 
     Args:
         buffer: The Device buffer (uint8 tensor on the kernel's device).
@@ -106,13 +112,15 @@ class DeviceWorker:
         if not torch.is_tensor(parameter) or not parameter.is_contiguous():
             raise RuntimeError(f"L1 device worker refused record {record.index}: parameter {position} is not a contiguous tensor")
         source = parameter.reshape(-1).view(torch.uint8)
-        begin, size = record.source_offset_bytes, record.payload_bytes
+        begin, size = record.source_offset_bytes, record.copy_bytes
         if begin + size > source.numel():
             raise RuntimeError(
                 f"L1 device worker refused record {record.index} (task {record.task_id}): source range "
                 f"[{begin}, {begin + size}) leaves parameter {position} of {source.numel()} bytes"
             )
-        end = record.payload_offset + size
+        end = record.payload_offset + (size if record.kind == L1_RECORD_KIND_TENSOR else record.payload_bytes)
+        if record.kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR:
+            end = max(end, record.tensor_offset + record.tensor_bytes)
         if end > self._buffer.numel():
             raise RuntimeError(
                 f"L1 device worker refused record {record.index}: payload slot [{record.payload_offset}, {end}) "
@@ -122,9 +130,30 @@ class DeviceWorker:
 
     def _copy(self, record: L1Record) -> None:
         source = self._source(record)
-        if source.numel():
+        if record.kind != L1_RECORD_KIND_TENSOR:
+            self._reduce(record, source)
+        elif source.numel():
             self._buffer[record.payload_offset:record.payload_offset + source.numel()].copy_(source)
         self._buffer[record.record_offset + L1_DUMP_STATUS_BYTE] = L1_DUMP_STATUS_CAPTURED
+
+    def _reduce(self, record: L1Record, source: torch.Tensor) -> None:
+        """Write a statistics record's slot (and, for kind 2, its tensor slot) on the device."""
+        dtype = torch_dtype(record.dtype_code)
+        size = torch.empty((), dtype=dtype).element_size()
+        if source.numel() % size or source.storage_offset() % size:
+            raise RuntimeError(
+                f"L1 device worker refused record {record.index} (task {record.task_id}): {source.numel()} source "
+                f"bytes at offset {record.source_offset_bytes} are not whole {dtype} elements"
+            )
+        values = source.view(dtype) if source.numel() else torch.empty(0, dtype=dtype, device=source.device)
+        slot = statistics_slot(values, source)
+        if record.kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR:
+            if record.tensor_bytes:
+                self._buffer[record.tensor_offset:record.tensor_offset + record.tensor_bytes].copy_(
+                    source[:record.tensor_bytes])
+            slot = slot.clone()
+            slot[4] |= L1_STAT_TENSOR_COPIED
+        self._buffer[record.payload_offset:record.payload_offset + slot.numel()].copy_(slot)
 
 
 def _diagnostic_mode(runtime_config: torch.Tensor) -> int:
