@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+import re
 
 import numpy as np
 import pytest
@@ -82,8 +83,9 @@ def test_info_json_sizes(cli, demo):
 def test_ls_table_and_filters(cli, demo):
     result = cli("ls", demo.roots["L1"], "--stage", "expert_up", "--owner", "1", "--invocation", "0")
     assert result.code == 0, result.err
-    lines = [line for line in result.out.splitlines() if "expert_up" in line]
+    lines = [line for line in result.out.splitlines() if re.search(r"\b(in|out)\[\d\]", line)]
     assert len(lines) == 4  # xs, expert_counts, w_up in; ws out
+    assert "stage expert_up" in result.out.splitlines()[0]  # shared by every row: printed once above
     for name in ("xs", "expert_counts", "w_up", "ws"):
         assert any(f" {name} " in line for line in lines), name
     assert "task_000001" in result.out and "task_000000" not in result.out

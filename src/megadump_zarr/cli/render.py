@@ -6,10 +6,16 @@ from collections.abc import Callable, Sequence
 import math
 from typing import Any
 
+from dataclasses import dataclass, field
+
+from rich import box
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["Column", "cell", "frame_table", "is_missing", "location", "shape_text"]
+__all__ = [
+    "Column", "Fitted", "cell", "compact", "fit_table", "frame_table", "is_missing", "location", "location_parts",
+    "print_fitted", "shape_text",
+]
 
 
 def is_missing(value: Any) -> bool:
@@ -52,30 +58,54 @@ def cell(value: Any) -> str:
     return str(value)
 
 
-def location(row: Any) -> str:
-    """A compact where-is-it of one record: ``w0 i2 moe_experts/fwd expert_up t3 in[0]``."""
+def compact(value: Any) -> str:
+    """A table cell with 4 significant digits for floats (``cell`` keeps 6, for ``show``)."""
+    if isinstance(value, float) or (type(value).__name__.startswith("float") and not is_missing(value)):
+        v = float(value)
+        if math.isnan(v):
+            return "nan"
+        if v == int(v) and abs(v) < 1e6:
+            return str(int(v))
+        return f"{v:.4g}"
+    return cell(value)
+
+
+def location_parts(row: Any, *, kernel_with_stage: bool = True) -> list[tuple[str, str]]:
+    """The parts of :func:`location`, keyed by what they name (``rank``, ``window``, ``invocation``,
+    ``kernel``, ``stage``, ``task``, ``port``).
+
+    Args:
+        row: A records or compare row.
+        kernel_with_stage: Also name the kernel of L1 rows (their invocation and stage already place them).
+    """
     def get(key: str) -> Any:
         value = row.get(key) if hasattr(row, "get") else getattr(row, key, None)
         return None if is_missing(value) else value
 
     parts = []
     if get("rank") not in (None, 0):
-        parts.append(f"r{get('rank')}")
+        parts.append(("rank", f"r{get('rank')}"))
     if get("window") is not None:
-        parts.append(f"w{get('window')}")
+        parts.append(("window", f"w{get('window')}"))
     if get("invocation") is not None:
-        parts.append(f"i{get('invocation')}")
+        parts.append(("invocation", f"i{get('invocation')}"))
     kernel, direction = get("kernel"), get("direction")
-    if kernel is not None:
-        parts.append(f"{kernel}{'/bwd' if direction == 'backward' else ''}")
+    if kernel is not None and (kernel_with_stage or get("stage") is None):
+        backward = direction == "backward" and not str(kernel).endswith("backward")
+        parts.append(("kernel", f"{kernel}{'/bwd' if backward else ''}"))
     if get("stage") is not None:
-        parts.append(str(get("stage")))
+        parts.append(("stage", str(get("stage"))))
     if get("task_id") is not None:
-        parts.append(f"t{get('task_id')}")
+        parts.append(("task", f"t{get('task_id')}"))
     if get("io") is not None:
         index = get("index")
-        parts.append(f"{'in' if get('io') == 'input' else 'out'}[{'' if index is None else index}]")
-    return " ".join(parts)
+        parts.append(("port", f"{'in' if get('io') == 'input' else 'out'}[{'' if index is None else index}]"))
+    return parts
+
+
+def location(row: Any) -> str:
+    """A compact where-is-it of one record: ``w0 i2 moe_experts expert_up t3 in[0]``."""
+    return " ".join(text for _, text in location_parts(row))
 
 
 class Column:
@@ -90,18 +120,32 @@ class Column:
         key: The frame column it shows (for dropping empty columns).
         wrap: Let long cells wrap (for long text such as paths and notes); other cells are cut with "…"
             when the console is too narrow.
+        drop: :func:`fit_table`: 0 never dropped; columns with larger values are dropped first when the
+            table is wider than the console.
+        hoist: :func:`fit_table`: when every row shows the same value, print it once above the table
+            (``heading value``) instead of a column.
+        parts: :func:`fit_table`: ``row -> [(key, text), ...]``; the cell joins the texts, and parts whose
+            key has the same text in every row are printed once above the table instead.
+        footnote: :func:`fit_table`: a note column; a note every row shares is printed once below the
+            table, repeated notes become ``[k]`` markers explained below it.
     """
 
     def __init__(self, heading: str, get: Callable[[Any], Any] | None = None, *, justify: str = "left",
                  style: str | Callable[[Any], str | None] | None = None, fmt: Callable[[Any], str] | None = None,
-                 key: str | None = None, wrap: bool = False) -> None:
+                 key: str | None = None, wrap: bool = False, drop: int = 0, hoist: bool = False,
+                 parts: Callable[[Any], list[tuple[str, str]]] | None = None, footnote: bool = False) -> None:
         self.heading = heading
         self.key = key or heading
         self.get = get or (lambda row: row.get(self.key))
         self.justify = justify
         self.style = style
         self.fmt = fmt or cell
+        self.custom_fmt = fmt is not None
         self.wrap = bool(wrap)
+        self.drop = int(drop)
+        self.hoist = bool(hoist)
+        self.parts = parts
+        self.footnote = bool(footnote)
 
 
 def frame_table(frame: Any, columns: Sequence[Column], *, title: str | None = None, drop_empty: bool = True,
@@ -135,3 +179,146 @@ def frame_table(frame: Any, columns: Sequence[Column], *, title: str | None = No
             cells.append(Text(values[i], style=style or ""))
         table.add_row(*cells, style=row_style(row) if row_style else None)
     return table
+
+
+# ---------------------------------------------------------------------------------------------- fitted tables
+_GAP = 2
+"""Characters between two columns of a fitted table (one padding, one separator)."""
+
+
+@dataclass
+class Fitted:
+    """A table laid out to fit a console width: one line per row.
+
+    Args:
+        table: The rich table (None when there are no rows).
+        above: Lines printed before it (values every row shares).
+        below: Lines printed after it (shared notes, footnotes, columns left out).
+        dropped: Headings of the columns left out for width.
+        width: The table's width in characters.
+    """
+
+    table: Table | None
+    above: list[str] = field(default_factory=list)
+    below: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    width: int = 0
+
+
+def _table_width(widths: Sequence[int]) -> int:
+    return sum(widths) + _GAP * max(0, len(widths) - 1)
+
+
+def fit_table(frame: Any, columns: Sequence[Column], *, width: int, row_style: Callable[[Any], str | None] | None = None,
+              drop_empty: bool = True) -> Fitted:
+    """Lay out ``frame``'s rows so that each is one line of at most ``width`` characters.
+
+    In order: empty columns are left out; columns (and location parts) showing one value in every row
+    are printed once above the table (``hoist``/``parts``); notes every row shares are printed once below
+    and repeated ones become ``[k]`` markers (``footnote``); then columns are left out by decreasing
+    ``drop`` until the table fits. Cells are never cut: when even the columns that are never dropped are
+    too wide, only wrapping (``wrap``) text columns fold.
+
+    Args:
+        frame: The rows (a DataFrame).
+        columns: The columns, in order.
+        width: The console width.
+        row_style: Optional ``row -> style`` of a whole row.
+        drop_empty: Leave out columns whose every cell is blank.
+    """
+    rows = [row for _, row in frame.iterrows()]
+    fitted = Fitted(None)
+    if not rows:
+        return fitted
+    cells: list[list[str]] = []
+    keep: list[int] = []
+    shared: list[str] = []
+    for i, c in enumerate(columns):
+        if c.parts is not None:
+            per_row = [c.parts(row) for row in rows]
+            texts: dict[str, set[str]] = {}
+            counts: dict[str, int] = {}
+            for parts in per_row:
+                for key, text in parts:
+                    texts.setdefault(key, set()).add(text)
+                    counts[key] = counts.get(key, 0) + 1
+            constant = {k for k, t in texts.items() if len(t) == 1 and counts[k] == len(rows)}
+            if len(rows) > 1:
+                shared.extend(next(iter(texts[k])) for k in dict.fromkeys(k for p in per_row for k, _ in p) if k in constant)
+            else:
+                constant = set()
+            column_cells = [" ".join(t for k, t in parts if k not in constant) for parts in per_row]
+        else:
+            fmt = c.fmt if c.custom_fmt else compact
+            column_cells = [fmt(c.get(row)) for row in rows]
+        if drop_empty and not any(column_cells):
+            cells.append(column_cells)
+            continue
+        if c.hoist and len(rows) > 1 and len(set(column_cells)) == 1:
+            shared.append(f"{c.heading} {column_cells[0]}")
+            cells.append(column_cells)
+            continue
+        if c.footnote:
+            column_cells = _footnotes(column_cells, fitted.below)
+            if not any(column_cells):
+                cells.append(column_cells)
+                continue
+        cells.append(column_cells)
+        keep.append(i)
+    if shared:
+        fitted.above.append(f"every row: {', '.join(shared)}")
+    natural = {i: max([len(columns[i].heading)] + [len(v) for v in cells[i]]) for i in keep}
+    while _table_width([natural[i] for i in keep]) > width:
+        candidates = [i for i in keep if columns[i].drop > 0]
+        if not candidates:
+            break
+        victim = max(candidates, key=lambda i: (columns[i].drop, i))
+        keep.remove(victim)
+        fitted.dropped.append(columns[victim].heading)
+    overflow = _table_width([natural[i] for i in keep]) > width
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), header_style="bold")
+    for i in keep:
+        c = columns[i]
+        fold = overflow and c.wrap
+        table.add_column(c.heading, justify=c.justify, no_wrap=not fold, overflow="fold" if fold else "ellipsis",
+                         min_width=None if fold else natural[i])
+    for n, row in enumerate(rows):
+        values = []
+        for i in keep:
+            c = columns[i]
+            style = c.style(row) if callable(c.style) else c.style
+            values.append(Text(cells[i][n], style=style or ""))
+        table.add_row(*values, style=row_style(row) if row_style else None)
+    fitted.table = table
+    fitted.width = _table_width([natural[i] for i in keep])
+    if fitted.dropped:
+        fitted.below.append(f"columns left out to fit {width} columns: {', '.join(fitted.dropped)} (--json has every column)")
+    return fitted
+
+
+def _footnotes(notes: list[str], below: list[str]) -> list[str]:
+    """Replace notes by ``[k]`` markers (listed in ``below``) when they repeat; one shared note moves below."""
+    present = [n for n in notes if n]
+    if not present:
+        return notes
+    distinct = list(dict.fromkeys(present))
+    if len(distinct) == 1 and len(present) == len(notes) and len(notes) > 1:
+        below.append(f"note (every row): {distinct[0]}")
+        return [""] * len(notes)
+    if len(distinct) == len(present) and max(len(n) for n in present) <= 40:
+        return notes
+    marker = {n: f"[{k}]" for k, n in enumerate(distinct, start=1)}
+    for n in distinct:
+        count = present.count(n)
+        below.append(f"{marker[n]} {n}" + (f" ({count} rows)" if count > 1 else ""))
+    return [marker[n] if n else "" for n in notes]
+
+
+def print_fitted(console: Any, fitted: Fitted) -> None:
+    """Print a :func:`fit_table` result: shared values, the table, notes."""
+    for line in fitted.above:
+        console.print(line, highlight=False, markup=False)
+    if fitted.table is not None:
+        console.print(fitted.table)
+    for line in fitted.below:
+        console.print(line, highlight=False, markup=False)

@@ -11,12 +11,12 @@ from megadump_zarr.cli.common import (
     EXIT_CHECK_FAILED, EXIT_OK, CliError, Context, add_filters, add_output_flags, add_storage_options, filter_records,
     open_dump_arg, storage_options,
 )
-from megadump_zarr.cli.render import Column, frame_table, is_missing, location
+from megadump_zarr.cli.compare_table import compare_table
+from megadump_zarr.cli.render import print_fitted
 
 __all__ = ["compare_in_order", "register"]
 
 _FAILING = ("fail", "error", "missing")
-_VERDICT_STYLE = {"pass": "green", "fail": "bold red", "error": "bold magenta", "missing": "yellow"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -115,29 +115,6 @@ def compare_in_order(a: Any, b: Any, records_a: Any, records_b: Any, *, rtol: fl
     return frame, len(order), stopped
 
 
-def _shape(row: Any) -> Any:
-    a, b = row.get("shape_a"), row.get("shape_b")
-    if is_missing(a) or a is None:
-        return b
-    if is_missing(b) or b is None or tuple(a) == tuple(b):
-        return a
-    return f"{'×'.join(map(str, a))} vs {'×'.join(map(str, b))}"
-
-
-COLUMNS = (
-    Column("verdict", style=lambda r: _VERDICT_STYLE.get(r["verdict"])),
-    Column("name", style="bold"),
-    Column("where", location, wrap=True),
-    Column("shape", _shape),
-    Column("dtype", lambda r: r.get("dtype_a") if not is_missing(r.get("dtype_a")) else r.get("dtype_b")),
-    Column("cosine", justify="right"),
-    Column("max_abs", justify="right"),
-    Column("max_rel", justify="right"),
-    Column("rmse", justify="right"),
-    Column("note", wrap=True),
-)
-
-
 def _summary(result: Any, total: int, stopped: bool) -> dict[str, Any]:
     counts = {v: int((result["verdict"] == v).sum()) for v in ("pass", "fail", "error", "missing")}
     failing = result[result["verdict"].isin(_FAILING)]
@@ -191,8 +168,6 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         ctx.emit_json({**summary, "a": args.a, "b": args.b, "results": result.to_dict(orient="records")})
         return code
     if not ctx.quiet:
-        shown = result[result["verdict"] != "pass"] if args.failures_only else result
-        if len(shown):
-            ctx.console.print(frame_table(shown, COLUMNS, width=ctx.console.width))
+        print_fitted(ctx.console, compare_table(result, width=ctx.console.width, failures_only=args.failures_only))
     ctx.console.print(_summary_line(summary), highlight=False)
     return code

@@ -9,12 +9,9 @@ from megadump_zarr.cli.common import (
     EXIT_OK, Context, add_filters, add_output_flags, add_storage_options, filter_records, human_bytes, open_dump_arg,
     storage_options,
 )
-from megadump_zarr.cli.render import Column, cell, frame_table, is_missing
+from megadump_zarr.cli.render import Column, cell, fit_table, is_missing, print_fitted
 
 __all__ = ["no_match_hint", "register", "selected_records"]
-
-_PATH_WIDTH = 140
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``ls``."""
@@ -57,28 +54,41 @@ def _status_style(row: Any) -> str | None:
 def _port(row: Any) -> str:
     if not is_missing(row.get("io")):
         index = row.get("index")
-        return f"{row['io']}[{'' if is_missing(index) else int(index)}]"
+        return f"{_PORT.get(row['io'], row['io'])}[{'' if is_missing(index) else int(index)}]"
     return "" if is_missing(row.get("role")) else str(row["role"])
 
 
+_PORT = {"input": "in", "output": "out"}
+
+
+def _kernel(row: Any) -> str:
+    kernel = row.get("kernel")
+    if is_missing(kernel):
+        return ""
+    backward = row.get("direction") == "backward" and not str(kernel).endswith("backward")
+    return f"{kernel}{' (bwd)' if backward else ''}"
+
+
 COLUMNS = (
-    Column("rank", justify="right"),
-    Column("win", key="window", justify="right"),
-    Column("inv", key="invocation", justify="right"),
-    Column("step", justify="right"),
-    Column("kernel", lambda r: f"{r['kernel']}{' (bwd)' if r.get('direction') == 'backward' else ''}", key="kernel"),
-    Column("stage"),
-    Column("task", key="task_id", justify="right"),
-    Column("owner", key="owner_id", justify="right"),
-    Column("core", lambda r: "" if is_missing(r.get("core_type")) else f"{r['core_type']}{cell(r.get('core_id'))}"),
+    Column("rank", justify="right", hoist=True, drop=3),
+    Column("win", key="window", justify="right", hoist=True, drop=3),
+    Column("inv", key="invocation", justify="right", hoist=True),
+    Column("step", justify="right", hoist=True, drop=5),
+    Column("kernel", _kernel, key="kernel", hoist=True, drop=6),
+    Column("stage", hoist=True),
+    Column("task", key="task_id", justify="right", hoist=True),
+    Column("owner", key="owner_id", justify="right", hoist=True, drop=2),
+    Column("core", lambda r: "" if is_missing(r.get("core_type")) else f"{r['core_type']}{cell(r.get('core_id'))}",
+           hoist=True, drop=4),
     Column("port", _port),
     Column("name", style="bold"),
-    Column("dtype"),
+    Column("dtype", hoist=True),
     Column("shape"),
-    Column("size", lambda r: r.get("bytes"), justify="right", fmt=lambda v: "" if is_missing(v) else human_bytes(v)),
-    Column("trunc", key="truncated"),
-    Column("status", style=_status_style),
-    Column("path", wrap=True),
+    Column("size", lambda r: r.get("bytes"), justify="right", fmt=lambda v: "" if is_missing(v) else human_bytes(v),
+           drop=7),
+    Column("trunc", key="truncated", hoist=True, drop=1),
+    Column("status", style=_status_style, hoist=True),
+    Column("path", drop=10),
 )
 
 
@@ -100,10 +110,15 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         columns = [c for c in columns if c.key != "rank"]
     if not args.include_incomplete:
         columns = [c for c in columns if c.key != "status"]
-    if ctx.console.width < _PATH_WIDTH:
-        columns = [c for c in columns if c.key != "path"]
-    ctx.console.print(frame_table(records, columns, width=ctx.console.width))
-    hint = "" if ctx.console.width >= _PATH_WIDTH else " (record paths: --quiet, or a console of 140+ columns)"
+    fitted = fit_table(records, columns, width=ctx.console.width)
+    if "path" in fitted.dropped:
+        fitted.dropped.remove("path")
+        fitted.below = [line for line in fitted.below if not line.startswith("columns left out")]
+        if fitted.dropped:
+            fitted.below.append(f"columns left out to fit {ctx.console.width} columns: {', '.join(fitted.dropped)}")
+    print_fitted(ctx.console, fitted)
+    shown = fitted.table is not None and "path" in [column.header for column in fitted.table.columns]
+    hint = "" if shown else " (record paths: --quiet, or a wider console)"
     ctx.note(f"{len(records)} record{'s' if len(records) != 1 else ''}, "
              f"{human_bytes(float(records['bytes'].fillna(0).sum()))} logical{hint}")
     return EXIT_OK

@@ -7,7 +7,7 @@ from typing import Any
 
 from megadump_zarr.cli.common import EXIT_OK, Context, add_filters, add_output_flags, add_storage_options
 from megadump_zarr.cli.commands.ls import no_match_hint, selected_records
-from megadump_zarr.cli.render import Column, frame_table, is_missing, location
+from megadump_zarr.cli.render import Column, fit_table, is_missing, location, location_parts, print_fitted
 
 __all__ = ["register"]
 
@@ -37,16 +37,16 @@ def _nonfinite(row: Any) -> bool:
 
 COLUMNS = (
     Column("name", style="bold"),
-    Column("where", location, wrap=True),
-    Column("dtype"),
-    Column("shape"),
+    Column("where", location, parts=lambda r: location_parts(r, kernel_with_stage=False)),
+    Column("dtype", hoist=True),
+    Column("shape", drop=2),
     Column("min", justify="right"),
     Column("max", justify="right"),
-    Column("mean", justify="right"),
-    Column("l2norm", justify="right"),
-    Column("nan", key="nan_count", justify="right"),
-    Column("inf", key="inf_count", justify="right"),
-    Column("trunc", key="truncated"),
+    Column("mean", justify="right", drop=3),
+    Column("l2norm", justify="right", drop=1),
+    Column("nan", key="nan_count", justify="right", hoist=True),
+    Column("inf", key="inf_count", justify="right", hoist=True),
+    Column("trunc", key="truncated", hoist=True, drop=4),
 )
 
 
@@ -67,7 +67,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         return EXIT_OK
     if records["min"].isna().all() and records["nan_count"].isna().all():
         ctx.err.print("[yellow]warning:[/yellow] these records carry no statistics (dump written with stats=False)")
-    ctx.console.print(frame_table(records, COLUMNS, width=ctx.console.width, row_style=lambda r: "red" if _nonfinite(r) else None))
+    print_fitted(ctx.console, fit_table(records, COLUMNS, width=ctx.console.width,
+                                        row_style=lambda r: "red" if _nonfinite(r) else None))
     bad = sum(_nonfinite(row) for _, row in records.iterrows())
     ctx.note(f"{len(records)} records, {bad} with NaN/Inf")
     return EXIT_OK

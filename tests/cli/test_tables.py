@@ -1,0 +1,153 @@
+"""Tables that fit: ``compare``, ``stats`` and ``ls`` at 120 and 80 columns, one line per record.
+
+Real demo dumps (float32 and bfloat16, L0 and L1), the real CLI with ``COLUMNS`` set and no TTY (pytest
+captures stdout).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+import re
+import shutil
+
+import pandas as pd
+import pytest
+import zarr
+
+from megadump_zarr.cli.compare_table import one_minus_cos
+from megadump_zarr.cli.render import Column, compact, fit_table
+from megadump_zarr.read import open_dump
+
+_FOOTER = re.compile(r"^(\[\d+\] |columns left out|note \(every row\)|PASS|FAIL|first divergence|root cause|\d+ passing)")
+
+
+@pytest.fixture(scope="module")
+def bf16(tmp_path_factory: pytest.TempPathFactory):
+    from megadump_zarr.demo.run import run_demo
+
+    return run_demo(tmp_path_factory.mktemp("bf16") / "run", steps=2, dtype="bfloat16")
+
+
+@pytest.fixture(scope="module")
+def broken(demo, tmp_path_factory) -> tuple[Path, str]:
+    """The demo's L1 dump with one late record (an expert_down output of invocation 2) shifted by +1."""
+    copy = tmp_path_factory.mktemp("broken") / "l1"
+    shutil.copytree(demo.roots["L1"], copy)
+    records = open_dump(copy).records()
+    row = records[(records["stage"] == "expert_down") & (records["io"] == "output") & (records["invocation"] == 2)].iloc[-1]
+    array = zarr.open_array(str(copy / row["path"]), mode="r+")
+    array[...] = array[...] + 1.0
+    return copy, row["path"]
+
+
+def body(out: str) -> list[str]:
+    """The row lines of the one fitted table in ``out``: after the header rule, up to the notes."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("─"))
+    rows = []
+    for line in lines[start + 1:]:
+        if not line.strip() or _FOOTER.match(line):
+            break
+        rows.append(line)
+    return rows
+
+
+def assert_fits(out: str, width: int) -> None:
+    too_long = [line for line in out.splitlines() if len(line) > width]
+    assert not too_long, too_long
+    assert "…" not in out  # nothing cut
+
+
+@pytest.fixture
+def columns(monkeypatch):
+    def set_width(width: int) -> None:
+        monkeypatch.setenv("COLUMNS", str(width))
+
+    return set_width
+
+
+@pytest.mark.parametrize("width", [120, 80])
+@pytest.mark.parametrize("level", ["L0", "L1"])
+def test_compare_rows_are_one_line_each(cli, demo, bf16, columns, width, level):
+    columns(width)
+    result = cli("compare", bf16.roots[level], demo.roots[level])
+    assert result.code in (0, 1), result.err
+    assert_fits(result.out, width)
+    report = cli("compare", bf16.roots[level], demo.roots[level], "--json").json()
+    rows = body(result.out)
+    assert len(rows) == len(report["results"])
+    failing = [r for r in report["results"] if r["verdict"] != "pass"]
+    ordered = failing + [r for r in report["results"] if r["verdict"] == "pass"]  # failures first
+    for line, record in zip(rows, ordered):
+        assert line.split()[0] == record["verdict"] and f" {record['name']} " in line, (line, record)
+    if width == 120:  # dtypes never cut, 1-cos in scientific notation
+        assert any("bfloat16/float32" in line for line in rows)
+        assert re.search(r"\d\.\d\de-\d\d", result.out)
+        assert "0.9999" not in result.out
+    notes = [line for line in result.out.splitlines() if re.match(r"^\[\d+\] ", line)]
+    assert len(notes) == len({line.split(" ", 1)[1] for line in notes})  # each note printed once
+
+
+def test_compare_failures_first_and_failures_only(cli, demo, broken, columns):
+    copy, path = broken
+    columns(120)
+    result = cli("compare", copy, demo.roots["L1"])
+    assert result.code == 1
+    assert_fits(result.out, 120)
+    rows = body(result.out)
+    records = open_dump(demo.roots["L1"]).records()
+    assert len(rows) == len(records)
+    assert rows[0].split()[0] == "fail" and all(line.split()[0] == "pass" for line in rows[1:])
+    row = records[records["path"] == path].iloc[0]
+    assert f" {row['name']} " in rows[0] and f"t{row['task_id']}" in rows[0]
+    only = cli("compare", copy, demo.roots["L1"], "--failures-only")
+    assert [line.split()[0] for line in body(only.out)] == ["fail"]
+    assert f"{len(records) - 1} passing records not shown" in only.out
+
+
+@pytest.mark.parametrize("width", [120, 80])
+@pytest.mark.parametrize("command", ["ls", "stats"])
+@pytest.mark.parametrize("level", ["L0", "L1"])
+def test_ls_and_stats_rows_are_one_line_each(cli, demo, columns, width, command, level):
+    columns(width)
+    result = cli(command, demo.roots[level])
+    assert result.code == 0, result.err
+    assert_fits(result.out, width)
+    rows = body(result.out)
+    records = cli(command, demo.roots[level], "--json").json()
+    assert len(rows) == len(records)
+    for line, record in zip(rows, records):
+        assert f"{record['name']} " in line + " ", (line, record)
+    assert "every row: " in result.out.splitlines()[0]  # window 0 everywhere: said once
+
+
+def test_stats_numbers_have_four_significant_digits(cli, demo, columns):
+    columns(120)
+    result = cli("stats", demo.roots["L0"], "--name", "x")
+    records = cli("stats", demo.roots["L0"], "--name", "x", "--json").json()
+    rows = body(result.out)
+    assert len(rows) == len(records) == 2
+    for line, record in zip(rows, records):
+        assert f" {float(record['min']):.4g} " in line and f" {float(record['max']):.4g} " in line
+
+
+def test_80_columns_leave_columns_out_and_say_which(cli, demo, bf16, columns):
+    columns(80)
+    result = cli("compare", bf16.roots["L1"], demo.roots["L1"])
+    assert "columns left out to fit 80 columns:" in result.out
+    header = result.out.splitlines()[[i for i, line in enumerate(result.out.splitlines()) if line.startswith("─")][0] - 1]
+    assert header.split()[:3] == ["verdict", "name", "where"] and "max_abs" in header
+
+
+def test_fit_table_units():
+    frame = pd.DataFrame({"a": ["x", "y", "z"], "b": [1.23456789, 2.0, 3e-7], "c": ["same", "same", "same"],
+                          "n": ["long note one", "long note one", ""], "wide": ["w" * 50] * 3})
+    columns = [Column("a"), Column("b", justify="right"), Column("c", hoist=True), Column("n", footnote=True),
+               Column("wide", drop=1)]
+    fitted = fit_table(frame, columns, width=40)
+    assert fitted.above == ["every row: c same"]
+    assert fitted.dropped == ["wide"]
+    assert "[1] long note one (2 rows)" in fitted.below
+    assert [c.header for c in fitted.table.columns] == ["a", "b", "n"]
+    assert compact(1.23456789) == "1.235" and compact(3e-7) == "3e-07" and compact(2.0) == "2"
+    assert one_minus_cos(0.999994) == "6.00e-06" and one_minus_cos(1.0) == "0" and one_minus_cos(None) == ""
