@@ -8,6 +8,7 @@ from pathlib import Path
 import uuid
 import warnings
 
+import google_crc32c
 import ml_dtypes
 import numpy as np
 import pytest
@@ -129,6 +130,11 @@ def _assert_stats_close(got, expected):
             assert got[key] == value, key
 
 
+def _crc(data: bytes) -> bytes:
+    """The 4 bytes zarr's crc32c codec appends to ``data``."""
+    return int(google_crc32c.value(data)).to_bytes(4, "little")
+
+
 @pytest.mark.parametrize(
     "compressor",
     [
@@ -153,10 +159,12 @@ def test_every_compressor_reads_back(tmp_path, helpers, compressor):
     np.testing.assert_array_equal(group[f"{INV}/f"][...], flags)
     codecs = helpers.read_json(Path(url, INV, "a", "zarr.json"))["codecs"]
     assert codecs[0] == {"name": "bytes", "configuration": {"endian": "little"}}
+    assert codecs[-1] == {"name": "crc32c"}  # every chunk carries a checksum, last in the chain
     if compressor == "none":
-        assert len(codecs) == 1
-        assert Path(url, INV, "a", _chunk_key(0, 0)).read_bytes() == data[:16].tobytes()
-        assert Path(url, INV, "a", _chunk_key(3, 0)).read_bytes() == data[48:].tobytes() + bytes(14 * 9 * 4)  # padded
+        assert len(codecs) == 2
+        first, last = data[:16].tobytes(), data[48:].tobytes() + bytes(14 * 9 * 4)  # the last chunk is padded
+        assert Path(url, INV, "a", _chunk_key(0, 0)).read_bytes() == first + _crc(first)
+        assert Path(url, INV, "a", _chunk_key(3, 0)).read_bytes() == last + _crc(last)
     else:
         assert codecs[1]["name"] == compressor.split("-")[0]
 
@@ -370,7 +378,8 @@ def test_chunks_are_passed_without_copies(tmp_path, monkeypatch):
         _window([ArrayWrite("a", data, ("r", "c"))])
     )
     assert len(seen) == 4
-    assert all(np.shares_memory(buf, data) for buf in seen)
+    # each chunk goes out as (a view of the data, its 4-byte CRC-32C), written with one writev
+    assert all(np.shares_memory(chunk, data) and len(crc) == 4 for chunk, crc in seen)
 
 
 def test_large_array_many_chunks_stats_match(tmp_path, helpers):

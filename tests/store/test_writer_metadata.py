@@ -8,11 +8,12 @@ from pathlib import Path
 import shutil
 import warnings
 
+import google_crc32c
 import ml_dtypes
 import numpy as np
 import pytest
 import zarr
-from zarr.codecs import BloscCodec, ZstdCodec
+from zarr.codecs import BloscCodec, Crc32cCodec, ZstdCodec
 from zarr.errors import ZarrUserWarning
 
 from megadump_zarr.codecs import parse_compressor
@@ -44,6 +45,7 @@ def test_exact_array_document(tmp_path):
         "codecs": [
             {"name": "bytes", "configuration": {"endian": "little"}},
             {"name": "zstd", "configuration": {"level": 1, "checksum": False}},
+            {"name": "crc32c"},
         ],
         "attributes": {"paramPosition": 2},
         "dimension_names": ["row", "col"],
@@ -70,13 +72,13 @@ def test_exact_array_document(tmp_path):
 def _zarr_reference(root, data, chunks, compressor, dims):
     spec = parse_compressor(compressor)
     if spec.kind == "none":
-        compressors = None
+        compressors = [Crc32cCodec()]
     elif spec.kind == "zstd":
-        compressors = ZstdCodec(level=spec.level, checksum=False)
+        compressors = [ZstdCodec(level=spec.level, checksum=False), Crc32cCodec()]
     else:
-        compressors = BloscCodec(
+        compressors = [BloscCodec(
             typesize=data.dtype.itemsize, cname=spec.cname, clevel=spec.level, shuffle=spec.shuffle, blocksize=0
-        )
+        ), Crc32cCodec()]
     array = zarr.create_array(
         str(root),
         shape=data.shape,
@@ -148,7 +150,8 @@ def test_chunk_bytes_match_zarr_for_uncompressed_and_padded_edges(tmp_path):
     assert _chunk_files(ours) == _chunk_files(ref) == sorted(keys)  # same file names as zarr's
     for key in keys:
         assert (ours / key).read_bytes() == (ref / key).read_bytes(), key
-    assert (ours / keys[2]).read_bytes() == data[8:].tobytes() + bytes(2 * 3 * 2)
+    padded = data[8:].tobytes() + bytes(2 * 3 * 2)
+    assert (ours / keys[2]).read_bytes() == padded + np.uint32(google_crc32c.value(padded)).astype("<u4").tobytes()
 
 
 def _chunk_files(array_dir: Path) -> list[str]:
@@ -233,7 +236,9 @@ def test_metadata_helpers():
             "name": "blosc",
             "configuration": {"typesize": 1, "cname": "lz4hc", "clevel": 9, "shuffle": "noshuffle", "blocksize": 0},
         },
+        {"name": "crc32c"},
     ]
+    assert metadata.codecs_for(np.dtype(np.uint8), spec, checksum=False)[-1]["name"] == "blosc"
     assert metadata.fill_value_for(np.dtype(bool)) is False
     assert metadata.fill_value_for(np.dtype(np.int32)) == 0 and isinstance(
         metadata.fill_value_for(np.dtype(np.int32)), int

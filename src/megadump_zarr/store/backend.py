@@ -24,6 +24,8 @@ from typing import Any
 __all__ = ["Backend", "Buffer", "FsspecBackend", "LocalBackend", "open_backend"]
 
 Buffer = bytes | bytearray | memoryview | Any  # anything exposing the buffer protocol as bytes
+"""A value to store: any C-contiguous buffer; the local backend also takes a tuple of buffers (the
+parts of one file, written with one ``os.writev``: a chunk and its checksum)."""
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
 
@@ -143,9 +145,7 @@ class LocalBackend(Backend):
             path = f"{parent}/.{path.rpartition('/')[2]}.tmp-{os.getpid()}-{threading.get_ident()}"
         fd = os.open(path, _WRITE_FLAGS, 0o666)
         try:
-            view = memoryview(data).cast("B")
-            while view.nbytes:
-                view = view[os.write(fd, view) :]
+            _write_all(fd, data)
         finally:
             os.close(fd)
         if atomic:
@@ -192,6 +192,23 @@ class LocalBackend(Backend):
             while node.startswith(self._root) and node not in self._dirs:
                 self._dirs.add(node)
                 node = node.rpartition("/")[0]
+
+
+def _write_all(fd: int, data: Buffer) -> None:
+    """Write ``data`` (a buffer, or a tuple of buffers written in order with ``os.writev``) to ``fd``."""
+    if not isinstance(data, tuple):
+        view = memoryview(data).cast("B")
+        while view.nbytes:
+            view = view[os.write(fd, view) :]
+        return
+    views = [memoryview(part).cast("B") for part in data]
+    while views:
+        written = os.writev(fd, views)
+        while views and written >= views[0].nbytes:  # drop the parts written whole, keep the rest
+            written -= views[0].nbytes
+            views.pop(0)
+        if views and written:
+            views[0] = views[0][written:]
 
 
 class FsspecBackend(Backend):

@@ -26,6 +26,7 @@ from megadump_zarr.codecs import CompressorSpec
 from megadump_zarr.store import chunking
 
 __all__ = [
+    "CRC32C_CODEC",
     "SUPPORTED_DTYPES",
     "array_document",
     "array_document_bytes",
@@ -94,13 +95,19 @@ def fill_value_for(dtype: np.dtype) -> bool | int | float:
     return 0
 
 
-def codecs_for(dtype: np.dtype, spec: CompressorSpec) -> list[dict[str, Any]]:
-    """The codec chain: ``bytes`` (little-endian; no configuration for 1-byte types, as zarr writes it)
-    followed by the compressor, if any.
+CRC32C_CODEC: dict[str, Any] = {"name": "crc32c"}
+"""The checksum codec entry, as ``zarr.codecs.Crc32cCodec.to_dict`` writes it (no configuration)."""
+
+
+def codecs_for(dtype: np.dtype, spec: CompressorSpec, checksum: bool = True) -> list[dict[str, Any]]:
+    """The codec chain: ``bytes`` (little-endian; no configuration for 1-byte types, as zarr writes it),
+    the compressor, if any, then ``crc32c`` (a CRC-32C of the encoded chunk, 4 bytes little-endian
+    appended to it), which zarr-python and tensorstore check on every read.
 
     Args:
         dtype: A supported numpy dtype.
         spec: Parsed compressor.
+        checksum: End the chain with ``crc32c``.
     """
     itemsize = np.dtype(dtype).itemsize
     chain: list[dict[str, Any]] = [
@@ -123,6 +130,8 @@ def codecs_for(dtype: np.dtype, spec: CompressorSpec) -> list[dict[str, Any]]:
         )
     elif spec.kind != "none":
         raise ValueError(f"unknown compressor kind {spec.kind!r}")
+    if checksum:
+        chain.append(dict(CRC32C_CODEC))
     return chain
 
 
@@ -133,6 +142,7 @@ def array_document(
     compressor: CompressorSpec,
     attributes: Mapping[str, Any],
     dimension_names: Sequence[str],
+    checksum: bool = True,
 ) -> dict[str, Any]:
     """An array's ``zarr.json`` document, keys in zarr-python's order.
 
@@ -143,8 +153,11 @@ def array_document(
         compressor: Parsed compressor.
         attributes: JSON-serialisable user attributes.
         dimension_names: One name per axis (the key is omitted for 0-d arrays, as zarr does).
+        checksum: Chunks carry a ``crc32c`` checksum (see :func:`codecs_for`).
     """
-    return json.loads(array_document_bytes(shape, dtype, chunks, compressor, dumps(dict(attributes)), dimension_names))
+    return json.loads(
+        array_document_bytes(shape, dtype, chunks, compressor, dumps(dict(attributes)), dimension_names, checksum)
+    )
 
 
 def array_document_bytes(
@@ -154,6 +167,7 @@ def array_document_bytes(
     compressor: CompressorSpec,
     attributes_json: bytes,
     dimension_names: Sequence[str],
+    checksum: bool = True,
 ) -> bytes:
     """:func:`array_document` encoded with :func:`dumps`, splicing in attributes that are already encoded.
 
@@ -164,21 +178,26 @@ def array_document_bytes(
         compressor: Parsed compressor.
         attributes_json: The attributes object, already encoded with :func:`dumps`.
         dimension_names: One name per axis.
+        checksum: Chunks carry a ``crc32c`` checksum (see :func:`codecs_for`).
     """
-    head = _array_head(tuple(int(d) for d in shape), np.dtype(dtype), tuple(int(c) for c in chunks), compressor)
+    head = _array_head(
+        tuple(int(d) for d in shape), np.dtype(dtype), tuple(int(c) for c in chunks), compressor, bool(checksum)
+    )
     return head + attributes_json + _array_tail(tuple(dimension_names))
 
 
 # Many arrays of a window share shape, dtype and dimension names: the encoded parts are cached.
 @functools.lru_cache(maxsize=4096)
-def _array_head(shape: tuple[int, ...], dtype: np.dtype, chunks: tuple[int, ...], compressor: CompressorSpec) -> bytes:
+def _array_head(
+    shape: tuple[int, ...], dtype: np.dtype, chunks: tuple[int, ...], compressor: CompressorSpec, checksum: bool
+) -> bytes:
     head = {
         "shape": list(shape),
         "data_type": data_type_name(dtype),
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(chunks)}},
         "chunk_key_encoding": {"name": "default", "configuration": {"separator": chunking.CHUNK_KEY_SEPARATOR}},
         "fill_value": fill_value_for(dtype),
-        "codecs": codecs_for(dtype, compressor),
+        "codecs": codecs_for(dtype, compressor, checksum),
     }
     return dumps(head)[:-1] + b',"attributes":'
 
