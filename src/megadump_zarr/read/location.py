@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 import gc
 import json
 import os
@@ -35,10 +35,13 @@ class DumpLocation:
     Args:
         store: Read-only zarr store whose root is the dump root.
         url: The root as the user gave it (path or URL), for messages and ``repr``.
+        storage_options: The options it was opened with (kept so that workers can re-open the same root;
+            never shown in ``repr``).
     """
 
     store: Store
     url: str
+    storage_options: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 def open_location(url: str | os.PathLike[str] | Store, storage_options: dict[str, Any] | None = None) -> DumpLocation:
@@ -64,8 +67,26 @@ def open_location(url: str | os.PathLike[str] | Store, storage_options: dict[str
             what = "does not exist" if not os.path.exists(path) else "is not a directory"
             raise ValueError(f"{text} is not a megadump_zarr dump root: the path {what}")
         return DumpLocation(LocalStore(path, read_only=True), text)
-    store = FsspecStore.from_url(text.rstrip("/"), storage_options=dict(storage_options or {}), read_only=True)
-    return DumpLocation(store, text)
+    options = dict(storage_options or {})
+    if text.split("://", 1)[0].lower() in ("s3", "s3a"):
+        _check_s3(options)
+    store = FsspecStore.from_url(text.rstrip("/"), storage_options=dict(options), read_only=True)
+    return DumpLocation(store, text, options)
+
+
+def _check_s3(options: dict[str, Any]) -> None:
+    """Fail at once, in one line, on an AWS configuration that cannot work (as writes and uploads do).
+
+    The same resolution as the object backend's (:func:`megadump_zarr.store.object_clients.s3_config`):
+    options, then ``AWS_*`` environment variables, then the profile's files; s3fs (botocore) then reads
+    with the same endpoint, region and credentials.
+
+    Raises:
+        ValueError: Unknown profile, no credentials, malformed endpoint, plain HTTP refused.
+    """
+    from megadump_zarr.store.object_clients import s3_config
+
+    s3_config(options)
 
 
 def store_path(store: Store, key: str) -> StorePath:

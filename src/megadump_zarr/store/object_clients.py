@@ -22,6 +22,10 @@ __all__ = ["ObjectInfo", "s3_config"]
 
 _SINGLE_PUT_LIMIT = 64 << 20  # larger objects go up in parts (S3's single PUT limit is 5 GiB)
 _PART_BYTES = 16 << 20
+# obstore/reqwest texts of errors in the configuration, not the network (retrying cannot help)
+_CONFIG_ERRORS = ("builder error", "Missing region", "Missing bucket", "Unknown configuration key",
+                  "Configuration key", "Unable to parse", "Invalid URL", "relative URL without a base",
+                  "credential provider", "Failed to get credentials")
 
 
 # ------------------------------------------------------------------------------------------- results
@@ -113,6 +117,8 @@ class _ObstoreS3:
                               ex.UnknownConfigurationKeyError, ValueError, TypeError)):
             return _Kind.PERMANENT
         text = str(error)
+        if any(marker in text for marker in _CONFIG_ERRORS):
+            return _Kind.PERMANENT  # a client that cannot be built or configured never gets better by retrying
         by_status = _status_kind(text)
         if by_status is not None:
             return by_status
@@ -287,26 +293,101 @@ def s3_config(storage_options: Mapping[str, Any] | None) -> tuple[dict[str, Any]
             config["sse_kms_key_id"] = value
         else:
             return None
-    endpoint = str(config.get("endpoint", ""))
-    if endpoint.startswith("http://"):
-        client["allow_http"] = True
-    if endpoint:
-        config.setdefault("virtual_hosted_style_request", False)
-    provider = None
-    has_keys = "access_key_id" in config or config.get("skip_signature")
-    if not has_keys and (profile is not None or not os.environ.get("AWS_ACCESS_KEY_ID")):
-        try:
-            import botocore.session
-        except ImportError:  # pragma: no cover - s3fs depends on botocore
-            if profile is not None:
-                return None
-        else:
-            session = botocore.session.Session(profile=profile)
-            credentials = session.get_credentials()
-            if credentials is not None:
-                provider = _BotocoreCredentials(credentials)
-            if "region" not in config and not os.environ.get("AWS_REGION") and not os.environ.get("AWS_DEFAULT_REGION"):
-                region = session.get_config_variable("region")
-                if region:
-                    config["region"] = region
+    provider = _aws_environment(config, client, profile)
     return config, client, provider
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def _env(*names: str) -> str | None:
+    for name in names:
+        value = os.environ.get(name)
+        if value:
+            return value
+    return None
+
+
+def _aws_environment(config: dict[str, Any], client: dict[str, Any], profile: str | None) -> Any:
+    """Fill what ``storage_options`` left open the way the AWS CLI does; return the credential provider.
+
+    Options win over the environment, the environment over the profile's files. Endpoint:
+    ``AWS_ENDPOINT_URL_S3``, ``AWS_ENDPOINT_URL``, the profile's ``endpoint_url``; a plain ``http://``
+    endpoint is allowed unless ``AWS_ALLOW_HTTP`` says false (and ``AWS_ALLOW_HTTP=true`` allows one
+    anyway). Region: ``AWS_REGION``, ``AWS_DEFAULT_REGION``, the profile's ``region``. Credentials:
+    ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_SESSION_TOKEN`` (unless a ``profile`` option
+    names a profile), else botocore's chain (``AWS_PROFILE``, ``AWS_SHARED_CREDENTIALS_FILE``,
+    ``AWS_CONFIG_FILE``, SSO, container and instance roles).
+
+    Raises:
+        ValueError: A named profile that does not exist, no credentials anywhere, a plain-http endpoint
+            with ``AWS_ALLOW_HTTP=false``, a malformed endpoint (one line, no secrets).
+    """
+    session = None
+    has_keys = "access_key_id" in config or bool(config.get("skip_signature"))
+    env_keys = _env("AWS_ACCESS_KEY_ID") and _env("AWS_SECRET_ACCESS_KEY")
+    if not has_keys and env_keys and profile is None:
+        config["access_key_id"] = os.environ["AWS_ACCESS_KEY_ID"]
+        config["secret_access_key"] = os.environ["AWS_SECRET_ACCESS_KEY"]
+        token = _env("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
+        if token:
+            config["session_token"] = token
+        has_keys = True
+    if (not has_keys or profile is not None or ("region" not in config and not _env("AWS_REGION", "AWS_DEFAULT_REGION"))
+            or ("endpoint" not in config and not _env("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"))):
+        session = _botocore_session(profile)  # the profile's files: region, endpoint_url, credentials
+    if "endpoint" not in config:
+        endpoint = _env("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+        if endpoint is None and session is not None:
+            endpoint = session.get_scoped_config().get("endpoint_url") or None
+        if endpoint:
+            config["endpoint"] = endpoint
+    if "region" not in config:
+        region = _env("AWS_REGION", "AWS_DEFAULT_REGION")
+        if region is None and session is not None:
+            region = session.get_config_variable("region")
+        if region:
+            config["region"] = region
+    endpoint = str(config.get("endpoint", ""))
+    allow = (os.environ.get("AWS_ALLOW_HTTP") or "").strip().lower()
+    if allow and allow not in _TRUE + _FALSE:
+        raise ValueError(f"AWS_ALLOW_HTTP must be true or false, got {os.environ['AWS_ALLOW_HTTP']!r}")
+    if endpoint:
+        if "://" not in endpoint or endpoint.split("://", 1)[0].lower() not in ("http", "https") \
+                or not endpoint.split("://", 1)[1].strip("/"):
+            raise ValueError(f"S3 endpoint {endpoint!r} is not an http(s):// URL (from storage options, "
+                             "AWS_ENDPOINT_URL or the profile's endpoint_url)")
+        config.setdefault("virtual_hosted_style_request", False)
+    if endpoint.lower().startswith("http://"):
+        if allow in _FALSE and client.get("allow_http") is not True:
+            raise ValueError(f"S3 endpoint {endpoint} is plain HTTP but AWS_ALLOW_HTTP={os.environ['AWS_ALLOW_HTTP']}")
+        client["allow_http"] = True
+    elif allow in _TRUE:
+        client["allow_http"] = True
+    if has_keys:
+        return None
+    credentials = session.get_credentials() if session is not None else None
+    if credentials is None:
+        raise ValueError("no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE "
+                         "(with ~/.aws/credentials or AWS_SHARED_CREDENTIALS_FILE), or pass -S key=... -S secret=..., "
+                         "or -S anon=true for a public bucket")
+    return _BotocoreCredentials(credentials)
+
+
+def _botocore_session(profile: str | None) -> Any:
+    """A botocore session for ``profile`` (``None``: ``AWS_PROFILE`` or ``default``), checked to exist."""
+    import botocore.exceptions
+    import botocore.session
+
+    try:
+        session = botocore.session.Session(profile=profile)
+        session.get_scoped_config()
+    except botocore.exceptions.ProfileNotFound:
+        name = profile or _env("AWS_PROFILE", "AWS_DEFAULT_PROFILE")
+        files = " or ".join(f for f in (os.environ.get("AWS_CONFIG_FILE", "~/.aws/config"),
+                                         os.environ.get("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials")))
+        raise ValueError(f"AWS profile {name!r} not found in {files}") from None
+    except botocore.exceptions.BotoCoreError as error:  # unreadable config file, ...
+        raise ValueError(f"AWS configuration error: {error}") from None
+    return session
