@@ -1,0 +1,133 @@
+"""No silent fill values: a missing or corrupt chunk of a committed window is a DumpIntegrityError naming its key.
+
+Real demo dumps (L0 and L1) are copied per test and damaged on disk: one chunk file deleted, emptied,
+overwritten with garbage or with one byte flipped. Every read path (``record_array``, ``tensor``,
+``dataset``, the ``megadump`` CLI, ``export-hdf5``) must refuse, never return zeros.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+import shutil
+
+import numpy as np
+import pytest
+
+from megadump_zarr import open_dump
+from megadump_zarr.cli.main import main
+from megadump_zarr.read.errors import DumpIntegrityError
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from megadump_zarr.demo.run import run_demo
+
+    return run_demo(tmp_path_factory.mktemp("integrity") / "run", steps=2).root
+
+
+@pytest.fixture
+def dump_copy(pristine: Path, tmp_path: Path) -> Path:
+    shutil.copytree(pristine, tmp_path / "run")
+    return tmp_path / "run"
+
+
+def _l0_x(root: Path) -> tuple[Path, str, Path]:
+    """(dump root, record path, its first chunk file) of L0 tensor ``x`` of invocation 0."""
+    dump = root / "l0"
+    records = open_dump(dump).records()
+    path = records[(records["name"] == "x") & (records["invocation"] == 0)]["path"].iloc[0]
+    chunks = sorted(p for p in (dump / path).iterdir() if p.name != "zarr.json")
+    return dump, path, chunks[0]
+
+
+def _codecs(array_dir: Path) -> list[str]:
+    return [c["name"] for c in json.loads((array_dir / "zarr.json").read_text())["codecs"]]
+
+
+def test_missing_chunk_raises_everywhere(dump_copy: Path) -> None:
+    dump_root, path, chunk = _l0_x(dump_copy)
+    expected = open_dump(dump_root).record_array(path).values
+    assert np.abs(expected).sum() > 0
+    chunk.unlink()
+    key = f"{path}/{chunk.name}"
+    dump = open_dump(dump_root)
+    for read in (lambda: dump.record_array(path).values, lambda: dump.tensor("x", invocation=0).values,
+                 lambda: dump.dataset(invocation=0)["x"].values):
+        with pytest.raises(DumpIntegrityError, match="is missing") as info:
+            read()
+        assert key in str(info.value)
+        assert info.value.key == key
+    assert isinstance(info.value, ValueError)
+    # metadata-only reads still work: the catalogue is intact
+    assert len(dump.records()) > 0
+
+
+@pytest.mark.parametrize("damage", ["flip", "garbage", "empty", "short"])
+def test_corrupt_chunk_names_key_and_checksum(dump_copy: Path, damage: str) -> None:
+    dump_root, path, chunk = _l0_x(dump_copy)
+    raw = bytearray(chunk.read_bytes())
+    if damage == "flip":
+        raw[len(raw) // 2] ^= 0x40
+    elif damage == "garbage":
+        raw = bytearray(np.random.default_rng(0).integers(0, 256, len(raw), dtype=np.uint8).tobytes())
+    elif damage == "empty":
+        raw = bytearray()
+    else:
+        raw = raw[:3]
+    chunk.write_bytes(bytes(raw))
+    with pytest.raises(DumpIntegrityError, match="is corrupt") as info:
+        open_dump(dump_root).record_array(path).values
+    message = str(info.value)
+    assert f"{path}/{chunk.name}" in message
+    if "crc32c" in _codecs(chunk.parent):
+        assert "crc32c" in message
+
+
+def test_truncated_l1_chunk(dump_copy: Path) -> None:
+    """An L1 record: tensor() stitches it, and the stitched read refuses the deleted chunk."""
+    root = dump_copy / "l1"
+    records = open_dump(root).records()
+    row = records[records["stored_bytes"] > 0].iloc[0]
+    record_dir = root / row["path"]
+    chunk = sorted(p for p in record_dir.iterdir() if p.name != "zarr.json")[0]
+    chunk.unlink()
+    with pytest.raises(DumpIntegrityError, match=chunk.name):
+        open_dump(root).record_array(row["path"]).values
+
+
+def test_torn_window_keeps_fill_values(dump_copy: Path) -> None:
+    """A window that never committed may legitimately lack chunks: no integrity error there."""
+    dump_root, path, chunk = _l0_x(dump_copy)
+    window_doc = dump_root / "rank_0" / "window_0000" / "zarr.json"
+    window_doc.unlink()  # a torn window has no committed document
+    chunk.unlink()
+    dump = open_dump(dump_root)
+    values = dump.record_array(path).values
+    assert (values == 0).all()
+
+
+def test_cli_exit_1_one_line(dump_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dump_root, path, chunk = _l0_x(dump_copy)
+    chunk.unlink()
+    capsys.readouterr()
+    code = main(["show", str(dump_root), "x", "--invocation", "0"])
+    err = capsys.readouterr().err
+    assert code == 1
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines == [lines[-1]] and lines[-1].startswith("error: chunk ") and f"{path}/{chunk.name}" in lines[-1]
+    assert "Traceback" not in err
+
+
+def test_export_hdf5_refuses_and_leaves_nothing(dump_copy: Path, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    dump_root, path, chunk = _l0_x(dump_copy)
+    chunk.unlink()
+    out = tmp_path / "out.h5"
+    capsys.readouterr()
+    code = main(["export-hdf5", str(dump_root / "rank_0" / "window_0000"), str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert chunk.name in err and "missing" in err
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".out.h5")) == []
