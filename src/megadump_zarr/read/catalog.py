@@ -24,6 +24,15 @@ import numpy as np
 import pandas as pd
 from zarr.abc.store import Store
 
+from megadump_zarr.read.documents import (
+    INT64_MAX,
+    check_array_doc,
+    check_attributes,
+    count_field,
+    int_field,
+    optional_str,
+    shape_field,
+)
 from megadump_zarr.read.location import get_json, get_many, list_dir, list_prefix, parse_json
 
 __all__ = [
@@ -167,7 +176,11 @@ def scan_windows(store: Store, cache: dict[str, WindowInfo] | None = None) -> li
         for window_name in list_dir(store, rank_name):
             window_match = _WINDOW.match(window_name)
             if window_match:
-                keys.append((int(rank_match.group(1)), int(window_match.group(1)), f"{rank_name}/{window_name}"))
+                rank, window = int(rank_match.group(1)), int(window_match.group(1))
+                if rank > INT64_MAX or window > INT64_MAX:
+                    raise ValueError(f"{rank_name}/{window_name}: a rank or window index beyond int64 "
+                                     "(no writer makes one; remove or rename the directory)")
+                keys.append((rank, window, f"{rank_name}/{window_name}"))
     keys.sort()
     missing = [key for _, _, key in keys if key not in cache or not cache[key].final]
     for key, raw in zip(missing, get_many(store, [f"{key}/zarr.json" for key in missing])):
@@ -182,13 +195,19 @@ def _window_info(key: str, raw: bytes | None) -> WindowInfo:
     rank, window = int(rank_name[5:]), int(window_name[7:])
     if raw is None:
         return WindowInfo(rank, window, key, "writing")
-    doc = parse_json(raw, f"{key}/zarr.json")
-    attrs = doc.get("attributes") or {}
+    where = f"{key}/zarr.json"
+    doc = parse_json(raw, where)
+    attrs = check_attributes(doc, where)
     status = attrs.get("status")
     if status not in ("complete", "aborted", "writing"):
         status = "writing"
     consolidated = doc.get("consolidated_metadata")
     nodes = consolidated.get("metadata") if isinstance(consolidated, dict) else None
+    if status != "writing" and isinstance(nodes, dict):
+        for path, node in nodes.items():
+            if not isinstance(node, dict):
+                raise ValueError(f"{where}: consolidated_metadata.metadata[{path!r}] {str(node)[:60]!r} is not a "
+                                 "JSON object")
     if status == "writing" or not isinstance(nodes, dict):
         nodes = None
     return WindowInfo(rank, window, key, status, attrs, nodes)
@@ -255,17 +274,52 @@ class DataGroup:
     status: str = "complete"
 
 
-def _invocation_info(name: str, nodes: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
-    attrs = (nodes.get(name) or {}).get("attributes") or {}
+def _group_attrs(nodes: Mapping[str, dict[str, Any]], path: str, window_key: str = "") -> dict[str, Any]:
+    """A group's checked attributes (``{}`` when it has no document)."""
+    where = f"{window_key}/{path}/zarr.json" if window_key else f"{path}/zarr.json"
+    return check_attributes(nodes.get(path) or {}, where)
+
+
+def _invocation_info(name: str, nodes: Mapping[str, dict[str, Any]], window_key: str = "") -> dict[str, Any]:
+    attrs = _group_attrs(nodes, name, window_key)
+    where = f"{window_key}/{name}/zarr.json" if window_key else f"{name}/zarr.json"
     match = _INVOCATION.match(name)
-    invocation_id = attrs.get("invocationId", int(match.group(1)) if match else None)
-    direction = attrs.get("direction", match.group(2) if match else None)
+    fallback = int(match.group(1)) if match else None
+    invocation_id = int_field(attrs.get("invocationId", fallback), where, "attributes.invocationId")
+    if invocation_id is None and fallback is not None:
+        invocation_id = fallback
+    direction = optional_str(attrs.get("direction", match.group(2) if match else None), where, "attributes.direction")
     return {
         "invocation": invocation_id,
-        "step": attrs.get("step"),
+        "step": int_field(attrs.get("step"), where, "attributes.step"),
         "direction": direction,
-        "kernel": attrs.get("kernelName"),
-        "level": attrs.get("level"),
+        "kernel": optional_str(attrs.get("kernelName"), where, "attributes.kernelName"),
+        "level": optional_str(attrs.get("level"), where, "attributes.level"),
+    }
+
+
+def _task_info(nodes: Mapping[str, dict[str, Any]], group: str, window_key: str) -> dict[str, Any]:
+    """The checked task columns of an L1 task group ``invocation/stages/stage/task``."""
+    parts = group.split("/")
+    task_attrs = _group_attrs(nodes, group, window_key)
+    stage_attrs = _group_attrs(nodes, "/".join(parts[:3]), window_key)
+    where = f"{window_key}/{group}/zarr.json"
+    match = _TASK.match(parts[3])
+    owner = task_attrs.get("owner")
+    if owner is not None and not isinstance(owner, dict):
+        raise ValueError(f"{where}: attributes.owner {str(owner)[:60]!r} is not a JSON object")
+    owner = owner or {}
+    stage = task_attrs.get("stage", stage_attrs.get("stage", parts[2]))
+    return {
+        "stage": optional_str(stage, where, "attributes.stage"),
+        "task_id": int_field(task_attrs.get("taskId", int(match.group(1)) if match else None), where, "attributes.taskId"),
+        "stage_task_index": int_field(task_attrs.get("stageTaskIndex"), where, "attributes.stageTaskIndex"),
+        "owner_label": optional_str(owner.get("label"), where, "attributes.owner.label"),
+        "owner_id": int_field(owner.get("id"), where, "attributes.owner.id"),
+        "core_type": optional_str(task_attrs.get("coreType"), where, "attributes.coreType"),
+        "core_id": int_field(task_attrs.get("coreId"), where, "attributes.coreId"),
+        "worker": int_field(task_attrs.get("workerId", int(match.group(2)) if match and match.group(2) is not None
+                                           else None), where, "attributes.workerId"),
     }
 
 
@@ -286,15 +340,13 @@ def data_groups(info: WindowInfo, nodes: Mapping[str, dict[str, Any]]) -> list[D
             continue
         inv = invocations.get(parts[0])
         if inv is None:
-            inv = invocations[parts[0]] = _invocation_info(parts[0], nodes)
+            inv = invocations[parts[0]] = _invocation_info(parts[0], nodes, info.key)
         common = dict(rank=info.rank, window=info.window, invocation=inv["invocation"], invocation_name=parts[0],
                       kernel=inv["kernel"], direction=inv["direction"], status=info.status)
         if len(parts) >= 4 and parts[1] == "stages" and _TASK.match(parts[3]):
             group = "/".join(parts[:4])
             if group not in found:
-                task_attrs = (nodes.get(group) or {}).get("attributes") or {}
-                stage_attrs = (nodes.get("/".join(parts[:3])) or {}).get("attributes") or {}
-                stage = task_attrs.get("stage", stage_attrs.get("stage", parts[2]))
+                stage = _task_info(nodes, group, info.key)["stage"]
                 found[group] = DataGroup(level="L1", key=f"{info.key}/{group}", stage=stage, stage_component=parts[2],
                                          task_id=int(_TASK.match(parts[3]).group(1)), task_name=parts[3], **common)
         elif len(parts) == 2 and doc.get("node_type") == "array" and parts[0] not in found:
@@ -320,41 +372,36 @@ def _window_rows(info: WindowInfo, nodes: Mapping[str, dict[str, Any]], columns:
     for path, doc in nodes.items():
         if doc.get("node_type") != "array":
             continue
-        attrs = doc.get("attributes")
+        where = f"{info.key}/{path}/zarr.json"
+        attrs = check_attributes(doc, where)
         if not attrs or "name" not in attrs:
             continue  # coordinate arrays carry no record attributes
         parts = path.split("/")
         inv = invocations.get(parts[0])
         if inv is None:
-            inv = invocations[parts[0]] = _invocation_info(parts[0], nodes)
+            inv = invocations[parts[0]] = _invocation_info(parts[0], nodes, info.key)
         is_l1 = len(parts) >= 5 and parts[1] == "stages"
-        stored_shape = tuple(int(d) for d in doc.get("shape", ()))
-        actual = attrs.get("actualShape")
-        shape = tuple(int(d) for d in actual) if isinstance(actual, list) else stored_shape
-        data_type = attrs.get("originalDtype") or doc.get("data_type")
+        data_type = optional_str(attrs.get("originalDtype"), where, "attributes.originalDtype") or optional_str(
+            doc.get("data_type"), where, "data_type")
         size = itemsize(doc.get("data_type"))
-        full = attrs.get("fullBytes")
-        stored = attrs.get("storedBytes")
+        stored_shape = check_array_doc(doc, where, size)
+        actual = attrs.get("actualShape")
+        shape = shape_field(actual, where, "attributes.actualShape", size) if actual is not None else stored_shape
+        full = count_field(attrs.get("fullBytes"), where, "attributes.fullBytes")
+        stored = count_field(attrs.get("storedBytes"), where, "attributes.storedBytes")
         stats = attrs.get("stats") or {}
+        if not isinstance(stats, dict):
+            raise ValueError(f"{where}: attributes.stats {str(stats)[:60]!r} is not a JSON object")
+        nan_count = count_field(stats.get("nanCount"), where, "attributes.stats.nanCount")
+        inf_count = count_field(stats.get("infCount"), where, "attributes.stats.infCount")
+        name = attrs["name"]
+        if not isinstance(name, str):
+            raise ValueError(f"{where}: attributes.name {str(name)[:60]!r} is not a string")
         group = "/".join(parts[:-1])
         if is_l1:
             task = tasks.get(group)
             if task is None:
-                task_attrs = (nodes.get(group) or {}).get("attributes") or {}
-                stage_attrs = (nodes.get("/".join(parts[:3])) or {}).get("attributes") or {}
-                match = _TASK.match(parts[3])
-                owner = task_attrs.get("owner") or {}
-                task = tasks[group] = {
-                    "stage": task_attrs.get("stage", stage_attrs.get("stage", parts[2])),
-                    "task_id": task_attrs.get("taskId", int(match.group(1)) if match else None),
-                    "stage_task_index": task_attrs.get("stageTaskIndex"),
-                    "owner_label": owner.get("label") if isinstance(owner, dict) else None,
-                    "owner_id": owner.get("id") if isinstance(owner, dict) else None,
-                    "core_type": task_attrs.get("coreType"),
-                    "core_id": task_attrs.get("coreId"),
-                    "worker": task_attrs.get("workerId",
-                                             int(match.group(2)) if match and match.group(2) is not None else None),
-                }
+                task = tasks[group] = _task_info(nodes, "/".join(parts[:4]), info.key)
         else:
             task = _NO_TASK
         row = columns
@@ -367,9 +414,9 @@ def _window_rows(info: WindowInfo, nodes: Mapping[str, dict[str, Any]], columns:
         row["level"].append(inv["level"] or window_level or ("L1" if is_l1 else "L0"))
         for key in ("stage", "task_id", "stage_task_index", "owner_label", "owner_id", "core_type", "core_id", "worker"):
             row[key].append(task[key])
-        row["io"].append(attrs.get("io") if is_l1 else None)
-        row["index"].append(attrs.get("index") if is_l1 else None)
-        row["name"].append(attrs["name"])
+        row["io"].append(optional_str(attrs.get("io"), where, "attributes.io") if is_l1 else None)
+        row["index"].append(int_field(attrs.get("index"), where, "attributes.index") if is_l1 else None)
+        row["name"].append(name)
         row["dtype"].append(data_type)
         row["shape"].append(shape)
         row["stored_shape"].append(stored_shape)
@@ -378,13 +425,13 @@ def _window_rows(info: WindowInfo, nodes: Mapping[str, dict[str, Any]], columns:
         row["stored_bytes"].append(int(stored) if stored is not None else math.prod(stored_shape) * size)
         for key in _FLOAT_COLUMNS:
             row[key].append(_stats_value(stats, key))
-        row["nan_count"].append(stats.get("nanCount"))
-        row["inf_count"].append(stats.get("infCount"))
+        row["nan_count"].append(nan_count)
+        row["inf_count"].append(inf_count)
         row["path"].append(f"{info.key}/{path}")
         row["role"].append(attrs.get("role"))
         row["capture_phase"].append(attrs.get("capturePhase"))
         row["status"].append(info.status)
-        row["param_position"].append(attrs.get("paramPosition"))
+        row["param_position"].append(int_field(attrs.get("paramPosition"), where, "attributes.paramPosition"))
         row["note"].append(attrs.get("note") if is_l1 else None)
         row["invocation_name"].append(parts[0])
         row["group"].append(f"{info.key}/{group}")

@@ -27,8 +27,8 @@ import numpy as np
 import zarr
 from zarr.abc.store import Store
 
+from megadump_zarr.read.documents import open_array_checked
 from megadump_zarr.read.integrity import GuardedArray, guard_read
-from megadump_zarr.read.location import store_path
 
 __all__ = ["MAX_LOGICAL_BYTES", "check_logical_shape", "logical_dims", "logical_dtype", "open_zarr_array", "record_dask", "stored_dask", "truncated_dask"]
 
@@ -42,8 +42,11 @@ def open_zarr_array(store: Store, key: str, doc: dict[str, Any]) -> zarr.Array:
         store: The dump store.
         key: Array path relative to the root.
         doc: Its ``zarr.json`` document (from consolidated metadata or a listing).
+
+    Raises:
+        ValueError: The document is not a valid array document (names the key and the field).
     """
-    return zarr.Array.from_dict(store_path(store, key), doc)
+    return open_array_checked(store, key, doc)
 
 
 def _token(*parts: Any) -> str:
