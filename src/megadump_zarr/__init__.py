@@ -5,14 +5,19 @@ Public API::
     TensorDumpConfig, tensor_dump, schedule, DiagnosticAction   # capture
     open_dump, compare                                          # read and analyse
 
-Everything is imported on first use: zarr loads ``megadump_zarr.store.dtypes`` in every interpreter that
-reads a dump (see ``store/zarr_plugin.py``), and that must not pull in torch, xarray or pandas.
+Everything else is imported on first use: zarr loads ``megadump_zarr.store.dtypes`` in every interpreter
+that reads a dump (see ``store/zarr_plugin.py``), and that must not pull in torch, xarray or pandas; importing
+the package registers those data types with zarr and nothing more.
 """
 
 from __future__ import annotations
 
 from importlib import import_module
 from typing import Any
+
+# Register bfloat16/float8 with zarr now: zarr 3.1 parses an array's data type before loading any plugin,
+# so `zarr.open_array` of a bf16 array works after `import megadump_zarr` (store/zarr_plugin.py).
+from megadump_zarr.store import dtypes as _dtypes  # noqa: F401
 
 __version__ = "0.1.0"
 
