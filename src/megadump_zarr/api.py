@@ -37,5 +37,6 @@ def tensor_dump(
         compressor=config.compressor,
         chunk_bytes=config.chunk_bytes,
         stats=config.stats,
+        durable=config.durable,
     )
     return TensorDumper(config, schedule=schedule, on_dump_ready=on_dump_ready, sink=writer)

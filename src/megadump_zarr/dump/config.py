@@ -127,6 +127,10 @@ class TensorDumpConfig:
         baseline: The dump (path or URL) ``mode="diff"`` compares against; required for it, refused
             for the other modes. Opened when the dumper is entered, before any launch.
         baseline_storage_options: Object-store options for ``baseline`` (never written to the dump).
+        durable: Before a local window's status is written, make everything written for it durable
+            (one ``syncfs`` of the file system), then sync the status document and its directory:
+            a window that reads as complete after a crash has all its bytes. ``False`` skips the
+            syncs (scratch runs). Object stores are durable per write; nothing extra is done there.
         on_budget: What an L1 launch does when its Device buffer would exceed
             ``device_memory_budget_mb``: ``"error"`` raises the seed's ``MemoryError``;
             ``"statistics"`` stores statistics instead of the payload for the records that do not fit.
@@ -156,6 +160,7 @@ class TensorDumpConfig:
     async_export: bool = False
     host_memory_budget_mb: int = 2048
     save_plans: bool = True
+    durable: bool = True
     mode: str = "tensor"
     baseline: str | Path | None = None
     baseline_storage_options: Mapping[str, Any] | None = field(default=None, repr=False)  # may hold credentials
@@ -209,7 +214,7 @@ class TensorDumpConfig:
         _positive_int(self.chunk_bytes, name="chunk_bytes")
         if self.on_error not in _VALID_ON_ERROR:
             raise ValueError(f"unsupported on_error {self.on_error!r}; expected one of {list(_VALID_ON_ERROR)}")
-        for name in ("stats", "async_export", "save_plans"):
+        for name in ("stats", "async_export", "save_plans", "durable"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
         _positive_int(self.host_memory_budget_mb, name="host_memory_budget_mb")

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+import ctypes
+import functools
 import os
 import shutil
 import threading
 from typing import Any
 
-__all__ = ["Backend", "Buffer", "FsspecBackend", "LocalBackend", "open_backend"]
+__all__ = ["SYNC_MODES", "Backend", "Buffer", "FsspecBackend", "LocalBackend", "open_backend"]
 
 Buffer = bytes | bytearray | memoryview | Any  # anything exposing the buffer protocol as bytes
 """A value to store: any C-contiguous buffer; the local backend also takes a tuple of buffers (the
@@ -68,6 +70,24 @@ class Backend(ABC):
         for key, data in items:
             self.put(key, data)
 
+    def barrier(self, prefix: str) -> None:
+        """Make everything written so far below ``prefix`` (and the path to it) durable.
+
+        Object stores acknowledge a write once it is durable, so the default does nothing.
+
+        Args:
+            prefix: Relative key of a window group.
+        """
+
+    def put_durable(self, key: str, data: Buffer) -> None:
+        """Store ``data`` at ``key`` atomically, and durably before returning (a commit record).
+
+        Args:
+            key: Relative key.
+            data: Bytes.
+        """
+        self.put(key, data, atomic=True)
+
     @abstractmethod
     def exists(self, key: str) -> bool:
         """Whether an object (or, locally, a directory) exists at ``key``.
@@ -101,19 +121,39 @@ class Backend(ABC):
         """
 
 
+SYNC_MODES = (None, "syncfs", "fsync")
+"""How :meth:`LocalBackend.barrier` makes a window durable: not at all, one ``syncfs(2)`` of the file
+system holding it, or an ``fsync`` of every file (as it is written) and of every directory it touched."""
+
+
 class LocalBackend(Backend):
     """A local directory, written with ``os`` calls.
 
     Args:
         root: Directory path (created on demand).
+        sync: Durability of :meth:`barrier` (see :data:`SYNC_MODES`); ``"syncfs"`` falls back to
+            ``"fsync"`` where the C library has no ``syncfs`` (non-Linux).
     """
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], sync: str | None = None) -> None:
         path = os.path.abspath(os.fspath(root))
         super().__init__(path)
         self._root = path
         self._dirs: set[str] = set()
         self._lock = threading.Lock()
+        self._dirty: set[str] = set()  # directories whose entries changed since their last fsync ("fsync" mode)
+        self.sync = sync
+
+    @property
+    def sync(self) -> str | None:
+        """The durability mode (see :data:`SYNC_MODES`)."""
+        return self._sync
+
+    @sync.setter
+    def sync(self, mode: str | None) -> None:
+        if mode not in SYNC_MODES:
+            raise ValueError(f"sync must be one of {list(SYNC_MODES)}, got {mode!r}")
+        self._sync = "fsync" if mode == "syncfs" and _syncfs_function() is None else mode
 
     def location(self, key: str) -> str:
         return os.path.join(self._root, *key.split("/")) if key else self._root
@@ -133,6 +173,9 @@ class LocalBackend(Backend):
             pass
         except FileNotFoundError:  # a parent vanished or was never recorded: fall back to the slow path
             os.makedirs(path, exist_ok=True)
+        if self._sync == "fsync":
+            with self._lock:
+                self._dirty.add(parent)
         self._dirs.add(path)
 
     def put(self, key: str, data: Buffer, *, atomic: bool = False) -> None:
@@ -146,6 +189,8 @@ class LocalBackend(Backend):
         fd = os.open(path, _WRITE_FLAGS, 0o666)
         try:
             _write_all(fd, data)
+            if self._sync == "fsync":
+                os.fsync(fd)
         finally:
             os.close(fd)
         if atomic:
@@ -154,6 +199,72 @@ class LocalBackend(Backend):
             except BaseException:
                 os.unlink(path)
                 raise
+        if self._sync == "fsync":
+            with self._lock:
+                self._dirty.add(parent)
+
+    def barrier(self, prefix: str) -> None:
+        """Make every file and directory written below ``prefix``, and the directories above it, durable.
+
+        ``"syncfs"``: one ``syncfs(2)`` of the file system holding ``prefix`` (every dirty page and
+        journal entry of that file system, ours included). ``"fsync"``: the files were fsynced as
+        they were written; here every directory whose entries changed below ``prefix`` is fsynced,
+        then each directory from ``prefix``'s parent up to the root.
+
+        Args:
+            prefix: Relative key of a window group.
+        """
+        if self._sync is None:
+            return
+        path = self._path(prefix)
+        if self._sync == "syncfs":
+            fd = os.open(path, _DIR_FLAGS)
+            try:
+                _syncfs(fd, path)
+            finally:
+                os.close(fd)
+            return
+        with self._lock:
+            below = sorted((d for d in self._dirty if d == path or d.startswith(path + "/")), key=lambda d: -d.count("/"))
+            self._dirty.difference_update(below)
+        for directory in below:  # deepest first: a directory's entry is synced after what it names
+            _fsync_dir(directory)
+        node = path.rpartition("/")[0]
+        while len(node) >= len(self._root):
+            _fsync_dir(node)
+            with self._lock:
+                self._dirty.discard(node)
+            node = node.rpartition("/")[0]
+
+    def put_durable(self, key: str, data: Buffer) -> None:
+        """Write a temporary file, fsync it, rename it over ``key``, then fsync the directory.
+
+        Without a durability mode this is a plain atomic :meth:`put`.
+
+        Args:
+            key: Relative key.
+            data: Bytes.
+        """
+        if self._sync is None:
+            self.put(key, data, atomic=True)
+            return
+        target = self._path(key)
+        parent, _, name = target.rpartition("/")
+        if parent not in self._dirs:
+            self._ensure_dir(parent)
+        path = f"{parent}/.{name}.tmp-{os.getpid()}-{threading.get_ident()}"
+        fd = os.open(path, _WRITE_FLAGS, 0o666)
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.replace(path, target)
+        except BaseException:
+            os.unlink(path)
+            raise
+        _fsync_dir(parent)
 
     def exists(self, key: str) -> bool:
         return os.path.exists(self._path(key))
@@ -192,6 +303,38 @@ class LocalBackend(Backend):
             while node.startswith(self._root) and node not in self._dirs:
                 self._dirs.add(node)
                 node = node.rpartition("/")[0]
+
+
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _fsync_dir(path: str) -> None:
+    """fsync a directory (its entries: names created, renamed or removed in it)."""
+    fd = os.open(path, _DIR_FLAGS)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@functools.lru_cache(maxsize=1)
+def _syncfs_function() -> Any:
+    """The C library's ``syncfs`` (Linux), or ``None``."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        function = libc.syncfs
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int]
+    function.restype = ctypes.c_int
+    return function
+
+
+def _syncfs(fd: int, path: str) -> None:
+    """``syncfs(2)`` of the file system holding the open file ``fd`` (at ``path``, for messages)."""
+    if _syncfs_function()(fd) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"syncfs failed: {os.strerror(errno)}", path)
 
 
 def _write_all(fd: int, data: Buffer) -> None:
