@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import warnings
 
 import numpy as np
 import pytest
@@ -24,15 +26,22 @@ def test_plan_exists_during_the_launch_and_is_removed_after_commit(tmp_path):
     seen = []
     original = block.expert_kernel.graph.operators[0].tile_fn
 
+    documents = []
+
     def spy(tile):
-        seen.extend(sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / ".plans").rglob("*.json")))
+        seen.extend(sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.glob(".plans_*/**/zarr.json")))
+        documents.extend(load_plan(p) for p in tmp_path.glob(".plans_*/rank_*"))
         original(tile)
 
     block.expert_kernel.graph.operators[0].tile_fn = spy
-    with tensor_dump(_config(tmp_path)):
+    with tensor_dump(_config(tmp_path)) as dumper:
         block(block.make_input())
-    assert seen[0] == ".plans/rank_0/window_0000/invocation_000000_forward.json"
-    assert not list((tmp_path / ".plans").rglob("*.json"))
+    run = dumper.run_id
+    assert re.fullmatch(r"\d{8}T\d{6}Z_\d+_[0-9a-f]{8}", run)
+    assert seen[:2] == [f".plans_{run}/rank_0_window_0000_invocation_000000_forward/zarr.json", f".plans_{run}/zarr.json"]
+    assert documents[0]["runId"] == run and documents[0]["windowIndex"] == 0
+    # committed: its plan and the run's (now empty) plan group are gone, no directory left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank_0", "zarr.json"]
     assert (tmp_path / "rank_0" / "window_0000" / "zarr.json").exists()
 
 
@@ -70,7 +79,8 @@ def test_failed_launch_leaves_its_plan_and_the_buffer_salvages(tmp_path):
                 block(block.make_input())
     finally:
         dumper_module._TensorDumpCall.cancel = real_cancel
-    plan_path = tmp_path / ".plans" / "rank_0" / "window_0000" / "invocation_000000_forward.json"
+    (run_dir,) = tmp_path.glob(".plans_*")
+    plan_path = run_dir / "rank_0_window_0000_invocation_000000_forward"
     document = load_plan(plan_path)
     assert document["schema"] == PLAN_SCHEMA and document["kernelName"] == "moe_experts"
     records = records_from_plan(document)
@@ -104,3 +114,86 @@ def test_bad_plans_are_refused(tmp_path):
         load_plan({"schema": PLAN_SCHEMA, "records": []})
     with pytest.raises(ValueError, match=r"record 0 lacks"):
         records_from_plan({"schema": PLAN_SCHEMA, "records": [{"task_id": 1}]})
+
+
+def _fail_expert_down_once(block):
+    """The next launch of the expert kernel fails in expert_down (a hang, as a user would see it)."""
+    down = block.expert_kernel.graph.operators[1]
+    original = down.tile_fn
+
+    def hang(tile):
+        down.tile_fn = original
+        raise RuntimeError("simulated hang")
+
+    down.tile_fn = hang
+
+
+def test_a_later_run_never_touches_an_earlier_runs_plan(tmp_path):
+    from megadump_zarr.dump.plan_io import find_plans
+
+    block = MoEBlock(DemoConfig())
+    _fail_expert_down_once(block)
+    with pytest.raises(RuntimeError, match="simulated hang"):
+        with tensor_dump(_config(tmp_path)) as hung:
+            block(block.make_input())
+    (earlier,) = find_plans(tmp_path)
+    assert earlier.run_id == hung.run_id and (earlier.rank, earlier.window_index) == (0, 0)
+    before = (earlier.path / "zarr.json").read_bytes()
+    with tensor_dump(_config(tmp_path)) as later:  # window 0 again: the hung run never committed it
+        block(block.make_input())
+    assert later.run_id != hung.run_id
+    assert (earlier.path / "zarr.json").read_bytes() == before  # neither overwritten nor removed
+    assert [p.run_id for p in find_plans(tmp_path)] == [hung.run_id]
+    assert not list(tmp_path.glob(f".plans_{later.run_id}"))  # the later run removed only its own
+    assert find_plans(tmp_path, run_id=later.run_id) == [] and len(find_plans(tmp_path, window_index=0)) == 1
+
+
+def test_a_root_with_saved_plans_lists_without_zarr_warnings(tmp_path):
+    import zarr
+
+    block = MoEBlock(DemoConfig())
+    with tensor_dump(_config(tmp_path)):
+        block(block.make_input())
+    _fail_expert_down_once(block)
+    with pytest.raises(RuntimeError, match="simulated hang"):
+        with tensor_dump(_config(tmp_path), schedule=None):
+            block(block.make_input())
+    assert len(list(tmp_path.glob(".plans_*/*/zarr.json"))) == 1  # the hung launch's plan stays
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        members = dict(zarr.open_group(str(tmp_path), mode="r").members(max_depth=None))
+        tree = xr.open_datatree(str(tmp_path), engine="zarr", consolidated=False)
+    assert "rank_0/window_0000" in members and any(name.startswith(".plans_") for name in members)
+    assert "rank_0" in tree.children
+
+
+def test_plans_with_wrong_types_are_refused_naming_the_field(tmp_path):
+    block = MoEBlock(DemoConfig())
+    _fail_expert_down_once(block)
+    with pytest.raises(RuntimeError):
+        with tensor_dump(_config(tmp_path)):
+            block(block.make_input())
+    (plan_dir,) = tmp_path.glob(".plans_*/rank_*")
+    document = load_plan(plan_dir)
+    buffer = np.zeros(document["totalBytes"], dtype=np.uint8)
+    for field, value, message in (
+        ("windowIndex", 1.5, "L1 plan field 'windowIndex' must be an integer, got 1.5"),
+        ("windowIndex", 10**20, "L1 plan field 'windowIndex' must be in [0, 1000000) so that readers can represent it, got 100000000000000000000"),
+        ("rank", True, "L1 plan field 'rank' must be an integer, got True"),
+        ("step", "3", "L1 plan field 'step' must be an integer, got '3'"),
+        ("direction", "sideways", "L1 plan field 'direction' must be 'forward' or 'backward', got 'sideways'"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            salvage_window(buffer, {**document, field: value})
+    with pytest.raises(ValueError, match=re.escape("window index must be in [0, 1000000)")):
+        salvage_window(buffer, document, window_index=10**6)
+    record = dict(document["records"][0], task_index=[1])
+    with pytest.raises(ValueError, match=re.escape("L1 plan record 0 field 'task_index' must be an integer, got [1]")):
+        records_from_plan({**document, "records": [record]})
+    record = dict(document["records"][0], actual_shape=[2**63, 1])
+    with pytest.raises(ValueError, match=re.escape("L1 plan record 0 field 'actual_shape' must be in [0, 9223372036854775808)")):
+        records_from_plan({**document, "records": [record]})
+    nested = tmp_path / "nested.json"
+    nested.write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(ValueError, match="cannot read L1 plan"):
+        load_plan(nested)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-import json
 from pathlib import Path
+import threading
 from typing import Any, Protocol
 
 from megadump_zarr.diagnostics import (
@@ -20,8 +20,18 @@ from megadump_zarr.dump.export import InvocationWrite, WindowWrite
 from megadump_zarr.dump.exporter import BackgroundExporter, ExportError
 from megadump_zarr.dump.l0 import L0Tensor, describe_graph_tensors
 from megadump_zarr.dump.l1_plan import PreparedL1Dump, prepare_l1_dump
-from megadump_zarr.dump.plan_io import plan_document, plan_key
+from megadump_zarr.dump.limits import check_index, check_inside_root
+from megadump_zarr.dump.plan_io import new_run_id, plan_document, plan_group_bytes, plan_key, plan_prefix, run_prefix
 from megadump_zarr.dump.snapshots import decode_l1_dump, salvage_l1_dump, snapshot_tensor
+from megadump_zarr.dump.statistics import (
+    Baseline,
+    L0StatisticsCapture,
+    PayloadPolicy,
+    complete_l1_statistics,
+    l0_key_function,
+    payload_policy,
+)
+from megadump_zarr.dump.statistics_plan import has_statistics
 from megadump_zarr.dump.window import DumpInvocation, build_window
 
 __all__ = ["TensorDumper", "WindowSink"]
@@ -73,13 +83,16 @@ class _TensorDumpCall(DiagnosticCall):
         """Take the after-launch values (L0) or decode the Device buffer (L1), then keep the invocation."""
         if self.finished:
             return
-        if self._prepared_l1 is not None:
+        if self._prepared_l1 is not None and has_statistics(self._prepared_l1.records):
+            complete_l1_statistics(self._invocation, self._prepared_l1, self._dumper._policy)
+        elif self._prepared_l1 is not None:
             self._invocation.l1_snapshots.extend(decode_l1_dump(self._prepared_l1))
         else:
             for tensor in self._tensors:
                 if tensor.role != "external_input":
-                    snapshot = snapshot_tensor(self._parameters[tensor.param_position], tensor.graph_tensor, "after")
-                    self._invocation.snapshots.append((tensor, snapshot))
+                    self._dumper._take_l0(self._invocation, tensor, self._parameters[tensor.param_position], "after")
+            if self._invocation.l0_statistics is not None:
+                self._invocation.statistics.extend(self._invocation.l0_statistics.finish())
         self._dumper._keep(self._invocation)
         self.finished = True
 
@@ -87,7 +100,8 @@ class _TensorDumpCall(DiagnosticCall):
         """The launch failed: drop its snapshots, or with ``on_error="keep"`` keep what an L1 buffer captured."""
         if self.finished:
             return
-        if self._dumper.config.on_error == "keep" and self._prepared_l1 is not None:
+        if (self._dumper.config.on_error == "keep" and self._prepared_l1 is not None
+                and not has_statistics(self._prepared_l1.records)):
             captured, pending = salvage_l1_dump(self._prepared_l1)
             self._invocation.l1_snapshots[:] = list(captured)
             self._invocation.failed = True
@@ -111,7 +125,7 @@ class TensorDumper:
     """
 
     def __init__(self, config: TensorDumpConfig, *, schedule: Callable[[int], DiagnosticAction] | None,
-                 on_dump_ready: Callable[[Any], None] | None, sink: WindowSink) -> None:
+                 on_dump_ready: Callable[[Any], None] | None, sink: WindowSink, baseline: Baseline | None = None) -> None:
         if not isinstance(config, TensorDumpConfig):
             raise TypeError(f"config must be TensorDumpConfig, got {type(config).__name__}")
         if schedule is not None and not callable(schedule):
@@ -119,6 +133,9 @@ class TensorDumper:
         if on_dump_ready is not None and not callable(on_dump_ready):
             raise TypeError("on_dump_ready must be callable or None")
         self.config = config
+        self._baseline = baseline  # mode="diff": how to read the baseline (injected by api.py)
+        self._policy: PayloadPolicy | None = None
+        self._occurrences: dict[tuple[Any, ...], int] = {}
         self._schedule = schedule
         self._on_dump_ready = on_dump_ready
         self._sink = sink
@@ -131,6 +148,10 @@ class TensorDumper:
         self._last_paths: tuple[str | Path, ...] = ()
         self._exporter: BackgroundExporter | None = None
         self._pending_reports: dict[int, list[str | Path]] = {}
+        self.run_id = new_run_id()
+        self._plan_lock = threading.Lock()  # the exporter thread removes plans while the step thread saves them
+        self._saved_plans: set[str] = set()
+        self._run_group_saved = False
 
     @property
     def step_num(self) -> int:
@@ -155,9 +176,16 @@ class TensorDumper:
     last_manifest_paths = last_window_paths
 
     def __enter__(self) -> TensorDumper:
-        # Refuse an unwritable output root now, before any launch is slowed by captures it cannot keep.
-        self._sink.probe()
+        # A second session is refused before anything touches the output root (no directory created);
+        # then an unwritable root is refused, before any launch is slowed by captures it cannot keep.
+        # A diff baseline that cannot be read is refused first of all, before any launch.
+        self._policy = payload_policy(self.config, self._baseline)
         activate_session("tensor_dump", self)
+        try:
+            self._sink.probe()
+        except BaseException:
+            deactivate_session(self)
+            raise
         self._entered = True
         if self.config.async_export:
             self._exporter = BackgroundExporter(self.config.host_memory_budget_mb * 1024 * 1024)
@@ -296,9 +324,7 @@ class TensorDumper:
             invocation = self._new_invocation(runtime, context.direction, device)
             invocation.device_buffer_bytes = prepared.total_bytes
             if self.config.save_plans:  # lets `megadump decode-buffer` salvage a buffer saved from a hung launch
-                document = plan_document(prepared, invocation, self._window_index)
-                key = plan_key(invocation.rank, self._window_index, invocation.name)
-                self._sink.put_sidecar(key, json.dumps(document).encode())
+                self._save_plan(prepared, invocation)
             arguments.runtime_config = prepared.runtime_config
             arguments.diagnostic_buffer = prepared.buffer
             return _TensorDumpCall(arguments, self, invocation, prepared_l1=prepared)
@@ -311,7 +337,7 @@ class TensorDumper:
         invocation = self._new_invocation(runtime, context.direction, device)
         for tensor in tensors:
             if tensor.role == "external_input":
-                invocation.snapshots.append((tensor, snapshot_tensor(context.parameters[tensor.param_position], tensor.graph_tensor, "before")))
+                self._take_l0(invocation, tensor, context.parameters[tensor.param_position], "before")
         return _TensorDumpCall(arguments, self, invocation, tensors, context.parameters)
 
     def _new_invocation(self, runtime: Any, direction: str, device: Any) -> DumpInvocation:
@@ -321,14 +347,55 @@ class TensorDumper:
             execution_mode=getattr(getattr(runtime, "spec", None), "execution_mode", ""),
         )
         self._next_invocation_id += 1
+        seen = (runtime.rank, self._step, runtime.kernel_name, direction)
+        if self._occurrences and next(iter(self._occurrences))[1] != self._step:
+            self._occurrences.clear()  # occurrences count within one step
+        invocation.occurrence = self._occurrences.get(seen, 0)
+        self._occurrences[seen] = invocation.occurrence + 1
         return invocation
 
-    def _window_job(self, session: WindowSession, window: WindowWrite, status: str) -> Callable[[], str]:
-        """Write and commit one window, then drop its saved L1 plans (no longer needed once committed)."""
+    def _take_l0(self, invocation: DumpInvocation, tensor: L0Tensor, parameter: Any, phase: str) -> None:
+        """Snapshot one L0 tensor (tensor mode), or reduce it on its device and keep what the mode keeps."""
+        if self._policy is None:
+            invocation.snapshots.append((tensor, snapshot_tensor(parameter, tensor.graph_tensor, phase)))
+            return
+        if invocation.l0_statistics is None:
+            invocation.l0_statistics = L0StatisticsCapture(self._policy, l0_key_function(invocation))
+        snapshot = invocation.l0_statistics.add(tensor, parameter,
+                                                lambda: snapshot_tensor(parameter, tensor.graph_tensor, phase))
+        if snapshot is not None:
+            invocation.snapshots.append((tensor, snapshot))
+
+    def _save_plan(self, prepared: PreparedL1Dump, invocation: DumpInvocation) -> None:
+        """Save one launch's plan below this run's own plan group (never another run's)."""
+        document = plan_document(prepared, invocation, self._window_index, self.run_id)
+        prefix = plan_prefix(invocation.rank, self._window_index, invocation.name, self.run_id)
+        with self._plan_lock:
+            if not self._run_group_saved:
+                self._sink.put_sidecar(f"{run_prefix(self.run_id)}/zarr.json", plan_group_bytes(
+                    {"megadump_zarr": "saved L1 launch plans", "runId": self.run_id}))
+                self._run_group_saved = True
+            self._sink.put_sidecar(plan_key(invocation.rank, self._window_index, invocation.name, self.run_id),
+                                   plan_group_bytes(document))
+            self._saved_plans.add(prefix)
+        invocation.plan_prefix = prefix
+
+    def _remove_plans(self, prefixes: list[str]) -> None:
+        """Remove the plans of committed launches; the run's plan group too once it holds no plan."""
+        with self._plan_lock:
+            for prefix in prefixes:
+                self._sink.remove_sidecars(prefix)
+                self._saved_plans.discard(prefix)
+            if prefixes and not self._saved_plans and self._run_group_saved:
+                self._sink.remove_sidecars(run_prefix(self.run_id))
+                self._run_group_saved = False
+
+    def _window_job(self, session: WindowSession, window: WindowWrite, status: str,
+                    plans: list[str]) -> Callable[[], str]:
+        """Write and commit one window, then drop its launches' saved L1 plans (no longer needed)."""
         def job() -> str:
             url = session.write_all(window.invocations, status)
-            if self.config.level == "L1" and self.config.save_plans:
-                self._sink.remove_sidecars(f".plans/rank_{window.rank}/window_{window.window_index:04d}")
+            self._remove_plans(plans)
             return url
 
         return job
@@ -352,11 +419,15 @@ class TensorDumper:
             for rank in ranks:  # one rank's failure never keeps the others' windows from being written
                 mine = [invocation for invocation in self._invocations if invocation.rank == rank]
                 try:
+                    check_index(rank, "rank")
+                    check_index(self._window_index, "window index")
                     window = build_window(self.config.level, rank, self._window_index, mine)
+                    if not self.config.is_remote:  # a planted rank_R or window link is refused, nothing written
+                        check_inside_root(self.config.output_dir, window.path)
                     # The claim is synchronous, so an existing window fails here, on the step thread.
                     session = self._sink.begin(window.rank, window.window_index, window.attrs)
                     paths.append(self._as_path(session.url))
-                    job = self._window_job(session, window, status)
+                    job = self._window_job(session, window, status, [i.plan_prefix for i in mine if i.plan_prefix])
                     if self._exporter is None:
                         job()
                     else:

@@ -1,49 +1,106 @@
-"""L1 record plans as JSON sidecars, so a raw Device buffer saved from a hung launch can be decoded later.
+"""L1 record plans saved beside the dump, so a raw Device buffer saved from a hung launch can be decoded later.
 
-Before each L1 launch the dumper writes ``{root}/.plans/rank_{r}/window_{wwww}/invocation_{id}_{direction}.json``
-(a dot-directory that Zarr readers never list) and removes the window's plans once the window is
-committed. ``salvage_window`` turns a saved buffer and its plan into a window marked ``aborted``.
+Before each L1 launch the dumper saves the launch's plan as the attributes of a small Zarr group
+``{root}/.plans_{run}/rank_{r}_window_{wwww}_{invocation}/zarr.json``, below a per-run group
+``.plans_{run}/zarr.json``. ``run`` is the dumper's run id (UTC time, pid and a random part), so a
+later run into the same root never overwrites or removes an earlier run's plans; each committed
+window removes only its own launches' plans, and the run group goes once the run holds none. Both
+levels are plain Zarr groups: zarr and xarray list the root without a ``ZarrUserWarning``, and no
+empty directory is left behind. ``salvage_window`` turns a saved buffer and its plan into a window
+marked ``aborted``; ``find_plans`` lists the saved plans of a root (also the older
+``.plans/rank_R/window_WWWW/*.json`` files).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
 import json
+import os
 from pathlib import Path
+import re
 from typing import Any
+import uuid
 
 import torch
 
 from megadump_zarr.dump.arrays import dtype_name, torch_dtype_named
+from megadump_zarr.dump.limits import INT64_LIMIT, check_index
+from megadump_zarr.l1 import L1_DUMP_MAX_RECORDS
 from megadump_zarr.dump.l1_plan import L1RecordPlan, PreparedL1Dump
 from megadump_zarr.dump.snapshots import salvage_l1_dump
 from megadump_zarr.dump.window import DumpInvocation, build_window
 from megadump_zarr.dump.export import WindowWrite
 
-__all__ = ["PLAN_SCHEMA", "load_plan", "plan_document", "plan_key", "records_from_plan", "salvage_window"]
+__all__ = [
+    "PLAN_SCHEMA", "SavedPlan", "find_plans", "load_plan", "new_run_id", "plan_document", "plan_group_bytes",
+    "plan_key", "plan_prefix", "records_from_plan", "run_prefix", "salvage_window",
+]
 
 PLAN_SCHEMA = "megadump_zarr.l1-plan/1"
 _FIELDS = tuple(L1RecordPlan.__dataclass_fields__)
+_RUN_DIR = re.compile(r"^\.plans_([0-9]{8}T[0-9]{6}Z_[0-9]+_[0-9a-f]{8})$")
+_MAX_PLAN_BYTES = 64 << 20  # a 4096-record plan is ~2 MB
 
 
-def plan_key(rank: int, window_index: int, invocation: str) -> str:
-    """Relative key of one invocation's plan below the dump root.
+def new_run_id() -> str:
+    """A run id no other run shares: UTC start time, process id and 32 random bits
+    (``20261201T081500Z_4242_1a2b3c4d``)."""
+    return f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+
+
+def run_prefix(run_id: str) -> str:
+    """Key of one run's plan group below the dump root (``.plans_{run}``).
+
+    Args:
+        run_id: From ``new_run_id``.
+    """
+    return f".plans_{run_id}"
+
+
+def plan_prefix(rank: int, window_index: int, invocation: str, run_id: str) -> str:
+    """Key of one launch's plan group below the dump root.
 
     Args:
         rank: Rank.
         window_index: Window the invocation belongs to.
         invocation: The invocation group name.
+        run_id: The dumper's run id.
     """
-    return f".plans/rank_{rank}/window_{window_index:04d}/{invocation}.json"
+    return f"{run_prefix(run_id)}/rank_{rank}_window_{window_index:04d}_{invocation}"
 
 
-def plan_document(prepared: PreparedL1Dump, invocation: DumpInvocation, window_index: int) -> dict[str, Any]:
+def plan_key(rank: int, window_index: int, invocation: str, run_id: str) -> str:
+    """Key of the document holding one launch's plan (``{plan_prefix}/zarr.json``).
+
+    Args:
+        rank: Rank.
+        window_index: Window the invocation belongs to.
+        invocation: The invocation group name.
+        run_id: The dumper's run id.
+    """
+    return f"{plan_prefix(rank, window_index, invocation, run_id)}/zarr.json"
+
+
+def plan_group_bytes(attributes: Mapping[str, Any]) -> bytes:
+    """A Zarr v3 group document holding ``attributes`` (the plan, or the run group's description).
+
+    Args:
+        attributes: JSON-serialisable attributes.
+    """
+    return json.dumps({"zarr_format": 3, "node_type": "group", "attributes": dict(attributes)}).encode()
+
+
+def plan_document(prepared: PreparedL1Dump, invocation: DumpInvocation, window_index: int,
+                  run_id: str | None = None) -> dict[str, Any]:
     """The JSON document describing one launch's Device buffer.
 
     Args:
         prepared: The launch's plan and buffer.
         invocation: The invocation it belongs to.
         window_index: Its window.
+        run_id: The dumper's run id (kept in the document).
     """
     records = []
     for record in prepared.records:
@@ -57,7 +114,7 @@ def plan_document(prepared: PreparedL1Dump, invocation: DumpInvocation, window_i
         "schema": PLAN_SCHEMA, "rank": invocation.rank, "windowIndex": window_index,
         "invocationId": invocation.invocation_id, "step": invocation.step, "direction": invocation.direction,
         "kernelName": invocation.kernel_name, "device": invocation.device, "executionMode": invocation.execution_mode,
-        "totalBytes": prepared.total_bytes, "records": records,
+        "totalBytes": prepared.total_bytes, "runId": run_id, "records": records,
     }
 
 
@@ -70,14 +127,23 @@ def load_plan(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(source, Mapping):
         document = dict(source)
     else:
+        path = Path(source)
+        if path.is_dir():  # a saved plan group
+            path = path / "zarr.json"
         try:
-            document = json.loads(Path(source).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as error:
+            if path.stat().st_size > _MAX_PLAN_BYTES:
+                raise ValueError(f"cannot read L1 plan {source}: larger than {_MAX_PLAN_BYTES} bytes")
+            document = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
             raise ValueError(f"cannot read L1 plan {source}: {error}") from None
+        if isinstance(document, dict) and document.get("node_type") == "group" and "attributes" in document:
+            document = document["attributes"]  # a saved plan group's zarr.json
     if not isinstance(document, dict) or document.get("schema") != PLAN_SCHEMA:
         raise ValueError(f"not an L1 plan (schema {PLAN_SCHEMA!r} expected): {source if not isinstance(source, Mapping) else 'document'}")
     if not isinstance(document.get("records"), list) or not document["records"]:
         raise ValueError("L1 plan has no records")
+    if len(document["records"]) > L1_DUMP_MAX_RECORDS:
+        raise ValueError(f"L1 plan has {len(document['records'])} records, more than a buffer holds ({L1_DUMP_MAX_RECORDS})")
     return document
 
 
@@ -89,18 +155,50 @@ def records_from_plan(document: Mapping[str, Any]) -> tuple[L1RecordPlan, ...]:
     """
     records = []
     for index, entry in enumerate(document["records"]):
+        if not isinstance(entry, dict):
+            raise ValueError(f"L1 plan record {index} must be an object, got {type(entry).__name__}")
         missing = [name for name in _FIELDS if name not in entry]
         if missing:
             raise ValueError(f"L1 plan record {index} lacks {missing}")
         values = {name: entry[name] for name in _FIELDS}
+        for name, value in values.items():
+            _check_record_field(index, name, value)
         try:
             values["dtype"] = torch_dtype_named(entry["dtype"])
-        except ValueError:
+        except (ValueError, TypeError):
             raise ValueError(f"L1 plan record {index} has unsupported dtype {entry['dtype']!r}") from None
         for name in ("actual_shape", "dims", "declared_shape"):
             values[name] = tuple(values[name])
         records.append(L1RecordPlan(**values))
     return tuple(records)
+
+
+_STRING_FIELDS = frozenset(("stage", "owner_label", "core_type", "io", "phase", "tensor_name", "note", "dtype"))
+_SHAPE_FIELDS = frozenset(("actual_shape", "declared_shape"))
+
+
+def _check_record_field(index: int, name: str, value: Any) -> None:
+    """One record field has the type the plan format gives it (else a ValueError naming it)."""
+    what = f"L1 plan record {index} field {name!r}"
+    if name in _STRING_FIELDS:
+        if not isinstance(value, str):
+            raise ValueError(f"{what} must be a string, got {value!r}")
+    elif name == "truncated":
+        if not isinstance(value, bool):
+            raise ValueError(f"{what} must be true or false, got {value!r}")
+    elif name == "owner_id":
+        if value is not None:
+            check_index(value, what, limit=INT64_LIMIT)
+    elif name in _SHAPE_FIELDS:
+        if not isinstance(value, list):
+            raise ValueError(f"{what} must be a list of integers, got {value!r}")
+        for dim in value:
+            check_index(dim, what, limit=INT64_LIMIT)
+    elif name == "dims":
+        if not isinstance(value, list) or not all(isinstance(dim, str) for dim in value):
+            raise ValueError(f"{what} must be a list of strings, got {value!r}")
+    else:
+        check_index(value, what, limit=INT64_LIMIT)
 
 
 def salvage_window(buffer: Any, plan: str | Path | Mapping[str, Any], *, window_index: int | None = None) -> tuple[WindowWrite, list[dict[str, Any]]]:
@@ -114,6 +212,17 @@ def salvage_window(buffer: Any, plan: str | Path | Mapping[str, Any], *, window_
     """
     document = load_plan(plan)
     records = records_from_plan(document)
+    rank = check_index(document.get("rank"), "L1 plan field 'rank'")
+    planned_window = check_index(document.get("windowIndex"), "L1 plan field 'windowIndex'")
+    index = planned_window if window_index is None else check_index(window_index, "window index")
+    invocation_id = check_index(document.get("invocationId"), "L1 plan field 'invocationId'", limit=INT64_LIMIT)
+    step = check_index(document.get("step"), "L1 plan field 'step'", limit=INT64_LIMIT)
+    total_bytes = check_index(document.get("totalBytes"), "L1 plan field 'totalBytes'", limit=INT64_LIMIT)
+    for name in ("kernelName", "direction", "device"):
+        if not isinstance(document.get(name), str):
+            raise ValueError(f"L1 plan field {name!r} must be a string, got {document.get(name)!r}")
+    if document["direction"] not in ("forward", "backward"):
+        raise ValueError(f"L1 plan field 'direction' must be 'forward' or 'backward', got {document['direction']!r}")
     if isinstance(buffer, (str, Path)):
         buffer = Path(buffer).read_bytes()
     if isinstance(buffer, (bytes, bytearray, memoryview)):
@@ -122,15 +231,97 @@ def salvage_window(buffer: Any, plan: str | Path | Mapping[str, Any], *, window_
         import numpy as np
 
         buffer = torch.from_numpy(np.ascontiguousarray(buffer, dtype=np.uint8))
-    prepared = PreparedL1Dump(runtime_config=None, buffer=buffer, records=records, total_bytes=int(document["totalBytes"]))
+    prepared = PreparedL1Dump(runtime_config=None, buffer=buffer, records=records, total_bytes=total_bytes)
     captured, pending = salvage_l1_dump(prepared)
     invocation = DumpInvocation(
-        invocation_id=int(document["invocationId"]), step=int(document["step"]), kernel_name=str(document["kernelName"]),
-        direction=str(document["direction"]), rank=int(document["rank"]), device=str(document["device"]), level="L1",
-        l1_snapshots=list(captured), device_buffer_bytes=int(document["totalBytes"]),
+        invocation_id=invocation_id, step=step, kernel_name=document["kernelName"],
+        direction=document["direction"], rank=rank, device=document["device"], level="L1",
+        l1_snapshots=list(captured), device_buffer_bytes=total_bytes,
         execution_mode=str(document.get("executionMode", "")), failed=True, pending_records=pending,
     )
-    index = int(document["windowIndex"]) if window_index is None else window_index
     window = build_window("L1", invocation.rank, index, [invocation])
     window.attrs["salvaged"] = True
     return window, pending
+
+
+@dataclass(frozen=True)
+class SavedPlan:
+    """One plan saved below a dump root.
+
+    Args:
+        path: The plan group's directory (or an older ``.json`` plan file).
+        run_id: The run that saved it (``""`` for the older layout).
+        rank: Its rank.
+        window_index: Its window.
+        invocation: Its invocation group name.
+    """
+
+    path: Path
+    run_id: str
+    rank: int
+    window_index: int
+    invocation: str
+
+    def describe(self) -> str:
+        """One line for messages: run, rank, window, invocation, path."""
+        return (f"run {self.run_id or '(old layout)'} rank {self.rank} window {self.window_index} "
+                f"{self.invocation}: {self.path}")
+
+
+_PLAN_DIR = re.compile(r"^rank_(\d+)_window_(\d+)_(invocation_\d+_[A-Za-z]+)$")
+_OLD_RANK, _OLD_WINDOW, _OLD_FILE = (re.compile(p) for p in (r"^rank_(\d+)$", r"^window_(\d+)$", r"^(invocation_\d+_[A-Za-z]+)\.json$"))
+
+
+def find_plans(root: str | Path, *, run_id: str | None = None, rank: int | None = None,
+               window_index: int | None = None, invocation: str | int | None = None) -> list[SavedPlan]:
+    """The plans saved below a local dump root, filtered, sorted by run, rank, window and invocation.
+
+    Args:
+        root: The dump root.
+        run_id: Keep this run's plans only (a unique prefix of the id is enough).
+        rank: Keep this rank's.
+        window_index: Keep this window's.
+        invocation: Keep this invocation's: its group name or its id.
+    """
+    base = Path(root)
+    found: list[SavedPlan] = []
+    try:
+        entries = sorted(os.listdir(base))
+    except OSError as error:
+        raise ValueError(f"cannot list plans below {root}: {error}") from None
+    for entry in entries:
+        match = _RUN_DIR.match(entry)
+        if match and (base / entry).is_dir() and not (base / entry).is_symlink():
+            for name in sorted(os.listdir(base / entry)):
+                plan = _PLAN_DIR.match(name)
+                if plan and (base / entry / name / "zarr.json").is_file():
+                    found.append(SavedPlan(base / entry / name, match.group(1), int(plan.group(1)),
+                                           int(plan.group(2)), plan.group(3)))
+    old = base / ".plans"
+    if old.is_dir() and not old.is_symlink():  # the layout before run ids
+        for rank_dir in sorted(old.iterdir()):
+            rank_match = _OLD_RANK.match(rank_dir.name)
+            if not rank_match or not rank_dir.is_dir():
+                continue
+            for window_dir in sorted(rank_dir.iterdir()):
+                window_match = _OLD_WINDOW.match(window_dir.name)
+                if not window_match or not window_dir.is_dir():
+                    continue
+                for file in sorted(window_dir.iterdir()):
+                    file_match = _OLD_FILE.match(file.name)
+                    if file_match and file.is_file():
+                        found.append(SavedPlan(file, "", int(rank_match.group(1)), int(window_match.group(1)),
+                                               file_match.group(1)))
+
+    def keep(plan: SavedPlan) -> bool:
+        if run_id is not None and not plan.run_id.startswith(run_id):
+            return False
+        if rank is not None and plan.rank != rank:
+            return False
+        if window_index is not None and plan.window_index != window_index:
+            return False
+        if isinstance(invocation, int) and not isinstance(invocation, bool):
+            return int(plan.invocation.split("_")[1]) == invocation
+        return invocation is None or plan.invocation == invocation
+
+    return [plan for plan in found if keep(plan)]

@@ -91,7 +91,8 @@ def _check_table(decoded: Any, records: tuple[L1RecordPlan, ...]) -> None:
         raise ValueError(f"L1 dump buffer holds {len(decoded.records)} records, the plan {len(records)}")
     for planned, found in zip(records, decoded.records):
         expected = planned.entry
-        for name in ("task_id", "phase", "parameter_position", "source_offset_bytes", "payload_offset", "payload_bytes", "worker_id"):
+        for name in ("task_id", "phase", "parameter_position", "source_offset_bytes", "payload_offset", "payload_bytes",
+                     "task_index", "worker_id"):
             if getattr(found, name) != getattr(expected, name):
                 raise ValueError(
                     f"L1 dump record {found.index} {name} changed during the launch: planned "

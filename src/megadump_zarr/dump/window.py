@@ -12,6 +12,7 @@ from megadump_zarr.dump.export import ArrayWrite, GroupWrite, InvocationWrite, W
 from megadump_zarr.dump.l0 import L0Tensor
 from megadump_zarr.dump.names import NameTable, safe_name
 from megadump_zarr.dump.snapshots import L0Snapshot, L1Snapshot
+from megadump_zarr.dump.statistics import STATISTICS_GROUP, statistics_table
 from megadump_zarr.l1 import L1_ANY_WORKER
 
 __all__ = ["DumpInvocation", "build_window"]
@@ -36,6 +37,10 @@ class DumpInvocation:
     execution_mode: str = ""
     failed: bool = False
     pending_records: list[dict[str, Any]] = field(default_factory=list)
+    plan_prefix: str = ""  # key of the launch's saved L1 plan group, removed once its window commits
+    statistics: list[Any] = field(default_factory=list)  # StatisticsRow per record (statistics-first modes)
+    occurrence: int = 0  # earlier invocations of this kernel and direction in the same step (record identity)
+    l0_statistics: Any = None  # L0StatisticsCapture while an L0 launch in a statistics-first mode runs
 
     @property
     def name(self) -> str:
@@ -120,12 +125,23 @@ def _l0_array(tensor: L0Tensor, snapshot: L0Snapshot, component: str, dims: _Dim
 
 def _l0_invocation(invocation: DumpInvocation) -> InvocationWrite:
     names = NameTable(f"invocation {invocation.name}")
+    if invocation.statistics:
+        names.add(STATISTICS_GROUP, STATISTICS_GROUP)  # the statistics table's group: no tensor may take it
     components = [names.add(t.name) for t, _ in invocation.snapshots]
     dims = _DimTable(tuple(components))
     arrays = [_l0_array(t, s, component, dims) for (t, s), component in zip(invocation.snapshots, components)]
     attrs = _invocation_attrs(invocation)
     attrs["tensorCount"] = len(arrays)
-    return InvocationWrite(invocation.name, attrs, [], arrays)
+    for row in invocation.statistics:
+        row.path = names.add(row.name)
+    return InvocationWrite(invocation.name, attrs, [], arrays, statistics=_statistics(invocation))
+
+
+def _statistics(invocation: DumpInvocation) -> Any:
+    if not invocation.statistics:
+        return None
+    rows = invocation.statistics
+    return statistics_table(rows, {"recordCount": len(rows), "payloadCount": sum(r.kept for r in rows)})
 
 
 def _row_coordinate(snapshot: L1Snapshot) -> np.ndarray | None:
@@ -216,7 +232,15 @@ def _l1_invocation(invocation: DumpInvocation) -> InvocationWrite:
     attrs = _invocation_attrs(invocation)
     attrs.update(deviceBufferBytes=invocation.device_buffer_bytes, taskCount=len(by_task),
                  recordCount=len(invocation.l1_snapshots), executionMode=invocation.execution_mode)
-    return InvocationWrite(invocation.name, attrs, groups, arrays)
+    for row in invocation.statistics:
+        plan = row.plan
+        task_component = f"task_{plan.task_id:06d}"
+        if plan.worker_id != L1_ANY_WORKER:
+            task_component += f"_worker_{plan.core_id:03d}"
+        row.path = f"stages/{stages.add(plan.stage)}/{task_component}/{_record_component(plan)}"
+    if invocation.statistics:
+        attrs["statisticsCount"] = len(invocation.statistics)
+    return InvocationWrite(invocation.name, attrs, groups, arrays, statistics=_statistics(invocation))
 
 
 def _invocation_attrs(invocation: DumpInvocation) -> dict[str, Any]:

@@ -42,6 +42,23 @@ from megadump_zarr.interop.legacy_manifest import LEGACY_SCHEMA_VERSION, Planned
 
 __all__ = ["LEGACY_SCHEMA_VERSION", "convert_legacy"]
 
+def _check_representable(window: Any, url: str | os.PathLike[str]) -> None:
+    """Refuse (before anything is written) indices readers cannot represent and a destination window
+    that a planted link leads out of a local root."""
+    from megadump_zarr.dump.limits import INT64_LIMIT, check_index, check_inside_root
+
+    check_index(window.rank, f"legacy manifest {window.manifest} 'rank'")
+    check_index(window.window_index, f"legacy manifest {window.manifest} 'windowIndex'")
+    for invocation in window.invocations:
+        check_index(invocation.attrs.get("invocationId"), f"legacy manifest {window.manifest} 'invocationId'",
+                    limit=INT64_LIMIT)
+        step = invocation.attrs.get("step")
+        if not isinstance(step, int) or not -INT64_LIMIT <= step < INT64_LIMIT:
+            raise ValueError(f"legacy manifest {window.manifest} 'step' must be an int64, got {step!r}")
+    if "://" not in os.fspath(url):
+        check_inside_root(url, f"rank_{window.rank}/window_{window.window_index:04d}")
+
+
 # --------------------------------------------------------------------------- loading (untrusted files)
 def _load_tensor(item: PlannedTensor) -> Any:
     """Load one legacy tensor with torch's restricted unpickler and check it against its metadata."""
@@ -156,6 +173,7 @@ def convert_legacy(
     options = dict(storage_options) if storage_options is not None else None
     seen: dict[tuple[int, int], Path] = {}
     for window in windows:
+        _check_representable(window, url)
         key = (window.rank, window.window_index)
         if key in seen:
             raise ValueError(f"legacy manifests {seen[key]} and {window.manifest} both describe rank {key[0]} window {key[1]}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +20,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "decode-buffer", help="post-mortem: decode a saved L1 Device buffer into an aborted window",
         description="Decode a raw L1 Device buffer against the plan the dumper saved before the launch "
-                    "({root}/.plans/rank_R/window_WWWW/invocation_IIIIII_DIRECTION.json): CAPTURED records are "
-                    "written as a window with status 'aborted' below --out; PENDING records (the launch never "
-                    "reached them) are listed. BUFFER is the buffer's raw bytes, or a .npy (uint8) or .pt "
-                    "(torch uint8 tensor, loaded with weights_only=True) file. Exit 0 when the window was written.")
+                    "({root}/.plans_RUN/rank_R_window_WWWW_invocation_IIIIII_DIRECTION/, one group per launch, "
+                    "RUN the dumper's run id): CAPTURED records are written as a window with status 'aborted' "
+                    "below --out; PENDING records (the launch never reached them) are listed. PLAN is that plan "
+                    "directory (or its zarr.json, or a plan JSON file), or the dump root: then the saved plans "
+                    "that match --run/--rank/--window/--invocation and whose record table matches the buffer are "
+                    "candidates, and exactly one must remain (else the candidates are listed, exit 2). BUFFER is "
+                    "the buffer's raw bytes, or a .npy (uint8) or .pt (torch uint8 tensor, loaded with "
+                    "weights_only=True) file. Exit 0 when the window was written.")
     parser.add_argument("buffer", metavar="BUFFER", help="the saved Device buffer (raw bytes, .npy or .pt)")
-    parser.add_argument("plan", metavar="PLAN", help="the launch's plan JSON")
+    parser.add_argument("plan", metavar="PLAN", help="the launch's saved plan, or the dump root to search")
     parser.add_argument("--out", required=True, metavar="URL", help="dump root to write the aborted window to")
-    parser.add_argument("--window", type=int, metavar="N", help="window index to write (default: the plan's)")
+    parser.add_argument("--window", type=int, metavar="N",
+                        help="window index to write (default: the plan's); with a dump root as PLAN, also selects "
+                             "that window's plans")
+    parser.add_argument("--run", metavar="ID", help="with a dump root as PLAN: the run's plans only (an id prefix)")
+    parser.add_argument("--rank", type=int, metavar="R", help="with a dump root as PLAN: that rank's plans only")
+    parser.add_argument("--invocation", metavar="I",
+                        help="with a dump root as PLAN: that invocation's plan only (id or group name)")
     add_storage_options(parser)
     add_output_flags(parser)
     parser.set_defaults(handler=run)
@@ -74,29 +85,91 @@ PENDING_COLUMNS = (
 )
 
 
+def _is_plan_directory(path: Path) -> bool:
+    from megadump_zarr.dump.plan_io import PLAN_SCHEMA
+
+    try:
+        document = json.loads((path / "zarr.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(document, dict) and isinstance(document.get("attributes"), dict) \
+        and document["attributes"].get("schema") == PLAN_SCHEMA
+
+
+def _salvage(buffer: Any, plan: Any, window: int | None, what: str) -> tuple[Any, list[dict[str, Any]]]:
+    """Salvage against one plan; a CliError naming ``what`` when the buffer does not decode against it."""
+    from megadump_zarr.dump.plan_io import salvage_window
+
+    salvaged, pending = salvage_window(buffer, plan, window_index=window)
+    errors = [p["error"] for p in pending if "error" in p]
+    if errors:
+        raise CliError(f"cannot decode the buffer against {what}: {errors[0]}")
+    return salvaged, pending
+
+
+def _salvage_from_root(args: argparse.Namespace, root: Path, buffer: Any) -> tuple[Any, list[dict[str, Any]], str]:
+    """Find the one saved plan below ``root`` that the selectors and the buffer's record table match."""
+    from megadump_zarr.dump.plan_io import find_plans
+
+    invocation: str | int | None = args.invocation
+    if isinstance(invocation, str) and invocation.isdigit():
+        invocation = int(invocation)
+    every = find_plans(root)
+    candidates = find_plans(root, run_id=args.run, rank=args.rank, window_index=args.window, invocation=invocation)
+    if not candidates:
+        listing = "; ".join(plan.describe() for plan in every) or "none"
+        raise CliError(f"no saved L1 plan below {root} matches the selection; saved plans: {listing}")
+    matches, refused = [], []
+    for plan in candidates:
+        try:
+            matches.append((plan, *_salvage(buffer, plan.path, args.window, str(plan.path))))
+        except (CliError, ValueError) as error:
+            refused.append(f"{plan.describe()} ({error})")
+    if not matches:
+        raise CliError(f"the buffer {args.buffer} matches none of the {len(candidates)} saved plan(s) below {root}: "
+                       + "; ".join(refused))
+    if len(matches) > 1:
+        raise CliError(f"the buffer {args.buffer} matches {len(matches)} saved plans below {root}; choose one with "
+                       "--run, --rank, --window or --invocation, or pass its directory as PLAN: "
+                       + "; ".join(plan.describe() for plan, _, _ in matches))
+    plan, window, pending = matches[0]
+    return window, pending, str(plan.path)
+
+
 def run(args: argparse.Namespace, ctx: Context) -> int:
     """Salvage, write the aborted window, list what was pending."""
     import pandas as pd
 
-    from megadump_zarr.dump.plan_io import load_plan, salvage_window
+    from megadump_zarr.dump.limits import check_index, check_inside_root
+    from megadump_zarr.dump.plan_io import load_plan
     from megadump_zarr.store.writer import WindowWriter
 
-    if args.window is not None and args.window < 0:
-        raise CliError(f"--window must not be negative, got {args.window}")
-    plan = load_plan(args.plan)
+    if args.window is not None:
+        try:
+            check_index(args.window, "--window")
+        except ValueError as error:
+            raise CliError(str(error)) from None
     buffer = load_buffer(args.buffer)
-    window, pending = salvage_window(buffer, plan, window_index=args.window)
-    errors = [p["error"] for p in pending if "error" in p]
-    if errors:
-        raise CliError(f"cannot decode {args.buffer} against {args.plan}: {errors[0]}")
+    source = Path(args.plan).expanduser()
+    if source.is_dir() and not _is_plan_directory(source):
+        window, pending, plan_used = _salvage_from_root(args, source, buffer)
+    else:
+        window, pending = _salvage(buffer, load_plan(source), args.window, str(args.plan))
+        plan_used = str(source)
     captured = sum(len(invocation.arrays) for invocation in window.invocations)
+    if "://" not in str(args.out) or str(args.out).startswith("file://"):
+        local = Path(str(args.out).removeprefix("file://")).expanduser()
+        try:
+            check_inside_root(local, window.path)
+        except ValueError as error:
+            raise CliError(str(error)) from None
     with WindowWriter(args.out, storage_options=storage_options(args)) as writer:
         try:
             url = writer.write_window(window, status="aborted")
         except FileExistsError as error:
             raise CliError(f"{error}; choose another --window or --out") from None
     result = {"window": str(url), "rank": window.rank, "window_index": window.window_index, "status": "aborted",
-              "captured": captured, "pending": pending}
+              "captured": captured, "pending": pending, "plan": plan_used}
     if ctx.json:
         ctx.emit_json(result)
         return EXIT_OK
