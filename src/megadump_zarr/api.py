@@ -8,6 +8,7 @@ from typing import Any
 from megadump_zarr.diagnostics import DiagnosticAction
 from megadump_zarr.dump.config import TensorDumpConfig
 from megadump_zarr.dump.dumper import TensorDumper
+from megadump_zarr.dump.statistics import Baseline
 from megadump_zarr.store.writer import WindowWriter
 
 __all__ = ["tensor_dump"]
@@ -39,4 +40,25 @@ def tensor_dump(
         stats=config.stats,
         durable=config.durable,
     )
-    return TensorDumper(config, schedule=schedule, on_dump_ready=on_dump_ready, sink=writer)
+    return TensorDumper(config, schedule=schedule, on_dump_ready=on_dump_ready, sink=writer,
+                        baseline=_baseline(config))
+
+
+def _baseline(config: TensorDumpConfig) -> Baseline | None:
+    """``mode="diff"``: read the baseline's records through ``open_dump`` (the dump layer never imports
+    the read layer; this composition root wires them)."""
+    if config.mode != "diff":
+        return None
+    url = str(config.baseline)
+
+    def records() -> Any:
+        from megadump_zarr.read import open_dump
+
+        return open_dump(config.baseline, storage_options=config.baseline_storage_options).records()
+
+    def tolerance(dtype: str) -> tuple[float, float]:
+        from megadump_zarr.analyse.verdict import tolerance_for
+
+        return tolerance_for(dtype)
+
+    return Baseline(url, records, tolerance)

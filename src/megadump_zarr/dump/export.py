@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ArrayWrite", "GroupWrite", "InvocationWrite", "WindowWrite"]
+__all__ = ["ArrayWrite", "GroupWrite", "InvocationWrite", "StatisticsTable", "WindowWrite"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,24 @@ class GroupWrite:
     attrs: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class StatisticsTable:
+    """Per-record statistics of one invocation, stored as the invocation's ``statistics`` group.
+
+    Args:
+        coords: 1-D columns naming each record (stage, task_id, owner_id, core_type, core_id, worker,
+            io, index, name, shape, dtype, path, payload), one entry per record; text columns are
+            object arrays of ``str``.
+        variables: 1-D statistics columns (element_count, nan_count, inf_count, min, max, mean, l2norm,
+            checksum), numeric.
+        attrs: Group attributes.
+    """
+
+    coords: Mapping[str, np.ndarray]
+    variables: Mapping[str, np.ndarray]
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+
+
 @dataclass
 class InvocationWrite:
     """One kernel invocation inside a window.
@@ -62,12 +80,14 @@ class InvocationWrite:
         attrs: Invocation attributes (invocationId, step, direction, kernelName, device, counts, ...).
         groups: Groups below the invocation group; parents are created implicitly.
         arrays: Arrays below the invocation group.
+        statistics: The invocation's statistics table (statistics-first modes), or None.
     """
 
     name: str
     attrs: dict[str, Any]
     groups: list[GroupWrite] = field(default_factory=list)
     arrays: list[ArrayWrite] = field(default_factory=list)
+    statistics: StatisticsTable | None = None
 
 
 @dataclass

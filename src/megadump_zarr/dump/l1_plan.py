@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from megadump_zarr.dump.l1_views import resolve_view, validate_view_bounds
+from megadump_zarr.dump.statistics_plan import buffer_end, layout_records, statistics_entry
 from megadump_zarr.l1 import (
     L1_ANY_WORKER,
     L1_DIAGNOSTIC_MODE,
@@ -76,10 +77,15 @@ class L1RecordPlan:
     worker_id: int = L1_ANY_WORKER
     dims: tuple[str, ...] = ()
     declared_shape: tuple[int, ...] = ()
+    kind: int = 0
+    tensor_offset: int = 0
+    tensor_bytes: int = 0
 
     @property
     def entry(self) -> L1RecordEntry:
-        """The ABI record this plan packs to."""
+        """The ABI record this plan packs to (statistics records: see ``dump.statistics_plan``)."""
+        if self.kind:
+            return statistics_entry(self)
         return L1RecordEntry(
             task_id=self.task_id,
             phase=L1_DUMP_PHASE_BEFORE if self.phase == "before" else L1_DUMP_PHASE_AFTER,
@@ -326,9 +332,9 @@ def prepare_l1_dump(runtime: Any, graph: Any, parameters: Sequence[Any], config:
     """
     if runtime is None:
         raise ValueError("L1 Tensor dump requires the prepared MegaKernel runtime")
-    records = build_record_plans(runtime, graph, parameters, config, rank)
+    records = layout_records(build_record_plans(runtime, graph, parameters, config, rank), config)
     budget_bytes = config.device_memory_budget_mb * 1024 * 1024
-    total_bytes = align_up(max(record.payload_offset + record.payload_bytes for record in records))
+    total_bytes = buffer_end(records)
     if total_bytes >= 1 << 32:
         raise ValueError("L1 dump buffer exceeds the 32-bit payload-offset ABI")
     if total_bytes > budget_bytes:

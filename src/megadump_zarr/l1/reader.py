@@ -353,6 +353,9 @@ def read_l1_buffer(buffer: Any, *, partial: bool = False) -> L1Buffer:
     ends = offsets + table["payload_bytes"]
     _validate_records(header, table, offsets, ends)
     if v3:
+        if count and not np.any(table["kind"] != L1_RECORD_KIND_TENSOR):
+            raise ValueError(f"invalid L1 dump buffer header: magic={header.magic:#x}, version={header.version}"
+                             " (a version-3 buffer must hold a statistics record)")
         _validate_extension(header, table, offsets, ends)
     if partial and count:
         bad = _first(ends > data.shape[0])

@@ -1,0 +1,389 @@
+"""Statistics-first dumping: per-record device statistics, which payloads to keep, and the table to store.
+
+``mode="statistics"`` keeps no payload; ``"nonfinite"`` keeps the records holding NaN or Inf;
+``"diff"`` keeps the records that differ from the same record of a baseline dump. The baseline is read
+by the composition root (``api.py`` injects a :class:`Baseline`): the dump layer never imports the read
+layer. A record's identity across runs (:func:`record_key`) is rank, step, kernel, direction, the
+occurrence of that kernel within the step, stage, task id, worker, port and name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+import json
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from megadump_zarr.dump.arrays import dtype_name
+from megadump_zarr.dump.export import StatisticsTable
+from megadump_zarr.l1.format import L1Statistics
+from megadump_zarr.l1.reader import read_l1_statistics
+from megadump_zarr.runtime.statistics import statistics_slot
+
+__all__ = ["STATISTICS_GROUP", "Baseline", "L0StatisticsCapture", "PayloadPolicy", "StatisticsRow", "record_key", "statistics_table"]
+
+STATISTICS_GROUP = "statistics"
+"""Name of the statistics table's group inside each invocation group."""
+_FLOAT_NAMES = frozenset(("float16", "float32", "float64", "bfloat16", "float8_e4m3fn", "float8_e5m2"))
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """How ``mode="diff"`` reads its baseline (built by ``api.py``, the composition root).
+
+    Args:
+        url: The baseline dump, for messages.
+        records: Loads the baseline's records table (``open_dump(url).records()``).
+        tolerance: ``dtype name -> (rtol, atol)`` for floating statistics (``analyse.verdict.tolerance_for``).
+    """
+
+    url: str
+    records: Callable[[], Any]
+    tolerance: Callable[[str], tuple[float, float]]
+
+
+@dataclass
+class StatisticsRow:
+    """One record's statistics, with everything the statistics table needs to name it.
+
+    Args:
+        key: Identity across runs (see :func:`record_key`), without the invocation part.
+        stage: L1 stage ("" at L0).
+        task_id: L1 task id (-1 at L0).
+        owner_id: Owner id (-1 when none).
+        core_type: ``AIC``/``AIV``/``MIX`` ("" at L0).
+        core_id: Core id (-1 at L0).
+        worker: Broadcast worker (-1 when any).
+        io: ``input``/``output`` (L1) or the L0 role.
+        index: Port index (-1 at L0).
+        name: Tensor name.
+        shape: Logical shape.
+        dtype: dtype name.
+        statistics: The device statistics.
+        kept: Whether the payload is stored too.
+        path: Path of the record's payload array relative to the invocation group (set by the window builder).
+    """
+
+    key: tuple[Any, ...]
+    stage: str
+    task_id: int
+    owner_id: int
+    core_type: str
+    core_id: int
+    worker: int
+    io: str
+    index: int
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    statistics: L1Statistics
+    kept: bool
+    path: str = ""
+    plan: Any = field(default=None, repr=False)
+
+
+def record_key(rank: int, step: int, kernel: Any, direction: Any, occurrence: int, stage: Any, task_id: Any,
+               worker: Any, io: Any, index: Any, name: Any) -> tuple[Any, ...]:
+    """The identity of one record across runs of the same program.
+
+    Args:
+        rank: Rank.
+        step: User step.
+        kernel: Kernel name.
+        direction: ``forward``/``backward``.
+        occurrence: How many earlier invocations of this kernel and direction the step had.
+        stage: L1 stage (None or "" at L0).
+        task_id: L1 task id (None or -1 at L0).
+        worker: Broadcast worker or core id (None or -1 when not applicable).
+        io: L1 port direction (None at L0).
+        index: L1 port index (None or -1 at L0).
+        name: Tensor name.
+    """
+    def number(value: Any) -> int:
+        return -1 if value is None or (isinstance(value, float) and math.isnan(value)) else int(value)
+
+    def text(value: Any) -> str:
+        return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+
+    return (number(rank), number(step), text(kernel), text(direction), int(occurrence), text(stage),
+            number(task_id), number(worker), text(io), number(index), text(name))
+
+
+def _baseline_index(frame: Any) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """Baseline records table → ``{record_key: {checksum, element_count, nan/inf counts, min, max, mean,
+    l2norm, dtype}}``."""
+    index: dict[tuple[Any, ...], dict[str, Any]] = {}
+    if len(frame) == 0:
+        return index
+    occurrences: dict[tuple[Any, ...], dict[tuple[int, int], int]] = {}
+    columns = {name: frame[name].tolist() for name in frame.columns}
+    n = len(frame)
+    for i in range(n):
+        group = (columns["rank"][i], columns["step"][i], columns["kernel"][i], columns["direction"][i])
+        seen = occurrences.setdefault(group, {})
+        seen.setdefault((int(columns["window"][i]), int(columns["invocation"][i])), len(seen))
+    for group, seen in occurrences.items():  # occurrence = order of the invocation within its step
+        for rank_in_step, pair in enumerate(sorted(seen)):
+            seen[pair] = rank_in_step
+    get = columns.get
+    for i in range(n):
+        group = (columns["rank"][i], columns["step"][i], columns["kernel"][i], columns["direction"][i])
+        occurrence = occurrences[group][(int(columns["window"][i]), int(columns["invocation"][i]))]
+        worker = columns["worker"][i] if columns["worker"][i] is not None and not _missing(columns["worker"][i]) else None
+        key = record_key(columns["rank"][i], columns["step"][i], columns["kernel"][i], columns["direction"][i],
+                         occurrence, columns["stage"][i], columns["task_id"][i], worker, columns["io"][i],
+                         columns["index"][i], columns["name"][i])
+        checksums = get("checksum")
+        counts = get("element_count")
+        index[key] = {
+            "checksum": None if checksums is None or _missing(checksums[i]) else int(checksums[i]),
+            "element_count": None if counts is None or _missing(counts[i]) else int(counts[i]),
+            "nan_count": _int_or_none(columns["nan_count"][i]),
+            "inf_count": _int_or_none(columns["inf_count"][i]),
+            "dtype": columns["dtype"][i],
+            **{name: _float_or_none(columns[name][i]) for name in ("min", "max", "mean", "l2norm")},
+        }
+    return index
+
+
+def _missing(value: Any) -> bool:
+    try:
+        return value is None or bool(value != value)  # NaN and pandas NA
+    except (TypeError, ValueError):
+        return True
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if _missing(value) else int(value)
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if _missing(value) else float(value)
+
+
+class PayloadPolicy:
+    """Which records keep their payload, for the config's mode.
+
+    Args:
+        mode: ``statistics``, ``nonfinite`` or ``diff`` (``tensor`` keeps every payload).
+        baseline: The baseline (``diff`` only); its records are loaded here, so a missing baseline
+            fails when the dumper is entered, before any launch.
+    """
+
+    def __init__(self, mode: str, baseline: Baseline | None = None) -> None:
+        self.mode = mode
+        self._tolerance = None
+        self._index: dict[tuple[Any, ...], dict[str, Any]] = {}
+        if mode == "diff":
+            if baseline is None:
+                raise ValueError("mode='diff' requires a baseline dump (tensor_dump wires it from config.baseline)")
+            try:
+                frame = baseline.records()
+            except (OSError, ValueError, KeyError) as error:
+                raise ValueError(f"mode='diff' baseline {baseline.url} cannot be read: {error}") from error
+            self._index = _baseline_index(frame)
+            if not self._index:
+                raise ValueError(f"mode='diff' baseline {baseline.url} holds no records")
+            self._tolerance = baseline.tolerance
+
+    def keep(self, key: tuple[Any, ...], dtype: str, stats: L1Statistics) -> bool:
+        """Whether a record with these device statistics keeps its payload.
+
+        Args:
+            key: The record's :func:`record_key`.
+            dtype: Its dtype name.
+            stats: Its device statistics.
+        """
+        if self.mode == "statistics":
+            return False
+        if self.mode == "nonfinite":
+            return stats.nonfinite
+        if self.mode != "diff":
+            return True
+        base = self._index.get(key)
+        if base is None:
+            return True  # nothing to compare with: keep the evidence
+        if base["checksum"] is not None:
+            if base["checksum"] == stats.checksum and base["element_count"] == stats.element_count:
+                return False
+            if dtype not in _FLOAT_NAMES:
+                return True
+        if base["nan_count"] != stats.nan_count or base["inf_count"] != stats.inf_count:
+            return True
+        rtol, atol = self._tolerance(dtype) if dtype in _FLOAT_NAMES else (0.0, 0.0)
+        for name in ("min", "max", "mean", "l2norm"):
+            a, b = getattr(stats, name), base[name]
+            if (a is None) != (b is None):
+                return True
+            if a is not None and abs(float(a) - b) > atol + rtol * abs(b):
+                return True
+        return False
+
+
+class L0StatisticsCapture:
+    """Statistics of one L0 invocation's tensors, reduced on their device.
+
+    In ``statistics`` mode the slots stay on the device until :meth:`finish` copies them in one
+    transfer; in ``nonfinite``/``diff`` a tensor's slot is read when it is taken (128 bytes), so its
+    payload can be copied while it still holds that value.
+
+    Args:
+        policy: The payload policy.
+        key_of: ``tensor name -> record_key`` for this invocation.
+    """
+
+    def __init__(self, policy: PayloadPolicy, key_of: Callable[[str], tuple[Any, ...]]) -> None:
+        self.policy = policy
+        self.key_of = key_of
+        self.rows: list[StatisticsRow] = []
+        self._pending: list[tuple[StatisticsRow, torch.Tensor]] = []
+
+    def add(self, tensor: Any, parameter: torch.Tensor, snapshot: Callable[[], Any]) -> Any:
+        """Reduce one tensor; return its snapshot when its payload is kept, else None.
+
+        Args:
+            tensor: The ``L0Tensor``.
+            parameter: Its ABI parameter (on the device).
+            snapshot: Takes the host snapshot (called only when kept).
+        """
+        if not torch.is_tensor(parameter):
+            raise TypeError(f"L0 dump Tensor {tensor.name!r} must map to torch.Tensor, got {type(parameter).__name__}")
+        slot = statistics_slot(parameter.detach())
+        dtype = dtype_name(parameter.dtype)
+        row = StatisticsRow(self.key_of(tensor.name), "", -1, -1, "", -1, -1, tensor.role, -1, tensor.name,
+                            tuple(int(d) for d in parameter.shape), dtype, _EMPTY, False)
+        if self.policy.mode == "statistics":
+            self._pending.append((row, slot))
+            self.rows.append(row)
+            return None
+        row.statistics = read_l1_statistics(slot.cpu().numpy())
+        row.kept = self.policy.keep(row.key, dtype, row.statistics)
+        self.rows.append(row)
+        return snapshot() if row.kept else None
+
+    def finish(self) -> list[StatisticsRow]:
+        """Copy the pending slots to the host in one transfer and return every row."""
+        if self._pending:
+            host = torch.stack([slot for _, slot in self._pending]).cpu().numpy()
+            for (row, _), raw in zip(self._pending, host):
+                row.statistics = read_l1_statistics(raw)
+            self._pending.clear()
+        return self.rows
+
+
+_EMPTY = L1Statistics(0, 0, 0, 0, None, None, None, None, 0, 0)
+
+
+def l1_row(plan: Any, statistics: L1Statistics, kept: bool, key: tuple[Any, ...]) -> StatisticsRow:
+    """A statistics row for one L1 record plan.
+
+    Args:
+        plan: The ``L1RecordPlan``.
+        statistics: Its device statistics.
+        kept: Whether its payload is stored.
+        key: Its :func:`record_key`.
+    """
+    worker = -1 if plan.worker_id == 0xFFFFFFFF else int(plan.worker_id)
+    return StatisticsRow(key, plan.stage, int(plan.task_id), -1 if plan.owner_id is None else int(plan.owner_id),
+                         plan.core_type, int(plan.core_id), worker, plan.io, int(plan.index), plan.tensor_name,
+                         tuple(plan.actual_shape), dtype_name(plan.dtype), statistics, kept, plan=plan)
+
+
+def _strings(values: list[str]) -> np.ndarray:
+    array = np.empty(len(values), dtype=object)
+    array[:] = values
+    return array
+
+
+def _number(value: Any) -> float:
+    return math.nan if value is None else float(value)
+
+
+def statistics_table(rows: list[StatisticsRow], attrs: Mapping[str, Any] | None = None) -> StatisticsTable:
+    """The invocation's statistics table: coordinates naming each record, then the statistics.
+
+    Args:
+        rows: The invocation's rows, paths set.
+        attrs: Extra group attributes.
+    """
+    coords = {
+        "stage": _strings([r.stage for r in rows]),
+        "task_id": np.array([r.task_id for r in rows], dtype=np.int64),
+        "owner_id": np.array([r.owner_id for r in rows], dtype=np.int64),
+        "core_type": _strings([r.core_type for r in rows]),
+        "core_id": np.array([r.core_id for r in rows], dtype=np.int64),
+        "worker": np.array([r.worker for r in rows], dtype=np.int64),
+        "io": _strings([r.io for r in rows]),
+        "index": np.array([r.index for r in rows], dtype=np.int64),
+        "name": _strings([r.name for r in rows]),
+        "shape": _strings([json.dumps(list(r.shape)) for r in rows]),
+        "dtype": _strings([r.dtype for r in rows]),
+        "path": _strings([r.path for r in rows]),
+        "payload": np.array([r.kept for r in rows], dtype=bool),
+    }
+    s = [r.statistics for r in rows]
+    variables = {
+        "element_count": np.array([x.element_count for x in s], dtype=np.int64),
+        "nan_count": np.array([x.nan_count for x in s], dtype=np.int64),
+        "inf_count": np.array([x.inf_count for x in s], dtype=np.int64),
+        "min": np.array([_number(x.min) for x in s], dtype=np.float64),
+        "max": np.array([_number(x.max) for x in s], dtype=np.float64),
+        "mean": np.array([_number(x.mean) for x in s], dtype=np.float64),
+        "l2norm": np.array([_number(x.l2norm) for x in s], dtype=np.float64),
+        "checksum": np.array([x.checksum for x in s], dtype=np.uint64),
+    }
+    return StatisticsTable(coords, variables, dict(attrs or {}))
+
+
+def payload_policy(config: Any, baseline: Baseline | None) -> PayloadPolicy | None:
+    """The config's payload policy (None in ``tensor`` mode); loads a ``diff`` baseline now.
+
+    Args:
+        config: The dump config.
+        baseline: The injected baseline (``diff`` only).
+    """
+    if config.mode == "tensor":
+        return None
+    return PayloadPolicy(config.mode, baseline)
+
+
+def _l1_key(invocation: Any, plan: Any) -> tuple[Any, ...]:
+    worker = None if plan.worker_id == 0xFFFFFFFF else plan.worker_id
+    return record_key(invocation.rank, invocation.step, invocation.kernel_name, invocation.direction,
+                      invocation.occurrence, plan.stage, plan.task_id, worker, plan.io, plan.index, plan.tensor_name)
+
+
+def l0_key_function(invocation: Any) -> Callable[[str], tuple[Any, ...]]:
+    """``tensor name -> record_key`` for one L0 invocation.
+
+    Args:
+        invocation: The ``DumpInvocation``.
+    """
+    def key(name: str) -> tuple[Any, ...]:
+        return record_key(invocation.rank, invocation.step, invocation.kernel_name, invocation.direction,
+                          invocation.occurrence, None, None, None, None, None, name)
+
+    return key
+
+
+def complete_l1_statistics(invocation: Any, prepared: Any, policy: PayloadPolicy | None) -> None:
+    """Decode a launch whose buffer holds statistics records into the invocation's snapshots and rows.
+
+    Args:
+        invocation: The ``DumpInvocation``.
+        prepared: The launch's ``PreparedL1Dump``.
+        policy: The payload policy (None in tensor mode: statistics records are budget fallbacks).
+    """
+    from megadump_zarr.dump.snapshots import payload_snapshot
+    from megadump_zarr.dump.statistics_plan import decode_statistics_dump
+
+    def keep(plan: Any, stats: L1Statistics) -> bool:
+        return policy is not None and policy.keep(_l1_key(invocation, plan), dtype_name(plan.dtype), stats)
+
+    snapshots, decoded = decode_statistics_dump(prepared, keep, payload_snapshot)
+    invocation.l1_snapshots.extend(snapshots)
+    invocation.statistics.extend(l1_row(d.record, d.statistics, d.kept, _l1_key(invocation, d.record)) for d in decoded)

@@ -1,0 +1,203 @@
+"""L1 statistics records: where their slots go in the Device buffer, and decoding what the device wrote.
+
+Layout (ABI version 3; a plan of tensor records only keeps the seed's version-2 layout untouched):
+the 128-byte statistics slots of every statistics record come first, packed from
+``L1_DUMP_PAYLOAD_BASE``, then the tensor slots (tensor records' payloads and kind-2 records' tensor
+slots) in record order, each 64-byte aligned. So the host copies one prefix — header, table and every
+statistics slot — and then only the tensor slots it decides to keep.
+
+Budget: the Device buffer's end must stay within ``device_memory_budget_mb``. With
+``on_budget="statistics"`` the records whose tensor slot does not fit (in record order) become
+statistics-only records; with ``"error"`` the seed's ``MemoryError`` follows in ``prepare_l1_dump``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from megadump_zarr.l1 import L1_DUMP_PAYLOAD_BASE, L1_DUMP_STATUS_CAPTURED, L1RecordEntry, align_up, read_l1_buffer
+from megadump_zarr.l1.format import (
+    L1_RECORD_KIND_STATISTICS,
+    L1_RECORD_KIND_STATISTICS_AND_TENSOR,
+    L1_RECORD_KIND_TENSOR,
+    L1_STATISTICS_SLOT_SIZE,
+    L1Statistics,
+)
+from megadump_zarr.l1.reader import read_l1_statistics
+from megadump_zarr.runtime.statistics import dtype_code
+
+__all__ = ["L1StatisticsRecord", "buffer_end", "decode_statistics_dump", "has_statistics", "layout_records",
+           "statistics_entry"]
+
+_WANTS_TENSOR = {"tensor": L1_RECORD_KIND_TENSOR, "statistics": L1_RECORD_KIND_STATISTICS,
+                 "nonfinite": L1_RECORD_KIND_STATISTICS_AND_TENSOR, "diff": L1_RECORD_KIND_STATISTICS_AND_TENSOR}
+
+
+@dataclass(frozen=True)
+class L1StatisticsRecord:
+    """One record's device statistics, and whether its payload was kept.
+
+    Args:
+        record: The record's plan (kind 1 or 2).
+        statistics: What the device wrote into its slot.
+        kept: Whether its tensor was copied to the host and stored.
+    """
+
+    record: Any
+    statistics: L1Statistics
+    kept: bool
+
+
+def statistics_entry(plan: Any) -> L1RecordEntry:
+    """The ABI entry of a statistics record plan (kind 1 or 2).
+
+    Args:
+        plan: An ``L1RecordPlan`` with ``kind`` 1 or 2.
+    """
+    return L1RecordEntry(
+        task_id=plan.task_id, phase=1 if plan.phase == "before" else 2, parameter_position=plan.parameter_position,
+        source_offset_bytes=plan.source_offset_bytes, payload_offset=plan.payload_offset,
+        payload_bytes=plan.payload_bytes, status=0, task_index=plan.task_index, worker_id=plan.worker_id,
+        kind=plan.kind, dtype_code=dtype_code(plan.dtype), source_bytes=plan.full_bytes,
+        tensor_offset=plan.tensor_offset, tensor_bytes=plan.tensor_bytes,
+    )
+
+
+def _slot_ends(plan: Any) -> tuple[int, ...]:
+    ends = (plan.payload_offset + plan.payload_bytes,)
+    if plan.kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR:
+        ends += (plan.tensor_offset + plan.tensor_bytes,)
+    return ends
+
+
+def buffer_end(records: Sequence[Any]) -> int:
+    """Bytes the Device buffer needs: the aligned end of its last slot.
+
+    Args:
+        records: The launch's record plans.
+    """
+    return align_up(max(end for plan in records for end in _slot_ends(plan)))
+
+
+def has_statistics(records: Sequence[Any]) -> bool:
+    """Whether any record of a plan is a statistics record.
+
+    Args:
+        records: The launch's record plans.
+    """
+    return any(plan.kind != L1_RECORD_KIND_TENSOR for plan in records)
+
+
+def layout_records(records: tuple[Any, ...], config: Any) -> tuple[Any, ...]:
+    """Give each record its kind and slots for the config's ``mode`` and ``on_budget``.
+
+    ``mode="tensor"`` within the budget (or with ``on_budget="error"``) returns ``records`` unchanged:
+    the seed's layout, byte for byte.
+
+    Args:
+        records: Plans from ``build_record_plans`` (seed layout, payloads capped by max_bytes_per_tensor).
+        config: The dump config.
+    """
+    budget = config.device_memory_budget_mb * 1024 * 1024
+    wanted = _WANTS_TENSOR[config.mode]
+    fallback = config.on_budget == "statistics"
+    if wanted == L1_RECORD_KIND_TENSOR and (not fallback or buffer_end(records) <= budget):
+        return records
+    # Decide kinds greedily in record order against a statistics area reserved for every record.
+    cursor = L1_DUMP_PAYLOAD_BASE + len(records) * L1_STATISTICS_SLOT_SIZE
+    kinds = []
+    for plan in records:
+        kind = wanted
+        if kind != L1_RECORD_KIND_STATISTICS:
+            end = align_up(cursor) + plan.payload_bytes
+            if fallback and align_up(end) > budget:
+                kind = L1_RECORD_KIND_STATISTICS
+            else:
+                cursor = end
+        kinds.append(kind)
+    # Then place them: statistics slots first, tensor slots after them.
+    stats_cursor = L1_DUMP_PAYLOAD_BASE
+    placed = []
+    for plan, kind in zip(records, kinds):
+        if kind == L1_RECORD_KIND_TENSOR:
+            placed.append(plan)
+            continue
+        placed.append(replace(plan, kind=kind, payload_offset=stats_cursor, payload_bytes=L1_STATISTICS_SLOT_SIZE,
+                              tensor_offset=0, tensor_bytes=plan.payload_bytes if kind == 2 else 0))
+        stats_cursor += L1_STATISTICS_SLOT_SIZE
+    tensor_cursor = align_up(stats_cursor)
+    final = []
+    for plan in placed:
+        if plan.kind == L1_RECORD_KIND_TENSOR:
+            plan = replace(plan, payload_offset=tensor_cursor)
+            tensor_cursor = align_up(tensor_cursor + plan.payload_bytes)
+        elif plan.kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR:
+            plan = replace(plan, tensor_offset=tensor_cursor)
+            tensor_cursor = align_up(tensor_cursor + plan.tensor_bytes)
+        final.append(plan)
+    return tuple(final)
+
+
+def _host_slice(buffer: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+    """An owned host copy of ``buffer[start:stop]`` (one narrow Device-to-Host copy)."""
+    piece = buffer.detach()[start:stop]
+    return piece.clone() if piece.device.type == "cpu" else piece.cpu()
+
+
+def _check_plan(decoded: Any, records: Sequence[Any]) -> None:
+    if len(decoded.records) != len(records):
+        raise ValueError(f"L1 dump buffer holds {len(decoded.records)} records, the plan {len(records)}")
+    for planned, found in zip(records, decoded.records):
+        expected = replace(planned.entry, status=found.status)
+        if found.entry != expected:
+            raise ValueError(f"L1 dump record {found.index} changed during the launch: planned {expected}, found {found.entry}")
+
+
+def decode_statistics_dump(
+    prepared: Any, keep: Callable[[Any, L1Statistics], bool], snapshot: Callable[[Any, np.ndarray], Any],
+) -> tuple[list[Any], list[L1StatisticsRecord]]:
+    """Decode a completed buffer holding statistics records, copying to the host only what is kept.
+
+    The header, table and statistics slots come over in one prefix copy; a tensor record's payload is
+    in that prefix too; a kind-2 record's tensor slot is copied only when ``keep(plan, statistics)``.
+
+    Args:
+        prepared: The launch's ``PreparedL1Dump``.
+        keep: Decides, from a record's device statistics, whether its tensor is kept.
+        snapshot: ``payload_snapshot(plan, bytes)``: wraps kept bytes as the dump's L1 snapshot.
+
+    Returns:
+        ``(snapshots, statistics)``: snapshots of the stored payloads, and every record's statistics.
+
+    Raises:
+        RuntimeError: A record was not captured (the seed's message).
+        ValueError: The buffer does not match its plan.
+    """
+    records = prepared.records
+    prefix = align_up(max(plan.payload_offset + plan.payload_bytes for plan in records))
+    decoded = read_l1_buffer(_host_slice(prepared.buffer, 0, prefix), partial=True)
+    _check_plan(decoded, records)
+    snapshots, statistics = [], []
+    for plan, record in zip(records, decoded.records):
+        if record.status != L1_DUMP_STATUS_CAPTURED:
+            raise RuntimeError(
+                f"L1 dump record was not captured: task_id={plan.task_id}, stage={plan.stage!r}, "
+                f"io={plan.io}, index={plan.index}, status={record.status}, header_enabled={decoded.header.enabled}"
+            )
+        if plan.kind == L1_RECORD_KIND_TENSOR:
+            snapshots.append(snapshot(plan, np.array(record.payload)))
+            continue
+        stats = read_l1_statistics(record.payload)
+        kept = plan.kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR and stats.tensor_copied and keep(plan, stats)
+        if kept:
+            tensor_plan = replace(plan, kind=0, payload_offset=plan.tensor_offset, payload_bytes=plan.tensor_bytes,
+                                  tensor_offset=0, tensor_bytes=0)
+            host = _host_slice(prepared.buffer, plan.tensor_offset, plan.tensor_offset + plan.tensor_bytes)
+            snapshots.append(snapshot(tensor_plan, host.numpy()))
+        statistics.append(L1StatisticsRecord(plan, stats, kept))
+    return snapshots, statistics

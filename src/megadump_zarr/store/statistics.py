@@ -1,0 +1,138 @@
+"""The statistics table of one invocation: a Zarr group ``statistics`` with a ``record`` dimension.
+
+Layout (inside ``invocation_{iiiiii}_{direction}/``)::
+
+    statistics/                 group, attrs: statisticsLayout 1, recordCount, payloadCount, coordinates
+      stage task_id owner_id core_type core_id worker io index name shape dtype path payload
+                                coordinates, dims ("record",): text as Zarr v3 ``string`` (vlen-utf8),
+                                ids int64 (-1 = none), shape as JSON text ("[4, 8]"), payload bool
+                                (whether the record's payload array is stored at ``path``)
+      element_count nan_count inf_count    int64
+      min max mean l2norm                  float64 over finite elements (NaN = no finite element)
+      checksum                             uint64 (see megadump_zarr.l1.format: u32 words, odd weights)
+
+Every array is one chunk (beside its ``zarr.json``, "." chunk keys), compressed like the payloads and
+sealed with ``crc32c`` when the writer seals chunks. The data variables carry the CF ``coordinates``
+attribute, so ``xr.open_zarr(".../statistics")`` gives a Dataset whose coordinates are the columns above.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from megadump_zarr.codecs import CompressorSpec
+from megadump_zarr.dump.export import StatisticsTable
+from megadump_zarr.store import chunking
+from megadump_zarr.store.metadata import array_document_bytes, codecs_for, dumps
+
+__all__ = ["STATISTICS_GROUP", "STATISTICS_LAYOUT_VERSION", "statistics_nodes"]
+
+STATISTICS_GROUP = "statistics"
+STATISTICS_LAYOUT_VERSION = 1
+_DIMS = ("record",)
+
+
+def _compress(spec: CompressorSpec, raw: bytes | np.ndarray, itemsize: int) -> bytes:
+    data = np.frombuffer(raw, dtype=np.uint8) if isinstance(raw, bytes) else raw.reshape(-1).view(np.uint8)
+    if spec.kind == "none":
+        return data.tobytes()
+    if spec.kind == "zstd":
+        from numcodecs import Zstd
+
+        return bytes(Zstd(level=spec.level, checksum=False).encode(data))
+    from numcodecs import Blosc
+
+    shuffle = {"noshuffle": Blosc.NOSHUFFLE, "shuffle": Blosc.SHUFFLE, "bitshuffle": Blosc.BITSHUFFLE}
+    codec = Blosc(cname=spec.cname, clevel=spec.level, shuffle=shuffle[spec.shuffle], blocksize=0, typesize=itemsize)
+    return bytes(codec.encode(data))
+
+
+def _seal(encoded: bytes, checksum: bool) -> bytes:
+    if not checksum:
+        return encoded
+    import google_crc32c
+
+    return encoded + int(google_crc32c.value(encoded)).to_bytes(4, "little")
+
+
+def _string_document(length: int, spec: CompressorSpec, checksum: bool, attrs: dict[str, Any]) -> bytes:
+    """A 1-D Zarr v3 ``string`` array document (vlen-utf8, then the byte codecs of the payloads)."""
+    codecs = [{"name": "vlen-utf8", "configuration": {}}, *codecs_for(np.dtype(np.uint8), spec, checksum)[1:]]
+    doc = {
+        "shape": [length],
+        "data_type": "string",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [max(length, 1)]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": chunking.CHUNK_KEY_SEPARATOR}},
+        "fill_value": "",
+        "codecs": codecs,
+        "attributes": attrs,
+        "dimension_names": list(_DIMS),
+        "zarr_format": 3,
+        "node_type": "array",
+        "storage_transformers": [],
+    }
+    return dumps(doc)
+
+
+def _column(name: str, values: np.ndarray, spec: CompressorSpec, checksum: bool,
+            attrs: dict[str, Any]) -> tuple[bytes, bytes | None]:
+    """``(document, chunk)`` of one column (no chunk for an empty table)."""
+    length = len(values)
+    key_chunk = None
+    if values.dtype == object:
+        document = _string_document(length, spec, checksum, attrs)
+        if length:
+            from numcodecs import VLenUTF8
+
+            raw = bytes(VLenUTF8().encode(values))
+            key_chunk = _seal(_compress(spec, raw, 1), checksum)
+        return document, key_chunk
+    values = np.ascontiguousarray(values)
+    document = array_document_bytes((length,), values.dtype, (max(length, 1),), spec, dumps(attrs), _DIMS, checksum)
+    if length:
+        key_chunk = _seal(_compress(spec, values, values.dtype.itemsize), checksum)
+    return document, key_chunk
+
+
+def statistics_nodes(table: StatisticsTable, spec: CompressorSpec, checksum: bool) -> tuple[
+        list[tuple[str, bytes]], dict[str, tuple[str, bytes]]]:
+    """Everything to store for one statistics table.
+
+    Args:
+        table: The invocation's table.
+        spec: The writer's compressor.
+        checksum: Whether chunks end with ``crc32c`` (the writer's setting).
+
+    Returns:
+        ``(items, nodes)``: ``(key, bytes)`` to put, keys relative to the ``statistics`` group; and the
+        nodes for consolidated metadata, ``{relative path: ("group", attrs json) | ("array", document)}``
+        with paths relative to the ``statistics`` group ("" is the group itself).
+
+    Raises:
+        ValueError: Columns of different lengths, or a name used twice.
+    """
+    columns = {**table.coords}
+    clash = set(columns) & set(table.variables)
+    if clash:
+        raise ValueError(f"statistics table column(s) {sorted(clash)} are both coordinates and variables")
+    columns.update(table.variables)
+    lengths = {name: len(values) for name, values in columns.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"statistics table columns differ in length: {lengths}")
+    coordinate_names = " ".join(table.coords)
+    items: list[tuple[str, bytes]] = []
+    nodes: dict[str, tuple[str, bytes]] = {}
+    chunk_key = "c" + chunking.CHUNK_KEY_SEPARATOR + "0"
+    for name, values in columns.items():
+        attrs = {} if name in table.coords else {"coordinates": coordinate_names}
+        document, chunk = _column(name, np.asarray(values), spec, checksum, attrs)
+        if chunk is not None:
+            items.append((f"{name}/{chunk_key}", chunk))
+        items.append((f"{name}/zarr.json", document))
+        nodes[name] = ("array", document)
+    group_attrs = {"statisticsLayout": STATISTICS_LAYOUT_VERSION, "coordinates": list(table.coords),
+                   "variables": list(table.variables), **dict(table.attrs)}
+    nodes[""] = ("group", dumps(group_attrs))
+    return items, nodes
