@@ -110,10 +110,11 @@ def test_ls_quiet_prints_paths_only(cli, demo):
     assert paths and all(p.startswith("rank_0/window_") and p.endswith("/x") for p in paths)
 
 
-def test_ls_no_match_is_not_an_error(cli, demo):
+def test_ls_no_match_is_a_failed_check_naming_what_exists(cli, demo):
     result = cli("ls", demo.roots["L1"], "--name", "no_such_tensor")
-    assert result.code == 0 and "no records match" in result.err
-    assert cli("ls", demo.roots["L1"], "--name", "no_such_tensor", "--json").json() == []
+    assert result.code == 1 and result.err.startswith("error: no records with name 'no_such_tensor'; names: bws, ")
+    assert len(result.err.splitlines()) == 1 and result.out == ""
+    assert cli("ls", demo.roots["L1"], "--name", "no_such_tensor", "--json").code == 1
 
 
 # --------------------------------------------------------------------------- show
@@ -210,4 +211,5 @@ def test_info_marks_torn_and_aborted_windows(cli, demo, tmp_path):
     statuses = {w["window"]: w["status"] for w in cli("info", root, "--json").json()["windows"]}
     assert statuses == {0: "complete", 3: "writing", 4: "aborted"}
     hint = cli("ls", root, "--window", "3")
-    assert hint.code == 0 and "--include-incomplete" in hint.err and "window_0003 (writing)" in hint.err
+    assert hint.code == 1 and "no records with window 3; windows: 0" in hint.err
+    assert "--include-incomplete" in hint.err and "window_0003 (writing)" in hint.err

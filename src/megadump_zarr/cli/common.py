@@ -11,7 +11,6 @@ import argparse
 from collections.abc import Iterator
 import contextlib
 from dataclasses import dataclass
-import fnmatch
 import json
 import os
 from pathlib import Path
@@ -22,8 +21,8 @@ from rich.console import Console
 
 __all__ = [
     "EXIT_CHECK_FAILED", "EXIT_OK", "EXIT_USAGE", "CliError", "Context", "add_filters", "add_global_flags",
-    "add_output_flags", "add_storage_options", "child_roots", "filter_records", "human_bytes", "open_dump_arg", "progress_on_stderr",
-    "record_select", "storage_options",
+    "FILTER_KEYS", "add_output_flags", "add_storage_options", "child_roots", "filter_records", "human_bytes",
+    "incomplete_hint", "matching_records", "no_records_error", "open_dump_arg", "progress_on_stderr", "record_select", "storage_options",
 ]
 
 EXIT_OK = 0
@@ -160,9 +159,32 @@ def _invocation(text: str) -> int | str:
     return int(text) if text.isdigit() else text
 
 
+def _core(text: str) -> int | str:
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    if not text or not text[-1].isdigit() or not text.rstrip("0123456789").replace("_", "").isalpha():
+        raise argparse.ArgumentTypeError(f"expected a core id (5) or core type and id (MIX5), got {text!r}")
+    return text
+
+
+FILTER_KEYS = ("rank", "window", "invocation", "kernel", "direction", "stage", "task", "owner", "core_type", "core",
+               "io", "name")
+"""The record filters the commands take (``--core-type`` is ``core_type``); see
+:func:`megadump_zarr.read.select.filter_mask` for what each value means."""
+
+
 def add_filters(parser: argparse.ArgumentParser, *, names: bool = True, incomplete: bool = True) -> None:
-    """The record filters shared by ls, stats, compare, show and plot."""
-    group = parser.add_argument_group("record filters")
+    """The record filters shared by ls, stats, compare, show and plot.
+
+    Args:
+        parser: The subcommand's parser.
+        names: Add ``--name`` (repeatable patterns).
+        incomplete: Add ``--include-incomplete``.
+    """
+    group = parser.add_argument_group("record filters",
+                                      "A filter that matches nothing is a failed check (exit 1): the message "
+                                      "names it and lists the values that exist.")
     group.add_argument("--rank", type=int, help="rank")
     group.add_argument("--window", type=int, help="window index")
     group.add_argument("--invocation", type=_invocation, metavar="ID|NAME",
@@ -173,10 +195,13 @@ def add_filters(parser: argparse.ArgumentParser, *, names: bool = True, incomple
     group.add_argument("--task", type=_invocation, metavar="ID|NAME",
                        help="L1 task id or task group name (task_000003_worker_001)")
     group.add_argument("--owner", type=int, metavar="ID", help="L1 owner id (e.g. the expert)")
+    group.add_argument("--core", type=_core, metavar="ID|TYPEID", help="L1 core: id (5) or type and id (MIX5)")
+    group.add_argument("--core-type", dest="core_type", metavar="TYPE", help="L1 core type: AIC, AIV or MIX")
     group.add_argument("--io", choices=("input", "output"), help="L1 port")
     if names:
         group.add_argument("--name", action="append", metavar="PATTERN",
-                           help="tensor name or shell-style pattern (repeatable: any of them)")
+                           help="tensor name or shell-style pattern (repeatable: any of them); a name equal to "
+                                "the pattern always matches, so names holding '/', '*' or '[' select themselves")
     if incomplete:
         group.add_argument("--include-incomplete", action="store_true",
                            help="also list records of aborted and torn (writing) windows")
@@ -184,51 +209,59 @@ def add_filters(parser: argparse.ArgumentParser, *, names: bool = True, incomple
 
 def record_select(args: argparse.Namespace) -> dict[str, Any]:
     """The filters given on the command line, by name (only those set)."""
-    keys = ("rank", "window", "invocation", "kernel", "direction", "stage", "task", "owner", "io", "name")
-    return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
-
-
-def _component(path: Any, index: int) -> Any:
-    parts = str(path).split("/")
-    return parts[index] if len(parts) > index else None
+    return {k: getattr(args, k) for k in FILTER_KEYS if getattr(args, k, None) is not None}
 
 
 def filter_records(frame: Any, args: argparse.Namespace) -> Any:
     """Rows of a ``records()`` frame matching the command-line filters."""
-    import pandas as pd
+    from megadump_zarr.read.select import select_records
 
-    select = record_select(args)
-    mask = pd.Series(True, index=frame.index)
+    return select_records(frame, record_select(args))
 
-    def equal(column: str, value: Any) -> Any:
-        values = frame[column]
-        return values.notna() & (values.astype(object) == value)
 
-    if "rank" in select:
-        mask &= equal("rank", select["rank"])
-    if "window" in select:
-        mask &= equal("window", select["window"])
-    if "invocation" in select:
-        value = select["invocation"]
-        mask &= equal("invocation", value) if isinstance(value, int) else equal("invocation_name", value)
-    for key in ("kernel", "direction", "io"):
-        if key in select:
-            mask &= equal(key, select[key])
-    if "owner" in select:
-        mask &= equal("owner_id", select["owner"])
-    if "stage" in select:
-        components = frame["group"].map(lambda g: _component(g, 4))
-        mask &= equal("stage", select["stage"]) | (components == select["stage"])
-    if "task" in select:
-        value = select["task"]
-        if isinstance(value, int):
-            mask &= equal("task_id", value)
-        else:
-            mask &= frame["group"].map(lambda g: str(g).rpartition("/")[2] == value)
-    if "name" in select:
-        patterns = list(select["name"])
-        mask &= frame["name"].map(lambda n: any(fnmatch.fnmatchcase(str(n), p) for p in patterns))
-    return frame[mask.to_numpy(dtype=bool)]
+def no_records_error(frame: Any, args: argparse.Namespace, where: str, *, extra: dict[str, Any] | None = None,
+                     hint: str = "") -> CliError:
+    """The failed check (exit 1) for filters that keep nothing of ``frame``: which filter and which values exist.
+
+    Args:
+        frame: The unfiltered ``records()`` frame.
+        args: The command line (its filters).
+        where: The dump, for the message.
+        extra: Further filters (e.g. the SELECTOR's tensor name).
+        hint: Appended to the message (e.g. incomplete windows that were not searched).
+    """
+    from megadump_zarr.read.select import no_match_message
+
+    select = {**record_select(args), **(extra or {})}
+    message = no_match_message(frame, select) or "no records match"
+    return CliError(f"{message} (in {where}){hint}", code=EXIT_CHECK_FAILED)
+
+
+def incomplete_hint(dump: Any, args: argparse.Namespace) -> str:
+    """``; pass --include-incomplete to see ...`` when the dump has windows that were not searched."""
+    if getattr(args, "include_incomplete", False):
+        return ""
+    windows = dump.windows()
+    incomplete = windows[windows["status"] != "complete"]
+    if not len(incomplete):
+        return ""
+    listed = ", ".join(f"{r.path} ({r.status})" for r in incomplete.itertuples())
+    return f" (complete windows only); pass --include-incomplete to see {listed}"
+
+
+def matching_records(dump: Any, args: argparse.Namespace, *, extra: dict[str, Any] | None = None) -> Any:
+    """The records of ``dump`` that the command-line filters (and ``extra``) keep.
+
+    Raises:
+        CliError: Nothing matches (exit 1), naming the filter and the values that exist.
+    """
+    from megadump_zarr.read.select import select_records
+
+    records = dump.records(include_incomplete=bool(getattr(args, "include_incomplete", False)))
+    selected = select_records(records, {**record_select(args), **(extra or {})})
+    if selected.empty:
+        raise no_records_error(records, args, dump.root, extra=extra, hint=incomplete_hint(dump, args))
+    return selected
 
 
 # ---------------------------------------------------------------------------------------------- dumps

@@ -8,7 +8,7 @@ import os
 import re
 from typing import Any
 
-from megadump_zarr.cli.common import CliError, filter_records
+from megadump_zarr.cli.common import CliError, matching_records
 from megadump_zarr.cli.render import is_missing
 
 __all__ = ["Selected", "flat_head", "select_tensor"]
@@ -67,37 +67,62 @@ def _listing(values: list[str]) -> str:
 
 def _flag_hint(message: str) -> str:
     """Translate the read API's keyword hints (``invocation=``) into the command's flags."""
-    for word in ("invocation", "stage", "io", "kernel", "task", "window", "rank"):
-        message = message.replace(f"{word}=:", f"--{word}:").replace(f"{word}= or", f"--{word} or")
-        message = message.replace(f"{word}=", f"--{word} ")
+    for word in ("invocation", "stage", "io", "kernel", "task", "window", "rank", "owner", "core_type", "core"):
+        flag = word.replace("_", "-")
+        message = message.replace(f"{word}=:", f"--{flag}:").replace(f"{word}= or", f"--{flag} or")
+        message = message.replace(f"{word}=", f"--{flag} ")
     return message
 
 
-def select_tensor(dump: Any, selector: str, args: argparse.Namespace) -> Selected:
+def _name_from_patterns(records: Any, patterns: list[str], root: str) -> str:
+    """The one tensor name that ``--name`` patterns select (``show``/``plot`` without a SELECTOR)."""
+    from megadump_zarr.read.select import filter_mask
+
+    names = sorted({str(n) for n in records[filter_mask(records, "name", patterns)]["name"]})
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        every = sorted({str(n) for n in records["name"]})
+        raise CliError(f"no tensor named {' or '.join(map(repr, patterns))} in {root}; tensors: {_listing(every) or 'none'}")
+    raise CliError(f"--name selects {len(names)} tensors in {root}: {_listing(names)}; give one name")
+
+
+def select_tensor(dump: Any, selector: str | None, args: argparse.Namespace) -> Selected:
     """Resolve SELECTOR: a record path relative to the root, or a tensor name narrowed by the filters.
 
-    A name matching one record gives that record; several records of one (invocation, stage, io, index)
-    are stitched with ``Dump.tensor`` (``--owner`` then keeps that owner's rows).
+    A tensor name is taken as it is, so names holding ``/`` select themselves; a record path (the
+    ``path`` column of ``ls``) is recognised by its ``rank_R/window_WWWW/...`` form. Without a SELECTOR,
+    ``--name`` names the tensor. A name matching one record gives that record; several records of one
+    (invocation, stage, io, index) are stitched with ``Dump.tensor``, which ``--owner``/``--core``/
+    ``--core-type`` narrow to that owner's or core's records.
+
+    Raises:
+        CliError: No such tensor or record (exit 2), filters that keep none of its records (exit 1, naming
+            the filter and the values that exist), or an ambiguous choice (exit 2, saying how to choose).
     """
     include = bool(getattr(args, "include_incomplete", False))
-    relative = _relative(dump, selector)
-    if _RECORD_PATH.match(relative):
-        records = dump.records(include_incomplete=True)
-        rows = records[records["path"] == relative]
+    everything = dump.records(include_incomplete=True if selector is not None else include)
+    patterns = [p for p in (getattr(args, "name", None) or [])]
+    if selector is None:
+        if not patterns:
+            raise CliError("give a SELECTOR (a record path or tensor name) or --name")
+        selector = _name_from_patterns(dump.records(include_incomplete=include), patterns, dump.root)
+    names = set(everything["name"].astype(str))
+    relative = selector if selector in names else _relative(dump, selector)
+    if relative not in names and (_RECORD_PATH.match(relative) or relative in set(everything["path"])):
+        rows = everything[everything["path"] == relative]
         try:
             data = dump.record_array(relative)
         except ValueError as error:
             raise CliError(f"{error}; list record paths with 'megadump ls {dump.root} --quiet'") from None
         return Selected(data, rows, relative)
-    if "/" in relative:
-        raise CliError(f"{selector!r} is neither a tensor name nor a record path (rank_R/window_WWWW/invocation_.../...) "
-                       f"of {dump.root}")
-    records = filter_records(dump.records(include_incomplete=include), args)
-    rows = records[records["name"] == relative]
-    if rows.empty:
-        names = sorted({str(n) for n in records["name"]})
-        raise CliError(f"no tensor named {relative!r} matches the filters in {dump.root}; tensors: "
-                       f"{_listing(names) or 'none'}")
+    if relative not in names:
+        what = "neither a tensor name nor a record path (rank_R/window_WWWW/invocation_.../...)" if "/" in relative \
+            else "not a tensor name"
+        listed = sorted(names)
+        raise CliError(f"no tensor named {relative!r} in {dump.root}: {what}; tensors: {_listing(listed) or 'none'}")
+    records = matching_records(dump, args, extra={"name": [relative]})
+    rows = records[records["name"].astype(str) == relative]
     if len(rows) == 1:
         path = str(rows["path"].iloc[0])
         return Selected(dump.record_array(path), rows, path)
@@ -109,8 +134,9 @@ def select_tensor(dump: Any, selector: str, args: argparse.Namespace) -> Selecte
             value = _unique(rows, column)
         if value is not None:
             select[key] = value
-    if getattr(args, "task", None) is not None:
-        select["task"] = args.task
+    for key in ("task", "owner", "core", "core_type"):
+        if getattr(args, key, None) is not None:
+            select[key] = getattr(args, key)
     select.setdefault("rank", 0)
     if rows["io"].isna().all():  # L0: every record is a whole tensor; several means an ambiguous choice
         options = [f"{r.path}" for r in rows.itertuples()]
@@ -121,15 +147,12 @@ def select_tensor(dump: Any, selector: str, args: argparse.Namespace) -> Selecte
     except ValueError as error:
         raise CliError(_flag_hint(str(error))) from None
     notes = []
-    owner = getattr(args, "owner", None)
-    if owner is not None and "owner_id" in data.coords and data.ndim:
-        mask = data.coords["owner_id"].values == owner
-        data = data.isel({data.dims[0]: mask})
-        notes.append(f"rows of owner {owner}")
-    used = rows
+    for key, label in (("owner", "owner"), ("core", "core"), ("core_type", "core type")):
+        if getattr(args, key, None) is not None:
+            notes.append(f"records of {label} {getattr(args, key)}")
     if "path" in rows.columns and data.attrs.get("records") is not None and data.attrs["records"] != len(rows):
         notes.append(f"stitched from {data.attrs['records']} records")
-    return Selected(data, used, None, notes)
+    return Selected(data, rows, None, notes)
 
 
 def flat_head(data: Any, n: int) -> Any:

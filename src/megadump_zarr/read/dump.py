@@ -41,9 +41,11 @@ from megadump_zarr.read.location import DumpLocation, open_location, store_path
 from megadump_zarr.read.select import (
     check_tensor_choice,
     listing,
+    no_match_message,
     pick_groups,
     pick_tensor_rows,
     pick_windows,
+    select_records,
     single_group,
 )
 from megadump_zarr.read.stitch import Piece, stitch
@@ -178,14 +180,31 @@ class Dump:
         return pick_windows(self._scan(), rank, window, self.root)
 
     def _groups(self, rank: int, window: int | None, invocation: int | str | None, stage: str | None,
-                task: int | str | None) -> list[DataGroup]:
+                task: int | str | None, owner: int | None = None, core: int | str | None = None) -> list[DataGroup]:
         infos = self._windows_for(rank, window)
-        return pick_groups(infos, lambda info: data_groups(info, self._nodes(info)), rank, invocation, stage, task,
-                           self.root)
+        select = {"owner": owner, "core": core}
+
+        def groups_of(info: WindowInfo) -> list[DataGroup]:
+            groups = data_groups(info, self._nodes(info))
+            if owner is None and core is None:
+                return groups
+            keep = set(select_records(self._window_frame(info), select)["group"])
+            return [g for g in groups if g.key in keep]
+
+        try:
+            return pick_groups(infos, groups_of, rank, invocation, stage, task, self.root)
+        except ValueError:
+            if owner is None and core is None:
+                raise
+            frame = pd.concat([self._window_frame(info) for info in infos])
+            why = no_match_message(frame, {"invocation": invocation, "stage": stage, "task": task, **select},
+                                   what="data groups") or "no data group matches"
+            raise ValueError(f"{why} (rank {rank} window(s) {[w.window for w in infos]} of {self.root})") from None
 
     # ------------------------------------------------------------------ xarray views
     def dataset(self, *, rank: int = 0, window: int | None = None, invocation: int | str | None = None,
-                stage: str | None = None, task: int | str | None = None) -> xr.Dataset:
+                stage: str | None = None, task: int | str | None = None, owner: int | None = None,
+                core: int | str | None = None) -> xr.Dataset:
         """One data group as a lazy ``xarray.Dataset``: an L0 invocation group or an L1 task group.
 
         The Dataset is what ``xr.open_zarr(group)`` gives (dask-backed, dimension names and
@@ -200,11 +219,15 @@ class Dump:
             stage: L1 stage name (original or path component); default: the only matching one.
             task: L1 task id (int) or task group name (``task_000003_worker_001``); default: the only
                 matching one.
+            owner: L1 owner id (e.g. the expert): only task groups holding that owner's records.
+            core: L1 core id, or core type and id (``"MIX5"``): only task groups that ran there.
 
         Raises:
-            ValueError: No match, or several matches (the message lists them).
+            ValueError: No match (the message names the filter that left nothing and the values that
+                exist), or several matches (the message lists them).
         """
-        return self._open_group(single_group(self._groups(rank, window, invocation, stage, task)))
+        groups = self._groups(rank, window, invocation, stage, task, owner, core)
+        return self._open_group(single_group(groups))
 
     def _info(self, key: str) -> WindowInfo:
         window_key = "/".join(key.split("/")[:2])
@@ -348,13 +371,16 @@ class Dump:
 
     def tensor(self, name: str, *, rank: int = 0, window: int | None = None, invocation: int | str | None = None,
                stage: str | None = None, io: str | None = None, kernel: str | None = None,
-               task: int | str | None = None) -> xr.DataArray:
+               task: int | str | None = None, owner: int | None = None, core: int | str | None = None,
+               core_type: str | None = None) -> xr.DataArray:
         """A logical tensor as a lazy ``DataArray``.
 
         L0: the stored array (``record_array``). L1: stitched along axis 0 from its task records (see
         :mod:`megadump_zarr.read.stitch`): ordered by global row, rows no task captured are absent,
         rows captured twice are checked equal when computed, coordinates ``task_id``/``owner_id``/
-        ``core_id``/``worker`` per row and ``da.sel(owner_id=k)`` selects owner ``k``'s rows.
+        ``core_type``/``core_id``/``worker`` per row and ``da.sel(owner_id=k)`` selects owner ``k``'s rows.
+        ``owner=``/``core=`` stitch only the records of that owner or core: exactly its rows, each with
+        its own task, owner and core coordinates (rows another owner also captured are not borrowed).
         Truncated records (L0 or L1) are given in logical shape, NaN where not captured.
 
         Args:
@@ -366,6 +392,9 @@ class Dump:
             io: ``input`` or ``output`` (L1); required when the tensor is both.
             kernel: Kernel name, to choose among invocations.
             task: L1 task id or task group name: only that task's record(s).
+            owner: L1 owner id (e.g. the expert): only that owner's record(s).
+            core: L1 core id, or core type and id (``"MIX5"``): only the record(s) of tasks that ran there.
+            core_type: L1 core type (``"AIC"``, ``"AIV"``, ``"MIX"``): only records of tasks on such cores.
 
         Raises:
             ValueError: Unknown tensor, an ambiguous choice (the message lists the options), or L1
@@ -374,7 +403,8 @@ class Dump:
         """
         infos = self._windows_for(rank, window)
         rows = pick_tensor_rows(infos, self._window_frame, name, rank=rank, invocation=invocation, stage=stage,
-                                io=io, kernel=kernel, task=task, root=self.root)
+                                io=io, kernel=kernel, task=task, root=self.root, owner=owner, core=core,
+                                core_type=core_type)
         if not check_tensor_choice(name, rows):
             return self.record_array(rows["path"].iloc[0])
         return self._stitched(name, rows)
@@ -408,6 +438,7 @@ class Dump:
                 dims=(tuple(attrs["logicalDims"]) if isinstance(attrs.get("logicalDims"), list) else None) if truncated
                 else tuple(doc.get("dimension_names") or ()) or None,
                 task_id=_int_or(row.task_id), owner_id=_int_or(row.owner_id), core_id=_int_or(row.core_id),
+                core_type="" if not isinstance(row.core_type, str) else row.core_type,
                 worker=_int_or(row.worker), truncated=truncated,
             ))
         first = rows.iloc[0]
@@ -423,6 +454,25 @@ class Dump:
             attrs["declaredShape"] = list(declared)
             attrs["missingRows"] = max(0, int(declared[0]) - captured)
         return stitch(pieces, name=name, attrs=attrs)
+
+    # ------------------------------------------------------------------ integrity
+    def verify(self, *, deep: bool = False) -> Any:
+        """Check every committed window: documents parse and agree, chunks are present, checksums hold.
+
+        See :mod:`megadump_zarr.verify` (``megadump verify``). Nothing is raised for a damaged window:
+        each problem is listed in the report (window, key, what).
+
+        Args:
+            deep: Also recompute every record's stored statistics from its data and compare.
+
+        Returns:
+            A ``megadump_zarr.verify.VerifyReport`` (``.ok``, ``.problems``, ``.to_dict()``).
+        """
+        from megadump_zarr.verify import verify_dump
+
+        store = self.store
+        inner = store._store if isinstance(store, IntegrityStore) else store
+        return verify_dump(inner, deep=deep)
 
     # ------------------------------------------------------------------ display
     def __repr__(self) -> str:

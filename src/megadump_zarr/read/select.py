@@ -1,5 +1,11 @@
 """Choosing what a ``Dump`` read means: windows, data groups and tensor records by rank, window,
-invocation, stage, io, kernel and task, and the "choose one of" errors when a choice is ambiguous.
+invocation, stage, io, kernel, task, owner and core, and the "choose one of" errors when a choice is
+ambiguous.
+
+The record filters (:data:`FILTERS`, :func:`filter_mask`, :func:`select_records`) are what ``Dump.tensor``,
+``Dump.dataset`` and every ``megadump`` command that takes ``--owner``/``--core``/... apply to a
+``records()`` frame; :func:`no_match_message` says, when they match nothing, which filter emptied the
+selection and which values exist there ("no records with owner 9; owners: 0, 1, 2, 3").
 
 Everything here works on catalogue metadata (``WindowInfo``, ``DataGroup``, ``records()`` frames);
 nothing reads chunk data.
@@ -7,15 +13,24 @@ nothing reads chunk data.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+import fnmatch
+import re
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from megadump_zarr.read.catalog import DataGroup, WindowInfo
 
 __all__ = [
+    "FILTERS",
+    "RecordFilter",
     "check_tensor_choice",
+    "filter_mask",
+    "no_match_message",
+    "select_records",
     "describe_group",
     "listing",
     "match_invocation",
@@ -23,6 +38,7 @@ __all__ = [
     "pick_tensor_rows",
     "pick_windows",
     "single_group",
+    "stage_component",
 ]
 
 _LIST_LIMIT = 24
@@ -155,7 +171,8 @@ def single_group(groups: list[DataGroup]) -> DataGroup:
 
 def pick_tensor_rows(infos: list[WindowInfo], frame_of: Callable[[WindowInfo], pd.DataFrame], name: str, *,
                      rank: int, invocation: int | str | None, stage: str | None, io: str | None,
-                     kernel: str | None, task: int | str | None, root: str) -> pd.DataFrame:
+                     kernel: str | None, task: int | str | None, root: str, owner: int | None = None,
+                     core: int | str | None = None, core_type: str | None = None) -> pd.DataFrame:
     """The ``records()`` rows of tensor ``name`` in the first window in ``infos`` that has any matching.
 
     Args:
@@ -169,32 +186,30 @@ def pick_tensor_rows(infos: list[WindowInfo], frame_of: Callable[[WindowInfo], p
         kernel: Kernel name; None: any.
         task: L1 task id or task group name; None: any.
         root: The dump root, for messages.
+        owner: L1 owner id (e.g. the expert); None: any.
+        core: L1 core id, or core type and id (``MIX5``); None: any.
+        core_type: L1 core type (``AIC``, ``AIV``, ``MIX``); None: any.
 
     Raises:
-        ValueError: No record matches (the message lists the tensors of those windows).
+        ValueError: No record matches: the message names the filter that left nothing and the values
+            that exist, or lists the tensors of those windows when none is named ``name``.
     """
+    select = {"invocation": invocation, "kernel": kernel, "stage": stage, "io": io, "task": task, "owner": owner,
+              "core_type": core_type, "core": core}
+    named = []
     for info in infos:
         frame = frame_of(info)
-        selected = frame[frame["name"] == name]
-        if invocation is not None:
-            selected = selected[[match_invocation(invocation, i, n) for i, n in
-                                 zip(selected["invocation"], selected["invocation_name"])]]
-        if kernel is not None:
-            selected = selected[selected["kernel"] == kernel]
-        if stage is not None:
-            components = selected["group"].map(lambda g: g.split("/")[4] if g.count("/") >= 4 else None)
-            selected = selected[(selected["stage"] == stage) | (components == stage)]
-        if io is not None:
-            selected = selected[selected["io"] == io]
-        if task is not None:
-            if isinstance(task, str):
-                selected = selected[selected["group"].map(lambda g: g.rpartition("/")[2] == task)]
-            else:
-                selected = selected[selected["task_id"] == int(task)]
+        of_name = frame[frame["name"] == name]
+        selected = select_records(of_name, select)
         if len(selected):
             return selected
+        named.append(of_name)
+    windows = [w.window for w in infos]
+    if any(len(f) for f in named):
+        why = no_match_message(pd.concat(named), select, what=f"records of tensor {name!r}")
+        raise ValueError(f"{why} (rank {rank} window(s) {windows} of {root})")
     names = sorted({n for info in infos for n in frame_of(info)["name"]})
-    raise ValueError(f"no tensor {name!r} matches in rank {rank} window(s) {[w.window for w in infos]} of "
+    raise ValueError(f"no tensor {name!r} matches in rank {rank} window(s) {windows} of "
                      f"{root}; tensors: {listing(names) or 'none'}")
 
 
@@ -231,3 +246,216 @@ def check_tensor_choice(name: str, rows: pd.DataFrame) -> bool:
         raise ValueError(f"tensor {name!r} matches {len(frame)} (invocation, stage, io, index) choices; "
                          f"choose with {what}: {listing(options)}")
     return True
+
+
+# ---------------------------------------------------------------------------------------------- record filters
+@dataclass(frozen=True)
+class RecordFilter:
+    """One record filter: its keyword, the ``records()`` column it reads and how messages name it.
+
+    Args:
+        key: The keyword (``owner``, ``core_type``, ...), also the CLI flag (``--owner``, ``--core-type``).
+        column: The ``records()`` column.
+        label: Singular, for messages (``owner``).
+        plural: Plural, for the list of existing values (``owners``).
+    """
+
+    key: str
+    column: str
+    label: str
+    plural: str
+
+    def __post_init__(self) -> None:
+        for name in ("key", "column", "label", "plural"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ValueError(f"RecordFilter.{name} must be a non-empty string, got {getattr(self, name)!r}")
+
+
+FILTERS = (
+    RecordFilter("rank", "rank", "rank", "ranks"),
+    RecordFilter("window", "window", "window", "windows"),
+    RecordFilter("invocation", "invocation", "invocation", "invocations"),
+    RecordFilter("kernel", "kernel", "kernel", "kernels"),
+    RecordFilter("direction", "direction", "direction", "directions"),
+    RecordFilter("stage", "stage", "stage", "stages"),
+    RecordFilter("task", "task_id", "task", "tasks"),
+    RecordFilter("owner", "owner_id", "owner", "owners"),
+    RecordFilter("core_type", "core_type", "core type", "core types"),
+    RecordFilter("core", "core_id", "core", "cores"),
+    RecordFilter("io", "io", "io", "io values"),
+    RecordFilter("name", "name", "name", "names"),
+)
+"""The record filters, in the order they are applied and explained."""
+
+_BY_KEY = {f.key: f for f in FILTERS}
+_CORE = re.compile(r"^([A-Za-z_]+)(\d+)$")
+
+
+def stage_component(group: Any) -> str | None:
+    """The stage path component of an L1 data group path (``.../invocation_X/stages/<stage>/task_Y``)."""
+    parts = str(group).split("/")
+    return parts[4] if len(parts) > 4 and parts[3] == "stages" else None
+
+
+def _column(frame: pd.DataFrame, name: str) -> pd.Series:
+    if name in frame.columns:
+        return frame[name]
+    return pd.Series([None] * len(frame), index=frame.index, dtype=object)
+
+
+def _equal(values: pd.Series, value: Any) -> np.ndarray:
+    present = values.notna().to_numpy(dtype=bool)
+    out = np.zeros(len(values), dtype=bool)
+    if not present.any():
+        return out
+    kept = values[present]
+    if isinstance(value, (bool, np.bool_)):
+        return out
+    if isinstance(value, (int, np.integer)):
+        numeric = pd.to_numeric(kept, errors="coerce")
+        out[present] = (numeric == int(value)).fillna(False).to_numpy(dtype=bool)
+    else:
+        out[present] = (kept.astype(str) == str(value)).to_numpy(dtype=bool)
+    return out
+
+
+def _as_int(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    return value
+
+
+def _core_text(core_type: Any, core_id: Any) -> str | None:
+    if core_type is None or pd.isna(core_type):
+        return None if core_id is None or pd.isna(core_id) else str(int(core_id))
+    return f"{core_type}{'' if core_id is None or pd.isna(core_id) else int(core_id)}"
+
+
+def filter_mask(frame: pd.DataFrame, key: str, value: Any) -> np.ndarray:
+    """Which rows of a ``records()`` frame one filter keeps.
+
+    Values: ``rank``/``window``/``owner``: an int; ``invocation``: an id, or a group name
+    (``invocation_000002_forward``); ``task``: an id, or a task group name (``task_000003``);
+    ``stage``: the stage name or its path component; ``core``: a core id (``5``), or type and id
+    (``MIX5``, any letter case); ``core_type``: ``AIC``/``AIV``/``MIX`` (any letter case); ``kernel``,
+    ``direction``, ``io``: the value; ``name``: a name, a shell-style pattern, or a list of them (a
+    name that equals a pattern matches, so names holding ``*``, ``[`` or ``/`` select themselves).
+    A list (or tuple/set) of values for any other key keeps rows matching any of them. A row missing
+    the column's value (an L0 row's owner) never matches.
+
+    Args:
+        frame: A ``records()`` frame (or part of one).
+        key: The filter (a key of :data:`FILTERS`).
+        value: The wanted value.
+
+    Raises:
+        ValueError: An unknown filter key.
+    """
+    spec = _BY_KEY.get(key)
+    if spec is None:
+        raise ValueError(f"unknown record filter {key!r}; filters: {', '.join(_BY_KEY)}")
+    if key == "name":
+        patterns = [value] if isinstance(value, str) else [str(v) for v in value]
+        names = _column(frame, "name")
+        return np.array([isinstance(n, str) and any(n == p or fnmatch.fnmatchcase(n, p) for p in patterns)
+                         for n in names], dtype=bool)
+    if isinstance(value, (list, tuple, set, frozenset, range)):
+        out = np.zeros(len(frame), dtype=bool)
+        for v in value:
+            out |= filter_mask(frame, key, v)
+        return out
+    value = _as_int(value)
+    if key == "invocation" and isinstance(value, str):
+        return _equal(_column(frame, "invocation_name"), value)
+    if key == "task" and isinstance(value, str):
+        groups = _column(frame, "group")
+        return np.array([isinstance(g, str) and g.rpartition("/")[2] == value for g in groups], dtype=bool)
+    if key == "stage":
+        components = _column(frame, "group").map(stage_component)
+        return _equal(_column(frame, "stage"), value) | _equal(components, value)
+    if key == "core_type":
+        return _equal(_column(frame, "core_type").map(lambda t: t.upper() if isinstance(t, str) else t), str(value).upper())
+    if key == "core" and isinstance(value, str):
+        match = _CORE.match(value.strip())
+        if match is None:
+            return np.zeros(len(frame), dtype=bool)
+        wanted = f"{match.group(1).upper()}{int(match.group(2))}"
+        texts = [_core_text(t, i) for t, i in zip(_column(frame, "core_type"), _column(frame, "core_id"))]
+        return np.array([t is not None and t.upper() == wanted for t in texts], dtype=bool)
+    return _equal(_column(frame, spec.column), value)
+
+
+def _active(select: Mapping[str, Any]) -> list[tuple[RecordFilter, Any]]:
+    unknown = [k for k in select if k not in _BY_KEY]
+    if unknown:
+        raise ValueError(f"unknown record filter {unknown[0]!r}; filters: {', '.join(_BY_KEY)}")
+    return [(f, select[f.key]) for f in FILTERS if select.get(f.key) is not None]
+
+
+def select_records(frame: pd.DataFrame, select: Mapping[str, Any]) -> pd.DataFrame:
+    """The rows of ``frame`` that every filter in ``select`` keeps (filters left at None are ignored).
+
+    Args:
+        frame: A ``records()`` frame.
+        select: ``{filter key: value}`` (see :func:`filter_mask`).
+
+    Raises:
+        ValueError: An unknown filter key.
+    """
+    mask = np.ones(len(frame), dtype=bool)
+    for spec, value in _active(select):
+        mask &= filter_mask(frame, spec.key, value)
+    return frame[mask]
+
+
+def _shown(spec: RecordFilter, value: Any) -> str:
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return " or ".join(_shown(spec, v) for v in value)
+    return repr(value) if isinstance(value, str) and spec.key in ("name", "stage", "kernel") else str(value)
+
+
+def _existing(frame: pd.DataFrame, spec: RecordFilter) -> list[str]:
+    if spec.key == "core":
+        values = {_core_text(t, i) for t, i in zip(_column(frame, "core_type"), _column(frame, "core_id"))}
+        return sorted(v for v in values if v is not None)
+    if spec.key == "invocation":
+        values = {(int(i), str(n)) for i, n in zip(_column(frame, "invocation"), _column(frame, "invocation_name"))
+                  if i is not None and not pd.isna(i)}
+        return [f"{i} ({n})" for i, n in sorted(values)]
+    values = [v for v in _column(frame, spec.column) if v is not None and not (not isinstance(v, str) and pd.isna(v))]
+    if spec.key == "stage":
+        return list(dict.fromkeys(str(v) for v in values))  # execution order
+    unique = set(int(v) if isinstance(v, (int, np.integer, float, np.floating)) else str(v) for v in values)
+    return [str(v) for v in sorted(unique, key=lambda v: (isinstance(v, str), v))]
+
+
+def no_match_message(frame: pd.DataFrame, select: Mapping[str, Any], what: str = "records") -> str | None:
+    """Why ``select`` keeps no row of ``frame``: the first filter (in :data:`FILTERS` order) that leaves
+    nothing, and the values its column takes among the rows the filters before it kept.
+
+    ``no records with owner 9; owners: 0, 1, 2, 3``; ``no records with stage 'x' among those with
+    invocation 2; stages there: expert_up, expert_down``. None when some row matches.
+
+    Args:
+        frame: A ``records()`` frame.
+        select: The filters (see :func:`select_records`).
+        what: What the rows are, for the message (``records``, ``records of tensor 'ws'``).
+    """
+    if len(frame) == 0:
+        return f"no {what}"
+    kept = frame
+    before: list[str] = []
+    for spec, value in _active(select):
+        narrowed = kept[filter_mask(kept, spec.key, value)]
+        if len(narrowed) == 0:
+            existing = _existing(kept, spec)
+            among = f" among those with {' and '.join(before)}" if before else ""
+            there = " there" if before else ""
+            if existing:
+                return f"no {what} with {spec.label} {_shown(spec, value)}{among}; {spec.plural}{there}: {listing(existing)}"
+            return f"no {what} with {spec.label} {_shown(spec, value)}{among}: they have no {spec.label}" + (
+                " (L0 records have no stage, task, owner, core or io)" if spec.key in
+                ("stage", "task", "owner", "core", "core_type", "io") else "")
+        kept = narrowed
+        before.append(f"{spec.label} {_shown(spec, value)}")
+    return None

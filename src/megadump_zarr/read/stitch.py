@@ -20,8 +20,10 @@ The result is ordered by global row, one entry per distinct row:
   records and the rows. Only the blocks that hold duplicated rows pay for the check.
 
 Coordinates along the split dimension: the global index (named as the dimension, an index), and
-per-row ``task_id``, ``owner_id``, ``core_id`` and ``worker`` of the record the row comes from (``-1``
-where a task has no owner or no fixed worker). ``owner_id`` carries an index, so ``da.sel(owner_id=3)``
+per-row ``task_id``, ``owner_id``, ``core_type``, ``core_id`` and ``worker`` of the record the row comes
+from (``-1`` where a task has no owner or no fixed worker, ``""`` for an unknown core type); they all lie
+along the one split dimension, so selecting rows by one of them (``da.sel(owner_id=2)``) keeps the others
+aligned: owner 2's rows come with their own task, core type and core id. ``owner_id`` carries an index, so ``da.sel(owner_id=3)``
 returns exactly owner 3's rows (scalar labels; the index is not unique, so list labels are refused by
 pandas). Select by the other per-row coordinates with a mask, ``da.isel(token=da.task_id.values == t)``
 (``da.where(..., drop=True)`` works too, except for bfloat16/float8 data, which xarray's ``where``
@@ -60,6 +62,7 @@ class Piece:
         core_id: Core id (``-1`` for unknown).
         worker: Worker id (``-1`` for any worker).
         truncated: Whether the record is a truncated (NaN-padded) view.
+        core_type: Core type (``AIC``/``AIV``/``MIX``; empty when unknown).
     """
 
     path: str
@@ -71,6 +74,7 @@ class Piece:
     core_id: int = -1
     worker: int = -1
     truncated: bool = False
+    core_type: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
 
 
@@ -225,6 +229,8 @@ def stitch(pieces: Sequence[Piece], *, name: str, dims: Sequence[str] | None = N
         dims[0]: (dims[0], unique_rows),
         "task_id": (dims[0], per_row("task_id")),
         "owner_id": (dims[0], per_row("owner_id")),
+        "core_type": (dims[0], np.array([p.core_type for p in pieces], dtype=object)[piece_of].astype(str)
+                      if piece_of.size else np.zeros(0, dtype=str)),
         "core_id": (dims[0], per_row("core_id")),
         "worker": (dims[0], per_row("worker")),
     }

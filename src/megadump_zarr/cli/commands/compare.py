@@ -9,7 +9,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from megadump_zarr.cli.common import (
     EXIT_CHECK_FAILED, EXIT_OK, CliError, Context, add_filters, add_output_flags, add_storage_options, filter_records,
-    open_dump_arg, storage_options,
+    incomplete_hint, no_records_error, open_dump_arg, storage_options,
 )
 from megadump_zarr.cli.compare_table import compare_table
 from megadump_zarr.cli.render import print_fitted
@@ -147,10 +147,11 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     options = storage_options(args)
     dump_a, dump_b = open_dump_arg(args.a, options), open_dump_arg(args.b, options)
     include = bool(args.include_incomplete)
-    records_a = filter_records(dump_a.records(include_incomplete=include), args)
+    all_a = dump_a.records(include_incomplete=include)
+    records_a = filter_records(all_a, args)
     records_b = filter_records(dump_b.records(include_incomplete=include), args)
     if records_a.empty and records_b.empty:
-        raise CliError(f"no records to compare: none match the filters in {args.a} or {args.b}")
+        raise no_records_error(all_a, args, f"{args.a} or {args.b}", hint=incomplete_hint(dump_a, args))
     total = len(set(records_a["path"]) | set(records_b["path"]))
     if ctx.progress:
         with Progress(TextColumn("comparing records"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

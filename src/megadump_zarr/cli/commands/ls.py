@@ -6,12 +6,12 @@ import argparse
 from typing import Any
 
 from megadump_zarr.cli.common import (
-    EXIT_OK, Context, add_filters, add_output_flags, add_storage_options, filter_records, human_bytes, open_dump_arg,
+    EXIT_OK, Context, add_filters, add_output_flags, add_storage_options, human_bytes, matching_records, open_dump_arg,
     storage_options,
 )
 from megadump_zarr.cli.render import Column, cell, fit_table, is_missing, print_fitted
 
-__all__ = ["no_match_hint", "register", "selected_records"]
+__all__ = ["register", "selected_records"]
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``ls``."""
@@ -28,22 +28,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def selected_records(args: argparse.Namespace) -> tuple[Any, Any]:
-    """Open ``args.path`` and return ``(dump, filtered records)``."""
+    """Open ``args.path`` and return ``(dump, filtered records)``.
+
+    Raises:
+        CliError: The filters match nothing (exit 1; the message names the filter and the values that exist).
+    """
     dump = open_dump_arg(args.path, storage_options(args))
-    records = dump.records(include_incomplete=bool(getattr(args, "include_incomplete", False)))
-    return dump, filter_records(records, args)
-
-
-def no_match_hint(dump: Any, args: argparse.Namespace) -> str:
-    """Why nothing matched: the filters, or windows that are not complete."""
-    if getattr(args, "include_incomplete", False):
-        return "no records match"
-    windows = dump.windows()
-    incomplete = windows[windows["status"] != "complete"]
-    if len(incomplete):
-        listed = ", ".join(f"{r.path} ({r.status})" for r in incomplete.itertuples())
-        return f"no records match in complete windows; pass --include-incomplete to see {listed}"
-    return "no records match"
+    return dump, matching_records(dump, args)
 
 
 def _status_style(row: Any) -> str | None:
@@ -101,9 +92,6 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     if ctx.quiet:
         for path in records["path"]:
             ctx.console.print(str(path), highlight=False, soft_wrap=True)
-        return EXIT_OK
-    if records.empty:
-        ctx.err.print(no_match_hint(dump, args), highlight=False)
         return EXIT_OK
     columns = list(COLUMNS)
     if records["rank"].nunique() <= 1:

@@ -21,11 +21,12 @@ _STATS = ("min", "max", "mean", "l2norm", "nan_count", "inf_count")
 def add_selector(parser: argparse.ArgumentParser) -> None:
     """PATH, SELECTOR and the filters that narrow a tensor name."""
     parser.add_argument("path", metavar="PATH", help="dump root: directory or URL")
-    parser.add_argument("selector", metavar="SELECTOR",
+    parser.add_argument("selector", metavar="SELECTOR", nargs="?",
                         help="a record path relative to the root (the 'path' column of 'megadump ls'), or a tensor "
-                             "name narrowed by the filters; several L1 records of one tensor are stitched along "
-                             "axis 0 (Dump.tensor)")
-    add_filters(parser, names=False)
+                             "name (taken as it is: names holding '/' work) narrowed by the filters; several L1 "
+                             "records of one tensor are stitched along axis 0 (Dump.tensor), --owner/--core keep "
+                             "that owner's or core's records; without SELECTOR, --name names the tensor")
+    add_filters(parser)
     add_storage_options(parser)
     add_output_flags(parser)
 

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from megadump_zarr.cli.common import EXIT_OK, Context, add_filters, add_output_flags, add_storage_options
-from megadump_zarr.cli.commands.ls import no_match_hint, selected_records
+from megadump_zarr.cli.commands.ls import selected_records
 from megadump_zarr.cli.render import Column, fit_table, is_missing, location, location_parts, print_fitted
 
 __all__ = ["register"]
@@ -62,8 +62,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     if ctx.json:
         ctx.emit_json(records[[c for c in JSON_COLUMNS if c in records.columns]].to_dict(orient="records"))
         return EXIT_OK
-    if records.empty:
-        ctx.err.print(no_match_hint(dump, args), highlight=False)
+    if records.empty:  # --nonfinite: nothing to show is the good answer
+        ctx.note("no records with NaN or Inf")
         return EXIT_OK
     if records["min"].isna().all() and records["nan_count"].isna().all():
         ctx.err.print("[yellow]warning:[/yellow] these records carry no statistics (dump written with stats=False)")
