@@ -132,7 +132,7 @@ def test_missing_records_and_shape_mismatch():
     missing_b = by_name[("extra", "output", 2)]
     assert missing_b.verdict == "missing" and missing_b.note == "only in dump b"
     err = by_name[("x", "input", 0)]
-    assert err.verdict == "error" and "shape mismatch" in err.note
+    assert err.verdict == "shape_mismatch" and err.note == "shape 6×4 vs 4×6; not compared"
     # b-only record sits in execution order (after task 2's output y)
     order = [(r.name, r.task_id) for r in result.itertuples()]
     assert order.index(("extra", 2)) == order.index(("y", 2)) + 1
@@ -159,13 +159,17 @@ def test_unreadable_record_is_an_error_row():
     assert row.verdict == "error" and "KeyError" in row.note
 
 
-def test_tolerances_add_allclose_column():
+def test_float64_default_tolerance_and_user_tolerances():
     other = perturbed({(0, "zeta", 0, "input", 0, "x"): lambda a: a + 1e-4})
-    loose = compare(FakeDump(BASE), FakeDump(other))
-    assert (loose.verdict == "pass").all() and loose.allclose.isna().all()
-    tight = compare(FakeDump(BASE), FakeDump(other), atol=1e-5)
-    assert tight.allclose.tolist() == [False, True, True, True, True, True]
-    assert first_divergence(tight)["name"] == "x"
+    default = compare(FakeDump(BASE), FakeDump(other))  # float64: rtol 1e-7, atol 1e-7
+    assert default.allclose.tolist() == [False, True, True, True, True, True]
+    assert default.verdict.tolist() == ["fail"] + ["pass"] * 5
+    assert (default.rtol == 1e-7).all() and (default.atol == 1e-7).all()
+    x = default.iloc[0]
+    assert x.mismatches == 24 and x.first_mismatch == (0, 0) and x.worst_index is not None
+    loose = compare(FakeDump(BASE), FakeDump(other), atol=1e-3)  # rtol keeps its default
+    assert (loose.verdict == "pass").all() and (loose.atol == 1e-3).all() and (loose.rtol == 1e-7).all()
+    assert first_divergence(default)["name"] == "x" and first_divergence(loose) is None
 
 
 def test_progress_bar_runs(capsys):

@@ -311,7 +311,7 @@ def test_dask_xarray_and_zarr_inputs(tmp_path):
 
 def test_shape_mismatch_is_an_error_row_not_an_exception():
     row = compare(np.zeros((3, 4)), np.zeros((4, 3)), names="w").iloc[0]
-    assert row.verdict == "error" and "shape mismatch" in row.note
+    assert row.verdict == "shape_mismatch" and row.note == "shape 3×4 vs 4×3; not compared"
     assert row["name"] == "w" and row.shape_a == (3, 4) and row.shape_b == (4, 3)
     with pytest.raises(ValueError, match="shape mismatch"):
         compute_metrics(np.zeros(2), np.zeros(3))
@@ -319,6 +319,8 @@ def test_shape_mismatch_is_an_error_row_not_an_exception():
 
 def test_complex_input_is_an_error_row():
     row = compare(np.ones(3, dtype=complex), np.ones(3)).iloc[0]
+    assert row.verdict == "dtype_mismatch" and "complex" in row.note
+    row = compare(np.ones(3, dtype=complex), np.ones(3, dtype=complex)).iloc[0]
     assert row.verdict == "error" and "complex" in row.note
 
 

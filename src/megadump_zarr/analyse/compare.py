@@ -10,12 +10,14 @@ The dump-level functions use only three methods of a dump (``megadump_zarr.read.
 * ``record_array(path)``: one record as a lazy DataArray in its logical shape;
 * ``tensor(name, **select)``: a named tensor, L0 array or stitched L1 view, as a lazy DataArray.
 
+A ``Dump`` from :func:`megadump_zarr.read.open_dump` is read faster: each record's zarr array
+directly, chunk-aligned, both sides decoded in parallel threads (:mod:`megadump_zarr.analyse.pairs`).
 Arrays are never loaded whole: :mod:`megadump_zarr.analyse.metrics` reads them block by block.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 import contextlib
 import math
 from typing import Any
@@ -40,63 +42,29 @@ from megadump_zarr.analyse.matching import (
     reference_names,
     scalar,
 )
-from megadump_zarr.analyse.metrics import DEFAULT_BLOCK_BYTES, compute_metrics, dtype_name, shape_of
-from megadump_zarr.analyse.verdict import verdict
+from megadump_zarr.analyse.metrics import DEFAULT_BLOCK_BYTES, dtype_name, shape_of
+from megadump_zarr.analyse.pairs import METRIC_COLUMNS, RecordPair, compare_pair, compare_record, empty_row
+from megadump_zarr.analyse.verdict import FAILING, RULES_TEXT, check_tolerance
 
-__all__ = ["KEY_COLUMNS", "RESULT_COLUMNS", "compare", "execution_order", "first_divergence", "first_nonfinite"]
+__all__ = ["KEY_COLUMNS", "LINEAGE_COLUMNS", "RESULT_COLUMNS", "compare", "execution_order", "first_divergence",
+           "first_nonfinite"]
 
-METRIC_COLUMNS = (
-    "shape_a", "shape_b", "dtype_a", "dtype_b", "elements", "cosine", "max_abs", "max_rel", "rmse",
-    "within_0_1pct", "within_0_5pct", "nan_a", "inf_a", "nan_b", "inf_b", "nonfinite_mismatch", "allclose",
-    "verdict", "note",
-)
-RESULT_COLUMNS = KEY_COLUMNS + METRIC_COLUMNS
+LINEAGE_COLUMNS = ("role", "capture_phase", "producers", "consumers")
+"""Where a record sits in its kernel's data flow (L0: its role and the stages that write and read it;
+L1: the capture phase); :func:`megadump_zarr.analyse.rootcause.root_cause` reads them."""
+
+RESULT_COLUMNS = KEY_COLUMNS + METRIC_COLUMNS + LINEAGE_COLUMNS
 """Columns of :func:`compare`'s DataFrame, in order."""
 
-_INT_COLUMNS = ("rank", "window", "invocation", "task_id", "index", "elements", "nan_a", "inf_a", "nan_b", "inf_b",
-                "nonfinite_mismatch")
-_FLOAT_COLUMNS = ("cosine", "max_abs", "max_rel", "rmse", "within_0_1pct", "within_0_5pct")
-_NOT_PASSING = ("fail", "error")
+_INT_COLUMNS = ("rank", "window", "invocation", "step", "task_id", "worker", "owner_id", "core_id", "index",
+                "elements", "nan_a", "inf_a", "nan_b", "inf_b", "nonfinite_mismatch", "mismatches", "worst_task_id",
+                "worst_owner_id", "worst_core_id")
+_FLOAT_COLUMNS = ("cosine", "max_abs", "max_rel", "rmse", "within_0_1pct", "within_0_5pct", "worst_a", "worst_b",
+                  "rtol", "atol")
+_STOPPING = FAILING + ("missing",)
 
 
 # ---------------------------------------------------------------------------------------------------- helpers
-def _empty_row(keys: dict[str, Any], verdict_: str, note: str, **extra: Any) -> dict[str, Any]:
-    row: dict[str, Any] = dict(keys)
-    row.update(dict.fromkeys(METRIC_COLUMNS))
-    row.update(extra, verdict=verdict_, note=note)
-    return row
-
-
-def _pair_row(keys: dict[str, Any], a: Any, b: Any, *, rtol: float | None, atol: float | None,
-              block_bytes: int = DEFAULT_BLOCK_BYTES, notes: Iterable[str] = ()) -> dict[str, Any]:
-    """One result row: metrics and verdict of ``a`` against the reference ``b``; never raises."""
-    extra_notes = [n for n in notes if n]
-    row = _empty_row(keys, "error", "; ".join(extra_notes))
-    try:
-        shape_a, shape_b = shape_of(a), shape_of(b)
-        row.update(shape_a=shape_a, shape_b=shape_b, dtype_a=dtype_name(a), dtype_b=dtype_name(b))
-        if shape_a != shape_b:
-            row["note"] = "; ".join([f"shape mismatch: {shape_a} vs {shape_b}", *extra_notes])
-            return row
-        m = compute_metrics(a, b, rtol=rtol, atol=atol, block_bytes=block_bytes)
-    except Exception as exc:  # one unreadable tensor must not abort a whole comparison
-        row["note"] = "; ".join([f"{type(exc).__name__}: {exc}", *extra_notes])
-        return row
-    result, reasons = verdict(m)
-    notes = list(reasons) + extra_notes
-    if row["dtype_a"] != row["dtype_b"]:
-        notes.append(f"dtype {row['dtype_a']} vs {row['dtype_b']}")
-    if m.elements and not m.finite_pairs:
-        notes.append("no finite element pairs")
-    row.update(
-        elements=m.elements, cosine=m.cosine, max_abs=m.max_abs, max_rel=m.max_rel, rmse=m.rmse,
-        within_0_1pct=m.within_0_1pct, within_0_5pct=m.within_0_5pct, nan_a=m.nan_a, inf_a=m.inf_a,
-        nan_b=m.nan_b, inf_b=m.inf_b, nonfinite_mismatch=m.nonfinite_mismatch, allclose=m.allclose,
-        verdict=result, note="; ".join(notes),
-    )
-    return row
-
-
 def _truncation_note(x: Any) -> str:
     attrs = getattr(x, "attrs", None) or {}
     if attrs.get("truncated") or attrs.get("truncatedRecords"):
@@ -110,7 +78,7 @@ def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
         df[col] = pd.array([None if scalar(v) is None else int(v) for v in df[col]], dtype="Int64")
     for col in _FLOAT_COLUMNS:
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
-    df["allclose"] = pd.array([None if v is None else bool(v) for v in df["allclose"]], dtype="boolean")
+    df["allclose"] = pd.array([None if scalar(v) is None else bool(v) for v in df["allclose"]], dtype="boolean")
     return df.reset_index(drop=True)
 
 
@@ -135,7 +103,8 @@ def compare(
     rtol: float | None = None,
     atol: float | None = None,
     names: str | Iterable[str] | None = None,
-    progress: bool = False,
+    progress: bool | Callable[[], None] = False,
+    fail_fast: bool = False,
     **select: Any,
 ) -> pd.DataFrame:
     """Compare tensors of ``a`` (under test) with ``b`` (reference); one row per tensor pair.
@@ -145,7 +114,10 @@ def compare(
     * two dumps (``Dump`` objects, or paths/URLs opened with ``open_dump``): records are matched by
       their path relative to the dump root (that is, by rank, window, invocation, stage, task,
       io, index and name); a record on one side only gives a ``"missing"`` row. ``select`` filters
-      ``records()`` (any column; a list/tuple/set value means "any of").
+      ``records()`` (any column; a list/tuple/set value means "any of"). Each record pair is one
+      picklable unit (:func:`megadump_zarr.analyse.pairs.compare_record`) run through
+      :func:`megadump_zarr.analyse.parallel.map_ordered`: on a ``distributed`` cluster when a client
+      is active, else in local threads.
     * a dump and a reference: a mapping name → tensor/array (e.g. tensors of an eager PyTorch run) or
       an ``xarray.Dataset`` (its data variables). Each name is compared with
       ``dump.tensor(name, **select)`` (``select``: rank, window, invocation, stage, io, kernel, task;
@@ -154,32 +126,45 @@ def compare(
     * two mappings / Datasets (compared name by name), or two array-likes (one row).
 
     Rows come in execution order (see :func:`execution_order`: rank, window, invocation, stage groups
-    as executed, task, inputs before outputs); named tensors by their first record. The index is that order, so
-    :func:`first_divergence` still works after the frame is re-sorted.
+    as executed, task, inputs before outputs); named tensors by their first record. The index is that
+    order, so :func:`first_divergence` and :func:`~megadump_zarr.analyse.rootcause.root_cause` still
+    work after the frame is re-sorted.
 
-    Metrics (see :mod:`megadump_zarr.analyse.metrics`) are computed block by block over finite pairs;
-    the verdict rules are in :mod:`megadump_zarr.analyse.verdict`. ``verdict`` is one of ``"pass"``,
-    ``"fail"``, ``"error"`` (shape mismatch or unreadable tensor; see ``note``) and ``"missing"``.
+    Verdicts (one per row; the rules are :mod:`megadump_zarr.analyse.verdict`)::
+
+{rules}
+
+    ``verdict`` is one of ``pass``, ``fail``, ``shape_mismatch``, ``dtype_mismatch``, ``missing_data``,
+    ``error`` and ``missing``; ``note`` says why. Failing rows carry ``worst_index`` (logical index of
+    the largest ``|a - b|``), ``worst_a``/``worst_b`` and, for L1 records and stitched L1 tensors, the
+    task, owner and core that produced that element (``worst_task_id``, ``worst_owner_id``,
+    ``worst_core_type``, ``worst_core_id``). Metrics (msprobe's cosine, max abs/rel error, RMSE, shares
+    within 0.1 % / 0.5 %; see :mod:`megadump_zarr.analyse.metrics`) are computed block by block.
 
     Args:
         a: The dump (or tensors) under test; a path or URL is opened with ``open_dump``.
         b: The reference dump, mapping, Dataset or array.
-        rtol: Optional relative tolerance: also fail unless ``|a - b| <= atol + rtol * |b|`` at every
-            finite pair (``allclose`` column). A missing ``atol`` counts as 0.
-        atol: Optional absolute tolerance (a missing ``rtol`` counts as 0).
+        rtol: Relative tolerance of floating comparisons, replacing the dtype default (finite, >= 0).
+        atol: Absolute tolerance of floating comparisons, replacing the dtype default (finite, >= 0).
         names: Only these tensor names (default: all records, or every name of the reference).
-        progress: Show a rich progress bar.
+        progress: Show a rich progress bar (True), or a callable run after each compared pair.
+        fail_fast: Dumps: compare one record at a time in execution order and stop after the first
+            that does not pass (``missing`` included); the rest are left out of the result.
         **select: Record selection, e.g. ``rank=0, invocation=2, stage="expert_up", io="output"``.
 
     Returns:
         A DataFrame with columns :data:`RESULT_COLUMNS`.
+
+    Raises:
+        ValueError: ``rtol`` or ``atol`` is NaN, infinite or negative (the message names it and the value).
     """
+    rtol, atol = check_tolerance("rtol", rtol), check_tolerance("atol", atol)
     a, b = open_side(a), open_side(b)
     name_list = name_filter(names)
     select = clean_select(select)
     tol = dict(rtol=rtol, atol=atol)
     if is_dump(a) and is_dump(b):
-        return _compare_dumps(a, b, name_list, select, progress, tol)
+        return _compare_dumps(a, b, name_list, select, progress, tol, fail_fast)
     if is_dump(a):
         if not is_reference_collection(b):
             raise TypeError(
@@ -192,45 +177,143 @@ def compare(
     if is_reference_collection(a) and is_reference_collection(b):
         return _compare_collections(a, b, name_list, progress, tol)
     label = name_list[0] if name_list and len(name_list) == 1 else None
-    return _frame([_pair_row({**dict.fromkeys(KEY_COLUMNS), "name": label}, a, b, **tol)])
+    return _frame([compare_pair({**dict.fromkeys(KEY_COLUMNS), "name": label}, a, b, **tol)])
 
 
-def _compare_dumps(a: Any, b: Any, names: list[str] | None, select: dict[str, Any], progress: bool,
-                   tol: dict[str, Any]) -> pd.DataFrame:
+compare.__doc__ = compare.__doc__.replace("{rules}", "\n".join("        " + line for line in RULES_TEXT.splitlines()))
+
+
+def _advancer(progress: bool | Callable[[], None], total: int, description: str) -> Any:
+    if callable(progress):
+        return contextlib.nullcontext(progress)
+    return _progress(bool(progress), total, description)
+
+
+def _source(dump: Any) -> Any:
+    """What a record unit carries for ``dump``: the dump itself locally, its ``DumpSource`` (URL +
+    storage options) when a distributed cluster runs the units."""
+    try:
+        from megadump_zarr.analyse.parallel import active_client
+    except ImportError:  # pragma: no cover - parallel is part of the package
+        return dump
+    if active_client() is None or not hasattr(dump, "location"):
+        return dump
+    from megadump_zarr.read.source import DumpSource
+
+    return DumpSource.of(dump) or dump
+
+
+def lineage(dump: Any, path: str) -> dict[str, Any]:
+    """``role``/``capture_phase``/``producers``/``consumers`` of a record from its attributes (metadata only)."""
+    attrs: dict[str, Any] = {}
+    if hasattr(dump, "_record"):
+        with contextlib.suppress(Exception):
+            attrs = dump._record(path)[2].get("attributes") or {}
+    producers, consumers = attrs.get("producers"), attrs.get("consumers")
+    return {"role": attrs.get("role"), "capture_phase": attrs.get("capturePhase"),
+            "producers": tuple(producers) if isinstance(producers, list) else None,
+            "consumers": tuple(consumers) if isinstance(consumers, list) else None}
+
+
+def _run_units(units: list[RecordPair], advance: Callable[[], None], fail_fast: bool) -> list[dict[str, Any]]:
+    if fail_fast or len(units) <= 1:
+        out = []
+        for unit in units:
+            row = compare_record(unit)
+            out.append(row)
+            advance()
+            if fail_fast and row["verdict"] in _STOPPING:
+                break
+        return out
+    try:
+        from megadump_zarr.analyse.parallel import map_ordered
+    except ImportError:  # pragma: no cover - the seam: run the units here
+        return [(compare_record(u), advance())[0] for u in units]
+    return map_ordered(compare_record, units, progress=lambda done, total: advance())
+
+
+def _compare_dumps(a: Any, b: Any, names: list[str] | None, select: dict[str, Any],
+                   progress: bool | Callable[[], None], tol: dict[str, Any], fail_fast: bool = False) -> pd.DataFrame:
     ra = execution_order(filter_records(a.records(), record_select(select), names))
     rb = execution_order(filter_records(b.records(), record_select(select), names))
     rows_a = {str(p): row for p, (_, row) in zip(ra["path"], ra.iterrows())}
     rows_b = {str(p): row for p, (_, row) in zip(rb["path"], rb.iterrows())}
     order = merged_order(list(rows_a), list(rows_b))
+    source_a, source_b = _source(a), _source(b)
+    slots: list[dict[str, Any] | RecordPair] = []
+    for path in order:
+        ra_row, rb_row = rows_a.get(path), rows_b.get(path)
+        present = ra_row if ra_row is not None else rb_row
+        keys = {**record_keys(present), **lineage(a if ra_row is not None else b, path)}
+        if ra_row is None or rb_row is None:
+            side = "a" if ra_row is not None else "b"
+            extra = {}
+            if "shape" in present.index:
+                extra[f"shape_{side}"] = tuple(int(s) for s in present["shape"])
+            if "dtype" in present.index:
+                extra[f"dtype_{side}"] = scalar(present["dtype"])
+            slots.append(empty_row(keys, "missing", f"only in dump {side}", **extra))
+        else:
+            truncated = any(bool(scalar(r.get("truncated"))) for r in (ra_row, rb_row))
+            slots.append(RecordPair(source_a, source_b, path, keys, tol["rtol"], tol["atol"], truncated,
+                                    DEFAULT_BLOCK_BYTES))
     rows: list[dict[str, Any]] = []
-    with _progress(progress, len(order), "comparing records") as advance:
-        for path in order:
-            ra_row, rb_row = rows_a.get(path), rows_b.get(path)
-            keys = record_keys(ra_row if ra_row is not None else rb_row)
-            if ra_row is None or rb_row is None:
-                present = ra_row if ra_row is not None else rb_row
-                side = "a" if ra_row is not None else "b"
-                extra = {}
-                if "shape" in present.index:
-                    extra[f"shape_{side}"] = tuple(int(s) for s in present["shape"])
-                if "dtype" in present.index:
-                    extra[f"dtype_{side}"] = scalar(present["dtype"])
-                rows.append(_empty_row(keys, "missing", f"only in dump {side}", **extra))
-            else:
-                try:
-                    xa, xb = a.record_array(path), b.record_array(path)
-                except Exception as exc:
-                    rows.append(_empty_row(keys, "error", f"{type(exc).__name__}: {exc}"))
+    with _advancer(progress, len(order), "comparing records") as advance:
+        if fail_fast:
+            for slot in slots:
+                if isinstance(slot, RecordPair):
+                    row = compare_record(slot)
                 else:
-                    truncated = any(bool(scalar(r.get("truncated"))) for r in (ra_row, rb_row))
-                    note = "truncated record: NaN where not captured" if truncated else ""
-                    rows.append(_pair_row(keys, xa, xb, notes=[note], **tol))
-            advance()
+                    row = slot
+                rows.append(row)
+                advance()
+                if row["verdict"] in _STOPPING:
+                    break
+        else:
+            units = [s for s in slots if isinstance(s, RecordPair)]
+            done = iter(_run_units(units, advance, False))
+            for slot in slots:
+                if isinstance(slot, RecordPair):
+                    rows.append(next(done))
+                else:
+                    rows.append(slot)
+                    advance()
     return _frame(rows)
 
 
+def _stitched_locator(tensor: Any, records: pd.DataFrame) -> Callable[[tuple[int, ...]], dict[str, Any]] | None:
+    """Worst element → producing task/owner/core, from a stitched L1 tensor's per-row coordinates."""
+    import numpy as np
+
+    if getattr(tensor, "attrs", {}).get("level") != "L1" or not getattr(tensor, "dims", ()):
+        return None
+    dim = tensor.dims[0]
+    coords = {}
+    for name in ("task_id", "owner_id", "core_id"):
+        if name in tensor.coords and tensor.coords[name].dims == (dim,):
+            coords[name] = np.asarray(tensor.coords[name].values)
+    core_types = {}
+    if "task_id" in records.columns and "core_type" in records.columns:
+        for task, core_type in zip(records["task_id"], records["core_type"]):
+            if scalar(task) is not None:
+                core_types[int(task)] = scalar(core_type)
+
+    def locate(index: tuple[int, ...]) -> dict[str, Any]:
+        row = int(index[0])
+        out: dict[str, Any] = {}
+        for name, values in coords.items():
+            value = int(values[row])
+            out[f"worst_{name}"] = value if value >= 0 else None
+        task = out.get("worst_task_id")
+        if task is not None:
+            out["worst_core_type"] = core_types.get(task)
+        return out
+
+    return locate
+
+
 def _compare_dump_reference(dump: Any, reference: Any, names: list[str] | None, select: dict[str, Any],
-                            progress: bool, tol: dict[str, Any]) -> pd.DataFrame:
+                            progress: bool | Callable[[], None], tol: dict[str, Any]) -> pd.DataFrame:
     records = execution_order(filter_records(dump.records(), record_select(select)))
     wanted = names if names is not None else reference_names(reference)
     record_names = list(records["name"])
@@ -239,45 +322,58 @@ def _compare_dump_reference(dump: Any, reference: Any, names: list[str] | None, 
         first_seen.setdefault(str(name), position)
     ordered = sorted(wanted, key=lambda n: (first_seen.get(n, math.inf), wanted.index(n)))
     rows: list[dict[str, Any]] = []
-    with _progress(progress, len(ordered), "comparing tensors") as advance:
+    with _advancer(progress, len(ordered), "comparing tensors") as advance:
         for name in ordered:
-            keys = common_keys(records[records["name"] == name], name)
+            mine = records[records["name"] == name]
+            keys = common_keys(mine, name)
             for k, v in record_select(select).items():
                 if k in keys and keys[k] is None and not isinstance(v, (list, tuple, set, frozenset, range)):
                     keys[k] = v
             ref = reference_get(reference, name)
             if ref is None:
-                rows.append(_empty_row(keys, "missing", "not in the reference"))
+                rows.append(empty_row(keys, "missing", "not in the reference"))
             elif name not in first_seen:
-                rows.append(_empty_row(keys, "missing", "not in the dump", shape_b=shape_of(ref),
-                                       dtype_b=dtype_name(ref)))
+                rows.append(empty_row(keys, "missing", "not in the dump", shape_b=shape_of(ref),
+                                      dtype_b=dtype_name(ref)))
             else:
                 try:
                     tensor = dump.tensor(name, **select)
                 except Exception as exc:
-                    rows.append(_empty_row(keys, "error", f"{type(exc).__name__}: {exc}"))
+                    rows.append(compare_pair(keys, _Raising(exc), ref))
                 else:
                     ref, aligned = align_reference(tensor, ref)
-                    rows.append(_pair_row(keys, tensor, ref, notes=[aligned, _truncation_note(tensor)], **tol))
+                    rows.append(compare_pair(keys, tensor, ref, notes=[aligned, _truncation_note(tensor)],
+                                             locate=_stitched_locator(tensor, mine), **tol))
             advance()
     return _frame(rows)
 
 
-def _compare_collections(a: Any, b: Any, names: list[str] | None, progress: bool,
+class _Raising:
+    """An array-like whose reading raises ``exc`` (so :func:`compare_pair` classifies the failure)."""
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+    @property
+    def shape(self) -> Any:
+        raise self.exc
+
+
+def _compare_collections(a: Any, b: Any, names: list[str] | None, progress: bool | Callable[[], None],
                          tol: dict[str, Any]) -> pd.DataFrame:
     if names is None:
         names_a, names_b = reference_names(a), reference_names(b)
         names = names_a + [n for n in names_b if n not in set(names_a)]
     rows: list[dict[str, Any]] = []
-    with _progress(progress, len(names), "comparing tensors") as advance:
+    with _advancer(progress, len(names), "comparing tensors") as advance:
         for name in names:
             keys = {**dict.fromkeys(KEY_COLUMNS), "name": name}
             xa, xb = reference_get(a, name), reference_get(b, name)
             if xa is None or xb is None:
                 where = "in neither" if xa is None and xb is None else f"only in {'a' if xb is None else 'b'}"
-                rows.append(_empty_row(keys, "missing", where))
+                rows.append(empty_row(keys, "missing", where))
             else:
-                rows.append(_pair_row(keys, xa, xb, **tol))
+                rows.append(compare_pair(keys, xa, xb, **tol))
             advance()
     return _frame(rows)
 
@@ -297,7 +393,7 @@ def first_divergence(result: pd.DataFrame, *, include_missing: bool = False) -> 
     Returns:
         The row (a Series whose ``name`` is its index), or None when everything passes.
     """
-    bad = _NOT_PASSING + (("missing",) if include_missing else ())
+    bad = FAILING + (("missing",) if include_missing else ())
     ordered = result.sort_index(kind="stable")
     hits = ordered[ordered["verdict"].isin(bad)]
     return None if hits.empty else hits.iloc[0]

@@ -36,7 +36,8 @@ __all__ = [
     "scalar",
 ]
 
-KEY_COLUMNS = ("rank", "window", "invocation", "direction", "kernel", "stage", "task_id", "io", "index", "name", "path")
+KEY_COLUMNS = ("rank", "window", "invocation", "step", "direction", "kernel", "level", "stage", "task_id", "worker",
+               "owner_id", "core_type", "core_id", "io", "index", "name", "path")
 """Columns identifying the compared tensor (None where they do not apply)."""
 
 

@@ -1,8 +1,10 @@
 """Chunked accuracy metrics for one pair of tensors (``a`` = the dump side, ``b`` = the reference).
 
 Both sides are read block by block along axis 0 (further axes are split too when a single index of
-axis 0 is larger than the budget), each block is upcast to float64 on the host, and the block's
-contribution is folded into a :class:`MetricAccumulator`. No more than one block of each side is in
+axis 0 is larger than the budget), in their own dtype, and each block pair is folded into a
+:class:`MetricAccumulator`, which works through it in cache-sized pieces of float64 (exact for
+every dtype up to float32 and for integers below 2**53; differences of float32 values are exact in
+float64). No more than one block of each side is in
 memory at a time, so tensors far larger than host memory can be compared. Accepted inputs: numpy
 arrays (including ``ml_dtypes`` bfloat16 / float8), dask arrays, xarray DataArrays (lazy or not),
 zarr arrays, torch tensors on any device (each block goes through ``.float().cpu().numpy()``), and
@@ -24,16 +26,24 @@ Metric definitions (all over *finite pairs*: positions where both sides are fini
 * ``nan_a``/``inf_a``/``nan_b``/``inf_b``: counts of NaN and ±Inf on each side.
 * ``nonfinite_mismatch``: positions where the non-finite patterns differ (NaN on one side only, Inf on
   one side only, or +Inf against -Inf).
-* ``allclose`` (only when ``rtol`` or ``atol`` is given; the missing one is 0): whether
-  ``|a - b| <= atol + rtol * |b|`` holds at every finite pair.
+* ``mismatches``: elements failing the elementwise rule: for an exact comparison (integer, bool)
+  ``a != b``; otherwise finite pairs with ``|a - b| > atol + rtol * |b|`` plus the positions whose
+  NaN/Inf patterns differ. ``first_mismatch``: the logical index (C order) of the first of them.
+* ``allclose`` (float comparisons with tolerances): ``mismatches == 0``.
+* ``worst_index``/``worst_a``/``worst_b``: the logical index of the largest ``|a - b|`` among finite
+  pairs (the first such position) and the two values there (None when no pair differs).
 
-Integer and bool tensors are compared as float64 too (exact below 2**53).
+Sums (for cosine and rmse) are float64: plain for inputs of at most 32 bits (no overflow or
+underflow is possible: squares of float32 values lie far inside float64's range), rescaled by the
+running maximum, as LAPACK's ``nrm2`` does, for float64 inputs. Integer and bool metrics are
+float64 too (exact below 2**53); their mismatch count compares the integers themselves.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+import math
 from math import prod
 from typing import Any
 
@@ -46,14 +56,19 @@ __all__ = [
     "TensorMetrics",
     "compute_metrics",
     "dtype_name",
+    "block_offset",
     "iter_blocks",
     "read_block",
+    "read_native_block",
     "row_chunks",
     "shape_of",
 ]
 
 DEFAULT_BLOCK_BYTES = 8 << 20
 """Budget of one block of one side, in float64 bytes (so at most 1 Mi elements per side per block)."""
+
+PIECE = 1 << 15
+"""Elements of one float64 piece of a block (256 KiB per buffer: the working set stays in L2)."""
 
 REL_EPS = float(np.finfo(np.float32).tiny)
 """Floor of the reference magnitude in the relative error."""
@@ -80,6 +95,14 @@ class TensorMetrics:
     inf_b: int
     nonfinite_mismatch: int
     allclose: bool | None = None
+    mismatches: int = 0
+    first_mismatch: tuple[int, ...] | None = None
+    worst_index: tuple[int, ...] | None = None
+    worst_a: float | None = None
+    worst_b: float | None = None
+    rtol: float | None = None
+    atol: float | None = None
+    exact: bool = False
 
 
 # ---------------------------------------------------------------------------------------------------- input adapters
@@ -134,6 +157,51 @@ def read_block(x: Any, index: tuple[slice, ...]) -> np.ndarray:
     if block.dtype.kind == "c":
         raise TypeError(f"complex arrays are not supported (dtype {block.dtype})")
     return block.astype(np.float64, copy=False)
+
+
+def read_native_block(x: Any, index: tuple[slice, ...]) -> np.ndarray:
+    """Read ``x[index]`` into a host numpy array in its own dtype (torch bf16/fp16/fp8: float32).
+
+    Args:
+        x: An array-like (see the module docstring).
+        index: A tuple of slices, as :func:`iter_blocks` yields.
+    """
+    if _is_torch(x):
+        block = x[index].detach()
+        if block.is_complex():
+            raise TypeError(f"complex tensors are not supported (dtype {block.dtype})")
+        if block.is_floating_point() and block.dtype.itemsize < 4:
+            block = block.float()  # bf16/fp16/fp8: exact in float32
+        return np.asarray(block.cpu().numpy())
+    if not hasattr(x, "shape") or not hasattr(x, "__getitem__"):
+        x = np.asarray(x)
+    block = x[index] if index else x[...]
+    if hasattr(block, "compute") and not isinstance(block, np.ndarray):
+        block = block.compute()
+    if hasattr(block, "values") and not isinstance(block, np.ndarray):
+        block = block.values
+    block = np.asarray(block)
+    if block.dtype.kind == "c":
+        raise TypeError(f"complex arrays are not supported (dtype {block.dtype})")
+    return block
+
+
+def block_offset(shape: tuple[int, ...], index: tuple[slice, ...]) -> int:
+    """The flat (C order) position of the first element of ``x[index]`` (blocks of :func:`iter_blocks`
+    are contiguous in C order).
+
+    Args:
+        shape: The array shape.
+        index: A block's index tuple.
+    """
+    offset, stride = 0, 1
+    starts = [0] * len(shape)
+    for axis, sl in enumerate(index):
+        starts[axis] = sl.start or 0
+    for axis in range(len(shape) - 1, -1, -1):
+        offset += starts[axis] * stride
+        stride *= shape[axis]
+    return offset
 
 
 def row_chunks(x: Any) -> tuple[int, ...] | None:
@@ -205,104 +273,250 @@ def _blocks(shape: tuple[int, ...], budget: int) -> Iterator[tuple[slice, ...]]:
 
 
 # ---------------------------------------------------------------------------------------------------- accumulation
-def _rescale(old_scale: float, new_scale: float) -> float:
-    return old_scale / new_scale if new_scale > 0 else 0.0
-
-
 class MetricAccumulator:
     """Folds block pairs into running metrics; :meth:`result` gives the :class:`TensorMetrics`.
 
     Args:
-        rtol: Relative tolerance of the optional allclose check.
-        atol: Absolute tolerance of the optional allclose check.
+        shape: The logical shape of the whole tensor (for logical indices); default: flat indices.
+        rtol: Relative tolerance of the elementwise rule (floats).
+        atol: Absolute tolerance of the elementwise rule (floats).
+        exact: Integer/bool rule: an element mismatches when ``a != b``.
     """
 
-    def __init__(self, *, rtol: float | None = None, atol: float | None = None) -> None:
-        self.check_close = rtol is not None or atol is not None
+    def __init__(self, shape: tuple[int, ...] | None = None, *, rtol: float | None = None,
+                 atol: float | None = None, exact: bool = False) -> None:
+        self.shape = None if shape is None else tuple(int(s) for s in shape)
+        self.exact = bool(exact)
+        self.check_close = not self.exact and (rtol is not None or atol is not None)
         self.rtol = float(rtol or 0.0)
         self.atol = float(atol or 0.0)
         self.elements = 0
         self.finite = 0
         self.nan_a = self.inf_a = self.nan_b = self.inf_b = 0
-        self.mismatch = 0
-        # scaled sums: saa = sum((a/sa)^2), sbb = sum((b/sb)^2), sab = sum(a/sa * b/sb), sdd = sum((d/sd)^2)
+        self.nonfinite = 0
+        self.mismatches = 0
+        self.first_mismatch: int | None = None
+        self.worst = -1.0
+        self.worst_at: int | None = None
+        self.worst_values: tuple[float, float] | None = None
+        # sums: total = scale**2 * scaled sum (scales stay 1.0 for inputs of at most 32 bits)
         self.sa = self.sb = self.sd = 0.0
         self.saa = self.sbb = self.sab = self.sdd = 0.0
+        self.scaled: bool | None = None
         self.max_rel = 0.0
         self.within_tight = 0
         self.within_loose = 0
-        self.not_close = 0
+        self._buffers: tuple[np.ndarray, ...] | None = None
 
-    def update(self, a: np.ndarray, b: np.ndarray) -> None:
-        """Add one block pair (float64 arrays of the same shape)."""
+    # ------------------------------------------------------------------ blocks
+    def update(self, a: np.ndarray, b: np.ndarray, offset: int | None = None) -> None:
+        """Add one block pair (numpy arrays of the same shape, any real dtype).
+
+        Args:
+            a: Block of the tensor under test.
+            b: The same block of the reference.
+            offset: Flat (C order) position of the block's first element; default: right after the
+                previous block.
+        """
         a = np.ravel(a)
         b = np.ravel(b)
         if a.shape != b.shape:
             raise ValueError(f"block shapes differ: {a.shape} vs {b.shape}")
+        base = self.elements if offset is None else int(offset)
         self.elements += a.size
         if a.size == 0:
             return
-        nan_a, nan_b = np.isnan(a), np.isnan(b)
-        inf_a, inf_b = np.isinf(a), np.isinf(b)
+        if self.scaled is None:
+            self.scaled = any(x.dtype.kind == "f" and x.dtype.itemsize > 4 for x in (a, b))
+        if self.exact:
+            differ = a != b
+            count = int(np.count_nonzero(differ))
+            if count:
+                self.mismatches += count
+                self._mismatch_at(base + int(np.argmax(differ)))
+        for start in range(0, a.size, PIECE):
+            self._piece(a[start:start + PIECE], b[start:start + PIECE], base + start)
+
+    def _mismatch_at(self, flat: int) -> None:
+        if self.first_mismatch is None or flat < self.first_mismatch:
+            self.first_mismatch = flat
+
+    def _buffers_for(self, n: int) -> tuple[np.ndarray, ...]:
+        if self._buffers is None or self._buffers[0].size < n:
+            self._buffers = tuple(np.empty(max(n, PIECE)) for _ in range(4)) + (np.empty(max(n, PIECE), bool),)
+        return tuple(buf[:n] for buf in self._buffers)
+
+    def _piece(self, a: np.ndarray, b: np.ndarray, base: int) -> None:
+        n = a.size
+        fa, fb, d, t, mask = self._buffers_for(n)
+        np.copyto(fa, a, casting="unsafe")
+        np.copyto(fb, b, casting="unsafe")
+        if not self.scaled:
+            saa, sbb = float(np.dot(fa, fa)), float(np.dot(fb, fb))
+            if math.isfinite(saa) and math.isfinite(sbb):  # no NaN/Inf in this piece
+                self._finite(fa, fb, d, t, mask, base, None, (saa, sbb))
+                return
+        finite_a, finite_b = np.isfinite(fa), np.isfinite(fb)
+        if finite_a.all() and finite_b.all():
+            self._finite(fa, fb, d, t, mask, base, None, None)
+            return
+        nan_a, nan_b = np.isnan(fa), np.isnan(fb)
+        inf_a, inf_b = ~finite_a & ~nan_a, ~finite_b & ~nan_b
         self.nan_a += int(nan_a.sum())
         self.nan_b += int(nan_b.sum())
         self.inf_a += int(inf_a.sum())
         self.inf_b += int(inf_b.sum())
-        finite = ~(nan_a | nan_b | inf_a | inf_b)
-        if not finite.all():
-            nonfinite = ~finite
-            na, nb, ia, ib = nan_a[nonfinite], nan_b[nonfinite], inf_a[nonfinite], inf_b[nonfinite]
-            same = (na & nb) | (ia & ib & (a[nonfinite] == b[nonfinite]))
-            self.mismatch += int((~same).sum())
-            a, b = a[finite], b[finite]
-        if a.size == 0:
-            return
-        self.finite += a.size
-        d = np.abs(a - b)
-        abs_a, abs_b = np.abs(a), np.abs(b)
-        ca, cb, cd = float(abs_a.max()), float(abs_b.max()), float(d.max())
+        finite = finite_a & finite_b
+        nonfinite = ~finite
+        same = (nan_a & nan_b) | (inf_a & inf_b & (fa == fb))
+        bad = nonfinite & ~same
+        count = int(bad.sum())
+        if count:
+            self.nonfinite += count
+            if not self.exact:
+                self.mismatches += count
+                self._mismatch_at(base + int(np.argmax(bad)))
+        positions = np.flatnonzero(finite)
+        if positions.size:
+            m = positions.size
+            ga, gb, gd, gt, gmask = self._buffers_for(n)
+            ca, cb = fa[positions], fb[positions]
+            self._finite(ca, cb, gd[:m], gt[:m], gmask[:m], base, positions, None)
 
-        new_sa, new_sb, new_sd = max(self.sa, ca), max(self.sb, cb), max(self.sd, cd)
-        fa, fb, fd = _rescale(self.sa, new_sa), _rescale(self.sb, new_sb), _rescale(self.sd, new_sd)
+    def _finite(self, a: np.ndarray, b: np.ndarray, d: np.ndarray, t: np.ndarray, mask: np.ndarray, base: int,
+                positions: np.ndarray | None, sums: tuple[float, float] | None) -> None:
+        """Fold finite pairs (float64 pieces); ``positions`` maps piece positions to ``base``-relative ones."""
+        n = a.size
+        self.finite += n
+
+        def flat(i: int) -> int:
+            return base + (int(positions[i]) if positions is not None else i)
+
+        np.subtract(a, b, out=d)
+        if self.scaled:
+            self._fold_scaled(a, b, d)
+        else:
+            saa, sbb = sums if sums is not None else (float(np.dot(a, a)), float(np.dot(b, b)))
+            self.saa += saa
+            self.sbb += sbb
+            self.sab += float(np.dot(a, b))
+            self.sdd += float(np.dot(d, d))
+        np.abs(d, out=d)
+        i = int(np.argmax(d))
+        dmax = float(d[i])
+        if dmax > self.worst:
+            self.worst, self.worst_at, self.worst_values = dmax, flat(i), (float(a[i]), float(b[i]))
+        if dmax == 0.0:  # identical piece: every pair within every tolerance
+            self.within_tight += n
+            self.within_loose += n
+            return
+        np.abs(b, out=t)
+        if self.check_close and dmax > self.atol:
+            np.multiply(t, self.rtol, out=a)  # ``a`` is no longer needed
+            a += self.atol
+            np.greater(d, a, out=mask)
+            count = int(np.count_nonzero(mask))
+            if count:
+                self.mismatches += count
+                self._mismatch_at(flat(int(np.argmax(mask))))
+        np.maximum(t, REL_EPS, out=t)
+        with np.errstate(over="ignore"):
+            np.divide(d, t, out=t)
+        rel = float(t.max())
+        self.max_rel = max(self.max_rel, rel)
+        for limit, attr in ((WITHIN_TIGHT, "within_tight"), (WITHIN_LOOSE, "within_loose")):
+            if rel <= limit:
+                setattr(self, attr, getattr(self, attr) + n)
+            else:
+                np.less_equal(t, limit, out=mask)
+                setattr(self, attr, getattr(self, attr) + int(np.count_nonzero(mask)))
+
+    def _fold_scaled(self, a: np.ndarray, b: np.ndarray, d: np.ndarray) -> None:
+        """Sums of float64 inputs, rescaled by the running maxima so nothing overflows or underflows."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            ca, cb, cd = float(np.abs(a).max()), float(np.abs(b).max()), float(np.abs(d).max())
+        self._add_scaled(ca, cb, cd, a, b, d)
+
+    def _add_scaled(self, ca: float, cb: float, cd: float, a: np.ndarray, b: np.ndarray, d: np.ndarray) -> None:
+        new_sa, new_sb = max(self.sa, ca), max(self.sb, cb)
+        fa, fb = _rescale(self.sa, new_sa), _rescale(self.sb, new_sb)
         self.saa *= fa * fa
         self.sbb *= fb * fb
         self.sab *= fa * fb
-        self.sdd *= fd * fd
-        self.sa, self.sb, self.sd = new_sa, new_sb, new_sd
+        self.sa, self.sb = new_sa, new_sb
         xa = a / new_sa if new_sa > 0 else a
         xb = b / new_sb if new_sb > 0 else b
         self.saa += float(np.dot(xa, xa))
         self.sbb += float(np.dot(xb, xb))
         self.sab += float(np.dot(xa, xb))
+        if not math.isfinite(cd) or not math.isfinite(self.sd):  # a - b overflowed float64
+            self.sd, self.sdd = math.inf, 1.0
+            return
+        new_sd = max(self.sd, cd)
+        self.sdd *= _rescale(self.sd, new_sd) ** 2
+        self.sd = new_sd
         if new_sd > 0:
             xd = d / new_sd
             self.sdd += float(np.dot(xd, xd))
 
-        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-            rel = d / np.maximum(abs_b, REL_EPS)
-        self.max_rel = max(self.max_rel, float(rel.max()))
-        self.within_tight += int((rel <= WITHIN_TIGHT).sum())
-        self.within_loose += int((rel <= WITHIN_LOOSE).sum())
-        if self.check_close:
-            with np.errstate(over="ignore", invalid="ignore"):
-                self.not_close += int((d > self.atol + self.rtol * abs_b).sum())
+    # ------------------------------------------------------------------ result
+    def _index(self, flat: int | None) -> tuple[int, ...] | None:
+        if flat is None:
+            return None
+        if self.shape is None:
+            return (int(flat),)
+        if not self.shape:
+            return ()
+        return tuple(int(i) for i in np.unravel_index(int(flat), self.shape))
+
+    def merge(self, other: MetricAccumulator) -> None:
+        """Add the blocks another accumulator (same tensor, other blocks) folded."""
+        for attr in ("elements", "finite", "nan_a", "inf_a", "nan_b", "inf_b", "nonfinite", "mismatches",
+                     "within_tight", "within_loose"):
+            setattr(self, attr, getattr(self, attr) + getattr(other, attr))
+        if other.first_mismatch is not None:
+            self._mismatch_at(other.first_mismatch)
+        if other.worst > self.worst or (other.worst == self.worst and other.worst_at is not None
+                                        and (self.worst_at is None or other.worst_at < self.worst_at)):
+            self.worst, self.worst_at, self.worst_values = other.worst, other.worst_at, other.worst_values
+        self.max_rel = max(self.max_rel, other.max_rel)
+        if self.scaled is None:
+            self.scaled = other.scaled
+        if self.scaled:
+            new_sa, new_sb, new_sd = max(self.sa, other.sa), max(self.sb, other.sb), max(self.sd, other.sd)
+            def part(acc: MetricAccumulator) -> tuple[float, float, float, float]:
+                ra, rb, rd = _rescale(acc.sa, new_sa), _rescale(acc.sb, new_sb), _rescale(acc.sd, new_sd)
+                return acc.saa * ra * ra, acc.sbb * rb * rb, acc.sab * ra * rb, acc.sdd * rd * rd
+            mine, theirs = part(self), part(other)
+            self.saa, self.sbb, self.sab, self.sdd = (x + y for x, y in zip(mine, theirs))
+            self.sa, self.sb, self.sd = new_sa, new_sb, new_sd
+        else:
+            self.saa += other.saa
+            self.sbb += other.sbb
+            self.sab += other.sab
+            self.sdd += other.sdd
 
     def result(self) -> TensorMetrics:
         """The metrics of everything added so far."""
+        n = self.finite
         if self.saa > 0 and self.sbb > 0:
-            # saa and sbb lie in [1, n] (each side scaled by its max), so the product cannot overflow, and
-            # sqrt(x * x) == x exactly: identical inputs give a cosine of exactly 1.0
-            cosine = self.sab / np.sqrt(self.saa * self.sbb)
-            cosine = float(min(1.0, max(-1.0, cosine)))
+            if self.worst == 0.0 and self.nonfinite == 0:
+                cosine = 1.0  # every finite pair identical
+            else:
+                cosine = self.sab / math.sqrt(self.saa * self.sbb)
+                cosine = float(min(1.0, max(-1.0, cosine)))
         else:
             cosine = 1.0 if self.saa == 0 and self.sbb == 0 else 0.0
-        n = self.finite
-        rmse = self.sd * float(np.sqrt(self.sdd / n)) if n else 0.0
+        if self.scaled:
+            rmse = self.sd * math.sqrt(self.sdd / n) if n else 0.0
+        else:
+            rmse = math.sqrt(self.sdd / n) if n else 0.0
+        differs = self.worst > 0
         return TensorMetrics(
             elements=self.elements,
             finite_pairs=n,
             cosine=cosine,
-            max_abs=self.sd,
+            max_abs=max(self.worst, 0.0),
             max_rel=self.max_rel,
             rmse=rmse,
             within_0_1pct=self.within_tight / n if n else 1.0,
@@ -311,9 +525,21 @@ class MetricAccumulator:
             inf_a=self.inf_a,
             nan_b=self.nan_b,
             inf_b=self.inf_b,
-            nonfinite_mismatch=self.mismatch,
-            allclose=(self.not_close == 0) if self.check_close else None,
+            nonfinite_mismatch=self.nonfinite,
+            allclose=(self.mismatches - self.nonfinite == 0) if self.check_close else None,
+            mismatches=self.mismatches,
+            first_mismatch=self._index(self.first_mismatch),
+            worst_index=self._index(self.worst_at) if differs else None,
+            worst_a=self.worst_values[0] if differs and self.worst_values else None,
+            worst_b=self.worst_values[1] if differs and self.worst_values else None,
+            rtol=None if self.exact or not self.check_close else self.rtol,
+            atol=None if self.exact or not self.check_close else self.atol,
+            exact=self.exact,
         )
+
+
+def _rescale(old_scale: float, new_scale: float) -> float:
+    return old_scale / new_scale if new_scale > 0 else 0.0
 
 
 def compute_metrics(
@@ -322,6 +548,7 @@ def compute_metrics(
     *,
     rtol: float | None = None,
     atol: float | None = None,
+    exact: bool = False,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
 ) -> TensorMetrics:
     """Metrics of ``a`` (dump side) against ``b`` (reference), read block by block.
@@ -329,8 +556,9 @@ def compute_metrics(
     Args:
         a: The tensor under test.
         b: The reference tensor, same shape.
-        rtol: Relative tolerance of the optional allclose check.
-        atol: Absolute tolerance of the optional allclose check.
+        rtol: Relative tolerance of the elementwise rule (floats).
+        atol: Absolute tolerance of the elementwise rule (floats).
+        exact: Compare exactly (integers, bool): ``mismatches`` counts ``a != b``.
         block_bytes: Float64 bytes of one block of one side.
 
     Raises:
@@ -339,7 +567,7 @@ def compute_metrics(
     shape_a, shape_b = shape_of(a), shape_of(b)
     if shape_a != shape_b:
         raise ValueError(f"shape mismatch: {shape_a} vs {shape_b}")
-    acc = MetricAccumulator(rtol=rtol, atol=atol)
+    acc = MetricAccumulator(shape_a, rtol=rtol, atol=atol, exact=exact)
     for index in iter_blocks(shape_a, block_bytes, row_chunks(a) or row_chunks(b)):
-        acc.update(read_block(a, index), read_block(b, index))
+        acc.update(read_native_block(a, index), read_native_block(b, index), block_offset(shape_a, index))
     return acc.result()

@@ -1,58 +1,216 @@
-"""Pass/fail thresholds of one tensor comparison (msprobe's accuracy rules).
+"""Pass/fail rules of one tensor comparison: exact for integers, tolerances by dtype for floats.
 
-A comparison **fails** when any of these holds (strict inequalities: a value exactly at a threshold
-passes):
+The rules, by the kind of the two dtypes (``a`` = the tensor under test, ``b`` = the reference):
 
-* ``cosine < 0.99`` and ``max_abs > 0.001`` (a small angle error with a visible absolute error);
-* ``cosine < 0.9``;
-* ``max_abs > 1``;
-* the NaN/Inf patterns differ (``nonfinite_mismatch > 0``): a NaN or Inf at a position where the other
-  side holds something else. The rule is symmetric and position-wise: a NaN/Inf present on *both*
-  sides at the same positions (e.g. ``-inf`` attention masks) is agreement, not divergence, while a
-  NaN appearing on either side alone fails. Use ``first_nonfinite`` to find where NaNs first appear
-  in a single dump;
-* a user tolerance was given (``rtol``/``atol``) and some finite pair is not close.
+* **integer, bool and index tensors** compare **exactly**: one differing element fails. The row
+  reports ``mismatches`` (how many elements differ) and ``first_mismatch`` (the logical index of the
+  first, in C order).
+* **floating tensors** (float64, float32, float16, bfloat16, float8_e4m3fn, float8_e5m2) fail when
+  any finite pair is not close, ``|a - b| > atol + rtol * |b|`` (``mismatches`` counts those pairs,
+  ``first_mismatch`` is the first), when the NaN/Inf patterns differ (a NaN or Inf at a position
+  where the other side holds something else; the same NaN/Inf on both sides, e.g. ``-inf`` masks,
+  is agreement), or, msprobe's scale-free rules, when ``cosine < 0.9`` or ``cosine < 0.99`` with
+  ``max_abs > 0.001``. Strict inequalities: a value exactly at a threshold passes. The default
+  ``(rtol, atol)`` per dtype is :data:`TOLERANCES` (:func:`tolerance_for`); when the two sides'
+  dtypes differ (a bfloat16 run against a float32 golden, the normal case) the looser dtype's
+  tolerances apply and the note names both dtypes. A user's ``rtol``/``atol`` replaces the
+  default (the one not given keeps its default); it never loosens integer comparisons.
+* **kinds differ** (integer vs float, bool vs integer): verdict ``dtype_mismatch``, not compared.
+* **shapes differ**: verdict ``shape_mismatch``, not compared.
 
-Otherwise it **passes**. The other verdicts, set by :mod:`megadump_zarr.analyse.compare`, are
-``"error"`` (the pair could not be compared: shape mismatch, unreadable array) and ``"missing"``
-(present on one side only).
+Other verdicts: ``missing`` (the record is in one dump only), ``missing_data`` (a chunk of a
+committed window is missing or corrupt, :class:`megadump_zarr.read.errors.DumpIntegrityError`; the
+note names the store key) and ``error`` (anything else that prevented the comparison; see ``note``).
 """
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 from megadump_zarr.analyse.metrics import TensorMetrics
 
-__all__ = ["COSINE_FLOOR", "COSINE_MIN", "MAX_ABS_LIMIT", "MAX_ABS_SMALL", "VERDICTS", "verdict"]
+__all__ = [
+    "COSINE_FLOOR",
+    "COSINE_MIN",
+    "FAILING",
+    "MAX_ABS_SMALL",
+    "RULES_TEXT",
+    "TOLERANCES",
+    "VERDICTS",
+    "check_tolerance",
+    "dtype_kind",
+    "kinds_compatible",
+    "resolve_tolerance",
+    "tolerance_for",
+    "verdict",
+]
 
 COSINE_MIN = 0.99
 """Below this cosine, a max abs error above ``MAX_ABS_SMALL`` fails."""
 MAX_ABS_SMALL = 1e-3
 COSINE_FLOOR = 0.9
 """Below this cosine the comparison always fails."""
-MAX_ABS_LIMIT = 1.0
-"""Above this max abs error the comparison always fails."""
 
-VERDICTS = ("pass", "fail", "error", "missing")
+TOLERANCES: dict[str, tuple[float, float]] = {
+    "float64": (1e-7, 1e-7),
+    "float32": (1.3e-6, 1e-5),
+    "float16": (1e-3, 1e-3),
+    "bfloat16": (1.6e-2, 1e-2),
+    "float8_e4m3fn": (1.25e-1, 1e-1),
+    "float8_e5m2": (2.5e-1, 2e-1),
+}
+"""Default ``(rtol, atol)`` per floating dtype: rtol about two units in the last place of the dtype
+(float64/float32 as ``torch.testing.assert_close``), atol one unit at magnitude 1 for the 16- and
+8-bit formats whose rounding near zero is coarse."""
+
+VERDICTS = ("pass", "fail", "shape_mismatch", "dtype_mismatch", "missing_data", "error", "missing")
+FAILING = ("fail", "shape_mismatch", "dtype_mismatch", "missing_data", "error")
+"""Verdicts of a pair that was found on both sides and does not pass (``missing`` is separate)."""
+
+_KIND_NAMES = {"b": "bool", "i": "integer", "u": "integer", "f": "float", "c": "complex"}
+
+
+def _rules_text() -> str:
+    lines = [
+        "verdict rules (A under test, B reference):",
+        "  integer, bool, index   exact: one differing element fails (mismatches, first_mismatch)",
+        "  floating               fail if |a-b| > atol + rtol*|b| at a finite pair, NaN/Inf positions",
+        "                         differ, cosine < 0.9, or cosine < 0.99 with max_abs > 0.001",
+        "  kinds differ           dtype_mismatch (int vs float, bool vs int); not compared",
+        "  shapes differ          shape_mismatch; not compared",
+        "  one side only          missing;   unreadable chunk: missing_data (note names the key)",
+        "default tolerances (two float dtypes: the looser one's; --rtol/--atol replace them):",
+        "  dtype            rtol      atol",
+    ]
+    for name, (rtol, atol) in TOLERANCES.items():
+        lines.append(f"  {name:<15}  {rtol:<8.3g}  {atol:.3g}")
+    return "\n".join(lines)
+
+
+def dtype_kind(name: str) -> str:
+    """The comparison kind of a dtype name: ``bool``, ``integer``, ``float``, ``complex`` or ``other``.
+
+    Args:
+        name: A dtype name (``float32``, ``bfloat16``, ``torch.int64``, ``uint8``, ``bool``).
+    """
+    text = str(name).removeprefix("torch.")
+    if text in TOLERANCES or text.startswith(("float", "bfloat")):
+        return "float"
+    if text == "bool":
+        return "bool"
+    if text.startswith(("int", "uint")):
+        return "integer"
+    if text.startswith("complex"):
+        return "complex"
+    try:
+        import numpy as np
+
+        return _KIND_NAMES.get(np.dtype(text).kind, "other")
+    except TypeError:
+        return "other"
+
+
+def kinds_compatible(dtype_a: str, dtype_b: str) -> bool:
+    """Whether two dtypes can be compared element by element (same kind: both float, both integer, ...)."""
+    return dtype_kind(dtype_a) == dtype_kind(dtype_b)
+
+
+def tolerance_for(dtype_name: str) -> tuple[float, float]:
+    """The default ``(rtol, atol)`` of a floating dtype (see :data:`TOLERANCES`); ``(0, 0)`` for exact kinds.
+
+    Args:
+        dtype_name: ``float32``, ``bfloat16``, ``float8_e4m3fn``, ... (a ``torch.`` prefix is ignored),
+            or an integer/bool dtype (compared exactly).
+
+    Raises:
+        ValueError: A floating (or other) dtype with no entry in the table.
+    """
+    text = str(dtype_name).removeprefix("torch.")
+    if text in TOLERANCES:
+        return TOLERANCES[text]
+    if dtype_kind(text) in ("integer", "bool"):
+        return (0.0, 0.0)
+    raise ValueError(f"no default tolerance for dtype {text!r}; known: {', '.join(TOLERANCES)} "
+                     "(integer and bool dtypes compare exactly); pass rtol and atol")
+
+
+def check_tolerance(name: str, value: Any) -> float | None:
+    """``value`` as a float, or None; refuses NaN, infinite and negative tolerances.
+
+    Args:
+        name: The parameter's name, for the message (``rtol``, ``atol``).
+        value: The given value (None: use the default).
+
+    Raises:
+        ValueError: Not a number, NaN, infinite or negative; the message names ``name`` and ``value``.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}") from None
+    if math.isnan(number) or math.isinf(number) or number < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return number
+
+
+def resolve_tolerance(dtype_a: str, dtype_b: str, rtol: float | None = None,
+                      atol: float | None = None) -> tuple[float, float, bool]:
+    """``(rtol, atol, exact)`` for comparing ``dtype_a`` with ``dtype_b``.
+
+    Integer and bool pairs are exact (``(0, 0, True)``); float pairs take the looser dtype's default
+    for each tolerance not given. Call only for compatible kinds (:func:`kinds_compatible`).
+
+    Raises:
+        ValueError: An unknown floating dtype without both tolerances given.
+    """
+    kind = dtype_kind(dtype_a)
+    if kind in ("integer", "bool"):
+        return 0.0, 0.0, True
+    if rtol is not None and atol is not None:
+        return float(rtol), float(atol), False
+    defaults = [tolerance_for(d) for d in (dtype_a, dtype_b)]
+    default_rtol = max(d[0] for d in defaults)
+    default_atol = max(d[1] for d in defaults)
+    return (default_rtol if rtol is None else float(rtol)), (default_atol if atol is None else float(atol)), False
+
+
+def _index_text(index: Any) -> str:
+    if index is None:
+        return "?"
+    return "(" + ", ".join(str(int(i)) for i in index) + ("," if len(index) == 1 else "") + ")"
 
 
 def verdict(m: TensorMetrics) -> tuple[str, list[str]]:
-    """The verdict of one comparison and the reasons of a failure.
+    """The verdict of one comparison of compatible dtypes and the reasons of a failure.
 
     Args:
-        m: The pair's metrics.
+        m: The pair's metrics (``m.exact``: integer/bool rules; else float rules with ``m.rtol``/``m.atol``).
 
     Returns:
         ``("pass", [])`` or ``("fail", [reason, ...])``.
     """
     reasons: list[str] = []
-    if m.cosine < COSINE_MIN and m.max_abs > MAX_ABS_SMALL:
-        reasons.append(f"cosine {m.cosine:.6g} < {COSINE_MIN} with max_abs {m.max_abs:.6g} > {MAX_ABS_SMALL}")
-    if m.cosine < COSINE_FLOOR:
-        reasons.append(f"cosine {m.cosine:.6g} < {COSINE_FLOOR}")
-    if m.max_abs > MAX_ABS_LIMIT:
-        reasons.append(f"max_abs {m.max_abs:.6g} > {MAX_ABS_LIMIT}")
+    if m.exact:
+        if m.mismatches:
+            reasons.append(f"{m.mismatches} of {m.elements} elements differ, first at {_index_text(m.first_mismatch)}")
+        return ("fail" if reasons else "pass"), reasons
     if m.nonfinite_mismatch:
         reasons.append(f"NaN/Inf differ at {m.nonfinite_mismatch} position(s)")
-    if m.allclose is False:
-        reasons.append("not allclose")
+    not_close = m.mismatches - m.nonfinite_mismatch
+    if not_close > 0:
+        reasons.append(f"{not_close} of {m.finite_pairs} not within rtol {m.rtol or 0:.3g} atol {m.atol or 0:.3g}"
+                       f" (max_abs {m.max_abs:.4g}), first mismatch at {_index_text(m.first_mismatch)}")
+    if m.cosine < COSINE_MIN and m.max_abs > MAX_ABS_SMALL:
+        reasons.append(f"cosine {m.cosine:.6g} < {COSINE_MIN} with max_abs {m.max_abs:.4g} > {MAX_ABS_SMALL}")
+    elif m.cosine < COSINE_FLOOR:
+        reasons.append(f"cosine {m.cosine:.6g} < {COSINE_FLOOR}")
     return ("fail" if reasons else "pass"), reasons
+
+
+RULES_TEXT = _rules_text()
+"""The rule table as printed by ``megadump compare --help``."""

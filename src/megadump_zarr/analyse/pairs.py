@@ -1,0 +1,310 @@
+"""One compared pair: how it is compared (:func:`compare_pair`, the single dispatch point) and the
+picklable per-record unit of a dump-against-dump comparison (:class:`RecordPair`, :func:`compare_record`).
+
+:func:`compare_pair` decides, for two array-likes, which verdict applies: ``dtype_mismatch`` (kinds
+differ), ``shape_mismatch``, or the metrics and rules of :mod:`megadump_zarr.analyse.verdict` (exact for
+integers and bools, tolerances by dtype for floats); a missing or corrupt chunk
+(:class:`~megadump_zarr.read.errors.DumpIntegrityError`) gives ``missing_data`` naming the key, anything
+else that stops the comparison ``error``. A new way of comparing a pair (statistics-only records, for
+example) is one more branch here.
+
+:func:`compare_record` is what :func:`megadump_zarr.analyse.compare` runs per record pair of two dumps,
+through :func:`megadump_zarr.analyse.parallel.map_ordered`: its argument carries the two dumps as
+:class:`~megadump_zarr.read.source.DumpSource` (URL + storage options), the record path and the
+tolerances, so it runs on a dask worker as well as in this process. It reads both records chunk-aligned,
+straight from their zarr arrays, decoding the two sides in parallel threads, and folds block pairs as they
+arrive: at most a few blocks per thread are in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+import contextlib
+from dataclasses import dataclass, field
+import os
+import threading
+from typing import Any
+
+import numpy as np
+
+from megadump_zarr.analyse.metrics import (
+    DEFAULT_BLOCK_BYTES,
+    MetricAccumulator,
+    TensorMetrics,
+    block_offset,
+    compute_metrics,
+    dtype_name,
+    iter_blocks,
+    read_native_block,
+    row_chunks,
+    shape_of,
+)
+from megadump_zarr.analyse.verdict import dtype_kind, resolve_tolerance, verdict
+
+__all__ = ["METRIC_COLUMNS", "RecordPair", "compare_pair", "compare_record", "empty_row", "metrics_of"]
+
+METRIC_COLUMNS = (
+    "shape_a", "shape_b", "dtype_a", "dtype_b", "elements", "cosine", "max_abs", "max_rel", "rmse",
+    "within_0_1pct", "within_0_5pct", "nan_a", "inf_a", "nan_b", "inf_b", "nonfinite_mismatch", "allclose",
+    "mismatches", "first_mismatch", "worst_index", "worst_a", "worst_b", "worst_task_id", "worst_owner_id",
+    "worst_core_type", "worst_core_id", "rtol", "atol", "verdict", "note",
+)
+"""Metric columns of a compare result row, in order (after the key columns)."""
+
+Locator = Callable[[tuple[int, ...]], dict[str, Any]]
+"""``worst_index -> {"worst_task_id": ..., "worst_owner_id": ..., "worst_core_type": ..., "worst_core_id": ...}``."""
+
+
+def empty_row(keys: dict[str, Any], verdict_: str, note: str, **extra: Any) -> dict[str, Any]:
+    """A result row with no metrics.
+
+    Args:
+        keys: The key columns.
+        verdict_: The verdict.
+        note: The note.
+        **extra: More columns (``shape_a``, ``dtype_b``, ...).
+    """
+    row: dict[str, Any] = dict(keys)
+    row.update(dict.fromkeys(METRIC_COLUMNS))
+    row.update(extra, verdict=verdict_, note=note)
+    return row
+
+
+def _integrity_error() -> type[Exception]:
+    try:
+        from megadump_zarr.read.errors import DumpIntegrityError
+    except ImportError:  # pragma: no cover - the read layer is part of the package
+        return LookupError
+    return DumpIntegrityError
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    return "×".join(str(s) for s in shape) if shape else "scalar"
+
+
+def compare_pair(keys: dict[str, Any], a: Any, b: Any, *, rtol: float | None = None, atol: float | None = None,
+                 block_bytes: int = DEFAULT_BLOCK_BYTES, notes: Iterable[str] = (), locate: Locator | None = None,
+                 metrics: Callable[..., TensorMetrics] | None = None) -> dict[str, Any]:
+    """One result row: ``a`` (under test) against the reference ``b``; never raises.
+
+    This is the one place that chooses how a pair is compared (see the module docstring).
+
+    Args:
+        keys: The key columns of the row.
+        a: The tensor under test (any array-like :mod:`megadump_zarr.analyse.metrics` reads).
+        b: The reference.
+        rtol: User relative tolerance (floats; None: the dtype default).
+        atol: User absolute tolerance (floats; None: the dtype default).
+        block_bytes: Float64 bytes of one block of one side.
+        notes: Notes to add (truncation, row alignment).
+        locate: Maps the worst element's logical index to its producing task/owner/core columns.
+        metrics: ``metrics(a, b, rtol=, atol=, exact=, block_bytes=) -> TensorMetrics``; default
+            :func:`~megadump_zarr.analyse.metrics.compute_metrics`.
+    """
+    extra_notes = [n for n in notes if n]
+    row = empty_row(keys, "error", "; ".join(extra_notes))
+    integrity = _integrity_error()
+    try:
+        shape_a, shape_b = shape_of(a), shape_of(b)
+        dtype_a, dtype_b = dtype_name(a), dtype_name(b)
+        row.update(shape_a=shape_a, shape_b=shape_b, dtype_a=dtype_a, dtype_b=dtype_b)
+        kind_a, kind_b = dtype_kind(dtype_a), dtype_kind(dtype_b)
+        if kind_a != kind_b:
+            row.update(verdict="dtype_mismatch", note="; ".join(
+                [f"dtype kinds differ: {dtype_a} ({kind_a}) vs {dtype_b} ({kind_b}); not compared", *extra_notes]))
+            return row
+        if shape_a != shape_b:
+            row.update(verdict="shape_mismatch", note="; ".join(
+                [f"shape {_shape_text(shape_a)} vs {_shape_text(shape_b)}; not compared", *extra_notes]))
+            return row
+        tol_rtol, tol_atol, exact = resolve_tolerance(dtype_a, dtype_b, rtol, atol)
+        m = (metrics or compute_metrics)(a, b, rtol=None if exact else tol_rtol, atol=None if exact else tol_atol,
+                                         exact=exact, block_bytes=block_bytes)
+    except integrity as exc:
+        key = getattr(exc, "key", None)
+        row.update(verdict="missing_data", note="; ".join(
+            [f"missing or corrupt data{f' at {key}' if key else ''}: {exc}", *extra_notes]))
+        return row
+    except Exception as exc:  # one unreadable tensor must not abort a whole comparison
+        row["note"] = "; ".join([f"{type(exc).__name__}: {exc}", *extra_notes])
+        return row
+    return metrics_row(row, m, extra_notes, locate)
+
+
+def metrics_row(row: dict[str, Any], m: TensorMetrics, notes: list[str], locate: Locator | None = None) -> dict[str, Any]:
+    """Fill ``row`` (keys, shapes, dtypes set) with the metrics, verdict and note of ``m``."""
+    result, reasons = verdict(m)
+    all_notes = list(reasons) + list(notes)
+    if row["dtype_a"] != row["dtype_b"]:
+        all_notes.append(f"dtype {row['dtype_a']} vs {row['dtype_b']}")
+    if m.elements and not m.finite_pairs:
+        all_notes.append("no finite element pairs")
+    row.update(
+        elements=m.elements, cosine=m.cosine, max_abs=m.max_abs, max_rel=m.max_rel, rmse=m.rmse,
+        within_0_1pct=m.within_0_1pct, within_0_5pct=m.within_0_5pct, nan_a=m.nan_a, inf_a=m.inf_a,
+        nan_b=m.nan_b, inf_b=m.inf_b, nonfinite_mismatch=m.nonfinite_mismatch, allclose=m.allclose,
+        mismatches=m.mismatches, first_mismatch=m.first_mismatch, rtol=m.rtol, atol=m.atol,
+        verdict=result, note="; ".join(all_notes),
+    )
+    if result != "pass":
+        row.update(worst_index=m.worst_index, worst_a=m.worst_a, worst_b=m.worst_b)
+        if locate is not None and m.worst_index is not None:
+            try:
+                row.update(locate(m.worst_index))
+            except Exception:  # locating is a courtesy: never lose the verdict over it
+                pass
+    return row
+
+
+def metrics_of(a: Any, b: Any, **kwargs: Any) -> TensorMetrics:
+    """:func:`compute_metrics` with the two sides' blocks read in parallel threads (see :class:`RecordPair`)."""
+    return _parallel_metrics(a, b, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------- dump records
+_THREADS = max(1, min(4, os.cpu_count() or 1))
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+_BLAS: Any = None
+
+
+def _single_threaded_blas() -> Any:
+    """BLAS limited to one thread while our lanes run (a multi-threaded ``dot`` on 32 Ki elements that
+    waits for a busy core costs milliseconds); a no-op without threadpoolctl."""
+    global _BLAS
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # pragma: no cover - threadpoolctl is a dependency
+        return contextlib.nullcontext()
+    if _BLAS is None:
+        _BLAS = ThreadpoolController()
+    return _BLAS.limit(limits=1, user_api="blas")
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="megadump-compare")
+        return _POOL
+
+
+def _parallel_metrics(a: Any, b: Any, *, rtol: float | None = None, atol: float | None = None, exact: bool = False,
+                      block_bytes: int = DEFAULT_BLOCK_BYTES, threads: int | None = None) -> TensorMetrics:
+    """Metrics of two same-shape array-likes: chunk-aligned blocks, ``threads`` lanes each folding its own
+    blocks (read A, read B, fold) into its own accumulator; the accumulators are merged at the end."""
+    shape = shape_of(a)
+    if shape != shape_of(b):
+        raise ValueError(f"shape mismatch: {shape} vs {shape_of(b)}")
+    blocks = list(iter_blocks(shape, block_bytes, row_chunks(a) or row_chunks(b)))
+    lanes = max(1, min(threads or _THREADS, len(blocks)))
+    if lanes == 1 or threading.current_thread().name.startswith("megadump-compare"):
+        acc = MetricAccumulator(shape, rtol=rtol, atol=atol, exact=exact)
+        for index in blocks:
+            acc.update(read_native_block(a, index), read_native_block(b, index), block_offset(shape, index))
+        return acc.result()
+
+    def lane(k: int) -> MetricAccumulator:
+        acc = MetricAccumulator(shape, rtol=rtol, atol=atol, exact=exact)
+        for index in blocks[k::lanes]:
+            acc.update(read_native_block(a, index), read_native_block(b, index), block_offset(shape, index))
+        return acc
+
+    with _single_threaded_blas():
+        accumulators = list(_pool().map(lane, range(lanes)))
+    total = accumulators[0]
+    for other in accumulators[1:]:
+        total.merge(other)
+    return total.result()
+
+
+@dataclass(frozen=True)
+class RecordPair:
+    """One record of two dumps to compare: what :func:`compare_record` needs, picklable.
+
+    Args:
+        a: Where dump A (under test) lives.
+        b: Where dump B (the reference) lives.
+        path: The record's path relative to both roots.
+        keys: The key columns of its result row.
+        rtol: User relative tolerance (None: dtype default).
+        atol: User absolute tolerance (None: dtype default).
+        truncated: Either side's record is truncated (read through its logical-shape view).
+        block_bytes: Float64 bytes of one block of one side.
+    """
+
+    a: Any
+    b: Any
+    path: str
+    keys: dict[str, Any] = field(default_factory=dict)
+    rtol: float | None = None
+    atol: float | None = None
+    truncated: bool = False
+    block_bytes: int = DEFAULT_BLOCK_BYTES
+
+    @property
+    def label(self) -> str:
+        """The record path (names a failing item in :func:`~megadump_zarr.analyse.parallel.map_ordered`)."""
+        return self.path
+
+
+def _open(source: Any) -> Any:
+    return source.open() if hasattr(source, "open") and not hasattr(source, "records") else source
+
+
+def record_source(dump: Any, path: str, truncated: bool) -> Any:
+    """Record ``path`` of ``dump`` as an array-like for :func:`compare_pair`: its stored zarr array (read
+    chunk by chunk through the dump's integrity checks), or the logical-shape view of a truncated record.
+
+    Args:
+        dump: An open ``Dump`` (or anything with ``record_array``).
+        path: The record path.
+        truncated: The record is truncated.
+    """
+    if not truncated and hasattr(dump, "_record") and hasattr(dump, "store"):
+        from megadump_zarr.read.integrity import GuardedArray
+        from megadump_zarr.read.truncated import open_zarr_array
+
+        info, rel, doc = dump._record(path)
+        attrs = doc.get("attributes") or {}
+        if not attrs.get("truncated"):
+            key = f"{info.key}/{rel}"
+            return GuardedArray(open_zarr_array(dump.store, key, doc), key, getattr(dump, "root", ""))
+    return dump.record_array(path)
+
+
+def compare_record(pair: RecordPair) -> dict[str, Any]:
+    """The result row of one record pair of two dumps (see :class:`RecordPair`); never raises.
+
+    Args:
+        pair: The record, its two dumps and the tolerances.
+    """
+    integrity = _integrity_error()
+    try:
+        xa = record_source(_open(pair.a), pair.path, pair.truncated)
+        xb = record_source(_open(pair.b), pair.path, pair.truncated)
+    except integrity as exc:
+        return empty_row(pair.keys, "missing_data", f"missing or corrupt data: {exc}")
+    except Exception as exc:
+        return empty_row(pair.keys, "error", f"{type(exc).__name__}: {exc}")
+    note = "truncated record: NaN where not captured" if pair.truncated else ""
+    keys = pair.keys
+
+    def locate(index: tuple[int, ...]) -> dict[str, Any]:
+        if keys.get("level") != "L1":
+            return {}
+        return {"worst_task_id": keys.get("task_id"), "worst_owner_id": keys.get("owner_id"),
+                "worst_core_type": keys.get("core_type"), "worst_core_id": keys.get("core_id")}
+
+    return compare_pair(keys, xa, xb, rtol=pair.rtol, atol=pair.atol, block_bytes=pair.block_bytes, notes=[note],
+                        locate=locate, metrics=_parallel_metrics)
+
+
+def nbytes_of(x: Any) -> int:
+    """Logical bytes of an array-like (for progress and benchmarks)."""
+    dtype = getattr(x, "dtype", None)
+    size = int(np.prod(shape_of(x))) if shape_of(x) else 1
+    return size * (np.dtype(dtype).itemsize if dtype is not None else 8)
