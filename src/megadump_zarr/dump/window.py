@@ -161,7 +161,7 @@ def _record_component(plan: Any) -> str:
     return f"{plan.io}_{plan.index:02d}_{safe_name(plan.tensor_name)}"
 
 
-def _l1_array(snapshot: L1Snapshot, dims: _DimTable) -> ArrayWrite:
+def _l1_array(snapshot: L1Snapshot, dims: _DimTable, partial: bool = False) -> ArrayWrite:
     plan = snapshot.record
     component = _record_component(plan)
     suffix = f"{plan.io}{plan.index:02d}"
@@ -193,6 +193,8 @@ def _l1_array(snapshot: L1Snapshot, dims: _DimTable) -> ArrayWrite:
     }
     if plan.truncated:  # the stored array is a flat prefix: keep what readers need to rebuild the logical view
         attrs["logicalDims"] = [safe_name(d) for d in plan.dims]
+    if partial:  # salvaged from a launch that failed (on_error="keep"): its task may not have finished
+        attrs["partial"] = True
     return ArrayWrite(component, snapshot.data, names, attrs, coords)
 
 
@@ -217,7 +219,7 @@ def _l1_invocation(invocation: DumpInvocation) -> InvocationWrite:
             task_component += f"_worker_{first.core_id:03d}"
         path = f"stages/{stage_component}/{task_component}"
         dims = _DimTable(tuple(_record_component(snapshot.record) for snapshot in snapshots))
-        task_arrays = [_l1_array(snapshot, dims) for snapshot in snapshots]
+        task_arrays = [_l1_array(snapshot, dims, invocation.failed) for snapshot in snapshots]
         groups.append(GroupWrite(path, {
             "taskId": first.task_id,
             "stageTaskIndex": first.task_index,
@@ -279,5 +281,7 @@ def build_window(level: str, rank: int, window_index: int, invocations: list[Dum
         "rank": rank,
         "invocationCount": len(built),
         "invocations": [inv.name for inv in built],
+        # launches that failed and whose CAPTURED records were kept (on_error="keep", decode-buffer)
+        "partialLaunches": [invocation.name for invocation in invocations if invocation.failed],
     }
     return WindowWrite(rank, window_index, attrs, built)

@@ -56,7 +56,7 @@ RECORD_COLUMNS = (
 )
 """The records table's required columns, in order."""
 
-EXTRA_COLUMNS = ("role", "capture_phase", "status", "param_position", "note", "invocation_name", "group")
+EXTRA_COLUMNS = ("role", "capture_phase", "status", "param_position", "note", "invocation_name", "group", "partial")
 """Columns that follow the required ones: L0 role, capture phase, window status, ABI parameter position,
 the record's note, the invocation group's name and the data group's path (relative to the root)."""
 
@@ -435,6 +435,7 @@ def _window_rows(info: WindowInfo, nodes: Mapping[str, dict[str, Any]], columns:
         row["note"].append(attrs.get("note") if is_l1 else None)
         row["invocation_name"].append(parts[0])
         row["group"].append(f"{info.key}/{group}")
+        row["partial"].append(attrs.get("partial") is True)  # salvaged from a failed launch (on_error="keep")
 
 
 _NO_TASK = dict.fromkeys(("stage", "task_id", "stage_task_index", "owner_label", "owner_id", "core_type", "core_id", "worker"))
@@ -476,7 +477,7 @@ def records_frame(windows: Iterable[tuple[WindowInfo, Mapping[str, dict[str, Any
             data[name] = pd.array([None if v is None else int(v) for v in values], dtype="Int64")
         elif name in _FLOAT_COLUMNS:
             data[name] = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
-        elif name == "truncated":
+        elif name in ("truncated", "partial"):
             data[name] = np.array(values, dtype=bool)
         elif name in ("shape", "stored_shape"):
             array = np.empty(len(values), dtype=object)
