@@ -15,6 +15,7 @@ named with ``window=``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import os
 import re
@@ -26,6 +27,7 @@ import xarray as xr
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
+from megadump_zarr.read.statistics import load_tables
 from megadump_zarr.read.catalog import (
     DataGroup,
     WindowInfo,
@@ -141,7 +143,8 @@ class Dump:
         cached = self._frames.get(info.key)
         if cached is not None:
             return cached
-        frame = records_frame([(info, self._nodes(info))])
+        nodes = self._nodes(info)
+        frame = records_frame([(info, nodes)], {info.key: load_tables(self.store, info.key, nodes)})
         if info.final:
             self._frames[info.key] = frame
         return frame
@@ -472,7 +475,8 @@ class Dump:
 
         store = self.store
         inner = store._store if isinstance(store, IntegrityStore) else store
-        return verify_dump(inner, deep=deep)
+        report = verify_dump(inner, deep=deep)
+        return dataclasses.replace(report, root=self.root)
 
     # ------------------------------------------------------------------ display
     def __repr__(self) -> str:

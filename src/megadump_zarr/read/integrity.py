@@ -28,7 +28,8 @@ from zarr.storage import WrapperStore
 
 from megadump_zarr.read.errors import DumpIntegrityError
 
-__all__ = ["ChunkLookup", "GuardedArray", "IntegrityStore", "chunk_grid", "expected_chunk", "guard_read", "verify_crc32c",
+__all__ = ["ChunkLookup", "CommittedWindows", "GuardedArray", "IntegrityStore", "chunk_grid", "expected_chunk", "guard_read",
+           "guard_window_group", "has_crc32c", "verify_crc32c",
            "window_lookup"]
 
 ChunkLookup = Callable[[str], "tuple[str, dict[str, Any]] | None"]
@@ -94,7 +95,7 @@ def expected_chunk(doc: Mapping[str, Any], name: str) -> bool:
     return all(0 <= c < -(-s // k) for c, s, k in zip(coords, shape, chunks))
 
 
-def _has_crc32c(doc: Mapping[str, Any]) -> bool:
+def has_crc32c(doc: Mapping[str, Any]) -> bool:
     codecs = doc.get("codecs")
     if not isinstance(codecs, list) or not codecs:
         return False
@@ -175,7 +176,7 @@ class IntegrityStore(WrapperStore[Store]):
                     f"chunk {key}{self._where()} is missing: its window is committed, so every chunk of "
                     f"{array_key} (shape {doc.get('shape')}) must exist", key=key)
             return value
-        if byte_range is None and _has_crc32c(doc):
+        if byte_range is None and has_crc32c(doc):
             verify_crc32c(key, value.as_numpy_array(), self._where())
         return value
 

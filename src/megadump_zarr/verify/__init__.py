@@ -1,0 +1,132 @@
+"""Verify a dump: every committed window whole, or each problem named (``megadump verify``, ``Dump.verify()``).
+
+:func:`verify_dump` lists the windows of a root and runs :func:`~megadump_zarr.verify.window.verify_window`
+on each (see that module for what is checked). With an active ``distributed.Client`` the windows run as
+dask tasks through ``megadump_zarr.analyse.parallel.map_ordered`` (each task opens the dump itself from its
+URL and storage options); otherwise in this process, one after another, with a progress callback per chunk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+import os
+import re
+from typing import Any
+
+from megadump_zarr.verify.window import Problem, WindowCheck, verify_window
+
+__all__ = ["Problem", "VerifyReport", "WindowCheck", "verify_dump", "verify_window"]
+
+_RANK = re.compile(r"^rank_(\d+)$")
+_WINDOW = re.compile(r"^window_(\d+)$")
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """The verification of a dump.
+
+    Args:
+        root: The dump root as given.
+        windows: One check per window, ordered by (rank, window); torn windows have ``checked=False``.
+        deep: Whether statistics were recomputed.
+    """
+
+    root: str
+    windows: tuple[WindowCheck, ...]
+    deep: bool = False
+
+    @property
+    def problems(self) -> list[Problem]:
+        """Every problem, window by window."""
+        return [p for w in self.windows for p in w.problems]
+
+    @property
+    def ok(self) -> bool:
+        """No problem in any window."""
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary (``megadump verify --json``)."""
+        checked = [w for w in self.windows if w.checked]
+        return {
+            "root": self.root, "ok": self.ok, "deep": self.deep,
+            "windows_checked": len(checked), "windows_skipped": len(self.windows) - len(checked),
+            "arrays": sum(w.arrays for w in checked), "chunks": sum(w.chunks for w in checked),
+            "stored_bytes": sum(w.stored_bytes for w in checked), "problems": len(self.problems),
+            "partial_windows": [w.window for w in self.windows if w.partial_launches or w.partial_records],
+            "windows": [w.to_dict() for w in self.windows],
+        }
+
+
+def window_keys(store: Any) -> list[str]:
+    """``rank_{r}/window_{wwww}`` keys of a root, ordered by (rank, window); nothing is parsed.
+
+    Args:
+        store: The dump store.
+    """
+    from megadump_zarr.read.location import list_dir
+
+    keys = []
+    for rank_name in list_dir(store, ""):
+        rank = _RANK.match(rank_name)
+        if not rank:
+            continue
+        for window_name in list_dir(store, rank_name):
+            window = _WINDOW.match(window_name)
+            if window:
+                keys.append((int(rank.group(1)), int(window.group(1)), f"{rank_name}/{window_name}"))
+    return [key for _, _, key in sorted(keys)]
+
+
+class _VerifyOne:
+    """``verify_window`` of one window key, picklable for dask workers."""
+
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None, deep: bool) -> None:
+        self.url, self.storage_options, self.deep = url, dict(storage_options or {}), deep
+
+    def __call__(self, window: str) -> WindowCheck:
+        return verify_window(self.url, self.storage_options, window, deep=self.deep)
+
+
+def verify_dump(url: str | os.PathLike[str] | Any, storage_options: Mapping[str, Any] | None = None, *, deep: bool = False,
+                windows: list[str] | None = None,
+                progress: Callable[[str, int, int, int], None] | None = None) -> VerifyReport:
+    """Verify every window of a dump root.
+
+    Args:
+        url: The dump root (local path, fsspec URL, or a zarr ``Store`` rooted at it).
+        storage_options: fsspec options for a URL root.
+        deep: Also recompute each record's stored statistics from its data.
+        windows: Only these window keys (``rank_0/window_0000``); default: every window.
+        progress: Called as ``progress(window, windows_done, windows_total, chunk_bytes)`` while it runs
+            (``chunk_bytes``: bytes just checked, 0 when a window finishes).
+
+    Raises:
+        ValueError: ``url`` is not a dump root (the message names it).
+    """
+    from megadump_zarr.analyse.parallel import active_client, map_ordered
+    from megadump_zarr.read.catalog import check_root
+    from megadump_zarr.read.location import open_location
+
+    from zarr.abc.store import Store
+
+    text: Any = url if isinstance(url, Store) else os.fspath(url)
+    location = open_location(text, dict(storage_options or {}))
+    check_root(location.store, location.url)
+    keys = window_keys(location.store) if windows is None else list(windows)
+    total = len(keys)
+    if active_client() is not None and total > 1:
+        def report(done: int, count: int) -> None:
+            if progress is not None:
+                progress("", done, count, 0)
+
+        results = map_ordered(_VerifyOne(text, storage_options, deep), keys, progress=report)
+        return VerifyReport(location.url, tuple(results), deep)
+    results = []
+    for done, key in enumerate(keys):
+        tick = (lambda n, _k=key, _d=done: progress(_k, _d, total, n)) if progress is not None else None
+        results.append(verify_window(text, storage_options, key, deep=deep, tick=tick))
+        if progress is not None:
+            progress(key, done + 1, total, 0)
+    return VerifyReport(location.url, tuple(results), deep)

@@ -1,0 +1,198 @@
+"""``megadump verify`` / ``Dump.verify()``: a whole dump passes; each kind of damage is named (window, key, what).
+
+A real demo run (one L0 and one L1 window, two steps) is copied per test and damaged on disk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+import json
+from pathlib import Path
+import shutil
+from typing import Any
+
+import pytest
+
+from megadump_zarr import open_dump
+from megadump_zarr.cli.main import main
+from megadump_zarr.verify import verify_dump
+
+WINDOW = "rank_0/window_0000"
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from megadump_zarr.demo.run import run_demo
+
+    return run_demo(tmp_path_factory.mktemp("verify") / "run", steps=2).root
+
+
+@pytest.fixture
+def run(pristine: Path, tmp_path: Path) -> Path:
+    shutil.copytree(pristine, tmp_path / "run")
+    return tmp_path / "run"
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *args: Any) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+def _record(root: Path, name: str = "x") -> str:
+    records = open_dump(root).records()
+    return str(records[(records["name"] == name) & (records["stored_bytes"] > 0)]["path"].iloc[0])
+
+
+def _edit(root: Path, path: str, change: Callable[[dict[str, Any]], None]) -> None:
+    """Apply ``change`` to a node's document everywhere it is stored: its own zarr.json and every
+    consolidated copy above it (so the documents still agree with each other)."""
+    rel = path[len(WINDOW) + 1 :]
+    own = root / path / "zarr.json"
+    doc = json.loads(own.read_text())
+    change(doc)
+    own.write_text(json.dumps(doc))
+    parts = rel.split("/")
+    for depth in range(len(parts)):
+        holder = root / WINDOW / "/".join(parts[:depth]) / "zarr.json"
+        if not holder.exists():
+            continue
+        group = json.loads(holder.read_text())
+        entries = (group.get("consolidated_metadata") or {}).get("metadata") or {}
+        sub = "/".join(parts[depth:])
+        if sub in entries:
+            change(entries[sub])
+            holder.write_text(json.dumps(group))
+
+
+def test_whole_dump_passes(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for level in ("l0", "l1"):
+        report = open_dump(run / level).verify(deep=True)
+        assert report.ok, [str(p) for p in report.problems]
+        assert report.windows[0].checked and report.windows[0].arrays > 0
+        assert report.windows[0].chunks == report.windows[0].arrays  # demo arrays are one chunk each
+        code, out, _ = _cli(capsys, "verify", run / level, "--deep")
+        assert code == 0 and "rank_0/window_0000: ok" in out and out.strip().splitlines()[-1].startswith("ok: 1 window(s)")
+    code, out, _ = _cli(capsys, "verify", run / "l1", "--json")
+    document = json.loads(out)
+    assert code == 0 and document["ok"] is True and document["problems"] == 0
+    assert document["windows"][0]["window"] == WINDOW and document["chunks"] > 0
+
+
+def test_missing_chunk(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = run / "l0"
+    path = _record(root)
+    chunk = next(p for p in (root / path).iterdir() if p.name != "zarr.json")
+    chunk.unlink()
+    report = verify_dump(root)
+    assert [(p.window, p.key, p.what) for p in report.problems] == [(WINDOW, f"{path}/{chunk.name}", "chunk is missing")]
+    code, out, _ = _cli(capsys, "verify", root)
+    assert code == 1 and f"{path}/{chunk.name}: chunk is missing" in out
+    code, out, _ = _cli(capsys, "verify", root, "--json")
+    assert code == 1 and json.loads(out)["windows"][0]["problems"] == [{"key": f"{path}/{chunk.name}",
+                                                                         "what": "chunk is missing"}]
+
+
+def test_flipped_byte_fails_its_checksum(run: Path) -> None:
+    root = run / "l1"
+    path = _record(root, "ws")
+    chunk = next(p for p in (root / path).iterdir() if p.name != "zarr.json")
+    raw = bytearray(chunk.read_bytes())
+    raw[0] ^= 1
+    chunk.write_bytes(bytes(raw))
+    (problem,) = verify_dump(root).problems
+    assert problem.key == f"{path}/{chunk.name}"
+    codecs = [c["name"] for c in json.loads((root / path / "zarr.json").read_text())["codecs"]]
+    assert ("crc32c checksum mismatch" if "crc32c" in codecs else "does not decode") in problem.what
+
+
+def test_documents_disagree(run: Path) -> None:
+    root = run / "l0"
+    path = _record(root)
+    own = root / path / "zarr.json"
+    doc = json.loads(own.read_text())
+    doc["attributes"]["note"] = "edited behind the window's back"
+    own.write_text(json.dumps(doc))
+    (problem,) = verify_dump(root).problems
+    assert problem.key == f"{path}/zarr.json"
+    assert problem.what == "differs from the window's consolidated metadata in attributes"
+
+
+def test_attributes_against_the_array(run: Path) -> None:
+    root = run / "l1"
+    path = _record(root, "ws")
+
+    def change(doc: dict[str, Any]) -> None:
+        doc["attributes"]["storedBytes"] += 4
+
+    _edit(root, path, change)
+    problems = verify_dump(root).problems
+    assert [p.key for p in problems] == [f"{path}/zarr.json"]
+    assert problems[0].what.startswith("attributes.storedBytes ")
+    assert "disagrees with shape" in problems[0].what
+
+
+def test_deep_recomputes_statistics(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = run / "l0"
+    path = _record(root)
+
+    def change(doc: dict[str, Any]) -> None:
+        doc["attributes"]["stats"]["max"] = 1234.5
+
+    _edit(root, path, change)
+    assert verify_dump(root).ok  # the documents agree; only the data can tell
+    (problem,) = verify_dump(root, deep=True).problems
+    assert problem.key == f"{path}/zarr.json"
+    assert problem.what.startswith("attributes.stats.max is 1234.5 but the data give ")
+    assert _cli(capsys, "verify", root, "--deep")[0] == 1
+
+
+def test_manifest_and_window_document(run: Path) -> None:
+    root = run / "l0"
+    window_doc = root / WINDOW / "zarr.json"
+    doc = json.loads(window_doc.read_text())
+    doc["attributes"]["invocations"] = doc["attributes"]["invocations"][:-1] + ["invocation_000099_forward"]
+    window_doc.write_text(json.dumps(doc))
+    whats = sorted(p.what for p in verify_dump(root).problems)
+    assert any("lists invocation_000099_forward, which the window does not hold" in w for w in whats)
+    assert any("is not listed in attributes.invocations" in w for w in whats)
+    window_doc.write_text("{not json")
+    (problem,) = verify_dump(root).problems
+    assert problem.key == f"{WINDOW}/zarr.json" and "does not parse" in problem.what
+
+
+def test_torn_window_is_listed_not_checked(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = run / "l0"
+    (root / WINDOW / "zarr.json").unlink()
+    report = verify_dump(root)
+    assert report.ok and [(w.window, w.status, w.checked) for w in report.windows] == [(WINDOW, "writing", False)]
+    code, out, _ = _cli(capsys, "verify", root)
+    assert code == 0 and "not committed: not checked" in out
+
+
+def test_partial_launches_are_reported(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = run / "l1"
+    path = _record(root, "ws")
+
+    def flag(doc: dict[str, Any]) -> None:
+        doc["attributes"]["partial"] = True
+
+    _edit(root, path, flag)
+    (problem,) = verify_dump(root).problems  # flagged record, but the window lists no partial launch
+    assert "flagged partial but the window lists no partialLaunches" in problem.what
+    window_doc = root / WINDOW / "zarr.json"
+    doc = json.loads(window_doc.read_text())
+    doc["attributes"]["partialLaunches"] = [{"invocation": 0, "error": "device hang"}]
+    window_doc.write_text(json.dumps(doc))
+    report = verify_dump(root)
+    assert report.ok and report.windows[0].partial_records == 1 and len(report.windows[0].partial_launches) == 1
+    code, out, _ = _cli(capsys, "verify", root)
+    assert code == 0 and "holds 1 salvaged partial launch(es) (1 partial record(s))" in out
+    assert json.loads(_cli(capsys, "verify", root, "--json")[1])["partial_windows"] == [WINDOW]
+
+
+def test_not_a_dump_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _cli(capsys, "verify", tmp_path / "nowhere")
+    assert code == 2 and err.startswith("error: ") and len(err.strip().splitlines()) == 1
