@@ -27,7 +27,6 @@ import xarray as xr
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
-from megadump_zarr.read.statistics import load_tables
 from megadump_zarr.read.catalog import (
     DataGroup,
     WindowInfo,
@@ -143,8 +142,7 @@ class Dump:
         cached = self._frames.get(info.key)
         if cached is not None:
             return cached
-        nodes = self._nodes(info)
-        frame = records_frame([(info, nodes)], {info.key: load_tables(self.store, info.key, nodes)})
+        frame = records_frame([(info, self._nodes(info))])
         if info.final:
             self._frames[info.key] = frame
         return frame
