@@ -33,6 +33,7 @@ from megadump_zarr.read.documents import (
     optional_str,
     shape_field,
 )
+from megadump_zarr.read.statistics import STATISTICS_COLUMNS, merge_statistics
 from megadump_zarr.read.location import get_json, get_many, list_dir, list_prefix, parse_json
 
 __all__ = [
@@ -59,6 +60,8 @@ RECORD_COLUMNS = (
 EXTRA_COLUMNS = ("role", "capture_phase", "status", "param_position", "note", "invocation_name", "group", "partial")
 """Columns that follow the required ones: L0 role, capture phase, window status, ABI parameter position,
 the record's note, the invocation group's name and the data group's path (relative to the root)."""
+
+EXTRA_COLUMNS = (*EXTRA_COLUMNS, *STATISTICS_COLUMNS)  # payload, checksum, element_count (read.statistics)
 
 _FINAL = frozenset(("complete", "aborted"))
 _RANK = re.compile(r"^rank_(\d+)$")
@@ -435,6 +438,9 @@ def _window_rows(info: WindowInfo, nodes: Mapping[str, dict[str, Any]], columns:
         row["note"].append(attrs.get("note") if is_l1 else None)
         row["invocation_name"].append(parts[0])
         row["group"].append(f"{info.key}/{group}")
+        row["payload"].append(True)
+        row["checksum"].append(None)  # the device checksum comes from a statistics table, when there is one
+        row["element_count"].append(math.prod(shape))
         row["partial"].append(attrs.get("partial") is True)  # salvaged from a failed launch (on_error="keep")
 
 
@@ -450,7 +456,8 @@ def _execution_key(columns: Mapping[str, list[Any]], i: int) -> tuple[Any, ...]:
             1 if columns["io"][i] == "output" else 0, number("index"), number("param_position"), columns["path"][i])
 
 
-def records_frame(windows: Iterable[tuple[WindowInfo, Mapping[str, dict[str, Any]]]]) -> pd.DataFrame:
+def records_frame(windows: Iterable[tuple[WindowInfo, Mapping[str, dict[str, Any]]]],
+                  tables: Mapping[str, list[Any]] | None = None) -> pd.DataFrame:
     """The records table of some windows: one row per stored tensor (coordinate arrays excluded).
 
     Rows are in execution order: rank, window, invocation, task id (the compiler numbers tasks in
@@ -459,12 +466,21 @@ def records_frame(windows: Iterable[tuple[WindowInfo, Mapping[str, dict[str, Any
     ``Int64``; ``min``/``max``/``mean``/``l2norm`` are float64 (NaN when the writer stored no value);
     ``shape``/``stored_shape`` are tuples; ``path`` and ``group`` are relative to the dump root.
 
+    Statistics-first dumps: ``payload`` is False for a statistics-only record (its row comes from the
+    invocation's statistics table), ``checksum`` is the device content checksum (``UInt64``, missing for
+    tensor-mode records), ``element_count`` the logical element count.
+
     Args:
         windows: ``(window, nodes)`` pairs (see :func:`window_nodes`).
+        tables: Window key -> its statistics tables (``read.statistics.load_tables``), when read.
     """
     columns: dict[str, list[Any]] = {name: [] for name in (*RECORD_COLUMNS, *EXTRA_COLUMNS)}
     for info, nodes in windows:
         _window_rows(info, nodes, columns)
+        if tables and tables.get(info.key):
+            invocations = {name: {**_invocation_info(name, nodes), "rank": info.rank, "window": info.window}
+                           for name, _ in tables[info.key]}
+            merge_statistics(info.key, info.status, invocations, tables[info.key], columns)
     order = sorted(range(len(columns["path"])), key=lambda i: _execution_key(columns, i))
     data: dict[str, Any] = {}
     for name, values in columns.items():
@@ -473,11 +489,15 @@ def records_frame(windows: Iterable[tuple[WindowInfo, Mapping[str, dict[str, Any
             data[name] = np.array(values, dtype=np.int64)
         elif name == "invocation":
             data[name] = pd.array(values, dtype="Int64")
+        elif name == "checksum":
+            data[name] = pd.array(values, dtype="UInt64")
+        elif name == "element_count":
+            data[name] = pd.array(values, dtype="Int64")
         elif name in _INT_COLUMNS:
             data[name] = pd.array([None if v is None else int(v) for v in values], dtype="Int64")
         elif name in _FLOAT_COLUMNS:
             data[name] = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
-        elif name in ("truncated", "partial"):
+        elif name in ("truncated", "partial", "payload"):
             data[name] = np.array(values, dtype=bool)
         elif name in ("shape", "stored_shape"):
             array = np.empty(len(values), dtype=object)

@@ -27,6 +27,7 @@ import xarray as xr
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
+from megadump_zarr.read.statistics import load_tables
 from megadump_zarr.read.catalog import (
     DataGroup,
     WindowInfo,
@@ -142,7 +143,8 @@ class Dump:
         cached = self._frames.get(info.key)
         if cached is not None:
             return cached
-        frame = records_frame([(info, self._nodes(info))])
+        nodes = self._nodes(info)
+        frame = records_frame([(info, nodes)], {info.key: load_tables(self.store, info.key, nodes)})
         if info.final:
             self._frames[info.key] = frame
         return frame
