@@ -59,7 +59,8 @@ RESULT_COLUMNS = KEY_COLUMNS + METRIC_COLUMNS + LINEAGE_COLUMNS
 _INT_COLUMNS = ("rank", "window", "invocation", "step", "task_id", "worker", "owner_id", "core_id", "index",
                 "elements", "nan_a", "inf_a", "nan_b", "inf_b", "nonfinite_mismatch", "mismatches", "worst_task_id",
                 "worst_owner_id", "worst_core_id")
-_FLOAT_COLUMNS = ("cosine", "max_abs", "max_rel", "rmse", "within_0_1pct", "within_0_5pct", "worst_a", "worst_b",
+_FLOAT_COLUMNS = ("cosine", "max_abs", "max_rel", "rmse", "within_0_1pct", "within_0_5pct", "euc_dist", "max_rel_eps",
+                  "one_thousandth_ratio", "five_thousandths_ratio", "worst_a", "worst_b",
                   "rtol", "atol")
 _STOPPING = FAILING + ("missing",)
 

@@ -23,6 +23,13 @@ Metric definitions (all over *finite pairs*: positions where both sides are fini
 * ``rmse``: ``sqrt(mean((a - b)**2))``.
 * ``within_0_1pct`` / ``within_0_5pct``: share of finite pairs whose relative error (as in
   ``max_rel``) is at most 0.001 / 0.005. With no finite pair at all the shares are 1.0 (vacuous).
+* msprobe's definitions (``msprobe compare``'s EucDist, MaxRelativeErr, One/Five Thousandth Err Ratio),
+  for side-by-side use with it: ``euc_dist`` ``sqrt(sum((a - b)**2))`` over finite pairs;
+  ``max_rel_eps`` ``max |a - b| / |b|`` where a zero reference counts as the machine epsilon of float32
+  (float64 for float64 inputs) instead of ``REL_EPS``; ``one_thousandth_ratio`` /
+  ``five_thousandths_ratio`` the share of *all* elements whose relative error (as in ``max_rel_eps``) is
+  strictly below 0.001 / 0.005, positions where both sides hold the same NaN/Inf counting as exact. Like
+  msprobe, the four are NaN when the NaN/Inf patterns of the sides differ.
 * ``nan_a``/``inf_a``/``nan_b``/``inf_b``: counts of NaN and ±Inf on each side.
 * ``nonfinite_mismatch``: positions where the non-finite patterns differ (NaN on one side only, Inf on
   one side only, or +Inf against -Inf).
@@ -103,6 +110,10 @@ class TensorMetrics:
     rtol: float | None = None
     atol: float | None = None
     exact: bool = False
+    euc_dist: float = math.nan
+    max_rel_eps: float = math.nan
+    one_thousandth_ratio: float = math.nan
+    five_thousandths_ratio: float = math.nan
 
 
 # ---------------------------------------------------------------------------------------------------- input adapters
@@ -306,6 +317,9 @@ class MetricAccumulator:
         self.max_rel = 0.0
         self.within_tight = 0
         self.within_loose = 0
+        self.max_rel_eps = 0.0  # msprobe's definitions (see the module docstring)
+        self.eps_tight = 0
+        self.eps_loose = 0
         self._buffers: tuple[np.ndarray, ...] | None = None
 
     # ------------------------------------------------------------------ blocks
@@ -409,8 +423,11 @@ class MetricAccumulator:
         if dmax == 0.0:  # identical piece: every pair within every tolerance
             self.within_tight += n
             self.within_loose += n
+            self.eps_tight += n
+            self.eps_loose += n
             return
         np.abs(b, out=t)
+        zero_b = t == 0
         if self.check_close and dmax > self.atol:
             np.multiply(t, self.rtol, out=a)  # ``a`` is no longer needed
             a += self.atol
@@ -424,12 +441,23 @@ class MetricAccumulator:
             np.divide(d, t, out=t)
         rel = float(t.max())
         self.max_rel = max(self.max_rel, rel)
+        self._fold_eps(d, t, zero_b)
         for limit, attr in ((WITHIN_TIGHT, "within_tight"), (WITHIN_LOOSE, "within_loose")):
             if rel <= limit:
                 setattr(self, attr, getattr(self, attr) + n)
             else:
                 np.less_equal(t, limit, out=mask)
                 setattr(self, attr, getattr(self, attr) + int(np.count_nonzero(mask)))
+
+    def _fold_eps(self, d: np.ndarray, rel: np.ndarray, zero_b: np.ndarray) -> None:
+        """msprobe's relative error: ``rel`` where the reference is non-zero, ``|a - b| / eps`` where it is zero."""
+        if zero_b.any():
+            eps = float(np.finfo(np.float64 if self.scaled else np.float32).eps)
+            rel = rel.copy()
+            rel[zero_b] = d[zero_b] / eps
+        self.max_rel_eps = max(self.max_rel_eps, float(rel.max()))
+        self.eps_tight += int(np.count_nonzero(rel < WITHIN_TIGHT))
+        self.eps_loose += int(np.count_nonzero(rel < WITHIN_LOOSE))
 
     def _fold_scaled(self, a: np.ndarray, b: np.ndarray, d: np.ndarray) -> None:
         """Sums of float64 inputs, rescaled by the running maxima so nothing overflows or underflows."""
@@ -472,7 +500,7 @@ class MetricAccumulator:
     def merge(self, other: MetricAccumulator) -> None:
         """Add the blocks another accumulator (same tensor, other blocks) folded."""
         for attr in ("elements", "finite", "nan_a", "inf_a", "nan_b", "inf_b", "nonfinite", "mismatches",
-                     "within_tight", "within_loose"):
+                     "within_tight", "within_loose", "eps_tight", "eps_loose"):
             setattr(self, attr, getattr(self, attr) + getattr(other, attr))
         if other.first_mismatch is not None:
             self._mismatch_at(other.first_mismatch)
@@ -480,6 +508,7 @@ class MetricAccumulator:
                                         and (self.worst_at is None or other.worst_at < self.worst_at)):
             self.worst, self.worst_at, self.worst_values = other.worst, other.worst_at, other.worst_values
         self.max_rel = max(self.max_rel, other.max_rel)
+        self.max_rel_eps = max(self.max_rel_eps, other.max_rel_eps)
         if self.scaled is None:
             self.scaled = other.scaled
         if self.scaled:
@@ -512,6 +541,12 @@ class MetricAccumulator:
         else:
             rmse = math.sqrt(self.sdd / n) if n else 0.0
         differs = self.worst > 0
+        if self.scaled:
+            euc = self.sd * math.sqrt(self.sdd) if n else 0.0
+        else:
+            euc = math.sqrt(self.sdd)
+        same_nonfinite = self.elements - n - self.nonfinite  # NaN/Inf at the same place on both sides
+        peer = self.nonfinite == 0 and self.elements > 0
         return TensorMetrics(
             elements=self.elements,
             finite_pairs=n,
@@ -535,6 +570,10 @@ class MetricAccumulator:
             rtol=None if self.exact or not self.check_close else self.rtol,
             atol=None if self.exact or not self.check_close else self.atol,
             exact=self.exact,
+            euc_dist=euc if self.nonfinite == 0 else math.nan,
+            max_rel_eps=self.max_rel_eps if peer else math.nan,
+            one_thousandth_ratio=(self.eps_tight + same_nonfinite) / self.elements if peer else math.nan,
+            five_thousandths_ratio=(self.eps_loose + same_nonfinite) / self.elements if peer else math.nan,
         )
 
 

@@ -46,8 +46,9 @@ __all__ = ["METRIC_COLUMNS", "RecordPair", "compare_pair", "compare_record", "em
 
 METRIC_COLUMNS = (
     "shape_a", "shape_b", "dtype_a", "dtype_b", "elements", "cosine", "max_abs", "max_rel", "rmse",
-    "within_0_1pct", "within_0_5pct", "nan_a", "inf_a", "nan_b", "inf_b", "nonfinite_mismatch", "allclose",
-    "mismatches", "first_mismatch", "worst_index", "worst_a", "worst_b", "worst_task_id", "worst_owner_id",
+    "within_0_1pct", "within_0_5pct", "euc_dist", "max_rel_eps", "one_thousandth_ratio", "five_thousandths_ratio",
+    "nan_a", "inf_a", "nan_b", "inf_b", "nonfinite_mismatch", "allclose", "mismatches", "first_mismatch",
+    "worst_index", "worst_a", "worst_b", "worst_task_id", "worst_owner_id",
     "worst_core_type", "worst_core_id", "rtol", "atol", "verdict", "note",
 )
 """Metric columns of a compare result row, in order (after the key columns)."""
@@ -142,7 +143,9 @@ def metrics_row(row: dict[str, Any], m: TensorMetrics, notes: list[str], locate:
         all_notes.append("no finite element pairs")
     row.update(
         elements=m.elements, cosine=m.cosine, max_abs=m.max_abs, max_rel=m.max_rel, rmse=m.rmse,
-        within_0_1pct=m.within_0_1pct, within_0_5pct=m.within_0_5pct, nan_a=m.nan_a, inf_a=m.inf_a,
+        within_0_1pct=m.within_0_1pct, within_0_5pct=m.within_0_5pct, euc_dist=m.euc_dist, max_rel_eps=m.max_rel_eps,
+        one_thousandth_ratio=m.one_thousandth_ratio, five_thousandths_ratio=m.five_thousandths_ratio,
+        nan_a=m.nan_a, inf_a=m.inf_a,
         nan_b=m.nan_b, inf_b=m.inf_b, nonfinite_mismatch=m.nonfinite_mismatch, allclose=m.allclose,
         mismatches=m.mismatches, first_mismatch=m.first_mismatch, rtol=m.rtol, atol=m.atol,
         verdict=result, note="; ".join(all_notes),
