@@ -43,6 +43,7 @@ from megadump_zarr.analyse.matching import (
     scalar,
 )
 from megadump_zarr.analyse.metrics import DEFAULT_BLOCK_BYTES, dtype_name, shape_of
+from megadump_zarr.analyse.summary import is_summary_pair, summary_row
 from megadump_zarr.analyse.pairs import METRIC_COLUMNS, RecordPair, compare_pair, compare_record, empty_row
 from megadump_zarr.analyse.verdict import FAILING, RULES_TEXT, check_tolerance
 
@@ -254,6 +255,8 @@ def _compare_dumps(a: Any, b: Any, names: list[str] | None, select: dict[str, An
             if "dtype" in present.index:
                 extra[f"dtype_{side}"] = scalar(present["dtype"])
             slots.append(empty_row(keys, "missing", f"only in dump {side}", **extra))
+        elif is_summary_pair(ra_row, rb_row):  # a side stored statistics only: compare what both know
+            slots.append(summary_row(keys, ra_row, rb_row, tol["rtol"], tol["atol"]))
         else:
             truncated = any(bool(scalar(r.get("truncated"))) for r in (ra_row, rb_row))
             slots.append(RecordPair(source_a, source_b, path, keys, tol["rtol"], tol["atol"], truncated,

@@ -1,0 +1,133 @@
+"""Summary comparison: a record pair where at least one side stored statistics only (``payload`` False).
+
+Without both payloads there is no element-wise comparison; what can be compared is what both sides
+know: dtype, shape, NaN/Inf counts, element count, the device checksum and the statistics over
+finite elements. Rules:
+
+* dtypes of different kinds → ``dtype_mismatch``; shapes that differ → ``shape_mismatch``;
+* both checksums known and equal (and the element counts) → ``pass``: the bytes are identical;
+* integers and bools: checksums differ → ``fail``; a side without a checksum (a tensor-mode dump) is
+  compared by its statistics, exactly;
+* floats: NaN or Inf counts differ → ``fail``; min, max, mean and L2 norm each within
+  ``atol + rtol * |b|`` (the per-dtype tolerances of :mod:`megadump_zarr.analyse.verdict`, or the
+  caller's) → ``pass``, else ``fail`` naming the statistics beyond tolerance.
+
+``max_abs``/``max_rel`` are then the largest absolute/relative difference among those statistics
+(not among elements), and ``note`` starts with ``summary:`` so a reader can tell the two apart.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from megadump_zarr.analyse.pairs import empty_row
+from megadump_zarr.analyse.verdict import kinds_compatible, resolve_tolerance
+
+__all__ = ["SUMMARY_STATISTICS", "is_summary_pair", "summary_row"]
+
+SUMMARY_STATISTICS = ("min", "max", "mean", "l2norm")
+"""The statistics a summary comparison checks against the tolerances."""
+
+
+def _value(row: Any, name: str) -> Any:
+    try:
+        value = row[name]
+    except (KeyError, IndexError):
+        return None
+    try:
+        if value is None or value != value:  # NaN, pandas NA
+            return None
+    except (TypeError, ValueError):
+        return None
+    return value
+
+
+def is_summary_pair(row_a: Any, row_b: Any) -> bool:
+    """Whether a matched pair of records rows needs a summary comparison (a side without payload).
+
+    Args:
+        row_a: The record's row in dump A (``records()``).
+        row_b: Its row in dump B.
+    """
+    return not (_payload(row_a) and _payload(row_b))
+
+
+def _payload(row: Any) -> bool:
+    """Whether a records row has its payload stored (rows without the column: tensor-mode dumps)."""
+    value = _value(row, "payload")
+    return True if value is None else bool(value)
+
+
+def _shape(row: Any) -> tuple[int, ...] | None:
+    value = _value(row, "shape")
+    return None if value is None else tuple(int(d) for d in value)
+
+
+def _int(row: Any, name: str) -> int | None:
+    value = _value(row, name)
+    return None if value is None else int(value)
+
+
+def summary_row(keys: dict[str, Any], row_a: Any, row_b: Any, rtol: float | None = None,
+                atol: float | None = None) -> dict[str, Any]:
+    """The compare result row of a statistics-only (or mixed) pair.
+
+    Args:
+        keys: The result's key columns.
+        row_a: The record's row in dump A.
+        row_b: Its row in dump B.
+        rtol: Relative tolerance (None: the dtype's default).
+        atol: Absolute tolerance (None: the dtype's default).
+    """
+    sides = "statistics only in " + " and ".join(name for name, r in (("a", row_a), ("b", row_b)) if not _payload(r))
+    dtype_a, dtype_b = str(_value(row_a, "dtype")), str(_value(row_b, "dtype"))
+    shape_a, shape_b = _shape(row_a), _shape(row_b)
+    counts = {"nan_a": _int(row_a, "nan_count"), "inf_a": _int(row_a, "inf_count"),
+              "nan_b": _int(row_b, "nan_count"), "inf_b": _int(row_b, "inf_count")}
+    extra = {"shape_a": shape_a, "shape_b": shape_b, "dtype_a": dtype_a, "dtype_b": dtype_b,
+             "elements": _int(row_a, "element_count"), **counts}
+    if not kinds_compatible(dtype_a, dtype_b):
+        return empty_row(keys, "dtype_mismatch", f"summary: {sides}; dtype {dtype_a} vs {dtype_b}", **extra)
+    if shape_a != shape_b:
+        return empty_row(keys, "shape_mismatch", f"summary: {sides}; shape {shape_a} vs {shape_b}", **extra)
+    try:
+        rtol_, atol_, exact = resolve_tolerance(dtype_a, dtype_b, rtol, atol)
+    except ValueError as error:
+        return empty_row(keys, "error", f"summary: {sides}; {error}", **extra)
+    extra.update(rtol=rtol_, atol=atol_)
+    mismatch = sum(abs((counts[f"{k}_a"] or 0) - (counts[f"{k}_b"] or 0)) for k in ("nan", "inf"))
+    extra["nonfinite_mismatch"] = mismatch
+    checksum_a, checksum_b = _value(row_a, "checksum"), _value(row_b, "checksum")
+    same_count = _int(row_a, "element_count") == _int(row_b, "element_count")
+    if checksum_a is not None and checksum_b is not None:
+        if int(checksum_a) == int(checksum_b) and same_count:
+            return empty_row(keys, "pass", f"summary: {sides}; checksums equal", **extra, max_abs=0.0, max_rel=0.0,
+                             allclose=True, mismatches=0)
+        if exact:
+            return empty_row(keys, "fail", f"summary: {sides}; checksums differ "
+                             f"({int(checksum_a):#018x} vs {int(checksum_b):#018x})", **extra, allclose=False)
+    reasons = []
+    if mismatch:
+        reasons.append(f"NaN/Inf counts differ ({counts['nan_a']}/{counts['inf_a']} vs {counts['nan_b']}/{counts['inf_b']})")
+    max_abs = max_rel = 0.0
+    beyond = []
+    for name in SUMMARY_STATISTICS:
+        a, b = _value(row_a, name), _value(row_b, name)
+        if a is None or b is None:
+            if (a is None) != (b is None):
+                beyond.append(name)
+            continue
+        diff = abs(float(a) - float(b))
+        max_abs = max(max_abs, diff)
+        if float(b) != 0:
+            max_rel = max(max_rel, diff / abs(float(b)))
+        elif diff:
+            max_rel = math.inf
+        if diff > atol_ + rtol_ * abs(float(b)):
+            beyond.append(name)
+    if beyond:
+        reasons.append(f"{', '.join(beyond)} beyond rtol={rtol_:g}, atol={atol_:g}")
+    verdict_ = "fail" if reasons else "pass"
+    note = f"summary: {sides}; " + ("; ".join(reasons) if reasons else "statistics within tolerance")
+    return empty_row(keys, verdict_, note, **extra, max_abs=max_abs, max_rel=max_rel, allclose=not reasons)
