@@ -34,6 +34,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import threading
 import time
 from typing import Any
@@ -128,6 +129,27 @@ class _File:
     key: str
     path: str
     size: int
+    identity: tuple[int, int] | None = None  # (st_dev, st_ino) seen by the scan: the file read must be this one
+
+
+def _refuse_link(root: str, path: str) -> None:
+    """Refuse a symbolic link anywhere below the root (a dump never holds one; upload follows none)."""
+    if os.path.islink(path):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        raise ValueError(f"refusing to upload {root}: {path} is a symbolic link (to {target}); a dump holds no "
+                         "links and upload never follows one out of the root")
+
+
+def _regular(root: str, path: str) -> os.stat_result:
+    """``lstat`` of a file to upload: a regular file, never a link, FIFO or device."""
+    _refuse_link(root, path)
+    info = os.lstat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"refusing to upload {root}: {path} is not a regular file")
+    return info
 
 
 def _read_status(path: str) -> str | None:
@@ -144,14 +166,20 @@ def _files_below(root: str, prefix: str) -> list[_File]:
     """Every non-hidden file below ``root/prefix``, keyed relative to ``root``."""
     found = []
     base = os.path.join(root, prefix)
-    for directory, dirnames, filenames in os.walk(base):
+    parts = prefix.split("/") if prefix else []
+    for depth in range(1, len(parts) + 1):
+        _refuse_link(root, os.path.join(root, *parts[:depth]))
+    for directory, dirnames, filenames in os.walk(base, followlinks=False):
         dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        for name in dirnames:
+            _refuse_link(root, os.path.join(directory, name))
         rel = os.path.relpath(directory, root).replace(os.sep, "/")
         for name in filenames:
             if name.startswith("."):
                 continue
             path = os.path.join(directory, name)
-            found.append(_File(f"{rel}/{name}", path, os.path.getsize(path)))
+            info = _regular(root, path)
+            found.append(_File(f"{rel}/{name}", path, info.st_size, (info.st_dev, info.st_ino)))
     return found
 
 
@@ -159,17 +187,29 @@ def _shared_files(root: str, ranks: Sequence[str]) -> list[_File]:
     """The root and rank group documents that exist locally."""
     keys = ["zarr.json"] + [f"{rank}/zarr.json" for rank in ranks]
     paths = [(key, os.path.join(root, *key.split("/"))) for key in keys]
-    return [_File(key, path, os.path.getsize(path)) for key, path in paths if os.path.isfile(path)]
+    for rank in ranks:
+        _refuse_link(root, os.path.join(root, rank))
+    found = []
+    for key, path in paths:
+        if os.path.lexists(path):
+            info = _regular(root, path)
+            found.append(_File(key, path, info.st_size, (info.st_dev, info.st_ino)))
+    return found
 
 
 def _windows(root: str) -> list[str]:
     keys = []
     for rank in sorted(os.listdir(root)):
-        if not _RANK.match(rank) or not os.path.isdir(os.path.join(root, rank)):
+        if not _RANK.match(rank):
+            continue
+        _refuse_link(root, os.path.join(root, rank))
+        if not os.path.isdir(os.path.join(root, rank)):
             continue
         for window in sorted(os.listdir(os.path.join(root, rank))):
-            if _WINDOW.match(window) and os.path.isdir(os.path.join(root, rank, window)):
-                keys.append(f"{rank}/{window}")
+            if _WINDOW.match(window):
+                _refuse_link(root, os.path.join(root, rank, window))
+                if os.path.isdir(os.path.join(root, rank, window)):
+                    keys.append(f"{rank}/{window}")
     return sorted(keys, key=lambda k: tuple(int(p.split("_")[1]) for p in k.split("/")))
 
 
@@ -177,6 +217,7 @@ def _check_root(root: str) -> None:
     marker = os.path.join(root, "zarr.json")
     if not os.path.isdir(root):
         raise ValueError(f"{root} is not a megadump_zarr dump root: the directory does not exist")
+    _refuse_link(root, marker)
     try:
         with open(marker, "rb") as handle:
             attrs = json.load(handle).get("attributes") or {}
@@ -281,11 +322,11 @@ class _Uploader:
         multipart = file.size > self.threshold
         digest = _Digest(self.part_bytes, multipart)
         if not multipart:
-            with open(file.path, "rb") as handle:
+            with _open_scanned(file) as handle:
                 data = handle.read()
             digest.update(data)
             return digest, data
-        with open(file.path, "rb") as handle:
+        with _open_scanned(file) as handle:
             while chunk := handle.read(_READ_BYTES):
                 digest.update(chunk)
         return digest, None
@@ -371,6 +412,17 @@ class _Uploader:
             shutil.rmtree(os.path.join(self.root, key))
             with self._lock:
                 self.report.deleted_local.append(os.path.join(self.root, key))
+
+
+def _open_scanned(file: _File) -> Any:
+    """Open a scanned file without following a link, and check it is the very file the scan saw."""
+    fd = os.open(file.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    handle = os.fdopen(fd, "rb")
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or (file.identity is not None and (info.st_dev, info.st_ino) != file.identity):
+        handle.close()
+        raise ValueError(f"refusing to upload {file.path}: it was replaced after the scan (not the regular file seen)")
+    return handle
 
 
 def _make_backend(url: str, storage_options: Mapping[str, Any] | None, workers: int,
