@@ -1,0 +1,183 @@
+"""The Device buffer ABI's statistics records (version 3) and statistics slot (layout 1), byte by byte."""
+
+from __future__ import annotations
+
+import re
+import struct
+
+import numpy as np
+import pytest
+import torch
+
+from megadump_zarr.l1 import L1_ANY_WORKER, L1_DUMP_PAYLOAD_BASE, L1RecordEntry, pack_l1_buffer, read_l1_buffer
+from megadump_zarr.l1.format import (
+    L1_DTYPE_CODES,
+    L1_RECORD_KIND_STATISTICS,
+    L1_RECORD_KIND_STATISTICS_AND_TENSOR,
+    L1_STATISTICS_SLOT_SIZE,
+    STATISTICS_STRUCT,
+)
+from megadump_zarr.l1.reader import read_l1_statistics
+from megadump_zarr.runtime.executor import DeviceWorker
+from megadump_zarr.runtime.statistics import dtype_code, statistics_slot
+
+BASE = L1_DUMP_PAYLOAD_BASE
+
+
+def tensor_entry(i: int, offset: int, size: int) -> L1RecordEntry:
+    return L1RecordEntry(task_id=i, phase=2, parameter_position=0, source_offset_bytes=0, payload_offset=offset,
+                         payload_bytes=size, status=0, task_index=i, worker_id=L1_ANY_WORKER)
+
+
+def stats_entry(i: int, offset: int, *, source_bytes: int, code: int = 12, tensor: tuple[int, int] | None = None,
+                source_offset: int = 0) -> L1RecordEntry:
+    kind = L1_RECORD_KIND_STATISTICS if tensor is None else L1_RECORD_KIND_STATISTICS_AND_TENSOR
+    t_off, t_bytes = tensor or (0, 0)
+    return L1RecordEntry(task_id=i, phase=2, parameter_position=0, source_offset_bytes=source_offset,
+                         payload_offset=offset, payload_bytes=L1_STATISTICS_SLOT_SIZE, status=0, task_index=i,
+                         worker_id=L1_ANY_WORKER, kind=kind, dtype_code=code, source_bytes=source_bytes,
+                         tensor_offset=t_off, tensor_bytes=t_bytes)
+
+
+def test_tensor_only_buffer_stays_version_2_and_padding_zero():
+    buffer = pack_l1_buffer([tensor_entry(0, BASE, 100), tensor_entry(1, BASE + 128, 8)])
+    assert struct.unpack_from("<2I", buffer, 0) == (0x4C314450, 2)
+    for record in range(2):
+        assert bytes(buffer[64 + record * 64 + 40: 64 + record * 64 + 64]) == bytes(24)
+
+
+def test_statistics_record_bytes():
+    source = (5 << 32) + 7
+    entries = [stats_entry(3, BASE, source_bytes=source, code=11, tensor=(BASE + 256, 4096), source_offset=64),
+               stats_entry(4, BASE + 128, source_bytes=96, code=8)]
+    buffer = pack_l1_buffer(entries)
+    header = struct.unpack_from("<8I", buffer, 0)
+    assert header == (0x4C314450, 3, 1, 2, 64, 64, BASE, BASE + 256 + 4096)
+    first = bytes(buffer[64:128])
+    assert struct.unpack("<10I", first[:40]) == (3, 2, 0, 64, 0, BASE, 128, 0, 3, 0xFFFFFFFF)
+    # the extension words: kind, dtype_code, source bytes low/high, tensor offset, tensor bytes
+    assert struct.unpack("<6I", first[40:]) == (2, 11, 7, 5, BASE + 256, 4096)
+    second = bytes(buffer[128:192])
+    assert struct.unpack("<6I", second[40:]) == (1, 8, 96, 0, 0, 0)
+    decoded = read_l1_buffer(buffer)
+    assert [r.entry for r in decoded.records] == entries
+    assert decoded.records[0].copy_bytes == source and decoded.records[1].payload.nbytes == 128
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"kind": 3}, "invalid kind 3"),
+    ({"dtype_code": 99}, "unknown dtype_code 99"),
+    ({"payload_bytes": 64}, "statistics slot payload_bytes=64 must be 128"),
+    ({"tensor_bytes": 8}, "without a tensor slot but sets tensor_offset/tensor_bytes"),
+])
+def test_packer_refuses_bad_statistics_entries(change, message):
+    entry = stats_entry(0, BASE, source_bytes=16)
+    bad = L1RecordEntry(**{**entry.__dict__, **change})
+    with pytest.raises(ValueError, match=re.escape(message)):
+        pack_l1_buffer([bad])
+
+
+def test_packer_refuses_tensor_slot_overlapping_a_statistics_slot():
+    entries = [stats_entry(0, BASE, source_bytes=256, tensor=(BASE + 128, 256)), stats_entry(1, BASE + 128, source_bytes=8)]
+    with pytest.raises(ValueError, match="overlapping payload slots"):
+        pack_l1_buffer(entries)
+
+
+def test_packer_refuses_statistics_fields_on_a_tensor_record():
+    bad = L1RecordEntry(**{**tensor_entry(0, BASE, 8).__dict__, "dtype_code": 12})
+    with pytest.raises(ValueError, match=re.escape("is a tensor record but sets statistics fields ['dtype_code']")):
+        pack_l1_buffer([bad])
+
+
+@pytest.mark.parametrize("offset, value, message", [
+    (40, 7, "has invalid kind 7"),
+    (44, 0, "unknown dtype_code 0"),
+    (56, 64, "tensor slot but kind 1"),
+])
+def test_reader_refuses_corrupt_extension(offset, value, message):
+    buffer = pack_l1_buffer([stats_entry(0, BASE, source_bytes=16)])
+    struct.pack_into("<I", buffer, 64 + offset, value)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        read_l1_buffer(buffer)
+
+
+def test_reader_refuses_version_3_without_statistics_record():
+    buffer = pack_l1_buffer([tensor_entry(0, BASE, 8)])
+    struct.pack_into("<I", buffer, 4, 3)
+    with pytest.raises(ValueError, match="a version-3 buffer must hold a statistics record"):
+        read_l1_buffer(buffer)
+
+
+def test_partial_read_needs_only_the_statistics_prefix():
+    buffer = pack_l1_buffer([stats_entry(0, BASE, source_bytes=4096, tensor=(BASE + 128, 4096))])
+    prefix = bytes(buffer[:BASE + 128])
+    with pytest.raises(ValueError, match="shorter than total_bytes"):
+        read_l1_buffer(prefix)
+    assert read_l1_buffer(prefix, partial=True).records[0].tensor_bytes == 4096
+
+
+def checksum_reference(raw: bytes) -> int:
+    padded = raw + bytes(-len(raw) % 4)
+    words = np.frombuffer(padded, dtype="<u4").astype(np.uint64)
+    weights = np.arange(words.size, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    return int(np.sum(words * weights, dtype=np.uint64))
+
+
+def test_device_worker_writes_the_statistics_slot_field_by_field():
+    values = torch.tensor([[1.5, -2.0, float("nan")], [float("inf"), 4.0, 0.25]], dtype=torch.float32)
+    parameter = values.clone()
+    source_offset = 0
+    entries = [stats_entry(0, BASE, source_bytes=values.numel() * 4, code=dtype_code(torch.float32),
+                           tensor=(BASE + 128, 12), source_offset=source_offset)]
+    buffer = torch.frombuffer(pack_l1_buffer(entries), dtype=torch.uint8).clone()
+    worker = DeviceWorker(buffer, [parameter])
+    worker.capture(0, 2, None)
+    slot = bytes(buffer[BASE:BASE + 128].numpy())
+    version, flags = struct.unpack_from("<II", slot, 0)
+    assert (version, flags) == (1, 1 | 4 | 8)  # valid, has a finite element, tensor copied
+    assert struct.unpack_from("<QQQ", slot, 8) == (6, 1, 1)
+    assert struct.unpack_from("<dddd", slot, 32) == (-2.0, 4.0, (1.5 - 2.0 + 4.0 + 0.25) / 4,
+                                                     (1.5**2 + 4.0 + 16.0 + 0.0625) ** 0.5)
+    assert struct.unpack_from("<QQ", slot, 64) == (checksum_reference(values.numpy().tobytes()), 24)
+    assert slot[80:] == bytes(48)
+    assert bytes(buffer[BASE + 128:BASE + 140].numpy()) == values.numpy().tobytes()[:12]  # prefix into the tensor slot
+    assert buffer[64 + 28].item() == 1  # CAPTURED
+    assert STATISTICS_STRUCT.unpack(slot)[9] == checksum_reference(values.numpy().tobytes())
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64,
+                                   torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.float8_e4m3fn])
+def test_slot_statistics_and_checksum_for_every_dtype(dtype):
+    generator = torch.Generator().manual_seed(3)
+    base = torch.randn(7, 5, generator=generator) * 20
+    values = base > 0 if dtype == torch.bool else base.to(dtype)
+    stats = read_l1_statistics(statistics_slot(values).numpy())
+    reference = values.to(torch.float64) if values.dtype != torch.bool else values.to(torch.int64)
+    assert stats.element_count == 35 and stats.nan_count == 0 and stats.inf_count == 0
+    assert stats.min == reference.min().item() and stats.max == reference.max().item()
+    assert stats.mean == pytest.approx(reference.double().mean().item(), rel=1e-12)
+    assert stats.l2norm == pytest.approx(reference.double().norm().item(), rel=1e-12)
+    raw = values.contiguous().view(torch.uint8).numpy().tobytes() if values.element_size() == 1 else \
+        values.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    assert stats.checksum == checksum_reference(raw) and stats.byte_count == len(raw)
+    assert isinstance(stats.min, int) == (not dtype.is_floating_point)
+
+
+def test_checksum_sees_a_single_bit_and_an_empty_tensor():
+    values = torch.arange(1000, dtype=torch.float32)
+    flipped = values.clone()
+    flipped.view(torch.int32)[999] ^= 1
+    assert read_l1_statistics(statistics_slot(values).numpy()).checksum != read_l1_statistics(
+        statistics_slot(flipped).numpy()).checksum
+    empty = read_l1_statistics(statistics_slot(torch.empty(0)).numpy())
+    assert (empty.element_count, empty.min, empty.mean, empty.checksum) == (0, None, None, 0)
+
+
+def test_all_nan_has_no_finite_statistics():
+    stats = read_l1_statistics(statistics_slot(torch.full((4,), float("nan"))).numpy())
+    assert (stats.nan_count, stats.min, stats.max, stats.mean, stats.l2norm) == (4, None, None, None, None)
+
+
+def test_dtype_codes_name_torch_dtypes():
+    for code, name in L1_DTYPE_CODES.items():
+        assert dtype_code(getattr(torch, name)) == code
