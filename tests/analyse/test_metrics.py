@@ -355,4 +355,6 @@ def test_top_level_exports():
     from megadump_zarr import analyse
 
     assert megadump_zarr.compare is analyse.compare
-    assert set(analyse.__all__) == {"RESULT_COLUMNS", "compare", "first_divergence", "first_nonfinite"}
+    assert megadump_zarr.root_cause is analyse.root_cause and megadump_zarr.first_divergence is analyse.first_divergence
+    assert set(analyse.__all__) == {"RESULT_COLUMNS", "compare", "error_map", "first_divergence", "first_nonfinite",
+                                    "root_cause"}

@@ -50,9 +50,10 @@ from megadump_zarr.analyse.verdict import FAILING, RULES_TEXT, check_tolerance
 __all__ = ["KEY_COLUMNS", "LINEAGE_COLUMNS", "RESULT_COLUMNS", "compare", "execution_order", "first_divergence",
            "first_nonfinite"]
 
-LINEAGE_COLUMNS = ("role", "capture_phase", "producers", "consumers")
-"""Where a record sits in its kernel's data flow (L0: its role and the stages that write and read it;
-L1: the capture phase); :func:`megadump_zarr.analyse.rootcause.root_cause` reads them."""
+LINEAGE_COLUMNS = ("role", "capture_phase", "producers", "consumers", "ports")
+"""Where a record sits in its kernel's data flow (L0: its role, the stages that write and read it and
+its ports ``((stage, io), ...)`` in graph order; L1: the capture phase);
+:func:`megadump_zarr.analyse.rootcause.root_cause` reads them."""
 
 RESULT_COLUMNS = KEY_COLUMNS + METRIC_COLUMNS + LINEAGE_COLUMNS
 """Columns of :func:`compare`'s DataFrame, in order."""
@@ -206,15 +207,18 @@ def _source(dump: Any) -> Any:
 
 
 def lineage(dump: Any, path: str) -> dict[str, Any]:
-    """``role``/``capture_phase``/``producers``/``consumers`` of a record from its attributes (metadata only)."""
+    """The :data:`LINEAGE_COLUMNS` of a record, from its attributes (metadata only)."""
     attrs: dict[str, Any] = {}
     if hasattr(dump, "_record"):
         with contextlib.suppress(Exception):
             attrs = dump._record(path)[2].get("attributes") or {}
-    producers, consumers = attrs.get("producers"), attrs.get("consumers")
+    producers, consumers, ports = attrs.get("producers"), attrs.get("consumers"), attrs.get("ports")
+    port_pairs = None
+    if isinstance(ports, list):
+        port_pairs = tuple((str(p.get("stage")), str(p.get("io"))) for p in ports if isinstance(p, dict))
     return {"role": attrs.get("role"), "capture_phase": attrs.get("capturePhase"),
             "producers": tuple(producers) if isinstance(producers, list) else None,
-            "consumers": tuple(consumers) if isinstance(consumers, list) else None}
+            "consumers": tuple(consumers) if isinstance(consumers, list) else None, "ports": port_pairs}
 
 
 def _run_units(units: list[RecordPair], advance: Callable[[], None], fail_fast: bool) -> list[dict[str, Any]]:
