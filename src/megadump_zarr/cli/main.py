@@ -21,6 +21,10 @@ __all__ = ["build_parser", "main", "run"]
 
 _INPUT_ERRORS = (CliError, ValueError, OSError)
 _PIPE_WIDTH = 160
+_INT64_MAX = (1 << 63) - 1
+_STORAGE_STACK = ("s3fs", "aiobotocore", "botocore", "boto3", "fsspec", "gcsfs", "adlfs", "obstore", "aiohttp",
+                  "urllib3", "requests", "moto")
+"""Packages whose failures (a bad ``-S`` option, an unreachable endpoint) are input errors, not bugs."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -60,6 +64,47 @@ def _message(error: BaseException) -> str:
     return " ".join(text.split())
 
 
+def _out_of_range(args: argparse.Namespace) -> str | None:
+    """An integer option beyond int64 (``--head 18446744073709551616``), which no command can use."""
+    for name, value in vars(args).items():
+        if isinstance(value, int) and not isinstance(value, bool) and not -_INT64_MAX - 1 <= value <= _INT64_MAX:
+            return f"--{name.replace('_', '-')} {value} is out of range (at most {_INT64_MAX})"
+    return None
+
+
+def _origin(error: BaseException) -> str:
+    """The top-level package of the innermost frame that raised ``error`` (or of its type)."""
+    module = type(error).__module__.split(".")[0]
+    if module in _STORAGE_STACK:
+        return module
+    tb = error.__traceback__
+    frame_module = ""
+    while tb is not None:
+        frame_module = str(tb.tb_frame.f_globals.get("__name__", "")).split(".")[0]
+        tb = tb.tb_next
+    return frame_module or module
+
+
+def _scrub(text: str, args: argparse.Namespace) -> str:
+    pairs = getattr(args, "storage_option", None) or []
+    if not pairs:
+        return text
+    from megadump_zarr.store.redact import _Scrubber
+
+    return _Scrubber(dict(pairs))(text)
+
+
+def _unexpected(error: Exception, args: argparse.Namespace) -> str:
+    """One line for an exception no check anticipated: a storage failure, a missing package, or a bug."""
+    kind = type(error).__name__
+    text = _message(error)
+    if isinstance(error, ImportError):
+        return f"{text} (a package this needs is not installed)"
+    if _origin(error) in _STORAGE_STACK:
+        return _scrub(f"object store: {kind}: {text} (check the URL and the -S storage options)", args)
+    return _scrub(f"internal error: {kind}: {text} (set MEGADUMP_DEBUG=1 for a traceback; please report it)", args)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``megadump``.
 
@@ -73,6 +118,10 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exit_:  # --help (0) or a usage error (2, already reported)
         return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
+    bad = _out_of_range(args)
+    if bad:
+        sys.stderr.write(f"error: {bad}\n")
+        return EXIT_USAGE
     ctx = Context(console=Console(width=_width()), err=Console(stderr=True), json=args.json, quiet=args.quiet)
     try:
         return int(args.handler(args, ctx))
@@ -87,6 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("error: interrupted\n")
         return 130
+    except Exception as error:  # never a traceback: a storage failure, a missing package, or a bug, in one line
+        if os.environ.get("MEGADUMP_DEBUG"):
+            raise
+        sys.stdout.flush()
+        sys.stderr.write(f"error: {_unexpected(error, args)}\n")
+        return EXIT_USAGE
 
 
 def run() -> None:

@@ -90,8 +90,8 @@ class Dump:
         self.root_attrs = dict(root_attrs or {})
         self._windows: dict[str, WindowInfo] = {}
         if not isinstance(location.store, IntegrityStore):  # missing/corrupt chunks of committed windows raise
-            location = DumpLocation(IntegrityStore(location.store, CommittedWindows(self._windows), location.url),
-                                    location.url)
+            location = dataclasses.replace(
+                location, store=IntegrityStore(location.store, CommittedWindows(self._windows), location.url))
         self.location = location
         self._frames: dict[str, pd.DataFrame] = {}
 

@@ -161,6 +161,8 @@ def parse_json(raw: bytes, key: str) -> dict[str, Any]:
         doc = json.loads(raw)
     except ValueError as error:
         raise ValueError(f"{key} is not valid JSON: {error}") from None
+    except RecursionError:
+        raise ValueError(f"{key} is not a usable JSON document: nested too deeply") from None
     finally:
         if collect:
             gc.enable()

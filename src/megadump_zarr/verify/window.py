@@ -137,9 +137,15 @@ def verify_window(url: Any, storage_options: Mapping[str, Any] | None, window: s
     """
     from megadump_zarr.read.location import get_bytes, open_location, parse_json
 
+    from megadump_zarr.read.documents import INT64_MAX
+
     store = open_location(url, dict(storage_options or {})).store
     state = _State(window)
     doc_key = f"{window}/zarr.json"
+    match = _WINDOW.match(window)
+    if match is None or int(match.group(1)) > INT64_MAX or int(match.group(2)) > INT64_MAX:
+        state.add(window, "not a window key with rank and window indices within int64 (no writer makes one)")
+        return _result(state, "unknown", deep, ())
     raw = get_bytes(store, doc_key)
     if raw is None:
         return WindowCheck(window, "writing", False)
@@ -320,6 +326,8 @@ def _check_records_table(state: _State, window: str, status: str, attrs: dict[st
         text = str(error)
         key, _, what = text.partition(": ")
         state.add(key if what else f"{window}/zarr.json", what or text)
+    except (TypeError, OverflowError) as error:  # a field no check above anticipated: still one named problem
+        state.add(f"{window}/zarr.json", f"the records table cannot be built: {type(error).__name__}: {error}")
 
 
 def _expected_chunks(doc: dict[str, Any]) -> list[tuple[int, ...]] | None:
