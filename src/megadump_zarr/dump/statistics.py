@@ -66,6 +66,8 @@ class StatisticsRow:
         statistics: The device statistics.
         kept: Whether the payload is stored too.
         path: Path of the record's payload array relative to the invocation group (set by the window builder).
+        plan: The L1 record plan (L1 rows).
+        param_position: The ABI parameter the record reads.
     """
 
     key: tuple[Any, ...]
@@ -84,6 +86,7 @@ class StatisticsRow:
     kept: bool
     path: str = ""
     plan: Any = field(default=None, repr=False)
+    param_position: int = -1
 
 
 def record_key(rank: int, step: int, kernel: Any, direction: Any, occurrence: int, stage: Any, task_id: Any,
@@ -255,7 +258,8 @@ class L0StatisticsCapture:
         slot = statistics_slot(parameter.detach())
         dtype = dtype_name(parameter.dtype)
         row = StatisticsRow(self.key_of(tensor.name), "", -1, -1, "", -1, -1, tensor.role, -1, tensor.name,
-                            tuple(int(d) for d in parameter.shape), dtype, _EMPTY, False)
+                            tuple(int(d) for d in parameter.shape), dtype, _EMPTY, False,
+                            param_position=int(tensor.param_position))
         if self.policy.mode == "statistics":
             self._pending.append((row, slot))
             self.rows.append(row)
@@ -290,7 +294,8 @@ def l1_row(plan: Any, statistics: L1Statistics, kept: bool, key: tuple[Any, ...]
     worker = -1 if plan.worker_id == 0xFFFFFFFF else int(plan.worker_id)
     return StatisticsRow(key, plan.stage, int(plan.task_id), -1 if plan.owner_id is None else int(plan.owner_id),
                          plan.core_type, int(plan.core_id), worker, plan.io, int(plan.index), plan.tensor_name,
-                         tuple(plan.actual_shape), dtype_name(plan.dtype), statistics, kept, plan=plan)
+                         tuple(plan.actual_shape), dtype_name(plan.dtype), statistics, kept, plan=plan,
+                         param_position=int(plan.parameter_position))
 
 
 def _strings(values: list[str]) -> np.ndarray:
@@ -320,6 +325,7 @@ def statistics_table(rows: list[StatisticsRow], attrs: Mapping[str, Any] | None 
         "io": _strings([r.io for r in rows]),
         "index": np.array([r.index for r in rows], dtype=np.int64),
         "name": _strings([r.name for r in rows]),
+        "param_position": np.array([r.param_position for r in rows], dtype=np.int64),
         "shape": _strings([json.dumps(list(r.shape)) for r in rows]),
         "dtype": _strings([r.dtype for r in rows]),
         "path": _strings([r.path for r in rows]),

@@ -27,7 +27,8 @@ __all__ = ["STATISTICS_COLUMNS", "load_tables", "merge_statistics"]
 STATISTICS_GROUP = "statistics"
 STATISTICS_COLUMNS = ("payload", "checksum", "element_count")
 """Columns the records table gains (after the other extra columns)."""
-_COLUMNS = ("stage", "task_id", "owner_id", "core_type", "core_id", "worker", "io", "index", "name", "shape", "dtype",
+_COLUMNS = ("stage", "task_id", "owner_id", "core_type", "core_id", "worker", "io", "index", "name", "param_position",
+            "shape", "dtype",
             "path", "payload", "element_count", "nan_count", "inf_count", "min", "max", "mean", "l2norm", "checksum")
 _ITEMSIZE = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "float16": 2, "bfloat16": 2, "int32": 4,
              "uint32": 4, "float32": 4, "int64": 8, "uint64": 8, "float64": 8, "float8_e4m3fn": 1, "float8_e5m2": 1}
@@ -126,7 +127,7 @@ def _append(columns: dict[str, list[Any]], inv: dict[str, Any], table: dict[str,
         l2norm=_float(table["l2norm"][i]), nan_count=int(table["nan_count"][i]), inf_count=int(table["inf_count"][i]),
         path=path, role=None if is_l1 else table["io"][i],
         capture_phase=("before" if table["io"][i] == "input" else "after") if is_l1 else None,
-        status=status, invocation_name=invocation_name, group=path.rsplit("/", 1)[0],
+        status=status, invocation_name=invocation_name, param_position=_none(table["param_position"][i]), group=path.rsplit("/", 1)[0],
         payload=False, checksum=int(table["checksum"][i]), element_count=int(table["element_count"][i]),
     )
     for name, value in values.items():
