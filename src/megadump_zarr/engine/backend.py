@@ -1,0 +1,391 @@
+"""Build the engine's Datasets: one per dump group, from ``Dump.tensor``/``Dump.record_array``, lazily.
+
+Groups (the stored layout's paths, so a path that works with zarr works here):
+
+* ``""`` (root), ``rank_{r}``, ``rank_{r}/window_{wwww}``: attributes only.
+* ``rank_{r}/window_{wwww}/invocation_{iiiiii}_{direction}``: L0: one variable per tensor, as stored.
+  L1: attributes only (its tensors are per stage); ``open_dataset`` refuses it and names the stage groups.
+* ``.../invocation_.../stages/{stage}`` (``stages/`` may be left out): one variable per logical tensor of
+  the stage, stitched from its task records along the split axis, with coordinates along that axis:
+  the global index (named as the axis), ``task_id``, ``owner_id``, ``core_type``, ``core_id`` and
+  ``worker``. A tensor that is an input and an output of the stage is two variables, ``input.NAME`` and
+  ``output.NAME``. Per-task slices that cannot be stitched (per-expert weights) are stacked along a new
+  ``NAME.task`` axis when their shapes agree (coordinates ``NAME.task_id``, ...), else one variable per
+  task (``NAME.task_000003``).
+
+Dimension names are kept where tensors agree (same size and, along the split axis, the same global
+indices and task coordinates); a tensor whose axis disagrees with an earlier one gets its own axis,
+``VAR.DIM`` (and its coordinates ``VAR.DIM``, ``VAR.task_id``, ...). A coordinate name used by two axes
+is qualified by its axis on the second (``slot.task_id``).
+
+Laziness: every data variable is an xarray ``BackendArray`` over the reader's dask array, so nothing is
+read until values are asked for; ``chunks={}`` gives dask arrays cut as the reader's blocks (one per
+task record or stored chunk), ``chunks=None`` lazily indexed numpy. Coordinates are read eagerly (they
+are the small global-index arrays the stitch reads anyway).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+import re
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import pandas as pd
+import xarray as xr
+from xarray.backends import BackendArray
+from xarray.core import indexing
+
+from megadump_zarr.read import open_dump
+from megadump_zarr.read.catalog import scan_windows, window_nodes
+from megadump_zarr.read.dump import Dump
+
+__all__ = ["open_group_dataset", "open_groups"]
+
+_ML_FLOATS = frozenset(("bfloat16", "float8_e4m3fn", "float8_e5m2"))
+_GROUP = re.compile(r"^(?:rank_(\d+))?(?:/window_(\d+))?(?:/(invocation_\d+_[A-Za-z0-9]+))?(?:/(?:stages/)?([^/]+))?$")
+_TASK_COORDS = ("task_id", "owner_id", "core_type", "core_id", "worker")
+
+
+class LazyReaderArray(BackendArray):
+    """A reader dask array as an xarray backend array: values are computed only for what is indexed.
+
+    Args:
+        data: The reader's dask array.
+        dtype: The dtype handed to xarray (the stored one, or the ``upcast`` one).
+    """
+
+    def __init__(self, data: da.Array, dtype: np.dtype) -> None:
+        self.data = data
+        self.shape = tuple(int(n) for n in data.shape)
+        self.dtype = np.dtype(dtype)
+
+    def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
+        return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.BASIC, self._raw)
+
+    def _raw(self, key: tuple[Any, ...]) -> np.ndarray:
+        values = np.asarray(self.data[key].compute(scheduler="sync"))
+        return values if values.dtype == self.dtype else values.astype(self.dtype)
+
+
+def _upcast_dtype(upcast: Any) -> np.dtype | None:
+    if upcast is None:
+        return None
+    try:
+        dtype = np.dtype(upcast)
+    except TypeError:
+        raise ValueError(f"upcast={upcast!r} is not a numpy dtype (expected e.g. 'float32')") from None
+    if dtype.kind != "f" or dtype.name in _ML_FLOATS:
+        raise ValueError(f"upcast={upcast!r} must be a numpy float dtype such as 'float32' or 'float64'")
+    return dtype
+
+
+def _variable(array: xr.DataArray, upcast: np.dtype | None) -> xr.Variable:
+    """The lazily indexed variable of a reader DataArray, upcast when asked."""
+    data = array.data
+    if not isinstance(data, da.Array):
+        data = da.from_array(np.asarray(data), chunks=-1)
+    attrs = dict(array.attrs)
+    dtype = np.dtype(data.dtype)
+    encoding: dict[str, Any] = {"preferred_chunks": dict(zip(array.dims, data.chunks)), "dtype": dtype}
+    if upcast is not None and dtype.name in _ML_FLOATS:
+        attrs["upcastFrom"] = dtype.name
+        dtype = upcast
+    lazy = indexing.LazilyIndexedArray(LazyReaderArray(data, dtype))
+    return xr.Variable(array.dims, lazy, attrs=attrs, encoding=encoding)
+
+
+def _coord_values(coord: xr.DataArray) -> np.ndarray:
+    return np.asarray(coord.values)
+
+
+class _Builder:
+    """Collects variables for one Dataset, giving disagreeing axes and coordinates their own names."""
+
+    def __init__(self, upcast: np.dtype | None, drop: set[str]) -> None:
+        self.upcast = upcast
+        self.drop = drop
+        self.variables: dict[str, xr.Variable] = {}
+        self.coords: dict[str, xr.Variable] = {}
+        self.dim_sig: dict[str, tuple[Any, ...]] = {}
+        self.coord_dim: dict[str, str] = {}
+
+    def _signature(self, array: xr.DataArray, dim: str) -> tuple[Any, ...]:
+        along = sorted(name for name, c in array.coords.items() if c.dims == (dim,))
+        return (int(array.sizes[dim]), *((n, _coord_values(array.coords[n]).tobytes()) for n in along))
+
+    def add(self, name: str, array: xr.DataArray) -> None:
+        if name in self.drop:
+            return
+        renames: dict[str, str] = {}
+        for dim in array.dims:
+            sig = self._signature(array, dim)
+            known = self.dim_sig.get(dim)
+            if known is None or known == sig:
+                self.dim_sig[dim] = sig
+                continue
+            new = f"{name}.{dim}"
+            renames[dim] = new
+            self.dim_sig[new] = sig
+        variable = _variable(array, self.upcast)
+        if renames:
+            variable = variable.rename(renames) if hasattr(variable, "rename") else xr.Variable(
+                tuple(renames.get(d, d) for d in variable.dims), variable._data, variable.attrs, variable.encoding)
+        for cname, coord in array.coords.items():
+            if len(coord.dims) != 1:
+                continue
+            dim = renames.get(coord.dims[0], coord.dims[0])
+            if cname == coord.dims[0]:
+                target = dim
+            elif coord.dims[0] in renames:
+                target = f"{name}.{cname}"
+            else:
+                target = cname
+                owner = self.coord_dim.get(target)
+                if owner is not None and owner != dim:
+                    target = f"{dim}.{cname}"
+            if target in self.coords:
+                continue
+            self.coord_dim[target] = dim
+            self.coords[target] = xr.Variable((dim,), _coord_values(coord), attrs=dict(coord.attrs))
+        self.variables[name] = variable
+
+    def dataset(self, attrs: dict[str, Any]) -> xr.Dataset:
+        coords = {k: v for k, v in self.coords.items() if k not in self.drop}
+        return xr.Dataset(self.variables, coords=coords, attrs=attrs)
+
+
+def _with_core_type(array: xr.DataArray, task_core: dict[int, str]) -> xr.DataArray:
+    """Add a ``core_type`` coordinate next to a stitched tensor's ``task_id``."""
+    if "task_id" not in array.coords or "core_type" in array.coords:
+        return array
+    task = array.coords["task_id"]
+    values = np.array([task_core.get(int(t), "") for t in _coord_values(task)], dtype=object).astype(str)
+    return array.assign_coords(core_type=(task.dims, values))
+
+
+def _stacked(name: str, dump: Dump, rows: pd.DataFrame, task_core: dict[int, str]) -> list[tuple[str, xr.DataArray]]:
+    """Per-task records that cannot be stitched: stacked along ``NAME.task`` if shapes agree, else one each."""
+    arrays = [dump.record_array(p) for p in rows["path"]]
+    shapes = {a.shape for a in arrays}
+    dims = {a.dims for a in arrays}
+    if len(shapes) == 1 and len(dims) == 1:
+        axis = f"{name}.task"
+        stacked = xr.concat([a.drop_vars(list(a.coords)) for a in arrays], dim=axis, join="override",
+                            combine_attrs="drop_conflicts")
+        coords = {
+            "task_id": rows["task_id"].to_numpy(np.int64),
+            "owner_id": rows["owner_id"].fillna(-1).to_numpy(np.int64),
+            "core_type": np.array([task_core.get(int(t), "") for t in rows["task_id"]], dtype=str),
+            "core_id": rows["core_id"].fillna(-1).to_numpy(np.int64),
+            "worker": rows["worker"].fillna(-1).to_numpy(np.int64),
+        }
+        stacked = stacked.assign_coords({axis: np.arange(len(arrays))}).assign_coords(
+            {f"{name}.{k}": (axis, v) for k, v in coords.items()})
+        stacked.attrs = {**arrays[0].attrs, "stackedRecords": len(arrays)}
+        return [(name, stacked)]
+    return [(f"{name}.task_{int(t):06d}", a) for t, a in zip(rows["task_id"], arrays)]
+
+
+def _stage_dataset(dump: Dump, rows: pd.DataFrame, attrs: dict[str, Any], upcast: np.dtype | None,
+                   drop: set[str]) -> xr.Dataset:
+    builder = _Builder(upcast, drop)
+    task_core = {int(t): str(c) for t, c in zip(rows["task_id"], rows["core_type"]) if pd.notna(t) and pd.notna(c)}
+    first = rows.iloc[0]
+    pairs = list(dict.fromkeys(zip(rows["io"], rows["name"])))
+    names = [n for _, n in pairs]
+    for io, name in pairs:
+        var = name if names.count(name) == 1 else f"{io}.{name}"
+        if var in drop:
+            continue
+        picked = rows[(rows["io"] == io) & (rows["name"] == name)]
+        try:
+            array = dump.tensor(name, rank=int(first["rank"]), window=int(first["window"]),
+                                invocation=str(first["invocation_name"]), stage=str(first["stage"]), io=io)
+        except ValueError:
+            for label, part in _stacked(var, dump, picked, task_core):
+                builder.add(label, part)
+            continue
+        builder.add(var, _with_core_type(array, task_core))
+    return builder.dataset(attrs)
+
+
+def _l0_dataset(dump: Dump, rows: pd.DataFrame, attrs: dict[str, Any], upcast: np.dtype | None,
+                drop: set[str]) -> xr.Dataset:
+    builder = _Builder(upcast, drop)
+    for name, path in zip(rows["name"], rows["path"]):
+        if name not in drop:
+            builder.add(str(name), dump.record_array(path))
+    return builder.dataset(attrs)
+
+
+class _Catalog:
+    """The groups of one dump: attributes from the window documents, records from ``records()``."""
+
+    def __init__(self, dump: Dump) -> None:
+        self.dump = dump
+        self.windows = [w for w in scan_windows(dump.store, {}) if w.status == "complete"]
+        records = dump.records()
+        parts = records["path"].str.split("/")
+        records = records.assign(_inv=parts.str[2], _stage=parts.map(
+            lambda p: p[4] if len(p) > 5 and p[3] == "stages" else None))
+        self.records = records
+        self._nodes: dict[str, dict[str, dict[str, Any]]] = {}
+
+    def nodes(self, info: Any) -> dict[str, dict[str, Any]]:
+        if info.key not in self._nodes:
+            self._nodes[info.key] = window_nodes(self.dump.store, info)
+        return self._nodes[info.key]
+
+    def group_attrs(self, info: Any, rel: str) -> dict[str, Any]:
+        doc = self.nodes(info).get(rel) or {}
+        return dict(doc.get("attributes") or {})
+
+    def window(self, rank: int, window: int) -> Any:
+        for info in self.windows:
+            if info.rank == rank and info.window == window:
+                return info
+        known = ", ".join(info.key for info in self.windows) or "none"
+        raise ValueError(f"{self.dump.root}: no complete window rank_{rank}/window_{window:04d} (complete windows: {known})")
+
+    def invocation_rows(self, info: Any, invocation: str) -> pd.DataFrame:
+        r = self.records
+        rows = r[(r["rank"] == info.rank) & (r["window"] == info.window) & (r["_inv"] == invocation)]
+        if not len(rows) and invocation not in self.nodes(info):
+            names = sorted({k.split("/")[0] for k in self.nodes(info) if k.startswith("invocation_")})
+            raise ValueError(f"{self.dump.root}: {info.key} has no {invocation} (invocations: {', '.join(names)})")
+        return rows
+
+
+def _parse_group(group: str | None) -> tuple[int | None, int | None, str | None, str | None]:
+    text = (group or "").strip("/")
+    match = _GROUP.match(text)
+    if text and (not match or not match.group(1)):
+        raise ValueError(f"group={group!r} is not a dump group: expected rank_{{r}}[/window_{{wwww}}"
+                         "[/invocation_{iiiiii}_{direction}[/stages/{stage}]]]")
+    if not text:
+        return None, None, None, None
+    assert match is not None
+    rank, window, invocation, stage = match.groups()
+    if stage is not None and invocation is None:
+        raise ValueError(f"group={group!r} is not a dump group: a stage needs an invocation")
+    return (int(rank), None if window is None else int(window), invocation, stage)
+
+
+def _drop_set(drop_variables: str | Iterable[str] | None) -> set[str]:
+    if drop_variables is None:
+        return set()
+    if isinstance(drop_variables, str):
+        return {drop_variables}
+    return set(drop_variables)
+
+
+def _invocation_node(cat: _Catalog, info: Any, invocation: str, upcast: np.dtype | None, drop: set[str],
+                     stage: str | None = None) -> dict[str, xr.Dataset]:
+    """``{relative path: Dataset}`` for an invocation (and its stages), or one stage of it."""
+    rows = cat.invocation_rows(info, invocation)
+    attrs = cat.group_attrs(info, invocation)
+    level = attrs.get("level") or (rows["level"].iloc[0] if len(rows) else None)
+    if level != "L1":
+        if stage is not None:
+            raise ValueError(f"{cat.dump.root}: {info.key}/{invocation} is an L0 invocation; it has no stage {stage!r}")
+        return {"": _l0_dataset(cat.dump, rows, attrs, upcast, drop)}
+    stages = list(dict.fromkeys(s for s in rows["_stage"] if s))
+    out: dict[str, xr.Dataset] = {} if stage is not None else {"": xr.Dataset(attrs={**attrs, "stages": stages})}
+    wanted = stages if stage is None else [s for s in stages if s == stage or
+                                           str(rows[rows["_stage"] == s]["stage"].iloc[0]) == stage]
+    if stage is not None and not wanted:
+        raise ValueError(f"{cat.dump.root}: {info.key}/{invocation} has no stage {stage!r} (stages: {', '.join(stages)})")
+    for component in wanted:
+        stage_rows = rows[rows["_stage"] == component]
+        stage_attrs = {**cat.group_attrs(info, f"{invocation}/stages/{component}"),
+                       "invocation": invocation, "stage": str(stage_rows["stage"].iloc[0])}
+        ds = _stage_dataset(cat.dump, stage_rows, stage_attrs, upcast, drop)
+        out["" if stage is not None else f"stages/{component}"] = ds
+    if stage is None:
+        out["stages"] = xr.Dataset()
+    return out
+
+
+def open_group_dataset(root: Any, *, group: str | None, drop_variables: str | Iterable[str] | None, upcast: Any,
+                       storage_options: dict[str, Any] | None) -> xr.Dataset:
+    """One group as a Dataset (see the module docstring).
+
+    Args:
+        root: The dump root (path, URL or zarr store).
+        group: The group path.
+        drop_variables: Variable or coordinate names to leave out.
+        upcast: Float dtype to decode bfloat16/float8 to, or ``None``.
+        storage_options: fsspec options for URL roots.
+
+    Raises:
+        ValueError: Not a dump, not a group of it, or an L1 invocation (name a stage).
+    """
+    dtype = _upcast_dtype(upcast)
+    drop = _drop_set(drop_variables)
+    rank, window, invocation, stage = _parse_group(group)
+    dump = open_dump(root, storage_options)
+    if rank is None:
+        return xr.Dataset(attrs=dict(dump.root_attrs))
+    cat = _Catalog(dump)
+    if window is None:
+        if not any(w.rank == rank for w in cat.windows):
+            raise ValueError(f"{dump.root}: no complete window of rank_{rank}")
+        return xr.Dataset()
+    info = cat.window(rank, window)
+    if invocation is None:
+        return xr.Dataset(attrs=dict(info.attrs))
+    nodes = _invocation_node(cat, info, invocation, dtype, drop, stage)
+    if stage is None and "stages" in nodes:
+        stage_names = [k for k in nodes if k.startswith("stages/")]
+        raise ValueError(f"{dump.root}: {info.key}/{invocation} is an L1 invocation: its tensors are per stage; "
+                         f"open one of group={', '.join(f'{info.key}/{invocation}/{s}' for s in stage_names)}")
+    return nodes[""]
+
+
+def open_groups(root: Any, *, group: str | None, drop_variables: str | Iterable[str] | None, upcast: Any,
+                storage_options: dict[str, Any] | None) -> dict[str, xr.Dataset]:
+    """Every group of the dump, or of the subtree at ``group``, as ``{"/path": Dataset}`` (root first).
+
+    Args:
+        root: The dump root.
+        group: Subtree root (``None``: the whole dump).
+        drop_variables: Names to leave out of every group.
+        upcast: Float dtype to decode bfloat16/float8 to, or ``None``.
+        storage_options: fsspec options for URL roots.
+    """
+    dtype = _upcast_dtype(upcast)
+    drop = _drop_set(drop_variables)
+    rank_sel, window_sel, invocation_sel, stage_sel = _parse_group(group)
+    dump = open_dump(root, storage_options)
+    cat = _Catalog(dump)
+    out: dict[str, xr.Dataset] = {}
+    out["/"] = xr.Dataset(attrs=dict(dump.root_attrs))
+    for info in cat.windows:
+        if (rank_sel is not None and info.rank != rank_sel) or (window_sel is not None and info.window != window_sel):
+            continue
+        rank_path = f"/rank_{info.rank}"
+        out.setdefault(rank_path, xr.Dataset())
+        window_path = f"{rank_path}/window_{info.window:04d}"
+        out[window_path] = xr.Dataset(attrs=dict(info.attrs))
+        names = info.attrs.get("invocations")
+        if not isinstance(names, list):
+            names = sorted({k.split("/")[0] for k in cat.nodes(info) if k.startswith("invocation_")})
+        for name in names:
+            if invocation_sel is not None and name != invocation_sel:
+                continue
+            for rel, ds in _invocation_node(cat, info, str(name), dtype, drop).items():
+                out[f"{window_path}/{name}" + (f"/{rel}" if rel else "")] = ds
+    if rank_sel is not None:
+        prefix = f"/rank_{rank_sel}"
+        if window_sel is not None:
+            prefix += f"/window_{window_sel:04d}"
+        if invocation_sel is not None:
+            prefix += f"/{invocation_sel}"
+        if stage_sel is not None:
+            prefix += f"/stages/{stage_sel}"
+        out = {("/" + k[len(prefix):].lstrip("/")): v for k, v in out.items() if k == prefix or k.startswith(prefix + "/")}
+        if not out:
+            raise ValueError(f"{dump.root}: no group {group!r}")
+    return out
