@@ -149,10 +149,32 @@ def add_storage_options(parser: argparse.ArgumentParser) -> None:
                              "VALUE is parsed as JSON when it can be (true, 3, {...}), else kept as a string")
 
 
+_OPTION_OBJECTS = ("client_kwargs", "config_kwargs", "s3_additional_kwargs", "headers")
+_OPTION_STRINGS = ("endpoint_url", "key", "secret", "token", "profile", "region_name", "session_token")
+_OPTION_BOOLS = ("anon", "use_ssl", "requester_pays", "version_aware", "allow_http")
+
+
 def storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
-    """The ``--storage-option`` values as a dict (None when none were given)."""
+    """The ``--storage-option`` values as a dict (None when none were given).
+
+    Raises:
+        CliError: A well-known option of the wrong type (``client_kwargs=abc``: not a JSON object;
+            ``endpoint_url=5``: not a string), named with an example.
+    """
     pairs = getattr(args, "storage_option", None) or []
-    return dict(pairs) if pairs else None
+    if not pairs:
+        return None
+    options = dict(pairs)
+    for key, value in options.items():
+        if key in _OPTION_OBJECTS and not isinstance(value, dict):
+            raise CliError(f"-S {key}: expected a JSON object such as {key}='{{\"region_name\": \"us-east-1\"}}', "
+                           f"got {str(value)[:40]!r}")
+        if key in _OPTION_STRINGS and not isinstance(value, str):
+            shown = "a secret value" if key in ("secret", "token", "session_token", "key") else repr(value)
+            raise CliError(f"-S {key}: expected a string, got {shown}")
+        if key in _OPTION_BOOLS and not isinstance(value, bool):
+            raise CliError(f"-S {key}: expected true or false, got {str(value)[:40]!r}")
+    return options
 
 
 def _invocation(text: str) -> int | str:

@@ -23,12 +23,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     demo.set_defaults(handler=run)
 
 
+def check_device(text: str) -> None:
+    """Refuse a ``--device`` the demo cannot run on, before anything is written.
+
+    Raises:
+        CliError: Not a torch device string, a device without data (``meta``), or one this machine lacks.
+    """
+    import torch
+
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError, TypeError):
+        raise CliError(f"--device {text!r} is not a torch device (e.g. cpu, cuda, cuda:1; npu needs torch_npu)") from None
+    if device.type == "cpu":
+        return
+    if device.type == "meta":
+        raise CliError("--device meta holds no data, so nothing could be dumped; use cpu or an accelerator")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise CliError(f"--device {text}: CUDA is not available here (torch.cuda.is_available() is False)")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise CliError(f"--device {text}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+        return
+    module = getattr(torch, device.type, None)
+    available = getattr(module, "is_available", None)
+    if not callable(available) or not available():
+        raise CliError(f"--device {text}: no {device.type} device is available here")
+
+
 def run(args: argparse.Namespace, ctx: Context) -> int:
     """Run the demo and print its summary."""
     from megadump_zarr.demo.run import run_demo
 
     if args.steps < 1:
         raise CliError(f"--steps must be at least 1, got {args.steps}")
+    check_device(args.device)
     try:
         summary = run_demo(args.out, steps=args.steps, dtype=args.dtype, device=args.device)
     except FileExistsError as error:
