@@ -1,0 +1,107 @@
+"""compare, first_divergence and root_cause on statistics-only and mixed dumps (analyse.summary)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from megadump_zarr import TensorDumpConfig, compare, first_divergence, open_dump, root_cause, tensor_dump
+from megadump_zarr.analyse.summary import is_summary_pair, summary_row
+from megadump_zarr.demo.model import MoEBlock
+
+STAGES = ["expert_up", "expert_down", "unpermute", "combine"]
+
+
+def run(out: Path, mode: str, *, poison=None, **fields):
+    block = MoEBlock()
+    if poison is not None:
+        poison(block)
+    cfg = TensorDumpConfig(out, level="L1", kernel_names="moe_experts", stages=STAGES, mode=mode, **fields)
+    with tensor_dump(cfg) as dumper:
+        for _ in range(2):
+            block(block.make_input())
+            dumper.step()
+    return open_dump(out)
+
+
+def bump_expert_1(block: MoEBlock) -> None:
+    block.w_down[1, 0, 0] += 1.0
+
+
+@pytest.fixture(scope="module")
+def dumps(tmp_path_factory):
+    root = tmp_path_factory.mktemp("statistics_compare")
+    return {
+        "tensor": run(root / "tensor", "tensor"),
+        "stats": run(root / "stats", "statistics"),
+        "stats_again": run(root / "stats_again", "statistics"),
+        "bumped": run(root / "bumped", "statistics", poison=bump_expert_1),
+        "bumped_tensor": run(root / "bumped_tensor", "tensor", poison=bump_expert_1),
+    }
+
+
+def test_identical_statistics_dumps_pass_on_checksums(dumps):
+    result = compare(dumps["stats"], dumps["stats_again"])
+    assert len(result) == len(dumps["stats"].records()) and (result["verdict"] == "pass").all()
+    assert (result["note"] == "summary: statistics only in a and b; checksums equal").all()
+    assert first_divergence(result) is None and root_cause(result) is None
+
+
+def test_a_perturbed_task_fails_first_and_is_the_root_cause(dumps):
+    result = compare(dumps["stats"], dumps["bumped"])
+    failing = result[result["verdict"] == "fail"]
+    assert len(failing) > 0
+    first = first_divergence(result)
+    # the bumped weight is an input of expert 1's expert_down task: its output is where it starts
+    assert (first["stage"], first["task_id"], first["owner_id"], first["io"]) == ("expert_down", 5, 1, "input")
+    assert first["name"] == "w_down" and first["note"].startswith("summary: statistics only in a and b;")
+    cause = root_cause(result)
+    assert cause is not None and cause["stage"] == "expert_down" and cause["owner_id"] == 1
+    # nothing upstream of it differs: every expert_up record passes
+    assert (result.loc[result["stage"] == "expert_up", "verdict"] == "pass").all()
+
+
+def test_mixed_dumps_compare_against_tensor_mode(dumps):
+    same = compare(dumps["tensor"], dumps["stats"])
+    assert (same["verdict"] == "pass").all()
+    assert set(same["note"]) == {"summary: statistics only in b; statistics within tolerance"}
+    mixed = compare(dumps["bumped_tensor"], dumps["stats"])
+    failing = mixed[mixed["verdict"] == "fail"]
+    assert set(failing["stage"]) == {"expert_down", "unpermute", "combine"}  # downstream of the bumped weight only
+    assert set(failing.loc[failing["stage"] == "expert_down", "owner_id"]) == {1}
+    first = first_divergence(mixed)
+    assert (first["stage"], first["task_id"], first["name"]) == ("expert_down", 5, "w_down")
+    assert root_cause(mixed)["task_id"] == 5
+
+
+def row(**values):
+    base = {"payload": False, "dtype": "float32", "shape": (4, 2), "nan_count": 0, "inf_count": 0, "element_count": 8,
+            "min": -1.0, "max": 2.0, "mean": 0.5, "l2norm": 3.0, "checksum": 11}
+    return pd.Series({**base, **values})
+
+
+@pytest.mark.parametrize("a, b, verdict, note", [
+    (row(), row(), "pass", "summary: statistics only in a and b; checksums equal"),
+    (row(checksum=12, mean=0.5 + 1e-9), row(), "pass", "summary: statistics only in a and b; statistics within tolerance"),
+    (row(checksum=12, max=2.1), row(), "fail", "summary: statistics only in a and b; max beyond rtol=1.3e-06, atol=1e-05"),
+    (row(checksum=12, nan_count=1), row(), "fail",
+     "summary: statistics only in a and b; NaN/Inf counts differ (1/0 vs 0/0)"),
+    (row(dtype="int32", checksum=12), row(dtype="int32"), "fail",
+     "summary: statistics only in a and b; checksums differ (0x000000000000000c vs 0x000000000000000b)"),
+    (row(dtype="int32"), row(dtype="float32"), "dtype_mismatch", "summary: statistics only in a and b; dtype int32 vs float32"),
+    (row(shape=(8,)), row(), "shape_mismatch", "summary: statistics only in a and b; shape (8,) vs (4, 2)"),
+    (row(payload=True, checksum=None), row(), "pass", "summary: statistics only in b; statistics within tolerance"),
+    (row(dtype="bfloat16", checksum=1, max=2.01), row(dtype="bfloat16"), "pass",
+     "summary: statistics only in a and b; statistics within tolerance"),
+])
+def test_summary_rules(a, b, verdict, note):
+    assert is_summary_pair(a, b)
+    result = summary_row({"name": "x"}, a, b)
+    assert (result["verdict"], result["note"]) == (verdict, note)
+
+
+def test_payload_on_both_sides_is_not_a_summary_pair():
+    assert not is_summary_pair(row(payload=True), row(payload=True))
+    assert not is_summary_pair(pd.Series({"dtype": "float32"}), pd.Series({"dtype": "float32"}))
