@@ -52,15 +52,70 @@ def test_compare_perturbed_copy_fails_and_names_the_tensor(cli, demo, perturbed)
     result = cli("compare", copy, demo.roots["L1"])
     assert result.code == 1, result.err
     assert "FAIL: 1 fail" in result.out
-    assert f"first divergence: ws (fail) at {path}" in result.out
+    lines = result.out.splitlines()
+    place = "w0 i2 moe_experts expert_up t1 out[0] owner 1 core MIX1"
+    assert f"first divergence: ws (fail) at {place} ({path})" in lines
+    assert f"root cause: ws (fail) at {place} ({path})" in lines
     report = cli("compare", copy, demo.roots["L1"], "--json").json()
     failing = [r for r in report["results"] if r["verdict"] != "pass"]
     assert len(failing) == 1 and failing[0]["name"] == "ws" and failing[0]["path"] == path
-    assert failing[0]["max_abs"] == pytest.approx(2.0)
+    row = failing[0]
+    assert row["max_abs"] == pytest.approx(2.0) and row["mismatches"] == row["elements"] == 7 * 16
+    assert (row["rtol"], row["atol"]) == (1.3e-6, 1e-5)
+    assert (row["worst_task_id"], row["worst_owner_id"], row["worst_core_type"], row["worst_core_id"]) == (1, 1, "MIX", 1)
     assert report["first_divergence"]["path"] == path and report["counts"]["fail"] == 1
+    assert report["root_cause"]["path"] == path and "every input of task 1" in report["root_cause"]["root_reason"]
+    assert set(report["counts"]) == {"pass", "fail", "shape_mismatch", "dtype_mismatch", "missing_data", "error",
+                                     "missing"}
     only = cli("compare", copy, demo.roots["L1"], "--failures-only")
     rows = [line for line in only.out.splitlines() if line.split(" ", 1)[0] in ("pass", "fail")]
     assert only.code == 1 and [line.split()[0] for line in rows] == ["fail"]
+
+
+def test_compare_json_nulls_when_everything_passes(cli, demo):
+    report = cli("compare", demo.roots["L0"], demo.roots["L0"], "--json").json()
+    assert report["verdict"] == "pass" and report["first_divergence"] is None and report["root_cause"] is None
+    text = cli("compare", demo.roots["L0"], demo.roots["L0"])
+    assert "first divergence" not in text.out and "root cause" not in text.out
+
+
+@pytest.mark.parametrize("flag, value, shown", [("--rtol", "nan", "nan"), ("--atol", "nan", "nan"),
+                                                ("--rtol", "inf", "inf"), ("--atol", "-1e-3", "-0.001"),
+                                                ("--rtol", "abc", "'abc'")])
+def test_compare_refuses_bad_tolerances(cli, demo, flag, value, shown):
+    result = cli("compare", demo.roots["L1"], demo.roots["L1"], f"{flag}={value}")
+    name = flag.removeprefix("--")
+    assert_input_error(result, f"error: argument {flag}: {name} must be a finite number >= 0, got {shown}")
+    assert len([line for line in result.err.splitlines() if line.strip()]) == 1
+
+
+def test_compare_help_prints_the_rule_table(cli):
+    result = cli("compare", "--help")
+    assert result.code == 0
+    lines = result.out.splitlines()
+    assert "verdict rules (A under test, B reference):" in lines
+    assert "  integer, bool, index   exact: one differing element fails (mismatches, first_mismatch)" in lines
+    for row in ("  float64          1e-07     1e-07", "  float32          1.3e-06   1e-05",
+                "  float16          0.001     0.001", "  bfloat16         0.016     0.01",
+                "  float8_e4m3fn    0.125     0.1", "  float8_e5m2      0.25      0.2"):
+        assert row in lines
+
+
+def test_compare_by_owner_core_task(cli, demo, perturbed, monkeypatch):
+    copy, _ = perturbed
+    monkeypatch.setenv("COLUMNS", "120")
+    for by in ("owner", "core", "task"):
+        result = cli("compare", copy, demo.roots["L1"], "--by", by)
+        assert result.code == 1, result.err
+        assert max(len(line) for line in result.out.splitlines()) <= 120
+        assert "root cause: ws (fail)" in result.out
+    report = cli("compare", copy, demo.roots["L1"], "--by", "owner", "--json").json()
+    assert report["by"] == "owner"
+    bad = [g for g in report["error_map"] if g["failing"]]
+    assert [(g["invocation"], g["stage"], g["owner_id"], g["fail"], g["worst_name"]) for g in bad] == [
+        (2, "expert_up", 1, 1, "ws")]
+    assert bad[0]["max_abs"] == pytest.approx(2.0)
+    assert sum(g["records"] for g in report["error_map"]) == report["compared"]
 
 
 def test_compare_fail_fast_stops_at_the_first_failure(cli, demo, perturbed):
@@ -104,7 +159,6 @@ def test_compare_input_errors(cli, demo, tmp_path):
     assert_input_error(cli("compare", demo.roots["L1"], tmp_path / "none"), "does not exist")
     nothing = cli("compare", demo.roots["L1"], demo.roots["L1"], "--name", "nothing")  # a filter matching nothing
     assert nothing.code == 1 and nothing.err.startswith("error: no records with name 'nothing'; names: bws, ")
-    assert_input_error(cli("compare", demo.roots["L1"], demo.roots["L1"], "--rtol", "abc"), "--rtol")
 
 
 # --------------------------------------------------------------------------- plot

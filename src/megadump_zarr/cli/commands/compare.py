@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from megadump_zarr.cli.common import (
-    EXIT_CHECK_FAILED, EXIT_OK, CliError, Context, add_filters, add_output_flags, add_storage_options, filter_records,
+    EXIT_CHECK_FAILED, EXIT_OK, Context, add_filters, add_output_flags, add_storage_options, filter_records,
     incomplete_hint, no_records_error, open_dump_arg, storage_options,
 )
 from megadump_zarr.cli.compare_table import compare_table
@@ -16,24 +17,67 @@ from megadump_zarr.cli.render import print_fitted
 
 __all__ = ["compare_in_order", "register"]
 
-_FAILING = ("fail", "error", "missing")
+_FAILING = ("fail", "shape_mismatch", "dtype_mismatch", "missing_data", "error", "missing")
+_DESCRIPTION = """\
+Compare the records of dump A with those of dump B, matched by their path below the root (rank,
+window, invocation, stage, task, port, name), in execution order, with megadump_zarr.analyse.compare
+(exact for integers, tolerances by dtype for floats; cosine, max abs/rel error, RMSE as msprobe).
+Exit status 1 when any record does not pass (fail, shape_mismatch, dtype_mismatch, missing_data,
+error) or is missing on one side. The summary names the first divergence (first failing record in
+execution order) and the root cause (first failing record whose own task's or stage's inputs pass).
+--fail-fast stops after the first such record: records are compared one at a time in execution
+order (inputs before outputs, tasks in order) and the rest are skipped. --by owner|core|task prints
+verdict counts and worst errors per stage, invocation and owner (core, task) instead of the records.
+The filters select records of both dumps; --storage-option applies to both."""
+
+
+def _tolerance(name: str) -> Any:
+    """An argparse type: a finite, non-negative float (NaN, inf, negative: one ``error:`` line, exit 2)."""
+
+    def parse(text: str) -> float:
+        from megadump_zarr.analyse.verdict import check_tolerance
+
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a finite number >= 0, got {text!r}") from None
+        try:
+            return check_tolerance(name, value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = name
+    return parse
+
+
+def _rules_epilog(parser: argparse.ArgumentParser) -> None:
+    """The verdict rules and tolerance table as the help's epilog, imported only when help is shown
+    (building the parser of every command must not import the analysis layer)."""
+    format_help = parser.format_help
+
+    def with_rules() -> str:
+        from megadump_zarr.analyse.verdict import RULES_TEXT
+
+        parser.epilog = RULES_TEXT
+        return format_help()
+
+    parser.format_help = with_rules  # type: ignore[method-assign]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``compare``."""
     parser = subparsers.add_parser(
         "compare", help="compare dump A (under test) with dump B (reference)",
-        description="Compare the records of dump A with those of dump B, matched by their path below the root "
-                    "(rank, window, invocation, stage, task, port, name), in execution order, with "
-                    "megadump_zarr.analyse.compare (cosine, max abs/rel error, RMSE; msprobe-style verdicts). "
-                    "Exit status 1 when any record fails, errors (e.g. shape mismatch) or is missing on one "
-                    "side. --fail-fast stops after the first such record: the records are compared one at a "
-                    "time in execution order (inputs before outputs, tasks in order) and the rest are skipped. "
-                    "The filters select records of both dumps; --storage-option applies to both.")
+        description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _rules_epilog(parser)
     parser.add_argument("a", metavar="A", help="dump under test (root directory or URL)")
     parser.add_argument("b", metavar="B", help="reference dump (root directory or URL)")
-    parser.add_argument("--rtol", type=float, help="also fail unless |a-b| <= atol + rtol*|b| at every finite pair")
-    parser.add_argument("--atol", type=float, help="absolute tolerance (with --rtol; a missing one counts as 0)")
+    parser.add_argument("--rtol", type=_tolerance("rtol"),
+                        help="relative tolerance of float comparisons (default: by dtype, see below)")
+    parser.add_argument("--atol", type=_tolerance("atol"),
+                        help="absolute tolerance of float comparisons (default: by dtype, see below)")
+    parser.add_argument("--by", choices=("owner", "core", "task"),
+                        help="print verdict counts and worst errors per stage, invocation and owner/core/task")
     parser.add_argument("--fail-fast", "-x", action="store_true", help="stop at the first failing record")
     parser.add_argument("--failures-only", action="store_true", help="table: only records that do not pass")
     add_filters(parser)
@@ -43,7 +87,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 class _Records:
-    """A dump seen through a fixed subset of its records (what ``analyse.compare`` reads of a dump)."""
+    """A dump seen through a fixed subset of its records (what ``analyse.compare`` reads of a dump);
+    everything else (the store, record metadata, its source for workers) is the dump's own."""
 
     def __init__(self, dump: Any, records: Any) -> None:
         self._dump = dump
@@ -58,92 +103,105 @@ class _Records:
     def tensor(self, name: str, **select: Any) -> Any:
         return self._dump.tensor(name, **select)
 
-
-def _merged_paths(paths_a: list[str], paths_b: list[str]) -> list[str]:
-    """A's paths in order, with B-only paths placed after their predecessor in B's order."""
-    in_a = set(paths_a)
-    after: dict[str | None, list[str]] = {}
-    previous: str | None = None
-    for path in paths_b:
-        if path in in_a:
-            previous = path
-        else:
-            after.setdefault(previous, []).append(path)
-    order = list(after.get(None, []))
-    for path in paths_a:
-        order.append(path)
-        order.extend(after.get(path, []))
-    return order
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._dump, name)
 
 
 def compare_in_order(a: Any, b: Any, records_a: Any, records_b: Any, *, rtol: float | None, atol: float | None,
                      fail_fast: bool, advance: Any = None) -> tuple[Any, int, bool]:
-    """Compare the given records one at a time in execution order.
-
-    Each record pair goes through the public ``megadump_zarr.analyse.compare`` on one-record views of
-    the two dumps, so verdicts and metrics are exactly the library's.
+    """Compare the given records of two dumps in execution order with ``megadump_zarr.analyse.compare``.
 
     Returns:
         ``(result frame, records to compare, stopped early)``.
     """
-    import pandas as pd
-
     from megadump_zarr.analyse import compare
-    from megadump_zarr.analyse.compare import RESULT_COLUMNS, execution_order
 
-    ordered_a = execution_order(records_a) if len(records_a) else records_a
-    ordered_b = execution_order(records_b) if len(records_b) else records_b
-    position_a = {str(p): i for i, p in enumerate(ordered_a["path"])}
-    position_b = {str(p): i for i, p in enumerate(ordered_b["path"])}
-    order = _merged_paths(list(position_a), list(position_b))
-    empty_a, empty_b = ordered_a.iloc[0:0], ordered_b.iloc[0:0]
-    rows = []
-    stopped = False
-    for count, path in enumerate(order, start=1):
-        side_a = ordered_a.iloc[[position_a[path]]] if path in position_a else empty_a
-        side_b = ordered_b.iloc[[position_b[path]]] if path in position_b else empty_b
-        result = compare(_Records(a, side_a), _Records(b, side_b), rtol=rtol, atol=atol)
-        rows.append(result)
-        if advance is not None:
-            advance()
-        if fail_fast and result["verdict"].isin(_FAILING).any() and count < len(order):
-            stopped = True
-            break
-    if not rows:
-        return pd.DataFrame(columns=list(RESULT_COLUMNS)), 0, False
-    frame = pd.concat(rows, ignore_index=True)
-    return frame, len(order), stopped
+    total = len(set(records_a["path"]) | set(records_b["path"]))
+    result = compare(_Records(a, records_a), _Records(b, records_b), rtol=rtol, atol=atol, fail_fast=fail_fast,
+                     progress=advance if advance is not None else False)
+    return result, total, bool(fail_fast and len(result) < total)
+
+
+_LOCATION_KEYS = ("name", "path", "verdict", "note", "rank", "window", "invocation", "step", "kernel", "stage",
+                  "task_id", "owner_id", "core_type", "core_id", "io", "index", "worst_index")
+
+
+def _plain(value: Any) -> Any:
+    from megadump_zarr.cli.render import is_missing
+
+    if is_missing(value):
+        return None
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        return value.item()
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _where_row(row: Any, extra: tuple[str, ...] = ()) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    return {k: _plain(row.get(k)) for k in (*_LOCATION_KEYS, *extra)}
 
 
 def _summary(result: Any, total: int, stopped: bool) -> dict[str, Any]:
-    counts = {v: int((result["verdict"] == v).sum()) for v in ("pass", "fail", "error", "missing")}
-    failing = result[result["verdict"].isin(_FAILING)]
-    first = None
-    if len(failing):
-        row = failing.iloc[0]
-        first = {k: row[k] for k in ("name", "path", "verdict", "note", "rank", "window", "invocation", "stage",
-                                     "task_id", "io", "index")}
-    return {"verdict": "fail" if len(failing) else "pass", "compared": len(result), "total": total,
-            "stopped_early": stopped, "counts": counts, "first_divergence": first}
+    from megadump_zarr.analyse import first_divergence, root_cause
+    from megadump_zarr.analyse.verdict import VERDICTS
+
+    counts = {v: int((result["verdict"] == v).sum()) for v in VERDICTS}
+    failing = result["verdict"].isin(_FAILING).any()
+    return {"verdict": "fail" if failing else "pass", "compared": len(result), "total": total,
+            "stopped_early": stopped, "counts": counts,
+            "first_divergence": _where_row(first_divergence(result)),
+            "root_cause": _where_row(root_cause(result), ("root_reason",))}
+
+
+def _place(where: dict[str, Any]) -> str:
+    from megadump_zarr.cli.render import location
+
+    text = location(where)
+    owner, core_type, core_id = where.get("owner_id"), where.get("core_type"), where.get("core_id")
+    if owner is not None:
+        text += f" owner {owner}"
+    if core_id is not None:
+        text += f" core {core_type or ''}{core_id}"
+    return text
 
 
 def _summary_line(summary: dict[str, Any]) -> str:
     counts = summary["counts"]
     if summary["verdict"] == "pass":
         return f"[bold green]PASS[/bold green]: all {summary['compared']} records pass"
-    parts = ", ".join(f"{counts[v]} {v}" for v in ("fail", "error", "missing") if counts[v])
+    parts = ", ".join(f"{counts[v]} {v}" for v in _FAILING if counts.get(v))
     line = f"[bold red]FAIL[/bold red]: {parts}, {counts['pass']} pass of {summary['compared']} compared"
     if summary["stopped_early"]:
         line += f" (stopped at the first failure, {summary['total'] - summary['compared']} not compared)"
-    first = summary["first_divergence"]
-    line += f"\nfirst divergence: [bold]{first['name']}[/bold] ({first['verdict']}) at {first['path']}"
+    for label, key in (("first divergence", "first_divergence"), ("root cause", "root_cause")):
+        where = summary[key]
+        if where is not None:
+            line += (f"\n{label}: [bold]{escape(str(where['name']))}[/bold] ({where['verdict']}) at "
+                     f"{escape(_place(where))} ({escape(str(where['path']))})")
     return line
 
 
+def _error_map_table(result: Any, by: str, width: int) -> Any:
+    """The ``--by`` aggregation as a table fitted to ``width``."""
+    from megadump_zarr.analyse import error_map
+    from megadump_zarr.analyse.errormap import BY_KEYS
+    from megadump_zarr.cli.render import Column, fit_table
+
+    table = error_map(result, by=by)
+    columns = [Column("inv", key="invocation", justify="right", hoist=True), Column("stage", hoist=True)]
+    columns += [Column(k.replace("_id", "").replace("core_type", "type"), key=k, justify="right") for k in BY_KEYS[by]]
+    columns += [Column("records", justify="right"), Column("pass", justify="right"),
+                Column("failing", justify="right", style=lambda r: "bold red" if r.get("failing") else None),
+                Column("max_abs", justify="right"), Column("max_rel", justify="right"),
+                Column("worst", key="worst_name", drop=1)]
+    return table, fit_table(table, columns, width=width)
+
+
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    """Compare, print the table and the verdict; exit 1 on any failing record."""
-    if args.atol is not None and args.atol < 0 or args.rtol is not None and args.rtol < 0:
-        raise CliError("--rtol and --atol must not be negative")
+    """Compare, print the table (or the ``--by`` error map) and the verdict; exit 1 on any failing record."""
     options = storage_options(args)
     dump_a, dump_b = open_dump_arg(args.a, options), open_dump_arg(args.b, options)
     include = bool(args.include_incomplete)
@@ -165,10 +223,19 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
                                                   atol=args.atol, fail_fast=args.fail_fast)
     summary = _summary(result, total, stopped)
     code = EXIT_CHECK_FAILED if summary["verdict"] == "fail" else EXIT_OK
+    by = getattr(args, "by", None)
     if ctx.json:
-        ctx.emit_json({**summary, "a": args.a, "b": args.b, "results": result.to_dict(orient="records")})
+        document = {**summary, "a": args.a, "b": args.b, "results": result.to_dict(orient="records")}
+        if by:
+            document["by"] = by
+            document["error_map"] = _error_map_table(result, by, 120)[0].to_dict(orient="records")
+        ctx.emit_json(document)
         return code
     if not ctx.quiet:
-        print_fitted(ctx.console, compare_table(result, width=ctx.console.width, failures_only=args.failures_only))
+        if by:
+            print_fitted(ctx.console, _error_map_table(result, by, ctx.console.width)[1])
+        else:
+            print_fitted(ctx.console, compare_table(result, width=ctx.console.width,
+                                                    failures_only=args.failures_only))
     ctx.console.print(_summary_line(summary), highlight=False)
     return code
