@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
+import subprocess
+import sys
+import textwrap
 from typing import Any
 import warnings
 
@@ -22,7 +26,7 @@ from megadump_zarr.interop import decode_hdf5_attrs, export_hdf5
 from megadump_zarr.interop import hdf5 as hdf5_module
 from megadump_zarr.store.writer import WindowWriter
 
-WIDENED = {"bfloat16", "float8_e4m3fn", "float8_e5m2"}
+WIDENED = {"float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"}
 EXPORT_ADDED = {"storedDtypeHdf5", "zarrDataType", "dtype"}
 
 
@@ -49,6 +53,52 @@ def demo_windows(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     for window in windows.values():
         assert zarr.open_group(str(window), mode="r").attrs["status"] == "complete"
     return windows
+
+
+NETCDF4_READER = textwrap.dedent("""
+    import hashlib, json, sys
+    import netCDF4
+    out = {}
+    with netCDF4.Dataset(sys.argv[1], "r") as root:
+        def walk(group, path):
+            for key in group.ncattrs():
+                group.getncattr(key)
+            for name, var in group.variables.items():
+                var.set_auto_maskandscale(False)
+                values = var[...]
+                attrs = {key: var.getncattr(key) for key in var.ncattrs()}
+                out[f"{path}{name}"] = [values.dtype.str, list(values.shape),
+                                        hashlib.sha256(values.tobytes()).hexdigest(), sorted(attrs)]
+            for name, child in group.groups.items():
+                walk(child, f"{path}{name}/")
+        walk(root, "")
+    print(json.dumps(out))
+""")
+
+
+def assert_netcdf4_reads(h5_path: Path) -> int:
+    """netCDF4-python (netCDF-C) opens the file in a child process (a crash fails here, not pytest) and
+    reads every variable of every group with the bytes, dtype, shape and attribute names h5py sees."""
+    result = subprocess.run([sys.executable, "-c", NETCDF4_READER, str(h5_path)], capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 0, f"netCDF4 failed on {h5_path} (exit {result.returncode}): {result.stderr[-2000:]}"
+    theirs = json.loads(result.stdout)
+    ours: dict[str, Any] = {}
+
+    def visit(name: str, obj: Any) -> None:
+        name_attr = obj.attrs.get("NAME", b"") if isinstance(obj, h5py.Dataset) else b""
+        if isinstance(name_attr, bytes) and name_attr.startswith(b"This is a netCDF dimension but not a netCDF variable"):
+            return  # a bare dimension scale: netCDF shows it as a dimension, not a variable
+        if isinstance(obj, h5py.Dataset):
+            values = obj[()]
+            values = np.asarray(values)
+            attrs = sorted(k for k in obj.attrs if k not in hdf5_module._NETCDF_INTERNAL)
+            ours[name] = [values.dtype.str, list(values.shape), hashlib.sha256(values.tobytes()).hexdigest(), attrs]
+
+    with h5py.File(h5_path, "r") as f:
+        f.visititems(visit)
+    assert theirs == ours
+    return len(ours)
 
 
 def data_groups(window: Path) -> list[str]:
@@ -102,6 +152,7 @@ def test_demo_window_opens_like_zarr(demo_windows: dict[str, Path], level: str, 
             assert_same_dataset(h5, zr, group)
         compared += len(zr.data_vars)
     assert compared > 5
+    assert assert_netcdf4_reads(h5_path) >= compared
 
 
 @pytest.mark.parametrize("level", ["L0", "L1"])
@@ -153,6 +204,9 @@ def test_special_types_and_bounded_blocks(tmp_path: Path, monkeypatch: pytest.Mo
     e4m3 = np.array([0.0, -0.0, 448.0, -448.0, np.nan, 0.001953125, 1.5], dtype=ml_dtypes.float8_e4m3fn)
     e5m2 = np.array([0.0, -0.0, 57344.0, np.inf, -np.inf, np.nan, 1.5e-5], dtype=ml_dtypes.float8_e5m2)
     bf16 = rng.standard_normal((5, 7)).astype(ml_dtypes.bfloat16)
+    # float16 (netCDF-C crashed on HDF5 half floats): signed zero, subnormals, Inf, NaN with payloads
+    f16 = np.array([0x0000, 0x8000, 0x0001, 0x03FF, 0x7BFF, 0x7C00, 0xFC00, 0x7E01, 0xFE00, 0x3C00],
+                   dtype=np.uint16).view(np.float16)
     arrays = [
         ArrayWrite("big", big, ("row", "col"), {"name": "big", "note": "x" * 100_000}),  # attribute > 64 KiB
         ArrayWrite("row", np.arange(257, dtype=np.int64), ("row",)),  # coordinate
@@ -163,6 +217,8 @@ def test_special_types_and_bounded_blocks(tmp_path: Path, monkeypatch: pytest.Mo
         ArrayWrite("scalar", np.array(3.5, dtype=np.float64), (), {"name": "scalar"}),
         ArrayWrite("empty", np.zeros((0, 4), dtype=np.int32), ("z", "b4"), {"name": "empty", "shape": []}),
         ArrayWrite("u16", np.arange(6, dtype=np.uint16), ("u",), {"name": "u16"}),
+        ArrayWrite("f16", f16, ("h",), {"name": "f16", "originalDtype": "float16"}),
+        ArrayWrite("nul", np.arange(3, dtype=np.int32), ("n",), {"name": "nul\x00byte", "note": "a\x00b"}),
     ]
     window = _write_window(tmp_path / "dump", chunk_bytes=1024, arrays=arrays)
     assert zarr.open_array(str(window / "invocation_000000_forward" / "big"), mode="r").nchunks > 10
@@ -191,9 +247,15 @@ def test_special_types_and_bounded_blocks(tmp_path: Path, monkeypatch: pytest.Mo
         assert h5["scalar"].values == 3.5 and h5["empty"].shape == (0, 4)
         assert h5["bf16"].attrs["zarrDataType"] == "bfloat16"
         assert decode_hdf5_attrs(h5["bf16"].attrs)["big_int"] == 1 << 70
+        assert h5["f16"].dtype == np.float32 and h5["f16"].attrs["zarrDataType"] == "float16"
+        assert h5["f16"].values.astype(np.float16).tobytes() == f16.tobytes()  # the stored bits, back exactly
+        assert decode_hdf5_attrs(h5["nul"].attrs)["name"] == "nul\x00byte"
+        assert decode_hdf5_attrs(h5["nul"].attrs)["note"] == "a\x00b"
     with h5py.File(h5_path, "r") as f:
         assert f[f"{group}/flags"].dtype == np.int8
         assert f[f"{group}/big"].compression == "gzip" and f[f"{group}/big"].shuffle
+        assert f[f"{group}/f16"].dtype == np.float32
+    assert assert_netcdf4_reads(h5_path) == len(arrays)
 
 
 @pytest.mark.parametrize("status", ["aborted", "writing"])
@@ -258,3 +320,21 @@ def test_converted_legacy_window_exports(tmp_path: Path) -> None:
         zr = xr.open_zarr(str(Path(window) / group))
         with xr.open_dataset(h5_path, engine="h5netcdf", group=group) as h5:
             assert_same_dataset(h5, zr, group)
+
+
+@pytest.mark.parametrize("level", ["L0", "L1"])
+def test_hostile_names_export_and_netcdf4_reads_them(tmp_path: Path, level: str) -> None:
+    """Names the dumper accepts (NUL, '/', '..', Unicode, 1,000 characters) export, and read back exactly."""
+    from tests.reliability.test_hostile_names import HOSTILE, dump_hostile
+
+    dump_hostile(tmp_path / "dump", level)
+    window = tmp_path / "dump" / "rank_0" / "window_0000"
+    h5_path = export_hdf5(window, tmp_path / "hostile.h5")
+    names = set()
+    for group in data_groups(window):
+        zr = xr.open_zarr(str(window / group))
+        with xr.open_dataset(h5_path, engine="h5netcdf", group=group) as h5:
+            assert_same_dataset(h5, zr, group)
+            names |= {decode_hdf5_attrs(v.attrs).get("name") for v in h5.data_vars.values()}
+    assert "nul\x00byte" in names and set(HOSTILE[1:]) <= names | set(HOSTILE[:1])
+    assert assert_netcdf4_reads(h5_path) >= len(HOSTILE)

@@ -17,7 +17,7 @@ from megadump_zarr.l1 import L1_ANY_WORKER
 
 __all__ = ["DumpInvocation", "build_window"]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6  # 6: crc32c on every chunk, consolidated metadata only in the window and data groups
 
 
 @dataclass

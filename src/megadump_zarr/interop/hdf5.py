@@ -9,16 +9,20 @@ through h5netcdf, coordinate arrays become coordinate variables, so::
 
 has the variables, dimensions, coordinates and values of ``xr.open_zarr`` on the same Zarr group.
 
-Type mapping (HDF5/netCDF4 have no bfloat16, float8 or boolean type):
+The files are netCDF-4 files: netCDF4-python (the netCDF-C library) opens every one of them, as
+h5netcdf does. Type mapping (netCDF-4 has no half-precision, bfloat16, float8 or boolean type; an HDF5
+float16 dataset, which plain HDF5 allows, crashes netCDF-C):
 
-* ``bfloat16``, ``float8_e4m3fn``, ``float8_e5m2`` → ``float32`` (exact: every value is representable);
-  such variables get ``storedDtypeHdf5 = "float32"`` and ``zarrDataType`` (the Zarr data type) attributes,
-  next to the record's own ``originalDtype``;
+* ``float16``, ``bfloat16``, ``float8_e4m3fn``, ``float8_e5m2`` → ``float32`` (exact: every value, NaN
+  payload sign and signed zero included, is representable); such variables get ``storedDtypeHdf5 =
+  "float32"`` and ``zarrDataType`` (the Zarr data type) attributes, next to the record's own
+  ``originalDtype``, so ``values.astype(attrs["zarrDataType"])`` gives the stored bits back;
 * ``bool`` → ``int8`` with attribute ``dtype = "bool"`` (xarray's convention: it decodes back to bool);
 * every other numeric type as it is.
 
 Attribute mapping: strings, integers (int64 range) and floats are stored natively; anything else
-(lists, objects, booleans, ``null``) is JSON-encoded into a string, and the names of those attributes are
+(lists, objects, booleans, ``null``, and strings holding a NUL character, which HDF5 strings cannot
+hold but dumped names may) is JSON-encoded into a string, and the names of those attributes are
 listed in the JSON string attribute ``_json_attrs`` of the same object. :func:`decode_hdf5_attrs` turns
 either an xarray ``attrs`` mapping or an h5py ``attrs`` object back into the Zarr attributes. The file
 root also carries ``hdf5Export`` (JSON: source, producer, time).
@@ -46,7 +50,8 @@ __all__ = ["decode_hdf5_attrs", "export_hdf5"]
 JSON_ATTRS = "_json_attrs"
 _BLOCK_BYTES = 64 << 20  # most bytes of one copied block (source or converted, whichever is larger)
 _CHUNK_BYTES = 16 << 20  # most bytes of one HDF5 chunk
-_WIDENED = {"bfloat16": np.dtype(np.float32), "float8_e4m3fn": np.dtype(np.float32), "float8_e5m2": np.dtype(np.float32)}
+_WIDENED = {"float16": np.dtype(np.float32), "bfloat16": np.dtype(np.float32), "float8_e4m3fn": np.dtype(np.float32),
+            "float8_e5m2": np.dtype(np.float32)}
 _NETCDF_INTERNAL = frozenset(("REFERENCE_LIST", "CLASS", "DIMENSION_LIST", "NAME", "_Netcdf4Dimid",
                               "_Netcdf4Coordinates", "_nc3_strict", "_NCProperties"))
 _RESERVED = _NETCDF_INTERNAL | {"_FillValue", JSON_ATTRS}
@@ -62,7 +67,7 @@ def _encode_attrs(attrs: Mapping[str, Any], where: str) -> dict[str, Any]:
     for key, value in attrs.items():
         if key in _RESERVED:
             raise ValueError(f"{where}: attribute name {key!r} is reserved in HDF5/netCDF4 and cannot be exported")
-        if isinstance(value, str):
+        if isinstance(value, str) and "\x00" not in value:
             out[key] = value
         elif isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and _INT64[0] <= value <= _INT64[1]:
             out[key] = np.int64(value)
