@@ -100,6 +100,9 @@ def test_compare_failures_first_and_failures_only(cli, demo, broken, columns):
     assert rows[0].split()[0] == "fail" and all(line.split()[0] == "pass" for line in rows[1:])
     row = records[records["path"] == path].iloc[0]
     assert f" {row['name']} " in rows[0] and f"t{row['task_id']}" in rows[0]
+    (failing,) = [r for r in cli("compare", copy, demo.roots["L1"], "--json").json()["results"] if r["verdict"] != "pass"]
+    worst = ",".join(str(i) for i in failing["worst_index"])  # where in the tensor, and which owner and core
+    assert f" {worst} o{row['owner_id']} {row['core_type']}{row['core_id']} " in rows[0]
     only = cli("compare", copy, demo.roots["L1"], "--failures-only")
     assert [line.split()[0] for line in body(only.out)] == ["fail"]
     assert f"{len(records) - 1} passing records not shown" in only.out

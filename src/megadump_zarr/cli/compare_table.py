@@ -89,9 +89,9 @@ COLUMNS = (
     Column("1-cos", lambda r: r.get("cosine"), key="cosine", justify="right", fmt=one_minus_cos),
     Column("max_abs", justify="right"),
     Column("max_rel", justify="right", drop=2),
-    Column("rmse", justify="right", drop=5),
-    Column("mism", _mismatches, key="mismatches", justify="right", fmt=str, drop=4),
-    Column("worst", worst_text, key="worst_index", fmt=str, drop=6),
+    Column("rmse", justify="right", drop=6),
+    Column("mism", _mismatches, key="mismatches", justify="right", fmt=str, drop=5),
+    Column("worst", worst_text, key="worst_index", fmt=str, drop=4),
     Column("note", footnote=True),
 )
 
