@@ -44,9 +44,9 @@ def task_dir(invocation: Path, stage: str, task_id: int, worker: int | None = No
 
 
 def group_children(group: Path) -> tuple[list[str], list[str]]:
-    """(groups, arrays) directly below ``group`` from its consolidated metadata."""
-    meta = read_json(group / "zarr.json")["consolidated_metadata"]["metadata"]
-    direct = {k: v for k, v in meta.items() if "/" not in k}
+    """(groups, arrays) directly below ``group``, from their own documents (groups between the
+    window and the data groups carry no consolidated metadata)."""
+    direct = {p.name: read_json(p / "zarr.json") for p in group.iterdir() if (p / "zarr.json").is_file()}
     return (sorted(k for k, v in direct.items() if v["node_type"] == "group"),
             sorted(k for k, v in direct.items() if v["node_type"] == "array"))
 

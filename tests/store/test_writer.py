@@ -295,11 +295,18 @@ def test_every_data_group_opens_with_xarray_without_warnings(tmp_path, helpers):
     groups = [os.path.relpath(d, url) for d, _, files in os.walk(url) if "zarr.json" in files]
     groups = [g for g in groups if helpers.read_json(Path(url, g, "zarr.json"))["node_type"] == "group"]
     assert len(groups) == 1 + 2 * 7  # window + (invocation, stages, 2 stages, 3 tasks) per invocation
+    data_groups = [g for g in groups if any(
+        helpers.read_json(Path(url, g, name, "zarr.json"))["node_type"] == "array"
+        for name in os.listdir(Path(url, g)) if Path(url, g, name, "zarr.json").exists())]
+    assert len(data_groups) == 2 * 4  # the invocation (it holds "x") and its 3 task groups
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        for rel in groups:
+        for rel in [".", *data_groups]:
             ds = xr.open_zarr(os.path.join(url, rel))
             ds.load()
+        for rel in set(groups) - set(data_groups) - {"."}:  # stages, a stage: plain groups zarr lists
+            assert "consolidated_metadata" not in helpers.read_json(Path(url, rel, "zarr.json"))
+            assert len(list(zarr.open_group(os.path.join(url, rel), mode="r", use_consolidated=False).members()))
         task = xr.open_zarr(os.path.join(url, INV, "stages/expert_up/task_000003"))
     inv = helpers.l1_invocation()
     by_path = {a.path: a for a in inv.arrays}

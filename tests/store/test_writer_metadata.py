@@ -133,12 +133,25 @@ def test_documents_match_zarr_create_array(tmp_path, dtype, shape, compressor):
     )
     ours = json.loads((ours_path / "zarr.json").read_bytes())
     chunks = tuple(ours["chunk_grid"]["configuration"]["chunk_shape"])
-    reference = _zarr_reference(tmp_path / "ref", data, chunks, compressor, tuple(f"d{i}" for i in range(data.ndim)))
+    one_small_chunk = data.nbytes < 256 and (not data.shape or data.shape[0] <= chunks[0])
+    expected = "none" if one_small_chunk else compressor  # one chunk under 256 bytes is stored raw
+    reference = _zarr_reference(tmp_path / "ref", data, chunks, expected, tuple(f"d{i}" for i in range(data.ndim)))
     assert ours == reference
     assert list(ours) == list(reference)
     assert ours["chunk_key_encoding"] == {"name": "default", "configuration": {"separator": CHUNK_KEY_SEPARATOR}}
     # and the chunk files decode identically through zarr
     np.testing.assert_array_equal(zarr.open_array(ours_path, mode="r")[...], data)
+
+
+@pytest.mark.parametrize(("rows", "chunk_bytes", "codec"), [(31, 4096, None), (32, 4096, "blosc"), (31, 64, "blosc")])
+def test_one_chunk_under_256_bytes_is_stored_raw(tmp_path, rows, chunk_bytes, codec):
+    data = np.arange(rows * 2, dtype=np.float32).reshape(rows, 2)  # 248 or 256 bytes
+    path = _write_one(tmp_path, data, ("r", "c"), "default", chunk_bytes=chunk_bytes)
+    names = [c["name"] for c in json.loads((path / "zarr.json").read_bytes())["codecs"]]
+    assert names == ["bytes", codec, "crc32c"] if codec else names == ["bytes", "crc32c"]
+    np.testing.assert_array_equal(zarr.open_array(path, mode="r")[...], data)
+    if codec is None:
+        assert (path / "c.0.0").read_bytes()[:-4] == data.tobytes()
 
 
 def test_chunk_bytes_match_zarr_for_uncompressed_and_padded_edges(tmp_path):
@@ -177,7 +190,7 @@ def _window_with_nested_groups(root) -> Path:
     return Path(url)
 
 
-@pytest.mark.parametrize("group", ["", INV, f"{INV}/stages", f"{INV}/stages/A/task_000002"])
+@pytest.mark.parametrize("group", ["", INV, f"{INV}/stages/A/task_000002"])
 def test_consolidated_metadata_matches_zarr_consolidate(tmp_path, group):
     window = _window_with_nested_groups(tmp_path / "ours")
     ours = json.loads((window / group / "zarr.json").read_bytes())
@@ -213,9 +226,13 @@ def test_consolidated_entries_equal_children_documents(tmp_path):
                 **child,
                 "consolidated_metadata": {"kind": "inline", "must_understand": False, "metadata": {}},
             }
-            nested = child["consolidated_metadata"]["metadata"]
-            below = {p[len(path) + 1 :] for p in entries if p.startswith(path + "/")}
-            assert set(nested) == below
+            holds_arrays = any(p.rpartition("/")[0] == path and e["node_type"] == "array" for p, e in entries.items())
+            if holds_arrays:  # a data group: its own consolidated metadata lists everything below it
+                nested = child["consolidated_metadata"]["metadata"]
+                below = {p[len(path) + 1 :] for p in entries if p.startswith(path + "/")}
+                assert set(nested) == below
+            else:  # a group in between (stages, a stage): a plain group document
+                assert child == {"attributes": child["attributes"], "zarr_format": 3, "node_type": "group"}
     # readers get everything from the one document
     group = zarr.open_group(window, mode="r", use_consolidated=True)
     assert group.metadata.consolidated_metadata is not None

@@ -22,7 +22,7 @@ from megadump_zarr.dump.names import NameTable, safe_name
 __all__ = ["LEGACY_SCHEMA_VERSION", "PlannedTensor", "plan_window", "window_dirs"]
 
 LEGACY_SCHEMA_VERSION = 4
-SCHEMA_VERSION = 5  # megadump_zarr.dump.window.SCHEMA_VERSION (not imported: that module pulls in the runtime)
+SCHEMA_VERSION = 6  # megadump_zarr.dump.window.SCHEMA_VERSION (not imported: that module pulls in the runtime)
 
 _LEVELS = ("L0", "L1")
 _DIRECTIONS = ("forward", "backward")

@@ -38,6 +38,7 @@ __all__ = [
     "fill_value_for",
     "flat_group_bytes",
     "group_document",
+    "plain_group_bytes",
 ]
 
 SUPPORTED_DTYPES = (
@@ -275,6 +276,15 @@ def flat_group_bytes(attributes_json: bytes) -> bytes:
         attributes_json: The group's attributes, already encoded with :func:`dumps`.
     """
     return b'{"attributes":' + attributes_json + b',"zarr_format":3,' + _CONSOLIDATED_EMPTY + b',"node_type":"group"}'
+
+
+def plain_group_bytes(attributes_json: bytes) -> bytes:
+    """A group's ``zarr.json`` without consolidated metadata (what :func:`group_document` gives).
+
+    Args:
+        attributes_json: The group's attributes, already encoded with :func:`dumps`.
+    """
+    return b'{"attributes":' + attributes_json + b',"zarr_format":3,"node_type":"group"}'
 
 
 def consolidated_group_bytes(attributes_json: bytes, entries: Iterable[tuple[str, bytes]]) -> bytes:

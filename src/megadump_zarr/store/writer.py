@@ -45,6 +45,7 @@ from megadump_zarr.store.metadata import (
     dumps,
     flat_group_bytes,
     group_document,
+    plain_group_bytes,
 )
 from megadump_zarr.store.plan import ArrayJob, plan_invocation
 from megadump_zarr.store.stats import StatsAccumulator
@@ -58,6 +59,8 @@ _STATUSES = ("complete", "aborted")
 _BATCH_ARRAYS = 16
 _BATCH_BYTES = 4 << 20
 _CRC = struct.Struct("<I")
+_RAW_BELOW_BYTES = 256
+_NO_COMPRESSION = parse_compressor("none")
 # One syncfs measured cheaper than an fsync per file and directory (see benchmarks/export.py --durability).
 _DURABLE_DEFAULT = "syncfs"
 
@@ -101,14 +104,15 @@ class _Encoder:
 
             self._zstd = Zstd(level=spec.level, checksum=False)
 
-    def encode(self, payload: np.ndarray, itemsize: int) -> Any:
+    def encode(self, payload: np.ndarray, itemsize: int, raw: bool = False) -> Any:
         """Compress one chunk.
 
         Args:
             payload: The chunk's bytes as a contiguous uint8 array (returned as is for ``"none"``).
             itemsize: Element size, for blosc's shuffle.
+            raw: Store the chunk uncompressed whatever the compressor (see :func:`_stored_raw`).
         """
-        if self.spec.kind == "none":
+        if raw or self.spec.kind == "none":
             return payload
         if self.spec.kind == "zstd":
             return self._zstd.encode(payload)
@@ -136,6 +140,16 @@ class _Encoder:
         if not self.checksum:
             return encoded
         return encoded, _CRC.pack(google_crc32c.value(encoded))
+
+
+def _stored_raw(job: ArrayJob) -> bool:
+    """Whether an array is stored uncompressed: one chunk of fewer than ``_RAW_BELOW_BYTES``.
+
+    Compressors cannot win there (blosc adds a 16-byte header and copies such small inputs), and
+    the shorter codec chain keeps the array's document, repeated in its group's and its window's
+    consolidated metadata, about 110 bytes smaller: per-task coordinate arrays are this small.
+    """
+    return job.chunks.count <= 1 and job.data.nbytes < _RAW_BELOW_BYTES
 
 
 def _joined(parts: Any) -> Any:
@@ -311,7 +325,8 @@ class WindowWriter:
                 payload = np.zeros(plan.chunks, dtype=data.dtype)
                 payload[: stop - start] = piece
         acc = StatsAccumulator(data.dtype).update(piece) if job.stats else None
-        return self._seal(self._encoder.encode(payload.reshape(-1).view(np.uint8), data.dtype.itemsize)), acc
+        raw = _stored_raw(job)
+        return self._seal(self._encoder.encode(payload.reshape(-1).view(np.uint8), data.dtype.itemsize, raw)), acc
 
     def _document(self, job: ArrayJob, acc: StatsAccumulator | None) -> bytes:
         """The array's ``zarr.json`` bytes, with statistics spliced into the attributes."""
@@ -323,7 +338,8 @@ class WindowWriter:
             attrs_json = attrs_json[:-1] + sep + b'"stats":' + dumps(acc.result()) + b"}"
         plan = job.chunks
         return array_document_bytes(
-            plan.shape, job.data.dtype, plan.chunks, self.compressor, attrs_json, job.dims, self.checksum
+            plan.shape, job.data.dtype, plan.chunks, _NO_COMPRESSION if _stored_raw(job) else self.compressor,
+            attrs_json, job.dims, self.checksum,
         )
 
     def _write_small(self, batch: list[tuple[ArrayJob, str]]) -> None:
@@ -463,7 +479,17 @@ class WindowSession:
         return self.commit(status)
 
     def commit(self, status: str = "complete") -> str:
-        """Write every group document with consolidated metadata, then the window document, last.
+        """Write every group document, then the window document, last.
+
+        Data groups (the groups that hold arrays: L1 task groups, L0 invocation groups) carry inline
+        consolidated metadata of their descendants, so each opens with plain ``xr.open_zarr``; the
+        window document carries it for everything below it (the reader's one ``get``). Groups in
+        between (an L1 invocation, ``stages``, a stage) are plain: repeating every descendant in each
+        of them was most of a small-record window's bytes.
+
+        With ``durable``, everything written for the window is made durable before the window
+        document is written, and the window document is then synced itself (see
+        :meth:`Backend.barrier` and :meth:`Backend.put_durable`).
 
         Args:
             status: ``"complete"``, or ``"aborted"`` to keep whatever was written after a failure.
@@ -476,23 +502,25 @@ class WindowSession:
         if self.status != "writing":
             raise RuntimeError(f"window {self.url} is already committed ({self.status})")
         w = self.writer
+        data_groups = {path.rpartition("/")[0] for path, (kind, _) in self._nodes.items() if kind == "array"}
         entries: dict[str, list[tuple[str, bytes]]] = defaultdict(list)
         for path, (kind, payload) in self._nodes.items():
             flat = flat_group_bytes(payload) if kind == "group" else payload
             entries[""].append((path, flat))
             cut = path.rfind("/")
             while cut > 0:
-                entries[path[:cut]].append((path[cut + 1 :], flat))
+                parent = path[:cut]
+                if parent in data_groups:
+                    entries[parent].append((path[cut + 1 :], flat))
                 cut = path.rfind("/", 0, cut)
         groups = sorted((p for p, (kind, _) in self._nodes.items() if kind == "group"), key=lambda p: -p.count("/"))
 
+        def document(path: str) -> bytes:
+            attrs = self._nodes[path][1]
+            return consolidated_group_bytes(attrs, entries[path]) if path in data_groups else plain_group_bytes(attrs)
+
         def write_groups(paths: list[str]) -> None:
-            w.backend.put_many(
-                [
-                    (f"{self.key}/{path}/zarr.json", consolidated_group_bytes(self._nodes[path][1], entries[path]))
-                    for path in paths
-                ]
-            )
+            w.backend.put_many([(f"{self.key}/{path}/zarr.json", document(path)) for path in paths])
 
         _wait_all(
             [w.pool.submit(write_groups, groups[i : i + _BATCH_ARRAYS]) for i in range(0, len(groups), _BATCH_ARRAYS)]
