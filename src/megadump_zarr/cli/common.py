@@ -22,7 +22,7 @@ from rich.console import Console
 __all__ = [
     "EXIT_CHECK_FAILED", "EXIT_OK", "EXIT_USAGE", "CliError", "Context", "add_filters", "add_global_flags",
     "FILTER_KEYS", "add_output_flags", "add_storage_options", "child_roots", "filter_records", "human_bytes",
-    "incomplete_hint", "matching_records", "no_records_error", "open_dump_arg", "progress_on_stderr", "record_select", "storage_options",
+    "incomplete_hint", "matching_pair", "matching_records", "no_records_error", "open_dump_arg", "progress_on_stderr", "record_select", "storage_options",
 ]
 
 EXIT_OK = 0
@@ -284,6 +284,21 @@ def matching_records(dump: Any, args: argparse.Namespace, *, extra: dict[str, An
     if selected.empty:
         raise no_records_error(records, args, dump.root, extra=extra, hint=incomplete_hint(dump, args))
     return selected
+
+
+def matching_pair(dump_a: Any, dump_b: Any, args: argparse.Namespace, where: str) -> tuple[Any, Any]:
+    """The records of two dumps that the command-line filters keep (``compare``, ``plot --diff``).
+
+    Raises:
+        CliError: Nothing matches in either dump (exit 1), naming the filter and the values that exist in A.
+    """
+    include = bool(getattr(args, "include_incomplete", False))
+    all_a = dump_a.records(include_incomplete=include)
+    records_a = filter_records(all_a, args)
+    records_b = filter_records(dump_b.records(include_incomplete=include), args)
+    if records_a.empty and records_b.empty:
+        raise no_records_error(all_a, args, where, hint=incomplete_hint(dump_a, args))
+    return records_a, records_b
 
 
 # ---------------------------------------------------------------------------------------------- dumps

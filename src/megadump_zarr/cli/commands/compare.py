@@ -9,8 +9,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from megadump_zarr.cli.common import (
-    EXIT_CHECK_FAILED, EXIT_OK, Context, add_filters, add_output_flags, add_storage_options, filter_records,
-    incomplete_hint, no_records_error, open_dump_arg, storage_options,
+    EXIT_CHECK_FAILED, EXIT_OK, Context, add_filters, add_output_flags, add_storage_options, matching_pair,
+    open_dump_arg, storage_options,
 )
 from megadump_zarr.cli.compare_table import compare_table
 from megadump_zarr.cli.render import print_fitted
@@ -204,12 +204,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     """Compare, print the table (or the ``--by`` error map) and the verdict; exit 1 on any failing record."""
     options = storage_options(args)
     dump_a, dump_b = open_dump_arg(args.a, options), open_dump_arg(args.b, options)
-    include = bool(args.include_incomplete)
-    all_a = dump_a.records(include_incomplete=include)
-    records_a = filter_records(all_a, args)
-    records_b = filter_records(dump_b.records(include_incomplete=include), args)
-    if records_a.empty and records_b.empty:
-        raise no_records_error(all_a, args, f"{args.a} or {args.b}", hint=incomplete_hint(dump_a, args))
+    records_a, records_b = matching_pair(dump_a, dump_b, args, f"{args.a} or {args.b}")
     total = len(set(records_a["path"]) | set(records_b["path"]))
     if ctx.progress:
         with Progress(TextColumn("comparing records"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from megadump_zarr.cli.common import (
-    EXIT_OK, CliError, Context, filter_records, incomplete_hint, no_records_error, open_dump_arg, progress_on_stderr,
-    storage_options,
+    EXIT_OK, CliError, Context, matching_pair, open_dump_arg, progress_on_stderr, storage_options,
 )
 from megadump_zarr.cli.commands.show import add_selector
 from megadump_zarr.cli.render import is_missing, shape_text
@@ -108,12 +107,7 @@ def _errormap(args: argparse.Namespace, ctx: Context, dump_a: Any, dump_b: Any, 
     from megadump_zarr.analyse.errormap import error_map
     from megadump_zarr.analyse.errormap_plot import error_grid, plot_error_map
 
-    include = bool(args.include_incomplete)
-    all_a = dump_a.records(include_incomplete=include)
-    records_a = filter_records(all_a, args)
-    records_b = filter_records(dump_b.records(include_incomplete=include), args)
-    if records_a.empty and records_b.empty:
-        raise no_records_error(all_a, args, f"{args.path} or {args.diff}", hint=incomplete_hint(dump_a, args))
+    records_a, records_b = matching_pair(dump_a, dump_b, args, f"{args.path} or {args.diff}")
     paths = sorted(set(records_a["path"]) | set(records_b["path"]))
     with progress_on_stderr(ctx) as progress:
         result = compare(dump_a, dump_b, progress=progress, path=paths)
