@@ -57,7 +57,8 @@ def claim_output(path: str | os.PathLike[str], overwrite: bool = False) -> Itera
         overwrite: Replace an existing regular file (default: refuse it).
 
     Yields:
-        A path in the same directory (not yet existing) that the caller writes completely.
+        A path in the same directory (not yet existing, hidden, with ``path``'s suffix) that the caller
+        writes completely.
 
     Raises:
         FileExistsError: ``path`` exists and ``overwrite`` is False, or it exists and is not a regular
@@ -85,7 +86,8 @@ def claim_output(path: str | os.PathLike[str], overwrite: bool = False) -> Itera
             claimed = os.fstat(fd)
         finally:
             os.close(fd)
-    temp = parent / f".{target.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    # the temporary keeps the suffix, so writers that infer the format from it (matplotlib) still can
+    temp = parent / f".{target.stem}.tmp-{os.getpid()}-{secrets.token_hex(4)}{target.suffix}"
     try:
         yield temp
         if not temp.is_file() or temp.is_symlink():
