@@ -4,6 +4,7 @@ Public API::
 
     TensorDumpConfig, tensor_dump, schedule, DiagnosticAction   # capture
     open_dump, compare, first_divergence, root_cause            # read and analyse
+    replay                                                      # run one dumped task again
 
 Everything else is imported on first use: zarr loads ``megadump_zarr.store.dtypes`` in every interpreter
 that reads a dump (see ``store/zarr_plugin.py``), and that must not pull in torch, xarray or pandas; importing
@@ -21,8 +22,8 @@ from megadump_zarr.store import dtypes as _dtypes  # noqa: F401
 
 __version__ = "0.1.0"
 
-__all__ = ["DiagnosticAction", "TensorDumpConfig", "compare", "first_divergence", "open_dump", "root_cause", "schedule",
-           "tensor_dump"]
+__all__ = ["DiagnosticAction", "TensorDumpConfig", "compare", "first_divergence", "open_dump", "replay", "root_cause",
+           "schedule", "tensor_dump"]
 
 _PUBLIC = {
     "DiagnosticAction": "megadump_zarr.diagnostics",
@@ -33,6 +34,7 @@ _PUBLIC = {
     "compare": "megadump_zarr.analyse",
     "first_divergence": "megadump_zarr.analyse",
     "root_cause": "megadump_zarr.analyse",
+    "replay": "megadump_zarr.replay",
 }
 
 

@@ -27,7 +27,11 @@ import torch.nn.functional as F
 
 from megadump_zarr.runtime import Graph, MegaKernel, OperatorNode, SplitSpec, TensorSpec, megakernel_apply, shard_view_resolver
 
-__all__ = ["DemoConfig", "ExpertLayout", "MoEBlock", "expert_rows_resolver"]
+__all__ = ["DEMO_SOURCE", "DemoConfig", "ExpertLayout", "MoEBlock", "expert_rows_resolver"]
+
+DEMO_SOURCE = "megadump_zarr.demo.MoEBlock"
+"""The ``diagnostic_source`` name the demo block's graphs carry (L1 dumps keep it as ``operatorSource``,
+so ``megadump_zarr.replay`` rebuilds the same operators with the same config)."""
 
 _EPS = 1e-6
 
@@ -55,6 +59,41 @@ class DemoConfig:
     device: str = "cpu"
     num_workers: int = 8
     seed: int = 0
+
+    def to_document(self) -> dict[str, Any]:
+        """The config as JSON (``dtype`` by name, e.g. ``"bfloat16"``)."""
+        return {"tokens": self.tokens, "d_model": self.d_model, "n_experts": self.n_experts,
+                "tile_rows": self.tile_rows, "dtype": str(self.dtype).removeprefix("torch."), "device": str(self.device),
+                "num_workers": self.num_workers, "seed": self.seed}
+
+    @classmethod
+    def from_document(cls, document: Any) -> DemoConfig:
+        """The config a ``to_document`` mapping describes (unknown keys refused).
+
+        Args:
+            document: The mapping.
+
+        Raises:
+            ValueError: Not a mapping, an unknown key, a wrong type or an unknown dtype.
+        """
+        if not isinstance(document, dict):
+            raise ValueError(f"demo config must be a mapping, got {type(document).__name__}")
+        fields = {"tokens", "d_model", "n_experts", "tile_rows", "dtype", "device", "num_workers", "seed"}
+        unknown = sorted(set(document) - fields)
+        if unknown:
+            raise ValueError(f"demo config has unknown keys {unknown}")
+        values = dict(document)
+        for name in fields - {"dtype", "device"}:
+            if name in values and (isinstance(values[name], bool) or not isinstance(values[name], int) or values[name] < 0):
+                raise ValueError(f"demo config {name!r} must be a non-negative integer, got {values[name]!r}")
+        if "dtype" in values:
+            dtype = getattr(torch, str(values["dtype"]), None) if isinstance(values["dtype"], str) else None
+            if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+                raise ValueError(f"demo config 'dtype' must name a torch floating dtype, got {values['dtype']!r}")
+            values["dtype"] = dtype
+        if "device" in values and not isinstance(values["device"], str):
+            raise ValueError(f"demo config 'device' must be a string, got {values['device']!r}")
+        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -132,6 +171,14 @@ class MoEBlock:
             self._expert_backward_graph(), name="moe_experts_backward", owner_label="expert",
             owner_context=ExpertLayout(counts_position=3), **kernel_options,
         )
+        source = {"name": DEMO_SOURCE, "config": c.to_document()}
+        for kernel in self.kernels:  # L1 dumps record it: `megadump replay` rebuilds these operators from it
+            kernel.graph.diagnostic_source = source
+
+    @property
+    def kernels(self) -> tuple[MegaKernel, ...]:
+        """The block's four kernels: router, dispatch, experts, experts backward."""
+        return (self.router_kernel, self.dispatch_kernel, self.expert_kernel, self.expert_backward_kernel)
 
     # ------------------------------------------------------------------ graphs
     def _spec(self, name: str, shape: tuple[int, ...], position: int, dims: tuple[str, ...], dtype: Any = None, dynamic: bool = False) -> TensorSpec:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+import json
 from pathlib import Path
 import threading
 from typing import Any, Protocol
@@ -323,6 +324,9 @@ class TensorDumper:
             prepared = prepare_l1_dump(runtime, runtime.graph, context.parameters, self.config, rank=runtime.rank, device=device)
             invocation = self._new_invocation(runtime, context.direction, device)
             invocation.device_buffer_bytes = prepared.total_bytes
+            # what `megadump_zarr.replay` needs to run a task again: its tile rows and the operators' source
+            invocation.task_rows = {int(task.task_id): (task.start, task.stop) for task in getattr(runtime, "tasks", ())}
+            invocation.operator_source = operator_source(runtime.graph)
             if self.config.save_plans:  # lets `megadump decode-buffer` salvage a buffer saved from a hung launch
                 self._save_plan(prepared, invocation)
             arguments.runtime_config = prepared.runtime_config
@@ -448,6 +452,22 @@ class TensorDumper:
             raise failure
         if self._on_dump_ready is not None and self._exporter is None:
             self._on_dump_ready(self)
+
+
+def operator_source(graph: Any) -> dict[str, Any] | None:
+    """The graph's ``diagnostic_source`` (where a replay finds its operators, e.g. the demo model and its
+    config), when it is a JSON-serialisable mapping; else None.
+
+    Args:
+        graph: The kernel's graph.
+    """
+    source = getattr(graph, "diagnostic_source", None)
+    if not isinstance(source, dict):
+        return None
+    try:
+        return json.loads(json.dumps(source))
+    except (TypeError, ValueError):
+        return None
 
 
 def _raise_all(errors: list[BaseException]) -> None:

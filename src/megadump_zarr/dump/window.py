@@ -38,6 +38,8 @@ class DumpInvocation:
     failed: bool = False
     pending_records: list[dict[str, Any]] = field(default_factory=list)
     plan_prefix: str = ""  # key of the launch's saved L1 plan group, removed once its window commits
+    task_rows: dict[int, tuple[int | None, int | None]] = field(default_factory=dict)  # task id -> tile rows
+    operator_source: dict[str, Any] | None = None  # the graph's diagnostic_source (for replay)
     statistics: list[Any] = field(default_factory=list)  # StatisticsRow per record (statistics-first modes)
     occurrence: int = 0  # earlier invocations of this kernel and direction in the same step (record identity)
     l0_statistics: Any = None  # L0StatisticsCapture while an L0 launch in a statistics-first mode runs
@@ -229,11 +231,14 @@ def _l1_invocation(invocation: DumpInvocation) -> InvocationWrite:
             "coreId": first.core_id,
             "workerId": None if first.worker_id == L1_ANY_WORKER else first.worker_id,
             "tensorCount": len(task_arrays),
+            "tileRows": _tile_rows(invocation, first.task_id),
         }))
         arrays.extend(ArrayWrite(f"{path}/{a.path}", a.data, a.dims, a.attrs, a.coords) for a in task_arrays)
     attrs = _invocation_attrs(invocation)
     attrs.update(deviceBufferBytes=invocation.device_buffer_bytes, taskCount=len(by_task),
                  recordCount=len(invocation.l1_snapshots), executionMode=invocation.execution_mode)
+    if invocation.operator_source is not None:
+        attrs["operatorSource"] = invocation.operator_source
     for row in invocation.statistics:
         plan = row.plan
         task_component = f"task_{plan.task_id:06d}"
@@ -243,6 +248,12 @@ def _l1_invocation(invocation: DumpInvocation) -> InvocationWrite:
     if invocation.statistics:
         attrs["statisticsCount"] = len(invocation.statistics)
     return InvocationWrite(invocation.name, attrs, groups, arrays, statistics=_statistics(invocation))
+
+
+def _tile_rows(invocation: DumpInvocation, task_id: int) -> list[int] | None:
+    """``[start, stop)`` of a row-split task's tile along its split axis (None: not row-split or unknown)."""
+    start, stop = invocation.task_rows.get(task_id, (None, None))
+    return None if start is None or stop is None else [int(start), int(stop)]
 
 
 def _invocation_attrs(invocation: DumpInvocation) -> dict[str, Any]:
