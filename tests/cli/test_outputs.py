@@ -28,6 +28,7 @@ def test_new_file_is_written_through_a_temporary(tmp_path: Path) -> None:
     target = tmp_path / "out.bin"
     with claim_output(target) as temp:
         assert temp.parent == tmp_path and temp != target and target.exists() and target.stat().st_size == 0
+        assert temp.suffix == ".bin" and temp.name.startswith(".out.tmp-")
         _write(temp, b"payload")
     assert target.read_bytes() == b"payload" and _leftovers(tmp_path) == []
 

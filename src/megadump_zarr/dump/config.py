@@ -115,9 +115,10 @@ class TensorDumpConfig:
         async_export: Export windows on a background thread (the step only waits when the queue is
             full); False exports on the step thread.
         host_memory_budget_mb: Most host memory held by windows waiting for the background exporter.
-        save_plans: Before each L1 launch, save its record plan as JSON below
-            ``{output_dir}/.plans/`` (removed once the window is committed), so a Device buffer saved
-            from a hung launch can still be decoded with ``megadump decode-buffer``.
+        save_plans: Before each L1 launch, save its record plan below ``{output_dir}/.plans_{run}/``
+            (a Zarr group per run, keyed by the dumper's ``run_id``; each launch's plan is removed once
+            its window is committed, and never another run's), so a Device buffer saved from a hung
+            launch can still be decoded with ``megadump decode-buffer``.
         mode: What each selected record stores. ``"tensor"`` (default, the seed's): the payload.
             ``"statistics"``: min, max, mean, L2 norm, NaN/Inf/element counts and a content checksum,
             computed on the device (no payload crosses to the host), in the invocation's

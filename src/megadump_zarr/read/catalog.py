@@ -26,7 +26,6 @@ from zarr.abc.store import Store
 
 from megadump_zarr.read.documents import (
     INT64_MAX,
-    check_array_doc,
     check_attributes,
     count_field,
     int_field,
@@ -387,7 +386,7 @@ def _window_rows(info: WindowInfo, nodes: Mapping[str, dict[str, Any]], columns:
         data_type = optional_str(attrs.get("originalDtype"), where, "attributes.originalDtype") or optional_str(
             doc.get("data_type"), where, "data_type")
         size = itemsize(doc.get("data_type"))
-        stored_shape = check_array_doc(doc, where, size)
+        stored_shape = shape_field(doc.get("shape"), where, "shape", size)  # the rest is checked when opened
         actual = attrs.get("actualShape")
         shape = shape_field(actual, where, "attributes.actualShape", size) if actual is not None else stored_shape
         full = count_field(attrs.get("fullBytes"), where, "attributes.fullBytes")

@@ -84,6 +84,15 @@ def shape_field(value: Any, where: str, field: str, itemsize: int = 1) -> tuple[
         field: ``shape``, ``attributes.actualShape``, ...
         itemsize: Bytes per element (the product times it must fit int64).
     """
+    if type(value) is list and len(value) <= MAX_NDIM:  # fast path: one pass, no generator
+        size = itemsize if itemsize > 1 else 1
+        for d in value:
+            if type(d) is not int or d < 0:
+                break
+            size *= d
+        else:
+            if size <= INT64_MAX:
+                return tuple(value)
     if not isinstance(value, (list, tuple)) or len(value) > MAX_NDIM or not all(
             type(d) is int and 0 <= d <= INT64_MAX for d in value):
         raise ValueError(f"{where}: {field} {_show(value)} is not a list of at most {MAX_NDIM} non-negative integers")
