@@ -6,16 +6,18 @@ captures stdout).
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 import re
 import shutil
 
+from hypothesis import given, settings, strategies as st
 import pandas as pd
 import pytest
 import zarr
 
 from megadump_zarr.cli.compare_table import one_minus_cos
-from megadump_zarr.cli.render import Column, compact, fit_table
+from megadump_zarr.cli.render import Column, compact, fit_table, print_fitted
 from megadump_zarr.read import open_dump
 
 _FOOTER = re.compile(r"^(\[\d+\] |columns left out|note \(every row\)|PASS|FAIL|first divergence|root cause|\d+ passing)")
@@ -154,3 +156,42 @@ def test_fit_table_units():
     assert [c.header for c in fitted.table.columns] == ["a", "b", "n"]
     assert compact(1.23456789) == "1.235" and compact(3e-7) == "3e-07" and compact(2.0) == "2"
     assert one_minus_cos(0.999994) == "6.00e-06" and one_minus_cos(1.0) == "0" and one_minus_cos(None) == ""
+
+
+@st.composite
+def _frames(draw):
+    n_columns = draw(st.integers(1, 6))
+    n_rows = draw(st.integers(1, 8))
+    text = st.text(alphabet="abcxyz_/×0123456789", min_size=0, max_size=25)
+    number = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=64), st.integers(-10**9, 10**9))
+    data, columns = {}, []
+    for i in range(n_columns):
+        values = draw(st.lists(draw(st.sampled_from([text, number])), min_size=n_rows, max_size=n_rows))
+        data[f"c{i}"] = pd.Series(values, dtype=object)
+        columns.append(Column(f"c{i}", hoist=draw(st.booleans()), footnote=draw(st.booleans()),
+                              drop=0 if i == 0 else draw(st.integers(0, 5)), justify=draw(st.sampled_from(["left", "right"]))))
+    return pd.DataFrame(data), columns
+
+
+@settings(max_examples=200, deadline=None)
+@given(_frames(), st.integers(20, 200))
+def test_fitted_tables_never_exceed_the_width_they_report(frame_columns, width):
+    from rich.console import Console
+
+    frame, columns = frame_columns
+    fitted = fit_table(frame, columns, width=width)
+    assert all(c.drop > 0 for c in columns if c.heading in fitted.dropped)
+    if fitted.table is None:  # every cell blank or shared: nothing left to tabulate
+        return
+    kept = [c.header for c in fitted.table.columns]
+    assert kept and not set(kept) & set(fitted.dropped)
+    console = Console(width=width, record=True, no_color=True, file=io.StringIO())
+    console.print(fitted.table)
+    lines = console.export_text().splitlines()
+    if fitted.width <= width:
+        assert max(len(line) for line in lines) == fitted.width
+        assert len(lines) == len(frame) + 2  # header, rule, one line per row: no row wrapped
+        assert "…" not in "\n".join(lines)
+    else:  # only columns that are never dropped remain
+        assert all(c.drop == 0 for c in columns if c.heading in kept)
+    print_fitted(Console(width=width, file=io.StringIO()), fitted)

@@ -64,6 +64,8 @@ def compact(value: Any) -> str:
         v = float(value)
         if math.isnan(v):
             return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
         if v == int(v) and abs(v) < 1e6:
             return str(int(v))
         return f"{v:.4g}"
@@ -275,6 +277,8 @@ def fit_table(frame: Any, columns: Sequence[Column], *, width: int, row_style: C
         victim = max(candidates, key=lambda i: (columns[i].drop, i))
         keep.remove(victim)
         fitted.dropped.append(columns[victim].heading)
+    if not keep:  # every cell blank or shared by every row: nothing left to tabulate
+        return fitted
     overflow = _table_width([natural[i] for i in keep]) > width
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), header_style="bold")
     for i in keep:
