@@ -197,3 +197,32 @@ def test_plans_with_wrong_types_are_refused_naming_the_field(tmp_path):
     nested.write_text("[" * 100000 + "]" * 100000)
     with pytest.raises(ValueError, match="cannot read L1 plan"):
         load_plan(nested)
+
+
+def test_async_export_removes_each_committed_launchs_plan_and_then_the_run_group(tmp_path):
+    from megadump_zarr import DiagnosticAction
+
+    block = MoEBlock(DemoConfig())
+    with tensor_dump(_config(tmp_path, async_export=True), schedule=lambda s: DiagnosticAction.RECORD_AND_SAVE) as dumper:
+        for _ in range(3):
+            block(block.make_input())
+            dumper.step()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank_0", "zarr.json"]
+    assert sorted(p.name for p in (tmp_path / "rank_0").iterdir()) == ["window_0000", "window_0001", "window_0002",
+                                                                       "zarr.json"]
+
+
+def test_a_discarded_failed_launchs_plan_outlives_its_windows_commit(tmp_path):
+    from megadump_zarr import DiagnosticAction
+    from megadump_zarr.dump.plan_io import find_plans
+
+    block = MoEBlock(DemoConfig())
+    with tensor_dump(_config(tmp_path), schedule=lambda s: DiagnosticAction.RECORD) as dumper:
+        _fail_expert_down_once(block)
+        with pytest.raises(RuntimeError, match="simulated hang"):
+            block(block.make_input())  # invocation 0 fails and is discarded; its buffer may have been saved
+        block(block.make_input())  # invocation 1 is captured
+        dumper.step()
+    (kept,) = find_plans(tmp_path)  # window 0 committed: only invocation 1's plan went
+    assert (kept.run_id, kept.window_index, kept.invocation) == (dumper.run_id, 0, "invocation_000000_forward")
+    assert find_plans(tmp_path, invocation=0) == [kept] and find_plans(tmp_path, invocation=1) == []

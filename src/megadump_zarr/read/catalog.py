@@ -58,7 +58,8 @@ RECORD_COLUMNS = (
 
 EXTRA_COLUMNS = ("role", "capture_phase", "status", "param_position", "note", "invocation_name", "group", "partial")
 """Columns that follow the required ones: L0 role, capture phase, window status, ABI parameter position,
-the record's note, the invocation group's name and the data group's path (relative to the root)."""
+the record's note, the invocation group's name, the data group's path (relative to the root) and
+``partial`` (True for a record salvaged from a launch that failed, kept with ``on_error="keep"``)."""
 
 EXTRA_COLUMNS = (*EXTRA_COLUMNS, *STATISTICS_COLUMNS)  # payload, checksum, element_count (read.statistics)
 

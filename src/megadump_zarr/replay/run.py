@@ -110,6 +110,9 @@ def _torch_dtype(name: str, path: str) -> torch.dtype:
 def _records(dump: Any, selection: TaskSelection) -> list[_Record]:
     records = []
     for row in selection.records.itertuples(index=False):
+        if not bool(getattr(row, "payload", True)):  # a statistics-first dump kept only this record's statistics
+            raise ValueError(f"{row.io} {row.name!r} of task {selection.task_id} has statistics only, no values "
+                             f"({row.path}): replay needs the task's tensors (dump it with payloads)")
         array = dump.record_array(row.path)
         attrs = array.attrs
         if row.truncated and row.io == "input":
