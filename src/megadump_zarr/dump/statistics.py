@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+import functools
 import json
 import math
 from typing import Any
@@ -89,6 +90,14 @@ class StatisticsRow:
     param_position: int = -1
 
 
+def _number(value: Any) -> int:
+    return -1 if value is None or value != value else int(value)  # None, NaN and pandas NA are "none"
+
+
+def _text(value: Any) -> str:
+    return "" if value is None or value != value else str(value)
+
+
 def record_key(rank: int, step: int, kernel: Any, direction: Any, occurrence: int, stage: Any, task_id: Any,
                worker: Any, io: Any, index: Any, name: Any) -> tuple[Any, ...]:
     """The identity of one record across runs of the same program.
@@ -101,19 +110,13 @@ def record_key(rank: int, step: int, kernel: Any, direction: Any, occurrence: in
         occurrence: How many earlier invocations of this kernel and direction the step had.
         stage: L1 stage (None or "" at L0).
         task_id: L1 task id (None or -1 at L0).
-        worker: Broadcast worker or core id (None or -1 when not applicable).
+        worker: Broadcast worker (None or -1 when any).
         io: L1 port direction (None at L0).
         index: L1 port index (None or -1 at L0).
         name: Tensor name.
     """
-    def number(value: Any) -> int:
-        return -1 if value is None or (isinstance(value, float) and math.isnan(value)) else int(value)
-
-    def text(value: Any) -> str:
-        return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
-
-    return (number(rank), number(step), text(kernel), text(direction), int(occurrence), text(stage),
-            number(task_id), number(worker), text(io), number(index), text(name))
+    return (_number(rank), _number(step), _text(kernel), _text(direction), int(occurrence), _text(stage),
+            _number(task_id), _number(worker), _text(io), _number(index), _text(name))
 
 
 def _baseline_index(frame: Any) -> dict[tuple[Any, ...], dict[str, Any]]:
@@ -304,8 +307,13 @@ def _strings(values: list[str]) -> np.ndarray:
     return array
 
 
-def _number(value: Any) -> float:
+def _float(value: Any) -> float:
     return math.nan if value is None else float(value)
+
+
+@functools.lru_cache(maxsize=1024)
+def _shape_text(shape: tuple[int, ...]) -> str:
+    return json.dumps(list(shape))
 
 
 def statistics_table(rows: list[StatisticsRow], attrs: Mapping[str, Any] | None = None) -> StatisticsTable:
@@ -326,7 +334,7 @@ def statistics_table(rows: list[StatisticsRow], attrs: Mapping[str, Any] | None 
         "index": np.array([r.index for r in rows], dtype=np.int64),
         "name": _strings([r.name for r in rows]),
         "param_position": np.array([r.param_position for r in rows], dtype=np.int64),
-        "shape": _strings([json.dumps(list(r.shape)) for r in rows]),
+        "shape": _strings([_shape_text(r.shape) for r in rows]),
         "dtype": _strings([r.dtype for r in rows]),
         "path": _strings([r.path for r in rows]),
         "payload": np.array([r.kept for r in rows], dtype=bool),
@@ -336,10 +344,10 @@ def statistics_table(rows: list[StatisticsRow], attrs: Mapping[str, Any] | None 
         "element_count": np.array([x.element_count for x in s], dtype=np.int64),
         "nan_count": np.array([x.nan_count for x in s], dtype=np.int64),
         "inf_count": np.array([x.inf_count for x in s], dtype=np.int64),
-        "min": np.array([_number(x.min) for x in s], dtype=np.float64),
-        "max": np.array([_number(x.max) for x in s], dtype=np.float64),
-        "mean": np.array([_number(x.mean) for x in s], dtype=np.float64),
-        "l2norm": np.array([_number(x.l2norm) for x in s], dtype=np.float64),
+        "min": np.array([_float(x.min) for x in s], dtype=np.float64),
+        "max": np.array([_float(x.max) for x in s], dtype=np.float64),
+        "mean": np.array([_float(x.mean) for x in s], dtype=np.float64),
+        "l2norm": np.array([_float(x.l2norm) for x in s], dtype=np.float64),
         "checksum": np.array([x.checksum for x in s], dtype=np.uint64),
     }
     return StatisticsTable(coords, variables, dict(attrs or {}))
@@ -392,4 +400,6 @@ def complete_l1_statistics(invocation: Any, prepared: Any, policy: PayloadPolicy
 
     snapshots, decoded = decode_statistics_dump(prepared, keep, payload_snapshot)
     invocation.l1_snapshots.extend(snapshots)
-    invocation.statistics.extend(l1_row(d.record, d.statistics, d.kept, _l1_key(invocation, d.record)) for d in decoded)
+    keyed = policy is not None and policy.mode == "diff"  # only a diff needs record identities later
+    invocation.statistics.extend(l1_row(d.record, d.statistics, d.kept, _l1_key(invocation, d.record) if keyed else ())
+                                 for d in decoded)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from megadump_zarr.l1 import L1_DUMP_PAYLOAD_BASE, L1_DUMP_STATUS_CAPTURED, L1RecordEntry, align_up, read_l1_buffer
+from megadump_zarr.l1 import L1_DUMP_PAYLOAD_BASE, L1_DUMP_STATUS_CAPTURED, L1RecordEntry, align_up
 from megadump_zarr.l1.format import (
     L1_RECORD_KIND_STATISTICS,
     L1_RECORD_KIND_STATISTICS_AND_TENSOR,
@@ -28,7 +28,7 @@ from megadump_zarr.l1.format import (
     L1_STATISTICS_SLOT_SIZE,
     L1Statistics,
 )
-from megadump_zarr.l1.reader import read_l1_statistics
+from megadump_zarr.l1.reader import read_l1_statistics_many, read_l1_table
 from megadump_zarr.runtime.statistics import dtype_code
 
 __all__ = ["L1StatisticsRecord", "buffer_end", "decode_statistics_dump", "has_statistics", "layout_records",
@@ -143,19 +143,42 @@ def layout_records(records: tuple[Any, ...], config: Any) -> tuple[Any, ...]:
     return tuple(final)
 
 
-def _host_slice(buffer: torch.Tensor, start: int, stop: int) -> torch.Tensor:
-    """An owned host copy of ``buffer[start:stop]`` (one narrow Device-to-Host copy)."""
+def _host_slice(buffer: torch.Tensor, start: int, stop: int, *, copy: bool = True) -> torch.Tensor:
+    """``buffer[start:stop]`` on the host: one narrow Device-to-Host copy (on CPU a view unless ``copy``)."""
     piece = buffer.detach()[start:stop]
-    return piece.clone() if piece.device.type == "cpu" else piece.cpu()
+    if piece.device.type == "cpu":
+        return piece.clone() if copy else piece
+    return piece.cpu()
 
 
-def _check_plan(decoded: Any, records: Sequence[Any]) -> None:
-    if len(decoded.records) != len(records):
-        raise ValueError(f"L1 dump buffer holds {len(decoded.records)} records, the plan {len(records)}")
-    for planned, found in zip(records, decoded.records):
-        expected = replace(planned.entry, status=found.status)
-        if found.entry != expected:
-            raise ValueError(f"L1 dump record {found.index} changed during the launch: planned {expected}, found {found.entry}")
+_CHECKED = ("task_id", "phase", "parameter_position", "payload_offset", "payload_bytes", "task_index", "worker_id",
+            "kind", "tensor_offset", "tensor_bytes")
+
+
+def _planned(plan: Any) -> tuple[int, ...]:
+    return (plan.task_id, 1 if plan.phase == "before" else 2, plan.parameter_position, plan.payload_offset,
+            plan.payload_bytes, plan.task_index, plan.worker_id, plan.kind, plan.tensor_offset, plan.tensor_bytes)
+
+
+def _check_plan(table: np.ndarray, records: Sequence[Any]) -> None:
+    """The record table the device left must be the one planned (vectorised field comparison)."""
+    if len(table) != len(records):
+        raise ValueError(f"L1 dump buffer holds {len(table)} records, the plan {len(records)}")
+    expected = np.array([_planned(plan) for plan in records], dtype=np.int64).reshape(len(records), len(_CHECKED))
+    for column, name in enumerate(_CHECKED):
+        found = table[name].astype(np.int64)
+        bad = np.flatnonzero(found != expected[:, column])
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(f"L1 dump record {i} {name} changed during the launch: planned "
+                             f"{int(expected[i, column])}, found {int(found[i])}")
+    source = (table["source_offset_high"].astype(np.uint64) << np.uint64(32)) | table["source_offset_low"]
+    planned = np.array([plan.source_offset_bytes for plan in records], dtype=np.uint64)
+    bad = np.flatnonzero(source != planned)
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"L1 dump record {i} source_offset_bytes changed during the launch: planned {int(planned[i])}, "
+                         f"found {int(source[i])}")
 
 
 def decode_statistics_dump(
@@ -163,8 +186,9 @@ def decode_statistics_dump(
 ) -> tuple[list[Any], list[L1StatisticsRecord]]:
     """Decode a completed buffer holding statistics records, copying to the host only what is kept.
 
-    The header, table and statistics slots come over in one prefix copy; a tensor record's payload is
-    in that prefix too; a kind-2 record's tensor slot is copied only when ``keep(plan, statistics)``.
+    The header, table and statistics slots come over in one prefix copy (none on CPU, where the buffer
+    is read in place); a tensor record's payload is in that prefix too; a kind-2 record's tensor slot
+    is copied only when ``keep(plan, statistics)``.
 
     Args:
         prepared: The launch's ``PreparedL1Dump``.
@@ -180,19 +204,26 @@ def decode_statistics_dump(
     """
     records = prepared.records
     prefix = align_up(max(plan.payload_offset + plan.payload_bytes for plan in records))
-    decoded = read_l1_buffer(_host_slice(prepared.buffer, 0, prefix), partial=True)
-    _check_plan(decoded, records)
+    _, table, data = read_l1_table(_host_slice(prepared.buffer, 0, prefix, copy=False), partial=True)
+    _check_plan(table, records)
+    pending = np.flatnonzero(table["status"] != L1_DUMP_STATUS_CAPTURED)
+    if pending.size:
+        i = int(pending[0])
+        plan = records[i]
+        raise RuntimeError(
+            f"L1 dump record was not captured: task_id={plan.task_id}, stage={plan.stage!r}, "
+            f"io={plan.io}, index={plan.index}, status={int(table['status'][i])}, header_enabled=1"
+        )
+    kinds = table["kind"]
+    with_stats = np.flatnonzero(kinds != L1_RECORD_KIND_TENSOR)
+    decoded = iter(read_l1_statistics_many(data, table["payload_offset"][with_stats]))
     snapshots, statistics = [], []
-    for plan, record in zip(records, decoded.records):
-        if record.status != L1_DUMP_STATUS_CAPTURED:
-            raise RuntimeError(
-                f"L1 dump record was not captured: task_id={plan.task_id}, stage={plan.stage!r}, "
-                f"io={plan.io}, index={plan.index}, status={record.status}, header_enabled={decoded.header.enabled}"
-            )
+    for plan in records:
         if plan.kind == L1_RECORD_KIND_TENSOR:
-            snapshots.append(snapshot(plan, np.array(record.payload)))
+            start = plan.payload_offset
+            snapshots.append(snapshot(plan, np.array(data[start:start + plan.payload_bytes])))
             continue
-        stats = read_l1_statistics(record.payload)
+        stats = next(decoded)
         kept = plan.kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR and stats.tensor_copied and keep(plan, stats)
         if kept:
             tensor_plan = replace(plan, kind=0, payload_offset=plan.tensor_offset, payload_bytes=plan.tensor_bytes,

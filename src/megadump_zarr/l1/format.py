@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -311,9 +312,9 @@ class L1Record(L1RecordEntry):
         )
 
 
-@dataclass(frozen=True)
-class L1Statistics:
-    """A decoded statistics slot (layout version 1; see the module docstring).
+class L1Statistics(NamedTuple):
+    """A decoded statistics slot (layout version 1; see the module docstring). A named tuple: one is
+    made per record of every statistics launch, so it must be cheap to build.
 
     Args:
         flags: the slot's flag word.

@@ -42,7 +42,7 @@ from megadump_zarr.l1.format import (
     L1Statistics,
 )
 
-__all__ = ["read_l1_buffer", "read_l1_header", "read_l1_statistics"]
+__all__ = ["read_l1_buffer", "read_l1_header", "read_l1_statistics", "read_l1_statistics_many", "read_l1_table"]
 
 
 def _from_torch(obj: Any) -> np.ndarray:
@@ -276,21 +276,12 @@ def read_l1_statistics(slot: Any) -> L1Statistics:
     Raises:
         ValueError: a short slot, an unknown layout version, or a slot the device never filled.
     """
-    raw = bytes(np.asarray(slot, dtype=np.uint8)[:L1_STATISTICS_SLOT_SIZE]) if not isinstance(slot, (bytes, bytearray)) else bytes(slot[:L1_STATISTICS_SLOT_SIZE])
-    if len(raw) < L1_STATISTICS_SLOT_SIZE:
-        raise ValueError(f"L1 statistics slot holds {len(raw)} bytes, expected {L1_STATISTICS_SLOT_SIZE}")
-    version, flags, count, nan, inf, lo, hi, mean, l2, checksum, nbytes = STATISTICS_STRUCT.unpack(raw)
-    if not flags & L1_STAT_VALID:
-        raise ValueError("L1 statistics slot was not written by the device (valid flag clear)")
-    if version != L1_STATISTICS_LAYOUT_VERSION:
-        raise ValueError(f"L1 statistics slot layout version {version} is not {L1_STATISTICS_LAYOUT_VERSION}")
-    if flags & L1_STAT_HAS_FINITE:
-        fmt = "<q" if flags & L1_STAT_INTEGER else "<d"
-        low, high = struct.unpack(fmt, lo)[0], struct.unpack(fmt, hi)[0]
-        mean_value, l2_value = _finite(mean), _finite(l2)
-    else:
-        low = high = mean_value = l2_value = None
-    return L1Statistics(flags, count, nan, inf, low, high, mean_value, l2_value, checksum, nbytes)
+    raw = np.frombuffer(bytes(slot), dtype=np.uint8) if not isinstance(slot, np.ndarray) else slot.reshape(-1)
+    if raw.dtype != np.uint8:
+        raw = raw.view(np.uint8)
+    if raw.shape[0] < L1_STATISTICS_SLOT_SIZE:
+        raise ValueError(f"L1 statistics slot holds {raw.shape[0]} bytes, expected {L1_STATISTICS_SLOT_SIZE}")
+    return read_l1_statistics_many(raw[:L1_STATISTICS_SLOT_SIZE], np.zeros(1, dtype=np.int64))[0]
 
 
 def _finite(value: float) -> float | None:
@@ -314,6 +305,92 @@ def read_l1_header(buffer: Any) -> L1Header:
         ValueError: the header or table geometry is invalid (the message names the field and values).
     """
     return _validate_header(_as_host_array(buffer))
+
+
+def read_l1_table(buffer: Any, *, partial: bool = False) -> tuple[L1Header, np.ndarray, np.ndarray]:
+    """Validate a buffer exactly as :func:`read_l1_buffer` does, without building record objects.
+
+    Args:
+        buffer: as for :func:`read_l1_buffer`.
+        partial: as for :func:`read_l1_buffer`.
+
+    Returns:
+        ``(header, table, data)``: the header, the record table as a structured array
+        (:data:`~megadump_zarr.l1.format.RECORD_DTYPE_V3` for version 3, else ``RECORD_DTYPE``) and the
+        read-only host bytes.
+    """
+    data = _as_host_array(buffer)
+    header = _validate_header(data, partial)
+    count = header.record_count
+    v3 = header.version == L1_DUMP_VERSION_STATISTICS
+    layout = RECORD_DTYPE_V3 if v3 else RECORD_DTYPE
+    table = np.frombuffer(data, dtype=layout, count=count, offset=header.records_offset) if count else np.empty(0, layout)
+    offsets = table["payload_offset"].astype(np.int64)
+    ends = offsets + table["payload_bytes"]
+    _validate_records(header, table, offsets, ends)
+    if v3:
+        if count and not np.any(table["kind"] != L1_RECORD_KIND_TENSOR):
+            raise ValueError(f"invalid L1 dump buffer header: magic={header.magic:#x}, version={header.version}"
+                             " (a version-3 buffer must hold a statistics record)")
+        _validate_extension(header, table, offsets, ends)
+    if partial and count:
+        bad = _first(ends > data.shape[0])
+        if bad >= 0:
+            raise ValueError(f"L1 dump record {bad} payload slot ends at {int(ends[bad])}, past the"
+                             f" {data.shape[0]} bytes copied")
+    return header, table, data
+
+
+STATISTICS_DTYPE = np.dtype({
+    "names": ["version", "flags", "element_count", "nan_count", "inf_count", "min_i", "max_i", "mean", "l2norm",
+              "checksum", "byte_count", "min_f", "max_f"],
+    "formats": ["<u4", "<u4", "<u8", "<u8", "<u8", "<i8", "<i8", "<f8", "<f8", "<u8", "<u8", "<f8", "<f8"],
+    "offsets": [0, 4, 8, 16, 24, 32, 40, 48, 56, 64, 72, 32, 40],
+    "itemsize": L1_STATISTICS_SLOT_SIZE,
+})
+"""The statistics slot as a numpy structured dtype (min/max readable as i64 and as f64)."""
+
+
+def read_l1_statistics_many(data: np.ndarray, offsets: np.ndarray) -> list[L1Statistics]:
+    """Decode many statistics slots of one host buffer at once (vectorised :func:`read_l1_statistics`).
+
+    Args:
+        data: The host bytes (1-D uint8).
+        offsets: The slots' byte offsets.
+
+    Raises:
+        ValueError: A slot past the end, not written by the device, or of another layout version (naming it).
+    """
+    offsets = np.asarray(offsets, dtype=np.int64)
+    if offsets.size == 0:
+        return []
+    if int(offsets.max()) + L1_STATISTICS_SLOT_SIZE > data.shape[0]:
+        raise ValueError(f"L1 statistics slot at {int(offsets.max())} runs past the {data.shape[0]} bytes given")
+    raw = data[offsets[:, None] + np.arange(L1_STATISTICS_SLOT_SIZE)]
+    slots = raw.view(STATISTICS_DTYPE).reshape(-1)
+    bad = _first((slots["flags"] & L1_STAT_VALID) == 0)
+    if bad >= 0:
+        raise ValueError(f"L1 statistics slot at {int(offsets[bad])} was not written by the device (valid flag clear)")
+    bad = _first(slots["version"] != L1_STATISTICS_LAYOUT_VERSION)
+    if bad >= 0:
+        raise ValueError(f"L1 statistics slot at {int(offsets[bad])} layout version {int(slots['version'][bad])}"
+                         f" is not {L1_STATISTICS_LAYOUT_VERSION}")
+    flags = slots["flags"]
+    finite = (flags & L1_STAT_HAS_FINITE) != 0
+    integer = (flags & L1_STAT_INTEGER) != 0
+    lo = np.where(integer, slots["min_i"], 0).tolist(), slots["min_f"].tolist()
+    hi = np.where(integer, slots["max_i"], 0).tolist(), slots["max_f"].tolist()
+    means, l2s = slots["mean"].tolist(), slots["l2norm"].tolist()
+    out = []
+    for i, (fl, count, nan, inf, checksum, nbytes, has, is_int) in enumerate(zip(
+            flags.tolist(), slots["element_count"].tolist(), slots["nan_count"].tolist(), slots["inf_count"].tolist(),
+            slots["checksum"].tolist(), slots["byte_count"].tolist(), finite.tolist(), integer.tolist())):
+        if has:
+            low, high = (lo[0][i], hi[0][i]) if is_int else (lo[1][i], hi[1][i])
+            out.append(L1Statistics(fl, count, nan, inf, low, high, _finite(means[i]), _finite(l2s[i]), checksum, nbytes))
+        else:
+            out.append(L1Statistics(fl, count, nan, inf, None, None, None, None, checksum, nbytes))
+    return out
 
 
 def read_l1_buffer(buffer: Any, *, partial: bool = False) -> L1Buffer:
@@ -342,27 +419,10 @@ def read_l1_buffer(buffer: Any, *, partial: bool = False) -> L1Buffer:
         TypeError: unsupported buffer type or dtype.
         ValueError: any field of the header or of a record is invalid, or two slots overlap.
     """
-    data = _as_host_array(buffer)
-    header = _validate_header(data, partial)
-    start = header.records_offset
-    count = header.record_count
-    v3 = header.version == L1_DUMP_VERSION_STATISTICS
-    layout = RECORD_DTYPE_V3 if v3 else RECORD_DTYPE
-    table = np.frombuffer(data, dtype=layout, count=count, offset=start) if count else np.empty(0, layout)
+    header, table, data = read_l1_table(buffer, partial=partial)
+    start, count, v3 = header.records_offset, header.record_count, header.version == L1_DUMP_VERSION_STATISTICS
     offsets = table["payload_offset"].astype(np.int64)
     ends = offsets + table["payload_bytes"]
-    _validate_records(header, table, offsets, ends)
-    if v3:
-        if count and not np.any(table["kind"] != L1_RECORD_KIND_TENSOR):
-            raise ValueError(f"invalid L1 dump buffer header: magic={header.magic:#x}, version={header.version}"
-                             " (a version-3 buffer must hold a statistics record)")
-        _validate_extension(header, table, offsets, ends)
-    if partial and count:
-        bad = _first(ends > data.shape[0])
-        if bad >= 0:
-            raise ValueError(f"L1 dump record {bad} payload slot ends at {int(ends[bad])}, past the"
-                             f" {data.shape[0]} bytes copied")
-
     source = (table["source_offset_high"].astype(np.uint64) << np.uint64(32)) | table["source_offset_low"]
     columns = zip(
         table["task_id"].tolist(),
