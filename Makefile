@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.codecs
 	$(BIN)/python -m benchmarks.upload
 	$(BIN)/python -m benchmarks.reliability
+	$(BIN)/python -m benchmarks.statistics
 
 clean:
 	rm -rf $(VENV) megadump-demo*
