@@ -89,10 +89,11 @@ class Dump:
     def __init__(self, location: DumpLocation, root_attrs: dict[str, Any] | None = None) -> None:
         self.root_attrs = dict(root_attrs or {})
         self._windows: dict[str, WindowInfo] = {}
-        if not isinstance(location.store, IntegrityStore):  # missing/corrupt chunks of committed windows raise
-            location = dataclasses.replace(
-                location, store=IntegrityStore(location.store, CommittedWindows(self._windows), location.url))
         self.location = location
+        # every read goes through this wrapper: missing/corrupt chunks of committed windows raise
+        # DumpIntegrityError (``location`` keeps the plain store, for DumpSource.of and distributed workers)
+        self._store = location.store if isinstance(location.store, IntegrityStore) else IntegrityStore(
+            location.store, CommittedWindows(self._windows), location.url)
         self._frames: dict[str, pd.DataFrame] = {}
 
     # ------------------------------------------------------------------ catalogue
@@ -103,8 +104,8 @@ class Dump:
 
     @property
     def store(self) -> Store:
-        """The read-only zarr store of the root."""
-        return self.location.store
+        """The read-only zarr store of the root (wrapped: see :mod:`megadump_zarr.read.integrity`)."""
+        return self._store
 
     def _scan(self) -> list[WindowInfo]:
         return scan_windows(self.store, self._windows)
