@@ -44,7 +44,9 @@ from megadump_zarr.analyse.matching import (
 )
 from megadump_zarr.analyse.metrics import DEFAULT_BLOCK_BYTES, dtype_name, shape_of
 from megadump_zarr.analyse.summary import is_summary_pair, summary_row
-from megadump_zarr.analyse.pairs import METRIC_COLUMNS, RecordPair, compare_pair, compare_record, empty_row
+from megadump_zarr.analyse.pairs import (
+    METRIC_COLUMNS, RecordPair, compare_pair, compare_record, empty_row, single_threaded_blas,
+)
 from megadump_zarr.analyse.verdict import FAILING, RULES_TEXT, check_tolerance
 
 __all__ = ["KEY_COLUMNS", "LINEAGE_COLUMNS", "RESULT_COLUMNS", "compare", "execution_order", "first_divergence",
@@ -240,6 +242,9 @@ def _run_units(units: list[RecordPair], advance: Callable[[], None], fail_fast: 
 
 def _compare_dumps(a: Any, b: Any, names: list[str] | None, select: dict[str, Any],
                    progress: bool | Callable[[], None], tol: dict[str, Any], fail_fast: bool = False) -> pd.DataFrame:
+    from megadump_zarr.analyse.records import prefetch_records  # per-window tables on a dask cluster, if active
+
+    prefetch_records(a), prefetch_records(b)
     ra = execution_order(filter_records(a.records(), record_select(select), names))
     rb = execution_order(filter_records(b.records(), record_select(select), names))
     rows_a = {str(p): row for p, (_, row) in zip(ra["path"], ra.iterrows())}
@@ -266,7 +271,7 @@ def _compare_dumps(a: Any, b: Any, names: list[str] | None, select: dict[str, An
             slots.append(RecordPair(source_a, source_b, path, keys, tol["rtol"], tol["atol"], truncated,
                                     DEFAULT_BLOCK_BYTES))
     rows: list[dict[str, Any]] = []
-    with _advancer(progress, len(order), "comparing records") as advance:
+    with _advancer(progress, len(order), "comparing records") as advance, single_threaded_blas():
         if fail_fast:
             for slot in slots:
                 if isinstance(slot, RecordPair):
@@ -423,7 +428,10 @@ def first_nonfinite(dump: Any, **select: Any) -> pd.Series | None:
     Raises:
         ValueError: The selected records carry no statistics (the dump was written with ``stats=False``).
     """
-    records = execution_order(filter_records(open_side(dump).records(), record_select(clean_select(select))))
+    from megadump_zarr.analyse.records import prefetch_records  # per-window tables on a dask cluster, if active
+
+    records = execution_order(filter_records(prefetch_records(open_side(dump)).records(),
+                                             record_select(clean_select(select))))
     if records.empty:
         return None
     nan = pd.to_numeric(records["nan_count"], errors="coerce")

@@ -321,6 +321,8 @@ class MetricAccumulator:
         self.eps_tight = 0
         self.eps_loose = 0
         self._buffers: tuple[np.ndarray, ...] | None = None
+        self._buffers32: tuple[np.ndarray, ...] | None = None
+        self.narrow: bool | None = None
 
     # ------------------------------------------------------------------ blocks
     def update(self, a: np.ndarray, b: np.ndarray, offset: int | None = None) -> None:
@@ -360,7 +362,16 @@ class MetricAccumulator:
             self._buffers = tuple(np.empty(max(n, PIECE)) for _ in range(4)) + (np.empty(max(n, PIECE), bool),)
         return tuple(buf[:n] for buf in self._buffers)
 
+    def _buffers32_for(self, n: int) -> tuple[np.ndarray, ...]:
+        if self._buffers32 is None or self._buffers32[0].size < n:
+            self._buffers32 = tuple(np.empty(max(n, PIECE), np.float32) for _ in range(5))
+        return tuple(buf[:n] for buf in self._buffers32)
+
     def _piece(self, a: np.ndarray, b: np.ndarray, base: int) -> None:
+        if self.narrow is None:
+            self.narrow = not self.exact and all(_narrow_float(x.dtype) for x in (a, b))
+        if self.narrow and self._piece32(a, b, base):
+            return
         n = a.size
         fa, fb, d, t, mask = self._buffers_for(n)
         np.copyto(fa, a, casting="unsafe")
@@ -397,6 +408,44 @@ class MetricAccumulator:
             ca, cb = fa[positions], fb[positions]
             self._finite(ca, cb, gd[:m], gt[:m], gmask[:m], base, positions, None)
 
+    def _piece32(self, a: np.ndarray, b: np.ndarray, base: int) -> bool:
+        """The fast path of a finite piece of inputs of at most 32 bits: float64 sums (BLAS), the
+        elementwise rules in float32 on ``|a - b|`` rounded to float32. False: the piece holds NaN/Inf."""
+        n = a.size
+        a64, b64, d64, _, mask = self._buffers_for(n)
+        ca, cb, d32, t32, scratch = self._buffers32_for(n)
+        a32 = a if a.dtype == np.float32 else _copy_into(ca, a)
+        b32 = b if b.dtype == np.float32 else _copy_into(cb, b)
+        np.copyto(a64, a32)
+        np.copyto(b64, b32)
+        saa, sbb = float(np.dot(a64, a64)), float(np.dot(b64, b64))
+        if not (math.isfinite(saa) and math.isfinite(sbb)):
+            return False
+        self.finite += n
+        self.saa += saa
+        self.sbb += sbb
+        self.sab += float(np.dot(a64, b64))
+        np.subtract(a64, b64, out=d64)
+        self.sdd += float(np.dot(d64, d64))
+        np.copyto(d32, d64, casting="same_kind")
+        np.abs(d32, out=d32)
+        i = int(np.argmax(d32))
+        dmax = abs(float(d64[i]))
+        if dmax > self.worst:
+            self.worst, self.worst_at, self.worst_values = dmax, base + i, (float(a32[i]), float(b32[i]))
+        if dmax == 0.0:  # identical piece: every pair within every tolerance
+            self._all_within(n)
+            return True
+        np.abs(b32, out=t32)
+        self._elementwise(d32, t32, scratch, mask, n, lambda k: base + k, dmax)
+        return True
+
+    def _all_within(self, n: int) -> None:
+        self.within_tight += n
+        self.within_loose += n
+        self.eps_tight += n
+        self.eps_loose += n
+
     def _finite(self, a: np.ndarray, b: np.ndarray, d: np.ndarray, t: np.ndarray, mask: np.ndarray, base: int,
                 positions: np.ndarray | None, sums: tuple[float, float] | None) -> None:
         """Fold finite pairs (float64 pieces); ``positions`` maps piece positions to ``base``-relative ones."""
@@ -421,17 +470,19 @@ class MetricAccumulator:
         if dmax > self.worst:
             self.worst, self.worst_at, self.worst_values = dmax, flat(i), (float(a[i]), float(b[i]))
         if dmax == 0.0:  # identical piece: every pair within every tolerance
-            self.within_tight += n
-            self.within_loose += n
-            self.eps_tight += n
-            self.eps_loose += n
+            self._all_within(n)
             return
         np.abs(b, out=t)
-        zero_b = t == 0
+        self._elementwise(d, t, a, mask, n, flat, dmax)  # ``a`` is no longer needed: scratch
+
+    def _elementwise(self, d: np.ndarray, t: np.ndarray, scratch: np.ndarray, mask: np.ndarray, n: int,
+                     flat: Any, dmax: float) -> None:
+        """The elementwise rules on ``d = |a - b|`` and ``t = |b|`` (one dtype; ``t`` is overwritten)."""
+        zero_b = (t == 0) if float(t.min()) == 0.0 else None
         if self.check_close and dmax > self.atol:
-            np.multiply(t, self.rtol, out=a)  # ``a`` is no longer needed
-            a += self.atol
-            np.greater(d, a, out=mask)
+            np.multiply(t, self.rtol, out=scratch)
+            scratch += self.atol
+            np.greater(d, scratch, out=mask)
             count = int(np.count_nonzero(mask))
             if count:
                 self.mismatches += count
@@ -441,23 +492,30 @@ class MetricAccumulator:
             np.divide(d, t, out=t)
         rel = float(t.max())
         self.max_rel = max(self.max_rel, rel)
-        self._fold_eps(d, t, zero_b)
         for limit, attr in ((WITHIN_TIGHT, "within_tight"), (WITHIN_LOOSE, "within_loose")):
             if rel <= limit:
                 setattr(self, attr, getattr(self, attr) + n)
             else:
                 np.less_equal(t, limit, out=mask)
                 setattr(self, attr, getattr(self, attr) + int(np.count_nonzero(mask)))
+        self._fold_eps(d, t, zero_b, rel, mask)
 
-    def _fold_eps(self, d: np.ndarray, rel: np.ndarray, zero_b: np.ndarray) -> None:
+    def _fold_eps(self, d: np.ndarray, rel: np.ndarray, zero_b: np.ndarray | None, rel_max: float,
+                  mask: np.ndarray) -> None:
         """msprobe's relative error: ``rel`` where the reference is non-zero, ``|a - b| / eps`` where it is zero."""
-        if zero_b.any():
+        if zero_b is not None:
             eps = float(np.finfo(np.float64 if self.scaled else np.float32).eps)
             rel = rel.copy()
             rel[zero_b] = d[zero_b] / eps
-        self.max_rel_eps = max(self.max_rel_eps, float(rel.max()))
-        self.eps_tight += int(np.count_nonzero(rel < WITHIN_TIGHT))
-        self.eps_loose += int(np.count_nonzero(rel < WITHIN_LOOSE))
+            rel_max = float(rel.max())
+        self.max_rel_eps = max(self.max_rel_eps, rel_max)
+        n = rel.size
+        for limit, attr in ((WITHIN_TIGHT, "eps_tight"), (WITHIN_LOOSE, "eps_loose")):
+            if rel_max < limit:
+                setattr(self, attr, getattr(self, attr) + n)
+            else:
+                np.less(rel, limit, out=mask)
+                setattr(self, attr, getattr(self, attr) + int(np.count_nonzero(mask)))
 
     def _fold_scaled(self, a: np.ndarray, b: np.ndarray, d: np.ndarray) -> None:
         """Sums of float64 inputs, rescaled by the running maxima so nothing overflows or underflows."""
@@ -575,6 +633,19 @@ class MetricAccumulator:
             one_thousandth_ratio=(self.eps_tight + same_nonfinite) / self.elements if peer else math.nan,
             five_thousandths_ratio=(self.eps_loose + same_nonfinite) / self.elements if peer else math.nan,
         )
+
+
+_NARROW_NAMES = ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3b11fnuz")
+
+
+def _narrow_float(dtype: np.dtype) -> bool:
+    """A floating dtype of at most 32 bits (float32, float16, bfloat16, float8): exact in float32."""
+    return dtype.itemsize <= 4 and (dtype.kind == "f" or dtype.name in _NARROW_NAMES)
+
+
+def _copy_into(buffer: np.ndarray, x: np.ndarray) -> np.ndarray:
+    np.copyto(buffer, x, casting="unsafe")
+    return buffer
 
 
 def _rescale(old_scale: float, new_scale: float) -> float:

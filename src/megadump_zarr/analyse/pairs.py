@@ -172,19 +172,36 @@ _POOL_LOCK = threading.Lock()
 
 
 _BLAS: Any = None
+_BLAS_LOCK = threading.Lock()
+_BLAS_USERS = 0
+_BLAS_LIMIT: Any = None
 
 
-def _single_threaded_blas() -> Any:
-    """BLAS limited to one thread while our lanes run (a multi-threaded ``dot`` on 32 Ki elements that
-    waits for a busy core costs milliseconds); a no-op without threadpoolctl."""
-    global _BLAS
+@contextlib.contextmanager
+def single_threaded_blas() -> Any:
+    """BLAS limited to one thread while comparisons run (a multi-threaded ``dot`` of 32 Ki elements that
+    waits for a busy core costs milliseconds, and our own threads use the cores). Re-entrant and safe
+    across threads: the first user sets the limit, the last one restores it. A no-op without threadpoolctl."""
+    global _BLAS, _BLAS_USERS, _BLAS_LIMIT
     try:
         from threadpoolctl import ThreadpoolController
     except ImportError:  # pragma: no cover - threadpoolctl is a dependency
-        return contextlib.nullcontext()
-    if _BLAS is None:
-        _BLAS = ThreadpoolController()
-    return _BLAS.limit(limits=1, user_api="blas")
+        yield
+        return
+    with _BLAS_LOCK:
+        if _BLAS is None:
+            _BLAS = ThreadpoolController()
+        if _BLAS_USERS == 0:
+            _BLAS_LIMIT = _BLAS.limit(limits=1, user_api="blas")
+        _BLAS_USERS += 1
+    try:
+        yield
+    finally:
+        with _BLAS_LOCK:
+            _BLAS_USERS -= 1
+            if _BLAS_USERS == 0 and _BLAS_LIMIT is not None:
+                _BLAS_LIMIT.restore_original_limits()
+                _BLAS_LIMIT = None
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -206,8 +223,9 @@ def _parallel_metrics(a: Any, b: Any, *, rtol: float | None = None, atol: float 
     lanes = max(1, min(threads or _THREADS, len(blocks)))
     if lanes == 1 or threading.current_thread().name.startswith("megadump-compare"):
         acc = MetricAccumulator(shape, rtol=rtol, atol=atol, exact=exact)
-        for index in blocks:
-            acc.update(read_native_block(a, index), read_native_block(b, index), block_offset(shape, index))
+        with single_threaded_blas():
+            for index in blocks:
+                acc.update(read_native_block(a, index), read_native_block(b, index), block_offset(shape, index))
         return acc.result()
 
     def lane(k: int) -> MetricAccumulator:
@@ -216,7 +234,7 @@ def _parallel_metrics(a: Any, b: Any, *, rtol: float | None = None, atol: float 
             acc.update(read_native_block(a, index), read_native_block(b, index), block_offset(shape, index))
         return acc
 
-    with _single_threaded_blas():
+    with single_threaded_blas():
         accumulators = list(_pool().map(lane, range(lanes)))
     total = accumulators[0]
     for other in accumulators[1:]:

@@ -1,0 +1,177 @@
+"""Compare at read speed: ``compare`` of two dumps against just reading (decompressing) both of them.
+
+Run as ``python -m benchmarks.compare [--quick] [--json OUT] [--root DIR] [--repeat N]``.
+
+Two L0 dumps written by the store's ``WindowWriter`` (default codec, 4 MiB chunks, CRC-32C), each one
+window of float32 tensors of 1024 columns, 224 MiB per side in all (``--quick``: 32 MiB): 4 tensors
+of 56 MiB and 16 small ones of 256 KiB (the shape of a real kernel's records). Side B is side A with
+noise of relative size 1e-7 on every element, so every block is really compared (identical blocks
+would take a shortcut) and every record passes at float32's tolerance.
+
+Measured in one run, median of ``--repeat`` runs each (files warm in the page cache for both):
+
+* ``read both``: every record of both dumps decompressed, nothing else, the way compare reads them
+  (chunk-aligned blocks of A and B through the dump's own store, checksums verified, in compare's
+  threads), the floor of any comparison; ``whole`` each array read whole with zarr's own concurrent
+  decode (``array[...]``), ``via dask`` through ``Dump.record_array(path).values`` (for information);
+* ``compare``: ``megadump_zarr.analyse.compare(dump_a, dump_b)`` (all metrics, verdicts, worst element);
+* ``MiB/s per side``: the logical bytes of one side over the compare time;
+* ``ratio``: compare time / read-both time (target <= 1.5), target >= 400 MiB/s per side on 2 cores;
+* ``peak extra RSS`` during compare, against the size of one 4 MiB chunk (target: a few chunks per
+  thread, never whole tensors).
+
+Prints a table; ``--json`` writes the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+from concurrent.futures import ThreadPoolExecutor
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from benchmarks._common import PeakRss, machine, print_table, scratch_dir, write_json
+from megadump_zarr.dump.export import ArrayWrite, InvocationWrite, WindowWrite
+from megadump_zarr.store.writer import WindowWriter
+
+COLUMNS = 1024
+CHUNK_BYTES = 4 << 20
+SMALL_ROWS = 64  # 256 KiB records
+
+
+def _window(rng: np.random.Generator, big: int, big_rows: int, noise: float, seed_data: list[np.ndarray]) -> WindowWrite:
+    arrays = []
+    names = [f"big_{k}" for k in range(big)] + [f"small_{k:02d}" for k in range(16)]
+    for k, name in enumerate(names):
+        rows = big_rows if name.startswith("big") else SMALL_ROWS
+        if len(seed_data) <= k:
+            seed_data.append(rng.standard_normal((rows, COLUMNS), dtype=np.float32))
+        data = seed_data[k]
+        if noise:
+            data = data * (1 + noise * rng.standard_normal(data.shape, dtype=np.float32))
+        role = "external_input" if k % 2 == 0 else "stage_output"
+        attrs = {"name": name, "role": role, "capturePhase": "before" if k % 2 == 0 else "after",
+                 "actualShape": list(data.shape), "declaredShape": list(data.shape), "producers": [],
+                 "consumers": [], "ports": []}
+        arrays.append(ArrayWrite(name, data, (f"{name}_row", "col"), attrs))
+    invocation = InvocationWrite("invocation_000000_forward", {"invocationId": 0, "step": 0, "direction": "forward",
+                                                               "kernelName": "bench", "level": "L0"}, [], arrays)
+    return WindowWrite(0, 0, {"level": "L0", "windowIndex": 0, "invocations": [invocation.name]}, [invocation])
+
+
+def write_pair(base: str, side_bytes: int) -> tuple[str, str, int]:
+    """Dumps A and B (B = A with relative noise 1e-7); returns their roots and the logical bytes per side."""
+    rng = np.random.default_rng(0)
+    small_bytes = 16 * SMALL_ROWS * COLUMNS * 4
+    big = 4
+    big_rows = max(1, (side_bytes - small_bytes) // (big * COLUMNS * 4))
+    seed: list[np.ndarray] = []
+    roots = []
+    for side, noise in (("a", 0.0), ("b", 1e-7)):
+        root = os.path.join(base, side)
+        with WindowWriter(root, chunk_bytes=CHUNK_BYTES, durable=False) as writer:
+            writer.write_window(_window(rng, big, big_rows, noise, seed))
+        roots.append(root)
+    total = sum(x.nbytes for x in seed)
+    return roots[0], roots[1], total
+
+
+def _median(fn: Any, repeat: int) -> tuple[float, Any]:
+    times, out = [], None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times)), out
+
+
+def bench(base: str, side_bytes: int, repeat: int) -> dict[str, Any]:
+    from megadump_zarr.analyse import compare
+    from megadump_zarr.read import open_dump
+
+    root_a, root_b, logical = write_pair(base, side_bytes)
+    dump_a, dump_b = open_dump(root_a), open_dump(root_b)
+    paths = list(dump_a.records()["path"])
+
+    from megadump_zarr.analyse import pairs
+    from megadump_zarr.analyse.metrics import (
+        DEFAULT_BLOCK_BYTES, iter_blocks, read_native_block, row_chunks, shape_of,
+    )
+    from megadump_zarr.analyse.pairs import record_source
+
+    def read_both_dask() -> int:
+        n = 0
+        for dump in (dump_a, dump_b):
+            for path in paths:
+                n += dump.record_array(path).values.nbytes
+        return n
+
+    def read_both_whole() -> int:  # zarr's own read of each whole array (concurrent chunk decode), same store
+        n = 0
+        for dump in (dump_a, dump_b):
+            for path in paths:
+                n += record_source(dump, path, False)[...].nbytes
+        return n
+
+    def read_both() -> int:
+        """Decompress only, the way compare reads: chunk-aligned blocks of A and B, in the same threads."""
+        def lane(work: list[tuple[Any, Any, Any]]) -> int:
+            return sum(read_native_block(xa, i).nbytes + read_native_block(xb, i).nbytes for xa, xb, i in work)
+
+        work = []
+        for path in paths:
+            xa, xb = record_source(dump_a, path, False), record_source(dump_b, path, False)
+            work += [(xa, xb, i) for i in iter_blocks(shape_of(xa), DEFAULT_BLOCK_BYTES, row_chunks(xa))]
+        lanes = pairs._THREADS
+        with ThreadPoolExecutor(lanes) as pool:
+            return sum(pool.map(lane, [work[k::lanes] for k in range(lanes)]))
+
+    def run_compare() -> Any:
+        return compare(dump_a, dump_b)
+
+    read_both()  # warm the page cache and the catalogues for both contenders
+    run_compare()
+    read_s, nbytes = _median(read_both, repeat)
+    whole_s, whole_bytes = _median(read_both_whole, repeat)
+    dask_s, dask_bytes = _median(read_both_dask, repeat)
+    assert nbytes == whole_bytes == dask_bytes == 2 * logical, (nbytes, whole_bytes, dask_bytes, logical)
+    with PeakRss() as rss:
+        compare_s, result = _median(run_compare, repeat)
+    assert (result.verdict == "pass").all(), result[result.verdict != "pass"][["name", "note"]]
+    assert (result.max_abs > 0).all()
+    mib = logical / 2**20
+    return {
+        "workload": f"compare 2 x {mib:.0f} MiB float32 L0 ({len(paths)} records)",
+        "read_both_s": read_s, "read_both_whole_s": whole_s, "read_both_dask_s": dask_s, "compare_s": compare_s, "read_mib_s_per_side": mib / read_s,
+        "compare_mib_s_per_side": mib / compare_s, "ratio": compare_s / read_s,
+        "peak_extra_rss_mib": rss.extra / 2**20, "peak_extra_rss_chunks": rss.extra / CHUNK_BYTES,
+        "threads": pairs._THREADS, "cores": os.cpu_count(),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="32 MiB per side instead of 224 MiB")
+    parser.add_argument("--json", default=None, help="write the results as JSON to this file")
+    parser.add_argument("--root", default=None, help="directory for the dumps (default: a temp dir)")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+    side = (32 << 20) if args.quick else (224 << 20)
+    with scratch_dir(args.root) as base:
+        row = bench(base, side, 1 if args.quick else args.repeat)
+    print(machine())
+    print_table([row], [("workload", "workload"), ("read_both_s", "read both s"),
+                        ("read_both_whole_s", "whole s"), ("read_both_dask_s", "via dask s"),
+                        ("compare_s", "compare s"),
+                        ("compare_mib_s_per_side", "MiB/s per side"), ("ratio", "compare/read"),
+                        ("peak_extra_rss_mib", "peak extra RSS MiB"), ("peak_extra_rss_chunks", "in 4 MiB chunks")])
+    print("targets: >= 400 MiB/s per side on 2 cores; compare/read <= 1.5; peak extra RSS a few chunks per thread")
+    write_json(args.json, [row])
+    return row
+
+
+if __name__ == "__main__":
+    main()
