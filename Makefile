@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow bench venv clean browser
+.PHONY: demo test test-slow bench device-check venv clean browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -43,6 +43,10 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.upload
 	$(BIN)/python -m benchmarks.reliability
 	$(BIN)/python -m benchmarks.statistics
+
+# The demo's L0 and L1 dumps on CUDA against CPU (ints exact, floats within tolerance); skips (exit 0) without CUDA.
+device-check: $(STAMP)
+	$(BIN)/python -m benchmarks.device_check
 
 clean:
 	rm -rf $(VENV) megadump-demo*
