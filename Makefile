@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.codecs
 	$(BIN)/python -m benchmarks.upload
 	$(BIN)/python -m benchmarks.reliability
+	$(BIN)/python -m benchmarks.report
 	$(BIN)/python -m benchmarks.statistics
 
 # The demo's L0 and L1 dumps on CUDA against CPU (ints exact, floats within tolerance); skips (exit 0) without CUDA.

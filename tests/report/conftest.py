@@ -19,6 +19,17 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return run_demo(base / "bf16", steps=2, dtype="bfloat16"), run_demo(base / "fp32", steps=2, dtype="float32")
 
 
+@pytest.fixture(scope="session")
+def fault_pair(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``(faulty L1 root, clean L1 root, fault)``: expert_down's task for expert 1 adds 0.5 to what it writes."""
+    from tests._faults import dump_demo_step
+
+    base = tmp_path_factory.mktemp("fault")
+    fault = dump_demo_step(base / "faulty", "L1", fault={"stage": "expert_down", "owner": 1, "delta": 0.5})
+    dump_demo_step(base / "clean", "L1")
+    return base / "faulty", base / "clean", fault
+
+
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
     """``cli(*args)`` runs ``main([...])`` in-process and returns a :class:`Result`."""

@@ -76,7 +76,7 @@ def test_report_renders_in_chromium(pair: Any, cli: Any, tmp_path: Path) -> None
     assert 'data-ready="1"' in html, "the report's script did not finish"
     assert re.search(r'<pre id="js-errors"></pre>', html), "script errors were listed in the page"
     assert not _console_errors(dom.stderr), _console_errors(dom.stderr)
-    rows = re.findall(r'<tr class="(fail|ok)" data-order="\d+">', re.search(r"<tbody>(.*?)</tbody>", html, re.S)[1])
+    rows = re.findall(r'<tr class="(fail|ok)" data-order="\d+">', re.search(r'<table id="records">.*?<tbody>(.*?)</tbody>', html, re.S)[1])
     table = re.search(r'id="report-data">(.*?)</script>', html, re.S)[1]
     assert len(rows) == table.count('"path":'), "every record is a table row"
     assert rows[0] == "fail" and "ok" in rows, "failures come first"
@@ -86,6 +86,17 @@ def test_report_renders_in_chromium(pair: Any, cli: Any, tmp_path: Path) -> None
     taken = _chromium("--window-size=1280,1600", f"--screenshot={shot}", page.as_uri())
     assert taken.returncode == 0 and shot.exists(), taken.stderr[-2000:]
     assert _png_colours(shot) > 20, "the screenshot is (nearly) blank"
+
+
+def test_root_cause_is_on_the_rendered_page(fault_pair: Any, cli: Any, tmp_path: Path) -> None:
+    faulty, clean, fault = fault_pair
+    page = tmp_path / "fault.html"
+    assert cli("report", faulty, clean, "-o", page).code == 1
+    dom = _chromium("--dump-dom", page.as_uri())
+    card = re.search(r'<div class="card" id="root-cause">(.*?)</div>', dom.stdout, re.S)
+    assert card is not None and "expert_down" in card[1]
+    assert f"task_{fault.task_ids[0]:06d}/output_00_ys" in card[1]
+    assert 'data-ready="1"' in dom.stdout and not _console_errors(dom.stderr)
 
 
 def test_single_dump_report_renders_in_chromium(pair: Any, cli: Any, tmp_path: Path) -> None:

@@ -100,3 +100,26 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_report_names_the_injected_fault_as_root_cause(fault_pair: Any, cli: Any, tmp_path: Path) -> None:
+    from megadump_zarr import analyse
+
+    faulty, clean, fault = fault_pair
+    out = tmp_path / "fault.html"
+    result = cli("report", faulty, clean, "-o", out, "--json")
+    assert result.code == 1, result.err
+    root = result.json()["root_cause"]
+    expected = analyse.root_cause(analyse.compare(faulty, clean))
+    assert root["path"] == expected["path"]
+    assert (root["stage"], root["owner_id"], root["io"], root["task_id"]) == ("expert_down", 1, "output",
+                                                                              fault.task_ids[0])
+    page = out.read_text(encoding="utf-8")
+    card = re.search(r'<div class="card" id="root-cause">(.*?)</div>', page, re.S)[1]
+    assert "expert_down" in card and root["path"] in card
+    # The error map marks exactly the faulty stage x owner cell as failing.
+    grid = re.search(r'<table class="errormap">(.*?)</table>', page, re.S)[1]
+    failing = re.findall(r"<tr><th>([^<]+)</th>(.*?)</tr>", grid)
+    marked = {(stage, i) for stage, cells in failing
+              for i, cls in enumerate(re.findall(r'<td class="(\w+)"', cells)) if cls == "fail"}
+    assert marked == {("expert_down", 1)}

@@ -4,7 +4,8 @@ The script reads the report's data from ``<script type="application/json" id="re
 the per-record table (sortable by any column, filterable by text and by verdict, failures first), draws
 the difference heatmaps on canvases with a diverging colour map centred on 0 and a labelled colour bar,
 and shows how to open a record with xarray when its row is clicked. Script errors are caught and listed
-in ``#js-errors``; ``<body data-ready="1">`` marks a page that finished rendering.
+in ``#js-errors``; ``<body data-ready="1">`` marks a page that finished rendering, and ``data-render-ms`` says how many
+milliseconds after navigation started it did.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-
 .verdict-pass { color: var(--pass); font-weight: 600; } .verdict-fail, .verdict-nonfinite { color: var(--fail); font-weight: 600; }
 .cards { display: flex; gap: 12px; flex-wrap: wrap; }
 .card { border: 1px solid var(--line); border-radius: 6px; padding: 10px 14px; min-width: 280px; flex: 1; }
-.card h3 { margin: 0 0 6px; font-size: 14px; } .card dl { margin: 0; display: grid; grid-template-columns: max-content 1fr; gap: 2px 10px; }
-.card dt { color: var(--muted); } .card dd { margin: 0; word-break: break-all; }
+.card h3 { margin: 0 0 6px; font-size: 14px; } .card dl { margin: 0; display: grid; grid-template-columns: max-content 1fr max-content 1fr; gap: 2px 10px; }
+.card dt { color: var(--muted); } .card dt.wide { grid-column: 1; } .card dd.wide { grid-column: 2 / -1; } .card dd { margin: 0; word-break: break-all; }
 table { border-collapse: collapse; } th, td { padding: 3px 7px; border-bottom: 1px solid #eaeef2; text-align: left; white-space: nowrap; }
 #records th { cursor: pointer; position: sticky; top: 0; background: #f6f8fa; user-select: none; }
 #records th.sorted-asc::after { content: " \\25B2"; } #records th.sorted-desc::after { content: " \\25BC"; }
@@ -93,14 +94,15 @@ SCRIPT = r"""
   var table = document.getElementById("records"), body = table.querySelector("tbody");
   var filter = document.getElementById("filter"), failuresOnly = document.getElementById("failures-only");
   var columns = data.columns, rows = data.rows.map(function (r, i) { r.__order = i; return r; });
-  var sortKey = "__order", sortDir = 1;
+  var sortKey = "__order", sortDir = 1, PAGE = 200, limit = PAGE;
+  var more = document.getElementById("more");
   var head = table.querySelector("thead tr");
   columns.forEach(function (c) {
     var th = document.createElement("th"); th.textContent = c; th.dataset.key = c;
     th.addEventListener("click", function () {
       sortDir = sortKey === c ? -sortDir : 1; sortKey = c;
       head.querySelectorAll("th").forEach(function (h) { h.className = ""; });
-      th.className = sortDir > 0 ? "sorted-asc" : "sorted-desc"; render();
+      th.className = sortDir > 0 ? "sorted-asc" : "sorted-desc"; limit = PAGE; render();
     });
     head.appendChild(th);
   });
@@ -118,17 +120,24 @@ SCRIPT = r"""
   function escape(s) { return s.replace(/[&<>"]/g, function (ch) { return {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[ch]; }); }
   function render() {
     var shown = rows.filter(passes).sort(function (a, b) { return sortDir * compareValues(a[sortKey], b[sortKey]); });
-    var html = shown.map(function (r) {
+    // Only the first rows are put in the DOM (sorting and filtering see every record): a 4096-record
+    // report opens at once, and "show more" adds the rest a page at a time.
+    var html = shown.slice(0, limit).map(function (r) {
       var bad = r.verdict !== undefined ? r.verdict !== "pass" : (r.nan_count || r.inf_count);
       return "<tr class=\"" + (bad ? "fail" : "ok") + "\" data-order=\"" + r.__order + "\">" + columns.map(function (c) {
         var v = r[c]; return "<td" + (typeof v === "number" ? " class=\"num\"" : "") + ">" + escape(fmt(v)) + "</td>";
       }).join("") + "</tr>";
     }).join("");
     body.innerHTML = html;
-    document.getElementById("shown-count").textContent = shown.length + " of " + rows.length + " records";
+    var listed = Math.min(limit, shown.length);
+    document.getElementById("shown-count").textContent = shown.length + " of " + rows.length + " records match" +
+      (listed < shown.length ? "; first " + listed + " listed" : "");
+    more.hidden = listed >= shown.length;
   }
-  filter.addEventListener("input", render);
-  if (failuresOnly) failuresOnly.addEventListener("change", render);
+  function reset() { limit = PAGE; render(); }
+  filter.addEventListener("input", reset);
+  if (failuresOnly) failuresOnly.addEventListener("change", reset);
+  more.addEventListener("click", function () { limit += 4 * PAGE; render(); });
   body.addEventListener("click", function (e) {
     var tr = e.target.closest("tr"); if (!tr) return;
     var r = rows[Number(tr.dataset.order)], root = data.sources.root_a || data.sources.a;
@@ -141,6 +150,7 @@ SCRIPT = r"""
       JSON.stringify(path.split("/").slice(0, 3).join("/")) + ")";
   });
   render();
+  document.body.dataset.renderMs = String(Math.round(performance.now()));  // navigation start to rendered
   document.body.dataset.ready = "1";
 })();
 """

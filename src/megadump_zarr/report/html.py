@@ -23,7 +23,7 @@ _WHERE_FIELDS = ("name", "verdict", "rank", "window", "invocation", "step", "dir
                  "worst_owner_id", "worst_core_type", "worst_core_id", "max_abs", "max_rel", "note", "path")
 
 
-def _text(value: Any) -> str:
+def _text(value: Any, key: str = "") -> str:
     if value is None:
         return ""
     if isinstance(value, float):
@@ -31,15 +31,25 @@ def _text(value: Any) -> str:
             return f"{value:.3e}"
         return f"{value:.4g}"
     if isinstance(value, list):
+        if key.endswith("index") or key == "first_mismatch":
+            return "(" + ", ".join(_text(v) for v in value) + ")"
         return "×".join(_text(v) for v in value) if all(isinstance(v, int) for v in value) else json.dumps(value)
     return str(value)
+
+
+_WIDE = ("note", "path")
+
+
+def _wide(key: str) -> str:
+    return ' class="wide"' if key in _WIDE else ""
 
 
 def _card(title: str, where: dict[str, Any] | None, card_id: str, empty: str) -> str:
     if where is None:
         return f'<div class="card" id="{card_id}"><h3>{escape(title)}</h3><p class="note">{escape(empty)}</p></div>'
-    items = "".join(f"<dt>{escape(k)}</dt><dd>{escape(_text(where.get(k)))}</dd>"
-                    for k in _WHERE_FIELDS if where.get(k) not in (None, ""))
+    keys = [k for k in _WHERE_FIELDS if where.get(k) not in (None, "")]
+    keys = [k for k in keys if k not in _WIDE] + [k for k in keys if k in _WIDE]
+    items = "".join(f'<dt{_wide(k)}>{escape(k)}</dt><dd{_wide(k)}>{escape(_text(where.get(k), k))}</dd>' for k in keys)
     return f'<div class="card" id="{card_id}"><h3>{escape(title)}</h3><dl>{items}</dl></div>'
 
 
@@ -61,12 +71,14 @@ def _summary(data: ReportData) -> str:
 
 
 def _heat_color(value: float | None, top: float) -> str:
-    """A sequential colour for a worst relative error: white at 0, dark red at ``top`` (log scale)."""
+    """CSS colours for a worst relative error: white at 0 to dark red at ``top`` (log scale from 1e-6)."""
     if value is None or not math.isfinite(value):
-        return "#eeeeee"
-    t = 0.0 if value <= 0 or top <= 0 else max(0.0, min(1.0, (math.log10(value) + 6) / (math.log10(top) + 6 or 1)))
+        return "background:#eeeeee"
+    floor = 1e-6
+    span = math.log10(max(top, floor * 10) / floor)
+    t = 0.0 if value <= floor else max(0.0, min(1.0, math.log10(value / floor) / span))
     r, g, b = (255 - int(t * 152), 245 - int(t * 245), 240 - int(t * 209))
-    return f"rgb({r},{g},{b})"
+    return f"background:rgb({r},{g},{b});color:{'#fff' if t > 0.55 else '#1f2328'}"
 
 
 def _error_maps(data: ReportData) -> str:
@@ -90,7 +102,7 @@ def _error_maps(data: ReportData) -> str:
                          f"{cell['failing']} of {cell['records']} records failing")
                 mark = "fail" if cell["failing"] else "ok"
                 cells.append(f'<td class="{mark}" data-value="{escape(_text(rel))}" title="{escape(title)}" '
-                             f'style="background:{_heat_color(rel, top)}">{escape(_text(rel))}</td>')
+                             f'style="{_heat_color(rel, top)}">{escape(_text(rel))}</td>')
             body.append(f"<tr><th>{escape(stage)}</th>{''.join(cells)}</tr>")
         parts.append(f'<h3>{escape(where)}</h3><table class="errormap"><thead><tr><th>stage</th>{head}</tr></thead>'
                      f'<tbody>{"".join(body)}</tbody></table>')
@@ -108,9 +120,21 @@ def _histogram_svg(hist: dict[str, Any]) -> str:
                    f'height="{c / top * height:.1f}" fill="#4c72b0"><title>{_text(edges[i])} .. '
                    f'{_text(edges[i + 1])}: {c}</title></rect>' for i, c in enumerate(counts))
     return (f'<figure><svg class="histogram" width="{width}" height="{height + 16}" role="img" '
-            f'aria-label="histogram of A-B">{bars}<text x="0" y="{height + 13}" font-size="10">{_text(edges[0])}'
-            f'</text><text x="{width}" y="{height + 13}" font-size="10" text-anchor="end">{_text(edges[-1])}</text>'
+            f'aria-label="histogram of A-B">{bars}<text x="0" y="{height + 13}" font-size="10">{edges[0]:.6g}'
+            f'</text><text x="{width}" y="{height + 13}" font-size="10" text-anchor="end">{edges[-1]:.6g}</text>'
             f'</svg><figcaption>histogram of A−B ({sum(counts)} finite values)</figcaption></figure>')
+
+
+def _where_line(where: dict[str, Any]) -> str:
+    """One line: which record, where it was produced, and how wrong it is."""
+    parts = [f"{where.get('io') or 'tensor'} {where.get('name')}"]
+    if where.get("task_id") is not None:
+        parts.append(f"task {where.get('task_id')} of {where.get('stage')} (owner {_text(where.get('owner_id'))}, "
+                     f"{_text(where.get('core_type'))} core {_text(where.get('core_id'))})")
+    parts.append(f"max_abs {_text(where.get('max_abs'))}, max_rel {_text(where.get('max_rel'))}")
+    if where.get("worst_index") is not None:
+        parts.append(f"worst at {_text(where.get('worst_index'), 'worst_index')}")
+    return "; ".join(parts)
 
 
 def _open_snippet(root: str, path: str) -> str:
@@ -136,7 +160,7 @@ def _worst(data: ReportData) -> str:
             f'</canvas><div class="colorbar"><span>{escape(_text(-w["limit"]))}</span>'
             f'<canvas class="colorbar-scale" width="160" height="12"></canvas><span>{escape(_text(w["limit"]))}</span>'
             f'<span>A−B{escape(sampled)}, 0 = white</span></div></div>'
-            f'<div>{_histogram_svg(w["histogram"])}{_card("where", where, f"worst-where-{i}", "")}'
+            f'<div>{_histogram_svg(w["histogram"])}<p class="mono">{escape(_where_line(where))}</p>'
             f'<pre class="mono">{escape(_open_snippet(root, str(where.get("path", ""))))}</pre></div></div>')
     return "".join(parts)
 
@@ -150,10 +174,11 @@ def render_html(data: ReportData) -> str:
     blob = json.dumps({k: payload[k] for k in ("columns", "rows", "worst", "colormap", "sources")},
                       separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
     if data.kind == "compare":
-        cards = (_card("Root cause: where the divergence is born", data.root_cause, "root-cause",
-                       "none: every record passes") +
+        empty = ("none: every record passes" if not data.summary.get("failing")
+                 else "not determined (see the notes below)")
+        cards = (_card("Root cause: where the divergence is born", data.root_cause, "root-cause", empty) +
                  _card("First divergence: the first failing record", data.first_divergence, "first-divergence",
-                       "none: every record passes"))
+                       empty))
         sections = (f"<h2>Error map</h2>{_error_maps(data)}<h2>Worst records</h2>{_worst(data)}")
         failures_toggle = '<label><input type="checkbox" id="failures-only"> failures only</label>'
     else:
@@ -176,6 +201,7 @@ def render_html(data: ReportData) -> str:
 <div class="controls"><input id="filter" type="search" placeholder="filter: name, stage, verdict, path ...">
 {failures_toggle}<span id="shown-count" class="note"></span></div>
 <div class="table-wrap"><table id="records"><thead><tr></tr></thead><tbody></tbody></table></div>
+<p><button id="more" type="button" hidden>show more records</button></p>
 <p class="note">Click a row to see how to open that record with xarray.</p>
 <pre id="open-snippet" class="mono"></pre>
 <script type="application/json" id="report-data">{blob}</script>

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 from pathlib import Path
-import tempfile
-from typing import Any, Iterator
+from typing import Any
 
 from megadump_zarr.cli.common import (
     EXIT_CHECK_FAILED, EXIT_OK, CliError, Context, add_filters, add_output_flags, add_storage_options, filter_records,
@@ -69,71 +66,20 @@ class _Records:
         return getattr(self._dump, name)
 
 
-@contextlib.contextmanager
-def _claimed(path: Path, overwrite: bool) -> Iterator[Any]:
-    """Write ``path`` through a temporary file in its directory, renamed into place only when complete."""
-    try:
-        from megadump_zarr.cli.outputs import claim_output
-    except ImportError:  # pragma: no cover - the shared claim lands with the integrity work
-        claim_output = None
-    if claim_output is not None:
-        with claim_output(path, overwrite) as handle:
-            yield handle
-        return
-    if path.exists() and not overwrite:
-        raise CliError(f"{path} exists; pass --overwrite to replace it")
-    if path.exists() and not path.is_file():
-        raise CliError(f"{path} is not a regular file; refusing to replace it")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            yield handle
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def run(args: argparse.Namespace, ctx: Context) -> int:
     """Build the report, write it, print where it is."""
-    from megadump_zarr.report import collect_comparison, collect_single, render_html
+    from megadump_zarr.cli.outputs import claim_output
+    from megadump_zarr.report import render_html
 
     if args.worst < 0:
         raise CliError(f"--worst must be >= 0, got {args.worst}")
     output = Path(args.output)
-    if output.exists() and not output.is_file():
-        raise CliError(f"{output} is not a regular file; refusing to write the report there")
-    if output.exists() and not args.overwrite:
-        raise CliError(f"{output} exists; pass --overwrite to replace it")
-    if not output.parent.is_dir():
-        raise CliError(f"{output.parent} is not a directory")
     options = storage_options(args)
-    include = bool(args.include_incomplete)
-    dump_a = open_dump_arg(args.a, options)
-    records_a = filter_records(dump_a.records(include_incomplete=include), args)
-    if args.b is None:
-        if records_a.empty:
-            raise CliError(f"no records in {args.a} match the filters")
-        data = collect_single(_Records(dump_a, records_a))
-        failing = data.summary["nonfinite"]
-    else:
-        dump_b = open_dump_arg(args.b, options)
-        records_b = filter_records(dump_b.records(include_incomplete=include), args)
-        if records_a.empty and records_b.empty:
-            raise CliError(f"no records to compare: none match the filters in {args.a} or {args.b}")
-        data = collect_comparison(_Records(dump_a, records_a), _Records(dump_b, records_b), rtol=args.rtol,
-                                  atol=args.atol, by=args.by, worst=args.worst)
-        failing = data.summary["failing"]
-    data.sources["a"], data.sources["root_a"] = args.a, str(dump_a.root)
-    if args.b is not None:
-        data.sources["b"] = args.b
-    page = render_html(data)
-    with _claimed(output, args.overwrite) as handle:
-        handle.write(page)
+    with claim_output(output, args.overwrite) as temp:  # claimed before any work: a taken name fails at once
+        data = _collect(args, options)
+        page = render_html(data)
+        temp.write_text(page, encoding="utf-8")
+    failing = data.summary["nonfinite"] if args.b is None else data.summary["failing"]
     if ctx.json:
         ctx.emit_json({"output": str(output), "bytes": len(page.encode()), "summary": data.summary,
                        "root_cause": data.root_cause, "first_divergence": data.first_divergence,
@@ -144,3 +90,27 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     else:
         ctx.console.print(str(output), highlight=False)
     return EXIT_CHECK_FAILED if failing else EXIT_OK
+
+
+def _collect(args: argparse.Namespace, options: dict[str, Any] | None) -> Any:
+    """The report's data: a comparison of A with B, or A's statistics."""
+    from megadump_zarr.report import collect_comparison, collect_single
+
+    include = bool(args.include_incomplete)
+    dump_a = open_dump_arg(args.a, options)
+    records_a = filter_records(dump_a.records(include_incomplete=include), args)
+    if args.b is None:
+        if records_a.empty:
+            raise CliError(f"no records in {args.a} match the filters")
+        data = collect_single(_Records(dump_a, records_a))
+    else:
+        dump_b = open_dump_arg(args.b, options)
+        records_b = filter_records(dump_b.records(include_incomplete=include), args)
+        if records_a.empty and records_b.empty:
+            raise CliError(f"no records to compare: none match the filters in {args.a} or {args.b}")
+        data = collect_comparison(_Records(dump_a, records_a), _Records(dump_b, records_b), rtol=args.rtol,
+                                  atol=args.atol, by=args.by, worst=args.worst)
+    data.sources["a"], data.sources["root_a"] = args.a, str(dump_a.root)
+    if args.b is not None:
+        data.sources["b"] = args.b
+    return data
