@@ -8,11 +8,17 @@ has it after the launch's single Device-to-Host copy:
 * baseline — the seed (hyper_multicore ``dump/l1.py`` + ``dump/api.py``): decode clones every payload,
   then ``torch.save`` one file per tensor, one ``task.json`` per task and a ``manifest.json``.
 * ours — ``read_l1_buffer`` (zero-copy payload views), ``build_window``, ``WindowWriter.write_window``
-  with the default codec, and with compression off.
+  with the default settings: default codec, a ``crc32c`` per chunk, durable commit (one ``syncfs``
+  before the status is written, then the status fsynced). Also with compression off, without the
+  checksums and without the durable commit, to price each.
 * raw — the same payload bytes written to one file: the physical limit.
 
 Every contender ends with ``os.sync()`` inside its timed region, so all pay for their disk writes the
 same way. Pairs run interleaved (seed, ours, ours-none, raw, seed, ...) because the disk is noisy.
+P2 also runs 16,384 records over four launches (one window, four invocations), and counts the
+file-system operations per record of one untimed run of each layout (``FsOps``: every ``mkdir``,
+file ``open``, ``write``/``writev``, ``close``, ``rename``, ``fsync``/``syncfs`` the process makes).
+``--durability`` also times the durable commit done with an ``fsync`` of every file and directory.
 P3 (async export) runs the demo MoE block under an L0 dump and compares the time the step thread spends
 in ``dumper.step()`` with asynchronous vs synchronous export.
 """
@@ -24,6 +30,7 @@ import json
 import os
 from pathlib import Path
 import statistics
+import threading
 import time
 from typing import Any
 
@@ -73,11 +80,24 @@ def make_workload(count: int, payload_bytes: int, dtype: torch.dtype, seed: int 
     return buffer, plans
 
 
-def seed_layout(buffer: torch.Tensor, plans: list[L1RecordPlan], root: Path) -> None:
-    """The seed's decode (clone per payload) and layout (torch.save per tensor, task.json, manifest.json)."""
+def seed_layout(buffer: torch.Tensor, plans: list[L1RecordPlan], root: Path, launches: int = 1) -> None:
+    """The seed's decode (clone per payload) and layout (torch.save per tensor, task.json, manifest.json).
+
+    Args:
+        buffer: The Device buffer.
+        plans: Its records.
+        root: Output root.
+        launches: Invocations of the window, each decoding and storing the same buffer.
+    """
     window = root / "rank_0" / "window_0000"
     window.mkdir(parents=True)
-    invocation = window / "invocation_000000_forward"
+    invocations = [{"invocationId": i, "tasks": _seed_invocation(buffer, plans, window, i)} for i in range(launches)]
+    manifest = {"schemaVersion": 4, "level": "L1", "windowIndex": 0, "rank": 0, "invocations": invocations}
+    (window / "manifest.json").write_text(json.dumps(manifest, ensure_ascii=False, indent=2), encoding="utf-8")
+
+
+def _seed_invocation(buffer: torch.Tensor, plans: list[L1RecordPlan], window: Path, invocation_id: int) -> list[dict[str, Any]]:
+    invocation = window / f"invocation_{invocation_id:06d}_forward"
     by_task: dict[int, list[L1RecordPlan]] = {}
     for plan in plans:
         by_task.setdefault(plan.task_id, []).append(plan)
@@ -101,42 +121,128 @@ def seed_layout(buffer: torch.Tensor, plans: list[L1RecordPlan], root: Path) -> 
                 "coreId": records[0].core_id, "tensorCount": len(tensors), "tensors": tensors}
         (task_dir / "task.json").write_text(json.dumps(meta, ensure_ascii=False, indent=2), encoding="utf-8")
         tasks.append(meta)
-    manifest = {"schemaVersion": 4, "level": "L1", "windowIndex": 0, "rank": 0,
-                "invocations": [{"invocationId": 0, "tasks": tasks}]}
-    (window / "manifest.json").write_text(json.dumps(manifest, ensure_ascii=False, indent=2), encoding="utf-8")
+    return tasks
 
 
-def ours(buffer: torch.Tensor, plans: list[L1RecordPlan], root: Path, compressor: str) -> None:
-    """Our path: zero-copy decode, window description, Zarr window writer."""
-    decoded = read_l1_buffer(buffer)
-    invocation = DumpInvocation(0, 0, "bench", "forward", 0, "cpu", "L1", execution_mode="event_driven")
-    invocation.l1_snapshots = [payload_snapshot(plan, record.payload) for plan, record in zip(plans, decoded.records)]
-    window = build_window("L1", 0, 0, [invocation])
-    with WindowWriter(root, compressor=compressor) as writer:
+def ours(buffer: torch.Tensor, plans: list[L1RecordPlan], root: Path, compressor: str = "default", launches: int = 1,
+         **writer_options: Any) -> None:
+    """Our path: zero-copy decode, window description, Zarr window writer.
+
+    Args:
+        buffer: The Device buffer.
+        plans: Its records.
+        root: Output root.
+        compressor: Codec name.
+        launches: Invocations of the window, each decoding the same buffer.
+        writer_options: ``WindowWriter`` options (``checksum``, ``durable``).
+    """
+    invocations = []
+    for i in range(launches):
+        decoded = read_l1_buffer(buffer)
+        invocation = DumpInvocation(i, 0, "bench", "forward", 0, "cpu", "L1", execution_mode="event_driven")
+        invocation.l1_snapshots = [payload_snapshot(plan, record.payload) for plan, record in zip(plans, decoded.records)]
+        invocations.append(invocation)
+    window = build_window("L1", 0, 0, invocations)
+    with WindowWriter(root, compressor=compressor, **writer_options) as writer:
         writer.write_window(window)
 
 
-def raw(buffer: torch.Tensor, plans: list[L1RecordPlan], root: Path) -> None:
+class FsOps:
+    """Counts the process's file-system calls while active (patches the ``os`` functions and our ``syncfs``)."""
+
+    CALLS = ("mkdir", "open", "write", "writev", "close", "replace", "fsync")
+
+    def __init__(self) -> None:
+        self.counts = dict.fromkeys((*self.CALLS, "syncfs"), 0)
+        self._saved: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> FsOps:
+        from megadump_zarr.store import backend
+
+        for name in self.CALLS:
+            real = self._saved[name] = getattr(os, name)
+            setattr(os, name, self._counting(name, real))
+        real_syncfs = self._saved["_syncfs"] = backend._syncfs
+        backend._syncfs = self._counting("syncfs", real_syncfs)
+        return self
+
+    def _counting(self, name: str, real: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                self.counts[name] += 1
+            return real(*args, **kwargs)
+
+        return call
+
+    def __exit__(self, *exc: object) -> None:
+        from megadump_zarr.store import backend
+
+        for name in self.CALLS:
+            setattr(os, name, self._saved[name])
+        backend._syncfs = self._saved["_syncfs"]
+
+    @property
+    def metadata_ops(self) -> int:
+        """Operations that create or sync a name (``mkdir``, ``open``, ``rename``, ``fsync``, ``syncfs``)."""
+        c = self.counts
+        return c["mkdir"] + c["open"] + c["replace"] + c["fsync"] + c["syncfs"]
+
+
+def count_fs_ops(run: Any, root: Path, records: int) -> dict[str, Any]:
+    """File-system calls of one untimed run, per record (``torch.save`` and ``Path.write_text`` use ``open()``,
+    which goes through ``os.open`` only for some paths: the seed's files are counted by creation instead)."""
+    with FsOps() as ops:
+        run(root)
+    files = sum(1 for p in root.rglob("*") if p.is_file())
+    dirs = sum(1 for p in root.rglob("*") if p.is_dir())
+    return {"calls": ops.counts, "files": files, "dirs": dirs, "files_dirs_per_record": (files + dirs) / records,
+            "metadata_ops_per_record": ops.metadata_ops / records, "calls_per_record": sum(ops.counts.values()) / records}
+
+
+def raw(buffer: torch.Tensor, plans: list[L1RecordPlan], root: Path, launches: int = 1) -> None:
     """The same payload bytes, one file."""
     root.mkdir(parents=True, exist_ok=True)
     start, end = plans[0].payload_offset, plans[-1].payload_offset + plans[-1].payload_bytes
     with open(root / "payload.bin", "wb") as handle:
-        handle.write(memoryview(buffer.numpy())[start:end])
+        for _ in range(launches):
+            handle.write(memoryview(buffer.numpy())[start:end])
 
 
 def _du(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def run_workload(name: str, count: int, payload_bytes: int, dtype: torch.dtype, repeats: int, base: str | None) -> dict[str, Any]:
-    """Interleaved timings of every contender on one workload."""
+def run_workload(name: str, count: int, payload_bytes: int, dtype: torch.dtype, repeats: int, base: str | None,
+                 *, launches: int = 1, variants: bool = True, fsync: bool = False, fs_ops: bool = False) -> dict[str, Any]:
+    """Interleaved timings of every contender on one workload.
+
+    Args:
+        name: Workload label.
+        count: Records per launch.
+        payload_bytes: Bytes per record.
+        dtype: Element type.
+        repeats: Runs per contender.
+        base: Scratch parent directory.
+        launches: Launches (invocations) in the window.
+        variants: Also time ours without checksums, without the durable commit, and uncompressed, and raw.
+        fsync: Also time the durable commit done with an fsync per file and directory.
+        fs_ops: Count the file-system calls per record of one untimed run of seed and ours.
+    """
     buffer, plans = make_workload(count, payload_bytes, dtype)
     contenders = {
-        "seed": lambda root: seed_layout(buffer, plans, root),
-        "ours": lambda root: ours(buffer, plans, root, "default"),
-        "ours_none": lambda root: ours(buffer, plans, root, "none"),
-        "raw": lambda root: raw(buffer, plans, root),
+        "seed": lambda root: seed_layout(buffer, plans, root, launches),
+        "ours": lambda root: ours(buffer, plans, root, launches=launches),
     }
+    if variants:
+        contenders |= {
+            "ours_nocrc": lambda root: ours(buffer, plans, root, launches=launches, checksum=False),
+            "ours_nodurable": lambda root: ours(buffer, plans, root, launches=launches, durable=False),
+            "ours_none": lambda root: ours(buffer, plans, root, "none", launches=launches),
+            "raw": lambda root: raw(buffer, plans, root, launches),
+        }
+    if fsync:
+        contenders["ours_fsync"] = lambda root: ours(buffer, plans, root, launches=launches, durable="fsync")
     times: dict[str, list[float]] = {k: [] for k in contenders}
     peaks: dict[str, list[int]] = {k: [] for k in contenders}
     stored: dict[str, int] = {}
@@ -154,19 +260,35 @@ def run_workload(name: str, count: int, payload_bytes: int, dtype: torch.dtype, 
                     times[key].append(time.perf_counter() - start)
                 peaks[key].append(rss.extra)
                 stored[key] = _du(root)
+        ops = {}
+        if fs_ops:
+            for key in ("seed", "ours"):
+                sync_disk()
+                ops[key] = count_fs_ops(contenders[key], Path(scratch) / f"{key}_ops", count * launches)
     sync_disk()
     time.sleep(2)  # let the deletions' discards settle before the next workload
     med = {k: statistics.median(v) for k, v in times.items()}
-    payload = sum(p.payload_bytes for p in plans)
-    return {
-        "workload": name, "payload_bytes": payload, "records": count,
+    payload = sum(p.payload_bytes for p in plans) * launches
+    result = {
+        "workload": name, "payload_bytes": payload, "records": count * launches,
         "baseline_s": med["seed"], "ours_s": med["ours"], "ratio": med["seed"] / med["ours"],
-        "ours_none_s": med["ours_none"], "raw_s": med["raw"], "none_vs_raw": med["ours_none"] / med["raw"],
         "peak_extra_rss_bytes": max(peaks["ours"]), "peak_extra_rss_share": max(peaks["ours"]) / payload,
         "baseline_peak_extra_rss_bytes": max(peaks["seed"]),
         "stored_bytes_ours": stored["ours"], "stored_bytes_seed": stored["seed"],
+        "stored_vs_payload": stored["ours"] / payload, "seed_stored_vs_payload": stored["seed"] / payload,
         "times": times,
     }
+    if variants:
+        result |= {
+            "ours_none_s": med["ours_none"], "raw_s": med["raw"], "none_vs_raw": med["ours_none"] / med["raw"],
+            "ours_nocrc_s": med["ours_nocrc"], "crc_cost": med["ours"] / med["ours_nocrc"] - 1,
+            "ours_nodurable_s": med["ours_nodurable"], "durable_cost": med["ours"] / med["ours_nodurable"] - 1,
+        }
+    if fsync:
+        result |= {"ours_fsync_s": med["ours_fsync"], "fsync_vs_syncfs": med["ours_fsync"] / med["ours"]}
+    if ops:
+        result["fs_ops"] = ops
+    return result
 
 
 def run_async(quick: bool, base: str | None) -> dict[str, Any]:
@@ -209,18 +331,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=None, help="runs per contender (default 3, quick 1)")
     parser.add_argument("--dir", default=None, help="scratch parent directory (default: system temp)")
     parser.add_argument("--skip-async", action="store_true")
+    parser.add_argument("--durability", action="store_true", help="also time an fsync per file and directory")
+    parser.add_argument("--only", choices=("P1", "P2"), default=None, help="run one export workload (and P2x4)")
     args = parser.parse_args(argv)
     repeats = args.repeats or (1 if args.quick else 3)
     big = (32, 4 << 20) if args.quick else (256, 4 << 20)
     small = (512, 8 << 10) if args.quick else (4096, 8 << 10)
     print(f"machine: {machine()}")
-    entries = [
-        run_workload(f"P1 {big[0]} x {big[1] >> 20} MiB bf16", big[0], big[1], torch.bfloat16, repeats, args.dir),
-        run_workload(f"P2 {small[0]} x {small[1] >> 10} KiB fp32", small[0], small[1], torch.float32, repeats, args.dir),
-    ]
+    entries = []
+    if args.only in (None, "P1"):
+        entries.append(run_workload(f"P1 {big[0]} x {big[1] >> 20} MiB bf16", big[0], big[1], torch.bfloat16, repeats,
+                                    args.dir, fsync=args.durability))
+    if args.only in (None, "P2"):
+        entries.append(run_workload(f"P2 {small[0]} x {small[1] >> 10} KiB fp32", small[0], small[1], torch.float32,
+                                    repeats, args.dir, fsync=args.durability, fs_ops=True))
+        entries.append(run_workload(f"P2 {4 * small[0]} records over 4 launches", small[0], small[1], torch.float32,
+                                    repeats, args.dir, launches=4, variants=False, fs_ops=True))
     print_table(entries, [("workload", "workload"), ("baseline_s", "seed s"), ("ours_s", "ours s"), ("ratio", "seed/ours"),
+                          ("ours_nocrc_s", "no-crc s"), ("ours_nodurable_s", "no-durable s"),
                           ("ours_none_s", "ours-none s"), ("raw_s", "raw s"), ("none_vs_raw", "none/raw"),
-                          ("peak_extra_rss_share", "our extra RSS / payload")])
+                          ("stored_vs_payload", "stored/payload"), ("peak_extra_rss_share", "our extra RSS / payload")])
+    for entry in entries:
+        for key, ops in entry.get("fs_ops", {}).items():
+            print(f"{entry['workload']}: {key} {ops['metadata_ops_per_record']:.2f} mkdir/open/rename/sync per record, "
+                  f"{ops['calls_per_record']:.2f} calls per record, {ops['files_dirs_per_record']:.2f} files+dirs per record")
     if not args.skip_async:
         p3 = run_async(args.quick, args.dir)
         entries.append(p3)
