@@ -94,6 +94,7 @@ def summarise(dump: Any) -> dict[str, Any]:
                     "kernel": first["kernel"], "direction": first["direction"],
                     "step": None if pd.isna(first["step"]) else int(first["step"]),
                     "records": len(group), "tasks": int(group["group"].nunique()) if group["io"].notna().any() else 0,
+                    "statistics_only": int((~group["payload"].astype(bool)).sum()) if "payload" in group else 0,
                     "raw_bytes": int(pd.to_numeric(group["bytes"], errors="coerce").fillna(0).sum()),
                     "stored_bytes": int(pd.to_numeric(group["stored_bytes"], errors="coerce").fillna(0).sum()),
                 })
@@ -142,6 +143,8 @@ def _tree(summary: dict[str, Any]) -> Tree:
             node = branch.add(text)
             for inv in w["invocation_list"][:_INVOCATIONS_SHOWN]:
                 tasks = f", {inv['tasks']} tasks" if inv["tasks"] else ""
+                if inv.get("statistics_only"):  # statistics-first modes: records without a stored payload
+                    tasks += f", {inv['statistics_only']} statistics only"
                 node.add(Text(f"{inv['name']}  {inv['kernel']}  step {inv['step']}  {inv['records']} records{tasks}, "
                               f"{human_bytes(inv['raw_bytes'])}"))
             hidden = len(w["invocation_list"]) - _INVOCATIONS_SHOWN

@@ -78,6 +78,8 @@ COLUMNS = (
     Column("size", lambda r: r.get("bytes"), justify="right", fmt=lambda v: "" if is_missing(v) else human_bytes(v),
            drop=7),
     Column("trunc", key="truncated", hoist=True, drop=1),
+    Column("stored", lambda r: "stats only" if r.get("payload") is False or r.get("payload") == False else "",  # noqa: E712
+           key="payload", hoist=True, drop=1),
     Column("status", style=_status_style, hoist=True),
     Column("path", drop=10),
 )
