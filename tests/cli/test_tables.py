@@ -195,3 +195,39 @@ def test_fitted_tables_never_exceed_the_width_they_report(frame_columns, width):
     else:  # only columns that are never dropped remain
         assert all(c.drop == 0 for c in columns if c.heading in kept)
     print_fitted(Console(width=width, file=io.StringIO()), fitted)
+
+
+@pytest.fixture(scope="module")
+def nonfinite(tmp_path_factory) -> Path:
+    """An L0 dump whose last tensor (y = log(h - 1000)) is all NaN while x and h are finite."""
+    import torch
+
+    from megadump_zarr import TensorDumpConfig, tensor_dump
+    from megadump_zarr.runtime import Graph, MegaKernel, OperatorNode, SplitSpec, TensorSpec
+
+    specs = [TensorSpec(name, (4, 3), torch.float32, i, ("row", "col")) for i, name in enumerate(("x", "h", "y"))]
+
+    def double(t) -> None:
+        t.params[1][t.rows] = t.params[0][t.rows] * 2
+
+    def log(t) -> None:
+        t.params[2][t.rows] = torch.log(t.params[1][t.rows] - 1000)
+
+    kernel = MegaKernel(Graph([OperatorNode("double", "vector", (specs[0],), (specs[1],), double, SplitSpec(((0, 0),), (0,)), 2),
+                               OperatorNode("log", "vector", (specs[1],), (specs[2],), log, SplitSpec(((0, 0),), (0,)), 2)]),
+                        name="nan_maker", num_workers=2)
+    root = tmp_path_factory.mktemp("nonfinite") / "l0"
+    with tensor_dump(TensorDumpConfig(root, level="L0")) as dumper:
+        kernel.launch([torch.arange(12, dtype=torch.float32).reshape(4, 3), torch.zeros(4, 3), torch.zeros(4, 3)])
+        dumper.step()
+    return root
+
+
+def test_stats_puts_records_with_nan_or_inf_first(cli, nonfinite, columns):
+    columns(120)
+    records = cli("stats", nonfinite, "--json").json()
+    assert [r["name"] for r in records] == ["x", "h", "y"]  # JSON: execution order
+    assert [r["nan_count"] for r in records] == [0, 0, 12]
+    rows = body(cli("stats", nonfinite).out)
+    assert [line.split()[0] for line in rows] == ["y", "x", "h"]  # the table: non-finite first
+    assert [line.split()[0] for line in body(cli("stats", nonfinite, "--nonfinite").out)] == ["y"]

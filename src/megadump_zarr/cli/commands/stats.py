@@ -67,8 +67,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         return EXIT_OK
     if records["min"].isna().all() and records["nan_count"].isna().all():
         ctx.err.print("[yellow]warning:[/yellow] these records carry no statistics (dump written with stats=False)")
-    print_fitted(ctx.console, fit_table(records, COLUMNS, width=ctx.console.width,
+    flags = [_nonfinite(row) for _, row in records.iterrows()]
+    first = records.iloc[sorted(range(len(records)), key=lambda i: not flags[i])]  # NaN/Inf first, then the rest
+    print_fitted(ctx.console, fit_table(first, COLUMNS, width=ctx.console.width,
                                         row_style=lambda r: "red" if _nonfinite(r) else None))
-    bad = sum(_nonfinite(row) for _, row in records.iterrows())
+    bad = sum(flags)
     ctx.note(f"{len(records)} records, {bad} with NaN/Inf")
     return EXIT_OK
