@@ -72,14 +72,7 @@ def plan_prefix(rank: int, window_index: int, invocation: str, run_id: str) -> s
 
 
 def plan_key(rank: int, window_index: int, invocation: str, run_id: str) -> str:
-    """Key of the document holding one launch's plan (``{plan_prefix}/zarr.json``).
-
-    Args:
-        rank: Rank.
-        window_index: Window the invocation belongs to.
-        invocation: The invocation group name.
-        run_id: The dumper's run id.
-    """
+    """Key of the document holding one launch's plan: ``{plan_prefix(...)}/zarr.json`` (same arguments)."""
     return f"{plan_prefix(rank, window_index, invocation, run_id)}/zarr.json"
 
 
