@@ -132,33 +132,37 @@ def _analysis(name: str) -> Any:
 
 
 def _error_maps(result: pd.DataFrame, by: str) -> list[dict[str, Any]]:
-    """Per invocation, a stage × owner (or core) grid of the worst relative error and verdicts."""
-    frame = result[result["stage"].notna()] if "stage" in result.columns else result.iloc[0:0]
-    key = "owner_id" if by == "owner" else "core_id"
-    if frame.empty or key not in frame.columns or frame[key].isna().all():
+    """Per invocation, a stage × owner (or core) grid of ``analyse.errormap.error_map``'s worst relative
+    error and failing counts; empty where the records have no owners (or cores), e.g. L0."""
+    from megadump_zarr.analyse.errormap import BY_KEYS, error_map
+
+    keys = list(BY_KEYS[by])
+    table = error_map(result, by=by)
+    table = table[table["stage"].notna() & table[keys[-1]].notna()]
+    if table.empty:
         return []
+    steps = {}
+    if "step" in result.columns:
+        for (rank, window, invocation), group in result.groupby(["rank", "window", "invocation"], dropna=False):
+            known = group["step"].dropna()
+            steps[(rank, window, invocation)] = known.iloc[0] if len(known) else None
     maps = []
-    group_keys = [c for c in ("rank", "window", "invocation") if c in frame.columns]
-    for labels, group in frame.groupby(group_keys, sort=True, dropna=False):
-        labels = labels if isinstance(labels, tuple) else (labels,)
-        stages = list(dict.fromkeys(group["stage"].astype(str)))
-        columns = sorted({int(v) for v in group[key].dropna()})
+    for labels, group in table.groupby(["rank", "window", "invocation"], sort=False, dropna=False):
+        stages = list(dict.fromkeys(str(s) for s in group["stage"]))
+        columns = sorted({tuple(jsonable(v) for v in row) for row in group[keys].itertuples(index=False)},
+                         key=lambda c: tuple((v is None, str(v) if not isinstance(v, int) else f"{v:012d}") for v in c))
+        lookup = {(str(row["stage"]), tuple(jsonable(row[k]) for k in keys)): row for _, row in group.iterrows()}
         cells = []
         for stage in stages:
             line = []
-            for col in columns:
-                hit = group[(group["stage"].astype(str) == stage) & (group[key] == col)]
-                if hit.empty:
-                    line.append(None)
-                    continue
-                rel = pd.to_numeric(hit["max_rel"], errors="coerce")
-                failing = int((~hit["verdict"].isin(_PASSING)).sum())
-                line.append({"worst_rel": jsonable(rel.max()) if rel.notna().any() else None,
-                             "failing": failing, "records": len(hit)})
+            for column in columns:
+                row = lookup.get((stage, column))
+                line.append(None if row is None else {"worst_rel": jsonable(row["max_rel"]),
+                                                       "failing": int(row["failing"]), "records": int(row["records"])})
             cells.append(line)
-        step = group["step"].dropna().iloc[0] if "step" in group.columns and group["step"].notna().any() else None
-        maps.append({"where": {k: jsonable(v) for k, v in zip(group_keys, labels)} | {"step": jsonable(step)},
-                     "by": by, "rows": stages, "columns": columns, "cells": cells})
+        where = dict(zip(("rank", "window", "invocation"), (jsonable(v) for v in labels)))
+        maps.append({"where": where | {"step": jsonable(steps.get(tuple(labels)))}, "by": by, "rows": stages,
+                     "columns": [" ".join(str(v) for v in c) for c in columns], "cells": cells})
     return maps
 
 
