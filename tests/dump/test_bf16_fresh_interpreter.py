@@ -96,12 +96,14 @@ def test_plain_interpreter_reads_bfloat16_l0(tmp_path):
 
 
 def data_groups(window: Path) -> list[Path]:
-    """Every invocation group and every L1 task group of a window, from its consolidated metadata."""
+    """Every data group of a window, from its consolidated metadata: each group holding arrays (an L0
+    invocation group, an L1 task group); groups between them and the window are plain groups."""
     meta = read_json(window / "zarr.json")["consolidated_metadata"]["metadata"]
+    parents = {key.rpartition("/")[0] for key, node in meta.items() if node["node_type"] == "array"}
     groups = []
     for key, node in meta.items():
         parts = key.split("/")
-        if node["node_type"] != "group":
+        if node["node_type"] != "group" or key not in parents:
             continue
         if len(parts) == 1 or (len(parts) == 4 and parts[1] == "stages"):
             groups.append(window / key)
