@@ -178,3 +178,21 @@ def test_failures_pending_at_exit_are_all_raised_in_one_export_error(tmp_path, m
                           f"OSError('disk full at rank_0/window_0002')")
     assert error.__notes__ == ["also failed: ValueError('callback window_0000')",
                                "also failed: ValueError('callback window_0003')"]
+
+
+def test_a_failure_pending_when_the_body_raises_is_noted_on_that_exception(tmp_path, failing_windows):
+    failing_windows.add("window_0000")
+    block = MoEBlock(DemoConfig(tokens=16, d_model=8))
+    config = TensorDumpConfig(tmp_path, kernel_names="moe_router", async_export=True)
+
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom) as info:
+        with tensor_dump(config, schedule=lambda s: DiagnosticAction.RECORD_AND_SAVE) as dumper:
+            block(block.make_input())
+            dumper.step()  # window 0 goes to the exporter, which fails it
+            dumper._exporter.wait()  # noqa: SLF001 - make sure the failure is pending
+            raise Boom("user code failed")
+    (note,) = info.value.__notes__
+    assert note.startswith(f"also failed: background export of {tmp_path / 'rank_0' / 'window_0000'} failed: OSError(")
