@@ -148,3 +148,24 @@ def test_a_reference_that_fails_is_named(tmp_path):
     with pytest.raises(ValueError, match=re.escape("the reference (reference=) failed on task 0 of stage 'double': "
                                                    "KeyError: 'no such weight'")):
         replay(tmp_path, "double", task_id=0, reference=broken)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"io": "output"}, "the dump holds no inputs of task 1 of stage 'norm' (dumped with io='output'?)"),
+    ({"io": "input"}, "the dump holds no outputs of task 1 of stage 'norm' (dumped with io='input'?)"),
+    ({"max_bytes_per_tensor": 64}, "input 'x' of task 1 is truncated"),
+])
+def test_a_dump_without_whole_inputs_and_outputs_is_refused(tmp_path, options, message):
+    block = MoEBlock(DemoConfig(tokens=16))
+    with tensor_dump(TensorDumpConfig(tmp_path, level="L1", kernel_names="moe_router", stages="norm", **options)):
+        block(block.make_input())
+    with pytest.raises(ValueError, match=re.escape(message)):
+        replay(tmp_path, "norm", task_id=1)
+
+
+def test_an_l0_dump_is_refused(tmp_path):
+    block = MoEBlock(DemoConfig(tokens=16))
+    with tensor_dump(TensorDumpConfig(tmp_path, kernel_names="moe_router")):
+        block(block.make_input())
+    with pytest.raises(ValueError, match=re.escape("replay needs L1 (task-boundary) records; this dump holds none")):
+        replay(tmp_path, "norm", task_id=1)
