@@ -47,7 +47,7 @@ class Baseline:
     tolerance: Callable[[str], tuple[float, float]]
 
 
-@dataclass
+@dataclass(slots=True)
 class StatisticsRow:
     """One record's statistics, with everything the statistics table needs to name it.
 
@@ -294,11 +294,16 @@ def l1_row(plan: Any, statistics: L1Statistics, kept: bool, key: tuple[Any, ...]
         kept: Whether its payload is stored.
         key: Its :func:`record_key`.
     """
-    worker = -1 if plan.worker_id == 0xFFFFFFFF else int(plan.worker_id)
-    return StatisticsRow(key, plan.stage, int(plan.task_id), -1 if plan.owner_id is None else int(plan.owner_id),
-                         plan.core_type, int(plan.core_id), worker, plan.io, int(plan.index), plan.tensor_name,
-                         tuple(plan.actual_shape), dtype_name(plan.dtype), statistics, kept, plan=plan,
-                         param_position=int(plan.parameter_position))
+    worker = -1 if plan.worker_id == 0xFFFFFFFF else plan.worker_id
+    return StatisticsRow(key, plan.stage, plan.task_id, -1 if plan.owner_id is None else plan.owner_id,
+                         plan.core_type, plan.core_id, worker, plan.io, plan.index, plan.tensor_name,
+                         plan.actual_shape, _dtype_name(plan.dtype), statistics, kept, "", plan,
+                         plan.parameter_position)
+
+
+@functools.lru_cache(maxsize=64)
+def _dtype_name(dtype: Any) -> str:
+    return dtype_name(dtype)
 
 
 def _strings(values: list[str]) -> np.ndarray:

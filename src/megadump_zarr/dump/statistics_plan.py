@@ -14,8 +14,8 @@ statistics-only records; with ``"error"`` the seed's ``MemoryError`` follows in 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -38,8 +38,7 @@ _WANTS_TENSOR = {"tensor": L1_RECORD_KIND_TENSOR, "statistics": L1_RECORD_KIND_S
                  "nonfinite": L1_RECORD_KIND_STATISTICS_AND_TENSOR, "diff": L1_RECORD_KIND_STATISTICS_AND_TENSOR}
 
 
-@dataclass(frozen=True)
-class L1StatisticsRecord:
+class L1StatisticsRecord(NamedTuple):
     """One record's device statistics, and whether its payload was kept.
 
     Args:

@@ -239,12 +239,15 @@ def _l1_invocation(invocation: DumpInvocation) -> InvocationWrite:
                  recordCount=len(invocation.l1_snapshots), executionMode=invocation.execution_mode)
     if invocation.operator_source is not None:
         attrs["operatorSource"] = invocation.operator_source
+    components: dict[tuple[str, int, str], str] = {}  # one safe_name per distinct port, not per record
     for row in invocation.statistics:
         plan = row.plan
         task_component = f"task_{plan.task_id:06d}"
         if plan.worker_id != L1_ANY_WORKER:
             task_component += f"_worker_{plan.core_id:03d}"
-        row.path = f"stages/{stages.add(plan.stage)}/{task_component}/{_record_component(plan)}"
+        port = (plan.io, plan.index, plan.tensor_name)
+        component = components.get(port) or components.setdefault(port, _record_component(plan))
+        row.path = f"stages/{stages.add(plan.stage)}/{task_component}/{component}"
     if invocation.statistics:
         attrs["statisticsCount"] = len(invocation.statistics)
     return InvocationWrite(invocation.name, attrs, groups, arrays, statistics=_statistics(invocation))

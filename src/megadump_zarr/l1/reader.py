@@ -378,19 +378,19 @@ def read_l1_statistics_many(data: np.ndarray, offsets: np.ndarray) -> list[L1Sta
     flags = slots["flags"]
     finite = (flags & L1_STAT_HAS_FINITE) != 0
     integer = (flags & L1_STAT_INTEGER) != 0
-    lo = np.where(integer, slots["min_i"], 0).tolist(), slots["min_f"].tolist()
-    hi = np.where(integer, slots["max_i"], 0).tolist(), slots["max_f"].tolist()
-    means, l2s = slots["mean"].tolist(), slots["l2norm"].tolist()
-    out = []
-    for i, (fl, count, nan, inf, checksum, nbytes, has, is_int) in enumerate(zip(
-            flags.tolist(), slots["element_count"].tolist(), slots["nan_count"].tolist(), slots["inf_count"].tolist(),
-            slots["checksum"].tolist(), slots["byte_count"].tolist(), finite.tolist(), integer.tolist())):
-        if has:
-            low, high = (lo[0][i], hi[0][i]) if is_int else (lo[1][i], hi[1][i])
-            out.append(L1Statistics(fl, count, nan, inf, low, high, _finite(means[i]), _finite(l2s[i]), checksum, nbytes))
-        else:
-            out.append(L1Statistics(fl, count, nan, inf, None, None, None, None, checksum, nbytes))
-    return out
+
+    def column(values: np.ndarray, keep: np.ndarray) -> list[Any]:
+        return [v if k else None for v, k in zip(values.tolist(), keep.tolist())]
+
+    lo_int, hi_int = column(slots["min_i"], finite & integer), column(slots["max_i"], finite & integer)
+    lo_float, hi_float = column(slots["min_f"], finite & ~integer), column(slots["max_f"], finite & ~integer)
+    lows = [a if i else b for a, b, i in zip(lo_int, lo_float, integer.tolist())]
+    highs = [a if i else b for a, b, i in zip(hi_int, hi_float, integer.tolist())]
+    means = column(slots["mean"], finite & np.isfinite(slots["mean"]))
+    l2s = column(slots["l2norm"], finite & np.isfinite(slots["l2norm"]))
+    return list(map(L1Statistics, flags.tolist(), slots["element_count"].tolist(), slots["nan_count"].tolist(),
+                    slots["inf_count"].tolist(), lows, highs, means, l2s, slots["checksum"].tolist(),
+                    slots["byte_count"].tolist()))
 
 
 def read_l1_buffer(buffer: Any, *, partial: bool = False) -> L1Buffer:
