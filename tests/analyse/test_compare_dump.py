@@ -198,3 +198,43 @@ def test_nan_planted_in_weights_is_found_in_the_expert_kernel(tmp_path):
         dumper.step()
     hit = first_nonfinite(tmp_path / "inf")
     assert (hit["name"], hit.kernel, hit.inf_count) == ("w_down", "moe_experts", 1)
+
+
+def test_missing_chunk_is_missing_data_naming_the_key(l1_pair, tmp_path):
+    a, b = l1_pair
+    c = tmp_path / "c"
+    shutil.copytree(b, c)
+    victim = record_path(c, stage="expert_down", task_id=5, io="output", name="ys")
+    chunks = sorted(p for p in (c / victim).iterdir() if p.name.startswith("c"))
+    assert chunks
+    chunks[0].unlink()
+    result = compare(a, c)
+    row = result[result.path == victim].iloc[0]
+    key = f"{victim}/{chunks[0].name}"
+    assert row.verdict == "missing_data" and key in row.note, row.note
+    assert (result.drop(row.name).verdict == "pass").all()
+    assert first_divergence(result).path == victim
+
+
+def test_stitched_worst_element_names_its_task_owner_and_core(tmp_path):
+    block = MoEBlock(DemoConfig())
+    x = block.make_input()
+    config = TensorDumpConfig(tmp_path / "l1", level="L1", kernel_names=("moe_experts",), stages=("combine",))
+    with tensor_dump(config) as dumper:
+        block(x)
+        dumper.step()
+    reference = block.reference(x).clone()
+    reference[20, 3] += 2.0
+    row = compare(tmp_path / "l1", {"out": reference}, stage="combine", io="output").iloc[0]
+    records = open_dump(tmp_path / "l1").records()
+    owner = records[(records.stage == "combine") & (records["name"] == "out")]
+    producer = next(r for r in owner.itertuples() if 20 in range(*_rows_of(tmp_path / "l1", r.path)))
+    assert row.verdict == "fail" and row.worst_index == (20, 3)
+    assert (row.worst_task_id, row.worst_core_type, row.worst_core_id) == (producer.task_id, producer.core_type,
+                                                                           producer.core_id)
+    assert row.worst_b == pytest.approx(float(reference[20, 3]))
+
+
+def _rows_of(root: Path, path: str) -> tuple[int, int]:
+    rows = np.asarray(open_dump(root).record_array(path).coords["token"].values)
+    return int(rows.min()), int(rows.max()) + 1

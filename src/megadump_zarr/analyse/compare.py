@@ -45,7 +45,7 @@ from megadump_zarr.analyse.matching import (
 from megadump_zarr.analyse.metrics import DEFAULT_BLOCK_BYTES, dtype_name, shape_of
 from megadump_zarr.analyse.summary import is_summary_pair, summary_row
 from megadump_zarr.analyse.pairs import (
-    METRIC_COLUMNS, RecordPair, compare_pair, compare_record, empty_row, single_threaded_blas,
+    METRIC_COLUMNS, RecordPair, compare_pair, compare_record, compare_records, empty_row, single_threaded_blas,
 )
 from megadump_zarr.analyse.verdict import FAILING, RULES_TEXT, check_tolerance
 
@@ -223,20 +223,16 @@ def lineage(dump: Any, path: str) -> dict[str, Any]:
             "consumers": tuple(consumers) if isinstance(consumers, list) else None, "ports": port_pairs}
 
 
-def _run_units(units: list[RecordPair], advance: Callable[[], None], fail_fast: bool) -> list[dict[str, Any]]:
-    if fail_fast or len(units) <= 1:
-        out = []
-        for unit in units:
-            row = compare_record(unit)
-            out.append(row)
-            advance()
-            if fail_fast and row["verdict"] in _STOPPING:
-                break
-        return out
+def _run_units(units: list[RecordPair], advance: Callable[[], None]) -> list[dict[str, Any]]:
+    """Rows of the record units: on the active ``distributed`` cluster, one task per record
+    (:func:`~megadump_zarr.analyse.parallel.map_ordered`), else here with every block of every record in
+    one queue for this process's threads (:func:`~megadump_zarr.analyse.pairs.compare_records`)."""
     try:
-        from megadump_zarr.analyse.parallel import map_ordered
-    except ImportError:  # pragma: no cover - the seam: run the units here
-        return [(compare_record(u), advance())[0] for u in units]
+        from megadump_zarr.analyse.parallel import active_client, map_ordered
+    except ImportError:  # pragma: no cover - parallel is part of the package
+        return compare_records(units, advance)
+    if active_client() is None or len(units) <= 1:
+        return compare_records(units, advance)
     return map_ordered(compare_record, units, progress=lambda done, total: advance())
 
 
@@ -284,7 +280,7 @@ def _compare_dumps(a: Any, b: Any, names: list[str] | None, select: dict[str, An
                     break
         else:
             units = [s for s in slots if isinstance(s, RecordPair)]
-            done = iter(_run_units(units, advance, False))
+            done = iter(_run_units(units, advance))
             for slot in slots:
                 if isinstance(slot, RecordPair):
                     rows.append(next(done))

@@ -74,8 +74,9 @@ __all__ = [
 DEFAULT_BLOCK_BYTES = 8 << 20
 """Budget of one block of one side, in float64 bytes (so at most 1 Mi elements per side per block)."""
 
-PIECE = 1 << 15
-"""Elements of one float64 piece of a block (256 KiB per buffer: the working set stays in L2)."""
+PIECE = 1 << 16
+"""Elements of one piece of a block (512 KiB per float64 buffer: the working set stays in L2; measured
+1.9 ms per 4 MiB float32 chunk pair at 32 Ki, 1.7 ms at 64 Ki, 3.8 ms at 8 Ki)."""
 
 REL_EPS = float(np.finfo(np.float32).tiny)
 """Floor of the reference magnitude in the relative error."""

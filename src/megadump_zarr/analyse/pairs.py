@@ -42,7 +42,8 @@ from megadump_zarr.analyse.metrics import (
 )
 from megadump_zarr.analyse.verdict import dtype_kind, resolve_tolerance, verdict
 
-__all__ = ["METRIC_COLUMNS", "RecordPair", "compare_pair", "compare_record", "empty_row", "metrics_of"]
+__all__ = ["METRIC_COLUMNS", "PairPlan", "RecordPair", "compare_pair", "compare_record", "compare_records", "empty_row",
+           "metrics_row", "prepare_pair", "record_source", "single_threaded_blas"]
 
 METRIC_COLUMNS = (
     "shape_a", "shape_b", "dtype_a", "dtype_b", "elements", "cosine", "max_abs", "max_rel", "rmse",
@@ -84,12 +85,72 @@ def _shape_text(shape: tuple[int, ...]) -> str:
     return "×".join(str(s) for s in shape) if shape else "scalar"
 
 
+@dataclass
+class PairPlan:
+    """What :func:`prepare_pair` decided: a final ``row`` (``compute`` False), or the tolerances to
+    compute the metrics with (then :func:`finish_pair` completes ``row``)."""
+
+    row: dict[str, Any]
+    notes: list[str]
+    compute: bool = False
+    rtol: float | None = None
+    atol: float | None = None
+    exact: bool = False
+
+
+def _failed_row(row: dict[str, Any], exc: BaseException, notes: list[str]) -> dict[str, Any]:
+    """``row`` as the verdict of an exception: ``missing_data`` for a missing/corrupt chunk, else ``error``."""
+    if isinstance(exc, _integrity_error()):
+        key = getattr(exc, "key", None)
+        row.update(verdict="missing_data", note="; ".join(
+            [f"missing or corrupt data{f' at {key}' if key else ''}: {exc}", *notes]))
+    else:
+        row.update(verdict="error", note="; ".join([f"{type(exc).__name__}: {exc}", *notes]))
+    return row
+
+
+def prepare_pair(keys: dict[str, Any], a: Any, b: Any, *, rtol: float | None = None, atol: float | None = None,
+                 notes: Iterable[str] = ()) -> PairPlan:
+    """The dispatch point: how ``a`` is compared with ``b`` (never raises; reads metadata only).
+
+    ``dtype_mismatch`` when the kinds differ, ``shape_mismatch`` when the shapes do, else the
+    tolerances of :func:`~megadump_zarr.analyse.verdict.resolve_tolerance` (exact for integers).
+
+    Args:
+        keys: The key columns of the row.
+        a: The tensor under test.
+        b: The reference.
+        rtol: User relative tolerance (floats; None: the dtype default).
+        atol: User absolute tolerance (floats; None: the dtype default).
+        notes: Notes to add (truncation, row alignment).
+    """
+    extra_notes = [n for n in notes if n]
+    row = empty_row(keys, "error", "; ".join(extra_notes))
+    try:
+        shape_a, shape_b = shape_of(a), shape_of(b)
+        dtype_a, dtype_b = dtype_name(a), dtype_name(b)
+        row.update(shape_a=shape_a, shape_b=shape_b, dtype_a=dtype_a, dtype_b=dtype_b)
+        kind_a, kind_b = dtype_kind(dtype_a), dtype_kind(dtype_b)
+        if kind_a != kind_b:
+            row.update(verdict="dtype_mismatch", note="; ".join(
+                [f"dtype kinds differ: {dtype_a} ({kind_a}) vs {dtype_b} ({kind_b}); not compared", *extra_notes]))
+            return PairPlan(row, extra_notes)
+        if shape_a != shape_b:
+            row.update(verdict="shape_mismatch", note="; ".join(
+                [f"shape {_shape_text(shape_a)} vs {_shape_text(shape_b)}; not compared", *extra_notes]))
+            return PairPlan(row, extra_notes)
+        tol_rtol, tol_atol, exact = resolve_tolerance(dtype_a, dtype_b, rtol, atol)
+    except Exception as exc:  # one unreadable tensor must not abort a whole comparison
+        return PairPlan(_failed_row(row, exc, extra_notes), extra_notes)
+    return PairPlan(row, extra_notes, True, None if exact else tol_rtol, None if exact else tol_atol, exact)
+
+
 def compare_pair(keys: dict[str, Any], a: Any, b: Any, *, rtol: float | None = None, atol: float | None = None,
                  block_bytes: int = DEFAULT_BLOCK_BYTES, notes: Iterable[str] = (), locate: Locator | None = None,
                  metrics: Callable[..., TensorMetrics] | None = None) -> dict[str, Any]:
     """One result row: ``a`` (under test) against the reference ``b``; never raises.
 
-    This is the one place that chooses how a pair is compared (see the module docstring).
+    :func:`prepare_pair` chooses how the pair is compared; the metrics are then computed and judged.
 
     Args:
         keys: The key columns of the row.
@@ -103,34 +164,15 @@ def compare_pair(keys: dict[str, Any], a: Any, b: Any, *, rtol: float | None = N
         metrics: ``metrics(a, b, rtol=, atol=, exact=, block_bytes=) -> TensorMetrics``; default
             :func:`~megadump_zarr.analyse.metrics.compute_metrics`.
     """
-    extra_notes = [n for n in notes if n]
-    row = empty_row(keys, "error", "; ".join(extra_notes))
-    integrity = _integrity_error()
+    plan = prepare_pair(keys, a, b, rtol=rtol, atol=atol, notes=notes)
+    if not plan.compute:
+        return plan.row
     try:
-        shape_a, shape_b = shape_of(a), shape_of(b)
-        dtype_a, dtype_b = dtype_name(a), dtype_name(b)
-        row.update(shape_a=shape_a, shape_b=shape_b, dtype_a=dtype_a, dtype_b=dtype_b)
-        kind_a, kind_b = dtype_kind(dtype_a), dtype_kind(dtype_b)
-        if kind_a != kind_b:
-            row.update(verdict="dtype_mismatch", note="; ".join(
-                [f"dtype kinds differ: {dtype_a} ({kind_a}) vs {dtype_b} ({kind_b}); not compared", *extra_notes]))
-            return row
-        if shape_a != shape_b:
-            row.update(verdict="shape_mismatch", note="; ".join(
-                [f"shape {_shape_text(shape_a)} vs {_shape_text(shape_b)}; not compared", *extra_notes]))
-            return row
-        tol_rtol, tol_atol, exact = resolve_tolerance(dtype_a, dtype_b, rtol, atol)
-        m = (metrics or compute_metrics)(a, b, rtol=None if exact else tol_rtol, atol=None if exact else tol_atol,
-                                         exact=exact, block_bytes=block_bytes)
-    except integrity as exc:
-        key = getattr(exc, "key", None)
-        row.update(verdict="missing_data", note="; ".join(
-            [f"missing or corrupt data{f' at {key}' if key else ''}: {exc}", *extra_notes]))
-        return row
-    except Exception as exc:  # one unreadable tensor must not abort a whole comparison
-        row["note"] = "; ".join([f"{type(exc).__name__}: {exc}", *extra_notes])
-        return row
-    return metrics_row(row, m, extra_notes, locate)
+        m = (metrics or compute_metrics)(a, b, rtol=plan.rtol, atol=plan.atol, exact=plan.exact,
+                                         block_bytes=block_bytes)
+    except Exception as exc:
+        return _failed_row(plan.row, exc, plan.notes)
+    return metrics_row(plan.row, m, plan.notes, locate)
 
 
 def metrics_row(row: dict[str, Any], m: TensorMetrics, notes: list[str], locate: Locator | None = None) -> dict[str, Any]:
@@ -158,11 +200,6 @@ def metrics_row(row: dict[str, Any], m: TensorMetrics, notes: list[str], locate:
             except Exception:  # locating is a courtesy: never lose the verdict over it
                 pass
     return row
-
-
-def metrics_of(a: Any, b: Any, **kwargs: Any) -> TensorMetrics:
-    """:func:`compute_metrics` with the two sides' blocks read in parallel threads (see :class:`RecordPair`)."""
-    return _parallel_metrics(a, b, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------------- dump records
@@ -210,36 +247,6 @@ def _pool() -> ThreadPoolExecutor:
         if _POOL is None:
             _POOL = ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="megadump-compare")
         return _POOL
-
-
-def _parallel_metrics(a: Any, b: Any, *, rtol: float | None = None, atol: float | None = None, exact: bool = False,
-                      block_bytes: int = DEFAULT_BLOCK_BYTES, threads: int | None = None) -> TensorMetrics:
-    """Metrics of two same-shape array-likes: chunk-aligned blocks, ``threads`` lanes each folding its own
-    blocks (read A, read B, fold) into its own accumulator; the accumulators are merged at the end."""
-    shape = shape_of(a)
-    if shape != shape_of(b):
-        raise ValueError(f"shape mismatch: {shape} vs {shape_of(b)}")
-    blocks = list(iter_blocks(shape, block_bytes, row_chunks(a) or row_chunks(b)))
-    lanes = max(1, min(threads or _THREADS, len(blocks)))
-    if lanes == 1 or threading.current_thread().name.startswith("megadump-compare"):
-        acc = MetricAccumulator(shape, rtol=rtol, atol=atol, exact=exact)
-        with single_threaded_blas():
-            for index in blocks:
-                acc.update(read_native_block(a, index), read_native_block(b, index), block_offset(shape, index))
-        return acc.result()
-
-    def lane(k: int) -> MetricAccumulator:
-        acc = MetricAccumulator(shape, rtol=rtol, atol=atol, exact=exact)
-        for index in blocks[k::lanes]:
-            acc.update(read_native_block(a, index), read_native_block(b, index), block_offset(shape, index))
-        return acc
-
-    with single_threaded_blas():
-        accumulators = list(_pool().map(lane, range(lanes)))
-    total = accumulators[0]
-    for other in accumulators[1:]:
-        total.merge(other)
-    return total.result()
 
 
 @dataclass(frozen=True)
@@ -297,22 +304,8 @@ def record_source(dump: Any, path: str, truncated: bool) -> Any:
     return dump.record_array(path)
 
 
-def compare_record(pair: RecordPair) -> dict[str, Any]:
-    """The result row of one record pair of two dumps (see :class:`RecordPair`); never raises.
-
-    Args:
-        pair: The record, its two dumps and the tolerances.
-    """
-    integrity = _integrity_error()
-    try:
-        xa = record_source(_open(pair.a), pair.path, pair.truncated)
-        xb = record_source(_open(pair.b), pair.path, pair.truncated)
-    except integrity as exc:
-        return empty_row(pair.keys, "missing_data", f"missing or corrupt data: {exc}")
-    except Exception as exc:
-        return empty_row(pair.keys, "error", f"{type(exc).__name__}: {exc}")
-    note = "truncated record: NaN where not captured" if pair.truncated else ""
-    keys = pair.keys
+def _locator(keys: dict[str, Any]) -> Locator:
+    """An L1 record comes from one task: its worst element's producer is the record's own task/owner/core."""
 
     def locate(index: tuple[int, ...]) -> dict[str, Any]:
         if keys.get("level") != "L1":
@@ -320,12 +313,124 @@ def compare_record(pair: RecordPair) -> dict[str, Any]:
         return {"worst_task_id": keys.get("task_id"), "worst_owner_id": keys.get("owner_id"),
                 "worst_core_type": keys.get("core_type"), "worst_core_id": keys.get("core_id")}
 
-    return compare_pair(keys, xa, xb, rtol=pair.rtol, atol=pair.atol, block_bytes=pair.block_bytes, notes=[note],
-                        locate=locate, metrics=_parallel_metrics)
+    return locate
 
 
-def nbytes_of(x: Any) -> int:
-    """Logical bytes of an array-like (for progress and benchmarks)."""
-    dtype = getattr(x, "dtype", None)
-    size = int(np.prod(shape_of(x))) if shape_of(x) else 1
-    return size * (np.dtype(dtype).itemsize if dtype is not None else 8)
+def compare_record(pair: RecordPair) -> dict[str, Any]:
+    """The result row of one record pair of two dumps (see :class:`RecordPair`); never raises.
+
+    This is the unit :func:`megadump_zarr.analyse.parallel.map_ordered` runs on a worker; its blocks are
+    read and folded by this process's threads (:func:`compare_records`).
+
+    Args:
+        pair: The record, its two dumps and the tolerances.
+    """
+    return compare_records([pair])[0]
+
+
+@dataclass
+class _Job:
+    pair: RecordPair
+    a: Any
+    b: Any
+    plan: PairPlan
+    shape: tuple[int, ...]
+    blocks: list[tuple[slice, ...]]
+    left: int = 0
+    error: BaseException | None = None
+    accumulators: list[MetricAccumulator] = field(default_factory=list)
+
+
+def compare_records(pairs: list[RecordPair], advance: Callable[[], None] | None = None, *,
+                    threads: int | None = None) -> list[dict[str, Any]]:
+    """The result rows of many record pairs, in order, compared in this process; never raises.
+
+    Every chunk-aligned block of every record goes into one queue, in execution order; ``threads``
+    lanes take the next block, read it from both dumps (zarr decodes in C with the GIL released) and
+    fold it into their own accumulator of that record; the accumulators are merged per record at the
+    end. Each lane holds one block pair at a time (a few chunks), whatever the tensor sizes, and no
+    lane waits for another at a record boundary.
+
+    Args:
+        pairs: The record pairs (their ``a``/``b``: open dumps or ``DumpSource``).
+        advance: Called once per finished record (from a lane thread).
+        threads: Lanes (default: one per core, at most 4).
+    """
+    rows: list[dict[str, Any] | None] = [None] * len(pairs)
+    jobs: dict[int, _Job] = {}
+    work: list[tuple[int, int]] = []
+    for k, pair in enumerate(pairs):
+        note = "truncated record: NaN where not captured" if pair.truncated else ""
+        try:
+            xa = record_source(_open(pair.a), pair.path, pair.truncated)
+            xb = record_source(_open(pair.b), pair.path, pair.truncated)
+        except Exception as exc:
+            rows[k] = _failed_row(empty_row(pair.keys, "error", ""), exc, [])
+            continue
+        plan = prepare_pair(pair.keys, xa, xb, rtol=pair.rtol, atol=pair.atol, notes=[note])
+        if not plan.compute:
+            rows[k] = plan.row
+            continue
+        shape = shape_of(xa)
+        try:
+            blocks = list(iter_blocks(shape, pair.block_bytes, row_chunks(xa) or row_chunks(xb)))
+        except Exception as exc:
+            rows[k] = _failed_row(plan.row, exc, plan.notes)
+            continue
+        jobs[k] = _Job(pair, xa, xb, plan, shape, blocks, left=len(blocks))
+        work.extend((k, i) for i in range(len(blocks)))
+    for k, job in jobs.items():
+        if not job.blocks and advance is not None:
+            advance()
+    lock = threading.Lock()
+    queue = iter(work)
+
+    def lane() -> None:
+        mine: dict[int, MetricAccumulator] = {}
+        while True:
+            with lock:
+                item = next(queue, None)
+            if item is None:
+                break
+            k, i = item
+            job = jobs[k]
+            if job.error is None:
+                index = job.blocks[i]
+                try:
+                    block_a, block_b = read_native_block(job.a, index), read_native_block(job.b, index)
+                    acc = mine.get(k)
+                    if acc is None:
+                        acc = mine[k] = MetricAccumulator(job.shape, rtol=job.plan.rtol, atol=job.plan.atol,
+                                                          exact=job.plan.exact)
+                        with lock:
+                            job.accumulators.append(acc)
+                    acc.update(block_a, block_b, block_offset(job.shape, index))
+                except Exception as exc:
+                    with lock:
+                        job.error = job.error or exc
+            with lock:
+                job.left -= 1
+                finished = job.left == 0
+            if finished and advance is not None:
+                advance()
+
+    lanes = max(1, min(threads or _THREADS, len(work)))
+    with single_threaded_blas():
+        if lanes == 1 or threading.current_thread().name.startswith("megadump-compare"):
+            lane()
+        else:
+            for future in [_pool().submit(lane) for _ in range(lanes)]:
+                future.result()
+    for k, job in jobs.items():
+        if job.error is not None:
+            rows[k] = _failed_row(job.plan.row, job.error, job.plan.notes)
+            continue
+        total = job.accumulators[0] if job.accumulators else MetricAccumulator(
+            job.shape, rtol=job.plan.rtol, atol=job.plan.atol, exact=job.plan.exact)
+        for other in job.accumulators[1:]:
+            total.merge(other)
+        try:
+            rows[k] = metrics_row(job.plan.row, total.result(), job.plan.notes, _locator(job.pair.keys))
+        except Exception as exc:
+            rows[k] = _failed_row(job.plan.row, exc, job.plan.notes)
+    return [row for row in rows if row is not None]
