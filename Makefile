@@ -39,6 +39,7 @@ test-slow: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.export
 	$(BIN)/python -m benchmarks.read
+	$(BIN)/python -m benchmarks.compare
 	$(BIN)/python -m benchmarks.codecs
 	$(BIN)/python -m benchmarks.upload
 	$(BIN)/python -m benchmarks.reliability
