@@ -100,6 +100,8 @@ def _unexpected(error: Exception, args: argparse.Namespace) -> str:
     text = _message(error)
     if isinstance(error, ImportError):
         return f"{text} (a package this needs is not installed)"
+    if isinstance(error, RecursionError):
+        return "an input document is nested too deeply to be read"
     if _origin(error) in _STORAGE_STACK:
         return _scrub(f"object store: {kind}: {text} (check the URL and the -S storage options)", args)
     return _scrub(f"internal error: {kind}: {text} (set MEGADUMP_DEBUG=1 for a traceback; please report it)", args)

@@ -96,6 +96,8 @@ def _read_json(path: Path, what: str) -> dict[str, Any]:
         document = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"legacy {what} {path} is not valid JSON: {error}") from None
+    except RecursionError:
+        raise ValueError(f"legacy {what} {path} is nested too deeply to be a manifest") from None
     if not isinstance(document, dict):
         raise ValueError(f"legacy {what} {path} must hold a JSON object, got {type(document).__name__}")
     return document
