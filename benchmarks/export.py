@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 from pathlib import Path
+import resource
 import statistics
 import threading
 import time
@@ -209,6 +210,13 @@ def raw(buffer: torch.Tensor, plans: list[L1RecordPlan], root: Path, launches: i
             handle.write(memoryview(buffer.numpy())[start:end])
 
 
+def _cpu() -> float:
+    """This process's CPU time (user + system, every thread): a steadier measure than wall time when
+    other work shares the cores (our writer overlaps two threads, the seed runs one)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _du(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
@@ -244,6 +252,7 @@ def run_workload(name: str, count: int, payload_bytes: int, dtype: torch.dtype, 
     if fsync:
         contenders["ours_fsync"] = lambda root: ours(buffer, plans, root, launches=launches, durable="fsync")
     times: dict[str, list[float]] = {k: [] for k in contenders}
+    cpu: dict[str, list[float]] = {k: [] for k in contenders}
     peaks: dict[str, list[int]] = {k: [] for k in contenders}
     stored: dict[str, int] = {}
     # Every run keeps its output until the workload ends: this disk is mounted with `discard`, and
@@ -254,10 +263,11 @@ def run_workload(name: str, count: int, payload_bytes: int, dtype: torch.dtype, 
                 root = Path(scratch) / f"{key}_{repeat}"
                 sync_disk()
                 with PeakRss() as rss:
-                    start = time.perf_counter()
+                    start, cpu_start = time.perf_counter(), _cpu()
                     run(root)
                     sync_disk()
                     times[key].append(time.perf_counter() - start)
+                    cpu[key].append(_cpu() - cpu_start)
                 peaks[key].append(rss.extra)
                 stored[key] = _du(root)
         ops = {}
@@ -276,6 +286,8 @@ def run_workload(name: str, count: int, payload_bytes: int, dtype: torch.dtype, 
         "baseline_peak_extra_rss_bytes": max(peaks["seed"]),
         "stored_bytes_ours": stored["ours"], "stored_bytes_seed": stored["seed"],
         "stored_vs_payload": stored["ours"] / payload, "seed_stored_vs_payload": stored["seed"] / payload,
+        "baseline_cpu_s": statistics.median(cpu["seed"]), "ours_cpu_s": statistics.median(cpu["ours"]),
+        "cpu_ratio": statistics.median(cpu["seed"]) / statistics.median(cpu["ours"]),
         "times": times,
     }
     if variants:
@@ -350,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     print_table(entries, [("workload", "workload"), ("baseline_s", "seed s"), ("ours_s", "ours s"), ("ratio", "seed/ours"),
                           ("ours_nocrc_s", "no-crc s"), ("ours_nodurable_s", "no-durable s"),
                           ("ours_none_s", "ours-none s"), ("raw_s", "raw s"), ("none_vs_raw", "none/raw"),
-                          ("stored_vs_payload", "stored/payload"), ("peak_extra_rss_share", "our extra RSS / payload")])
+                          ("stored_vs_payload", "stored/payload"), ("peak_extra_rss_share", "our extra RSS / payload"),
+                          ("baseline_cpu_s", "seed cpu s"), ("ours_cpu_s", "ours cpu s"), ("cpu_ratio", "cpu seed/ours")])
     for entry in entries:
         for key, ops in entry.get("fs_ops", {}).items():
             print(f"{entry['workload']}: {key} {ops['metadata_ops_per_record']:.2f} mkdir/open/rename/sync per record, "
