@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.export
 	$(BIN)/python -m benchmarks.read
 	$(BIN)/python -m benchmarks.compare
+	$(BIN)/python -m benchmarks.peer_compare
 	$(BIN)/python -m benchmarks.codecs
 	$(BIN)/python -m benchmarks.upload
 	$(BIN)/python -m benchmarks.reliability

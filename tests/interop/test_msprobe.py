@@ -129,6 +129,16 @@ def test_statistics_task_keeps_msprobe_statistics(msprobe_dumps, tmp_path):
         attrs = json.loads((window / name / "zarr.json").read_text())["attributes"]
         assert [r["msprobeStats"]["Max"] for r in attrs["records"]] == [leaf["Max"] for leaf in leaves]
         assert not [p for p in (window / name).iterdir() if p.is_dir() and p.name != "statistics"]
+    # records() lists them as statistics-only records, and compare checks them against a tensor dump of the
+    # same (seeded) run through their statistics.
+    records = open_dump(tmp_path / "z").records()
+    assert len(records) == sum(len(_tensor_leaves(e, [])) for step in (0, 1) for e in _dump_json(msprobe_dumps["stats"], step)[1]["data"].values())
+    assert not records["payload"].any() and set(records["nan_count"]) == {0}
+    convert_msprobe(msprobe_dumps["golden"], tmp_path / "golden")
+    result = compare(tmp_path / "z", tmp_path / "golden")
+    assert len(result) == len(records) and result["note"].str.startswith("summary: statistics only in a").all()
+    tensors = result[result["shape_a"].map(len) > 0]  # 0-d records: see the notes
+    assert (tensors["verdict"] == "pass").all(), tensors[tensors["verdict"] != "pass"][["name", "note"]]
 
 
 def test_npy_files_load_without_pickle(msprobe_dumps, tmp_path):

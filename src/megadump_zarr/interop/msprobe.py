@@ -20,9 +20,12 @@ and ``argIndex`` (``"0"``, ``"0.1"`` for nested, the keyword for kwargs) as attr
 own statistics as ``msprobeStats``. Non-tensor arguments are kept in the invocation's ``nonTensorArgs``.
 
 Statistics task (no tensor files): every invocation gets a ``statistics`` table
-(``store/statistics.py``: one row per tensor leaf, ``payload`` false) holding msprobe's Max/Min/Mean/Norm
-as min/max/mean/l2norm, and no payload arrays; element and NaN/Inf counts msprobe does not record are
-``-1``.
+(``store/statistics.py``: one row per tensor leaf, ``payload`` false, so ``records()`` lists them as
+statistics-only records) holding msprobe's Max/Min/Mean/Norm as min/max/mean/l2norm, and no payload
+arrays. msprobe records no NaN/Inf counts: they are 0 when all four statistics are finite (msprobe's
+torch reductions run over every element, so a NaN or Inf would show), else unknown (``-1``); the
+element count is the shape's product; the checksum is 0 (none). The invocation's ``records`` attribute
+keeps every record's attributes, msprobe's statistics included.
 
 msprobe directories are untrusted input, handled like the legacy importer's (:mod:`.legacy`): every
 ``data_name`` must be a plain file name that resolves (links included) to a regular file inside its
@@ -380,16 +383,22 @@ def _statistics_table(call: _Call, names: list[str]) -> Any:
         return out
 
     text = lambda values: np.array(values, dtype=object)  # noqa: E731
+    # msprobe keeps no NaN/Inf counts; its Max/Min/Mean/Norm are torch reductions over every element, so
+    # when all four are finite the tensor holds no NaN or Inf (0); otherwise the counts are unknown (-1).
+    finite = [all(isinstance(t.stats.get(k), int | float) and not isinstance(t.stats.get(k), bool)
+                  and math.isfinite(t.stats[k]) for k in ("Max", "Min", "Mean", "Norm")) for t in call.tensors]
+    counts = np.array([0 if ok else -1 for ok in finite], dtype=np.int64)
     coords = {
         "stage": text([""] * n), "task_id": np.full(n, -1, np.int64), "owner_id": np.full(n, -1, np.int64),
         "core_type": text([""] * n), "core_id": np.full(n, -1, np.int64), "worker": np.full(n, -1, np.int64),
         "io": text([t.io for t in call.tensors]), "index": np.arange(n, dtype=np.int64),
-        "name": text([t.name for t in call.tensors]), "shape": text([json.dumps(list(t.shape)) for t in call.tensors]),
+        "name": text([t.name for t in call.tensors]), "param_position": np.arange(n, dtype=np.int64),
+        "shape": text([json.dumps(list(t.shape)) for t in call.tensors]),
         "dtype": text([t.dtype for t in call.tensors]), "path": text(names), "payload": np.zeros(n, dtype=bool),
     }
     variables = {
         "element_count": np.array([math.prod(t.shape) for t in call.tensors], dtype=np.int64),
-        "nan_count": np.full(n, -1, np.int64), "inf_count": np.full(n, -1, np.int64),
+        "nan_count": counts, "inf_count": counts,
         "min": column("Min"), "max": column("Max"), "mean": column("Mean"), "l2norm": column("Norm"),
         "checksum": np.zeros(n, dtype=np.uint64),
     }
