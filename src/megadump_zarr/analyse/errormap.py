@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from megadump_zarr.analyse.matching import scalar
 from megadump_zarr.analyse.verdict import FAILING, VERDICTS
 
 __all__ = ["BY_KEYS", "error_map", "error_map_columns"]
@@ -71,7 +72,7 @@ def error_map(result: pd.DataFrame, by: str = "owner") -> pd.DataFrame:
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
     max_abs = pd.to_numeric(frame.get("max_abs"), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     max_rel = pd.to_numeric(frame.get("max_rel"), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    key_values = [[_plain(v) for v in frame[k]] for k in keys]
+    key_values = [[scalar(v) for v in frame[k]] for k in keys]
     verdicts = frame["verdict"].tolist()
     names = frame["name"].tolist() if "name" in frame.columns else [None] * len(frame)
     paths = frame["path"].tolist() if "path" in frame.columns else [None] * len(frame)
@@ -95,18 +96,5 @@ def error_map(result: pd.DataFrame, by: str = "owner") -> pd.DataFrame:
     out = pd.DataFrame(list(groups.values()), columns=columns)
     for col in ("rank", "window", "invocation", "owner_id", "core_id", "task_id"):
         if col in out.columns:
-            out[col] = pd.array([None if _plain(v) is None else int(v) for v in out[col]], dtype="Int64")
+            out[col] = pd.array([None if scalar(v) is None else int(v) for v in out[col]], dtype="Int64")
     return out
-
-
-def _plain(value: Any) -> Any:
-    if value is None:
-        return None
-    try:
-        if pd.isna(value):
-            return None
-    except (TypeError, ValueError):
-        pass
-    if isinstance(value, np.generic):
-        return value.item()
-    return value

@@ -145,30 +145,13 @@ def dtype_name(x: Any) -> str:
 
 
 def read_block(x: Any, index: tuple[slice, ...]) -> np.ndarray:
-    """Read ``x[index]`` into a host float64 numpy array.
+    """Read ``x[index]`` into a host float64 numpy array (see :func:`read_native_block`).
 
     Args:
         x: An array-like (see the module docstring).
         index: A tuple of slices, as :func:`iter_blocks` yields.
     """
-    if _is_torch(x):
-        block = x[index].detach()
-        if block.is_floating_point() and block.dtype.itemsize < 8:
-            block = block.float()  # bf16/fp16/fp8 have no numpy counterpart in torch's bridge
-        elif block.is_complex():
-            raise TypeError(f"complex tensors are not supported (dtype {block.dtype})")
-        return np.asarray(block.cpu().numpy(), dtype=np.float64)
-    if not hasattr(x, "shape") or not hasattr(x, "__getitem__"):
-        x = np.asarray(x)
-    block = x[index] if index else x[...]
-    if hasattr(block, "compute") and not isinstance(block, np.ndarray):  # dask array / dask-backed DataArray
-        block = block.compute()
-    if hasattr(block, "values") and not isinstance(block, np.ndarray):  # xarray DataArray / pandas
-        block = block.values
-    block = np.asarray(block)
-    if block.dtype.kind == "c":
-        raise TypeError(f"complex arrays are not supported (dtype {block.dtype})")
-    return block.astype(np.float64, copy=False)
+    return read_native_block(x, index).astype(np.float64, copy=False)
 
 
 def read_native_block(x: Any, index: tuple[slice, ...]) -> np.ndarray:

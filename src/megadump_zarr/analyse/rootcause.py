@@ -28,21 +28,14 @@ from typing import Any
 
 import pandas as pd
 
+from megadump_zarr.analyse.matching import scalar
 from megadump_zarr.analyse.verdict import FAILING
 
 __all__ = ["root_cause", "stage_order"]
 
 
 def _value(row: pd.Series, key: str) -> Any:
-    value = row.get(key) if key in row.index else None
-    if value is None:
-        return None
-    try:
-        if pd.isna(value):
-            return None
-    except (TypeError, ValueError):
-        pass
-    return value
+    return scalar(row.get(key)) if key in row.index else None
 
 
 def _is_input(row: pd.Series) -> bool:
