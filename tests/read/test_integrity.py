@@ -131,3 +131,23 @@ def test_export_hdf5_refuses_and_leaves_nothing(dump_copy: Path, tmp_path: Path,
     assert chunk.name in err and "missing" in err
     assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".out.h5")) == []
+
+
+def test_corrupt_coordinate_chunk_of_a_stitched_tensor(dump_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """tensor() reads the small global-row coordinate arrays while stitching: a damaged one is named too."""
+    root = dump_copy / "l1"
+    records = open_dump(root).records()
+    row = records[(records["name"] == "xs") & (records["stage"] == "expert_up")].iloc[0]
+    group = root / row["group"]
+    first_dim = json.loads((root / row["path"] / "zarr.json").read_text())["dimension_names"][0]
+    coordinate = group / first_dim  # the global-row coordinate array stitching reads
+    chunk = next(p for p in coordinate.iterdir() if p.name != "zarr.json")
+    chunk.write_bytes(b"\x00" * 7)
+    key = f"{row['group']}/{coordinate.name}/{chunk.name}"
+    with pytest.raises(DumpIntegrityError, match="is corrupt") as info:
+        open_dump(root).tensor("xs", stage="expert_up", invocation=int(row["invocation"])).values
+    assert key in str(info.value)
+    capsys.readouterr()
+    code = main(["show", str(root), "xs", "--stage", "expert_up", "--invocation", str(int(row["invocation"]))])
+    err = capsys.readouterr().err
+    assert code == 1 and key in err and len(err.strip().splitlines()) == 1

@@ -132,6 +132,10 @@ def main(argv: list[str] | None = None) -> int:
             raise
         code = error.code if isinstance(error, CliError) else getattr(error, "exit_code", EXIT_USAGE)
         code = code if isinstance(code, int) else EXIT_USAGE  # DumpIntegrityError: 1 (a failed check)
+        cause = error.__context__
+        while cause is not None and code == EXIT_USAGE:  # a DumpIntegrityError re-raised as a CliError still exits 1
+            code = getattr(cause, "exit_code", code) if isinstance(getattr(cause, "exit_code", None), int) else code
+            cause = cause.__context__
         sys.stdout.flush()
         sys.stderr.write(f"error: {_message(error)}\n")
         return code

@@ -38,7 +38,8 @@ from megadump_zarr.read.catalog import (
     scan_windows,
     window_nodes,
 )
-from megadump_zarr.read.integrity import CommittedWindows, IntegrityStore
+from megadump_zarr.read.errors import DumpIntegrityError
+from megadump_zarr.read.integrity import CommittedWindows, IntegrityStore, guard_read
 from megadump_zarr.read.location import DumpLocation, open_location, store_path
 from megadump_zarr.read.select import (
     check_tensor_choice,
@@ -518,5 +519,12 @@ def _read_coordinates(store: Store, coords: list[tuple[str, dict[str, Any]]]) ->
     async def run() -> list[Any]:
         return list(await asyncio.gather(*(a._async_array.getitem(slice(None)) for a in arrays)))
 
-    return [np.asarray(v) for v in sync(run())]
+    try:
+        return [np.asarray(v) for v in sync(run())]
+    except DumpIntegrityError:
+        raise
+    except (RuntimeError, ValueError, TypeError, EOFError):  # a coordinate chunk without a checksum that fails to decode
+        for array, (key, _) in zip(arrays, coords):
+            guard_read(array, key, lambda a=array: a[...])  # raises naming the failing chunk
+        raise
 
