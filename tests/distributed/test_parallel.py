@@ -63,3 +63,31 @@ def test_runs_on_the_active_distributed_client(cluster_client) -> None:
     assert len(logs) == 2 and sum(logs.values()) >= 7
     with pytest.raises(ValueError, match=r"^item 3 \(3\): three is not allowed$"):
         map_ordered(_square, range(5))
+
+
+SECRET = "pArAlLeL/secret+never-in-a-log-0123"
+
+
+def _open_source(source: object) -> object:
+    return source.open()  # type: ignore[attr-defined]
+
+
+def test_secrets_stay_out_of_keys_reprs_errors_and_worker_logs(cluster_client, tmp_path) -> None:
+    from megadump_zarr.analyse.parallel import _delayed
+    from megadump_zarr.read.source import DumpSource
+
+    source = DumpSource(str(tmp_path / "missing"), {"key": "AKIAPARALLEL", "secret": SECRET,
+                                                    "client_kwargs": {"aws_session_token": SECRET}})
+    assert SECRET not in repr(source) and SECRET not in str(source)
+    assert SECRET not in dask.base.tokenize(source) and dask.base.tokenize(source) == dask.base.tokenize(
+        DumpSource(source.url, {**source.storage_options, "secret": "another"}))  # the secret is not hashed either
+    tasks = _delayed(_open_source, [source])
+    graph = dict(tasks[0].dask)
+    assert SECRET not in repr(graph) and SECRET not in repr(list(graph))
+    with pytest.raises(ValueError) as error:
+        map_ordered(_open_source, [source])
+    assert str(error.value).startswith(f"item 0 ({source.url}): {source.url} is not a megadump_zarr dump root")
+    assert SECRET not in str(error.value)
+    logs = repr(cluster_client.get_worker_logs()) + repr(cluster_client.get_scheduler_logs())
+    assert "Compute Failed" in logs and "megadump-_open_source-" in logs  # the failure was logged, without the secret
+    assert SECRET not in logs and "AKIAPARALLEL" not in logs

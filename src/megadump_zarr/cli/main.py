@@ -126,7 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     ctx = Context(console=Console(width=_width()), err=Console(stderr=True), json=args.json, quiet=args.quiet)
     try:
-        return int(args.handler(args, ctx))
+        from megadump_zarr.cli.cluster import cluster_from_args  # --scheduler / --workers, when the command has them
+
+        with cluster_from_args(args):
+            return int(args.handler(args, ctx))
     except _INPUT_ERRORS as error:
         if os.environ.get("MEGADUMP_DEBUG"):
             raise

@@ -33,7 +33,7 @@ from megadump_zarr.read.documents import (
     shape_field,
 )
 from megadump_zarr.read.statistics import STATISTICS_COLUMNS, merge_statistics
-from megadump_zarr.read.location import get_json, get_many, list_dir, list_prefix, parse_json
+from megadump_zarr.read.location import get_json, get_many, list_dir, list_dirs, list_prefix, parse_json
 
 __all__ = [
     "EXTRA_COLUMNS",
@@ -172,11 +172,9 @@ def scan_windows(store: Store, cache: dict[str, WindowInfo] | None = None) -> li
     """
     cache = {} if cache is None else cache
     keys: list[tuple[int, int, str]] = []
-    for rank_name in list_dir(store, ""):
-        rank_match = _RANK.match(rank_name)
-        if not rank_match:
-            continue
-        for window_name in list_dir(store, rank_name):
+    rank_names = [(name, match) for name in list_dir(store, "") if (match := _RANK.match(name))]
+    for (rank_name, rank_match), window_names in zip(rank_names, list_dirs(store, [n for n, _ in rank_names])):
+        for window_name in window_names:  # the ranks are listed concurrently: one round trip, not one per rank
             window_match = _WINDOW.match(window_name)
             if window_match:
                 rank, window = int(rank_match.group(1)), int(window_match.group(1))

@@ -22,7 +22,7 @@ from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore, StorePath
 
 __all__ = [
-    "DumpLocation", "get_bytes", "get_json", "get_many", "list_dir", "list_prefix", "open_location", "parse_json", "store_path",
+    "DumpLocation", "get_bytes", "get_json", "get_many", "list_dir", "list_dirs", "list_prefix", "open_location", "parse_json", "store_path",
 ]
 
 _GC_PAUSE_BYTES = 1 << 20  # documents larger than this are parsed with the cyclic GC paused
@@ -70,7 +70,12 @@ def open_location(url: str | os.PathLike[str] | Store, storage_options: dict[str
     options = dict(storage_options or {})
     if text.split("://", 1)[0].lower() in ("s3", "s3a"):
         _check_s3(options)
-    store = FsspecStore.from_url(text.rstrip("/"), storage_options=dict(options), read_only=True)
+    fs_options = dict(options)
+    if text.split("://", 1)[0].lower() in ("s3", "s3a"):
+        # s3fs otherwise sends a HEAD before every whole-object GET (to split big objects into concurrent
+        # ranges): two requests per document and chunk, for chunks far below its 50 MiB block size
+        fs_options.setdefault("max_concurrency", 1)
+    store = FsspecStore.from_url(text.rstrip("/"), storage_options=fs_options, read_only=True)
     return DumpLocation(store, text, options)
 
 
@@ -184,6 +189,23 @@ def list_dir(store: Store, prefix: str) -> list[str]:
     """
     names = sync(_collect(store.list_dir(prefix)))
     return sorted({name.strip("/") for name in names if name.strip("/")})
+
+
+def list_dirs(store: Store, prefixes: Sequence[str]) -> list[list[str]]:
+    """:func:`list_dir` of several prefixes, listed concurrently (one request each on an object store).
+
+    Args:
+        store: The dump store.
+        prefixes: Key prefixes without trailing slash.
+    """
+    if not prefixes:
+        return []
+
+    async def run() -> list[list[str]]:
+        found = await asyncio.gather(*(_collect(store.list_dir(prefix)) for prefix in prefixes))
+        return [sorted({name.strip("/") for name in names if name.strip("/")}) for names in found]
+
+    return sync(run())
 
 
 def list_prefix(store: Store, prefix: str) -> list[str]:

@@ -8,6 +8,7 @@ from typing import Any
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from megadump_zarr.cli.cluster import add_cluster_flags
 from megadump_zarr.cli.common import (
     EXIT_CHECK_FAILED, EXIT_OK, Context, add_filters, add_output_flags, add_storage_options, matching_pair,
     open_dump_arg, storage_options,
@@ -82,6 +83,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--failures-only", action="store_true", help="table: only records that do not pass")
     add_filters(parser)
     add_storage_options(parser)
+    add_cluster_flags(parser)
     add_output_flags(parser)
     parser.set_defaults(handler=run)
 

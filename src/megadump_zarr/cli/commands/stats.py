@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from megadump_zarr.cli.cluster import add_cluster_flags
 from megadump_zarr.cli.common import EXIT_OK, Context, add_filters, add_output_flags, add_storage_options
-from megadump_zarr.cli.commands.ls import selected_records
 from megadump_zarr.cli.render import Column, fit_table, is_missing, location, location_parts, print_fitted
 
 __all__ = ["register"]
@@ -27,6 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--nonfinite", action="store_true", help="only records whose stats count a NaN or Inf")
     add_filters(parser)
     add_storage_options(parser)
+    add_cluster_flags(parser)
     add_output_flags(parser)
     parser.set_defaults(handler=run)
 
@@ -54,7 +55,11 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     """Print the statistics table."""
     from megadump_zarr.analyse.compare import execution_order
 
-    dump, records = selected_records(args)
+    from megadump_zarr.analyse.records import prefetch_records
+    from megadump_zarr.cli.common import matching_records, open_dump_arg, storage_options
+
+    dump = prefetch_records(open_dump_arg(args.path, storage_options(args)))  # per-window tables on the cluster
+    records = matching_records(dump, args)
     if len(records):
         records = execution_order(records)
     if args.nonfinite and len(records):

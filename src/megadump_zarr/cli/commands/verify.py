@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from megadump_zarr.cli.cluster import add_cluster_flags
 from megadump_zarr.cli.common import (
     EXIT_CHECK_FAILED, EXIT_OK, CliError, Context, add_output_flags, add_storage_options, human_bytes, storage_options,
 )
@@ -25,6 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("path", metavar="ROOT", help="dump root: directory or URL")
     parser.add_argument("--deep", action="store_true", help="also recompute stored statistics from the data")
     add_storage_options(parser)
+    add_cluster_flags(parser)
     add_output_flags(parser)
     parser.set_defaults(handler=run)
 
