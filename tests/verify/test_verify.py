@@ -196,3 +196,23 @@ def test_partial_launches_are_reported(run: Path, capsys: pytest.CaptureFixture[
 def test_not_a_dump_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _cli(capsys, "verify", tmp_path / "nowhere")
     assert code == 2 and err.startswith("error: ") and len(err.strip().splitlines()) == 1
+
+
+def test_windows_run_on_a_dask_cluster(run: Path) -> None:
+    """With a distributed Client active, windows are verified as dask tasks (map_ordered): same report."""
+    distributed = pytest.importorskip("distributed")
+    root = run / "l0"
+    shutil.copytree(root / "rank_0", root / "rank_1")
+    window_doc = root / "rank_1" / "window_0000" / "zarr.json"
+    doc = json.loads(window_doc.read_text())
+    doc["attributes"]["rank"] = 1
+    window_doc.write_text(json.dumps(doc))
+    local = verify_dump(root)
+    chunk = next(p for p in sorted((root / "rank_1" / "window_0000").rglob("c*")) if p.is_file())
+    chunk.unlink()
+    with distributed.LocalCluster(n_workers=2, processes=False, dashboard_address=None) as cluster, \
+            distributed.Client(cluster):
+        remote = verify_dump(root)
+    assert local.ok and [w.window for w in remote.windows] == ["rank_0/window_0000", "rank_1/window_0000"]
+    assert remote.windows[0].ok and [p.what for p in remote.windows[1].problems] == ["chunk is missing"]
+    assert remote.windows[0].chunks == local.windows[0].chunks
