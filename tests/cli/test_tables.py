@@ -153,7 +153,7 @@ def test_fit_table_units():
     assert fitted.above == ["every row: c same"]
     assert fitted.dropped == ["wide"]
     assert "[1] long note one (2 rows)" in fitted.below
-    assert [c.header for c in fitted.table.columns] == ["a", "b", "n"]
+    assert fitted.headings == ["a", "b", "n"] and [c.header for c in fitted.table.columns] == ["a", "b", "n"]
     assert compact(1.23456789) == "1.235" and compact(3e-7) == "3e-07" and compact(2.0) == "2"
     assert one_minus_cos(0.999994) == "6.00e-06" and one_minus_cos(1.0) == "0" and one_minus_cos(None) == ""
 
@@ -192,9 +192,14 @@ def test_fitted_tables_never_exceed_the_width_they_report(frame_columns, width):
         assert max(len(line) for line in lines) == fitted.width
         assert len(lines) == len(frame) + 2  # header, rule, one line per row: no row wrapped
         assert "…" not in "\n".join(lines)
+        fast = Console(width=width, record=True, no_color=True, file=io.StringIO())
+        print_fitted(fast, fitted)  # the plain-lines path prints what rich's table layout prints
+        printed = [line.rstrip() for line in fast.export_text().splitlines()]
+        start = printed.index("─" * fitted.width) - 1  # after the shared values (which may wrap: not rows)
+        assert printed[start:start + len(lines)] == [line.rstrip() for line in lines]
     else:  # only columns that are never dropped remain
         assert all(c.drop == 0 for c in columns if c.heading in kept)
-    print_fitted(Console(width=width, file=io.StringIO()), fitted)
+        print_fitted(Console(width=width, file=io.StringIO()), fitted)
 
 
 @pytest.fixture(scope="module")

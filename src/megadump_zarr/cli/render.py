@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 import math
 from typing import Any
@@ -193,18 +194,66 @@ class Fitted:
     """A table laid out to fit a console width: one line per row.
 
     Args:
-        table: The rich table (None when there are no rows).
         above: Lines printed before it (values every row shares).
         below: Lines printed after it (shared notes, footnotes, columns left out).
         dropped: Headings of the columns left out for width.
         width: The table's width in characters.
+        headings: The headings of the columns shown.
+        justify: Their justification (``left``/``right``).
+        widths: Their widths.
+        cells: Per row, the text of each column shown.
+        styles: Per row, the style of each cell (None: plain).
+        row_styles: Per row, the style of the whole row.
+        fold: Per column shown, whether it folds (only when even the columns never dropped are too wide).
     """
 
-    table: Table | None
     above: list[str] = field(default_factory=list)
     below: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
     width: int = 0
+    headings: list[str] = field(default_factory=list)
+    justify: list[str] = field(default_factory=list)
+    widths: list[int] = field(default_factory=list)
+    cells: list[list[str]] = field(default_factory=list)
+    styles: list[list[str | None]] = field(default_factory=list)
+    row_styles: list[str | None] = field(default_factory=list)
+    fold: list[bool] = field(default_factory=list)
+
+    @property
+    def table(self) -> Table | None:
+        """The rows as a rich ``Table`` (None when there is nothing to tabulate)."""
+        if not self.headings:
+            return None
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), header_style="bold")
+        for heading, justify, width, fold in zip(self.headings, self.justify, self.widths, self.fold):
+            table.add_column(heading, justify=justify, no_wrap=not fold, overflow="fold" if fold else "ellipsis",
+                             min_width=None if fold else width)
+        for values, styles, row_style in zip(self.cells, self.styles, self.row_styles):
+            table.add_row(*(Text(v, style=st or "") for v, st in zip(values, styles)), style=row_style)
+        return table
+
+    def text(self) -> Text:
+        """The header, rule and rows as one ``Text`` (what :func:`print_fitted` prints when it fits)."""
+        out = Text()
+        last = len(self.headings) - 1
+
+        def line(values: Sequence[str], styles: Sequence[str | None], row_style: str | None) -> None:
+            text = Text()
+            for j, (value, width, justify, style) in enumerate(zip(values, self.widths, self.justify, styles)):
+                padded = value.rjust(width) if justify == "right" else (value if j == last else value.ljust(width))
+                combined = " ".join(s for s in (row_style, style) if s)
+                text.append(padded, style=combined or None)
+                if j < last:
+                    text.append(" " * _GAP)
+            text.rstrip()
+            out.append_text(text)
+            out.append("\n")
+
+        line(self.headings, ["bold"] * len(self.headings), None)
+        out.append("─" * self.width + "\n")
+        for values, styles, row_style in zip(self.cells, self.styles, self.row_styles):
+            line(values, styles, row_style)
+        return out
 
 
 def _table_width(widths: Sequence[int]) -> int:
@@ -228,8 +277,8 @@ def fit_table(frame: Any, columns: Sequence[Column], *, width: int, row_style: C
         row_style: Optional ``row -> style`` of a whole row.
         drop_empty: Leave out columns whose every cell is blank.
     """
-    rows = [row for _, row in frame.iterrows()]
-    fitted = Fitted(None)
+    rows = frame.to_dict("records")  # plain dicts: 10× faster to read than iterrows' Series
+    fitted = Fitted()
     if not rows:
         return fitted
     cells: list[list[str]] = []
@@ -279,22 +328,17 @@ def fit_table(frame: Any, columns: Sequence[Column], *, width: int, row_style: C
         fitted.dropped.append(columns[victim].heading)
     if not keep:  # every cell blank or shared by every row: nothing left to tabulate
         return fitted
-    overflow = _table_width([natural[i] for i in keep]) > width
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), header_style="bold")
-    for i in keep:
-        c = columns[i]
-        fold = overflow and c.wrap
-        table.add_column(c.heading, justify=c.justify, no_wrap=not fold, overflow="fold" if fold else "ellipsis",
-                         min_width=None if fold else natural[i])
-    for n, row in enumerate(rows):
-        values = []
-        for i in keep:
-            c = columns[i]
-            style = c.style(row) if callable(c.style) else c.style
-            values.append(Text(cells[i][n], style=style or ""))
-        table.add_row(*values, style=row_style(row) if row_style else None)
-    fitted.table = table
     fitted.width = _table_width([natural[i] for i in keep])
+    overflow = fitted.width > width
+    fitted.headings = [columns[i].heading for i in keep]
+    fitted.justify = [columns[i].justify for i in keep]
+    fitted.widths = [natural[i] for i in keep]
+    fitted.fold = [overflow and columns[i].wrap for i in keep]
+    fitted.cells = [[cells[i][n] for i in keep] for n in range(len(rows))]
+    styled = [i for i in keep if columns[i].style is not None]
+    fitted.styles = [[(columns[i].style(row) if callable(columns[i].style) else columns[i].style) if i in styled else None
+                      for i in keep] for row in rows]
+    fitted.row_styles = [row_style(row) if row_style else None for row in rows]
     if fitted.dropped:
         fitted.below.append(f"columns left out to fit {width} columns: {', '.join(fitted.dropped)} (--json has every column)")
     return fitted
@@ -312,17 +356,24 @@ def _footnotes(notes: list[str], below: list[str]) -> list[str]:
     if len(distinct) == len(present) and max(len(n) for n in present) <= 40:
         return notes
     marker = {n: f"[{k}]" for k, n in enumerate(distinct, start=1)}
+    counts = Counter(present)
     for n in distinct:
-        count = present.count(n)
+        count = counts[n]
         below.append(f"{marker[n]} {n}" + (f" ({count} rows)" if count > 1 else ""))
     return [marker[n] if n else "" for n in notes]
 
 
 def print_fitted(console: Any, fitted: Fitted) -> None:
-    """Print a :func:`fit_table` result: shared values, the table, notes."""
+    """Print a :func:`fit_table` result: shared values, the table, notes.
+
+    A table that fits is printed as plain aligned lines (fast for tens of thousands of rows); one that
+    does not (only columns that are never dropped left, still too wide) goes through rich's table layout.
+    """
     for line in fitted.above:
         console.print(line, highlight=False, markup=False)
-    if fitted.table is not None:
+    if fitted.headings and fitted.width <= console.width:
+        console.print(fitted.text(), no_wrap=True, overflow="ignore", crop=False, end="", highlight=False)
+    elif fitted.headings:
         console.print(fitted.table)
     for line in fitted.below:
         console.print(line, highlight=False, markup=False)

@@ -107,7 +107,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         if fitted.dropped:
             fitted.below.append(f"columns left out to fit {ctx.console.width} columns: {', '.join(fitted.dropped)}")
     print_fitted(ctx.console, fitted)
-    shown = fitted.table is not None and "path" in [column.header for column in fitted.table.columns]
+    shown = "path" in fitted.headings
     hint = "" if shown else " (record paths: --quiet, or a wider console)"
     ctx.note(f"{len(records)} record{'s' if len(records) != 1 else ''}, "
              f"{human_bytes(float(records['bytes'].fillna(0).sum()))} logical{hint}")
