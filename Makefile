@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.codecs
 	$(BIN)/python -m benchmarks.upload
 	$(BIN)/python -m benchmarks.reliability
+	$(BIN)/python -m benchmarks.distributed
 	$(BIN)/python -m benchmarks.report
 	$(BIN)/python -m benchmarks.statistics
 
