@@ -18,7 +18,10 @@ Measured in one run, median of ``--repeat`` runs each (files warm in the page ca
 * ``MiB/s per side``: the logical bytes of one side over the compare time;
 * ``ratio``: compare time / read-both time (target <= 1.5), target >= 400 MiB/s per side on 2 cores;
 * ``peak extra RSS`` during compare, against the size of one 4 MiB chunk (target: a few chunks per
-  thread, never whole tensors).
+  thread, never whole tensors);
+* the CPU seconds (all threads) of read both and of compare, their ratio and MiB per side per CPU
+  second, and the load average: on a shared machine the wall times move with the other processes,
+  the CPU seconds much less.
 
 Prints a table; ``--json`` writes the numbers.
 """
@@ -79,12 +82,16 @@ def write_pair(base: str, side_bytes: int) -> tuple[str, str, int]:
     return roots[0], roots[1], total
 
 
-def _median(fn: Any, repeat: int) -> tuple[float, Any]:
-    times, out = [], None
+def _median(fn: Any, repeat: int, cpu: list[float] | None = None) -> tuple[float, Any]:
+    """Median wall time of ``repeat`` runs (and, into ``cpu``, the median CPU time of this process)."""
+    times, cpus, out = [], [], None
     for _ in range(repeat):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         out = fn()
         times.append(time.perf_counter() - start)
+        cpus.append(time.process_time() - start_cpu)
+    if cpu is not None:
+        cpu.append(float(np.median(cpus)))
     return float(np.median(times)), out
 
 
@@ -134,12 +141,14 @@ def bench(base: str, side_bytes: int, repeat: int) -> dict[str, Any]:
 
     read_both()  # warm the page cache and the catalogues for both contenders
     run_compare()
-    read_s, nbytes = _median(read_both, repeat)
+    read_cpu: list[float] = []
+    compare_cpu: list[float] = []
+    read_s, nbytes = _median(read_both, repeat, read_cpu)
     whole_s, whole_bytes = _median(read_both_whole, repeat)
     dask_s, dask_bytes = _median(read_both_dask, repeat)
     assert nbytes == whole_bytes == dask_bytes == 2 * logical, (nbytes, whole_bytes, dask_bytes, logical)
     with PeakRss() as rss:
-        compare_s, result = _median(run_compare, repeat)
+        compare_s, result = _median(run_compare, repeat, compare_cpu)
     assert (result.verdict == "pass").all(), result[result.verdict != "pass"][["name", "note"]]
     assert (result.max_abs > 0).all()
     mib = logical / 2**20
@@ -147,6 +156,8 @@ def bench(base: str, side_bytes: int, repeat: int) -> dict[str, Any]:
         "workload": f"compare 2 x {mib:.0f} MiB float32 L0 ({len(paths)} records)",
         "read_both_s": read_s, "read_both_whole_s": whole_s, "read_both_dask_s": dask_s, "compare_s": compare_s, "read_mib_s_per_side": mib / read_s,
         "compare_mib_s_per_side": mib / compare_s, "ratio": compare_s / read_s,
+        "read_cpu_s": read_cpu[0], "compare_cpu_s": compare_cpu[0], "cpu_ratio": compare_cpu[0] / read_cpu[0],
+        "compare_mib_per_cpu_s": mib / compare_cpu[0], "load_average": os.getloadavg()[0],
         "peak_extra_rss_mib": rss.extra / 2**20, "peak_extra_rss_chunks": rss.extra / CHUNK_BYTES,
         "threads": pairs._THREADS, "cores": os.cpu_count(),
     }
@@ -168,7 +179,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         ("compare_s", "compare s"),
                         ("compare_mib_s_per_side", "MiB/s per side"), ("ratio", "compare/read"),
                         ("peak_extra_rss_mib", "peak extra RSS MiB"), ("peak_extra_rss_chunks", "in 4 MiB chunks")])
+    print_table([row], [("read_cpu_s", "read both CPU s"), ("compare_cpu_s", "compare CPU s"),
+                        ("cpu_ratio", "CPU compare/read"), ("compare_mib_per_cpu_s", "MiB per side per CPU s"),
+                        ("load_average", "load average (1 min)")])
     print("targets: >= 400 MiB/s per side on 2 cores; compare/read <= 1.5; peak extra RSS a few chunks per thread")
+    print("(wall times depend on what else runs: with the load average above the core count, compare the CPU "
+          "seconds; on two idle cores the wall time is at best half the CPU time)")
     write_json(args.json, [row])
     return row
 

@@ -208,3 +208,9 @@ def test_nan_either_side_fails_through_compare(nan_side):
     row = compare(a, b).iloc[0]
     assert row.verdict == "fail" and row[f"nan_{nan_side}"] == 1 and row.nonfinite_mismatch == 1
     assert row.first_mismatch == (2,) and "NaN/Inf differ at 1 position(s)" in row.note
+
+
+def test_compare_docstring_states_the_rule_table():
+    doc = [line.strip() for line in compare.__doc__.splitlines()]
+    for line in RULES_TEXT.splitlines():
+        assert line.strip() in doc, line

@@ -47,7 +47,7 @@ from megadump_zarr.analyse.summary import is_summary_pair, summary_row
 from megadump_zarr.analyse.pairs import (
     METRIC_COLUMNS, RecordPair, compare_pair, compare_record, compare_records, empty_row, single_threaded_blas,
 )
-from megadump_zarr.analyse.verdict import FAILING, RULES_TEXT, check_tolerance
+from megadump_zarr.analyse.verdict import FAILING, check_tolerance
 
 __all__ = ["KEY_COLUMNS", "LINEAGE_COLUMNS", "RESULT_COLUMNS", "compare", "execution_order", "first_divergence",
            "first_nonfinite"]
@@ -137,7 +137,21 @@ def compare(
 
     Verdicts (one per row; the rules are :mod:`megadump_zarr.analyse.verdict`)::
 
-{rules}
+        verdict rules (A under test, B reference):
+          integer, bool, index   exact: one differing element fails (mismatches, first_mismatch)
+          floating               fail if |a-b| > atol + rtol*|b| at a finite pair, NaN/Inf positions
+                                 differ, cosine < 0.9, or cosine < 0.99 with max_abs > 0.001
+          kinds differ           dtype_mismatch (int vs float, bool vs int); not compared
+          shapes differ          shape_mismatch; not compared
+          one side only          missing;   unreadable chunk: missing_data (note names the key)
+        default tolerances (two float dtypes: the looser one's; --rtol/--atol replace them):
+          dtype            rtol      atol
+          float64          1e-07     1e-07
+          float32          1.3e-06   1e-05
+          float16          0.001     0.001
+          bfloat16         0.016     0.01
+          float8_e4m3fn    0.125     0.1
+          float8_e5m2      0.25      0.2
 
     ``verdict`` is one of ``pass``, ``fail``, ``shape_mismatch``, ``dtype_mismatch``, ``missing_data``,
     ``error`` and ``missing``; ``note`` says why. Failing rows carry ``worst_index`` (logical index of
@@ -183,9 +197,6 @@ def compare(
         return _compare_collections(a, b, name_list, progress, tol)
     label = name_list[0] if name_list and len(name_list) == 1 else None
     return _frame([compare_pair({**dict.fromkeys(KEY_COLUMNS), "name": label}, a, b, **tol)])
-
-
-compare.__doc__ = compare.__doc__.replace("{rules}", "\n".join("        " + line for line in RULES_TEXT.splitlines()))
 
 
 def _advancer(progress: bool | Callable[[], None], total: int, description: str) -> Any:

@@ -52,6 +52,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 import math
 from math import prod
+import threading
 from typing import Any
 
 import numpy as np
@@ -304,8 +305,6 @@ class MetricAccumulator:
         self.max_rel_eps = 0.0  # msprobe's definitions (see the module docstring)
         self.eps_tight = 0
         self.eps_loose = 0
-        self._buffers: tuple[np.ndarray, ...] | None = None
-        self._buffers32: tuple[np.ndarray, ...] | None = None
         self.narrow: bool | None = None
 
     # ------------------------------------------------------------------ blocks
@@ -341,15 +340,21 @@ class MetricAccumulator:
         if self.first_mismatch is None or flat < self.first_mismatch:
             self.first_mismatch = flat
 
-    def _buffers_for(self, n: int) -> tuple[np.ndarray, ...]:
-        if self._buffers is None or self._buffers[0].size < n:
-            self._buffers = tuple(np.empty(max(n, PIECE)) for _ in range(4)) + (np.empty(max(n, PIECE), bool),)
-        return tuple(buf[:n] for buf in self._buffers)
+    @staticmethod
+    def _buffers_for(n: int) -> tuple[np.ndarray, ...]:
+        """Four float64 and one bool scratch buffers of ``n`` elements, one set per thread (so memory
+        stays a few MiB per thread however many tensors are being accumulated)."""
+        buffers = getattr(_SCRATCH, "f64", None)
+        if buffers is None or buffers[0].size < n:
+            buffers = _SCRATCH.f64 = tuple(np.empty(max(n, PIECE)) for _ in range(4)) + (np.empty(max(n, PIECE), bool),)
+        return tuple(buf[:n] for buf in buffers)
 
-    def _buffers32_for(self, n: int) -> tuple[np.ndarray, ...]:
-        if self._buffers32 is None or self._buffers32[0].size < n:
-            self._buffers32 = tuple(np.empty(max(n, PIECE), np.float32) for _ in range(5))
-        return tuple(buf[:n] for buf in self._buffers32)
+    @staticmethod
+    def _buffers32_for(n: int) -> tuple[np.ndarray, ...]:
+        buffers = getattr(_SCRATCH, "f32", None)
+        if buffers is None or buffers[0].size < n:
+            buffers = _SCRATCH.f32 = tuple(np.empty(max(n, PIECE), np.float32) for _ in range(5))
+        return tuple(buf[:n] for buf in buffers)
 
     def _piece(self, a: np.ndarray, b: np.ndarray, base: int) -> None:
         if self.narrow is None:
@@ -618,6 +623,8 @@ class MetricAccumulator:
             five_thousandths_ratio=(self.eps_loose + same_nonfinite) / self.elements if peer else math.nan,
         )
 
+
+_SCRATCH = threading.local()
 
 _NARROW_NAMES = ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3b11fnuz")
 
