@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 import contextlib
 import io
+import os
 import json
 from pathlib import Path
 import shutil
@@ -33,7 +34,8 @@ ALLOWED = (ValueError, FileNotFoundError, OSError)
 FAST = settings(max_examples=40, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                        HealthCheck.data_too_large])
-SLOW = settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
+SLOW = settings(max_examples=int(os.environ.get("MEGADUMP_FUZZ_EXAMPLES", "1500")), deadline=None,
+                suppress_health_check=list(HealthCheck))
 
 HOSTILE = [
     None, True, False, 0, -1, 1, 1.5, float("nan"), 2**31, 2**62, 2**63, 2**70, -2**70, "", "abc", "0", "\x00",

@@ -145,7 +145,7 @@ def check_root(store: Store, url: str) -> dict[str, Any]:
         raise ValueError(f"{url} is not a megadump_zarr dump root: zarr.json is missing{hint}")
     if doc.get("node_type") != "group" or doc.get("zarr_format") != 3:
         raise ValueError(f"{url} is not a megadump_zarr dump root: its zarr.json is not a Zarr v3 group{hint}")
-    attrs = doc.get("attributes") or {}
+    attrs = check_attributes(doc, f"{url}/zarr.json")
     if "megadump_zarr" not in attrs:
         if "schemaVersion" in attrs and "windowIndex" in attrs:
             what = "a window group"

@@ -38,6 +38,7 @@ from megadump_zarr.read.catalog import (
     scan_windows,
     window_nodes,
 )
+from megadump_zarr.read.documents import check_array_doc, check_attributes, count_field, shape_field
 from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.integrity import CommittedWindows, IntegrityStore, guard_read
 from megadump_zarr.read.location import DumpLocation, open_location, store_path
@@ -310,8 +311,22 @@ class Dump:
         info = self._info(match.group(1))
         rel = match.group(2)
         doc = self._nodes(info).get(rel)
-        if doc is None or doc.get("node_type") != "array":
+        if not isinstance(doc, dict) or doc.get("node_type") != "array":
+            frame = self._window_frame(info)
+            if "payload" in frame and ((frame["path"] == path.strip("/")) & ~frame["payload"]).any():
+                raise ValueError(f"{path!r} holds statistics only (a statistics-first dump keeps no payload for it);"
+                                 " its statistics are in records()")
             raise ValueError(f"{path!r} is not an array of window {info.key} in {self.root}")
+        where = f"{info.key}/{rel}/zarr.json"
+        check_array_doc(doc, where)  # shape, chunk grid, dimension names: what the views below index into
+        attrs = check_attributes(doc, where)
+        for field in ("actualShape", "declaredShape"):
+            if attrs.get(field) is not None:
+                shape_field(attrs[field], where, f"attributes.{field}")
+        count_field(attrs.get("sourceOffsetBytes"), where, "attributes.sourceOffsetBytes")
+        dims = attrs.get("logicalDims")
+        if dims is not None and not (isinstance(dims, list) and all(isinstance(d, str) for d in dims)):
+            raise ValueError(f"{where}: attributes.logicalDims {str(dims)[:60]!r} is not a list of names")
         return info, rel, doc
 
     def _row_coordinate(self, info: WindowInfo, rel: str, doc: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:

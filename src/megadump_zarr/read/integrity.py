@@ -28,9 +28,10 @@ from zarr.storage import WrapperStore
 
 from megadump_zarr.read.errors import DumpIntegrityError
 
-__all__ = ["ChunkLookup", "CommittedWindows", "GuardedArray", "IntegrityStore", "chunk_grid", "expected_chunk", "guard_read",
-           "guard_window_group", "has_crc32c", "verify_crc32c",
-           "window_lookup"]
+__all__ = [
+    "ChunkLookup", "CommittedWindows", "GuardedArray", "IntegrityStore", "chunk_grid", "expected_chunk", "guard_read",
+    "guard_window_group", "has_crc32c", "verify_crc32c", "window_lookup",
+]
 
 ChunkLookup = Callable[[str], "tuple[str, dict[str, Any]] | None"]
 """``lookup(key) -> (array key, array document)`` when ``key`` lies inside an array of a committed window."""
