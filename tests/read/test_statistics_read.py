@@ -88,3 +88,10 @@ def test_stored_payload_of_a_kept_record_reads_as_usual(dumps):
     kept = kept[kept["payload"]]
     values = dump.record_array(kept["path"].iloc[0]).values
     assert int(np.isnan(values).sum()) == kept["nan_count"].iloc[0]
+
+
+def test_reading_a_statistics_only_payload_says_so(dumps):
+    dump = dumps["statistics"]
+    path = dump.records()["path"].iloc[0]
+    with pytest.raises(ValueError, match="holds statistics only .* its statistics are in records\\(\\)"):
+        dump.record_array(path)
