@@ -162,8 +162,9 @@ def plot_error_map(table: pd.DataFrame, ax: Any = None, *, by: str = "owner", va
                             fontweight="bold" if failures[i, j] else "normal")
     failing_cells = int((failures > 0).sum())
     if title is None:
+        empty = "; grey: no record" if np.isnan(worst).any() else ""
         title = (f"worst {value} per stage × {by} (max over invocations)\n"
-                 f"{failing_cells} of {worst.size} cells with failing records (✗)")
+                 f"{failing_cells} of {worst.size} cells with failing records (✗){empty}")
     ax.set_title(title, fontsize=10)
     bar = ax.figure.colorbar(image, ax=ax)
     bar.set_label(f"worst {value}" + (" (log scale)" if isinstance(norm, LogNorm) else ""))
