@@ -76,6 +76,8 @@ def test_tensor_task_names_order_attributes_and_values(msprobe_dumps, tmp_path):
     dump = open_dump(tmp_path / "z")
     frame = dump.windows()
     assert list(frame["status"]) == ["complete", "complete"]
+    root_doc = json.loads((tmp_path / "z" / "zarr.json").read_text())  # indexed for plain xarray (store.root_index)
+    assert {"rank_0/window_0000", "rank_0/window_0001"} <= set(root_doc["consolidated_metadata"]["metadata"])
     records = dump.records()
     for step in (0, 1):
         source, doc = _dump_json(msprobe_dumps["golden"], step)

@@ -209,8 +209,20 @@ class TensorDumper:
             try:
                 self._close_exporter(pending)
             finally:
+                self._index_root()
                 deactivate_session(self)
                 self._entered = False
+
+    def _index_root(self) -> None:
+        """Let plain ``xr.open_datatree(root, engine="zarr")`` open the root once the session's windows are
+        committed (the writer's ``index_root``; a convenience for plain xarray, never a reason to fail)."""
+        index = getattr(self._sink, "index_root", None)
+        if index is None:
+            return
+        try:
+            index()
+        except Exception:  # noqa: BLE001 - the root then keeps plain documents: xarray lists the store
+            pass
 
     def _close_exporter(self, pending: BaseException | None) -> None:
         """Wait for background exports, report finished windows, stop the thread; then raise every

@@ -496,4 +496,5 @@ def convert_msprobe(
                     error.add_note(f"committing {session.url} as aborted also failed: {commit_error!r}")
                 raise
             urls.append(session.commit("complete"))
+        writer.index_root()
     return urls

@@ -17,7 +17,8 @@ Protocol:
 3. ``commit`` writes each group's ``zarr.json`` below the window with inline consolidated metadata of
    its descendants, then the window ``zarr.json`` last, atomically, with the final status. Every data
    group then opens with plain ``xr.open_zarr(path)`` (no consolidated-metadata warning). The root and
-   rank groups are shared by concurrent writers and never carry consolidated metadata.
+   rank groups are shared by concurrent writers: they carry consolidated metadata only between sessions
+   (``index_root`` at a session's end, dropped at a writer's first ``begin``; see ``store/root_index.py``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from megadump_zarr.store.metadata import (
 )
 from megadump_zarr.store.plan import ArrayJob, plan_invocation
 from megadump_zarr.store.stats import StatsAccumulator
+from megadump_zarr.store.root_index import index_root, strip_index
 from megadump_zarr.store.statistics import STATISTICS_GROUP, statistics_nodes
 
 __all__ = ["LAYOUT_VERSION", "WindowSession", "WindowWriter", "window_key", "window_status"]
@@ -196,6 +198,9 @@ class WindowWriter:
         if not (isinstance(durable, bool) or durable in ("syncfs", "fsync")):
             raise ValueError(f"durable must be True, False, 'syncfs' or 'fsync', got {durable!r}")
         self.backend: Backend = open_backend(root, storage_options)
+        self._root_url, self._storage_options = os.fspath(root), storage_options
+        self._unindexed: set[int] = set()  # ranks whose root/rank index this writer has dropped (store.root_index)
+        self._sidecars = False
         self.durable = bool(durable)
         if isinstance(self.backend, LocalBackend):
             self.backend.sync = (_DURABLE_DEFAULT if durable is True else durable) if durable else None
@@ -231,6 +236,18 @@ class WindowWriter:
         if pool is not None:
             pool.shutdown(wait=True)
 
+    def index_root(self) -> bool:
+        """Give the root and rank groups consolidated metadata of the complete windows, so plain
+        ``xr.open_datatree(root, engine="zarr")`` opens without a warning (see :mod:`.root_index`); call
+        once a session's windows are committed.
+
+        Returns:
+            Whether an index was written.
+        """
+        if not self._unindexed and not self._sidecars:  # this writer added nothing to list
+            return False
+        return index_root(self.backend, self._root_url, self._storage_options)
+
     def __enter__(self) -> WindowWriter:
         return self
 
@@ -250,6 +267,9 @@ class WindowWriter:
             key: Relative key; sidecars live below dot-directories that Zarr readers never list.
             data: File content.
         """
+        if not self._sidecars:  # the root index must not hide what this session adds (store.root_index)
+            strip_index(self.backend)
+            self._sidecars = True
         self.backend.put(key, data, atomic=True)
         return self.backend.location(key)
 
@@ -286,6 +306,9 @@ class WindowWriter:
         for group_key, doc in (("zarr.json", root_doc), (f"rank_{int(rank)}/zarr.json", dumps(group_document({})))):
             if not self.backend.exists(group_key):
                 self.backend.put(group_key, doc, atomic=True)
+        if int(rank) not in self._unindexed:  # a session is writing: no stale root snapshot meanwhile
+            strip_index(self.backend, (f"rank_{int(rank)}",))
+            self._unindexed.add(int(rank))
         self.backend.put(f"{key}/zarr.json", document, atomic=True)
         return WindowSession(self, key, url, attrs)
 
