@@ -42,9 +42,10 @@ def _disk_bytes(dump: Any, window_path: str) -> int | None:
     """Bytes on disk below a window of a local dump (None for URL roots)."""
     from zarr.storage import LocalStore
 
-    if not isinstance(dump.store, LocalStore):
+    store = dump.location.store  # the plain store (dump.store is wrapped by the integrity checks)
+    if not isinstance(store, LocalStore):
         return None
-    root = dump.store.root
+    root = store.root
     total = 0
     for dirpath, _, files in os.walk(Path(root) / window_path):
         for name in files:
