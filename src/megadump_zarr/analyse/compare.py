@@ -149,9 +149,9 @@ def compare(
           float64          1e-07     1e-07
           float32          1.3e-06   1e-05
           float16          0.001     0.001
-          bfloat16         0.016     0.01
-          float8_e4m3fn    0.125     0.1
-          float8_e5m2      0.25      0.2
+          bfloat16         0.016     0.016
+          float8_e4m3fn    0.125     0.125
+          float8_e5m2      0.25      0.25
 
     ``verdict`` is one of ``pass``, ``fail``, ``shape_mismatch``, ``dtype_mismatch``, ``missing_data``,
     ``error`` and ``missing``; ``note`` says why. Failing rows carry ``worst_index`` (logical index of

@@ -182,7 +182,7 @@ def _summary_line(summary: dict[str, Any]) -> str:
         where = summary[key]
         if where is not None:
             line += (f"\n{label}: [bold]{escape(str(where['name']))}[/bold] ({where['verdict']}) at "
-                     f"{escape(_place(where))} ({escape(str(where['path']))})")
+                     f"{escape(_place(where))}")
     return line
 
 
