@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import zarr
 
-from megadump_zarr.cli.compare_table import one_minus_cos
+from megadump_zarr.cli.compare_table import one_minus_cos, worst_text
 from megadump_zarr.cli.render import Column, compact, fit_table, print_fitted
 from megadump_zarr.read import open_dump
 
@@ -155,6 +155,9 @@ def test_fit_table_units():
     assert "[1] long note one (2 rows)" in fitted.below
     assert fitted.headings == ["a", "b", "n"] and [c.header for c in fitted.table.columns] == ["a", "b", "n"]
     assert compact(1.23456789) == "1.235" and compact(3e-7) == "3e-07" and compact(2.0) == "2"
+    stitched = {"worst_index": (3, 7), "worst_task_id": 4, "worst_owner_id": 2, "worst_core_type": "MIX",
+                "worst_core_id": 5, "task_id": None}
+    assert worst_text(stitched) == "3,7 t4 o2 MIX5" and worst_text({**stitched, "task_id": 4}) == "3,7 o2 MIX5"
     assert one_minus_cos(0.999994) == "6.00e-06" and one_minus_cos(1.0) == "0" and one_minus_cos(None) == ""
 
 

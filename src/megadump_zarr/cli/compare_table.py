@@ -56,7 +56,8 @@ def one_minus_cos(value: Any) -> str:
 
 
 def worst_text(row: Any) -> str:
-    """Where the largest absolute error is: ``3,7`` and ``o2 MIX5`` (owner, core) for stitched tensors."""
+    """Where the largest absolute error is: ``3,7``, then the owner and core of its record (``o2 MIX5``) and,
+    for a stitched tensor (no task of its own), the task that produced it (``3,7 t4 o2 MIX5``)."""
     index = _get(row, "worst_index")
     if index is None:
         return ""
@@ -66,6 +67,9 @@ def worst_text(row: Any) -> str:
         text = str(index)
     owner, core_type, core_id = _get(row, "worst_owner_id"), _get(row, "worst_core_type"), _get(row, "worst_core_id")
     extra = []
+    task = _get(row, "worst_task_id")
+    if task is not None and _get(row, "task_id") is None:  # a stitched tensor: which task produced it
+        extra.append(f"t{int(task)}")
     if owner is not None and int(owner) >= 0:
         extra.append(f"o{int(owner)}")
     if core_type is not None:
