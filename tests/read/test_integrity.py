@@ -151,3 +151,17 @@ def test_corrupt_coordinate_chunk_of_a_stitched_tensor(dump_copy: Path, capsys: 
     code = main(["show", str(root), "xs", "--stage", "expert_up", "--invocation", str(int(row["invocation"]))])
     err = capsys.readouterr().err
     assert code == 1 and key in err and len(err.strip().splitlines()) == 1
+
+
+def test_reads_that_never_scanned_the_catalogue(dump_copy: Path) -> None:
+    """A reader using Dump.store directly (the xarray engine does) is checked too: the wrapper reads the
+    window's document itself the first time it sees one of its chunks."""
+    from megadump_zarr.read.truncated import open_zarr_array
+
+    dump_root, path, chunk = _l0_x(dump_copy)
+    chunk.unlink()
+    dump = open_dump(dump_root)
+    window_doc = json.loads((dump_root / "rank_0" / "window_0000" / "zarr.json").read_text())
+    doc = window_doc["consolidated_metadata"]["metadata"][path.split("/", 2)[2]]
+    with pytest.raises(DumpIntegrityError, match="is missing"):
+        open_zarr_array(dump.store, path, doc)[...]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 import itertools
+import re
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,8 @@ __all__ = [
     "ChunkLookup", "CommittedWindows", "GuardedArray", "IntegrityStore", "chunk_grid", "expected_chunk", "guard_read",
     "guard_window_group", "has_crc32c", "verify_crc32c", "window_lookup",
 ]
+
+_WINDOW_PREFIX = re.compile(r"^(rank_\d+/window_\d+)/.+/")
 
 ChunkLookup = Callable[[str], "tuple[str, dict[str, Any]] | None"]
 """``lookup(key) -> (array key, array document)`` when ``key`` lies inside an array of a committed window."""
@@ -181,14 +184,28 @@ class IntegrityStore(WrapperStore[Store]):
             verify_crc32c(key, value.as_numpy_array(), self._where())
         return value
 
+    async def _learn(self, key: str, prototype: BufferPrototype) -> None:
+        """Read the window document of a chunk key the catalogue has not scanned yet (once per window)."""
+        lookup = self._lookup
+        if not isinstance(lookup, CommittedWindows) or key.endswith("zarr.json"):
+            return
+        match = _WINDOW_PREFIX.match(key)
+        if match is None or lookup.known(match.group(1)):
+            return
+        raw = await self._store.get(f"{match.group(1)}/zarr.json", prototype)
+        lookup.learn(match.group(1), None if raw is None else raw.to_bytes())
+
     async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
         value = await self._store.get(key, prototype, byte_range)
+        await self._learn(key, prototype)
         return self._check(key, value, byte_range)
 
     async def get_partial_values(self, prototype: BufferPrototype,
                                  key_ranges: Iterable[tuple[str, ByteRequest | None]]) -> list[Buffer | None]:
         key_ranges = list(key_ranges)
         values = await self._store.get_partial_values(prototype, key_ranges)
+        for key, _ in key_ranges:
+            await self._learn(key, prototype)
         return [self._check(key, value, byte_range) for (key, byte_range), value in zip(key_ranges, values)]
 
 
@@ -285,8 +302,26 @@ class CommittedWindows:
             count too). Only committed (``final``) windows with consolidated nodes are checked.
     """
 
-    def __init__(self, infos: Mapping[str, Any]) -> None:
+    def __init__(self, infos: dict[str, Any]) -> None:
         self.infos = infos
+        self.not_final: set[str] = set()  # windows whose document was read and is not committed (or unreadable)
+
+    def known(self, window: str) -> bool:
+        """Whether the window's status is known (scanned by the dump, or learned by :meth:`learn`)."""
+        return window in self.infos or window in self.not_final
+
+    def learn(self, window: str, raw: bytes | None) -> None:
+        """Record a window document read by the store itself (a reader that did not scan it, e.g. the engine)."""
+        from megadump_zarr.read.catalog import _window_info
+
+        try:
+            info = _window_info(window, raw)
+        except ValueError:
+            info = None
+        if info is not None and info.final:
+            self.infos.setdefault(window, info)
+        else:
+            self.not_final.add(window)
 
     def _nodes(self, window: str) -> Mapping[str, dict[str, Any]] | None:
         info = self.infos.get(window)
