@@ -12,7 +12,7 @@ from megadump_zarr.cli.main import build_parser
 from megadump_zarr.read import open_dump
 from tests.cli._helpers import assert_input_error
 
-COMMANDS = ("demo", "info", "ls", "show", "stats", "compare", "plot", "decode-buffer", "convert", "export-hdf5")
+COMMANDS = ("demo", "info", "ls", "show", "stats", "compare", "plot", "replay", "decode-buffer", "convert", "export-hdf5")
 
 
 # --------------------------------------------------------------------------- help and registry
