@@ -181,10 +181,15 @@ def test_partial_launches_are_reported(run: Path, capsys: pytest.CaptureFixture[
 
     _edit(root, path, flag)
     (problem,) = verify_dump(root).problems  # flagged record, but the window lists no partial launch
-    assert "flagged partial but the window lists no partialLaunches" in problem.what
+    assert problem.key == f"{path}/zarr.json"
+    assert "1 record(s) are flagged partial outside the window's partialLaunches" in problem.what
     window_doc = root / WINDOW / "zarr.json"
     doc = json.loads(window_doc.read_text())
-    doc["attributes"]["partialLaunches"] = [{"invocation": 0, "error": "device hang"}]
+    doc["attributes"]["partialLaunches"] = ["invocation_000099_forward"]
+    window_doc.write_text(json.dumps(doc))
+    assert any("names 'invocation_000099_forward', which is not a listed invocation" in p.what
+               for p in verify_dump(root).problems)
+    doc["attributes"]["partialLaunches"] = [path.split("/")[2]]
     window_doc.write_text(json.dumps(doc))
     report = verify_dump(root)
     assert report.ok and report.windows[0].partial_records == 1 and len(report.windows[0].partial_launches) == 1
@@ -216,3 +221,34 @@ def test_windows_run_on_a_dask_cluster(run: Path) -> None:
     assert local.ok and [w.window for w in remote.windows] == ["rank_0/window_0000", "rank_1/window_0000"]
     assert remote.windows[0].ok and [p.what for p in remote.windows[1].problems] == ["chunk is missing"]
     assert remote.windows[0].chunks == local.windows[0].chunks
+
+
+def test_a_real_kept_failed_launch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """on_error="keep": the dumper marks the salvaged launch; verify reports it and finds nothing wrong."""
+    from megadump_zarr import DiagnosticAction, TensorDumpConfig, tensor_dump
+    from megadump_zarr.demo.model import DemoConfig, MoEBlock
+
+    block = MoEBlock(DemoConfig())
+    down = block.expert_kernel.graph.operators[1]
+    original = down.tile_fn
+
+    def hang(tile: Any) -> None:
+        if tile.owner_id == 2:
+            down.tile_fn = original
+            raise RuntimeError("simulated hang")
+        original(tile)
+
+    down.tile_fn = hang
+    config = TensorDumpConfig(tmp_path, level="L1", kernel_names="moe_experts", stages=("expert_up", "expert_down"),
+                              on_error="keep")
+    with tensor_dump(config, schedule=lambda step: DiagnosticAction.RECORD) as dumper:
+        with pytest.raises(RuntimeError, match="simulated hang"):
+            block(block.make_input())
+        block(block.make_input())
+        dumper.step()
+    report = verify_dump(tmp_path, deep=True)
+    assert report.ok, [str(p) for p in report.problems]
+    (check,) = report.windows
+    assert check.partial_launches == ("invocation_000000_forward",) and check.partial_records > 0
+    code, out, _ = _cli(capsys, "verify", tmp_path)
+    assert code == 0 and "holds 1 salvaged partial launch(es)" in out

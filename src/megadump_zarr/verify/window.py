@@ -181,11 +181,25 @@ def verify_window(url: Any, storage_options: Mapping[str, Any] | None, window: s
     _check_records_table(state, window, status, attrs, {k: v for k, v in nodes.items() if k in good})
     arrays = {path: nodes[path] for path in good if nodes[path].get("node_type") == "array"}
     _check_chunks(state, store, window, arrays, deep, tick)
-    flagged = sum(1 for d in arrays.values() if isinstance(d.get("attributes"), dict) and d["attributes"].get("partial"))
-    state.partial_records = flagged
-    if flagged and not partial_launches:
-        state.add(doc_key, f"{flagged} record(s) are flagged partial but the window lists no partialLaunches")
+    _check_partial(state, window, attrs, arrays, partial_launches)
     return _result(state, status, deep, partial_launches)
+
+
+def _check_partial(state: _State, window: str, attrs: dict[str, Any], arrays: dict[str, dict[str, Any]],
+                   partial_launches: tuple[Any, ...]) -> None:
+    """``partialLaunches`` names listed invocations; every record flagged ``partial`` belongs to one of them."""
+    doc_key = f"{window}/zarr.json"
+    listed = attrs.get("invocations") if isinstance(attrs.get("invocations"), list) else []
+    for name in partial_launches:
+        if not isinstance(name, str) or name not in listed:
+            state.add(doc_key, f"attributes.partialLaunches names {_short(name)}, which is not a listed invocation")
+    flagged = [p for p, d in arrays.items() if isinstance(d.get("attributes"), dict) and d["attributes"].get("partial")]
+    state.partial_records = len(flagged)
+    stray = [p for p in flagged if p.split("/")[0] not in partial_launches]
+    if stray:
+        state.add(f"{window}/{stray[0]}/zarr.json",
+                  f"{len(stray)} record(s) are flagged partial outside the window's partialLaunches "
+                  f"{list(partial_launches)}")
 
 
 def _result(state: _State, status: str, deep: bool, partial: tuple[Any, ...]) -> WindowCheck:
