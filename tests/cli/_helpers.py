@@ -23,6 +23,25 @@ class Result:
         return json.loads(self.out)
 
 
+def cli_runner(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *, columns: int = 200) -> Any:
+    """A function running ``megadump`` in-process (``main([...])``) on a plain console of ``columns``
+    columns, returning a :class:`Result`."""
+    from megadump_zarr.cli.main import main
+
+    monkeypatch.setenv("COLUMNS", str(columns))
+    for name in ("FORCE_COLOR", "MEGADUMP_DEBUG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_COLOR", "1")
+
+    def run(*args: Any) -> Result:
+        capsys.readouterr()
+        code = main([str(a) for a in args])
+        captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    return run
+
+
 def assert_input_error(result: Result, *fragments: str) -> None:
     """Exit status 2, one ``error: ...`` line on stderr naming ``fragments``, no traceback."""
     assert result.code == 2, (result.code, result.out, result.err)

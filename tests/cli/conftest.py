@@ -6,8 +6,7 @@ from typing import Any
 
 import pytest
 
-from megadump_zarr.cli.main import main
-from tests.cli._helpers import Result
+from tests.cli._helpers import cli_runner
 
 
 @pytest.fixture(scope="session")
@@ -21,15 +20,4 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Any:
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
     """``cli(*args)`` runs ``main([...])`` with a 200-column console and returns a :class:`Result`."""
-    monkeypatch.setenv("COLUMNS", "200")
-    for name in ("FORCE_COLOR", "MEGADUMP_DEBUG"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("NO_COLOR", "1")
-
-    def run(*args: Any) -> Result:
-        capsys.readouterr()
-        code = main([str(a) for a in args])
-        captured = capsys.readouterr()
-        return Result(code, captured.out, captured.err)
-
-    return run
+    return cli_runner(capsys, monkeypatch, columns=200)

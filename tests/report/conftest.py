@@ -6,8 +6,7 @@ from typing import Any
 
 import pytest
 
-from megadump_zarr.cli.main import main
-from tests.cli._helpers import Result
+from tests.cli._helpers import cli_runner
 
 
 @pytest.fixture(scope="session")
@@ -32,15 +31,5 @@ def fault_pair(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
-    """``cli(*args)`` runs ``main([...])`` in-process and returns a :class:`Result`."""
-    monkeypatch.setenv("COLUMNS", "120")
-    monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.delenv("MEGADUMP_DEBUG", raising=False)
-
-    def run(*args: Any) -> Result:
-        capsys.readouterr()
-        code = main([str(a) for a in args])
-        captured = capsys.readouterr()
-        return Result(code, captured.out, captured.err)
-
-    return run
+    """``cli(*args)`` runs ``main([...])`` in-process at 120 columns and returns a ``Result``."""
+    return cli_runner(capsys, monkeypatch, columns=120)

@@ -11,19 +11,9 @@ from megadump_zarr.cli.common import (
     open_dump_arg, storage_options,
 )
 
+from megadump_zarr.cli.commands.compare import _Records, _tolerance  # the same tolerances and record views
+
 __all__ = ["register"]
-
-
-def _tolerance(text: str) -> float:
-    import math
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
-    return value
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,8 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("b", metavar="B", nargs="?", help="reference dump (root directory or URL)")
     parser.add_argument("-o", "--output", required=True, metavar="FILE.html", help="the report file to write")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing report file")
-    parser.add_argument("--rtol", type=_tolerance, help="relative tolerance, as in 'megadump compare'")
-    parser.add_argument("--atol", type=_tolerance, help="absolute tolerance, as in 'megadump compare'")
+    parser.add_argument("--rtol", type=_tolerance("rtol"), help="relative tolerance, as in 'megadump compare'")
+    parser.add_argument("--atol", type=_tolerance("atol"), help="absolute tolerance, as in 'megadump compare'")
     parser.add_argument("--by", choices=("owner", "core"), default="owner", help="error-map columns (default owner)")
     parser.add_argument("--worst", type=int, default=6, metavar="N",
                         help="worst records with a heatmap and histogram (default 6)")
@@ -50,20 +40,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_storage_options(parser)
     add_output_flags(parser)
     parser.set_defaults(handler=run)
-
-
-class _Records:
-    """A dump seen through the records the command-line filters select."""
-
-    def __init__(self, dump: Any, records: Any) -> None:
-        self._dump, self._records = dump, records
-        self.root = getattr(dump, "root", None)
-
-    def records(self, *, include_incomplete: bool = False) -> Any:
-        return self._records
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._dump, name)
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
