@@ -183,3 +183,13 @@ def test_diff_of_different_shapes_is_refused(cli, demo, bf16, tmp_path):
         assert "shapes differ" in result.err or "different" in result.err
     else:
         _png(out)
+
+
+def test_library_heatmap_of_a_stitched_tensor_names_where_it_was_captured(demo):
+    from megadump_zarr.analyse.plot import plot_heatmap
+
+    ws = open_dump(demo.roots["L1"]).tensor("ws", stage="expert_up", invocation=2)
+    assert ws.attrs["step"] == 1
+    ax = plot_heatmap(ws, Figure().add_subplot())
+    assert ax.get_title().startswith("ws · window 0 · invocation 2 · step 1 · stage expert_up\n[23×16] float32")
+    assert ax.figure.axes[1].get_ylabel() == "ws (float32)"

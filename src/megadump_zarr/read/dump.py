@@ -470,6 +470,8 @@ class Dump:
             "stage": first["stage"], "io": first["io"], "index": _int_or(first["index"]),
             "records": len(pieces), "truncatedRecords": sum(p.truncated for p in pieces), "capturedRows": captured,
         }
+        if _int_or(first["step"]) >= 0:
+            attrs["step"] = _int_or(first["step"])
         if isinstance(declared, list) and declared:
             attrs["declaredShape"] = list(declared)
             attrs["missingRows"] = max(0, int(declared[0]) - captured)
