@@ -31,6 +31,7 @@ from megadump_zarr.dump.statistics import (
     complete_l1_statistics,
     l0_key_function,
     payload_policy,
+    salvage_l1_statistics,
 )
 from megadump_zarr.dump.statistics_plan import has_statistics
 from megadump_zarr.dump.window import DumpInvocation, build_window
@@ -101,10 +102,12 @@ class _TensorDumpCall(DiagnosticCall):
         """The launch failed: drop its snapshots, or with ``on_error="keep"`` keep what an L1 buffer captured."""
         if self.finished:
             return
-        if (self._dumper.config.on_error == "keep" and self._prepared_l1 is not None
-                and not has_statistics(self._prepared_l1.records)):
-            captured, pending = salvage_l1_dump(self._prepared_l1)
-            self._invocation.l1_snapshots[:] = list(captured)
+        if self._dumper.config.on_error == "keep" and self._prepared_l1 is not None:
+            if has_statistics(self._prepared_l1.records):
+                pending = salvage_l1_statistics(self._invocation, self._prepared_l1)
+            else:
+                captured, pending = salvage_l1_dump(self._prepared_l1)
+                self._invocation.l1_snapshots[:] = list(captured)
             self._invocation.failed = True
             self._invocation.pending_records = pending
             self._dumper._keep(self._invocation)

@@ -28,6 +28,8 @@ import torch
 from megadump_zarr.dump.arrays import dtype_name, torch_dtype_named
 from megadump_zarr.dump.limits import INT64_LIMIT, check_index
 from megadump_zarr.l1 import L1_DUMP_MAX_RECORDS
+from megadump_zarr.dump.statistics import salvage_l1_statistics
+from megadump_zarr.dump.statistics_plan import has_statistics
 from megadump_zarr.dump.l1_plan import L1RecordPlan, PreparedL1Dump
 from megadump_zarr.dump.snapshots import salvage_l1_dump
 from megadump_zarr.dump.window import DumpInvocation, build_window
@@ -225,13 +227,16 @@ def salvage_window(buffer: Any, plan: str | Path | Mapping[str, Any], *, window_
 
         buffer = torch.from_numpy(np.ascontiguousarray(buffer, dtype=np.uint8))
     prepared = PreparedL1Dump(runtime_config=None, buffer=buffer, records=records, total_bytes=total_bytes)
-    captured, pending = salvage_l1_dump(prepared)
+    statistics = has_statistics(records)  # a statistics-first launch: its slots are statistics, not payloads
+    captured, pending = ((), []) if statistics else salvage_l1_dump(prepared)
     invocation = DumpInvocation(
         invocation_id=invocation_id, step=step, kernel_name=document["kernelName"],
         direction=document["direction"], rank=rank, device=document["device"], level="L1",
         l1_snapshots=list(captured), device_buffer_bytes=total_bytes,
         execution_mode=str(document.get("executionMode", "")), failed=True, pending_records=pending,
     )
+    if statistics:
+        invocation.pending_records = pending = salvage_l1_statistics(invocation, prepared)
     window = build_window("L1", invocation.rank, index, [invocation])
     window.attrs["salvaged"] = True
     return window, pending

@@ -408,3 +408,20 @@ def complete_l1_statistics(invocation: Any, prepared: Any, policy: PayloadPolicy
     keyed = policy is not None and policy.mode == "diff"  # only a diff needs record identities later
     invocation.statistics.extend(l1_row(d.record, d.statistics, d.kept, _l1_key(invocation, d.record) if keyed else ())
                                  for d in decoded)
+
+
+def salvage_l1_statistics(invocation: Any, prepared: Any) -> list[dict[str, Any]]:
+    """A failed launch with statistics records: keep what its buffer captured in the invocation's
+    snapshots and rows; return the records that were not captured.
+
+    Args:
+        invocation: The ``DumpInvocation``.
+        prepared: The launch's ``PreparedL1Dump``.
+    """
+    from megadump_zarr.dump.snapshots import payload_snapshot
+    from megadump_zarr.dump.statistics_plan import salvage_statistics_dump
+
+    snapshots, decoded, pending = salvage_statistics_dump(prepared, payload_snapshot)
+    invocation.l1_snapshots[:] = snapshots
+    invocation.statistics[:] = [l1_row(d.record, d.statistics, d.kept, ()) for d in decoded]
+    return pending

@@ -231,3 +231,51 @@ def decode_statistics_dump(
             snapshots.append(snapshot(tensor_plan, host.numpy()))
         statistics.append(L1StatisticsRecord(plan, stats, kept))
     return snapshots, statistics
+
+
+def salvage_statistics_dump(
+    prepared: Any, snapshot: Callable[[Any, np.ndarray], Any],
+) -> tuple[list[Any], list[L1StatisticsRecord], list[dict[str, Any]]]:
+    """What a failed or hung launch's statistics buffer still holds: the CAPTURED records' statistics
+    (and the tensors a kind-2 record had copied: evidence is kept), and a description of the rest.
+
+    Args:
+        prepared: The launch's ``PreparedL1Dump`` (its buffer on any device, or a host copy).
+        snapshot: ``payload_snapshot(plan, bytes)``.
+
+    Returns:
+        ``(snapshots, statistics, pending)``; on a buffer that does not match its plan, nothing and one
+        ``{"error": ...}`` entry.
+    """
+    records = prepared.records
+    try:
+        prefix = align_up(max(plan.payload_offset + plan.payload_bytes for plan in records))
+        _, table, data = read_l1_table(_host_slice(prepared.buffer, 0, prefix, copy=False), partial=True)
+        _check_plan(table, records)
+    except (ValueError, RuntimeError) as error:
+        return [], [], [{"error": str(error)}]
+    captured = table["status"] == L1_DUMP_STATUS_CAPTURED
+    snapshots, statistics, pending = [], [], []
+    for i, plan in enumerate(records):
+        if not captured[i]:
+            pending.append({"record": i, "taskId": plan.task_id, "stage": plan.stage, "io": plan.io,
+                            "index": plan.index, "name": plan.tensor_name, "status": int(table["status"][i])})
+            continue
+        if plan.kind == L1_RECORD_KIND_TENSOR:
+            start = plan.payload_offset
+            snapshots.append(snapshot(plan, np.array(data[start:start + plan.payload_bytes])))
+            continue
+        try:
+            (stats,) = read_l1_statistics_many(data, np.array([plan.payload_offset]))
+        except ValueError as error:
+            pending.append({"record": i, "taskId": plan.task_id, "stage": plan.stage, "io": plan.io,
+                            "index": plan.index, "name": plan.tensor_name, "error": str(error)})
+            continue
+        kept = plan.kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR and stats.tensor_copied
+        if kept:
+            tensor_plan = replace(plan, kind=0, payload_offset=plan.tensor_offset, payload_bytes=plan.tensor_bytes,
+                                  tensor_offset=0, tensor_bytes=0)
+            host = _host_slice(prepared.buffer, plan.tensor_offset, plan.tensor_offset + plan.tensor_bytes)
+            snapshots.append(snapshot(tensor_plan, host.numpy()))
+        statistics.append(L1StatisticsRecord(plan, stats, kept))
+    return snapshots, statistics, pending
