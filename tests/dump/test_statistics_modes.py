@@ -215,3 +215,10 @@ def test_bfloat16_statistics(tmp_path):
         values = tensor.record_array(a["path"]).values
         assert s["dtype"] == "bfloat16" and s["max"] == float(values.astype(np.float64).max())
         assert s["checksum"] == checksum_reference(np.ascontiguousarray(values).tobytes())
+
+
+def test_statistics_mode_fits_a_budget_the_payloads_would_not(tmp_path):
+    fields = dict(stages="expert_up", io=("input", "output"), device_memory_budget_mb=1, steps=1, config=BIG)
+    records = run(tmp_path / "stats", "statistics", **fields).records()  # the seed's MemoryError in tensor mode
+    assert len(records) == 16 and not records["payload"].any()
+    assert L1_DUMP_PAYLOAD_BASE + records["bytes"].sum() > 1 << 20  # what tensor mode would need
