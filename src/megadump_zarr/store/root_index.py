@@ -37,8 +37,10 @@ from megadump_zarr.store.backend import Backend
 
 __all__ = ["INDEX_LIMIT", "index_root", "strip_index"]
 
-INDEX_LIMIT = 64 << 20
-"""Largest root document (bytes) written with consolidated metadata."""
+INDEX_LIMIT = 4 << 20
+"""Largest root document (bytes) written with consolidated metadata. Every reader parses the root document
+(``open_dump`` too: measured +0.22 s for an 8.4 MB index of 3 x 4096 records on the 2-core machine, against
+8 ms for a plain root), so a larger index would tax every open; such roots stay plain."""
 
 _RANK = re.compile(r"^rank_(\d+)$")
 _WINDOW = re.compile(r"^window_(\d+)$")
@@ -108,15 +110,21 @@ def _other_nodes(backend: Backend, root: str, storage_options: dict[str, Any] | 
     return out
 
 
-def _complete_windows(backend: Backend, root: str, storage_options: dict[str, Any] | None
-                      ) -> dict[str, dict[str, Any]]:
-    """``{"rank_r/window_wwww": window document}`` of every complete window, in (rank, window) order."""
+def _complete_windows(backend: Backend, root: str, storage_options: dict[str, Any] | None,
+                      known: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """``{"rank_r/window_wwww": window document}`` of every complete window, in (rank, window) order.
+
+    ``known`` windows are complete already (a committed window never changes): not read again.
+    """
     out: dict[str, dict[str, Any]] = {}
     ranks = sorted((n for n in _list_dir(root, storage_options, "") if _RANK.match(n)), key=lambda n: int(n[5:]))
     for rank in ranks:
         windows = sorted((n for n in _list_dir(root, storage_options, rank) if _WINDOW.match(n)),
                          key=lambda n: int(n[7:]))
         for window in windows:
+            if known is not None and f"{rank}/{window}" in known:
+                out[f"{rank}/{window}"] = known[f"{rank}/{window}"]
+                continue
             raw = backend.get(f"{rank}/{window}/zarr.json")
             if raw is None:
                 continue
@@ -175,9 +183,10 @@ def index_root(backend: Backend, root: str, storage_options: dict[str, Any] | No
         Whether an index was written (False: nothing to index, too large, or the root cannot be listed).
     """
     root = os.fspath(root)
+    known: dict[str, dict[str, Any]] = {}
     for _ in range(_ATTEMPTS):
         try:
-            windows = _complete_windows(backend, root, storage_options)
+            windows = _complete_windows(backend, root, storage_options, known=known)
         except Exception:  # noqa: BLE001 - an unlistable root keeps its plain documents
             return False
         root_doc = _read(backend, "zarr.json")
@@ -198,11 +207,12 @@ def index_root(backend: Backend, root: str, storage_options: dict[str, Any] | No
                 backend.put(key, data, atomic=True)
         backend.put("zarr.json", documents["zarr.json"], atomic=True)  # the root last: it lists the ranks
         try:
-            after = _complete_windows(backend, root, storage_options)
+            after = _complete_windows(backend, root, storage_options, known=windows)
         except Exception:  # noqa: BLE001
             return True
         if set(after) == set(windows):
             return True
+        known = after
     return True
 
 
