@@ -254,8 +254,8 @@ def _compare_dumps(a: Any, b: Any, names: list[str] | None, select: dict[str, An
     prefetch_records(a), prefetch_records(b)
     ra = execution_order(filter_records(a.records(), record_select(select), names))
     rb = execution_order(filter_records(b.records(), record_select(select), names))
-    rows_a = {str(p): row for p, (_, row) in zip(ra["path"], ra.iterrows())}
-    rows_b = {str(p): row for p, (_, row) in zip(rb["path"], rb.iterrows())}
+    rows_a = {str(row["path"]): row for row in ra.to_dict("records")}
+    rows_b = {str(row["path"]): row for row in rb.to_dict("records")}
     order = merged_order(list(rows_a), list(rows_b))
     source_a, source_b = _source(a), _source(b)
     slots: list[dict[str, Any] | RecordPair] = []
@@ -266,9 +266,9 @@ def _compare_dumps(a: Any, b: Any, names: list[str] | None, select: dict[str, An
         if ra_row is None or rb_row is None:
             side = "a" if ra_row is not None else "b"
             extra = {}
-            if "shape" in present.index:
+            if scalar(present.get("shape")) is not None:
                 extra[f"shape_{side}"] = tuple(int(s) for s in present["shape"])
-            if "dtype" in present.index:
+            if "dtype" in present:
                 extra[f"dtype_{side}"] = scalar(present["dtype"])
             slots.append(empty_row(keys, "missing", f"only in dump {side}", **extra))
         elif is_summary_pair(ra_row, rb_row):  # a side stored statistics only: compare what both know

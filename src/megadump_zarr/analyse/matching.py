@@ -208,13 +208,13 @@ def record_select(select: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def record_keys(row: pd.Series) -> dict[str, Any]:
+def record_keys(row: pd.Series | Mapping[str, Any]) -> dict[str, Any]:
     """The key columns of one ``records()`` row (None where absent or missing).
 
     Args:
-        row: A ``records()`` row.
+        row: A ``records()`` row (a Series, or a dict of ``to_dict("records")``).
     """
-    return {k: scalar(row[k]) if k in row.index else None for k in KEY_COLUMNS}
+    return {k: scalar(row.get(k)) for k in KEY_COLUMNS}
 
 
 def common_keys(rows: pd.DataFrame, name: str) -> dict[str, Any]:
