@@ -181,3 +181,17 @@ def test_all_nan_has_no_finite_statistics():
 def test_dtype_codes_name_torch_dtypes():
     for code, name in L1_DTYPE_CODES.items():
         assert dtype_code(getattr(torch, name)) == code
+
+
+def test_devices_without_float64_give_the_same_slot_layout(monkeypatch):
+    import megadump_zarr.runtime.statistics as device_statistics
+
+    values = torch.randn(64, 3, generator=torch.Generator().manual_seed(5))
+    values[3, 1] = float("-inf")
+    exact = read_l1_statistics(statistics_slot(values).numpy())
+    monkeypatch.setattr(device_statistics, "_has_float64", lambda device: False)  # NPU/MPS: float32 reductions
+    narrow = read_l1_statistics(statistics_slot(values).numpy())
+    assert (narrow.min, narrow.max, narrow.inf_count, narrow.checksum) == (exact.min, exact.max, 1, exact.checksum)
+    assert narrow.mean == pytest.approx(exact.mean, rel=1e-5) and narrow.l2norm == pytest.approx(exact.l2norm, rel=1e-6)
+    ints = read_l1_statistics(statistics_slot(torch.arange(-5, 7, dtype=torch.int32)).numpy())
+    assert (ints.min, ints.max, ints.mean) == (-5, 6, 0.5)

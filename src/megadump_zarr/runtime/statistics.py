@@ -80,6 +80,34 @@ def _pack(values: list[torch.Tensor]) -> torch.Tensor:
     return torch.stack([v.reshape(()) for v in values]).view(torch.uint8)
 
 
+def _has_float64(device: torch.device) -> bool:
+    """Whether float64 reductions run on ``device`` (not on NPU or MPS)."""
+    return device.type not in _NO_FLOAT64
+
+
+def _words(is_float: bool, count: int, nbytes: int, flags: int, nan: torch.Tensor, inf: torch.Tensor,
+           n_finite: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, total: torch.Tensor, sumsq: torch.Tensor,
+           checksum: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Assemble the slot from the reductions' 0-d results (all on ``device``)."""
+    def word(value: int) -> torch.Tensor:
+        return torch.tensor(value, dtype=torch.int64, device=device)
+
+    zero = word(0)
+    has_finite = n_finite > 0
+    total, sumsq = total.to(torch.float64), sumsq.to(torch.float64)
+    mean = torch.where(has_finite, total / n_finite.clamp(min=1).to(torch.float64), torch.nan)
+    l2 = torch.sqrt(sumsq)
+    if is_float:
+        lo_word, hi_word = lo.to(torch.float64).view(torch.int64), hi.to(torch.float64).view(torch.int64)
+    else:
+        lo_word, hi_word = lo.to(torch.int64), hi.to(torch.int64)
+    head = word(L1_STATISTICS_LAYOUT_VERSION | (flags << 32)) + has_finite.to(torch.int64) * (L1_STAT_HAS_FINITE << 32)
+    words = [head, word(count), nan.to(torch.int64), inf.to(torch.int64), torch.where(has_finite, lo_word, zero),
+             torch.where(has_finite, hi_word, zero), mean.view(torch.int64), l2.view(torch.int64), checksum,
+             word(nbytes)]
+    return _pack(words + [zero] * 6)
+
+
 def statistics_slot(values: torch.Tensor, raw: torch.Tensor | None = None) -> torch.Tensor:
     """The statistics slot of ``values`` as a 128-byte uint8 tensor on the same device.
 
@@ -106,34 +134,33 @@ def statistics_slot(values: torch.Tensor, raw: torch.Tensor | None = None) -> to
     if count == 0:
         words = [head, zero, zero, zero, zero, zero, zero, zero, checksum, word(raw.numel())]
         return _pack(words + [zero] * 6)
-    accumulate = torch.float32 if device.type in _NO_FLOAT64 else torch.float64
+    has64 = _has_float64(device)
+    accumulate = torch.float64 if has64 else torch.float32
     if is_float:
         x = flat.to(accumulate)
         finite = torch.isfinite(x)
         nan = torch.isnan(x).sum()
         inf = torch.isinf(x).sum()
         n_finite = finite.sum()
-        lo = torch.where(finite, x, torch.inf).min().to(torch.float64)
-        hi = torch.where(finite, x, -torch.inf).max().to(torch.float64)
+        lo = torch.where(finite, x, torch.inf).min()
+        hi = torch.where(finite, x, -torch.inf).max()
         kept = torch.where(finite, x, 0)
-        lo_word = lo.view(torch.int64)
-        hi_word = hi.view(torch.int64)
     else:
         ints = flat.to(torch.int64)
         nan = inf = zero
         n_finite = word(count)
-        lo_word, hi_word = ints.min(), ints.max()
+        lo, hi = ints.min(), ints.max()
         kept = ints.to(accumulate)
-    total = kept.sum().to(torch.float64)
-    sumsq = (kept * kept).sum().to(torch.float64)
-    has_finite = n_finite > 0
-    mean = torch.where(has_finite, total / n_finite.clamp(min=1).to(torch.float64), torch.nan)
-    l2 = torch.sqrt(sumsq)
-    head = head + has_finite.to(torch.int64) * (L1_STAT_HAS_FINITE << 32)
-    lo_word = torch.where(has_finite, lo_word, zero)
-    hi_word = torch.where(has_finite, hi_word, zero)
-    words = [head, word(count), nan.to(torch.int64), inf.to(torch.int64), lo_word, hi_word,
-             mean.view(torch.int64), l2.view(torch.int64), checksum, word(raw.numel())]
-    slot = _pack(words + [zero] * 6)
+    total = kept.sum()
+    sumsq = (kept * kept).sum()
+    if not has64:  # the reductions ran on the device; only these scalars come over to be packed in float64
+        nan, inf, n_finite, lo, hi, total, sumsq, checksum = (
+            t.cpu() for t in (nan, inf, n_finite, lo, hi, total, sumsq, checksum))
+        pack_device = torch.device("cpu")
+    else:
+        pack_device = device
+    slot = _words(is_float, count, raw.numel(), flags, nan, inf, n_finite, lo, hi, total, sumsq, checksum, pack_device)
+    if pack_device != device:
+        slot = slot.to(device)
     assert slot.numel() == L1_STATISTICS_SLOT_SIZE
     return slot
