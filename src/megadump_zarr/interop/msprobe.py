@@ -418,6 +418,33 @@ def _window_attrs(window: _Window) -> dict[str, Any]:
     }
 
 
+def _invocations(window: _Window, tick: Any) -> Iterator[Any]:
+    """The window's invocations, one API call at a time (tensor files are loaded here, one call in memory)."""
+    from megadump_zarr.dump.export import ArrayWrite, InvocationWrite
+    from megadump_zarr.dump.names import NameTable
+
+    for i, call in enumerate(window.calls):
+        name = f"invocation_{i:06d}_{call.direction}"
+        table = NameTable(f"{name} of {window.source}")
+        components = [table.add(item.name) for item in call.tensors]
+        arrays = []
+        statistics = None
+        if window.task == "tensor":
+            for position, (item, component) in enumerate(zip(call.tensors, components)):
+                data = _load(item)
+                dims = tuple(f"{component}_dim_{d}" for d in range(data.ndim))
+                arrays.append(ArrayWrite(component, data, dims, _record_attrs(window, call, position, item)))
+                tick(f"rank {window.rank} step {window.step} {call.key}")
+        elif call.tensors:
+            statistics = _statistics_table(call, components)
+            for _ in call.tensors:
+                tick(f"rank {window.rank} step {window.step} {call.key}")
+        attrs = _invocation_attrs(window, i, call)
+        if window.task != "tensor":
+            attrs["records"] = [_record_attrs(window, call, p, t) for p, t in enumerate(call.tensors)]
+        yield InvocationWrite(name, attrs, [], arrays, statistics)
+
+
 def convert_msprobe(
     dump_dir: str | os.PathLike[str],
     url: str | os.PathLike[str],
@@ -448,8 +475,6 @@ def convert_msprobe(
         FileExistsError: A destination window already exists (nothing written).
         FileNotFoundError: ``dump_dir`` is not a directory.
     """
-    from megadump_zarr.dump.export import ArrayWrite, InvocationWrite
-    from megadump_zarr.dump.names import NameTable
     from megadump_zarr.interop.legacy import _progress
     from megadump_zarr.store.writer import WindowWriter, window_status
 
@@ -467,34 +492,6 @@ def convert_msprobe(
     with WindowWriter(url, storage_options=options, compressor=compressor) as writer, _progress(progress, total) as tick:
         for window in windows:
             session = writer.begin(window.rank, window.index, _window_attrs(window))
-            try:
-                for i, call in enumerate(window.calls):
-                    name = f"invocation_{i:06d}_{call.direction}"
-                    table = NameTable(f"{name} of {window.source}")
-                    components = [table.add(item.name) for item in call.tensors]
-                    arrays = []
-                    statistics = None
-                    if window.task == "tensor":
-                        for position, (item, component) in enumerate(zip(call.tensors, components)):
-                            data = _load(item)
-                            dims = tuple(f"{component}_dim_{d}" for d in range(data.ndim))
-                            arrays.append(ArrayWrite(component, data, dims, _record_attrs(window, call, position, item)))
-                            tick(f"rank {window.rank} step {window.step} {call.key}")
-                    elif call.tensors:
-                        statistics = _statistics_table(call, components)
-                        for _ in call.tensors:
-                            tick(f"rank {window.rank} step {window.step} {call.key}")
-                    attrs = _invocation_attrs(window, i, call)
-                    if window.task != "tensor":
-                        attrs["records"] = [_record_attrs(window, call, p, t) for p, t in enumerate(call.tensors)]
-                    session.write_invocation(InvocationWrite(name, attrs, [], arrays, statistics))
-                    del arrays
-            except BaseException as error:
-                try:
-                    session.commit("aborted")
-                except Exception as commit_error:
-                    error.add_note(f"committing {session.url} as aborted also failed: {commit_error!r}")
-                raise
-            urls.append(session.commit("complete"))
+            urls.append(session.write_all(_invocations(window, tick)))  # a refused file: committed "aborted"
         writer.index_root()
     return urls
