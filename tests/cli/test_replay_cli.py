@@ -8,6 +8,7 @@ import torch
 
 from megadump_zarr import TensorDumpConfig, tensor_dump
 from megadump_zarr.demo.model import DemoConfig, MoEBlock
+from megadump_zarr.runtime import Graph, MegaKernel, OperatorNode, SplitSpec, TensorSpec
 from tests._faults import inject_fault
 from tests.cli._helpers import assert_input_error
 
@@ -84,3 +85,34 @@ def test_replay_with_a_user_reference(cli, tmp_path):
     assert_input_error(cli("replay", tmp_path, "--stage", "double", "--task", "0"), "no reference for kernel 'tiny'")
     result = cli("replay", tmp_path, "--stage", "double", "--task", "0", "--reference", "tests.replay.test_replay:double")
     assert result.code == 1 and "wrong on its own inputs" in result.out
+
+
+def test_reference_module_in_the_current_directory_and_lines_never_wrap(capsys, monkeypatch, tmp_path):
+    """`megadump replay --reference mygolden:fn` finds ./mygolden.py (a console script has no cwd on sys.path);
+    the summary line holding the reference is one line even on an 80-column console."""
+    import os
+    import sys
+
+    from tests.cli._helpers import cli_runner
+
+    dump, here = tmp_path / "dump", tmp_path / "here"
+    here.mkdir()
+    (here / "qa1_golden_double.py").write_text("def double(tile):\n    tile.params[1][tile.rows] = tile.params[0][tile.rows] * 2\n")
+    specs = (TensorSpec("a", (8, 4), torch.float32, 0), TensorSpec("b", (8, 4), torch.float32, 1))
+
+    def double(tile):
+        tile.params[1][tile.rows] = tile.params[0][tile.rows] * 2
+
+    kernel = MegaKernel(Graph([OperatorNode("double", "vector", specs[:1], specs[1:], double, SplitSpec(((0, 0),), (0,)), 4)]),
+                        name="a_kernel_with_a_rather_long_name_for_an_eighty_column_console")
+    with tensor_dump(TensorDumpConfig(dump, level="L1", stages="double")):
+        kernel.launch([torch.arange(32, dtype=torch.float32).reshape(8, 4), torch.zeros(8, 4)])
+    monkeypatch.chdir(here)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", os.getcwd())])
+    monkeypatch.delitem(sys.modules, "qa1_golden_double", raising=False)
+    cli = cli_runner(capsys, monkeypatch, columns=80)
+    result = cli("replay", dump, "--stage", "double", "--task", "1", "--reference", "qa1_golden_double:double")
+    sys.modules.pop("qa1_golden_double", None)
+    assert result.code == 0, result.err
+    assert ("replayed a_kernel_with_a_rather_long_name_for_an_eighty_column_console stage double task 1, rank 0 "
+            "window 0 invocation 0, reference qa1_golden_double:double\n") in result.out

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from megadump_zarr import TensorDumpConfig, open_dump, tensor_dump
+from megadump_zarr.analyse.verdict import tolerance_for
 from megadump_zarr.demo.model import DemoConfig, MoEBlock
 from megadump_zarr.replay import CORRECT, WRONG, clear_references, register_reference, replay
 from megadump_zarr.runtime import Graph, MegaKernel, OperatorNode, SplitSpec, TensorSpec
@@ -39,7 +40,7 @@ def test_the_faulty_task_is_wrong_on_its_own_inputs(faulty):
     assert row.name == "ys" and row.verdict == "fail" and row.dtype == "float32"
     assert row.max_abs == pytest.approx(0.5, abs=1e-6)  # exactly the injected delta, against the float32 replay
     assert row.f64_verdict == "fail" and row.f64_max_abs == pytest.approx(0.5, abs=1e-5)
-    assert (row.rtol, row.atol) == (1.3e-6, 1e-5)  # float32's defaults (analyse.verdict.tolerance_for)
+    assert (row.rtol, row.atol) == tolerance_for("float32") == (1.3e-6, 1e-5)  # float32's defaults
     assert any(note.startswith("vs float32 replay: ") for note in row.notes)
     assert sorted(p.rsplit("/", 1)[1] for p in result.inputs) == ["input_00_ws", "input_01_expert_counts",
                                                                    "input_02_w_down"]
@@ -73,7 +74,7 @@ def test_bfloat16_dump_replays_exactly_in_its_dtype_and_close_in_float64(tmp_pat
     (row,) = result.outputs.itertuples()
     assert result.verdict == CORRECT and row.dtype == "bfloat16" and row.max_abs == 0.0
     assert row.f64_verdict == "pass" and row.f64_max_abs > 0  # bf16 rounding, within bfloat16's tolerance
-    assert (row.rtol, row.atol) == (1.6e-2, 1e-2)
+    assert (row.rtol, row.atol) == tolerance_for("bfloat16")  # the table's bfloat16 defaults
 
 
 def test_bad_selectors_list_what_exists(faulty):
@@ -151,8 +152,8 @@ def test_a_reference_that_fails_is_named(tmp_path):
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"io": "output"}, "the dump holds no inputs of task 1 of stage 'norm' (dumped with io='output'?)"),
-    ({"io": "input"}, "the dump holds no outputs of task 1 of stage 'norm' (dumped with io='input'?)"),
+    ({"io": "output"}, "the dump holds no inputs of task 1 of stage 'norm' (io or tensor_names filters?)"),
+    ({"io": "input"}, "the dump holds no outputs of task 1 of stage 'norm' (io or tensor_names filters?)"),
     ({"max_bytes_per_tensor": 64}, "input 'x' of task 1 is truncated"),
 ])
 def test_a_dump_without_whole_inputs_and_outputs_is_refused(tmp_path, options, message):
@@ -169,3 +170,70 @@ def test_an_l0_dump_is_refused(tmp_path):
         block(block.make_input())
     with pytest.raises(ValueError, match=re.escape("replay needs L1 (task-boundary) records; this dump holds none")):
         replay(tmp_path, "norm", task_id=1)
+
+
+# --------------------------------------------------------------------------- QA regressions
+def test_an_expert_with_no_tokens_replays_as_correct(tmp_path):
+    """One token, three experts: two experts get empty (0 x d_model) views, which must replay, not crash."""
+    block = MoEBlock(DemoConfig(tokens=1, n_experts=3))
+    with tensor_dump(TensorDumpConfig(tmp_path, level="L1", kernel_names="moe_experts", stages=("expert_up", "expert_down"))):
+        block(block.make_input())
+    records = open_dump(tmp_path).records()
+    empty = records[(records["stage"] == "expert_up") & (records["name"] == "xs") & (records["bytes"] == 0)]
+    assert len(empty) == 2
+    for owner in empty["owner_id"]:
+        for stage in ("expert_up", "expert_down"):
+            result = replay(tmp_path, stage, owner=int(owner))
+            (row,) = result.outputs.itertuples()
+            assert result.verdict == CORRECT and row.verdict == "pass" and row.mismatches == 0
+
+
+@pytest.fixture(scope="module")
+def filtered(tmp_path_factory):
+    """combine's input ``ws`` filtered out by tensor_names: replaying with zeros would blame a clean task."""
+    root = tmp_path_factory.mktemp("filtered")
+    block = MoEBlock(DemoConfig())
+    with tensor_dump(TensorDumpConfig(root, level="L1", kernel_names="moe_experts", stages="combine",
+                                      tensor_names=("x", "gate", "out"))):
+        block(block.make_input())
+    return root, block
+
+
+def test_a_task_whose_inputs_were_filtered_out_is_refused_not_blamed(filtered):
+    root, block = filtered
+    with pytest.raises(ValueError, match=re.escape(
+            "the dump lacks 'ws' (input 1, parameter 4) of task 13 of stage 'combine' (tensor_names or io filters?): "
+            "replay needs every input of the task (a missing one would be replayed as zeros)")):
+        replay(root, "combine", task_id=13)
+    (combine,) = [o for o in block.expert_kernel.graph.operators if o.name == "combine"]
+    with pytest.raises(ValueError, match=re.escape("the dump lacks input 1 of task 13 of stage 'combine'")):
+        replay(root, "combine", task_id=13, reference=combine.tile_fn)  # a bare tile function: a gap in the indices
+
+
+def test_owner_on_a_stage_not_split_by_owner_says_so(faulty):
+    with pytest.raises(ValueError, match=re.escape(
+            "stage 'combine' is not split by owner (its tasks have no owner id): choose a task by its id "
+            "(task_id=, --task); tasks: 13, 14, 15, 16, 17")):
+        replay(faulty, "combine", owner=0)
+
+
+def test_a_truncated_output_is_judged_on_its_prefix_and_says_so(tmp_path):
+    """Inputs 2x4 (32 bytes, whole), outputs 2x16 (128 bytes) capped at 64: the prefix is judged and noted."""
+    specs = (TensorSpec("a", (8, 4), torch.float32, 0), TensorSpec("b", (8, 16), torch.float32, 1))
+
+    def repeat(tile):
+        tile.params[1][tile.rows] = tile.params[0][tile.rows].repeat(1, 4)
+
+    def wrong_in_task_1(tile):
+        repeat(tile)
+        if tile.start == 2:
+            tile.params[1][tile.rows][0, 1] += 1
+
+    kernel = MegaKernel(Graph([OperatorNode("rep", "vector", specs[:1], specs[1:], wrong_in_task_1,
+                                            SplitSpec(((0, 0),), (0,)), 2)]), name="tiny")
+    with tensor_dump(TensorDumpConfig(tmp_path, level="L1", stages="rep", max_bytes_per_tensor=64)):
+        kernel.launch([torch.arange(32, dtype=torch.float32).reshape(8, 4), torch.zeros(8, 16)])
+    clean, culprit = replay(tmp_path, "rep", task_id=0, reference=repeat), replay(tmp_path, "rep", task_id=1, reference=repeat)
+    assert clean.verdict == CORRECT and culprit.verdict == WRONG
+    assert culprit.outputs.iloc[0]["max_abs"] == 1.0
+    assert "truncated: judged on its first 16 of 32 elements (max_bytes_per_tensor)" in clean.outputs.iloc[0]["notes"]

@@ -161,7 +161,7 @@ def resolve_reference(reference: Any, *, kernel: str, stage: str, source: Any, d
         ValueError: No reference can be found (the message says how to give one).
     """
     if reference is not None:
-        return _reference_of(reference, stage, f"reference {reference!r}" if isinstance(reference, str) else "reference=")
+        return _reference_of(reference, stage, reference if isinstance(reference, str) else "reference=")
     if (kernel, stage) in _REGISTRY:
         return _reference_of(_REGISTRY[(kernel, stage)], stage, f"registered for kernel {kernel!r} stage {stage!r}")
     found = _known_source(source, kernel, stage, dtype)

@@ -98,6 +98,7 @@ class _Record:
     offset: int
     stored: tuple[int, ...]
     data: np.ndarray | None
+    truncated_of: int | None = None  # the logical element count of a truncated record
 
 
 def _torch_dtype(name: str, path: str) -> torch.dtype:
@@ -128,12 +129,15 @@ def _records(dump: Any, selection: TaskSelection) -> list[_Record]:
             raise ValueError(f"record {row.path} lacks sourceOffsetBytes/declaredShape: not an L1 task record")
         records.append(_Record(row.path, str(row.io), str(row.name), None if pd.isna(row.core_id) else int(row.core_id),
                                int(row.param_position), _torch_dtype(row.dtype, row.path), str(row.dtype),
-                               tuple(int(d) for d in declared), offset, stored, values))
+                               tuple(int(d) for d in declared), offset, stored, values,
+                               int(prod(row.shape)) if row.truncated else None))
     return records
 
 
 def _to_torch(values: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
     raw = np.ascontiguousarray(values).view(np.uint8).reshape(-1)
+    if not raw.size:  # an empty view (an expert with no tokens): numpy gives it stride 0, which torch cannot view
+        return torch.empty(0, dtype=dtype)
     return torch.from_numpy(raw.copy()).view(dtype)
 
 
@@ -149,7 +153,8 @@ def _parameters(records: list[_Record], reference: Reference, selection: TaskSel
     inputs = [r for r in records if r.io == "input"]
     if not inputs:
         raise ValueError(f"the dump holds no inputs of task {selection.task_id} of stage {selection.stage!r} "
-                         "(dumped with io='output'?): replay needs the task's dumped inputs")
+                         "(io or tensor_names filters?): replay needs the task's dumped inputs")
+    _check_every_input(inputs, reference, selection)
     for record in inputs:
         param = params[record.position]
         if param.dtype != record.dtype:
@@ -162,6 +167,24 @@ def _parameters(records: list[_Record], reference: Reference, selection: TaskSel
                              f"parameter {record.position} of {flat.numel()} bytes")
         flat[record.offset:record.offset + payload.numel()] = payload
     return params
+
+
+def _check_every_input(inputs: list[_Record], reference: Reference, selection: TaskSelection) -> None:
+    """Refuse a task whose dump lacks one of its inputs (a ``tensor_names`` filter): replayed as zeros, it
+    would make a clean task look wrong on its own inputs. The operator's declared inputs say what the task
+    reads; a bare tile function does not, so there the dumped input indices must have no gap."""
+    dumped = {record.position for record in inputs}
+    if reference.operator is not None:
+        missing = [f"{spec.name!r} (input {i}, parameter {spec.param_position})"
+                   for i, spec in enumerate(reference.operator.inputs) if spec.param_position not in dumped]
+    else:
+        table = selection.records
+        indices = {int(i) for i in table.loc[table["io"] == "input", "index"]}
+        missing = [f"input {i}" for i in range(max(indices) + 1) if i not in indices]
+    if missing:
+        raise ValueError(f"the dump lacks {', '.join(missing)} of task {selection.task_id} of stage "
+                         f"{selection.stage!r} (tensor_names or io filters?): replay needs every input of the task "
+                         "(a missing one would be replayed as zeros)")
 
 
 def _task(selection: TaskSelection, reference: Reference, tile_rows: Any, params: list[torch.Tensor],
@@ -268,7 +291,7 @@ def replay(dump: Any, stage: str, *, task_id: int | None = None, owner: int | No
     outputs = [r for r in records if r.io == "output"]
     if not outputs:
         raise ValueError(f"the dump holds no outputs of task {selection.task_id} of stage {stage!r} "
-                         "(dumped with io='input'?): nothing to judge")
+                         "(io or tensor_names filters?): nothing to judge")
     dtype = outputs[0].dtype if outputs[0].dtype.is_floating_point else next(
         (r.dtype for r in records if r.dtype.is_floating_point), torch.float32)
     source = invocation_attrs.get("operatorSource")
@@ -290,6 +313,9 @@ def replay(dump: Any, stage: str, *, task_id: int | None = None, owner: int | No
                                                  rtol, atol)
         combined = "pass" if "pass" in (outcome, f64_outcome) else "fail"
         notes = [f"vs {record.dtype_name} replay: {r}" for r in reasons] + [f"vs float64 replay: {r}" for r in f64_reasons]
+        if record.truncated_of is not None:  # max_bytes_per_tensor: only the stored prefix can be judged
+            notes.append(f"truncated: judged on its first {int(prod(record.stored))} of {record.truncated_of} "
+                         "elements (max_bytes_per_tensor)")
         rows.append({
             "name": record.name, "core_id": record.core_id, "verdict": combined, "max_abs": m.max_abs,
             "max_rel": m.max_rel, "cosine": m.cosine, "mismatches": m.mismatches, "f64_verdict": f64_outcome,

@@ -86,6 +86,9 @@ def select_task(records: pd.DataFrame, *, stage: str, task_id: int | None = None
         frame = chosen
     if owner is not None:
         chosen = frame[frame["owner_id"] == owner]
+        if not len(chosen) and not frame["owner_id"].notna().any():
+            raise ValueError(f"stage {stage!r} is not split by owner (its tasks have no owner id): choose a task "
+                             f"by its id (task_id=, --task); tasks: {_values(frame, 'task_id')}")
         if not len(chosen):
             raise ValueError(f"stage {stage!r} has no task of owner {owner}; owners: {_values(frame, 'owner_id')}")
         ids = sorted({int(v) for v in chosen["task_id"]})

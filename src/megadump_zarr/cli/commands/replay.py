@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import sys
 from typing import Any
 
 from megadump_zarr.cli.common import (
@@ -23,7 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "output passes when it matches either. Verdict: 'wrong on its own inputs' (exit 1: the task "
                     "is the culprit) or 'correct on its inputs' (exit 0: look upstream). Dumps of the demo model "
                     "need no reference; for other kernels pass --reference module:attr (a tile function "
-                    "fn(tile), an OperatorNode, or a MegaKernel holding the stage).")
+                    "fn(tile), an OperatorNode, or a MegaKernel holding the stage; MODULE is imported from the "
+                    "installed packages, PYTHONPATH or the current directory).")
     parser.add_argument("path", metavar="DUMP", help="dump root: directory or URL")
     parser.add_argument("--stage", required=True, metavar="S", help="the task's stage")
     which = parser.add_mutually_exclusive_group(required=True)
@@ -51,6 +54,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     from megadump_zarr.replay import replay
 
     dump = open_dump_arg(args.path, storage_options(args))
+    if args.reference and os.getcwd() not in sys.path:  # --reference mygolden:fn finds ./mygolden.py, as `python -m` would
+        sys.path.append(os.getcwd())  # appended: a file here never shadows an installed module
     try:
         result = replay(dump, args.stage, task_id=args.task, owner=args.owner, invocation=args.invocation,
                         reference=args.reference, rank=args.rank, window=args.window, rtol=args.rtol, atol=args.atol)
@@ -63,13 +68,13 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     owner = "" if result.owner_id is None else f" (owner {result.owner_id})"
     ctx.console.print(f"replayed {result.kernel} stage {result.stage} task {result.task_id}{owner}, rank {result.rank} "
                       f"window {result.window} invocation {result.invocation}, reference {result.reference}",
-                      highlight=False, markup=False)
+                      highlight=False, markup=False, soft_wrap=True)
     if not ctx.quiet:
         for row in result.outputs.itertuples(index=False):
             core = "" if row.core_id is None else f" core {row.core_id}"
             ctx.console.print(f"  {row.verdict:<4} {row.name}{core} [{row.dtype}]  vs {row.dtype}: max_abs "
                               f"{_number(row.max_abs)} max_rel {_number(row.max_rel)} cosine {_number(row.cosine)}; "
-                              f"vs float64: {row.f64_verdict} max_abs {_number(row.f64_max_abs)}", highlight=False, markup=False)
+                              f"vs float64: {row.f64_verdict} max_abs {_number(row.f64_max_abs)}", highlight=False, markup=False, soft_wrap=True)
     advice = "the task is the culprit" if result.culprit else "look upstream"
-    ctx.console.print(f"task {result.task_id} is {result.verdict}: {advice}", highlight=False, markup=False)
+    ctx.console.print(f"task {result.task_id} is {result.verdict}: {advice}", highlight=False, markup=False, soft_wrap=True)
     return code
