@@ -9,7 +9,6 @@ naming the offending field and values; no other exception escapes for bad bytes.
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 import numpy as np
@@ -35,7 +34,6 @@ from megadump_zarr.l1.format import (
     L1_STATISTICS_SLOT_SIZE,
     RECORD_DTYPE,
     RECORD_DTYPE_V3,
-    STATISTICS_STRUCT,
     L1Buffer,
     L1Header,
     L1Record,
