@@ -170,3 +170,4 @@ def test_guess_can_open(demo_dumps, tmp_path):
     assert not entry.guess_can_open(tmp_path)
     assert not entry.guess_can_open("s3://bucket/prefix")
     assert not entry.guess_can_open(b"bytes")
+    assert xr.backends.plugins.guess_engine(str(root)) == "megadump"  # xr.open_dataset(root, group=...) needs no engine=
