@@ -168,6 +168,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             url = writer.write_window(window, status="aborted")
         except FileExistsError as error:
             raise CliError(f"{error}; choose another --window or --out") from None
+        writer.index_root()  # plain xarray lists the root's complete windows again (store/root_index.py)
     result = {"window": str(url), "rank": window.rank, "window_index": window.window_index, "status": "aborted",
               "captured": captured, "pending": pending, "plan": plan_used}
     if ctx.json:
