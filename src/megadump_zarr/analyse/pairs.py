@@ -26,8 +26,6 @@ import os
 import threading
 from typing import Any
 
-import numpy as np
-
 from megadump_zarr.analyse.metrics import (
     DEFAULT_BLOCK_BYTES,
     MetricAccumulator,
