@@ -39,7 +39,8 @@ def test_by_owner_points_at_the_faulty_expert(faulty):
 
 def test_by_core_and_task(faulty):
     cores = error_map(faulty, by="core")
-    assert list(cores.columns[:6]) == ["rank", "window", "invocation", "stage", "core_type", "core_id"]
+    assert list(cores.columns[:7]) == ["rank", "window", "invocation", "kernel", "stage", "core_type", "core_id"]
+    assert set(cores.kernel) == {"moe_experts"}
     bad = cores[cores.fail > 0]
     assert set(bad.stage) == {"expert_down", "combine"}
     tasks = error_map(faulty, by="task")

@@ -3,7 +3,7 @@
 ::
 
     result = compare("run_npu", "run_ref")
-    error_map(result, by="owner")   # one row per (rank, window, invocation, stage, owner_id)
+    error_map(result, by="owner")   # one row per (rank, window, invocation, kernel, stage, owner_id)
 
 Each row counts the verdicts of the records in its group and keeps the worst errors (largest
 ``max_abs`` and ``max_rel``) and where the worst relative error is (``worst_name``, ``worst_path``). A
@@ -33,7 +33,7 @@ BY_KEYS: dict[str, tuple[str, ...]] = {
 }
 """The key columns of each ``by``."""
 
-_GROUP = ("rank", "window", "invocation", "stage")
+_GROUP = ("rank", "window", "invocation", "kernel", "stage")
 
 
 def error_map_columns(by: str) -> tuple[str, ...]:
@@ -43,7 +43,7 @@ def error_map_columns(by: str) -> tuple[str, ...]:
 
 def error_map(result: pd.DataFrame, by: str = "owner") -> pd.DataFrame:
     """Verdict counts and worst errors of a compare result per (rank, window, invocation, stage) and owner,
-    core or task.
+    core or task (``kernel`` is carried along: an invocation runs one kernel).
 
     Args:
         result: A :func:`~megadump_zarr.analyse.compare` result.

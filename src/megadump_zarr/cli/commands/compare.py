@@ -193,7 +193,8 @@ def _error_map_table(result: Any, by: str, width: int) -> Any:
     from megadump_zarr.cli.render import Column, fit_table
 
     table = error_map(result, by=by)
-    columns = [Column("inv", key="invocation", justify="right", hoist=True), Column("stage", hoist=True)]
+    columns = [Column("inv", key="invocation", justify="right", hoist=True), Column("kernel", hoist=True),
+               Column("stage", hoist=True)]
     columns += [Column(k.replace("_id", "").replace("core_type", "type"), key=k, justify="right") for k in BY_KEYS[by]]
     columns += [Column("records", justify="right"), Column("pass", justify="right"),
                 Column("failing", justify="right", style=lambda r: "bold red" if r.get("failing") else None),
