@@ -171,3 +171,22 @@ def test_guess_can_open(demo_dumps, tmp_path):
     assert not entry.guess_can_open("s3://bucket/prefix")
     assert not entry.guess_can_open(b"bytes")
     assert xr.backends.plugins.guess_engine(str(root)) == "megadump"  # xr.open_dataset(root, group=...) needs no engine=
+
+
+def test_disagreeing_axes_and_coordinates_get_their_own_names():
+    from megadump_zarr.engine.backend import _Builder
+
+    builder = _Builder(None, set())
+    rows = lambda n, tasks, dim="row": xr.DataArray(  # noqa: E731
+        da.from_array(np.arange(2.0 * n).reshape(n, 2), chunks=(1, 2)), dims=(dim, "col"),
+        coords={dim: np.arange(n), "task_id": (dim, tasks)})
+    builder.add("a", rows(3, [5, 5, 6]))
+    builder.add("same", rows(3, [5, 5, 6]))  # agrees with a: shares its axis
+    builder.add("b", rows(4, [7, 7, 8, 8]))
+    builder.add("c", rows(2, [1, 1], dim="slot"))
+    ds = builder.dataset({})
+    assert ds["a"].dims == ds["same"].dims == ("row", "col")
+    assert ds["b"].dims == ("b.row", "col") and ds["b.task_id"].values.tolist() == [7, 7, 8, 8]
+    assert ds["c"].dims == ("slot", "col") and ds["slot.task_id"].values.tolist() == [1, 1]
+    assert ds["task_id"].values.tolist() == [5, 5, 6]
+    assert ds["b"].values.tolist() == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0], [6.0, 7.0]]
