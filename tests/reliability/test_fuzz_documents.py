@@ -184,6 +184,7 @@ def test_document_mutations(dumps: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(7200)
 def test_document_mutations_many(dumps: dict[str, Any]) -> None:
     @SLOW
     @given(st.data())
