@@ -130,8 +130,9 @@ class _Builder:
             self.dim_sig[new] = sig
         variable = _variable(array, self.upcast)
         if renames:
-            variable = variable.rename(renames) if hasattr(variable, "rename") else xr.Variable(
-                tuple(renames.get(d, d) for d in variable.dims), variable._data, variable.attrs, variable.encoding)
+            variable = xr.Variable(tuple(renames.get(d, d) for d in variable.dims), variable._data, variable.attrs,
+                                   {**variable.encoding, "preferred_chunks": {
+                                       renames.get(d, d): c for d, c in variable.encoding["preferred_chunks"].items()}})
         for cname, coord in array.coords.items():
             if len(coord.dims) != 1:
                 continue
