@@ -105,3 +105,52 @@ def test_decode_buffer_refuses_a_planted_rank_link(cli, tmp_path, monkeypatch):
     result = cli("decode-buffer", tmp_path / "a.bin", plan, "--out", out)
     assert_input_error(result, f"refusing to write {out}/rank_0/window_0000", f"is a link to {elsewhere}")
     assert list(elsewhere.iterdir()) == []
+
+
+def test_a_salvaged_demo_window_replays_without_a_reference(cli, tmp_path, monkeypatch):
+    """The plan keeps the operators' source and the tiles' rows, so the window decode-buffer writes replays
+    like a committed one (the hung launch is exactly when a replay is wanted)."""
+    root, out = tmp_path / "dump", tmp_path / "salvaged"
+    _hung_run(root, monkeypatch, tmp_path / "a.bin")
+    assert cli("decode-buffer", tmp_path / "a.bin", root, "--out", out, "-q").code == 0
+    invocation = out / "rank_0" / "window_0000" / "invocation_000000_forward"
+    import json
+
+    source = json.loads((invocation / "zarr.json").read_text())["attributes"]["operatorSource"]
+    assert source == {"name": "megadump_zarr.demo.MoEBlock", "config": DemoConfig().to_document()}
+    result = cli("replay", out, "--stage", "expert_up", "--owner", "1", "--json")
+    assert result.code == 0, result.err
+    assert result.json()["verdict"] == "correct on its inputs"
+    assert result.json()["reference"].startswith("megadump_zarr.demo.MoEBlock(tokens=37")
+    assert_input_error(cli("replay", out, "--stage", "expert_down", "--owner", "0"),
+                       "the launch of invocation_000000_forward failed before task 4 of stage 'expert_down' wrote its "
+                       "outputs (a salvaged partial launch: they are pending, never captured)")
+
+
+def test_plan_rows_and_source_fields_are_checked(tmp_path, monkeypatch):
+    import re
+
+    import megadump_zarr.dump.dumper as dumper_module
+    from megadump_zarr.dump.plan_io import salvage_window
+
+    documents = []
+    real = dumper_module.plan_document
+    monkeypatch.setattr(dumper_module, "plan_document", lambda *a, **k: documents.append(real(*a, **k)) or documents[-1])
+    block = MoEBlock(DemoConfig())
+    with tensor_dump(TensorDumpConfig(tmp_path, level="L1", kernel_names="moe_experts", stages="combine")):
+        block(block.make_input())
+    (document,) = documents
+    assert document["taskRows"]["13"] == [0, 8] and document["taskRows"]["17"] == [32, 37]  # combine's row tiles
+    buffer = bytes(document["totalBytes"])  # nothing captured: every record pending
+    window, _ = salvage_window(buffer, document)
+    (invocation,) = window.invocations
+    assert invocation.attrs["operatorSource"] == {"name": "megadump_zarr.demo.MoEBlock",
+                                                  "config": DemoConfig().to_document()}
+    for field, value, message in [
+        ("operatorSource", "megadump_zarr.demo.MoEBlock", "L1 plan field 'operatorSource' must be a mapping, got str"),
+        ("taskRows", [[13, 0, 8]], "L1 plan field 'taskRows' must be a mapping, got list"),
+        ("taskRows", {"13": [0, 1.5]}, "L1 plan field 'taskRows' entry '13' must be an integer, got 1.5"),
+        ("taskRows", {"x": [0, 8]}, "L1 plan field 'taskRows' entry 'x': [0, 8] is not a task id -> [start, stop]"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            salvage_window(buffer, {**document, field: value})

@@ -105,12 +105,37 @@ def plan_document(prepared: PreparedL1Dump, invocation: DumpInvocation, window_i
         entry["dims"] = list(record.dims)
         entry["declared_shape"] = list(record.declared_shape)
         records.append(entry)
-    return {
+    document = {
         "schema": PLAN_SCHEMA, "rank": invocation.rank, "windowIndex": window_index,
         "invocationId": invocation.invocation_id, "step": invocation.step, "direction": invocation.direction,
         "kernelName": invocation.kernel_name, "device": invocation.device, "executionMode": invocation.execution_mode,
         "totalBytes": prepared.total_bytes, "runId": run_id, "records": records,
     }
+    # what a replay of a salvaged window needs (as in a committed one): the operators' source, the tiles' rows
+    if invocation.operator_source is not None:
+        document["operatorSource"] = invocation.operator_source
+    rows = {str(task): [int(start), int(stop)] for task, (start, stop) in invocation.task_rows.items()
+            if start is not None and stop is not None}
+    if rows:
+        document["taskRows"] = rows
+    return document
+
+
+def _replay_fields(document: Mapping[str, Any]) -> tuple[dict[str, Any] | None, dict[int, tuple[int, int]]]:
+    """The plan's optional ``operatorSource`` (a mapping) and ``taskRows`` (task id -> ``[start, stop]``)."""
+    source = document.get("operatorSource")
+    if source is not None and not isinstance(source, dict):
+        raise ValueError(f"L1 plan field 'operatorSource' must be a mapping, got {type(source).__name__}")
+    table = document.get("taskRows", {})
+    if not isinstance(table, dict):
+        raise ValueError(f"L1 plan field 'taskRows' must be a mapping, got {type(table).__name__}")
+    rows: dict[int, tuple[int, int]] = {}
+    for task, value in table.items():
+        if not (isinstance(task, str) and task.isdigit()) or not isinstance(value, list) or len(value) != 2:
+            raise ValueError(f"L1 plan field 'taskRows' entry {task!r}: {value!r} is not a task id -> [start, stop]")
+        start, stop = (check_index(v, f"L1 plan field 'taskRows' entry {task!r}", limit=INT64_LIMIT) for v in value)
+        rows[check_index(int(task), "L1 plan field 'taskRows' task id", limit=INT64_LIMIT)] = (start, stop)
+    return source, rows
 
 
 def load_plan(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
@@ -213,6 +238,7 @@ def salvage_window(buffer: Any, plan: str | Path | Mapping[str, Any], *, window_
     invocation_id = check_index(document.get("invocationId"), "L1 plan field 'invocationId'", limit=INT64_LIMIT)
     step = check_index(document.get("step"), "L1 plan field 'step'", limit=INT64_LIMIT)
     total_bytes = check_index(document.get("totalBytes"), "L1 plan field 'totalBytes'", limit=INT64_LIMIT)
+    operator_source, task_rows = _replay_fields(document)
     for name in ("kernelName", "direction", "device"):
         if not isinstance(document.get(name), str):
             raise ValueError(f"L1 plan field {name!r} must be a string, got {document.get(name)!r}")
@@ -234,6 +260,7 @@ def salvage_window(buffer: Any, plan: str | Path | Mapping[str, Any], *, window_
         direction=document["direction"], rank=rank, device=document["device"], level="L1",
         l1_snapshots=list(captured), device_buffer_bytes=total_bytes,
         execution_mode=str(document.get("executionMode", "")), failed=True, pending_records=pending,
+        task_rows=task_rows, operator_source=operator_source,
     )
     if statistics:
         invocation.pending_records = pending = salvage_l1_statistics(invocation, prepared)

@@ -290,6 +290,10 @@ def replay(dump: Any, stage: str, *, task_id: int | None = None, owner: int | No
     records = _records(dump, selection)
     outputs = [r for r in records if r.io == "output"]
     if not outputs:
+        if "partial" in selection.records and selection.records["partial"].astype(bool).any():
+            raise ValueError(f"the launch of {selection.invocation_name} failed before task {selection.task_id} of "
+                             f"stage {stage!r} wrote its outputs (a salvaged partial launch: they are pending, never "
+                             "captured): nothing to judge")
         raise ValueError(f"the dump holds no outputs of task {selection.task_id} of stage {stage!r} "
                          "(io or tensor_names filters?): nothing to judge")
     dtype = outputs[0].dtype if outputs[0].dtype.is_floating_point else next(
