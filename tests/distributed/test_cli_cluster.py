@@ -71,16 +71,22 @@ def test_workers_start_a_local_cluster(roots):
     (["--scheduler", "tcp://127.0.0.1:9"], "error: cannot reach the dask scheduler at tcp://127.0.0.1:9: "),
     (["--workers", "2", "--scheduler", "tcp://127.0.0.1:9"], "error: argument --scheduler: not allowed with argument --workers"),
 ])
-def test_bad_cluster_flags_are_one_line_errors(roots, flags, message):
-    result = megadump("stats", roots["a"], *flags)
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(message), result.stderr
+def test_bad_cluster_flags_are_one_line_errors(roots, flags, message, capsys, monkeypatch):
+    from megadump_zarr.cli import cluster
+    from megadump_zarr.cli.main import main
+
+    monkeypatch.setattr(cluster, "_CONNECT_TIMEOUT", "1s")
+    assert main(["stats", roots["a"], *flags]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message), lines
 
 
-def test_help_names_the_flags():
+def test_help_names_the_flags(capsys):
+    from megadump_zarr.cli.main import main
+
     for command in ("compare", "stats", "verify"):
-        text = megadump(command, "--help").stdout
+        assert main([command, "--help"]) == 0
+        text = capsys.readouterr().out
         assert "--scheduler ADDRESS" in text and "--workers N" in text, command
 
 
@@ -89,3 +95,15 @@ def test_local_paths_travel_absolute(roots, tmp_path):
 
     relative = os.path.relpath(roots["a"], Path.cwd())
     assert DumpSource(relative).url == roots["a"]
+
+
+def test_other_commands_options_named_workers_start_no_cluster():
+    """``upload --workers 16`` is upload's own thread count, never a dask cluster."""
+    from megadump_zarr.cli.cluster import cluster_from_args
+    from megadump_zarr.cli.main import build_parser
+
+    args = build_parser().parse_args(["upload", "local", "s3://bucket/run", "--workers", "16"])
+    with cluster_from_args(args) as client:
+        assert client is None
+    args = build_parser().parse_args(["stats", "root", "--workers", "3"])
+    assert (args.dask_workers, args.dask_scheduler) == (3, None)

@@ -30,10 +30,10 @@ def add_cluster_flags(parser: argparse.ArgumentParser) -> None:
     """Add ``--scheduler ADDRESS`` and ``--workers N`` to a command."""
     group = parser.add_argument_group("dask cluster (needs the 'distributed' package)")
     exclusive = group.add_mutually_exclusive_group()
-    exclusive.add_argument("--scheduler", metavar="ADDRESS",
+    exclusive.add_argument("--scheduler", metavar="ADDRESS", dest="dask_scheduler",
                            help="run on the dask.distributed cluster at ADDRESS (e.g. tcp://10.0.0.5:8786); its "
                                 "workers open the dump from its URL (s3://..., or a path they all see)")
-    exclusive.add_argument("--workers", metavar="N", type=int,
+    exclusive.add_argument("--workers", dest="cluster_workers", metavar="N", type=int,
                            help="start a local dask cluster of N worker processes for this command")
 
 
@@ -47,7 +47,8 @@ def cluster_from_args(args: argparse.Namespace) -> Iterator[Any]:
         CliError: ``distributed`` is not installed, ``N`` is not positive, or the scheduler cannot be reached
             (one line, exit 2).
     """
-    address, workers = getattr(args, "scheduler", None), getattr(args, "workers", None)
+    # its own dest: ``upload --workers`` (upload concurrency) must not start a cluster
+    address, workers = getattr(args, "scheduler", None), getattr(args, "cluster_workers", None)
     if address is None and workers is None:
         yield None
         return
