@@ -222,3 +222,41 @@ def test_statistics_mode_fits_a_budget_the_payloads_would_not(tmp_path):
     records = run(tmp_path / "stats", "statistics", **fields).records()  # the seed's MemoryError in tensor mode
     assert len(records) == 16 and not records["payload"].any()
     assert L1_DUMP_PAYLOAD_BASE + records["bytes"].sum() > 1 << 20  # what tensor mode would need
+
+
+def table_attrs(root: Path, invocation: str = "invocation_000000_forward") -> dict:
+    import json
+
+    path = root / "rank_0" / "window_0000" / invocation / "statistics" / "zarr.json"
+    return json.loads(path.read_text())["attributes"]
+
+
+def test_the_device_copies_only_what_is_kept(tmp_path):
+    # nonfinite: the device copies only the tensors holding NaN into its tensor pool
+    dump = run(tmp_path / "nf", "nonfinite", poison=nan_in_expert_2, stages="expert_up", io="output", steps=1)
+    kept = dump.records()
+    kept = kept[kept["payload"]]
+    attrs = table_attrs(tmp_path / "nf")
+    assert attrs["tensorPoolUsed"] == sum(align_up(b) for b in kept["bytes"]) and attrs["poolFull"] == 0
+    # diff with a statistics baseline: the device compares checksums, copying only the perturbed task's
+    run(tmp_path / "base", "statistics", stages="expert_up", io="output", steps=1)
+    diff = run(tmp_path / "diff", "diff", poison=bump_expert_1, baseline=tmp_path / "base", stages="expert_up",
+               io="output", steps=1).records()
+    attrs = table_attrs(tmp_path / "diff")
+    assert attrs["tensorPoolUsed"] == align_up(int(diff.loc[diff["owner_id"] == 1, "bytes"].iloc[0]))
+
+
+def test_a_pool_bounded_by_the_budget_keeps_statistics_for_the_rest(tmp_path):
+    def nan_everywhere(block: MoEBlock) -> None:
+        block.w_up[:, 0, 0] = float("nan")
+
+    dump = run(tmp_path / "nf", "nonfinite", poison=nan_everywhere, stages="expert_up", io=("input", "output"),
+               steps=1, config=DemoConfig(tokens=512, d_model=256), device_memory_budget_mb=1)
+    records = dump.records()
+    nonfinite = records["nan_count"] > 0
+    attrs = table_attrs(tmp_path / "nf")
+    assert nonfinite.sum() == 8 and not records.loc[~nonfinite, "payload"].any()  # w_up in, ws out of each expert
+    kept = records.loc[nonfinite, "payload"]
+    assert kept.any() and not kept.all() and attrs["poolFull"] == int((~kept).sum())
+    assert attrs["tensorPoolUsed"] <= attrs["tensorPoolBytes"]
+    assert align_up(L1_DUMP_PAYLOAD_BASE + len(records) * 128) + attrs["tensorPoolBytes"] <= 1 << 20

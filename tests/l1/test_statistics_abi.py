@@ -65,7 +65,7 @@ def test_statistics_record_bytes():
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"kind": 3}, "invalid kind 3"),
+    ({"kind": 5}, "invalid kind 5"),
     ({"dtype_code": 99}, "unknown dtype_code 99"),
     ({"payload_bytes": 64}, "statistics slot payload_bytes=64 must be 128"),
     ({"tensor_bytes": 8}, "without a tensor slot but sets tensor_offset/tensor_bytes"),
@@ -195,3 +195,90 @@ def test_devices_without_float64_give_the_same_slot_layout(monkeypatch):
     assert narrow.mean == pytest.approx(exact.mean, rel=1e-5) and narrow.l2norm == pytest.approx(exact.l2norm, rel=1e-6)
     ints = read_l1_statistics(statistics_slot(torch.arange(-5, 7, dtype=torch.int32)).numpy())
     assert (ints.min, ints.max, ints.mean) == (-5, 6, 0.5)
+
+
+# --------------------------------------------------------------------------- conditional records and the pool
+def pool_entry(i: int, offset: int, kind: int, tensor_bytes: int, source_offset: int = 0) -> L1RecordEntry:
+    return L1RecordEntry(task_id=i, phase=2, parameter_position=0, source_offset_bytes=source_offset,
+                         payload_offset=offset, payload_bytes=128, status=0, task_index=i, worker_id=L1_ANY_WORKER,
+                         kind=kind, dtype_code=12, source_bytes=tensor_bytes, tensor_bytes=tensor_bytes)
+
+
+def test_pool_header_and_conditional_record_bytes():
+    pool = (BASE + 256, 4096)
+    buffer = pack_l1_buffer([pool_entry(0, BASE, 3, 64), pool_entry(1, BASE + 128, 4, 64, 64)], pool=pool)
+    assert struct.unpack_from("<8I", buffer, 0)[1] == 3 and struct.unpack_from("<8I", buffer, 0)[7] == BASE + 256 + 4096
+    assert struct.unpack_from("<4I", buffer, 32) == (BASE + 256, 4096, 0, 0)
+    assert struct.unpack_from("<6I", buffer, 64 + 40) == (3, 12, 64, 0, 0, 64)
+    assert struct.unpack_from("<6I", buffer, 128 + 40) == (4, 12, 64, 0, 0, 64)
+    assert len(read_l1_buffer(buffer).records) == 2
+
+
+@pytest.mark.parametrize("entries, pool, message", [
+    ([(3, 64)], None, "need a tensor pool"),
+    ([(1, 0)], (BASE + 256, 64), "given but no entry has kind 3 or 4"),
+    ([(3, 64)], (BASE + 64, 64), "must be 64-byte aligned and at or after the last slot's end"),
+])
+def test_packer_refuses_a_bad_pool(entries, pool, message):
+    built = [pool_entry(i, BASE + 128 * i, kind, size) if kind != 1 else stats_entry(i, BASE + 128 * i, source_bytes=8)
+             for i, (kind, size) in enumerate(entries)]
+    with pytest.raises(ValueError, match=re.escape(message)):
+        pack_l1_buffer(built, pool=pool)
+
+
+def test_reader_refuses_a_pool_outside_the_buffer():
+    buffer = pack_l1_buffer([pool_entry(0, BASE, 3, 64)], pool=(BASE + 128, 64))
+    struct.pack_into("<I", buffer, 36, 1 << 20)  # pool_bytes past total_bytes
+    with pytest.raises(ValueError, match="tensor pool .* is misplaced"):
+        read_l1_buffer(buffer)
+
+
+def pooled_worker(values: list[torch.Tensor], kind: int, pool_bytes: int, expected: list[int | None] | None = None):
+    """One record per tensor (task i, output), of ``kind``, over a parameter holding them all."""
+    parameter = torch.cat([v.reshape(-1) for v in values])
+    entries, offset = [], 0
+    for i, v in enumerate(values):
+        entries.append(pool_entry(i, BASE + 128 * i, kind, v.numel() * 4, offset * 4))
+        offset += v.numel()
+    pool_offset = BASE + 128 * len(values)
+    buffer = torch.frombuffer(pack_l1_buffer(entries, pool=(pool_offset, pool_bytes)), dtype=torch.uint8).clone()
+    for i, checksum in enumerate(expected or []):
+        if checksum is not None:
+            buffer[BASE + 128 * i + 88:BASE + 128 * i + 96] = torch.tensor([checksum], dtype=torch.int64).view(torch.uint8)
+            buffer[BASE + 128 * i + 96] = 1
+    worker = DeviceWorker(buffer, [parameter])
+    for i in range(len(values)):
+        worker.capture(i, 2, None)
+    slots = [read_l1_statistics(buffer[BASE + 128 * i:BASE + 128 * (i + 1)].numpy()) for i in range(len(values))]
+    return buffer, slots, pool_offset
+
+
+def test_the_device_copies_only_non_finite_tensors_into_the_pool():
+    values = [torch.ones(16), torch.full((16,), float("nan")), torch.zeros(16), torch.tensor([float("inf")] * 16)]
+    buffer, slots, pool = pooled_worker(values, 3, 4096)
+    assert [s.tensor_copied for s in slots] == [False, True, False, True]
+    assert [s.tensor_offset for s in slots] == [0, pool, 0, pool + 64]
+    assert struct.unpack_from("<I", bytes(buffer[40:44].numpy()))[0] == 128  # pool_used: two 64-byte tensors
+    assert torch.isnan(buffer[pool:pool + 64].view(torch.float32)).all()
+    assert torch.isinf(buffer[pool + 64:pool + 128].view(torch.float32)).all()
+
+
+def test_a_full_pool_keeps_statistics_and_says_so():
+    values = [torch.full((16,), float("nan")), torch.full((16,), float("nan"))]
+    buffer, slots, pool = pooled_worker(values, 3, 64)
+    assert [s.tensor_copied for s in slots] == [True, False] and [s.pool_full for s in slots] == [False, True]
+    assert slots[1].nan_count == 16  # the statistics are there all the same
+
+
+def signed(checksum: int) -> int:
+    return checksum - (1 << 64) if checksum >= 1 << 63 else checksum
+
+
+def test_the_device_copies_only_tensors_whose_checksum_changed():
+    values = [torch.arange(16.0), torch.arange(16.0) + 1, torch.arange(16.0) + 2]
+    reference = [read_l1_statistics(statistics_slot(v).numpy()).checksum for v in values]
+    expected = [signed(reference[0]), signed(reference[1] ^ 1), None]  # same, changed, no baseline
+    buffer, slots, pool = pooled_worker(values, 4, 4096, expected)
+    assert [s.tensor_copied for s in slots] == [False, True, True]
+    assert [s.checksum for s in slots] == reference
+    assert bytes(buffer[BASE + 88:BASE + 97].numpy()) == struct.pack("<qB", expected[0], 1)  # the device left it alone

@@ -31,6 +31,7 @@ from megadump_zarr.dump.statistics import (
     complete_l1_statistics,
     l0_key_function,
     payload_policy,
+    prime_expected_checksums,
     salvage_l1_statistics,
 )
 from megadump_zarr.dump.statistics_plan import has_statistics
@@ -339,6 +340,7 @@ class TensorDumper:
             prepared = prepare_l1_dump(runtime, runtime.graph, context.parameters, self.config, rank=runtime.rank, device=device)
             invocation = self._new_invocation(runtime, context.direction, device)
             invocation.device_buffer_bytes = prepared.total_bytes
+            prime_expected_checksums(prepared, invocation, self._policy)  # mode="diff": the device compares
             # what `megadump_zarr.replay` needs to run a task again: its tile rows and the operators' source
             invocation.task_rows = {int(task.task_id): (task.start, task.stop) for task in getattr(runtime, "tasks", ())}
             invocation.operator_source = operator_source(runtime.graph)

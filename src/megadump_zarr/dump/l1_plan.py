@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from megadump_zarr.dump.l1_views import resolve_view, validate_view_bounds
-from megadump_zarr.dump.statistics_plan import buffer_end, layout_records, statistics_entry
+from megadump_zarr.dump.statistics_plan import buffer_end, layout_records, pool_for, statistics_entry
 from megadump_zarr.l1 import (
     L1_ANY_WORKER,
     L1_DIAGNOSTIC_MODE,
@@ -334,7 +334,8 @@ def prepare_l1_dump(runtime: Any, graph: Any, parameters: Sequence[Any], config:
         raise ValueError("L1 Tensor dump requires the prepared MegaKernel runtime")
     records = layout_records(build_record_plans(runtime, graph, parameters, config, rank), config)
     budget_bytes = config.device_memory_budget_mb * 1024 * 1024
-    total_bytes = buffer_end(records)
+    pool = pool_for(records, config)  # conditional statistics records copy into a budget-bounded pool
+    total_bytes = align_up(max(buffer_end(records), pool[0] + pool[1]))
     if total_bytes >= 1 << 32:
         raise ValueError("L1 dump buffer exceeds the 32-bit payload-offset ABI")
     if total_bytes > budget_bytes:
@@ -342,7 +343,7 @@ def prepare_l1_dump(runtime: Any, graph: Any, parameters: Sequence[Any], config:
             f"L1 dump requires {total_bytes} Device bytes, exceeding "
             f"device_memory_budget_mb={config.device_memory_budget_mb} ({budget_bytes} bytes)"
         )
-    packed = pack_l1_buffer([record.entry for record in records])
+    packed = pack_l1_buffer([record.entry for record in records], pool=pool)
     # Only the header and record table carry information before the launch; the payload area is zeros,
     # so the Device buffer is allocated zeroed and just that prefix is copied over.
     buffer = torch.zeros(len(packed), dtype=torch.uint8, device=device)

@@ -196,6 +196,15 @@ class PayloadPolicy:
                 raise ValueError(f"mode='diff' baseline {baseline.url} holds no records")
             self._tolerance = baseline.tolerance
 
+    def expected_checksum(self, key: tuple[Any, ...]) -> int | None:
+        """The baseline's checksum of a record (None when the baseline has none for it).
+
+        Args:
+            key: The record's :func:`record_key`.
+        """
+        base = self._index.get(key)
+        return None if base is None else base["checksum"]
+
     def keep(self, key: tuple[Any, ...], dtype: str, stats: L1Statistics) -> bool:
         """Whether a record with these device statistics keeps its payload.
 
@@ -403,8 +412,11 @@ def complete_l1_statistics(invocation: Any, prepared: Any, policy: PayloadPolicy
     def keep(plan: Any, stats: L1Statistics) -> bool:
         return policy is not None and policy.keep(_l1_key(invocation, plan), dtype_name(plan.dtype), stats)
 
-    snapshots, decoded = decode_statistics_dump(prepared, keep, payload_snapshot)
+    snapshots, decoded, (_, pool_bytes, pool_used) = decode_statistics_dump(prepared, keep, payload_snapshot)
     invocation.l1_snapshots.extend(snapshots)
+    if pool_bytes:  # the conditional modes' tensor pool: how much of it the device used, and what did not fit
+        invocation.statistics_attrs.update(tensorPoolBytes=pool_bytes, tensorPoolUsed=pool_used,
+                                           poolFull=sum(d.statistics.pool_full for d in decoded))
     keyed = policy is not None and policy.mode == "diff"  # only a diff needs record identities later
     invocation.statistics.extend(l1_row(d.record, d.statistics, d.kept, _l1_key(invocation, d.record) if keyed else ())
                                  for d in decoded)
@@ -425,3 +437,42 @@ def salvage_l1_statistics(invocation: Any, prepared: Any) -> list[dict[str, Any]
     invocation.l1_snapshots[:] = snapshots
     invocation.statistics[:] = [l1_row(d.record, d.statistics, d.kept, ()) for d in decoded]
     return pending
+
+
+def prime_expected_checksums(prepared: Any, invocation: Any, policy: PayloadPolicy | None) -> int:
+    """``mode="diff"``: write the baseline's checksum of each record into its statistics slot before the
+    launch, so the device copies only the tensors whose checksum differs (kind 4). One host-to-device
+    copy of the statistics area. Returns how many records got an expected checksum.
+
+    Args:
+        prepared: The launch's ``PreparedL1Dump`` (its buffer not launched yet).
+        invocation: The ``DumpInvocation`` (for the records' identities).
+        policy: The payload policy (nothing happens unless it is a diff).
+    """
+    from megadump_zarr.l1.format import (
+        L1_RECORD_KIND_STATISTICS_TENSOR_IF_CHANGED,
+        L1_STAT_EXPECTED_BYTE,
+        L1_STAT_EXPECTED_PRESENT_BYTE,
+    )
+
+    if policy is None or policy.mode != "diff":
+        return 0
+    users = [plan for plan in prepared.records if plan.kind == L1_RECORD_KIND_STATISTICS_TENSOR_IF_CHANGED]
+    if not users:
+        return 0
+    start = min(plan.payload_offset for plan in users)
+    stop = max(plan.payload_offset + plan.payload_bytes for plan in users)
+    area = np.zeros(stop - start, dtype=np.uint8)
+    primed = 0
+    for plan in users:
+        expected = policy.expected_checksum(_l1_key(invocation, plan))
+        if expected is None:
+            continue  # no baseline checksum: the device copies it (the host decides from the statistics)
+        at = plan.payload_offset - start
+        area[at + L1_STAT_EXPECTED_BYTE:at + L1_STAT_EXPECTED_BYTE + 8] = np.frombuffer(
+            int(expected).to_bytes(8, "little"), dtype=np.uint8)
+        area[at + L1_STAT_EXPECTED_PRESENT_BYTE] = 1
+        primed += 1
+    if primed:
+        prepared.buffer[start:stop].copy_(torch.from_numpy(area).to(prepared.buffer.device))
+    return primed

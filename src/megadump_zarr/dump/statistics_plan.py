@@ -23,19 +23,24 @@ import torch
 from megadump_zarr.l1 import L1_DUMP_PAYLOAD_BASE, L1_DUMP_STATUS_CAPTURED, L1RecordEntry, align_up
 from megadump_zarr.l1.format import (
     L1_RECORD_KIND_STATISTICS,
+    L1_DUMP_ALIGNMENT,
+    L1_POOL_KINDS,
     L1_RECORD_KIND_STATISTICS_AND_TENSOR,
+    L1_RECORD_KIND_STATISTICS_TENSOR_IF_CHANGED,
+    L1_RECORD_KIND_STATISTICS_TENSOR_IF_NONFINITE,
     L1_RECORD_KIND_TENSOR,
     L1_STATISTICS_SLOT_SIZE,
     L1Statistics,
 )
-from megadump_zarr.l1.reader import read_l1_statistics_many, read_l1_table
+from megadump_zarr.l1.reader import read_l1_pool, read_l1_statistics_many, read_l1_table
 from megadump_zarr.runtime.statistics import dtype_code
 
 __all__ = ["L1StatisticsRecord", "buffer_end", "decode_statistics_dump", "has_statistics", "layout_records",
            "statistics_entry"]
 
 _WANTS_TENSOR = {"tensor": L1_RECORD_KIND_TENSOR, "statistics": L1_RECORD_KIND_STATISTICS,
-                 "nonfinite": L1_RECORD_KIND_STATISTICS_AND_TENSOR, "diff": L1_RECORD_KIND_STATISTICS_AND_TENSOR}
+                 "nonfinite": L1_RECORD_KIND_STATISTICS_TENSOR_IF_NONFINITE,
+                 "diff": L1_RECORD_KIND_STATISTICS_TENSOR_IF_CHANGED}
 
 
 class L1StatisticsRecord(NamedTuple):
@@ -75,7 +80,7 @@ def _slot_ends(plan: Any) -> tuple[int, ...]:
 
 
 def buffer_end(records: Sequence[Any]) -> int:
-    """Bytes the Device buffer needs: the aligned end of its last slot.
+    """The aligned end of a plan's last slot (its tensor pool, if any, follows: :func:`pool_for`).
 
     Args:
         records: The launch's record plans.
@@ -112,7 +117,7 @@ def layout_records(records: tuple[Any, ...], config: Any) -> tuple[Any, ...]:
     kinds = []
     for plan in records:
         kind = wanted
-        if kind != L1_RECORD_KIND_STATISTICS:
+        if kind in (L1_RECORD_KIND_TENSOR, L1_RECORD_KIND_STATISTICS_AND_TENSOR):  # a slot of its own
             end = align_up(cursor) + plan.payload_bytes
             if fallback and align_up(end) > budget:
                 kind = L1_RECORD_KIND_STATISTICS
@@ -127,7 +132,7 @@ def layout_records(records: tuple[Any, ...], config: Any) -> tuple[Any, ...]:
             placed.append(plan)
             continue
         placed.append(replace(plan, kind=kind, payload_offset=stats_cursor, payload_bytes=L1_STATISTICS_SLOT_SIZE,
-                              tensor_offset=0, tensor_bytes=plan.payload_bytes if kind == 2 else 0))
+                              tensor_offset=0, tensor_bytes=0 if kind == L1_RECORD_KIND_STATISTICS else plan.payload_bytes))
         stats_cursor += L1_STATISTICS_SLOT_SIZE
     tensor_cursor = align_up(stats_cursor)
     final = []
@@ -140,6 +145,24 @@ def layout_records(records: tuple[Any, ...], config: Any) -> tuple[Any, ...]:
             tensor_cursor = align_up(tensor_cursor + plan.tensor_bytes)
         final.append(plan)
     return tuple(final)
+
+
+def pool_for(records: Sequence[Any], config: Any) -> tuple[int, int]:
+    """The tensor pool of a plan whose records copy conditionally (kinds 3, 4): right after the last slot,
+    as large as all their tensors together, but never past the Device memory budget; ``(0, 0)`` without
+    such records. Tensors that do not fit when the condition holds are not copied (their slot says so).
+
+    Args:
+        records: Plans from :func:`layout_records`.
+        config: The dump config.
+    """
+    users = [plan for plan in records if plan.kind in L1_POOL_KINDS]
+    if not users:
+        return 0, 0
+    offset = buffer_end(records)
+    wanted = sum(align_up(plan.tensor_bytes) for plan in users)
+    room = config.device_memory_budget_mb * 1024 * 1024 - offset
+    return offset, max(L1_DUMP_ALIGNMENT, min(wanted, room))
 
 
 def _host_slice(buffer: torch.Tensor, start: int, stop: int, *, copy: bool = True) -> torch.Tensor:
@@ -182,7 +205,7 @@ def _check_plan(table: np.ndarray, records: Sequence[Any]) -> None:
 
 def decode_statistics_dump(
     prepared: Any, keep: Callable[[Any, L1Statistics], bool], snapshot: Callable[[Any, np.ndarray], Any],
-) -> tuple[list[Any], list[L1StatisticsRecord]]:
+) -> tuple[list[Any], list[L1StatisticsRecord], tuple[int, int, int]]:
     """Decode a completed buffer holding statistics records, copying to the host only what is kept.
 
     The header, table and statistics slots come over in one prefix copy (none on CPU, where the buffer
@@ -195,7 +218,8 @@ def decode_statistics_dump(
         snapshot: ``payload_snapshot(plan, bytes)``: wraps kept bytes as the dump's L1 snapshot.
 
     Returns:
-        ``(snapshots, statistics)``: snapshots of the stored payloads, and every record's statistics.
+        ``(snapshots, statistics, pool)``: snapshots of the stored payloads, every record's statistics,
+        and the tensor pool's ``(offset, bytes, used)`` ((0, 0, 0) without one).
 
     Raises:
         RuntimeError: A record was not captured (the seed's message).
@@ -205,6 +229,7 @@ def decode_statistics_dump(
     prefix = align_up(max(plan.payload_offset + plan.payload_bytes for plan in records))
     _, table, data = read_l1_table(_host_slice(prepared.buffer, 0, prefix, copy=False), partial=True)
     _check_plan(table, records)
+    pool = read_l1_pool(data)
     pending = np.flatnonzero(table["status"] != L1_DUMP_STATUS_CAPTURED)
     if pending.size:
         i = int(pending[0])
@@ -223,14 +248,32 @@ def decode_statistics_dump(
             snapshots.append(snapshot(plan, np.array(data[start:start + plan.payload_bytes])))
             continue
         stats = next(decoded)
-        kept = plan.kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR and stats.tensor_copied and keep(plan, stats)
+        kept = plan.kind != L1_RECORD_KIND_STATISTICS and stats.tensor_copied and keep(plan, stats)
         if kept:
-            tensor_plan = replace(plan, kind=0, payload_offset=plan.tensor_offset, payload_bytes=plan.tensor_bytes,
-                                  tensor_offset=0, tensor_bytes=0)
-            host = _host_slice(prepared.buffer, plan.tensor_offset, plan.tensor_offset + plan.tensor_bytes)
-            snapshots.append(snapshot(tensor_plan, host.numpy()))
+            snapshots.append(_tensor_snapshot(prepared.buffer, plan, stats, pool, snapshot))
         statistics.append(L1StatisticsRecord(plan, stats, kept))
-    return snapshots, statistics
+    return snapshots, statistics, pool
+
+
+def _tensor_offset(plan: Any, stats: L1Statistics, pool: tuple[int, int, int]) -> int:
+    """Where a copied tensor lies: its own slot (kind 2) or the pool offset the device wrote (kinds 3, 4)."""
+    if plan.kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR:
+        return plan.tensor_offset
+    offset, _, used = pool
+    start = stats.tensor_offset
+    if not (offset <= start and start + plan.tensor_bytes <= offset + used and (start - offset) % L1_DUMP_ALIGNMENT == 0):
+        raise ValueError(f"L1 dump record (task_id={plan.task_id}, {plan.io} {plan.index}) says its tensor is at "
+                         f"{start}, outside the used tensor pool [{offset}, {offset + used})")
+    return start
+
+
+def _tensor_snapshot(buffer: torch.Tensor, plan: Any, stats: L1Statistics, pool: tuple[int, int, int],
+                     snapshot: Callable[[Any, np.ndarray], Any]) -> Any:
+    """Copy one kept tensor to the host (one narrow copy) and wrap it as the dump's L1 snapshot."""
+    start = _tensor_offset(plan, stats, pool)
+    tensor_plan = replace(plan, kind=0, payload_offset=start, payload_bytes=plan.tensor_bytes, tensor_offset=0,
+                          tensor_bytes=0)
+    return snapshot(tensor_plan, _host_slice(buffer, start, start + plan.tensor_bytes).numpy())
 
 
 def salvage_statistics_dump(
@@ -271,11 +314,11 @@ def salvage_statistics_dump(
             pending.append({"record": i, "taskId": plan.task_id, "stage": plan.stage, "io": plan.io,
                             "index": plan.index, "name": plan.tensor_name, "error": str(error)})
             continue
-        kept = plan.kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR and stats.tensor_copied
+        kept = plan.kind != L1_RECORD_KIND_STATISTICS and stats.tensor_copied
         if kept:
-            tensor_plan = replace(plan, kind=0, payload_offset=plan.tensor_offset, payload_bytes=plan.tensor_bytes,
-                                  tensor_offset=0, tensor_bytes=0)
-            host = _host_slice(prepared.buffer, plan.tensor_offset, plan.tensor_offset + plan.tensor_bytes)
-            snapshots.append(snapshot(tensor_plan, host.numpy()))
+            try:
+                snapshots.append(_tensor_snapshot(prepared.buffer, plan, stats, read_l1_pool(data), snapshot))
+            except ValueError:
+                kept = False
         statistics.append(L1StatisticsRecord(plan, stats, kept))
     return snapshots, statistics, pending

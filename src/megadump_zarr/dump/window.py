@@ -43,6 +43,7 @@ class DumpInvocation:
     statistics: list[Any] = field(default_factory=list)  # StatisticsRow per record (statistics-first modes)
     occurrence: int = 0  # earlier invocations of this kernel and direction in the same step (record identity)
     l0_statistics: Any = None  # L0StatisticsCapture while an L0 launch in a statistics-first mode runs
+    statistics_attrs: dict[str, Any] = field(default_factory=dict)  # extra attributes of the statistics table
 
     @property
     def name(self) -> str:
@@ -143,7 +144,8 @@ def _statistics(invocation: DumpInvocation) -> Any:
     if not invocation.statistics:
         return None
     rows = invocation.statistics
-    return statistics_table(rows, {"recordCount": len(rows), "payloadCount": sum(r.kept for r in rows)})
+    return statistics_table(rows, {"recordCount": len(rows), "payloadCount": sum(r.kept for r in rows),
+                                   **invocation.statistics_attrs})
 
 
 def _row_coordinate(snapshot: L1Snapshot) -> np.ndarray | None:

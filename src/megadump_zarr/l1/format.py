@@ -16,22 +16,31 @@ any statistics record makes it version 3 (a version-2-only device worker then re
 copying 128 bytes of the tensor into a statistics slot). At record byte 40, ``struct "<6I"``:
 
 * ``kind``: 0 tensor (the seed's record; the five other words are 0), 1 statistics,
-  2 statistics and tensor;
+  2 statistics and tensor, 3 statistics and the tensor if it holds NaN/Inf, 4 statistics and the
+  tensor if its checksum differs from the expected one;
 * ``dtype_code``: the element type the device reduces over (:data:`L1_DTYPE_CODES`);
 * ``source_bytes_low``, ``source_bytes_high``: bytes of the source range the statistics cover (u64);
-* ``tensor_offset``, ``tensor_bytes``: kind 2 only, a second 64-byte-aligned slot into which the
-  device also copies the first ``tensor_bytes`` bytes of the source (a prefix when capped).
+* ``tensor_offset``, ``tensor_bytes``: kind 2: a second 64-byte-aligned slot into which the
+  device also copies the first ``tensor_bytes`` bytes of the source (a prefix when capped); kinds 3
+  and 4: ``tensor_offset`` is 0 and ``tensor_bytes`` is what the device copies, when the condition
+  holds, into space it takes from the buffer's tensor pool.
 
-For kinds 1 and 2, ``payload_offset``/``payload_bytes`` name a 128-byte statistics slot that the
+Tensor pool (version 3, header bytes 32..47, ``struct "<4I"``; zero when no record has kind 3 or 4):
+``pool_offset`` (64-byte aligned, after every other slot), ``pool_bytes``, ``pool_used`` (the device
+bumps it by the aligned size of each tensor it copies; a tensor that does not fit is not copied and
+its slot says so), reserved. The pool is what bounds the Device memory of the conditional modes: it
+holds only the tensors actually copied.
+
+For kinds 1 to 4, ``payload_offset``/``payload_bytes`` name a 128-byte statistics slot that the
 device fills at the task boundary (statistics layout version 1, little-endian,
-``struct "<IIQQQ8s8sddQQ48x"``):
+``struct "<IIQQQ8s8sddQQQQI28x"``):
 
 ====== ====== ===============================================================================
 offset  type  field
 ====== ====== ===============================================================================
 0       u32   layout version (1)
 4       u32   flags: 1 valid, 2 integer (min/max are i64, else f64), 4 has a finite element,
-              8 tensor copied (kind 2)
+              8 tensor copied (kinds 2-4), 16 tensor not copied: the pool was full (kinds 3, 4)
 8       u64   element count
 16      u64   NaN count
 24      u64   Inf count (+Inf and -Inf)
@@ -42,8 +51,13 @@ offset  type  field
 64      u64   checksum: ``sum_i w_i * (2 i + 1) mod 2**64`` over the little-endian u32 words
               ``w_i`` of the source bytes (zero-padded to a multiple of 4)
 72      u64   byte count covered (equals the record's source bytes)
-80      48 B  reserved, zero
+80      u64   kinds 3/4: offset of the copied tensor in the pool (device-written; 0 when not copied)
+88      u64   kind 4: the expected checksum (host-written before the launch)
+96      u32   kind 4: 1 when an expected checksum is given (host-written; 0: copy unconditionally)
+100     28 B  reserved, zero
 ====== ====== ===============================================================================
+
+The device writes bytes 0..87 of a slot and never the host-written bytes 88..103.
 
 This module holds no logic beyond :func:`align_up`; reading lives in
 :mod:`megadump_zarr.l1.reader` and packing in :mod:`megadump_zarr.l1.packer`.
@@ -147,7 +161,24 @@ L1_RECORD_KIND_STATISTICS = 1
 """Record kind: reduce the source range on the device into a 128-byte statistics slot; copy nothing."""
 L1_RECORD_KIND_STATISTICS_AND_TENSOR = 2
 """Record kind: statistics slot as kind 1, and the source (prefix) copied into the tensor slot."""
-L1_RECORD_KINDS = frozenset({L1_RECORD_KIND_TENSOR, L1_RECORD_KIND_STATISTICS, L1_RECORD_KIND_STATISTICS_AND_TENSOR})
+L1_RECORD_KIND_STATISTICS_TENSOR_IF_NONFINITE = 3
+"""Record kind: statistics slot; the tensor (prefix) copied into the pool only when it holds NaN or Inf."""
+L1_RECORD_KIND_STATISTICS_TENSOR_IF_CHANGED = 4
+"""Record kind: statistics slot; the tensor copied into the pool only when its checksum differs from the
+expected one the host wrote into the slot (or when none was given)."""
+L1_RECORD_KINDS = frozenset({L1_RECORD_KIND_TENSOR, L1_RECORD_KIND_STATISTICS, L1_RECORD_KIND_STATISTICS_AND_TENSOR,
+                             L1_RECORD_KIND_STATISTICS_TENSOR_IF_NONFINITE, L1_RECORD_KIND_STATISTICS_TENSOR_IF_CHANGED})
+L1_POOL_KINDS = frozenset({L1_RECORD_KIND_STATISTICS_TENSOR_IF_NONFINITE, L1_RECORD_KIND_STATISTICS_TENSOR_IF_CHANGED})
+"""Kinds whose tensor, when copied, goes into the buffer's tensor pool."""
+L1_POOL_HEADER_OFFSET = 32
+"""Byte offset of the tensor pool words (version 3) in the first 64 bytes."""
+POOL_STRUCT = struct.Struct("<4I")
+"""Pool layout: pool_offset, pool_bytes, pool_used, reserved."""
+L1_STAT_TENSOR_OFFSET_BYTE = 80
+L1_STAT_EXPECTED_BYTE = 88
+L1_STAT_EXPECTED_PRESENT_BYTE = 96
+L1_STAT_DEVICE_BYTES = 88
+"""The device writes the first 88 bytes of a slot; the rest is the host's."""
 L1_RECORD_EXTENSION_OFFSET = 40
 """Byte offset, inside a record, of the version-3 extension words (the seed's padding)."""
 RECORD_EXTENSION_STRUCT = struct.Struct("<6I")
@@ -158,13 +189,14 @@ L1_STATISTICS_LAYOUT_VERSION = 1
 """Version of the statistics slot layout (word 0 of the slot)."""
 L1_STATISTICS_SLOT_SIZE = 128
 """Bytes of one statistics slot (``payload_bytes`` of a kind 1 or 2 record)."""
-STATISTICS_STRUCT = struct.Struct("<IIQQQ8s8sddQQ48x")
+STATISTICS_STRUCT = struct.Struct("<IIQQQ8s8sddQQQQI28x")
 """Statistics slot layout: version, flags, element_count, nan_count, inf_count, min, max, mean, l2norm,
-checksum, byte_count, 48 reserved bytes."""
+checksum, byte_count, tensor_offset, expected_checksum, expected_present, 28 reserved bytes."""
 L1_STAT_VALID = 1
 L1_STAT_INTEGER = 2
 L1_STAT_HAS_FINITE = 4
 L1_STAT_TENSOR_COPIED = 8
+L1_STAT_POOL_FULL = 16
 
 L1_DTYPE_CODES = {
     1: "bool", 2: "int8", 3: "uint8", 4: "int16", 5: "uint16", 6: "int32", 7: "uint32", 8: "int64",
@@ -327,6 +359,7 @@ class L1Statistics(NamedTuple):
         l2norm: L2 norm over finite elements, None when there is none.
         checksum: the content checksum (u64).
         byte_count: bytes covered.
+        tensor_offset: kinds 3/4: where the device copied the tensor in the pool (0 when it did not).
     """
 
     flags: int
@@ -339,6 +372,12 @@ class L1Statistics(NamedTuple):
     l2norm: float | None
     checksum: int
     byte_count: int
+    tensor_offset: int = 0
+
+    @property
+    def pool_full(self) -> bool:
+        """Whether the condition held but the tensor pool had no room for the tensor."""
+        return bool(self.flags & L1_STAT_POOL_FULL)
 
     @property
     def tensor_copied(self) -> bool:

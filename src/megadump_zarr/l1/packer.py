@@ -30,10 +30,13 @@ from megadump_zarr.l1.format import (
     L1_DUMP_VERSION_STATISTICS,
     L1_DTYPE_CODES,
     L1_RECORD_EXTENSION_OFFSET,
+    L1_POOL_HEADER_OFFSET,
+    L1_POOL_KINDS,
     L1_RECORD_KIND_STATISTICS_AND_TENSOR,
     L1_RECORD_KIND_TENSOR,
     L1_RECORD_KINDS,
     L1_STATISTICS_SLOT_SIZE,
+    POOL_STRUCT,
     RECORD_EXTENSION_STRUCT,
     RECORD_STRUCT,
     TOTAL_BYTES_LIMIT,
@@ -164,6 +167,11 @@ def _extension(index: int, entry: L1RecordEntry) -> dict[str, int]:
             raise ValueError(f"{where} tensor_offset={values['tensor_offset']} is not {L1_DUMP_ALIGNMENT}-byte aligned")
         if values["tensor_bytes"] > values["source_bytes"]:
             raise ValueError(f"{where} tensor_bytes={values['tensor_bytes']} exceeds source_bytes={values['source_bytes']}")
+    elif kind in L1_POOL_KINDS:
+        if values["tensor_offset"]:
+            raise ValueError(f"{where} takes its tensor from the pool but sets tensor_offset={values['tensor_offset']}")
+        if values["tensor_bytes"] > values["source_bytes"]:
+            raise ValueError(f"{where} tensor_bytes={values['tensor_bytes']} exceeds source_bytes={values['source_bytes']}")
     elif values["tensor_offset"] or values["tensor_bytes"]:
         raise ValueError(f"{where} is a statistics record without a tensor slot but sets tensor_offset/tensor_bytes")
     return values
@@ -193,7 +201,8 @@ def _check_overlap(entries: Sequence[L1RecordEntry]) -> None:
             )
 
 
-def pack_l1_buffer(entries: Sequence[L1RecordEntry], *, payload_base: int = L1_DUMP_PAYLOAD_BASE) -> bytearray:
+def pack_l1_buffer(entries: Sequence[L1RecordEntry], *, payload_base: int = L1_DUMP_PAYLOAD_BASE,
+                   pool: tuple[int, int] | None = None) -> bytearray:
     """Build a zero-filled L1 dump buffer holding ``entries`` as PENDING records.
 
     The header gets ``enabled=1``, ``payload_offset`` = the lowest entry payload
@@ -206,6 +215,8 @@ def pack_l1_buffer(entries: Sequence[L1RecordEntry], *, payload_base: int = L1_D
             after ``payload_base``, not overlapping).
         payload_base: first byte the payload area may use; at least the end of the
             record table (default: after a table reserved for 4096 records).
+        pool: ``(pool_offset, pool_bytes)`` of the tensor pool, required when an entry has kind 3
+            or 4 (and refused otherwise): 64-byte aligned, after every slot.
 
     Returns:
         The packed buffer, exactly ``total_bytes`` long.
@@ -237,6 +248,8 @@ def pack_l1_buffer(entries: Sequence[L1RecordEntry], *, payload_base: int = L1_D
     total_bytes = align_up(max(end for _, end, _ in _slots(entries) or [(0, 0, 0)]), L1_DUMP_ALIGNMENT)
     total_bytes = max(total_bytes, align_up(max(e.payload_end for e in entries), L1_DUMP_ALIGNMENT))
     statistics = any(e.kind != L1_RECORD_KIND_TENSOR for e in entries)
+    pool_offset, pool_bytes = _check_pool(entries, pool, total_bytes)
+    total_bytes = max(total_bytes, align_up(pool_offset + pool_bytes, L1_DUMP_ALIGNMENT))
     if total_bytes >= TOTAL_BYTES_LIMIT:
         raise ValueError(f"L1 dump total_bytes={total_bytes} must be below 2**32={TOTAL_BYTES_LIMIT}")
 
@@ -279,4 +292,30 @@ def pack_l1_buffer(entries: Sequence[L1RecordEntry], *, payload_base: int = L1_D
                 e.tensor_offset,
                 e.tensor_bytes,
             )
+    if pool_bytes:
+        POOL_STRUCT.pack_into(buffer, L1_POOL_HEADER_OFFSET, pool_offset, pool_bytes, 0, 0)
     return buffer
+
+
+def _check_pool(entries: Sequence[L1RecordEntry], pool: tuple[int, int] | None, slots_end: int) -> tuple[int, int]:
+    """Validate the tensor pool against the entries that use it; ``(0, 0)`` when there is none.
+
+    Args:
+        entries: validated entries.
+        pool: ``(pool_offset, pool_bytes)`` or None.
+        slots_end: the aligned end of every slot.
+    """
+    users = any(e.kind in L1_POOL_KINDS for e in entries)
+    if pool is None or tuple(pool) == (0, 0):
+        if users:
+            raise ValueError("L1 dump entries of kind 3 or 4 need a tensor pool (pool=(offset, bytes))")
+        return 0, 0
+    if not users:
+        raise ValueError(f"L1 dump tensor pool {tuple(pool)} given but no entry has kind 3 or 4")
+    offset, size = (_as_int(v) for v in pool)
+    if offset is None or size is None or not 0 <= offset <= U32_MAX or not 0 < size <= U32_MAX:
+        raise ValueError(f"L1 dump tensor pool {pool!r} must be (u32 offset, positive u32 bytes)")
+    if offset % L1_DUMP_ALIGNMENT or offset < slots_end:
+        raise ValueError(f"L1 dump tensor pool offset={offset} must be {L1_DUMP_ALIGNMENT}-byte aligned and at or"
+                         f" after the last slot's end ({slots_end})")
+    return offset, size

@@ -25,13 +25,17 @@ from megadump_zarr.l1.format import (
     L1_DUMP_VERSION_STATISTICS,
     L1_DUMP_VERSIONS,
     L1_DTYPE_CODES,
+    L1_POOL_HEADER_OFFSET,
     L1_RECORD_KIND_STATISTICS_AND_TENSOR,
+    L1_RECORD_KIND_STATISTICS_TENSOR_IF_CHANGED,
+    L1_RECORD_KIND_STATISTICS_TENSOR_IF_NONFINITE,
     L1_RECORD_KIND_TENSOR,
     L1_STAT_HAS_FINITE,
     L1_STAT_INTEGER,
     L1_STAT_VALID,
     L1_STATISTICS_LAYOUT_VERSION,
     L1_STATISTICS_SLOT_SIZE,
+    POOL_STRUCT,
     RECORD_DTYPE,
     RECORD_DTYPE_V3,
     L1Buffer,
@@ -40,7 +44,8 @@ from megadump_zarr.l1.format import (
     L1Statistics,
 )
 
-__all__ = ["read_l1_buffer", "read_l1_header", "read_l1_statistics", "read_l1_statistics_many", "read_l1_table"]
+__all__ = ["read_l1_buffer", "read_l1_header", "read_l1_pool", "read_l1_statistics", "read_l1_statistics_many",
+           "read_l1_table"]
 
 
 def _from_torch(obj: Any) -> np.ndarray:
@@ -203,20 +208,24 @@ def _validate_records(header: L1Header, table: np.ndarray, offsets: np.ndarray, 
         )
 
 
-def _validate_extension(header: L1Header, table: np.ndarray, offsets: np.ndarray, ends: np.ndarray) -> None:
-    """Version 3: check kinds, dtype codes, statistics slot sizes and kind-2 tensor slots.
+def _validate_extension(header: L1Header, table: np.ndarray, offsets: np.ndarray, ends: np.ndarray,
+                        pool: tuple[int, int, int]) -> None:
+    """Version 3: check kinds, dtype codes, statistics slot sizes, kind-2 tensor slots and the tensor pool.
 
     Args:
         header: the validated header.
         table: the record table as a RECORD_DTYPE_V3 array.
         offsets: payload offsets as int64.
         ends: payload ends as int64.
+        pool: the header's ``(pool_offset, pool_bytes, pool_used)``.
     """
     kind, task_id = table["kind"], table["task_id"]
-    bad = _first(kind > L1_RECORD_KIND_STATISTICS_AND_TENSOR)
+    bad = _first(kind > L1_RECORD_KIND_STATISTICS_TENSOR_IF_CHANGED)
     if bad >= 0:
         raise ValueError(f"L1 dump record {bad} (task_id={int(task_id[bad])}) has invalid kind {int(kind[bad])};"
-                         " expected 0 (tensor), 1 (statistics) or 2 (statistics and tensor)")
+                         " expected 0 (tensor), 1 (statistics), 2 (statistics and tensor), 3 (statistics, tensor if"
+                         " non-finite) or 4 (statistics, tensor if changed)")
+    _validate_pool(header, kind, table, ends, pool)
     stats = kind != L1_RECORD_KIND_TENSOR
     extension = ("dtype_code", "source_bytes_low", "source_bytes_high", "tensor_offset", "tensor_bytes")
     bad = _first(~stats & np.any([table[name] != 0 for name in extension], axis=0))
@@ -233,12 +242,17 @@ def _validate_extension(header: L1Header, table: np.ndarray, offsets: np.ndarray
         raise ValueError(f"L1 dump record {bad} (task_id={int(task_id[bad])}) statistics slot payload_bytes="
                          f"{int(ends[bad] - offsets[bad])} must be {L1_STATISTICS_SLOT_SIZE}")
     with_tensor = kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR
-    bad = _first(~with_tensor & ((table["tensor_offset"] != 0) | (table["tensor_bytes"] != 0)))
+    from_pool = (kind == L1_RECORD_KIND_STATISTICS_TENSOR_IF_NONFINITE) | (kind == L1_RECORD_KIND_STATISTICS_TENSOR_IF_CHANGED)
+    bad = _first(~with_tensor & ((table["tensor_offset"] != 0) | ((table["tensor_bytes"] != 0) & ~from_pool)))
     if bad >= 0:
         raise ValueError(f"L1 dump record {bad} (task_id={int(task_id[bad])}) has a tensor slot but kind {int(kind[bad])}")
     source = (table["source_bytes_high"].astype(np.uint64) << np.uint64(32)) | table["source_bytes_low"]
     t_start = table["tensor_offset"].astype(np.int64)
     t_end = t_start + table["tensor_bytes"]
+    bad = _first(from_pool & (table["tensor_bytes"].astype(np.uint64) > source))
+    if bad >= 0:
+        raise ValueError(f"L1 dump record {bad} (task_id={int(task_id[bad])}) tensor_bytes="
+                         f"{int(table['tensor_bytes'][bad])} exceeds source_bytes={int(source[bad])}")
     bad = _first(with_tensor & ((t_start < header.payload_offset) | (t_end > header.total_bytes)
                                 | (t_start % L1_DUMP_ALIGNMENT != 0)
                                 | (table["tensor_bytes"].astype(np.uint64) > source)))
@@ -305,6 +319,40 @@ def read_l1_header(buffer: Any) -> L1Header:
     return _validate_header(_as_host_array(buffer))
 
 
+def _validate_pool(header: L1Header, kind: np.ndarray, table: np.ndarray, ends: np.ndarray,
+                   pool: tuple[int, int, int]) -> None:
+    """The tensor pool: present exactly when a record takes from it; aligned, after every slot, inside
+    ``total_bytes``, and ``pool_used`` within it."""
+    offset, size, used = pool
+    users = bool(np.any((kind == L1_RECORD_KIND_STATISTICS_TENSOR_IF_NONFINITE)
+                        | (kind == L1_RECORD_KIND_STATISTICS_TENSOR_IF_CHANGED)))
+    if not users:
+        if offset or size or used:
+            raise ValueError(f"L1 dump tensor pool (offset={offset}, bytes={size}, used={used}) without a record of"
+                             " kind 3 or 4")
+        return
+    tensor_ends = table["tensor_offset"].astype(np.int64) + table["tensor_bytes"]
+    last = int(max(ends.max(initial=0), np.where(kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR, tensor_ends, 0).max(initial=0)))
+    if size == 0 or offset % L1_DUMP_ALIGNMENT or offset < last or offset + size > header.total_bytes or used > size:
+        raise ValueError(f"L1 dump tensor pool (offset={offset}, bytes={size}, used={used}) is misplaced: it must be"
+                         f" {L1_DUMP_ALIGNMENT}-byte aligned, after the last slot ({last}), within"
+                         f" total_bytes={header.total_bytes}, and used <= bytes")
+
+
+def read_l1_pool(buffer: Any) -> tuple[int, int, int]:
+    """The tensor pool words ``(pool_offset, pool_bytes, pool_used)`` of a version-3 buffer ((0, 0, 0) for v2).
+
+    Args:
+        buffer: as for :func:`read_l1_buffer` (at least its first 64 bytes).
+    """
+    data = _as_host_array(buffer)
+    header = _validate_header(data, partial=True)
+    if header.version != L1_DUMP_VERSION_STATISTICS:
+        return 0, 0, 0
+    offset, size, used, _ = POOL_STRUCT.unpack(data[L1_POOL_HEADER_OFFSET:L1_POOL_HEADER_OFFSET + POOL_STRUCT.size].tobytes())
+    return offset, size, used
+
+
 def read_l1_table(buffer: Any, *, partial: bool = False) -> tuple[L1Header, np.ndarray, np.ndarray]:
     """Validate a buffer exactly as :func:`read_l1_buffer` does, without building record objects.
 
@@ -330,7 +378,8 @@ def read_l1_table(buffer: Any, *, partial: bool = False) -> tuple[L1Header, np.n
         if count and not np.any(table["kind"] != L1_RECORD_KIND_TENSOR):
             raise ValueError(f"invalid L1 dump buffer header: magic={header.magic:#x}, version={header.version}"
                              " (a version-3 buffer must hold a statistics record)")
-        _validate_extension(header, table, offsets, ends)
+        pool = POOL_STRUCT.unpack(data[L1_POOL_HEADER_OFFSET:L1_POOL_HEADER_OFFSET + POOL_STRUCT.size].tobytes())[:3]
+        _validate_extension(header, table, offsets, ends, pool)
     if partial and count:
         bad = _first(ends > data.shape[0])
         if bad >= 0:
@@ -341,9 +390,10 @@ def read_l1_table(buffer: Any, *, partial: bool = False) -> tuple[L1Header, np.n
 
 STATISTICS_DTYPE = np.dtype({
     "names": ["version", "flags", "element_count", "nan_count", "inf_count", "min_i", "max_i", "mean", "l2norm",
-              "checksum", "byte_count", "min_f", "max_f"],
-    "formats": ["<u4", "<u4", "<u8", "<u8", "<u8", "<i8", "<i8", "<f8", "<f8", "<u8", "<u8", "<f8", "<f8"],
-    "offsets": [0, 4, 8, 16, 24, 32, 40, 48, 56, 64, 72, 32, 40],
+              "checksum", "byte_count", "min_f", "max_f", "tensor_offset", "expected", "expected_present"],
+    "formats": ["<u4", "<u4", "<u8", "<u8", "<u8", "<i8", "<i8", "<f8", "<f8", "<u8", "<u8", "<f8", "<f8", "<u8", "<u8",
+                "<u4"],
+    "offsets": [0, 4, 8, 16, 24, 32, 40, 48, 56, 64, 72, 32, 40, 80, 88, 96],
     "itemsize": L1_STATISTICS_SLOT_SIZE,
 })
 """The statistics slot as a numpy structured dtype (min/max readable as i64 and as f64)."""
@@ -388,7 +438,7 @@ def read_l1_statistics_many(data: np.ndarray, offsets: np.ndarray) -> list[L1Sta
     l2s = column(slots["l2norm"], finite & np.isfinite(slots["l2norm"]))
     return list(map(L1Statistics, flags.tolist(), slots["element_count"].tolist(), slots["nan_count"].tolist(),
                     slots["inf_count"].tolist(), lows, highs, means, l2s, slots["checksum"].tolist(),
-                    slots["byte_count"].tolist()))
+                    slots["byte_count"].tolist(), slots["tensor_offset"].tolist()))
 
 
 def read_l1_buffer(buffer: Any, *, partial: bool = False) -> L1Buffer:

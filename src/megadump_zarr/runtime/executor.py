@@ -18,7 +18,20 @@ from megadump_zarr.l1 import (
     L1Record,
     read_l1_buffer,
 )
-from megadump_zarr.l1.format import L1_RECORD_KIND_STATISTICS_AND_TENSOR, L1_RECORD_KIND_TENSOR, L1_STAT_TENSOR_COPIED
+from megadump_zarr.l1.format import (
+    L1_POOL_HEADER_OFFSET,
+    L1_POOL_KINDS,
+    L1_RECORD_KIND_STATISTICS_AND_TENSOR,
+    L1_RECORD_KIND_STATISTICS_TENSOR_IF_NONFINITE,
+    L1_RECORD_KIND_TENSOR,
+    L1_STAT_DEVICE_BYTES,
+    L1_STAT_EXPECTED_BYTE,
+    L1_STAT_EXPECTED_PRESENT_BYTE,
+    L1_STAT_POOL_FULL,
+    L1_STAT_TENSOR_COPIED,
+    POOL_STRUCT,
+    align_up,
+)
 from megadump_zarr.runtime.abi import RuntimeConfigC
 from megadump_zarr.runtime.compiler import CompiledTask, PreparedRuntime, worker_shard
 from megadump_zarr.runtime.statistics import statistics_slot, torch_dtype
@@ -75,6 +88,9 @@ class DeviceWorker:
         decoded = read_l1_buffer(buffer)
         self._buffer = buffer
         self._parameters = parameters
+        # the tensor pool of conditional statistics records (version 3; zeros otherwise)
+        self._pool_offset, self._pool_bytes, self._pool_used, _ = POOL_STRUCT.unpack(
+            decoded.data[L1_POOL_HEADER_OFFSET:L1_POOL_HEADER_OFFSET + POOL_STRUCT.size].tobytes())
         self._by_task: dict[tuple[int, int], list[L1Record]] = {}
         for record in decoded.records:
             self._source(record)  # refuse a bad record before any task runs, not at its task's boundary
@@ -153,7 +169,42 @@ class DeviceWorker:
                     source[:record.tensor_bytes])
             slot = slot.clone()
             slot[4] |= L1_STAT_TENSOR_COPIED
-        self._buffer[record.payload_offset:record.payload_offset + slot.numel()].copy_(slot)
+        elif record.kind in L1_POOL_KINDS:
+            slot = self._maybe_pool(record, source, slot)
+        # the device's part of the slot only: bytes 88.. hold what the host wrote (kind 4's expected checksum)
+        self._buffer[record.payload_offset:record.payload_offset + L1_STAT_DEVICE_BYTES].copy_(slot[:L1_STAT_DEVICE_BYTES])
+
+    def _maybe_pool(self, record: L1Record, source: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+        """Kinds 3/4: copy the tensor into the pool when its condition holds and it fits; mark the slot.
+
+        The reference worker evaluates the condition on the host (one small read); a device kernel
+        evaluates it where it runs and bumps ``pool_used`` atomically.
+        """
+        words = slot.view(torch.int64)
+        if record.kind == L1_RECORD_KIND_STATISTICS_TENSOR_IF_NONFINITE:
+            wanted = bool((words[2] + words[3]).item() > 0)
+        else:
+            base = record.payload_offset
+            host = self._buffer[base + L1_STAT_EXPECTED_BYTE:base + L1_STAT_EXPECTED_PRESENT_BYTE + 4].cpu()
+            expected, present = host[:8].view(torch.int64).item(), host[8:12].view(torch.int32).item()
+            wanted = not present or words[8].item() != expected
+        if not wanted:
+            return slot
+        slot = slot.clone()
+        words = slot.view(torch.int64)
+        need = align_up(record.tensor_bytes)
+        if self._pool_used + need > self._pool_bytes:
+            slot[4] |= L1_STAT_POOL_FULL
+            return slot
+        offset = self._pool_offset + self._pool_used
+        if record.tensor_bytes:
+            self._buffer[offset:offset + record.tensor_bytes].copy_(source[:record.tensor_bytes])
+        self._pool_used += need
+        self._buffer[L1_POOL_HEADER_OFFSET + 8:L1_POOL_HEADER_OFFSET + 12].copy_(
+            torch.tensor([self._pool_used], dtype=torch.int32).view(torch.uint8))
+        slot[4] |= L1_STAT_TENSOR_COPIED
+        words[10] = offset
+        return slot
 
 
 def _diagnostic_mode(runtime_config: torch.Tensor) -> int:
