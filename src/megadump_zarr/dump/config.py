@@ -135,6 +135,9 @@ class TensorDumpConfig:
         on_budget: What an L1 launch does when its Device buffer would exceed
             ``device_memory_budget_mb``: ``"error"`` raises the seed's ``MemoryError``;
             ``"statistics"`` stores statistics instead of the payload for the records that do not fit.
+            In ``nonfinite``/``diff`` the device copies the tensors it keeps into a pool bounded by the
+            budget (a tensor that does not fit keeps its statistics only, counted in the statistics
+            group's ``poolFull`` attribute), so these modes never raise for the budget.
     """
 
     output_dir: str | Path
