@@ -33,7 +33,7 @@ def add_cluster_flags(parser: argparse.ArgumentParser) -> None:
     exclusive.add_argument("--scheduler", metavar="ADDRESS", dest="dask_scheduler",
                            help="run on the dask.distributed cluster at ADDRESS (e.g. tcp://10.0.0.5:8786); its "
                                 "workers open the dump from its URL (s3://..., or a path they all see)")
-    exclusive.add_argument("--workers", dest="cluster_workers", metavar="N", type=int,
+    exclusive.add_argument("--workers", metavar="N", type=int, dest="dask_workers",
                            help="start a local dask cluster of N worker processes for this command")
 
 
@@ -47,8 +47,8 @@ def cluster_from_args(args: argparse.Namespace) -> Iterator[Any]:
         CliError: ``distributed`` is not installed, ``N`` is not positive, or the scheduler cannot be reached
             (one line, exit 2).
     """
-    # its own dest: ``upload --workers`` (upload concurrency) must not start a cluster
-    address, workers = getattr(args, "scheduler", None), getattr(args, "cluster_workers", None)
+    # own dests: other commands have options of these names (``upload --workers`` is its upload concurrency)
+    address, workers = getattr(args, "dask_scheduler", None), getattr(args, "dask_workers", None)
     if address is None and workers is None:
         yield None
         return
