@@ -154,3 +154,16 @@ def test_plan_rows_and_source_fields_are_checked(tmp_path, monkeypatch):
     ]:
         with pytest.raises(ValueError, match=re.escape(message)):
             salvage_window(buffer, {**document, field: value})
+
+
+def test_a_plan_directory_with_a_wrong_schema_is_named_not_searched(cli, tmp_path, monkeypatch):
+    import json
+
+    root = tmp_path / "dump"
+    _hung_run(root, monkeypatch, tmp_path / "a.bin")
+    (plan,) = root.glob(".plans_*/rank_*")
+    document = json.loads((plan / "zarr.json").read_text())
+    document["attributes"]["schema"] = "megadump_zarr.l1-plan/9"
+    (plan / "zarr.json").write_text(json.dumps(document))
+    assert_input_error(cli("decode-buffer", tmp_path / "a.bin", plan, "--out", tmp_path / "out"),
+                       f"not an L1 plan (schema 'megadump_zarr.l1-plan/1' expected): {plan}")

@@ -92,8 +92,10 @@ def _is_plan_directory(path: Path) -> bool:
         document = json.loads((path / "zarr.json").read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return False
-    return isinstance(document, dict) and isinstance(document.get("attributes"), dict) \
-        and document["attributes"].get("schema") == PLAN_SCHEMA
+    if not isinstance(document, dict) or not isinstance(document.get("attributes"), dict):
+        return False
+    attributes = document["attributes"]  # a plan (or a damaged one: load_plan names what is wrong), not a root
+    return attributes.get("schema") == PLAN_SCHEMA or "records" in attributes
 
 
 def _salvage(buffer: Any, plan: Any, window: int | None, what: str) -> tuple[Any, list[dict[str, Any]]]:
