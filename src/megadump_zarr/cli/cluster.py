@@ -4,7 +4,7 @@ The analysis functions run their work through :func:`megadump_zarr.analyse.paral
 uses the active ``distributed.Client``. :func:`cluster_from_args` makes one active for the duration of a
 command: ``--scheduler tcp://host:8786`` connects to a running cluster (its workers must reach the dump:
 an ``s3://`` URL, or a local path mounted at the same place), ``--workers N`` starts a local cluster of
-``N`` worker processes (one thread each) and stops it afterwards. Without either flag the work runs in
+``N`` worker processes (four threads each) and stops it afterwards. Without either flag the work runs in
 local threads, as before. The results are the same either way.
 
 ``megadump_zarr.cli.main`` enters :func:`cluster_from_args` around every handler, so a command only
@@ -24,6 +24,10 @@ from megadump_zarr.cli.common import CliError
 __all__ = ["add_cluster_flags", "cluster_from_args"]
 
 _CONNECT_TIMEOUT = "10s"
+_THREADS = 4
+"""Threads per local worker process: reading records from an object store waits on round trips; four
+threads per process overlap them (measured: one thread per worker serialised the reads, 7x slower than
+local threads on small records)."""
 
 
 def add_cluster_flags(parser: argparse.ArgumentParser) -> None:
@@ -68,7 +72,7 @@ def cluster_from_args(args: argparse.Namespace) -> Iterator[Any]:
                 raise CliError(f"cannot reach the dask scheduler at {address}: {text}") from None
             stack.callback(client.close)
         else:
-            cluster = distributed.LocalCluster(n_workers=workers, processes=True, threads_per_worker=1,
+            cluster = distributed.LocalCluster(n_workers=workers, processes=True, threads_per_worker=_THREADS,
                                                dashboard_address=":0", silence_logs=logging.ERROR)
             stack.callback(cluster.close)
             client = distributed.Client(cluster)
