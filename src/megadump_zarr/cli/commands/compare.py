@@ -236,7 +236,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             print_fitted(ctx.console, compare_table(result, width=ctx.console.width,
                                                     failures_only=args.failures_only))
     ctx.console.print(_summary_line(summary), highlight=False)
-    if summary["root_cause"] is not None and not ctx.quiet:  # one line to copy, never wrapped
-        ctx.console.print(f"inspect it: megadump show {args.a} {summary['root_cause']['path']}", markup=False,
-                          highlight=False, soft_wrap=True)
+    if summary["root_cause"] is not None and not ctx.quiet:  # the SELECTOR of `megadump show A`, never wrapped
+        ctx.console.print(f"root cause path: {summary['root_cause']['path']}", markup=False, highlight=False,
+                          soft_wrap=True)
     return code
