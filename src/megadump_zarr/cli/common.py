@@ -21,7 +21,7 @@ from rich.console import Console
 
 __all__ = [
     "EXIT_CHECK_FAILED", "EXIT_OK", "EXIT_USAGE", "CliError", "Context", "add_filters", "add_global_flags",
-    "FILTER_KEYS", "add_output_flags", "add_storage_options", "child_roots", "filter_records", "human_bytes",
+    "FILTER_KEYS", "add_output_flags", "add_storage_options", "check_endpoint", "child_roots", "filter_records", "human_bytes",
     "incomplete_hint", "matching_pair", "matching_records", "no_records_error", "open_dump_arg", "progress_on_stderr", "record_select", "storage_options",
 ]
 
@@ -319,10 +319,55 @@ def child_roots(path: str) -> list[str]:
     return found
 
 
+_PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+_CONNECT_SECONDS = 3.0
+
+
+def check_endpoint(url: str, options: dict[str, Any] | None) -> None:
+    """Fail at once, in one line, when an object store's explicit endpoint cannot be reached at all.
+
+    Without this, an unreachable endpoint is found only after the client library's retries (10-20 s). Only an
+    explicit endpoint (``-S endpoint_url=...``, ``AWS_ENDPOINT_URL(_S3)`` for ``s3://``, or an ``http(s)://`` URL)
+    is probed, with one TCP connection; behind a proxy nothing is probed.
+
+    Raises:
+        CliError: The endpoint refuses or does not answer the connection (exit 2).
+    """
+    import socket
+    from urllib.parse import urlsplit
+
+    scheme = url.split("://", 1)[0].lower() if isinstance(url, str) and "://" in url else ""
+    if not scheme or scheme == "file" or any(os.environ.get(name) for name in _PROXY_VARIABLES):
+        return
+    options = options or {}
+    client = options.get("client_kwargs") if isinstance(options.get("client_kwargs"), dict) else {}
+    endpoint = options.get("endpoint_url") or client.get("endpoint_url")
+    if endpoint is None and scheme in ("s3", "s3a"):
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint is None and scheme in ("http", "https"):
+        endpoint = url
+    if not isinstance(endpoint, str) or "://" not in endpoint:
+        return
+    try:
+        parts = urlsplit(endpoint)
+        host, port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return  # a malformed endpoint: the storage layer says what is wrong with it
+    if not host:
+        return
+    try:
+        socket.create_connection((host, port), timeout=_CONNECT_SECONDS).close()
+    except OSError as error:
+        reason = error.strerror or str(error) or type(error).__name__
+        raise CliError(f"cannot reach the object store endpoint {parts.scheme}://{host}:{port} for {url}: {reason} "
+                       "(nothing was read or written)") from None
+
+
 def open_dump_arg(path: str, options: dict[str, Any] | None = None) -> Any:
     """``open_dump(path)`` with a command-line error (and a hint when ``path`` holds dump roots)."""
     from megadump_zarr.read import open_dump
 
+    check_endpoint(path, options)
     try:
         return open_dump(path, storage_options=options)
     except (ValueError, OSError) as error:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from megadump_zarr.cli.common import (
-    EXIT_CHECK_FAILED, EXIT_OK, CliError, Context, add_output_flags, add_storage_options, storage_options,
+    EXIT_CHECK_FAILED, EXIT_OK, CliError, Context, add_output_flags, add_storage_options, check_endpoint,
+    storage_options,
 )
 
 __all__ = ["register"]
@@ -47,6 +48,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 
     if "://" not in args.url or args.url.startswith("file://"):
         raise CliError(f"URL must be an object-store URL such as s3://bucket/prefix, got {args.url!r}")
+    check_endpoint(args.url, storage_options(args))
     failed = False
     try:
         report = upload(args.local, args.url, storage_options=storage_options(args), workers=args.workers,

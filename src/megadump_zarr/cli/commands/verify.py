@@ -7,7 +7,8 @@ from typing import Any
 
 from megadump_zarr.cli.cluster import add_cluster_flags
 from megadump_zarr.cli.common import (
-    EXIT_CHECK_FAILED, EXIT_OK, CliError, Context, add_output_flags, add_storage_options, human_bytes, storage_options,
+    EXIT_CHECK_FAILED, EXIT_OK, CliError, Context, add_output_flags, add_storage_options, check_endpoint, human_bytes,
+    storage_options,
 )
 
 __all__ = ["register"]
@@ -55,6 +56,7 @@ def _run_with_progress(ctx: Context, root: str, options: dict[str, Any] | None, 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     """Verify and report; exit 1 when anything is wrong."""
     options = storage_options(args)
+    check_endpoint(args.path, options)
     try:
         report = _run_with_progress(ctx, args.path, options, args.deep)
     except ValueError as error:
