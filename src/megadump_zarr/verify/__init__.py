@@ -65,14 +65,12 @@ def window_keys(store: Any) -> list[str]:
     Args:
         store: The dump store.
     """
-    from megadump_zarr.read.location import list_dir
+    from megadump_zarr.read.location import list_dir, list_dirs
 
     keys = []
-    for rank_name in list_dir(store, ""):
-        rank = _RANK.match(rank_name)
-        if not rank:
-            continue
-        for window_name in list_dir(store, rank_name):
+    ranks = [(name, match) for name in list_dir(store, "") if (match := _RANK.match(name))]
+    for (rank_name, rank), window_names in zip(ranks, list_dirs(store, [name for name, _ in ranks])):
+        for window_name in window_names:  # ranks listed concurrently: one round trip, not one per rank
             window = _WINDOW.match(window_name)
             if window:
                 keys.append((int(rank.group(1)), int(window.group(1)), f"{rank_name}/{window_name}"))
@@ -121,7 +119,9 @@ def verify_dump(url: str | os.PathLike[str] | Any, storage_options: Mapping[str,
             if progress is not None:
                 progress("", done, count, 0)
 
-        results = map_ordered(_VerifyOne(text, storage_options, deep), keys, progress=report)
+        # workers resolve a local path themselves: send it absolute (a remote cluster sees the same mount)
+        where = text if not isinstance(text, str) or "://" in text else os.path.abspath(os.path.expanduser(text))
+        results = map_ordered(_VerifyOne(where, storage_options, deep), keys, progress=report)
         return VerifyReport(location.url, tuple(results), deep)
     results = []
     for done, key in enumerate(keys):
