@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from megadump_zarr.cli.common import (
-    EXIT_OK, CliError, Context, add_output_flags, add_storage_options, human_bytes, progress_on_stderr,
+    EXIT_OK, CliError, Context, add_output_flags, add_storage_options, check_endpoint, human_bytes, progress_on_stderr,
     storage_options,
 )
 
@@ -71,6 +71,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     from megadump_zarr.read.errors import DumpIntegrityError
 
     options = storage_options(args)
+    check_endpoint(args.window, options)
     window = resolve_window(args.window, args.rank, args.window_index, options)
     target = Path(args.file).expanduser()
     compression = None if args.compression == "none" else args.compression
