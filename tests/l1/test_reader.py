@@ -1,7 +1,6 @@
 """Reading L1 dump buffers: exact decoding, accepted inputs, zero copy, every validation error, robustness."""
 
 import struct
-import time
 
 import numpy as np
 import pytest
@@ -341,20 +340,17 @@ def test_invalid_status():
 # --- performance ------------------------------------------------------------------------------------------------
 
 
-def test_4096_records_decode_fast():
+def test_4096_records_decode():
+    """4096 records decode to their own slots (how fast is measured by ``benchmarks.fuzz_l1``, not here)."""
     sizes = [(i * 37) % 1000 for i in range(4096)]
     entries = [
         L1RecordEntry(i, 1 + i % 2, i % 5, i << 33, o, s, 0, i, L1_ANY_WORKER)
         for i, (o, s) in enumerate(zip(plan_slots(sizes), sizes))
     ]
     buffer = bytes(pack_l1_buffer(entries))
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        decoded = read_l1_buffer(buffer)
-        best = min(best, time.perf_counter() - start)
+    decoded = read_l1_buffer(buffer)
     assert len(decoded.records) == 4096
-    assert best < 0.05, f"decoding 4096 records took {best * 1e3:.1f} ms"
+    assert [r.payload_offset for r in decoded.records] == [e.payload_offset for e in entries]
 
 
 # --- robustness -------------------------------------------------------------------------------------------------
