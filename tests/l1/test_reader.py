@@ -341,7 +341,7 @@ def test_invalid_status():
 
 
 def test_4096_records_decode():
-    """4096 records decode to their own slots (how fast is measured by ``benchmarks.fuzz_l1``, not here)."""
+    """4096 records decode to their own slots (its speed is part of ``benchmarks.export``'s P2, not asserted here)."""
     sizes = [(i * 37) % 1000 for i in range(4096)]
     entries = [
         L1RecordEntry(i, 1 + i % 2, i % 5, i << 33, o, s, 0, i, L1_ANY_WORKER)
