@@ -350,15 +350,20 @@ def main(argv: list[str] | None = None) -> int:
     big = (32, 4 << 20) if args.quick else (256, 4 << 20)
     small = (512, 8 << 10) if args.quick else (4096, 8 << 10)
     print(f"machine: {machine()}")
-    entries = []
+    entries: list[dict[str, Any]] = []
+
+    def done(entry: dict[str, Any]) -> None:  # one line per workload as it ends (a long run may be cut short)
+        entries.append(entry)
+        print(json.dumps({k: v for k, v in entry.items() if k != "times"}), flush=True)
+
     if args.only in (None, "P1"):
-        entries.append(run_workload(f"P1 {big[0]} x {big[1] >> 20} MiB bf16", big[0], big[1], torch.bfloat16, repeats,
-                                    args.dir, fsync=args.durability))
+        done(run_workload(f"P1 {big[0]} x {big[1] >> 20} MiB bf16", big[0], big[1], torch.bfloat16, repeats,
+                          args.dir, fsync=args.durability))
     if args.only in (None, "P2"):
-        entries.append(run_workload(f"P2 {small[0]} x {small[1] >> 10} KiB fp32", small[0], small[1], torch.float32,
-                                    repeats, args.dir, fsync=args.durability, fs_ops=True))
-        entries.append(run_workload(f"P2 {4 * small[0]} records over 4 launches", small[0], small[1], torch.float32,
-                                    repeats, args.dir, launches=4, variants=False, fs_ops=True))
+        done(run_workload(f"P2 {small[0]} x {small[1] >> 10} KiB fp32", small[0], small[1], torch.float32,
+                          repeats, args.dir, fsync=args.durability, fs_ops=True))
+        done(run_workload(f"P2 {4 * small[0]} records over 4 launches", small[0], small[1], torch.float32,
+                          repeats, args.dir, launches=4, variants=False, fs_ops=True))
     print_table(entries, [("workload", "workload"), ("baseline_s", "seed s"), ("ours_s", "ours s"), ("ratio", "seed/ours"),
                           ("ours_nocrc_s", "no-crc s"), ("ours_nodurable_s", "no-durable s"),
                           ("ours_none_s", "ours-none s"), ("raw_s", "raw s"), ("none_vs_raw", "none/raw"),
