@@ -237,3 +237,16 @@ def test_a_truncated_output_is_judged_on_its_prefix_and_says_so(tmp_path):
     assert clean.verdict == CORRECT and culprit.verdict == WRONG
     assert culprit.outputs.iloc[0]["max_abs"] == 1.0
     assert "truncated: judged on its first 16 of 32 elements (max_bytes_per_tensor)" in clean.outputs.iloc[0]["notes"]
+
+
+def test_a_golden_kernel_of_another_size_and_dtype_replays_in_the_dumps_own_shapes(tmp_path):
+    """The user's golden is the float32 model at its default size; the dump is bfloat16 with 24 tokens: the
+    dumped parameters' declared shapes and dtypes define the replay, the golden supplies the operator."""
+    block = MoEBlock(DemoConfig(tokens=24, dtype=torch.bfloat16))
+    with inject_fault(block.expert_kernel, "expert_up", owner=1, delta=0.5):
+        with tensor_dump(TensorDumpConfig(tmp_path, level="L1", kernel_names="moe_experts", stages="expert_up")):
+            block(block.make_input())
+    golden = MoEBlock(DemoConfig()).expert_kernel  # float32, 37 tokens
+    clean, culprit = (replay(tmp_path, "expert_up", owner=o, reference=golden) for o in (0, 1))
+    assert clean.verdict == CORRECT and clean.outputs.iloc[0]["max_abs"] == 0.0
+    assert culprit.verdict == WRONG and culprit.outputs.iloc[0]["dtype"] == "bfloat16"

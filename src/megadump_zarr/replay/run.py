@@ -144,10 +144,10 @@ def _to_torch(values: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
 def _parameters(records: list[_Record], reference: Reference, selection: TaskSelection) -> list[torch.Tensor]:
     """Zero tensors of every known parameter, the dumped inputs written back at their offsets."""
     shapes: dict[int, tuple[tuple[int, ...], torch.dtype]] = {}
-    for spec in reference.specs:
+    for record in records:  # the dump's own parameter shapes and dtypes first (a golden built for another size or
+        shapes.setdefault(record.position, (record.declared, record.dtype))  # dtype still replays this task)
+    for spec in reference.specs:  # the reference's specs only for parameters the dump does not hold
         shapes.setdefault(spec.param_position, (tuple(spec.shape), spec.dtype))
-    for record in records:
-        shapes.setdefault(record.position, (record.declared, record.dtype))
     count = max(shapes) + 1 if shapes else 0
     params = [torch.zeros(*shapes[p][0], dtype=shapes[p][1]) if p in shapes else torch.empty(0) for p in range(count)]
     inputs = [r for r in records if r.io == "input"]
@@ -182,9 +182,12 @@ def _check_every_input(inputs: list[_Record], reference: Reference, selection: T
         indices = {int(i) for i in table.loc[table["io"] == "input", "index"]}
         missing = [f"input {i}" for i in range(max(indices) + 1) if i not in indices]
     if missing:
+        operator = reference.operator
+        reads = f" that the reference operator {operator.name!r} reads" \
+            if operator is not None and operator.name != selection.stage else ""
         raise ValueError(f"the dump lacks {', '.join(missing)} of task {selection.task_id} of stage "
-                         f"{selection.stage!r} (tensor_names or io filters?): replay needs every input of the task "
-                         "(a missing one would be replayed as zeros)")
+                         f"{selection.stage!r}{reads} (tensor_names or io filters?): replay needs every input of the "
+                         "task (a missing one would be replayed as zeros)")
 
 
 def _task(selection: TaskSelection, reference: Reference, tile_rows: Any, params: list[torch.Tensor],
