@@ -104,6 +104,8 @@ def put_kill_child(root: str, log_path: str, level: str, kill_at: int, mode: str
     def report(dumper: Any) -> None:
         for path in dumper.last_window_paths:
             print(f"COMMITTED {path} {combine_digests(digests.pop(str(path), {}))}", flush=True)
+        if state["armed"]:  # window 1 committed: its final status was this many puts in (the session's
+            print(f"COMMIT_PUTS {state['puts']}", flush=True)  # end then indexes the root: more puts)
         state["armed"] = True
 
     block = MoEBlock(DemoConfig(tokens=16, d_model=8, seed=3))

@@ -86,7 +86,7 @@ def window_puts(request, tmp_path_factory):
     """How many backend puts the second window of the child takes (a run that is not killed)."""
     directory = tmp_path_factory.mktemp(f"dry_{request.param}") / "run"
     committed, text = _run_child(directory, request.param, kill_at=10**9)
-    puts = [int(line.split()[1]) for line in text.splitlines() if line.startswith("PUTS ")]
+    puts = [int(line.split()[1]) for line in text.splitlines() if line.startswith("COMMIT_PUTS ")]
     assert puts and len(committed) == 2, text
     result = verify_root(directory / "dump", committed)
     assert result.problems == [] and result.complete == 2 and result.committed == 2
