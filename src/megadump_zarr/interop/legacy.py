@@ -113,17 +113,17 @@ def _array(item: PlannedTensor, data: Any) -> ArrayWrite:
 
 # --------------------------------------------------------------------------- progress
 @contextmanager
-def _progress(enabled: bool, total: int) -> Iterator[Any]:
+def _progress(enabled: bool, total: int, label: str = "converting legacy tensors") -> Iterator[Any]:
     if not enabled:
         yield lambda description=None: None
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:
-        task = bar.add_task("converting legacy tensors", total=total)
+        task = bar.add_task(label, total=total)
 
         def tick(description: str | None = None) -> None:
-            bar.update(task, advance=1, description=description or "converting legacy tensors")
+            bar.update(task, advance=1, description=description or label)
 
         yield tick
 
