@@ -250,3 +250,12 @@ def test_a_golden_kernel_of_another_size_and_dtype_replays_in_the_dumps_own_shap
     clean, culprit = (replay(tmp_path, "expert_up", owner=o, reference=golden) for o in (0, 1))
     assert clean.verdict == CORRECT and clean.outputs.iloc[0]["max_abs"] == 0.0
     assert culprit.verdict == WRONG and culprit.outputs.iloc[0]["dtype"] == "bfloat16"
+
+
+def test_ids_straight_from_records_select_the_task(faulty):
+    records = open_dump(faulty).records()
+    row = records[(records["stage"] == "expert_down") & (records["owner_id"] == 1)].iloc[0]
+    result = replay(faulty, row["stage"], task_id=row["task_id"], invocation=row["invocation"], rank=row["rank"],
+                    window=row["window"])  # numpy integers
+    assert result.verdict == WRONG and result.task_id == 5
+    assert replay(faulty, "expert_down", owner=row["owner_id"]).task_id == 5

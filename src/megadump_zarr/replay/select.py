@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+import numbers
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 __all__ = ["TaskSelection", "select_task"]
@@ -63,8 +65,12 @@ def select_task(records: pd.DataFrame, *, stage: str, task_id: int | None = None
         raise ValueError("replay needs exactly one of task_id= and owner=")
     for name, value in (("task_id", task_id), ("owner", owner), ("invocation", invocation), ("rank", rank),
                         ("window", window)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        if value is not None and (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral)
+                                  or value < 0):
             raise ValueError(f"replay {name} must be a non-negative integer, got {value!r}")
+    # numpy integers straight from records() are integers too
+    task_id, owner, invocation, rank, window = (None if v is None else int(v)
+                                                for v in (task_id, owner, invocation, rank, window))
     l1 = records[records["level"] == "L1"] if len(records) else records
     if not len(l1):
         raise ValueError("replay needs L1 (task-boundary) records; this dump holds none")
