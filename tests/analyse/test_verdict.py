@@ -214,3 +214,21 @@ def test_compare_docstring_states_the_rule_table():
     doc = [line.strip() for line in compare.__doc__.splitlines()]
     for line in RULES_TEXT.splitlines():
         assert line.strip() in doc, line
+
+
+def test_a_failing_row_names_its_worst_element_when_no_finite_pair_differs():
+    """A NaN/Inf mismatch (finite pairs equal) or integers equal as float64 still name the worst element:
+    the first mismatching one, with its two values (QA: these rows had worst_index None)."""
+    a, b = np.ones((3, 4), np.float32), np.ones((3, 4), np.float32)
+    a[1, 2] = np.nan
+    a[2, 0] = np.inf
+    row = compare(a, b).iloc[0]
+    assert row.verdict == "fail" and row.worst_index == (1, 2) and np.isnan(row.worst_a) and row.worst_b == 1.0
+    inf = compare(np.array([1.0, np.inf]), np.array([1.0, -np.inf])).iloc[0]
+    assert inf.worst_index == (1,) and (inf.worst_a, inf.worst_b) == (np.inf, -np.inf)
+    big = np.array([5, 2**62], dtype=np.int64)
+    ints = compare(big + np.array([0, 1]), big).iloc[0]
+    assert ints.verdict == "fail" and ints.worst_index == (1,) and ints.worst_a == float(2**62)
+    mixed = a.copy()
+    mixed[0, 3] = 3.0  # a finite pair differs: that is the worst element, not the NaN
+    assert compare(mixed, b).iloc[0].worst_index == (0, 3)

@@ -35,7 +35,9 @@ Metric definitions (all over *finite pairs*: positions where both sides are fini
   NaN/Inf patterns differ. ``first_mismatch``: the logical index (C order) of the first of them.
 * ``allclose`` (float comparisons with tolerances): ``mismatches == 0``.
 * ``worst_index``/``worst_a``/``worst_b``: the logical index of the largest ``|a - b|`` among finite
-  pairs (the first such position) and the two values there (None when no pair differs).
+  pairs (the first such position) and the two values there; when no finite pair differs but an element
+  mismatches (NaN/Inf patterns differ, integers beyond 2**53 differ), the first mismatching element
+  (None when nothing differs).
 
 Precision. *Inputs of at most 32 bits* (float32, float16, bfloat16, float8) take the fast path, all in
 float32: ``d = a - b`` and ``s = a + b`` rounded to float32 (relative error <= 2**-24), per piece of
@@ -298,6 +300,7 @@ class MetricAccumulator:
         self.nonfinite = 0
         self.mismatches = 0
         self.first_mismatch: int | None = None
+        self.first_values: tuple[float, float] | None = None  # (a, b) at first_mismatch, when known
         self.worst = -1.0
         self.worst_at: int | None = None
         self.worst_values: tuple[float, float] | None = None
@@ -339,13 +342,14 @@ class MetricAccumulator:
             count = int(np.count_nonzero(differ))
             if count:
                 self.mismatches += count
-                self._mismatch_at(base + int(np.argmax(differ)))
+                i = int(np.argmax(differ))
+                self._mismatch_at(base + i, (float(a[i]), float(b[i])))
         for start in range(0, a.size, PIECE):
             self._piece(a[start:start + PIECE], b[start:start + PIECE], base + start)
 
-    def _mismatch_at(self, flat: int) -> None:
+    def _mismatch_at(self, flat: int, values: tuple[float, float] | None = None) -> None:
         if self.first_mismatch is None or flat < self.first_mismatch:
-            self.first_mismatch = flat
+            self.first_mismatch, self.first_values = flat, values
 
     @staticmethod
     def _buffers_for(n: int) -> tuple[np.ndarray, ...]:
@@ -396,7 +400,8 @@ class MetricAccumulator:
             self.nonfinite += count
             if not self.exact:
                 self.mismatches += count
-                self._mismatch_at(base + int(np.argmax(bad)))
+                i = int(np.argmax(bad))
+                self._mismatch_at(base + i, (float(fa[i]), float(fb[i])))
         positions = np.flatnonzero(finite)
         if positions.size:
             m = positions.size
@@ -559,7 +564,7 @@ class MetricAccumulator:
                      "within_tight", "within_loose", "eps_tight", "eps_loose"):
             setattr(self, attr, getattr(self, attr) + getattr(other, attr))
         if other.first_mismatch is not None:
-            self._mismatch_at(other.first_mismatch)
+            self._mismatch_at(other.first_mismatch, other.first_values)
         if other.worst > self.worst or (other.worst == self.worst and other.worst_at is not None
                                         and (self.worst_at is None or other.worst_at < self.worst_at)):
             self.worst, self.worst_at, self.worst_values = other.worst, other.worst_at, other.worst_values
@@ -604,6 +609,11 @@ class MetricAccumulator:
         else:
             rmse = math.sqrt(self.sdd / n) if n else 0.0
         differs = self.worst > 0
+        worst_at, worst_values = self.worst_at, self.worst_values
+        if not differs and self.first_mismatch is not None and self.first_values is not None:
+            # no finite pair differs (NaN/Inf patterns differ, or integers beyond float64's 2**53 differ):
+            # the worst element is the first mismatching one
+            differs, worst_at, worst_values = True, self.first_mismatch, self.first_values
         if self.scaled:
             euc = self.sd * math.sqrt(self.sdd) if n else 0.0
         else:
@@ -627,9 +637,9 @@ class MetricAccumulator:
             allclose=(self.mismatches - self.nonfinite == 0) if self.check_close else None,
             mismatches=self.mismatches,
             first_mismatch=self._index(self.first_mismatch),
-            worst_index=self._index(self.worst_at) if differs else None,
-            worst_a=self.worst_values[0] if differs and self.worst_values else None,
-            worst_b=self.worst_values[1] if differs and self.worst_values else None,
+            worst_index=self._index(worst_at) if differs else None,
+            worst_a=worst_values[0] if differs and worst_values else None,
+            worst_b=worst_values[1] if differs and worst_values else None,
             rtol=None if self.exact or not self.check_close else self.rtol,
             atol=None if self.exact or not self.check_close else self.atol,
             exact=self.exact,
