@@ -190,3 +190,29 @@ def test_disagreeing_axes_and_coordinates_get_their_own_names():
     assert ds["c"].dims == ("slot", "col") and ds["slot.task_id"].values.tolist() == [1, 1]
     assert ds["task_id"].values.tolist() == [5, 5, 6]
     assert ds["b"].values.tolist() == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0], [6.0, 7.0]]
+
+
+def test_upcast_decodes_float8_exactly(tmp_path):
+    import ml_dtypes
+
+    from megadump_zarr.dump.export import ArrayWrite, InvocationWrite, WindowWrite
+    from megadump_zarr.store.writer import WindowWriter
+
+    e4m3 = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).reshape(16, 16)
+    e5m2 = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e5m2).reshape(16, 16)
+    inv = InvocationWrite("invocation_000000_forward", {"invocationId": 0, "step": 0, "direction": "forward",
+                                                         "kernelName": "k", "level": "L0", "rank": 0}, [],
+                          [ArrayWrite("w8", e4m3, ("r", "c"), {"name": "w8"}),
+                           ArrayWrite("g8", e5m2, ("r", "c"), {"name": "g8"})])
+    with WindowWriter(tmp_path / "d") as writer:
+        writer.write_window(WindowWrite(0, 0, {"schemaVersion": 5, "level": "L0", "windowIndex": 0, "rank": 0}, [inv]))
+    group = "rank_0/window_0000/invocation_000000_forward"
+    raw = xr.open_dataset(tmp_path / "d", engine="megadump", group=group)
+    assert (raw["w8"].dtype.name, raw["g8"].dtype.name) == ("float8_e4m3fn", "float8_e5m2")
+    up = xr.open_dataset(tmp_path / "d", engine="megadump", group=group, upcast="float64")
+    for name, data in (("w8", e4m3), ("g8", e5m2)):
+        assert up[name].dtype == np.float64 and up[name].attrs["upcastFrom"] == data.dtype.name
+        np.testing.assert_array_equal(up[name].values, data.astype(np.float64))  # NaN/Inf included
+        finite = ~np.isnan(data.astype(np.float64))  # every non-NaN bit pattern comes back (NaN payloads do not)
+        assert up[name].values[finite].astype(data.dtype).tobytes() == data[finite].tobytes()
+    assert np.isfinite(float(up["w8"].where(np.isfinite(up["w8"])).max()))
