@@ -61,7 +61,13 @@ def job() -> Iterator[dict[str, Any]]:
                "options": {"key": ACCESS_KEY, "secret": SECRET, "endpoint_url": endpoint}}
 
 
-def test_listing_costs_requests_per_rank_and_window_not_per_object(job):
+def test_many_ranks_listing_and_compare_on_a_two_worker_cluster(job, cluster):
+    """One test for both checks, so that the job (the expensive part) is written once even under xdist."""
+    check_listing_costs_requests_per_rank_and_window_not_per_object(job)
+    check_compare_on_a_two_worker_cluster_equals_the_local_compare(job, cluster)
+
+
+def check_listing_costs_requests_per_rank_and_window_not_per_object(job):
     host, port = job["endpoint"].removeprefix("http://").rsplit(":", 1)
     with Counting((host, int(port))) as proxy:
         options = dict(job["options"], endpoint_url=proxy.endpoint)
@@ -111,7 +117,7 @@ def _frames_equal(local: pd.DataFrame, remote: pd.DataFrame) -> None:
     pd.testing.assert_frame_equal(remote, local, check_exact=True)
 
 
-def test_compare_on_a_two_worker_cluster_equals_the_local_compare(job, cluster):
+def check_compare_on_a_two_worker_cluster_equals_the_local_compare(job, cluster):
     options = job["options"]
     start = time.perf_counter()
     local = compare(open_dump("s3://job/a", options), open_dump("s3://job/b", options))
