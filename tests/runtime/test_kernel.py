@@ -2,6 +2,7 @@
 
 import contextlib
 
+import numpy as np
 import pytest
 import torch
 
@@ -142,6 +143,30 @@ def test_rank_from_constructor_without_distributed():
     assert MegaKernel(_graph(), name="k").rank == 0
     kernel = MegaKernel(_graph(), name="k", rank=2)
     assert kernel.prepare(_params()).rank == 2
+
+
+@pytest.mark.parametrize(
+    "rank, shown",
+    [(1.5, "1.5 (float)"), (True, "True (bool)"), (np.bool_(False), "(bool"), (2.0, "2.0 (float)"), ("1", "'1' (str)"), (-1, "-1")],
+)
+def test_a_bool_float_or_negative_rank_is_refused_not_truncated(rank, shown):
+    # int(1.5) used to write the window under rank_1/ silently (QA1 R1)
+    with pytest.raises(ValueError, match=r"MegaKernel rank must be a non-negative integer or None, got ") as info:
+        MegaKernel(_graph(), name="k", rank=rank)
+    assert shown in str(info.value)
+
+
+def test_a_numpy_integer_rank_is_accepted():
+    kernel = MegaKernel(_graph(), name="k", rank=np.int64(3))
+    assert kernel.rank == 3 and type(kernel.rank) is int
+    assert kernel.prepare(_params()).rank == 3
+
+
+def test_the_demo_block_refuses_a_float_rank_before_any_launch():
+    from megadump_zarr.demo.model import DemoConfig, MoEBlock
+
+    with pytest.raises(ValueError, match=r"rank must be a non-negative integer or None, got 1\.5 \(float\)"):
+        MoEBlock(DemoConfig(tokens=8, d_model=8), rank=1.5)
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed unavailable")

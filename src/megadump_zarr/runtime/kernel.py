@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from megadump_zarr.diagnostics import DiagnosticCall, LaunchContext, active_session
@@ -15,10 +16,26 @@ from megadump_zarr.runtime.graph import Graph
 __all__ = ["MegaKernel", "megakernel_apply"]
 
 
-def _current_rank(rank: int | None) -> int:
+def _checked_rank(rank: Any) -> int | None:
+    """The constructor's rank as an int (None stays None); a bool, float, string or negative is refused.
+
+    ``int(1.5)`` would silently write the window under ``rank_1/``: refuse instead, naming the value.
+    numpy integers are accepted (ranks often come from arrays or ``records()``).
+    """
+    if rank is None:
+        return None
+    if isinstance(rank, (bool, np.bool_)) or not isinstance(rank, (int, np.integer)):
+        raise ValueError(f"MegaKernel rank must be a non-negative integer or None, got {rank!r} ({type(rank).__name__})")
+    if rank < 0:
+        raise ValueError(f"MegaKernel rank must be a non-negative integer or None, got {rank!r}")
+    return int(rank)
+
+
+def _current_rank(rank: Any) -> int:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return int(torch.distributed.get_rank())
-    return 0 if rank is None else int(rank)
+    checked = _checked_rank(rank)
+    return 0 if checked is None else checked
 
 
 class MegaKernel:
@@ -56,7 +73,7 @@ class MegaKernel:
             owner_label=owner_label,
             owner_context=owner_context,
         )
-        self._rank = rank
+        self._rank = _checked_rank(rank)  # refused here, before any launch
         self._cache: dict[tuple, PreparedRuntime] = {}
 
     @property
