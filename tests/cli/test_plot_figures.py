@@ -122,16 +122,20 @@ def test_error_map_shows_which_expert_drifts(cli, demo, drifting, tmp_path, figu
     assert result.code == 0, result.err
     _png(out)
     report = result.json()
+    result_frame = compare(drifting, demo.roots["L1"])
     ax, bar_ax = figures[-1].axes
     (image,) = ax.images
     assert bar_ax.get_ylabel().startswith("worst max_rel")
     assert "worst max_rel per stage × " + by in ax.get_title() and "1 of " in ax.get_title()
+    expected_span = " · ".join(f"{key}{'s' if result_frame[key].nunique() > 1 else ''} "
+                               + ", ".join(str(v) for v in sorted(result_frame[key].dropna().unique()))
+                               for key in ("window", "invocation", "step"))
+    assert ax.get_title().splitlines()[0] == f"{drifting} vs {demo.roots['L1']} · {expected_span}"  # what it covers
     stages = [t.get_text() for t in ax.get_yticklabels()]
     columns = [t.get_text() for t in ax.get_xticklabels()]
     assert stages == report["stages"] == ["expert_up", "expert_down", "expert_up_bwd"]
     expected_columns = ["0", "1"] if by == "owner" else ["AIC0", "AIC1", "MIX0", "MIX1"]
     assert columns == report["columns"] == expected_columns
-    result_frame = compare(drifting, demo.roots["L1"])
     grid = np.full((len(stages), len(columns)), np.nan)
     for row in result_frame.itertuples():
         key = str(int(row.owner_id)) if by == "owner" else f"{row.core_type}{int(row.core_id)}"

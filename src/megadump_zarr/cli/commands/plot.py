@@ -117,10 +117,24 @@ def _errormap(args: argparse.Namespace, ctx: Context, dump_a: Any, dump_b: Any, 
         plot_error_map(table, ax, by=args.by, value=args.value)
     except ValueError as error:
         raise CliError(str(error)) from None
-    ax.set_title(f"{args.path} vs {args.diff}\n" + ax.get_title(), fontsize=9)
+    ax.set_title(f"{args.path} vs {args.diff} · {_span(result)}\n" + ax.get_title(), fontsize=9)
     worst, failures, stages, columns = error_grid(table, by=args.by, value=args.value)
     return {"by": args.by, "value": args.value, "stages": stages, "columns": columns, "worst": worst.tolist(),
             "failures": failures.tolist(), "compared": len(result)}
+
+
+def _span(result: Any) -> str:
+    """The windows, invocations and steps an error map covers, e.g. ``window 0 · invocations 0, 2 · step 1``
+    (runs of more than four values as ``first–last``)."""
+    parts = []
+    for key, one, many in (("window", "window", "windows"), ("invocation", "invocation", "invocations"),
+                           ("step", "step", "steps")):
+        values = sorted({int(v) for v in result[key] if not is_missing(v)}) if key in result.columns else []
+        if not values:
+            continue
+        text = ", ".join(map(str, values)) if len(values) <= 4 else f"{values[0]}–{values[-1]}"
+        parts.append(f"{one if len(values) == 1 else many} {text}")
+    return " · ".join(parts)
 
 
 def _tensor_plot(args: argparse.Namespace, dump_a: Any, figure: Any) -> dict[str, Any]:
