@@ -49,6 +49,11 @@ def test_a_failed_statistics_launch_keeps_its_captured_statistics(tmp_path):
     assert set(failed.loc[failed["stage"] == "expert_down", "owner_id"]) == {0, 1, 2}
     assert len(failed[(failed["stage"] == "expert_down") & (failed["owner_id"] == 2)]) == 3  # its inputs only
     assert failed["max"].notna().all()
+    # salvaged from the failed launch: flagged partial like its arrays would be (QA1 R8), the clean launch not
+    assert failed["partial"].all() and len(failed) == 27 and not whole["partial"].any()
+    report = open_dump(tmp_path).verify()
+    (check,) = report.windows
+    assert report.ok and check.partial_launches == ("invocation_000000_forward",) and check.partial_records == 27
 
 
 def test_salvage_window_reads_statistics_slots_as_statistics():

@@ -70,8 +70,17 @@ def load_tables(store: Store, window_key: str, nodes: Mapping[str, dict[str, Any
         lengths = {len(v) for v in columns.values()}
         if len(lengths) > 1:
             raise ValueError(f"statistics table {window_key}/{path} has columns of different lengths")
-        tables.append((path.split("/")[0], columns))
+        invocation_name = path.split("/")[0]
+        # a launch that failed and was kept (on_error="keep"): every record it holds is salvaged, like its arrays
+        columns["partial"] = [_launch_failed(nodes, invocation_name)] * len(columns["name"])
+        tables.append((invocation_name, columns))
     return tables
+
+
+def _launch_failed(nodes: Mapping[str, dict[str, Any]], invocation_name: str) -> bool:
+    """Whether the invocation's group says its launch failed (``launchFailed: true``)."""
+    attrs = (nodes.get(invocation_name) or {}).get("attributes")
+    return isinstance(attrs, dict) and attrs.get("launchFailed") is True
 
 
 def _none(value: int) -> int | None:
@@ -129,6 +138,7 @@ def _append(columns: dict[str, list[Any]], inv: dict[str, Any], table: dict[str,
         capture_phase=("before" if table["io"][i] == "input" else "after") if is_l1 else None,
         status=status, invocation_name=invocation_name, param_position=_none(table["param_position"][i]), group=path.rsplit("/", 1)[0],
         payload=False, checksum=int(table["checksum"][i]), element_count=int(table["element_count"][i]),
+        partial=bool(table.get("partial", [False] * (i + 1))[i]),
     )
     for name, value in values.items():
         columns[name].append(value)

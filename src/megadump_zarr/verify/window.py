@@ -181,25 +181,44 @@ def verify_window(url: Any, storage_options: Mapping[str, Any] | None, window: s
     _check_records_table(state, window, status, attrs, {k: v for k, v in nodes.items() if k in good})
     arrays = {path: nodes[path] for path in good if nodes[path].get("node_type") == "array"}
     _check_chunks(state, store, window, arrays, deep, tick)
-    _check_partial(state, window, attrs, arrays, partial_launches)
+    _check_partial(state, window, attrs, arrays, partial_launches,
+                   {path: nodes[path] for path in good if nodes[path].get("node_type") == "group"})
     return _result(state, status, deep, partial_launches)
 
 
 def _check_partial(state: _State, window: str, attrs: dict[str, Any], arrays: dict[str, dict[str, Any]],
-                   partial_launches: tuple[Any, ...]) -> None:
-    """``partialLaunches`` names listed invocations; every record flagged ``partial`` belongs to one of them."""
+                   partial_launches: tuple[Any, ...], groups: dict[str, dict[str, Any]] | None = None) -> None:
+    """``partialLaunches`` names listed invocations; every record flagged ``partial`` belongs to one of them.
+
+    Statistics-only records of a partial launch (statistics-first modes) have no array: they are counted
+    from the launch's statistics table (``recordCount - payloadCount``), its payload arrays as arrays.
+    """
     doc_key = f"{window}/zarr.json"
     listed = attrs.get("invocations") if isinstance(attrs.get("invocations"), list) else []
     for name in partial_launches:
         if not isinstance(name, str) or name not in listed:
             state.add(doc_key, f"attributes.partialLaunches names {_short(name)}, which is not a listed invocation")
     flagged = [p for p, d in arrays.items() if isinstance(d.get("attributes"), dict) and d["attributes"].get("partial")]
-    state.partial_records = len(flagged)
+    state.partial_records = len(flagged) + _statistics_only_records(groups or {}, partial_launches)
     stray = [p for p in flagged if p.split("/")[0] not in partial_launches]
     if stray:
         state.add(f"{window}/{stray[0]}/zarr.json",
                   f"{len(stray)} record(s) are flagged partial outside the window's partialLaunches "
                   f"{list(partial_launches)}")
+
+
+def _statistics_only_records(groups: dict[str, dict[str, Any]], partial_launches: tuple[Any, ...]) -> int:
+    """Statistics-only records in the statistics tables (``INVOCATION/statistics``) of the partial launches."""
+    count = 0
+    for path, doc in groups.items():
+        parts = path.split("/")
+        attrs = doc.get("attributes")
+        if len(parts) != 2 or parts[1] != "statistics" or parts[0] not in partial_launches or not isinstance(attrs, dict):
+            continue
+        records, payloads = attrs.get("recordCount"), attrs.get("payloadCount")
+        if "statisticsLayout" in attrs and all(isinstance(v, int) and not isinstance(v, bool) for v in (records, payloads)):
+            count += max(records - payloads, 0)
+    return count
 
 
 def _result(state: _State, status: str, deep: bool, partial: tuple[Any, ...]) -> WindowCheck:
