@@ -21,8 +21,6 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 import os
-import socket
-import subprocess
 import sys
 import threading
 import time
@@ -31,35 +29,11 @@ from typing import Any
 import pandas as pd
 
 from benchmarks._common import machine, print_table, write_json
-from tests.distributed._job import write_job
+from tests.distributed._job import measure_listing, moto_process, write_job
 
 KEY, SECRET = "AKIABENCHDISTRIBUTED", "bench/secret+never-shown"
 PERTURBED = (1, 5)
 THREADS = 4  # per worker: reading small records from an object store is round-trip bound, threads overlap them
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start_moto() -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
-    code = ("from moto.server import ThreadedMotoServer; import time; "
-            f"s = ThreadedMotoServer(ip_address='127.0.0.1', port={port}, verbose=False); s.start(); time.sleep(10**7)")
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 60
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            if time.time() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise RuntimeError("moto server did not start") from None
-            time.sleep(0.1)
-    return proc, f"http://127.0.0.1:{port}"
 
 
 def _rss_sampler() -> str:
@@ -114,30 +88,8 @@ def run_compare(options: dict[str, Any], workers: int | None) -> dict[str, Any]:
 
 def count_listing(endpoint: str, options: dict[str, Any]) -> dict[str, Any]:
     """Requests and time of ``windows()`` and ``records()`` of root ``a``, through a counting proxy."""
-    from megadump_zarr import open_dump
-    from tests.s3._fault_proxy import FaultProxy
-
-    class Counting(FaultProxy):
-        def _decide(self, method: str, path: str) -> str | None:
-            listing = method == "GET" and ("list-type" in path or "delimiter" in path)
-            with self._lock:
-                self.counts["LIST" if listing else method] += 1
-            return None
-
-    host, port = endpoint.removeprefix("http://").rsplit(":", 1)
-    with Counting((host, int(port))) as proxy:
-        via = dict(options, endpoint_url=proxy.endpoint)
-        start = time.perf_counter()
-        dump = open_dump("s3://job/a", via)
-        windows = dump.windows()
-        listed = time.perf_counter() - start
-        opened = dict(proxy.counts)
-        proxy.counts.clear()
-        start = time.perf_counter()
-        records = dump.records()
-        tabled = time.perf_counter() - start
-        return {"windows": len(windows), "records": len(records), "list_seconds": listed, "records_seconds": tabled,
-                "requests": opened, "records_requests": dict(proxy.counts)}
+    measured = measure_listing(endpoint, "s3://job/a", options)
+    return {**measured, "windows": len(measured["windows"]), "records": len(measured["records"])}
 
 
 def count_objects(endpoint: str, prefix: str) -> int:
@@ -158,12 +110,7 @@ def main() -> None:
     ranks = args.ranks or (16 if args.quick else 64)
     tokens, d_model = (64, 8) if args.quick else (2048, 32)
 
-    proc, endpoint = start_moto()
-    try:
-        import boto3
-
-        boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=KEY, aws_secret_access_key=SECRET,
-                     region_name="us-east-1").create_bucket(Bucket="job")
+    with moto_process("job", key=KEY, secret=SECRET) as endpoint:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         env.update(AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID=KEY, AWS_SECRET_ACCESS_KEY=SECRET,
                    AWS_DEFAULT_REGION="us-east-1")
@@ -179,8 +126,6 @@ def main() -> None:
         for name, run in runs.items():
             pd.testing.assert_frame_equal(run["result"], base, check_exact=True)
         listing = count_listing(endpoint, options)
-    finally:
-        proc.kill()
     pairs = len(base)
     failing = int((base["verdict"] != "pass").sum())
     t1, t2 = runs["1 dask worker"]["seconds"], runs["2 dask workers"]["seconds"]

@@ -17,8 +17,9 @@ import subprocess
 import sys
 import textwrap
 import time
+from typing import Any
 
-__all__ = ["CHILD", "moto_process", "write_job"]
+__all__ = ["CHILD", "measure_listing", "moto_process", "write_job"]
 
 _MOTO = textwrap.dedent("""
     import sys, time
@@ -122,3 +123,40 @@ def write_job(roots: Mapping[str, Iterable[int]], *, ranks: int = 64, processes:
     if failures:
         raise RuntimeError("a job process failed:\n" + failures[0])
     return time.perf_counter() - start
+
+
+def measure_listing(endpoint: str, url: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """Requests and time of ``open_dump(url).windows()``, then of ``records()``, through a counting proxy.
+
+    Args:
+        endpoint: moto's ``http://host:port``.
+        url: The dump root (``s3://...``).
+        options: Storage options (their ``endpoint_url`` is replaced by the proxy's).
+
+    Returns:
+        ``windows`` and ``records`` (the frames), ``list_seconds``, ``records_seconds``, ``requests`` and
+        ``records_requests`` (method -> count; ``LIST`` for listings).
+    """
+    from megadump_zarr import open_dump
+    from tests.s3._fault_proxy import FaultProxy
+
+    class Counting(FaultProxy):
+        def _decide(self, method: str, path: str) -> str | None:
+            listing = method == "GET" and ("list-type" in path or "delimiter" in path)
+            with self._lock:
+                self.counts["LIST" if listing else method] += 1
+            return None
+
+    host, port = endpoint.removeprefix("http://").rsplit(":", 1)
+    with Counting((host, int(port))) as proxy:
+        start = time.perf_counter()
+        dump = open_dump(url, dict(options, endpoint_url=proxy.endpoint))
+        windows = dump.windows()
+        listed = time.perf_counter() - start
+        opened = dict(proxy.counts)
+        proxy.counts.clear()
+        start = time.perf_counter()
+        records = dump.records()
+        return {"windows": windows, "records": records, "list_seconds": listed,
+                "records_seconds": time.perf_counter() - start, "requests": opened,
+                "records_requests": dict(proxy.counts)}

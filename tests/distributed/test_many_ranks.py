@@ -19,8 +19,7 @@ distributed = pytest.importorskip("distributed")
 import distributed.diagnostics.plugin  # noqa: E402
 
 from megadump_zarr import compare, open_dump
-from tests.distributed._job import moto_process, write_job
-from tests.s3._fault_proxy import FaultProxy
+from tests.distributed._job import measure_listing, moto_process, write_job
 
 pytest.importorskip("s3fs")
 boto3 = pytest.importorskip("boto3")
@@ -29,16 +28,6 @@ RANKS, WINDOWS, PROCESSES = 64, 2, 8
 PERTURBED = (5, 42)
 ACCESS_KEY = "AKIAMEGADUMPDISTRIB1"
 SECRET = "dIsTrIbUtEd/secret+never-in-a-task-key-0123"
-
-
-class Counting(FaultProxy):
-    """A pass-through proxy in front of moto that counts requests: LIST, GET, HEAD, PUT, ..."""
-
-    def _decide(self, method: str, path: str) -> str | None:
-        listing = method == "GET" and ("list-type" in path or "delimiter" in path)
-        with self._lock:
-            self.counts["LIST" if listing else method] += 1
-        return None
 
 
 @pytest.fixture(scope="module")
@@ -68,17 +57,9 @@ def test_many_ranks_listing_and_compare_on_a_two_worker_cluster(job, cluster):
 
 
 def check_listing_costs_requests_per_rank_and_window_not_per_object(job):
-    host, port = job["endpoint"].removeprefix("http://").rsplit(":", 1)
-    with Counting((host, int(port))) as proxy:
-        options = dict(job["options"], endpoint_url=proxy.endpoint)
-        start = time.perf_counter()
-        dump = open_dump("s3://job/a", options)
-        windows = dump.windows()
-        listed = time.perf_counter() - start
-        listing = dict(proxy.counts)
-        proxy.counts.clear()
-        records = dump.records()
-        after = dict(proxy.counts)
+    measured = measure_listing(job["endpoint"], "s3://job/a", job["options"])
+    windows, records, listing, after = (measured[k] for k in ("windows", "records", "requests", "records_requests"))
+    listed = measured["list_seconds"]
     assert len(windows) == RANKS * WINDOWS and set(windows["status"]) == {"complete"}
     assert sorted(set(windows["rank"])) == list(range(RANKS))
     # one GET of the root document, one LIST of the root, one LIST per rank (concurrent), one GET per window
