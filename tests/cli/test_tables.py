@@ -161,6 +161,28 @@ def test_fit_table_units():
     assert one_minus_cos(0.999994) == "6.00e-06" and one_minus_cos(1.0) == "0" and one_minus_cos(None) == ""
 
 
+
+def test_long_footnotes_fold_under_their_marker():
+    """A note longer than the console (an L0 fault's tolerance + cosine reasons at 120 columns) folds at
+    spaces with continuation lines indented under its text, never starting at column 0 like a new row."""
+    long = ("128 of 592 not within rtol 1.3e-06 atol 1e-05 (max_abs 0.5), first mismatch at (3, 0); "
+            "cosine 0.934958 < 0.99 with max_abs 0.5 > 0.001")
+    from rich.console import Console
+
+    frame = pd.DataFrame({"name": ["ws", "ys", "out"], "n": [long, long + " ", "short"]})
+    fitted = fit_table(frame, [Column("name"), Column("n", footnote=True)], width=60)
+    console = Console(width=60, record=True, no_color=True, file=io.StringIO())
+    print_fitted(console, fitted)
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 60
+    first = next(i for i, line in enumerate(lines) if line.startswith("[1] "))
+    second = next(i for i, line in enumerate(lines) if line.startswith("[2] "))
+    continuation = lines[first + 1:second]
+    assert continuation and all(line.startswith("    ") and line[4] != " " for line in continuation)
+    assert " ".join([lines[first][4:]] + [line.strip() for line in continuation]) == long
+    assert lines[second + 1].startswith("    ")  # the second long note folds the same way
+
+
 @st.composite
 def _frames(draw):
     n_columns = draw(st.integers(1, 6))

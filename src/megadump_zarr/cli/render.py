@@ -376,4 +376,18 @@ def print_fitted(console: Any, fitted: Fitted) -> None:
     elif fitted.headings:
         console.print(fitted.table)
     for line in fitted.below:
-        console.print(line, highlight=False, markup=False)
+        for part in hanging_lines(line, console.width):
+            console.print(part, highlight=False, markup=False, no_wrap=True, overflow="ignore", crop=False)
+
+
+def hanging_lines(line: str, width: int) -> list[str]:
+    """``line`` folded at spaces to ``width`` columns, continuation lines indented under the text after a
+    ``[k] `` marker (or by four spaces), so a long footnote never reads as a new row or note; a word longer
+    than the width stays whole (a record path must stay copyable)."""
+    import textwrap
+
+    if len(line) <= width:
+        return [line]
+    indent = " " * (line.index("] ") + 2) if line.startswith("[") and "] " in line[:8] else "    "
+    return textwrap.wrap(line, width=max(width, len(indent) + 20), subsequent_indent=indent, break_long_words=False,
+                         break_on_hyphens=False) or [line]
