@@ -7,6 +7,7 @@ captures stdout).
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
 import re
 import shutil
@@ -181,6 +182,42 @@ def test_long_footnotes_fold_under_their_marker():
     assert continuation and all(line.startswith("    ") and line[4] != " " for line in continuation)
     assert " ".join([lines[first][4:]] + [line.strip() for line in continuation]) == long
     assert lines[second + 1].startswith("    ")  # the second long note folds the same way
+
+
+
+def test_compare_table_keeps_the_worst_element_and_leaves_uncompared_metrics_blank():
+    """The bfloat16-vs-float32 demo rows at 120 columns (the issue's case): the worst element of each failing
+    row stays on screen (max_rel goes first), and a shape_mismatch row shows blank metrics, not ``nan``."""
+    from megadump_zarr.analyse.compare import RESULT_COLUMNS
+    from megadump_zarr.cli.compare_table import compare_table
+
+    base = dict.fromkeys(RESULT_COLUMNS)
+    base.update(rank=0, window=0, kernel="moe_experts", level="L1", dtype_a="bfloat16", dtype_b="float32")
+    rows = [
+        {**base, "invocation": 0, "stage": "expert_up", "task_id": 0, "owner_id": 0, "core_type": "MIX", "core_id": 0,
+         "io": "input", "index": 1, "name": "expert_counts", "dtype_a": "int64", "dtype_b": "int64",
+         "shape_a": (4,), "shape_b": (4,), "verdict": "fail", "cosine": 0.9973, "max_abs": 1.0, "max_rel": 0.125,
+         "rmse": 0.7, "mismatches": 2, "worst_index": (1,), "worst_owner_id": 0, "worst_core_type": "MIX",
+         "worst_core_id": 0, "note": "2 of 4 elements differ, first at (1,)"},
+        {**base, "invocation": 0, "stage": "expert_up", "task_id": 1, "owner_id": 1, "core_type": "MIX", "core_id": 1,
+         "io": "input", "index": 0, "name": "xs", "shape_a": (13, 16), "shape_b": (12, 16), "verdict": "shape_mismatch",
+         "cosine": math.nan, "max_abs": math.nan, "max_rel": math.nan, "rmse": math.nan,
+         "note": "shape 13×16 vs 12×16; not compared"},
+        {**base, "invocation": 1, "stage": "expert_up_bwd", "task_id": 15, "owner_id": 1, "core_type": "MIX",
+         "core_id": 1, "io": "output", "index": 1, "name": "grad_w_up", "shape_a": (16, 16), "shape_b": (16, 16),
+         "verdict": "fail", "cosine": 0.986478, "max_abs": 0.009289, "max_rel": 17.88, "rmse": 0.002,
+         "mismatches": 0, "worst_index": (3, 9), "worst_owner_id": 1, "worst_core_type": "MIX", "worst_core_id": 1,
+         "note": "cosine 0.986478 < 0.99 with max_abs 0.009289 > 0.001; dtype bfloat16 vs float32"},
+        {**base, "invocation": 0, "stage": "expert_up", "task_id": 0, "owner_id": 0, "core_type": "MIX", "core_id": 0,
+         "io": "input", "index": 0, "name": "xs", "shape_a": (8, 16), "shape_b": (8, 16), "verdict": "pass",
+         "cosine": 0.9999955, "max_abs": 0.0174, "max_rel": 0.008256, "rmse": 0.003, "mismatches": 0,
+         "note": "dtype bfloat16 vs float32"},
+    ]
+    fitted = compare_table(pd.DataFrame(rows, columns=list(RESULT_COLUMNS)), width=120)
+    assert fitted.width <= 120 and "worst" in fitted.headings and "dtype" in fitted.headings
+    lines = fitted.text().plain.splitlines()
+    assert " 1 o0 MIX0 " in lines[2] and " 3,9 o1 MIX1 " in lines[4]
+    assert lines[3].split()[:3] == ["shape_mismatch", "xs", "i0"] and "nan" not in lines[3]
 
 
 @st.composite

@@ -84,18 +84,26 @@ def _mismatches(row: Any) -> str:
     return str(int(value))
 
 
+_NOT_COMPARED = ("shape_mismatch", "dtype_mismatch", "missing", "missing_data", "error")
+
+
+def _metric(key: str) -> Any:
+    """A metric cell, blank for a record whose values were not compared (not the NaN its row holds)."""
+    return lambda r: None if r.get("verdict") in _NOT_COMPARED else r.get(key)
+
+
 COLUMNS = (
     Column("verdict", style=lambda r: _VERDICT_STYLE.get(str(r.get("verdict")))),
     Column("name", style="bold"),
     Column("where", location, parts=lambda r: location_parts(r, kernel_with_stage=False)),
     Column("shape", _shape, fmt=str, hoist=True, drop=3),
     Column("dtype", _dtype, fmt=str, hoist=True, drop=1),
-    Column("1-cos", lambda r: r.get("cosine"), key="cosine", justify="right", fmt=one_minus_cos),
-    Column("max_abs", justify="right"),
-    Column("max_rel", justify="right", drop=2),
-    Column("rmse", justify="right", drop=6),
+    Column("1-cos", _metric("cosine"), key="cosine", justify="right", fmt=one_minus_cos),
+    Column("max_abs", _metric("max_abs"), key="max_abs", justify="right"),
+    Column("max_rel", _metric("max_rel"), key="max_rel", justify="right", drop=4),
+    Column("rmse", _metric("rmse"), key="rmse", justify="right", drop=6),
     Column("mism", _mismatches, key="mismatches", justify="right", fmt=str, drop=5),
-    Column("worst", worst_text, key="worst_index", fmt=str, drop=4),
+    Column("worst", worst_text, key="worst_index", fmt=str, drop=2),  # kept longer than max_rel: where it is
     Column("note", footnote=True),
 )
 
