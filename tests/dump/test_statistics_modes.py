@@ -173,6 +173,26 @@ def test_diff_keeps_only_the_perturbed_task(tmp_path, baseline_mode):
     assert not same.records()["payload"].any()  # an identical run keeps nothing
 
 
+@pytest.mark.parametrize("baseline_mode", ["statistics", "tensor"])
+def test_diff_at_l0_keeps_only_the_tensors_that_changed(tmp_path, baseline_mode):
+    # L0 records have no task id/stage/io (pandas NA in the baseline's records()): matching them used to
+    # raise "boolean value of NA is ambiguous" when the dumper was entered
+    base = run(tmp_path / "base", baseline_mode, level="L0", steps=1)
+    dump = run(tmp_path / "diff", "diff", poison=bump_expert_1, baseline=tmp_path / "base", level="L0", steps=1)
+    perturbed = run(tmp_path / "stats", "statistics", poison=bump_expert_1, level="L0", steps=1).records()
+    rb, records = base.records(), dump.records()
+    expected = [name for name, a, b in zip(rb["name"], perturbed["checksum"], run_checksums(base, rb)) if a != b]
+    kept = records[records["payload"]]
+    assert len(records) == len(rb) > 5 and "w_up" in expected and list(kept["name"]) == expected
+    assert len(expected) < len(records)  # inputs the perturbation does not reach are statistics only
+
+
+def run_checksums(dump, records):
+    if records["checksum"].notna().all():
+        return list(records["checksum"])
+    return [checksum_reference(np.ascontiguousarray(dump.record_array(p).values).tobytes()) for p in records["path"]]
+
+
 # --------------------------------------------------------------------------- budget
 BIG = DemoConfig(tokens=512, d_model=128)
 

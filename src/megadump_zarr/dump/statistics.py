@@ -91,11 +91,11 @@ class StatisticsRow:
 
 
 def _number(value: Any) -> int:
-    return -1 if value is None or value != value else int(value)  # None, NaN and pandas NA are "none"
+    return -1 if _missing(value) else int(value)  # None, NaN and pandas NA are "none" (NA != NA is NA, not a bool)
 
 
 def _text(value: Any) -> str:
-    return "" if value is None or value != value else str(value)
+    return "" if _missing(value) else str(value)
 
 
 def record_key(rank: int, step: int, kernel: Any, direction: Any, occurrence: int, stage: Any, task_id: Any,
