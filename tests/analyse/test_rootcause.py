@@ -44,6 +44,7 @@ def test_l1_root_cause_names_the_faulty_task_output(clean, tmp_path):
         "expert_down", fault.task_ids[0], 1, "output", "ys")
     assert cause.core_type == "AIC" and cause.core_id is not None and cause.path.endswith("output_00_ys")
     assert "every input of task" in cause.root_reason
+    assert cause.root_stage == "expert_down"
     assert first_divergence(result).path == cause.path
     # where in the tensor: the worst element and the task/owner/core that produced it
     assert cause.worst_task_id == fault.task_ids[0] and cause.worst_owner_id == 1 and cause.worst_core_type == "AIC"
@@ -62,6 +63,20 @@ def test_l0_root_cause_differs_from_first_divergence(clean, tmp_path):
     assert first["name"] == "ws"  # the reused workspace, final value written by unpermute: a symptom
     assert cause["name"] == "ys" and cause.producers == ("expert_down",)
     assert "ws" in cause.root_reason and "overwritten" in cause.root_reason
+    assert cause.stage is None and cause.root_stage == "expert_down"  # an L0 record: the stage that wrote it
+
+
+def test_l0_root_cause_summary_names_the_stage_that_wrote_it(clean, tmp_path, capsys, monkeypatch):
+    from tests.cli._helpers import cli_runner
+
+    run(tmp_path / "bad", "L0", dict(stage="expert_down", owner=1, delta=0.5))
+    cli = cli_runner(capsys, monkeypatch, columns=120)
+    result = cli("compare", tmp_path / "bad", clean["l0"])
+    assert result.code == 1
+    assert "root cause: ys (fail) at w0 i2 moe_experts, written by stage expert_down" in result.out.splitlines()
+    assert "first divergence: ws (fail) at w0 i2 moe_experts" in result.out.splitlines()  # not the root cause
+    report = cli("compare", tmp_path / "bad", clean["l0"], "--json").json()
+    assert (report["root_cause"]["stage"], report["root_cause"]["root_stage"]) == (None, "expert_down")
 
 
 def test_l0_root_cause_in_a_row_split_stage(clean, tmp_path):
@@ -71,6 +86,7 @@ def test_l0_root_cause_in_a_row_split_stage(clean, tmp_path):
     cause = root_cause(result)
     assert (cause["name"], cause.kernel, cause.invocation) == ("h", "moe_router", 0)
     assert cause.root_reason.startswith("every input of stage norm passes (x, norm_weight)")
+    assert cause.root_stage == "norm"
 
 
 def test_a_wrong_weight_is_its_own_root_cause(clean, tmp_path):
@@ -78,6 +94,7 @@ def test_a_wrong_weight_is_its_own_root_cause(clean, tmp_path):
     result = compare(tmp_path / "bad", clean["l0"], kernel="moe_experts")
     cause = root_cause(result)
     assert (cause["name"], cause.role) == ("w_down", "external_input")
+    assert cause.root_stage is None  # an input: no stage of the kernel wrote it
     assert first_divergence(result).path == cause.path
     assert cause.worst_index[0] == 1  # the bumped expert's slice
 

@@ -19,7 +19,9 @@ gives the first failing record whose own inputs all pass:
   fail, it is the root cause.
 
 Records are tried in execution order (L0 outputs of one invocation in the order of the stages that
-wrote them). The row returned is the result's own row plus ``root_reason`` (one sentence).
+wrote them). The row returned is the result's own row plus ``root_reason`` (one sentence) and
+``root_stage``: the stage the value comes from (an L1 record's stage; for an L0 output, which has no
+stage of its own, the stage that wrote its captured value; None for an L0 input).
 """
 
 from __future__ import annotations
@@ -161,7 +163,8 @@ def root_cause(result: pd.DataFrame) -> pd.Series | None:
 
     Returns:
         That record's row (a Series with ``stage``, ``task_id``, ``owner_id``, ``core_type``,
-        ``core_id``, ``io``, ``name``, ``path``, ...) plus ``root_reason``; None when nothing fails.
+        ``core_id``, ``io``, ``name``, ``path``, ...) plus ``root_reason`` and ``root_stage``; None when
+        nothing fails.
     """
     if result is None or len(result) == 0:
         return None
@@ -224,7 +227,20 @@ def root_cause(result: pd.DataFrame) -> pd.Series | None:
     return _with_reason(first, "every failing record has a failing input; the first failure is shown")
 
 
+def _born_in(row: pd.Series) -> str | None:
+    """The stage a record's value comes from: an L1 record's own stage; for an L0 output (no stage of its
+    own) the last stage among its ports that writes it; None for an L0 input."""
+    stage = _value(row, "stage")
+    if stage is not None:
+        return str(stage)
+    if _is_input(row):
+        return None
+    writers = [s for s, io in _ports(row) if io == "output"]
+    return writers[-1] if writers else None
+
+
 def _with_reason(row: pd.Series, reason: str) -> pd.Series:
     out = row.copy()
     out["root_reason"] = reason
+    out["root_stage"] = _born_in(row)
     return out

@@ -155,7 +155,7 @@ def _summary(result: Any, total: int, stopped: bool) -> dict[str, Any]:
     return {"verdict": "fail" if failing else "pass", "compared": len(result), "total": total,
             "stopped_early": stopped, "counts": counts,
             "first_divergence": _where_row(first_divergence(result)),
-            "root_cause": _where_row(root_cause(result), ("root_reason",))}
+            "root_cause": _where_row(root_cause(result), ("root_reason", "root_stage"))}
 
 
 def _place(where: dict[str, Any]) -> str:
@@ -167,6 +167,8 @@ def _place(where: dict[str, Any]) -> str:
         text += f" owner {owner}"
     if core_id is not None:
         text += f" core {core_type or ''}{core_id}"
+    if where.get("stage") is None and where.get("root_stage"):  # an L0 output: the stage that wrote it
+        text += f", written by stage {where['root_stage']}"
     return text
 
 
