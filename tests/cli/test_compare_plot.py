@@ -90,6 +90,16 @@ def test_compare_refuses_bad_tolerances(cli, demo, flag, value, shown):
     assert len([line for line in result.err.splitlines() if line.strip()]) == 1
 
 
+@pytest.mark.parametrize("flag, value, shown", [("--rtol", "-1e-3", "-0.001"), ("--atol", "-inf", "-inf"),
+                                                ("--rtol", "-1", "-1.0")])
+def test_compare_names_a_negative_tolerance_given_as_its_own_argument(cli, demo, flag, value, shown):
+    """``--rtol -1e-3`` (two arguments) is a bad tolerance, named as such, not "expected one argument"."""
+    result = cli("compare", demo.roots["L1"], demo.roots["L1"], flag, value)
+    name = flag.removeprefix("--")
+    assert_input_error(result, f"error: argument {flag}: {name} must be a finite number >= 0, got {shown}")
+    assert len([line for line in result.err.splitlines() if line.strip()]) == 1
+
+
 def test_compare_help_prints_the_rule_table(cli):
     result = cli("compare", "--help")
     assert result.code == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
 
 from rich.markup import escape
@@ -71,6 +72,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "compare", help="compare dump A (under test) with dump B (reference)",
         description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     _rules_epilog(parser)
+    # argparse reads "-1e-3" and "-inf" as unknown options ("expected one argument"); let them reach the
+    # tolerance check, which names the bad value ("rtol must be a finite number >= 0, got -0.001")
+    parser._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$",
+                                                 re.IGNORECASE)
     parser.add_argument("a", metavar="A", help="dump under test (root directory or URL)")
     parser.add_argument("b", metavar="B", help="reference dump (root directory or URL)")
     parser.add_argument("--rtol", type=_tolerance("rtol"),
