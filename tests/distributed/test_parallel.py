@@ -65,6 +65,22 @@ def test_runs_on_the_active_distributed_client(cluster_client) -> None:
         map_ordered(_square, range(5))
 
 
+def _pid(_: int) -> int:
+    import os
+
+    return os.getpid()
+
+
+def _nested(n: int) -> tuple[bool, int, list[int], list[int]]:
+    return active_client() is None, _pid(0), map_ordered(_square, [n, n + 1]), map_ordered(_pid, [0, 1])
+
+
+def test_nested_calls_inside_a_task_run_in_that_task(cluster_client) -> None:
+    results = map_ordered(_nested, [1, 4])
+    assert [(r[0], r[2]) for r in results] == [(True, [1, 4]), (True, [16, 25])]
+    assert all(r[3] == [r[1], r[1]] for r in results)  # the nested items ran in the task's own process
+
+
 SECRET = "pArAlLeL/secret+never-in-a-log-0123"
 
 

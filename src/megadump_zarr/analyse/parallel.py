@@ -82,12 +82,26 @@ def _name(fn: Any) -> str:
 
 
 def active_client() -> Any | None:
-    """The ``distributed.Client`` dask would run ``dask.compute`` on now, or ``None`` (local scheduler)."""
+    """The ``distributed.Client`` dask would run ``dask.compute`` on now, or ``None`` (local scheduler, or
+    called from inside a task on a worker)."""
     try:
-        from distributed import Client
+        from distributed import get_worker
     except ImportError:  # distributed not installed: only local schedulers exist
         return None
-    scheduler = dask.base.get_scheduler()
+    try:
+        get_worker()
+    except ValueError:
+        pass
+    else:  # inside a task: nested work runs right here (more tasks from a busy worker thread could deadlock)
+        return None
+    return _client_of(dask.base.get_scheduler())
+
+
+def _client_of(scheduler: Any) -> Any | None:
+    try:
+        from distributed import Client
+    except ImportError:
+        return None
     owner = getattr(scheduler, "__self__", None)
     return owner if isinstance(owner, Client) else None
 
@@ -134,8 +148,10 @@ def map_ordered(fn: Callable[[Any], Any], items: Iterable[Any], *,
     tasks = _delayed(fn, values)
     client = active_client()
     if client is None:
+        # inside a task dask would pick the worker's client: keep nested work in this process's threads
+        local = {"scheduler": "threads"} if _client_of(dask.base.get_scheduler()) is not None else {}
         with _Progress(progress, len(values)) if progress is not None else contextlib.nullcontext():
-            return list(dask.compute(*tasks))
+            return list(dask.compute(*tasks, **local))
     futures = client.compute(tasks)
     try:
         if progress is not None:
