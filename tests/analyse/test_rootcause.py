@@ -123,3 +123,19 @@ def test_bfloat16_demo_against_float32_blames_the_routing_counts(demo_pair):
     # the float tensors of task 0 (bf16 rounding against fp32) pass at bfloat16's tolerance
     task0 = result[(result.task_id == 0) & (result["name"] != "expert_counts")]
     assert set(task0.verdict) == {"pass"} and set(task0.rtol) == {1.6e-2}
+
+
+def test_compare_selects_by_owner_and_core_as_dump_tensor_does(clean, tmp_path):
+    """``compare(a, b, owner=1)`` / ``core="AIC1"`` select like ``Dump.tensor`` and ``--owner``/``--core``
+    (QA: they raised "unknown selection 'owner'"); the faulty owner's task is the one failing record."""
+    info = run(tmp_path / "bad", "L1", dict(stage="expert_down", owner=1, delta=0.5))
+    task = info["fault"].task_ids[0]
+    by_owner = compare(tmp_path / "bad", clean["l1"], owner=1)
+    assert set(by_owner.owner_id) == {1} and set(by_owner.stage) == {"expert_up", "expert_down"}
+    assert by_owner[by_owner.verdict != "pass"][["task_id", "name"]].values.tolist() == [[task, "ys"]]
+    by_core = compare(tmp_path / "bad", clean["l1"], core="AIC1")
+    assert set(zip(by_core.core_type, by_core.core_id)) == {("AIC", 1)} and set(by_core.task_id) == {task}
+    assert root_cause(by_core).task_id == task
+    assert set(compare(tmp_path / "bad", clean["l1"], owner=[0, 2]).owner_id) == {0, 2}
+    with pytest.raises(ValueError, match="unknown selection 'bogus'"):
+        compare(tmp_path / "bad", clean["l1"], bogus=1)

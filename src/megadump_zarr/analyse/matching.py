@@ -143,12 +143,24 @@ def clean_select(select: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in select.items() if v is not None}
 
 
+_READ_FILTERS = ("owner", "core")
+"""Selections that are not ``records()`` columns, read as :func:`megadump_zarr.read.select.filter_mask` reads
+them (the same meaning as ``Dump.tensor(owner=, core=)`` and the CLI's ``--owner``/``--core``)."""
+
+
 def filter_records(records: pd.DataFrame, select: dict[str, Any], names: list[str] | None = None) -> pd.DataFrame:
-    """Rows of ``records`` matching ``select`` (equality, or membership for list/tuple/set/range) and ``names``."""
+    """Rows of ``records`` matching ``select`` (equality, or membership for list/tuple/set/range) and ``names``;
+    ``owner`` (an owner id) and ``core`` (``5`` or ``"MIX5"``) as in ``Dump.tensor``."""
     mask = pd.Series(True, index=records.index)
     for key, value in select.items():
+        if key in _READ_FILTERS and key not in records.columns:  # owner=2, core="MIX5" or 5: as Dump.tensor
+            from megadump_zarr.read.select import filter_mask
+
+            mask &= pd.Series(filter_mask(records, key, value), index=records.index)
+            continue
         if key not in records.columns:
-            raise ValueError(f"unknown selection {key!r}; records() has columns {list(records.columns)}")
+            raise ValueError(f"unknown selection {key!r}; records() has columns {list(records.columns)} "
+                             f"(or {', '.join(_READ_FILTERS)})")
         if isinstance(value, (list, tuple, set, frozenset, range)):
             mask &= records[key].isin(list(value))
         else:
