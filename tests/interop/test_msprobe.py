@@ -139,8 +139,29 @@ def test_statistics_task_keeps_msprobe_statistics(msprobe_dumps, tmp_path):
     convert_msprobe(msprobe_dumps["golden"], tmp_path / "golden")
     result = compare(tmp_path / "z", tmp_path / "golden")
     assert len(result) == len(records) and result["note"].str.startswith("summary: statistics only in a").all()
-    tensors = result[result["shape_a"].map(len) > 0]  # 0-d records: see the notes
-    assert (tensors["verdict"] == "pass").all(), tensors[tensors["verdict"] != "pass"][["name", "note"]]
+    # 0-d records too: msprobe's Norm of a 0-d tensor is its signed value; a norm is stored as |Norm|
+    assert (result["verdict"] == "pass").all(), result[result["verdict"] != "pass"][["name", "note"]]
+    assert (records["l2norm"] >= 0).all()
+
+
+def test_statistics_dumps_that_differ_do_not_pass_on_placeholder_checksums(msprobe_dumps, tmp_path):
+    # msprobe has no content checksums: the table's zeros used to make every pair of msprobe statistics
+    # dumps "pass: checksums equal", perturbed or not (a silent wrong answer)
+    changed = tmp_path / "changed"
+    shutil.copytree(msprobe_dumps["stats"], changed)
+    dump_json, doc = _dump_json(changed, 0)
+    leaf = doc["data"]["Functional.linear.1.forward"]["input_args"][1]
+    leaf["Mean"] += 0.01
+    dump_json.write_text(json.dumps(doc))
+    convert_msprobe(msprobe_dumps["stats"], tmp_path / "a")
+    convert_msprobe(changed, tmp_path / "b")
+    assert open_dump(tmp_path / "a").records()["checksum"].isna().all()  # unknown, not 0
+    same = compare(tmp_path / "a", tmp_path / "a")
+    assert (same["verdict"] == "pass").all() and same["note"].str.endswith("statistics within tolerance").all()
+    result = compare(tmp_path / "b", tmp_path / "a")
+    failed = result[result["verdict"] != "pass"]
+    assert list(failed["name"]) == ["Functional.linear.1.forward.input.1"] and list(failed["window"]) == [0]
+    assert failed["note"].iloc[0] == "summary: statistics only in a and b; mean beyond rtol=1.3e-06, atol=1e-05"
 
 
 def test_npy_files_load_without_pickle(msprobe_dumps, tmp_path):

@@ -399,10 +399,12 @@ def _statistics_table(call: _Call, names: list[str]) -> Any:
     variables = {
         "element_count": np.array([math.prod(t.shape) for t in call.tensors], dtype=np.int64),
         "nan_count": counts, "inf_count": counts,
-        "min": column("Min"), "max": column("Max"), "mean": column("Mean"), "l2norm": column("Norm"),
-        "checksum": np.zeros(n, dtype=np.uint64),
+        # a norm is never negative: msprobe's Norm of a 0-d tensor is the value itself (signed)
+        "min": column("Min"), "max": column("Max"), "mean": column("Mean"), "l2norm": np.abs(column("Norm")),
+        "checksum": np.zeros(n, dtype=np.uint64),  # msprobe has none: "checksums": False tells readers
     }
-    return StatisticsTable(coords, variables, {"source": "msprobe statistics task", "msprobeCall": call.key})
+    return StatisticsTable(coords, variables, {"source": "msprobe statistics task", "msprobeCall": call.key,
+                                               "checksums": False})
 
 
 def _window_attrs(window: _Window) -> dict[str, Any]:

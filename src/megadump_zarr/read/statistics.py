@@ -70,6 +70,8 @@ def load_tables(store: Store, window_key: str, nodes: Mapping[str, dict[str, Any
         lengths = {len(v) for v in columns.values()}
         if len(lengths) > 1:
             raise ValueError(f"statistics table {window_key}/{path} has columns of different lengths")
+        if not _has_checksums(group.attrs):  # e.g. msprobe statistics: the column holds placeholders, not checksums
+            columns["checksum"] = [None] * len(columns["checksum"])
         invocation_name = path.split("/")[0]
         # a launch that failed and was kept (on_error="keep"): every record it holds is salvaged, like its arrays
         columns["partial"] = [_launch_failed(nodes, invocation_name)] * len(columns["name"])
@@ -77,10 +79,20 @@ def load_tables(store: Store, window_key: str, nodes: Mapping[str, dict[str, Any
     return tables
 
 
+def _has_checksums(attrs: Mapping[str, Any]) -> bool:
+    """Whether a table's ``checksum`` column holds content checksums (``"checksums": false`` says it does not;
+    tables converted from msprobe before that attribute existed are known by their ``source``)."""
+    return attrs.get("checksums") is not False and attrs.get("source") != "msprobe statistics task"
+
+
 def _launch_failed(nodes: Mapping[str, dict[str, Any]], invocation_name: str) -> bool:
     """Whether the invocation's group says its launch failed (``launchFailed: true``)."""
     attrs = (nodes.get(invocation_name) or {}).get("attributes")
     return isinstance(attrs, dict) and attrs.get("launchFailed") is True
+
+
+def _checksum(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def _none(value: int) -> int | None:
@@ -110,7 +122,7 @@ def merge_statistics(window_key: str, status: str, invocations: Mapping[str, dic
             path = f"{window_key}/{invocation_name}/{table['path'][i]}"
             row = by_path.get(path)
             if table["payload"][i] and row is not None:
-                columns["checksum"][row] = int(table["checksum"][i])
+                columns["checksum"][row] = _checksum(table["checksum"][i])
                 columns["element_count"][row] = int(table["element_count"][i])
                 continue
             _append(columns, inv, table, i, path, status, invocation_name, window_key)
@@ -137,7 +149,7 @@ def _append(columns: dict[str, list[Any]], inv: dict[str, Any], table: dict[str,
         path=path, role=None if is_l1 else table["io"][i],
         capture_phase=("before" if table["io"][i] == "input" else "after") if is_l1 else None,
         status=status, invocation_name=invocation_name, param_position=_none(table["param_position"][i]), group=path.rsplit("/", 1)[0],
-        payload=False, checksum=int(table["checksum"][i]), element_count=int(table["element_count"][i]),
+        payload=False, checksum=_checksum(table["checksum"][i]), element_count=int(table["element_count"][i]),
         partial=bool(table.get("partial", [False] * (i + 1))[i]),
     )
     for name, value in values.items():
