@@ -216,3 +216,43 @@ def test_upcast_decodes_float8_exactly(tmp_path):
         finite = ~np.isnan(data.astype(np.float64))  # every non-NaN bit pattern comes back (NaN payloads do not)
         assert up[name].values[finite].astype(data.dtype).tobytes() == data[finite].tobytes()
     assert np.isfinite(float(up["w8"].where(np.isfinite(up["w8"])).max()))
+
+
+def _statistics_first_dump(root, mode, level):
+    from megadump_zarr import TensorDumpConfig, tensor_dump
+    from megadump_zarr.demo.model import DemoConfig, MoEBlock
+
+    block = MoEBlock(DemoConfig())
+    block.w_up[2, 0, 0] = float("nan")  # nonfinite keeps expert 2's tensors (and what the NaN reaches)
+    selection = dict(stages=("expert_up", "expert_down")) if level == "L1" else {}
+    with tensor_dump(TensorDumpConfig(root, level=level, kernel_names="moe_experts", mode=mode, **selection)) as dumper:
+        block(block.make_input())
+        dumper.step()
+    return open_dump(root)
+
+
+@pytest.mark.parametrize("level", ["L1", "L0"])
+def test_statistics_first_dumps_open_with_their_kept_payloads(tmp_path, level):
+    # statistics-only records have no tensor: the engine used to raise on the first one ("holds statistics
+    # only"), so no group of a statistics/nonfinite/diff dump and no datatree of it could be opened
+    stats = _statistics_first_dump(tmp_path / "s", "statistics", level)
+    nonfinite = _statistics_first_dump(tmp_path / "n", "nonfinite", level)
+    group = "rank_0/window_0000/invocation_000000_forward" + ("/stages/expert_up" if level == "L1" else "")
+    records = stats.records()
+    in_group = records[records["path"].str.startswith(group + "/")]
+    ds = xr.open_dataset(stats.root, engine="megadump", group=group)
+    assert list(ds.data_vars) == [] and ds.attrs["statisticsOnlyRecords"] == len(in_group) > 0
+    tree = xr.open_datatree(stats.root, engine="megadump")
+    assert tree[group].to_dataset().attrs["statisticsOnlyRecords"] == len(in_group)
+    kept = nonfinite.records()
+    kept = kept[kept["path"].str.startswith(group + "/")]
+    ds = xr.open_dataset(nonfinite.root, engine="megadump", group=group)
+    assert 0 < kept["payload"].sum() < len(kept) and ds.attrs["statisticsOnlyRecords"] == (~kept["payload"]).sum()
+    assert set(ds.data_vars) == set(kept.loc[kept["payload"], "name"])
+    for path, name in zip(kept.loc[kept["payload"], "path"], kept.loc[kept["payload"], "name"]):
+        values = np.asarray(nonfinite.record_array(path).values)
+        if level == "L0":
+            assert np.asarray(ds[name].values).tobytes() == values.tobytes()
+        else:  # one kept task per stacked tensor here (expert 2's)
+            assert ds[name].shape[0] == 1 and np.asarray(ds[name].values[0]).tobytes() == values.tobytes()
+    xr.open_datatree(nonfinite.root, engine="megadump")

@@ -189,8 +189,23 @@ def _stacked(name: str, dump: Dump, rows: pd.DataFrame, task_core: dict[int, str
     return [(f"{name}.task_{int(t):06d}", a) for t, a in zip(rows["task_id"], arrays)]
 
 
+def _payload_rows(rows: pd.DataFrame, attrs: dict[str, Any]) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The rows whose payload is stored; statistics-only records (statistics-first modes) have no tensor to
+    show: they are skipped and counted in the ``statisticsOnlyRecords`` attribute (their statistics are in
+    ``records()`` and the invocation's ``statistics`` group)."""
+    if "payload" not in rows.columns:
+        return rows, attrs
+    kept = rows["payload"].astype(bool).to_numpy()
+    if kept.all():
+        return rows, attrs
+    return rows[kept], {**attrs, "statisticsOnlyRecords": int((~kept).sum())}
+
+
 def _stage_dataset(dump: Dump, rows: pd.DataFrame, attrs: dict[str, Any], upcast: np.dtype | None,
                    drop: set[str]) -> xr.Dataset:
+    rows, attrs = _payload_rows(rows, attrs)
+    if not len(rows):
+        return xr.Dataset(attrs=attrs)
     builder = _Builder(upcast, drop)
     task_core = {int(t): str(c) for t, c in zip(rows["task_id"], rows["core_type"]) if pd.notna(t) and pd.notna(c)}
     first = rows.iloc[0]
@@ -214,6 +229,7 @@ def _stage_dataset(dump: Dump, rows: pd.DataFrame, attrs: dict[str, Any], upcast
 
 def _l0_dataset(dump: Dump, rows: pd.DataFrame, attrs: dict[str, Any], upcast: np.dtype | None,
                 drop: set[str]) -> xr.Dataset:
+    rows, attrs = _payload_rows(rows, attrs)
     builder = _Builder(upcast, drop)
     for name, path in zip(rows["name"], rows["path"]):
         if name not in drop:
