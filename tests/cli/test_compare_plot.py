@@ -73,6 +73,18 @@ def test_compare_perturbed_copy_fails_and_names_the_tensor(cli, demo, perturbed)
     assert only.code == 1 and [line.split()[0] for line in rows] == ["fail"]
 
 
+def test_compare_summary_lines_fold_under_themselves_on_a_narrow_console(cli, demo, perturbed, monkeypatch):
+    copy, path = perturbed
+    monkeypatch.setenv("COLUMNS", "80")
+    lines = cli("compare", copy, demo.roots["L1"]).out.splitlines()
+    place = "w0 i2 moe_experts expert_up t1 out[0] owner 1 core MIX1"
+    folded = f"first divergence: ws (fail) at {place}"  # 84 characters
+    at = lines.index(folded[:folded.rindex(" ", 0, 81)])
+    assert lines[at + 1].startswith("    ") and f"{lines[at]} {lines[at + 1].strip()}" == folded
+    assert f"root cause: ws (fail) at {place}" in lines  # 80 characters: one line
+    assert lines[-1] == f"root cause path: {path}"  # the SELECTOR stays whole
+
+
 def test_compare_json_nulls_when_everything_passes(cli, demo):
     report = cli("compare", demo.roots["L0"], demo.roots["L0"], "--json").json()
     assert report["verdict"] == "pass" and report["first_divergence"] is None and report["root_cause"] is None

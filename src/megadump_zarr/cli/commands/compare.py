@@ -193,6 +193,22 @@ def _summary_line(summary: dict[str, Any]) -> str:
     return line
 
 
+def _print_folded(console: Any, text: str) -> None:
+    """Print summary lines (rich markup); a line wider than the console folds at spaces with its
+    continuation indented (plain text then), so its tail never reads as a line of its own."""
+    from rich.text import Text
+
+    from megadump_zarr.cli.render import hanging_lines
+
+    for line in text.split("\n"):
+        plain = Text.from_markup(line).plain
+        if len(plain) <= console.width:
+            console.print(line, highlight=False)
+            continue
+        for part in hanging_lines(plain, console.width):
+            console.print(part, markup=False, highlight=False, no_wrap=True, overflow="ignore", crop=False)
+
+
 def _error_map_table(result: Any, by: str, width: int) -> Any:
     """The ``--by`` aggregation as a table fitted to ``width``."""
     from megadump_zarr.analyse import error_map
@@ -242,7 +258,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         else:
             print_fitted(ctx.console, compare_table(result, width=ctx.console.width,
                                                     failures_only=args.failures_only))
-    ctx.console.print(_summary_line(summary), highlight=False)
+    _print_folded(ctx.console, _summary_line(summary))
     if summary["root_cause"] is not None and not ctx.quiet:  # the SELECTOR of `megadump show A`, never wrapped
         ctx.console.print(f"root cause path: {summary['root_cause']['path']}", markup=False, highlight=False,
                           soft_wrap=True)
