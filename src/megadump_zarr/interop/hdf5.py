@@ -360,6 +360,15 @@ def _copy_array(h5group: Any, name: str, array: Any, dims: tuple[str, ...], wher
     source = np.dtype(array.dtype)
     from megadump_zarr.read.integrity import guard_read
 
+    if source.kind in "TU":  # Zarr v3 "string" (statistics tables' coordinates): netCDF-4 variable-length strings
+        values = np.asarray(guard_read(array, array.path or where, lambda: array[...]))
+        import h5py
+
+        variable = h5group.create_variable(name, dims, dtype=h5py.string_dtype())
+        if values.size:
+            variable[...] = values.astype(object)
+        _set_attrs(variable.attrs, array.attrs.asdict(), where)
+        return
     dtype, extra = _target_dtype(source, where)
     attrs = array.attrs.asdict()
     clash = sorted(set(extra) & set(attrs))
