@@ -299,3 +299,23 @@ def test_same_numbers_as_msprobe_compare(msprobe_dumps, tmp_path):
     assert set(differing["Result"]) == {"pass"}
     assert set(differing["verdict"]) == {"fail"}
     assert set(merged[merged["max_abs"] == 0]["verdict"]) == {"pass"}
+
+
+def test_a_step_or_rank_directory_converts_like_msprobe_compare_is_given_it(msprobe_dumps, tmp_path):
+    # msprobe compare is pointed at step*/rank*|proc* directories; convert used to say "no legacy windows
+    # (rank_*/window_*/manifest.json) found" for them (auto-detection saw no step dirs below)
+    golden = msprobe_dumps["golden"]
+    rank_dir, _ = _dump_json(golden, 1)
+    assert is_msprobe_dump(golden / "step1") and is_msprobe_dump(rank_dir.parent)
+    whole = open_dump(convert_and_open(golden, tmp_path / "whole")).records()
+    for source, out in ((golden / "step1", "step"), (rank_dir.parent, "rank")):
+        records = open_dump(convert_and_open(source, tmp_path / out)).records()
+        assert list(records["name"]) == list(whole.loc[whole["step"] == 1, "name"]) and set(records["step"]) == {1}
+    assert not is_msprobe_dump(rank_dir.parent / "dump_tensor_data")
+
+
+def convert_and_open(source: Path, out: Path) -> Path:
+    result = subprocess.run([sys.executable, "-m", "megadump_zarr.cli.main", "convert", str(source), str(out)],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    return out

@@ -67,6 +67,16 @@ def _step_dirs(root: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(_STEP_DIR.match(p.name).group(1)))
 
 
+def _selected(root: Path) -> list[tuple[Path, list[Path]]]:
+    """``(step dir, its rank dirs)`` to convert: below msprobe's dump_path, or one ``step{N}`` directory, or
+    one ``step{N}/rank{R}|proc{PID}`` directory (what ``msprobe compare -tp/-gp`` is given)."""
+    if (root / "dump.json").is_file() and _RANK_DIR.match(root.name) and _STEP_DIR.match(root.parent.name):
+        return [(root.parent, [root])]
+    if _STEP_DIR.match(root.name) and not _step_dirs(root) and _rank_dirs(root):
+        return [(root, _rank_dirs(root))]
+    return [(step, _rank_dirs(step)) for step in _step_dirs(root)]
+
+
 def is_msprobe_dump(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` holds msprobe dumps: ``step{N}/rank{R}|proc{PID}/dump.json`` below it.
 
@@ -75,7 +85,7 @@ def is_msprobe_dump(path: str | os.PathLike[str]) -> bool:
     """
     root = Path(path)
     try:
-        return root.is_dir() and any(_rank_dirs(step) for step in _step_dirs(root))
+        return root.is_dir() and any(ranks for _, ranks in _selected(root))
     except OSError:
         return False
 
@@ -243,18 +253,17 @@ def _plan_call(key: str, entry: Any, source: Path, data_dir: Path | None, task: 
 
 def _plan_windows(root: Path) -> list[_Window]:
     legacy_root = root.resolve(strict=True)
-    steps = _step_dirs(root)
     ranks_seen: dict[str, None] = {}
     found: list[tuple[int, Path, Path]] = []
-    for step_dir in steps:
-        for rank_dir in _rank_dirs(step_dir):
+    for step_dir, rank_dirs in _selected(root):
+        for rank_dir in rank_dirs:
             resolved = rank_dir.resolve(strict=True)
             if not resolved.is_relative_to(legacy_root):
                 raise ValueError(f"refusing msprobe directory {rank_dir}: it resolves to {resolved}, outside {legacy_root}")
             found.append((int(_STEP_DIR.match(step_dir.name).group(1)), rank_dir, resolved))
             ranks_seen.setdefault(rank_dir.name, None)
     if not found:
-        raise ValueError(f"no msprobe dumps (step*/rank*|proc*/dump.json) found below {root}")
+        raise ValueError(f"no msprobe dumps (step*/rank*|proc*/dump.json, or a step*/ or step*/rank*/ directory) found below {root}")
     # rank{R} keeps R; proc{PID} directories (msprobe's name when there is no rank) become ranks in PID order.
     procs = sorted((n for n in ranks_seen if not n.startswith("rank")), key=lambda n: int(n[4:] or 0))
     proc_rank = {n: i for i, n in enumerate(procs)}
@@ -462,7 +471,8 @@ def convert_msprobe(
     ``"complete"``; a tensor file refused while its window is written commits that window ``"aborted"``.
 
     Args:
-        dump_dir: msprobe's ``dump_path`` (holding ``step{N}/`` directories).
+        dump_dir: msprobe's ``dump_path`` (holding ``step{N}/`` directories), or one ``step{N}`` directory,
+            or one ``step{N}/rank{R}|proc{PID}`` directory (the step number is kept either way).
         url: Destination dump root: a local directory or an fsspec URL.
         storage_options: fsspec options for a URL destination.
         compressor: Compressor of the destination arrays (see :mod:`megadump_zarr.codecs`).
