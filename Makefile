@@ -50,7 +50,7 @@ bench: $(STAMP)
 
 # The demo's L0 and L1 dumps on CUDA against CPU (ints exact, floats within tolerance); skips (exit 0) without CUDA.
 device-check: $(STAMP)
-	$(BIN)/python -m benchmarks.device_check
+	@$(BIN)/python -m benchmarks.device_check
 
 clean:
 	rm -rf $(VENV) megadump-demo*
