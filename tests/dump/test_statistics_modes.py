@@ -55,6 +55,9 @@ def finite_stats(values: np.ndarray) -> dict:
     ({"on_budget": "drop"}, ValueError, "unsupported on_budget 'drop'; expected one of ['error', 'statistics']"),
     ({"mode": "diff", "baseline": "b", "baseline_storage_options": 1}, TypeError,
      "baseline_storage_options must be a mapping or None, got int"),
+    ({"mode": "statistics", "baseline_storage_options": {"key": "secret"}}, ValueError,
+     "baseline_storage_options is only used with mode='diff', got mode='statistics'"),
+    ({"baseline_storage_options": {}}, ValueError, "baseline_storage_options is only used with mode='diff', got mode='tensor'"),
 ])
 def test_bad_mode_fields_are_refused(tmp_path, fields, error, message):
     with pytest.raises(error, match=re.escape(message)):

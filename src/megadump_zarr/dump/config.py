@@ -240,6 +240,8 @@ class TensorDumpConfig:
         options = self.baseline_storage_options
         if options is not None and not isinstance(options, Mapping):
             raise TypeError(f"baseline_storage_options must be a mapping or None, got {type(options).__name__}")
+        if options is not None and self.mode != "diff":  # silently unused otherwise; values not shown (credentials)
+            raise ValueError(f"baseline_storage_options is only used with mode='diff', got mode={self.mode!r}")
         if options is not None:
             object.__setattr__(self, "baseline_storage_options", dict(options))
 
