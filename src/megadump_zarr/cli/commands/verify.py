@@ -65,10 +65,12 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         ctx.emit_json(report.to_dict())
         return EXIT_OK if report.ok else EXIT_CHECK_FAILED
     summary = report.to_dict()
+    # One line per window, never folded: a window's verdict stays one greppable line at any width.
     for check in report.windows:
         if not check.checked:
             if not ctx.quiet:
-                ctx.console.print(f"{check.window}: {check.status}, not committed: not checked", highlight=False)
+                ctx.console.print(f"{check.window}: {check.status}, not committed: not checked", highlight=False,
+                                  soft_wrap=True)
             continue
         partial = ""
         if check.partial_launches or check.partial_records:
@@ -78,9 +80,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             if not ctx.quiet:
                 ctx.console.print(f"{check.window}: ok ({check.status}; {check.arrays} arrays, {check.chunks} chunks, "
                                   f"{human_bytes(check.stored_bytes)}{', statistics recomputed' if report.deep else ''})"
-                                  f"{partial}", highlight=False)
+                                  f"{partial}", highlight=False, soft_wrap=True)
             continue
-        ctx.console.print(f"{check.window}: {len(check.problems)} problem(s) ({check.status}){partial}", highlight=False)
+        ctx.console.print(f"{check.window}: {len(check.problems)} problem(s) ({check.status}){partial}", highlight=False,
+                          soft_wrap=True)
         for problem in check.problems:
             ctx.console.print(f"  {problem.key}: {problem.what}", highlight=False, soft_wrap=True)
     if not report.windows:
@@ -88,5 +91,5 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     verdict = "ok" if report.ok else f"{summary['problems']} problem(s)"
     ctx.console.print(f"{verdict}: {summary['windows_checked']} window(s) checked, {summary['windows_skipped']} "
                       f"not committed, {summary['chunks']} chunks, {human_bytes(summary['stored_bytes'])}",
-                      highlight=False)
+                      highlight=False, soft_wrap=True)
     return EXIT_OK if report.ok else EXIT_CHECK_FAILED
