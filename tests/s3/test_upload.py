@@ -109,7 +109,7 @@ def test_multipart_files_verify_by_multipart_etag(bucket, options, tmp_path, s3_
     with WindowWriter(root, compressor="none", chunk_bytes=16 << 20) as writer:
         writer.write_window(window)
     chunk = root / "rank_0/window_0000/invocation_000000_forward/x/c.0"
-    assert chunk.stat().st_size == 12 << 20
+    assert chunk.stat().st_size == (12 << 20) + 4  # the payload and its crc32c
     url = f"s3://{bucket}/mp"
     report = upload(root, url, storage_options=options, multipart_threshold=6 << 20, part_bytes=5 << 20)
     assert report.ok

@@ -13,6 +13,10 @@ from typing import Any
 
 import numpy as np
 
+SCHEMA_VERSION = 6
+"""The window layout every writer stamps on a window (``schemaVersion``): 6 has a crc32c on every chunk and
+consolidated metadata only in the window and data groups; readers still read 5."""
+
 __all__ = ["ArrayWrite", "GroupWrite", "InvocationWrite", "StatisticsTable", "WindowWrite"]
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 import megadump_zarr
-from megadump_zarr.dump.export import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
+from megadump_zarr.dump.export import SCHEMA_VERSION, ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
 from megadump_zarr.dump.l0 import L0Tensor
 from megadump_zarr.dump.names import NameTable, safe_name
 from megadump_zarr.dump.snapshots import L0Snapshot, L1Snapshot
@@ -17,7 +17,6 @@ from megadump_zarr.l1 import L1_ANY_WORKER
 
 __all__ = ["DumpInvocation", "build_window"]
 
-SCHEMA_VERSION = 6  # 6: crc32c on every chunk, consolidated metadata only in the window and data groups
 
 
 @dataclass

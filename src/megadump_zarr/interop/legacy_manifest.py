@@ -16,13 +16,12 @@ import re
 from typing import Any
 
 import megadump_zarr
-from megadump_zarr.dump.export import GroupWrite
+from megadump_zarr.dump.export import SCHEMA_VERSION, GroupWrite
 from megadump_zarr.dump.names import NameTable, safe_name
 
 __all__ = ["LEGACY_SCHEMA_VERSION", "PlannedTensor", "plan_window", "window_dirs"]
 
 LEGACY_SCHEMA_VERSION = 4
-SCHEMA_VERSION = 6  # megadump_zarr.dump.window.SCHEMA_VERSION (not imported: that module pulls in the runtime)
 
 _LEVELS = ("L0", "L1")
 _DIRECTIONS = ("forward", "backward")

@@ -48,6 +48,8 @@ from typing import Any
 
 import numpy as np
 
+from megadump_zarr.dump.export import SCHEMA_VERSION
+
 __all__ = ["convert_msprobe", "is_msprobe_dump"]
 
 _STEP_DIR = re.compile(r"^step(\d+)$")
@@ -55,7 +57,6 @@ _RANK_DIR = re.compile(r"^(rank|proc)(\d*)$")
 _DIRECTIONS = ("forward", "backward")
 _IO_KEYS = {"input_args": "input", "input_kwargs": "input", "input": "input", "output": "output"}
 _MAX_JSON_BYTES = 1 << 30
-_SCHEMA_VERSION = 5
 
 
 def _rank_dirs(step_dir: Path) -> list[Path]:
@@ -421,7 +422,7 @@ def _window_attrs(window: _Window) -> dict[str, Any]:
 
     names = [f"invocation_{i:06d}_{c.direction}" for i, c in enumerate(window.calls)]
     return {
-        "schemaVersion": _SCHEMA_VERSION, "producer": f"megadump_zarr {megadump_zarr.__version__}", "level": "L0",
+        "schemaVersion": SCHEMA_VERSION, "producer": f"megadump_zarr {megadump_zarr.__version__}", "level": "L0",
         "tensorSerialization": "zarr-v3", "windowIndex": window.index, "capturePhaseSemantics": "api_boundary",
         "stageViewStorage": "array_per_tensor", "rank": window.rank, "step": window.step,
         "invocationCount": len(names), "invocations": names,
