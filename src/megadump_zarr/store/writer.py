@@ -260,6 +260,15 @@ class WindowWriter:
         self.backend.put(key, b"")
         self.backend.delete_prefix(key)
 
+    def _ensure_root(self, rank: int | None = None) -> None:
+        """Write the root group document (and ``rank_{rank}``'s) where missing."""
+        groups = [("zarr.json", dumps(group_document({"megadump_zarr": {"layoutVersion": LAYOUT_VERSION}})))]
+        if rank is not None:
+            groups.append((f"rank_{int(rank)}/zarr.json", dumps(group_document({}))))
+        for group_key, doc in groups:
+            if not self.backend.exists(group_key):
+                self.backend.put(group_key, doc, atomic=True)
+
     def put_sidecar(self, key: str, data: bytes) -> str:
         """Store a small file beside the dump (an L1 plan), atomically; return its path or URL.
 
@@ -267,8 +276,11 @@ class WindowWriter:
             key: Relative key; sidecars live below dot-directories that Zarr readers never list.
             data: File content.
         """
-        if not self._sidecars:  # the root index must not hide what this session adds (store.root_index)
-            strip_index(self.backend)
+        if not self._sidecars:
+            # A plan is saved before its launch: if the launch hangs and the process dies, the root must still
+            # be a dump root (zarr, xarray, `megadump info` open it) and keep its index of committed windows
+            # (a stale index only hides this plan group, which no reader needs; index_root lists it later).
+            self._ensure_root()
             self._sidecars = True
         self.backend.put(key, data, atomic=True)
         return self.backend.location(key)
@@ -302,10 +314,7 @@ class WindowWriter:
             self.backend.claim(key)
         except FileExistsError:
             raise FileExistsError(f"Tensor dump window already exists: {url}") from None
-        root_doc = dumps(group_document({"megadump_zarr": {"layoutVersion": LAYOUT_VERSION}}))
-        for group_key, doc in (("zarr.json", root_doc), (f"rank_{int(rank)}/zarr.json", dumps(group_document({})))):
-            if not self.backend.exists(group_key):
-                self.backend.put(group_key, doc, atomic=True)
+        self._ensure_root(rank)
         if int(rank) not in self._unindexed:  # a session is writing: no stale root snapshot meanwhile
             strip_index(self.backend, (f"rank_{int(rank)}",))
             self._unindexed.add(int(rank))
