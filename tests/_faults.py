@@ -86,6 +86,27 @@ def inject_fault(kernel: Any, stage: str, *, owner: int | None = None, start: in
         operator.tile_fn = original
 
 
+def fail_once_for_owner(kernel: Any, stage: str, owner: int) -> None:
+    """Make ``stage``'s tile for ``owner`` raise ``RuntimeError("simulated hang")`` once (a launch that dies
+    midway: the tasks before it captured, the rest pending); later launches run as usual.
+
+    Args:
+        kernel: A ``MegaKernel`` (e.g. ``MoEBlock().expert_kernel``).
+        stage: The operator (stage) name.
+        owner: The owner id whose tile fails.
+    """
+    operator = _operator(kernel, stage)
+    original = operator.tile_fn
+
+    def hang(tile: Any) -> None:
+        if tile.owner_id == owner:
+            operator.tile_fn = original
+            raise RuntimeError("simulated hang")
+        original(tile)
+
+    operator.tile_fn = hang
+
+
 def dump_demo_step(root: Any, level: str, *, fault: dict[str, Any] | None = None, weight_bump: float = 0.0,
                    stages: tuple[str, ...] = ("expert_up", "expert_down", "combine")) -> Fault | None:
     """One forward step of the demo block (default ``DemoConfig``, deterministic) under an L0 or L1 dump.

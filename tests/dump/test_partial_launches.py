@@ -8,6 +8,7 @@ import pytest
 from megadump_zarr import DiagnosticAction, TensorDumpConfig, open_dump, tensor_dump
 from megadump_zarr.demo.model import DemoConfig, MoEBlock
 from tests.dump._dump_helpers import node_attrs
+from tests._faults import fail_once_for_owner
 
 
 def _config(root, **kw):
@@ -16,16 +17,7 @@ def _config(root, **kw):
 
 
 def _fail_expert_down_for_owner(block, owner):
-    down = block.expert_kernel.graph.operators[1]
-    original = down.tile_fn
-
-    def hang(tile):
-        if tile.owner_id == owner:
-            down.tile_fn = original
-            raise RuntimeError("simulated hang")
-        original(tile)
-
-    down.tile_fn = hang
+    fail_once_for_owner(block.expert_kernel, "expert_down", owner)
 
 
 def test_a_kept_failed_launch_is_marked_in_the_window_and_its_records(tmp_path):

@@ -16,19 +16,11 @@ from megadump_zarr.dump.statistics_plan import layout_records
 from megadump_zarr.dump.window import DumpInvocation
 from megadump_zarr.l1 import L1_DUMP_PAYLOAD_BASE, L1_DUMP_RECORD_SIZE, L1_DUMP_RECORDS_OFFSET, pack_l1_buffer
 from megadump_zarr.runtime.executor import DeviceWorker
+from tests._faults import fail_once_for_owner
 
 
 def _fail_expert_down_for_owner(block, owner):
-    down = block.expert_kernel.graph.operators[1]
-    original = down.tile_fn
-
-    def hang(tile):
-        if tile.owner_id == owner:
-            down.tile_fn = original
-            raise RuntimeError("simulated hang")
-        original(tile)
-
-    down.tile_fn = hang
+    fail_once_for_owner(block.expert_kernel, "expert_down", owner)
 
 
 def test_a_failed_statistics_launch_keeps_its_captured_statistics(tmp_path):
