@@ -35,7 +35,7 @@ def add_cluster_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("dask cluster (needs the 'distributed' package)")
     exclusive = group.add_mutually_exclusive_group()
     exclusive.add_argument("--scheduler", metavar="ADDRESS", dest="dask_scheduler",
-                           help="run on the dask.distributed cluster at ADDRESS (e.g. tcp://10.0.0.5:8786); its "
+                           help="run on the dask.distributed cluster at ADDRESS (e.g. tcp://scheduler:8786); its "
                                 "workers open the dump from its URL (s3://..., or a path they all see)")
     exclusive.add_argument("--workers", metavar="N", type=int, dest="dask_workers",
                            help="start a local dask cluster of N worker processes for this command")
