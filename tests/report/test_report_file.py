@@ -123,3 +123,16 @@ def test_report_names_the_injected_fault_as_root_cause(fault_pair: Any, cli: Any
     marked = {(stage, i) for stage, cells in failing
               for i, cls in enumerate(re.findall(r'<td class="(\w+)"', cells)) if cls == "fail"}
     assert marked == {("expert_down", 1)}
+
+
+def test_an_infinite_error_is_shown_as_the_worst_cell_not_a_blank_one() -> None:
+    from megadump_zarr.report import ReportData, render_html
+
+    grid = {"where": {"rank": 0, "window": 0, "invocation": 0, "step": 0}, "by": "owner", "rows": ["s"],
+            "columns": ["0", "1"], "cells": [[{"worst_rel": 0.5, "failing": 1, "records": 1},
+                                              {"worst_rel": "inf", "failing": 1, "records": 1}]]}
+    page = render_html(ReportData(kind="compare", title="t", sources={"a": "A", "b": "B"},
+                                  summary={"failing": 2, "records": 2, "counts": {"fail": 2}}, error_maps=[grid]))
+    cells = re.findall(r'<td class="fail" data-value="([^"]*)"[^>]*style="([^"]*)"', page)
+    assert cells[1] == ("inf", "background:rgb(103,0,31);color:#fff")
+    assert cells[0][0] == "0.5" and "#eeeeee" not in cells[1][1]  # never the blank of "no value"

@@ -14,11 +14,13 @@ Two shapes of report:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-import math
 from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from megadump_zarr.cli.common import to_jsonable  # the JSON values every command emits (inf as "inf")
+from megadump_zarr.cli.compare_table import failures_first  # the order `megadump compare` prints
 
 __all__ = ["DIFF_MAX_SIZE", "HISTOGRAM_BINS", "WORST_RECORDS", "ReportData", "collect_comparison", "collect_single"]
 
@@ -76,51 +78,23 @@ class ReportData:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-# ----------------------------------------------------------------------------------------------- values
-def jsonable(value: Any) -> Any:
-    """``value`` as plain JSON: numpy scalars unwrapped, NaN/NA as None, tuples as lists."""
-    if value is None or value is pd.NA or value is pd.NaT:
-        return None
-    if isinstance(value, (np.generic,)):
-        value = value.item()
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    try:
-        if pd.isna(value):
-            return None
-    except (TypeError, ValueError):
-        pass
-    return str(value)
-
-
 def _where(row: Any, columns: tuple[str, ...] = _LOCATION) -> dict[str, Any] | None:
     if row is None:
         return None
     get = row.get if hasattr(row, "get") else (lambda k, d=None: d)
-    out = {k: jsonable(get(k)) for k in columns}
+    out = {k: to_jsonable(get(k)) for k in columns}
     for extra in ("verdict", "note", "max_abs", "max_rel", "worst_index", "worst_task_id", "worst_owner_id",
                   "worst_core_type", "worst_core_id"):
         if extra in getattr(row, "index", ()):
-            out[extra] = jsonable(get(extra))
+            out[extra] = to_jsonable(get(extra))
     return out
 
 
 def _table(frame: pd.DataFrame, columns: tuple[str, ...]) -> tuple[list[str], list[dict[str, Any]]]:
     present = [c for c in columns if c in frame.columns]
     present = [c for c in present if frame[c].notna().any()] if len(frame) else present
-    rows = [{c: jsonable(v) for c, v in zip(present, values)} for values in frame[present].itertuples(index=False)]
+    rows = [{c: to_jsonable(v) for c, v in zip(present, values)} for values in frame[present].itertuples(index=False)]
     return present, rows
-
-
-def _failures_first(result: pd.DataFrame) -> pd.DataFrame:
-    failing = ~result["verdict"].isin(_PASSING)
-    return pd.concat([result[failing], result[~failing]])
 
 
 # ------------------------------------------------------------------------------------------- analysis
@@ -149,19 +123,19 @@ def _error_maps(result: pd.DataFrame, by: str) -> list[dict[str, Any]]:
     maps = []
     for labels, group in table.groupby(["rank", "window", "invocation"], sort=False, dropna=False):
         stages = list(dict.fromkeys(str(s) for s in group["stage"]))
-        columns = sorted({tuple(jsonable(v) for v in row) for row in group[keys].itertuples(index=False)},
+        columns = sorted({tuple(to_jsonable(v) for v in row) for row in group[keys].itertuples(index=False)},
                          key=lambda c: tuple((v is None, str(v) if not isinstance(v, int) else f"{v:012d}") for v in c))
-        lookup = {(str(row["stage"]), tuple(jsonable(row[k]) for k in keys)): row for _, row in group.iterrows()}
+        lookup = {(str(row["stage"]), tuple(to_jsonable(row[k]) for k in keys)): row for _, row in group.iterrows()}
         cells = []
         for stage in stages:
             line = []
             for column in columns:
                 row = lookup.get((stage, column))
-                line.append(None if row is None else {"worst_rel": jsonable(row["max_rel"]),
+                line.append(None if row is None else {"worst_rel": to_jsonable(row["max_rel"]),
                                                        "failing": int(row["failing"]), "records": int(row["records"])})
             cells.append(line)
-        where = dict(zip(("rank", "window", "invocation"), (jsonable(v) for v in labels)))
-        maps.append({"where": where | {"step": jsonable(steps.get(tuple(labels)))}, "by": by, "rows": stages,
+        where = dict(zip(("rank", "window", "invocation"), (to_jsonable(v) for v in labels)))
+        maps.append({"where": where | {"step": to_jsonable(steps.get(tuple(labels)))}, "by": by, "rows": stages,
                      "columns": [" ".join(str(v) for v in c) for c in columns], "cells": cells})
     return maps
 
@@ -202,7 +176,7 @@ def _worst(dump_a: Any, dump_b: Any, result: pd.DataFrame, limit: int) -> tuple[
         out.append({
             "where": _where(row),
             "shape": [int(s) for s in diff.shape],
-            "logical_shape": jsonable(row.get("shape_a")),
+            "logical_shape": to_jsonable(row.get("shape_a")),
             "limit": limit_abs,
             # Quantised to 0..254 around 0 (127); 255 marks a non-finite cell. Small enough to embed.
             "cells": _quantise(diff, limit_abs),
@@ -250,14 +224,14 @@ def collect_comparison(a: Any, b: Any, *, rtol: float | None = None, atol: float
     counts = {str(v): int(n) for v, n in result["verdict"].value_counts(sort=False).items()}
     failing = int((~result["verdict"].isin(_PASSING)).sum())
     summary = {"verdict": "fail" if failing else "pass", "records": len(result), "failing": failing,
-               "counts": counts, "rtol": jsonable(rtol), "atol": jsonable(atol)}
+               "counts": counts, "rtol": to_jsonable(rtol), "atol": to_jsonable(atol)}
     first = _analysis("first_divergence")
     root = _analysis("root_cause")
     if root is None:
         notes.append("root cause analysis is not available in this version of megadump_zarr")
     worst_rows, worst_notes = _worst(dump_a, dump_b, result, worst)
     notes.extend(worst_notes)
-    columns, rows = _table(_failures_first(result), _TABLE_COLUMNS)
+    columns, rows = _table(failures_first(result), _TABLE_COLUMNS)
     return ReportData(
         kind="compare",
         title=f"megadump report: {_url(a)} vs {_url(b)}",

@@ -72,7 +72,9 @@ def _summary(data: ReportData) -> str:
 
 def _heat_color(value: float | None, top: float) -> str:
     """CSS colours for a worst relative error: white at 0 to dark red at ``top`` (log scale from 1e-6)."""
-    if value is None or not math.isfinite(value):
+    if value == "inf":  # an infinite relative error (JSON "inf"): the worst there is
+        return "background:rgb(103,0,31);color:#fff"
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
         return "background:#eeeeee"
     floor = 1e-6
     span = math.log10(max(top, floor * 10) / floor)
@@ -86,7 +88,8 @@ def _error_maps(data: ReportData) -> str:
         return '<p class="note">No L1 owner/core grid in these records.</p>'
     parts = []
     for m in data.error_maps:
-        values = [c["worst_rel"] for line in m["cells"] for c in line if c and c.get("worst_rel") is not None]
+        values = [c["worst_rel"] for line in m["cells"] for c in line
+                  if c and isinstance(c.get("worst_rel"), (int, float))]
         top = max(values) if values else 1.0
         where = ", ".join(f"{k} {v}" for k, v in m["where"].items() if v is not None)
         head = "".join(f"<th>{escape(m['by'])} {escape(str(c))}</th>" for c in m["columns"])

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from megadump_zarr.cli.cluster import add_cluster_flags
 from megadump_zarr.cli.common import (
     EXIT_CHECK_FAILED, EXIT_OK, Context, add_filters, add_output_flags, add_storage_options, matching_pair,
-    open_dump_arg, storage_options,
+    open_dump_arg, storage_options, to_jsonable,
 )
 from megadump_zarr.cli.compare_table import compare_table
 from megadump_zarr.cli.render import print_fitted
@@ -133,22 +133,10 @@ _LOCATION_KEYS = ("name", "path", "verdict", "note", "rank", "window", "invocati
                   "task_id", "owner_id", "core_type", "core_id", "io", "index", "worst_index")
 
 
-def _plain(value: Any) -> Any:
-    from megadump_zarr.cli.render import is_missing
-
-    if is_missing(value):
-        return None
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        return value.item()
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    return value
-
-
 def _where_row(row: Any, extra: tuple[str, ...] = ()) -> dict[str, Any] | None:
     if row is None:
         return None
-    return {k: _plain(row.get(k)) for k in (*_LOCATION_KEYS, *extra)}
+    return {k: to_jsonable(row.get(k)) for k in (*_LOCATION_KEYS, *extra)}
 
 
 def _summary(result: Any, total: int, stopped: bool) -> dict[str, Any]:
