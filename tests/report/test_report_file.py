@@ -136,3 +136,15 @@ def test_an_infinite_error_is_shown_as_the_worst_cell_not_a_blank_one() -> None:
     cells = re.findall(r'<td class="fail" data-value="([^"]*)"[^>]*style="([^"]*)"', page)
     assert cells[1] == ("inf", "background:rgb(103,0,31);color:#fff")
     assert cells[0][0] == "0.5" and "#eeeeee" not in cells[1][1]  # never the blank of "no value"
+
+
+def test_a_filter_matching_nothing_names_what_exists_and_writes_nothing(fault_pair: Any, cli: Any,
+                                                                        tmp_path: Path) -> None:
+    faulty, clean, _ = fault_pair
+    for args in ((faulty, clean), (faulty,)):
+        out = tmp_path / "none.html"
+        result = cli("report", *args, "-o", out, "--owner", "99")
+        assert result.code == 1, result.err
+        lines = [line for line in result.err.splitlines() if line.strip()]
+        assert len(lines) == 1 and "owner 99" in lines[0] and "owners" in lines[0], result.err
+        assert not out.exists() and list(tmp_path.iterdir()) == []

@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from megadump_zarr.cli.common import (
-    EXIT_CHECK_FAILED, EXIT_OK, CliError, Context, add_filters, add_output_flags, add_storage_options, filter_records,
-    open_dump_arg, storage_options,
+    EXIT_CHECK_FAILED, EXIT_OK, CliError, Context, add_filters, add_output_flags, add_storage_options, matching_pair,
+    matching_records, open_dump_arg, storage_options,
 )
-
 from megadump_zarr.cli.commands.compare import _Records, _tolerance  # the same tolerances and record views
 
 __all__ = ["register"]
@@ -72,18 +71,12 @@ def _collect(args: argparse.Namespace, options: dict[str, Any] | None) -> Any:
     """The report's data: a comparison of A with B, or A's statistics."""
     from megadump_zarr.report import collect_comparison, collect_single
 
-    include = bool(args.include_incomplete)
     dump_a = open_dump_arg(args.a, options)
-    records_a = filter_records(dump_a.records(include_incomplete=include), args)
     if args.b is None:
-        if records_a.empty:
-            raise CliError(f"no records in {args.a} match the filters")
-        data = collect_single(_Records(dump_a, records_a))
+        data = collect_single(_Records(dump_a, matching_records(dump_a, args)))
     else:
         dump_b = open_dump_arg(args.b, options)
-        records_b = filter_records(dump_b.records(include_incomplete=include), args)
-        if records_a.empty and records_b.empty:
-            raise CliError(f"no records to compare: none match the filters in {args.a} or {args.b}")
+        records_a, records_b = matching_pair(dump_a, dump_b, args, f"{args.a} or {args.b}")
         data = collect_comparison(_Records(dump_a, records_a), _Records(dump_b, records_b), rtol=args.rtol,
                                   atol=args.atol, by=args.by, worst=args.worst)
     data.sources["a"], data.sources["root_a"] = args.a, str(dump_a.root)
