@@ -1,0 +1,288 @@
+"""Task-record packs: how schema 7 stores the small records of an L1 stage, and how they read back.
+
+Schema 6 gave every L1 task a group, every record an array and every row coordinate an array: 11
+file-system operations for a task of two records, the whole cost of a window of small tiles. Schema 7
+stores the tasks of one stage whose records all fit in one chunk (``PACK_MAX_RECORD_BYTES``) and have
+the same signature (record names, dtypes, shapes, dimensions and coordinates) as one **pack**:
+
+* ``stages/{stage}/pack_{pppp}/`` — a data group (consolidated metadata of its children, so plain
+  ``xr.open_zarr`` opens it), attributes ``{"megadumpPack": 1, "stage": ..., "taskCount": T}``;
+* ``pack/task`` — int64 ``(T,)``, dims ``("task",)``: the task ids. Its attributes ``{"tasks": [...]}``
+  hold one entry per row: ``{"group": "task_000007", "attrs": {...the schema-6 task group
+  attributes...}, "coords": {"token": [start, stop], ...}}`` (each schema-6 row coordinate of the task,
+  always ``arange(start, stop)``);
+* ``pack/owner_id`` and ``pack/core_id`` — int64 ``(T,)``, dims ``("task",)`` (for xarray users);
+* ``pack/{record}`` (``input_00_x`` ...) — shape ``(T, *record_shape)``, dims ``("task", *record_dims)``,
+  Zarr v3 ``sharding_indexed``: inner chunk ``(1, *record_shape)`` whose codec chain is exactly the
+  schema-6 record's (bytes, blosc or none, crc32c), shards of ``shard_rows`` tasks, index at the end
+  (``(offset, nbytes)`` little-endian uint64 per inner chunk, then its crc32c). Attributes
+  ``{"records": [...]}``: the schema-6 record attributes (with ``stats``) of each row.
+
+So a stage of 2048 tasks of two 8 KiB records is 2 shard files plus a handful of documents instead of
+22,528 files and directories, and every physical array is a plain Zarr v3 array that zarr-python and
+tensorstore read.
+
+Readers keep the schema-6 view: :func:`expand_pack` turns a pack's documents into the schema-6 nodes
+(task groups, record arrays, row coordinates) and tells where each virtual chunk's bytes are (an inner
+chunk of a shard, byte for byte the schema-6 chunk, checksum included; or a row-index range).
+``read.packs`` serves that view as a Zarr store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+import struct
+from typing import Any
+
+import google_crc32c
+import numpy as np
+
+__all__ = [
+    "INDEX_CODECS", "NO_CHUNK", "OWNER_ARRAY", "CORE_ARRAY", "PACK_ATTR", "PACK_MAX_RECORD_BYTES", "PACK_PREFIX",
+    "PACK_SHARD_BYTES", "PACK_STORAGE", "RECORDS_ATTR", "TASKS_ATTR", "TASK_ARRAY", "RangeSource", "ShardSource",
+    "decode_index", "encode_index", "expand_pack", "index_nbytes", "is_pack_group", "pack_name", "range_chunk",
+    "shard_rows", "sharded_codecs",
+]
+
+PACK_STORAGE = "task_record_packs"
+"""The window attribute ``stageViewStorage`` of a schema-7 L1 window."""
+PACK_PREFIX = "pack_"
+PACK_ATTR = "megadumpPack"  # pack group attribute: the pack format version
+TASK_ARRAY = "task"
+OWNER_ARRAY = "owner_id"
+CORE_ARRAY = "core_id"
+TASKS_ATTR = "tasks"
+RECORDS_ATTR = "records"
+PACK_MAX_RECORD_BYTES = 1 << 20
+"""Records up to this size (and the writer's chunk size) are packed; larger ones keep an array each."""
+PACK_SHARD_BYTES = 16 << 20
+"""Uncompressed bytes of one shard (a whole number of records, at least one)."""
+NO_CHUNK = 2**64 - 1
+INDEX_CODECS: list[dict[str, Any]] = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]
+_CRC = struct.Struct("<I")
+
+
+def pack_name(index: int) -> str:
+    """The group name of a stage's ``index``-th pack (``pack_0000``)."""
+    return f"{PACK_PREFIX}{int(index):04d}"
+
+
+def is_pack_group(doc: Mapping[str, Any] | None) -> bool:
+    """Whether a group document is a pack's."""
+    attrs = (doc or {}).get("attributes")
+    return isinstance(attrs, dict) and attrs.get(PACK_ATTR) == 1
+
+
+def shard_rows(record_nbytes: int, tasks: int) -> int:
+    """Records per shard: as many as fit in ``PACK_SHARD_BYTES`` (at least 1, at most ``tasks``).
+
+    Args:
+        record_nbytes: Uncompressed bytes of one record.
+        tasks: Rows of the pack.
+    """
+    return max(1, min(int(tasks), PACK_SHARD_BYTES // max(1, int(record_nbytes))))
+
+
+def sharded_codecs(inner_shape: list[int], inner_codecs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The codec list of a pack's record array, as zarr-python writes it for ``shards=``.
+
+    Args:
+        inner_shape: ``[1, *record_shape]``.
+        inner_codecs: The record's own codec chain (schema 6's).
+    """
+    return [{"name": "sharding_indexed", "configuration": {
+        "chunk_shape": list(inner_shape), "codecs": list(inner_codecs), "index_codecs": INDEX_CODECS,
+        "index_location": "end"}}]
+
+
+def index_nbytes(count: int) -> int:
+    """Bytes of a shard index of ``count`` inner chunks (with its checksum)."""
+    return 16 * int(count) + 4
+
+
+def encode_index(entries: list[tuple[int, int] | None]) -> bytes:
+    """A shard index: ``(offset, nbytes)`` per inner chunk (``None``: absent), then its crc32c.
+
+    Args:
+        entries: One entry per inner chunk, in C order.
+    """
+    table = np.full((len(entries), 2), NO_CHUNK, dtype="<u8")
+    for i, entry in enumerate(entries):
+        if entry is not None:
+            table[i] = entry
+    raw = table.tobytes()
+    return raw + _CRC.pack(google_crc32c.value(raw))
+
+
+def decode_index(raw: bytes, count: int, key: str) -> list[tuple[int, int] | None]:
+    """Parse a shard index read from the end of shard ``key``.
+
+    Args:
+        raw: The last :func:`index_nbytes` bytes of the shard.
+        count: Inner chunks per shard.
+        key: The shard's key (for messages).
+
+    Raises:
+        ValueError: Wrong length or a checksum mismatch (the message names ``key``).
+    """
+    expected = index_nbytes(count)
+    if len(raw) != expected:
+        raise ValueError(f"{key}: shard index is {len(raw)} bytes, expected {expected}")
+    body, crc = raw[:-4], _CRC.unpack(raw[-4:])[0]
+    actual = google_crc32c.value(body)
+    if actual != crc:
+        raise ValueError(f"{key}: shard index checksum mismatch (stored {crc:#010x}, computed {actual:#010x})")
+    table = np.frombuffer(body, dtype="<u8").reshape(count, 2)
+    return [None if int(o) == NO_CHUNK and int(n) == NO_CHUNK else (int(o), int(n)) for o, n in table]
+
+
+@dataclass(frozen=True)
+class ShardSource:
+    """A virtual record chunk: inner chunk ``slot`` of shard ``shard`` (path relative to the window).
+
+    Args:
+        shard: The shard's key relative to the window.
+        slot: Inner chunk index in the shard.
+        count: Inner chunks per shard (the index length).
+    """
+
+    shard: str
+    slot: int
+    count: int
+
+
+@dataclass(frozen=True)
+class RangeSource:
+    """A virtual row coordinate chunk: int64 ``arange(start, stop)``, raw, with its crc32c."""
+
+    start: int
+    stop: int
+
+
+def range_chunk(source: RangeSource) -> bytes:
+    """The stored bytes of a virtual coordinate chunk (little-endian int64, then the crc32c)."""
+    data = np.arange(source.start, source.stop, dtype="<i8").tobytes()
+    return data + _CRC.pack(google_crc32c.value(data))
+
+
+_RAW_CODECS = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]
+_KEY_ENCODING = {"name": "default", "configuration": {"separator": "."}}
+
+
+def _coordinate_doc(dim: str, length: int) -> dict[str, Any]:
+    return {"shape": [length], "data_type": "int64",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [max(1, length)]}},
+            "chunk_key_encoding": _KEY_ENCODING, "fill_value": 0, "codecs": _RAW_CODECS, "attributes": {},
+            "dimension_names": [dim], "zarr_format": 3, "node_type": "array", "storage_transformers": []}
+
+
+def _list_field(doc: Mapping[str, Any], name: str, where: str, length: int) -> list[Any]:
+    value = (doc.get("attributes") or {}).get(name)
+    if not isinstance(value, list) or len(value) != length:
+        got = "missing" if value is None else f"{type(value).__name__} of {len(value) if isinstance(value, list) else '?'}"
+        raise ValueError(f"{where}: attributes.{name} must be a list of {length} entries, got {got}")
+    return value
+
+
+def expand_pack(pack: str, nodes: Mapping[str, dict[str, Any]], where: str = "") -> tuple[dict[str, dict[str, Any]], dict[str, ShardSource | RangeSource]]:
+    """The schema-6 view of one pack.
+
+    Args:
+        pack: The pack group's path relative to the window (``invocation_.../stages/{stage}/pack_0000``).
+        nodes: Window nodes (relative path -> document) holding at least the pack's ``task`` array and its
+            record arrays (the pack group document itself is not needed: a torn window has none).
+        where: Window key, for messages.
+
+    Returns:
+        ``(virtual, sources)``: virtual nodes (task groups without consolidated metadata, record arrays,
+        row coordinate arrays) keyed by path relative to the window, and the source of every virtual
+        chunk keyed by its key relative to the window.
+
+    Raises:
+        ValueError: A malformed pack (the message names the document and field).
+    """
+    stage = pack.rpartition("/")[0]
+    prefix = f"{pack}/"
+    task_doc = nodes.get(prefix + TASK_ARRAY)
+    label = f"{where}/{pack}" if where else pack
+    if not isinstance(task_doc, dict) or not isinstance(task_doc.get("shape"), list) or len(task_doc["shape"]) != 1:
+        raise ValueError(f"{label}/{TASK_ARRAY}/zarr.json: a pack needs a 1-D task array")
+    count = task_doc["shape"][0]
+    if not isinstance(count, int) or count < 0:
+        raise ValueError(f"{label}/{TASK_ARRAY}/zarr.json: shape {task_doc['shape']!r} is not a row count")
+    tasks = _list_field(task_doc, TASKS_ATTR, f"{label}/{TASK_ARRAY}/zarr.json", count)
+    virtual: dict[str, dict[str, Any]] = {}
+    sources: dict[str, ShardSource | RangeSource] = {}
+    groups: list[str] = []
+    for row, entry in enumerate(tasks):
+        if not isinstance(entry, dict) or not isinstance(entry.get("group"), str) or not isinstance(entry.get("attrs"), dict):
+            raise ValueError(f"{label}/{TASK_ARRAY}/zarr.json: attributes.tasks[{row}] must hold 'group' and 'attrs'")
+        name = entry["group"]
+        if not name or "/" in name or name in (".", "..") or not name.startswith("task_"):
+            raise ValueError(f"{label}/{TASK_ARRAY}/zarr.json: attributes.tasks[{row}].group {name!r} is not a task group name")
+        group = f"{stage}/{name}"
+        if group in virtual:
+            raise ValueError(f"{label}/{TASK_ARRAY}/zarr.json: task group {name!r} appears twice")
+        groups.append(group)
+        virtual[group] = {"attributes": entry["attrs"], "zarr_format": 3, "node_type": "group"}
+        coords = entry.get("coords") or {}
+        if not isinstance(coords, dict):
+            raise ValueError(f"{label}/{TASK_ARRAY}/zarr.json: attributes.tasks[{row}].coords must be an object")
+        for dim, bounds in coords.items():
+            if (not isinstance(bounds, list) or len(bounds) != 2 or not all(isinstance(b, int) and not isinstance(b, bool)
+                                                                          for b in bounds) or bounds[1] < bounds[0]):
+                raise ValueError(f"{label}/{TASK_ARRAY}/zarr.json: attributes.tasks[{row}].coords.{dim} {bounds!r} "
+                                 f"is not [start, stop]")
+            virtual[f"{group}/{dim}"] = _coordinate_doc(dim, bounds[1] - bounds[0])
+            if bounds[1] > bounds[0]:
+                sources[f"{group}/{dim}/c.0"] = RangeSource(bounds[0], bounds[1])
+    for path, doc in nodes.items():
+        if not path.startswith(prefix) or "/" in path[len(prefix):] or doc.get("node_type") != "array":
+            continue
+        component = path[len(prefix):]
+        if component in (TASK_ARRAY, OWNER_ARRAY, CORE_ARRAY):
+            continue
+        _expand_records(label, path, component, doc, groups, virtual, sources)
+    return virtual, sources
+
+
+def _expand_records(label: str, path: str, component: str, doc: dict[str, Any], groups: list[str],
+                    virtual: dict[str, dict[str, Any]], sources: dict[str, ShardSource | RangeSource]) -> None:
+    where = f"{label}/{component}/zarr.json"
+    shape = doc.get("shape")
+    if not isinstance(shape, list) or len(shape) < 2 or shape[0] != len(groups):
+        raise ValueError(f"{where}: shape {shape!r} must be [{len(groups)}, *record_shape]")
+    records = _list_field(doc, RECORDS_ATTR, where, len(groups))
+    codecs = doc.get("codecs")
+    try:
+        (sharding,) = codecs
+        config = sharding["configuration"]
+        assert sharding["name"] == "sharding_indexed" and config.get("index_location", "end") == "end"
+        inner_shape, inner_codecs = list(config["chunk_shape"]), list(config["codecs"])
+        shard_shape = list(doc["chunk_grid"]["configuration"]["chunk_shape"])
+    except (TypeError, ValueError, KeyError, AssertionError):
+        raise ValueError(f"{where}: a pack record array must have one sharding_indexed codec (index at the end)") from None
+    record_shape = shape[1:]
+    if inner_shape != [1, *record_shape] or len(shard_shape) != len(shape) or shard_shape[1:] != record_shape:
+        raise ValueError(f"{where}: inner chunk {inner_shape!r} / shard {shard_shape!r} do not hold one record of {record_shape!r}")
+    per_shard = shard_shape[0]
+    if not isinstance(per_shard, int) or per_shard < 1:
+        raise ValueError(f"{where}: shard shape {shard_shape!r} has no rows")
+    dims = doc.get("dimension_names")
+    record_dims = list(dims[1:]) if isinstance(dims, list) and len(dims) == len(shape) else None
+    zeros = ".0" * len(record_shape)
+    for row, (group, attrs) in enumerate(zip(groups, records)):
+        if not isinstance(attrs, dict):
+            raise ValueError(f"{where}: attributes.records[{row}] is not a JSON object")
+        node: dict[str, Any] = {
+            "shape": list(record_shape), "data_type": doc.get("data_type"),
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(record_shape)}},
+            "chunk_key_encoding": doc.get("chunk_key_encoding", _KEY_ENCODING), "fill_value": doc.get("fill_value"),
+            "codecs": inner_codecs, "attributes": attrs,
+        }
+        if record_dims is not None:
+            node["dimension_names"] = record_dims
+        node |= {"zarr_format": 3, "node_type": "array", "storage_transformers": []}
+        virtual[f"{group}/{component}"] = node
+        sources[f"{group}/{component}/c{zeros}"] = ShardSource(f"{path}/c.{row // per_shard}{zeros}", row % per_shard, per_shard)
