@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-import json
 import os
 from pathlib import Path
 
@@ -103,29 +102,28 @@ def run_demo(out: str | os.PathLike | None = None, *, steps: int = 4, dtype: str
 
 
 def _fill_counts(summary: DemoSummary) -> None:
-    """Count windows, invocations, task groups, arrays and bytes from the stores' own metadata."""
+    """Count windows, invocations, L1 tasks, tensors and bytes through the reader (whatever the layout), and
+    pick a physical data group (an L1 pack, else a task group or L0 invocation) that plain ``xr.open_zarr`` opens."""
+    from megadump_zarr.read import open_dump
+
     for level_root in summary.roots.values():
-        for window_json in sorted(level_root.glob("rank_*/window_*/zarr.json")):
-            summary.windows += 1
-            consolidated = json.loads(window_json.read_text())["consolidated_metadata"]["metadata"]
-            for key, node in consolidated.items():
-                parts = key.split("/")
-                if node["node_type"] == "group" and len(parts) == 1:
-                    summary.invocations += 1
-                elif node["node_type"] == "group" and len(parts) >= 2 and parts[-1].startswith("task_"):
-                    summary.tasks += 1
-                    if not summary.example_group:
-                        summary.example_group = str(window_json.parent / key)
-                elif node["node_type"] == "array" and "name" in node.get("attributes", {}):
-                    summary.tensors += 1
-                    attrs = node["attributes"]
-                    summary.raw_bytes += int(attrs.get("storedBytes", 0)) or _array_bytes(node)
-            summary.stored_bytes += sum(f.stat().st_size for f in window_json.parent.rglob("*") if f.is_file())
+        records = open_dump(level_root).records()
+        tensors = records[records["payload"]]
+        summary.windows += len(records[["rank", "window"]].drop_duplicates())
+        summary.invocations += len(records[["rank", "window", "invocation"]].drop_duplicates())
+        summary.tasks += int(tensors["group"][tensors["level"] == "L1"].nunique())
+        summary.tensors += len(tensors)
+        summary.raw_bytes += int(tensors["stored_bytes"].sum())
+        for window in sorted(level_root.glob("rank_*/window_*")):
+            summary.stored_bytes += sum(f.stat().st_size for f in window.rglob("*") if f.is_file())
+            if not summary.example_group:
+                summary.example_group = _data_group(window)
 
 
-def _array_bytes(node: dict) -> int:
-    from math import prod
-
-    sizes = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "float16": 2, "bfloat16": 2, "int32": 4, "float32": 4,
-             "int64": 8, "float64": 8, "float8_e4m3fn": 1, "float8_e5m2": 1}
-    return prod(node["shape"]) * sizes.get(node["data_type"], 0)
+def _data_group(window: Path) -> str:
+    """A physical group of ``window`` holding arrays: an L1 pack first, then an L1 task group."""
+    for pattern in ("*/stages/*/pack_*", "*/stages/*/task_*"):
+        found = sorted(p for p in window.glob(pattern) if (p / "zarr.json").is_file())
+        if found:
+            return str(found[0])
+    return ""

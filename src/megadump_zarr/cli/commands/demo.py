@@ -83,7 +83,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         f"(ratio {ratio:.2f})", highlight=False,
     )
     if summary.example_group:
-        console.print("Open a task group with xarray:")
+        console.print("Open a data group with xarray:")
         console.print(f'  python -c "import xarray as xr; print(xr.open_zarr(\'{summary.example_group}\'))"',
                       highlight=False, soft_wrap=True)
         console.print(f"Explore it: megadump info {summary.root}", highlight=False)
