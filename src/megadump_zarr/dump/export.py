@@ -13,9 +13,10 @@ from typing import Any
 
 import numpy as np
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """The window layout every writer stamps on a window (``schemaVersion``): 6 has a crc32c on every chunk and
-consolidated metadata only in the window and data groups; readers still read 5."""
+consolidated metadata only in the window and data groups; 7 adds task-record packs for small L1 records
+(``stageViewStorage`` ``"task_record_packs"``, see ``store/packs.py``); readers still read 5 and 6."""
 
 __all__ = ["ArrayWrite", "GroupWrite", "InvocationWrite", "StatisticsTable", "WindowWrite"]
 
@@ -51,10 +52,13 @@ class GroupWrite:
     Args:
         path: Slash-separated path relative to the invocation group.
         attrs: JSON-serialisable attributes.
+        task: An L1 task group: the store may pack it with its stage's other task groups (schema 7's
+            task-record packs, for tasks whose records are all small; the readers' view is unchanged).
     """
 
     path: str
     attrs: Mapping[str, Any] = field(default_factory=dict)
+    task: bool = False
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import math
 from typing import Any
 
 import numpy as np
@@ -15,8 +16,11 @@ from megadump_zarr.dump.snapshots import L0Snapshot, L1Snapshot
 from megadump_zarr.dump.statistics import STATISTICS_GROUP, statistics_table
 from megadump_zarr.l1 import L1_ANY_WORKER
 
-__all__ = ["DumpInvocation", "build_window"]
+__all__ = ["PACK_STORAGE", "DumpInvocation", "build_window"]
 
+PACK_STORAGE = "task_record_packs"
+"""``stageViewStorage`` of an L1 window: the store may keep small task records in task-record packs (the
+value of ``store.packs.PACK_STORAGE``; the dump layer does not import the store, a test holds them equal)."""
 
 
 @dataclass
@@ -97,10 +101,23 @@ class _DimTable:
             candidate = f"{name}_{suffix}" if attempt == 1 else f"{name}_{suffix}_{attempt}"
 
 
+    def coordinate(self, name: str) -> np.ndarray | None:
+        """The coordinate values first claimed with ``name`` (one object per group: the store then sees
+        every record of a task share it)."""
+        known = self._dims.get(name.casefold())
+        return None if known is None else known[2]
+
+
 def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
     if a is None or b is None:
         return a is None and b is None
-    return a.shape == b.shape and bool(np.array_equal(a, b))
+    if a is b:
+        return True
+    if a.shape != b.shape:
+        return False
+    if a.dtype == b.dtype and a.dtype.kind in "iub":  # row indices: equal values are equal bytes
+        return a.tobytes() == b.tobytes()
+    return bool(np.array_equal(a, b))
 
 
 def _l0_array(tensor: L0Tensor, snapshot: L0Snapshot, component: str, dims: _DimTable) -> ArrayWrite:
@@ -153,7 +170,7 @@ def _row_coordinate(snapshot: L1Snapshot) -> np.ndarray | None:
     shape, declared = plan.actual_shape, plan.declared_shape
     if plan.truncated or not shape or len(shape) != len(declared) or shape[1:] != declared[1:]:
         return None
-    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * snapshot.data.dtype.itemsize
+    row_bytes = math.prod(int(d) for d in shape[1:]) * snapshot.data.dtype.itemsize
     if row_bytes == 0 or plan.source_offset_bytes % row_bytes:
         return None
     start = plan.source_offset_bytes // row_bytes
@@ -176,7 +193,8 @@ def _l1_array(snapshot: L1Snapshot, dims: _DimTable, partial: bool = False) -> A
         axis_coords = {} if coordinate is None else {0: coordinate}
         names = dims.claim_all(tuple(plan.dims), tuple(snapshot.stored_shape), axis_coords, suffix)
         if coordinate is not None:
-            coords[names[0]] = coordinate
+            shared = dims.coordinate(names[0])
+            coords[names[0]] = coordinate if shared is None else shared
     attrs = {
         "name": plan.tensor_name,
         "paramPosition": plan.parameter_position,
@@ -223,7 +241,7 @@ def _l1_invocation(invocation: DumpInvocation) -> InvocationWrite:
         path = f"stages/{stage_component}/{task_component}"
         dims = _DimTable(tuple(_record_component(snapshot.record) for snapshot in snapshots))
         task_arrays = [_l1_array(snapshot, dims, invocation.failed) for snapshot in snapshots]
-        groups.append(GroupWrite(path, {
+        groups.append(GroupWrite(path, task=True, attrs={
             "taskId": first.task_id,
             "stageTaskIndex": first.task_index,
             "stage": first.stage,
@@ -292,7 +310,7 @@ def build_window(level: str, rank: int, window_index: int, invocations: list[Dum
         "tensorSerialization": "zarr-v3",
         "windowIndex": window_index,
         "capturePhaseSemantics": "task_boundary" if is_l1 else "mega_kernel_boundary",
-        "stageViewStorage": "array_per_task_record" if is_l1 else "array_per_tensor_with_ports",
+        "stageViewStorage": PACK_STORAGE if is_l1 else "array_per_tensor_with_ports",
         "rank": rank,
         "invocationCount": len(built),
         "invocations": [inv.name for inv in built],

@@ -24,6 +24,7 @@ import numpy as np
 
 from megadump_zarr.codecs import CompressorSpec
 from megadump_zarr.store import chunking
+from megadump_zarr.store.packs import sharded_codecs
 
 __all__ = [
     "CRC32C_CODEC",
@@ -38,6 +39,7 @@ __all__ = [
     "fill_value_for",
     "flat_group_bytes",
     "group_document",
+    "pack_array_document_bytes",
     "plain_group_bytes",
 ]
 
@@ -187,18 +189,49 @@ def array_document_bytes(
     return head + attributes_json + _array_tail(tuple(dimension_names))
 
 
+def pack_array_document_bytes(
+    shape: Sequence[int],
+    dtype: np.dtype,
+    shard: Sequence[int],
+    compressor: CompressorSpec,
+    attributes_json: bytes,
+    dimension_names: Sequence[str],
+    checksum: bool = True,
+) -> bytes:
+    """A task-record pack's record array document (see :mod:`.packs`): ``shape`` ``(T, *record)``, shards
+    of ``shard`` (``(rows, *record)``), inner chunks of one record whose codec chain is
+    :func:`codecs_for`'s; what zarr-python writes for ``create_array(chunks=(1, *record), shards=shard)``.
+
+    Args:
+        shape: ``(T, *record_shape)``.
+        dtype: A supported numpy dtype.
+        shard: Shard shape ``(rows, *record_shape)``.
+        compressor: Parsed compressor of the inner chunks.
+        attributes_json: The attributes object, already encoded with :func:`dumps`.
+        dimension_names: ``("task", *record_dims)``.
+        checksum: Inner chunks carry a ``crc32c`` checksum.
+    """
+    head = _array_head(tuple(int(d) for d in shape), np.dtype(dtype), tuple(int(c) for c in shard), compressor,
+                       bool(checksum), True)
+    return head + attributes_json + _array_tail(tuple(dimension_names))
+
+
 # Many arrays of a window share shape, dtype and dimension names: the encoded parts are cached.
 @functools.lru_cache(maxsize=4096)
 def _array_head(
-    shape: tuple[int, ...], dtype: np.dtype, chunks: tuple[int, ...], compressor: CompressorSpec, checksum: bool
+    shape: tuple[int, ...], dtype: np.dtype, chunks: tuple[int, ...], compressor: CompressorSpec, checksum: bool,
+    sharded: bool = False,
 ) -> bytes:
+    codecs = codecs_for(dtype, compressor, checksum)
+    if sharded:  # chunks is the shard shape; inner chunks hold one row
+        codecs = sharded_codecs([1, *chunks[1:]], codecs)
     head = {
         "shape": list(shape),
         "data_type": data_type_name(dtype),
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(chunks)}},
         "chunk_key_encoding": {"name": "default", "configuration": {"separator": chunking.CHUNK_KEY_SEPARATOR}},
         "fill_value": fill_value_for(dtype),
-        "codecs": codecs_for(dtype, compressor, checksum),
+        "codecs": codecs,
     }
     return dumps(head)[:-1] + b',"attributes":'
 

@@ -9,6 +9,9 @@ never leaves a half-written invocation behind:
   path or lies below an array;
 - dimensions: one name per axis, no repeated name in one array, and one length per name per group;
 - coordinates: one 1-D array per (group, dimension); two arrays giving different values for it clash.
+
+With ``pack``, packable L1 task groups become task-record packs (see :mod:`.pack_plan`): their groups,
+records and coordinates are validated like any other, then listed in ``InvocationPlan.packs`` instead.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import numpy as np
 from megadump_zarr.dump.export import InvocationWrite
 from megadump_zarr.store.chunking import ChunkPlan, plan_chunks
 from megadump_zarr.store.metadata import data_type_name, dumps
+from megadump_zarr.store.pack_plan import PackPlan, plan_packs
+from megadump_zarr.store.packs import TASK_ARRAY
 
 __all__ = ["ArrayJob", "InvocationPlan", "check_component", "plan_invocation"]
 
@@ -59,11 +64,14 @@ class InvocationPlan:
         name: Invocation group name.
         groups: Group path (``""`` = the invocation group) to encoded attributes, parents before children.
         arrays: Arrays (data arrays first, then coordinate arrays).
+        packs: Task-record packs (their groups are in ``groups``, their ``task``/``owner_id``/``core_id``
+            arrays in :attr:`PackPlan.aux`, not in ``arrays``).
     """
 
     name: str
     groups: dict[str, bytes]
     arrays: list[ArrayJob]
+    packs: list[PackPlan] = field(default_factory=list)
 
 
 def check_component(part: str, what: str, path: str) -> None:
@@ -114,13 +122,14 @@ def _normalise(data: Any, path: str) -> np.ndarray:
     return array
 
 
-def plan_invocation(invocation: InvocationWrite, *, chunk_bytes: int, stats: bool) -> InvocationPlan:
+def plan_invocation(invocation: InvocationWrite, *, chunk_bytes: int, stats: bool, pack: bool = False) -> InvocationPlan:
     """Validate an invocation and list its groups and arrays.
 
     Args:
         invocation: The invocation to persist.
         chunk_bytes: Chunk size target for :func:`plan_chunks`.
         stats: Whether data arrays get statistics.
+        pack: Store packable task groups as task-record packs (schema 7).
 
     Raises:
         ValueError: Bad path component, collision, dimension-length clash or coordinate clash.
@@ -167,6 +176,7 @@ def plan_invocation(invocation: InvocationWrite, *, chunk_bytes: int, stats: boo
     lengths: dict[tuple[str, str], int] = {}
     coords: dict[tuple[str, str], tuple[np.ndarray, str]] = {}
     jobs: list[ArrayJob] = []
+    pending: list[tuple[str, np.ndarray, tuple[str, ...], dict[str, Any]]] = []
 
     def use_dim(group: str, dim: str, length: int) -> None:
         known = lengths.setdefault((group, dim), length)
@@ -188,7 +198,7 @@ def plan_invocation(invocation: InvocationWrite, *, chunk_bytes: int, stats: boo
         attrs = dict(item.attrs)
         if stats:
             attrs.pop("stats", None)
-        jobs.append(_job(path, data, dims, attrs, chunk_bytes, stats, label))
+        pending.append((path, data, dims, attrs))
         for dim, values in item.coords.items():
             coord_path = _join(group, dim)
             _split(coord_path, "coordinate")
@@ -209,14 +219,31 @@ def plan_invocation(invocation: InvocationWrite, *, chunk_bytes: int, stats: boo
                 raise ValueError(f"coordinate {label(coord_path)!r} would collide with group {label(coord_path)!r}")
             use_dim(group, dim, int(values.shape[0]))
             coords[(group, dim)] = (values, path)
-    for (group, dim), (values, _) in coords.items():
-        jobs.append(_job(_join(group, dim), values, (dim,), {}, chunk_bytes, False, label))
 
     ordered = sorted(groups, key=lambda p: (p.count("/") if p else -1, p))
     encoded = {}
     for path in ordered:
         encoded[path] = _encode_attrs(groups[path], f"group {label(path)!r}")
-    return InvocationPlan(name, encoded, jobs)
+    packs: list[PackPlan] = []
+    packed: set[str] = set()
+    if pack:
+        packs, packed = plan_packs(
+            invocation.groups, groups, encoded, pending, coords, chunk_bytes=chunk_bytes, label=label,
+            encode=lambda attrs, path: _encode_attrs(attrs, f"array {label(path)!r}"))
+        for path in packed:
+            del encoded[path]
+        for item in packs:
+            encoded[item.path] = item.attrs_json
+            item.jobs = [ArrayJob(_join(item.path, aux), data, (TASK_ARRAY,), {}, attrs_json,
+                                  plan_chunks(data.shape, data.dtype.itemsize, chunk_bytes), False)
+                         for aux, data, attrs_json in item.aux]
+    for path, data, dims, attrs in pending:
+        if not packed or _parent(path) not in packed:
+            jobs.append(_job(path, data, dims, attrs, chunk_bytes, stats, label))
+    for (group, dim), (values, _) in coords.items():
+        if group not in packed:
+            jobs.append(_job(_join(group, dim), values, (dim,), {}, chunk_bytes, False, label))
+    return InvocationPlan(name, encoded, jobs, packs)
 
 
 def _is_float(values: np.ndarray) -> bool:

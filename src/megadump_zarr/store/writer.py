@@ -7,13 +7,17 @@ Layout below the dump root (all Zarr v3; see DESIGN.md "Store layout")::
     rank_{r}/window_{wwww}/          window group: attrs + status/createdAt/committedAt
         invocation_.../              invocation group (InvocationWrite.attrs)
             <groups>/ <arrays>       GroupWrite / ArrayWrite paths, coordinates as sibling arrays
+            stages/{s}/pack_{pppp}/  schema 7: the stage's small task records as task-record packs
+                                     (``store/packs.py``; ``pack=False`` keeps a group per task)
 
 Protocol:
 
 1. ``begin`` claims the window (local: ``os.mkdir``, so exactly one process wins; fsspec: existence
    check of ``window/zarr.json``) and writes the window ``zarr.json`` with status ``"writing"``.
 2. ``write_invocation`` validates the whole invocation first, then writes every array (chunks, then the
-   array's ``zarr.json`` once its statistics are known) from a thread pool; nothing else.
+   array's ``zarr.json`` once its statistics are known) from a thread pool; nothing else. A pack's
+   ``task`` array is written before its record arrays, each record array's document after its shards
+   (``store/pack_writer.py``), so a torn window's packs still read.
 3. ``commit`` writes each group's ``zarr.json`` below the window with inline consolidated metadata of
    its descendants, then the window ``zarr.json`` last, atomically, with the final status. Every data
    group then opens with plain ``xr.open_zarr(path)`` (no consolidated-metadata warning). The root and
@@ -48,6 +52,7 @@ from megadump_zarr.store.metadata import (
     group_document,
     plain_group_bytes,
 )
+from megadump_zarr.store.pack_writer import submit_pack
 from megadump_zarr.store.plan import ArrayJob, plan_invocation
 from megadump_zarr.store.stats import StatsAccumulator
 from megadump_zarr.store.root_index import index_root, strip_index
@@ -179,6 +184,9 @@ class WindowWriter:
             ``True`` uses the measured cheaper way, one ``syncfs`` of the file system (``"fsync"``:
             an fsync of every file and directory instead); ``False`` skips it (scratch runs).
             Object stores acknowledge writes once durable: nothing extra is done for them.
+        pack: Store the small records of L1 task groups (``GroupWrite.task``) as task-record packs, one
+            sharded array per stage, signature and record (schema 7, see :mod:`.packs`); ``False`` writes
+            a group per task and an array per record (schema 6's layout; benchmarks, equivalence tests).
     """
 
     def __init__(
@@ -192,6 +200,7 @@ class WindowWriter:
         max_workers: int | None = None,
         checksum: bool = True,
         durable: bool | str = True,
+        pack: bool = True,
     ) -> None:
         if chunk_bytes < 1:
             raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
@@ -214,6 +223,7 @@ class WindowWriter:
             max_workers = min(32, max(2, os.cpu_count() or 1)) if local else 32
         self.max_workers = max_workers
         self.checksum = bool(checksum)
+        self.pack = bool(pack)
         self._encoder = _Encoder(self.compressor, self.checksum)
         # the local backend writes a sealed chunk's parts with one writev; others take one buffer
         self._seal = self._encoder.seal if isinstance(self.backend, LocalBackend) else (
@@ -442,7 +452,7 @@ class WindowSession:
         if self.status != "writing":
             raise RuntimeError(f"window {self.url} is already committed ({self.status})")
         w = self.writer
-        plan = plan_invocation(invocation, chunk_bytes=w.chunk_bytes, stats=w.stats)
+        plan = plan_invocation(invocation, chunk_bytes=w.chunk_bytes, stats=w.stats, pack=w.pack)
         if plan.name in self._invocations:
             raise ValueError(f"invocation {plan.name!r} would collide with invocation {plan.name!r} in {self.url}")
         self._invocations.add(plan.name)
@@ -453,6 +463,13 @@ class WindowSession:
         futures: list[Future[Any]] = []
         batch: list[tuple[ArrayJob, str]] = []
         batch_bytes = 0
+        try:
+            for pack in plan.packs:
+                futures.extend(submit_pack(w, pack, base))
+        except BaseException:
+            _wait_all(futures)
+            self._register(plan)
+            raise
         for job in plan.arrays:
             prefix = f"{base}/{job.path}"
             if job.chunks.count > 1:
@@ -468,11 +485,22 @@ class WindowSession:
         try:
             _wait_all(futures)  # re-raises the first failure after every task has stopped
         finally:  # arrays that were fully written stay part of the window (an aborted commit keeps them)
-            for job in plan.arrays:
-                if job.written:
-                    self._nodes[f"{plan.name}/{job.path}"] = ("array", job.document)
+            self._register(plan)
         if invocation.statistics is not None:  # statistics-first modes: the invocation's statistics table
             self._write_statistics(plan.name, invocation.statistics)
+
+    def _register(self, plan: Any) -> None:
+        """List the invocation's fully written arrays (pack arrays included) as window nodes."""
+        for job in plan.arrays:
+            if job.written:
+                self._nodes[f"{plan.name}/{job.path}"] = ("array", job.document)
+        for pack in plan.packs:
+            for job in pack.jobs:
+                if job.written:
+                    self._nodes[f"{plan.name}/{job.path}"] = ("array", job.document)
+            for record in pack.records:
+                if record.written:
+                    self._nodes[f"{plan.name}/{pack.path}/{record.name}"] = ("array", record.document)
 
     def _write_statistics(self, name: str, table: Any) -> None:
         """Write one invocation's ``statistics`` group (see :mod:`megadump_zarr.store.statistics`)."""

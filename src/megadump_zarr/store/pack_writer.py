@@ -1,0 +1,184 @@
+"""Writing task-record packs (schema 7): one backend put per shard, then the record array's ``zarr.json``.
+
+Each shard of a pack's record array (see :mod:`megadump_zarr.store.packs`) holds ``shard_rows`` records:
+every inner chunk is exactly the chunk schema 6 would have stored for that record (the record's bytes,
+encoded with the writer's codec, or raw under 256 bytes, then its crc32c), followed by the shard index.
+A shard is one job on the writer's pool and one ``put`` (the local backend writes its parts with
+``writev``); the job that finishes a record array's last shard writes its document, whose
+``attributes.records`` are the schema-6 record attributes, ``stats`` included, byte for byte.
+
+Statistics are computed for all rows of a shard at once (:func:`row_stats`), along axis 1, with the
+exact arithmetic of :class:`~megadump_zarr.store.stats.StatsAccumulator` (same casts, same reductions
+over the same contiguous rows), so they equal the accumulator's per-record results bit for bit; rows
+the vectorised path cannot reproduce exactly (a NaN or Inf, rows longer than one accumulator slice)
+use the accumulator itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import Future
+import math
+import struct
+import threading
+from typing import Any
+
+import google_crc32c
+import numpy as np
+
+from megadump_zarr.codecs import parse_compressor
+from megadump_zarr.store.backend import LocalBackend
+from megadump_zarr.store.metadata import dumps, pack_array_document_bytes
+from megadump_zarr.store.pack_plan import PackPlan, PackRecord
+from megadump_zarr.store.packs import TASK_ARRAY, encode_index, shard_rows
+from megadump_zarr.store.stats import _SLICE, StatsAccumulator
+
+__all__ = ["row_stats", "submit_pack"]
+
+_CRC = struct.Struct("<I")
+_NO_COMPRESSION = parse_compressor("none")
+_NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_MAX_PARTS = 1000  # below IOV_MAX (1024): os.writev refuses more buffers
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def row_stats(rows: Sequence[np.ndarray]) -> list[dict[str, Any]]:
+    """``StatsAccumulator(dtype).update(row).result()`` of every row, computed block-wise.
+
+    Args:
+        rows: Non-empty arrays of one dtype and one size (C-contiguous).
+    """
+    dtype = rows[0].dtype
+    size = rows[0].size
+    if size > _SLICE:  # the accumulator sums such rows slice by slice: let it
+        return [StatsAccumulator(dtype).update(row).result() for row in rows]
+    kind = StatsAccumulator(dtype).kind
+    step = max(1, _SLICE // size)
+    out: list[dict[str, Any]] = []
+    for first in range(0, len(rows), step):
+        part = rows[first : first + step]
+        out.extend(_block_stats(np.stack([row.reshape(-1) for row in part]), kind, part))
+    return out
+
+
+def _block_stats(x: np.ndarray, kind: str, rows: Sequence[np.ndarray]) -> list[dict[str, Any]]:
+    """Statistics of each row of the 2-D block ``x`` (see :meth:`StatsAccumulator._update_flat`)."""
+    count = x.shape[1]
+    bad: list[bool] | None = None
+    if kind == "bool":
+        x = x.view(np.uint8)
+    if kind == "float":
+        if x.dtype not in _NATIVE_FLOATS:
+            x = x.astype(np.float32)
+        lo, hi = x.min(axis=1), x.max(axis=1)
+        finite = np.isfinite(lo) & np.isfinite(hi)
+        if not finite.all():
+            bad = (~finite).tolist()
+    else:
+        lo, hi = x.min(axis=1), x.max(axis=1)
+    if x.dtype == np.float64:
+        total = x.sum(axis=1)
+        sumsq = np.einsum("ij,ij->i", x, x)
+    else:
+        x64 = x.astype(np.float64)
+        total = x64.sum(axis=1)
+        sumsq = np.multiply(x64, x64, out=x64).sum(axis=1)
+    out = []
+    for i, (low, high, t, s) in enumerate(zip(lo.tolist(), hi.tolist(), total.tolist(), sumsq.tolist())):
+        if bad is not None and bad[i]:
+            out.append(StatsAccumulator(rows[i].dtype).update(rows[i]).result())
+            continue
+        t, s = 0.0 + t, 0.0 + s  # the accumulator starts from 0.0 (so a -0.0 sum becomes 0.0)
+        out.append({"min": low, "max": high, "mean": _finite_or_none(t / count), "l2norm": _finite_or_none(math.sqrt(s)),
+                    "nanCount": 0, "infCount": 0})
+    return out
+
+
+def _buffers(parts: list[Any], local: bool) -> Any:
+    """What to ``put``: the parts themselves (``writev``) for the local backend, else one buffer."""
+    if not local:
+        return b"".join(parts)
+    if len(parts) <= _MAX_PARTS:
+        return tuple(parts)
+    run = -(-len(parts) // _MAX_PARTS)
+    return tuple(b"".join(parts[i : i + run]) for i in range(0, len(parts), run))
+
+
+def _records_json(record: PackRecord, stats: list[dict[str, Any]] | None) -> bytes:
+    """``{"records": [...]}``: each row's attributes, with ``stats`` spliced in as the schema-6 writer does."""
+    rows = record.attrs_json
+    if stats is not None:
+        body = dumps(stats)  # one encoding for every row: [{...},{...}]; stats hold numbers and nulls only
+        pieces = body[2:-2].split(b"},{")
+        if len(pieces) != len(rows):  # pragma: no cover - a stats dictionary never holds braces
+            raise AssertionError(f"{len(pieces)} statistics for {len(rows)} records")
+        rows = [a[:-1] + (b',"stats":{' if a != b"{}" else b'"stats":{') + p + b"}}" for a, p in zip(rows, pieces)]
+    return b'{"records":[' + b",".join(rows) + b"]}"
+
+
+def submit_pack(writer: Any, pack: PackPlan, base: str) -> list[Future[Any]]:
+    """Write a pack's ``task``/``owner_id``/``core_id`` arrays now, and submit its record shards.
+
+    Args:
+        writer: The :class:`~megadump_zarr.store.writer.WindowWriter`.
+        pack: The pack.
+        base: Key of the invocation group.
+
+    Returns:
+        The shard jobs; the job finishing a record array's last shard writes its document and marks it written.
+    """
+    prefix = f"{base}/{pack.path}"
+    # the task array first: a reader of a torn window can expand whatever record arrays follow it
+    writer._write_small([(job, f"{base}/{job.path}") for job in pack.jobs])
+    futures: list[Future[Any]] = []
+    for record in pack.records:
+        futures.extend(_submit_record(writer, record, f"{prefix}/{record.name}", len(pack.tasks)))
+    return futures
+
+
+def _submit_record(writer: Any, record: PackRecord, prefix: str, count: int) -> list[Future[Any]]:
+    per_shard = shard_rows(record.nbytes, count)
+    shards = -(-count // per_shard)
+    zeros = ".0" * len(record.shape)
+    local = isinstance(writer.backend, LocalBackend)
+    lock = threading.Lock()
+    state: dict[str, Any] = {"left": shards, "stats": [None] * shards}
+
+    def run(index: int) -> None:
+        start = index * per_shard
+        rows = record.rows[start : start + per_shard]
+        stats = row_stats(rows) if writer.stats else None
+        encode, itemsize, raw, checksum = writer._encoder.encode, record.dtype.itemsize, record.raw, writer.checksum
+        parts: list[Any] = []
+        entries: list[tuple[int, int] | None] = []
+        offset = 0
+        for row in rows:
+            encoded = encode(row.reshape(-1).view(np.uint8), itemsize, raw)
+            size = encoded.nbytes if isinstance(encoded, np.ndarray) else len(encoded)
+            parts.append(encoded)
+            if checksum:
+                parts.append(_CRC.pack(google_crc32c.value(encoded)))
+                size += 4
+            entries.append((offset, size))
+            offset += size
+        entries.extend([None] * (per_shard - len(rows)))
+        parts.append(encode_index(entries))
+        writer.backend.put(f"{prefix}/c.{index}{zeros}", _buffers(parts, local))
+        with lock:
+            state["stats"][index] = stats
+            state["left"] -= 1
+            last = state["left"] == 0
+        if last:
+            merged = None if not writer.stats else [s for part in state["stats"] for s in part]
+            document = pack_array_document_bytes(
+                (count, *record.shape), record.dtype, (per_shard, *record.shape),
+                _NO_COMPRESSION if raw else writer.compressor, _records_json(record, merged),
+                (TASK_ARRAY, *record.dims), checksum)
+            writer.backend.put(f"{prefix}/zarr.json", document)
+            record.document = document
+            record.written = True
+
+    return [writer.pool.submit(run, index) for index in range(shards)]
