@@ -334,7 +334,8 @@ class CommittedWindows:
 
 
 def guard_window_group(group: Any, url: str = "") -> Any:
-    """The same zarr window group, reopened over an :class:`IntegrityStore` when the window is committed.
+    """The same zarr window group, reopened over a pack view (:class:`~megadump_zarr.read.packs.PackedView`:
+    schema-7 packs read as schema-6 task groups) and, when the window is committed, an :class:`IntegrityStore`.
 
     For readers that open one window directly with zarr (``export-hdf5``) rather than through ``open_dump``.
 
@@ -345,19 +346,21 @@ def guard_window_group(group: Any, url: str = "") -> Any:
     import zarr
 
     from megadump_zarr.read.location import get_json
+    from megadump_zarr.read.packs import PackedView
 
-    prefix = f"{group.path}/" if group.path else ""
-    doc = get_json(group.store, f"{prefix}zarr.json") or {}
+    window = group.path
+    view = group.store if isinstance(group.store, PackedView) else PackedView(group.store, window)
+    prefix = f"{window}/" if window else ""
+    doc = get_json(view, f"{prefix}zarr.json") or {}
     attrs = doc.get("attributes")
     consolidated = doc.get("consolidated_metadata")
     nodes = consolidated.get("metadata") if isinstance(consolidated, Mapping) else None
     if not isinstance(attrs, Mapping) or attrs.get("status") not in ("complete", "aborted") or not isinstance(nodes, Mapping):
-        return group
-    depth = len(group.path.split("/")) if group.path else 0
-    window = group.path
+        return zarr.open_group(view, path=window, mode="r", zarr_format=3)
+    depth = len(window.split("/")) if window else 0
 
     def windows(key: str) -> Mapping[str, dict[str, Any]] | None:
         return nodes if key == window else None
 
-    store = IntegrityStore(group.store, window_lookup(windows, depth), url)
-    return zarr.open_group(store, path=group.path, mode="r", zarr_format=3)
+    store = IntegrityStore(view, window_lookup(windows, depth), url)
+    return zarr.open_group(store, path=window, mode="r", zarr_format=3)

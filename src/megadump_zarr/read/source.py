@@ -63,9 +63,10 @@ class DumpSource:
         from zarr.storage import FsspecStore, LocalStore
 
         location = dump.location
-        if isinstance(location.store, LocalStore):
-            return cls(str(location.store.root))
-        if isinstance(location.store, FsspecStore) and "://" in location.url:
+        store = location.base  # the stored store below the pack view
+        if isinstance(store, LocalStore):
+            return cls(str(store.root))
+        if isinstance(store, FsspecStore) and "://" in location.url:
             return cls(location.url, dict(location.storage_options or {}))
         return None
 

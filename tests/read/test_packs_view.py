@@ -1,0 +1,290 @@
+"""Schema-7 task-record packs read as schema 6 through ``read.packs.PackedView``.
+
+The stored schema-6 L1 fixture (``tests/read/data/schema6/l1``, real demo records) is repacked by hand
+with zarr-python (``tests/read/_repack.py``: sharded record arrays, the task array with per-row
+attributes, a window document listing the packs); the view over the packed copy must serve the schema-6
+window key for key — documents, chunk bytes, listings — and every reader must read it like the original.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+import shutil
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+import zarr
+from zarr.storage import LocalStore
+
+from megadump_zarr import compare, open_dump
+from megadump_zarr.read.errors import DumpIntegrityError
+from megadump_zarr.read.location import get_bytes, list_dir, list_prefix, open_location, parse_json
+from megadump_zarr.read.packs import PackedView, base_store, packed_view
+from megadump_zarr.store.packs import decode_index, encode_index, index_nbytes
+from tests.read._repack import repack, tear
+
+DATA = Path(__file__).parent / "data" / "schema6" / "l1"
+WINDOW = "rank_0/window_0000"
+STAGES = f"{WINDOW}/invocation_000000_forward/stages"
+KEPT = "invocation_000000_forward/stages/expert_up/task_000003"  # stays a schema-6 group: a mixed window
+
+
+@pytest.fixture(scope="module")
+def roots(tmp_path_factory) -> tuple[Path, Path, list[str]]:
+    """(schema-6 root, packed copy, pack paths relative to the window)."""
+    base = tmp_path_factory.mktemp("packs")
+    plain = Path(shutil.copytree(DATA, base / "plain"))
+    packs = repack(plain, base / "packed", keep=lambda group: group == KEPT)
+    return plain, base / "packed", packs
+
+
+@pytest.fixture
+def packed_copy(roots, tmp_path) -> Path:
+    return Path(shutil.copytree(roots[1], tmp_path / "packed"))
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+
+def _strip_codecs(doc: dict) -> dict:
+    return {k: v for k, v in doc.items() if k != "codecs"}
+
+
+def test_the_packed_copy_is_packed(roots):
+    plain, packed, packs = roots
+    assert packs == ["invocation_000000_forward/stages/combine/pack_0000",
+                     "invocation_000000_forward/stages/combine/pack_0001",
+                     "invocation_000000_forward/stages/expert_up/pack_0000",
+                     "invocation_000000_forward/stages/expert_up/pack_0001",
+                     "invocation_000000_forward/stages/expert_up/pack_0002"]
+    files = _files(packed)
+    assert not any("/combine/task_" in f for f in files)
+    assert f"{STAGES}/combine/pack_0000/output_00_out/c.0.0.0" in files  # shard 0 of tasks 13, 14
+    assert f"{STAGES}/combine/pack_0000/output_00_out/c.1.0.0" in files  # shard 1 of tasks 15, 16
+    assert f"{STAGES}/expert_up/{KEPT.rpartition('/')[2]}/input_00_xs/c.0.0" in files
+
+
+def test_every_schema6_key_reads_back_the_same(roots):
+    """Chunks byte for byte, documents as parsed JSON (window document: same entries, same order)."""
+    plain, packed, _ = roots
+    view = open_location(packed).store
+    assert isinstance(view, PackedView)
+    keys = [k for k in _files(plain) if k.startswith(WINDOW + "/")]
+    assert len(keys) == 68
+    for key in keys:
+        want = (plain / key).read_bytes()
+        got = get_bytes(view, key)
+        assert got is not None, key
+        if key.endswith("zarr.json"):
+            mine, theirs = parse_json(got, key), parse_json(want, key)
+            assert mine == theirs, key
+            if key == f"{WINDOW}/zarr.json":
+                assert list(mine["consolidated_metadata"]["metadata"]) == list(theirs["consolidated_metadata"]["metadata"])
+        else:
+            assert got == want, key
+
+
+def test_listing_shows_the_schema6_keys_and_hides_the_packs(roots):
+    plain, packed, _ = roots
+    view = open_location(packed).store
+    want = sorted(k for k in _files(plain))
+    assert sorted(list_prefix(view, "")) == want
+    assert sorted(list_prefix(view, f"{WINDOW}/")) == [k for k in want if k.startswith(f"{WINDOW}/")]
+    task = f"{STAGES}/combine/task_000014/"
+    assert sorted(list_prefix(view, task)) == [k for k in want if k.startswith(task)]
+    assert list_dir(view, f"{STAGES}/combine") == ["task_000013", "task_000014", "task_000015", "task_000016",
+                                                     "task_000017", "zarr.json"]
+    assert list_dir(view, f"{STAGES}/expert_up") == ["task_000000", "task_000001", "task_000002", "task_000003",
+                                                       "zarr.json"]
+    assert list_dir(view, f"{STAGES}/combine/task_000013") == ["input_01_ws", "output_00_out", "token", "zarr.json"]
+    assert list_dir(view, "rank_0") == ["window_0000", "zarr.json"]
+    # the pack keys stay readable
+    pack_doc = get_bytes(view, f"{STAGES}/combine/pack_0000/zarr.json")
+    assert json.loads(pack_doc)["attributes"]["megadumpPack"] == 1
+    assert zarr.open_array(view, path=f"{STAGES}/combine/pack_0000/task", mode="r")[...].tolist() == [13, 14, 15, 16]
+
+
+def test_records_values_and_tensors_equal_the_schema6_ones(roots):
+    plain, packed, _ = roots
+    a, b = open_dump(plain), open_dump(packed)
+    pd.testing.assert_frame_equal(a.records(), b.records())
+    for path in a.records()["path"]:
+        np.testing.assert_array_equal(a.record_array(path).values, b.record_array(path).values)
+    for name in sorted(set(a.records()["name"])):
+        for stage in sorted(set(a.records()[a.records()["name"] == name]["stage"])):
+            np.testing.assert_array_equal(a.tensor(name, stage=stage).values, b.tensor(name, stage=stage).values)
+    result = compare(plain, packed)
+    assert len(result) == 18 and set(result["verdict"]) == {"pass"} and (result["max_abs"] == 0).all()
+    assert b.verify().ok and b.verify(deep=True).ok
+
+
+def test_data_groups_open_with_xarray_without_warnings(roots):
+    plain, packed, _ = roots
+    view = open_location(packed).store
+    group = f"{STAGES}/combine/task_000015"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ds = xr.open_zarr(zarr.storage.StorePath(view, group), consolidated=True, chunks=None)
+        want = xr.open_zarr(plain / group, consolidated=True, chunks=None)
+        xr.testing.assert_identical(ds.load(), want.load())
+        tree = open_dump(packed).tree()
+    assert set(tree[f"{STAGES}/combine".replace(WINDOW, f"{WINDOW}")].children) == {
+        "task_000013", "task_000014", "task_000015", "task_000016", "task_000017"}
+    xr.testing.assert_identical(open_dump(packed).dataset(task=15).load(), open_dump(plain).dataset(task=15).load())
+
+
+def test_flipped_byte_in_an_inner_chunk_names_the_virtual_chunk(packed_copy):
+    shard = packed_copy / STAGES / "combine/pack_0000/output_00_out/c.1.0.0"
+    raw = bytearray(shard.read_bytes())
+    index = decode_index(bytes(raw[-index_nbytes(2):]), 2, "shard")
+    offset, nbytes = index[1]  # task 16
+    raw[offset + nbytes // 2] ^= 0xFF
+    shard.write_bytes(bytes(raw))
+    dump = open_dump(packed_copy)
+    key = f"{STAGES}/combine/task_000016/output_00_out/c.0.0"
+    with pytest.raises(DumpIntegrityError, match=f"chunk {key} in .* is corrupt: crc32c checksum mismatch") as info:
+        dump.record_array(f"{STAGES}/combine/task_000016/output_00_out").values
+    assert info.value.key == key
+    np.testing.assert_array_equal(dump.record_array(f"{STAGES}/combine/task_000015/output_00_out").values.shape, (8, 16))
+    report = dump.verify()
+    assert [(p.key, p.what.split(":")[0]) for p in report.problems] == [(key, "crc32c checksum mismatch")] or \
+        [p.key for p in report.problems] == [key]
+
+
+def test_corrupt_index_names_the_shard(packed_copy):
+    shard = packed_copy / STAGES / "combine/pack_0000/input_01_ws/c.0.0.0"
+    raw = bytearray(shard.read_bytes())
+    raw[-10] ^= 0x01
+    shard.write_bytes(bytes(raw))
+    dump = open_dump(packed_copy)
+    key = f"{STAGES}/combine/task_000013/input_01_ws/c.0.0"
+    rel = f"{STAGES}/combine/pack_0000/input_01_ws/c.0.0.0"
+    with pytest.raises(DumpIntegrityError, match=f"shard {rel} of chunk {key} is corrupt: {rel}: shard index checksum "
+                                                 "mismatch") as info:
+        dump.record_array(f"{STAGES}/combine/task_000013/input_01_ws").values
+    assert info.value.key == key
+
+
+def test_index_entry_outside_the_shard(packed_copy):
+    shard = packed_copy / STAGES / "combine/pack_0000/input_01_ws/c.0.0.0"
+    raw = shard.read_bytes()
+    entries = decode_index(raw[-index_nbytes(2):], 2, "shard")
+    entries[0] = (len(raw) + 100, entries[0][1])
+    shard.write_bytes(raw[: -index_nbytes(2)] + encode_index(entries))
+    key = f"{STAGES}/combine/task_000013/input_01_ws/c.0.0"
+    with pytest.raises(DumpIntegrityError, match=f"chunk {key} is corrupt: shard .*c.0.0.0 index entry 0 .* lies outside"):
+        open_dump(packed_copy).record_array(f"{STAGES}/combine/task_000013/input_01_ws").values
+
+
+def test_absent_index_entry_of_a_committed_window(packed_copy):
+    shard = packed_copy / STAGES / "combine/pack_0000/input_01_ws/c.0.0.0"
+    raw = shard.read_bytes()
+    entries = decode_index(raw[-index_nbytes(2):], 2, "shard")
+    entries[1] = None
+    shard.write_bytes(raw[: -index_nbytes(2)] + encode_index(entries))
+    key = f"{STAGES}/combine/task_000014/input_01_ws/c.0.0"
+    with pytest.raises(DumpIntegrityError, match=f"chunk {key} is missing: its window is committed, but shard "):
+        open_dump(packed_copy).record_array(f"{STAGES}/combine/task_000014/input_01_ws").values
+
+
+def test_deleted_shard_is_a_missing_chunk(packed_copy):
+    (packed_copy / STAGES / "combine/pack_0000/output_00_out/c.1.0.0").unlink()
+    dump = open_dump(packed_copy)
+    key = f"{STAGES}/combine/task_000015/output_00_out/c.0.0"
+    with pytest.raises(DumpIntegrityError, match=f"chunk {key} in .* is missing: its window is committed"):
+        dump.record_array(f"{STAGES}/combine/task_000015/output_00_out").values
+    assert key not in list_prefix(dump.store, f"{WINDOW}/")
+    problems = dump.verify().problems
+    assert {p.key for p in problems} == {key, key.replace("task_000015", "task_000016")}
+    assert all(p.what == "chunk is missing" for p in problems)
+
+
+def test_torn_packed_window_reads_like_a_torn_schema6_window(roots, tmp_path):
+    plain, packed, _ = roots
+    torn_plain = Path(shutil.copytree(plain, tmp_path / "plain"))
+    torn_packed = Path(shutil.copytree(packed, tmp_path / "packed"))
+    tear(torn_plain)
+    tear(torn_packed)
+    a, b = open_dump(torn_plain), open_dump(torn_packed)
+    assert list(b.windows()["status"]) == ["writing"]
+    assert b.records().empty
+    ra, rb = a.records(include_incomplete=True), b.records(include_incomplete=True)
+    columns = ["path", "name", "stage", "task_id", "shape", "dtype", "io", "min", "max", "status"]
+    pd.testing.assert_frame_equal(ra[columns], rb[columns])
+    # the pack keeps the task attributes that a torn schema-6 window has no document for
+    assert rb["owner_label"].eq("expert").tolist() == [not g.endswith(KEPT) for g in rb["group"]]
+    for path in ra["path"]:
+        np.testing.assert_array_equal(a.record_array(path).values, b.record_array(path).values)
+    np.testing.assert_array_equal(a.tensor("out", window=0).values, b.tensor("out", window=0).values)
+    assert get_bytes(b.store, f"{WINDOW}/zarr.json") == (torn_packed / WINDOW / "zarr.json").read_bytes()
+    # committing it (the writer's last step) is seen by the same view
+    shutil.rmtree(torn_packed)
+    shutil.copytree(packed, torn_packed)
+    assert list(b.windows()["status"]) == ["complete"]
+    pd.testing.assert_frame_equal(b.records(), open_dump(plain).records())
+
+
+def test_pickled_view_reads_the_same(roots):
+    _, packed, _ = roots
+    dump = open_dump(packed)
+    path = f"{STAGES}/combine/task_000014/output_00_out"
+    want = dump.record_array(path).values
+    clone = pickle.loads(pickle.dumps(dump.store))
+    assert clone == dump.store
+    np.testing.assert_array_equal(open_dump(clone).record_array(path).values, want)
+    view = open_location(packed).store
+    assert pickle.loads(pickle.dumps(view)) == view and repr(view).startswith("PackedView(LocalStore(")
+    assert packed_view(view) is view and isinstance(base_store(view), LocalStore)
+
+
+def test_view_is_read_only(roots):
+    _, packed, _ = roots
+    view = open_location(packed).store
+    assert view.read_only and not view.supports_writes
+    with pytest.raises(ValueError, match="is read-only"):
+        zarr.core.sync.sync(view.set("x", zarr.core.buffer.default_buffer_prototype().buffer.from_bytes(b"1")))
+    with pytest.raises(ValueError, match="is read-only"):
+        zarr.core.sync.sync(view.delete("zarr.json"))
+
+
+def test_byte_ranges_and_exists(roots):
+    plain, packed, _ = roots
+    from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    view = open_location(packed).store
+    key = f"{STAGES}/combine/task_000013/output_00_out/c.0.0"
+    want = (plain / key).read_bytes()
+    proto = default_buffer_prototype()
+    got = sync(view.get_partial_values(proto, [(key, RangeByteRequest(2, 9)), (key, OffsetByteRequest(5)),
+                                               (key, SuffixByteRequest(4)), (f"{WINDOW}/zarr.json", None)]))
+    assert [g.to_bytes() for g in got[:3]] == [want[2:9], want[5:], want[-4:]]
+    assert parse_json(got[3].to_bytes(), "w") == parse_json((plain / WINDOW / "zarr.json").read_bytes(), "w")
+    assert sync(view.exists(key)) and sync(view.exists(f"{STAGES}/combine/task_000013/zarr.json"))
+    assert not sync(view.exists(f"{STAGES}/combine/task_000013/nothing/c.0.0"))
+    assert sync(view.exists(f"{STAGES}/combine/pack_0000/zarr.json"))
+
+
+def test_s3_packed_window_reads(roots):
+    from tests._moto import KEY, SECRET, moto_s3
+
+    plain, packed, _ = roots
+    boto3 = pytest.importorskip("boto3")
+    with moto_s3("packs") as endpoint:
+        client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=KEY, aws_secret_access_key=SECRET,
+                              region_name="us-east-1")
+        for key in _files(packed):
+            client.put_object(Bucket="packs", Key=f"dump/{key}", Body=(packed / key).read_bytes())
+        options = {"endpoint_url": endpoint, "key": KEY, "secret": SECRET}
+        dump = open_dump("s3://packs/dump", storage_options=options)
+        pd.testing.assert_frame_equal(dump.records().drop(columns=[]), open_dump(plain).records())
+        path = f"{STAGES}/combine/task_000016/input_01_ws"
+        np.testing.assert_array_equal(dump.record_array(path).values, open_dump(plain).record_array(path).values)
+        assert dump.verify().ok
