@@ -1,0 +1,348 @@
+"""Schema 7's writer: small L1 task records stored as task-record packs (see ``store/packs.py``).
+
+The promises held here: a pack's documents are zarr-python's own; zarr-python, tensorstore and plain
+``xr.open_zarr`` read every pack array bit-exactly; statistics equal the accumulator's; and the schema-6
+view of a pack (``expand_pack``) is, node for node and chunk byte for chunk byte, what the schema-6 writer
+(``WindowWriter(pack=False)``) stores for the same invocation.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+import warnings
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from megadump_zarr.dump.export import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
+from megadump_zarr.store.pack_writer import row_stats
+from megadump_zarr.store.packs import (
+    PACK_MAX_RECORD_BYTES, RangeSource, ShardSource, decode_index, expand_pack, index_nbytes, range_chunk,
+)
+from megadump_zarr.store.stats import _SLICE, StatsAccumulator
+from megadump_zarr.store.writer import WindowWriter
+
+INV = "invocation_000000_forward"
+
+
+def _task(stage: str, task_id: int, worker: int | None = None) -> str:
+    return f"stages/{stage}/task_{task_id:06d}" + ("" if worker is None else f"_worker_{worker:03d}")
+
+
+def _attrs(task_id: int, stage: str, owner: int | None = 3, core: int | None = 1) -> dict:
+    return {"taskId": task_id, "stageTaskIndex": task_id, "stage": stage, "owner": {"label": "expert", "id": owner},
+            "coreType": "AIV", "coreId": core, "workerId": None, "tensorCount": 2, "tileRows": None}
+
+
+def mixed_invocation(seed: int = 0) -> InvocationWrite:
+    """Two stages: ``up`` has 5 packable tasks of one signature (one with a NaN/Inf record and coordinates of 40
+    rows), 2 of another (bf16, bool, a raw int8 record), and one whose 2 MiB record is not packable; ``down`` has
+    3 packable tasks whose owner/core are None."""
+    rng = np.random.default_rng(seed)
+    groups = [GroupWrite("stages/up", {"stage": "up"}), GroupWrite("stages/down", {"stage": "down"})]
+    arrays = []
+    for t in range(5):
+        path = _task("up", t)
+        groups.append(GroupWrite(path, _attrs(t, "up", owner=t % 2), task=True))
+        x = (rng.standard_normal((40, 16)) * 3).astype(np.float32)
+        if t == 2:
+            x[0, 0], x[1, 1] = np.nan, -np.inf
+        rows = np.arange(40 * t, 40 * t + 40, dtype=np.int64)
+        arrays.append(ArrayWrite(f"{path}/input_00_x", x, ("token", "hidden"),
+                                 {"name": "x", "io": "input", "index": 0, "note": f"task {t}"}, {"token": rows}))
+        arrays.append(ArrayWrite(f"{path}/output_00_y", rng.integers(-9, 9, size=(40,), dtype=np.int64), ("token",),
+                                 {"name": "y", "io": "output", "index": 0, "stats": "replaced"}, {"token": rows}))
+    for t in (10, 11):
+        path = _task("up", t, worker=t - 9)
+        groups.append(GroupWrite(path, _attrs(t, "up"), task=True))
+        arrays.append(ArrayWrite(f"{path}/input_00_w", (rng.standard_normal((3, 64)) * 2).astype(ml_dtypes.bfloat16),
+                                 ("row", "col"), {"name": "w"}, {"row": np.arange(3 * t, 3 * t + 3, dtype=np.int64)}))
+        arrays.append(ArrayWrite(f"{path}/input_01_mask", rng.integers(0, 2, size=(7, 9)).astype(bool), ("a", "b"), {}))
+        arrays.append(ArrayWrite(f"{path}/output_00_z", rng.integers(-100, 100, size=(5,), dtype=np.int8), ("k",), {"raw": 1}))
+    big = _task("up", 20)
+    groups.append(GroupWrite(big, _attrs(20, "up"), task=True))
+    arrays.append(ArrayWrite(f"{big}/input_00_x", rng.standard_normal((2048, 256), dtype=np.float32), ("token", "hidden"),
+                             {"name": "x"}, {"token": np.arange(2048, dtype=np.int64)}))
+    for t in range(30, 33):
+        path = _task("down", t)
+        groups.append(GroupWrite(path, _attrs(t, "down", owner=None, core=None), task=True))
+        arrays.append(ArrayWrite(f"{path}/input_00_h", rng.standard_normal((4, 4)), ("r", "c"), {"name": "h"}))
+    return InvocationWrite(INV, {"invocationId": 0}, groups, arrays)
+
+
+def _write(root: Path, pack: bool, invocation: InvocationWrite | None = None, **options) -> Path:
+    with WindowWriter(root, pack=pack, durable=False, **options) as writer:
+        writer.write_window(WindowWrite(0, 0, {"schemaVersion": 7}, [invocation or mixed_invocation()]))
+    return root / "rank_0" / "window_0000"
+
+
+def _documents(window: Path) -> dict[str, dict]:
+    return {p.parent.relative_to(window).as_posix(): json.loads(p.read_bytes())
+            for p in window.rglob("zarr.json") if p.parent != window}
+
+
+@pytest.fixture(scope="module")
+def windows(tmp_path_factory):
+    base = tmp_path_factory.mktemp("packs")
+    return _write(base / "packed", True), _write(base / "plain", False)
+
+
+def test_layout_packs_packable_tasks_and_keeps_the_rest(windows):
+    packed, _ = windows
+    stage = packed / INV / "stages" / "up"
+    assert sorted(p.name for p in stage.iterdir()) == ["pack_0000", "pack_0001", "task_000020", "zarr.json"]
+    assert sorted(p.name for p in (packed / INV / "stages" / "down").iterdir()) == ["pack_0000", "zarr.json"]
+    pack = stage / "pack_0000"
+    assert sorted(p.name for p in pack.iterdir()) == ["core_id", "input_00_x", "output_00_y", "owner_id", "task", "zarr.json"]
+    assert sorted(p.name for p in (pack / "input_00_x").iterdir()) == ["c.0.0.0", "zarr.json"]  # one shard
+    group = json.loads((pack / "zarr.json").read_bytes())
+    assert group["attributes"] == {"megadumpPack": 1, "stage": "up", "taskCount": 5}
+    assert sorted(group["consolidated_metadata"]["metadata"]) == ["core_id", "input_00_x", "output_00_y", "owner_id", "task"]
+    task = json.loads((pack / "task" / "zarr.json").read_bytes())
+    assert task["attributes"]["tasks"][2] == {"group": "task_000002", "attrs": _attrs(2, "up", owner=0),
+                                              "coords": {"token": [80, 120]}}
+    import zarr
+
+    assert zarr.open_array(str(pack / "task"))[:].tolist() == [0, 1, 2, 3, 4]
+    assert zarr.open_array(str(pack / "owner_id"))[:].tolist() == [0, 1, 0, 1, 0]
+    assert zarr.open_array(str(stage / "pack_0001" / "task"))[:].tolist() == [10, 11]
+    down = packed / INV / "stages" / "down" / "pack_0000"
+    assert zarr.open_array(str(down / "owner_id"))[:].tolist() == [-1, -1, -1]
+    assert zarr.open_array(str(down / "core_id"))[:].tolist() == [-1, -1, -1]
+    window = json.loads((packed / "zarr.json").read_bytes())["consolidated_metadata"]["metadata"]
+    assert f"{INV}/stages/up/pack_0000/input_00_x" in window and f"{INV}/stages/up/task_000020/input_00_x" in window
+    assert not any("/task_00000" in key for key in window)  # the virtual task groups are not physical nodes
+
+
+def _zarr_document(doc: dict) -> dict:
+    """The document zarr-python writes for a pack record array with this one's parameters."""
+    import zarr
+    from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec
+
+    (sharding,) = doc["codecs"]
+    inner = sharding["configuration"]["codecs"]
+    compressors = []
+    for codec in inner:
+        if codec["name"] == "blosc":
+            compressors.append(BloscCodec(**codec["configuration"]))
+        elif codec["name"] == "crc32c":
+            compressors.append(Crc32cCodec())
+    array = zarr.create_array(
+        store={}, shape=tuple(doc["shape"]), chunks=tuple(sharding["configuration"]["chunk_shape"]),
+        shards=tuple(doc["chunk_grid"]["configuration"]["chunk_shape"]), dtype=doc["data_type"],
+        serializer=BytesCodec(endian="little") if inner[0].get("configuration") else BytesCodec(endian=None),
+        compressors=compressors or None, dimension_names=doc["dimension_names"], fill_value=doc["fill_value"],
+        chunk_key_encoding={"name": "default", "separator": "."}, attributes=doc["attributes"])
+    return json.loads(json.dumps(array.metadata.to_dict()))
+
+
+def _pack_arrays(window: Path) -> dict[str, dict]:
+    return {path: doc for path, doc in _documents(window).items()
+            if "/pack_" in path and doc["node_type"] == "array" and doc["codecs"][0]["name"] == "sharding_indexed"}
+
+
+@pytest.mark.parametrize("checksum", [True, False])
+def test_pack_documents_equal_zarr_pythons(windows, tmp_path, checksum):
+    window = windows[0] if checksum else _write(tmp_path / "nocrc", True, checksum=False)
+    arrays = _pack_arrays(window)
+    assert len(arrays) == 6
+    kinds = set()
+    for path, doc in arrays.items():
+        inner = [c["name"] for c in doc["codecs"][0]["configuration"]["codecs"]]
+        kinds.add(tuple(inner))
+        assert doc == _zarr_document(doc), path
+    crc = ["crc32c"] if checksum else []
+    assert kinds == {("bytes", "blosc", *crc), ("bytes", *crc)}  # the raw rule holds inside packs too
+
+
+def test_zarr_tensorstore_and_xarray_read_every_pack_array(windows):
+    import tensorstore as ts
+    import xarray as xr
+    import zarr
+
+    packed, plain = windows
+    for path, doc in _pack_arrays(packed).items():
+        pack, _, name = path.rpartition("/")
+        tasks = json.loads((packed / pack / "task" / "zarr.json").read_bytes())["attributes"]["tasks"]
+        stage = pack.rpartition("/")[0]
+        expected = np.stack([zarr.open_array(str(plain / stage / t["group"] / name))[...] for t in tasks])
+        got = zarr.open_array(str(packed / path), mode="r")[...]
+        assert got.dtype == expected.dtype and got.tobytes() == expected.tobytes(), path
+        spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(packed / path)}}
+        read = ts.open(spec).result().read().result()
+        assert read.shape == expected.shape and read.tobytes() == expected.tobytes(), path
+    for pack in sorted(p for p in packed.rglob("pack_*") if p.is_dir()):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            dataset = xr.open_zarr(str(pack))
+        assert dataset["task"].dims == ("task",) and "owner_id" in dataset and "core_id" in dataset
+
+
+def test_records_attributes_and_stats_equal_the_schema6_writers(windows):
+    packed, plain = windows
+    docs = _documents(plain)
+    for path, doc in _pack_arrays(packed).items():
+        pack, _, name = path.rpartition("/")
+        stage = pack.rpartition("/")[0]
+        tasks = json.loads((packed / pack / "task" / "zarr.json").read_bytes())["attributes"]["tasks"]
+        for entry, record in zip(tasks, doc["attributes"]["records"], strict=True):
+            assert record == docs[f"{stage}/{entry['group']}/{name}"]["attributes"]
+            assert json.dumps(record["stats"]) == json.dumps(docs[f"{stage}/{entry['group']}/{name}"]["attributes"]["stats"])
+    nan_row = json.loads((packed / INV / "stages/up/pack_0000/input_00_x/zarr.json").read_bytes())["attributes"]["records"][2]
+    assert (nan_row["stats"]["nanCount"], nan_row["stats"]["infCount"]) == (1, 1)
+    y = json.loads((packed / INV / "stages/up/pack_0000/output_00_y/zarr.json").read_bytes())["attributes"]["records"][0]
+    assert list(y)[-1] == "stats" and isinstance(y["stats"]["min"], int)  # the writer's stats replace the given ones
+
+
+def _shard_chunk(window: Path, source: ShardSource) -> bytes:
+    shard = (window / source.shard).read_bytes()
+    entry = decode_index(shard[-index_nbytes(source.count):], source.count, source.shard)[source.slot]
+    assert entry is not None
+    return shard[entry[0] : entry[0] + entry[1]]
+
+
+def test_expand_pack_is_the_schema6_writers_view(windows):
+    packed, plain = windows
+    nodes = {path: doc for path, doc in _documents(packed).items()}
+    wanted = _documents(plain)
+    view: dict[str, dict] = {path: doc for path, doc in nodes.items() if "/pack_" not in path}
+    chunks = 0
+    for pack in sorted(p for p, d in nodes.items() if p.rpartition("/")[2].startswith("pack_")):
+        # the pack group's own document is not needed (a torn window has none)
+        virtual, sources = expand_pack(pack, {k: v for k, v in nodes.items() if k != pack})
+        view |= virtual
+        for key, source in sources.items():
+            stored = (plain / key).read_bytes()
+            if isinstance(source, ShardSource):
+                assert _shard_chunk(packed, source) == stored, key
+                chunks += 1
+            else:
+                assert isinstance(source, RangeSource)
+                values = np.arange(source.start, source.stop, dtype=np.int64)
+                if source.stop - source.start < 32:
+                    assert range_chunk(source) == stored, key
+                else:  # schema 6 compressed coordinates of 32 rows or more; the view stores them raw
+                    import zarr
+
+                    assert zarr.open_array(str(plain / key.rpartition("/")[0]))[...].tolist() == values.tolist()
+    assert chunks == 5 * 2 + 2 * 3 + 3
+    assert sorted(view) == sorted(wanted)
+    differ = set()
+    for path, doc in view.items():
+        expected = wanted[path]
+        if expected["node_type"] == "group" and "consolidated_metadata" in expected and path not in nodes:
+            # a virtual task group comes without consolidated metadata (the reader's store adds it)
+            assert doc == {k: v for k, v in expected.items() if k != "consolidated_metadata"}, path
+            continue
+        if doc != expected:
+            differ.add(path)
+            assert doc["attributes"] == {} and doc["dimension_names"] == [path.rpartition("/")[2]]
+            assert {k: v for k, v in doc.items() if k != "codecs"} == {k: v for k, v in expected.items() if k != "codecs"}
+            assert doc["codecs"] == [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]
+            assert [c["name"] for c in expected["codecs"]] == ["bytes", "blosc", "crc32c"]
+    # only the 40-row coordinates of stage up's first pack
+    assert differ == {f"{INV}/{_task('up', t)}/token" for t in range(5)}
+
+
+def test_torn_window_keeps_pack_arrays_readable(tmp_path):
+    writer = WindowWriter(tmp_path, durable=False)
+    session = writer.begin(0, 0, {"schemaVersion": 7})
+    session.write_invocation(mixed_invocation())
+    writer.close()
+    pack = tmp_path / "rank_0" / "window_0000" / INV / "stages" / "up" / "pack_0000"
+    assert not (pack / "zarr.json").exists()  # the group document waits for the commit
+    for name in ("task", "owner_id", "core_id", "input_00_x", "output_00_y"):
+        assert (pack / name / "zarr.json").is_file()
+    window = tmp_path / "rank_0" / "window_0000"
+    nodes = {p.parent.relative_to(window).as_posix(): json.loads(p.read_bytes()) for p in window.rglob("zarr.json")
+             if p.parent != window}
+    virtual, _ = expand_pack(f"{INV}/stages/up/pack_0000", nodes)
+    assert f"{INV}/{_task('up', 4)}/output_00_y" in virtual
+
+
+def test_pack_false_writes_schema6_task_groups(windows):
+    _, plain = windows
+    stage = plain / INV / "stages" / "up"
+    assert sorted(p.name for p in stage.iterdir() if p.is_dir()) == [
+        "task_000000", "task_000001", "task_000002", "task_000003", "task_000004", "task_000010_worker_001",
+        "task_000011_worker_002", "task_000020"]
+
+
+def test_only_packable_tasks_are_packed(tmp_path):
+    """A task whose record is over PACK_MAX_RECORD_BYTES, over the chunk size, empty, or whose coordinate is not a
+    range stays a schema-6 group; a task group not flagged ``task`` too."""
+    rng = np.random.default_rng(1)
+    groups, arrays = [], []
+    cases = {
+        0: (rng.standard_normal((4, 4)).astype(np.float32), {"token": np.arange(4, dtype=np.int64)}),  # packable
+        1: (np.zeros((PACK_MAX_RECORD_BYTES // 4 + 1,), np.float32), {}),  # over the pack limit
+        2: (np.zeros((0, 4), np.float32), {}),  # empty
+        3: (rng.standard_normal((4, 4)).astype(np.float32), {"token": np.array([0, 1, 3, 4], dtype=np.int64)}),
+        4: (rng.standard_normal((4, 4)).astype(np.float32), {}),  # not flagged as a task
+    }
+    for t, (data, coords) in cases.items():
+        groups.append(GroupWrite(_task("s", t), {"taskId": t}, task=t != 4))
+        arrays.append(ArrayWrite(f"{_task('s', t)}/input_00_x", data, ("token", "hidden")[: data.ndim], {}, coords))
+    window = _write(tmp_path / "a", True, InvocationWrite(INV, {}, groups, arrays))
+    stage = window / INV / "stages" / "s"
+    assert sorted(p.name for p in stage.iterdir() if p.is_dir()) == [
+        "pack_0000", "task_000001", "task_000002", "task_000003", "task_000004"]
+    small = _write(tmp_path / "b", True, InvocationWrite(INV, {}, groups[:1], arrays[:1]), chunk_bytes=32)
+    assert sorted(p.name for p in (small / INV / "stages" / "s").iterdir() if p.is_dir()) == ["task_000000"]
+
+
+def test_a_pack_name_taken_by_a_declared_group_is_refused(tmp_path):
+    groups = [GroupWrite(_task("s", 0), {"taskId": 0}, task=True), GroupWrite("stages/s/pack_0000", {})]
+    arrays = [ArrayWrite(f"{_task('s', 0)}/input_00_x", np.ones(3, np.float32), ("k",), {})]
+    with WindowWriter(tmp_path, durable=False) as writer:
+        session = writer.begin(0, 0, {})
+        with pytest.raises(ValueError, match=r"group '.*stages/s/pack_0000' would collide with the task-record pack"):
+            session.write_invocation(InvocationWrite(INV, {}, groups, arrays))
+    assert not (tmp_path / "rank_0" / "window_0000" / INV).exists()  # refused before a byte was written
+
+
+def test_many_tasks_split_into_shards_with_an_absent_tail(tmp_path):
+    rows = 2 * (16 << 20) // 4096 + 5  # two full shards of 4 KiB records, then 5 rows
+    groups = [GroupWrite(_task("s", t), {"taskId": t}, task=True) for t in range(rows)]
+    data = np.arange(rows * 1024, dtype=np.float32).reshape(rows, 1024)
+    arrays = [ArrayWrite(f"{_task('s', t)}/input_00_x", data[t], ("hidden",), {}) for t in range(rows)]
+    window = _write(tmp_path, True, InvocationWrite(INV, {}, groups, arrays), stats=False)
+    array = window / INV / "stages" / "s" / "pack_0000" / "input_00_x"
+    assert sorted(p.name for p in array.iterdir()) == ["c.0.0", "c.1.0", "c.2.0", "zarr.json"]
+    per_shard = (16 << 20) // 4096
+    tail = (array / "c.2.0").read_bytes()
+    entries = decode_index(tail[-index_nbytes(per_shard):], per_shard, "c.2.0")
+    assert all(e is not None for e in entries[:5]) and all(e is None for e in entries[5:])
+    import zarr
+
+    assert zarr.open_array(str(array))[...].tobytes() == data.tobytes()
+    assert "stats" not in json.loads((array / "zarr.json").read_bytes())["attributes"]["records"][0]
+
+
+# --------------------------------------------------------------------------- vectorised statistics
+def _accumulated(rows):
+    return [StatsAccumulator(r.dtype).update(r).result() for r in rows]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16", "float8_e4m3fn", "int8", "int64",
+                                   "uint64", "bool"])
+@pytest.mark.parametrize("size", [1, 7, 2048, _SLICE, _SLICE + 3])
+def test_row_stats_equal_the_accumulator_bit_for_bit(dtype, size):
+    rng = np.random.default_rng(size)
+    count = 6 if size > 4096 else 40
+    if dtype == "bool":
+        block = rng.integers(0, 2, size=(count, size)).astype(bool)
+    elif dtype in ("int8", "int64", "uint64"):
+        info = np.iinfo(dtype)
+        block = rng.integers(info.min, info.max, size=(count, size), dtype=dtype, endpoint=True)
+    else:
+        block = (rng.standard_normal((count, size)) * 1e3).astype(np.float64 if dtype == "float64" else np.float32)
+        block = block.astype(getattr(ml_dtypes, dtype, None) or dtype)
+        block[1] = -0.0  # a -0.0 sum: the accumulator starts from 0.0
+        if size > 1:
+            block[2, 0], block[3, -1] = np.nan, np.inf
+        block[4] = np.inf
+    rows = [np.ascontiguousarray(block[i].reshape(-1)) for i in range(count)]
+    assert json.dumps(row_stats(rows)) == json.dumps(_accumulated(rows))
