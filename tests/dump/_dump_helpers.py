@@ -17,19 +17,112 @@ from megadump_zarr.runtime import Graph, MegaKernel, OperatorNode, SplitSpec, Te
 
 
 # --------------------------------------------------------------------------- store helpers
+# Schema 7 stores a stage's small task records as task-record packs; these helpers read a node path of the
+# schema-6 view (stages/{stage}/task_.../input_00_x) from its physical document or, in a packed stage, from
+# the pack's expansion (store.packs.expand_pack: the writer's contract with the readers).
+def _stage_of(path: Path) -> Path | None:
+    for stage in (path, *path.parents):
+        if stage.parent.name == "stages":
+            return stage
+    return None
+
+
+def _pack_view(path: Path) -> tuple[Path, dict[str, dict[str, Any]], dict[str, Any]] | None:
+    """``(window, virtual nodes, chunk sources)`` of the packs of the stage holding ``path``, or None."""
+    from megadump_zarr.store.packs import expand_pack
+
+    stage = _stage_of(path)
+    window = next((a for a in path.parents if a.name.startswith("window_")), None)
+    if stage is None or window is None:
+        return None
+    virtual: dict[str, dict[str, Any]] = {}
+    sources: dict[str, Any] = {}
+    for pack in sorted(p for p in stage.glob("pack_*") if p.is_dir()):
+        nodes = {d.parent.relative_to(window).as_posix(): json.loads(d.read_bytes()) for d in pack.glob("*/zarr.json")}
+        more, where = expand_pack(pack.relative_to(window).as_posix(), nodes)
+        virtual |= more
+        sources |= where
+    return window, virtual, sources
+
+
+def view_doc(path: str | Path) -> dict[str, Any]:
+    """The document of the node at ``path`` in the schema-6 view (physical, or expanded from its pack)."""
+    path = Path(path)
+    if (path / "zarr.json").is_file():
+        return read_json(path / "zarr.json")
+    view = _pack_view(path)
+    doc = None if view is None else view[1].get(path.relative_to(view[0]).as_posix())
+    if doc is None:
+        raise FileNotFoundError(f"no node at {path} (nor in a pack of its stage)")
+    return doc
+
+
 def read_json(path: str | Path) -> dict[str, Any]:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    """A JSON file; a ``zarr.json`` of the schema-6 view that a pack holds comes from the pack."""
+    path = Path(path)
+    if path.name == "zarr.json" and not path.is_file():
+        return view_doc(path.parent)
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def node_attrs(path: str | Path) -> dict[str, Any]:
-    """Attributes of the Zarr node (group or array) at ``path`` read from its zarr.json."""
-    return read_json(Path(path) / "zarr.json")["attributes"]
+    """Attributes of the Zarr node (group or array) at ``path`` (see :func:`view_doc`)."""
+    return view_doc(path)["attributes"]
+
+
+def pack_row(path: str | Path) -> tuple[Path, int]:
+    """The pack directory holding the packed task group (or record) at ``path``, and the task's row in it."""
+    path = Path(path)
+    stage = _stage_of(path)
+    assert stage is not None, path
+    task = path if path.parent == stage else next(a for a in path.parents if a.parent == stage)
+    for pack in sorted(p for p in stage.glob("pack_*") if p.is_dir()):
+        tasks = read_json(pack / "task" / "zarr.json")["attributes"]["tasks"]
+        for row, entry in enumerate(tasks):
+            if entry["group"] == task.name:
+                return pack, row
+    raise FileNotFoundError(f"task group {task} is in no pack of {stage}")
 
 
 def read_array(path: str | Path) -> np.ndarray:
+    """The array at ``path`` of the schema-6 view: zarr's read of the physical array, or of its pack row."""
     import zarr
 
-    return zarr.open_array(str(path), mode="r")[...]
+    path = Path(path)
+    if (path / "zarr.json").is_file():
+        return zarr.open_array(str(path), mode="r")[...]
+    doc = view_doc(path)
+    if path.parent.parent == _stage_of(path) and path.name in doc.get("dimension_names", ()) and len(doc["shape"]) == 1:
+        window, _, sources = _pack_view(path)  # a row coordinate: arange(start, stop)
+        source = sources.get(f"{path.relative_to(window).as_posix()}/c.0")
+        return np.arange(source.start, source.stop, dtype=np.int64) if source else np.zeros(0, np.int64)
+    pack, row = pack_row(path)
+    return zarr.open_array(str(pack / path.name), mode="r")[row]
+
+
+def open_task(task: str | Path) -> Any:
+    """``xr.open_zarr`` of a task group: the physical group itself, or its row of the pack holding it (the pack
+    is the physical data group plain xarray opens)."""
+    import xarray as xr
+
+    task = Path(task)
+    if (task / "zarr.json").is_file():
+        return xr.open_zarr(str(task))
+    pack, row = pack_row(task)
+    return xr.open_zarr(str(pack)).isel(task=row)
+
+
+def view_children(group: str | Path) -> tuple[list[str], list[str]]:
+    """(groups, arrays) directly below ``group`` in the schema-6 view (packs replaced by their task groups)."""
+    group = Path(group)
+    direct = {p.name: read_json(p / "zarr.json") for p in (group.iterdir() if group.is_dir() else ())
+              if (p / "zarr.json").is_file() and not p.name.startswith("pack_")}
+    view = _pack_view(group / "x") if group.parent.name == "stages" else _pack_view(group)
+    if view is not None:
+        prefix = group.relative_to(view[0]).as_posix() + "/"
+        direct |= {k[len(prefix):]: v for k, v in view[1].items() if k.startswith(prefix) and "/" not in k[len(prefix):]}
+    return (sorted(k for k, v in direct.items() if v["node_type"] == "group"),
+            sorted(k for k, v in direct.items() if v["node_type"] == "array"))
 
 
 def file_hashes(root: str | Path) -> dict[str, str]:

@@ -18,7 +18,7 @@ import xarray as xr
 from megadump_zarr import TensorDumpConfig, tensor_dump
 from megadump_zarr.demo.model import DemoConfig, MoEBlock
 from megadump_zarr.runtime import MegaKernel
-from tests.dump._dump_helpers import read_json
+from tests.dump._dump_helpers import open_task, pack_row, read_json
 
 BF16 = DemoConfig(dtype=torch.bfloat16)
 
@@ -54,30 +54,36 @@ READER = textwrap.dedent("""
 """)
 
 
-def test_plain_interpreter_reads_bfloat16_task_groups(tmp_path, monkeypatch):
+def test_plain_interpreter_reads_bfloat16_task_record_packs(tmp_path, monkeypatch):
+    """Schema 7 keeps the expert_up tasks' records in packs (one row per task): the packs are the data groups a
+    plain interpreter opens."""
     inv, seen = l1_bf16_dump(tmp_path, monkeypatch)
     xs, counts, w_up = seen["before"][0], seen["before"][1], seen["before"][2]
-    tasks = [inv / "stages" / "expert_up" / f"task_{e:06d}" for e in range(4)]
-    result = subprocess.run([sys.executable, "-W", "error", "-c", READER, *map(str, tasks)], capture_output=True,
+    rows_of = [pack_row(inv / "stages" / "expert_up" / f"task_{e:06d}") for e in range(4)]
+    packs = sorted({pack for pack, _ in rows_of})
+    result = subprocess.run([sys.executable, "-W", "error", "-c", READER, *map(str, packs)], capture_output=True,
                             text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     data = json.loads(result.stdout)
     start = 0
-    for e, task in enumerate(tasks):
+    for e, (pack, row) in enumerate(rows_of):
         rows = slice(start, start + int(counts[e]))
         start = rows.stop
-        got = data[str(task)]
-        assert set(got) == {"input_00_xs", "input_01_expert_counts", "input_02_w_up", "output_00_ws", "coords"}
+        got = data[str(pack)]
+        assert set(got) == {"input_00_xs", "input_01_expert_counts", "input_02_w_up", "output_00_ws", "owner_id",
+                            "core_id", "coords"}
         assert got["input_00_xs"]["dtype"] == "bfloat16"
-        assert got["input_00_xs"]["dims"] == ["slot", "hidden"]
-        assert got["input_00_xs"]["values"] == xs[rows].float().tolist()
-        assert got["input_02_w_up"]["values"] == w_up[e].float().tolist()
+        assert got["input_00_xs"]["dims"] == ["task", "slot", "hidden"]
+        assert got["input_00_xs"]["values"][row] == xs[rows].float().tolist()
+        assert got["input_02_w_up"]["values"][row] == w_up[e].float().tolist()
         hidden = F.silu(xs[rows] @ w_up[e])  # the task's output, recomputed in bfloat16
         assert got["output_00_ws"]["dtype"] == "bfloat16"
-        assert got["output_00_ws"]["values"] == hidden.float().tolist()
+        assert got["output_00_ws"]["values"][row] == hidden.float().tolist()
         assert got["input_01_expert_counts"]["dtype"] == "int64"
-        assert got["coords"]["slot"] == list(range(rows.start, rows.stop))
+        assert got["coords"]["task"][row] == e
+        entry = read_json(pack / "task" / "zarr.json")["attributes"]["tasks"][row]
+        assert entry["coords"] == {"slot": [rows.start, rows.stop], "expert": [0, 4]}
 
 
 def test_plain_interpreter_reads_bfloat16_l0(tmp_path):
@@ -138,16 +144,24 @@ def test_every_group_opens_without_warning(tmp_path):
     with tensor_dump(TensorDumpConfig(tmp_path / "g", level="L1", kernel_names="moe_dispatch", stages="gather")):
         block.route(block.make_input())
     l1 = data_groups(tmp_path / "l1" / "rank_0" / "window_0000") + data_groups(tmp_path / "g" / "rank_0" / "window_0000")
-    tasks = [p for p in l1 if p.parent.parent.name == "stages"]
-    assert len(tasks) == 4 + 4 + 5 + (4 * 8 + 5)  # gather: 8 one-row shards per full tile, 5 for the last
+    packs = [p for p in l1 if p.parent.parent.name == "stages"]
+    assert all(p.name.startswith("pack_") for p in packs)  # every task of these stages is packed
+    tasks = sum(read_json(p / "zarr.json")["attributes"]["taskCount"] for p in packs)
+    assert tasks == 4 + 4 + 5 + (4 * 8 + 5)  # gather: 8 one-row shards per full tile, 5 for the last
     datasets = open_all_silently(l1)
+    bf16 = 0
     for ds in datasets:
         for var in ds.data_vars.values():
-            if var.attrs.get("originalDtype") == "bfloat16":
+            records = var.attrs.get("records", [var.attrs])
+            if records[0].get("originalDtype") == "bfloat16":
                 assert var.dtype.name == "bfloat16"
-    # a task group's record values equal the window's own view of them
-    ds = xr.open_zarr(str(tmp_path / "l1" / "rank_0" / "window_0000" / "invocation_000000_forward" / "stages" / "combine"
-                          / "task_000017"))
+                bf16 += 1
+    assert bf16 > 0
+    # a task's record values equal the window's own view of them
+    ds = open_task(tmp_path / "l1" / "rank_0" / "window_0000" / "invocation_000000_forward" / "stages" / "combine"
+                   / "task_000017")
     assert ds["output_00_out"].shape == (5, 16)
-    assert ds["token"].values.tolist() == list(range(32, 37))
+    pack, row = pack_row(tmp_path / "l1" / "rank_0" / "window_0000" / "invocation_000000_forward" / "stages" / "combine"
+                         / "task_000017")
+    assert read_json(pack / "task" / "zarr.json")["attributes"]["tasks"][row]["coords"] == {"token": [32, 37]}
     assert np.array_equal(ds["input_00_x"].values.astype(np.float32), x[32:].float().numpy())

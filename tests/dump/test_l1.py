@@ -29,6 +29,7 @@ from tests.dump._dump_helpers import (
     read_array,
     read_json,
     spec,
+    view_children,
 )
 
 EXPERT_STAGES = ("expert_up", "expert_down", "unpermute", "combine")
@@ -44,11 +45,9 @@ def task_dir(invocation: Path, stage: str, task_id: int, worker: int | None = No
 
 
 def group_children(group: Path) -> tuple[list[str], list[str]]:
-    """(groups, arrays) directly below ``group``, from their own documents (groups between the
-    window and the data groups carry no consolidated metadata)."""
-    direct = {p.name: read_json(p / "zarr.json") for p in group.iterdir() if (p / "zarr.json").is_file()}
-    return (sorted(k for k, v in direct.items() if v["node_type"] == "group"),
-            sorted(k for k, v in direct.items() if v["node_type"] == "array"))
+    """(groups, arrays) directly below ``group`` in the schema-6 view, from their own documents (groups
+    between the window and the data groups carry no consolidated metadata; packs expand to task groups)."""
+    return view_children(group)
 
 
 def record_arrays(task: Path) -> list[str]:
@@ -215,7 +214,7 @@ def test_backward_expert_stage_values(tmp_path, monkeypatch):
     inv = tmp_path / "rank_0" / "window_0000" / "invocation_000000_backward"
     counts = captured["after"][3]
     start = 0
-    tasks = sorted(p.name for p in (inv / "stages" / "expert_up_bwd").iterdir() if p.is_dir())
+    tasks = view_children(inv / "stages" / "expert_up_bwd")[0]
     assert len(tasks) == 4
     for e, name in enumerate(tasks):
         rows = slice(start, start + int(counts[e]))
@@ -263,9 +262,7 @@ def test_task_group_attrs_and_placement(tmp_path, monkeypatch):
     inv = tmp_path / "rank_0" / "window_0000" / "invocation_000000_forward"
     seen = 0
     for stage in ("expert_up", "expert_down", "combine"):
-        for task in sorted((inv / "stages" / stage).iterdir()):
-            if not task.is_dir():
-                continue
+        for task in [inv / "stages" / stage / name for name in view_children(inv / "stages" / stage)[0]]:
             attrs = node_attrs(task)
             tid = attrs["taskId"]
             assert task.name == f"task_{tid:06d}"

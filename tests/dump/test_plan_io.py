@@ -15,6 +15,7 @@ from megadump_zarr import TensorDumpConfig, tensor_dump
 from megadump_zarr.demo.model import DemoConfig, MoEBlock
 from megadump_zarr.dump.plan_io import PLAN_SCHEMA, load_plan, records_from_plan, salvage_window
 from megadump_zarr.store.writer import WindowWriter
+from tests.dump._dump_helpers import open_task
 
 
 def _config(root, **kw):
@@ -96,7 +97,7 @@ def test_failed_launch_leaves_its_plan_and_the_buffer_salvages(tmp_path):
     url = WindowWriter(out).write_window(window, status="aborted")
     attrs = json.loads((out / "rank_0" / "window_0000" / "zarr.json").read_text())["attributes"]
     assert attrs["status"] == "aborted" and attrs["salvaged"] is True
-    task = xr.open_zarr(f"{url}/invocation_000000_forward/stages/expert_up/task_000000")
+    task = open_task(f"{url}/invocation_000000_forward/stages/expert_up/task_000000")
     plan_up0 = next(r for r in records if r.stage == "expert_up" and r.task_id == 0 and r.io == "output")
     raw = captured["buffer"].numpy()[plan_up0.payload_offset: plan_up0.payload_offset + plan_up0.payload_bytes]
     np.testing.assert_array_equal(task["output_00_ws"].values.reshape(-1), raw.view(np.float32))

@@ -1,0 +1,41 @@
+"""The dump layer's side of schema 7: L1 task groups are flagged for the store's task-record packs."""
+
+from __future__ import annotations
+
+import torch
+
+from megadump_zarr import TensorDumpConfig, tensor_dump
+from megadump_zarr.demo.model import DemoConfig, MoEBlock
+from megadump_zarr.dump import window as window_module
+from megadump_zarr.dump.export import SCHEMA_VERSION
+from megadump_zarr.store import packs
+from tests.dump._dump_helpers import read_json
+
+
+def test_pack_storage_names_the_stores_layout():
+    # the dump layer may not import the store: the two spellings of the window attribute must agree
+    assert window_module.PACK_STORAGE == packs.PACK_STORAGE == "task_record_packs"
+    assert SCHEMA_VERSION == 7
+
+
+def test_l1_windows_flag_task_groups_and_stamp_schema_7(tmp_path, monkeypatch):
+    built = []
+    real = window_module.build_window
+
+    def spy(*args, **kwargs):
+        built.append(real(*args, **kwargs))
+        return built[-1]
+
+    import megadump_zarr.dump.dumper as dumper_module
+
+    monkeypatch.setattr(dumper_module, "build_window", spy)
+    block = MoEBlock(DemoConfig(dtype=torch.float32))
+    with tensor_dump(TensorDumpConfig(tmp_path, level="L1", kernel_names="moe_experts", stages="expert_up")):
+        block(block.make_input())
+    (window,) = built
+    assert window.attrs["schemaVersion"] == 7 and window.attrs["stageViewStorage"] == "task_record_packs"
+    groups = window.invocations[0].groups
+    assert [g.path for g in groups if g.task] == [f"stages/expert_up/task_{e:06d}" for e in range(4)]
+    assert [g.path for g in groups if not g.task] == ["stages/expert_up"]
+    attrs = read_json(tmp_path / "rank_0" / "window_0000" / "zarr.json")["attributes"]
+    assert (attrs["schemaVersion"], attrs["stageViewStorage"]) == (7, "task_record_packs")
