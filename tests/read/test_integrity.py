@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+import re
 import shutil
 
 import numpy as np
@@ -17,6 +18,7 @@ import pytest
 from megadump_zarr import open_dump
 from megadump_zarr.cli.main import main
 from megadump_zarr.read.errors import DumpIntegrityError
+from megadump_zarr.read.location import list_prefix, open_location
 
 
 @pytest.fixture(scope="module")
@@ -89,10 +91,10 @@ def test_truncated_l1_chunk(dump_copy: Path) -> None:
     root = dump_copy / "l1"
     records = open_dump(root).records()
     row = records[records["stored_bytes"] > 0].iloc[0]
-    record_dir = root / row["path"]
-    chunk = sorted(p for p in record_dir.iterdir() if p.name != "zarr.json")[0]
-    chunk.unlink()
-    with pytest.raises(DumpIntegrityError, match=chunk.name):
+    view = open_location(root).store
+    key = sorted(k for k in list_prefix(view, f"{row['path']}/") if not k.endswith("zarr.json"))[0]
+    (root / view.stored_key(key)).unlink()  # the chunk file, or the pack shard that holds it (schema 7)
+    with pytest.raises(DumpIntegrityError, match=f"chunk {re.escape(key)} in .* is missing"):
         open_dump(root).record_array(row["path"]).values
 
 
@@ -134,8 +136,11 @@ def test_export_hdf5_refuses_and_leaves_nothing(dump_copy: Path, tmp_path: Path,
 
 
 def test_corrupt_coordinate_chunk_of_a_stitched_tensor(dump_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """tensor() reads the small global-row coordinate arrays while stitching: a damaged one is named too."""
-    root = dump_copy / "l1"
+    """tensor() reads the small global-row coordinate arrays while stitching: a damaged one is named too.
+
+    A schema-7 pack stores no row coordinates (they are computed from its task attributes), so the
+    stored schema-6 dump is damaged here."""
+    root = Path(shutil.copytree(Path(__file__).parent / "data" / "schema6" / "l1", dump_copy / "schema6"))
     records = open_dump(root).records()
     row = records[(records["name"] == "xs") & (records["stage"] == "expert_up")].iloc[0]
     group = root / row["group"]

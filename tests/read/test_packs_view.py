@@ -288,3 +288,97 @@ def test_s3_packed_window_reads(roots):
         path = f"{STAGES}/combine/task_000016/input_01_ws"
         np.testing.assert_array_equal(dump.record_array(path).values, open_dump(plain).record_array(path).values)
         assert dump.verify().ok
+
+
+# --------------------------------------------------------------------------- the writer's packs
+def _normal(doc, coordinate_codecs: bool = True):
+    """A document without commit times (and, for long row coordinates, without codecs: schema 6
+    compresses a coordinate of 32 rows or more, the view serves it raw)."""
+    if isinstance(doc, dict):
+        out = {k: _normal(v, coordinate_codecs) for k, v in doc.items() if k not in ("createdAt", "committedAt")}
+        if (doc.get("node_type") == "array" and doc.get("attributes") == {} and len(doc.get("shape", [])) == 1
+                and doc["shape"][0] >= 32):
+            out.pop("codecs")
+        return out
+    if isinstance(doc, list):
+        return [_normal(v, coordinate_codecs) for v in doc]
+    return doc
+
+
+def _long_coordinate(view, key: str) -> bool:
+    doc = json.loads(get_bytes(view, f"{key.rpartition('/')[0]}/zarr.json"))
+    return doc.get("attributes") == {} and len(doc["shape"]) == 1 and doc["shape"][0] >= 32
+
+
+def assert_same_schema6_view(plain: Path, packed: Path) -> int:
+    """The view over ``packed`` (written with ``pack=True``) serves every key of ``plain`` (``pack=False``):
+    same listing, same documents, same chunk bytes (long row coordinates: same values). Returns the keys
+    compared."""
+    a, b = open_location(plain).store, open_location(packed).store
+    keys = sorted(list_prefix(a, ""))
+    assert sorted(list_prefix(b, "")) == keys
+    assert any("/pack_" in f for f in _files(packed)) and not any("/pack_" in k for k in keys)
+    for key in keys:
+        mine, theirs = get_bytes(b, key), get_bytes(a, key)
+        assert mine is not None, key
+        if key.endswith("zarr.json"):
+            assert _normal(parse_json(mine, key)) == _normal(parse_json(theirs, key)), key
+        elif mine != theirs:
+            assert _long_coordinate(a, key), key
+            array = key.rpartition("/")[0]
+            np.testing.assert_array_equal(zarr.open_array(b, path=array, mode="r")[...],
+                                          zarr.open_array(a, path=array, mode="r")[...])
+    return len(keys)
+
+
+def assert_same_dump(plain: Path, packed: Path) -> None:
+    a, b = open_dump(plain), open_dump(packed)
+    pd.testing.assert_frame_equal(a.records(), b.records())
+    for path in a.records()["path"]:
+        left, right = a.record_array(path), b.record_array(path)
+        assert left.dims == right.dims and left.attrs == right.attrs, path
+        np.testing.assert_array_equal(left.values, right.values)
+    assert b.verify(deep=True).ok
+
+
+@pytest.fixture(scope="module")
+def demo_pair(tmp_path_factory) -> tuple[Path, Path]:
+    """One demo step (the read tests' L1 selection) dumped with packs and, into another root, without."""
+    import functools
+
+    import megadump_zarr.api
+    from megadump_zarr import TensorDumpConfig
+    from megadump_zarr.demo.model import DemoConfig
+    from megadump_zarr.store.writer import WindowWriter
+    from tests.read.conftest import L1_STAGES, L1_TENSORS, run_step
+
+    base = tmp_path_factory.mktemp("pair")
+    for name, pack in (("packed", True), ("plain", False)):
+        config = TensorDumpConfig(base / name, level="L1", kernel_names=("moe_experts", "moe_dispatch"),
+                                  stages=L1_STAGES, tensor_names=L1_TENSORS)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(megadump_zarr.api, "WindowWriter", functools.partial(WindowWriter, pack=pack))
+            run_step(base / name, config, DemoConfig())
+    return base / "plain", base / "packed"
+
+
+def test_the_writers_packs_read_as_its_schema6_layout(demo_pair):
+    plain, packed = demo_pair
+    assert assert_same_schema6_view(plain, packed) > 300
+    assert_same_dump(plain, packed)
+
+
+def test_bench_window_of_several_shards_reads_as_schema6(tmp_path, monkeypatch):
+    """The export benchmark's window (bf16 tiles, 2 KiB records), shards of 8 records."""
+    import torch
+
+    from benchmarks.export import make_workload, ours
+
+    monkeypatch.setattr("megadump_zarr.store.packs.PACK_SHARD_BYTES", 8 * 2048)
+    buffer, plans = make_workload(96, 2048, torch.bfloat16)
+    ours(buffer, plans, tmp_path / "plain", pack=False, durable=False)
+    ours(buffer, plans, tmp_path / "packed", pack=True, durable=False)
+    shards = [f for f in _files(tmp_path / "packed") if "/pack_" in f and "/c." in f and "/task/" not in f]
+    assert len(shards) >= 12, shards
+    assert assert_same_schema6_view(tmp_path / "plain", tmp_path / "packed") > 96 * 2
+    assert_same_dump(tmp_path / "plain", tmp_path / "packed")

@@ -9,6 +9,7 @@ import pandas as pd
 import zarr
 
 from megadump_zarr.read import EXTRA_COLUMNS, RECORD_COLUMNS, open_dump
+from megadump_zarr.read.location import open_location
 
 REQUIRED = [
     "rank", "window", "invocation", "step", "direction", "kernel", "level", "stage", "task_id", "stage_task_index",
@@ -95,7 +96,8 @@ def test_l1_counts_and_task_columns(demo_dumps):
 
 
 def _stored(root, path) -> np.ndarray:
-    array = zarr.open_array(str(root / path), mode="r")
+    # through the pack view: a schema-7 record may be a row of a task-record pack
+    array = zarr.open_array(open_location(root).store, path=path, mode="r")
     return np.asarray(array[...]).astype(np.float64)
 
 

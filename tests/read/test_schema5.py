@@ -71,7 +71,7 @@ def test_the_fixture_is_schema_5(stored, level):
 
 @pytest.mark.parametrize("level", LEVELS)
 def test_records_and_values_equal_todays_dump_of_the_same_step(stored, fresh, level):
-    assert _window_doc(fresh / level)["attributes"]["schemaVersion"] == 6
+    assert _window_doc(fresh / level)["attributes"]["schemaVersion"] == 7
     old, new = open_dump(stored / level), open_dump(fresh / level)
     a, b = old.records(), new.records()
     assert len(a) > 0 and len(a) == len(b)

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from zarr.storage import LocalStore
 
 from megadump_zarr.read import open_dump
+from megadump_zarr.read.location import open_location
 from megadump_zarr.read.stitch import Piece, stitch
 from megadump_zarr.store.writer import WindowWriter
 
@@ -61,7 +61,7 @@ def test_expert_hidden_activations_only_l1_sees(demo_dumps):
 def test_sel_owner_returns_that_experts_rows(demo_dumps, counting_store):
     run = demo_dumps["l1"]
     counts = run.param("moe_experts", 1)
-    store = counting_store(LocalStore(run.root, read_only=True))
+    store = counting_store(open_location(run.root).store)  # counts the schema-6 keys the pack view serves
     dump = open_dump(store)
     hidden = dump.tensor("ws", stage="expert_up")
     data_reads = [k for k in store.chunk_reads() if "/output_00_ws/" in k]

@@ -56,6 +56,7 @@ from megadump_zarr.store.packs import (
 __all__ = ["PackedView", "base_store", "packed_view"]
 
 _WINDOW = re.compile(r"^rank_\d+/window_\d+$")
+_RANK = re.compile(r"^rank_\d+$")
 _PACK = re.compile(rf"^[^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+")
 _PACK_PATH = re.compile(rf"^([^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+)(?:/|$)")
 _PACK_TASK = re.compile(rf"^([^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+)/{re.escape(TASK_ARRAY)}$")
@@ -66,6 +67,7 @@ _EMPTY_CONSOLIDATED = {"kind": "inline", "must_understand": False, "metadata": {
 _PACKED_WINDOWS = 16  # expansions kept (a 4096-record window's is a few MB)
 _PLAIN_WINDOWS = 65536  # windows known to hold no pack (a few bytes each)
 _INDEXES = 256  # shard indexes kept
+_INDEX_DOCS = 64  # root and rank documents kept
 _T = TypeVar("_T")
 
 
@@ -144,6 +146,78 @@ def _expand(window: str, packs: dict[str, dict[str, dict[str, Any]]], strict: bo
     return virtual, sources
 
 
+def _replace_packs(nodes: dict[str, Any], window: str, strict: bool) -> tuple[dict[str, Any], dict[str, dict[str, Any]],
+                                                                            dict[str, ShardSource | RangeSource]] | None:
+    """``nodes`` (relative to a window) with every node at or below a pack replaced by the packs' schema-6
+    nodes (task groups as flat consolidated entries); ``None`` when it holds no pack.
+
+    Returns:
+        ``(nodes in zarr's order, virtual nodes, chunk sources)``.
+    """
+    packs: dict[str, dict[str, dict[str, Any]]] = {}
+    for path, node in nodes.items():
+        match = _PACK_TASK.match(path)
+        if match and isinstance(node, dict) and node.get("node_type") == "array":
+            packs[match.group(1)] = {}
+    if not packs:
+        return None
+    kept: dict[str, Any] = {}
+    for path, node in nodes.items():
+        match = _PACK_PATH.match(path) if _PACK.match(path) else None
+        if match is None:
+            kept[path] = node
+        elif match.group(1) in packs and isinstance(node, dict):
+            packs[match.group(1)][path] = node
+    virtual, sources = _expand(window, packs, strict)
+    clash = next((path for path in virtual if path in kept), None)
+    if clash is not None:
+        where = f"{window}/{clash}" if window else clash
+        raise DumpIntegrityError(f"{where} is both stored and in a task-record pack", key=where)
+    for path, node in virtual.items():
+        kept[path] = _flat_group(node) if node.get("node_type") == "group" else node
+    return {path: kept[path] for path in sorted(kept, key=consolidated_sort_key)}, virtual, sources
+
+
+def _index_document(raw: bytes, key: str, depth: int) -> bytes:
+    """A root or rank document whose consolidated metadata repeats complete windows (``store.root_index``),
+    with each window's packs replaced by their schema-6 nodes.
+
+    Args:
+        raw: The stored document.
+        key: Its key, for messages.
+        depth: Path components of a window key inside it (2 in the root's, 1 in a rank's).
+    """
+    if _MARKER not in raw:
+        return raw
+    doc = parse_json(raw, key)
+    consolidated = doc.get("consolidated_metadata")
+    nodes = consolidated.get("metadata") if isinstance(consolidated, dict) else None
+    if not isinstance(nodes, dict):
+        return raw
+    windows: dict[str, dict[str, Any]] = defaultdict(dict)
+    for path in nodes:
+        parts = path.split("/", depth)
+        if len(parts) > depth and _PACK.match(parts[depth]):
+            windows["/".join(parts[:depth])] = {}
+    if not windows:
+        return raw
+    out: dict[str, Any] = {}
+    for path, node in nodes.items():
+        parts = path.split("/", depth)
+        window = "/".join(parts[:depth])
+        if window in windows and len(parts) > depth:
+            windows[window][parts[depth]] = node
+        else:
+            out[path] = node
+    for window, inner in windows.items():
+        replaced = _replace_packs(inner, window, strict=False)
+        for path, node in (replaced[0] if replaced else inner).items():
+            out[f"{window}/{path}"] = node
+    document = dict(doc)
+    document["consolidated_metadata"] = {**consolidated, "metadata": {p: out[p] for p in sorted(out, key=consolidated_sort_key)}}
+    return dumps(document)
+
+
 def _finish(window: str, state: _Window) -> _Window:
     """Fill the listing and parent tables of an expanded window."""
     prefix = f"{window}/" if window else ""
@@ -192,6 +266,7 @@ class PackedView(WrapperStore[Store]):
         self._plain: OrderedDict[str, _Window] = OrderedDict()
         self._indexes: OrderedDict[str, tuple[list[tuple[int, int] | None], int | None]] = OrderedDict()
         self._inflight: dict[tuple[str, str], asyncio.Future[Any]] = {}
+        self._index_docs: OrderedDict[str, tuple[bytes, bytes]] = OrderedDict()
 
     # ------------------------------------------------------------------ plumbing
     def _with_store(self, store: Store) -> PackedView:
@@ -290,6 +365,17 @@ class PackedView(WrapperStore[Store]):
         window = f"{parts[0]}/{parts[1]}"
         return window if _WINDOW.match(window) else None
 
+    def _index_depth(self, key: str) -> int | None:
+        """For the root's and the ranks' documents (which may repeat complete windows): the path
+        components of a window key inside them."""
+        if self._window is not None:
+            return None
+        if key == "zarr.json":
+            return 2
+        if key.endswith("/zarr.json") and key.count("/") == 1 and _RANK.match(key[: -len("/zarr.json")]):
+            return 1
+        return None
+
     def _doc_key(self, window: str) -> str:
         return f"{window}/zarr.json" if window else "zarr.json"
 
@@ -329,28 +415,10 @@ class PackedView(WrapperStore[Store]):
         if found is None:
             return None
         doc, nodes = found
-        packs: dict[str, dict[str, dict[str, Any]]] = {}
-        for path, node in nodes.items():
-            match = _PACK_TASK.match(path)
-            if match and isinstance(node, dict) and node.get("node_type") == "array":
-                packs[match.group(1)] = {}
-        if not packs:
+        replaced = _replace_packs(nodes, window, strict=True)
+        if replaced is None:
             return _Window(raw, True)
-        kept: dict[str, Any] = {}
-        for path, node in nodes.items():
-            match = _PACK_PATH.match(path) if _PACK.match(path) else None
-            if match is None:
-                kept[path] = node
-            elif match.group(1) in packs and isinstance(node, dict):
-                packs[match.group(1)][path] = node
-        virtual, sources = _expand(window, packs, strict=True)
-        clash = next((path for path in virtual if path in kept), None)
-        if clash is not None:
-            raise DumpIntegrityError(f"{self._doc_key(window)}: {clash} is both stored and in a task-record pack",
-                                     key=self._doc_key(window))
-        for path, node in virtual.items():
-            kept[path] = _flat_group(node) if node.get("node_type") == "group" else node
-        metadata = {path: kept[path] for path in sorted(kept, key=consolidated_sort_key)}
+        metadata, virtual, sources = replaced
         document = dict(doc)
         document["consolidated_metadata"] = {**doc["consolidated_metadata"], "metadata": metadata}
         return _finish(window, _Window(raw, True, document=dumps(document), virtual=virtual, sources=sources))
@@ -422,7 +490,19 @@ class PackedView(WrapperStore[Store]):
     async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
         window = self._window_of(key)
         if window is None:
-            return await self._store.get(key, prototype, byte_range)
+            depth = self._index_depth(key)
+            if depth is None:
+                return await self._store.get(key, prototype, byte_range)
+            value = await self._store.get(key, prototype)
+            if value is None:
+                return None
+            raw = value.to_bytes()
+            cached = self._index_docs.get(key)
+            if cached is None or cached[0] != raw:
+                cached = self._index_docs[key] = (raw, _index_document(raw, key, depth))
+                while len(self._index_docs) > _INDEX_DOCS:
+                    self._index_docs.popitem(last=False)
+            return prototype.buffer.from_bytes(_slice(cached[1], byte_range))
         rel = key[len(self._prefix(window)) :]
         if rel == "zarr.json":
             value = await self._store.get(key, prototype)
@@ -551,6 +631,31 @@ class PackedView(WrapperStore[Store]):
                 except DumpIntegrityError:
                     return False
         return await self._store.exists(key)
+
+    def stored_key(self, key: str) -> str | None:
+        """Where the bytes of ``key`` are stored: the shard of a packed record chunk, ``None`` for a row
+        coordinate chunk (computed) or a virtual document (built), else ``key`` itself.
+
+        Args:
+            key: A key of the view (relative to its root).
+        """
+        from zarr.core.sync import sync
+
+        window = self._window_of(key)
+        if window is None:
+            return key
+        rel = key[len(self._prefix(window)) :]
+        if rel == "zarr.json":
+            return key
+        state = sync(self._window_state(window))
+        if not state.packed:
+            return key
+        source = state.sources.get(rel)
+        if isinstance(source, ShardSource):
+            return f"{self._prefix(window)}{source.shard}"
+        if source is not None or (rel.endswith("/zarr.json") and rel[: -len("/zarr.json")] in state.virtual):
+            return None
+        return key
 
     # ------------------------------------------------------------------ listings
     def _listed(self, window: str, state: _Window, physical: list[str]) -> list[str]:
