@@ -107,6 +107,8 @@ def _fill_counts(summary: DemoSummary) -> None:
     from megadump_zarr.read import open_dump
 
     for level_root in summary.roots.values():
+        if not (level_root / "zarr.json").is_file():  # no window of this level was written (too few steps)
+            continue
         records = open_dump(level_root).records()
         tensors = records[records["payload"]]
         summary.windows += len(records[["rank", "window"]].drop_duplicates())
