@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import functools
+import gc
 import math
 from typing import Any
 
@@ -83,7 +85,7 @@ class _DimTable:
         used: set[str] = set()
         resolved = []
         for axis, (name, length) in enumerate(zip(names, lengths)):
-            resolved.append(self._claim(safe_name(name), length, coords.get(axis), suffix, used))
+            resolved.append(self._claim(_safe(name), length, coords.get(axis), suffix, used))
             used.add(resolved[-1])
         return tuple(resolved)
 
@@ -106,6 +108,12 @@ class _DimTable:
         every record of a task share it)."""
         known = self._dims.get(name.casefold())
         return None if known is None else known[2]
+
+
+@functools.lru_cache(maxsize=4096)
+def _safe(name: str) -> str:
+    """:func:`safe_name`, remembered: a window repeats a few tensor and dimension names thousands of times."""
+    return safe_name(name)
 
 
 def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
@@ -178,7 +186,7 @@ def _row_coordinate(snapshot: L1Snapshot) -> np.ndarray | None:
 
 
 def _record_component(plan: Any) -> str:
-    return f"{plan.io}_{plan.index:02d}_{safe_name(plan.tensor_name)}"
+    return f"{plan.io}_{plan.index:02d}_{_safe(plan.tensor_name)}"
 
 
 def _l1_array(snapshot: L1Snapshot, dims: _DimTable, partial: bool = False) -> ArrayWrite:
@@ -302,7 +310,14 @@ def build_window(level: str, rank: int, window_index: int, invocations: list[Dum
         invocations: The rank's completed invocations in order.
     """
     is_l1 = level == "L1"
-    built = [_l1_invocation(i) if i.level == "L1" else _l0_invocation(i) for i in invocations]
+    paused = gc.isenabled()
+    if paused:  # every description built here lives until the window is written: a collection frees none
+        gc.disable()
+    try:
+        built = [_l1_invocation(i) if i.level == "L1" else _l0_invocation(i) for i in invocations]
+    finally:
+        if paused:
+            gc.enable()
     attrs = {
         "schemaVersion": SCHEMA_VERSION,
         "producer": f"megadump_zarr {megadump_zarr.__version__}",

@@ -272,13 +272,16 @@ def _default(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
+_ENCODER = json.JSONEncoder(allow_nan=True, separators=(",", ":"), default=_default)  # json.dumps's, made once
+
+
 def dumps(value: Any) -> bytes:
     """Compact JSON bytes, as zarr would parse them (NaN/Infinity allowed, numpy scalars converted).
 
     Args:
         value: A JSON-serialisable value (numpy scalars and arrays are converted).
     """
-    return json.dumps(value, allow_nan=True, separators=(",", ":"), default=_default).encode()
+    return _ENCODER.encode(value).encode()
 
 
 def consolidated_sort_key(path: str) -> tuple[int, str]:

@@ -92,12 +92,16 @@ def check_component(part: str, what: str, path: str) -> None:
         )
 
 
-def _split(path: str, what: str) -> list[str]:
+def _split(path: str, what: str, good: set[str] | None = None) -> list[str]:
+    """Check every component of ``path``; ``good`` remembers components already checked (one plan's set)."""
     if not isinstance(path, str):
         raise TypeError(f"{what} path must be a string, got {type(path).__name__}")
     parts = path.split("/")
     for part in parts:
-        check_component(part, what, path)
+        if good is None or part not in good:
+            check_component(part, what, path)
+            if good is not None:
+                good.add(part)
     return parts
 
 
@@ -109,12 +113,12 @@ def _join(group: str, name: str) -> str:
     return f"{group}/{name}" if group else name
 
 
-def _normalise(data: Any, path: str) -> np.ndarray:
-    array = np.asarray(data)
+def _normalise(data: Any, path: str, label: Any = None) -> np.ndarray:
+    array = data if type(data) is np.ndarray else np.asarray(data)
     try:
         data_type_name(array.dtype)
     except TypeError as exc:
-        raise TypeError(f"array {path!r}: {exc}") from None
+        raise TypeError(f"array {label(path) if label else path!r}: {exc}") from None
     if array.dtype.byteorder == ">":
         array = array.astype(array.dtype.newbyteorder("<"))
     if not array.flags.c_contiguous:
@@ -143,8 +147,9 @@ def plan_invocation(invocation: InvocationWrite, *, chunk_bytes: int, stats: boo
 
     groups: dict[str, Mapping[str, Any]] = {"": invocation.attrs}
     explicit: set[str] = set()
+    good: set[str] = set()  # components already checked
     for group in invocation.groups:
-        _split(group.path, "group")
+        _split(group.path, "group", good)
         if group.path in explicit:
             raise ValueError(f"group {label(group.path)!r} is declared twice and would collide with itself")
         explicit.add(group.path)
@@ -152,7 +157,7 @@ def plan_invocation(invocation: InvocationWrite, *, chunk_bytes: int, stats: boo
 
     arrays: dict[str, Any] = {}
     for item in invocation.arrays:
-        _split(item.path, "array")
+        _split(item.path, "array", good)
         if item.path in arrays:
             raise ValueError(f"array {label(item.path)!r} would collide with array {label(item.path)!r}")
         arrays[item.path] = item
@@ -184,7 +189,7 @@ def plan_invocation(invocation: InvocationWrite, *, chunk_bytes: int, stats: boo
             raise ValueError(f"dimension {dim!r} has lengths {known} and {length} in group {label(group)!r}")
 
     for path, item in arrays.items():
-        data = _normalise(item.data, label(path))
+        data = _normalise(item.data, path, label)
         dims = tuple(item.dims)
         if len(dims) != data.ndim or not all(isinstance(d, str) and d for d in dims):
             raise ValueError(
@@ -195,17 +200,19 @@ def plan_invocation(invocation: InvocationWrite, *, chunk_bytes: int, stats: boo
         group = _parent(path)
         for dim, size in zip(dims, data.shape, strict=True):
             use_dim(group, dim, int(size))
-        attrs = dict(item.attrs)
+        attrs = item.attrs if type(item.attrs) is dict and not (stats and "stats" in item.attrs) else dict(item.attrs)
         if stats:
             attrs.pop("stats", None)
         pending.append((path, data, dims, attrs))
         for dim, values in item.coords.items():
+            known = coords.get((group, dim))
+            if known is not None and known[0] is values:  # one coordinate object shared by a group's arrays
+                continue
             coord_path = _join(group, dim)
-            _split(coord_path, "coordinate")
-            values = _normalise(values, label(coord_path))
+            _split(coord_path, "coordinate", good)
+            values = _normalise(values, coord_path, label)
             if values.ndim != 1:
                 raise ValueError(f"coordinate {dim!r} of array {label(path)!r} must be 1-D, got shape {values.shape}")
-            known = coords.get((group, dim))
             if known is not None:
                 if known[0].shape != values.shape or not np.array_equal(known[0], values, equal_nan=_is_float(values)):
                     raise ValueError(
@@ -223,13 +230,13 @@ def plan_invocation(invocation: InvocationWrite, *, chunk_bytes: int, stats: boo
     ordered = sorted(groups, key=lambda p: (p.count("/") if p else -1, p))
     encoded = {}
     for path in ordered:
-        encoded[path] = _encode_attrs(groups[path], f"group {label(path)!r}")
+        encoded[path] = _encode_attrs(groups[path], lambda: f"group {label(path)!r}")
     packs: list[PackPlan] = []
     packed: set[str] = set()
     if pack:
         packs, packed = plan_packs(
             invocation.groups, groups, encoded, pending, coords, chunk_bytes=chunk_bytes, label=label,
-            encode=lambda attrs, path: _encode_attrs(attrs, f"array {label(path)!r}"))
+            encode=lambda attrs, path: _encode_attrs(attrs, lambda: f"array {label(path)!r}"))
         for path in packed:
             del encoded[path]
         for item in packs:
@@ -250,11 +257,12 @@ def _is_float(values: np.ndarray) -> bool:
     return values.dtype.kind == "f"
 
 
-def _encode_attrs(attrs: Mapping[str, Any], what: str) -> bytes:
+def _encode_attrs(attrs: Mapping[str, Any], what: str | Any) -> bytes:
+    """Encode attributes; ``what`` (a string, or a callable giving it) names the node in the error."""
     try:
-        return dumps(dict(attrs))
+        return dumps(attrs if type(attrs) is dict else dict(attrs))
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"attributes of {what} are not JSON-serialisable: {exc}") from None
+        raise TypeError(f"attributes of {what if isinstance(what, str) else what()} are not JSON-serialisable: {exc}") from None
 
 
 def _job(path, data, dims, attrs, chunk_bytes, stats, label) -> ArrayJob:
@@ -263,7 +271,7 @@ def _job(path, data, dims, attrs, chunk_bytes, stats, label) -> ArrayJob:
         data=data,
         dims=dims,
         attrs=attrs,
-        attrs_json=_encode_attrs(attrs, f"array {label(path)!r}"),
+        attrs_json=_encode_attrs(attrs, lambda: f"array {label(path)!r}"),
         chunks=plan_chunks(data.shape, data.dtype.itemsize, chunk_bytes),
         stats=stats,
     )
