@@ -1,0 +1,138 @@
+"""Where a record's bytes are on disk, whatever the window layout (schema-6 task groups or schema-7 packs).
+
+Tests that perturb, corrupt or delete stored data by hand need the physical place of a record; readers
+see the schema-6 key space either way (``read.packs``), so tests name records by their logical path
+(the ``records()["path"]`` column) and find the physical place here::
+
+    from tests._layout import record_chunk, stored_record
+
+    array, index = stored_record(root, path)      # zarr array holding it (writable) and its index there
+    array[index] = array[index] + 1.0             # perturb the record in place
+
+    span = record_chunk(root, path)               # file, offset and length of the record's (first) chunk
+    span.flip(3)                                  # flip a byte of the stored chunk (checksum mismatch)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import zarr
+
+from megadump_zarr.store.packs import TASK_ARRAY, TASKS_ATTR, decode_index, index_nbytes
+
+__all__ = ["ChunkSpan", "pack_of", "record_chunk", "stored_record", "task_dirs"]
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+def pack_of(root: str | os.PathLike[str], group: str) -> tuple[Path, int] | None:
+    """The pack directory and row holding the logical task group ``group`` (relative to ``root``), or None."""
+    stage = Path(root) / Path(group).parent
+    name = Path(group).name
+    for pack in sorted(stage.glob("pack_*")):
+        task_doc = pack / TASK_ARRAY / "zarr.json"
+        if not task_doc.is_file():
+            continue
+        for row, entry in enumerate(_read_json(task_doc)["attributes"][TASKS_ATTR]):
+            if entry["group"] == name:
+                return pack, row
+    return None
+
+
+def stored_record(root: str | os.PathLike[str], path: str) -> tuple[zarr.Array, Any]:
+    """The stored zarr array holding the record at logical ``path`` and the record's index in it.
+
+    Args:
+        root: Dump root (local).
+        path: The record's path relative to the root (``rank_0/window_0000/.../task_000001/output_00_ys``).
+    """
+    direct = Path(root) / path
+    if (direct / "zarr.json").is_file():
+        return zarr.open_array(str(direct), mode="r+"), ...
+    group, _, component = path.rpartition("/")
+    found = pack_of(root, group)
+    if found is None:
+        raise FileNotFoundError(f"no stored array and no pack holds record {path} below {root}")
+    pack, row = found
+    return zarr.open_array(str(pack / component), mode="r+"), row
+
+
+@dataclass(frozen=True)
+class ChunkSpan:
+    """Bytes ``[offset, offset + nbytes)`` of ``file``: one stored chunk (with its crc32c)."""
+
+    file: Path
+    offset: int
+    nbytes: int
+
+    def read(self) -> bytes:
+        """The chunk's stored bytes."""
+        with open(self.file, "rb") as handle:
+            handle.seek(self.offset)
+            return handle.read(self.nbytes)
+
+    def write(self, data: bytes) -> None:
+        """Overwrite the chunk's bytes in place (``data`` no longer than the chunk)."""
+        assert len(data) <= self.nbytes, (len(data), self.nbytes)
+        with open(self.file, "r+b") as handle:
+            handle.seek(self.offset)
+            handle.write(data)
+
+    def flip(self, at: int = 0, mask: int = 0x01) -> None:
+        """XOR one byte of the chunk (``at`` from the chunk's start; negative from its end)."""
+        raw = bytearray(self.read())
+        raw[at] ^= mask
+        self.write(bytes(raw))
+
+    @property
+    def whole_file(self) -> bool:
+        """Whether the chunk is the whole file (schema-6 chunk files)."""
+        return self.offset == 0 and self.nbytes == self.file.stat().st_size
+
+
+def record_chunk(root: str | os.PathLike[str], path: str, chunk: int = 0) -> ChunkSpan:
+    """Where chunk ``chunk`` (along axis 0) of the record at logical ``path`` is stored.
+
+    Args:
+        root: Dump root (local).
+        path: The record's path relative to the root.
+        chunk: Chunk index along axis 0 (packed records have exactly one chunk).
+    """
+    direct = Path(root) / path
+    if (direct / "zarr.json").is_file():
+        doc = _read_json(direct / "zarr.json")
+        ndim = len(doc["shape"])
+        file = direct / ("c" if ndim == 0 else "c." + ".".join([str(chunk)] + ["0"] * (ndim - 1)))
+        return ChunkSpan(file, 0, file.stat().st_size)
+    group, _, component = path.rpartition("/")
+    found = pack_of(root, group)
+    if found is None:
+        raise FileNotFoundError(f"no stored array and no pack holds record {path} below {root}")
+    if chunk:
+        raise ValueError(f"packed record {path} has one chunk, asked for chunk {chunk}")
+    pack, row = found
+    doc = _read_json(pack / component / "zarr.json")
+    per_shard = doc["chunk_grid"]["configuration"]["chunk_shape"][0]
+    zeros = ".0" * (len(doc["shape"]) - 1)
+    shard = pack / component / f"c.{row // per_shard}{zeros}"
+    raw = shard.read_bytes()
+    entry = decode_index(raw[-index_nbytes(per_shard):], per_shard, str(shard))[row % per_shard]
+    assert entry is not None, f"row {row} absent from {shard}"
+    return ChunkSpan(shard, entry[0], entry[1])
+
+
+def task_dirs(root: str | os.PathLike[str]) -> list[str]:
+    """Logical task group paths (relative to ``root``) of every L1 task stored below it, packed or not."""
+    root = Path(root)
+    found = [p.relative_to(root).as_posix() for p in root.glob("rank_*/window_*/*/stages/*/task_*") if p.is_dir()]
+    for task_doc in root.glob("rank_*/window_*/*/stages/*/pack_*/" + TASK_ARRAY + "/zarr.json"):
+        stage = task_doc.parent.parent.parent.relative_to(root).as_posix()
+        found += [f"{stage}/{entry['group']}" for entry in _read_json(task_doc)["attributes"][TASKS_ATTR]]
+    return sorted(found)
