@@ -34,6 +34,7 @@ from megadump_zarr.read.documents import (
 )
 from megadump_zarr.read.statistics import STATISTICS_COLUMNS, merge_statistics
 from megadump_zarr.read.location import get_json, get_many, list_dir, list_dirs, list_prefix, parse_json
+from megadump_zarr.read.packs import find_view
 
 __all__ = [
     "EXTRA_COLUMNS",
@@ -137,7 +138,10 @@ def check_root(store: Store, url: str) -> dict[str, Any]:
         ValueError: Naming ``url`` and what is missing (no root ``zarr.json``, not a group, no
             ``megadump_zarr`` attribute), with a hint when ``url`` is a rank, window or data group.
     """
-    doc = get_json(store, "zarr.json")
+    # the stored document: a pack view would rebuild the complete windows it may repeat (store.root_index)
+    # for attributes alone
+    view = find_view(store)
+    doc = get_json(store if view is None else view._store, "zarr.json")
     hint = " (the dump root is the directory that holds rank_*/ groups)"
     if doc is None:
         if any(_RANK.match(name) for name in list_dir(store, "")):
@@ -184,20 +188,22 @@ def scan_windows(store: Store, cache: dict[str, WindowInfo] | None = None) -> li
                 keys.append((rank, window, f"{rank_name}/{window_name}"))
     keys.sort()
     missing = [key for _, _, key in keys if key not in cache or not cache[key].final]
+    view = find_view(store)
     for key, raw in zip(missing, get_many(store, [f"{key}/zarr.json" for key in missing])):
-        cache[key] = _window_info(key, raw)
+        # a pack view hands over the window document it just built, decoded (no second json.loads)
+        cache[key] = _window_info(key, raw, None if view is None or raw is None else view.take_document(key, raw))
     for rank, window, key in keys:
         cache[key].rank, cache[key].window = rank, window
     return [cache[key] for _, _, key in keys]
 
 
-def _window_info(key: str, raw: bytes | None) -> WindowInfo:
+def _window_info(key: str, raw: bytes | None, doc: dict[str, Any] | None = None) -> WindowInfo:
     rank_name, window_name = key.split("/")
     rank, window = int(rank_name[5:]), int(window_name[7:])
     if raw is None:
         return WindowInfo(rank, window, key, "writing")
     where = f"{key}/zarr.json"
-    doc = parse_json(raw, where)
+    doc = parse_json(raw, where) if doc is None else doc
     attrs = check_attributes(doc, where)
     status = attrs.get("status")
     if status not in ("complete", "aborted", "writing"):

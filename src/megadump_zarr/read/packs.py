@@ -53,7 +53,7 @@ from megadump_zarr.store.packs import (
     range_chunk,
 )
 
-__all__ = ["PackedView", "base_store", "packed_view"]
+__all__ = ["PackedView", "base_store", "find_view", "packed_view"]
 
 _WINDOW = re.compile(r"^rank_\d+/window_\d+$")
 _RANK = re.compile(r"^rank_\d+$")
@@ -68,6 +68,7 @@ _PACKED_WINDOWS = 16  # expansions kept (a 4096-record window's is a few MB)
 _PLAIN_WINDOWS = 65536  # windows known to hold no pack (a few bytes each)
 _INDEXES = 256  # shard indexes kept
 _INDEX_DOCS = 64  # root and rank documents kept
+_PARSED_KEPT = 4  # decoded window documents waiting for the catalogue
 _T = TypeVar("_T")
 
 
@@ -99,6 +100,7 @@ class _Window:
     chunk_keys: list[tuple[str, str | None]] = field(default_factory=list)
     pack_docs: frozenset[str] = frozenset()
     encoded: dict[str, bytes] = field(default_factory=dict)
+    parsed: dict[str, Any] | None = None  # ``document`` decoded, handed once to the catalogue (take_document)
 
 
 def _committed_nodes(raw: bytes, key: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
@@ -396,6 +398,9 @@ class PackedView(WrapperStore[Store]):
         table[window] = state
         while len(table) > limit:
             table.popitem(last=False)
+        if state.packed:  # decoded documents not taken by now never will be: keep the memory bounded
+            for old in list(table.values())[:-_PARSED_KEPT]:
+                old.parsed = None
         return state
 
     async def _raw(self, window: str) -> bytes | None:
@@ -421,7 +426,8 @@ class PackedView(WrapperStore[Store]):
         metadata, virtual, sources = replaced
         document = dict(doc)
         document["consolidated_metadata"] = {**doc["consolidated_metadata"], "metadata": metadata}
-        return _finish(window, _Window(raw, True, document=dumps(document), virtual=virtual, sources=sources))
+        return _finish(window, _Window(raw, True, document=dumps(document), virtual=virtual, sources=sources,
+                                       parsed=document))
 
     async def _from_listing(self, window: str, raw: bytes | None, physical: list[str]) -> _Window:
         """The expansion of a torn window from its stored keys and its packs' own documents."""
@@ -632,6 +638,25 @@ class PackedView(WrapperStore[Store]):
                     return False
         return await self._store.exists(key)
 
+    def take_document(self, window: str, raw: bytes) -> dict[str, Any] | None:
+        """The decoded virtual document of a committed packed window, once, when ``raw`` is it.
+
+        The catalogue reads the window document it was just served (``raw``) and would decode what this
+        view has just encoded: the view hands over the decoded document instead (once: the receiver
+        owns it; the catalogue treats documents as read-only, and the view's node documents share it).
+
+        Args:
+            window: The window key.
+            raw: The bytes the reader got for ``{window}/zarr.json``.
+        """
+        state = self._packed.get(window)
+        if state is None or state.parsed is None or state.document is None or len(raw) != len(state.document):
+            return None
+        if raw != state.document:
+            return None
+        parsed, state.parsed = state.parsed, None
+        return parsed
+
     def stored_key(self, key: str) -> str | None:
         """Where the bytes of ``key`` are stored: the shard of a packed record chunk, ``None`` for a row
         coordinate chunk (computed) or a virtual document (built), else ``key`` itself.
@@ -725,12 +750,21 @@ def packed_view(store: Store, window: str | None = None) -> Store:
         store: A dump's store.
         window: See :class:`PackedView`.
     """
+    return store if find_view(store) is not None else PackedView(store, window)
+
+
+def find_view(store: Store) -> PackedView | None:
+    """The :class:`PackedView` in ``store``'s wrapper chain (``store`` itself, or below wrappers), if any.
+
+    Args:
+        store: A store.
+    """
     inner: Any = store
     while isinstance(inner, WrapperStore):
         if isinstance(inner, PackedView):
-            return store
+            return inner
         inner = inner._store
-    return PackedView(store, window)
+    return None
 
 
 def base_store(store: Store) -> Store:
