@@ -8,7 +8,6 @@ import shutil
 import numpy as np
 import pytest
 import torch
-import zarr
 
 try:
     from megadump_zarr.read import open_dump
@@ -19,6 +18,8 @@ except ImportError as exc:  # the read layer is written concurrently
 from megadump_zarr import TensorDumpConfig, tensor_dump
 from megadump_zarr.analyse import compare, first_divergence, first_nonfinite
 from megadump_zarr.demo.model import DemoConfig, MoEBlock
+from megadump_zarr.store.packs import encode_index
+from tests._layout import record_chunk, stored_record
 
 L1_KERNELS = ("moe_experts", "moe_experts_backward")
 L1_STAGES = ("expert_up", "expert_down", "combine", "combine_bwd", "expert_up_bwd")
@@ -46,9 +47,9 @@ def l1_pair(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def perturb(root: Path, path: str, fn) -> None:
-    """Rewrite one stored record in place (its stats attributes are left as they were)."""
-    array = zarr.open_array(str(root / path), mode="r+")
-    array[...] = fn(array[...])
+    """Rewrite one stored record in place, wherever it is stored (its stats attributes are left as they were)."""
+    array, index = stored_record(root, path)
+    array[index] = fn(array[index])
 
 
 def record_path(root: Path, **match) -> str:
@@ -205,12 +206,9 @@ def test_missing_chunk_is_missing_data_naming_the_key(l1_pair, tmp_path):
     c = tmp_path / "c"
     shutil.copytree(b, c)
     victim = record_path(c, stage="expert_down", task_id=5, io="output", name="ys")
-    chunks = sorted(p for p in (c / victim).iterdir() if p.name.startswith("c"))
-    assert chunks
-    chunks[0].unlink()
+    key = drop_first_chunk(c, victim)
     result = compare(a, c)
     row = result[result.path == victim].iloc[0]
-    key = f"{victim}/{chunks[0].name}"
     assert row.verdict == "missing_data" and key in row.note, row.note
     assert (result.drop(row.name).verdict == "pass").all()
     assert first_divergence(result).path == victim
@@ -233,6 +231,29 @@ def test_stitched_worst_element_names_its_task_owner_and_core(tmp_path):
     assert (row.worst_task_id, row.worst_core_type, row.worst_core_id) == (producer.task_id, producer.core_type,
                                                                            producer.core_id)
     assert row.worst_b == pytest.approx(float(reference[20, 3]))
+
+
+def drop_first_chunk(root: Path, path: str) -> str:
+    """Remove the stored first chunk of the record at logical ``path``; return its logical chunk key.
+
+    A schema-6 record loses its chunk file; a packed record loses its inner chunk from the shard index
+    (entry set absent, index checksum rewritten), the other rows of the shard staying readable.
+    """
+    span = record_chunk(root, path)
+    if span.whole_file:
+        span.file.unlink()
+        return f"{path}/{span.file.name}"
+    array, index = stored_record(root, path)
+    record_ndim = array.ndim - 1  # the pack's first axis is the task row
+    name = "c" if record_ndim == 0 else "c." + ".".join(["0"] * record_ndim)
+    rows = array.shards[0]
+    raw = span.file.read_bytes()
+    table = np.frombuffer(raw[-(16 * rows + 4):-4], dtype="<u8").reshape(rows, 2)
+    entries = [tuple(int(v) for v in entry) for entry in table]
+    assert entries[index % rows] == (span.offset, span.nbytes)
+    entries[index % rows] = None
+    span.file.write_bytes(raw[:-(16 * rows + 4)] + encode_index(entries))
+    return f"{path}/{name}"
 
 
 def _rows_of(root: Path, path: str) -> tuple[int, int]:
