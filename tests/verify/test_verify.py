@@ -13,9 +13,14 @@ from typing import Any
 
 import pytest
 
+import zarr
+from zarr.storage import LocalStore
+
 from megadump_zarr import open_dump
 from megadump_zarr.cli.main import main
+from megadump_zarr.read.packs import PackedView
 from megadump_zarr.verify import verify_dump
+from tests._layout import pack_of, record_chunk
 
 WINDOW = "rank_0/window_0000"
 
@@ -46,9 +51,27 @@ def _record(root: Path, name: str = "x") -> str:
     return str(records[(records["name"] == name) & (records["stored_bytes"] > 0)]["path"].iloc[0])
 
 
+def _logical(root: Path, path: str) -> zarr.Array:
+    """The record at logical ``path`` as readers see it (schema-6 key space, packed or not)."""
+    return zarr.open_array(PackedView(LocalStore(root, read_only=True)), path=path, mode="r")
+
+
 def _edit(root: Path, path: str, change: Callable[[dict[str, Any]], None]) -> None:
-    """Apply ``change`` to a node's document everywhere it is stored: its own zarr.json and every
-    consolidated copy above it (so the documents still agree with each other)."""
+    """Apply ``change`` to a record's document everywhere it is stored: its own zarr.json and every
+    consolidated copy above it (so the documents still agree with each other). A packed record's
+    document is its row's entry of the pack array's ``attributes.records``: ``change`` sees it as
+    ``{"attributes": entry}``."""
+    found = None if (root / path / "zarr.json").is_file() else pack_of(root, path.rpartition("/")[0])
+    if found is not None:
+        pack, row = found
+        path = f"{pack.relative_to(root).as_posix()}/{path.rpartition('/')[2]}"
+        change_record = change
+
+        def change(doc: dict[str, Any]) -> None:
+            entry = {"attributes": doc["attributes"]["records"][row]}
+            change_record(entry)
+            doc["attributes"]["records"][row] = entry["attributes"]
+
     rel = path[len(WINDOW) + 1 :]
     own = root / path / "zarr.json"
     doc = json.loads(own.read_text())
@@ -98,13 +121,15 @@ def test_missing_chunk(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_flipped_byte_fails_its_checksum(run: Path) -> None:
     root = run / "l1"
     path = _record(root, "ws")
-    chunk = next(p for p in (root / path).iterdir() if p.name != "zarr.json")
-    raw = bytearray(chunk.read_bytes())
-    raw[0] ^= 1
-    chunk.write_bytes(bytes(raw))
+    logical = _logical(root, path)
+    chunk = logical.metadata.encode_chunk_key((0,) * logical.ndim)
+    span = record_chunk(root, path)  # the stored bytes: a chunk file, or an inner chunk of a pack's shard
+    before = span.read()
+    span.flip(0)
+    assert span.read() != before and len(span.read()) == len(before)
     (problem,) = verify_dump(root).problems
-    assert problem.key == f"{path}/{chunk.name}"
-    codecs = [c["name"] for c in json.loads((root / path / "zarr.json").read_text())["codecs"]]
+    assert problem.key == f"{path}/{chunk}"
+    codecs = [c.to_dict()["name"] for c in logical.metadata.codecs]
     assert ("crc32c checksum mismatch" if "crc32c" in codecs else "does not decode") in problem.what
 
 
