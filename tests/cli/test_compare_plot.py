@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 import shutil
 
 import numpy as np
 import pytest
-import zarr
 
 from megadump_zarr.read import open_dump
+from tests._layout import stored_record
 from tests.cli._helpers import assert_input_error
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -23,8 +24,8 @@ def perturbed(demo, tmp_path_factory) -> tuple[Path, str]:
     records = open_dump(copy).records()
     row = records[(records["stage"] == "expert_up") & (records["io"] == "output") & (records["task_id"] == 1)
                   & (records["invocation"] == 2)].iloc[0]
-    array = zarr.open_array(str(copy / row["path"]), mode="r+")
-    array[...] = array[...] + 2.0
+    array, index = stored_record(copy, row["path"])
+    array[index] = array[index] + 2.0
     return copy, row["path"]
 
 
@@ -163,19 +164,32 @@ def test_compare_missing_records_fail(cli, demo, tmp_path):
     shutil.copytree(demo.roots["L1"], copy)
     records = open_dump(copy).records()
     victim = records[records["stage"] == "expert_down"].iloc[0]["path"]
-    # drop one record from the copy's consolidated metadata and files: it is "only in dump b"
-    import json
-
-    window = copy / "rank_0" / "window_0000"
-    document = json.loads((window / "zarr.json").read_text())
-    relative = victim.split("/", 2)[2]
-    del document["consolidated_metadata"]["metadata"][relative]
-    (window / "zarr.json").write_text(json.dumps(document))
-    shutil.rmtree(copy / victim)
+    drop_record(copy, victim)  # from the copy's consolidated metadata and files: it is "only in dump b"
+    assert victim not in set(open_dump(copy).records()["path"])
     report = cli("compare", copy, demo.roots["L1"], "--json")
     assert report.code == 1
     missing = [r for r in report.json()["results"] if r["verdict"] == "missing"]
     assert [r["path"] for r in missing] == [victim] and missing[0]["note"] == "only in dump b"
+
+
+def drop_record(root: Path, path: str) -> None:
+    """Delete the stored array of the record at logical ``path`` and its entry in every consolidated document.
+
+    A packed record is its pack's record array, which must hold one row (a task of its own signature, as
+    every task of the demo), so that exactly this record goes.
+    """
+    array, index = stored_record(root, path)
+    stored = Path(array.store.root)
+    assert index is ... or array.shape[0] == 1, f"{stored} holds {array.shape[0]} rows, not only {path}'s"
+    for parent in stored.relative_to(root).parents:
+        document_path = root / parent / "zarr.json"
+        document = json.loads(document_path.read_text())
+        nodes = (document.get("consolidated_metadata") or {}).get("metadata") or {}
+        relative = stored.relative_to(root / parent).as_posix()
+        if relative in nodes:
+            del nodes[relative]
+            document_path.write_text(json.dumps(document))
+    shutil.rmtree(stored)
 
 
 def test_compare_input_errors(cli, demo, tmp_path):
