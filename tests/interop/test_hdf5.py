@@ -18,12 +18,14 @@ import pytest
 import torch
 import xarray as xr
 import zarr
+from zarr.storage import LocalStore, StorePath
 
 from megadump_zarr import TensorDumpConfig, tensor_dump
 from megadump_zarr.demo.model import DemoConfig, MoEBlock
 from megadump_zarr.dump.export import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
 from megadump_zarr.interop import decode_hdf5_attrs, export_hdf5
 from megadump_zarr.interop import hdf5 as hdf5_module
+from megadump_zarr.read.packs import PackedView
 from megadump_zarr.store.writer import WindowWriter
 
 WIDENED = {"float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"}
@@ -101,9 +103,14 @@ def assert_netcdf4_reads(h5_path: Path) -> int:
     return len(ours)
 
 
+def _view(window: Path) -> PackedView:
+    """The window as readers (and the export) see it: schema 7's task-record packs as schema-6 task groups."""
+    return PackedView(LocalStore(window, read_only=True), "")
+
+
 def data_groups(window: Path) -> list[str]:
     """Paths (relative to the window) of groups that hold arrays."""
-    group = zarr.open_group(str(window), mode="r")
+    group = zarr.open_group(_view(window), mode="r")
     return sorted({path.rpartition("/")[0] for path, node in group.members(max_depth=None) if isinstance(node, zarr.Array)})
 
 
@@ -147,7 +154,7 @@ def test_demo_window_opens_like_zarr(demo_windows: dict[str, Path], level: str, 
     for group in groups:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            zr = xr.open_zarr(str(window / group))
+            zr = xr.open_zarr(StorePath(_view(window), group))
         with xr.open_dataset(h5_path, engine="h5netcdf", group=group) as h5:
             assert_same_dataset(h5, zr, group)
         compared += len(zr.data_vars)
@@ -159,7 +166,7 @@ def test_demo_window_opens_like_zarr(demo_windows: dict[str, Path], level: str, 
 def test_hierarchy_and_attributes_are_mirrored(demo_windows: dict[str, Path], level: str, tmp_path: Path) -> None:
     window = demo_windows[level]
     h5_path = export_hdf5(window, tmp_path / "w.h5", compression="lzf")
-    zgroup = zarr.open_group(str(window), mode="r")
+    zgroup = zarr.open_group(_view(window), mode="r")
     zarr_nodes = {path: node for path, node in zgroup.members(max_depth=None)}
     with h5py.File(h5_path, "r") as f:
         root = decode_hdf5_attrs(f.attrs, keep_export_attrs=True)

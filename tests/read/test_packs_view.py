@@ -165,10 +165,14 @@ def test_corrupt_index_names_the_shard(packed_copy):
     dump = open_dump(packed_copy)
     key = f"{STAGES}/combine/task_000013/input_01_ws/c.0.0"
     rel = f"{STAGES}/combine/pack_0000/input_01_ws/c.0.0.0"
-    with pytest.raises(DumpIntegrityError, match=f"shard {rel} of chunk {key} is corrupt: {rel}: shard index checksum "
-                                                 "mismatch") as info:
+    with pytest.raises(DumpIntegrityError, match=f"^shard {rel} of chunk {key} is corrupt: shard index checksum "
+                                                 r"mismatch \(stored 0x[0-9a-f]{8}, computed 0x[0-9a-f]{8}\)$") as info:
         dump.record_array(f"{STAGES}/combine/task_000013/input_01_ws").values
     assert info.value.key == key
+    # verify lists every chunk of the shard (tasks 13 and 14) instead of stopping at the first
+    problems = dump.verify().problems
+    assert [p.key for p in problems] == [key, key.replace("task_000013", "task_000014")]
+    assert all(p.what.startswith(f"shard {rel} of chunk ") for p in problems)
 
 
 def test_index_entry_outside_the_shard(packed_copy):

@@ -573,7 +573,8 @@ class PackedView(WrapperStore[Store]):
             try:
                 entries = decode_index(value.to_bytes(), count, shard)
             except ValueError as error:
-                raise DumpIntegrityError(f"shard {shard} of chunk {key} is corrupt: {error}", key=key) from None
+                why = str(error).removeprefix(f"{shard}: ")
+                raise DumpIntegrityError(f"shard {shard} of chunk {key} is corrupt: {why}", key=key) from None
             size = None
             if type(self._store).getsize is not Store.getsize:  # a stat or a HEAD; the base class reads it all
                 try:
@@ -706,10 +707,14 @@ class PackedView(WrapperStore[Store]):
                 window = self._window_of(key)
                 (groups[window] if window is not None else others).append(key)
         keys = [key for key in others if key.startswith(prefix)]
-        for window, physical in groups.items():
+
+        async def state(window: str, physical: list[str]) -> _Window:
             cached = self._cached(window)
-            state = cached if cached is not None and cached.final else await self._state(window, physical=physical)
-            listed = self._listed(window, state, physical) if state.packed else physical
+            return cached if cached is not None and cached.final else await self._state(window, physical=physical)
+
+        states = await asyncio.gather(*(state(window, physical) for window, physical in groups.items()))
+        for (window, physical), found in zip(groups.items(), states):
+            listed = self._listed(window, found, physical) if found.packed else physical
             keys.extend(key for key in listed if key.startswith(prefix))
         return keys
 

@@ -405,8 +405,16 @@ def _check_chunks(state: _State, store: Any, window: str, arrays: dict[str, dict
         bad = False
         for start in range(0, len(keys), _BATCH):
             batch = keys[start : start + _BATCH]
-            for key, raw in zip(batch, get_many(store, batch)):
+            try:
+                raws: list[Any] = get_many(store, batch)
+            except DumpIntegrityError:  # a pack's shard index is corrupt (read.packs): name each chunk it fails
+                raws = [_get_or_problem(store, key) for key in batch]
+            for key, raw in zip(batch, raws):
                 state.chunks += 1
+                if isinstance(raw, DumpIntegrityError):
+                    state.add(key, str(raw).removeprefix(f"chunk {key} is ").strip())
+                    bad = True
+                    continue
                 if raw is None:
                     state.add(key, "chunk is missing")
                     bad = True
@@ -424,6 +432,17 @@ def _check_chunks(state: _State, store: Any, window: str, arrays: dict[str, dict
             continue
         if not checksum or deep:
             _check_decode(state, zarray, array_key, doc, deep)
+
+
+def _get_or_problem(store: Any, key: str) -> Any:
+    """The chunk's bytes, ``None`` when absent, or the integrity error reading it raised."""
+    from megadump_zarr.read.errors import DumpIntegrityError
+    from megadump_zarr.read.location import get_bytes
+
+    try:
+        return get_bytes(store, key)
+    except DumpIntegrityError as error:
+        return error
 
 
 def _open(store: Any, key: str, doc: dict[str, Any]) -> Any:
