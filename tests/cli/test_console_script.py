@@ -10,9 +10,9 @@ import subprocess
 import sys
 
 import pytest
-import zarr
 
 from megadump_zarr.read import open_dump
+from tests._layout import stored_record
 
 SCRIPT = Path(sys.executable).with_name("megadump")
 pytestmark = pytest.mark.skipif(not SCRIPT.exists(), reason=f"console script not installed next to {sys.executable}")
@@ -44,8 +44,8 @@ def test_compare_exit_codes(demo, tmp_path):
     copy = tmp_path / "l1"
     shutil.copytree(demo.roots["L1"], copy)
     path = open_dump(copy).records().query("name == 'ys'").iloc[0]["path"]
-    array = zarr.open_array(str(copy / path), mode="r+")
-    array[...] = array[...] + 2.0
+    array, index = stored_record(copy, path)
+    array[index] = array[index] + 2.0
     different = megadump("compare", copy, demo.roots["L1"])
     assert different.returncode == 1, different.stderr
     assert "FAIL" in different.stdout and path in different.stdout

@@ -11,10 +11,10 @@ from matplotlib.colors import CenteredNorm, TwoSlopeNorm
 from matplotlib.figure import Figure
 import numpy as np
 import pytest
-import zarr
 
 from megadump_zarr.analyse import compare
 from megadump_zarr.read import open_dump
+from tests._layout import stored_record
 from tests.cli._helpers import assert_input_error
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -35,8 +35,8 @@ def drifting(demo, tmp_path_factory) -> Path:
     records = open_dump(copy).records()
     row = records[(records["stage"] == "expert_down") & (records["io"] == "output") & (records["invocation"] == 2)
                   & (records["owner_id"] == 1)].iloc[0]
-    array = zarr.open_array(str(copy / row["path"]), mode="r+")
-    array[...] = array[...] + 3.0
+    array, index = stored_record(copy, row["path"])
+    array[index] = array[index] + 3.0
     return copy
 
 

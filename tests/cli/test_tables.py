@@ -15,11 +15,11 @@ import shutil
 from hypothesis import given, settings, strategies as st
 import pandas as pd
 import pytest
-import zarr
 
 from megadump_zarr.cli.compare_table import one_minus_cos, worst_text
 from megadump_zarr.cli.render import Column, compact, fit_table, print_fitted
 from megadump_zarr.read import open_dump
+from tests._layout import stored_record
 
 _FOOTER = re.compile(r"^(\[\d+\] |columns left out|note \(every row\)|PASS|FAIL|first divergence|root cause|\d+ passing)")
 
@@ -38,8 +38,8 @@ def broken(demo, tmp_path_factory) -> tuple[Path, str]:
     shutil.copytree(demo.roots["L1"], copy)
     records = open_dump(copy).records()
     row = records[(records["stage"] == "expert_down") & (records["io"] == "output") & (records["invocation"] == 2)].iloc[-1]
-    array = zarr.open_array(str(copy / row["path"]), mode="r+")
-    array[...] = array[...] + 1.0
+    array, index = stored_record(copy, row["path"])
+    array[index] = array[index] + 1.0
     return copy, row["path"]
 
 
