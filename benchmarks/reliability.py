@@ -516,8 +516,16 @@ def verify_root(root: str | os.PathLike[str], committed: dict[str, str]) -> Kill
         committed: ``{window path: digest}`` the child printed for windows below this root.
     """
     import zarr
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
 
     from megadump_zarr.read import open_dump
+
+    def logical(key: str) -> bytes:  # a key of the schema-6 key space, read through the dump's pack view
+        buffer = sync(dump.store.get(key, default_buffer_prototype()))
+        if buffer is None:
+            raise FileNotFoundError(f"no {key} below {root}")
+        return buffer.to_bytes()
 
     result = KillResult()
     root = os.path.abspath(os.fspath(root))
@@ -543,8 +551,8 @@ def verify_root(root: str | os.PathLike[str], committed: dict[str, str]) -> Kill
             continue
         result.complete += 1
         window_path = os.path.join(root, *key.split("/"))
-        try:  # the committed window document: manifest attributes and consolidated metadata of everything below
-            window_doc = json.loads(Path(window_path, "zarr.json").read_bytes())
+        try:  # the committed window document (schema 7: as the pack view serves it, packs expanded to task groups)
+            window_doc = json.loads(logical(f"{key}/zarr.json"))
             nodes = window_doc["consolidated_metadata"]["metadata"]
             invocations = window_doc["attributes"]["invocations"]
         except (OSError, ValueError, KeyError, TypeError) as error:
@@ -562,8 +570,9 @@ def verify_root(root: str | os.PathLike[str], committed: dict[str, str]) -> Kill
                 result.problems.append(f"{window_path}: complete, but {name} declares {declared} records and holds {found}")
         per_array: dict[str, str] = {}
         sampled = 0
-        try:  # what xr.open_zarr / zarr see: the window's consolidated metadata, then every chunk
-            members = dict(zarr.open_group(window_path, mode="r").members(max_depth=None))
+        try:  # what plain zarr sees on disk (packs are plain sharded arrays), then the logical view of every chunk
+            zarr.open_group(window_path, mode="r").members(max_depth=None)
+            members = dict(zarr.open_group(dump.store, path=key, mode="r").members(max_depth=None))
         except Exception as error:  # noqa: BLE001 - any failure to open is the finding
             result.problems.append(f"{window_path}: complete, but zarr cannot open it: {error!r}")
             continue
@@ -571,9 +580,8 @@ def verify_root(root: str | os.PathLike[str], committed: dict[str, str]) -> Kill
             if doc.get("node_type") != "array":
                 continue
             array_key = f"{key}/{rel}"
-            own = Path(window_path, *rel.split("/"), "zarr.json")
             try:  # each array's own document (what zarr.open_array(path) reads) must exist and agree
-                own_doc = json.loads(own.read_bytes())
+                own_doc = json.loads(logical(f"{array_key}/zarr.json"))
                 if own_doc.get("shape") != doc.get("shape") or own_doc.get("data_type") != doc.get("data_type"):
                     raise ValueError(f"its zarr.json disagrees with the consolidated metadata: {own_doc} vs {doc}")
                 values = members[rel][...]

@@ -200,9 +200,49 @@ def test_the_checker_is_not_vacuous(tmp_path, monkeypatch):
     problems = damaged("flipped", flip_a_value)
     # Every chunk carries a crc32c now: the flipped value is caught by the checksum before the stats could be.
     assert any("hash printed at commit" in p for p in problems), problems
-    assert any("checksum do not match" in p or "stats" in p for p in problems), problems
+    # (zarr's "checksum do not match", or the reader's own "crc32c checksum mismatch" through the dump's store)
+    assert any("checksum do not match" in p or "checksum mismatch" in p or "stats" in p for p in problems), problems
     problems = damaged("missing", lambda w: shutil.rmtree(w / "invocation_000000_forward" / "x"))
     assert any("unreadable" in p for p in problems), problems
     problems = damaged("torn", lambda w: (w / "zarr.json").write_text(
         (w / "zarr.json").read_text().replace('"status":"complete"', '"status":"writing"')))
     assert any("lists it as 'writing'" in p for p in problems), problems
+
+
+def test_the_checker_is_not_vacuous_over_packs(tmp_path, monkeypatch):
+    """verify_root reads a schema-7 L1 window through the pack view: a flipped byte of a packed record (an inner
+    chunk of a shard) and a removed pack array are reported, the pristine window passes."""
+    import shutil
+
+    from benchmarks.reliability import combine_digests
+    from megadump_zarr import TensorDumpConfig, open_dump, schedule, tensor_dump
+    from megadump_zarr.demo.model import DemoConfig, MoEBlock
+    from tests._layout import pack_of, record_chunk
+    from tests.reliability._helpers import spy_store_inputs, train_step
+
+    digests = spy_store_inputs(monkeypatch)
+    pristine = tmp_path / "pristine"
+    block = MoEBlock(DemoConfig(tokens=16, d_model=8))
+    config = TensorDumpConfig(pristine, level="L1", kernel_names="moe_experts", stages=("expert_up",), compressor="none")
+    with tensor_dump(config, schedule(wait=0, warmup=0, active=1)) as dumper:
+        train_step(block)
+        dumper.step()
+    window = pristine / "rank_0" / "window_0000"
+    committed = combine_digests(digests[str(window)])
+    assert verify_root(pristine, {str(window): committed}).problems == []
+    path = str(open_dump(pristine).records()["path"].iloc[0])
+    found = pack_of(pristine, path.rpartition("/")[0])
+    assert found is not None, f"{path} is not packed"
+    array_dir = (found[0] / path.rpartition("/")[2]).relative_to(pristine)
+
+    def damaged(name: str, damage) -> list[str]:
+        root = tmp_path / name
+        shutil.copytree(pristine, root)
+        damage(root)
+        return verify_root(root, {str(root / "rank_0" / "window_0000"): committed}).problems
+
+    problems = damaged("flipped", lambda root: record_chunk(root, path).flip(3, 0x40))
+    assert any("hash printed at commit" in p for p in problems), problems
+    assert any("crc32c checksum mismatch" in p for p in problems), problems
+    problems = damaged("missing", lambda root: shutil.rmtree(root / array_dir))
+    assert any("unreadable" in p for p in problems), problems
