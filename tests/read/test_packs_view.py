@@ -245,6 +245,27 @@ def test_pickled_view_reads_the_same(roots):
     view = open_location(packed).store
     assert pickle.loads(pickle.dumps(view)) == view and repr(view).startswith("PackedView(LocalStore(")
     assert packed_view(view) is view and isinstance(base_store(view), LocalStore)
+    # what a distributed worker receives: the dask graph, with the store inside
+    cloudpickle = pytest.importorskip("cloudpickle")
+    lazy = open_dump(packed).record_array(path).data
+    np.testing.assert_array_equal(cloudpickle.loads(cloudpickle.dumps(lazy)).compute(), want)
+
+
+def test_a_record_costs_one_ranged_read_after_its_shards_index(roots, counting_store):
+    _, packed, _ = roots
+    counter = counting_store(LocalStore(packed, read_only=True))
+    dump = open_dump(counter)
+    shard = f"{STAGES}/combine/pack_0000/output_00_out/c.1.0.0"  # tasks 15 and 16
+    dump.records()
+    counter.reads.clear()
+    dump.record_array(f"{STAGES}/combine/task_000015/output_00_out").values
+    assert counter.reads == [shard, shard]  # the index (suffix), then the inner chunk (range)
+    counter.reads.clear()
+    dump.record_array(f"{STAGES}/combine/task_000016/output_00_out").values
+    assert counter.reads == [shard]  # the index is cached
+    counter.reads.clear()
+    dump.record_array(f"{STAGES}/combine/task_000015/token").values
+    assert counter.reads == []  # row coordinates are computed from the task's attributes
 
 
 def test_view_is_read_only(roots):
@@ -386,3 +407,36 @@ def test_bench_window_of_several_shards_reads_as_schema6(tmp_path, monkeypatch):
     assert len(shards) >= 12, shards
     assert assert_same_schema6_view(tmp_path / "plain", tmp_path / "packed") > 96 * 2
     assert_same_dump(tmp_path / "plain", tmp_path / "packed")
+
+
+def test_the_writers_torn_packed_window_reads_like_its_torn_schema6_one(tmp_path):
+    """The writer killed after its invocations, before the commit: the same records and values."""
+    import torch
+
+    from benchmarks.export import make_workload
+    from megadump_zarr.dump.snapshots import payload_snapshot
+    from megadump_zarr.dump.window import DumpInvocation, build_window
+    from megadump_zarr.l1 import read_l1_buffer
+    from megadump_zarr.store.writer import WindowWriter
+
+    buffer, plans = make_workload(64, 1024, torch.float32)
+    decoded = read_l1_buffer(buffer)
+    invocation = DumpInvocation(0, 0, "bench", "forward", 0, "cpu", "L1", execution_mode="event_driven")
+    invocation.l1_snapshots = [payload_snapshot(p, r.payload) for p, r in zip(plans, decoded.records)]
+    window = build_window("L1", 0, 0, [invocation])
+    for name, pack in (("plain", False), ("packed", True)):
+        with WindowWriter(tmp_path / name, pack=pack, durable=False) as writer:
+            session = writer.begin(window.rank, window.window_index, window.attrs)
+            for part in window.invocations:
+                session.write_invocation(part)  # killed here: no commit
+    assert any("/pack_0000/" in f for f in _files(tmp_path / "packed"))
+    a, b = open_dump(tmp_path / "plain"), open_dump(tmp_path / "packed")
+    assert list(b.windows()["status"]) == ["writing"] and b.records().empty
+    ra, rb = a.records(include_incomplete=True), b.records(include_incomplete=True)
+    assert len(rb) == 64
+    columns = ["path", "name", "stage", "task_id", "shape", "dtype", "io", "min", "max", "mean", "status"]
+    pd.testing.assert_frame_equal(ra[columns], rb[columns])
+    for path in ra["path"]:
+        np.testing.assert_array_equal(a.record_array(path).values, b.record_array(path).values)
+    listed = list_prefix(b.store, f"{WINDOW}/")
+    assert listed and not any("/pack_" in key for key in listed)
