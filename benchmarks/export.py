@@ -10,7 +10,8 @@ has it after the launch's single Device-to-Host copy:
 * ours — ``read_l1_buffer`` (zero-copy payload views), ``build_window``, ``WindowWriter.write_window``
   with the default settings: default codec, a ``crc32c`` per chunk, durable commit (one ``syncfs``
   before the status is written, then the status fsynced). Also with compression off, without the
-  checksums and without the durable commit, to price each.
+  checksums, without the durable commit and without task-record packs (``pack=False``: schema 6's
+  group per task and array per record), to price each.
 * raw — the same payload bytes written to one file: the physical limit.
 
 Every contender ends with ``os.sync()`` inside its timed region, so all pay for their disk writes the
@@ -135,7 +136,7 @@ def ours(buffer: torch.Tensor, plans: list[L1RecordPlan], root: Path, compressor
         root: Output root.
         compressor: Codec name.
         launches: Invocations of the window, each decoding the same buffer.
-        writer_options: ``WindowWriter`` options (``checksum``, ``durable``).
+        writer_options: ``WindowWriter`` options (``checksum``, ``durable``, ``pack``).
     """
     invocations = []
     for i in range(launches):
@@ -247,6 +248,7 @@ def run_workload(name: str, count: int, payload_bytes: int, dtype: torch.dtype, 
             "ours_nocrc": lambda root: ours(buffer, plans, root, launches=launches, checksum=False),
             "ours_nodurable": lambda root: ours(buffer, plans, root, launches=launches, durable=False),
             "ours_none": lambda root: ours(buffer, plans, root, "none", launches=launches),
+            "ours_nopack": lambda root: ours(buffer, plans, root, launches=launches, pack=False),  # schema 6's layout
             "raw": lambda root: raw(buffer, plans, root, launches),
         }
     if fsync:
@@ -295,6 +297,8 @@ def run_workload(name: str, count: int, payload_bytes: int, dtype: torch.dtype, 
             "ours_none_s": med["ours_none"], "raw_s": med["raw"], "none_vs_raw": med["ours_none"] / med["raw"],
             "ours_nocrc_s": med["ours_nocrc"], "crc_cost": med["ours"] / med["ours_nocrc"] - 1,
             "ours_nodurable_s": med["ours_nodurable"], "durable_cost": med["ours"] / med["ours_nodurable"] - 1,
+            "ours_nopack_s": med["ours_nopack"], "pack_speedup": med["ours_nopack"] / med["ours"],
+            "stored_vs_payload_nopack": stored["ours_nopack"] / payload,
         }
     if fsync:
         result |= {"ours_fsync_s": med["ours_fsync"], "fsync_vs_syncfs": med["ours_fsync"] / med["ours"]}
@@ -365,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         done(run_workload(f"P2 {4 * small[0]} records over 4 launches", small[0], small[1], torch.float32,
                           repeats, args.dir, launches=4, variants=False, fs_ops=True))
     print_table(entries, [("workload", "workload"), ("baseline_s", "seed s"), ("ours_s", "ours s"), ("ratio", "seed/ours"),
-                          ("ours_nocrc_s", "no-crc s"), ("ours_nodurable_s", "no-durable s"),
+                          ("ours_nocrc_s", "no-crc s"), ("ours_nodurable_s", "no-durable s"), ("ours_nopack_s", "no-pack s"),
                           ("ours_none_s", "ours-none s"), ("raw_s", "raw s"), ("none_vs_raw", "none/raw"),
                           ("stored_vs_payload", "stored/payload"), ("peak_extra_rss_share", "our extra RSS / payload"),
                           ("baseline_cpu_s", "seed cpu s"), ("ours_cpu_s", "ours cpu s"), ("cpu_ratio", "cpu seed/ours")])

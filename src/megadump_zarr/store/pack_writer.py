@@ -97,14 +97,38 @@ def _block_stats(x: np.ndarray, kind: str, rows: Sequence[np.ndarray]) -> list[d
     return out
 
 
-def _buffers(parts: list[Any], local: bool) -> Any:
-    """What to ``put``: the parts themselves (``writev``) for the local backend, else one buffer."""
-    if not local:
-        return b"".join(parts)
-    if len(parts) <= _MAX_PARTS:
-        return tuple(parts)
-    run = -(-len(parts) // _MAX_PARTS)
-    return tuple(b"".join(parts[i : i + run]) for i in range(0, len(parts), run))
+class _Parts:
+    """A shard's bytes as the backend takes them: the encoded chunks themselves (one ``writev``, no copy)
+    while they are few enough for one ``writev`` on the local backend, else runs of about 1 MiB copied as
+    they come (so a shard is never held twice), joined into one buffer for other backends.
+
+    Args:
+        count: Parts that will be added.
+        local: The local backend (takes a tuple of buffers).
+    """
+
+    _RUN = 1 << 20
+
+    def __init__(self, count: int, local: bool) -> None:
+        self.local = local
+        self.direct = local and count <= _MAX_PARTS
+        self.parts: list[Any] = []
+        self._run = bytearray()
+
+    def add(self, part: Any) -> None:
+        if self.direct:
+            self.parts.append(part)
+            return
+        self._run += memoryview(part)  # (a raw chunk is a numpy array: no ndarray arithmetic)
+        if len(self._run) >= self._RUN:
+            self.parts.append(self._run)
+            self._run = bytearray()
+
+    def buffers(self) -> Any:
+        """What to ``put``."""
+        if self._run:
+            self.parts.append(self._run)
+        return tuple(self.parts) if self.local else b"".join(self.parts)
 
 
 def _records_json(record: PackRecord, stats: list[dict[str, Any]] | None) -> bytes:
@@ -152,21 +176,21 @@ def _submit_record(writer: Any, record: PackRecord, prefix: str, count: int) -> 
         rows = record.rows[start : start + per_shard]
         stats = row_stats(rows) if writer.stats else None
         encode, itemsize, raw, checksum = writer._encoder.encode, record.dtype.itemsize, record.raw, writer.checksum
-        parts: list[Any] = []
+        parts = _Parts(len(rows) * (2 if checksum else 1) + 1, local)
         entries: list[tuple[int, int] | None] = []
         offset = 0
         for row in rows:
             encoded = encode(row.reshape(-1).view(np.uint8), itemsize, raw)
             size = encoded.nbytes if isinstance(encoded, np.ndarray) else len(encoded)
-            parts.append(encoded)
+            parts.add(encoded)
             if checksum:
-                parts.append(_CRC.pack(google_crc32c.value(encoded)))
+                parts.add(_CRC.pack(google_crc32c.value(encoded)))
                 size += 4
             entries.append((offset, size))
             offset += size
         entries.extend([None] * (per_shard - len(rows)))
-        parts.append(encode_index(entries))
-        writer.backend.put(f"{prefix}/c.{index}{zeros}", _buffers(parts, local))
+        parts.add(encode_index(entries))
+        writer.backend.put(f"{prefix}/c.{index}{zeros}", parts.buffers())
         with lock:
             state["stats"][index] = stats
             state["left"] -= 1
