@@ -9,13 +9,16 @@ import pickle
 import re
 from typing import Any
 
+import h5py
 import numpy as np
 import pytest
 import torch
 import xarray as xr
 import zarr
+from zarr.storage import LocalStore, StorePath
 
 from megadump_zarr.read import open_dump
+from megadump_zarr.read.packs import PackedView
 from megadump_zarr.store.writer import window_status
 from tests.cli._helpers import assert_input_error, make_salvage_inputs
 
@@ -159,8 +162,13 @@ def test_convert_input_errors(cli, tmp_path):
 
 
 # --------------------------------------------------------------------------- export-hdf5
+def _view(window: Path) -> PackedView:
+    """The window as readers (and the export) see it: schema 7's task-record packs as schema-6 task groups."""
+    return PackedView(LocalStore(window, read_only=True), "")
+
+
 def _groups_with_arrays(window: Path) -> list[str]:
-    group = zarr.open_group(str(window), mode="r")
+    group = zarr.open_group(_view(window), mode="r")
     return sorted({p.rpartition("/")[0] for p, node in group.members(max_depth=None) if isinstance(node, zarr.Array)})
 
 
@@ -173,9 +181,13 @@ def test_export_hdf5_equals_the_zarr_data(cli, demo, tmp_path, level):
     assert f"wrote {target}" in result.out and target.is_file()
     groups = _groups_with_arrays(window)
     assert groups
+    with h5py.File(target, "r") as f:  # the logical (schema-6) hierarchy: task groups, never a pack
+        exported = set()
+        f.visititems(lambda name, node: exported.add(name.rpartition("/")[0]) if isinstance(node, h5py.Dataset) else None)
+    assert exported == set(groups)
     for group in groups[:6]:
         h5 = xr.open_dataset(target, engine="h5netcdf", group=group)
-        zr = xr.open_zarr(str(window / group), consolidated=False)
+        zr = xr.open_zarr(StorePath(_view(window), group), consolidated=False)
         assert set(h5.data_vars) == set(zr.data_vars), group
         for name in zr.data_vars:
             np.testing.assert_array_equal(h5[name].values, zr[name].values)
