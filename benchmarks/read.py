@@ -105,7 +105,7 @@ def bench_p4(root: str, total_bytes: int, repeat: int) -> list[dict[str, Any]]:
     return results
 
 
-def _records_window(n_records: int) -> WindowWrite:
+def _records_window(n_records: int, pack: bool = True) -> WindowWrite:
     rng = np.random.default_rng(1)
     groups, arrays = [], []
     per_task = 8
@@ -117,7 +117,8 @@ def _records_window(n_records: int) -> WindowWrite:
             groups.append(GroupWrite(f"stages/{stage}", {"stage": stage}))
         groups.append(GroupWrite(path, {"taskId": task, "stageTaskIndex": task // 4, "stage": stage,
                                         "owner": {"label": "expert", "id": task % 8}, "coreType": "AIV",
-                                        "coreId": task % 24, "workerId": None, "tensorCount": per_task}))
+                                        "coreId": task % 24, "workerId": None, "tensorCount": per_task},
+                                 task=pack))
         for k in range(per_task):
             io = "input" if k < 6 else "output"
             data = rng.standard_normal((4, 16), dtype=np.float32)
@@ -133,22 +134,27 @@ def _records_window(n_records: int) -> WindowWrite:
 
 
 def bench_p5(root: str, repeat: int, n_records: int = 4096) -> list[dict[str, Any]]:
-    """P5: records() of a 4096-record window (cold) vs walking it with zarr."""
-    with WindowWriter(root) as writer:
-        writer.write_window(_records_window(n_records))
-    store = CountingStore(LocalStore(root, read_only=True))
-    records = open_dump(store).records()
-    assert len(records) == n_records, len(records)
-    chunks = store.chunks
-    ours = _median(lambda: open_dump(root).records(), repeat)
+    """P5: records() of a 4096-record window (cold) vs walking its schema-6 layout with zarr; the window
+    written as schema 7 (task-record packs, read through the pack view) and as schema 6 (a group per task)."""
+    roots = {layout: os.path.join(root, layout) for layout in ("schema 7", "schema 6")}
+    for layout, path in roots.items():
+        with WindowWriter(path, pack=layout == "schema 7") as writer:
+            writer.write_window(_records_window(n_records, pack=layout == "schema 7"))
 
     def walk() -> int:
-        group = zarr.open_group(os.path.join(root, "rank_0", "window_0000"), mode="r", use_consolidated=False)
+        group = zarr.open_group(os.path.join(roots["schema 6"], "rank_0", "window_0000"), mode="r", use_consolidated=False)
         return sum(1 for _, node in group.members(max_depth=None) if isinstance(node, zarr.Array) and "name" in node.attrs)
 
     baseline = _median(walk, 1)
-    return [{"workload": f"P5 records() of {n_records} records", "baseline_s": baseline, "ours_s": ours,
-             "ratio": baseline / ours, "chunks_read": chunks}]
+    results = []
+    for layout, path in roots.items():
+        store = CountingStore(LocalStore(path, read_only=True))
+        records = open_dump(store).records()
+        assert len(records) == n_records, len(records)
+        ours = _median(lambda path=path: open_dump(path).records(), repeat)
+        results.append({"workload": f"P5 records() of {n_records} ({layout})", "baseline_s": baseline, "ours_s": ours,
+                        "ratio": baseline / ours, "chunks_read": store.chunks})
+    return results
 
 
 def _table(results: list[dict[str, Any]]) -> str:
