@@ -126,10 +126,18 @@ def _read_everything(root: Path) -> int:
     count = 0
     for path in records["path"]:
         count += np.asarray(dump.record_array(path).values).size
-    for group in sorted(set(records["group"])):
+    for group in sorted(set(records["group"])):  # a stored group, or a packed task group through the dump's view
+        stored = (root / group / "zarr.json").is_file()
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            count += len(xr.open_zarr(str(root / group)).load().variables)
+            opened = xr.open_zarr(str(root / group)) if stored else xr.open_zarr(dump.store, group=group)
+            count += len(opened.load().variables)
+    packs = sorted(root.glob("rank_*/window_*/*/stages/*/pack_*"))  # schema 7's physical data groups
+    assert packs or records.iloc[0]["level"] == "L0"
+    for pack in packs:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            count += len(xr.open_zarr(str(pack)).load().variables)
     dump.tree().load()
     first = records.iloc[0]
     if first["level"] == "L0":
