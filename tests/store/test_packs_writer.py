@@ -373,3 +373,27 @@ def test_fsspec_roots_get_the_same_pack_bytes(windows):
                 assert remote[key] == local[key], key
     finally:
         fs.rm("/packs-writer-test", recursive=True)
+
+
+def test_a_failed_shard_aborts_the_window_and_keeps_what_was_written(tmp_path):
+    writer = WindowWriter(tmp_path, durable=False)
+    real = writer.backend.put
+
+    def put(key, data, **kwargs):
+        if "/stages/up/pack_0000/input_00_x/c." in key:
+            raise OSError(28, "No space left on device", key)
+        return real(key, data, **kwargs)
+
+    writer.backend.put = put
+    with pytest.raises(OSError, match="No space left"):
+        writer.write_window(WindowWrite(0, 0, {"schemaVersion": 7}, [mixed_invocation()]))
+    writer.close()
+    window = tmp_path / "rank_0" / "window_0000"
+    doc = json.loads((window / "zarr.json").read_bytes())
+    assert doc["attributes"]["status"] == "aborted"
+    listed = doc["consolidated_metadata"]["metadata"]
+    pack = f"{INV}/stages/up/pack_0000"
+    assert f"{pack}/task" in listed and f"{pack}/output_00_y" in listed and f"{pack}/input_00_x" not in listed
+    assert not (window / pack / "input_00_x" / "zarr.json").exists()
+    virtual, _ = expand_pack(pack, listed)
+    assert f"{INV}/{_task('up', 0)}/output_00_y" in virtual and f"{INV}/{_task('up', 0)}/input_00_x" not in virtual

@@ -480,8 +480,8 @@ class WindowSession:
         try:
             for pack in plan.packs:
                 futures.extend(submit_pack(w, pack, base))
-        except BaseException:
-            _wait_all(futures)
+        except BaseException:  # a pack's task array failed: let the submitted shards end, keep what was written
+            wait(futures)
             self._register(plan)
             raise
         for job in plan.arrays:
