@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from megadump_zarr.store.encoding import RAW_BELOW_BYTES
 from megadump_zarr.store.metadata import dumps
 from megadump_zarr.store.packs import (
     CORE_ARRAY, OWNER_ARRAY, PACK_ATTR, PACK_MAX_RECORD_BYTES, TASK_ARRAY, pack_name,
@@ -30,7 +31,6 @@ from megadump_zarr.store.packs import (
 __all__ = ["PackPlan", "PackRecord", "plan_packs"]
 
 _RESERVED = frozenset((TASK_ARRAY, OWNER_ARRAY, CORE_ARRAY))
-_RAW_BELOW_BYTES = 256  # the writer's raw rule (one chunk under 256 bytes is stored uncompressed)
 
 
 @dataclass
@@ -227,6 +227,6 @@ def _pack(path: str, stage: str, groups: Mapping[str, Mapping[str, Any]], encode
         picked = [records[members[t[0]][position]] for t in tasks]
         rows = [r[1] for r in picked]
         components.append(PackRecord(name, tuple(rows[0].shape), tuple(picked[0][2]), rows,
-                                     [encode(r[3], r[0]) for r in picked], rows[0].nbytes < _RAW_BELOW_BYTES))
+                                     [encode(r[3], r[0]) for r in picked], rows[0].nbytes < RAW_BELOW_BYTES))
     attrs_json = dumps({PACK_ATTR: 1, "stage": stage_name, "taskCount": count})
     return PackPlan(path, attrs_json, [t[0] for t in tasks], aux, components)

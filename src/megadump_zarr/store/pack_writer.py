@@ -26,8 +26,8 @@ from typing import Any
 import google_crc32c
 import numpy as np
 
-from megadump_zarr.codecs import parse_compressor
 from megadump_zarr.store.backend import LocalBackend
+from megadump_zarr.store.encoding import NO_COMPRESSION
 from megadump_zarr.store.metadata import dumps, pack_array_document_bytes
 from megadump_zarr.store.pack_plan import PackPlan, PackRecord
 from megadump_zarr.store.packs import TASK_ARRAY, encode_index, shard_rows
@@ -36,7 +36,6 @@ from megadump_zarr.store.stats import _SLICE, StatsAccumulator
 __all__ = ["row_stats", "submit_pack"]
 
 _CRC = struct.Struct("<I")
-_NO_COMPRESSION = parse_compressor("none")
 _NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _MAX_PARTS = 1000  # below IOV_MAX (1024): os.writev refuses more buffers
 
@@ -199,7 +198,7 @@ def _submit_record(writer: Any, record: PackRecord, prefix: str, count: int) -> 
             merged = None if not writer.stats else [s for part in state["stats"] for s in part]
             document = pack_array_document_bytes(
                 (count, *record.shape), record.dtype, (per_shard, *record.shape),
-                _NO_COMPRESSION if raw else writer.compressor, _records_json(record, merged),
+                NO_COMPRESSION if raw else writer.compressor, _records_json(record, merged),
                 (TASK_ARRAY, *record.dims), checksum)
             writer.backend.put(f"{prefix}/zarr.json", document)
             record.document = document

@@ -34,17 +34,16 @@ from datetime import UTC, datetime
 import gc
 import json
 import os
-import struct
 import threading
 import uuid
 from typing import Any
 
-import google_crc32c
 import numpy as np
 
-from megadump_zarr.codecs import CompressorSpec, parse_compressor
+from megadump_zarr.codecs import parse_compressor
 from megadump_zarr.dump.export import InvocationWrite, WindowWrite
 from megadump_zarr.store.backend import Backend, LocalBackend, open_backend
+from megadump_zarr.store.encoding import NO_COMPRESSION, RAW_BELOW_BYTES, Encoder, joined
 from megadump_zarr.store.metadata import (
     array_document_bytes,
     consolidated_group_bytes,
@@ -66,9 +65,6 @@ _STATUSES = ("complete", "aborted")
 # Single-chunk arrays are written in batches (fewer pool round trips; one fs.pipe call for fsspec).
 _BATCH_ARRAYS = 16
 _BATCH_BYTES = 4 << 20
-_CRC = struct.Struct("<I")
-_RAW_BELOW_BYTES = 256
-_NO_COMPRESSION = parse_compressor("none")
 # One syncfs measured cheaper than an fsync per file and directory (see benchmarks/export.py --durability).
 _DURABLE_DEFAULT = "syncfs"
 
@@ -91,80 +87,15 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-class _Encoder:
-    """Compresses chunk buffers with numcodecs and seals them with a CRC-32C (thread-safe; releases the GIL).
-
-    The checksum is what zarr's ``crc32c`` codec appends (``google_crc32c``, the library zarr itself
-    uses; 4 bytes, little-endian). It is returned as a separate part so that a chunk is never copied
-    to append it: the local backend writes both parts with one ``os.writev``.
-
-    Args:
-        spec: Parsed compressor.
-        checksum: Append the CRC-32C of the encoded chunk.
-    """
-
-    def __init__(self, spec: CompressorSpec, checksum: bool = True) -> None:
-        self.spec = spec
-        self.checksum = checksum
-        self._codecs: dict[int, Any] = {}
-        if spec.kind == "zstd":
-            from numcodecs import Zstd
-
-            self._zstd = Zstd(level=spec.level, checksum=False)
-
-    def encode(self, payload: np.ndarray, itemsize: int, raw: bool = False) -> Any:
-        """Compress one chunk.
-
-        Args:
-            payload: The chunk's bytes as a contiguous uint8 array (returned as is for ``"none"``).
-            itemsize: Element size, for blosc's shuffle.
-            raw: Store the chunk uncompressed whatever the compressor (see :func:`_stored_raw`).
-        """
-        if raw or self.spec.kind == "none":
-            return payload
-        if self.spec.kind == "zstd":
-            return self._zstd.encode(payload)
-        codec = self._codecs.get(itemsize)
-        if codec is None:
-            from numcodecs import Blosc
-
-            shuffle = {"noshuffle": Blosc.NOSHUFFLE, "shuffle": Blosc.SHUFFLE, "bitshuffle": Blosc.BITSHUFFLE}
-            codec = Blosc(
-                cname=self.spec.cname,
-                clevel=self.spec.level,
-                shuffle=shuffle[self.spec.shuffle],
-                blocksize=0,
-                typesize=itemsize,
-            )
-            self._codecs[itemsize] = codec
-        return codec.encode(payload)
-
-    def seal(self, encoded: Any) -> Any:
-        """The stored chunk: ``encoded`` alone, or ``(encoded, crc32c)`` (a tuple of parts).
-
-        Args:
-            encoded: An encoded chunk (bytes, or a uint8 array for ``"none"``).
-        """
-        if not self.checksum:
-            return encoded
-        return encoded, _CRC.pack(google_crc32c.value(encoded))
-
-
 def _stored_raw(job: ArrayJob) -> bool:
-    """Whether an array is stored uncompressed: one chunk of fewer than ``_RAW_BELOW_BYTES``.
+    """Whether an array is stored uncompressed: one chunk of fewer than ``RAW_BELOW_BYTES``.
 
     Compressors cannot win there (blosc adds a 16-byte header and copies such small inputs), and
     the shorter codec chain keeps the array's document, repeated in its group's and its window's
     consolidated metadata, about 110 bytes smaller: per-task coordinate arrays are this small.
     """
-    return job.chunks.count <= 1 and job.data.nbytes < _RAW_BELOW_BYTES
+    return job.chunks.count <= 1 and job.data.nbytes < RAW_BELOW_BYTES
 
-
-def _joined(parts: Any) -> Any:
-    """One buffer from a sealed chunk (for backends that take a single buffer)."""
-    if not isinstance(parts, tuple):
-        return parts
-    return b"".join(memoryview(part).cast("B") if not isinstance(part, bytes) else part for part in parts)
 
 
 class WindowWriter:
@@ -225,10 +156,10 @@ class WindowWriter:
         self.max_workers = max_workers
         self.checksum = bool(checksum)
         self.pack = bool(pack)
-        self._encoder = _Encoder(self.compressor, self.checksum)
+        self._encoder = Encoder(self.compressor, self.checksum)
         # the local backend writes a sealed chunk's parts with one writev; others take one buffer
         self._seal = self._encoder.seal if isinstance(self.backend, LocalBackend) else (
-            lambda encoded: _joined(self._encoder.seal(encoded)))
+            lambda encoded: joined(self._encoder.seal(encoded)))
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -355,7 +286,7 @@ class WindowWriter:
         """Encode chunk ``index`` of an array (zero-copy view unless it is a padded edge chunk).
 
         Returns:
-            The stored chunk (see :meth:`_Encoder.seal`) and the chunk's partial statistics (``None``
+            The stored chunk (see :meth:`Encoder.seal`) and the chunk's partial statistics (``None``
             when disabled).
         """
         data, plan = job.data, job.chunks
@@ -381,7 +312,7 @@ class WindowWriter:
             attrs_json = attrs_json[:-1] + sep + b'"stats":' + dumps(acc.result()) + b"}"
         plan = job.chunks
         return array_document_bytes(
-            plan.shape, job.data.dtype, plan.chunks, _NO_COMPRESSION if _stored_raw(job) else self.compressor,
+            plan.shape, job.data.dtype, plan.chunks, NO_COMPRESSION if _stored_raw(job) else self.compressor,
             attrs_json, job.dims, self.checksum,
         )
 
