@@ -26,6 +26,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 import pytest
+import zarr
 
 from megadump_zarr.cli.main import main
 from megadump_zarr.read import open_dump
@@ -259,30 +260,49 @@ def test_any_flipped_chunk_byte_is_detected(dumps: dict[str, Any]) -> None:
     from megadump_zarr.read.errors import DumpIntegrityError
     from megadump_zarr.verify import verify_dump
 
-    chunks = []
+    from megadump_zarr.store.packs import index_nbytes
+    from tests._layout import ChunkSpan, record_chunk
+
+    # (root, record path, logical chunk key, stored bytes, the shard when the bytes are a pack shard's index)
+    chunks: list[tuple[Path, str, str, ChunkSpan, str | None]] = []
     for level in ("l0", "l1"):
         root = dumps["work"] / level
-        records = open_dump(root).records()
+        dump = open_dump(root)
+        records = dump.records()
         for path in records["path"]:
-            for chunk in sorted((root / path).iterdir()):
-                if chunk.name != "zarr.json":
-                    chunks.append((root, path, chunk))
+            if (root / path / "zarr.json").is_file():  # a schema-6 array: every chunk file
+                for chunk in sorted((root / path).iterdir()):
+                    if chunk.name != "zarr.json":
+                        span = ChunkSpan(chunk, 0, chunk.stat().st_size)
+                        chunks.append((root, path, f"{path}/{chunk.name}", span, None))
+            else:  # a packed record: its inner chunk of the pack's shard, served as the record's one chunk
+                array = zarr.open_array(dump.store, path=path, mode="r")
+                key = f"{path}/{array.metadata.encode_chunk_key((0,) * array.ndim)}"
+                span = record_chunk(root, path)
+                chunks.append((root, path, key, span, None))
+                rows = json.loads((span.file.parent / "zarr.json").read_text())["chunk_grid"]["configuration"]["chunk_shape"][0]
+                size, nbytes = span.file.stat().st_size, index_nbytes(rows)  # inner chunks of one row each
+                index = ChunkSpan(span.file, size - nbytes, nbytes)
+                chunks.append((root, path, key, index, span.file.relative_to(root).as_posix()))
+    assert any(shard for *_, shard in chunks), "no packed record: schema 7 packs the demo's L1 records"
 
     @settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
     @given(st.sampled_from(chunks), st.integers(0, 2**31), st.integers(0, 7))
-    def run(choice: tuple[Path, str, Path], where: int, bit: int) -> None:
-        root, path, chunk = choice
-        original = chunk.read_bytes()
-        damaged = bytearray(original)
-        damaged[where % len(damaged)] ^= 1 << bit
-        chunk.write_bytes(bytes(damaged))
+    def run(choice: tuple[Path, str, str, ChunkSpan, str | None], where: int, bit: int) -> None:
+        root, path, key, span, shard = choice
+        original = span.read()
+        span.flip(where % len(original), 1 << bit)
         try:
-            key = f"{path}/{chunk.name}"
             with pytest.raises(DumpIntegrityError) as info:
                 open_dump(root).record_array(path).values
             assert info.value.key == key
-            assert [p.key for p in verify_dump(root).problems] == [key]
+            problems = verify_dump(root).problems
+            if shard is None:
+                assert [p.key for p in problems] == [key]
+            else:  # a damaged shard index: every row of the shard is refused, each naming the shard
+                assert key in [p.key for p in problems] and all(f"shard {shard} " in p.what for p in problems)
+                assert "shard index checksum mismatch" in str(info.value) and f"shard {shard} " in str(info.value)
         finally:
-            chunk.write_bytes(original)
+            span.write(original)
 
     run()
