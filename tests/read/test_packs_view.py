@@ -440,3 +440,20 @@ def test_the_writers_torn_packed_window_reads_like_its_torn_schema6_one(tmp_path
         np.testing.assert_array_equal(a.record_array(path).values, b.record_array(path).values)
     listed = list_prefix(b.store, f"{WINDOW}/")
     assert listed and not any("/pack_" in key for key in listed)
+
+
+def test_malformed_pack_is_named(packed_copy):
+    """A committed window whose pack lists fewer task entries than rows: the window document names it."""
+    doc_path = packed_copy / WINDOW / "zarr.json"
+    doc = json.loads(doc_path.read_bytes())
+    task = "invocation_000000_forward/stages/combine/pack_0000/task"
+    del doc["consolidated_metadata"]["metadata"][task]["attributes"]["tasks"][-1]
+    doc_path.write_text(json.dumps(doc))
+    key = f"{WINDOW}/{task}/zarr.json"
+    message = (f"malformed task-record pack: {WINDOW}/{task}/zarr.json: attributes.tasks must be a list of 4 entries, "
+               "got list of 3")
+    with pytest.raises(DumpIntegrityError, match=f"^{message}$") as info:
+        open_dump(packed_copy).records()
+    assert info.value.key == key
+    report = open_dump(packed_copy).verify()
+    assert [(p.key, p.what) for p in report.problems] == [(key, message)]

@@ -135,6 +135,7 @@ def verify_window(url: Any, storage_options: Mapping[str, Any] | None, window: s
         deep: Also recompute the stored statistics from the data.
         tick: Called with the number of chunk bytes checked, as they are (progress bars).
     """
+    from megadump_zarr.read.errors import DumpIntegrityError
     from megadump_zarr.read.location import get_bytes, open_location, parse_json
 
     from megadump_zarr.read.documents import INT64_MAX
@@ -146,7 +147,11 @@ def verify_window(url: Any, storage_options: Mapping[str, Any] | None, window: s
     if match is None or int(match.group(1)) > INT64_MAX or int(match.group(2)) > INT64_MAX:
         state.add(window, "not a window key with rank and window indices within int64 (no writer makes one)")
         return _result(state, "unknown", deep, ())
-    raw = get_bytes(store, doc_key)
+    try:
+        raw = get_bytes(store, doc_key)
+    except DumpIntegrityError as error:  # a malformed task-record pack: the reader's view cannot be built
+        state.add(error.key or doc_key, str(error))
+        return _result(state, "unknown", deep, ())
     if raw is None:
         return WindowCheck(window, "writing", False)
     try:
