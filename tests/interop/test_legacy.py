@@ -16,6 +16,7 @@ import xarray as xr
 import zarr
 
 from megadump_zarr.dump.arrays import tensor_to_numpy
+from megadump_zarr.dump.export import SCHEMA_VERSION
 from megadump_zarr.dump.names import safe_name
 from megadump_zarr.interop import convert_legacy
 from megadump_zarr.store.writer import window_status
@@ -73,7 +74,7 @@ def test_l1_round_trip(tmp_path: Path, legacy: dict[str, Any]) -> None:
     manifest = read_json(legacy["l1_manifest"])
     attrs = zarr.open_group(str(window), mode="r").attrs.asdict()
     assert attrs["status"] == "complete"
-    assert attrs["schemaVersion"] == 7  # dump.export.SCHEMA_VERSION (its tasks are not packed: no GroupWrite.task)
+    assert attrs["schemaVersion"] == SCHEMA_VERSION == 7  # its tasks are not packed (no GroupWrite.task)
     assert attrs["convertedFrom"]["schemaVersion"] == 4
     assert attrs["convertedFrom"]["path"] == str(legacy["l1_manifest"].parent.resolve())
     assert attrs["convertedFrom"]["stageViewStorage"] == "per_task_files"
