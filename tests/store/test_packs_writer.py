@@ -19,7 +19,7 @@ import pytest
 from megadump_zarr.dump.export import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
 from megadump_zarr.store.pack_writer import row_stats
 from megadump_zarr.store.packs import (
-    PACK_MAX_RECORD_BYTES, RangeSource, ShardSource, decode_index, expand_pack, index_nbytes, range_chunk,
+    PACK_MAX_RECORD_BYTES, PACK_SHARD_BYTES, RangeSource, ShardSource, decode_index, expand_pack, index_nbytes, range_chunk,
 )
 from megadump_zarr.store.stats import _SLICE, StatsAccumulator
 from megadump_zarr.store.writer import WindowWriter
@@ -304,14 +304,14 @@ def test_a_pack_name_taken_by_a_declared_group_is_refused(tmp_path):
 
 
 def test_many_tasks_split_into_shards_with_an_absent_tail(tmp_path):
-    rows = 2 * (16 << 20) // 4096 + 5  # two full shards of 4 KiB records, then 5 rows
+    rows = 2 * PACK_SHARD_BYTES // 4096 + 5  # two full shards of 4 KiB records, then 5 rows
     groups = [GroupWrite(_task("s", t), {"taskId": t}, task=True) for t in range(rows)]
     data = np.arange(rows * 1024, dtype=np.float32).reshape(rows, 1024)
     arrays = [ArrayWrite(f"{_task('s', t)}/input_00_x", data[t], ("hidden",), {}) for t in range(rows)]
     window = _write(tmp_path, True, InvocationWrite(INV, {}, groups, arrays), stats=False)
     array = window / INV / "stages" / "s" / "pack_0000" / "input_00_x"
     assert sorted(p.name for p in array.iterdir()) == ["c.0.0", "c.1.0", "c.2.0", "zarr.json"]
-    per_shard = (16 << 20) // 4096
+    per_shard = PACK_SHARD_BYTES // 4096
     tail = (array / "c.2.0").read_bytes()
     entries = decode_index(tail[-index_nbytes(per_shard):], per_shard, "c.2.0")
     assert all(e is not None for e in entries[:5]) and all(e is None for e in entries[5:])
