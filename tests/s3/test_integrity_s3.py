@@ -1,16 +1,21 @@
-"""Integrity on an object store (moto): a deleted or altered chunk object of a committed window is refused on
-read (DumpIntegrityError naming the key) and named by ``verify``; a whole upload verifies clean."""
+"""Integrity on an object store (moto): a deleted or altered chunk object of a committed window (schema 7: the
+pack shard holding a record's chunk) is refused on read (DumpIntegrityError naming the record's chunk key) and
+named by ``verify``; a whole upload verifies clean."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+import zarr
 
 from megadump_zarr.cli.main import main
 from megadump_zarr.read import open_dump
 from megadump_zarr.read.errors import DumpIntegrityError
+from megadump_zarr.read.packs import find_view
+from megadump_zarr.store.packs import decode_index, index_nbytes
 from megadump_zarr.transfer import upload
 from megadump_zarr.verify import verify_dump
 
@@ -24,24 +29,38 @@ def test_chunk_objects_checked_on_s3(bucket: str, options: dict[str, Any], copy_
     assert report.ok and report.windows[0].chunks > 0
 
     dump = open_dump(url, storage_options=options)
-    path = str(dump.records()["path"].iloc[0])
-    objects = s3_client.list_objects_v2(Bucket=bucket, Prefix=f"run/{path}/")["Contents"]
-    chunk_key = next(o["Key"] for o in objects if not o["Key"].endswith("zarr.json"))
-    key = chunk_key.removeprefix("run/")
-    body = s3_client.get_object(Bucket=bucket, Key=chunk_key)["Body"].read()
+    records = dump.records()
+    path = str(records["path"].iloc[0])
+    view = find_view(dump.store)
+    assert view is not None
 
-    s3_client.delete_object(Bucket=bucket, Key=chunk_key)
+    def chunk_key(record: str) -> str:  # the record's (first) chunk in the key space readers see
+        array = zarr.open_array(dump.store, path=record, mode="r")
+        return f"{record}/{array.metadata.encode_chunk_key((0,) * array.ndim)}"
+
+    key = chunk_key(path)
+    stored = view.stored_key(key)  # the object holding its bytes: its chunk object, or its pack's shard (schema 7)
+    assert stored is not None and stored != key, f"{key} is not packed: the demo's L1 records are"
+    object_key = f"run/{stored}"
+    body = s3_client.get_object(Bucket=bucket, Key=object_key)["Body"].read()
+    shared = sorted(k for k in map(chunk_key, records["path"]) if view.stored_key(k) == stored)  # rows of that shard
+
+    s3_client.delete_object(Bucket=bucket, Key=object_key)
     with pytest.raises(DumpIntegrityError, match="is missing") as info:
         open_dump(url, storage_options=options).record_array(path).values
     assert info.value.key == key
-    assert [(p.key, p.what) for p in verify_dump(url, options).problems] == [(key, "chunk is missing")]
+    assert [(p.key, p.what) for p in verify_dump(url, options).problems] == [(k, "chunk is missing") for k in shared]
 
+    rows = json.loads(s3_client.get_object(Bucket=bucket, Key=f"{object_key.rpartition('/')[0]}/zarr.json")["Body"].read())
+    count = rows["chunk_grid"]["configuration"]["chunk_shape"][0]  # inner chunks (one row each) per shard
     altered = bytearray(body)
-    altered[len(altered) // 2] ^= 0xFF
-    s3_client.put_object(Bucket=bucket, Key=chunk_key, Body=bytes(altered))
+    for entry in decode_index(body[-index_nbytes(count):], count, stored):  # one byte inside every stored row
+        if entry is not None:
+            altered[entry[0] + entry[1] // 2] ^= 0xFF
+    s3_client.put_object(Bucket=bucket, Key=object_key, Body=bytes(altered))
     with pytest.raises(DumpIntegrityError, match="is corrupt") as info:
         open_dump(url, storage_options=options).record_array(path).values
-    assert key in str(info.value)
+    assert key in str(info.value) and "crc32c checksum mismatch" in str(info.value)
     args = ["verify", url, "--quiet"]
     for name, value in options.items():
         args += ["-S", f"{name}={value}"]
