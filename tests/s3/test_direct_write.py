@@ -41,17 +41,33 @@ def test_direct_write_reads_back_like_local(level, bucket, options, local_dumps,
     assert {k[len("run1/"):] for k in keys} == local
 
 
-def test_xarray_opens_a_task_group_over_s3_without_warnings(bucket, options):
+def test_xarray_opens_a_task_group_over_s3_without_warnings(bucket, options, s3_client):
+    """Schema 7 stores an L1 stage's small records as packs: plain xr.open_zarr opens a pack (the physical data
+    group) over S3 without warnings; the logical task group opens through the dump's view (open_dump) and the
+    stage through engine="megadump", and both hold the pack's row of that task."""
     url = f"s3://{bucket}/run1"
     run_dump(url, "L1", storage_options=options)
-    group = open_dump(url, storage_options=options).records()["group"].iloc[0]
+    dump = open_dump(url, storage_options=options)
+    records = dump.records()
+    group = str(records["group"].iloc[0])
+    stage_dir, _, task = group.rpartition("/")
+    listed = s3_client.list_objects_v2(Bucket=bucket, Prefix=f"run1/{stage_dir}/pack_")["Contents"]
+    rows = {}  # pack -> the task groups of its rows, from each pack's task array document
+    for key in (o["Key"] for o in listed if o["Key"].endswith("/task/zarr.json")):
+        doc = json.loads(s3_client.get_object(Bucket=bucket, Key=key)["Body"].read())
+        rows[key.removeprefix("run1/").removesuffix("/task/zarr.json")] = [t["group"] for t in doc["attributes"]["tasks"]]
+    ((pack, row),) = [(pack, groups.index(task)) for pack, groups in rows.items() if task in groups]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        ds = xr.open_zarr(f"{url}/{group}", storage_options=options)
-        loaded = ds.load()
-    assert len(loaded.data_vars) > 0
-    for name, var in loaded.data_vars.items():
+        packed = xr.open_zarr(f"{url}/{pack}", storage_options=options).load()  # the physical data group
+        logical = xr.open_zarr(dump.store, group=group).load()  # the schema-6 task group, through the view
+        stitched = xr.open_dataset(url, engine="megadump", group=stage_dir, storage_options=options).load()
+    assert int(packed["task"][row]) == int(records["task_id"].iloc[0])
+    assert len(logical.data_vars) > 0 and len(stitched.data_vars) > 0
+    for name, var in logical.data_vars.items():
         assert np.isfinite(var.values.astype(np.float64)).any(), name
+        np.testing.assert_array_equal(var.values, packed[name].values[row])
+        np.testing.assert_array_equal(var.values, dump.record_array(f"{group}/{name}").values)
 
 
 def test_no_secret_in_objects_reprs_or_errors(bucket, options, s3_client):
