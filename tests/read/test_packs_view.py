@@ -457,3 +457,31 @@ def test_malformed_pack_is_named(packed_copy):
     assert info.value.key == key
     report = open_dump(packed_copy).verify()
     assert [(p.key, p.what) for p in report.problems] == [(key, message)]
+
+
+class _ListingCounter(zarr.storage.WrapperStore):
+    """Records the prefixes listed below it."""
+
+    def __init__(self, store) -> None:
+        super().__init__(store)
+        self.listed: list[str] = []
+
+    def list_prefix(self, prefix: str):
+        self.listed.append(prefix)
+        return self._store.list_prefix(prefix)
+
+
+@pytest.mark.parametrize("fixture", ["schema5/l1", "schema6/l1", "indented", "packed"])
+def test_committed_windows_are_never_listed(fixture, roots, tmp_path):
+    """A committed window is known from its document alone, compact or indented (as zarr-python writes
+    documents), packed or not: reading records and values lists nothing below it."""
+    root = roots[1] if fixture == "packed" else Path(__file__).parent / "data" / fixture
+    if fixture == "indented":
+        root = Path(shutil.copytree(roots[0], tmp_path / "indented"))
+        doc = root / WINDOW / "zarr.json"
+        doc.write_text(json.dumps(json.loads(doc.read_bytes()), indent=2))
+    counter = _ListingCounter(LocalStore(root, read_only=True))
+    dump = open_dump(counter)
+    for path in dump.records()["path"]:
+        dump.record_array(path).values
+    assert len(dump.records()) > 0 and counter.listed == []

@@ -62,6 +62,8 @@ _PACK_PATH = re.compile(rf"^([^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+)(?:/
 _PACK_TASK = re.compile(rf"^([^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+)/{re.escape(TASK_ARRAY)}$")
 _PACK_DOC = re.compile(rf"^([^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+)/[^/]+/zarr\.json$")
 _MARKER = f"/{PACK_PREFIX}".encode()  # no window document without it holds a pack
+_CONSOLIDATED = re.compile(rb'"consolidated_metadata"\s*:\s*\{')
+_COMMITTED = re.compile(rb'"status"\s*:\s*"(?:complete|aborted)"')
 _FINAL = ("complete", "aborted")
 _EMPTY_CONSOLIDATED = {"kind": "inline", "must_understand": False, "metadata": {}}
 _PACKED_WINDOWS = 16  # expansions kept (a 4096-record window's is a few MB)
@@ -115,8 +117,9 @@ def _committed_nodes(raw: bytes, key: str) -> tuple[dict[str, Any], dict[str, An
 
 
 def _looks_committed(raw: bytes) -> bool:
-    """A fast test that a document without pack names is a committed window's (no parse needed)."""
-    return b'"consolidated_metadata"' in raw and (b'"status":"complete"' in raw or b'"status":"aborted"' in raw)
+    """A fast test that a document without pack names is a committed window's (no parse needed; compact or
+    indented JSON, as schema 5's zarr-python wrote it)."""
+    return _CONSOLIDATED.search(raw) is not None and _COMMITTED.search(raw) is not None
 
 
 def _flat_group(node: dict[str, Any]) -> dict[str, Any]:
