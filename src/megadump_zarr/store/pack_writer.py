@@ -78,17 +78,19 @@ def _block_stats(x: np.ndarray, kind: str, rows: Sequence[np.ndarray]) -> list[d
             bad = (~finite).tolist()
     else:
         lo, hi = x.min(axis=1), x.max(axis=1)
-    if x.dtype == np.float64:
-        total = x.sum(axis=1)
-        sumsq = np.einsum("ij,ij->i", x, x)
-    else:
-        x64 = x.astype(np.float64)
-        total = x64.sum(axis=1)
-        sumsq = np.multiply(x64, x64, out=x64).sum(axis=1)
+    with np.errstate(invalid="ignore", over="ignore"):  # rows with NaN/Inf are redone below; overflow gives None
+        if x.dtype == np.float64:
+            total = x.sum(axis=1)
+            sumsq = np.einsum("ij,ij->i", x, x)
+        else:
+            x64 = x.astype(np.float64)
+            total = x64.sum(axis=1)
+            sumsq = np.multiply(x64, x64, out=x64).sum(axis=1)
     out = []
     for i, (low, high, t, s) in enumerate(zip(lo.tolist(), hi.tolist(), total.tolist(), sumsq.tolist())):
         if bad is not None and bad[i]:
-            out.append(StatsAccumulator(rows[i].dtype).update(rows[i]).result())
+            with np.errstate(over="ignore"):
+                out.append(StatsAccumulator(rows[i].dtype).update(rows[i]).result())
             continue
         t, s = 0.0 + t, 0.0 + s  # the accumulator starts from 0.0 (so a -0.0 sum becomes 0.0)
         out.append({"min": low, "max": high, "mean": _finite_or_none(t / count), "l2norm": _finite_or_none(math.sqrt(s)),
