@@ -11,7 +11,9 @@ wraps the dump's store and, for a chunk key of an array of a committed window:
   call, the same one zarr makes again on decode), so a mismatch names the key and both checksums.
 
 Keys of torn (``writing``) windows, documents and anything outside a committed window pass through
-unchanged. :func:`guard_read` turns a codec failure of an array read (chunks written without a
+unchanged. Readers stack it over the pack view (:class:`~megadump_zarr.read.packs.PackedView`), so a
+schema-7 window is checked key by key in its schema-6 form: a packed record's chunk is its shard's inner
+chunk, checked against the crc32c it carries, and a missing shard is a missing chunk of every row. :func:`guard_read` turns a codec failure of an array read (chunks written without a
 checksum) into the same error, naming the chunk that fails.
 """
 
