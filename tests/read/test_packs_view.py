@@ -485,3 +485,37 @@ def test_committed_windows_are_never_listed(fixture, roots, tmp_path):
     for path in dump.records()["path"]:
         dump.record_array(path).values
     assert len(dump.records()) > 0 and counter.listed == []
+
+
+def test_any_flipped_bit_of_a_shard_is_refused_never_read(roots, tmp_path_factory):
+    """A single bit flipped anywhere in a shard (inner chunks or index): every record of the shard either
+    reads its true values or raises DumpIntegrityError naming its chunk; at least the damaged one raises."""
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    plain, packed, _ = roots
+    root = Path(shutil.copytree(packed, tmp_path_factory.mktemp("flip") / "packed"))
+    shard = root / STAGES / "combine/pack_0000/output_00_out/c.0.0.0"  # tasks 13 and 14
+    pristine = shard.read_bytes()
+    paths = [f"{STAGES}/combine/task_{t:06d}/output_00_out" for t in (13, 14)]
+    want = {p: open_dump(plain).record_array(p).values for p in paths}
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.integers(0, len(pristine) * 8 - 1))
+    def flip(bit: int) -> None:
+        raw = bytearray(pristine)
+        raw[bit // 8] ^= 1 << (bit % 8)
+        shard.write_bytes(bytes(raw))
+        try:
+            dump = open_dump(root)
+            refused = 0
+            for path in paths:
+                try:
+                    np.testing.assert_array_equal(dump.record_array(path).values, want[path])
+                except DumpIntegrityError as error:
+                    assert error.key == f"{path}/c.0.0" and error.key in str(error)
+                    refused += 1
+            assert refused >= 1
+        finally:
+            shard.write_bytes(pristine)
+
+    flip()
