@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import re
 from typing import Any, TypeVar
 
+import google_crc32c
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Store, SuffixByteRequest
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.storage import WrapperStore
@@ -66,7 +67,7 @@ _CONSOLIDATED = re.compile(rb'"consolidated_metadata"\s*:\s*\{')
 _COMMITTED = re.compile(rb'"status"\s*:\s*"(?:complete|aborted)"')
 _FINAL = ("complete", "aborted")
 _EMPTY_CONSOLIDATED = {"kind": "inline", "must_understand": False, "metadata": {}}
-_PACKED_WINDOWS = 16  # expansions kept (a 4096-record window's is a few MB)
+_PACKED_WINDOWS = 8  # expansions kept (a 4096-record window's: ~20 MB of documents and dicts)
 _PLAIN_WINDOWS = 65536  # windows known to hold no pack (a few bytes each)
 _INDEXES = 256  # shard indexes kept
 _INDEX_DOCS = 64  # root and rank documents kept
@@ -79,7 +80,8 @@ class _Window:
     """One window as the view serves it.
 
     Args:
-        raw: The stored window document (``None``: none yet).
+        stamp: Length and crc32c of the stored window document (``None``: none yet); the document itself
+            is not kept.
         final: Committed with consolidated metadata: the stored documents never change again.
         packed: Holds at least one pack.
         document: The virtual window document (committed packed windows).
@@ -91,7 +93,7 @@ class _Window:
         pack_docs: A torn window's pack documents the expansion was built from.
     """
 
-    raw: bytes | None
+    stamp: tuple[int, int] | None
     final: bool
     packed: bool = False
     document: bytes | None = None
@@ -103,6 +105,11 @@ class _Window:
     pack_docs: frozenset[str] = frozenset()
     encoded: dict[str, bytes] = field(default_factory=dict)
     parsed: dict[str, Any] | None = None  # ``document`` decoded, handed once to the catalogue (take_document)
+
+
+def _stamp(raw: bytes | None) -> tuple[int, int] | None:
+    """What tells a stored document from another without keeping it: its length and crc32c."""
+    return None if raw is None else (len(raw), google_crc32c.value(raw))
 
 
 def _committed_nodes(raw: bytes, key: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
@@ -271,7 +278,7 @@ class PackedView(WrapperStore[Store]):
         self._plain: OrderedDict[str, _Window] = OrderedDict()
         self._indexes: OrderedDict[str, tuple[list[tuple[int, int] | None], int | None]] = OrderedDict()
         self._inflight: dict[tuple[str, str], asyncio.Future[Any]] = {}
-        self._index_docs: OrderedDict[str, tuple[bytes, bytes]] = OrderedDict()
+        self._index_docs: OrderedDict[str, tuple[tuple[int, int] | None, bytes]] = OrderedDict()
 
     # ------------------------------------------------------------------ plumbing
     def _with_store(self, store: Store) -> PackedView:
@@ -418,19 +425,19 @@ class PackedView(WrapperStore[Store]):
         if raw is None:
             return None
         if _MARKER not in raw:
-            return _Window(raw, True) if _looks_committed(raw) else None
+            return _Window(_stamp(raw), True) if _looks_committed(raw) else None
         found = _committed_nodes(raw, self._doc_key(window))
         if found is None:
             return None
         doc, nodes = found
         replaced = _replace_packs(nodes, window, strict=True)
         if replaced is None:
-            return _Window(raw, True)
+            return _Window(_stamp(raw), True)
         metadata, virtual, sources = replaced
         document = dict(doc)
         document["consolidated_metadata"] = {**doc["consolidated_metadata"], "metadata": metadata}
-        return _finish(window, _Window(raw, True, document=dumps(document), virtual=virtual, sources=sources,
-                                       parsed=document))
+        return _finish(window, _Window(_stamp(raw), True, document=dumps(document), virtual=virtual,
+                                       sources=sources, parsed=document))
 
     async def _from_listing(self, window: str, raw: bytes | None, physical: list[str]) -> _Window:
         """The expansion of a torn window from its stored keys and its packs' own documents."""
@@ -444,10 +451,11 @@ class PackedView(WrapperStore[Store]):
         packs_with_task = {pack for pack, rel in docs if rel == f"{pack}/{TASK_ARRAY}/zarr.json"}
         docs = [(pack, rel) for pack, rel in docs if pack in packs_with_task]
         names = frozenset(rel for _, rel in docs)
+        stamp = _stamp(raw)
         if not docs:
-            return _Window(raw, False)
+            return _Window(stamp, False)
         cached = self._cached(window)
-        if cached is not None and not cached.final and cached.raw == raw and cached.pack_docs == names:
+        if cached is not None and not cached.final and cached.stamp == stamp and cached.pack_docs == names:
             return cached
         values = await asyncio.gather(*(self._store.get(f"{prefix}{rel}", default_buffer_prototype()) for _, rel in docs))
         packs: dict[str, dict[str, dict[str, Any]]] = {pack: {} for pack in packs_with_task}
@@ -460,27 +468,25 @@ class PackedView(WrapperStore[Store]):
                 continue  # cut short by the kill that tore the window: not part of it
         virtual, sources = _expand(window, packs, strict=False)
         if not virtual:
-            return _Window(raw, False, pack_docs=names)
-        return _finish(window, _Window(raw, False, virtual=virtual, sources=sources, pack_docs=names))
+            return _Window(stamp, False, pack_docs=names)
+        return _finish(window, _Window(stamp, False, virtual=virtual, sources=sources, pack_docs=names))
 
-    async def _state(self, window: str, raw: bytes | None = None, physical: list[str] | None = None,
-                     fresh: bool = False) -> _Window:
+    async def _state(self, window: str, raw: bytes | None = None, physical: list[str] | None = None) -> _Window:
         """The window's expansion: cached, or built from its document (committed) or a listing (torn).
 
         Args:
             window: The window key.
             raw: Its stored document, just read (a changed document replaces a cached expansion).
             physical: Every stored key below it, just listed (a torn window is rebuilt from it).
-            fresh: Re-read the document of a window that is not committed.
         """
         cached = self._cached(window)
-        if cached is not None and cached.final and (raw is None or raw == cached.raw):
+        if cached is not None and cached.final and (raw is None or _stamp(raw) == cached.stamp):
             return cached
-        if cached is not None and raw is None and physical is None and not fresh:
+        if cached is not None and raw is None and physical is None:
             return cached
         if raw is None:
             raw = await self._shared("doc", window, lambda: self._raw(window))
-        if cached is not None and cached.final and raw == cached.raw:
+        if cached is not None and cached.final and _stamp(raw) == cached.stamp:
             return cached
         state = self._from_document(window, raw)
         if state is None:
@@ -506,9 +512,12 @@ class PackedView(WrapperStore[Store]):
             if value is None:
                 return None
             raw = value.to_bytes()
+            if _MARKER not in raw:
+                return value if byte_range is None else prototype.buffer.from_bytes(_slice(raw, byte_range))
+            stamp = _stamp(raw)
             cached = self._index_docs.get(key)
-            if cached is None or cached[0] != raw:
-                cached = self._index_docs[key] = (raw, _index_document(raw, key, depth))
+            if cached is None or cached[0] != stamp:
+                cached = self._index_docs[key] = (stamp, _index_document(raw, key, depth))
                 while len(self._index_docs) > _INDEX_DOCS:
                     self._index_docs.popitem(last=False)
             return prototype.buffer.from_bytes(_slice(cached[1], byte_range))
@@ -519,7 +528,7 @@ class PackedView(WrapperStore[Store]):
                 return None
             raw = value.to_bytes()
             cached = self._cached(window)
-            if cached is not None and cached.raw == raw:
+            if cached is not None and cached.stamp == _stamp(raw):
                 state = cached
             else:
                 state = await self._state(window, raw=raw)
