@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 from pathlib import Path
 import shutil
 import warnings
@@ -519,3 +520,28 @@ def test_any_flipped_bit_of_a_shard_is_refused_never_read(roots, tmp_path_factor
             shard.write_bytes(pristine)
 
     flip()
+
+
+@pytest.mark.parametrize(("edit", "why"), [
+    (lambda tasks: tasks[0]["attrs"].update(taskId=77), "attributes.tasks[0].attrs.taskId 77 disagrees with its group "
+                                                        "'task_000013'"),
+    (lambda tasks: tasks[0].update(group="task_13x"), "attributes.tasks[0].group 'task_13x' is not a task group name"),
+    (lambda tasks: tasks[1]["coords"].update(token=[9, 18]), "attributes.tasks[1].coords.token [9, 18] holds 9 rows, "
+                                                             "its record input_01_ws 8"),
+    (lambda tasks: tasks[1]["coords"].update(token=[9, 17]), "attributes.tasks[1].coords.token [9, 17] disagrees with "
+                                                             "its record input_01_ws, which starts at row 8"),
+    (lambda tasks: tasks.__setitem__(slice(0, 2), tasks[1::-1]), "attributes.tasks[0].coords.token [8, 16] disagrees "
+                                                                 "with its record input_01_ws, which starts at row 0"),
+])
+def test_rows_are_checked_against_their_records(packed_copy, edit, why):
+    """What schema 6 kept in directory names and checksummed coordinate chunks: a row's group name agrees with its
+    taskId, its row coordinate with its records (length, and the rows sourceOffsetBytes says), so a swap of two
+    rows of the task array's attributes is refused, not read as the wrong tasks."""
+    doc_path = packed_copy / WINDOW / "zarr.json"
+    doc = json.loads(doc_path.read_bytes())
+    task = "invocation_000000_forward/stages/combine/pack_0000/task"
+    edit(doc["consolidated_metadata"]["metadata"][task]["attributes"]["tasks"])
+    doc_path.write_text(json.dumps(doc))
+    with pytest.raises(DumpIntegrityError, match=f"^malformed task-record pack: {WINDOW}/{task}/zarr.json: "
+                                                 f"{re.escape(why)}"):
+        open_dump(packed_copy).records()

@@ -32,6 +32,7 @@ import asyncio
 from collections import OrderedDict, defaultdict
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+import math
 import re
 from typing import Any, TypeVar
 
@@ -44,8 +45,12 @@ from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.location import parse_json
 from megadump_zarr.store.metadata import consolidated_sort_key, dumps
 from megadump_zarr.store.packs import (
+    CORE_ARRAY,
+    OWNER_ARRAY,
     PACK_PREFIX,
+    RECORDS_ATTR,
     TASK_ARRAY,
+    TASKS_ATTR,
     RangeSource,
     ShardSource,
     decode_index,
@@ -58,6 +63,7 @@ __all__ = ["PackedView", "base_store", "find_view", "packed_view"]
 
 _WINDOW = re.compile(r"^rank_\d+/window_\d+$")
 _RANK = re.compile(r"^rank_\d+$")
+_TASK_NAME = re.compile(r"^task_(\d+)(?:_worker_(\d+))?$")
 _PACK = re.compile(rf"^[^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+")
 _PACK_PATH = re.compile(rf"^([^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+)(?:/|$)")
 _PACK_TASK = re.compile(rf"^([^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+)/{re.escape(TASK_ARRAY)}$")
@@ -135,6 +141,62 @@ def _flat_group(node: dict[str, Any]) -> dict[str, Any]:
             "consolidated_metadata": dict(_EMPTY_CONSOLIDATED, metadata={}), "node_type": "group"}
 
 
+def _check_rows(window: str, pack: str, nodes: dict[str, dict[str, Any]]) -> None:
+    """What schema 6 kept in directory names and checksummed coordinate chunks, checked in a pack's documents
+    (no data read): each row's group name agrees with its ``taskId``/``workerId``, and each row coordinate
+    ``[start, stop)`` with the records along that dimension — their length, and the rows the writer derives
+    from a whole-row slice's ``sourceOffsetBytes`` (``dump.window``'s rule; a swapped row fails it too).
+
+    Raises:
+        ValueError: Naming the task document, the row and the field (``expand_pack`` has checked the shapes).
+    """
+    from megadump_zarr.read.catalog import itemsize
+
+    prefix = f"{pack}/"
+    where = f"{window}/{pack}/{TASK_ARRAY}/zarr.json" if window else f"{pack}/{TASK_ARRAY}/zarr.json"
+    tasks = nodes[prefix + TASK_ARRAY]["attributes"][TASKS_ATTR]
+    records = [(path, doc) for path, doc in nodes.items() if path.startswith(prefix) and "/" not in path[len(prefix):]
+               and doc.get("node_type") == "array" and path[len(prefix):] not in (TASK_ARRAY, OWNER_ARRAY, CORE_ARRAY)]
+    for row, entry in enumerate(tasks):
+        match = _TASK_NAME.match(entry["group"])
+        if match is None:
+            raise ValueError(f"{where}: attributes.tasks[{row}].group {entry['group']!r} is not a task group name "
+                             "(task_NNNNNN or task_NNNNNN_worker_NNN)")
+        stored = entry["attrs"].get("taskId")  # the catalogue reads the id from the name when taskId is absent
+        if stored is not None and stored != int(match.group(1)):
+            raise ValueError(f"{where}: attributes.tasks[{row}].attrs.taskId {stored!r} disagrees with its group "
+                             f"{entry['group']!r}")
+        for dim, (start, stop) in (entry.get("coords") or {}).items():
+            for path, doc in records:
+                dims = doc.get("dimension_names") or []
+                record = doc["attributes"][RECORDS_ATTR][row]
+                name = path[len(prefix):]
+                if dim in dims[2:]:
+                    raise ValueError(f"{where}: attributes.tasks[{row}].coords.{dim} names a dimension of its record "
+                                     f"{name} that is not its first: only row coordinates are stored")
+                if len(dims) < 2 or dims[1] != dim or not isinstance(record, dict) or record.get("truncated"):
+                    continue
+                if stop - start != doc["shape"][1]:
+                    raise ValueError(f"{where}: attributes.tasks[{row}].coords.{dim} {[start, stop]!r} holds "
+                                     f"{stop - start} rows, its record {name} {doc['shape'][1]}")
+                first = _first_row(record, doc["shape"][1:], itemsize(doc.get("data_type")))
+                if first is not None and first != start:
+                    raise ValueError(f"{where}: attributes.tasks[{row}].coords.{dim} {[start, stop]!r} disagrees with "
+                                     f"its record {name}, which starts at row {first} (sourceOffsetBytes)")
+
+
+def _first_row(attrs: dict[str, Any], shape: list[int], size: int) -> int | None:
+    """The first global row of a whole-row slice of its declared tensor (``None``: not one)."""
+    actual, declared, offset = attrs.get("actualShape"), attrs.get("declaredShape"), attrs.get("sourceOffsetBytes")
+    if (not isinstance(actual, list) or not isinstance(declared, list) or not actual or len(actual) != len(declared)
+            or list(actual[1:]) != list(declared[1:]) or list(actual) != list(shape) or type(offset) is not int):
+        return None
+    row_bytes = math.prod(int(d) for d in actual[1:]) * size
+    if row_bytes <= 0 or offset % row_bytes:
+        return None
+    return offset // row_bytes
+
+
 def _expand(window: str, packs: dict[str, dict[str, dict[str, Any]]], strict: bool
             ) -> tuple[dict[str, dict[str, Any]], dict[str, ShardSource | RangeSource]]:
     """The schema-6 nodes and chunk sources of some packs (pack path -> its nodes)."""
@@ -143,6 +205,7 @@ def _expand(window: str, packs: dict[str, dict[str, dict[str, Any]]], strict: bo
     for pack in sorted(packs):
         try:
             nodes, chunks = expand_pack(pack, packs[pack], window)
+            _check_rows(window, pack, packs[pack])
         except ValueError as error:
             if not strict:
                 continue  # a torn window's pack cut short: not part of the window yet
