@@ -59,7 +59,7 @@ from megadump_zarr.store.packs import (
     range_chunk,
 )
 
-__all__ = ["PackedView", "base_store", "find_view", "packed_view"]
+__all__ = ["PackedView", "base_store", "find_view", "packed_view", "stored_pack_nodes"]
 
 _WINDOW = re.compile(r"^rank_\d+/window_\d+$")
 _RANK = re.compile(r"^rank_\d+$")
@@ -848,9 +848,21 @@ def find_view(store: Store) -> PackedView | None:
 
 
 def base_store(store: Store) -> Store:
-    """The stored (physical) store below a :class:`PackedView` (``store`` itself when it is not one).
+    """The stored (physical) store below the :class:`PackedView` in ``store``'s wrapper chain (``store``
+    itself when there is none).
 
     Args:
-        store: A store, possibly a view.
+        store: A store, possibly a view or a wrapper over one.
     """
-    return store._store if isinstance(store, PackedView) else store
+    view = find_view(store)
+    return store if view is None else view._store
+
+
+def stored_pack_nodes(nodes: dict[str, Any]) -> dict[str, Any]:
+    """The nodes at or below a pack among a stored window document's consolidated nodes (what the view
+    replaces; verify compares their own documents with them).
+
+    Args:
+        nodes: Consolidated nodes, paths relative to the window.
+    """
+    return {path: node for path, node in nodes.items() if _PACK.match(path) and _PACK_PATH.match(path)}

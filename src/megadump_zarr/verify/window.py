@@ -183,6 +183,7 @@ def verify_window(url: Any, storage_options: Mapping[str, Any] | None, window: s
         return _result(state, status, deep, partial_launches)
     _check_manifest(state, window, attrs, nodes)
     good = _check_node_documents(state, store, window, nodes)
+    _check_pack_documents(state, store, window)
     _check_records_table(state, window, status, attrs, {k: v for k, v in nodes.items() if k in good})
     arrays = {path: nodes[path] for path in good if nodes[path].get("node_type") == "array"}
     _check_chunks(state, store, window, arrays, deep, tick)
@@ -301,6 +302,42 @@ def _check_node_documents(state: _State, store: Any, window: str, nodes: dict[st
                 _check_record_attributes(state, key, entry)
             good.append(path)
     return good
+
+
+def _check_pack_documents(state: _State, store: Any, window: str) -> None:
+    """Schema 7: the stored documents of a window's task-record packs (what plain zarr reads) equal the window
+    document's entries the reader's view is built from (the view serves the window's schema-6 form, which the
+    checks above compare with itself)."""
+    from megadump_zarr.read.location import get_bytes, get_many, parse_json
+    from megadump_zarr.read.packs import base_store, stored_pack_nodes
+
+    base = base_store(store)
+    if base is store:
+        return
+    doc_key = f"{window}/zarr.json"
+    try:
+        stored = parse_json(get_bytes(base, doc_key) or b"{}", doc_key)
+    except ValueError:
+        return  # reported above
+    nodes = stored_pack_nodes(((stored.get("consolidated_metadata") or {}).get("metadata")) or {})
+    paths = sorted(nodes)
+    for path, raw in zip(paths, get_many(base, [f"{window}/{p}/zarr.json" for p in paths])):
+        key = f"{window}/{path}/zarr.json"
+        entry = nodes[path]
+        if raw is None:
+            state.add(key, "the pack's document is missing (the window's consolidated metadata lists it)")
+            continue
+        try:
+            own = parse_json(raw, key)
+        except ValueError as error:
+            state.add(key, f"does not parse: {error}")
+            continue
+        if not isinstance(entry, dict) or _strip(own) != _strip(entry):
+            theirs = entry if isinstance(entry, dict) else {}
+            fields = sorted(k for k in set(_strip(own)) | set(_strip(theirs)) if own.get(k) != theirs.get(k))
+            state.add(key, f"differs from the window's consolidated metadata in {', '.join(fields) or 'its type'}")
+        elif own.get("node_type") == "group":
+            _group_consolidated_agrees(state, key, path, own, nodes)
 
 
 def _group_consolidated_agrees(state: _State, key: str, path: str, own: dict[str, Any], nodes: dict[str, Any]) -> bool:
