@@ -545,3 +545,15 @@ def test_rows_are_checked_against_their_records(packed_copy, edit, why):
     with pytest.raises(DumpIntegrityError, match=f"^malformed task-record pack: {WINDOW}/{task}/zarr.json: "
                                                  f"{re.escape(why)}"):
         open_dump(packed_copy).records()
+
+
+def test_verify_names_a_stored_pack_document_that_disagrees_with_the_window(packed_copy):
+    """Readers see the window document's copy; plain zarr reads the pack's own documents: verify compares them."""
+    rel = f"{STAGES}/combine/pack_0000/output_00_out/zarr.json"
+    doc = json.loads((packed_copy / rel).read_bytes())
+    doc["attributes"]["records"][0]["note"] = "edited behind the window's back"
+    (packed_copy / rel).write_text(json.dumps(doc))
+    dump = open_dump(packed_copy)
+    assert dump.records().equals(open_dump(packed_copy).records())  # readers are served the window's copy
+    problems = [(p.key, p.what) for p in dump.verify().problems]
+    assert problems == [(rel, "differs from the window's consolidated metadata in attributes")]
