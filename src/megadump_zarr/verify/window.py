@@ -338,6 +338,59 @@ def _check_pack_documents(state: _State, store: Any, window: str) -> None:
             state.add(key, f"differs from the window's consolidated metadata in {', '.join(fields) or 'its type'}")
         elif own.get("node_type") == "group":
             _group_consolidated_agrees(state, key, path, own, nodes)
+    _check_pack_rows(state, base, window, nodes)
+
+
+# The pack arrays whose values name each row's task, and the task attribute each must equal (-1: none).
+_ROW_IDS = (("task", lambda attrs: attrs.get("taskId")),
+            ("owner_id", lambda attrs: attrs["owner"].get("id") if isinstance(attrs.get("owner"), dict) else None),
+            ("core_id", lambda attrs: attrs.get("coreId")))
+
+
+def _check_pack_rows(state: _State, base: Any, window: str, nodes: dict[str, Any]) -> None:
+    """Each pack row is the task its ``attributes.tasks`` entry names: the ids stored (checksummed) in the pack's
+    ``task``, ``owner_id`` and ``core_id`` arrays equal the entry's ``taskId``, ``owner.id`` and ``coreId``.
+
+    The reader's view checks rows against their records' attributes without reading data; two swapped rows of
+    a pack whose records carry no row coordinate agree with those, and only these ids tell them apart (schema
+    6 kept the task id in the group's directory name).
+    """
+    from megadump_zarr.read.location import get_bytes
+
+    for task_path, task_doc in sorted(nodes.items()):
+        pack, _, leaf = task_path.rpartition("/")
+        attributes = task_doc.get("attributes") if isinstance(task_doc, dict) else None
+        tasks = attributes.get("tasks") if isinstance(attributes, dict) else None
+        if leaf != "task" or not isinstance(tasks, list):
+            continue  # a malformed pack is named by the view
+        for name, wanted in _ROW_IDS:
+            doc = nodes.get(f"{pack}/{name}")
+            key = f"{window}/{pack}/{name}"
+            if not isinstance(doc, dict):
+                state.add(f"{key}/zarr.json", "the pack has no such array (its rows' ids cannot be checked)")
+                continue
+            expected = _expected_chunks(doc)
+            if expected is None:
+                continue  # reported by the chunk check
+            try:
+                zarray = _open(base, key, doc)
+                if any(get_bytes(base, f"{key}/{zarray.metadata.encode_chunk_key(c)}") is None for c in expected):
+                    continue  # "chunk is missing" is reported by the chunk check
+                stored = np.asarray(zarray[...]).reshape(-1).tolist()
+            except Exception as error:  # a damaged chunk is reported by the chunk check; this names the ids
+                state.add(key, f"the row ids cannot be read: {type(error).__name__}: {error}")
+                continue
+            if len(stored) != len(tasks):
+                state.add(key, f"holds {len(stored)} ids for {len(tasks)} rows of attributes.tasks")
+                continue
+            for row, (entry, value) in enumerate(zip(tasks, stored)):
+                attrs = entry.get("attrs") if isinstance(entry, dict) else None
+                named = wanted(attrs) if isinstance(attrs, dict) else None
+                named = -1 if named is None else named
+                if named != value:
+                    state.add(key, f"row {row} holds {name} {value} but attributes.tasks[{row}] names {named}: the "
+                                   f"row's records are not the task its entry names")
+                    break
 
 
 def _group_consolidated_agrees(state: _State, key: str, path: str, own: dict[str, Any], nodes: dict[str, Any]) -> bool:

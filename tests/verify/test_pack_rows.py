@@ -1,0 +1,68 @@
+"""verify checks each pack row against the ids stored in the pack's task, owner_id and core_id arrays."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from megadump_zarr import open_dump
+from megadump_zarr.dump.export import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
+from megadump_zarr.store.writer import WindowWriter
+
+WINDOW = "rank_0/window_0000"
+PACK = "invocation_000000_forward/stages/s/pack_0000"
+
+
+def _task(task_id: int, owner: int, core: int) -> tuple[GroupWrite, ArrayWrite]:
+    path = f"stages/s/task_{task_id:06d}"
+    attrs = {"taskId": task_id, "stageTaskIndex": task_id, "stage": "s", "owner": {"label": "expert", "id": owner},
+             "coreType": "AIV", "coreId": core, "workerId": None, "tensorCount": 1, "tileRows": None}
+    data = np.full((2, 3), float(task_id), dtype=np.float32)  # no row coordinate: a per-owner weight slice
+    record = {"name": "w", "io": "input", "index": 0, "paramPosition": 0, "capturePhase": "before"}
+    return GroupWrite(path, attrs, task=True), ArrayWrite(f"{path}/input_00_w", data, ("row", "col"), record)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    tasks = [_task(1, 0, 4), _task(2, 1, 5)]
+    invocation = InvocationWrite("invocation_000000_forward", {"invocationId": 0, "level": "L1"},
+                                 [GroupWrite("stages/s", {"stage": "s"})] + [g for g, _ in tasks], [a for _, a in tasks])
+    with WindowWriter(tmp_path) as writer:
+        writer.write_window(WindowWrite(0, 0, {"schemaVersion": 7, "level": "L1"}, [invocation]))
+    assert (tmp_path / WINDOW / PACK / "task" / "zarr.json").is_file()  # the two tasks share one pack
+    return tmp_path
+
+
+def _swap_rows_everywhere(root: Path) -> None:
+    """Swap the two entries of the pack's attributes.tasks in every copy (the task array's document, the pack
+    group's consolidated metadata, the window document): consistent documents, rows naming the wrong task."""
+    window = root / WINDOW
+    copies = [(window / PACK / "task" / "zarr.json", ()), (window / PACK / "zarr.json", ("consolidated_metadata", "metadata", "task")),
+              (window / "zarr.json", ("consolidated_metadata", "metadata", f"{PACK}/task"))]
+    for file, inside in copies:
+        doc = json.loads(file.read_text())
+        node = doc
+        for part in inside:
+            node = node[part]
+        tasks = node["attributes"]["tasks"]
+        tasks[0], tasks[1] = tasks[1], tasks[0]
+        file.write_text(json.dumps(doc))
+
+
+def test_clean_pack_verifies(root: Path) -> None:
+    check = open_dump(root).verify()
+    assert check.ok, check.problems
+
+
+def test_swapped_rows_are_named_by_verify(root: Path) -> None:
+    _swap_rows_everywhere(root)
+    records = open_dump(root).records()  # the documents agree with themselves: the view cannot tell
+    assert sorted(records["task_id"]) == [1, 2]
+    problems = open_dump(root).verify().problems
+    keys = {p.key for p in problems}
+    assert f"{WINDOW}/{PACK}/task" in keys, problems
+    assert any("row 0 holds task 1 but attributes.tasks[0] names 2" in p.what for p in problems), problems
+    assert f"{WINDOW}/{PACK}/owner_id" in keys and f"{WINDOW}/{PACK}/core_id" in keys, problems
