@@ -193,7 +193,8 @@ def expand_pack(pack: str, nodes: Mapping[str, dict[str, Any]], where: str = "")
     Args:
         pack: The pack group's path relative to the window (``invocation_.../stages/{stage}/pack_0000``).
         nodes: Window nodes (relative path -> document) holding at least the pack's ``task`` array and its
-            record arrays (the pack group document itself is not needed: a torn window has none).
+            record arrays (the pack group document itself is not needed: a torn window has none; when present,
+            its ``megadumpPack`` must be 1).
         where: Window key, for messages.
 
     Returns:
@@ -214,6 +215,11 @@ def expand_pack(pack: str, nodes: Mapping[str, dict[str, Any]], where: str = "")
     if not isinstance(count, int) or count < 0:
         raise ValueError(f"{label}/{TASK_ARRAY}/zarr.json: shape {task_doc['shape']!r} is not a row count")
     tasks = _list_field(task_doc, TASKS_ATTR, f"{label}/{TASK_ARRAY}/zarr.json", count)
+    group_doc = nodes.get(pack)
+    if group_doc is not None and not is_pack_group(group_doc):  # a newer pack format must not read as this one
+        version = (group_doc.get("attributes") or {}).get(PACK_ATTR) if isinstance(group_doc, dict) else None
+        raise ValueError(f"{label}/zarr.json: attributes.{PACK_ATTR} {version!r} is not a pack format this reader "
+                         f"knows (1)")
     virtual: dict[str, dict[str, Any]] = {}
     sources: dict[str, ShardSource | RangeSource] = {}
     groups: list[str] = []
