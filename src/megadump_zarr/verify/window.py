@@ -266,7 +266,7 @@ def _strip(doc: Mapping[str, Any]) -> dict[str, Any]:
 def _check_node_documents(state: _State, store: Any, window: str, nodes: dict[str, Any]) -> list[str]:
     """Each node's own document exists, parses and equals its consolidated entry; returns the good paths."""
     from megadump_zarr.read.documents import open_array_checked
-    from megadump_zarr.read.location import get_many, parse_json
+    from megadump_zarr.read.location import get_many
 
     good: list[str] = []
     paths = sorted(nodes)
@@ -279,17 +279,8 @@ def _check_node_documents(state: _State, store: Any, window: str, nodes: dict[st
             if not isinstance(entry, dict) or entry.get("node_type") not in ("group", "array"):
                 state.add(f"{window}/zarr.json", f"consolidated entry {path!r} is not a group or array document")
                 continue
-            if raw is None:
-                state.add(key, "the node's document is missing (the window's consolidated metadata lists it)")
-                continue
-            try:
-                own = parse_json(raw, key)
-            except ValueError as error:
-                state.add(key, f"does not parse: {error}")
-                continue
-            if _strip(own) != _strip(entry):
-                fields = sorted(k for k in set(_strip(own)) | set(_strip(entry)) if own.get(k) != entry.get(k))
-                state.add(key, f"differs from the window's consolidated metadata in {', '.join(fields)}")
+            own = _stored_agrees(state, key, raw, entry, "node")
+            if own is None:
                 continue
             if entry["node_type"] == "group" and not _group_consolidated_agrees(state, key, path, own, nodes):
                 continue
@@ -302,6 +293,34 @@ def _check_node_documents(state: _State, store: Any, window: str, nodes: dict[st
                 _check_record_attributes(state, key, entry)
             good.append(path)
     return good
+
+
+def _stored_agrees(state: _State, key: str, raw: bytes | None, entry: Any, what: str) -> dict[str, Any] | None:
+    """A stored ``zarr.json`` parsed, when it equals its window consolidated entry (else the problem is added).
+
+    Args:
+        state: The window's check state.
+        key: The document's key.
+        raw: Its stored bytes (``None``: missing).
+        entry: Its entry in the window document's consolidated metadata.
+        what: ``"node"`` or ``"pack"``, for the missing-document message.
+    """
+    from megadump_zarr.read.location import parse_json
+
+    if raw is None:
+        state.add(key, f"the {what}'s document is missing (the window's consolidated metadata lists it)")
+        return None
+    try:
+        own = parse_json(raw, key)
+    except ValueError as error:
+        state.add(key, f"does not parse: {error}")
+        return None
+    if not isinstance(entry, dict) or _strip(own) != _strip(entry):
+        theirs = entry if isinstance(entry, dict) else {}
+        fields = sorted(k for k in set(_strip(own)) | set(_strip(theirs)) if own.get(k) != theirs.get(k))
+        state.add(key, f"differs from the window's consolidated metadata in {', '.join(fields) or 'its type'}")
+        return None
+    return own
 
 
 def _check_pack_documents(state: _State, store: Any, window: str) -> None:
@@ -324,19 +343,8 @@ def _check_pack_documents(state: _State, store: Any, window: str) -> None:
     for path, raw in zip(paths, get_many(base, [f"{window}/{p}/zarr.json" for p in paths])):
         key = f"{window}/{path}/zarr.json"
         entry = nodes[path]
-        if raw is None:
-            state.add(key, "the pack's document is missing (the window's consolidated metadata lists it)")
-            continue
-        try:
-            own = parse_json(raw, key)
-        except ValueError as error:
-            state.add(key, f"does not parse: {error}")
-            continue
-        if not isinstance(entry, dict) or _strip(own) != _strip(entry):
-            theirs = entry if isinstance(entry, dict) else {}
-            fields = sorted(k for k in set(_strip(own)) | set(_strip(theirs)) if own.get(k) != theirs.get(k))
-            state.add(key, f"differs from the window's consolidated metadata in {', '.join(fields) or 'its type'}")
-        elif own.get("node_type") == "group":
+        own = _stored_agrees(state, key, raw, entry, "pack")
+        if own is not None and own.get("node_type") == "group":
             _group_consolidated_agrees(state, key, path, own, nodes)
     _check_pack_rows(state, base, window, nodes)
 
