@@ -1,0 +1,176 @@
+"""The package's layer contract, checked from the source (an AST walk: no module is imported).
+
+Imports go one way along the data path (README, "Code map")::
+
+    leaves (codecs, _version) -> l1 -> diagnostics -> runtime -> dump -> store -> read -> verify
+        -> analyse -> replay -> api (the capture composition root) -> demo (the embedded model)
+        -> faces (cli, report, engine) and the edge (interop, transfer) -> the package's __init__
+
+A module may import a module of its own rank or below. Every import counts, the ones inside functions
+too (a lazy import is still a dependency). ``tests/test_layers.py`` runs :func:`upward_edges` over
+``src/megadump_zarr`` against the list of edges that were already there when the rule began
+(issue 25 removes them); a new upward edge fails the suite naming the importing file and line.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+PACKAGE = "megadump_zarr"
+
+RANKS: dict[str, int] = {
+    "codecs": 0, "_version": 0,
+    "l1": 1,
+    "diagnostics": 2,
+    "runtime": 3,
+    "dump": 4,
+    "store": 5,
+    "read": 6,
+    "verify": 7,
+    "analyse": 8,
+    "replay": 9,
+    "api": 10,
+    "demo": 11,
+    "cli": 12, "report": 12, "engine": 12, "interop": 12, "transfer": 12,
+    "__init__": 13,
+}
+"""Rank of each top-level room of the package (a sub-package or a top-level module)."""
+
+
+@dataclass(frozen=True, order=True)
+class Edge:
+    """One import that goes up the layers.
+
+    Args:
+        source: The importing module's room and path inside the package (``read/dump.py``).
+        target: The imported module (``megadump_zarr.verify``).
+        line: The import's line in the source file.
+    """
+
+    source: str
+    target: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"src/{PACKAGE}/{self.source}:{self.line} imports {self.target} (a higher layer)"
+
+
+def room_of(module: str) -> str:
+    """The top-level room of a dotted module name inside the package (``megadump_zarr.read.dump`` -> ``read``).
+
+    Args:
+        module: A dotted name starting with the package name.
+    """
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _imports(tree: ast.AST, module: str, is_package: bool) -> list[tuple[str, int]]:
+    """Every module of the package that a parsed source imports, with the line.
+
+    Args:
+        tree: The parsed source.
+        module: The source's own dotted name (for relative imports).
+        is_package: Whether the source is a package's ``__init__``.
+    """
+    found: list[tuple[str, int]] = []
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                target = ".".join(base[: len(base) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            # `from megadump_zarr import read` imports the sub-package `read`, not the package's __init__.
+            rooms = [alias.name for alias in node.names if alias.name in RANKS] if target == PACKAGE else []
+            if rooms and len(rooms) == len(node.names):
+                found += [(f"{PACKAGE}.{name}", node.lineno) for name in rooms]
+            else:
+                found.append((target, node.lineno))
+    return [(name, line) for name, line in found if name == PACKAGE or name.startswith(PACKAGE + ".")]
+
+
+def upward_edges(root: Path) -> list[Edge]:
+    """Every import in the package under ``root`` whose target ranks above its source.
+
+    Args:
+        root: The package directory (``src/megadump_zarr``).
+
+    Raises:
+        ValueError: A room of the package that :data:`RANKS` does not place (name it there first).
+    """
+    edges: list[Edge] = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        parts = list(rel.with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        module = ".".join([PACKAGE, *parts[:-1]] if is_package else [PACKAGE, *parts])
+        source_room = parts[0] if len(parts) > 1 else parts[0]
+        if source_room not in RANKS:
+            raise ValueError(f"{path}: room {source_room!r} has no rank in tests/_layers.py RANKS")
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for target, line in _imports(tree, module, is_package):
+            target_room = room_of(target)
+            if target_room not in RANKS:
+                raise ValueError(f"{path}:{line}: imports {target}, whose room has no rank in RANKS")
+            if RANKS[target_room] > RANKS[source_room]:
+                edges.append(Edge(rel.as_posix(), target, line))
+    return edges
+
+
+def room_graph(root: Path) -> dict[str, set[str]]:
+    """Which rooms each room imports (every import, lazy ones included; a room's imports of itself left out).
+
+    Args:
+        root: The package directory (``src/megadump_zarr``).
+    """
+    graph: dict[str, set[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        module = ".".join([PACKAGE, *parts[:-1]] if is_package else [PACKAGE, *parts])
+        source = parts[0]
+        for target, _line in _imports(ast.parse(path.read_text(), filename=str(path)), module, is_package):
+            if room_of(target) != source:
+                graph.setdefault(source, set()).add(room_of(target))
+    return graph
+
+
+def room_cycles(graph: dict[str, set[str]]) -> list[tuple[str, ...]]:
+    """The strongly connected groups of more than one room (each a cycle of imports), sorted.
+
+    Args:
+        graph: From :func:`room_graph`.
+    """
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[tuple[str, ...]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                top = stack.pop()
+                group.append(top)
+                if top == node:
+                    break
+            if len(group) > 1:
+                groups.append(tuple(sorted(group)))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(groups)

@@ -1,0 +1,97 @@
+"""The layer contract (``tests/_layers.py``): no new import goes up the data path.
+
+``KNOWN`` lists the upward edges that were there when the rule began (issue 25 names each); the test
+fails on any other upward edge, naming the file and line, and on a listed edge that is gone (so the list
+only shrinks).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+import textwrap
+
+import pytest
+
+from tests._layers import Edge, room_cycles, room_graph, upward_edges
+
+ROOT = Path(__file__).resolve().parents[1] / "src" / "megadump_zarr"
+
+KNOWN = {
+    ("dump/window.py", "megadump_zarr"),  # __version__: moves to _version.py
+    ("interop/hdf5.py", "megadump_zarr"),
+    ("interop/legacy_manifest.py", "megadump_zarr"),
+    ("interop/msprobe.py", "megadump_zarr"),
+    ("read/dump.py", "megadump_zarr.verify"),  # Dump.verify()
+    ("replay/references.py", "megadump_zarr.demo.model"),  # the demo should register its references
+    ("verify/__init__.py", "megadump_zarr.analyse.parallel"),  # the dask helpers belong below read
+}
+
+
+def test_no_new_upward_import() -> None:
+    edges = upward_edges(ROOT)
+    new = [str(edge) for edge in edges if (edge.source, edge.target) not in KNOWN]
+    assert not new, "imports against the layers (README, Code map):\n" + "\n".join(new)
+
+
+def test_known_edges_are_still_there() -> None:
+    present = {(edge.source, edge.target) for edge in upward_edges(ROOT)}
+    gone = sorted(KNOWN - present)
+    assert not gone, f"remove these from tests/test_layers.py KNOWN, they are fixed: {gone}"
+
+
+KNOWN_CYCLES = [
+    ("__init__", "dump", "store"),  # dump/window.py's __version__ import; store imports dump's write model
+    ("analyse", "read", "verify"),  # Dump.verify(), verify -> analyse.parallel
+    ("cli", "report"),  # report/collect.py uses cli/common.py and cli/compare_table.py
+]
+
+
+def test_no_new_cycle_between_rooms() -> None:
+    assert room_cycles(room_graph(ROOT)) == KNOWN_CYCLES
+
+
+def test_a_cycle_is_found(tmp_path: Path) -> None:
+    root = _package(tmp_path, {
+        "__init__.py": "", "cli/__init__.py": "from megadump_zarr.report import x\n",
+        "report/__init__.py": "def f():\n    from megadump_zarr.cli import common\n",
+    })
+    assert room_cycles(room_graph(root)) == [("cli", "report")]
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = tmp_path / "megadump_zarr"
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+def test_a_deliberate_upward_import_is_named(tmp_path: Path) -> None:
+    root = _package(tmp_path, {
+        "__init__.py": "",
+        "store/__init__.py": "",
+        "store/writer.py": "def f():\n    from megadump_zarr.read.dump import open_dump  # lazy, still an edge\n",
+        "read/__init__.py": "",
+        "read/dump.py": "from megadump_zarr.store import writer\nfrom ..store.writer import f\n",
+    })
+    assert upward_edges(root) == [Edge("store/writer.py", "megadump_zarr.read.dump", 2)]
+    assert str(upward_edges(root)[0]) == (
+        "src/megadump_zarr/store/writer.py:2 imports megadump_zarr.read.dump (a higher layer)")
+
+
+def test_relative_and_package_imports_count(tmp_path: Path) -> None:
+    root = _package(tmp_path, {
+        "__init__.py": "",
+        "l1/__init__.py": "from .. import analyse\n",
+        "l1/format.py": "from ..dump import config\n",
+        "analyse/__init__.py": "", "dump/__init__.py": "", "dump/config.py": "",
+    })
+    assert sorted((e.source, e.target) for e in upward_edges(root)) == [
+        ("l1/__init__.py", "megadump_zarr.analyse"), ("l1/format.py", "megadump_zarr.dump")]
+
+
+def test_an_unplaced_room_is_refused(tmp_path: Path) -> None:
+    root = _package(tmp_path, {"__init__.py": "", "mystery/__init__.py": ""})
+    with pytest.raises(ValueError, match="room 'mystery' has no rank"):
+        upward_edges(root)
