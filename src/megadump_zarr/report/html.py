@@ -16,7 +16,24 @@ from typing import Any
 from megadump_zarr.report.assets import DIVERGING, SCRIPT, STYLE
 from megadump_zarr.report.collect import ReportData
 
-__all__ = ["render_html"]
+__all__ = ["render_html", "script_json"]
+
+_SCRIPT_SAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def script_json(value: Any) -> str:
+    """``value`` as JSON that is safe inside a ``<script>`` element, whatever strings it holds.
+
+    ``<``, ``>`` and ``&`` are written as ``\\u003c``, ``\\u003e`` and ``\\u0026`` (still the same JSON
+    strings), so no data can close the element (``</script>``) or switch the HTML parser into the
+    escaped states of ``<!--`` and ``<script>`` that would keep it from ever closing; U+2028/U+2029
+    are escaped too (line terminators to older JavaScript parsers).
+
+    Args:
+        value: A JSON-ready value (no NaN or infinity).
+    """
+    text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    return "".join(_SCRIPT_SAFE.get(ch, ch) for ch in text) if any(ch in text for ch in _SCRIPT_SAFE) else text
 
 _WHERE_FIELDS = ("name", "verdict", "rank", "window", "invocation", "step", "direction", "kernel", "stage",
                  "task_id", "owner_id", "core_type", "core_id", "io", "index", "worst_index", "worst_task_id",
@@ -173,9 +190,7 @@ def render_html(data: ReportData) -> str:
     payload = data.to_json()
     payload["colormap"] = [list(c) for c in DIVERGING]
     payload["worst"] = [{"shape": w["shape"], "cells": w["cells"]} for w in data.worst]
-    # "</" never appears inside the embedded JSON, so it cannot close the script element.
-    blob = json.dumps({k: payload[k] for k in ("columns", "rows", "worst", "colormap", "sources")},
-                      separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    blob = script_json({k: payload[k] for k in ("columns", "rows", "worst", "colormap", "sources")})
     if data.kind == "compare":
         empty = ("none: every record passes" if not data.summary.get("failing")
                  else "not determined (see the notes below)")
