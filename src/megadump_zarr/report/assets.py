@@ -10,11 +10,30 @@ milliseconds after navigation started it did.
 
 from __future__ import annotations
 
-__all__ = ["DIVERGING", "SCRIPT", "STYLE"]
+import math
+
+__all__ = ["DIVERGING", "SCRIPT", "STYLE", "diverging_rgb"]
 
 # RdBu reversed (blue negative, white 0, red positive; its centre made pure white): anchors interpolated linearly in the script.
 DIVERGING = ((5, 48, 97), (33, 102, 172), (67, 147, 195), (146, 197, 222), (209, 229, 240), (255, 255, 255),
              (253, 219, 199), (244, 165, 130), (214, 96, 77), (178, 24, 43), (103, 0, 31))
+
+
+
+def diverging_rgb(q: int) -> tuple[int, int, int]:
+    """The colour the page's script gives a quantised heatmap cell ``q`` (0..254, 127 = 0; 255 = not
+    finite): :data:`DIVERGING` interpolated linearly, exactly as ``color(q / 254)`` in :data:`SCRIPT`.
+
+    Args:
+        q: The cell, as ``collect`` quantised it (``diff / limit * 127 + 127``, limit = max|diff|).
+    """
+    if q == 255:
+        return (200, 200, 200)
+    x = max(0.0, min(1.0, q / 254)) * (len(DIVERGING) - 1)
+    i = min(len(DIVERGING) - 2, int(x))
+    f = x - i
+    return tuple(int(math.floor(lo + (hi - lo) * f + 0.5)) for lo, hi in zip(DIVERGING[i], DIVERGING[i + 1]))
+
 
 STYLE = """
 :root { --fail: #b2182b; --pass: #1a7f37; --muted: #6a737d; --line: #d0d7de; }
@@ -50,7 +69,7 @@ table.errormap th { font-weight: 500; color: var(--muted); font-size: 12px; }
 .heat-axes .x-tick { top: 0; transform: translateX(-50%); } .heat-axes .x-tick::before { content: ""; display: block; margin: 0 auto 1px;
                      width: 0; height: 4px; border-left: 1px solid var(--muted); }
 .heat-axes .x-label { text-align: center; font-size: 11px; color: var(--muted); }
-.worst canvas.heatmap { image-rendering: pixelated; border: 1px solid var(--line); }
+.worst canvas.heatmap { box-sizing: content-box; image-rendering: pixelated; border: 1px solid var(--line); }
 .colorbar { display: flex; align-items: center; gap: 6px; font-size: 11px; color: var(--muted); }
 #open-snippet { background: #f6f8fa; padding: 8px; border-radius: 6px; white-space: pre-wrap; }
 .note { color: var(--muted); } #js-errors:empty { display: none; } #js-errors { color: var(--fail); }

@@ -14,6 +14,7 @@ Two shapes of report:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import os
 from typing import Any
 
 import numpy as np
@@ -307,6 +308,8 @@ def collect_single(a: Any, *, names: Any = None, select: dict[str, Any] | None =
 
 
 def _url(x: Any) -> str:
+    if isinstance(x, (str, os.PathLike)):  # a path's own ``root`` attribute is "/" (pathlib), never the dump's
+        return os.fspath(x) if not isinstance(x, str) else x
     root = getattr(x, "root", None)
     return str(root if root is not None else x)
 

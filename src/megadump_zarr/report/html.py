@@ -197,10 +197,13 @@ def _histogram_svg(hist: dict[str, Any]) -> str:
     axis.append(f'<text class="y-label" x="12" y="{height / 2 + 6:.1f}" font-size="10" text-anchor="middle" '
                 f'transform="rotate(-90 12 {height / 2 + 6:.1f})">count</text>')
     base = height + 6
+    lo, hi = f"{edges[0]:.6g}", f"{edges[-1]:.6g}"
+    if lo == hi:  # a narrow range: enough digits to tell the ends apart
+        lo, hi = f"{edges[0]:.9g}", f"{edges[-1]:.9g}"
     axis.append(f'<line x1="{left - 2}" y1="{base}" x2="{left + width}" y2="{base}" stroke="#6a737d"/>'
-                f'<text x="{left}" y="{base + 13}" font-size="10">{escape(f"{edges[0]:.6g}")}</text>'
+                f'<text x="{left}" y="{base + 13}" font-size="10">{escape(lo)}</text>'
                 f'<text x="{left + width}" y="{base + 13}" font-size="10" text-anchor="end">'
-                f'{escape(f"{edges[-1]:.6g}")}</text>'
+                f'{escape(hi)}</text>'
                 f'<text x="{left + width / 2}" y="{base + 13}" font-size="10" text-anchor="middle">A−B</text>')
     return (f'<figure><svg class="histogram" width="{left + width + 4}" height="{height + 26}" role="img" '
             f'aria-label="histogram of A-B">{"".join(axis)}{bars}</svg>'
@@ -238,7 +241,9 @@ def _where_line(where: dict[str, Any]) -> str:
             worker.append(f"{_text(where.get('core_type'))} core {_text(where.get('core_id'))}".strip())
         parts.append(f"task {where.get('task_id')} of stage {where.get('stage')}" +
                      (f" ({', '.join(worker)})" if worker else ""))
-    parts.append(f"max_abs {_text(where.get('max_abs'))}, max_rel {_text(where.get('max_rel'))}")
+    errors = [f"{k} {_text(where.get(k))}" for k in ("max_abs", "max_rel") if where.get(k) is not None]
+    if errors:
+        parts.append(", ".join(errors))
     if where.get("worst_index") is not None:
         parts.append(f"worst at {_text(where.get('worst_index'), 'worst_index')}")
     return "; ".join(parts)
