@@ -233,3 +233,11 @@ def test_error_map_cells_of_exactly_zero_are_white():
         rgba = image.cmap(image.norm(np.ma.filled(image.get_array(), np.nan)))
         assert tuple(rgba[0, 0]) == (1.0, 1.0, 1.0, 1.0), values
         assert _lightness(rgba[0, 2]) < 0.5 and tuple(rgba[0, 1]) != (1.0, 1.0, 1.0, 1.0)
+
+
+@pytest.mark.parametrize("stage", [None, "", float("nan")])
+def test_a_title_without_a_stage_names_the_kernel_never_a_bare_stage(stage):
+    from megadump_zarr.analyse.plot import heatmap_title
+
+    title = heatmap_title("ys", {"window": 0, "invocation": 2, "step": 0, "stage": stage, "kernel": "moe_experts"})
+    assert title == "ys · window 0 · invocation 2 · step 0 · kernel moe_experts"

@@ -104,7 +104,8 @@ def heatmap_title(name: Any, where: dict[str, Any] | None = None, *, detail: str
         where: ``window``, ``invocation``, ``step``, ``stage``, ``kernel`` (missing ones are left out).
         detail: A second line (shape, dtype, striding).
     """
-    where = {k: v for k, v in (where or {}).items() if v is not None and not (isinstance(v, float) and math.isnan(v))}
+    where = {k: v for k, v in (where or {}).items()
+             if v is not None and v != "" and not (isinstance(v, float) and math.isnan(v))}  # never a bare "stage"
     parts = [str(name)]
     for key in ("window", "invocation", "step", "stage"):
         if key in where:
