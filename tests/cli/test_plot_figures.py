@@ -91,6 +91,10 @@ def test_signed_data_diverges_and_one_signed_data_does_not(cli, demo, tmp_path, 
     assert signed.code == 0, signed.err
     ax, image, label = _heatmap_parts(figures[-1])
     assert image.cmap.name.startswith("RdBu_r") and isinstance(image.norm, TwoSlopeNorm) and image.norm.vcenter == 0
+    shown = np.ma.filled(image.get_array(), np.nan)
+    top = float(np.nanmax(np.abs(shown)))
+    assert np.nanmin(shown) < 0 < np.nanmax(shown) and abs(np.nanmin(shown)) != abs(np.nanmax(shown))
+    assert image.norm.vmin == -image.norm.vmax == -top, "a signed heatmap's scale is ±max|x|, centred on 0"
     assert label == "ws (float32)"
     assert "window 0 · invocation 0 · step 0 · stage expert_up" in ax.get_title()
     path = open_dump(demo.roots["L0"]).records().query("name == 'norm_weight'").iloc[0]["path"]
@@ -197,3 +201,43 @@ def test_library_heatmap_of_a_stitched_tensor_names_where_it_was_captured(demo):
     ax = plot_heatmap(ws, Figure().add_subplot())
     assert ax.get_title().startswith("ws · window 0 · invocation 2 · step 1 · stage expert_up\n[23×16] float32")
     assert ax.figure.axes[1].get_ylabel() == "ws (float32)"
+
+
+def _lightness(rgba) -> float:
+    r, g, b = rgba[:3]
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def test_signed_heatmap_scale_is_symmetric_so_small_negatives_stay_light():
+    from megadump_zarr.analyse.plot import plot_heatmap
+
+    ax = plot_heatmap(np.array([[-0.28, 2.95], [0.0, 1.0]]), Figure().add_subplot())
+    (image,) = ax.images
+    assert isinstance(image.norm, TwoSlopeNorm) and image.norm.vcenter == 0
+    assert image.norm.vmin == -2.95 and image.norm.vmax == 2.95
+    low, high = image.cmap(image.norm(-0.28)), image.cmap(image.norm(2.95))
+    assert _lightness(low) > _lightness(high) + 0.3, (low, high)
+    assert image.norm(-2.95) == pytest.approx(0.0) and image.norm(0.0) == pytest.approx(0.5)
+
+
+def test_error_map_cells_of_exactly_zero_are_white():
+    import pandas as pd
+
+    from megadump_zarr.analyse.errormap_plot import plot_error_map
+
+    for values in ([0.0, 0.5, 2.0], [0.0, 1e-6, 2.0]):  # linear and logarithmic scales
+        table = pd.DataFrame({"stage": ["s", "s", "s"], "owner_id": [0, 1, 2], "max_rel": values,
+                              "failing": [0, 1, 1]})
+        ax = plot_error_map(table, Figure().add_subplot(), by="owner")
+        (image,) = ax.images
+        rgba = image.cmap(image.norm(np.ma.filled(image.get_array(), np.nan)))
+        assert tuple(rgba[0, 0]) == (1.0, 1.0, 1.0, 1.0), values
+        assert _lightness(rgba[0, 2]) < 0.5 and tuple(rgba[0, 1]) != (1.0, 1.0, 1.0, 1.0)
+
+
+@pytest.mark.parametrize("stage", [None, "", float("nan")])
+def test_a_title_without_a_stage_names_the_kernel_never_a_bare_stage(stage):
+    from megadump_zarr.analyse.plot import heatmap_title
+
+    title = heatmap_title("ys", {"window": 0, "invocation": 2, "step": 0, "stage": stage, "kernel": "moe_experts"})
+    assert title == "ys · window 0 · invocation 2 · step 0 · kernel moe_experts"

@@ -54,7 +54,11 @@ def test_statistics_only_report(cli: Any, tmp_path: Path) -> None:
     assert result.code == 1, result.err
     root = result.json()["root_cause"]
     assert (root["stage"], root["owner_id"], root["io"]) == ("expert_down", 1, "output")
-    data = _embedded(out.read_text(encoding="utf-8"))
+    assert root["replay"] is None and root["replay_note"].startswith("replay not run: input 'ws' of task ")
+    assert "statistics only" in root["replay_note"]
+    page = out.read_text(encoding="utf-8")
+    assert "replay not run: input &#x27;ws&#x27; of task" in page  # said in the root-cause box, in one line
+    data = _embedded(page)
     assert data["worst"] == [], "statistics-only records have no tensor data to draw"
     assert data["rows"] and data["rows"][0]["verdict"] == "fail"
 

@@ -11,7 +11,7 @@ largest value over invocations, so one glance tells which expert on which core d
 
 Cells are coloured on a sequential scale (logarithmic when the values span more than two decades),
 annotated with their value when the grid is small, and marked ``✗`` (in red) where any record of the
-cell did not pass. Cells no record reached are blank (grey).
+cell did not pass. Cells of exactly 0 are white; cells no record reached are blank (grey).
 """
 
 from __future__ import annotations
@@ -140,10 +140,10 @@ def plot_error_map(table: pd.DataFrame, ax: Any = None, *, by: str = "owner", va
     else:
         hi = float(finite.max()) if finite.size else 1.0
         norm = Normalize(vmin=0.0, vmax=hi if hi > 0 else 1.0)
-    colormap = matplotlib.colormaps["magma_r"].with_extremes(bad="#d9d9d9")
-    shown = worst
-    if isinstance(norm, LogNorm):  # exact cells (0) take the scale's low end, not the "no record" grey
-        shown = np.where(np.isfinite(worst) & (worst <= 0), norm.vmin, worst)
+    colormap = matplotlib.colormaps["magma_r"].with_extremes(bad="#d9d9d9", under="#ffffff")
+    # Exact cells (0) are white (drawn below the scale's low end), never the "no record" grey.
+    below = norm.vmin / 10 if isinstance(norm, LogNorm) else -1.0
+    shown = np.where(np.isfinite(worst) & (worst <= 0), below, worst)
     image = ax.imshow(np.ma.masked_invalid(shown), aspect="auto", interpolation="nearest", cmap=colormap, norm=norm)
     ax.set_xticks(range(len(columns)), labels=columns)
     ax.set_yticks(range(len(stages)), labels=stages)

@@ -10,10 +10,10 @@ a numpy array or a torch tensor, read only what they draw, and return the matplo
 Without ``ax`` they draw on a new ``pyplot`` figure (shown inline in a notebook); pass an ``Axes`` of a
 ``matplotlib.figure.Figure`` to draw without pyplot (as ``megadump plot`` does, with the Agg canvas).
 
-Colours: data of both signs gets a diverging colormap (:data:`DIVERGING`) centred on 0
-(``TwoSlopeNorm``); data of one sign a sequential one (:data:`SEQUENTIAL`); a difference
-(:func:`plot_diff`) the diverging one with symmetric limits (``CenteredNorm`` at 0), so equal
-magnitudes get equal colours. Every heatmap has a labelled colour bar and a title naming the tensor
+Colours: data of both signs gets a diverging colormap (:data:`DIVERGING`) centred on 0 with
+symmetric limits ±max|x| (``TwoSlopeNorm``); data of one sign a sequential one (:data:`SEQUENTIAL`); a
+difference (:func:`plot_diff`) the diverging one with symmetric limits (``CenteredNorm`` at 0). Equal
+magnitudes get equal colours either way. Every heatmap has a labelled colour bar and a title naming the tensor
 and where it was captured (window, invocation, step, stage; see :func:`heatmap_title`).
 """
 
@@ -104,7 +104,8 @@ def heatmap_title(name: Any, where: dict[str, Any] | None = None, *, detail: str
         where: ``window``, ``invocation``, ``step``, ``stage``, ``kernel`` (missing ones are left out).
         detail: A second line (shape, dtype, striding).
     """
-    where = {k: v for k, v in (where or {}).items() if v is not None and not (isinstance(v, float) and math.isnan(v))}
+    where = {k: v for k, v in (where or {}).items()
+             if v is not None and v != "" and not (isinstance(v, float) and math.isnan(v))}  # never a bare "stage"
     parts = [str(name)]
     for key in ("window", "invocation", "step", "stage"):
         if key in where:
@@ -139,8 +140,9 @@ def _norm(values: np.ndarray, *, centred: bool) -> tuple[Any, str]:
     if centred:
         half = max(abs(lo), abs(hi))
         return CenteredNorm(vcenter=0.0, halfrange=half if half > 0 else 1.0), DIVERGING
-    if lo < 0 < hi:
-        return TwoSlopeNorm(vcenter=0.0, vmin=lo, vmax=hi), DIVERGING
+    if lo < 0 < hi:  # symmetric, so equal magnitudes get equal colours: -0.28 stays light next to +2.95
+        half = max(abs(lo), abs(hi))
+        return TwoSlopeNorm(vcenter=0.0, vmin=-half, vmax=half), DIVERGING
     if lo == hi:
         lo, hi = lo - 0.5, hi + 0.5
     return Normalize(vmin=lo, vmax=hi), SEQUENTIAL

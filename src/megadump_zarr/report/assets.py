@@ -10,11 +10,30 @@ milliseconds after navigation started it did.
 
 from __future__ import annotations
 
-__all__ = ["DIVERGING", "SCRIPT", "STYLE"]
+import math
 
-# RdBu reversed (blue negative, white 0, red positive): anchors interpolated linearly in the script.
-DIVERGING = ((5, 48, 97), (33, 102, 172), (67, 147, 195), (146, 197, 222), (209, 229, 240), (247, 247, 247),
+__all__ = ["DIVERGING", "SCRIPT", "STYLE", "diverging_rgb"]
+
+# RdBu reversed (blue negative, white 0, red positive; its centre made pure white): anchors interpolated linearly in the script.
+DIVERGING = ((5, 48, 97), (33, 102, 172), (67, 147, 195), (146, 197, 222), (209, 229, 240), (255, 255, 255),
              (253, 219, 199), (244, 165, 130), (214, 96, 77), (178, 24, 43), (103, 0, 31))
+
+
+
+def diverging_rgb(q: int) -> tuple[int, int, int]:
+    """The colour the page's script gives a quantised heatmap cell ``q`` (0..254, 127 = 0; 255 = not
+    finite): :data:`DIVERGING` interpolated linearly, exactly as ``color(q / 254)`` in :data:`SCRIPT`.
+
+    Args:
+        q: The cell, as ``collect`` quantised it (``diff / limit * 127 + 127``, limit = max|diff|).
+    """
+    if q == 255:
+        return (200, 200, 200)
+    x = max(0.0, min(1.0, q / 254)) * (len(DIVERGING) - 1)
+    i = min(len(DIVERGING) - 2, int(x))
+    f = x - i
+    return tuple(int(math.floor(lo + (hi - lo) * f + 0.5)) for lo, hi in zip(DIVERGING[i], DIVERGING[i + 1]))
+
 
 STYLE = """
 :root { --fail: #b2182b; --pass: #1a7f37; --muted: #6a737d; --line: #d0d7de; }
@@ -27,7 +46,8 @@ code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-
 .cards { display: flex; gap: 12px; flex-wrap: wrap; }
 .card { border: 1px solid var(--line); border-radius: 6px; padding: 10px 14px; min-width: 280px; flex: 1; }
 .card h3 { margin: 0 0 6px; font-size: 14px; } .card dl { margin: 0; display: grid; grid-template-columns: max-content 1fr max-content 1fr; gap: 2px 10px; }
-.card dt { color: var(--muted); } .card dt.wide { grid-column: 1; } .card dd.wide { grid-column: 2 / -1; } .card dd { margin: 0; word-break: break-all; }
+.card dt { color: var(--muted); } .card dt.wide { grid-column: 1; } .card dd.wide { grid-column: 2 / -1; } .card dd { margin: 0; overflow-wrap: break-word; word-break: normal; }
+.card-line { margin: 0 0 4px; } .card-line:first-of-type { font-weight: 600; }
 table { border-collapse: collapse; } th, td { padding: 3px 7px; border-bottom: 1px solid #eaeef2; text-align: left; white-space: nowrap; }
 #records th { cursor: pointer; position: sticky; top: 0; background: #f6f8fa; user-select: none; }
 #records th.sorted-asc::after { content: " \\25B2"; } #records th.sorted-desc::after { content: " \\25BC"; }
@@ -39,7 +59,17 @@ table.errormap td { width: 56px; height: 26px; text-align: center; font-size: 11
 table.errormap th { font-weight: 500; color: var(--muted); font-size: 12px; }
 .worst { display: flex; gap: 18px; flex-wrap: wrap; align-items: flex-start; border: 1px solid var(--line);
          border-radius: 6px; padding: 10px; margin: 10px 0; }
-.worst canvas.heatmap { image-rendering: pixelated; border: 1px solid var(--line); }
+.heat-axes { display: grid; grid-template-columns: 16px max-content max-content; align-items: center; margin: 4px 0; }
+.heat-axes .y-label { writing-mode: vertical-rl; transform: rotate(180deg); font-size: 11px; color: var(--muted);
+                      text-align: center; }
+.heat-axes .y-ticks { position: relative; min-width: 34px; } .heat-axes .x-ticks { position: relative; height: 16px; }
+.heat-axes .tick { position: absolute; font-size: 10px; color: var(--muted); white-space: nowrap; }
+.heat-axes .y-tick { right: 4px; transform: translateY(-50%); } .heat-axes .y-tick::after { content: ""; display: inline-block; width: 4px; margin-left: 2px;
+                            vertical-align: middle; border-top: 1px solid var(--muted); }
+.heat-axes .x-tick { top: 0; transform: translateX(-50%); } .heat-axes .x-tick::before { content: ""; display: block; margin: 0 auto 1px;
+                     width: 0; height: 4px; border-left: 1px solid var(--muted); }
+.heat-axes .x-label { text-align: center; font-size: 11px; color: var(--muted); }
+.worst canvas.heatmap { box-sizing: content-box; image-rendering: pixelated; border: 1px solid var(--line); }
 .colorbar { display: flex; align-items: center; gap: 6px; font-size: 11px; color: var(--muted); }
 #open-snippet { background: #f6f8fa; padding: 8px; border-radius: 6px; white-space: pre-wrap; }
 .note { color: var(--muted); } #js-errors:empty { display: none; } #js-errors { color: var(--fail); }

@@ -14,6 +14,7 @@ Two shapes of report:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import os
 from typing import Any
 
 import numpy as np
@@ -84,7 +85,7 @@ def _where(row: Any, columns: tuple[str, ...] = _LOCATION) -> dict[str, Any] | N
     get = row.get if hasattr(row, "get") else (lambda k, d=None: d)
     out = {k: to_jsonable(get(k)) for k in columns}
     for extra in ("verdict", "note", "max_abs", "max_rel", "worst_index", "worst_task_id", "worst_owner_id",
-                  "worst_core_type", "worst_core_id"):
+                  "worst_core_type", "worst_core_id", "root_reason", "root_stage"):
         if extra in getattr(row, "index", ()):
             out[extra] = to_jsonable(get(extra))
     return out
@@ -140,11 +141,38 @@ def _error_maps(result: pd.DataFrame, by: str) -> list[dict[str, Any]]:
     return maps
 
 
-def _strided(da: Any, max_size: int) -> np.ndarray:
+def _with_replay(where: dict[str, Any] | None, dump: Any) -> dict[str, Any] | None:
+    """``where`` plus ``replay`` (the replay verdict of its L1 task) or ``replay_note`` (why there is none).
+
+    Replay (``megadump_zarr.replay``) applies to an L1 task's output; it runs guarded: a dump it cannot
+    replay (statistics only, no reference for the kernel, ...) gets the reason in one line.
+
+    Args:
+        where: The root cause's location (from :func:`_where`), or None.
+        dump: The dump under test.
+    """
+    if where is None:
+        return None
+    if where.get("task_id") is None or where.get("stage") is None:
+        return where | {"replay": None, "replay_note": "replay applies to L1 task records; this record has no task"}
+    if where.get("io") != "output":
+        return where | {"replay": None, "replay_note": "replay judges a task's outputs; the root cause is an input"}
+    try:
+        from megadump_zarr.replay import replay
+
+        found = replay(dump, str(where["stage"]), task_id=int(where["task_id"]), invocation=where.get("invocation"),
+                       rank=where.get("rank"), window=where.get("window"))
+    except Exception as error:  # noqa: BLE001 - a report is still written; the reason is shown
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        return where | {"replay": None, "replay_note": f"replay not run: {first}"}
+    return where | {"replay": found.verdict, "replay_note": None}
+
+
+def _strided(da: Any, max_size: int) -> tuple[np.ndarray, tuple[int, int], tuple[str, str]]:
     from megadump_zarr.analyse.plot import heatmap_values
 
-    values, _, _ = heatmap_values(da, max_size)
-    return values.astype(np.float64)
+    values, steps, dims = heatmap_values(da, max_size)
+    return values.astype(np.float64), steps, dims
 
 
 def _open_pair(dump_a: Any, dump_b: Any, row: pd.Series) -> tuple[Any, Any]:
@@ -165,7 +193,8 @@ def _worst(dump_a: Any, dump_b: Any, result: pd.DataFrame, limit: int) -> tuple[
     for _, row in order.head(limit).iterrows():
         try:
             a, b = _open_pair(dump_a, dump_b, row)
-            diff = _strided(a, DIFF_MAX_SIZE) - _strided(b, DIFF_MAX_SIZE)
+            (va, steps, dims), (vb, _, _) = _strided(a, DIFF_MAX_SIZE), _strided(b, DIFF_MAX_SIZE)
+            diff = va - vb
         except (ValueError, KeyError, OSError, TypeError) as error:
             notes.append(f"no difference heatmap for {row['path']}: {error}")
             continue
@@ -177,6 +206,8 @@ def _worst(dump_a: Any, dump_b: Any, result: pd.DataFrame, limit: int) -> tuple[
             "where": _where(row),
             "shape": [int(s) for s in diff.shape],
             "logical_shape": to_jsonable(row.get("shape_a")),
+            "steps": [int(v) for v in steps],  # every steps[0]-th row, steps[1]-th column of the tensor
+            "dims": [str(d) for d in dims],
             "limit": limit_abs,
             # Quantised to 0..254 around 0 (127); 255 marks a non-finite cell. Small enough to embed.
             "cells": _quantise(diff, limit_abs),
@@ -238,7 +269,7 @@ def collect_comparison(a: Any, b: Any, *, rtol: float | None = None, atol: float
         sources={"a": _url(a), "b": _url(b), "root_a": _root(dump_a), "root_b": _root(dump_b)},
         summary=summary,
         first_divergence=_where(first(result)) if first is not None else None,
-        root_cause=_where(root(result)) if root is not None else None,
+        root_cause=_with_replay(_where(root(result)) if root is not None else None, dump_a),
         error_maps=_error_maps(result, by),
         rows=rows,
         columns=columns,
@@ -277,6 +308,8 @@ def collect_single(a: Any, *, names: Any = None, select: dict[str, Any] | None =
 
 
 def _url(x: Any) -> str:
+    if isinstance(x, (str, os.PathLike)):  # a path's own ``root`` attribute is "/" (pathlib), never the dump's
+        return os.fspath(x) if not isinstance(x, str) else x
     root = getattr(x, "root", None)
     return str(root if root is not None else x)
 

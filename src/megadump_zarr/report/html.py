@@ -13,10 +13,28 @@ import json
 import math
 from typing import Any
 
+from megadump_zarr.analyse.plot import heatmap_title
 from megadump_zarr.report.assets import DIVERGING, SCRIPT, STYLE
 from megadump_zarr.report.collect import ReportData
 
-__all__ = ["render_html"]
+__all__ = ["render_html", "script_json"]
+
+_SCRIPT_SAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def script_json(value: Any) -> str:
+    """``value`` as JSON that is safe inside a ``<script>`` element, whatever strings it holds.
+
+    ``<``, ``>`` and ``&`` are written as ``\\u003c``, ``\\u003e`` and ``\\u0026`` (still the same JSON
+    strings), so no data can close the element (``</script>``) or switch the HTML parser into the
+    escaped states of ``<!--`` and ``<script>`` that would keep it from ever closing; U+2028/U+2029
+    are escaped too (line terminators to older JavaScript parsers).
+
+    Args:
+        value: A JSON-ready value (no NaN or infinity).
+    """
+    text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    return "".join(_SCRIPT_SAFE.get(ch, ch) for ch in text) if any(ch in text for ch in _SCRIPT_SAFE) else text
 
 _WHERE_FIELDS = ("name", "verdict", "rank", "window", "invocation", "step", "direction", "kernel", "stage",
                  "task_id", "owner_id", "core_type", "core_id", "io", "index", "worst_index", "worst_task_id",
@@ -44,13 +62,50 @@ def _wide(key: str) -> str:
     return ' class="wide"' if key in _WIDE else ""
 
 
-def _card(title: str, where: dict[str, Any] | None, card_id: str, empty: str) -> str:
+def _card(title: str, where: dict[str, Any] | None, card_id: str, empty: str, lines: list[str] = ()) -> str:
+    """A box of ``where``'s fields, headed ``title``, with ``lines`` (plain text) above the fields."""
     if where is None:
         return f'<div class="card" id="{card_id}"><h3>{escape(title)}</h3><p class="note">{escape(empty)}</p></div>'
     keys = [k for k in _WHERE_FIELDS if where.get(k) not in (None, "")]
     keys = [k for k in keys if k not in _WIDE] + [k for k in keys if k in _WIDE]
-    items = "".join(f'<dt{_wide(k)}>{escape(k)}</dt><dd{_wide(k)}>{escape(_text(where.get(k), k))}</dd>' for k in keys)
-    return f'<div class="card" id="{card_id}"><h3>{escape(title)}</h3><dl>{items}</dl></div>'
+    items = "".join(f'<dt{_wide(k)}>{escape(k)}</dt><dd{_wide(k)}>'
+                    f'{_breakable(_text(where.get(k), k)) if k == "path" else escape(_text(where.get(k), k))}</dd>'
+                    for k in keys)
+    said = "".join(f'<p class="card-line">{escape(line)}</p>' for line in lines)
+    return f'<div class="card" id="{card_id}"><h3>{escape(title)}</h3>{said}<dl>{items}</dl></div>'
+
+
+def _breakable(text: str) -> str:
+    """``text`` HTML-escaped, with a line-break opportunity (``<wbr>``) after each ``/``, ``.`` and ``_``
+    (long paths wrap there, never in the middle of a word)."""
+    return "".join(escape(ch) + ("<wbr>" if ch in "/._" else "") for ch in text)
+
+
+def _root_lines(where: dict[str, Any]) -> list[str]:
+    """What the root-cause box says first: why it is the root, which stage wrote it, what replay found."""
+    lines = []
+    if where.get("root_stage"):
+        lines.append(f"written by stage {where['root_stage']}")
+    if where.get("root_reason"):
+        lines.append(f"why: {where['root_reason']}")
+    if where.get("replay"):
+        lines.append(f"replay of task {where.get('task_id')}: {where['replay']}")
+    elif where.get("replay_note"):
+        lines.append(str(where["replay_note"]))
+    return lines
+
+
+def _cards(data: ReportData) -> str:
+    """The root-cause and first-divergence boxes: one box saying both roles when they are one record."""
+    empty = ("none: every record passes" if not data.summary.get("failing")
+             else "not determined (see the notes below)")
+    root, first = data.root_cause, data.first_divergence
+    lines = _root_lines(root) if root else []
+    if root is not None and first is not None and root.get("path") == first.get("path"):
+        return _card("Root cause and first divergence (one record): the first failing record is where the "
+                     "divergence is born", root, "root-cause", empty, lines)
+    return (_card("Root cause: where the divergence is born", root, "root-cause", empty, lines) +
+            _card("First divergence: the first failing record", first, "first-divergence", empty))
 
 
 def _summary(data: ReportData) -> str:
@@ -71,15 +126,17 @@ def _summary(data: ReportData) -> str:
 
 
 def _heat_color(value: float | None, top: float) -> str:
-    """CSS colours for a worst relative error: white at 0 to dark red at ``top`` (log scale from 1e-6)."""
+    """CSS colours for a worst relative error: white at 0 (and up to 1e-6), dark red at ``top`` (log scale)."""
     if value == "inf":  # an infinite relative error (JSON "inf"): the worst there is
         return "background:rgb(103,0,31);color:#fff"
     if not isinstance(value, (int, float)) or not math.isfinite(value):
         return "background:#eeeeee"
+    if value <= 0:  # exact: white, the colour of no error
+        return "background:#ffffff;color:#1f2328"
     floor = 1e-6
     span = math.log10(max(top, floor * 10) / floor)
     t = 0.0 if value <= floor else max(0.0, min(1.0, math.log10(value / floor) / span))
-    r, g, b = (255 - int(t * 152), 245 - int(t * 245), 240 - int(t * 209))
+    r, g, b = (255 - int(t * 152), 255 - int(t * 255), 255 - int(t * 224))
     return f"background:rgb({r},{g},{b});color:{'#fff' if t > 0.55 else '#1f2328'}"
 
 
@@ -113,28 +170,80 @@ def _error_maps(data: ReportData) -> str:
                             f"{escape(data.error_maps[0]['by'])} (darker is worse); hover for counts.</p>"
 
 
+def _ticks(n: int, count: int = 5) -> list[int]:
+    """Up to ``count`` evenly spread cell indices of ``n`` cells, first and last included."""
+    if n <= 1:
+        return [0]
+    return sorted({round(k * (n - 1) / (count - 1)) for k in range(count)})
+
+
 def _histogram_svg(hist: dict[str, Any]) -> str:
+    """An SVG histogram with a count axis (0, half, top) and the value range under the bars."""
     counts, edges = hist["counts"], hist["edges"]
     if not counts:
         return '<p class="note">no finite differences</p>'
-    width, height, top = 320, 120, max(counts) or 1
+    left, width, height, top = 58, 300, 120, max(counts) or 1
     bar = width / len(counts)
-    bars = "".join(f'<rect x="{i * bar:.1f}" y="{height - c / top * height:.1f}" width="{max(bar - 1, 1):.1f}" '
-                   f'height="{c / top * height:.1f}" fill="#4c72b0"><title>{_text(edges[i])} .. '
-                   f'{_text(edges[i + 1])}: {c}</title></rect>' for i, c in enumerate(counts))
-    return (f'<figure><svg class="histogram" width="{width}" height="{height + 16}" role="img" '
-            f'aria-label="histogram of A-B">{bars}<text x="0" y="{height + 13}" font-size="10">{edges[0]:.6g}'
-            f'</text><text x="{width}" y="{height + 13}" font-size="10" text-anchor="end">{edges[-1]:.6g}</text>'
-            f'</svg><figcaption>histogram of A−B ({sum(counts)} finite values)</figcaption></figure>')
+    bars = "".join(f'<rect x="{left + i * bar:.1f}" y="{height - c / top * height + 6:.1f}" '
+                   f'width="{max(bar - 1, 1):.1f}" height="{c / top * height:.1f}" fill="#4c72b0"><title>'
+                   f'{escape(_text(edges[i]))} .. {escape(_text(edges[i + 1]))}: {c}</title></rect>'
+                   for i, c in enumerate(counts))
+    axis = [f'<line class="y-axis" x1="{left - 2}" y1="6" x2="{left - 2}" y2="{height + 6}" stroke="#6a737d"/>']
+    for value in sorted({0, top // 2, top}):
+        y = height - value / top * height + 6
+        axis.append(f'<line x1="{left - 6}" y1="{y:.1f}" x2="{left - 2}" y2="{y:.1f}" stroke="#6a737d"/>'
+                    f'<text class="y-tick" x="{left - 8}" y="{y + 3.5:.1f}" font-size="10" text-anchor="end">'
+                    f'{value}</text>')
+    axis.append(f'<text class="y-label" x="12" y="{height / 2 + 6:.1f}" font-size="10" text-anchor="middle" '
+                f'transform="rotate(-90 12 {height / 2 + 6:.1f})">count</text>')
+    base = height + 6
+    lo, hi = f"{edges[0]:.6g}", f"{edges[-1]:.6g}"
+    if lo == hi:  # a narrow range: enough digits to tell the ends apart
+        lo, hi = f"{edges[0]:.9g}", f"{edges[-1]:.9g}"
+    axis.append(f'<line x1="{left - 2}" y1="{base}" x2="{left + width}" y2="{base}" stroke="#6a737d"/>'
+                f'<text x="{left}" y="{base + 13}" font-size="10">{escape(lo)}</text>'
+                f'<text x="{left + width}" y="{base + 13}" font-size="10" text-anchor="end">'
+                f'{escape(hi)}</text>'
+                f'<text x="{left + width / 2}" y="{base + 13}" font-size="10" text-anchor="middle">A−B</text>')
+    return (f'<figure><svg class="histogram" width="{left + width + 4}" height="{height + 26}" role="img" '
+            f'aria-label="histogram of A-B">{"".join(axis)}{bars}</svg>'
+            f'<figcaption>histogram of A−B ({sum(counts)} finite values)</figcaption></figure>')
+
+
+def _heatmap(i: int, w: dict[str, Any]) -> str:
+    """The canvas of worst record ``i`` inside its axes: dimension names and ticks in tensor indices."""
+    rows, cols = w["shape"][0], (w["shape"][1] if len(w["shape"]) > 1 else 1)
+    scale = max(1, 288 // max(rows, cols))  # the script sizes the canvas the same way
+    steps, dims = w.get("steps") or [1, 1], w.get("dims") or ["", ""]
+    y_ticks = "".join(f'<span class="tick y-tick" style="top:{(r + 0.5) * scale:.1f}px">{r * steps[0]}</span>'
+                      for r in _ticks(rows)) if rows > 1 else ""
+    x_ticks = "".join(f'<span class="tick x-tick" style="left:{(c + 0.5) * scale:.1f}px">{c * steps[1]}</span>'
+                      for c in _ticks(cols))
+
+    def label(dim: str, step: int) -> str:
+        return escape(dim or "") + (f" (every {step})" if step > 1 else "")
+
+    name = escape(str(w["where"].get("name")))
+    return (f'<div class="heat-axes"><div class="y-label">{label(dims[0], steps[0])}</div>'
+            f'<div class="y-ticks" style="height:{rows * scale}px">{y_ticks}</div>'
+            f'<canvas class="heatmap" data-index="{i}" aria-label="A-B heatmap of {name}" '
+            f'style="width:{cols * scale}px;height:{rows * scale}px"></canvas>'
+            f'<div></div><div></div><div class="x-ticks" style="width:{cols * scale}px">{x_ticks}</div>'
+            f'<div></div><div></div><div class="x-label">{label(dims[1], steps[1])}</div></div>')
 
 
 def _where_line(where: dict[str, Any]) -> str:
     """One line: which record, where it was produced, and how wrong it is."""
     parts = [f"{where.get('io') or 'tensor'} {where.get('name')}"]
     if where.get("task_id") is not None:
-        parts.append(f"task {where.get('task_id')} of {where.get('stage')} (owner {_text(where.get('owner_id'))}, "
-                     f"{_text(where.get('core_type'))} core {_text(where.get('core_id'))})")
-    parts.append(f"max_abs {_text(where.get('max_abs'))}, max_rel {_text(where.get('max_rel'))}")
+        worker = [f"owner {_text(where.get('owner_id'))}"] if where.get("owner_id") is not None else []
+        if where.get("core_id") is not None:
+            worker.append(f"{_text(where.get('core_type'))} core {_text(where.get('core_id'))}".strip())
+        parts.append(f"task {where.get('task_id')} of stage {where.get('stage')}" +
+                     (f" ({', '.join(worker)})" if worker else ""))
+    errors = [f"{k} {_text(where.get(k))}" for k in ("max_abs", "max_rel") if where.get(k) is not None]
+    if errors:
+        parts.append(", ".join(errors))
     if where.get("worst_index") is not None:
         parts.append(f"worst at {_text(where.get('worst_index'), 'worst_index')}")
     return "; ".join(parts)
@@ -154,13 +263,11 @@ def _worst(data: ReportData) -> str:
     root = data.sources.get("root_a", data.sources.get("a", ""))
     for i, w in enumerate(data.worst):
         where = w["where"]
-        title = (f"{where.get('name')}: window {where.get('window')}, invocation {where.get('invocation')}, "
-                 f"step {_text(where.get('step'))}, stage {_text(where.get('stage'))}")
+        title = heatmap_title(where.get("name"), where)  # no "stage" where the record has none (L0)
         sampled = " (strided sample)" if w.get("sampled") else ""
         parts.append(
-            f'<div class="worst" id="worst-{i}"><div><h3>{escape(title)}</h3>'
-            f'<canvas class="heatmap" data-index="{i}" aria-label="A-B heatmap of {escape(str(where.get("name")))}">'
-            f'</canvas><div class="colorbar"><span>{escape(_text(-w["limit"]))}</span>'
+            f'<div class="worst" id="worst-{i}"><div><h3>{escape(title)}</h3>{_heatmap(i, w)}'
+            f'<div class="colorbar"><span>{escape(_text(-w["limit"]))}</span>'
             f'<canvas class="colorbar-scale" width="160" height="12"></canvas><span>{escape(_text(w["limit"]))}</span>'
             f'<span>A−B{escape(sampled)}, 0 = white</span></div></div>'
             f'<div>{_histogram_svg(w["histogram"])}<p class="mono">{escape(_where_line(where))}</p>'
@@ -173,15 +280,9 @@ def render_html(data: ReportData) -> str:
     payload = data.to_json()
     payload["colormap"] = [list(c) for c in DIVERGING]
     payload["worst"] = [{"shape": w["shape"], "cells": w["cells"]} for w in data.worst]
-    # "</" never appears inside the embedded JSON, so it cannot close the script element.
-    blob = json.dumps({k: payload[k] for k in ("columns", "rows", "worst", "colormap", "sources")},
-                      separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    blob = script_json({k: payload[k] for k in ("columns", "rows", "worst", "colormap", "sources")})
     if data.kind == "compare":
-        empty = ("none: every record passes" if not data.summary.get("failing")
-                 else "not determined (see the notes below)")
-        cards = (_card("Root cause: where the divergence is born", data.root_cause, "root-cause", empty) +
-                 _card("First divergence: the first failing record", data.first_divergence, "first-divergence",
-                       empty))
+        cards = _cards(data)
         sections = (f"<h2>Error map</h2>{_error_maps(data)}<h2>Worst records</h2>{_worst(data)}")
         failures_toggle = '<label><input type="checkbox" id="failures-only"> failures only</label>'
     else:
