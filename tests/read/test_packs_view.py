@@ -114,14 +114,14 @@ def test_listing_shows_the_schema6_keys_and_hides_the_packs(roots):
 def test_records_values_and_tensors_equal_the_schema6_ones(roots):
     plain, packed, _ = roots
     a, b = open_dump(plain), open_dump(packed)
-    pd.testing.assert_frame_equal(a.records(), b.records())
+    pd.testing.assert_frame_equal(a.records(), b.records())  # exact: stored bytes
     for path in a.records()["path"]:
-        np.testing.assert_array_equal(a.record_array(path).values, b.record_array(path).values)
+        np.testing.assert_array_equal(a.record_array(path).values, b.record_array(path).values)  # exact: stored bytes
     for name in sorted(set(a.records()["name"])):
         for stage in sorted(set(a.records()[a.records()["name"] == name]["stage"])):
-            np.testing.assert_array_equal(a.tensor(name, stage=stage).values, b.tensor(name, stage=stage).values)
+            np.testing.assert_array_equal(a.tensor(name, stage=stage).values, b.tensor(name, stage=stage).values)  # exact: stored bytes
     result = compare(plain, packed)
-    assert len(result) == 18 and set(result["verdict"]) == {"pass"} and (result["max_abs"] == 0).all()
+    assert len(result) == 18 and set(result["verdict"]) == {"pass"} and (result["max_abs"] == 0).all()  # exact: stored bytes
     assert b.verify().ok and b.verify(deep=True).ok
 
 
@@ -133,11 +133,11 @@ def test_data_groups_open_with_xarray_without_warnings(roots):
         warnings.simplefilter("error")
         ds = xr.open_zarr(zarr.storage.StorePath(view, group), consolidated=True, chunks=None)
         want = xr.open_zarr(plain / group, consolidated=True, chunks=None)
-        xr.testing.assert_identical(ds.load(), want.load())
+        xr.testing.assert_identical(ds.load(), want.load())  # exact: stored bytes
         tree = open_dump(packed).tree()
     assert set(tree[f"{STAGES}/combine"].children) == {
         "task_000013", "task_000014", "task_000015", "task_000016", "task_000017"}
-    xr.testing.assert_identical(open_dump(packed).dataset(task=15).load(), open_dump(plain).dataset(task=15).load())
+    xr.testing.assert_identical(open_dump(packed).dataset(task=15).load(), open_dump(plain).dataset(task=15).load())  # exact: stored bytes
 
 
 def test_flipped_byte_in_an_inner_chunk_names_the_virtual_chunk(packed_copy):
@@ -152,7 +152,7 @@ def test_flipped_byte_in_an_inner_chunk_names_the_virtual_chunk(packed_copy):
     with pytest.raises(DumpIntegrityError, match=f"chunk {key} in .* is corrupt: crc32c checksum mismatch") as info:
         dump.record_array(f"{STAGES}/combine/task_000016/output_00_out").values
     assert info.value.key == key
-    np.testing.assert_array_equal(dump.record_array(f"{STAGES}/combine/task_000015/output_00_out").values.shape, (8, 16))
+    np.testing.assert_array_equal(dump.record_array(f"{STAGES}/combine/task_000015/output_00_out").values.shape, (8, 16))  # exact: integers
     report = dump.verify()
     (problem,) = report.problems
     assert problem.key == key and problem.what.startswith("corrupt: crc32c checksum mismatch (stored 0x"), problem
@@ -221,18 +221,18 @@ def test_torn_packed_window_reads_like_a_torn_schema6_window(roots, tmp_path):
     assert b.records().empty
     ra, rb = a.records(include_incomplete=True), b.records(include_incomplete=True)
     columns = ["path", "name", "stage", "task_id", "shape", "dtype", "io", "min", "max", "status"]
-    pd.testing.assert_frame_equal(ra[columns], rb[columns])
+    pd.testing.assert_frame_equal(ra[columns], rb[columns])  # exact: stored bytes
     # the pack keeps the task attributes that a torn schema-6 window has no document for
     assert rb["owner_label"].eq("expert").tolist() == [not g.endswith(KEPT) for g in rb["group"]]
     for path in ra["path"]:
-        np.testing.assert_array_equal(a.record_array(path).values, b.record_array(path).values)
-    np.testing.assert_array_equal(a.tensor("out", window=0).values, b.tensor("out", window=0).values)
+        np.testing.assert_array_equal(a.record_array(path).values, b.record_array(path).values)  # exact: stored bytes
+    np.testing.assert_array_equal(a.tensor("out", window=0).values, b.tensor("out", window=0).values)  # exact: stored bytes
     assert get_bytes(b.store, f"{WINDOW}/zarr.json") == (torn_packed / WINDOW / "zarr.json").read_bytes()
     # committing it (the writer's last step) is seen by the same view
     shutil.rmtree(torn_packed)
     shutil.copytree(packed, torn_packed)
     assert list(b.windows()["status"]) == ["complete"]
-    pd.testing.assert_frame_equal(b.records(), open_dump(plain).records())
+    pd.testing.assert_frame_equal(b.records(), open_dump(plain).records())  # exact: stored bytes
 
 
 def test_pickled_view_reads_the_same(roots):
@@ -242,14 +242,14 @@ def test_pickled_view_reads_the_same(roots):
     want = dump.record_array(path).values
     clone = pickle.loads(pickle.dumps(dump.store))
     assert clone == dump.store
-    np.testing.assert_array_equal(open_dump(clone).record_array(path).values, want)
+    np.testing.assert_array_equal(open_dump(clone).record_array(path).values, want)  # exact: stored bytes
     view = open_location(packed).store
     assert pickle.loads(pickle.dumps(view)) == view and repr(view).startswith("PackedView(LocalStore(")
     assert packed_view(view) is view and isinstance(base_store(view), LocalStore)
     # what a distributed worker receives: the dask graph, with the store inside
     cloudpickle = pytest.importorskip("cloudpickle")
     lazy = open_dump(packed).record_array(path).data
-    np.testing.assert_array_equal(cloudpickle.loads(cloudpickle.dumps(lazy)).compute(), want)
+    np.testing.assert_array_equal(cloudpickle.loads(cloudpickle.dumps(lazy)).compute(), want)  # exact: stored bytes
 
 
 def test_a_record_costs_one_ranged_read_after_its_shards_index(roots, counting_store):
@@ -310,9 +310,9 @@ def test_s3_packed_window_reads(roots):
             client.put_object(Bucket="packs", Key=f"dump/{key}", Body=(packed / key).read_bytes())
         options = {"endpoint_url": endpoint, "key": KEY, "secret": SECRET}
         dump = open_dump("s3://packs/dump", storage_options=options)
-        pd.testing.assert_frame_equal(dump.records().drop(columns=[]), open_dump(plain).records())
+        pd.testing.assert_frame_equal(dump.records().drop(columns=[]), open_dump(plain).records())  # exact: stored bytes
         path = f"{STAGES}/combine/task_000016/input_01_ws"
-        np.testing.assert_array_equal(dump.record_array(path).values, open_dump(plain).record_array(path).values)
+        np.testing.assert_array_equal(dump.record_array(path).values, open_dump(plain).record_array(path).values)  # exact: stored bytes
         assert dump.verify().ok
 
 
@@ -352,18 +352,18 @@ def assert_same_schema6_view(plain: Path, packed: Path) -> int:
         elif mine != theirs:
             assert _long_coordinate(a, key), key
             array = key.rpartition("/")[0]
-            np.testing.assert_array_equal(zarr.open_array(b, path=array, mode="r")[...],
+            np.testing.assert_array_equal(zarr.open_array(b, path=array, mode="r")[...],  # exact: stored bytes
                                           zarr.open_array(a, path=array, mode="r")[...])
     return len(keys)
 
 
 def assert_same_dump(plain: Path, packed: Path) -> None:
     a, b = open_dump(plain), open_dump(packed)
-    pd.testing.assert_frame_equal(a.records(), b.records())
+    pd.testing.assert_frame_equal(a.records(), b.records())  # exact: one run, two layouts
     for path in a.records()["path"]:
         left, right = a.record_array(path), b.record_array(path)
         assert left.dims == right.dims and left.attrs == right.attrs, path
-        np.testing.assert_array_equal(left.values, right.values)
+        np.testing.assert_array_equal(left.values, right.values)  # exact: one run, two layouts
     assert b.verify(deep=True).ok
 
 
@@ -436,9 +436,9 @@ def test_the_writers_torn_packed_window_reads_like_its_torn_schema6_one(tmp_path
     ra, rb = a.records(include_incomplete=True), b.records(include_incomplete=True)
     assert len(rb) == 64
     columns = ["path", "name", "stage", "task_id", "shape", "dtype", "io", "min", "max", "mean", "status"]
-    pd.testing.assert_frame_equal(ra[columns], rb[columns])
+    pd.testing.assert_frame_equal(ra[columns], rb[columns])  # exact: one run, two layouts
     for path in ra["path"]:
-        np.testing.assert_array_equal(a.record_array(path).values, b.record_array(path).values)
+        np.testing.assert_array_equal(a.record_array(path).values, b.record_array(path).values)  # exact: one run, two layouts
     listed = list_prefix(b.store, f"{WINDOW}/")
     assert listed and not any("/pack_" in key for key in listed)
 
@@ -511,7 +511,7 @@ def test_any_flipped_bit_of_a_shard_is_refused_never_read(roots, tmp_path_factor
             refused = 0
             for path in paths:
                 try:
-                    np.testing.assert_array_equal(dump.record_array(path).values, want[path])
+                    np.testing.assert_array_equal(dump.record_array(path).values, want[path])  # exact: stored bytes
                 except DumpIntegrityError as error:
                     assert error.key == f"{path}/c.0.0" and error.key in str(error)
                     refused += 1
