@@ -19,6 +19,7 @@ import pytest
 import xarray as xr
 import zarr
 
+from megadump_zarr.dump.export import SCHEMA_VERSION
 from megadump_zarr.read import open_dump
 from megadump_zarr.read.catalog import scan_windows, window_nodes
 
@@ -71,7 +72,7 @@ def test_the_fixture_is_schema_5(stored, level):
 
 @pytest.mark.parametrize("level", LEVELS)
 def test_records_and_values_equal_todays_dump_of_the_same_step(stored, fresh, level):
-    assert _window_doc(fresh / level)["attributes"]["schemaVersion"] == 7
+    assert _window_doc(fresh / level)["attributes"]["schemaVersion"] == SCHEMA_VERSION
     old, new = open_dump(stored / level), open_dump(fresh / level)
     a, b = old.records(), new.records()
     assert len(a) > 0 and len(a) == len(b)
