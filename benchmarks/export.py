@@ -10,8 +10,10 @@ has it after the launch's single Device-to-Host copy:
 * ours — ``read_l1_buffer`` (zero-copy payload views), ``build_window``, ``WindowWriter.write_window``
   with the default settings: default codec, a ``crc32c`` per chunk, durable commit (one ``syncfs``
   before the status is written, then the status fsynced). Also with compression off, without the
-  checksums, without the durable commit and without task-record packs (``pack=False``: schema 6's
-  group per task and array per record), to price each.
+  checksums, without the durable commit, and with task-record packs (``pack=True``, ``layout="packs"``;
+  ``ours`` is the default tasks layout: a group per task, an array per record), to price each.
+* fs floor — the same directories and files the tasks layout writes, with plain ``os.mkdir``/``os.open``/
+  ``os.write``/``os.close`` and one ``os.sync()``: what the tasks writer costs above the file system.
 * raw — the same payload bytes written to one file: the physical limit.
 
 Every contender ends with ``os.sync()`` inside its timed region, so all pay for their disk writes the
@@ -211,6 +213,49 @@ def raw(buffer: torch.Tensor, plans: list[L1RecordPlan], root: Path, launches: i
             handle.write(memoryview(buffer.numpy())[start:end])
 
 
+def floor_template(buffer: torch.Tensor, plans: list[L1RecordPlan], root: Path, launches: int = 1) -> list[tuple[str, bytes | None]]:
+    """The directories (``None``) and files (their bytes) the tasks layout writes for this workload, parents
+    first: one untimed run of ours, read back.
+
+    Args:
+        buffer: The Device buffer.
+        plans: Its records.
+        root: A scratch directory for the untimed run.
+        launches: Invocations of the window.
+    """
+    ours(buffer, plans, root, launches=launches, durable=False)
+    entries: list[tuple[str, bytes | None]] = []
+    for here, dirs, files in os.walk(root):
+        rel = os.path.relpath(here, root)
+        if rel != ".":
+            entries.append((rel, None))
+        entries.extend((os.path.join(rel, name), Path(here, name).read_bytes()) for name in sorted(files))
+        dirs.sort()
+    return entries
+
+
+def fs_floor(entries: list[tuple[str, bytes | None]], root: Path) -> None:
+    """The file-system floor of the tasks layout: its directories and files written with plain
+    ``os.mkdir``/``os.open``/``os.write``/``os.close``, then one ``os.sync()`` (no encoding, no metadata work).
+
+    Args:
+        entries: From :func:`floor_template`.
+        root: Output root (created).
+    """
+    os.mkdir(root)
+    for rel, data in entries:
+        path = os.path.join(root, rel)
+        if data is None:
+            os.mkdir(path)
+            continue
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+    os.sync()
+
+
 def _cpu() -> float:
     """This process's CPU time (user + system, every thread): a steadier measure than wall time when
     other work shares the cores (our writer overlaps two threads, the seed runs one)."""
@@ -248,9 +293,12 @@ def run_workload(name: str, count: int, payload_bytes: int, dtype: torch.dtype, 
             "ours_nocrc": lambda root: ours(buffer, plans, root, launches=launches, checksum=False),
             "ours_nodurable": lambda root: ours(buffer, plans, root, launches=launches, durable=False),
             "ours_none": lambda root: ours(buffer, plans, root, "none", launches=launches),
-            "ours_nopack": lambda root: ours(buffer, plans, root, launches=launches, pack=False),  # schema 6's layout
+            "ours_packs": lambda root: ours(buffer, plans, root, launches=launches, pack=True),  # layout="packs"
             "raw": lambda root: raw(buffer, plans, root, launches),
         }
+    template: list[tuple[str, bytes | None]] = []
+    if variants:
+        contenders["fs_floor"] = lambda root: fs_floor(template, root)
     if fsync:
         contenders["ours_fsync"] = lambda root: ours(buffer, plans, root, launches=launches, durable="fsync")
     times: dict[str, list[float]] = {k: [] for k in contenders}
@@ -260,6 +308,8 @@ def run_workload(name: str, count: int, payload_bytes: int, dtype: torch.dtype, 
     # Every run keeps its output until the workload ends: this disk is mounted with `discard`, and
     # deleting tens of thousands of files stalls the next run's file creation for seconds.
     with scratch_dir(base) as scratch:
+        if variants:
+            template.extend(floor_template(buffer, plans, Path(scratch) / "floor_template", launches))
         for repeat in range(repeats):
             for key, run in contenders.items():
                 root = Path(scratch) / f"{key}_{repeat}"
@@ -282,7 +332,7 @@ def run_workload(name: str, count: int, payload_bytes: int, dtype: torch.dtype, 
     med = {k: statistics.median(v) for k, v in times.items()}
     payload = sum(p.payload_bytes for p in plans) * launches
     result = {
-        "workload": name, "payload_bytes": payload, "records": count * launches,
+        "workload": name, "layout": "tasks", "payload_bytes": payload, "records": count * launches,
         "baseline_s": med["seed"], "ours_s": med["ours"], "ratio": med["seed"] / med["ours"],
         "peak_extra_rss_bytes": max(peaks["ours"]), "peak_extra_rss_share": max(peaks["ours"]) / payload,
         "baseline_peak_extra_rss_bytes": max(peaks["seed"]),
@@ -297,8 +347,9 @@ def run_workload(name: str, count: int, payload_bytes: int, dtype: torch.dtype, 
             "ours_none_s": med["ours_none"], "raw_s": med["raw"], "none_vs_raw": med["ours_none"] / med["raw"],
             "ours_nocrc_s": med["ours_nocrc"], "crc_cost": med["ours"] / med["ours_nocrc"] - 1,
             "ours_nodurable_s": med["ours_nodurable"], "durable_cost": med["ours"] / med["ours_nodurable"] - 1,
-            "ours_nopack_s": med["ours_nopack"], "pack_speedup": med["ours_nopack"] / med["ours"],
-            "stored_vs_payload_nopack": stored["ours_nopack"] / payload,
+            "ours_packs_s": med["ours_packs"], "packs_layout": "packs", "packs_speedup": med["ours"] / med["ours_packs"],
+            "stored_vs_payload_packs": stored["ours_packs"] / payload,
+            "fs_floor_s": med["fs_floor"], "tasks_vs_floor": med["ours"] / med["fs_floor"],
         }
     if fsync:
         result |= {"ours_fsync_s": med["ours_fsync"], "fsync_vs_syncfs": med["ours_fsync"] / med["ours"]}
@@ -364,12 +415,13 @@ def main(argv: list[str] | None = None) -> int:
         done(run_workload(f"P1 {big[0]} x {big[1] >> 20} MiB bf16", big[0], big[1], torch.bfloat16, repeats,
                           args.dir, fsync=args.durability))
     if args.only in (None, "P2"):
-        done(run_workload(f"P2 {small[0]} x {small[1] >> 10} KiB fp32", small[0], small[1], torch.float32,
+        done(run_workload(f"P2 {small[0]} x {small[1] >> 10} KiB fp32 (tasks layout)", small[0], small[1], torch.float32,
                           repeats, args.dir, fsync=args.durability, fs_ops=True))
-        done(run_workload(f"P2 {4 * small[0]} records over 4 launches", small[0], small[1], torch.float32,
+        done(run_workload(f"P2 {4 * small[0]} records over 4 launches (tasks layout)", small[0], small[1], torch.float32,
                           repeats, args.dir, launches=4, variants=False, fs_ops=True))
     print_table(entries, [("workload", "workload"), ("baseline_s", "seed s"), ("ours_s", "ours s"), ("ratio", "seed/ours"),
-                          ("ours_nocrc_s", "no-crc s"), ("ours_nodurable_s", "no-durable s"), ("ours_nopack_s", "no-pack s"),
+                          ("ours_nocrc_s", "no-crc s"), ("ours_nodurable_s", "no-durable s"), ("ours_packs_s", "packs s"),
+                          ("fs_floor_s", "fs floor s"), ("tasks_vs_floor", "tasks/floor"),
                           ("ours_none_s", "ours-none s"), ("raw_s", "raw s"), ("none_vs_raw", "none/raw"),
                           ("stored_vs_payload", "stored/payload"), ("peak_extra_rss_share", "our extra RSS / payload"),
                           ("baseline_cpu_s", "seed cpu s"), ("ours_cpu_s", "ours cpu s"), ("cpu_ratio", "cpu seed/ours")])

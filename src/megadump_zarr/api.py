@@ -39,6 +39,7 @@ def tensor_dump(
         chunk_bytes=config.chunk_bytes,
         stats=config.stats,
         durable=config.durable,
+        pack=config.layout == "packs",
     )
     return TensorDumper(config, schedule=schedule, on_dump_ready=on_dump_ready, sink=writer,
                         baseline=_baseline(config))

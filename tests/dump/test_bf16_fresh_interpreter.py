@@ -34,7 +34,8 @@ def l1_bf16_dump(root: Path, monkeypatch) -> tuple[Path, dict]:
 
     monkeypatch.setattr(MegaKernel, "launch", spy)
     block = MoEBlock(BF16)
-    with tensor_dump(TensorDumpConfig(root, level="L1", kernel_names="moe_experts", stages=("expert_up", "combine"))):
+    with tensor_dump(TensorDumpConfig(root, level="L1", kernel_names="moe_experts", stages=("expert_up", "combine"),
+                                     layout="packs")):
         block(block.make_input())
     return root / "rank_0" / "window_0000" / "invocation_000000_forward", seen
 
@@ -139,9 +140,10 @@ def test_every_group_opens_without_warning(tmp_path):
     block = MoEBlock(BF16)
     x = block.make_input()
     with tensor_dump(TensorDumpConfig(tmp_path / "l1", level="L1", kernel_names="moe_experts",
-                                      stages=("expert_up", "expert_down", "combine"))):
+                                      stages=("expert_up", "expert_down", "combine"), layout="packs")):
         block(x)
-    with tensor_dump(TensorDumpConfig(tmp_path / "g", level="L1", kernel_names="moe_dispatch", stages="gather")):
+    with tensor_dump(TensorDumpConfig(tmp_path / "g", level="L1", kernel_names="moe_dispatch", stages="gather",
+                                     layout="packs")):
         block.route(block.make_input())
     l1 = data_groups(tmp_path / "l1" / "rank_0" / "window_0000") + data_groups(tmp_path / "g" / "rank_0" / "window_0000")
     packs = [p for p in l1 if p.parent.parent.name == "stages"]

@@ -1,4 +1,5 @@
-"""The dump layer's side of schema 7: L1 task groups are flagged for the store's task-record packs."""
+"""The dump layer's side of the packs layout: L1 task groups are flagged for the store's task-record packs
+(``layout="packs"``, opt-in since schema 8); the default layout writes a group per task."""
 
 from __future__ import annotations
 
@@ -15,10 +16,10 @@ from tests.dump._dump_helpers import read_json
 def test_pack_storage_names_the_stores_layout():
     # the dump layer may not import the store: the two spellings of the window attribute must agree
     assert window_module.PACK_STORAGE == packs.PACK_STORAGE == "task_record_packs"
-    assert SCHEMA_VERSION == 7
+    assert SCHEMA_VERSION == 8
 
 
-def test_l1_windows_flag_task_groups_and_stamp_schema_7(tmp_path, monkeypatch):
+def test_l1_windows_flag_task_groups_and_stamp_the_packs_layout(tmp_path, monkeypatch):
     built = []
     real = window_module.build_window
 
@@ -30,12 +31,33 @@ def test_l1_windows_flag_task_groups_and_stamp_schema_7(tmp_path, monkeypatch):
 
     monkeypatch.setattr(dumper_module, "build_window", spy)
     block = MoEBlock(DemoConfig(dtype=torch.float32))
-    with tensor_dump(TensorDumpConfig(tmp_path, level="L1", kernel_names="moe_experts", stages="expert_up")):
+    with tensor_dump(TensorDumpConfig(tmp_path, level="L1", kernel_names="moe_experts", stages="expert_up",
+                                      layout="packs")):
         block(block.make_input())
     (window,) = built
-    assert window.attrs["schemaVersion"] == 7 and window.attrs["stageViewStorage"] == "task_record_packs"
+    assert window.attrs["schemaVersion"] == 8 and window.attrs["stageViewStorage"] == "task_record_packs"
     groups = window.invocations[0].groups
     assert [g.path for g in groups if g.task] == [f"stages/expert_up/task_{e:06d}" for e in range(4)]
     assert [g.path for g in groups if not g.task] == ["stages/expert_up"]
     attrs = read_json(tmp_path / "rank_0" / "window_0000" / "zarr.json")["attributes"]
-    assert (attrs["schemaVersion"], attrs["stageViewStorage"]) == (7, "task_record_packs")
+    assert (attrs["schemaVersion"], attrs["stageViewStorage"]) == (8, "task_record_packs")
+    assert [p.name for p in sorted((tmp_path / "rank_0/window_0000/invocation_000000_forward/stages/expert_up").iterdir())
+            if p.is_dir()] == [f"pack_{n:04d}" for n in range(4)]
+
+
+def test_default_layout_is_a_group_per_task(tmp_path):
+    block = MoEBlock(DemoConfig(dtype=torch.float32))
+    with tensor_dump(TensorDumpConfig(tmp_path, level="L1", kernel_names="moe_experts", stages="expert_up")):
+        block(block.make_input())
+    attrs = read_json(tmp_path / "rank_0" / "window_0000" / "zarr.json")["attributes"]
+    assert (attrs["schemaVersion"], attrs["stageViewStorage"]) == (8, "array_per_task_record")
+    stage = tmp_path / "rank_0/window_0000/invocation_000000_forward/stages/expert_up"
+    assert sorted(p.name for p in stage.iterdir() if p.is_dir()) == [f"task_{e:06d}" for e in range(4)]
+
+
+def test_layout_is_validated(tmp_path):
+    import pytest
+
+    with pytest.raises(ValueError, match=r"unsupported layout 'pack'; expected one of \['tasks', 'packs'\]"):
+        TensorDumpConfig(tmp_path, layout="pack")
+    assert TensorDumpConfig(tmp_path).layout == "tasks"

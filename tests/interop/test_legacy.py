@@ -74,7 +74,7 @@ def test_l1_round_trip(tmp_path: Path, legacy: dict[str, Any]) -> None:
     manifest = read_json(legacy["l1_manifest"])
     attrs = zarr.open_group(str(window), mode="r").attrs.asdict()
     assert attrs["status"] == "complete"
-    assert attrs["schemaVersion"] == SCHEMA_VERSION == 7  # its tasks are not packed (no GroupWrite.task)
+    assert attrs["schemaVersion"] == SCHEMA_VERSION == 8 and attrs["stageViewStorage"] == "array_per_task_record"  # task groups (the default layout)
     assert attrs["convertedFrom"]["schemaVersion"] == 4
     assert attrs["convertedFrom"]["path"] == str(legacy["l1_manifest"].parent.resolve())
     assert attrs["convertedFrom"]["stageViewStorage"] == "per_task_files"

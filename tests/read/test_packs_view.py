@@ -318,10 +318,12 @@ def test_s3_packed_window_reads(roots):
 
 # --------------------------------------------------------------------------- the writer's packs
 def _normal(doc, coordinate_codecs: bool = True):
-    """A document without commit times (and, for long row coordinates, without codecs: schema 6
-    compresses a coordinate of 32 rows or more, the view serves it raw)."""
+    """A document without commit times and the window's ``stageViewStorage`` (it names the layout written,
+    which differs by design) (and, for long row coordinates, without codecs: schema 6 compresses a coordinate
+    of 32 rows or more, the view serves it raw)."""
     if isinstance(doc, dict):
-        out = {k: _normal(v, coordinate_codecs) for k, v in doc.items() if k not in ("createdAt", "committedAt")}
+        out = {k: _normal(v, coordinate_codecs) for k, v in doc.items()
+               if k not in ("createdAt", "committedAt", "stageViewStorage")}
         if (doc.get("node_type") == "array" and doc.get("attributes") == {} and len(doc.get("shape", [])) == 1
                 and doc["shape"][0] >= 32):
             out.pop("codecs")
@@ -370,21 +372,15 @@ def assert_same_dump(plain: Path, packed: Path) -> None:
 @pytest.fixture(scope="module")
 def demo_pair(tmp_path_factory) -> tuple[Path, Path]:
     """One demo step (the read tests' L1 selection) dumped with packs and, into another root, without."""
-    import functools
-
-    import megadump_zarr.api
     from megadump_zarr import TensorDumpConfig
     from megadump_zarr.demo.model import DemoConfig
-    from megadump_zarr.store.writer import WindowWriter
     from tests.read.conftest import L1_STAGES, L1_TENSORS, run_step
 
     base = tmp_path_factory.mktemp("pair")
-    for name, pack in (("packed", True), ("plain", False)):
+    for name, layout in (("packed", "packs"), ("plain", "tasks")):
         config = TensorDumpConfig(base / name, level="L1", kernel_names=("moe_experts", "moe_dispatch"),
-                                  stages=L1_STAGES, tensor_names=L1_TENSORS)
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(megadump_zarr.api, "WindowWriter", functools.partial(WindowWriter, pack=pack))
-            run_step(base / name, config, DemoConfig())
+                                  stages=L1_STAGES, tensor_names=L1_TENSORS, layout=layout)
+        run_step(base / name, config, DemoConfig())
     return base / "plain", base / "packed"
 
 

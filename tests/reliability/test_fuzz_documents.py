@@ -255,7 +255,7 @@ def test_plan_deeply_nested_and_garbage(salvage: dict[str, Any]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- chunk bytes
-def test_any_flipped_chunk_byte_is_detected(dumps: dict[str, Any]) -> None:
+def test_any_flipped_chunk_byte_is_detected(dumps: dict[str, Any], packed: dict[str, Any]) -> None:
     """Every chunk carries crc32c: flipping any one bit of any chunk of a committed window is refused on read
     (DumpIntegrityError naming that chunk) and named by verify, never read as a different number."""
     from megadump_zarr.read.errors import DumpIntegrityError
@@ -266,8 +266,7 @@ def test_any_flipped_chunk_byte_is_detected(dumps: dict[str, Any]) -> None:
 
     # (root, record path, logical chunk key, stored bytes, the shard when the bytes are a pack shard's index)
     chunks: list[tuple[Path, str, str, ChunkSpan, str | None]] = []
-    for level in ("l0", "l1"):
-        root = dumps["work"] / level
+    for root in (dumps["work"] / "l0", dumps["work"] / "l1", packed["root"]):  # the demo (tasks layout), and packs
         dump = open_dump(root)
         records = dump.records()
         for path in records["path"]:
@@ -285,7 +284,7 @@ def test_any_flipped_chunk_byte_is_detected(dumps: dict[str, Any]) -> None:
                 size, nbytes = span.file.stat().st_size, index_nbytes(rows)  # inner chunks of one row each
                 index = ChunkSpan(span.file, size - nbytes, nbytes)
                 chunks.append((root, path, key, index, span.file.relative_to(root).as_posix()))
-    assert any(shard for *_, shard in chunks), "no packed record: schema 7 packs the demo's L1 records"
+    assert any(shard for *_, shard in chunks), "no packed record: layout='packs' packs the L1 records"
 
     @settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
     @given(st.sampled_from(chunks), st.integers(0, 2**31), st.integers(0, 7))
@@ -328,7 +327,8 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
     root = tmp_path_factory.mktemp("fuzz-packs") / "l1"
     block = MoEBlock(DemoConfig(tokens=32, d_model=8))
-    config = TensorDumpConfig(root, level="L1", kernel_names="moe_experts", stages=("expert_up", "unpermute"))
+    config = TensorDumpConfig(root, level="L1", kernel_names="moe_experts", stages=("expert_up", "unpermute"),
+                              layout="packs")
     with tensor_dump(config, schedule(wait=0, warmup=0, active=1)) as dumper:
         train_step(block)
         dumper.step()

@@ -132,8 +132,9 @@ def _read_everything(root: Path) -> int:
             warnings.simplefilter("error")
             opened = xr.open_zarr(str(root / group)) if stored else xr.open_zarr(dump.store, group=group)
             count += len(opened.load().variables)
-    packs = sorted(root.glob("rank_*/window_*/*/stages/*/pack_*"))  # schema 7's physical data groups
-    assert packs or records.iloc[0]["level"] == "L0"
+    packs = sorted(root.glob("rank_*/window_*/*/stages/*/pack_*"))  # layout="packs"'s physical data groups
+    tasks = sorted(root.glob("rank_*/window_*/*/stages/*/task_*"))  # the default layout's task groups
+    assert packs or tasks or records.iloc[0]["level"] == "L0"
     for pack in packs:
         with warnings.catch_warnings():
             warnings.simplefilter("error")

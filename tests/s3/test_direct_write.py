@@ -42,11 +42,11 @@ def test_direct_write_reads_back_like_local(level, bucket, options, local_dumps,
 
 
 def test_xarray_opens_a_task_group_over_s3_without_warnings(bucket, options, s3_client):
-    """Schema 7 stores an L1 stage's small records as packs: plain xr.open_zarr opens a pack (the physical data
-    group) over S3 without warnings; the logical task group opens through the dump's view (open_dump) and the
+    """layout="packs" stores an L1 stage's small records as packs: plain xr.open_zarr opens a pack (the physical
+    data group) over S3 without warnings; the logical task group opens through the dump's view (open_dump) and the
     stage through engine="megadump", and both hold the pack's row of that task."""
     url = f"s3://{bucket}/run1"
-    run_dump(url, "L1", storage_options=options)
+    run_dump(url, "L1", storage_options=options, layout="packs")
     dump = open_dump(url, storage_options=options)
     records = dump.records()
     group = str(records["group"].iloc[0])

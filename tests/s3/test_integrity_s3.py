@@ -20,9 +20,12 @@ from megadump_zarr.transfer import upload
 from megadump_zarr.verify import verify_dump
 
 
-def test_chunk_objects_checked_on_s3(bucket: str, options: dict[str, Any], copy_dump: Callable[[str], Path],
+def test_chunk_objects_checked_on_s3(bucket: str, options: dict[str, Any], tmp_path: Path,
                                      s3_client: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    root = copy_dump("L1")
+    from tests.s3.conftest import run_dump
+
+    root = tmp_path / "packed"  # layout="packs": the records' bytes are rows of pack shards
+    run_dump(root, "L1", layout="packs")
     url = f"s3://{bucket}/run"
     assert upload(root, url, storage_options=options, workers=4).ok
     report = verify_dump(url, options, deep=True)

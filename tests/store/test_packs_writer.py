@@ -250,7 +250,7 @@ def test_expand_pack_is_the_schema6_writers_view(windows):
 
 
 def test_torn_window_keeps_pack_arrays_readable(tmp_path):
-    writer = WindowWriter(tmp_path, durable=False)
+    writer = WindowWriter(tmp_path, durable=False, pack=True)
     session = writer.begin(0, 0, {"schemaVersion": 7})
     session.write_invocation(mixed_invocation())
     writer.close()
@@ -299,7 +299,7 @@ def test_only_packable_tasks_are_packed(tmp_path):
 def test_a_pack_name_taken_by_a_declared_group_is_refused(tmp_path):
     groups = [GroupWrite(_task("s", 0), {"taskId": 0}, task=True), GroupWrite("stages/s/pack_0000", {})]
     arrays = [ArrayWrite(f"{_task('s', 0)}/input_00_x", np.ones(3, np.float32), ("k",), {})]
-    with WindowWriter(tmp_path, durable=False) as writer:
+    with WindowWriter(tmp_path, durable=False, pack=True) as writer:
         session = writer.begin(0, 0, {})
         with pytest.raises(ValueError, match=r"group '.*stages/s/pack_0000' would collide with the task-record pack"):
             session.write_invocation(InvocationWrite(INV, {}, groups, arrays))
@@ -362,7 +362,7 @@ def test_fsspec_roots_get_the_same_pack_bytes(windows):
     url = "memory://packs-writer-test"
     fs = fsspec.filesystem("memory")
     try:
-        with WindowWriter(url, durable=False) as writer:
+        with WindowWriter(url, durable=False, pack=True) as writer:
             writer.write_window(WindowWrite(0, 0, {"schemaVersion": 7}, [mixed_invocation()]))
         base = "/packs-writer-test/rank_0/window_0000/"
         remote = {path[len(base):]: fs.cat_file(path) for path in fs.find(base)}
@@ -379,7 +379,7 @@ def test_fsspec_roots_get_the_same_pack_bytes(windows):
 
 
 def test_a_failed_shard_aborts_the_window_and_keeps_what_was_written(tmp_path):
-    writer = WindowWriter(tmp_path, durable=False)
+    writer = WindowWriter(tmp_path, durable=False, pack=True)
     real = writer.backend.put
 
     def put(key, data, **kwargs):

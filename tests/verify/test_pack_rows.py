@@ -30,7 +30,7 @@ def root(tmp_path: Path) -> Path:
     tasks = [_task(1, 0, 4), _task(2, 1, 5)]
     invocation = InvocationWrite("invocation_000000_forward", {"invocationId": 0, "level": "L1"},
                                  [GroupWrite("stages/s", {"stage": "s"})] + [g for g, _ in tasks], [a for _, a in tasks])
-    with WindowWriter(tmp_path) as writer:
+    with WindowWriter(tmp_path, pack=True) as writer:
         writer.write_window(WindowWrite(0, 0, {"schemaVersion": 7, "level": "L1"}, [invocation]))
     assert (tmp_path / WINDOW / PACK / "task" / "zarr.json").is_file()  # the two tasks share one pack
     return tmp_path

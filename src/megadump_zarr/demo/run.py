@@ -103,7 +103,7 @@ def run_demo(out: str | os.PathLike | None = None, *, steps: int = 4, dtype: str
 
 def _fill_counts(summary: DemoSummary) -> None:
     """Count windows, invocations, L1 tasks, tensors and bytes through the reader (whatever the layout), and
-    pick a physical data group (an L1 pack, else a task group or L0 invocation) that plain ``xr.open_zarr`` opens."""
+    pick an L1 task group that plain ``xr.open_zarr`` opens."""
     from megadump_zarr.read import open_dump
 
     for level_root in summary.roots.values():
@@ -123,8 +123,8 @@ def _fill_counts(summary: DemoSummary) -> None:
 
 
 def _data_group(window: Path) -> str:
-    """A physical group of ``window`` holding arrays: an L1 pack first, then an L1 task group."""
-    for pattern in ("*/stages/*/pack_*", "*/stages/*/task_*"):
+    """An L1 task group of ``window`` (the first of its first stage), else "" (an L0 window, or packs)."""
+    for pattern in ("*/stages/expert_up/task_*", "*/stages/*/task_*"):
         found = sorted(p for p in window.glob(pattern) if (p / "zarr.json").is_file())
         if found:
             return str(found[0])

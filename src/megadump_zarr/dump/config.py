@@ -19,6 +19,7 @@ _VALID_CORE_TYPES = frozenset(("AIC", "AIV"))
 _VALID_ON_ERROR = ("discard", "keep")
 _VALID_MODES = ("tensor", "statistics", "nonfinite", "diff")
 _VALID_ON_BUDGET = ("error", "statistics")
+_VALID_LAYOUTS = ("tasks", "packs")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
@@ -138,6 +139,10 @@ class TensorDumpConfig:
             In ``nonfinite``/``diff`` the device copies the tensors it keeps into a pool bounded by the
             budget (a tensor that does not fit keeps its statistics only, counted in the statistics
             group's ``poolFull`` attribute), so these modes never raise for the budget.
+        layout: How L1 task groups are stored. ``"tasks"`` (default, schema 8): a Zarr group per task
+            (``stages/{stage}/task_{tttttt}``) holding its record arrays and row coordinates, which plain
+            ``xr.open_zarr`` opens. ``"packs"``: the small records of a stage's tasks share task-record
+            packs (``stages/{stage}/pack_{pppp}``, fewer files; read through ``open_dump``).
     """
 
     output_dir: str | Path
@@ -169,6 +174,7 @@ class TensorDumpConfig:
     baseline: str | Path | None = None
     baseline_storage_options: Mapping[str, Any] | None = field(default=None, repr=False)  # may hold credentials
     on_budget: str = "error"
+    layout: str = "tasks"
 
     def __post_init__(self) -> None:
         """Validate every field and normalise the collection filters."""
@@ -218,6 +224,8 @@ class TensorDumpConfig:
         _positive_int(self.chunk_bytes, name="chunk_bytes")
         if self.on_error not in _VALID_ON_ERROR:
             raise ValueError(f"unsupported on_error {self.on_error!r}; expected one of {list(_VALID_ON_ERROR)}")
+        if self.layout not in _VALID_LAYOUTS:
+            raise ValueError(f"unsupported layout {self.layout!r}; expected one of {list(_VALID_LAYOUTS)}")
         for name in ("stats", "async_export", "save_plans", "durable"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")

@@ -13,10 +13,12 @@ from typing import Any
 
 import numpy as np
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """The window layout every writer stamps on a window (``schemaVersion``): 6 has a crc32c on every chunk and
 consolidated metadata only in the window and data groups; 7 adds task-record packs for small L1 records
-(``stageViewStorage`` ``"task_record_packs"``, see ``store/packs.py``); readers still read 5 and 6."""
+(``stageViewStorage`` ``"task_record_packs"``, see ``store/packs.py``); 8 makes a Zarr group per L1 task the
+default again (``"array_per_task_record"``, what plain ``xr.open_zarr`` opens), packs opt-in
+(``TensorDumpConfig(layout="packs")``); readers read 5, 6, 7 and 8."""
 
 __all__ = ["ArrayWrite", "GroupWrite", "InvocationWrite", "StatisticsTable", "WindowWrite"]
 
@@ -52,8 +54,8 @@ class GroupWrite:
     Args:
         path: Slash-separated path relative to the invocation group.
         attrs: JSON-serialisable attributes.
-        task: An L1 task group: the store may pack it with its stage's other task groups (schema 7's
-            task-record packs, for tasks whose records are all small; the readers' view is unchanged).
+        task: An L1 task group: with ``layout="packs"`` the store may pack it with its stage's other task
+            groups (task-record packs, for tasks whose records are all small; the readers' view is unchanged).
     """
 
     path: str

@@ -22,7 +22,8 @@ __all__ = ["PACK_STORAGE", "DumpInvocation", "build_window"]
 
 PACK_STORAGE = "task_record_packs"
 """``stageViewStorage`` of an L1 window: the store may keep small task records in task-record packs (the
-value of ``store.packs.PACK_STORAGE``; the dump layer does not import the store, a test holds them equal)."""
+value of ``store.packs.PACK_STORAGE``; the dump layer does not import the store, a test holds them equal).
+The store replaces it with ``"array_per_task_record"`` when it writes a group per task (the default)."""
 
 
 @dataclass

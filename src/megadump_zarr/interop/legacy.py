@@ -187,7 +187,7 @@ def convert_legacy(
 
     urls: list[str] = []
     total = sum(window.tensor_count for window in windows)
-    with WindowWriter(url, storage_options=options, compressor=compressor) as writer, _progress(progress, total) as tick:
+    with WindowWriter(url, storage_options=options, compressor=compressor, pack=False) as writer, _progress(progress, total) as tick:
         for window in windows:
             session = writer.begin(window.rank, window.window_index, window.attrs)
             try:

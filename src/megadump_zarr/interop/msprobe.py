@@ -502,7 +502,7 @@ def convert_msprobe(
                                   f"{url} (converting {window.source})")
     urls: list[str] = []
     total = sum(w.tensor_count for w in windows)
-    with WindowWriter(url, storage_options=options, compressor=compressor) as writer, _progress(progress, total, "converting msprobe tensors") as tick:
+    with WindowWriter(url, storage_options=options, compressor=compressor, pack=False) as writer, _progress(progress, total, "converting msprobe tensors") as tick:
         for window in windows:
             session = writer.begin(window.rank, window.index, _window_attrs(window))
             urls.append(session.write_all(_invocations(window, tick)))  # a refused file: committed "aborted"

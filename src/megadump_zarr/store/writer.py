@@ -53,10 +53,15 @@ from megadump_zarr.store.metadata import (
     plain_group_bytes,
 )
 from megadump_zarr.store.pack_writer import submit_pack
+from megadump_zarr.store.packs import PACK_STORAGE
 from megadump_zarr.store.plan import ArrayJob, plan_invocation
 from megadump_zarr.store.stats import StatsAccumulator
 from megadump_zarr.store.root_index import index_root, strip_index
 from megadump_zarr.store.statistics import STATISTICS_GROUP, statistics_nodes
+
+TASK_STORAGE = "array_per_task_record"
+"""``stageViewStorage`` of an L1 window written with ``pack=False``: a Zarr group per task (schema 6's layout,
+schema 8's default)."""
 
 __all__ = ["LAYOUT_VERSION", "WindowSession", "WindowWriter", "window_key", "window_status"]
 
@@ -117,8 +122,9 @@ class WindowWriter:
             an fsync of every file and directory instead); ``False`` skips it (scratch runs).
             Object stores acknowledge writes once durable: nothing extra is done for them.
         pack: Store the small records of L1 task groups (``GroupWrite.task``) as task-record packs, one
-            sharded array per stage, signature and record (schema 7, see :mod:`.packs`); ``False`` writes
-            a group per task and an array per record (schema 6's layout; benchmarks, equivalence tests).
+            sharded array per stage, signature and record (opt-in, ``TensorDumpConfig(layout="packs")``,
+            see :mod:`.packs`); ``False`` (the default, schema 8) writes a group per task and an array per
+            record, a group plain ``xr.open_zarr`` opens. An L1 window's ``stageViewStorage`` records which.
     """
 
     def __init__(
@@ -132,7 +138,7 @@ class WindowWriter:
         max_workers: int | None = None,
         checksum: bool = True,
         durable: bool | str = True,
-        pack: bool = True,
+        pack: bool = False,
     ) -> None:
         if chunk_bytes < 1:
             raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
@@ -251,6 +257,8 @@ class WindowWriter:
         attrs = dict(attrs)
         attrs.pop("committedAt", None)
         attrs.update(status="writing", createdAt=_now())
+        if attrs.get("level") == "L1":  # the layout this writer stores the window's task groups in
+            attrs["stageViewStorage"] = PACK_STORAGE if self.pack else TASK_STORAGE
         document = dumps(group_document(attrs))  # validates the attributes before claiming
         try:
             self.backend.claim(key)

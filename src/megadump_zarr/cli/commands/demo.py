@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
+import shlex
+import shutil
+import sys
 
 from megadump_zarr.cli.common import EXIT_OK, CliError, Context, add_output_flags, human_bytes
 
-__all__ = ["register"]
+__all__ = ["launchers", "register"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -82,9 +87,38 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         f"{summary.tensors} tensors; {human_bytes(summary.raw_bytes)} raw, {human_bytes(summary.stored_bytes)} stored "
         f"(ratio {ratio:.2f})", highlight=False,
     )
+    python, megadump = launchers()
     if summary.example_group:
-        console.print("Open a data group with xarray:")
-        console.print(f'  python -c "import xarray as xr; print(xr.open_zarr(\'{summary.example_group}\'))"',
+        console.print("Open an L1 task group with xarray (no megadump_zarr import needed):")
+        console.print(f'  {python} -c "import xarray as xr; print(xr.open_zarr(\'{summary.example_group}\'))"',
                       highlight=False, soft_wrap=True)
-        console.print(f"Explore it: megadump info {summary.root}", highlight=False)
+    console.print(f"Explore it: {megadump} info {shlex.quote(str(summary.root))}", highlight=False, soft_wrap=True)
     return EXIT_OK
+
+
+def _shown(path: str) -> str:
+    """``path`` relative to the working directory when under it (``.venv/bin/python``), else absolute."""
+    absolute = os.path.abspath(path)
+    relative = os.path.relpath(absolute)
+    return shlex.quote(absolute if relative.startswith("..") else relative)
+
+
+def _on_path(name: str, path: str) -> bool:
+    """Whether typing ``name`` in the shell runs ``path`` (same file, symlinks not followed for the interpreter)."""
+    found = shutil.which(name)
+    return found is not None and os.path.abspath(found) == os.path.abspath(path)
+
+
+def launchers() -> tuple[str, str]:
+    """How the user's shell runs this interpreter and this ``megadump``: the bare names when ``PATH``
+    resolves them to the running ones (an activated virtual environment), else their paths
+    (``.venv/bin/python``, ``.venv/bin/megadump``; ``python -m megadump_zarr.cli.main`` when the
+    environment has no ``megadump`` script)."""
+    executable = sys.executable
+    python = "python" if _on_path("python", executable) else _shown(executable)
+    script = Path(executable).parent / "megadump"
+    if _on_path("megadump", str(script)):
+        return python, "megadump"
+    if script.is_file():
+        return python, _shown(str(script))
+    return python, f"{python} -m megadump_zarr.cli.main"
