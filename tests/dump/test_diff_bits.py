@@ -83,3 +83,38 @@ def test_reinterpreted_bytes_keep_the_payload(tmp_path, level):
     stored = open_dump(tmp_path / "diff").record_array(inputs.iloc[0]["path"]).values
     assert np.asarray(stored).dtype == np.float32
     assert np.asarray(stored).view(np.int32).reshape(-1)[0] == 1
+
+
+# --------------------------------------------------------------------------- compare: statistics-only pairs
+@pytest.mark.parametrize("dtype, verdict", [(torch.float32, "differs_within_stats"), (torch.int64, "fail"),
+                                            (torch.bool, "fail")])
+def test_statistics_only_pair_with_other_checksums_never_passes(tmp_path, capsys, dtype, verdict):
+    a = base_tensor(dtype) if dtype != torch.bool else (base_tensor() % 2 == 0)
+    dump_copy(tmp_path / "base", a, "statistics")
+    dump_copy(tmp_path / "test", swapped(a), "statistics")
+    capsys.readouterr()
+    assert main(["compare", "--json", str(tmp_path / "test"), str(tmp_path / "base")]) == 1
+    import json
+
+    document = json.loads(capsys.readouterr().out)
+    verdicts = {row["name"]: row["verdict"] for row in document["results"]}
+    assert verdicts["a"] == verdict and document["verdict"] == "fail"
+    assert "checksums differ" in next(r["note"] for r in document["results"] if r["name"] == "a")
+    accepted = main(["compare", "--accept-within-stats", str(tmp_path / "test"), str(tmp_path / "base")])
+    out = capsys.readouterr().out
+    if verdict == "differs_within_stats":
+        assert accepted == 0 and "differs_within_stats accepted" in out
+    else:
+        assert accepted == 1 and "FAIL" in out  # an exact dtype's differing checksum is a failure
+    same = main(["compare", str(tmp_path / "base"), str(tmp_path / "base")])
+    assert same == 0 and "PASS: all" in capsys.readouterr().out
+
+
+def test_compare_help_names_the_flag(capsys):
+    try:
+        assert main(["compare", "--help"]) in (0, None)
+    except SystemExit as exit_:
+        assert exit_.code in (0, None)
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--accept-within-stats exit 0 on differs_within_stats" in text
+    assert "floats differs_within_stats when every statistic is within tolerance" in text
