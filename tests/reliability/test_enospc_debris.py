@@ -65,3 +65,15 @@ def test_backend_atomic_put_removes_its_temporary(tmp_path, full_disk_for_tempor
     with pytest.raises(OSError, match="No space left on device"):
         store.put_durable("g/zarr.json", b'{"new": 1}')
     assert debris(tmp_path) == [] and (tmp_path / "g" / "zarr.json").read_bytes() == b"old"  # old content intact
+
+
+def test_full_disk_during_convert_leaves_no_temporary_files(tmp_path, full_disk_for_temporaries):
+    from megadump_zarr.interop import convert_legacy
+    from tests.interop._legacy_format import demo_tensors, l0_invocations, write_rank_window
+
+    legacy = tmp_path / "legacy"
+    write_rank_window(legacy, "L0", 0, 0, l0_invocations(demo_tensors(torch.float32)))
+    with pytest.raises(OSError) as raised:
+        convert_legacy(legacy, tmp_path / "zarr")
+    assert raised.value.errno == errno.ENOSPC or "No space left on device" in str(raised.value)
+    assert full_disk_for_temporaries and debris(tmp_path / "zarr") == []
