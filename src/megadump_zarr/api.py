@@ -55,7 +55,8 @@ def _baseline(config: TensorDumpConfig) -> Baseline | None:
     def records() -> Any:
         from megadump_zarr.read import open_dump
 
-        return open_dump(config.baseline, storage_options=config.baseline_storage_options).records()
+        dump = open_dump(config.baseline, storage_options=config.baseline_storage_options)
+        return _with_payload_checksums(dump, dump.records())
 
     def tolerance(dtype: str) -> tuple[float, float]:
         from megadump_zarr.analyse.verdict import tolerance_for
@@ -63,3 +64,33 @@ def _baseline(config: TensorDumpConfig) -> Baseline | None:
         return tolerance_for(dtype)
 
     return Baseline(url, records, tolerance)
+
+
+def _with_payload_checksums(dump: Any, frame: Any) -> Any:
+    """A tensor-mode baseline's records carry no checksum: compute it from each whole stored payload
+    (truncated or partial records keep none, so the diff keeps their payloads).
+
+    Args:
+        dump: The opened baseline dump.
+        frame: Its records table.
+    """
+    import numpy as np
+    import torch
+
+    from megadump_zarr.dump.statistics import host_checksum
+
+    if len(frame) == 0 or frame["checksum"].notna().all():
+        return frame
+    frame = frame.copy()
+    for i in np.flatnonzero(frame["checksum"].isna().to_numpy() & frame["payload"].to_numpy()
+                            & ~frame["truncated"].to_numpy() & ~frame["partial"].to_numpy()):
+        row = frame.iloc[i]
+        raw = np.ascontiguousarray(dump.record_array(row["path"]).values).tobytes()
+        itemsize = getattr(torch, str(row["dtype"]), None)
+        itemsize = itemsize.itemsize if isinstance(itemsize, torch.dtype) else None
+        count = int(np.prod(row["shape"], dtype=np.int64))
+        if itemsize is None or len(raw) != count * itemsize:
+            continue  # the stored bytes are not the device's bytes: no checksum, the payload is kept
+        frame.iat[i, frame.columns.get_loc("checksum")] = host_checksum(raw)
+        frame.iat[i, frame.columns.get_loc("element_count")] = count
+    return frame

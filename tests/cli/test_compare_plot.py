@@ -67,7 +67,7 @@ def test_compare_perturbed_copy_fails_and_names_the_tensor(cli, demo, perturbed)
     assert (row["worst_task_id"], row["worst_owner_id"], row["worst_core_type"], row["worst_core_id"]) == (1, 1, "MIX", 1)
     assert report["first_divergence"]["path"] == path and report["counts"]["fail"] == 1
     assert report["root_cause"]["path"] == path and "every input of task 1" in report["root_cause"]["root_reason"]
-    assert set(report["counts"]) == {"pass", "fail", "shape_mismatch", "dtype_mismatch", "missing_data", "error",
+    assert set(report["counts"]) == {"pass", "fail", "differs_within_stats", "shape_mismatch", "dtype_mismatch", "missing_data", "error",
                                      "missing"}
     only = cli("compare", copy, demo.roots["L1"], "--failures-only")
     rows = [line for line in only.out.splitlines() if line.split(" ", 1)[0] in ("pass", "fail")]

@@ -144,6 +144,9 @@ def compare(
           kinds differ           dtype_mismatch (int vs float, bool vs int); not compared
           shapes differ          shape_mismatch; not compared
           one side only          missing;   unreadable chunk: missing_data (note names the key)
+          statistics only        checksums equal: pass; checksums differ: fail (integer, bool), or for
+                                 floats differs_within_stats when every statistic is within tolerance
+                                 (exit 1 unless --accept-within-stats), else fail
         default tolerances (two float dtypes: the looser one's; --rtol/--atol replace them):
           dtype            rtol      atol
           float64          1e-07     1e-07
@@ -153,7 +156,7 @@ def compare(
           float8_e4m3fn    0.125     0.125
           float8_e5m2      0.25      0.25
 
-    ``verdict`` is one of ``pass``, ``fail``, ``shape_mismatch``, ``dtype_mismatch``, ``missing_data``,
+    ``verdict`` is one of ``pass``, ``fail``, ``differs_within_stats``, ``shape_mismatch``, ``dtype_mismatch``, ``missing_data``,
     ``error`` and ``missing``; ``note`` says why. Failing rows carry ``worst_index`` (logical index of
     the largest ``|a - b|``), ``worst_a``/``worst_b`` and, for L1 records and stitched L1 tensors, the
     task, owner and core that produced that element (``worst_task_id``, ``worst_owner_id``,

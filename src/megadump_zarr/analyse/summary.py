@@ -22,7 +22,7 @@ import math
 from typing import Any
 
 from megadump_zarr.analyse.pairs import empty_row
-from megadump_zarr.analyse.verdict import kinds_compatible, resolve_tolerance
+from megadump_zarr.analyse.verdict import WITHIN_STATS, kinds_compatible, resolve_tolerance
 
 __all__ = ["SUMMARY_STATISTICS", "is_summary_pair", "summary_row"]
 
@@ -130,4 +130,8 @@ def summary_row(keys: dict[str, Any], row_a: Any, row_b: Any, rtol: float | None
         reasons.append(f"{', '.join(beyond)} beyond rtol={rtol_:g}, atol={atol_:g}")
     verdict_ = "fail" if reasons else "pass"
     note = f"summary: {sides}; " + ("; ".join(reasons) if reasons else "statistics within tolerance")
+    if not reasons and checksum_a is not None and checksum_b is not None:  # the bits differ: never a pass
+        verdict_ = WITHIN_STATS
+        note = (f"summary: {sides}; checksums differ ({int(checksum_a):#018x} vs {int(checksum_b):#018x}), "
+                "statistics within tolerance")
     return empty_row(keys, verdict_, note, **extra, max_abs=max_abs, max_rel=max_rel, allclose=not reasons)

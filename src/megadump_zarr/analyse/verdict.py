@@ -34,6 +34,7 @@ __all__ = [
     "COSINE_FLOOR",
     "COSINE_MIN",
     "FAILING",
+    "WITHIN_STATS",
     "MAX_ABS_SMALL",
     "RULES_TEXT",
     "TOLERANCES",
@@ -67,8 +68,13 @@ of magnitude 1 may carry, so that an element that cancels to near zero after a f
 judged on the scale of the activations it came from (a bfloat16 run's ``x + gate * ws`` against a
 float32 golden errs by up to 0.015 where the result is near 0)."""
 
-VERDICTS = ("pass", "fail", "shape_mismatch", "dtype_mismatch", "missing_data", "error", "missing")
-FAILING = ("fail", "shape_mismatch", "dtype_mismatch", "missing_data", "error")
+VERDICTS = ("pass", "fail", "differs_within_stats", "shape_mismatch", "dtype_mismatch", "missing_data", "error",
+            "missing")
+FAILING = ("fail", "differs_within_stats", "shape_mismatch", "dtype_mismatch", "missing_data", "error")
+WITHIN_STATS = "differs_within_stats"
+"""A statistics-only float pair whose checksums differ (the bits differ) while every statistic is within
+tolerance: not a pass (swapped elements keep every statistic), not a proven failure either; ``megadump
+compare`` exits 1 on it unless ``--accept-within-stats``."""
 """Verdicts of a pair that was found on both sides and does not pass (``missing`` is separate)."""
 
 _KIND_NAMES = {"b": "bool", "i": "integer", "u": "integer", "f": "float", "c": "complex"}
@@ -83,6 +89,9 @@ def _rules_text() -> str:
         "  kinds differ           dtype_mismatch (int vs float, bool vs int); not compared",
         "  shapes differ          shape_mismatch; not compared",
         "  one side only          missing;   unreadable chunk: missing_data (note names the key)",
+        "  statistics only        checksums equal: pass; checksums differ: fail (integer, bool), or for",
+        "                         floats differs_within_stats when every statistic is within tolerance",
+        "                         (exit 1 unless --accept-within-stats), else fail",
         "default tolerances (two float dtypes: the looser one's; --rtol/--atol replace them):",
         "  dtype            rtol      atol",
     ]

@@ -157,6 +157,7 @@ class TensorDumper:
         self._plan_lock = threading.Lock()  # the exporter thread removes plans while the step thread saves them
         self._saved_plans: set[str] = set()
         self._run_group_saved = False
+        self._deferred: list[BaseException] = []  # dump failures before a launch: raised at step() or exit
 
     @property
     def step_num(self) -> int:
@@ -199,13 +200,20 @@ class TensorDumper:
     def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
         pending: BaseException | None = exc_value
         try:
-            if exc_type is None and self._invocations:
-                try:
-                    self._finalize_window()
-                except BaseException as error:
-                    pending = error
-                    raise
-            elif exc_type is not None:
+            if exc_type is None:
+                errors: list[BaseException] = []
+                if self._invocations:
+                    try:
+                        self._finalize_window()
+                    except BaseException as error:
+                        errors.append(error)
+                errors[:0] = self._take_deferred()
+                if errors:
+                    pending = errors[0]
+                    _raise_all(errors)
+            else:
+                for error in self._take_deferred():
+                    exc_value.add_note(f"also failed: {error!r}")
                 if self.config.on_error == "keep" and self._invocations:
                     self._finalize_window(status="aborted")
                 self._invocations.clear()
@@ -305,6 +313,7 @@ class TensorDumper:
         except BaseException as error:
             errors.append(error)
         finally:  # a failed export still ends the step: the schedule goes on
+            errors[:0] = self._take_deferred()
             self._step += 1
             self._action = next_action
             if self._exporter is not None:
@@ -345,7 +354,7 @@ class TensorDumper:
             invocation.task_rows = {int(task.task_id): (task.start, task.stop) for task in getattr(runtime, "tasks", ())}
             invocation.operator_source = operator_source(runtime.graph)
             if self.config.save_plans:  # lets `megadump decode-buffer` salvage a buffer saved from a hung launch
-                self._save_plan(prepared, invocation)
+                self._try_save_plan(prepared, invocation)
             arguments.runtime_config = prepared.runtime_config
             arguments.diagnostic_buffer = prepared.buffer
             return _TensorDumpCall(arguments, self, invocation, prepared_l1=prepared)
@@ -386,6 +395,21 @@ class TensorDumper:
                                                 lambda: snapshot_tensor(parameter, tensor.graph_tensor, phase))
         if snapshot is not None:
             invocation.snapshots.append((tensor, snapshot))
+
+    def _try_save_plan(self, prepared: PreparedL1Dump, invocation: DumpInvocation) -> None:
+        """Save the launch's plan; a storage failure (a full disk) never stops or skips the user's kernel:
+        the launch runs without a saved plan (its plan stays in memory for the window) and the error is
+        raised at ``step()`` or at exit, as for L0 and an unsaved window."""
+        try:
+            self._save_plan(prepared, invocation)
+        except OSError as error:
+            error.add_note(f"while saving the L1 plan of {invocation.name} (rank {invocation.rank}, window "
+                           f"{self._window_index}) under {self.config.output_dir}; the kernel ran without it")
+            self._deferred.append(error)
+
+    def _take_deferred(self) -> list[BaseException]:
+        errors, self._deferred = self._deferred, []
+        return errors
 
     def _save_plan(self, prepared: PreparedL1Dump, invocation: DumpInvocation) -> None:
         """Save one launch's plan below this run's own plan group (never another run's)."""

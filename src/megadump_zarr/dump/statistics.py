@@ -29,7 +29,6 @@ __all__ = ["STATISTICS_GROUP", "Baseline", "L0StatisticsCapture", "PayloadPolicy
 
 STATISTICS_GROUP = "statistics"
 """Name of the statistics table's group inside each invocation group."""
-_FLOAT_NAMES = frozenset(("float16", "float32", "float64", "bfloat16", "float8_e4m3fn", "float8_e5m2"))
 
 
 @dataclass(frozen=True)
@@ -151,6 +150,7 @@ def _baseline_index(frame: Any) -> dict[tuple[Any, ...], dict[str, Any]]:
             "nan_count": _int_or_none(columns["nan_count"][i]),
             "inf_count": _int_or_none(columns["inf_count"][i]),
             "dtype": columns["dtype"][i],
+            "shape": _shape_or_none(columns["shape"][i]) if "shape" in columns else None,
             **{name: _float_or_none(columns[name][i]) for name in ("min", "max", "mean", "l2norm")},
         }
     return index
@@ -161,6 +161,27 @@ def _missing(value: Any) -> bool:
         return value is None or bool(value != value)  # NaN and pandas NA
     except (TypeError, ValueError):
         return True
+
+
+def _shape_or_none(value: Any) -> tuple[int, ...] | None:
+    try:
+        return tuple(int(d) for d in value)
+    except (TypeError, ValueError):
+        return None
+
+
+def host_checksum(raw: bytes) -> int:
+    """The device checksum (:mod:`megadump_zarr.runtime.statistics`) of raw bytes, on the host:
+    ``sum_i w_i * (2 i + 1) mod 2**64`` over the little-endian u32 words, zero-padded to a multiple of 4.
+
+    Args:
+        raw: The tensor's bytes (C order).
+    """
+    padded = bytes(raw) + bytes(-len(raw) % 4)
+    words = np.frombuffer(padded, dtype="<u4").astype(np.uint64)
+    weights = np.arange(words.size, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    with np.errstate(over="ignore"):
+        return int(np.sum(words * weights, dtype=np.uint64))
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -196,22 +217,35 @@ class PayloadPolicy:
                 raise ValueError(f"mode='diff' baseline {baseline.url} holds no records")
             self._tolerance = baseline.tolerance
 
-    def expected_checksum(self, key: tuple[Any, ...]) -> int | None:
-        """The baseline's checksum of a record (None when the baseline has none for it).
+    def expected_checksum(self, key: tuple[Any, ...], dtype: str | None = None,
+                          shape: tuple[int, ...] | None = None) -> int | None:
+        """The baseline's checksum of a record (None when the baseline has none for it, or when the
+        record's dtype or shape differs from the baseline's: the same bytes are then a different tensor,
+        so the device must copy it).
 
         Args:
             key: The record's :func:`record_key`.
+            dtype: Its dtype name (None: not checked).
+            shape: Its logical shape (None: not checked).
         """
         base = self._index.get(key)
-        return None if base is None else base["checksum"]
+        if base is None or (dtype is not None and _other_layout(base, dtype, shape)):
+            return None
+        return base["checksum"]
 
-    def keep(self, key: tuple[Any, ...], dtype: str, stats: L1Statistics) -> bool:
+    def keep(self, key: tuple[Any, ...], dtype: str, stats: L1Statistics, shape: tuple[int, ...] | None = None) -> bool:
         """Whether a record with these device statistics keeps its payload.
+
+        In ``diff`` mode a payload is dropped only when the baseline proves the bits equal: same dtype,
+        same shape, same element count and the same checksum. Any other record keeps its payload
+        (equal statistics do not mean equal tensors: two swapped elements keep min/max/mean/L2); the
+        float tolerance could only add records to those, and every record not proven equal is kept already.
 
         Args:
             key: The record's :func:`record_key`.
             dtype: Its dtype name.
             stats: Its device statistics.
+            shape: Its logical shape (None: not checked).
         """
         if self.mode == "statistics":
             return False
@@ -220,23 +254,18 @@ class PayloadPolicy:
         if self.mode != "diff":
             return True
         base = self._index.get(key)
-        if base is None:
-            return True  # nothing to compare with: keep the evidence
-        if base["checksum"] is not None:
-            if base["checksum"] == stats.checksum and base["element_count"] == stats.element_count:
-                return False
-            if dtype not in _FLOAT_NAMES:
-                return True
-        if base["nan_count"] != stats.nan_count or base["inf_count"] != stats.inf_count:
-            return True
-        rtol, atol = self._tolerance(dtype) if dtype in _FLOAT_NAMES else (0.0, 0.0)
-        for name in ("min", "max", "mean", "l2norm"):
-            a, b = getattr(stats, name), base[name]
-            if (a is None) != (b is None):
-                return True
-            if a is not None and abs(float(a) - b) > atol + rtol * abs(b):
-                return True
-        return False
+        if base is None or _other_layout(base, dtype, shape):
+            return True  # nothing to compare with, or another tensor: keep the evidence
+        if base["checksum"] is None or base["element_count"] is None:
+            return True  # the bits cannot be proven equal
+        return base["checksum"] != stats.checksum or base["element_count"] != stats.element_count
+
+
+def _other_layout(base: dict[str, Any], dtype: str, shape: tuple[int, ...] | None) -> bool:
+    """Whether a record's dtype or shape differs from its baseline's (a missing baseline value differs)."""
+    if base["dtype"] != dtype:
+        return True
+    return shape is not None and base["shape"] != tuple(int(d) for d in shape)
 
 
 class L0StatisticsCapture:
@@ -277,7 +306,7 @@ class L0StatisticsCapture:
             self.rows.append(row)
             return None
         row.statistics = read_l1_statistics(slot.cpu().numpy())
-        row.kept = self.policy.keep(row.key, dtype, row.statistics)
+        row.kept = self.policy.keep(row.key, dtype, row.statistics, row.shape)
         self.rows.append(row)
         return snapshot() if row.kept else None
 
@@ -410,7 +439,8 @@ def complete_l1_statistics(invocation: Any, prepared: Any, policy: PayloadPolicy
     from megadump_zarr.dump.statistics_plan import decode_statistics_dump
 
     def keep(plan: Any, stats: L1Statistics) -> bool:
-        return policy is not None and policy.keep(_l1_key(invocation, plan), dtype_name(plan.dtype), stats)
+        return policy is not None and policy.keep(_l1_key(invocation, plan), dtype_name(plan.dtype), stats,
+                                                  tuple(plan.actual_shape))
 
     snapshots, decoded, (_, pool_bytes, pool_used) = decode_statistics_dump(prepared, keep, payload_snapshot)
     invocation.l1_snapshots.extend(snapshots)
@@ -465,7 +495,7 @@ def prime_expected_checksums(prepared: Any, invocation: Any, policy: PayloadPoli
     area = np.zeros(stop - start, dtype=np.uint8)
     primed = 0
     for plan in users:
-        expected = policy.expected_checksum(_l1_key(invocation, plan))
+        expected = policy.expected_checksum(_l1_key(invocation, plan), dtype_name(plan.dtype), tuple(plan.actual_shape))
         if expected is None:
             continue  # no baseline checksum: the device copies it (the host decides from the statistics)
         at = plan.payload_offset - start

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+import contextlib
 import ctypes
 import functools
 import os
@@ -183,22 +184,16 @@ class LocalBackend(Backend):
         parent = path.rpartition("/")[0]
         if parent not in self._dirs:
             self._ensure_dir(parent)
-        target = path
         if atomic:
-            path = f"{parent}/.{path.rpartition('/')[2]}.tmp-{os.getpid()}-{threading.get_ident()}"
-        fd = os.open(path, _WRITE_FLAGS, 0o666)
-        try:
-            _write_all(fd, data)
-            if self._sync == "fsync":
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        if atomic:
+            _replace_from_temp(path, data, self._sync == "fsync")
+        else:
+            fd = os.open(path, _WRITE_FLAGS, 0o666)
             try:
-                os.replace(path, target)
-            except BaseException:
-                os.unlink(path)
-                raise
+                _write_all(fd, data)
+                if self._sync == "fsync":
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
         if self._sync == "fsync":
             with self._lock:
                 self._dirty.add(parent)
@@ -252,18 +247,7 @@ class LocalBackend(Backend):
         parent, _, name = target.rpartition("/")
         if parent not in self._dirs:
             self._ensure_dir(parent)
-        path = f"{parent}/.{name}.tmp-{os.getpid()}-{threading.get_ident()}"
-        fd = os.open(path, _WRITE_FLAGS, 0o666)
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.replace(path, target)
-        except BaseException:
-            os.unlink(path)
-            raise
+        _replace_from_temp(target, data, True)
         _fsync_dir(parent)
 
     def exists(self, key: str) -> bool:
@@ -335,6 +319,33 @@ def _syncfs(fd: int, path: str) -> None:
     if _syncfs_function()(fd) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"syncfs failed: {os.strerror(errno)}", path)
+
+
+def _replace_from_temp(target: str, data: Buffer, fsync: bool) -> None:
+    """Write ``data`` to a temporary file beside ``target`` and rename it over ``target``; on every
+    failure (a full disk while writing, fsync or rename failing, an interrupt) the temporary file is
+    removed, so no ``.NAME.tmp-*`` debris stays behind.
+
+    Args:
+        target: The final path.
+        data: Bytes.
+        fsync: fsync the temporary file before the rename.
+    """
+    parent, _, name = target.rpartition("/")
+    temp = f"{parent}/.{name}.tmp-{os.getpid()}-{threading.get_ident()}"
+    fd = os.open(temp, _WRITE_FLAGS, 0o666)
+    try:
+        try:
+            _write_all(fd, data)
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
 
 
 def _write_all(fd: int, data: Buffer) -> None:

@@ -19,13 +19,13 @@ from megadump_zarr.cli.render import print_fitted
 
 __all__ = ["compare_in_order", "register"]
 
-_FAILING = ("fail", "shape_mismatch", "dtype_mismatch", "missing_data", "error", "missing")
+_FAILING = ("fail", "differs_within_stats", "shape_mismatch", "dtype_mismatch", "missing_data", "error", "missing")
 _DESCRIPTION = """\
 Compare the records of dump A with those of dump B, matched by their path below the root (rank,
 window, invocation, stage, task, port, name), in execution order, with megadump_zarr.analyse.compare
 (exact for integers, tolerances by dtype for floats; cosine, max abs/rel error, RMSE as msprobe).
-Exit status 1 when any record does not pass (fail, shape_mismatch, dtype_mismatch, missing_data,
-error) or is missing on one side. The summary names the first divergence (first failing record in
+Exit status 1 when any record does not pass (fail, differs_within_stats, shape_mismatch,
+dtype_mismatch, missing_data, error) or is missing on one side. The summary names the first divergence (first failing record in
 execution order) and the root cause (first failing record whose own task's or stage's inputs pass).
 --fail-fast stops after the first such record: records are compared one at a time in execution
 order (inputs before outputs, tasks in order) and the rest are skipped. --by owner|core|task prints
@@ -86,6 +86,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="print verdict counts and worst errors per stage, invocation and owner/core/task")
     parser.add_argument("--fail-fast", "-x", action="store_true", help="stop at the first failing record")
     parser.add_argument("--failures-only", action="store_true", help="table: only records that do not pass")
+    parser.add_argument("--accept-within-stats", action="store_true",
+                        help="exit 0 on differs_within_stats: statistics-only float records whose checksums "
+                             "differ (the bits differ) but whose statistics are within tolerance")
     add_filters(parser)
     add_storage_options(parser)
     add_cluster_flags(parser)
@@ -139,12 +142,13 @@ def _where_row(row: Any, extra: tuple[str, ...] = ()) -> dict[str, Any] | None:
     return {k: to_jsonable(row.get(k)) for k in (*_LOCATION_KEYS, *extra)}
 
 
-def _summary(result: Any, total: int, stopped: bool) -> dict[str, Any]:
+def _summary(result: Any, total: int, stopped: bool, accept_within_stats: bool = False) -> dict[str, Any]:
     from megadump_zarr.analyse import first_divergence, root_cause
     from megadump_zarr.analyse.verdict import VERDICTS
 
     counts = {v: int((result["verdict"] == v).sum()) for v in VERDICTS}
-    failing = result["verdict"].isin(_FAILING).any()
+    failing = result["verdict"].isin([v for v in _FAILING
+                                      if not (accept_within_stats and v == "differs_within_stats")]).any()
     return {"verdict": "fail" if failing else "pass", "compared": len(result), "total": total,
             "stopped_early": stopped, "counts": counts,
             "first_divergence": _where_row(first_divergence(result)),
@@ -167,6 +171,9 @@ def _place(where: dict[str, Any]) -> str:
 
 def _summary_line(summary: dict[str, Any]) -> str:
     counts = summary["counts"]
+    if summary["verdict"] == "pass" and counts.get("differs_within_stats"):
+        return (f"[bold green]PASS[/bold green]: {counts['pass']} pass, {counts['differs_within_stats']} "
+                f"differs_within_stats accepted (--accept-within-stats) of {summary['compared']} compared")
     if summary["verdict"] == "pass":
         return f"[bold green]PASS[/bold green]: all {summary['compared']} records pass"
     parts = ", ".join(f"{counts[v]} {v}" for v in _FAILING if counts.get(v))
@@ -230,7 +237,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     else:
         result, total, stopped = compare_in_order(dump_a, dump_b, records_a, records_b, rtol=args.rtol,
                                                   atol=args.atol, fail_fast=args.fail_fast)
-    summary = _summary(result, total, stopped)
+    summary = _summary(result, total, stopped, getattr(args, "accept_within_stats", False))
     code = EXIT_CHECK_FAILED if summary["verdict"] == "fail" else EXIT_OK
     by = getattr(args, "by", None)
     if ctx.json:
