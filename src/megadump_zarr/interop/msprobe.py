@@ -469,7 +469,8 @@ def convert_msprobe(
 
     Every ``dump.json`` is read and validated and every tensor file checked before anything is written;
     each destination window must not exist yet. Windows are then written call by call and committed
-    ``"complete"``; a tensor file refused while its window is written commits that window ``"aborted"``.
+    ``"complete"``; a tensor file refused while the windows are written removes every window this call
+    wrote (a refused input leaves no output).
 
     Args:
         dump_dir: msprobe's ``dump_path`` (holding ``step{N}/`` directories), or one ``step{N}`` directory,
@@ -488,6 +489,7 @@ def convert_msprobe(
         FileExistsError: A destination window already exists (nothing written).
         FileNotFoundError: ``dump_dir`` is not a directory.
     """
+    from megadump_zarr.interop._undo import UndoableWrites
     from megadump_zarr.interop.legacy import _progress
     from megadump_zarr.store.writer import WindowWriter, window_status
 
@@ -503,8 +505,16 @@ def convert_msprobe(
     urls: list[str] = []
     total = sum(w.tensor_count for w in windows)
     with WindowWriter(url, storage_options=options, compressor=compressor) as writer, _progress(progress, total, "converting msprobe tensors") as tick:
-        for window in windows:
-            session = writer.begin(window.rank, window.index, _window_attrs(window))
-            urls.append(session.write_all(_invocations(window, tick)))  # a refused file: committed "aborted"
+        undo = UndoableWrites(writer)
+        try:
+            for window in windows:
+                session = undo.begin(window.rank, window.index, _window_attrs(window))
+                urls.append(session.write_all(_invocations(window, tick)))
+        except BaseException as error:  # a refused file: every window this call wrote is removed again
+            try:
+                undo.undo()
+            except Exception as undo_error:
+                error.add_note(f"removing the windows this conversion wrote below {url} also failed: {undo_error!r}")
+            raise
         writer.index_root()
     return urls
