@@ -244,6 +244,15 @@ def export_hdf5(
     group = _open_window(window_url, storage_options)
     window_attrs = group.attrs.asdict()
     status = window_attrs.get("status")
+    if status in ("complete", "aborted"):
+        from megadump_zarr.read.catalog import commit_evidence_problem
+
+        consolidated = group.metadata.consolidated_metadata
+        problem = commit_evidence_problem(window_attrs, None if consolidated is None else
+                                          {key: {} for key in consolidated.metadata})
+        if problem is not None and not allow_incomplete:
+            raise ValueError(f"window {os.fspath(window_url)}/zarr.json says status {status!r} but was never "
+                             f"committed: {problem} (a torn window; pass allow_incomplete=True to export it anyway)")
     if status != "complete" and not allow_incomplete:
         raise ValueError(
             f"window {os.fspath(window_url)} has status {status!r}, not 'complete'; only committed complete windows "
