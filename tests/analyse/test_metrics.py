@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from math import prod
 
 import dask.array as da
@@ -58,6 +59,9 @@ def oneshot(a: np.ndarray, b: np.ndarray, rtol: float | None = None, atol: float
         nan_b=int(np.isnan(b).sum()), inf_b=int(np.isinf(b).sum()),
         nonfinite_mismatch=int((~finite & ~same_nonfinite).sum()),
     )
+    if out["nonfinite_mismatch"]:  # NaN/Inf patterns differ: no metric over the finite pairs alone
+        for key in ("cosine", "max_abs", "max_rel", "rmse", "within_0_1pct", "within_0_5pct"):
+            out[key] = math.nan
     if rtol is not None or atol is not None:
         out["allclose"] = bool(np.all(d <= (atol or 0.0) + (rtol or 0.0) * np.abs(fb)))
     return out
@@ -71,7 +75,9 @@ float32 (relative error 6e-8); sums stay float64."""
 def assert_matches(m, expected: dict, rel: float = 1e-9) -> None:
     for key, value in expected.items():
         got = getattr(m, key)
-        if isinstance(value, float):
+        if isinstance(value, float) and math.isnan(value):
+            assert math.isnan(got), key
+        elif isinstance(value, float):
             assert got == pytest.approx(value, rel=rel, abs=1e-12), key
         else:
             assert got == value, key
@@ -217,7 +223,7 @@ def test_scalar_inputs():
 
 
 # ---------------------------------------------------------------------------------------------------- NaN / Inf
-def test_nan_only_in_dump_side_fails_and_metrics_use_finite_pairs():
+def test_nan_only_in_dump_side_fails_and_metrics_are_nan():
     b = np.arange(1.0, 9.0)
     a = b.copy()
     a[3] = np.nan
@@ -225,7 +231,10 @@ def test_nan_only_in_dump_side_fails_and_metrics_use_finite_pairs():
     m = compute_metrics(a, b)
     assert (m.nan_a, m.inf_a, m.nan_b, m.inf_b) == (1, 0, 0, 0)
     assert m.finite_pairs == 7 and m.nonfinite_mismatch == 1
-    assert m.max_abs == 0.5
+    assert m.worst_index == (5,) and (m.worst_a, m.worst_b) == (6.5, 6.0)  # still where the largest error is
+    for key in ("cosine", "max_abs", "max_rel", "rmse", "within_0_1pct", "within_0_5pct", "euc_dist",
+                "max_rel_eps", "one_thousandth_ratio", "five_thousandths_ratio"):
+        assert math.isnan(getattr(m, key)), key
     result, reasons = verdict(m)
     assert result == "fail" and any("NaN/Inf" in r for r in reasons)
 

@@ -391,3 +391,37 @@ def test_statistics_first_windows_export_with_their_tables(tmp_path, mode):
     if mode == "nonfinite":  # the kept payloads are exported next to the table
         with h5py.File(h5_path, "r") as f:
             assert "invocation_000000_forward/stages/expert_up" in f
+
+
+def _edit_everywhere(window: Path, array: str, edit) -> None:
+    """Apply ``edit`` to ``array``'s zarr.json and to every consolidated copy of it above it."""
+    target = window / array
+    doc = json.loads((target / "zarr.json").read_text())
+    edit(doc)
+    (target / "zarr.json").write_text(json.dumps(doc))
+    parent = target
+    while parent != window:
+        parent = parent.parent
+        document = json.loads((parent / "zarr.json").read_text())
+        entries = (document.get("consolidated_metadata") or {}).get("metadata") or {}
+        key = str(target.relative_to(parent))
+        if key in entries:
+            edit(entries[key])
+            (parent / "zarr.json").write_text(json.dumps(document))
+
+
+def test_a_zero_chunk_shape_is_refused_naming_the_document(tmp_path: Path) -> None:
+    """Issue 23.3: chunk shape [0, 0] was a ZeroDivisionError; it names the array document and field."""
+    window = _write_window(tmp_path / "dump")
+    _edit_everywhere(window, "invocation_000000_forward/x",
+                     lambda d: d["chunk_grid"]["configuration"].update(chunk_shape=[0, 0]))
+    target = tmp_path / "w.h5"
+    with pytest.raises(ValueError, match=r"invocation_000000_forward/x/zarr.json: chunk_grid chunk_shape \[0, 0\] "
+                                         r"is not 2 positive integers"):
+        export_hdf5(window, target)
+    assert not target.exists()
+    result = subprocess.run([sys.executable, "-m", "megadump_zarr.cli.main", "export-hdf5", str(window), str(target)],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "chunk_shape [0, 0]" in errors[0] and "Traceback" not in result.stderr

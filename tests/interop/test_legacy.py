@@ -240,7 +240,7 @@ def test_malicious_pickle_is_refused_without_running_it(tmp_path: Path, legacy: 
     assert "not a plain tensor" in message or "cannot load" in message
     assert info.value.__cause__ is None and info.value.__suppress_context__  # no deep traceback chained
     assert not marker.exists()
-    assert window_status(out, 0, 0) == "aborted"  # what was claimed is marked, never "complete"
+    assert window_status(out, 0, 0) is None and not out.exists()  # a refused input leaves no output
 
 
 def test_non_tensor_payload_is_refused(tmp_path: Path, legacy: dict[str, Any]) -> None:

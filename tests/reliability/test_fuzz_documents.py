@@ -525,3 +525,45 @@ def test_stored_pack_documents_that_disagree_with_the_window_are_named(packed: d
     finally:
         for holder, raw in originals.items():
             holder.write_bytes(raw)
+
+
+# Issue 23.4: document mutations verify used to call ok; each is a verify problem naming the document and
+# field, and no reader fails with an internal error on it.
+SCHEMA_MUTATIONS = [
+    ("window", ("node_type",), "array", "node_type 'array' is not 'group'"),
+    ("window", ("zarr_format",), 2, "zarr_format 2 is not 3"),
+    ("window", ("attributes", "schemaVersion"), 99, "attributes.schemaVersion 99 is not a known schema version"),
+    ("invocation", ("attributes", "direction"), "sideways", "attributes.direction 'sideways' is not one of"),
+    ("invocation", ("attributes", "level"), "L0", "attributes.level 'L0' disagrees with the window's 'L1'"),
+    ("invocation", ("attributes", "taskCount"), 99, "attributes.taskCount 99 disagrees with the"),
+]
+
+
+@pytest.mark.parametrize(("node", "field", "value", "expected"), SCHEMA_MUTATIONS)
+def test_schema_mutations_are_verify_problems(dumps: dict[str, Any], node: str, field: tuple[str, ...], value: Any,
+                                              expected: str) -> None:
+    root = dumps["work"] / "l1"
+    window = root / "rank_0" / "window_0000"
+    invocation = sorted(p for p in window.iterdir() if p.name.startswith("invocation_"))[0]
+    targets = [window / "zarr.json"] if node == "window" else [window / "zarr.json", invocation / "zarr.json"]
+    originals = {path: path.read_bytes() for path in targets}
+    try:
+        for path in targets:
+            doc = json.loads(originals[path])
+            if node == "invocation" and path.parent == window:  # the consolidated copy in the window document
+                doc = doc["consolidated_metadata"]["metadata"][invocation.name]
+                full = json.loads(originals[path])
+                _set(full["consolidated_metadata"]["metadata"][invocation.name], field, value)
+                path.write_text(json.dumps(full))
+                continue
+            _set(doc, field, value)
+            path.write_text(json.dumps(doc))
+        report = open_dump(root).verify()
+        assert any(expected in p.what for p in report.problems), [p.what for p in report.problems]
+        code, text = _run_cli("verify", root)
+        assert code == 1, text  # its table (stdout) names the problem, as report.problems does
+        for args in (("ls", root), ("info", root), ("stats", root)):
+            _run_cli(*args)
+    finally:
+        for path, data in originals.items():
+            path.write_bytes(data)

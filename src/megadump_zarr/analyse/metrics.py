@@ -8,7 +8,10 @@ arrays (including ``ml_dtypes`` bfloat16 / float8), dask arrays, xarray DataArra
 zarr arrays, torch tensors on any device (each block goes through ``.float().cpu().numpy()``), and
 anything else that slices along axis 0 and converts with :func:`numpy.asarray`.
 
-Metric definitions (all over *finite pairs*: positions where both sides are finite):
+Metric definitions (all over *finite pairs*: positions where both sides are finite). When the NaN/Inf
+patterns of the sides differ (``nonfinite_mismatch > 0``) every metric below from ``cosine`` to
+``five_thousandths_ratio`` is NaN: computed over the finite pairs alone they would read as perfect (an
+all-NaN side against finite values has no finite pair at all, so cosine 1.0 and max_abs 0):
 
 * ``cosine``: ``sum(a*b) / (|a| |b|)``. When a side has zero norm the cosine is undefined: it is
   ``1.0`` when both norms are zero (two zero vectors, or no finite pair at all) and ``0.0`` when only
@@ -620,15 +623,18 @@ class MetricAccumulator:
             euc = math.sqrt(self.sdd)
         same_nonfinite = self.elements - n - self.nonfinite  # NaN/Inf at the same place on both sides
         peer = self.nonfinite == 0 and self.elements > 0
+        # NaN/Inf patterns differ: metrics over the finite pairs alone would read as perfect (an all-NaN side
+        # against finite values has no finite pair: cosine 1, max_abs 0), so every metric is NaN ("n/a")
+        known = self.nonfinite == 0
         return TensorMetrics(
             elements=self.elements,
             finite_pairs=n,
-            cosine=cosine,
-            max_abs=max(self.worst, 0.0),
-            max_rel=self.max_rel,
-            rmse=rmse,
-            within_0_1pct=self.within_tight / n if n else 1.0,
-            within_0_5pct=self.within_loose / n if n else 1.0,
+            cosine=cosine if known else math.nan,
+            max_abs=max(self.worst, 0.0) if known else math.nan,
+            max_rel=self.max_rel if known else math.nan,
+            rmse=rmse if known else math.nan,
+            within_0_1pct=(self.within_tight / n if n else 1.0) if known else math.nan,
+            within_0_5pct=(self.within_loose / n if n else 1.0) if known else math.nan,
             nan_a=self.nan_a,
             inf_a=self.inf_a,
             nan_b=self.nan_b,

@@ -47,6 +47,8 @@ def one_minus_cos(value: Any) -> str:
     """``1 - cosine`` in scientific notation with 3 significant digits (``0`` when exactly 1)."""
     if is_missing(value):
         return ""
+    if isinstance(value, str):
+        return value
     v = 1.0 - float(value)
     if math.isnan(v):
         return "nan"
@@ -87,9 +89,19 @@ def _mismatches(row: Any) -> str:
 _NOT_COMPARED = ("shape_mismatch", "dtype_mismatch", "missing", "missing_data", "error")
 
 
+NOT_AVAILABLE = "n/a"
+"""The cell of a metric that is NaN on a compared record (its NaN/Inf patterns differ)."""
+
+
 def _metric(key: str) -> Any:
-    """A metric cell, blank for a record whose values were not compared (not the NaN its row holds)."""
-    return lambda r: None if r.get("verdict") in _NOT_COMPARED else r.get(key)
+    """A metric cell, blank for a record whose values were not compared (not the NaN its row holds),
+    ``n/a`` for a compared record whose metric is NaN (never a number over the finite pairs alone)."""
+    def get(r: Any) -> Any:
+        if r.get("verdict") in _NOT_COMPARED:
+            return None
+        value = r.get(key)
+        return NOT_AVAILABLE if is_missing(value) and r.get("verdict") is not None else value
+    return get
 
 
 COLUMNS = (

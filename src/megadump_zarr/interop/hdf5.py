@@ -244,6 +244,15 @@ def export_hdf5(
     group = _open_window(window_url, storage_options)
     window_attrs = group.attrs.asdict()
     status = window_attrs.get("status")
+    if status in ("complete", "aborted"):
+        from megadump_zarr.read.catalog import commit_evidence_problem
+
+        consolidated = group.metadata.consolidated_metadata
+        problem = commit_evidence_problem(window_attrs, None if consolidated is None else
+                                          {key: {} for key in consolidated.metadata})
+        if problem is not None and not allow_incomplete:
+            raise ValueError(f"window {os.fspath(window_url)}/zarr.json says status {status!r} but was never "
+                             f"committed: {problem} (a torn window; pass allow_incomplete=True to export it anyway)")
     if status != "complete" and not allow_incomplete:
         raise ValueError(
             f"window {os.fspath(window_url)} has status {status!r}, not 'complete'; only committed complete windows "
@@ -375,7 +384,11 @@ def _copy_array(h5group: Any, name: str, array: Any, dims: tuple[str, ...], wher
     if clash:
         raise ValueError(f"{where}: attributes {clash} would be overwritten by the HDF5 type mapping")
     shape = tuple(array.shape)
-    chunks = _hdf5_chunks(shape, tuple(array.chunks), dtype.itemsize)
+    zarr_chunks = tuple(array.chunks)
+    if len(zarr_chunks) != len(shape) or not all(isinstance(c, int) and c > 0 for c in zarr_chunks):
+        raise ValueError(f"{where}/zarr.json: chunk_grid chunk_shape {list(zarr_chunks)} is not {len(shape)} "
+                         "positive integers (an edited or corrupt array document)")
+    chunks = _hdf5_chunks(shape, zarr_chunks, dtype.itemsize)
     options: dict[str, Any] = {}
     if chunks is not None:
         options["chunks"] = chunks
@@ -385,7 +398,7 @@ def _copy_array(h5group: Any, name: str, array: Any, dims: tuple[str, ...], wher
             options.update(compression="lzf", shuffle=True)
     variable = h5group.create_variable(name, dims, dtype=dtype, **options)
     itemsize = max(source.itemsize, dtype.itemsize)
-    for region in _blocks(shape, tuple(array.chunks), itemsize, _BLOCK_BYTES):
+    for region in _blocks(shape, zarr_chunks, itemsize, _BLOCK_BYTES):
         block = np.asarray(guard_read(array, array.path or where, lambda: array[region]))
         variable[region] = block.astype(dtype, copy=False) if block.dtype != dtype else block
     _set_attrs(variable.attrs, {**attrs, **extra}, where)

@@ -39,6 +39,7 @@ from typing import Any
 import warnings
 
 from megadump_zarr.dump.export import ArrayWrite, InvocationWrite
+from megadump_zarr.interop._undo import UndoableWrites
 from megadump_zarr.interop.legacy_manifest import LEGACY_SCHEMA_VERSION, PlannedTensor, plan_window, window_dirs
 
 __all__ = ["LEGACY_SCHEMA_VERSION", "convert_legacy"]
@@ -143,8 +144,9 @@ def convert_legacy(
     Every manifest is read and validated, and every tensor file path checked, before anything is
     written; each destination window must not exist yet. Then each window is written invocation by
     invocation (one invocation's tensors in memory at a time) and committed ``"complete"``. If a
-    tensor file is refused while its window is being written, that window is committed ``"aborted"``
-    (keeping what was written) and the error is raised; windows converted before it stay complete.
+    tensor file is refused while the windows are being written, every window this call wrote is
+    removed again (with the rank/root documents it created) and the error is raised: a refused input
+    leaves no output.
 
     Args:
         legacy_dir: Directory holding the legacy ``rank_{r}/`` directories.
@@ -188,9 +190,10 @@ def convert_legacy(
     urls: list[str] = []
     total = sum(window.tensor_count for window in windows)
     with WindowWriter(url, storage_options=options, compressor=compressor, pack=False) as writer, _progress(progress, total) as tick:
-        for window in windows:
-            session = writer.begin(window.rank, window.window_index, window.attrs)
-            try:
+        undo = UndoableWrites(writer)
+        try:
+            for window in windows:
+                session = undo.begin(window.rank, window.window_index, window.attrs)
                 for invocation in window.invocations:
                     arrays = []
                     for item in invocation.tensors:
@@ -199,12 +202,12 @@ def convert_legacy(
                     session.write_invocation(InvocationWrite(invocation.name, dict(invocation.attrs),
                                                              list(invocation.groups), arrays))
                     del arrays
-            except BaseException as error:
-                try:
-                    session.commit("aborted")
-                except Exception as commit_error:
-                    error.add_note(f"committing {session.url} as aborted also failed: {commit_error!r}")
-                raise
-            urls.append(session.commit("complete"))
+                urls.append(session.commit("complete"))
+        except BaseException as error:  # a refused input leaves no output: remove every window begun
+            try:
+                undo.undo()
+            except Exception as undo_error:
+                error.add_note(f"removing the windows this conversion wrote below {url} also failed: {undo_error!r}")
+            raise
         writer.index_root()
     return urls

@@ -86,6 +86,18 @@ class _Where:
         return tuple(value)
 
 
+def _check_sizes(where: _Where, dtype: str, shape: tuple[int, ...], file: Path, field: str = "actualShape") -> None:
+    """Refuse a storedDtype the store cannot hold and a shape int64 cannot count (the ``.pt`` file itself
+    is checked against the shape once loaded)."""
+    from megadump_zarr.interop._limits import check_declared_bytes, supported_itemsize
+
+    try:
+        itemsize = supported_itemsize(dtype, "storedDtype")
+        check_declared_bytes(shape, itemsize, field)
+    except ValueError as error:
+        raise where.error(str(error)) from None
+
+
 def _read_json(path: Path, what: str) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
@@ -305,6 +317,7 @@ def _plan_l0_invocation(entry: Any, where: _Where, window_dir: Path, rank: int) 
             if key not in tensor_attrs and key not in _DROPPED_TENSOR_KEYS:
                 tensor_attrs[key] = value
         tensor_attrs["legacyFile"] = tensor["file"]
+        _check_sizes(t_where, stored_dtype, actual, file)
         invocation.tensors.append(PlannedTensor(file, tensor["file"], component, tensor_attrs, None, component,
                                           actual, stored_dtype))
     attrs["tensorCount"] = len(invocation.tensors)
@@ -396,6 +409,7 @@ def _plan_l1_tensor(tensor: Any, where: _Where, window_dir: Path, group: str, co
     stored_shape = where.shape(tensor, "storedShape")
     stored_dtype = where.string(tensor, "storedDtype")
     file = _confined(window_dir, where.require(tensor, "file"), where.at("file"))
+    _check_sizes(where, stored_dtype, stored_shape, file, "storedShape")
     component = f"{io}_{index:02d}_{safe_name(tensor_name)}"
     if component in components:
         raise where.error(f"array {group}/{component} appears twice")

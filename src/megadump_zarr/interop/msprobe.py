@@ -173,6 +173,20 @@ def _shape(source: Path, where: str, value: Any) -> tuple[int, ...]:
     return tuple(value)
 
 
+def _check_sizes(source: Path, where: str, dtype: str, shape: tuple[int, ...], file: Path | None) -> None:
+    """Refuse (before anything is loaded or written) a dtype the store cannot hold, a shape whose byte size
+    int64 cannot count, and a tensor file smaller than the shape it (or its .npy header) declares."""
+    from megadump_zarr.interop._limits import check_declared_bytes, check_npy_header, supported_itemsize
+
+    itemsize = supported_itemsize(dtype, f"msprobe {source} at {where}.dtype")
+    npy = file is not None and file.suffix == ".npy"
+    # a .pt archive is checked when loaded (torch reads its storages by their stored size, and a payload
+    # that is no tensor is better named as such); np.load would allocate what a .npy header declares
+    check_declared_bytes(shape, itemsize, f"msprobe {source} at {where}.shape", file if npy else None)
+    if npy:
+        check_npy_header(file)
+
+
 def _confined_file(data_dir: Path, name: Any, source: Path, where: str) -> Path:
     """The tensor file ``name`` in ``data_dir``, refused unless it is a plain file name resolving inside it."""
     if not isinstance(name, str) or not name:
@@ -246,6 +260,7 @@ def _plan_call(key: str, entry: Any, source: Path, data_dir: Path | None, task: 
             if not isinstance(dtype, str):
                 raise _fail(source, where, f"'dtype' must be a string, got {dtype!r}")
             shape = _shape(source, where, leaf.get("shape"))
+            _check_sizes(source, where, dtype.removeprefix("torch."), shape, file)
             stats = {k: leaf.get(k) for k in ("Max", "Min", "Mean", "Norm") if k in leaf}
             attrs = {"requiresGrad": leaf.get("requires_grad")} if "requires_grad" in leaf else {}
             call.tensors.append(_Tensor(name, io, arg, dtype.removeprefix("torch."), shape, stats, file, attrs))
@@ -274,6 +289,7 @@ def _plan_windows(root: Path) -> list[_Window]:
     for step, rank_dir, resolved in found:
         match = _RANK_DIR.match(rank_dir.name)
         rank = int(match.group(2) or 0) if match.group(1) == "rank" else proc_rank[rank_dir.name]
+        _check_rank_step(rank_dir, rank, step)
         source = resolved / "dump.json"
         if source.resolve().parent != resolved:
             raise ValueError(f"refusing msprobe {rank_dir / 'dump.json'}: it is a link out of its directory")
@@ -299,10 +315,21 @@ def _plan_windows(root: Path) -> list[_Window]:
     return sorted(windows, key=lambda w: (w.rank, w.index))
 
 
+def _check_rank_step(rank_dir: Path, rank: int, step: int) -> None:
+    """Refuse a rank or step directory number that readers cannot represent (before anything is written)."""
+    from megadump_zarr.dump.limits import INT64_LIMIT, check_index
+
+    check_index(rank, f"msprobe directory {rank_dir} 'rank' (its name)")
+    check_index(step, f"msprobe directory {rank_dir.parent} 'step' (its name)", limit=INT64_LIMIT)
+
+
 # --------------------------------------------------------------------------- loading (untrusted files)
 def _load(item: _Tensor) -> np.ndarray:
     assert item.file is not None
     if item.file.suffix == ".npy":
+        from megadump_zarr.interop._limits import check_npy_header
+
+        check_npy_header(item.file)  # the header may have changed since the plan: never allocate what it says
         try:
             data = np.load(item.file, allow_pickle=False)
         except (ValueError, OSError, EOFError) as error:
@@ -469,7 +496,8 @@ def convert_msprobe(
 
     Every ``dump.json`` is read and validated and every tensor file checked before anything is written;
     each destination window must not exist yet. Windows are then written call by call and committed
-    ``"complete"``; a tensor file refused while its window is written commits that window ``"aborted"``.
+    ``"complete"``; a tensor file refused while the windows are written removes every window this call
+    wrote (a refused input leaves no output).
 
     Args:
         dump_dir: msprobe's ``dump_path`` (holding ``step{N}/`` directories), or one ``step{N}`` directory,
@@ -488,6 +516,7 @@ def convert_msprobe(
         FileExistsError: A destination window already exists (nothing written).
         FileNotFoundError: ``dump_dir`` is not a directory.
     """
+    from megadump_zarr.interop._undo import UndoableWrites
     from megadump_zarr.interop.legacy import _progress
     from megadump_zarr.store.writer import WindowWriter, window_status
 
@@ -503,8 +532,16 @@ def convert_msprobe(
     urls: list[str] = []
     total = sum(w.tensor_count for w in windows)
     with WindowWriter(url, storage_options=options, compressor=compressor, pack=False) as writer, _progress(progress, total, "converting msprobe tensors") as tick:
-        for window in windows:
-            session = writer.begin(window.rank, window.index, _window_attrs(window))
-            urls.append(session.write_all(_invocations(window, tick)))  # a refused file: committed "aborted"
+        undo = UndoableWrites(writer)
+        try:
+            for window in windows:
+                session = undo.begin(window.rank, window.index, _window_attrs(window))
+                urls.append(session.write_all(_invocations(window, tick)))
+        except BaseException as error:  # a refused file: every window this call wrote is removed again
+            try:
+                undo.undo()
+            except Exception as undo_error:
+                error.add_note(f"removing the windows this conversion wrote below {url} also failed: {undo_error!r}")
+            raise
         writer.index_root()
     return urls

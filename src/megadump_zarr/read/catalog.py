@@ -215,9 +215,36 @@ def _window_info(key: str, raw: bytes | None, doc: dict[str, Any] | None = None)
             if not isinstance(node, dict):
                 raise ValueError(f"{where}: consolidated_metadata.metadata[{path!r}] {str(node)[:60]!r} is not a "
                                  "JSON object")
+    if status in ("complete", "aborted") and commit_evidence_problem(attrs, nodes) is not None:
+        status = "writing"  # a torn window whose status was edited: not committed, whatever it says
     if status == "writing" or not isinstance(nodes, dict):
         nodes = None
     return WindowInfo(rank, window, key, status, attrs, nodes)
+
+
+def commit_evidence_problem(attrs: Mapping[str, Any], nodes: Any) -> str | None:
+    """Why a window saying ``complete``/``aborted`` was never committed (``None`` when it was).
+
+    A commit writes ``committedAt`` and the consolidated metadata of every node with the window document,
+    last; a torn window's ``"writing"`` document has neither, so an edited status alone is not a commit.
+
+    Args:
+        attrs: The window's attributes.
+        nodes: Its ``consolidated_metadata.metadata`` (``None`` when absent).
+    """
+    if not isinstance(attrs.get("committedAt"), str):
+        return "it has no committedAt"
+    if not isinstance(nodes, dict):
+        return "it has no consolidated metadata (consolidated_metadata.metadata)"
+    listed = attrs.get("invocations")
+    if isinstance(listed, list):
+        missing = [n for n in listed if not (isinstance(n, str) and isinstance(nodes.get(n), dict))]
+        if missing:
+            return f"its consolidated metadata lacks the listed invocation {str(missing[0])[:80]!r}"
+        count = attrs.get("invocationCount")
+        if count is not None and count != len(listed):
+            return f"its invocationCount {str(count)[:40]} disagrees with the {len(listed)} listed invocations"
+    return None
 
 
 def window_nodes(store: Store, info: WindowInfo) -> dict[str, dict[str, Any]]:

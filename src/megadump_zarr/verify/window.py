@@ -182,6 +182,7 @@ def verify_window(url: Any, storage_options: Mapping[str, Any] | None, window: s
         state.add(doc_key, "a committed window has no consolidated metadata (consolidated_metadata.metadata)")
         return _result(state, status, deep, partial_launches)
     _check_manifest(state, window, attrs, nodes)
+    check_schema(state, store, window, doc, nodes)
     good = _check_node_documents(state, store, window, nodes)
     _check_pack_documents(state, store, window)
     _check_records_table(state, window, status, attrs, {k: v for k, v in nodes.items() if k in good})
@@ -190,6 +191,9 @@ def verify_window(url: Any, storage_options: Mapping[str, Any] | None, window: s
     _check_partial(state, window, attrs, arrays, partial_launches,
                    {path: nodes[path] for path in good if nodes[path].get("node_type") == "group"})
     return _result(state, status, deep, partial_launches)
+
+
+from megadump_zarr.verify.schema import check_schema  # noqa: E402  (schema checks of every document)
 
 
 def _check_partial(state: _State, window: str, attrs: dict[str, Any], arrays: dict[str, dict[str, Any]],

@@ -18,8 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Convert every legacy window (rank_*/window_*/manifest.json, schema version 4) below "
                     "LEGACY_DIR into the Zarr layout below URL (megadump_zarr.interop.convert_legacy). Tensor "
                     "files are untrusted: they are loaded with torch.load(weights_only=True) only, and a file "
-                    "that is not a plain tensor is refused (exit 2; the window being written is committed "
-                    "'aborted'). With --from msprobe (the default when LEGACY_DIR holds step*/rank*|proc*/dump.json), "
+                    "that is not a plain tensor is refused (exit 2; the windows written so far are removed: a refused "
+                    "input leaves no output). With --from msprobe (the default when LEGACY_DIR holds step*/rank*|proc*/dump.json), "
                     "import Ascend msprobe PyTorch dumps (tensor or statistics task) instead, one window per rank "
                     "and step (megadump_zarr.interop.msprobe).")
     parser.add_argument("legacy_dir", metavar="LEGACY_DIR",
