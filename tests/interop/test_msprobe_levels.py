@@ -14,10 +14,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 from megadump_zarr import compare, open_dump, root_cause
+from megadump_zarr.cli.msprobe_csv import MEGADUMP_COLUMNS, MSPROBE_COLUMNS
 from megadump_zarr.interop.msprobe import convert_msprobe
 
 pytest.importorskip("msprobe")
@@ -145,3 +147,68 @@ def test_statistics_task_at_every_level_compares_by_statistics(dumps, tmp_path, 
     expected = "Module.linear1.Linear.forward.0.parameters.weight" if level == "L0" else "Functional.linear.0.forward.input.1"
     assert cause["name"] == expected
     assert "Module.linear1.Linear.forward.0.parameters.weight" in set(result.loc[result["verdict"] == "fail", "name"])
+
+
+MSPROBE = Path(sys.executable).with_name("msprobe")
+# how close our numbers must be to msprobe's: it rounds a cosine above 0.9999 to 6 decimals, computes
+# float32 relative errors in float32 and prints 12 decimals; its max/min/mean/norm are float32 reductions
+TOLERANCE = {"Cosine": 5e-7, "EucDist": 1e-9, "MaxAbsErr": 1e-11, "MaxRelativeErr": 1e-6,
+             "One Thousandth Err Ratio": 1e-11, "Five Thousandths Err Ratio": 1e-11}
+STATS = [f"{side} {k}" for side in ("NPU", "Bench") for k in ("max", "min", "mean", "l2norm")]
+
+
+def _msprobe_compare(target: Path, golden: Path, out: Path) -> pd.DataFrame:
+    result = subprocess.run([str(MSPROBE), "compare", "-tp", str(_doc(target)[0]), "-gp", str(_doc(golden)[0]),
+                             "-o", str(out)], capture_output=True, text=True, timeout=240, check=False)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    [csv] = out.glob("compare_result_*.csv")
+    return pd.read_csv(csv)
+
+
+@pytest.mark.parametrize(("level", "task"), [("L0", "tensor"), ("mix", "tensor"), ("L0", "statistics")])
+def test_csv_msprobe_reads_like_msprobe_compare_and_agrees_with_it(dumps, tmp_path, level, task):
+    target, golden = dumps[f"target-{task}-{level}"], dumps[f"golden-{task}-{level}"]
+    theirs = _msprobe_compare(target, golden, tmp_path / "msprobe")
+    convert_msprobe(target, tmp_path / "a")
+    convert_msprobe(golden, tmp_path / "b")
+    out = tmp_path / "ours.csv"
+    result = subprocess.run([sys.executable, "-m", "megadump_zarr.cli.main", "-q", "compare", str(tmp_path / "a"),
+                             str(tmp_path / "b"), "--csv-msprobe", str(out)], capture_output=True, text=True,
+                            timeout=240, check=False)
+    assert result.returncode == 1, result.stderr  # the perturbed weight fails
+    ours = pd.read_csv(out)
+    assert list(ours.columns) == [*MSPROBE_COLUMNS, *MEGADUMP_COLUMNS]
+    assert list(theirs.columns[:len(MSPROBE_COLUMNS) - 3]) == list(MSPROBE_COLUMNS[:-3]) if task == "tensor" else True
+    tensors = theirs[theirs["NPU Dtype"].astype(str).str.startswith("torch.")]
+    assert sorted(ours["NPU Name"]) == sorted(tensors["NPU Name"])  # every tensor msprobe compared, only those
+    merged = tensors.merge(ours, on="NPU Name", suffixes=("_msprobe", ""))
+    assert (merged["Bench Name"] == merged["Bench Name_msprobe"]).all()
+    assert (merged["NPU Dtype"] == merged["NPU Dtype_msprobe"]).all()
+    assert (merged["NPU Tensor Shape"] == merged["NPU Tensor Shape_msprobe"]).all()
+    checked = 0
+    for column in [*TOLERANCE, *STATS]:
+        if f"{column}_msprobe" not in merged:  # msprobe's statistics compare has no cosine
+            assert ours[column].isna().all() and task == "statistics", column  # N/A, read as NaN
+            continue
+        mine, peer = pd.to_numeric(merged[column]), pd.to_numeric(merged[f"{column}_msprobe"], errors="coerce")
+        if column.endswith("l2norm"):  # msprobe's Norm of a 0-d tensor is its signed value; ours a norm
+            peer = peer.abs()
+        known = peer.notna() & mine.notna()
+        checked += int(known.sum())
+        tol = TOLERANCE.get(column, 0)
+        np.testing.assert_allclose(mine[known], peer[known], rtol=1e-6 if column in STATS else 0,
+                                   atol=tol or 1e-9, err_msg=column)
+    assert checked >= len(merged) * (8 if task == "statistics" else 14) * 0.8
+    flagged = ours[ours["megadump root cause"]]
+    expected = "Module.linear1.Linear.forward.0.parameters.weight" if level == "L0" else "Functional.linear.0.forward.input.1"
+    assert list(flagged["NPU Name"]) == [expected] and list(flagged["megadump verdict"]) == ["fail"]
+    assert set(ours.loc[ours["megadump verdict"] == "pass", "Result"]) == {"pass"}
+    assert set(ours.loc[ours["megadump verdict"] != "pass", "Result"]) == {"error"}
+    if task == "tensor":
+        row = ours[ours["NPU Name"] == "Module.linear1.Linear.forward.0.parameters.weight"].iloc[0]
+        assert row["megadump worst index"] == "[3, 5]" and row["megadump worst a"] - row["megadump worst b"] == pytest.approx(0.01, abs=1e-6)
+    again = subprocess.run([sys.executable, "-m", "megadump_zarr.cli.main", "compare", str(tmp_path / "a"),
+                            str(tmp_path / "b"), "--csv-msprobe", str(out)], capture_output=True, text=True,
+                           timeout=240, check=False)
+    assert again.returncode == 2 and "already exists (refusing to overwrite it)" in again.stderr
+    assert pd.read_csv(out).equals(ours)

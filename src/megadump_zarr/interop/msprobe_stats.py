@@ -8,9 +8,9 @@ false in the table's attributes).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import json
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -42,7 +42,7 @@ def statistics_table(key: str, tensors: Sequence[Any], names: list[str]) -> Any:
                 out[i] = float(value)
         return out
 
-    text = lambda values: np.array(values, dtype=object)  # noqa: E731
+    text = lambda values: np.array(values, dtype=object)
     # msprobe keeps no NaN/Inf counts; its Max/Min/Mean/Norm are torch reductions over every element, so
     # when all four are finite the tensor holds no NaN or Inf (0); otherwise the counts are unknown (-1).
     # An integer or bool tensor holds neither (msprobe gives it no Mean/Norm).
