@@ -6,26 +6,31 @@ msprobe's ``PrecisionDebugger`` writes, per step and rank (or process)::
                                         /dump_tensor_data/{data_name}   tensor task: one .pt (or .npy) per tensor
                                         /stack.json, construct.json     (not imported)
 
-``data`` maps each API call (``Functional.linear.0.forward``, ``Module.fc1.Linear.forward.0``) to its
-arguments: ``input_args`` (list), ``input_kwargs`` (mapping), ``output`` (forward) or ``input``/
-``output`` (backward), nested lists/mappings of leaves; a tensor leaf has ``type`` ``torch.Tensor``,
-``dtype``, ``shape``, msprobe's ``Max``/``Min``/``Mean``/``Norm`` and, in the tensor task, ``data_name``.
+``data`` maps each API call (``Functional.linear.0.forward``, ``Module.fc1.Linear.forward.0``,
+``Module.fc1.Linear.parameters_grad.0``) to its arguments: ``input_args`` (list), ``input_kwargs``
+(mapping), ``output`` (forward) or ``input``/``output`` (backward), nested lists/mappings of leaves; a
+module's forward at msprobe level L0 or mix also has ``parameters`` (its weights and buffers by name), and
+its ``parameters_grad`` entry maps each parameter to its gradient. A tensor leaf has ``type``
+``torch.Tensor``, ``dtype``, ``shape``, msprobe's ``Max``/``Min``/``Mean``/``Norm`` and, in the tensor
+task, ``data_name``. Every level (L0 modules, L1 APIs, mix both) converts the same way.
 
 :func:`convert_msprobe` writes one window per (rank, step), ``rank_{r}/window_{wwww}`` with windows
 numbered in step order, level ``L0``: each API call in ``data`` order (msprobe's execution order) is
 one invocation ``invocation_{iiiiii}_{forward|backward}`` (``kernelName`` the API, e.g.
 ``Functional.linear``), each tensor leaf one record whose ``name`` is msprobe's full data name without
-extension (``Functional.linear.0.forward.input.0``), with ``api``, ``callIndex``, ``direction``, ``io``
-and ``argIndex`` (``"0"``, ``"0.1"`` for nested, the keyword for kwargs) as attributes and msprobe's
+extension (``Functional.linear.0.forward.input.0``), with ``api``, ``callIndex``, ``direction``, ``io``,
+``argIndex`` (``"0"``, ``"0.1"`` for nested, the keyword for kwargs, the parameter's name) and
+``msprobeKey`` (``input_args``, ``parameters``, ``parameters_grad``, ...) as attributes and msprobe's
 own statistics as ``msprobeStats``. Non-tensor arguments are kept in the invocation's ``nonTensorArgs``.
+A module's parameters are *inputs* of its forward, recorded after its arguments and before its outputs
+(so a perturbed weight, not the output it feeds, is the root cause); ``parameters_grad`` is a backward
+invocation whose records (``Module.fc1.Linear.parameters_grad.0.weight``) are *outputs*.
 
 Statistics task (no tensor files): every invocation gets a ``statistics`` table
-(``store/statistics.py``: one row per tensor leaf, ``payload`` false, so ``records()`` lists them as
+(:mod:`.msprobe_stats`: one row per tensor leaf, ``payload`` false, so ``records()`` lists them as
 statistics-only records) holding msprobe's Max/Min/Mean/Norm as min/max/mean/l2norm, and no payload
-arrays. msprobe records no NaN/Inf counts: they are 0 when all four statistics are finite (msprobe's
-torch reductions run over every element, so a NaN or Inf would show), else unknown (``-1``); the
-element count is the shape's product; the checksum is 0 (none). The invocation's ``records`` attribute
-keeps every record's attributes, msprobe's statistics included.
+arrays. The invocation's ``records`` attribute keeps every record's attributes, msprobe's statistics
+included.
 
 msprobe directories are untrusted input, handled like the legacy importer's (:mod:`.legacy`): every
 ``data_name`` must be a plain file name that resolves (links included) to a regular file inside its
@@ -40,7 +45,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 import json
-import math
 import os
 from pathlib import Path
 import re
@@ -49,13 +53,16 @@ from typing import Any
 import numpy as np
 
 from megadump_zarr.dump.export import SCHEMA_VERSION
+from megadump_zarr.interop.msprobe_stats import statistics_table
 
 __all__ = ["convert_msprobe", "is_msprobe_dump"]
 
 _STEP_DIR = re.compile(r"^step(\d+)$")
 _RANK_DIR = re.compile(r"^(rank|proc)(\d*)$")
 _DIRECTIONS = ("forward", "backward")
-_IO_KEYS = {"input_args": "input", "input_kwargs": "input", "input": "input", "output": "output"}
+_IO_KEYS = {"input_args": "input", "input_kwargs": "input", "input": "input", "parameters": "input", "output": "output"}
+_PARAM_GRAD = "parameters_grad"
+_INPUT_FIRST = ("input_args", "input_kwargs", "input", "parameters")
 _MAX_JSON_BYTES = 1 << 30
 
 
@@ -137,15 +144,17 @@ def _parse_call(key: str) -> tuple[str, int | None, str]:
     """``Functional.linear.0.forward`` -> (``Functional.linear``, 0, ``forward``); ``Module.fc.Linear.forward.0`` too."""
     tokens = key.split(".")
     for k in range(len(tokens) - 1, -1, -1):
-        if tokens[k] in _DIRECTIONS:
-            direction = tokens[k]
+        if tokens[k] in (*_DIRECTIONS, _PARAM_GRAD):
+            # a module's parameter gradients (``Module.fc.Linear.parameters_grad.0``) come out of its backward
+            direction = "backward" if tokens[k] == _PARAM_GRAD else tokens[k]
             after = tokens[k + 1:]
             if after and after[0].isdigit():
                 return ".".join(tokens[:k]), int(after[0]), direction
             if k >= 1 and tokens[k - 1].isdigit():
                 return ".".join(tokens[:k - 1]), int(tokens[k - 1]), direction
             return ".".join(tokens[:k]), None, direction
-    raise ValueError(f"API call name {key!r} names no direction (expected '.forward' or '.backward')")
+    raise ValueError(f"API call name {key!r} names no direction (expected '.forward', '.backward' or "
+                     f"'.parameters_grad')")
 
 
 def _is_tensor_leaf(value: Any) -> bool:
@@ -226,6 +235,12 @@ def _read_dump_json(path: Path) -> dict[str, Any]:
     return document
 
 
+def _input_first(entry: dict[str, Any]) -> list[tuple[str, Any]]:
+    """``entry``'s items, inputs (a module's parameters included) before outputs, msprobe's order otherwise."""
+    items = list(entry.items())
+    return [i for i in items if i[0] in _INPUT_FIRST] + [i for i in items if i[0] not in _INPUT_FIRST]
+
+
 def _plan_call(key: str, entry: Any, source: Path, data_dir: Path | None, task: str) -> _Call:
     try:
         api, call_index, direction = _parse_call(key)
@@ -235,11 +250,17 @@ def _plan_call(key: str, entry: Any, source: Path, data_dir: Path | None, task: 
         raise _fail(source, f"data.{key}", f"must be a JSON object, got {type(entry).__name__}")
     call = _Call(key, api, call_index, direction)
     seen: set[str] = set()
-    for io_key, value in entry.items():
-        io = _IO_KEYS.get(io_key, io_key)
+    grads = _PARAM_GRAD in key.split(".")
+    for io_key, value in _input_first(entry):
+        # a module's parameters are inputs of its forward (listed before its outputs: a perturbed weight is
+        # the root cause, not the output it feeds); their gradients (parameters_grad) outputs of its backward
+        io = "output" if grads else _IO_KEYS.get(io_key, io_key)
         for path, leaf in _leaves(value, ()):
             where = f"data.{key}.{io_key}" + "".join(f"[{p}]" for p in path)
             arg = ".".join(path)
+            if grads:  # {"weight": [leaf]}: msprobe names it Module.fc.Linear.parameters_grad.0.weight
+                path = (io_key, *path) if len(value if isinstance(value, list) else [value]) != 1 else (io_key,)
+                arg = ".".join(path)
             if not _is_tensor_leaf(leaf):
                 call.other[f"{io_key}.{arg}" if arg else io_key] = leaf.get("value", leaf) if isinstance(leaf, dict) \
                     else leaf
@@ -252,7 +273,8 @@ def _plan_call(key: str, entry: Any, source: Path, data_dir: Path | None, task: 
                 name = data_name.rsplit(".", 1)[0]
             else:
                 file = None
-                name = f"{key}.{io}.{arg}" if arg else f"{key}.{io}"
+                part = "" if grads else ("parameters" if io_key == "parameters" else io)
+                name = ".".join(p for p in (key, part, arg) if p)
             if name in seen:
                 raise _fail(source, where, f"record name {name!r} appears twice in {key}")
             seen.add(name)
@@ -263,6 +285,7 @@ def _plan_call(key: str, entry: Any, source: Path, data_dir: Path | None, task: 
             _check_sizes(source, where, dtype.removeprefix("torch."), shape, file)
             stats = {k: leaf.get(k) for k in ("Max", "Min", "Mean", "Norm") if k in leaf}
             attrs = {"requiresGrad": leaf.get("requires_grad")} if "requires_grad" in leaf else {}
+            attrs["msprobeKey"] = _PARAM_GRAD if grads else io_key
             call.tensors.append(_Tensor(name, io, arg, dtype.removeprefix("torch."), shape, stats, file, attrs))
     return call
 
@@ -406,44 +429,6 @@ def _record_attrs(window: _Window, call: _Call, position: int, item: _Tensor) ->
     }
 
 
-def _statistics_table(call: _Call, names: list[str]) -> Any:
-    from megadump_zarr.dump.export import StatisticsTable
-
-    n = len(call.tensors)
-
-    def column(key: str) -> np.ndarray:
-        out = np.full(n, np.nan)
-        for i, item in enumerate(call.tensors):
-            value = item.stats.get(key)
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                out[i] = float(value)
-        return out
-
-    text = lambda values: np.array(values, dtype=object)  # noqa: E731
-    # msprobe keeps no NaN/Inf counts; its Max/Min/Mean/Norm are torch reductions over every element, so
-    # when all four are finite the tensor holds no NaN or Inf (0); otherwise the counts are unknown (-1).
-    finite = [all(isinstance(t.stats.get(k), int | float) and not isinstance(t.stats.get(k), bool)
-                  and math.isfinite(t.stats[k]) for k in ("Max", "Min", "Mean", "Norm")) for t in call.tensors]
-    counts = np.array([0 if ok else -1 for ok in finite], dtype=np.int64)
-    coords = {
-        "stage": text([""] * n), "task_id": np.full(n, -1, np.int64), "owner_id": np.full(n, -1, np.int64),
-        "core_type": text([""] * n), "core_id": np.full(n, -1, np.int64), "worker": np.full(n, -1, np.int64),
-        "io": text([t.io for t in call.tensors]), "index": np.arange(n, dtype=np.int64),
-        "name": text([t.name for t in call.tensors]), "param_position": np.arange(n, dtype=np.int64),
-        "shape": text([json.dumps(list(t.shape)) for t in call.tensors]),
-        "dtype": text([t.dtype for t in call.tensors]), "path": text(names), "payload": np.zeros(n, dtype=bool),
-    }
-    variables = {
-        "element_count": np.array([math.prod(t.shape) for t in call.tensors], dtype=np.int64),
-        "nan_count": counts, "inf_count": counts,
-        # a norm is never negative: msprobe's Norm of a 0-d tensor is the value itself (signed)
-        "min": column("Min"), "max": column("Max"), "mean": column("Mean"), "l2norm": np.abs(column("Norm")),
-        "checksum": np.zeros(n, dtype=np.uint64),  # msprobe has none: "checksums": False tells readers
-    }
-    return StatisticsTable(coords, variables, {"source": "msprobe statistics task", "msprobeCall": call.key,
-                                               "checksums": False})
-
-
 def _window_attrs(window: _Window) -> dict[str, Any]:
     import megadump_zarr
 
@@ -475,7 +460,7 @@ def _invocations(window: _Window, tick: Any) -> Iterator[Any]:
                 arrays.append(ArrayWrite(component, data, dims, _record_attrs(window, call, position, item)))
                 tick(f"rank {window.rank} step {window.step} {call.key}")
         elif call.tensors:
-            statistics = _statistics_table(call, components)
+            statistics = statistics_table(call.key, call.tensors, components)
             for _ in call.tensors:
                 tick(f"rank {window.rank} step {window.step} {call.key}")
         attrs = _invocation_attrs(window, i, call)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from typing import Any
 
@@ -89,6 +90,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--accept-within-stats", action="store_true",
                         help="exit 0 on differs_within_stats: statistics-only float records whose checksums "
                              "differ (the bits differ) but whose statistics are within tolerance")
+    parser.add_argument("--csv-msprobe", metavar="OUT.csv", help="also write the result as msprobe's compare CSV "
+                        "columns plus ours (verdict, worst element, root cause); OUT.csv must not exist")
     add_filters(parser)
     add_storage_options(parser)
     add_cluster_flags(parser)
@@ -226,6 +229,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     options = storage_options(args)
     dump_a, dump_b = open_dump_arg(args.a, options), open_dump_arg(args.b, options)
     records_a, records_b = matching_pair(dump_a, dump_b, args, f"{args.a} or {args.b}")
+    if args.csv_msprobe and os.path.lexists(args.csv_msprobe):
+        raise FileExistsError(f"--csv-msprobe: {args.csv_msprobe} already exists (refusing to overwrite it)")
     total = len(set(records_a["path"]) | set(records_b["path"]))
     if ctx.progress:
         with Progress(TextColumn("comparing records"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -239,6 +244,11 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
                                                   atol=args.atol, fail_fast=args.fail_fast)
     summary = _summary(result, total, stopped, getattr(args, "accept_within_stats", False))
     code = EXIT_CHECK_FAILED if summary["verdict"] == "fail" else EXIT_OK
+    if args.csv_msprobe:
+        from megadump_zarr.cli.msprobe_csv import msprobe_frame, write_msprobe_csv
+
+        root = summary["root_cause"]["path"] if summary["root_cause"] else None
+        write_msprobe_csv(args.csv_msprobe, msprobe_frame(result, records_a, records_b, root))
     by = getattr(args, "by", None)
     if ctx.json:
         document = {**summary, "a": args.a, "b": args.b, "results": result.to_dict(orient="records")}
