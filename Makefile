@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow bench device-check venv clean browser
+.PHONY: demo test test-slow bench device-check venv clean browser lint
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -34,7 +34,12 @@ browser:
 # from the fixture's by an ulp, as on another machine, so a bit-for-bit float promise fails here too.
 FIXTURE_TESTS := tests/read/test_schema5.py tests/read/test_schema6.py tests/read/test_schema7.py
 
-test: $(STAMP) browser
+# Pyflakes' rules (undefined names, unused imports, redefinitions) on every Python file; the layer contract
+# itself is a test (tests/test_layers.py).
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+
+test: $(STAMP) browser lint
 	$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider
 	ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider $(FIXTURE_TESTS)
 

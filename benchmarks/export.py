@@ -38,7 +38,6 @@ import threading
 import time
 from typing import Any
 
-import numpy as np
 import torch
 
 from benchmarks._common import PeakRss, machine, print_table, scratch_dir, sync_disk, write_json

@@ -82,7 +82,7 @@ def _large_windows(root: str, total_bytes: int) -> tuple[str, str]:
     with WindowWriter(root, chunk_bytes=CHUNK_BYTES) as writer:
         writer.write_window(l0)
         writer.write_window(l1)
-    return (f"rank_0/window_0000/invocation_000000_forward/big",
+    return ("rank_0/window_0000/invocation_000000_forward/big",
             f"rank_0/window_0001/invocation_000001_forward/{task}/output_00_big")
 
 

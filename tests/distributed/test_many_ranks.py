@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 distributed = pytest.importorskip("distributed")
-import distributed.diagnostics.plugin  # noqa: E402
+import distributed.diagnostics.plugin  # noqa: E402, F811
 
 from megadump_zarr import compare, open_dump
 from tests.distributed._job import measure_listing, moto_process, write_job

@@ -18,11 +18,10 @@ from megadump_zarr.demo.model import DemoConfig, MoEBlock
 from megadump_zarr.dump.l1_plan import build_record_plans, prepare_l1_dump, task_locations
 from megadump_zarr.dump.l1_views import L1TensorView, L1TensorViewContext, default_tensor_view
 from megadump_zarr.l1 import L1_ANY_WORKER, L1_DUMP_PAYLOAD_BASE, read_l1_buffer
-from megadump_zarr.runtime import Graph, MegaKernel, SplitSpec, TaskAiCoreType, execute
+from megadump_zarr.runtime import Graph, MegaKernel, SplitSpec, execute
 from tests.dump._dump_helpers import (
     assert_same,
     compile_graph,
-    context_for,
     copy_rows_graph,
     node_attrs,
     op,

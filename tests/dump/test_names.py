@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 import torch
 import xarray as xr
-from zarr.errors import GroupNotFoundError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -8,7 +8,6 @@ import warnings
 
 import numpy as np
 import pytest
-import torch
 import xarray as xr
 
 from megadump_zarr import TensorDumpConfig, tensor_dump

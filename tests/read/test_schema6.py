@@ -19,7 +19,6 @@ import shutil
 import warnings
 
 import numpy as np
-import pandas as pd
 import pytest
 import xarray as xr
 import zarr

@@ -11,7 +11,6 @@ integers and metadata exactly, floats within float32 tolerance (the fixture's we
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 import runpy
 import shutil

@@ -10,7 +10,6 @@ import time
 from typing import Any
 
 import pytest
-import torch
 
 from tests.reliability._helpers import read_only_dir, spy_store_inputs, tmpfs, train_step  # noqa: I001
 

@@ -21,7 +21,6 @@ from megadump_zarr.l1.format import (
     L1_DUMP_MAX_RECORDS,
     L1_DUMP_RECORD_SIZE,
     L1_DUMP_RECORDS_OFFSET,
-    L1_DUMP_VERSION,
     L1_DUMP_VERSION_STATISTICS,
     L1_DUMP_VERSIONS,
     L1_DTYPE_CODES,
@@ -468,7 +467,7 @@ def read_l1_buffer(buffer: Any, *, partial: bool = False) -> L1Buffer:
         ValueError: any field of the header or of a record is invalid, or two slots overlap.
     """
     header, table, data = read_l1_table(buffer, partial=partial)
-    start, count, v3 = header.records_offset, header.record_count, header.version == L1_DUMP_VERSION_STATISTICS
+    start, v3 = header.records_offset, header.version == L1_DUMP_VERSION_STATISTICS
     offsets = table["payload_offset"].astype(np.int64)
     ends = offsets + table["payload_bytes"]
     source = (table["source_offset_high"].astype(np.uint64) << np.uint64(32)) | table["source_offset_low"]

@@ -28,7 +28,7 @@ import zarr
 from zarr.abc.store import Store
 
 from megadump_zarr.read.documents import open_array_checked
-from megadump_zarr.read.integrity import GuardedArray, guard_read
+from megadump_zarr.read.integrity import GuardedArray
 
 __all__ = ["MAX_LOGICAL_BYTES", "check_logical_shape", "logical_dims", "logical_dtype", "open_zarr_array", "record_dask", "stored_dask", "truncated_dask"]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 import numbers
-from typing import Any
 
 import numpy as np
 import pandas as pd

@@ -539,12 +539,12 @@ class WindowSession:
             [w.pool.submit(write_groups, groups[i : i + _BATCH_ARRAYS]) for i in range(0, len(groups), _BATCH_ARRAYS)]
         )
         self.attrs.update(status=status, committedAt=_now())
-        document = consolidated_group_bytes(dumps(self.attrs), entries[""])
+        window_document = consolidated_group_bytes(dumps(self.attrs), entries[""])
         if w.durable:  # every byte of the window is on disk before the status says it is whole
             w.backend.barrier(self.key)
-            w.backend.put_durable(f"{self.key}/zarr.json", document)
+            w.backend.put_durable(f"{self.key}/zarr.json", window_document)
         else:
-            w.backend.put(f"{self.key}/zarr.json", document, atomic=True)
+            w.backend.put(f"{self.key}/zarr.json", window_document, atomic=True)
         self.status = status
         return self.url
 
