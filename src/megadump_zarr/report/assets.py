@@ -168,6 +168,10 @@ SCRIPT = r"""
   filter.addEventListener("input", reset);
   if (failuresOnly) failuresOnly.addEventListener("change", reset);
   more.addEventListener("click", function () { limit += 4 * PAGE; render(); });
+  function engineGroup(path) {  // an L0 invocation, or an L1 invocation's stage (html.py _engine_group)
+    var parts = path.split("/");
+    return parts.slice(0, parts.length > 5 && parts[3] === "stages" ? 5 : 3).join("/");
+  }
   body.addEventListener("click", function (e) {
     var tr = e.target.closest("tr"); if (!tr) return;
     var r = rows[Number(tr.dataset.order)], root = data.sources.root_a || data.sources.a;
@@ -177,7 +181,7 @@ SCRIPT = r"""
       "ds = xr.open_zarr(" + JSON.stringify(root + "/" + path.slice(0, cut)) + ")\n" +
       "da = ds[" + JSON.stringify(path.slice(cut + 1)) + "]\n" +
       "# or: xr.open_dataset(" + JSON.stringify(root) + ", engine=\"megadump\", group=" +
-      JSON.stringify(path.split("/").slice(0, 3).join("/")) + ")";
+      JSON.stringify(engineGroup(path)) + ")";
   });
   render();
   document.body.dataset.renderMs = String(Math.round(performance.now()));  // navigation start to rendered

@@ -249,9 +249,19 @@ def _where_line(where: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def _engine_group(path: str) -> str:
+    """The group ``engine="megadump"`` opens for a record: an L0 invocation, or an L1 invocation's stage.
+
+    Args:
+        path: The record's path below the root (``rank_0/window_0000/invocation_.../stages/{stage}/task_.../NAME``).
+    """
+    parts = path.split("/")
+    return "/".join(parts[:5] if len(parts) > 5 and parts[3] == "stages" else parts[:3])
+
+
 def _open_snippet(root: str, path: str) -> str:
     group, _, array = path.rpartition("/")
-    top = "/".join(path.split("/")[:3])
+    top = _engine_group(path)
     return (f'import xarray as xr\nxr.open_zarr({json.dumps(root + "/" + group)})[{json.dumps(array)}]\n'
             f'# or: xr.open_dataset({json.dumps(root)}, engine="megadump", group={json.dumps(top)})')
 
