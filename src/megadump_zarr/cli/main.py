@@ -9,9 +9,11 @@ line on stderr, never a traceback (set ``MEGADUMP_DEBUG=1`` to see one). Subcomm
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from rich.console import Console
 
@@ -27,12 +29,59 @@ _STORAGE_STACK = ("s3fs", "aiobotocore", "botocore", "boto3", "fsspec", "gcsfs",
 """Packages whose failures (a bad ``-S`` option, an unreachable endpoint) are input errors, not bugs."""
 
 
+_CHOICE = re.compile(r"^argument (?P<arg>[^:]+): invalid choice: '(?P<value>[^']*)' \(choose from (?P<choices>.*)\)$")
+
+
+def _closest(word: str, candidates: list[str]) -> str | None:
+    """The candidate nearest ``word`` (difflib), or None when none is close."""
+    found = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse with a one-line ``error: ...`` (and a pointer to ``--help``) instead of the usage block."""
+    """argparse with a one-line ``error: ...`` (a "did you mean" or a pointer to ``--help``) instead of the
+    usage block."""
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"error: {message} (see '{self.prog} --help')\n")
+        if not message.startswith("unrecognized argument"):
+            message = _choice_message(message) or f"{message} (see '{self.prog} --help')"
+        sys.stderr.write(f"error: {message}\n")
         raise SystemExit(EXIT_USAGE)
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        """``parse_known_args``, then one line for the first unrecognized option, with the nearest known one."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(self._unrecognized(parsed, extras))
+        return parsed
+
+    def _unrecognized(self, parsed: argparse.Namespace, extras: list[str]) -> str:
+        """``unrecognized argument --rtoll (did you mean --rtol?)``: options of the chosen subcommand and the top."""
+        parser: argparse.ArgumentParser = self
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parser = action.choices.get(getattr(parsed, action.dest, None) or "", self)
+        options = sorted({o for p in (self, parser) for a in p._actions for o in a.option_strings})
+        flags = [e for e in extras if e.startswith("-") and e != "-"]
+        if not flags:
+            return f"unrecognized argument{'s' if len(extras) > 1 else ''} {' '.join(extras)} (see '{parser.prog} --help')"
+        flag = flags[0].split("=", 1)[0]
+        near = _closest(flag, options)
+        if near:
+            return f"unrecognized argument {flag} (did you mean {near}?)"
+        return f"unrecognized argument {flag} (see '{parser.prog} --help')"
+
+
+def _choice_message(message: str) -> str | None:
+    """``invalid choice: 'comapre'`` with the nearest choice (``did you mean compare?``), or None."""
+    match = _CHOICE.match(message)
+    if not match:
+        return None
+    choices = re.findall(r"'([^']*)'", match["choices"])
+    near = _closest(match["value"], choices)
+    what = "unknown command" if match["arg"] == "COMMAND" else f"argument {match['arg']}: invalid choice"
+    hint = f"did you mean {near}?" if near else f"choose from {', '.join(choices)}"
+    return f"{what} {match['value']!r} ({hint})"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,11 +94,20 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 ok, 1 a check failed (compare), 2 usage or input error. "
                "Run 'megadump COMMAND --help' for a command's options.",
     )
+    parser.add_argument("--version", action="version", version=f"megadump {_version()}",
+                        help="print the version and exit")
     add_global_flags(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     for module in command_modules():
         module.register(sub)
     return parser
+
+
+def _version() -> str:
+    """The package version (``megadump_zarr.__version__``)."""
+    from megadump_zarr import __version__
+
+    return __version__
 
 
 def _width() -> int | None:
