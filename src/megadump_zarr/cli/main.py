@@ -1,7 +1,8 @@
 """The ``megadump`` command line.
 
-Exit status: 0 success; 1 a check failed (``compare`` found a fail, error or missing tensor); 2 a usage
-or input error (bad option, wrong path, not a dump, no such tensor), reported as one ``error: ...``
+Exit status (one rule for every command, see ``EXIT_RULE``): 0 ok; 1 a check failed (``compare`` found a fail,
+``verify`` problems, ``replay`` a wrong task...); 2 bad input (usage, missing path, unknown stage/record/selector,
+unreadable dump, an object-store error), reported as one ``error: ...``
 line on stderr, never a traceback (set ``MEGADUMP_DEBUG=1`` to see one). Subcommands live in
 ``megadump_zarr.cli.commands`` (one module each, see its docstring).
 """
@@ -21,6 +22,10 @@ from megadump_zarr.cli.common import EXIT_USAGE, CliError, Context, add_global_f
 
 __all__ = ["build_parser", "main", "run"]
 
+EXIT_RULE = ("Exit status, for every command: 0 ok; 1 a check failed (compare fail, verify problems, replay "
+             "mismatch, report failures, upload not verified); 2 bad input (usage, missing path, unknown "
+             "stage/record/selector, a filter that matches nothing, unreadable dump, object-store error).")
+"""The exit-code rule, printed by ``megadump --help``."""
 _INPUT_ERRORS = (CliError, ValueError, OSError)
 _PIPE_WIDTH = 160
 _INT64_MAX = (1 << 63) - 1
@@ -91,8 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="megadump",
         description="Dump, inspect, compare and plot MegaKernel tensor dumps stored in Zarr.",
-        epilog="Exit status: 0 ok, 1 a check failed (compare), 2 usage or input error. "
-               "Run 'megadump COMMAND --help' for a command's options.",
+        epilog=f"{EXIT_RULE} Run 'megadump COMMAND --help' for a command's options.",
     )
     parser.add_argument("--version", action="version", version=f"megadump {_version()}",
                         help="print the version and exit")

@@ -31,7 +31,7 @@ def selected_records(args: argparse.Namespace) -> tuple[Any, Any]:
     """Open ``args.path`` and return ``(dump, filtered records)``.
 
     Raises:
-        CliError: The filters match nothing (exit 1; the message names the filter and the values that exist).
+        CliError: The filters match nothing (exit 2; the message names the filter and the values that exist).
     """
     dump = open_dump_arg(args.path, storage_options(args))
     return dump, matching_records(dump, args)
