@@ -22,7 +22,7 @@ from rich.console import Console
 __all__ = [
     "EXIT_CHECK_FAILED", "EXIT_OK", "EXIT_USAGE", "CliError", "Context", "add_filters", "add_global_flags",
     "FILTER_KEYS", "add_output_flags", "add_storage_options", "check_endpoint", "child_roots", "filter_records", "human_bytes",
-    "incomplete_hint", "matching_pair", "matching_records", "no_records_error", "open_dump_arg", "progress_on_stderr", "record_select", "storage_options",
+    "incomplete_hint", "matching_pair", "matching_records", "no_records_error", "open_dump_arg", "read_error", "progress_on_stderr", "record_select", "storage_options",
 ]
 
 EXIT_OK = 0
@@ -371,11 +371,28 @@ def open_dump_arg(path: str, options: dict[str, Any] | None = None) -> Any:
     try:
         return open_dump(path, storage_options=options)
     except (ValueError, OSError) as error:
-        message = str(error)
-        children = child_roots(path)
-        if children:
-            message += f"; it holds the dump roots {', '.join(children)}: pass one of them"
-        raise CliError(message) from None
+        raise read_error(path, options, error) from None
+
+
+def read_error(path: str, options: dict[str, Any] | None, error: BaseException) -> CliError:
+    """The one-line input error for a dump that cannot be opened: a missing bucket named, an object store's
+    XML error body condensed, a hint when ``path`` holds dump roots.
+
+    Args:
+        path: The dump root given.
+        options: The ``-S`` storage options.
+        error: What opening it raised.
+    """
+    from megadump_zarr.cli.service import condense, missing_bucket
+
+    bucket = missing_bucket(path, options) if isinstance(error, (FileNotFoundError, ValueError)) else None
+    if bucket:
+        return CliError(f"cannot read {path}: bucket {bucket!r} does not exist")
+    message = condense(str(error))
+    children = child_roots(path)
+    if children:
+        message += f"; it holds the dump roots {', '.join(children)}: pass one of them"
+    return CliError(message)
 
 
 # ---------------------------------------------------------------------------------------------- output

@@ -122,8 +122,10 @@ def _width() -> int | None:
 
 
 def _message(error: BaseException) -> str:
-    text = str(error) or type(error).__name__
-    return " ".join(text.split())
+    """The error's text on one line (an object store's XML error body condensed, see ``cli.service``)."""
+    from megadump_zarr.cli.service import condense
+
+    return condense(str(error) or type(error).__name__)
 
 
 def _out_of_range(args: argparse.Namespace) -> str | None:
