@@ -125,7 +125,9 @@ def _message(error: BaseException) -> str:
     """The error's text on one line (an object store's XML error body condensed, see ``cli.service``)."""
     from megadump_zarr.cli.service import condense
 
-    return condense(str(error) or type(error).__name__)
+    from megadump_zarr.cli.render import safe_text
+
+    return safe_text(condense(str(error) or type(error).__name__))
 
 
 def _out_of_range(args: argparse.Namespace) -> str | None:

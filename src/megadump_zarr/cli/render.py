@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 import math
+import re
 from typing import Any
 
 from dataclasses import dataclass, field
@@ -15,8 +16,23 @@ from rich.text import Text
 
 __all__ = [
     "Column", "Fitted", "cell", "compact", "fit_table", "frame_table", "is_missing", "location", "location_parts",
-    "print_fitted", "shape_text",
+    "print_fitted", "safe_text", "shape_text",
 ]
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+"""Characters a terminal acts on (ESC, CR, LF, ...; line separators, bidi overrides): never printed raw."""
+
+
+def safe_text(text: str) -> str:
+    """``text`` with every control character shown as its repr escape (``a\\x1b[31mb``, ``x\\ny``), so a
+    record name can never colour the terminal, move the cursor or forge an output line.
+
+    Args:
+        text: A name, path or message read from a dump.
+    """
+    if not _CONTROL.search(text):
+        return text
+    return _CONTROL.sub(lambda m: repr(m[0])[1:-1], text)
 
 
 def is_missing(value: Any) -> bool:
@@ -56,7 +72,7 @@ def cell(value: Any) -> str:
         if math.isnan(v):
             return "nan"
         return f"{v:.6g}"
-    return str(value)
+    return safe_text(str(value))
 
 
 def compact(value: Any) -> str:
@@ -159,7 +175,7 @@ def frame_table(frame: Any, columns: Sequence[Column], *, title: str | None = No
     (rich would otherwise collapse them first, possibly to nothing) and the others are shortened.
     """
     rows = [row for _, row in frame.iterrows()]
-    rendered = [[c.fmt(c.get(row)) for c in columns] for row in rows]
+    rendered = [[safe_text(c.fmt(c.get(row))) for c in columns] for row in rows]
     keep = [i for i, _ in enumerate(columns) if not drop_empty or not rows or any(r[i] for r in rendered)]
     natural = {i: max([len(columns[i].heading)] + [len(r[i]) for r in rendered]) for i in keep}
     fixed: dict[int, int] = {}
@@ -295,13 +311,13 @@ def fit_table(frame: Any, columns: Sequence[Column], *, width: int, row_style: C
                     counts[key] = counts.get(key, 0) + 1
             constant = {k for k, t in texts.items() if len(t) == 1 and counts[k] == len(rows)}
             if len(rows) > 1:
-                shared.extend(next(iter(texts[k])) for k in dict.fromkeys(k for p in per_row for k, _ in p) if k in constant)
+                shared.extend(safe_text(next(iter(texts[k]))) for k in dict.fromkeys(k for p in per_row for k, _ in p) if k in constant)
             else:
                 constant = set()
-            column_cells = [" ".join(t for k, t in parts if k not in constant) for parts in per_row]
+            column_cells = [safe_text(" ".join(t for k, t in parts if k not in constant)) for parts in per_row]
         else:
             fmt = c.fmt if c.custom_fmt else compact
-            column_cells = [fmt(c.get(row)) for row in rows]
+            column_cells = [safe_text(fmt(c.get(row))) for row in rows]
         if drop_empty and not any(column_cells):
             cells.append(column_cells)
             continue
@@ -370,13 +386,13 @@ def print_fitted(console: Any, fitted: Fitted) -> None:
     does not (only columns that are never dropped left, still too wide) goes through rich's table layout.
     """
     for line in fitted.above:
-        console.print(line, highlight=False, markup=False)
+        console.print(safe_text(line), highlight=False, markup=False)
     if fitted.headings and fitted.width <= console.width:
         console.print(fitted.text(), no_wrap=True, overflow="ignore", crop=False, end="", highlight=False)
     elif fitted.headings:
         console.print(fitted.table)
     for line in fitted.below:
-        for part in hanging_lines(line, console.width):
+        for part in hanging_lines(safe_text(line), console.width):
             console.print(part, highlight=False, markup=False, no_wrap=True, overflow="ignore", crop=False)
 
 

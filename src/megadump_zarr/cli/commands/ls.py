@@ -9,7 +9,7 @@ from megadump_zarr.cli.common import (
     EXIT_OK, Context, add_filters, add_output_flags, add_storage_options, human_bytes, matching_records, open_dump_arg,
     storage_options,
 )
-from megadump_zarr.cli.render import Column, cell, fit_table, is_missing, print_fitted
+from megadump_zarr.cli.render import Column, cell, fit_table, is_missing, print_fitted, safe_text
 
 __all__ = ["register", "selected_records"]
 
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         return EXIT_OK
     if ctx.quiet:
         for path in records["path"]:
-            ctx.console.print(str(path), highlight=False, soft_wrap=True)
+            ctx.console.print(safe_text(str(path)), highlight=False, markup=False, soft_wrap=True)
         return EXIT_OK
     columns = list(COLUMNS)
     if records["rank"].nunique() <= 1:
