@@ -72,7 +72,7 @@ COLUMNS = (
     Column("core", lambda r: "" if is_missing(r.get("core_type")) else f"{r['core_type']}{cell(r.get('core_id'))}",
            hoist=True, drop=4),
     Column("port", _port),
-    Column("name", style="bold"),
+    Column("name", style="bold", elide=True),
     Column("dtype", hoist=True),
     Column("shape"),
     Column("size", lambda r: r.get("bytes"), justify="right", fmt=lambda v: "" if is_missing(v) else human_bytes(v),
