@@ -195,7 +195,7 @@ def drop_record(root: Path, path: str) -> None:
 def test_compare_input_errors(cli, demo, tmp_path):
     assert_input_error(cli("compare", demo.roots["L1"], tmp_path / "none"), "does not exist")
     nothing = cli("compare", demo.roots["L1"], demo.roots["L1"], "--name", "nothing")  # a filter matching nothing
-    assert nothing.code == 1 and nothing.err.startswith("error: no records with name 'nothing'; names: bws, ")
+    assert nothing.code == 2 and nothing.err.startswith("error: no records with name 'nothing'; names: bws, ")
 
 
 # --------------------------------------------------------------------------- plot

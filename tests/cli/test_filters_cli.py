@@ -57,18 +57,18 @@ def test_a_filter_matching_nothing_lists_what_exists(cli, demo, tmp_path, comman
     args = {"ls": ["ls", root], "stats": ["stats", root], "compare": ["compare", root, root],
             "show": ["show", root, "ws"], "plot": ["plot", root, "ws", "-o", tmp_path / "x.png"]}[command]
     result = cli(*args, "--stage", "expert_up", "--owner", "9")
-    assert result.code == 1, (result.out, result.err)
+    assert result.code == 2, (result.out, result.err)
     lines = result.err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.err
     assert lines[0].startswith("error: no records with owner 9 among those with stage 'expert_up'; owners there: 0, 1")
     assert not (tmp_path / "x.png").exists()
     core = cli(*args, "--core", "AIV3")
-    assert core.code == 1 and "no records with core AIV3; cores: AIC0, AIC1, MIX0, MIX1" in core.err
+    assert core.code == 2 and "no records with core AIV3; cores: AIC0, AIC1, MIX0, MIX1" in core.err
 
 
 def test_filters_on_l0_say_l0_has_no_owner(cli, demo):
     result = cli("ls", demo.roots["L0"], "--owner", "0")
-    assert result.code == 1 and "they have no owner (L0 records have no stage, task, owner, core or io)" in result.err
+    assert result.code == 2 and "they have no owner (L0 records have no stage, task, owner, core or io)" in result.err
 
 
 def test_bad_core_is_a_usage_error(cli, demo):

@@ -40,7 +40,7 @@ def test_registry_discovers_the_command_modules():
 
 def test_usage_errors_are_one_line_and_exit_2(cli, demo):
     assert_input_error(cli(), "required")
-    assert_input_error(cli("frobnicate"), "invalid choice")
+    assert_input_error(cli("frobnicate"), "unknown command 'frobnicate'")
     assert_input_error(cli("ls", demo.roots["L1"], "--rank", "x"), "--rank", "invalid int value")
     assert_input_error(cli("ls", demo.roots["L1"], "--io", "sideways"), "--io")
     assert_input_error(cli("ls", demo.roots["L1"], "--storage-option", "novalue"), "KEY=VALUE")
@@ -110,11 +110,11 @@ def test_ls_quiet_prints_paths_only(cli, demo):
     assert paths and all(p.startswith("rank_0/window_") and p.endswith("/x") for p in paths)
 
 
-def test_ls_no_match_is_a_failed_check_naming_what_exists(cli, demo):
+def test_ls_no_match_is_bad_input_naming_what_exists(cli, demo):
     result = cli("ls", demo.roots["L1"], "--name", "no_such_tensor")
-    assert result.code == 1 and result.err.startswith("error: no records with name 'no_such_tensor'; names: bws, ")
+    assert result.code == 2 and result.err.startswith("error: no records with name 'no_such_tensor'; names: bws, ")
     assert len(result.err.splitlines()) == 1 and result.out == ""
-    assert cli("ls", demo.roots["L1"], "--name", "no_such_tensor", "--json").code == 1
+    assert cli("ls", demo.roots["L1"], "--name", "no_such_tensor", "--json").code == 2
 
 
 # --------------------------------------------------------------------------- show
@@ -211,5 +211,5 @@ def test_info_marks_torn_and_aborted_windows(cli, demo, tmp_path):
     statuses = {w["window"]: w["status"] for w in cli("info", root, "--json").json()["windows"]}
     assert statuses == {0: "complete", 3: "writing", 4: "aborted"}
     hint = cli("ls", root, "--window", "3")
-    assert hint.code == 1 and "no records with window 3; windows: 0" in hint.err
+    assert hint.code == 2 and "no records with window 3; windows: 0" in hint.err
     assert "--include-incomplete" in hint.err and "window_0003 (writing)" in hint.err

@@ -162,7 +162,7 @@ def test_cli_upload(bucket, options, copy_dump, capsys, monkeypatch, tmp_path):
     code = main(["upload", str(root), f"s3://{bucket}/cli", *flags, "--delete-local", "--quiet"])
     capsys.readouterr()
     assert code == 0 and not (root / "rank_0" / "window_0000").exists()
-    # usage / input errors: 2; a failed upload: 1
+    # usage / input errors (a missing bucket too): 2
     assert main(["upload", str(tmp_path), f"s3://{bucket}/cli", *flags]) == 2
     assert "not a megadump_zarr dump root" in capsys.readouterr().err
     assert main(["upload", str(root), str(tmp_path / "x"), *flags]) == 2
@@ -172,4 +172,4 @@ def test_cli_upload(bucket, options, copy_dump, capsys, monkeypatch, tmp_path):
     other = copy_dump("L0")
     code = main(["upload", str(other), f"s3://no-such-bucket-{bucket}/x", *flags, "--quiet"])
     out, err = capsys.readouterr()
-    assert code == 1 and "error:" in err and SECRET not in out + err
+    assert code == 2 and err.startswith(f"error: cannot upload to s3://no-such-bucket-{bucket}/x: bucket ") and SECRET not in out + err

@@ -22,7 +22,7 @@ from rich.console import Console
 __all__ = [
     "EXIT_CHECK_FAILED", "EXIT_OK", "EXIT_USAGE", "CliError", "Context", "add_filters", "add_global_flags",
     "FILTER_KEYS", "add_output_flags", "add_storage_options", "check_endpoint", "child_roots", "filter_records", "human_bytes",
-    "incomplete_hint", "matching_pair", "matching_records", "no_records_error", "open_dump_arg", "progress_on_stderr", "record_select", "storage_options",
+    "incomplete_hint", "matching_pair", "matching_records", "no_records_error", "open_dump_arg", "read_error", "progress_on_stderr", "record_select", "storage_options",
 ]
 
 EXIT_OK = 0
@@ -205,7 +205,7 @@ def add_filters(parser: argparse.ArgumentParser, *, names: bool = True, incomple
         incomplete: Add ``--include-incomplete``.
     """
     group = parser.add_argument_group("record filters",
-                                      "A filter that matches nothing is a failed check (exit 1): the message "
+                                      "A filter that matches nothing is bad input (exit 2): the message "
                                       "names it and lists the values that exist.")
     group.add_argument("--rank", type=int, help="rank")
     group.add_argument("--window", type=int, help="window index")
@@ -243,7 +243,7 @@ def filter_records(frame: Any, args: argparse.Namespace) -> Any:
 
 def no_records_error(frame: Any, args: argparse.Namespace, where: str, *, extra: dict[str, Any] | None = None,
                      hint: str = "") -> CliError:
-    """The failed check (exit 1) for filters that keep nothing of ``frame``: which filter and which values exist.
+    """The input error (exit 2) for filters that keep nothing of ``frame``: which filter and which values exist.
 
     Args:
         frame: The unfiltered ``records()`` frame.
@@ -256,7 +256,7 @@ def no_records_error(frame: Any, args: argparse.Namespace, where: str, *, extra:
 
     select = {**record_select(args), **(extra or {})}
     message = no_match_message(frame, select) or "no records match"
-    return CliError(f"{message} (in {where}){hint}", code=EXIT_CHECK_FAILED)
+    return CliError(f"{message} (in {where}){hint}", code=EXIT_USAGE)
 
 
 def incomplete_hint(dump: Any, args: argparse.Namespace) -> str:
@@ -275,7 +275,7 @@ def matching_records(dump: Any, args: argparse.Namespace, *, extra: dict[str, An
     """The records of ``dump`` that the command-line filters (and ``extra``) keep.
 
     Raises:
-        CliError: Nothing matches (exit 1), naming the filter and the values that exist.
+        CliError: Nothing matches (exit 2), naming the filter and the values that exist.
     """
     from megadump_zarr.read.select import select_records
 
@@ -290,7 +290,7 @@ def matching_pair(dump_a: Any, dump_b: Any, args: argparse.Namespace, where: str
     """The records of two dumps that the command-line filters keep (``compare``, ``plot --diff``).
 
     Raises:
-        CliError: Nothing matches in either dump (exit 1), naming the filter and the values that exist in A.
+        CliError: Nothing matches in either dump (exit 2), naming the filter and the values that exist in A.
     """
     include = bool(getattr(args, "include_incomplete", False))
     all_a = dump_a.records(include_incomplete=include)
@@ -371,11 +371,28 @@ def open_dump_arg(path: str, options: dict[str, Any] | None = None) -> Any:
     try:
         return open_dump(path, storage_options=options)
     except (ValueError, OSError) as error:
-        message = str(error)
-        children = child_roots(path)
-        if children:
-            message += f"; it holds the dump roots {', '.join(children)}: pass one of them"
-        raise CliError(message) from None
+        raise read_error(path, options, error) from None
+
+
+def read_error(path: str, options: dict[str, Any] | None, error: BaseException) -> CliError:
+    """The one-line input error for a dump that cannot be opened: a missing bucket named, an object store's
+    XML error body condensed, a hint when ``path`` holds dump roots.
+
+    Args:
+        path: The dump root given.
+        options: The ``-S`` storage options.
+        error: What opening it raised.
+    """
+    from megadump_zarr.cli.service import condense, missing_bucket
+
+    bucket = missing_bucket(path, options) if isinstance(error, (FileNotFoundError, ValueError)) else None
+    if bucket:
+        return CliError(f"cannot read {path}: bucket {bucket!r} does not exist")
+    message = condense(str(error))
+    children = child_roots(path)
+    if children:
+        message += f"; it holds the dump roots {', '.join(children)}: pass one of them"
+    return CliError(message)
 
 
 # ---------------------------------------------------------------------------------------------- output

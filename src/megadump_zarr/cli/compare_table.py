@@ -106,17 +106,17 @@ def _metric(key: str) -> Any:
 
 COLUMNS = (
     Column("verdict", style=lambda r: _VERDICT_STYLE.get(str(r.get("verdict")))),
-    Column("name", style="bold"),
+    Column("name", style="bold", elide=True),
     Column("where", location, parts=lambda r: location_parts(r, kernel_with_stage=False)),
-    Column("shape", _shape, fmt=str, hoist=True, drop=3),
+    Column("shape", _shape, fmt=str, hoist=True, drop=4),
     Column("dtype", _dtype, fmt=str, hoist=True, drop=1),
     Column("1-cos", _metric("cosine"), key="cosine", justify="right", fmt=one_minus_cos),
     Column("max_abs", _metric("max_abs"), key="max_abs", justify="right"),
-    Column("max_rel", _metric("max_rel"), key="max_rel", justify="right", drop=4),
-    Column("rmse", _metric("rmse"), key="rmse", justify="right", drop=6),
-    Column("mism", _mismatches, key="mismatches", justify="right", fmt=str, drop=5),
-    Column("worst", worst_text, key="worst_index", fmt=str, drop=2),  # kept longer than max_rel: where it is
-    Column("note", footnote=True),
+    Column("max_rel", _metric("max_rel"), key="max_rel", justify="right", drop=5),
+    Column("rmse", _metric("rmse"), key="rmse", justify="right", drop=7),
+    Column("mism", _mismatches, key="mismatches", justify="right", fmt=str, drop=6),
+    Column("worst", worst_text, key="worst_index", fmt=str, drop=2),  # kept longer than max_rel and note: where it is
+    Column("note", footnote=True, drop=3),
 )
 
 

@@ -1,7 +1,8 @@
 """The ``megadump`` command line.
 
-Exit status: 0 success; 1 a check failed (``compare`` found a fail, error or missing tensor); 2 a usage
-or input error (bad option, wrong path, not a dump, no such tensor), reported as one ``error: ...``
+Exit status (one rule for every command, see ``EXIT_RULE``): 0 ok; 1 a check failed (``compare`` found a fail,
+``verify`` problems, ``replay`` a wrong task...); 2 bad input (usage, missing path, unknown stage/record/selector,
+unreadable dump, an object-store error), reported as one ``error: ...``
 line on stderr, never a traceback (set ``MEGADUMP_DEBUG=1`` to see one). Subcommands live in
 ``megadump_zarr.cli.commands`` (one module each, see its docstring).
 """
@@ -9,9 +10,11 @@ line on stderr, never a traceback (set ``MEGADUMP_DEBUG=1`` to see one). Subcomm
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from rich.console import Console
 
@@ -19,6 +22,10 @@ from megadump_zarr.cli.common import EXIT_USAGE, CliError, Context, add_global_f
 
 __all__ = ["build_parser", "main", "run"]
 
+EXIT_RULE = ("Exit status, for every command: 0 ok; 1 a check failed (compare fail, verify problems, replay "
+             "mismatch, report failures, upload not verified); 2 bad input (usage, missing path, unknown "
+             "stage/record/selector, a filter that matches nothing, unreadable dump, object-store error).")
+"""The exit-code rule, printed by ``megadump --help``."""
 _INPUT_ERRORS = (CliError, ValueError, OSError)
 _PIPE_WIDTH = 160
 _INT64_MAX = (1 << 63) - 1
@@ -27,12 +34,59 @@ _STORAGE_STACK = ("s3fs", "aiobotocore", "botocore", "boto3", "fsspec", "gcsfs",
 """Packages whose failures (a bad ``-S`` option, an unreachable endpoint) are input errors, not bugs."""
 
 
+_CHOICE = re.compile(r"^argument (?P<arg>[^:]+): invalid choice: '(?P<value>[^']*)' \(choose from (?P<choices>.*)\)$")
+
+
+def _closest(word: str, candidates: list[str]) -> str | None:
+    """The candidate nearest ``word`` (difflib), or None when none is close."""
+    found = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse with a one-line ``error: ...`` (and a pointer to ``--help``) instead of the usage block."""
+    """argparse with a one-line ``error: ...`` (a "did you mean" or a pointer to ``--help``) instead of the
+    usage block."""
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"error: {message} (see '{self.prog} --help')\n")
+        if not message.startswith("unrecognized argument"):
+            message = _choice_message(message) or f"{message} (see '{self.prog} --help')"
+        sys.stderr.write(f"error: {message}\n")
         raise SystemExit(EXIT_USAGE)
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        """``parse_known_args``, then one line for the first unrecognized option, with the nearest known one."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(self._unrecognized(parsed, extras))
+        return parsed
+
+    def _unrecognized(self, parsed: argparse.Namespace, extras: list[str]) -> str:
+        """``unrecognized argument --rtoll (did you mean --rtol?)``: options of the chosen subcommand and the top."""
+        parser: argparse.ArgumentParser = self
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parser = action.choices.get(getattr(parsed, action.dest, None) or "", self)
+        options = sorted({o for p in (self, parser) for a in p._actions for o in a.option_strings})
+        flags = [e for e in extras if e.startswith("-") and e != "-"]
+        if not flags:
+            return f"unrecognized argument{'s' if len(extras) > 1 else ''} {' '.join(extras)} (see '{parser.prog} --help')"
+        flag = flags[0].split("=", 1)[0]
+        near = _closest(flag, options)
+        if near:
+            return f"unrecognized argument {flag} (did you mean {near}?)"
+        return f"unrecognized argument {flag} (see '{parser.prog} --help')"
+
+
+def _choice_message(message: str) -> str | None:
+    """``invalid choice: 'comapre'`` with the nearest choice (``did you mean compare?``), or None."""
+    match = _CHOICE.match(message)
+    if not match:
+        return None
+    choices = re.findall(r"'([^']*)'", match["choices"])
+    near = _closest(match["value"], choices)
+    what = "unknown command" if match["arg"] == "COMMAND" else f"argument {match['arg']}: invalid choice"
+    hint = f"did you mean {near}?" if near else f"choose from {', '.join(choices)}"
+    return f"{what} {match['value']!r} ({hint})"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,14 +96,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="megadump",
         description="Dump, inspect, compare and plot MegaKernel tensor dumps stored in Zarr.",
-        epilog="Exit status: 0 ok, 1 a check failed (compare), 2 usage or input error. "
-               "Run 'megadump COMMAND --help' for a command's options.",
+        epilog=f"{EXIT_RULE} Run 'megadump COMMAND --help' for a command's options.",
     )
+    parser.add_argument("--version", action="version", version=f"megadump {_version()}",
+                        help="print the version and exit")
     add_global_flags(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     for module in command_modules():
         module.register(sub)
     return parser
+
+
+def _version() -> str:
+    """The package version (``megadump_zarr.__version__``)."""
+    from megadump_zarr import __version__
+
+    return __version__
 
 
 def _width() -> int | None:
@@ -60,8 +122,12 @@ def _width() -> int | None:
 
 
 def _message(error: BaseException) -> str:
-    text = str(error) or type(error).__name__
-    return " ".join(text.split())
+    """The error's text on one line (an object store's XML error body condensed, see ``cli.service``)."""
+    from megadump_zarr.cli.service import condense
+
+    from megadump_zarr.cli.render import safe_text
+
+    return safe_text(condense(str(error) or type(error).__name__))
 
 
 def _out_of_range(args: argparse.Namespace) -> str | None:

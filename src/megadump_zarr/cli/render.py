@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 import math
+import re
 from typing import Any
 
 from dataclasses import dataclass, field
@@ -15,8 +16,23 @@ from rich.text import Text
 
 __all__ = [
     "Column", "Fitted", "cell", "compact", "fit_table", "frame_table", "is_missing", "location", "location_parts",
-    "print_fitted", "shape_text",
+    "print_fitted", "safe_text", "shape_text",
 ]
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+"""Characters a terminal acts on (ESC, CR, LF, ...; line separators, bidi overrides): never printed raw."""
+
+
+def safe_text(text: str) -> str:
+    """``text`` with every control character shown as its repr escape (``a\\x1b[31mb``, ``x\\ny``), so a
+    record name can never colour the terminal, move the cursor or forge an output line.
+
+    Args:
+        text: A name, path or message read from a dump.
+    """
+    if not _CONTROL.search(text):
+        return text
+    return _CONTROL.sub(lambda m: repr(m[0])[1:-1], text)
 
 
 def is_missing(value: Any) -> bool:
@@ -56,7 +72,7 @@ def cell(value: Any) -> str:
         if math.isnan(v):
             return "nan"
         return f"{v:.6g}"
-    return str(value)
+    return safe_text(str(value))
 
 
 def compact(value: Any) -> str:
@@ -131,12 +147,15 @@ class Column:
             key has the same text in every row are printed once above the table instead.
         footnote: :func:`fit_table`: a note column; a note every row shares is printed once below the
             table, repeated notes become ``[k]`` markers explained below it.
+        elide: :func:`fit_table`: a name column whose long cells may be cut in the middle (``abc…xyz``) when
+            the table is too wide; numbers are never cut, their column is left out (and named) instead.
     """
 
     def __init__(self, heading: str, get: Callable[[Any], Any] | None = None, *, justify: str = "left",
                  style: str | Callable[[Any], str | None] | None = None, fmt: Callable[[Any], str] | None = None,
                  key: str | None = None, wrap: bool = False, drop: int = 0, hoist: bool = False,
-                 parts: Callable[[Any], list[tuple[str, str]]] | None = None, footnote: bool = False) -> None:
+                 parts: Callable[[Any], list[tuple[str, str]]] | None = None, footnote: bool = False,
+                 elide: bool = False) -> None:
         self.heading = heading
         self.key = key or heading
         self.get = get or (lambda row: row.get(self.key))
@@ -149,6 +168,7 @@ class Column:
         self.hoist = bool(hoist)
         self.parts = parts
         self.footnote = bool(footnote)
+        self.elide = bool(elide)
 
 
 def frame_table(frame: Any, columns: Sequence[Column], *, title: str | None = None, drop_empty: bool = True,
@@ -159,7 +179,7 @@ def frame_table(frame: Any, columns: Sequence[Column], *, title: str | None = No
     (rich would otherwise collapse them first, possibly to nothing) and the others are shortened.
     """
     rows = [row for _, row in frame.iterrows()]
-    rendered = [[c.fmt(c.get(row)) for c in columns] for row in rows]
+    rendered = [[safe_text(c.fmt(c.get(row))) for c in columns] for row in rows]
     keep = [i for i, _ in enumerate(columns) if not drop_empty or not rows or any(r[i] for r in rendered)]
     natural = {i: max([len(columns[i].heading)] + [len(r[i]) for r in rendered]) for i in keep}
     fixed: dict[int, int] = {}
@@ -279,6 +299,7 @@ def fit_table(frame: Any, columns: Sequence[Column], *, width: int, row_style: C
     """
     rows = frame.to_dict("records")  # plain dicts: 10× faster to read than iterrows' Series
     fitted = Fitted()
+    markers: dict[int, list[str]] = {}
     if not rows:
         return fitted
     cells: list[list[str]] = []
@@ -295,13 +316,13 @@ def fit_table(frame: Any, columns: Sequence[Column], *, width: int, row_style: C
                     counts[key] = counts.get(key, 0) + 1
             constant = {k for k, t in texts.items() if len(t) == 1 and counts[k] == len(rows)}
             if len(rows) > 1:
-                shared.extend(next(iter(texts[k])) for k in dict.fromkeys(k for p in per_row for k, _ in p) if k in constant)
+                shared.extend(safe_text(next(iter(texts[k]))) for k in dict.fromkeys(k for p in per_row for k, _ in p) if k in constant)
             else:
                 constant = set()
-            column_cells = [" ".join(t for k, t in parts if k not in constant) for parts in per_row]
+            column_cells = [safe_text(" ".join(t for k, t in parts if k not in constant)) for parts in per_row]
         else:
             fmt = c.fmt if c.custom_fmt else compact
-            column_cells = [fmt(c.get(row)) for row in rows]
+            column_cells = [safe_text(fmt(c.get(row))) for row in rows]
         if drop_empty and not any(column_cells):
             cells.append(column_cells)
             continue
@@ -310,7 +331,9 @@ def fit_table(frame: Any, columns: Sequence[Column], *, width: int, row_style: C
             cells.append(column_cells)
             continue
         if c.footnote:
+            before = len(fitted.below)
             column_cells = _footnotes(column_cells, fitted.below)
+            markers[i] = [line for line in fitted.below[before:] if line.startswith("[")]
             if not any(column_cells):
                 cells.append(column_cells)
                 continue
@@ -319,21 +342,20 @@ def fit_table(frame: Any, columns: Sequence[Column], *, width: int, row_style: C
     if shared:
         fitted.above.append(f"every row: {', '.join(shared)}")
     natural = {i: max([len(columns[i].heading)] + [len(v) for v in cells[i]]) for i in keep}
-    while _table_width([natural[i] for i in keep]) > width:
-        candidates = [i for i in keep if columns[i].drop > 0]
-        if not candidates:
-            break
-        victim = max(candidates, key=lambda i: (columns[i].drop, i))
-        keep.remove(victim)
-        fitted.dropped.append(columns[victim].heading)
+    _fit_widths(columns, keep, natural, width, fitted.dropped)
+    for i, lines in markers.items():  # a left-out note column: its [k] explanations would name no row
+        if i not in keep:
+            fitted.below = [line for line in fitted.below if line not in lines]
+    for i in keep:
+        if columns[i].elide:
+            cells[i] = [elide_middle(v, natural[i]) for v in cells[i]]
     if not keep:  # every cell blank or shared by every row: nothing left to tabulate
         return fitted
     fitted.width = _table_width([natural[i] for i in keep])
-    overflow = fitted.width > width
     fitted.headings = [columns[i].heading for i in keep]
     fitted.justify = [columns[i].justify for i in keep]
     fitted.widths = [natural[i] for i in keep]
-    fitted.fold = [overflow and columns[i].wrap for i in keep]
+    fitted.fold = [False for _ in keep]  # never folded nor cut: an overflowing line stays whole
     fitted.cells = [[cells[i][n] for i in keep] for n in range(len(rows))]
     styled = [i for i in keep if columns[i].style is not None]
     fitted.styles = [[(columns[i].style(row) if callable(columns[i].style) else columns[i].style) if i in styled else None
@@ -342,6 +364,70 @@ def fit_table(frame: Any, columns: Sequence[Column], *, width: int, row_style: C
     if fitted.dropped:
         fitted.below.append(f"columns left out to fit {width} columns: {', '.join(fitted.dropped)} (--json has every column)")
     return fitted
+
+
+_NAME_FLOOR = 32
+"""Names are elided to this width before any column is left out for width."""
+_NAME_MIN = 12
+"""... and to this width before the last columns (numbers included) are left out."""
+
+
+def elide_middle(text: str, width: int) -> str:
+    """``text`` cut in the middle to ``width`` characters (``msprobe.Fun…forward.0.output``)."""
+    if len(text) <= width:
+        return text
+    keep = max(width - 1, 2)
+    head = (keep + 1) // 2
+    return f"{text[:head]}…{text[len(text) - (keep - head):]}"
+
+
+def _fit_widths(columns: Sequence[Column], keep: list[int], natural: dict[int, int], width: int,
+                dropped: list[str]) -> None:
+    """Narrow ``natural`` (name columns elided) and remove columns from ``keep`` until the table fits ``width``.
+
+    Order: names elided to ``_NAME_FLOOR``; columns left out by decreasing ``drop``; names elided to
+    ``_NAME_MIN``; then the remaining columns but the first and the name columns, right to left. Names
+    grow back into whatever room a left-out column freed. Every left-out heading is appended to ``dropped``.
+
+    Args:
+        columns: All columns.
+        keep: Indices of the columns shown (edited in place).
+        natural: Their widths (edited in place).
+        width: The console width.
+        dropped: Headings of the columns left out (appended to).
+    """
+    full = dict(natural)
+    names = [i for i in keep if columns[i].elide]
+
+    def excess() -> int:
+        return _table_width([natural[i] for i in keep]) - width
+
+    def shrink(floor: int) -> None:
+        for i in names:
+            if i in keep and excess() > 0:
+                low = max(floor, len(columns[i].heading))
+                natural[i] = min(natural[i], max(low, natural[i] - excess()))
+
+    def grow() -> None:
+        for i in names:
+            if i in keep and excess() < 0:
+                natural[i] = min(full[i], natural[i] - excess())
+
+    def drop(candidates: list[int], key: Callable[[int], Any]) -> bool:
+        if not candidates:
+            return False
+        victim = max(candidates, key=key)
+        keep.remove(victim)
+        dropped.append(columns[victim].heading)
+        return True
+
+    shrink(_NAME_FLOOR)
+    while excess() > 0 and drop([i for i in keep if columns[i].drop > 0], lambda i: (columns[i].drop, i)):
+        pass
+    shrink(_NAME_MIN)
+    while excess() > 0 and drop([i for i in keep[1:] if not columns[i].elide], lambda i: i):
+        pass
+    grow()
 
 
 def _footnotes(notes: list[str], below: list[str]) -> list[str]:
@@ -366,17 +452,15 @@ def _footnotes(notes: list[str], below: list[str]) -> list[str]:
 def print_fitted(console: Any, fitted: Fitted) -> None:
     """Print a :func:`fit_table` result: shared values, the table, notes.
 
-    A table that fits is printed as plain aligned lines (fast for tens of thousands of rows); one that
-    does not (only columns that are never dropped left, still too wide) goes through rich's table layout.
+    The table is printed as plain aligned lines (fast for tens of thousands of rows), never cut: one still
+    wider than the console (only the first and the name columns left) overflows whole.
     """
     for line in fitted.above:
-        console.print(line, highlight=False, markup=False)
-    if fitted.headings and fitted.width <= console.width:
+        console.print(safe_text(line), highlight=False, markup=False)
+    if fitted.headings:
         console.print(fitted.text(), no_wrap=True, overflow="ignore", crop=False, end="", highlight=False)
-    elif fitted.headings:
-        console.print(fitted.table)
     for line in fitted.below:
-        for part in hanging_lines(line, console.width):
+        for part in hanging_lines(safe_text(line), console.width):
             console.print(part, highlight=False, markup=False, no_wrap=True, overflow="ignore", crop=False)
 
 

@@ -97,7 +97,7 @@ def select_tensor(dump: Any, selector: str | None, args: argparse.Namespace) -> 
     ``--core-type`` narrow to that owner's or core's records.
 
     Raises:
-        CliError: No such tensor or record (exit 2), filters that keep none of its records (exit 1, naming
+        CliError: No such tensor or record (exit 2), filters that keep none of its records (exit 2, naming
             the filter and the values that exist), or an ambiguous choice (exit 2, saying how to choose).
     """
     include = bool(getattr(args, "include_incomplete", False))

@@ -16,7 +16,7 @@ from megadump_zarr.cli.common import (
     open_dump_arg, storage_options, to_jsonable,
 )
 from megadump_zarr.cli.compare_table import compare_table
-from megadump_zarr.cli.render import print_fitted
+from megadump_zarr.cli.render import print_fitted, safe_text
 
 __all__ = ["compare_in_order", "register"]
 
@@ -186,8 +186,8 @@ def _summary_line(summary: dict[str, Any]) -> str:
     for label, key in (("first divergence", "first_divergence"), ("root cause", "root_cause")):
         where = summary[key]
         if where is not None:
-            line += (f"\n{label}: [bold]{escape(str(where['name']))}[/bold] ({where['verdict']}) at "
-                     f"{escape(_place(where))}")
+            line += (f"\n{label}: [bold]{escape(safe_text(str(where['name'])))}[/bold] ({where['verdict']}) at "
+                     f"{escape(safe_text(_place(where)))}")
     return line
 
 
@@ -265,6 +265,6 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
                                                     failures_only=args.failures_only))
     _print_folded(ctx.console, _summary_line(summary))
     if summary["root_cause"] is not None and not ctx.quiet:  # the SELECTOR of `megadump show A`, never wrapped
-        ctx.console.print(f"root cause path: {summary['root_cause']['path']}", markup=False, highlight=False,
+        ctx.console.print(f"root cause path: {safe_text(str(summary['root_cause']['path']))}", markup=False, highlight=False,
                           soft_wrap=True)
     return code

@@ -11,7 +11,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from megadump_zarr.cli.common import (
-    EXIT_OK, CliError, Context, add_output_flags, add_storage_options, child_roots, human_bytes, open_dump_arg,
+    EXIT_OK, CliError, Context, add_output_flags, add_storage_options, child_roots, human_bytes, open_dump_arg, read_error,
     storage_options,
 )
 
@@ -164,7 +164,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     except (ValueError, OSError) as error:
         roots = child_roots(args.path)
         if not roots:
-            raise CliError(str(error)) from None
+            raise read_error(args.path, options, error) from None
         dumps = [open_dump_arg(root, options) for root in roots]
     summaries = [summarise(d) for d in dumps]
     if ctx.json:

@@ -9,7 +9,7 @@ from megadump_zarr.cli.common import (
     EXIT_OK, Context, add_filters, add_output_flags, add_storage_options, human_bytes, matching_records, open_dump_arg,
     storage_options,
 )
-from megadump_zarr.cli.render import Column, cell, fit_table, is_missing, print_fitted
+from megadump_zarr.cli.render import Column, cell, fit_table, is_missing, print_fitted, safe_text
 
 __all__ = ["register", "selected_records"]
 
@@ -31,7 +31,7 @@ def selected_records(args: argparse.Namespace) -> tuple[Any, Any]:
     """Open ``args.path`` and return ``(dump, filtered records)``.
 
     Raises:
-        CliError: The filters match nothing (exit 1; the message names the filter and the values that exist).
+        CliError: The filters match nothing (exit 2; the message names the filter and the values that exist).
     """
     dump = open_dump_arg(args.path, storage_options(args))
     return dump, matching_records(dump, args)
@@ -72,7 +72,7 @@ COLUMNS = (
     Column("core", lambda r: "" if is_missing(r.get("core_type")) else f"{r['core_type']}{cell(r.get('core_id'))}",
            hoist=True, drop=4),
     Column("port", _port),
-    Column("name", style="bold"),
+    Column("name", style="bold", elide=True),
     Column("dtype", hoist=True),
     Column("shape"),
     Column("size", lambda r: r.get("bytes"), justify="right", fmt=lambda v: "" if is_missing(v) else human_bytes(v),
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         return EXIT_OK
     if ctx.quiet:
         for path in records["path"]:
-            ctx.console.print(str(path), highlight=False, soft_wrap=True)
+            ctx.console.print(safe_text(str(path)), highlight=False, markup=False, soft_wrap=True)
         return EXIT_OK
     columns = list(COLUMNS)
     if records["rank"].nunique() <= 1:

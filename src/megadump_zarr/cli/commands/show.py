@@ -6,11 +6,12 @@ import argparse
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from megadump_zarr.cli.common import (
     EXIT_OK, CliError, Context, add_filters, add_output_flags, add_storage_options, open_dump_arg, storage_options,
 )
-from megadump_zarr.cli.render import cell, is_missing, shape_text
+from megadump_zarr.cli.render import cell, is_missing, safe_text, shape_text
 from megadump_zarr.cli.tensors import Selected, flat_head, select_tensor
 
 __all__ = ["register", "tensor_stats"]
@@ -125,9 +126,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
-    table.add_row("tensor", info["name"])
+    table.add_row("tensor", Text(safe_text(str(info["name"]))))
     if "path" in info:
-        table.add_row("record", info["path"])
+        table.add_row("record", Text(safe_text(str(info["path"]))))
     else:
         paths = info["paths"]
         table.add_row("records", f"{len(paths)} stitched along axis 0"

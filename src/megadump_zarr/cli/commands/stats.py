@@ -37,7 +37,7 @@ def _nonfinite(row: Any) -> bool:
 
 
 COLUMNS = (
-    Column("name", style="bold"),
+    Column("name", style="bold", elide=True),
     Column("where", location, parts=lambda r: location_parts(r, kernel_with_stage=False)),
     Column("dtype", hoist=True),
     Column("shape", drop=2),

@@ -42,8 +42,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
+def _refuse_bad_destination(url: str, failed: dict[str, str]) -> None:
+    """Exit 2 in one line when every failure is the store refusing the destination itself (no such bucket,
+    access denied, bad credentials): bad input, not a failed upload.
+
+    Raises:
+        CliError: Naming the bucket (and key) the store refused.
+    """
+    from megadump_zarr.cli.service import INPUT_CODES, condense, service_code
+
+    codes = {service_code(str(reason)) for reason in failed.values()}
+    if not failed or not codes <= INPUT_CODES:
+        return
+    first = condense(str(next(iter(failed.values()))))
+    bucket = url.split("://", 1)[1].split("/", 1)[0]
+    what = f"bucket {bucket!r} does not exist" if codes == {"NoSuchBucket"} else "the object store refused it"
+    raise CliError(f"cannot upload to {url}: {what}, nothing was uploaded ({first})")
+
+
 def run(args: argparse.Namespace, ctx: Context) -> int:
     """Upload and summarise."""
+    from megadump_zarr.cli.service import condense
     from megadump_zarr.transfer import UploadError, upload
 
     if "://" not in args.url or args.url.startswith("file://"):
@@ -55,12 +74,13 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
                         delete_local=args.delete_local, progress=ctx.progress and not ctx.json)
     except UploadError as error:
         report, failed = error.report, True
+        _refuse_bad_destination(args.url, report.failed)
     if ctx.json:
         ctx.emit_json({**report.as_dict(), "ok": not failed})
     else:
         for key, reason in sorted(report.skipped.items()):
             ctx.note(f"skipped {key}: {reason}")
         for key, reason in sorted(report.failed.items()):
-            ctx.err.print(f"error: {key}: {reason}", highlight=False, markup=False)
+            ctx.err.print(f"error: {key}: {condense(str(reason))}", highlight=False, markup=False, soft_wrap=True)
         ctx.console.print(report.summary(), highlight=False, markup=False)
     return EXIT_CHECK_FAILED if failed else EXIT_OK

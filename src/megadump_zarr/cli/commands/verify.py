@@ -60,7 +60,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     try:
         report = _run_with_progress(ctx, args.path, options, args.deep)
     except ValueError as error:
-        raise CliError(str(error)) from None
+        from megadump_zarr.cli.common import read_error
+
+        raise read_error(args.path, options, error) from None
     if ctx.json:
         ctx.emit_json(report.to_dict())
         return EXIT_OK if report.ok else EXIT_CHECK_FAILED
