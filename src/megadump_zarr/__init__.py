@@ -20,7 +20,7 @@ from typing import Any
 # so `zarr.open_array` of a bf16 array works after `import megadump_zarr` (store/zarr_plugin.py).
 from megadump_zarr.store import dtypes as _dtypes  # noqa: F401
 
-__version__ = "0.1.0"
+from megadump_zarr._version import __version__ as __version__
 
 __all__ = ["DiagnosticAction", "TensorDumpConfig", "compare", "first_divergence", "open_dump", "replay", "root_cause",
            "schedule", "tensor_dump"]

@@ -223,7 +223,8 @@ def test_the_checker_is_not_vacuous_over_packs(tmp_path, monkeypatch):
     digests = spy_store_inputs(monkeypatch)
     pristine = tmp_path / "pristine"
     block = MoEBlock(DemoConfig(tokens=16, d_model=8))
-    config = TensorDumpConfig(pristine, level="L1", kernel_names="moe_experts", stages=("expert_up",), compressor="none")
+    config = TensorDumpConfig(pristine, level="L1", kernel_names="moe_experts", stages=("expert_up",), compressor="none",
+                              layout="packs")
     with tensor_dump(config, schedule(wait=0, warmup=0, active=1)) as dumper:
         train_step(block)
         dumper.step()

@@ -144,7 +144,7 @@ def test_a_filter_matching_nothing_names_what_exists_and_writes_nothing(fault_pa
     for args in ((faulty, clean), (faulty,)):
         out = tmp_path / "none.html"
         result = cli("report", *args, "-o", out, "--owner", "99")
-        assert result.code == 1, result.err
+        assert result.code == 2, result.err  # a filter matching nothing is bad input (one exit-code rule)
         lines = [line for line in result.err.splitlines() if line.strip()]
         assert len(lines) == 1 and "owner 99" in lines[0] and "owners" in lines[0], result.err
         assert not out.exists() and list(tmp_path.iterdir()) == []

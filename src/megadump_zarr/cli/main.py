@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _version() -> str:
     """The package version (``megadump_zarr.__version__``)."""
-    from megadump_zarr import __version__
+    from megadump_zarr._version import __version__
 
     return __version__
 

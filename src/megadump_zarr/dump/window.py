@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-import megadump_zarr
+from megadump_zarr._version import __version__
 from megadump_zarr.dump.export import SCHEMA_VERSION, ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
 from megadump_zarr.dump.l0 import L0Tensor
 from megadump_zarr.dump.names import NameTable, safe_name
@@ -321,7 +321,7 @@ def build_window(level: str, rank: int, window_index: int, invocations: list[Dum
             gc.enable()
     attrs = {
         "schemaVersion": SCHEMA_VERSION,
-        "producer": f"megadump_zarr {megadump_zarr.__version__}",
+        "producer": f"megadump_zarr {__version__}",
         "level": level,
         "tensorSerialization": "zarr-v3",
         "windowIndex": window_index,

@@ -333,9 +333,9 @@ def _hierarchy(group: Any) -> tuple[dict[str, dict[str, Any]], dict[str, list[tu
 
 
 def _producer() -> str:
-    import megadump_zarr
+    from megadump_zarr._version import __version__
 
-    return f"megadump_zarr {megadump_zarr.__version__}"
+    return f"megadump_zarr {__version__}"
 
 
 def _set_attrs(target: Any, attrs: Mapping[str, Any], where: str) -> None:

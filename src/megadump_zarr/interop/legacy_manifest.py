@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 import re
 from typing import Any
 
-import megadump_zarr
+from megadump_zarr._version import __version__
 from megadump_zarr.dump.export import SCHEMA_VERSION, GroupWrite
 from megadump_zarr.dump.names import NameTable, safe_name
 
@@ -251,7 +251,7 @@ def plan_window(window_dir: Path, legacy_root: Path) -> _Window:
     is_l1 = level == "L1"
     attrs = {
         "schemaVersion": SCHEMA_VERSION,
-        "producer": f"megadump_zarr {megadump_zarr.__version__}",
+        "producer": f"megadump_zarr {__version__}",
         "level": level,
         "tensorSerialization": "zarr-v3",
         "windowIndex": window_index,

@@ -430,11 +430,11 @@ def _record_attrs(window: _Window, call: _Call, position: int, item: _Tensor) ->
 
 
 def _window_attrs(window: _Window) -> dict[str, Any]:
-    import megadump_zarr
+    from megadump_zarr._version import __version__
 
     names = [f"invocation_{i:06d}_{c.direction}" for i, c in enumerate(window.calls)]
     return {
-        "schemaVersion": SCHEMA_VERSION, "producer": f"megadump_zarr {megadump_zarr.__version__}", "level": "L0",
+        "schemaVersion": SCHEMA_VERSION, "producer": f"megadump_zarr {__version__}", "level": "L0",
         "tensorSerialization": "zarr-v3", "windowIndex": window.index, "capturePhaseSemantics": "api_boundary",
         "stageViewStorage": "array_per_tensor", "rank": window.rank, "step": window.step,
         "invocationCount": len(names), "invocations": names,

@@ -227,6 +227,8 @@ def commit_evidence_problem(attrs: Mapping[str, Any], nodes: Any) -> str | None:
 
     A commit writes ``committedAt`` and the consolidated metadata of every node with the window document,
     last; a torn window's ``"writing"`` document has neither, so an edited status alone is not a commit.
+    A complete window's consolidated metadata holds every invocation it lists; an aborted one's may lack
+    those its failure kept from being written.
 
     Args:
         attrs: The window's attributes.
@@ -237,7 +239,8 @@ def commit_evidence_problem(attrs: Mapping[str, Any], nodes: Any) -> str | None:
     if not isinstance(nodes, dict):
         return "it has no consolidated metadata (consolidated_metadata.metadata)"
     listed = attrs.get("invocations")
-    if isinstance(listed, list):
+    # an aborted window lists what it meant to write; what a failure kept it from writing is absent
+    if isinstance(listed, list) and attrs.get("status") != "aborted":
         missing = [n for n in listed if not (isinstance(n, str) and isinstance(nodes.get(n), dict))]
         if missing:
             return f"its consolidated metadata lacks the listed invocation {str(missing[0])[:80]!r}"

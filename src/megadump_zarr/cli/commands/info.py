@@ -11,7 +11,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from megadump_zarr.cli.common import (
-    EXIT_OK, CliError, Context, add_output_flags, add_storage_options, child_roots, human_bytes, open_dump_arg, read_error,
+    EXIT_OK, Context, add_output_flags, add_storage_options, child_roots, human_bytes, open_dump_arg, read_error,
     storage_options,
 )
 

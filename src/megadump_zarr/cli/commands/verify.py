@@ -7,7 +7,7 @@ from typing import Any
 
 from megadump_zarr.cli.cluster import add_cluster_flags
 from megadump_zarr.cli.common import (
-    EXIT_CHECK_FAILED, EXIT_OK, CliError, Context, add_output_flags, add_storage_options, check_endpoint, human_bytes,
+    EXIT_CHECK_FAILED, EXIT_OK, Context, add_output_flags, add_storage_options, check_endpoint, human_bytes,
     storage_options,
 )
 
