@@ -475,7 +475,7 @@ def test_plain_reader_loads_only_the_light_store_modules(bfloat16_group: tuple[P
 
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
-    assert out["loaded"] == ["megadump_zarr", "megadump_zarr.store", "megadump_zarr.store.dtypes", "megadump_zarr.store.zarr_plugin"]
+    assert out["loaded"] == ["megadump_zarr", "megadump_zarr._version", "megadump_zarr.store", "megadump_zarr.store.dtypes", "megadump_zarr.store.zarr_plugin"]
     assert out["torch_loaded"] is False
 
 
