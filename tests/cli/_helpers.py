@@ -110,3 +110,23 @@ def make_salvage_inputs(directory: Path, monkeypatch: pytest.MonkeyPatch, *, pen
     buffer_path = directory / "buffer.bin"
     buffer_path.write_bytes(buffer.tobytes())
     return SalvageInputs(buffer_path, plan_path, captured, lost)
+
+
+def write_named_l0(root: Path, data: dict[str, np.ndarray]) -> None:
+    """One L0 window of one invocation whose records carry the given names (array keys stay plain: t0, t1, ...).
+
+    Args:
+        root: The dump root to write.
+        data: Record name -> values, in record order.
+    """
+    from megadump_zarr.dump.export import ArrayWrite, InvocationWrite, WindowWrite
+    from megadump_zarr.store.writer import WindowWriter
+
+    items = [ArrayWrite(f"t{k}", x, (f"t{k}_0", f"t{k}_1"),
+                        {"name": name, "role": "stage_output", "capturePhase": "after", "actualShape": list(x.shape),
+                         "declaredShape": list(x.shape)}) for k, (name, x) in enumerate(data.items())]
+    invocation = InvocationWrite("invocation_000000_forward", {"invocationId": 0, "step": 0, "direction": "forward",
+                                                               "kernelName": "k", "level": "L0"}, [], items)
+    with WindowWriter(root, durable=False) as writer:
+        writer.write_window(WindowWrite(0, 0, {"level": "L0", "windowIndex": 0, "invocations": [invocation.name]},
+                                        [invocation]))

@@ -10,24 +10,16 @@ import numpy as np
 import pytest
 
 from megadump_zarr.cli.render import safe_text
-from megadump_zarr.dump.export import ArrayWrite, InvocationWrite, WindowWrite
-from megadump_zarr.store.writer import WindowWriter
+from tests.cli._helpers import write_named_l0
 
 NAMES = ("a\x1b[31mb", "x\ny", "p\rq", "ok")
 SHOWN = {"a\x1b[31mb": "a\\x1b[31mb", "x\ny": "x\\ny", "p\rq": "p\\rq", "ok": "ok"}
 
 
 def _write(root: Path, shift: float) -> None:
-    """One L0 window whose records carry ``NAMES`` (array keys stay plain: t0, t1, ...)."""
+    """One L0 window whose records carry ``NAMES``; the first record is off by ``shift``."""
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
-    items = [ArrayWrite(f"t{k}", x + (shift if k == 0 else 0), (f"t{k}_0", f"t{k}_1"),
-                        {"name": name, "role": "stage_output", "capturePhase": "after", "actualShape": [2, 3],
-                         "declaredShape": [2, 3]}) for k, name in enumerate(NAMES)]
-    invocation = InvocationWrite("invocation_000000_forward", {"invocationId": 0, "step": 0, "direction": "forward",
-                                                               "kernelName": "k", "level": "L0"}, [], items)
-    with WindowWriter(root, durable=False) as writer:
-        writer.write_window(WindowWrite(0, 0, {"level": "L0", "windowIndex": 0, "invocations": [invocation.name]},
-                                        [invocation]))
+    write_named_l0(root, {name: x + (shift if k == 0 else 0) for k, name in enumerate(NAMES)})
 
 
 @pytest.fixture(scope="module")

@@ -10,23 +10,10 @@ import pytest
 
 from megadump_zarr.cli.compare_table import COLUMNS
 from megadump_zarr.cli.render import elide_middle
-from megadump_zarr.dump.export import ArrayWrite, InvocationWrite, WindowWrite
-from megadump_zarr.store.writer import WindowWriter
-from tests.cli._helpers import cli_runner
+from tests.cli._helpers import cli_runner, write_named_l0
 
 NAMES = [f"Functional.linear.{i}.forward.input.0.Module.layers.{i}.mlp.down_proj" for i in range(4)]
 NUMBERS = ("1-cos", "max_abs", "max_rel", "rmse", "mism")
-
-
-def _write(root: Path, data: dict[str, np.ndarray]) -> None:
-    items = [ArrayWrite(f"t{k}", x, (f"t{k}_0", f"t{k}_1"),
-                        {"name": name, "role": "stage_output", "capturePhase": "after", "actualShape": list(x.shape),
-                         "declaredShape": list(x.shape)}) for k, (name, x) in enumerate(data.items())]
-    invocation = InvocationWrite("invocation_000000_forward", {"invocationId": 0, "step": 0, "direction": "forward",
-                                                               "kernelName": "k", "level": "L0"}, [], items)
-    with WindowWriter(root, durable=False) as writer:
-        writer.write_window(WindowWrite(0, 0, {"level": "L0", "windowIndex": 0, "invocations": [invocation.name]},
-                                        [invocation]))
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +24,8 @@ def long_dumps(tmp_path_factory) -> tuple[Path, Path]:
     b[NAMES[0]] += np.float32(0.01) * rng.standard_normal((16, 16)).astype(np.float32)
     b[NAMES[1]][3, 4] += 0.5
     base = tmp_path_factory.mktemp("long")
-    _write(base / "a", a)
-    _write(base / "b", b)
+    write_named_l0(base / "a", a)
+    write_named_l0(base / "b", b)
     return base / "a", base / "b"
 
 
