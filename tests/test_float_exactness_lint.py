@@ -3,7 +3,7 @@
 A stored fixture's floats were computed on another machine; a fresh run may differ by an ulp (another CPU
 capability, thread count or BLAS), so ``make test`` went red on an AVX-512 machine (issue 22). In every
 test file that builds a path to a ``data`` fixture directory, the exact-equality forms below are refused
-unless the line (or the statement's first line) carries a marker comment saying why exact is right:
+unless one of the lines of its (simple) statement carries a marker comment saying why exact is right:
 ``# exact: stored bytes`` (both sides read from stored files) or ``# exact: integers``.
 
 Refused forms: ``assert_array_equal``, ``array_equal``, ``assert_equal``, ``assert_identical``,
@@ -78,16 +78,17 @@ def violations(source: str, filename: str) -> list[str]:
         if isinstance(stmt, ast.stmt):
             for n in ast.walk(stmt):
                 if hasattr(n, "lineno"):
-                    statements.setdefault(id(n), stmt)
+                    statements[id(n)] = stmt  # the innermost statement (walk goes outside in)
     found = []
     for node in ast.walk(tree):
         form = _exact(node)
         if form is None:
             continue
         stmt = statements.get(id(node))
-        candidates = {node.lineno, getattr(node, "end_lineno", node.lineno)}
+        # Any line of the form itself: a formatter may spread one call over several lines.
+        candidates = set(range(node.lineno, getattr(node, "end_lineno", node.lineno) + 1))
         if stmt is not None and not isinstance(stmt, (ast.FunctionDef, ast.For, ast.With, ast.If, ast.While, ast.Try)):
-            candidates |= {stmt.lineno}
+            candidates |= set(range(stmt.lineno, getattr(stmt, "end_lineno", stmt.lineno) + 1))
         if not any(MARKER.search(lines[n - 1]) for n in candidates):
             found.append(f"{filename}:{node.lineno}: {form}")
     return sorted(set(found), key=lambda v: (v.split(":")[0], int(v.split(":")[1])))
