@@ -197,22 +197,25 @@ def add_tolerance_flags(parser: argparse.ArgumentParser, *, default: str = "by d
 
 
 def add_location_flags(parser: Any, *, rank: str = "rank", window: str = "window index",
-                       invocation: str = "invocation id (e.g. 2) or group name (invocation_000002_forward)",
-                       invocation_names: bool = True, window_dest: str = "window") -> None:
+                       invocation: str | None = "invocation id (e.g. 2) or group name (invocation_000002_forward)",
+                       invocation_names: bool = True, window_flags: tuple[str, ...] = ("--window",),
+                       window_dest: str = "window") -> None:
     """``--rank``, ``--window`` and ``--invocation``: where in a dump, declared once for every command.
 
     Args:
         parser: The subcommand's parser or an argument group of it.
         rank: Help of ``--rank``.
         window: Help of ``--window``.
-        invocation: Help of ``--invocation``.
+        invocation: Help of ``--invocation`` (``None``: the command takes no ``--invocation``).
         invocation_names: Whether ``--invocation`` also takes a group name (else an id only).
-        window_dest: The attribute ``--window`` sets (``window``).
+        window_flags: The spellings of the window flag (``("--window-index", "--window")`` in export-hdf5).
+        window_dest: The attribute the window flag sets (``window``).
     """
     parser.add_argument("--rank", type=int, metavar="R", help=rank)
-    parser.add_argument("--window", type=int, metavar="W", dest=window_dest, help=window)
-    parser.add_argument("--invocation", type=_invocation if invocation_names else int,
-                        metavar="ID|NAME" if invocation_names else "ID", help=invocation)
+    parser.add_argument(*window_flags, type=int, metavar="W", dest=window_dest, help=window)
+    if invocation is not None:
+        parser.add_argument("--invocation", type=_invocation if invocation_names else int,
+                            metavar="ID|NAME" if invocation_names else "ID", help=invocation)
 
 
 FILTER_KEYS = ("rank", "window", "invocation", "kernel", "direction", "stage", "task", "owner", "core_type", "core",
