@@ -85,3 +85,18 @@ def test_an_unplaced_room_is_refused(tmp_path: Path) -> None:
     root = _package(tmp_path, {"__init__.py": "", "mystery/__init__.py": ""})
     with pytest.raises(ValueError, match="room 'mystery' has no rank"):
         upward_edges(root)
+
+
+def test_an_upward_import_added_to_the_real_tree_fails(tmp_path: Path) -> None:
+    import shutil
+
+    copy = tmp_path / "megadump_zarr"
+    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert upward_edges(copy) == [] and room_cycles(room_graph(copy)) == []  # the copy is the tree as it is
+    target = copy / "read" / "dump.py"
+    lines = target.read_text().splitlines()
+    target.write_text("\n".join([*lines, "def _report():", "    from megadump_zarr.report import render_html", ""]))
+    assert [str(edge) for edge in upward_edges(copy)] == [
+        f"src/megadump_zarr/read/dump.py:{len(lines) + 2} imports megadump_zarr.report (a higher layer)"]
+    cycles = room_cycles(room_graph(copy))  # report reads dumps (through analyse): the new edge closes a loop
+    assert len(cycles) == 1 and {"read", "report"} <= set(cycles[0]), cycles
