@@ -2,7 +2,7 @@
 
 Imports go one way along the data path (README, "Code map")::
 
-    leaves (codecs, _version) -> l1 -> diagnostics -> runtime -> dump -> store -> read -> verify
+    leaves (codecs, _version, _parallel, tables) -> l1 -> diagnostics -> runtime -> dump -> store -> read -> verify
         -> analyse -> replay -> api (the capture composition root) -> demo (the embedded model)
         -> faces (cli, report, engine) and the edge (interop, transfer) -> the package's __init__
 
@@ -21,7 +21,7 @@ from pathlib import Path
 PACKAGE = "megadump_zarr"
 
 RANKS: dict[str, int] = {
-    "codecs": 0, "_version": 0,
+    "codecs": 0, "_version": 0, "_parallel": 0, "tables": 0,
     "l1": 1,
     "diagnostics": 2,
     "runtime": 3,
@@ -174,3 +174,59 @@ def room_cycles(graph: dict[str, set[str]]) -> list[tuple[str, ...]]:
         if node not in index:
             visit(node)
     return sorted(groups)
+
+
+@dataclass(frozen=True, order=True)
+class PrivateImport:
+    """One ``from megadump_zarr.x import _name`` of another module's private name.
+
+    Args:
+        source: The importing module's path inside the package (``cli/main.py``).
+        target: The module the name comes from (``megadump_zarr.store.redact``).
+        name: The private name (``_Scrubber``).
+        line: The import's line in the source file.
+    """
+
+    source: str
+    target: str
+    name: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"src/{PACKAGE}/{self.source}:{self.line} imports {self.name} from {self.target} (a private name)"
+
+
+def _module_of(root: Path, path: Path) -> tuple[str, bool]:
+    """The dotted module name of a source file below ``root``, and whether it is a package's ``__init__``."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    is_package = parts[-1] == "__init__"
+    return ".".join([PACKAGE, *parts[:-1]] if is_package else [PACKAGE, *parts]), is_package
+
+
+def private_imports(root: Path) -> list[PrivateImport]:
+    """Every ``from <module of the package> import _name`` whose module is not the importing one.
+
+    A module's private names (one leading underscore; dunders are not private) are its own business: used
+    from another module they are an interface without the name of one. Private *modules* (``_version``,
+    ``_parallel``) are package leaves and may be imported; their private names may not.
+
+    Args:
+        root: The package directory (``src/megadump_zarr``).
+    """
+    found: list[PrivateImport] = []
+    for path in sorted(root.rglob("*.py")):
+        module, is_package = _module_of(root, path)
+        base = module.split(".") if is_package else module.split(".")[:-1]
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level:
+                target = ".".join(base[: len(base) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target != PACKAGE and not target.startswith(PACKAGE + ".") or target == module:
+                continue
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append(PrivateImport(path.relative_to(root).as_posix(), target, alias.name, node.lineno))
+    return found

@@ -89,7 +89,7 @@ def _open_source(source: object) -> object:
 
 
 def test_secrets_stay_out_of_keys_reprs_errors_and_worker_logs(cluster_client, tmp_path) -> None:
-    from megadump_zarr.analyse.parallel import _delayed
+    from megadump_zarr._parallel import _delayed
     from megadump_zarr.read.source import DumpSource
 
     source = DumpSource(str(tmp_path / "missing"), {"key": "AKIAPARALLEL", "secret": SECRET,

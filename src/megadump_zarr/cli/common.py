@@ -13,15 +13,18 @@ import contextlib
 from dataclasses import dataclass
 import json
 import os
+import re
 from pathlib import Path
 import sys
 from typing import Any
 
 from rich.console import Console
 
+from megadump_zarr.tables import to_jsonable  # shared with the report (issue 25)
+
 __all__ = [
     "EXIT_CHECK_FAILED", "EXIT_OK", "EXIT_USAGE", "CliError", "Context", "add_filters", "add_global_flags",
-    "FILTER_KEYS", "add_output_flags", "add_storage_options", "check_endpoint", "child_roots", "filter_records", "human_bytes",
+    "FILTER_KEYS", "add_location_flags", "add_output_flags", "add_tolerance_flags", "tolerance_type", "add_storage_options", "check_endpoint", "child_roots", "filter_records", "human_bytes",
     "incomplete_hint", "matching_pair", "matching_records", "no_records_error", "open_dump_arg", "read_error", "progress_on_stderr", "record_select", "storage_options",
 ]
 
@@ -71,46 +74,6 @@ class Context:
 
 
 # ---------------------------------------------------------------------------------------------- JSON values
-def to_jsonable(value: Any) -> Any:
-    """A value JSON can hold: NaN and missing values become null, infinities the strings "inf"/"-inf",
-    tuples lists, numpy scalars and arrays Python values, paths strings."""
-    import math
-
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, dict):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [to_jsonable(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        if math.isnan(value):
-            return None
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return value
-    try:
-        import numpy as np
-        import pandas as pd
-    except ImportError:  # pragma: no cover - both are dependencies
-        return str(value)
-    if value is pd.NA or value is pd.NaT:
-        return None
-    if isinstance(value, np.ndarray):
-        return [to_jsonable(v) for v in value.tolist()]
-    if isinstance(value, np.generic):
-        item = value.item()
-        if isinstance(item, (int, float, bool, str)):
-            return to_jsonable(item)
-        return to_jsonable(float(value))  # bfloat16/float8 scalars
-    if isinstance(value, pd.Timestamp):
-        return value.isoformat()
-    return str(value)
-
-
 # ---------------------------------------------------------------------------------------------- options
 def add_global_flags(parser: argparse.ArgumentParser, *, top: bool) -> None:
     """``--quiet``/``--json`` on the top-level parser (``top``) or a subcommand's.
@@ -190,6 +153,71 @@ def _core(text: str) -> int | str:
     return text
 
 
+def tolerance_type(name: str) -> Any:
+    """An argparse type: a finite, non-negative float (NaN, inf, negative: one ``error:`` line, exit 2).
+
+    Args:
+        name: The option's name without dashes (``rtol``), for the message.
+    """
+
+    def parse(text: str) -> float:
+        from megadump_zarr.analyse.verdict import check_tolerance
+
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a finite number >= 0, got {text!r}") from None
+        try:
+            return check_tolerance(name, value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = name
+    return parse
+
+
+_NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE)
+
+
+def add_tolerance_flags(parser: argparse.ArgumentParser, *, default: str = "by dtype, see below") -> None:
+    """``--rtol`` and ``--atol``, the one declaration every command that judges floats uses.
+
+    argparse reads ``-1e-3`` and ``-inf`` as unknown options ("expected one argument"); the parser is told
+    they are numbers, so they reach the tolerance check, which names the bad value.
+
+    Args:
+        parser: The subcommand's parser.
+        default: What the default is, in the help (``by dtype, see below``).
+    """
+    parser._negative_number_matcher = _NEGATIVE_NUMBER
+    parser.add_argument("--rtol", type=tolerance_type("rtol"),
+                        help=f"relative tolerance of float comparisons (default: {default})")
+    parser.add_argument("--atol", type=tolerance_type("atol"),
+                        help=f"absolute tolerance of float comparisons (default: {default})")
+
+
+def add_location_flags(parser: Any, *, rank: str = "rank", window: str = "window index",
+                       invocation: str | None = "invocation id (e.g. 2) or group name (invocation_000002_forward)",
+                       invocation_names: bool = True, window_flags: tuple[str, ...] = ("--window",),
+                       window_dest: str = "window") -> None:
+    """``--rank``, ``--window`` and ``--invocation``: where in a dump, declared once for every command.
+
+    Args:
+        parser: The subcommand's parser or an argument group of it.
+        rank: Help of ``--rank``.
+        window: Help of ``--window``.
+        invocation: Help of ``--invocation`` (``None``: the command takes no ``--invocation``).
+        invocation_names: Whether ``--invocation`` also takes a group name (else an id only).
+        window_flags: The spellings of the window flag (``("--window-index", "--window")`` in export-hdf5).
+        window_dest: The attribute the window flag sets (``window``).
+    """
+    parser.add_argument("--rank", type=int, metavar="R", help=rank)
+    parser.add_argument(*window_flags, type=int, metavar="W", dest=window_dest, help=window)
+    if invocation is not None:
+        parser.add_argument("--invocation", type=_invocation if invocation_names else int,
+                            metavar="ID|NAME" if invocation_names else "ID", help=invocation)
+
+
 FILTER_KEYS = ("rank", "window", "invocation", "kernel", "direction", "stage", "task", "owner", "core_type", "core",
                "io", "name")
 """The record filters the commands take (``--core-type`` is ``core_type``); see
@@ -207,10 +235,7 @@ def add_filters(parser: argparse.ArgumentParser, *, names: bool = True, incomple
     group = parser.add_argument_group("record filters",
                                       "A filter that matches nothing is bad input (exit 2): the message "
                                       "names it and lists the values that exist.")
-    group.add_argument("--rank", type=int, help="rank")
-    group.add_argument("--window", type=int, help="window index")
-    group.add_argument("--invocation", type=_invocation, metavar="ID|NAME",
-                       help="invocation id (e.g. 2) or group name (invocation_000002_forward)")
+    add_location_flags(group)
     group.add_argument("--kernel", help="kernel name, e.g. moe_experts")
     group.add_argument("--direction", choices=("forward", "backward"), help="invocation direction")
     group.add_argument("--stage", help="L1 stage name")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from megadump_zarr.tables import failures_first  # shared with the report (issue 25)
 from megadump_zarr.cli.render import Column, Fitted, fit_table, is_missing, location, location_parts, shape_text
 
 __all__ = ["COLUMNS", "compare_table", "failures_first", "one_minus_cos", "worst_text"]
@@ -118,16 +119,6 @@ COLUMNS = (
     Column("worst", worst_text, key="worst_index", fmt=str, drop=2),  # kept longer than max_rel and note: where it is
     Column("note", footnote=True, drop=3),
 )
-
-
-def failures_first(result: Any) -> Any:
-    """Rows that do not pass, then the passing ones, each in their original (execution) order."""
-    import pandas as pd
-
-    if result.empty:
-        return result
-    failing = result["verdict"] != "pass"
-    return pd.concat([result[failing], result[~failing]])
 
 
 def compare_table(result: Any, *, width: int, failures_only: bool = False) -> Fitted:

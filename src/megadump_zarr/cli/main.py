@@ -155,9 +155,9 @@ def _scrub(text: str, args: argparse.Namespace) -> str:
     pairs = getattr(args, "storage_option", None) or []
     if not pairs:
         return text
-    from megadump_zarr.store.redact import _Scrubber
+    from megadump_zarr.store.redact import Scrubber
 
-    return _Scrubber(dict(pairs))(text)
+    return Scrubber(dict(pairs))(text)
 
 
 def _unexpected(error: Exception, args: argparse.Namespace) -> str:

@@ -27,7 +27,8 @@ import torch.nn.functional as F
 
 from megadump_zarr.runtime import Graph, MegaKernel, OperatorNode, SplitSpec, TensorSpec, megakernel_apply, shard_view_resolver
 
-__all__ = ["DEMO_SOURCE", "DemoConfig", "ExpertLayout", "MoEBlock", "expert_rows_resolver"]
+__all__ = ["DEMO_SOURCE", "DemoConfig", "ExpertLayout", "MoEBlock", "describe_config", "expert_rows_resolver",
+           "register_replay_source", "replay_kernel"]
 
 DEMO_SOURCE = "megadump_zarr.demo.MoEBlock"
 """The ``diagnostic_source`` name the demo block's graphs carry (L1 dumps keep it as ``operatorSource``,
@@ -419,3 +420,42 @@ class _ExpertCall:
             direction="backward",
         )
         return outputs["grad_x"], outputs["grad_xs"], outputs["grad_gate"], outputs["grad_w_up"], outputs["grad_w_down"]
+
+
+def replay_kernel(config: Any, kernel: str, dtype: torch.dtype) -> MegaKernel:
+    """The demo kernel named ``kernel``, rebuilt on the CPU in ``dtype`` from a dump's recorded config.
+
+    Args:
+        config: The ``operatorSource["config"]`` document a demo dump records.
+        kernel: The kernel's diagnostic name.
+        dtype: The dtype to rebuild it in.
+
+    Raises:
+        ValueError: The demo has no such kernel (the message lists its kernels).
+    """
+    from dataclasses import replace
+
+    block = MoEBlock(replace(DemoConfig.from_document(config), dtype=dtype, device="cpu"))
+    for candidate in block.kernels:
+        if candidate.kernel_name == kernel:
+            return candidate
+    raise ValueError(f"the demo model has no kernel {kernel!r}; its kernels: "
+                     f"{', '.join(k.kernel_name for k in block.kernels)}")
+
+
+def describe_config(config: Any) -> str:
+    """A demo config in a few words (``tokens=64, d_model=32, ...``) for a replay reference's origin.
+
+    Args:
+        config: The recorded config document (a dict; other keys are left out).
+    """
+    keys = ("tokens", "d_model", "n_experts", "tile_rows", "dtype")
+    return ", ".join(f"{key}={config[key]}" for key in keys if key in config)
+
+
+def register_replay_source() -> None:
+    """Register the demo model as a replay source (``megadump_zarr.replay.references.register_source``):
+    a demo dump replays against the model its ``operatorSource`` config rebuilds."""
+    from megadump_zarr.replay.references import register_source
+
+    register_source(DEMO_SOURCE, replay_kernel, describe_config)

@@ -41,6 +41,7 @@ __all__ = [
     "RECORD_COLUMNS",
     "DataGroup",
     "WindowInfo",
+    "window_info",
     "check_root",
     "data_groups",
     "itemsize",
@@ -191,13 +192,20 @@ def scan_windows(store: Store, cache: dict[str, WindowInfo] | None = None) -> li
     view = find_view(store)
     for key, raw in zip(missing, get_many(store, [f"{key}/zarr.json" for key in missing])):
         # a pack view hands over the window document it just built, decoded (no second json.loads)
-        cache[key] = _window_info(key, raw, None if view is None or raw is None else view.take_document(key, raw))
+        cache[key] = window_info(key, raw, None if view is None or raw is None else view.take_document(key, raw))
     for rank, window, key in keys:
         cache[key].rank, cache[key].window = rank, window
     return [cache[key] for _, _, key in keys]
 
 
-def _window_info(key: str, raw: bytes | None, doc: dict[str, Any] | None = None) -> WindowInfo:
+def window_info(key: str, raw: bytes | None, doc: dict[str, Any] | None = None) -> WindowInfo:
+    """What a window's ``zarr.json`` says (status, groups), read from its raw bytes.
+
+    Args:
+        key: The window key (``rank_0/window_0003``).
+        raw: The window document's bytes (``None``: not written yet, so the window is ``writing``).
+        doc: The document already parsed from ``raw``, if it was.
+    """
     rank_name, window_name = key.split("/")
     rank, window = int(rank_name[5:]), int(window_name[7:])
     if raw is None:

@@ -15,7 +15,6 @@ named with ``window=``.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import math
 import os
 import re
@@ -479,10 +478,10 @@ class Dump:
 
     # ------------------------------------------------------------------ integrity
     def verify(self, *, deep: bool = False) -> Any:
-        """Check every committed window: documents parse and agree, chunks are present, checksums hold.
+        """Deprecated (goes in the next release): ``megadump_zarr.verify.verify_dump(dump, deep=...)``.
 
-        See :mod:`megadump_zarr.verify` (``megadump verify``). Nothing is raised for a damaged window:
-        each problem is listed in the report (window, key, what).
+        The read layer ranks below ``verify`` (issue 25), so the method no longer imports it: it warns and
+        looks ``verify_dump`` up at run time, for one release.
 
         Args:
             deep: Also recompute every record's stored statistics from its data and compare.
@@ -490,12 +489,12 @@ class Dump:
         Returns:
             A ``megadump_zarr.verify.VerifyReport`` (``.ok``, ``.problems``, ``.to_dict()``).
         """
-        from megadump_zarr.verify import verify_dump
+        import importlib
+        import warnings
 
-        store = self.store
-        inner = store._store if isinstance(store, IntegrityStore) else store
-        report = verify_dump(inner, deep=deep)
-        return dataclasses.replace(report, root=self.root)
+        warnings.warn("Dump.verify() is deprecated and goes in the next release: use "
+                      "megadump_zarr.verify.verify_dump(dump, deep=...)", DeprecationWarning, stacklevel=2)
+        return importlib.import_module("megadump_zarr.verify").verify_dump(self, deep=deep)
 
     # ------------------------------------------------------------------ display
     def __repr__(self) -> str:

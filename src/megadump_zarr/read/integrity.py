@@ -155,6 +155,11 @@ class IntegrityStore(WrapperStore[Store]):
     def _with_store(self, store: Store) -> IntegrityStore:
         return type(self)(store, self._lookup, self._url)
 
+    @property
+    def wrapped(self) -> Store:
+        """The dump's own store, without the checks (``verify`` reports what this wrapper would refuse)."""
+        return self._store
+
     def __eq__(self, value: object) -> bool:
         return isinstance(value, IntegrityStore) and self._store == value._store
 
@@ -314,10 +319,10 @@ class CommittedWindows:
 
     def learn(self, window: str, raw: bytes | None) -> None:
         """Record a window document read by the store itself (a reader that did not scan it, e.g. the engine)."""
-        from megadump_zarr.read.catalog import _window_info
+        from megadump_zarr.read.catalog import window_info
 
         try:
-            info = _window_info(window, raw)
+            info = window_info(window, raw)
         except ValueError:
             info = None
         if info is not None and info.final:

@@ -2,8 +2,9 @@
 and stage, or the source the dump names (the embedded demo model).
 
 No code named by a dump is imported: a dump's ``operatorSource`` is looked up in a fixed table of
-known sources (today the demo model, ``megadump_zarr.demo.MoEBlock``); anything else needs the user
-to pass or register a reference. A ``"module:attr"`` string is imported only when the user gives it
+known sources (:data:`TRUSTED_SOURCES`, today the demo model ``megadump_zarr.demo.MoEBlock``, which
+registers itself through :func:`register_source`); anything else needs the user to pass or register a
+reference (or register its source). A ``"module:attr"`` string is imported only when the user gives it
 (``reference=`` or ``megadump replay --reference``).
 
 A reference is a tile function ``fn(tile) -> None`` (what ``OperatorNode.tile_fn`` is: it computes one
@@ -22,9 +23,16 @@ import torch
 
 from megadump_zarr.runtime import Graph, MegaKernel, OperatorNode, TensorSpec
 
-__all__ = ["Reference", "clear_references", "register_reference", "resolve_reference"]
+__all__ = ["TRUSTED_SOURCES", "Reference", "clear_references", "register_reference", "register_source",
+           "resolve_reference"]
 
 _REGISTRY: dict[tuple[str, str], Any] = {}
+_SOURCES: dict[str, tuple[Callable[..., MegaKernel], Callable[[Any], str] | None]] = {}
+
+TRUSTED_SOURCES: dict[str, str] = {"megadump_zarr.demo.MoEBlock": "megadump_zarr.demo.model:register_replay_source"}
+"""The fixed table of sources a dump may name without the user registering them: source name ->
+``"module:function"`` that registers it (:func:`register_source`). Only these are ever imported because of
+a dump; the name is data here, so replay does not depend on the demo (issue 25)."""
 
 
 @dataclass(frozen=True)
@@ -118,32 +126,54 @@ def _reference_of(value: Any, stage: str, origin: str) -> Reference:
                     f"({origin}), got {type(value).__name__}")
 
 
-def _demo_kernel(config: Any, kernel: str, dtype: torch.dtype) -> MegaKernel:
-    from dataclasses import replace
+def register_source(name: str, build: Callable[[Any, str, torch.dtype], MegaKernel] | None,
+                    describe: Callable[[Any], str] | None = None) -> None:
+    """Register a known operator source: a dump whose ``operatorSource`` names ``name`` replays against it.
 
-    from megadump_zarr.demo.model import DemoConfig, MoEBlock
+    The embedded demo fills this for its model itself (``megadump_zarr.demo.model.register_replay_source``);
+    replay knows no model of its own.
 
-    demo = replace(DemoConfig.from_document(config), dtype=dtype, device="cpu")
-    block = MoEBlock(demo)
-    for candidate in block.kernels:
-        if candidate.kernel_name == kernel:
-            return candidate
-    raise ValueError(f"the demo model has no kernel {kernel!r}; its kernels: "
-                     f"{', '.join(k.kernel_name for k in block.kernels)}")
+    Args:
+        name: The source name a dump records (``operatorSource["name"]``).
+        build: ``build(config, kernel, dtype) -> MegaKernel``: the named kernel rebuilt from the source's
+            recorded ``config`` in ``dtype``; raises ``ValueError`` for an unknown kernel. ``None`` removes it.
+        describe: ``describe(config) -> str``: the config in a few words for the reference's origin.
+
+    Raises:
+        TypeError: ``name`` is not a non-empty string, or ``build``/``describe`` not callable.
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"register_source: name must be a non-empty string, got {name!r}")
+    if build is None:
+        _SOURCES.pop(name, None)
+        return
+    for field_name, value in (("build", build), ("describe", describe)):
+        if value is not None and not callable(value):
+            raise TypeError(f"register_source: {field_name} must be callable, got {type(value).__name__}")
+    _SOURCES[name] = (build, describe)
+
+
+def _source(name: Any) -> tuple[Callable[..., MegaKernel], Callable[[Any], str] | None] | None:
+    """The registered builder of a source name; a trusted source registers itself on first use."""
+    if not isinstance(name, str):
+        return None
+    if name not in _SOURCES and name in TRUSTED_SOURCES:
+        module_name, _, attr = TRUSTED_SOURCES[name].partition(":")
+        getattr(import_module(module_name), attr)()  # the source's own module fills _SOURCES
+    return _SOURCES.get(name)
 
 
 def _known_source(source: Any, kernel: str, stage: str, dtype: torch.dtype) -> Reference | None:
     """The operator a dump's ``operatorSource`` names, rebuilt in ``dtype`` (None: unknown source)."""
-    from megadump_zarr.demo.model import DEMO_SOURCE
-
-    if not isinstance(source, dict) or source.get("name") != DEMO_SOURCE:
+    found = _source(source.get("name")) if isinstance(source, dict) else None
+    if found is None:
         return None
-    megakernel = _demo_kernel(source.get("config"), kernel, dtype)
-    operator = _operator_in(megakernel.graph, stage, f"demo kernel {kernel!r}")
-    config = source.get("config") or {}
-    described = ", ".join(f"{key}={config[key]}" for key in ("tokens", "d_model", "n_experts", "tile_rows", "dtype")
-                          if key in config)
-    return Reference(operator.tile_fn, _specs(megakernel.graph), operator, megakernel, f"{DEMO_SOURCE}({described})")
+    build, describe = found
+    name = source["name"]
+    megakernel = build(source.get("config"), kernel, dtype)
+    operator = _operator_in(megakernel.graph, stage, f"{name} kernel {kernel!r}")
+    described = describe(source.get("config") or {}) if describe is not None else ""
+    return Reference(operator.tile_fn, _specs(megakernel.graph), operator, megakernel, f"{name}({described})")
 
 
 def resolve_reference(reference: Any, *, kernel: str, stage: str, source: Any, dtype: torch.dtype) -> Reference:

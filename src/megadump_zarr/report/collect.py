@@ -20,8 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from megadump_zarr.cli.common import to_jsonable  # the JSON values every command emits (inf as "inf")
-from megadump_zarr.cli.compare_table import failures_first  # the order `megadump compare` prints
+from megadump_zarr.tables import failures_first, to_jsonable  # the CLI's JSON values and row order
 
 __all__ = ["DIFF_MAX_SIZE", "HISTOGRAM_BINS", "WORST_RECORDS", "ReportData", "collect_comparison", "collect_single"]
 

@@ -73,7 +73,7 @@ import uuid
 from megadump_zarr.store.backend import Backend, Buffer
 from megadump_zarr.store.object_clients import _PART_BYTES, ObjectInfo as ObjectInfo, _Fsspec, _ObstoreS3
 from megadump_zarr.store.object_clients import s3_config as s3_config
-from megadump_zarr.store.redact import _Scrubber, redact_options as redact_options
+from megadump_zarr.store.redact import Scrubber, redact_options as redact_options
 from megadump_zarr.store.retry import ObjectStoreError as ObjectStoreError, RetryPolicy as RetryPolicy, _Kind
 from megadump_zarr.store.retry import _status_kind as _status_kind  # noqa: F401 - tests import it from here
 from megadump_zarr.store.retry import default_retry_policy as default_retry_policy
@@ -120,7 +120,7 @@ class ObjectStoreBackend(Backend):
         self.retry = retry or default_retry_policy()
         self.max_concurrency = int(max_concurrency)
         self._options = dict(storage_options or {})
-        self._scrub = _Scrubber(self._options)
+        self._scrub = Scrubber(self._options)
         scheme, bucket, prefix = _split_url(self.url)
         if scheme not in OBJECT_STORE_SCHEMES:
             raise ValueError(f"not an object-store URL: {self.url} (expected one of {sorted(OBJECT_STORE_SCHEMES)})")

@@ -1,4 +1,4 @@
-"""Keeping credentials out of messages: :func:`redact_options` for options shown to people, :class:`_Scrubber`
+"""Keeping credentials out of messages: :func:`redact_options` for options shown to people, :class:`Scrubber`
 for error texts (it removes the secret values themselves, and signature query parameters of presigned URLs).
 """
 
@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import re
 from typing import Any
 
-__all__ = ["redact_options"]
+__all__ = ["Scrubber", "redact_options"]
 
 _SECRET_KEY = re.compile(r"secret|token|password|passwd|credential|signature|sas|(^|_)key$|account_key|private",
                          re.IGNORECASE)
@@ -43,7 +43,7 @@ def redact_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
     return walk(dict(options or {}))
 
 
-class _Scrubber:
+class Scrubber:
     """Removes secret values (and signature query parameters) from text."""
 
     _SIGNED = re.compile(r"(X-Amz-(?:Signature|Credential|Security-Token)=)[^&\s\"']+", re.IGNORECASE)

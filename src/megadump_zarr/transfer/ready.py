@@ -82,7 +82,7 @@ class UploadOnReady:
         if self._backend is None:
             self._backend = ObjectStoreBackend(self.url, self._options, retry=self._retry,
                                                max_concurrency=self.workers)
-        report = upload_windows(root, self.url, keys, workers=self.workers, delete_local=self.delete_local,
+        report = upload_windows(root, self.url, keys, threads=self.workers, delete_local=self.delete_local,
                                 backend=self._backend)
         with self._lock:
             self.reports.append(report)

@@ -432,16 +432,39 @@ def _make_backend(url: str, storage_options: Mapping[str, Any] | None, workers: 
     return ObjectStoreBackend(url, storage_options, retry=retry, max_concurrency=max(workers, 1))
 
 
+def _threads_of(threads: int, workers: int | None) -> int:
+    """The upload threads, from ``threads`` or the deprecated ``workers`` (warned about, for one release).
+
+    Args:
+        threads: Objects uploaded concurrently.
+        workers: The old name of ``threads`` (``None``: not given).
+
+    Raises:
+        ValueError: Not a positive integer (named as the caller spelled it).
+    """
+    name = "threads"
+    if workers is not None:
+        import warnings
+
+        warnings.warn("upload(workers=...) is deprecated and goes in the next release: use threads=... (upload "
+                      "threads; 'workers' means dask workers elsewhere)", DeprecationWarning, stacklevel=3)
+        threads, name = workers, "workers"
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"{name} must be a positive integer, got {threads!r}")
+    return threads
+
+
 def upload_windows(local_root: str | os.PathLike[str], url: str, windows: Sequence[str] | None = None, *,
-                   storage_options: Mapping[str, Any] | None = None, workers: int = 16, delete_local: bool = False,
+                   storage_options: Mapping[str, Any] | None = None, threads: int = 16, delete_local: bool = False,
                    progress: bool = False, retry: RetryPolicy | None = None, multipart_threshold: int = 64 << 20,
-                   part_bytes: int = 16 << 20, backend: ObjectStoreBackend | None = None) -> UploadReport:
+                   part_bytes: int = 16 << 20, backend: ObjectStoreBackend | None = None,
+                   workers: int | None = None) -> UploadReport:
     """Like :func:`upload`, for chosen windows only (``["rank_0/window_0003", ...]``; ``None``: all).
 
-    Returns the report without raising for failed windows (see ``report.failed``).
+    Returns the report without raising for failed windows (see ``report.failed``). ``workers`` is the
+    deprecated name of ``threads``.
     """
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    threads = _threads_of(threads, workers)
     if part_bytes < 5 << 20:
         raise ValueError(f"part_bytes must be at least 5 MiB (S3's smallest part), got {part_bytes}")
     root = os.path.abspath(os.fspath(local_root))
@@ -453,12 +476,12 @@ def upload_windows(local_root: str | os.PathLike[str], url: str, windows: Sequen
             raise ValueError(f"not a window key (rank_R/window_WWWW): {key!r}")
         if not os.path.isdir(os.path.join(root, key)):
             raise ValueError(f"no window {key} below {root}")
-    backend = backend or _make_backend(url, storage_options, workers, retry)
+    backend = backend or _make_backend(url, storage_options, threads, retry)
     ranks = sorted({key.split("/")[0] for key in keys})
     total = sum(f.size for key in keys for f in _files_below(root, key)) + sum(f.size for f in _shared_files(root, ranks))
     start = time.perf_counter()
     bar = _Progress(progress, total)
-    uploader = _Uploader(root, backend, workers=workers, delete_local=delete_local,
+    uploader = _Uploader(root, backend, workers=threads, delete_local=delete_local,
                          multipart_threshold=multipart_threshold, part_bytes=part_bytes, progress=bar)
     try:
         try:
@@ -486,8 +509,8 @@ def upload_windows(local_root: str | os.PathLike[str], url: str, windows: Sequen
 
 
 def upload(local_root: str | os.PathLike[str], url: str, *, storage_options: Mapping[str, Any] | None = None,
-           workers: int = 16, delete_local: bool = False, progress: bool = False, retry: RetryPolicy | None = None,
-           multipart_threshold: int = 64 << 20, part_bytes: int = 16 << 20) -> UploadReport:
+           threads: int = 16, delete_local: bool = False, progress: bool = False, retry: RetryPolicy | None = None,
+           multipart_threshold: int = 64 << 20, part_bytes: int = 16 << 20, workers: int | None = None) -> UploadReport:
     """Upload a local dump's committed windows to ``url`` (``s3://bucket/prefix``), then verify them.
 
     See the module documentation for order, resume and checksums.
@@ -496,12 +519,13 @@ def upload(local_root: str | os.PathLike[str], url: str, *, storage_options: Map
         local_root: The local dump root (the directory holding ``zarr.json`` and ``rank_*/``).
         url: Destination dump root.
         storage_options: fsspec-style options (``{"key", "secret", "endpoint_url", ...}``); never stored or shown.
-        workers: Objects uploaded concurrently.
+        threads: Objects uploaded concurrently (upload threads).
         delete_local: Remove each local window directory once its upload is verified.
         progress: Draw a progress bar (bytes) on stderr.
         retry: Retry policy of the requests (default: the object backend's default).
         multipart_threshold: Files larger than this are uploaded in parts.
         part_bytes: Part size of multipart uploads (>= 5 MiB).
+        workers: Deprecated name of ``threads`` (a ``DeprecationWarning``; goes in the next release).
 
     Returns:
         What was uploaded, skipped and verified.
@@ -511,7 +535,7 @@ def upload(local_root: str | os.PathLike[str], url: str, *, storage_options: Map
         UploadError: Some committed window could not be uploaded or verified (``error.report`` has details);
             every other window was still uploaded.
     """
-    report = upload_windows(local_root, url, None, storage_options=storage_options, workers=workers,
+    report = upload_windows(local_root, url, None, storage_options=storage_options, threads=_threads_of(threads, workers),
                             delete_local=delete_local, progress=progress, retry=retry,
                             multipart_threshold=multipart_threshold, part_bytes=part_bytes)
     if report.failed:

@@ -1,8 +1,8 @@
-"""Verify a dump: every committed window whole, or each problem named (``megadump verify``, ``Dump.verify()``).
+"""Verify a dump: every committed window whole, or each problem named (``megadump verify``, ``verify_dump(dump)``).
 
 :func:`verify_dump` lists the windows of a root and runs :func:`~megadump_zarr.verify.window.verify_window`
 on each (see that module for what is checked). With an active ``distributed.Client`` the windows run as
-dask tasks through ``megadump_zarr.analyse.parallel.map_ordered`` (each task opens the dump itself from its
+dask tasks through ``megadump_zarr._parallel.map_ordered`` (each task opens the dump itself from its
 URL and storage options); otherwise in this process, one after another, with a progress callback per chunk.
 """
 
@@ -93,7 +93,8 @@ def verify_dump(url: str | os.PathLike[str] | Any, storage_options: Mapping[str,
     """Verify every window of a dump root.
 
     Args:
-        url: The dump root (local path, fsspec URL, or a zarr ``Store`` rooted at it).
+        url: The dump root (local path, fsspec URL, or a zarr ``Store`` rooted at it), or an open
+            ``megadump_zarr.read.dump.Dump`` (its store is checked, its root named in the report).
         storage_options: fsspec options for a URL root.
         deep: Also recompute each record's stored statistics from its data.
         windows: Only these window keys (``rank_0/window_0000``); default: every window.
@@ -103,12 +104,18 @@ def verify_dump(url: str | os.PathLike[str] | Any, storage_options: Mapping[str,
     Raises:
         ValueError: ``url`` is not a dump root (the message names it).
     """
-    from megadump_zarr.analyse.parallel import active_client, map_ordered
+    from megadump_zarr._parallel import active_client, map_ordered
     from megadump_zarr.read.catalog import check_root
+    from megadump_zarr.read.dump import Dump
+    from megadump_zarr.read.integrity import IntegrityStore
     from megadump_zarr.read.location import open_location
 
     from zarr.abc.store import Store
 
+    if isinstance(url, Dump):
+        store = url.store.wrapped if isinstance(url.store, IntegrityStore) else url.store
+        report = verify_dump(store, deep=deep, windows=windows, progress=progress)
+        return VerifyReport(url.root, report.windows, report.deep)
     text: Any = url if isinstance(url, Store) else os.fspath(url)
     location = open_location(text, dict(storage_options or {}))
     check_root(location.store, location.url)

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from megadump_zarr.cli.cluster import add_cluster_flags
 from megadump_zarr.cli.common import (
-    EXIT_CHECK_FAILED, EXIT_OK, Context, add_filters, add_output_flags, add_storage_options, matching_pair,
+    EXIT_CHECK_FAILED, EXIT_OK, Context, add_filters, add_output_flags, add_storage_options, add_tolerance_flags, matching_pair,
     open_dump_arg, storage_options, to_jsonable,
 )
 from megadump_zarr.cli.compare_table import compare_table
@@ -79,10 +79,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                  re.IGNORECASE)
     parser.add_argument("a", metavar="A", help="dump under test (root directory or URL)")
     parser.add_argument("b", metavar="B", help="reference dump (root directory or URL)")
-    parser.add_argument("--rtol", type=_tolerance("rtol"),
-                        help="relative tolerance of float comparisons (default: by dtype, see below)")
-    parser.add_argument("--atol", type=_tolerance("atol"),
-                        help="absolute tolerance of float comparisons (default: by dtype, see below)")
+    add_tolerance_flags(parser)
     parser.add_argument("--by", choices=("owner", "core", "task"),
                         help="print verdict counts and worst errors per stage, invocation and owner/core/task")
     parser.add_argument("--fail-fast", "-x", action="store_true", help="stop at the first failing record")

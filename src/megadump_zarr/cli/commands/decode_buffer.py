@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from megadump_zarr.cli.common import (
-    EXIT_OK, CliError, Context, add_output_flags, add_storage_options, storage_options,
+    EXIT_OK, CliError, Context, add_location_flags, add_output_flags, add_storage_options, storage_options,
 )
 from megadump_zarr.cli.render import Column, frame_table
 
@@ -31,13 +31,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("buffer", metavar="BUFFER", help="the saved Device buffer (raw bytes, .npy or .pt)")
     parser.add_argument("plan", metavar="PLAN", help="the launch's saved plan, or the dump root to search")
     parser.add_argument("--out", required=True, metavar="URL", help="dump root to write the aborted window to")
-    parser.add_argument("--window", type=int, metavar="N",
-                        help="window index to write (default: the plan's); with a dump root as PLAN, also selects "
-                             "that window's plans")
+    add_location_flags(parser, rank="with a dump root as PLAN: that rank's plans only",
+                       window="window index to write (default: the plan's); with a dump root as PLAN, also selects "
+                              "that window's plans",
+                       invocation="with a dump root as PLAN: that invocation's plan only (id or group name)")
     parser.add_argument("--run", metavar="ID", help="with a dump root as PLAN: the run's plans only (an id prefix)")
-    parser.add_argument("--rank", type=int, metavar="R", help="with a dump root as PLAN: that rank's plans only")
-    parser.add_argument("--invocation", metavar="I",
-                        help="with a dump root as PLAN: that invocation's plan only (id or group name)")
     add_storage_options(parser)
     add_output_flags(parser)
     parser.set_defaults(handler=run)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from megadump_zarr.cli.common import (
-    EXIT_OK, CliError, Context, add_output_flags, add_storage_options, check_endpoint, human_bytes, progress_on_stderr,
+    EXIT_OK, CliError, Context, add_location_flags, add_output_flags, add_storage_options, check_endpoint, human_bytes, progress_on_stderr,
     storage_options,
 )
 
@@ -30,9 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing FILE.h5")
     parser.add_argument("--allow-incomplete", action="store_true",
                         help="also export an aborted or writing (torn) window; its status is kept in the attributes")
-    parser.add_argument("--rank", type=int, help="rank, when WINDOW is a dump root")
-    parser.add_argument("--window-index", "--window", dest="window_index", type=int, metavar="N",
-                        help="window index, when WINDOW is a dump root")
+    add_location_flags(parser, rank="rank, when WINDOW is a dump root", window="window index, when WINDOW is a dump root",
+                       invocation=None, window_flags=("--window-index", "--window"), window_dest="window_index")
     add_storage_options(parser)
     add_output_flags(parser)
     parser.set_defaults(handler=run)

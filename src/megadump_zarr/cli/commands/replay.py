@@ -9,7 +9,8 @@ import sys
 from typing import Any
 
 from megadump_zarr.cli.common import (
-    EXIT_CHECK_FAILED, EXIT_OK, CliError, Context, add_output_flags, add_storage_options, open_dump_arg, storage_options,
+    EXIT_CHECK_FAILED, EXIT_OK, CliError, Context, add_location_flags, add_output_flags, add_storage_options,
+    add_tolerance_flags, open_dump_arg, storage_options,
 )
 
 __all__ = ["register"]
@@ -32,12 +33,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--task", type=int, metavar="N", help="the task's global id")
     which.add_argument("--owner", type=int, metavar="K", help="the owner (e.g. expert) of an owner-split task")
-    parser.add_argument("--invocation", type=int, metavar="I", help="invocation id (default: the first holding the task)")
-    parser.add_argument("--rank", type=int, metavar="R", help="rank (default: the lowest holding the task)")
-    parser.add_argument("--window", type=int, metavar="W", help="window index (default: the first holding the task)")
+    add_location_flags(parser, rank="rank (default: the lowest holding the task)",
+                       window="window index (default: the first holding the task)",
+                       invocation="invocation id (default: the first holding the task)", invocation_names=False)
     parser.add_argument("--reference", metavar="MODULE:ATTR", help="the golden to run instead of the dump's operator source")
-    parser.add_argument("--rtol", type=float, help="relative tolerance (default: the dtype's)")
-    parser.add_argument("--atol", type=float, help="absolute tolerance (default: the dtype's)")
+    add_tolerance_flags(parser, default="the dtype's")
     add_storage_options(parser)
     add_output_flags(parser)
     parser.set_defaults(handler=run)

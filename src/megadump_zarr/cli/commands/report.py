@@ -8,9 +8,9 @@ from typing import Any
 
 from megadump_zarr.cli.common import (
     EXIT_CHECK_FAILED, EXIT_OK, CliError, Context, add_filters, add_output_flags, add_storage_options, matching_pair,
-    matching_records, open_dump_arg, storage_options,
+    add_tolerance_flags, matching_records, open_dump_arg, storage_options,
 )
-from megadump_zarr.cli.commands.compare import _Records, _tolerance  # the same tolerances and record views
+from megadump_zarr.cli.commands.compare import _Records  # the same record views
 
 __all__ = ["register"]
 
@@ -30,8 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("b", metavar="B", nargs="?", help="reference dump (root directory or URL)")
     parser.add_argument("-o", "--output", required=True, metavar="FILE.html", help="the report file to write")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing report file")
-    parser.add_argument("--rtol", type=_tolerance("rtol"), help="relative tolerance, as in 'megadump compare'")
-    parser.add_argument("--atol", type=_tolerance("atol"), help="absolute tolerance, as in 'megadump compare'")
+    add_tolerance_flags(parser, default="by dtype, as in 'megadump compare'")
     parser.add_argument("--by", choices=("owner", "core"), default="owner", help="error-map columns (default owner)")
     parser.add_argument("--worst", type=int, default=6, metavar="N",
                         help="worst records with a heatmap and histogram (default 6)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from megadump_zarr.cli.common import (
     EXIT_CHECK_FAILED, EXIT_OK, CliError, Context, add_output_flags, add_storage_options, check_endpoint,
@@ -22,6 +23,17 @@ def _positive(text: str) -> int:
     return value
 
 
+class _DeprecatedWorkers(argparse.Action):
+    """``--workers N``: the old name of ``--threads`` (``--workers`` means dask workers elsewhere); it still
+    works for one release and says so on stderr."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        print("warning: megadump upload --workers is deprecated and goes in the next release; use --threads "
+              "(upload threads)", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``upload``."""
     parser = subparsers.add_parser(
@@ -33,8 +45,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "Exit status 1 when some window could not be uploaded or verified.")
     parser.add_argument("local", metavar="LOCAL", help="local dump root (directory holding zarr.json and rank_*/)")
     parser.add_argument("url", metavar="URL", help="destination dump root, e.g. s3://bucket/run1")
-    parser.add_argument("--workers", type=_positive, default=16, metavar="N",
-                        help="objects uploaded concurrently (default 16)")
+    parser.add_argument("--threads", type=_positive, default=16, metavar="N",
+                        help="upload threads: objects uploaded concurrently (default 16)")
+    parser.add_argument("--workers", type=_positive, dest="threads", metavar="N", action=_DeprecatedWorkers,
+                        help="deprecated alias of --threads (goes in the next release)")
     parser.add_argument("--delete-local", action="store_true",
                         help="remove each local window directory once its upload is verified")
     add_storage_options(parser)
@@ -70,7 +84,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     check_endpoint(args.url, storage_options(args))
     failed = False
     try:
-        report = upload(args.local, args.url, storage_options=storage_options(args), workers=args.workers,
+        report = upload(args.local, args.url, storage_options=storage_options(args), threads=args.threads,
                         delete_local=args.delete_local, progress=ctx.progress and not ctx.json)
     except UploadError as error:
         report, failed = error.report, True
