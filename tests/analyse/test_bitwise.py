@@ -187,3 +187,28 @@ def test_accumulation_order_is_validated():
         AccumulationOrder(("x",), seed=-1)
     with pytest.raises(TypeError, match="accumulation_order must be an AccumulationOrder or None, got tuple"):
         MoEBlock(accumulation_order=("expert_down",))
+
+
+def test_the_tile_core_id_is_the_core_the_dump_names(dumps):
+    """The order depends on the core the executor runs the task on: the same core id the L1 records carry."""
+    from megadump_zarr.read import open_dump
+
+    block = MoEBlock()
+    seen = {}
+
+    def spy(stage):
+        def wrap(fn):
+            def tile_fn(t):
+                seen[t.task.task_id] = (stage, t.core_id)
+                return fn(t)
+            return tile_fn
+        return wrap
+
+    for operator in block.expert_kernel.graph.topological_sort():
+        if operator.name in ("expert_up", "expert_down"):
+            object.__setattr__(operator, "tile_fn", spy(operator.name)(operator.tile_fn))
+    with torch.no_grad():
+        block(block.make_input())
+    records = open_dump(dumps["plain"]).records()
+    named = {int(r["task_id"]): (r["stage"], int(r["core_id"])) for _, r in records.iterrows()}
+    assert named and all(seen[task] == where for task, where in named.items())
