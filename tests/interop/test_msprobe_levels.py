@@ -8,6 +8,7 @@ exit 2, "names no direction"), and the root cause is the perturbed weight at eve
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -212,3 +213,9 @@ def test_csv_msprobe_reads_like_msprobe_compare_and_agrees_with_it(dumps, tmp_pa
                            timeout=240, check=False)
     assert again.returncode == 2 and "already exists (refusing to overwrite it)" in again.stderr
     assert pd.read_csv(out).equals(ours)
+    # issue 24's spelling: --format msprobe-csv writes the same CSV to stdout (--csv-msprobe is its alias)
+    stdout = subprocess.run([sys.executable, "-m", "megadump_zarr.cli.main", "compare", str(tmp_path / "a"),
+                             str(tmp_path / "b"), "--format", "msprobe-csv"], capture_output=True, text=True,
+                            timeout=240, check=False)
+    assert stdout.returncode == 1 and "FAIL: " in stdout.stderr, stdout.stderr
+    assert pd.read_csv(io.StringIO(stdout.stdout)).equals(ours)

@@ -110,6 +110,7 @@ def compare(
     names: str | Iterable[str] | None = None,
     progress: bool | Callable[[], None] = False,
     fail_fast: bool = False,
+    bitwise: bool = False,
     **select: Any,
 ) -> pd.DataFrame:
     """Compare tensors of ``a`` (under test) with ``b`` (reference); one row per tensor pair.
@@ -172,19 +173,28 @@ def compare(
         progress: Show a rich progress bar (True), or a callable run after each compared pair.
         fail_fast: Dumps: compare one record at a time in execution order and stop after the first
             that does not pass (``missing`` included); the rest are left out of the result.
+        bitwise: Two dumps only: a determinism check, any differing bit fails (no tolerance; see
+            :mod:`megadump_zarr.analyse.bitwise`): the stored bytes where both sides hold a payload, else
+            the device checksum; a pair that cannot be proven equal (no payload, no checksum) is an
+            ``error`` row. :func:`~megadump_zarr.analyse.bitwise.bitwise_map` names the tasks and cores
+            whose records differ at which steps.
         **select: Record selection, e.g. ``rank=0, invocation=2, stage="expert_up", io="output"``.
 
     Returns:
         A DataFrame with columns :data:`RESULT_COLUMNS`.
 
     Raises:
-        ValueError: ``rtol`` or ``atol`` is NaN, infinite or negative (the message names it and the value).
+        ValueError: ``rtol`` or ``atol`` is NaN, infinite or negative (the message names it and the value),
+            or given with ``bitwise``.
+        TypeError: ``bitwise`` with something else than two dumps.
     """
     rtol, atol = check_tolerance("rtol", rtol), check_tolerance("atol", atol)
     a, b = open_side(a), open_side(b)
     name_list = name_filter(names)
     select = clean_select(select)
     tol = dict(rtol=rtol, atol=atol)
+    if bitwise:
+        return _compare_bitwise(a, b, name_list, select, progress, tol, fail_fast)
     if is_dump(a) and is_dump(b):
         return _compare_dumps(a, b, name_list, select, progress, tol, fail_fast)
     if is_dump(a):
@@ -301,6 +311,48 @@ def _compare_dumps(a: Any, b: Any, names: list[str] | None, select: dict[str, An
                 else:
                     rows.append(slot)
                     advance()
+    return _frame(rows)
+
+
+def _row_lineage(dump: Any, path: str, row: dict[str, Any]) -> dict[str, Any]:
+    """:func:`lineage` of a record, without a metadata look-up for a statistics-only one (it has no array
+    document: its role and capture phase are in its ``records()`` row, a 1000-step dump holds thousands)."""
+    if scalar(row.get("payload")) is False:
+        return {"role": scalar(row.get("role")), "capture_phase": scalar(row.get("capture_phase")),
+                "producers": None, "consumers": None, "ports": None}
+    return lineage(dump, path)
+
+
+def _compare_bitwise(a: Any, b: Any, names: list[str] | None, select: dict[str, Any],
+                     progress: bool | Callable[[], None], tol: dict[str, Any], fail_fast: bool) -> pd.DataFrame:
+    """``compare(a, b, bitwise=True)``: every record pair of two dumps by its bits, in execution order."""
+    from megadump_zarr.analyse.bitwise import bitwise_row
+
+    if not (is_dump(a) and is_dump(b)):
+        raise TypeError(f"bitwise=True compares two dumps, not {type(a).__name__} and {type(b).__name__}")
+    given = [name for name, value in tol.items() if value is not None]
+    if given:
+        raise ValueError(f"bitwise=True compares bits, {' and '.join(given)} do not apply; leave them out")
+    ra = execution_order(filter_records(a.records(), record_select(select), names))
+    rb = execution_order(filter_records(b.records(), record_select(select), names))
+    rows_a = {str(row["path"]): row for row in ra.to_dict("records")}
+    rows_b = {str(row["path"]): row for row in rb.to_dict("records")}
+    order = merged_order(list(rows_a), list(rows_b))
+    rows: list[dict[str, Any]] = []
+    with _advancer(progress, len(order), "comparing bits") as advance:
+        for path in order:
+            ra_row, rb_row = rows_a.get(path), rows_b.get(path)
+            present = ra_row if ra_row is not None else rb_row
+            keys = {**record_keys(present), **_row_lineage(a if ra_row is not None else b, path, present)}
+            if ra_row is None or rb_row is None:
+                side = "a" if ra_row is not None else "b"
+                row = empty_row(keys, "missing", f"only in dump {side}", **{f"dtype_{side}": scalar(present.get("dtype"))})
+            else:
+                row = bitwise_row(keys, a, b, ra_row, rb_row)
+            rows.append(row)
+            advance()
+            if fail_fast and row["verdict"] in _STOPPING:
+                break
     return _frame(rows)
 
 

@@ -32,6 +32,7 @@ from megadump_zarr.analyse.metrics import TensorMetrics
 
 __all__ = [
     "COSINE_FLOOR",
+    "BITWISE_RULES_TEXT",
     "COSINE_MIN",
     "FAILING",
     "WITHIN_STATS",
@@ -39,6 +40,9 @@ __all__ = [
     "RULES_TEXT",
     "TOLERANCES",
     "VERDICTS",
+    "bitwise_checksum_verdict",
+    "bitwise_metadata_verdict",
+    "bitwise_payload_verdict",
     "check_tolerance",
     "dtype_kind",
     "kinds_compatible",
@@ -226,3 +230,78 @@ def verdict(m: TensorMetrics) -> tuple[str, list[str]]:
 
 RULES_TEXT = _rules_text()
 """The rule table as printed by ``megadump compare --help``."""
+
+
+# ---------------------------------------------------------------------------------------------------- --bitwise
+BITWISE_RULES_TEXT = """\
+--bitwise rules (a determinism check: any differing bit fails, no tolerance):
+  dtype names differ     dtype_mismatch (float32 vs bfloat16 too);  shapes differ: shape_mismatch
+  both payloads stored   the stored bytes are compared: one differing bit fails ("bits differ"),
+                         NaN with the same bits is equal; equal bytes pass ("bits equal")
+  no payload on a side   the device checksum (statistics dumps): equal checksums and element counts
+                         pass ("checksums equal"), else fail ("checksum differs"); a side with a
+                         payload is checksummed on the host first
+  nothing to prove it    no payload and no checksum on a side, or a truncated record without
+                         checksums: error ("cannot be proven equal"), never a pass"""
+"""The ``--bitwise`` rule table of ``megadump compare --help``."""
+
+
+def bitwise_metadata_verdict(dtype_a: str, dtype_b: str, shape_a: Any, shape_b: Any) -> tuple[str, str] | None:
+    """The ``--bitwise`` verdict decided by metadata alone, or None when the bits must be looked at.
+
+    Args:
+        dtype_a: Dtype name of A's record.
+        dtype_b: Dtype name of B's record.
+        shape_a: Logical shape of A's record (a tuple, or None when unknown).
+        shape_b: Logical shape of B's record.
+
+    Returns:
+        ``("dtype_mismatch", note)``, ``("shape_mismatch", note)`` or None.
+    """
+    if str(dtype_a) != str(dtype_b):
+        return "dtype_mismatch", f"bitwise: dtype {dtype_a} vs {dtype_b}"
+    if shape_a is None or shape_b is None or tuple(shape_a) != tuple(shape_b):
+        return "shape_mismatch", f"bitwise: shape {shape_a} vs {shape_b}"
+    return None
+
+
+def bitwise_checksum_verdict(checksum_a: int | None, checksum_b: int | None, count_a: int | None,
+                             count_b: int | None, sides: str) -> tuple[str, str]:
+    """The ``--bitwise`` verdict of a pair compared by content checksum (a side stored no payload).
+
+    Args:
+        checksum_a: A's device checksum (None: not known).
+        checksum_b: B's.
+        count_a: A's element count (None: not known).
+        count_b: B's.
+        sides: What the note says about the sides (``"statistics only in a"``).
+
+    Returns:
+        ``("pass", note)`` for equal checksums and counts, ``("fail", note)`` when they differ, and
+        ``("error", note)`` when a checksum is missing: equality cannot be proven, so never a pass.
+    """
+    missing = [side for side, value in (("a", checksum_a), ("b", checksum_b)) if value is None]
+    if missing:
+        return "error", (f"bitwise: {sides}; no checksum in {' and '.join(missing)}: the bits cannot be proven "
+                         "equal")
+    if count_a != count_b:
+        return "fail", f"bitwise: {sides}; element counts differ ({count_a} vs {count_b})"
+    if int(checksum_a) != int(checksum_b):  # type: ignore[arg-type]
+        return "fail", f"bitwise: {sides}; checksum differs ({int(checksum_a):#018x} vs {int(checksum_b):#018x})"  # type: ignore[arg-type]
+    return "pass", f"bitwise: {sides}; checksums equal"
+
+
+def bitwise_payload_verdict(differing: int, elements: int, first: Any) -> tuple[str, str]:
+    """The ``--bitwise`` verdict of two stored payloads of one dtype and shape.
+
+    Args:
+        differing: Elements whose bits differ.
+        elements: Elements compared.
+        first: Logical index of the first differing element (C order), or None.
+
+    Returns:
+        ``("pass", "bitwise: bits equal")`` or ``("fail", "bitwise: bits differ ...")``.
+    """
+    if differing:
+        return "fail", f"bitwise: bits differ in {differing} of {elements} elements, first at {_index_text(first)}"
+    return "pass", "bitwise: bits equal"

@@ -1,4 +1,5 @@
-"""``megadump compare --csv-msprobe OUT.csv``: a compare result in msprobe's compare CSV columns.
+"""``megadump compare --format msprobe-csv [-o OUT.csv]`` (alias ``--csv-msprobe OUT.csv``): a compare result in
+msprobe's compare CSV columns.
 
 msprobe (PyPI ``mindstudio-probe``) ``compare`` writes ``compare_result_*.csv`` with the columns of its
 ``CompareConst.COMPARE_RESULT_HEADER`` (tensor mode): ``NPU Name`` ... ``Err_message``. This writes the same
@@ -19,7 +20,7 @@ from __future__ import annotations
 import csv
 import math
 import os
-from typing import Any
+from typing import Any, TextIO
 
 import pandas as pd
 
@@ -114,14 +115,19 @@ def msprobe_frame(result: pd.DataFrame, records_a: pd.DataFrame, records_b: pd.D
     return pd.DataFrame(rows, columns=[*MSPROBE_COLUMNS, *MEGADUMP_COLUMNS])
 
 
-def write_msprobe_csv(path: str | os.PathLike[str], frame: pd.DataFrame) -> None:
+def write_msprobe_csv(path: str | os.PathLike[str] | TextIO, frame: pd.DataFrame, *, flag: str = "--csv-msprobe") -> None:
     """Write ``frame`` (:func:`msprobe_frame`) as CSV (floats at full precision, ``N/A`` as msprobe writes it).
 
     Args:
-        path: The CSV file to write; an existing file is refused, never overwritten.
+        path: The CSV file to write (an existing file is refused, never overwritten), or an open text
+            stream (``--format msprobe-csv`` without ``--output``: stdout).
+        flag: The option that named the file, for the message.
     """
+    if hasattr(path, "write"):
+        frame.to_csv(path, index=False, quoting=csv.QUOTE_MINIMAL, lineterminator="\n")
+        return
     try:
-        with open(path, "x", newline="", encoding="utf-8") as handle:
+        with open(path, "x", newline="", encoding="utf-8") as handle:  # type: ignore[arg-type]
             frame.to_csv(handle, index=False, quoting=csv.QUOTE_MINIMAL)
     except FileExistsError:
-        raise FileExistsError(f"--csv-msprobe: {os.fspath(path)} already exists (refusing to overwrite it)") from None
+        raise FileExistsError(f"{flag}: {os.fspath(path)} already exists (refusing to overwrite it)") from None

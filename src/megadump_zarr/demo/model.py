@@ -25,7 +25,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from megadump_zarr.runtime import Graph, MegaKernel, OperatorNode, SplitSpec, TensorSpec, megakernel_apply, shard_view_resolver
+from megadump_zarr.runtime import (
+    AccumulationOrder, Graph, MegaKernel, OperatorNode, SplitSpec, TensorSpec, megakernel_apply, shard_view_resolver,
+    split_k_matmul,
+)
 
 __all__ = ["DEMO_SOURCE", "DemoConfig", "ExpertLayout", "MoEBlock", "describe_config", "expert_rows_resolver",
            "register_replay_source", "replay_kernel"]
@@ -146,9 +149,15 @@ class MoEBlock:
     Args:
         config: Sizes, dtype, device.
         rank: Rank reported by the kernels when torch.distributed is not initialised.
+        accumulation_order: The expert kernel's worker-dependent reduction order (a determinism-check
+            fixture): e.g. ``AccumulationOrder(("expert_down",), seed=1)`` makes ``expert_down`` a split-K
+            matmul whose partial sums are added in an order permuted by the seed, task and core, so two
+            blocks with different seeds differ in the last bits from ``expert_down`` on. None (default):
+            plain matmuls, runs are bitwise identical.
     """
 
-    def __init__(self, config: DemoConfig = DemoConfig(), *, rank: int | None = None) -> None:
+    def __init__(self, config: DemoConfig = DemoConfig(), *, rank: int | None = None,
+                 accumulation_order: AccumulationOrder | None = None) -> None:
         self.config = config
         c = config
         generator = torch.Generator().manual_seed(c.seed)
@@ -166,7 +175,8 @@ class MoEBlock:
         self.dispatch_kernel = MegaKernel(self._dispatch_graph(), name="moe_dispatch", execution_mode="aiv_pipeline", **kernel_options)
         layout = ExpertLayout(counts_position=1)
         self.expert_kernel = MegaKernel(
-            self._expert_graph(), name="moe_experts", owner_label="expert", owner_context=layout, **kernel_options
+            self._expert_graph(), name="moe_experts", owner_label="expert", owner_context=layout,
+            accumulation_order=accumulation_order, **kernel_options
         )
         self.expert_backward_kernel = MegaKernel(
             self._expert_backward_graph(), name="moe_experts_backward", owner_label="expert",
@@ -243,7 +253,7 @@ class MoEBlock:
 
         def expert_down(t: Any) -> None:
             rows = _expert_rows(t.params, 1, t.owner_id)
-            t.params[5][rows] = t.params[4][rows] @ t.params[3][t.owner_id]
+            t.params[5][rows] = split_k_matmul(t, t.params[4][rows], t.params[3][t.owner_id])
 
         def unpermute(t: Any) -> None:
             t.params[4][t.rows] = t.params[5][t.params[6][t.rows]]

@@ -13,14 +13,16 @@ caller with the rest of the window's rows.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 import json
 import math
+import os
 from typing import Any
 
 import numpy as np
-import zarr
 from zarr.abc.store import Store
+from zarr.core.sync import sync
 
 __all__ = ["STATISTICS_COLUMNS", "load_tables", "merge_statistics"]
 
@@ -57,26 +59,147 @@ def load_tables(store: Store, window_key: str, nodes: Mapping[str, dict[str, Any
     Raises:
         ValueError: A table is missing a column, or its columns differ in length (naming the group).
     """
-    tables = []
-    for path in _table_groups(nodes):
-        group = zarr.open_group(store, path=f"{window_key}/{path}", mode="r")
-        columns: dict[str, list[Any]] = {}
+    groups = _table_groups(nodes)
+    wanted = []
+    for path in groups:
         for name in _COLUMNS:
-            try:
-                array = group[name]
-            except KeyError:
-                raise ValueError(f"statistics table {window_key}/{path} has no column {name!r}") from None
-            columns[name] = np.asarray(array[...]).tolist()
+            doc = nodes.get(f"{path}/{name}")
+            if not isinstance(doc, dict) or doc.get("node_type") != "array":
+                raise ValueError(f"statistics table {window_key}/{path} has no column {name!r}")
+            wanted.append((f"{window_key}/{path}/{name}", doc))
+    values = iter(_read_columns(store, wanted))
+    tables = []
+    for path in groups:
+        columns: dict[str, list[Any]] = {name: next(values) for name in _COLUMNS}
         lengths = {len(v) for v in columns.values()}
         if len(lengths) > 1:
             raise ValueError(f"statistics table {window_key}/{path} has columns of different lengths")
-        if not _has_checksums(group.attrs):  # e.g. msprobe statistics: the column holds placeholders, not checksums
+        if not _has_checksums(nodes[path].get("attributes") or {}):  # e.g. msprobe statistics: placeholders
             columns["checksum"] = [None] * len(columns["checksum"])
         invocation_name = path.split("/")[0]
         # a launch that failed and was kept (on_error="keep"): every record it holds is salvaged, like its arrays
         columns["partial"] = [_launch_failed(nodes, invocation_name)] * len(columns["name"])
         tables.append((invocation_name, columns))
     return tables
+
+
+def _read_columns(store: Store, wanted: list[tuple[str, dict[str, Any]]]) -> list[list[Any]]:
+    """The values of every column array in ``wanted`` (``(key, zarr.json document)``), read concurrently in
+    one event-loop call: a window of a 1000-step statistics dump holds thousands of one-chunk columns, and
+    one blocking zarr read each cost milliseconds. Columns as the writer makes them (one chunk, ``bytes``
+    or ``vlen-utf8``, then blosc/zstd and ``crc32c``) are decoded here from their chunk bytes; any other
+    column is read through zarr."""
+    if not wanted:
+        return []
+    plans = [_plain_plan(doc) for _, doc in wanted]
+    keys = [f"{key}/{plan[0]}" for (key, _), plan in zip(wanted, plans) if plan is not None]
+    fetched = iter(_local_chunks(store, keys) or _store_chunks(store, keys))
+    values: list[list[Any] | None] = []
+    for (key, doc), plan in zip(wanted, plans):
+        raw = next(fetched) if plan is not None else None
+        values.append(None if raw is None else _decode_plain(raw, doc, plan, key))
+    slow = [i for i, v in enumerate(values) if v is None]
+    for i, column in zip(slow, _read_with_zarr(store, [wanted[i] for i in slow])):
+        values[i] = column
+    return values  # type: ignore[return-value]
+
+
+def _local_chunks(store: Store, keys: list[str]) -> list[bytes | None] | None:
+    """The chunks at ``keys`` of a local directory store, read with plain file reads (a ``LocalStore`` read
+    through the event loop costs a thread hand-off per key), or None for any other store."""
+    from zarr.storage import LocalStore, WrapperStore
+
+    while isinstance(store, WrapperStore):  # the IntegrityStore of a Dump: what it checks is checked here too
+        store = store._store
+    if not isinstance(store, LocalStore) or not keys:
+        return None
+    root = str(store.root)
+    chunks: list[bytes | None] = []
+    for key in keys:
+        try:
+            with open(os.path.join(root, key), "rb") as handle:
+                chunks.append(handle.read())
+        except FileNotFoundError:
+            chunks.append(None)  # read through the store: a fill value, or the integrity error of a missing chunk
+    return chunks
+
+
+def _store_chunks(store: Store, keys: list[str]) -> list[bytes | None]:
+    """The chunks at ``keys`` of any store, fetched concurrently in one event-loop call."""
+    from zarr.core.buffer import default_buffer_prototype
+
+    async def fetch() -> list[Any]:
+        return list(await asyncio.gather(*(store.get(key, default_buffer_prototype()) for key in keys)))
+
+    return [None if raw is None else raw.to_bytes() for raw in sync(fetch())] if keys else []
+
+
+def _plain_plan(doc: dict[str, Any]) -> tuple[str, list[str]] | None:
+    """``(chunk key, byte codec names)`` of a one-chunk 1-D column the writer made, else None (use zarr)."""
+    shape = doc.get("shape")
+    grid = ((doc.get("chunk_grid") or {}).get("configuration") or {}).get("chunk_shape")
+    encoding = doc.get("chunk_key_encoding") or {}
+    if not (isinstance(shape, list) and len(shape) == 1 and grid == shape and shape[0] > 0):
+        return None
+    if encoding.get("name") != "default" or doc.get("storage_transformers"):
+        return None
+    codecs = doc.get("codecs") or []
+    names = [c.get("name") for c in codecs if isinstance(c, dict)]
+    if len(names) != len(codecs) or not names or names[0] not in ("bytes", "vlen-utf8"):
+        return None
+    if names[0] == "bytes" and (codecs[0].get("configuration") or {}).get("endian", "little") != "little":
+        return None
+    if any(n not in ("blosc", "zstd", "crc32c") for n in names[1:]) or "crc32c" in names[1:-1]:
+        return None
+    separator = (encoding.get("configuration") or {}).get("separator", "/")
+    return f"c{separator}0", names
+
+
+def _decode_plain(raw: bytes, doc: dict[str, Any], plan: tuple[str, list[str]], key: str) -> list[Any] | None:
+    """One column's values from its chunk bytes (see :func:`_plain_plan`); None when its checksum does not
+    match (the caller reads it through the store, whose error names the chunk)."""
+    names = plan[1]
+    data = raw
+    if names[-1] == "crc32c":
+        import google_crc32c
+
+        data, stored = raw[:-4], raw[-4:]
+        if len(raw) < 4 or int(google_crc32c.value(data)).to_bytes(4, "little") != stored:
+            return None  # read through the dump's store, which names the corrupt chunk
+    for name in reversed([n for n in names[1:] if n != "crc32c"]):
+        if name == "blosc":
+            from numcodecs import Blosc
+
+            data = bytes(Blosc().decode(data))
+        else:
+            from numcodecs import Zstd
+
+            data = bytes(Zstd().decode(data))
+    count = int(doc["shape"][0])
+    if names[0] == "vlen-utf8":
+        from numcodecs import VLenUTF8
+
+        values = VLenUTF8().decode(data).tolist()
+    else:
+        dtype = np.dtype(str(doc.get("data_type"))).newbyteorder("<")
+        values = np.frombuffer(data, dtype=dtype).tolist()
+    if len(values) != count:
+        raise ValueError(f"statistics column {key}: {len(values)} values where its shape says {count}")
+    return values
+
+
+def _read_with_zarr(store: Store, wanted: list[tuple[str, dict[str, Any]]]) -> list[list[Any]]:
+    """Columns read through zarr (a missing chunk gives the fill value), concurrently."""
+    if not wanted:
+        return []
+    from megadump_zarr.read.truncated import open_zarr_array
+
+    arrays = [open_zarr_array(store, key, doc) for key, doc in wanted]
+
+    async def run() -> list[Any]:
+        return list(await asyncio.gather(*(a._async_array.getitem(()) for a in arrays)))
+
+    return [np.asarray(v).tolist() for v in sync(run())]
 
 
 def _has_checksums(attrs: Mapping[str, Any]) -> bool:

@@ -43,12 +43,15 @@ class RuntimeSpec:
         vector_worker_stride: Workers per vector core group in event-driven mode.
         owner_context: Opaque object handed to diagnostic view resolvers (for example an expert layout).
         num_workers: Worker count.
+        accumulation_order: Stages whose reductions add partial sums in a worker-dependent order
+            (:class:`~megadump_zarr.runtime.accumulation.AccumulationOrder`; None: natural order).
     """
 
     execution_mode: str = "event_driven"
     vector_worker_stride: int = 2
     owner_context: Any = None
     num_workers: int = 8
+    accumulation_order: Any = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,8 @@ class CompiledTask:
         start: First row of the tile along the split axis (None when the task is not row-split).
         stop: One past the last row.
         owner_id: Owner of an owner-split task, else None.
+        core_id: The worker it is scheduled on in event-driven mode (cube and mix tasks: schedule index
+            modulo half the workers; vector tasks: modulo workers / vector_worker_stride), else None.
     """
 
     task_id: int
@@ -83,6 +88,7 @@ class CompiledTask:
     start: int | None
     stop: int | None
     owner_id: int | None
+    core_id: int | None = None
 
 
 @dataclass
@@ -218,6 +224,7 @@ def compile_runtime(
     vector_worker_stride: int = 2,
     owner_label: str = "",
     owner_context: Any = None,
+    accumulation_order: Any = None,
 ) -> PreparedRuntime:
     """Tile every operator, place tasks on workers and pack the RuntimeConfig on the parameters' device.
 
@@ -231,6 +238,7 @@ def compile_runtime(
         vector_worker_stride: Workers per vector core group in event-driven mode.
         owner_label: Business name of task owners (for example ``"expert"``).
         owner_context: Object handed to diagnostic view resolvers.
+        accumulation_order: An :class:`~megadump_zarr.runtime.accumulation.AccumulationOrder` (None: natural).
     """
     if execution_mode not in EXECUTION_MODES:
         raise ValueError(f"execution_mode must be one of {list(EXECUTION_MODES)}, got {execution_mode!r}")
@@ -262,7 +270,12 @@ def compile_runtime(
             for index, spec in enumerate(operator.outputs):
                 desc.outputs[index] = _tensor_desc(spec, operator.split_axis("output", index), start)
             schedules[operator.core_type].append(task_id)
-            tasks.append(CompiledTask(task_id, stage, operator, task_index, start, stop, owner))
+            core_id = None
+            if execution_mode == "event_driven":
+                group = (num_workers // vector_worker_stride if operator.core_type == TaskAiCoreType.TASK_AICORE_VECTOR
+                         else num_workers // 2)
+                core_id = (len(schedules[operator.core_type]) - 1) % max(group, 1)
+            tasks.append(CompiledTask(task_id, stage, operator, task_index, start, stop, owner, core_id))
             stages[task_id] = stage
             if owner is not None:
                 owners[task_id] = owner
@@ -278,7 +291,7 @@ def compile_runtime(
             indices[position] = task_id
         config.task_index_num[slot] = len(schedules[core])
     config.num_tasks = len(tasks)
-    spec = RuntimeSpec(execution_mode, vector_worker_stride, owner_context, num_workers)
+    spec = RuntimeSpec(execution_mode, vector_worker_stride, owner_context, num_workers, accumulation_order)
     return PreparedRuntime(
         rank=rank,
         kernel_name=kernel_name,

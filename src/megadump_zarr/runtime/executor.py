@@ -49,6 +49,10 @@ class Tile:
         stop: One past its last row.
         owner_id: Owner of an owner-split task.
         task: The compiled task.
+        core_id: The worker running it (event-driven: the task's scheduled core; aiv_pipeline: the worker
+            of this shard), or None.
+        accumulation_order: The kernel's :class:`~megadump_zarr.runtime.accumulation.AccumulationOrder`
+            (None: reductions in natural order); read by :func:`~megadump_zarr.runtime.accumulation.accumulate`.
     """
 
     params: Sequence[torch.Tensor]
@@ -56,6 +60,8 @@ class Tile:
     stop: int | None
     owner_id: int | None
     task: CompiledTask
+    core_id: int | None = None
+    accumulation_order: Any = None
 
     @property
     def rows(self) -> slice:
@@ -230,18 +236,20 @@ def execute(runtime: PreparedRuntime, parameters: Sequence[Any], arguments: Any)
     with torch.no_grad():
         for task in runtime.tasks:
             if broadcast:
-                _run_broadcast(task, parameters, worker, workers)
+                _run_broadcast(task, parameters, worker, workers, runtime.spec.accumulation_order)
             else:
                 if worker is not None:
                     worker.capture(task.task_id, L1_DUMP_PHASE_BEFORE, None)
-                task.operator.tile_fn(Tile(parameters, task.start, task.stop, task.owner_id, task))
+                task.operator.tile_fn(Tile(parameters, task.start, task.stop, task.owner_id, task, task.core_id,
+                                           runtime.spec.accumulation_order))
                 if worker is not None:
                     worker.capture(task.task_id, L1_DUMP_PHASE_AFTER, None)
             if counters is not None and torch.is_tensor(counters) and counters.numel() > task.task_id:
                 counters[task.task_id] += 1
 
 
-def _run_broadcast(task: CompiledTask, parameters: Sequence[Any], worker: DeviceWorker | None, workers: int) -> None:
+def _run_broadcast(task: CompiledTask, parameters: Sequence[Any], worker: DeviceWorker | None, workers: int,
+                   accumulation_order: Any = None) -> None:
     """aiv_pipeline: every worker runs the task on its own row shard. A worker whose shard is empty (or,
     for a task without split rows, every worker but 0) runs nothing and reaches no task boundary."""
     shards = []
@@ -257,6 +265,6 @@ def _run_broadcast(task: CompiledTask, parameters: Sequence[Any], worker: Device
         first, last = position == 0, position == len(shards) - 1
         if worker is not None:
             worker.capture(task.task_id, L1_DUMP_PHASE_BEFORE, worker_id, first=first, last=last)
-        task.operator.tile_fn(Tile(parameters, begin, end, task.owner_id, task))
+        task.operator.tile_fn(Tile(parameters, begin, end, task.owner_id, task, worker_id, accumulation_order))
         if worker is not None:
             worker.capture(task.task_id, L1_DUMP_PHASE_AFTER, worker_id, first=first, last=last)

@@ -16,6 +16,15 @@ from megadump_zarr.runtime.graph import Graph
 __all__ = ["MegaKernel", "megakernel_apply"]
 
 
+def _checked_order(option: Any) -> Any:
+    """``accumulation_order`` as given, refused unless None or an ``AccumulationOrder``."""
+    from megadump_zarr.runtime.accumulation import AccumulationOrder
+
+    if option is not None and not isinstance(option, AccumulationOrder):
+        raise TypeError(f"accumulation_order must be an AccumulationOrder or None, got {type(option).__name__}")
+    return option
+
+
 def _checked_rank(rank: Any) -> int | None:
     """The constructor's rank as an int (None stays None); a bool, float, string or negative is refused.
 
@@ -50,6 +59,9 @@ class MegaKernel:
         owner_label: Business name of task owners (``"expert"``).
         owner_context: Object handed to diagnostic view resolvers.
         rank: Rank to report when torch.distributed is not initialised.
+        accumulation_order: Make the named stages' reductions add partial sums in a worker-dependent
+            order (:class:`~megadump_zarr.runtime.accumulation.AccumulationOrder`: a determinism-check
+            fixture); None (default): natural order, runs are bitwise identical.
     """
 
     def __init__(
@@ -63,6 +75,7 @@ class MegaKernel:
         owner_label: str = "",
         owner_context: Any = None,
         rank: int | None = None,
+        accumulation_order: Any = None,
     ) -> None:
         self.graph = graph
         self.kernel_name = name
@@ -72,6 +85,7 @@ class MegaKernel:
             vector_worker_stride=vector_worker_stride,
             owner_label=owner_label,
             owner_context=owner_context,
+            accumulation_order=_checked_order(accumulation_order),
         )
         self._rank = _checked_rank(rank)  # refused here, before any launch
         self._cache: dict[tuple, PreparedRuntime] = {}

@@ -31,6 +31,12 @@ execution order) and the root cause (first failing record whose own task's or st
 --fail-fast stops after the first such record: records are compared one at a time in execution
 order (inputs before outputs, tasks in order) and the rest are skipped. --by owner|core|task prints
 verdict counts and worst errors per stage, invocation and owner (core, task) instead of the records.
+--bitwise is a determinism check: any differing bit fails, by the stored bytes, else (statistics
+dumps) by the device checksum; a record that cannot be proven equal is an error, never a pass; no
+--rtol/--atol. With --by task|core over many steps it names the tasks or cores whose records are
+not reproducible run to run and the steps where they differ (rules below).
+--format msprobe-csv writes msprobe's compare CSV (its columns, then ours) to stdout, or to
+--output FILE (--csv-msprobe FILE is the same); the summary then goes to stderr.
 The filters select records of both dumps; --storage-option applies to both."""
 
 
@@ -59,9 +65,9 @@ def _rules_epilog(parser: argparse.ArgumentParser) -> None:
     format_help = parser.format_help
 
     def with_rules() -> str:
-        from megadump_zarr.analyse.verdict import RULES_TEXT
+        from megadump_zarr.analyse.verdict import BITWISE_RULES_TEXT, RULES_TEXT
 
-        parser.epilog = RULES_TEXT
+        parser.epilog = f"{RULES_TEXT}\n{BITWISE_RULES_TEXT}"
         return format_help()
 
     parser.format_help = with_rules  # type: ignore[method-assign]
@@ -81,14 +87,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("b", metavar="B", help="reference dump (root directory or URL)")
     add_tolerance_flags(parser)
     parser.add_argument("--by", choices=("owner", "core", "task"),
-                        help="print verdict counts and worst errors per stage, invocation and owner/core/task")
+                        help="print verdict counts and worst errors per stage, invocation and owner/core/task; "
+                             "with --bitwise: per stage and owner/core/task over all steps, the records that "
+                             "differ and the steps where they do")
+    parser.add_argument("--bitwise", action="store_true",
+                        help="determinism check: any differing bit fails (stored bytes, else the device checksum "
+                             "of statistics dumps; not provable: error); no tolerances")
     parser.add_argument("--fail-fast", "-x", action="store_true", help="stop at the first failing record")
     parser.add_argument("--failures-only", action="store_true", help="table: only records that do not pass")
     parser.add_argument("--accept-within-stats", action="store_true",
                         help="exit 0 on differs_within_stats: statistics-only float records whose checksums "
                              "differ (the bits differ) but whose statistics are within tolerance")
+    parser.add_argument("--format", dest="output_format", choices=("table", "msprobe-csv"), default="table",
+                        help="table (default), or msprobe-csv: msprobe's compare CSV columns plus ours (verdict, "
+                             "worst element, root cause) on stdout, or in --output FILE")
+    parser.add_argument("--output", "-o", metavar="FILE",
+                        help="--format msprobe-csv: write the CSV to FILE (must not exist) instead of stdout")
     parser.add_argument("--csv-msprobe", metavar="OUT.csv", help="also write the result as msprobe's compare CSV "
-                        "columns plus ours (verdict, worst element, root cause); OUT.csv must not exist")
+                        "columns plus ours (verdict, worst element, root cause); OUT.csv must not exist "
+                        "(the same as --format msprobe-csv --output OUT.csv, with the table on stdout)")
     add_filters(parser)
     add_storage_options(parser)
     add_cluster_flags(parser)
@@ -118,8 +135,9 @@ class _Records:
 
 
 def compare_in_order(a: Any, b: Any, records_a: Any, records_b: Any, *, rtol: float | None, atol: float | None,
-                     fail_fast: bool, advance: Any = None) -> tuple[Any, int, bool]:
-    """Compare the given records of two dumps in execution order with ``megadump_zarr.analyse.compare``.
+                     fail_fast: bool, advance: Any = None, bitwise: bool = False) -> tuple[Any, int, bool]:
+    """Compare the given records of two dumps in execution order with ``megadump_zarr.analyse.compare``
+    (``bitwise``: any differing bit fails, see ``megadump_zarr.analyse.bitwise``).
 
     Returns:
         ``(result frame, records to compare, stopped early)``.
@@ -128,7 +146,7 @@ def compare_in_order(a: Any, b: Any, records_a: Any, records_b: Any, *, rtol: fl
 
     total = len(set(records_a["path"]) | set(records_b["path"]))
     result = compare(_Records(a, records_a), _Records(b, records_b), rtol=rtol, atol=atol, fail_fast=fail_fast,
-                     progress=advance if advance is not None else False)
+                     progress=advance if advance is not None else False, bitwise=bitwise)
     return result, total, bool(fail_fast and len(result) < total)
 
 
@@ -174,10 +192,14 @@ def _summary_line(summary: dict[str, Any]) -> str:
     if summary["verdict"] == "pass" and counts.get("differs_within_stats"):
         return (f"[bold green]PASS[/bold green]: {counts['pass']} pass, {counts['differs_within_stats']} "
                 f"differs_within_stats accepted (--accept-within-stats) of {summary['compared']} compared")
+    if summary["verdict"] == "pass" and summary.get("bitwise"):
+        return f"[bold green]PASS[/bold green]: all {summary['compared']} records bitwise identical"
     if summary["verdict"] == "pass":
         return f"[bold green]PASS[/bold green]: all {summary['compared']} records pass"
     parts = ", ".join(f"{counts[v]} {v}" for v in _FAILING if counts.get(v))
     line = f"[bold red]FAIL[/bold red]: {parts}, {counts['pass']} pass of {summary['compared']} compared"
+    if summary.get("bitwise"):
+        line += " (bitwise)"
     if summary["stopped_early"]:
         line += f" (stopped at the first failure, {summary['total'] - summary['compared']} not compared)"
     for label, key in (("first divergence", "first_divergence"), ("root cause", "root_cause")):
@@ -221,42 +243,107 @@ def _error_map_table(result: Any, by: str, width: int) -> Any:
     return table, fit_table(table, columns, width=width)
 
 
+def _bitwise_map_table(result: Any, by: str, width: int) -> Any:
+    """The ``--bitwise --by`` table (per stage and owner/core/task over every step) fitted to ``width``."""
+    from megadump_zarr.analyse.bitwise import BITWISE_BY_KEYS, bitwise_map
+    from megadump_zarr.cli.render import Column, fit_table
+
+    table = bitwise_map(result, by=by)
+    columns = [Column("kernel", hoist=True), Column("stage")]
+    columns += [Column(k.replace("_id", "").replace("core_type", "type"), key=k, justify="right")
+                for k in BITWISE_BY_KEYS[by]]
+    columns += [Column("records", justify="right"),
+                Column("differing", justify="right", style=lambda r: "bold red" if r.get("differing") else None),
+                Column("steps", key="steps_differing", justify="right"), Column("at steps", key="steps", wrap=True),
+                Column("worst", key="worst_name", drop=1)]
+    return table, fit_table(table, columns, width=width)
+
+
+def _check_flags(args: argparse.Namespace, ctx: Context) -> None:
+    """Refuse flag combinations that mean nothing (one ``error:`` line, exit 2)."""
+    from megadump_zarr.cli.common import CliError
+
+    if getattr(args, "bitwise", False):
+        given = [flag for flag, value in (("--rtol", args.rtol), ("--atol", args.atol)) if value is not None]
+        if given:
+            raise CliError(f"--bitwise compares bits: {' and '.join(given)} do not apply, leave them out")
+        if args.accept_within_stats:
+            raise CliError("--bitwise compares bits: --accept-within-stats does not apply, leave it out")
+    fmt, output = getattr(args, "output_format", "table"), getattr(args, "output", None)
+    if output is not None and fmt != "msprobe-csv":
+        raise CliError("--output FILE goes with --format msprobe-csv (the table is written to stdout)")
+    if fmt == "msprobe-csv" and ctx.json:
+        raise CliError("--format msprobe-csv and --json both write to stdout: choose one")
+    if fmt == "msprobe-csv" and args.csv_msprobe:
+        raise CliError("--format msprobe-csv and --csv-msprobe both write the CSV: use --format msprobe-csv --output FILE")
+    for flag, path in (("--csv-msprobe", args.csv_msprobe), ("--output", output)):
+        if path and os.path.lexists(path):
+            raise FileExistsError(f"{flag}: {path} already exists (refusing to overwrite it)")
+
+
+def _compare(args: argparse.Namespace, ctx: Context, dump_a: Any, dump_b: Any, records_a: Any,
+             records_b: Any) -> tuple[Any, int, bool]:
+    """Run the comparison, with a progress bar on stderr unless ``--quiet``."""
+    options = dict(rtol=args.rtol, atol=args.atol, fail_fast=args.fail_fast, bitwise=getattr(args, "bitwise", False))
+    if not ctx.progress:
+        return compare_in_order(dump_a, dump_b, records_a, records_b, **options)
+    total = len(set(records_a["path"]) | set(records_b["path"]))
+    with Progress(TextColumn("comparing records"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=ctx.err, transient=True) as bar:
+        task = bar.add_task("compare", total=total)
+        return compare_in_order(dump_a, dump_b, records_a, records_b, advance=lambda: bar.advance(task), **options)
+
+
+def _write_csv(args: argparse.Namespace, result: Any, records_a: Any, records_b: Any, summary: dict[str, Any]) -> bool:
+    """``--csv-msprobe``/``--format msprobe-csv``: write the CSV; True when it went to stdout."""
+    from megadump_zarr.cli.msprobe_csv import msprobe_frame, write_msprobe_csv
+
+    to_stdout = getattr(args, "output_format", "table") == "msprobe-csv" and not getattr(args, "output", None)
+    path = args.csv_msprobe or getattr(args, "output", None)
+    if path is None and not to_stdout:
+        return False
+    root = summary["root_cause"]["path"] if summary["root_cause"] else None
+    frame = msprobe_frame(result, records_a, records_b, root)
+    if to_stdout:
+        import sys
+
+        write_msprobe_csv(sys.stdout, frame)
+        sys.stdout.flush()
+        return True
+    write_msprobe_csv(path, frame, flag="--csv-msprobe" if args.csv_msprobe else "--output")
+    return False
+
+
 def run(args: argparse.Namespace, ctx: Context) -> int:
     """Compare, print the table (or the ``--by`` error map) and the verdict; exit 1 on any failing record."""
+    _check_flags(args, ctx)
     options = storage_options(args)
     dump_a, dump_b = open_dump_arg(args.a, options), open_dump_arg(args.b, options)
     records_a, records_b = matching_pair(dump_a, dump_b, args, f"{args.a} or {args.b}")
-    if args.csv_msprobe and os.path.lexists(args.csv_msprobe):
-        raise FileExistsError(f"--csv-msprobe: {args.csv_msprobe} already exists (refusing to overwrite it)")
-    total = len(set(records_a["path"]) | set(records_b["path"]))
-    if ctx.progress:
-        with Progress(TextColumn("comparing records"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=ctx.err, transient=True) as bar:
-            task = bar.add_task("compare", total=total)
-            result, total, stopped = compare_in_order(
-                dump_a, dump_b, records_a, records_b, rtol=args.rtol, atol=args.atol, fail_fast=args.fail_fast,
-                advance=lambda: bar.advance(task))
-    else:
-        result, total, stopped = compare_in_order(dump_a, dump_b, records_a, records_b, rtol=args.rtol,
-                                                  atol=args.atol, fail_fast=args.fail_fast)
+    result, total, stopped = _compare(args, ctx, dump_a, dump_b, records_a, records_b)
     summary = _summary(result, total, stopped, getattr(args, "accept_within_stats", False))
+    bitwise = bool(getattr(args, "bitwise", False))
+    summary["bitwise"] = bitwise
     code = EXIT_CHECK_FAILED if summary["verdict"] == "fail" else EXIT_OK
-    if args.csv_msprobe:
-        from megadump_zarr.cli.msprobe_csv import msprobe_frame, write_msprobe_csv
-
-        root = summary["root_cause"]["path"] if summary["root_cause"] else None
-        write_msprobe_csv(args.csv_msprobe, msprobe_frame(result, records_a, records_b, root))
     by = getattr(args, "by", None)
+    by_table = _bitwise_map_table if bitwise else _error_map_table
+    if _write_csv(args, result, records_a, records_b, summary):  # the CSV is stdout: the summary goes to stderr
+        if not ctx.quiet:
+            _print_folded(ctx.err, _summary_line(summary))
+        return code
+    if getattr(args, "output_format", "table") == "msprobe-csv":  # the CSV went to --output: only the summary here
+        _print_folded(ctx.console, _summary_line(summary))
+        return code
     if ctx.json:
         document = {**summary, "a": args.a, "b": args.b, "results": result.to_dict(orient="records")}
         if by:
             document["by"] = by
-            document["error_map"] = _error_map_table(result, by, 120)[0].to_dict(orient="records")
+            document["error_map"] = by_table(result, by, 120)[0].to_dict(orient="records")
         ctx.emit_json(document)
         return code
     if not ctx.quiet:
         if by:
-            print_fitted(ctx.console, _error_map_table(result, by, ctx.console.width)[1])
+            print_fitted(ctx.console, by_table(result, by, ctx.console.width)[1])
         else:
             print_fitted(ctx.console, compare_table(result, width=ctx.console.width,
                                                     failures_only=args.failures_only))
