@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 from typing import Any
 
 from rich.markup import escape
@@ -40,25 +39,6 @@ not reproducible run to run and the steps where they differ (rules below).
 The filters select records of both dumps; --storage-option applies to both."""
 
 
-def _tolerance(name: str) -> Any:
-    """An argparse type: a finite, non-negative float (NaN, inf, negative: one ``error:`` line, exit 2)."""
-
-    def parse(text: str) -> float:
-        from megadump_zarr.analyse.verdict import check_tolerance
-
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a finite number >= 0, got {text!r}") from None
-        try:
-            return check_tolerance(name, value)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    parse.__name__ = name
-    return parse
-
-
 def _rules_epilog(parser: argparse.ArgumentParser) -> None:
     """The verdict rules and tolerance table as the help's epilog, imported only when help is shown
     (building the parser of every command must not import the analysis layer)."""
@@ -79,10 +59,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "compare", help="compare dump A (under test) with dump B (reference)",
         description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     _rules_epilog(parser)
-    # argparse reads "-1e-3" and "-inf" as unknown options ("expected one argument"); let them reach the
-    # tolerance check, which names the bad value ("rtol must be a finite number >= 0, got -0.001")
-    parser._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$",
-                                                 re.IGNORECASE)
     parser.add_argument("a", metavar="A", help="dump under test (root directory or URL)")
     parser.add_argument("b", metavar="B", help="reference dump (root directory or URL)")
     add_tolerance_flags(parser)
