@@ -186,7 +186,9 @@ class DeviceWorker:
         if record.kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR and record.tensor_bytes:
             self._buffer[record.tensor_offset:record.tensor_offset + record.tensor_bytes].copy_(
                 source[:record.tensor_bytes])
-        self._write(self._stager.stage(dtype, source, record))
+        done = self._stager.stage(dtype, source, record)
+        if done:
+            self._write(done)
 
     def _write(self, done: list[tuple[list[L1Record], torch.Tensor]]) -> None:
         """Write reduced slots (the device's 88 bytes each) and their records' CAPTURED status."""

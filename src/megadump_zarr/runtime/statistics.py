@@ -19,7 +19,7 @@ whether it is reduced alone or with others, on any device with float64):
   elements, the last one padded with ``+0.0``; a block sums pairwise (element ``j`` + element ``j + h``
   for ``h`` = 128, 64, ..., 1); the sequence of block sums is summed by the same rule until one value
   is left (an empty record sums to 0); a zero sum is ``+0.0``. ``mean = sum / n_finite``,
-  ``l2 = sqrt(sumsq)``. :func:`reference_sum` spells the rule out in Python. Earlier builds summed in
+  ``l2 = torch.sqrt(sumsq)`` (the device's float64 sqrt, not necessarily correctly rounded). :func:`reference_sum` spells the rule out in Python. Earlier builds summed in
   torch's own order: their slots read the same; their mean and L2 may differ in the last bits.
 - The checksum is ``sum_i w_i * (2 i + 1) mod 2**64`` over the little-endian u32 words ``w_i`` of the raw
   bytes (zero-padded to a multiple of 4): integer arithmetic, the same on every device and in every
@@ -202,8 +202,8 @@ def _chunk(rows: torch.Tensor, valid: torch.Tensor | None, accumulate: torch.dty
 
 
 def _chunk_rows(rows: torch.Tensor) -> int:
-    """Rows reduced at once: on CPU under torch's parallel grain (32768 elements: one thread per op,
-    no waiting for a busy core), elsewhere ~4 M elements."""
+    """Rows reduced at once: on CPU under torch's parallel grain (32768 elements: each op runs on one
+    thread, its temporaries stay in cache; measured faster than 256 K chunks), elsewhere ~4 M elements."""
     width = max(BLOCK, rows.shape[1] * rows.element_size() // 4)
     budget = 32000 if rows.device.type == "cpu" else 1 << 22
     return max(1, budget // width)
