@@ -197,9 +197,14 @@ class DeviceWorker:
             copied = [i for i, r in enumerate(records) if r.kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR]
             if copied:
                 slots[copied, 4] |= L1_STAT_TENSOR_COPIED
-            offsets = torch.tensor([r.payload_offset for r in records], dtype=torch.int64, device=device)
-            index = (offsets[:, None] + torch.arange(L1_STAT_DEVICE_BYTES, device=device)).reshape(-1)
-            self._buffer[index] = slots[:, :L1_STAT_DEVICE_BYTES].reshape(-1)
+            first, last = records[0].payload_offset, records[-1].payload_offset
+            if all(r.payload_offset == first + 128 * i for i, r in enumerate(records)):  # packed slots: one copy
+                area = self._buffer[first:last + 128].view(len(records), 128)
+                area[:, :L1_STAT_DEVICE_BYTES] = slots[:, :L1_STAT_DEVICE_BYTES]
+            else:
+                offsets = torch.tensor([r.payload_offset for r in records], dtype=torch.int64, device=device)
+                index = (offsets[:, None] + torch.arange(L1_STAT_DEVICE_BYTES, device=device)).reshape(-1)
+                self._buffer[index] = slots[:, :L1_STAT_DEVICE_BYTES].reshape(-1)
             status = torch.tensor([r.record_offset + L1_DUMP_STATUS_BYTE for r in records], device=device)
             self._buffer[status] = L1_DUMP_STATUS_CAPTURED
 
