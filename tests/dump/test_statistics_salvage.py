@@ -67,6 +67,10 @@ def test_salvage_window_reads_statistics_slots_as_statistics():
     worker.capture(0, 2, None)  # task 1 never ran: a hung launch
     prepared = PreparedL1Dump(None, buffer, plans, buffer.numel())
     document = plan_document(prepared, DumpInvocation(0, 0, "k", "forward", 0, "cpu", "L1"), 0)
+    # staged but not yet reduced when it hung: read as not captured (pending), never as statistics
+    _, staged_only = salvage_window(bytes(buffer.numpy()), document)
+    assert [p["record"] for p in staged_only] == [0, 1, 2, 3]
+    worker.flush()  # what execute() does when a task fails: the staged records are reduced
     window, pending = salvage_window(bytes(buffer.numpy()), document)
     assert [p["record"] for p in pending] == [2, 3]
     (invocation,) = window.invocations

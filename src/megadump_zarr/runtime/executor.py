@@ -34,7 +34,7 @@ from megadump_zarr.l1.format import (
 )
 from megadump_zarr.runtime.abi import RuntimeConfigC
 from megadump_zarr.runtime.compiler import CompiledTask, PreparedRuntime, worker_shard
-from megadump_zarr.runtime.statistics import statistics_slot, torch_dtype
+from megadump_zarr.runtime.statistics import StatisticsStager, itemsize, statistics_slot, torch_dtype
 
 __all__ = ["DeviceWorker", "Tile", "execute"]
 
@@ -79,6 +79,10 @@ class DeviceWorker:
     A statistics record (ABI version 3, kind 1) is not copied: the worker reduces the source range on
     the device into the record's 128-byte statistics slot; a kind-2 record also gets its source (prefix)
     copied into its tensor slot, and the slot's "tensor copied" flag set. No value leaves the device.
+    Kind 1 and 2 records are staged (their bytes copied on the device at the boundary) and reduced
+    together, one segmented pass per dtype, when the staging is full and at :meth:`flush` (which
+    :func:`execute` calls after the last task, also when a task fails); their slots and CAPTURED
+    status are written then. Kinds 3 and 4 decide at the boundary whether to copy: reduced at once.
 
     Args:
         buffer: The Device buffer (uint8 tensor on the kernel's device).
@@ -98,9 +102,14 @@ class DeviceWorker:
         self._pool_offset, self._pool_bytes, self._pool_used, _ = POOL_STRUCT.unpack(
             decoded.data[L1_POOL_HEADER_OFFSET:L1_POOL_HEADER_OFFSET + POOL_STRUCT.size].tobytes())
         self._by_task: dict[tuple[int, int], list[L1Record]] = {}
+        expected: dict[torch.dtype, list[int]] = {}
         for record in decoded.records:
             self._source(record)  # refuse a bad record before any task runs, not at its task's boundary
             self._by_task.setdefault((record.task_id, record.phase), []).append(record)
+            if record.kind != L1_RECORD_KIND_TENSOR and record.kind not in L1_POOL_KINDS:
+                dtype = torch_dtype(record.dtype_code)
+                expected.setdefault(dtype, []).append(record.copy_bytes // itemsize(dtype))
+        self._stager = StatisticsStager(buffer.device, expected=expected)
 
     def capture(self, task_id: int, phase: int, worker: int | None, *, first: bool = True, last: bool = True) -> None:
         """Copy the records of one task boundary.
@@ -150,33 +159,66 @@ class DeviceWorker:
             )
         return source[begin:begin + size]
 
+    def flush(self) -> None:
+        """Reduce the staged statistics records and write their slots and CAPTURED status."""
+        self._write(self._stager.flush())
+
     def _copy(self, record: L1Record) -> None:
         source = self._source(record)
-        if record.kind != L1_RECORD_KIND_TENSOR:
+        if record.kind == L1_RECORD_KIND_TENSOR:
+            if source.numel():
+                self._buffer[record.payload_offset:record.payload_offset + source.numel()].copy_(source)
+        elif record.kind in L1_POOL_KINDS:
             self._reduce(record, source)
-        elif source.numel():
-            self._buffer[record.payload_offset:record.payload_offset + source.numel()].copy_(source)
+        else:
+            self._stage(record, source)
+            return  # its status is written with its slot
         self._buffer[record.record_offset + L1_DUMP_STATUS_BYTE] = L1_DUMP_STATUS_CAPTURED
 
-    def _reduce(self, record: L1Record, source: torch.Tensor) -> None:
-        """Write a statistics record's slot (and, for kind 2, its tensor slot) on the device."""
+    def _dtype(self, record: L1Record, source: torch.Tensor) -> torch.dtype:
+        """A statistics record's dtype; refuses a source that is not whole elements of it."""
         dtype = torch_dtype(record.dtype_code)
-        size = torch.empty((), dtype=dtype).element_size()
+        size = itemsize(dtype)
         if source.numel() % size or source.storage_offset() % size:
             raise RuntimeError(
                 f"L1 device worker refused record {record.index} (task {record.task_id}): {source.numel()} source "
                 f"bytes at offset {record.source_offset_bytes} are not whole {dtype} elements"
             )
+        return dtype
+
+    def _stage(self, record: L1Record, source: torch.Tensor) -> None:
+        """Kinds 1, 2: stage the source for the segmented reduction (kind 2 also copies its tensor now)."""
+        dtype = self._dtype(record, source)
+        if record.kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR and record.tensor_bytes:
+            self._buffer[record.tensor_offset:record.tensor_offset + record.tensor_bytes].copy_(
+                source[:record.tensor_bytes])
+        done = self._stager.stage(dtype, source, record)
+        if done:
+            self._write(done)
+
+    def _write(self, done: list[tuple[list[L1Record], torch.Tensor]]) -> None:
+        """Write reduced slots (the device's 88 bytes each) and their records' CAPTURED status."""
+        device = self._buffer.device
+        for records, slots in done:
+            copied = [i for i, r in enumerate(records) if r.kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR]
+            if copied:
+                slots[copied, 4] |= L1_STAT_TENSOR_COPIED
+            first, last = records[0].payload_offset, records[-1].payload_offset
+            if all(r.payload_offset == first + 128 * i for i, r in enumerate(records)):  # packed slots: one copy
+                area = self._buffer[first:last + 128].view(len(records), 128)
+                area[:, :L1_STAT_DEVICE_BYTES] = slots[:, :L1_STAT_DEVICE_BYTES]
+            else:
+                offsets = torch.tensor([r.payload_offset for r in records], dtype=torch.int64, device=device)
+                index = (offsets[:, None] + torch.arange(L1_STAT_DEVICE_BYTES, device=device)).reshape(-1)
+                self._buffer[index] = slots[:, :L1_STAT_DEVICE_BYTES].reshape(-1)
+            status = torch.tensor([r.record_offset + L1_DUMP_STATUS_BYTE for r in records], device=device)
+            self._buffer[status] = L1_DUMP_STATUS_CAPTURED
+
+    def _reduce(self, record: L1Record, source: torch.Tensor) -> None:
+        """Kinds 3, 4: write the slot now (and copy the tensor into the pool when its condition holds)."""
+        dtype = self._dtype(record, source)
         values = source.view(dtype) if source.numel() else torch.empty(0, dtype=dtype, device=source.device)
-        slot = statistics_slot(values, source)
-        if record.kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR:
-            if record.tensor_bytes:
-                self._buffer[record.tensor_offset:record.tensor_offset + record.tensor_bytes].copy_(
-                    source[:record.tensor_bytes])
-            slot = slot.clone()
-            slot[4] |= L1_STAT_TENSOR_COPIED
-        elif record.kind in L1_POOL_KINDS:
-            slot = self._maybe_pool(record, source, slot)
+        slot = self._maybe_pool(record, source, statistics_slot(values, source))
         # the device's part of the slot only: bytes 88.. hold what the host wrote (kind 4's expected checksum)
         self._buffer[record.payload_offset:record.payload_offset + L1_STAT_DEVICE_BYTES].copy_(slot[:L1_STAT_DEVICE_BYTES])
 
@@ -231,21 +273,30 @@ def execute(runtime: PreparedRuntime, parameters: Sequence[Any], arguments: Any)
     mode = _diagnostic_mode(arguments.runtime_config)
     worker = DeviceWorker(arguments.diagnostic_buffer, parameters) if mode == L1_DIAGNOSTIC_MODE else None
     counters = arguments.event_counters
+    with torch.no_grad():
+        try:
+            _run_tasks(runtime, parameters, worker, counters)
+        finally:
+            if worker is not None:
+                worker.flush()  # the staged statistics, also of a launch that failed part-way
+
+
+def _run_tasks(runtime: PreparedRuntime, parameters: Sequence[Any], worker: DeviceWorker | None, counters: Any) -> None:
+    """Every task in order, with the device worker's boundaries around each."""
     broadcast = runtime.spec.execution_mode == "aiv_pipeline"
     workers = int(runtime.host_config.num_workers)
-    with torch.no_grad():
-        for task in runtime.tasks:
-            if broadcast:
-                _run_broadcast(task, parameters, worker, workers, runtime.spec.accumulation_order)
-            else:
-                if worker is not None:
-                    worker.capture(task.task_id, L1_DUMP_PHASE_BEFORE, None)
-                task.operator.tile_fn(Tile(parameters, task.start, task.stop, task.owner_id, task, task.core_id,
-                                           runtime.spec.accumulation_order))
-                if worker is not None:
-                    worker.capture(task.task_id, L1_DUMP_PHASE_AFTER, None)
-            if counters is not None and torch.is_tensor(counters) and counters.numel() > task.task_id:
-                counters[task.task_id] += 1
+    for task in runtime.tasks:
+        if broadcast:
+            _run_broadcast(task, parameters, worker, workers, runtime.spec.accumulation_order)
+        else:
+            if worker is not None:
+                worker.capture(task.task_id, L1_DUMP_PHASE_BEFORE, None)
+            task.operator.tile_fn(Tile(parameters, task.start, task.stop, task.owner_id, task, task.core_id,
+                                       runtime.spec.accumulation_order))
+            if worker is not None:
+                worker.capture(task.task_id, L1_DUMP_PHASE_AFTER, None)
+        if counters is not None and torch.is_tensor(counters) and counters.numel() > task.task_id:
+            counters[task.task_id] += 1
 
 
 def _run_broadcast(task: CompiledTask, parameters: Sequence[Any], worker: DeviceWorker | None, workers: int,

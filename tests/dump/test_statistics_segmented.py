@@ -1,0 +1,224 @@
+"""The segmented statistics pass (issue 26): every record's slot, reduced with others, is bit for bit
+the per-record slot and the written-out definition (same machine, same run: bit equality is the claim).
+
+The definition is spelled out here in plain Python (``reference``): counts, min/max over finite values
+(a zero extreme is +0.0), the pairwise block-sum order of ``runtime.statistics.reference_sum`` for the
+sum and the sum of squares, and the u32-word checksum of ``dump.statistics.host_checksum``.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+import numpy as np
+import pytest
+import torch
+
+from megadump_zarr.dump.statistics import host_checksum
+from megadump_zarr.l1 import L1_DUMP_PAYLOAD_BASE, pack_l1_buffer
+from megadump_zarr.l1.reader import read_l1_statistics
+from megadump_zarr.runtime.executor import DeviceWorker
+from megadump_zarr.runtime.statistics import (
+    BLOCK,
+    StatisticsStager,
+    dtype_code,
+    reference_sum,
+    segment_slots,
+    staged,
+    statistics_slot,
+)
+
+FLOATS = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.float8_e4m3fn, torch.float8_e5m2]
+INTS = [torch.bool, torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64]
+SPECIALS = [float("nan"), float("inf"), float("-inf"), -0.0, 0.0]
+LENGTHS = st.one_of(st.sampled_from([0, 1, 2, 3, 127, 255, 256, 257, 511, 512, 513]), st.integers(0, 1400))
+
+
+def make_values(dtype: torch.dtype, length: int, seed: int, special: str) -> torch.Tensor:
+    """A record: random values of ``dtype``, salted with ``special`` ones (NaN, Inf, -0.0, all-NaN...)."""
+    generator = torch.Generator().manual_seed(seed)
+    base = torch.randn(length, generator=generator, dtype=torch.float64) * 10.0 ** (seed % 7 - 2)
+    if dtype == torch.bool:
+        return base > 0
+    if not dtype.is_floating_point:
+        info = torch.iinfo(dtype)
+        wide = torch.randint(info.min, info.max, (length,), generator=generator, dtype=torch.int64) \
+            if dtype == torch.int64 else (base * 1000).clamp(info.min, info.max)
+        return wide.to(dtype)
+    if special == "all-nan":
+        return torch.full((length,), float("nan"), dtype=dtype)
+    if special == "zeros":
+        return torch.where(base > 0, 0.0, -0.0).to(dtype)
+    values = base.to(dtype)
+    if special == "mixed" and length:
+        picks = torch.randint(0, length, (max(1, length // 9),), generator=generator)
+        for i, pick in enumerate(picks.tolist()):
+            values[pick] = SPECIALS[i % len(SPECIALS)]
+    return values
+
+
+def reference(values: torch.Tensor) -> tuple:
+    """The statistics of one record by the written definition, in plain Python."""
+    dtype = values.dtype
+    raw = values.contiguous().view(torch.uint8).numpy().tobytes() if values.numel() else b""
+    if dtype.is_floating_point:
+        numbers = values.to(torch.float64).tolist()
+        finite = [math.isfinite(v) for v in numbers]
+        nan = sum(1 for v in numbers if v != v)
+        kept = [v if ok else 0.0 for v, ok in zip(numbers, finite)]
+    else:
+        numbers = values.to(torch.int64).tolist()
+        finite = [True] * len(numbers)
+        nan = 0
+        kept = [float(v) for v in numbers]
+    n_finite = sum(finite)
+    inf = len(numbers) - n_finite - nan
+    if n_finite:
+        chosen = [v for v, ok in zip(numbers, finite) if ok]
+        lo, hi = min(chosen), max(chosen)
+        if dtype.is_floating_point:
+            lo, hi = lo + 0.0, hi + 0.0
+        mean = reference_sum(kept) / n_finite
+        # the device's sqrt (torch's float64 sqrt need not be correctly rounded: it is what the slot holds)
+        l2 = torch.sqrt(torch.tensor(reference_sum([v * v for v in kept]), dtype=torch.float64)).item()
+    else:
+        lo = hi = mean = l2 = None
+    return (len(numbers), nan, inf, lo, hi, mean, l2, host_checksum(raw), len(raw))
+
+
+def _bits(value):
+    return struct.pack("<d", value) if isinstance(value, float) else value
+
+
+def exact(stats) -> tuple:
+    """A decoded slot as comparable values: floats by their bits (so -0.0 != 0.0)."""
+    return tuple(_bits(v) for v in (stats.element_count, stats.nan_count, stats.inf_count, stats.min, stats.max,
+                                    stats.mean, stats.l2norm, stats.checksum, stats.byte_count))
+
+
+def expected(values: torch.Tensor) -> tuple:
+    """:func:`reference` in the form of :func:`exact`."""
+    return tuple(_bits(v) for v in reference(values))
+
+
+def batch(records: list[torch.Tensor]) -> torch.Tensor:
+    """The records of one dtype laid out as the stager does, one after another in staging rows."""
+    return torch.cat([staged(r) for r in records]) if records else torch.zeros(0, BLOCK)
+
+
+RECORD = st.tuples(LENGTHS, st.integers(0, 2**20), st.sampled_from(["plain", "mixed", "all-nan", "zeros"]))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dtype=st.sampled_from(FLOATS + INTS), records=st.lists(RECORD, min_size=1, max_size=6))
+def test_segmented_slots_equal_the_per_record_slot_and_the_definition(dtype, records):
+    values = [make_values(dtype, n, seed, special) for n, seed, special in records]
+    slots = segment_slots(batch(values), [v.numel() for v in values])
+    for i, v in enumerate(values):
+        alone = statistics_slot(v)
+        assert torch.equal(slots[i], alone), f"record {i} of {len(values)} ({dtype}, {v.numel()} elements)"
+        assert exact(read_l1_statistics(slots[i].numpy())) == expected(v)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_special_values_by_the_definition(dtype):
+    nan, inf = float("nan"), float("inf")
+    cases = [
+        ([], (0, 0, 0, None, None, None, None)),
+        ([nan, nan], (2, 2, 0, None, None, None, None)),
+        ([inf, -inf, nan], (3, 1, 2, None, None, None, None)),
+        ([-0.0, -0.0], (2, 0, 0, 0.0, 0.0, 0.0, 0.0)),  # a zero extreme and a zero mean are +0.0
+        ([1.0, inf, -2.0, nan], (4, 1, 1, -2.0, 1.0, -0.5, torch.tensor(5.0, dtype=torch.float64).sqrt().item())),
+    ]
+    has_inf = math.isinf(torch.tensor(inf).to(dtype).item())  # float8_e4m3fn has no Inf (it saturates)
+    for values, want in cases:
+        tensor = torch.tensor(values, dtype=torch.float64).to(dtype)
+        stats = read_l1_statistics(statistics_slot(tensor).numpy())
+        got = (stats.element_count, stats.nan_count, stats.inf_count, stats.min, stats.max, stats.mean, stats.l2norm)
+        assert exact(stats) == expected(tensor), values
+        if has_inf or inf not in values:
+            assert got == want, values
+        for value in got[3:]:
+            assert value is None or math.copysign(1.0, value) == 1.0 or value != 0.0
+
+
+def test_the_sum_order_is_the_pairwise_block_rule_not_left_to_right():
+    # 1 + 1e16 - 1e16 ... : left to right loses the 1s; the block rule pairs element j with j + 128 first
+    values = [1.0] * 3 + [1e16, -1e16] * 2 + [0.5] * 300
+    ordered = reference_sum(values)
+    left_to_right = 0.0
+    for v in values:
+        left_to_right += v
+    assert ordered != left_to_right
+    stats = read_l1_statistics(statistics_slot(torch.tensor(values, dtype=torch.float64)).numpy())
+    assert stats.mean == ordered / len(values)
+
+
+def test_records_in_other_rows_and_dtypes_do_not_change_a_slot():
+    target = make_values(torch.float32, 1000, 5, "mixed")
+    alone = statistics_slot(target)
+    for neighbours in ([0], [1, 600], [256, 3, 0, 2048]):
+        others = [make_values(torch.float32, n, n + 1, "mixed") for n in neighbours]
+        slots = segment_slots(batch(others + [target]), [v.numel() for v in others + [target]])
+        assert torch.equal(slots[-1], alone)
+
+
+def test_the_stager_flushes_when_full_and_reduces_a_huge_record_alone():
+    stager = StatisticsStager(torch.device("cpu"), capacity=BLOCK * 4 * 4)  # four float32 rows
+    records = [make_values(torch.float32, n, n, "mixed") for n in (300, 200, 600, 2000, 10)]
+    done = []
+    for i, values in enumerate(records):
+        done += stager.stage(torch.float32, values.view(torch.uint8), i)
+    assert stager.pending() == 2  # 600 after a flush, then 10 (2000 was reduced alone)
+    done += stager.flush()
+    assert stager.pending() == 0
+    slots = {tag: slot for tags, group in done for tag, slot in zip(tags, group)}
+    assert sorted(slots) == [0, 1, 2, 3, 4]
+    for i, values in enumerate(records):
+        assert torch.equal(slots[i], statistics_slot(values))
+
+
+def test_the_stager_refuses_a_tiny_capacity():
+    with pytest.raises(ValueError, match="statistics staging capacity must be at least 2048 bytes, got 16"):
+        StatisticsStager(torch.device("cpu"), capacity=16)
+
+
+def test_segment_slots_refuse_staging_of_the_wrong_shape():
+    with pytest.raises(ValueError, match=r"statistics staging holds \(1, 256\) values, the records need \[2, 256\]"):
+        segment_slots(torch.zeros(1, BLOCK), [300])
+
+
+def _stats_entry(index: int, offset: int, nbytes: int, code: int, source: int):
+    from megadump_zarr.l1 import L1RecordEntry
+
+    return L1RecordEntry(task_id=index, phase=2, parameter_position=index % 3, source_offset_bytes=source,
+                         payload_offset=offset, payload_bytes=128, status=0, task_index=index, worker_id=0xFFFFFFFF,
+                         kind=1, dtype_code=code, source_bytes=nbytes, tensor_offset=0, tensor_bytes=0)
+
+
+def test_the_device_worker_writes_every_slot_of_a_mixed_dtype_launch():
+    params = [make_values(torch.float32, 3000, 1, "mixed"), make_values(torch.bfloat16, 2000, 2, "mixed"),
+              make_values(torch.int16, 1500, 3, "plain")]
+    spans = [(0, 0, 1000), (1, 0, 700), (2, 0, 1500), (3, 1000, 2000), (4, 700, 1300), (5, 0, 0)]
+    entries, pieces = [], []
+    for index, start, stop in spans:
+        param = params[index % 3]
+        size = param.element_size()
+        entries.append(_stats_entry(index, L1_DUMP_PAYLOAD_BASE + 128 * index, (stop - start) * size,
+                                    dtype_code(param.dtype), start * size))
+        pieces.append(param[start:stop].clone())
+    buffer = torch.frombuffer(pack_l1_buffer(entries), dtype=torch.uint8).clone()
+    worker = DeviceWorker(buffer, params)
+    for index, _, _ in spans:
+        worker.capture(index, 2, None)
+    for i in range(3):  # the boundary passed: the sources change, the staged copies do not
+        params[i].zero_()
+    worker.flush()
+    for index, piece in enumerate(pieces):
+        at = L1_DUMP_PAYLOAD_BASE + 128 * index
+        assert torch.equal(buffer[at:at + 88], statistics_slot(piece)[:88]), index
+        assert exact(read_l1_statistics(buffer[at:at + 128].numpy())) == expected(piece)
+    status = np.frombuffer(bytes(buffer[64:64 + 64 * len(spans)].numpy()), dtype=np.uint8).reshape(-1, 64)[:, 28]
+    assert status.tolist() == [1] * len(spans)
