@@ -199,3 +199,19 @@ def test_compare_finds_a_corrupt_chunk_with_the_fast_path(tmp_path):
     result = compare(a, b)
     assert list(result["verdict"]) == ["missing_data"]
     assert "crc32c checksum mismatch" in result["note"].iloc[0] and corrupt.name in result["note"].iloc[0]
+
+
+def test_dask_reads_take_the_fast_path_with_zarrs_bytes(dumps):
+    """``record_array`` (one dask task per chunk, asking ``x[0:r, 0:n]``) decodes in dask's threads."""
+    dump, path = _record(dumps[0], "f32")
+    lazy = dump.record_array(path)
+    (source,) = {getattr(v, "value", v) for task in dict(lazy.data.__dask_graph__()).values()
+                 for v in getattr(task, "args", ()) if isinstance(getattr(v, "value", v), ChunkRows)}
+    whole = source.guarded[...]
+    assert lazy.values.tobytes() == whole.tobytes()
+    assert source.fast_reads == -(-source.shape[0] // source.chunks[0])  # every chunk, none through zarr
+    step, n = source.chunks[0], source.shape[1]
+    assert source[0:step, 0:n].tobytes() == whole[0:step].tobytes()
+    reads = source.fast_reads
+    assert source[0:step, 0:n - 1].tobytes() == whole[0:step, 0:n - 1].tobytes()  # part of an axis: zarr
+    assert source[0:step, 1:n].tobytes() == whole[0:step, 1:n].tobytes() and source.fast_reads == reads

@@ -302,7 +302,7 @@ def record_source(dump: Any, path: str, truncated: bool) -> Any:
 
             key = f"{info.key}/{rel}"
             guarded = GuardedArray(open_zarr_array(dump.store, key, doc), key, getattr(dump, "root", ""))
-            return chunk_rows(guarded, dump.store, key, doc)
+            return chunk_rows(guarded)
     return dump.record_array(path)
 
 

@@ -22,7 +22,6 @@ through zarr, so every error and every fill value is zarr's own: the fast path n
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 import sys
 from typing import Any
 
@@ -30,69 +29,60 @@ import numpy as np
 
 __all__ = ["ChunkRows", "chunk_rows"]
 
-_COMPRESSORS = ("blosc", "zstd")
-
 
 class _Fallback(Exception):
     """The fast path cannot read this range; zarr reads it."""
 
 
-def _codec_plan(doc: Mapping[str, Any], itemsize: int) -> tuple[str | None, bool] | None:
+def _codec_plan(metadata: Any, itemsize: int) -> tuple[str | None, bool] | None:
     """``(compressor or None, has crc32c)`` for a codec chain the fast path decodes, else None.
 
     Args:
-        doc: The array's ``zarr.json`` document.
+        metadata: The zarr array's (v3) metadata.
         itemsize: Bytes per element of the array's dtype.
     """
-    codecs = doc.get("codecs")
-    if not isinstance(codecs, list) or not codecs:
+    from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ZstdCodec
+
+    codecs = tuple(getattr(metadata, "codecs", None) or ())
+    if not codecs or type(codecs[0]) is not BytesCodec:
         return None
-    names, configs = [], []
-    for codec in codecs:
-        if isinstance(codec, str):
-            names.append(codec)
-            configs.append({})
-        elif isinstance(codec, Mapping) and isinstance(codec.get("name"), str):
-            names.append(codec["name"])
-            configs.append(codec.get("configuration") or {})
-        else:
-            return None
-    if names[0] != "bytes":
-        return None
-    endian = configs[0].get("endian") if isinstance(configs[0], Mapping) else None
+    endian = getattr(codecs[0].endian, "value", codecs[0].endian)
     if itemsize > 1 and (endian != "little" or sys.byteorder != "little"):
         return None
-    rest, crc = names[1:], False
-    if rest and rest[-1] == "crc32c":
+    rest, crc = codecs[1:], False
+    if rest and type(rest[-1]) is Crc32cCodec:
         rest, crc = rest[:-1], True
-    if len(rest) > 1 or (rest and rest[0] not in _COMPRESSORS):
-        return None
-    return (rest[0] if rest else None), crc
+    if not rest:
+        return None, crc
+    if len(rest) == 1 and type(rest[0]) in (BloscCodec, ZstdCodec):
+        return ("blosc" if type(rest[0]) is BloscCodec else "zstd"), crc
+    return None
 
 
-def chunk_rows(guarded: Any, store: Any, key: str, doc: Mapping[str, Any]) -> Any:
-    """``guarded`` wrapped in a :class:`ChunkRows` when its layout takes the fast path, else ``guarded``.
+def chunk_rows(guarded: Any) -> Any:
+    """``guarded`` wrapped in a :class:`ChunkRows` when its layout takes the fast path, else ``guarded``
+    (reads metadata only: a few attribute lookups).
 
     Args:
-        guarded: The record's :class:`~megadump_zarr.read.integrity.GuardedArray`.
-        store: The dump's store (the one ``guarded`` reads through).
-        key: The array's key relative to the store root.
-        doc: The array's ``zarr.json`` document.
+        guarded: A :class:`~megadump_zarr.read.integrity.GuardedArray` of a zarr v3 array.
     """
+    array = getattr(guarded, "array", None)
     try:
+        metadata, store_path = array.metadata, array.store_path
         dtype = np.dtype(guarded.dtype)
         shape, chunks = tuple(int(s) for s in guarded.shape), tuple(int(c) for c in guarded.chunks)
     except (TypeError, ValueError, AttributeError):
         return guarded
-    grid = doc.get("chunk_grid")
-    if not shape or len(chunks) != len(shape) or not isinstance(grid, Mapping) or grid.get("name") != "regular":
+    from zarr.core.chunk_grids import RegularChunkGrid
+
+    if not shape or len(chunks) != len(shape) or type(getattr(metadata, "chunk_grid", None)) is not RegularChunkGrid:
         return guarded
     if chunks[1:] != shape[1:] or dtype.hasobject or dtype.fields is not None or dtype.kind in "OSU":
         return guarded
-    plan = _codec_plan(doc, dtype.itemsize)
+    plan = _codec_plan(metadata, dtype.itemsize)
     if plan is None:
         return guarded
-    return ChunkRows(guarded, store, key, dtype, shape, chunks, plan[0], plan[1])
+    return ChunkRows(guarded, store_path.store, store_path.path, dtype, shape, chunks, plan[0], plan[1])
 
 
 class ChunkRows:
@@ -100,8 +90,8 @@ class ChunkRows:
 
     Args:
         guarded: The record's :class:`~megadump_zarr.read.integrity.GuardedArray` (every other read).
-        store: The dump's store.
-        key: The array's key relative to the store root.
+        store: The store the array lives in (the dump's stack: pack view, integrity checks).
+        key: The array's key in that store.
         dtype: Its numpy dtype.
         shape: Its shape.
         chunks: Its chunk shape (spanning every axis but the first).
@@ -130,13 +120,16 @@ class ChunkRows:
         return self.guarded[selection]
 
     def _rows(self, selection: Any) -> tuple[int, int] | None:
-        """``(start, stop)`` of a plain row slice (``x[a:b]`` or ``x[a:b, :, ...]``), else None."""
+        """``(start, stop)`` of a plain row slice (``x[a:b]``, ``x[a:b, :]``, ``x[a:b, 0:n]`` with ``n`` the whole
+        axis, as dask asks for a chunk), else None."""
         if not isinstance(selection, tuple):
             selection = (selection,)
         if not selection or not all(isinstance(s, slice) for s in selection):
             return None
         first, rest = selection[0], selection[1:]
-        if first.step not in (None, 1) or any(s != slice(None) for s in rest):
+        if len(rest) >= self.ndim or first.step not in (None, 1):
+            return None
+        if any(s.indices(n) != (0, n, 1) for s, n in zip(rest, self.shape[1:])):  # each a whole trailing axis
             return None
         start, stop, _ = first.indices(self.shape[0])
         return (start, stop) if stop > start else None
@@ -148,7 +141,8 @@ class ChunkRows:
         step = self.chunks[0]
         first, last = start // step, (stop - 1) // step
         encode = self.guarded.array.metadata.encode_chunk_key
-        keys = [f"{self.key}/{encode((i,) + (0,) * (self.ndim - 1))}" for i in range(first, last + 1)]
+        prefix = f"{self.key}/" if self.key else ""
+        keys = [f"{prefix}{encode((i,) + (0,) * (self.ndim - 1))}" for i in range(first, last + 1)]
         prototype = default_buffer_prototype()
 
         async def fetch() -> list[Any]:
