@@ -215,3 +215,13 @@ def test_dask_reads_take_the_fast_path_with_zarrs_bytes(dumps):
     reads = source.fast_reads
     assert source[0:step, 0:n - 1].tobytes() == whole[0:step, 0:n - 1].tobytes()  # part of an axis: zarr
     assert source[0:step, 1:n].tobytes() == whole[0:step, 1:n].tobytes() and source.fast_reads == reads
+
+
+def test_fast_rows_pickle_for_dask_workers(dumps):
+    import pickle
+
+    dump, path = _record(dumps[0], "f64")
+    fast = record_source(dump, path, False)
+    copy = pickle.loads(pickle.dumps(fast))
+    assert isinstance(copy, ChunkRows) and copy[0:fast.chunks[0]].tobytes() == fast.guarded[0:fast.chunks[0]].tobytes()
+    assert copy.fast_reads == 1

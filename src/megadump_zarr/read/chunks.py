@@ -23,6 +23,7 @@ through zarr, so every error and every fill value is zarr's own: the fast path n
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
 
 import numpy as np
@@ -105,7 +106,17 @@ class ChunkRows:
         self.dtype, self.shape, self.ndim, self.chunks = dtype, shape, len(shape), chunks
         self.compressor, self.crc32c = compressor, crc32c
         self.fast_reads = 0  # row ranges this path read itself (the rest went through zarr)
+        self._lock = threading.Lock()
         self._chunk_bytes = int(np.prod(chunks)) * dtype.itemsize
+
+    def __getstate__(self) -> dict[str, Any]:  # dask may pickle it to a worker: the lock stays behind
+        state = dict(self.__dict__)
+        state.pop("_lock", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def __getitem__(self, selection: Any) -> Any:
         rows = self._rows(selection)
@@ -115,7 +126,8 @@ class ChunkRows:
             except Exception:  # zarr reads it again and raises (or fills) exactly as it would have
                 pass
             else:
-                self.fast_reads += 1
+                with self._lock:
+                    self.fast_reads += 1
                 return out
         return self.guarded[selection]
 
