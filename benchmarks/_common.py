@@ -1,12 +1,21 @@
-"""Shared benchmark helpers: timing medians, peak RSS sampling, tables, JSON output."""
+"""Shared benchmark helpers: timing medians, peak RSS sampling, tables, JSON output.
+
+Every benchmark's JSON (:func:`write_json`) carries a ``run`` record (:func:`run_info`): the date, the
+cores this process may use, the load average when the run started (:func:`start_run`, called by each
+benchmark's ``main``; import time otherwise) and when it ended, and the wall and CPU seconds in between
+(CPU: ``resource.getrusage`` of this process and its waited-for children, user + system). On a shared
+machine the wall times move with the other processes; the CPU seconds and the load average say how much.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime, timezone
 import json
 import os
 import platform
+import resource
 import statistics
 import threading
 import time
@@ -14,7 +23,54 @@ from typing import Any
 
 import psutil
 
-__all__ = ["PeakRss", "machine", "median_time", "print_table", "sync_disk", "write_json"]
+__all__ = ["PeakRss", "cpu_seconds", "machine", "median_time", "nproc", "print_table", "run_info", "start_run",
+           "sync_disk", "write_json"]
+
+_RUN: dict[str, Any] = {}
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """``(self, children)``: user + system CPU seconds of this process (all threads) and of its children
+    that have been waited for, from ``resource.getrusage``."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+
+
+def nproc() -> int:
+    """The cores this process may run on (what ``nproc`` prints)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def start_run() -> None:
+    """Mark the start of a benchmark run: the date, load average, wall and CPU clocks :func:`run_info` reports
+    against. Each benchmark's ``main`` calls it first; importing this module calls it once too."""
+    _RUN.update(date=datetime.now(timezone.utc), wall=time.perf_counter(), cpu=cpu_seconds(), load=os.getloadavg())
+
+
+def run_info() -> dict[str, Any]:
+    """The ``run`` record of a benchmark's JSON: since :func:`start_run`, what ran where and how loaded.
+
+    Returns:
+        ``date`` (start, ISO 8601 UTC), ``nproc``, ``cpu_count``, ``load_average_before`` /
+        ``load_average_after`` (1, 5, 15 min), ``wall_s``, ``cpu_s`` (self + children), ``cpu_self_s``,
+        ``cpu_children_s`` and ``max_rss_mib`` (peak resident set of this process so far).
+    """
+    own, children = cpu_seconds()
+    own0, children0 = _RUN["cpu"]
+    return {
+        "date": _RUN["date"].isoformat(timespec="seconds"), "nproc": nproc(), "cpu_count": os.cpu_count(),
+        "load_average_before": [round(x, 2) for x in _RUN["load"]],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "wall_s": time.perf_counter() - _RUN["wall"], "cpu_s": (own - own0) + (children - children0),
+        "cpu_self_s": own - own0, "cpu_children_s": children - children0,
+        "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+start_run()
 
 
 def sync_disk() -> None:
@@ -98,7 +154,7 @@ def _fmt(value: Any) -> str:
 
 
 def write_json(path: str | None, entries: list[dict[str, Any]]) -> None:
-    """Write the entries as JSON when a path was given.
+    """Write ``{"machine", "run", "entries"}`` as JSON when a path was given (``run``: :func:`run_info`).
 
     Args:
         path: Output file or None.
@@ -106,7 +162,7 @@ def write_json(path: str | None, entries: list[dict[str, Any]]) -> None:
     """
     if path:
         with open(path, "w", encoding="utf-8") as handle:
-            json.dump({"machine": machine(), "entries": entries}, handle, indent=2)
+            json.dump({"machine": machine(), "run": run_info(), "entries": entries}, handle, indent=2)
 
 
 @contextmanager

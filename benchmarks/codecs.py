@@ -18,7 +18,7 @@ import numcodecs
 import numpy as np
 import torch
 
-from benchmarks._common import machine, print_table, write_json
+from benchmarks._common import machine, print_table, start_run, write_json
 from megadump_zarr.codecs import DEFAULT_COMPRESSOR
 from megadump_zarr.demo.model import DemoConfig, MoEBlock
 from megadump_zarr.dump.arrays import tensor_to_numpy
@@ -59,6 +59,7 @@ def measure(codec_factory: Any, data: np.ndarray, chunk_bytes: int = 4 << 20) ->
 
 def main(argv: list[str] | None = None) -> int:
     """Print ratio and throughput per codec, tensor and dtype."""
+    start_run()  # the JSON's run record (load average, CPU and wall seconds) counts from here
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", default=None)

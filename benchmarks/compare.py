@@ -17,8 +17,11 @@ Measured in one run, median of ``--repeat`` runs each (files warm in the page ca
 * ``compare``: ``megadump_zarr.analyse.compare(dump_a, dump_b)`` (all metrics, verdicts, worst element);
 * ``MiB/s per side``: the logical bytes of one side over the compare time;
 * ``ratio``: compare time / read-both time (target <= 1.5), target >= 400 MiB/s per side on 2 cores;
-* ``peak extra RSS`` during compare, against the size of one 4 MiB chunk (target: a few chunks per
-  thread, never whole tensors);
+* ``peak extra RSS`` during compare (sampled every 5 ms) and ``peak traced`` (tracemalloc's peak of
+  one separate run, numpy buffers included), against the size of one 4 MiB chunk (target: a few chunks
+  per thread, never whole tensors);
+* ``1 lane``: the same compare in one thread (the serial path; its frame must equal the threaded one);
+  ``CPU/wall`` above 1 means the threads ran at once;
 * the CPU seconds (all threads) of read both and of compare, their ratio and MiB per side per CPU
   second, and the load average: on a shared machine the wall times move with the other processes,
   the CPU seconds much less.
@@ -36,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._common import PeakRss, machine, print_table, scratch_dir, write_json
+from benchmarks._common import PeakRss, machine, print_table, scratch_dir, start_run, write_json
 from megadump_zarr.dump.export import ArrayWrite, InvocationWrite, WindowWrite
 from megadump_zarr.store.writer import WindowWriter
 
@@ -139,31 +142,64 @@ def bench(base: str, side_bytes: int, repeat: int) -> dict[str, Any]:
     def run_compare() -> Any:
         return compare(dump_a, dump_b)
 
+    def run_serial() -> Any:  # the same comparison in one lane (for information: the threads' gain)
+        threads, pairs._THREADS = pairs._THREADS, 1
+        try:
+            return compare(dump_a, dump_b)
+        finally:
+            pairs._THREADS = threads
+
+    load_before = os.getloadavg()
     read_both()  # warm the page cache and the catalogues for both contenders
     run_compare()
     read_cpu: list[float] = []
     compare_cpu: list[float] = []
+    serial_cpu: list[float] = []
     read_s, nbytes = _median(read_both, repeat, read_cpu)
     whole_s, whole_bytes = _median(read_both_whole, repeat)
     dask_s, dask_bytes = _median(read_both_dask, repeat)
     assert nbytes == whole_bytes == dask_bytes == 2 * logical, (nbytes, whole_bytes, dask_bytes, logical)
     with PeakRss() as rss:
         compare_s, result = _median(run_compare, repeat, compare_cpu)
+    serial_s, serial = _median(run_serial, repeat, serial_cpu)
+    assert result.equals(serial), "the threaded comparison differs from the one-lane comparison"
     assert (result.verdict == "pass").all(), result[result.verdict != "pass"][["name", "note"]]
     assert (result.max_abs > 0).all()
+    traced = _traced_peak(run_compare)
     mib = logical / 2**20
     return {
         "workload": f"compare 2 x {mib:.0f} MiB float32 L0 ({len(paths)} records)",
-        "read_both_s": read_s, "read_both_whole_s": whole_s, "read_both_dask_s": dask_s, "compare_s": compare_s, "read_mib_s_per_side": mib / read_s,
+        "read_both_s": read_s, "read_both_whole_s": whole_s, "read_both_dask_s": dask_s, "compare_s": compare_s,
+        "compare_serial_s": serial_s, "read_mib_s_per_side": mib / read_s,
         "compare_mib_s_per_side": mib / compare_s, "ratio": compare_s / read_s,
-        "read_cpu_s": read_cpu[0], "compare_cpu_s": compare_cpu[0], "cpu_ratio": compare_cpu[0] / read_cpu[0],
-        "compare_mib_per_cpu_s": mib / compare_cpu[0], "load_average": os.getloadavg()[0],
+        "read_cpu_s": read_cpu[0], "compare_cpu_s": compare_cpu[0], "compare_serial_cpu_s": serial_cpu[0],
+        "cpu_ratio": compare_cpu[0] / read_cpu[0], "compare_mib_per_cpu_s": mib / compare_cpu[0],
+        "compare_cpu_per_wall": compare_cpu[0] / compare_s, "read_cpu_per_wall": read_cpu[0] / read_s,
+        "load_average": os.getloadavg()[0], "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "peak_extra_rss_mib": rss.extra / 2**20, "peak_extra_rss_chunks": rss.extra / CHUNK_BYTES,
+        "peak_traced_mib": traced / 2**20, "peak_traced_chunks": traced / CHUNK_BYTES,
         "threads": pairs._THREADS, "cores": os.cpu_count(),
     }
 
 
+def _traced_peak(run: Any) -> int:
+    """Peak bytes allocated (numpy buffers included) above the start during one ``run()``, by tracemalloc
+    (a separate, untimed run: tracing slows allocation down)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        start = tracemalloc.get_traced_memory()[0]
+        run()
+        return max(tracemalloc.get_traced_memory()[1] - start, 0)
+    finally:
+        tracemalloc.stop()
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    start_run()  # the JSON's run record (load average, CPU and wall seconds) counts from here
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="32 MiB per side instead of 224 MiB")
     parser.add_argument("--json", default=None, help="write the results as JSON to this file")
@@ -174,14 +210,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with scratch_dir(args.root) as base:
         row = bench(base, side, 1 if args.quick else args.repeat)
     print(machine())
-    print_table([row], [("workload", "workload"), ("read_both_s", "read both s"),
+    print_table([row], [("workload", "workload"), ("read_both_s", "read both s (floor)"),
                         ("read_both_whole_s", "whole s"), ("read_both_dask_s", "via dask s"),
-                        ("compare_s", "compare s"),
-                        ("compare_mib_s_per_side", "MiB/s per side"), ("ratio", "compare/read"),
-                        ("peak_extra_rss_mib", "peak extra RSS MiB"), ("peak_extra_rss_chunks", "in 4 MiB chunks")])
+                        ("compare_s", "compare s"), ("compare_serial_s", "1 lane s"),
+                        ("compare_mib_s_per_side", "MiB/s per side"), ("ratio", "compare/read")])
     print_table([row], [("read_cpu_s", "read both CPU s"), ("compare_cpu_s", "compare CPU s"),
-                        ("cpu_ratio", "CPU compare/read"), ("compare_mib_per_cpu_s", "MiB per side per CPU s"),
-                        ("load_average", "load average (1 min)")])
+                        ("compare_serial_cpu_s", "1 lane CPU s"), ("cpu_ratio", "CPU compare/read"),
+                        ("compare_cpu_per_wall", "compare CPU/wall"), ("compare_mib_per_cpu_s", "MiB per side per CPU s")])
+    print_table([row], [("peak_extra_rss_mib", "peak extra RSS MiB"), ("peak_traced_mib", "peak traced MiB"),
+                        ("peak_traced_chunks", "in 4 MiB chunks"), ("threads", "lanes"), ("cores", "cores"),
+                        ("load_average_before", "load before"), ("load_average_after", "load after")])
     print("targets: >= 400 MiB/s per side on 2 cores; compare/read <= 1.5; peak extra RSS a few chunks per thread")
     print("(wall times depend on what else runs: with the load average above the core count, compare the CPU "
           "seconds; on two idle cores the wall time is at best half the CPU time)")

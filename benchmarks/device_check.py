@@ -90,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"device-check: skipped: {why}; nothing to compare (run it on a machine with a GPU)")
             return 0
         print(f"device-check: {why}")
-    from benchmarks._common import print_table, write_json
+    from benchmarks._common import print_table, start_run, write_json
+
+    start_run()  # the JSON's run record (load average, CPU and wall seconds) counts from here
 
     dtypes = ("float32",) if args.quick else ("float32", "bfloat16")
     steps, tokens = (2, 37) if args.quick else (4, 256)

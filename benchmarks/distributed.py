@@ -28,7 +28,7 @@ from typing import Any
 
 import pandas as pd
 
-from benchmarks._common import machine, print_table, write_json
+from benchmarks._common import machine, print_table, start_run, write_json
 from tests.distributed._job import measure_listing, moto_process, write_job
 
 KEY, SECRET = "AKIABENCHDISTRIBUTED", "bench/secret+never-shown"
@@ -102,6 +102,7 @@ def count_objects(endpoint: str, prefix: str) -> int:
 
 
 def main() -> None:
+    start_run()  # the JSON's run record (load average, CPU and wall seconds) counts from here
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="16 ranks of tiny records instead of 64 ranks of records up to 256 KiB")
     parser.add_argument("--ranks", type=int, default=None, help="ranks of the job (default 64; --quick 16)")

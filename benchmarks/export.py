@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from benchmarks._common import PeakRss, machine, print_table, scratch_dir, sync_disk, write_json
+from benchmarks._common import PeakRss, machine, print_table, scratch_dir, start_run, sync_disk, write_json
 from megadump_zarr.dump.l1_plan import L1RecordPlan
 from megadump_zarr.dump.snapshots import payload_snapshot
 from megadump_zarr.dump.window import DumpInvocation, build_window
@@ -391,6 +391,7 @@ def run_async(quick: bool, base: str | None) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the export benchmarks and print ratios."""
+    start_run()  # the JSON's run record (load average, CPU and wall seconds) counts from here
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes (CI smoke)")
     parser.add_argument("--json", default=None, help="write results as JSON")

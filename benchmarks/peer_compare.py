@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import machine, print_table, sync_disk, write_json
+from benchmarks._common import machine, print_table, start_run, sync_disk, write_json
 
 # A child process: msprobe patches torch's API globally, so it never runs in the benchmark's process.
 _DUMPER = textwrap.dedent("""
@@ -133,6 +133,7 @@ def run(base: Path, *, hidden: int, batch: int, layers: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    start_run()  # the JSON's run record (load average, CPU and wall seconds) counts from here
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small model (a few MB per side)")
     parser.add_argument("--json", metavar="OUT", help="write the figures as JSON")

@@ -12,14 +12,15 @@ Run as ``python -m benchmarks.read [--quick] [--json OUT] [--root DIR]``.
   cold (a fresh ``Dump`` each time), against walking the same window with zarr (every array's
   ``zarr.json`` opened). Target: <= 0.5 s.
 
-Prints a table; ``--json`` writes ``[{workload, baseline_s, ours_s, ratio, chunks_read}, ...]``.
+Prints a table; ``--json`` writes ``{"machine", "run", "entries": [{workload, baseline_s, ours_s, ratio,
+chunks_read}, ...]}`` (``run``: date, nproc, load average before/after, CPU and wall seconds; see
+:func:`benchmarks._common.run_info`).
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-import json
 import os
 import shutil
 import statistics
@@ -31,6 +32,7 @@ import numpy as np
 import zarr
 from zarr.storage import LocalStore, WrapperStore
 
+from benchmarks._common import start_run, write_json
 from megadump_zarr.dump.export import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
 from megadump_zarr.read import open_dump
 from megadump_zarr.store.writer import WindowWriter
@@ -165,6 +167,7 @@ def _table(results: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    start_run()  # the JSON's run record (load average, CPU and wall seconds) counts from here
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="64 MiB instead of 1 GiB for P4")
     parser.add_argument("--json", default=None, help="write the results as JSON to this file")
@@ -181,9 +184,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             shutil.rmtree(base, ignore_errors=True)
     print(_table(results))
     print("targets: P4 ratio >= 100x with <= 2 chunks for one row; P5 ours_s <= 0.5 s")
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(results, handle, indent=2)
+    write_json(args.json, results)
     return results
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from benchmarks._common import machine, print_table, scratch_dir, write_json
+from benchmarks._common import machine, print_table, scratch_dir, start_run, write_json
 from benchmarks.export import make_workload, ours
 
 
@@ -79,6 +79,7 @@ def run(count: int, repeats: int, base: str | None) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the report benchmark and print its figures."""
+    start_run()  # the JSON's run record (load average, CPU and wall seconds) counts from here
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="512 records, one browser run")
     parser.add_argument("--json", default=None, help="write results as JSON")

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from benchmarks._common import machine, print_table, scratch_dir, sync_disk, write_json
+from benchmarks._common import machine, print_table, scratch_dir, start_run, sync_disk, write_json
 from benchmarks.export import make_workload
 from megadump_zarr.dump.l1_plan import PreparedL1Dump
 from megadump_zarr.dump.snapshots import decode_l1_dump
@@ -174,6 +174,7 @@ def run_soak(steps: int, base: str | None) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run S1 and S2 and print the ratios."""
+    start_run()  # the JSON's run record (load average, CPU and wall seconds) counts from here
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes (CI smoke)")
     parser.add_argument("--json", default=None, help="write results as JSON")

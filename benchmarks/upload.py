@@ -37,7 +37,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from benchmarks._common import machine, print_table, write_json
+from benchmarks._common import machine, print_table, start_run, write_json
 from megadump_zarr.dump.export import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
 from megadump_zarr.store.writer import WindowWriter
 from megadump_zarr.transfer import upload
@@ -186,6 +186,7 @@ def run_ours(root: str, endpoint: str, prefix: str, workers: int) -> float:
 
 # ---------------------------------------------------------------------------------------------- main
 def main() -> None:
+    start_run()  # the JSON's run record (load average, CPU and wall seconds) counts from here
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="64 MiB and 512 small arrays instead of 512 MiB and 2048")
     parser.add_argument("--repeat", type=int, default=3, help="runs per contender (median reported; default 3)")

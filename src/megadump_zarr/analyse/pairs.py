@@ -283,7 +283,8 @@ def _open(source: Any) -> Any:
 
 def record_source(dump: Any, path: str, truncated: bool) -> Any:
     """Record ``path`` of ``dump`` as an array-like for :func:`compare_pair`: its stored zarr array (read
-    chunk by chunk through the dump's integrity checks), or the logical-shape view of a truncated record.
+    chunk by chunk through the dump's integrity checks; chunk-aligned row blocks of a plain layout decoded
+    in the calling thread, :mod:`megadump_zarr.read.chunks`), or the logical-shape view of a truncated record.
 
     Args:
         dump: An open ``Dump`` (or anything with ``record_array``).
@@ -297,8 +298,11 @@ def record_source(dump: Any, path: str, truncated: bool) -> Any:
         info, rel, doc = dump._record(path)
         attrs = doc.get("attributes") or {}
         if not attrs.get("truncated"):
+            from megadump_zarr.read.chunks import chunk_rows
+
             key = f"{info.key}/{rel}"
-            return GuardedArray(open_zarr_array(dump.store, key, doc), key, getattr(dump, "root", ""))
+            guarded = GuardedArray(open_zarr_array(dump.store, key, doc), key, getattr(dump, "root", ""))
+            return chunk_rows(guarded)
     return dump.record_array(path)
 
 
@@ -336,7 +340,26 @@ class _Job:
     blocks: list[tuple[slice, ...]]
     left: int = 0
     error: BaseException | None = None
-    accumulators: list[MetricAccumulator] = field(default_factory=list)
+    partials: dict[int, MetricAccumulator] = field(default_factory=dict)
+
+
+def block_metrics(job: _Job, i: int) -> MetricAccumulator:
+    """Block ``i`` of a record read from both sides and folded into its own accumulator (any thread)."""
+    index = job.blocks[i]
+    block_a, block_b = read_native_block(job.a, index), read_native_block(job.b, index)
+    acc = MetricAccumulator(job.shape, rtol=job.plan.rtol, atol=job.plan.atol, exact=job.plan.exact)
+    acc.update(block_a, block_b, block_offset(job.shape, index))
+    return acc
+
+
+def merge_in_order(shape: tuple[int, ...], plan: PairPlan, partials: list[MetricAccumulator]) -> MetricAccumulator:
+    """The record's accumulator: its block partials merged in block order, whichever thread folded which
+    block, so the float sums add up in one order and every run gives the same bits (the same fold as
+    :func:`~megadump_zarr.analyse.metrics.compute_metrics`)."""
+    total = MetricAccumulator(shape, rtol=plan.rtol, atol=plan.atol, exact=plan.exact)
+    for part in partials:
+        total.merge(part)
+    return total
 
 
 def compare_records(pairs: list[RecordPair], advance: Callable[[], None] | None = None, *,
@@ -344,10 +367,11 @@ def compare_records(pairs: list[RecordPair], advance: Callable[[], None] | None 
     """The result rows of many record pairs, in order, compared in this process; never raises.
 
     Every chunk-aligned block of every record goes into one queue, in execution order; ``threads``
-    lanes take the next block, read it from both dumps (zarr decodes in C with the GIL released) and
-    fold it into their own accumulator of that record; the accumulators are merged per record at the
-    end. Each lane holds one block pair at a time (a few chunks), whatever the tensor sizes, and no
-    lane waits for another at a record boundary.
+    lanes take the next block, read it from both dumps (decoded in the lane, in C with the GIL released:
+    :mod:`megadump_zarr.read.chunks`) and fold it into an accumulator of its own; each record's block
+    accumulators are merged in block order at the end (:func:`merge_in_order`), so the result does not
+    depend on the lanes (``threads=1`` gives the same bits). Each lane holds one block pair at a time
+    (a few chunks), whatever the tensor sizes, and no lane waits for another at a record boundary.
 
     Args:
         pairs: The record pairs (their ``a``/``b``: open dumps or ``DumpSource``).
@@ -384,7 +408,6 @@ def compare_records(pairs: list[RecordPair], advance: Callable[[], None] | None 
     queue = iter(work)
 
     def lane() -> None:
-        mine: dict[int, MetricAccumulator] = {}
         while True:
             with lock:
                 item = next(queue, None)
@@ -393,16 +416,8 @@ def compare_records(pairs: list[RecordPair], advance: Callable[[], None] | None 
             k, i = item
             job = jobs[k]
             if job.error is None:
-                index = job.blocks[i]
                 try:
-                    block_a, block_b = read_native_block(job.a, index), read_native_block(job.b, index)
-                    acc = mine.get(k)
-                    if acc is None:
-                        acc = mine[k] = MetricAccumulator(job.shape, rtol=job.plan.rtol, atol=job.plan.atol,
-                                                          exact=job.plan.exact)
-                        with lock:
-                            job.accumulators.append(acc)
-                    acc.update(block_a, block_b, block_offset(job.shape, index))
+                    job.partials[i] = block_metrics(job, i)
                 except Exception as exc:
                     with lock:
                         job.error = job.error or exc
@@ -423,11 +438,8 @@ def compare_records(pairs: list[RecordPair], advance: Callable[[], None] | None 
         if job.error is not None:
             rows[k] = _failed_row(job.plan.row, job.error, job.plan.notes)
             continue
-        total = job.accumulators[0] if job.accumulators else MetricAccumulator(
-            job.shape, rtol=job.plan.rtol, atol=job.plan.atol, exact=job.plan.exact)
-        for other in job.accumulators[1:]:
-            total.merge(other)
         try:
+            total = merge_in_order(job.shape, job.plan, [job.partials[i] for i in range(len(job.blocks))])
             rows[k] = metrics_row(job.plan.row, total.result(), job.plan.notes, _locator(job.pair.keys))
         except Exception as exc:
             rows[k] = _failed_row(job.plan.row, exc, job.plan.notes)

@@ -54,15 +54,18 @@ def _token(*parts: Any) -> str:
 
 
 def stored_dask(array: zarr.Array, key: str, root: str = "") -> da.Array:
-    """The stored array as dask, one dask block per stored chunk.
+    """The stored array as dask, one dask block per stored chunk (decoded in dask's threads where the layout
+    allows: :mod:`megadump_zarr.read.chunks`).
 
     Args:
         array: The zarr array.
         key: Its path (for a stable dask name).
         root: The dump root (for a stable dask name).
     """
+    from megadump_zarr.read.chunks import chunk_rows
+
     chunks = array.chunks if array.ndim else ()
-    return da.from_array(GuardedArray(array, key, root), chunks=chunks, name=f"megadump-stored-{_token(root, key)}", lock=False,
+    return da.from_array(chunk_rows(GuardedArray(array, key, root)), chunks=chunks, name=f"megadump-stored-{_token(root, key)}", lock=False,
                          asarray=False, inline_array=True, meta=np.empty((0,) * array.ndim, dtype=array.dtype))
 
 
