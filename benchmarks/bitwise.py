@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from benchmarks._common import machine, print_table, scratch_dir, write_json
+from benchmarks._common import machine, print_table, scratch_dir, start_run, write_json
 from megadump_zarr import TensorDumpConfig, tensor_dump
 from megadump_zarr.analyse import compare
 from megadump_zarr.analyse.bitwise import bitwise_map
@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--json", help="write the figures as JSON here")
     parser.add_argument("--dir", help="scratch directory (default: a temporary one)")
     args = parser.parse_args(argv)
+    start_run()  # the JSON's run record (load average, CPU and wall seconds) counts from here
     with scratch_dir(args.dir) as scratch:
         a, b = Path(scratch) / "a", Path(scratch) / "b"
         write_a = write_run(a, args.steps, 0)
