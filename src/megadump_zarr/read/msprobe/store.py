@@ -17,7 +17,8 @@ What differs from a converted dump, on purpose:
 - the arrays' codec chain is a plain ``bytes`` codec: no compressor and **no crc32c**, so ``verify`` and
   the integrity checks see "no checksum stored", never a checksum that passes;
 - a record's ``stats`` are msprobe's own (``Max``/``Min``/``Mean``/``|Norm|``, NaN/Inf counts 0 when all
-  four are finite), not ones recomputed from the bytes: a tensor holding NaN or Inf gets no ``stats``;
+  four are finite; an integer tensor's ``Max``/``Min`` and counts 0), not ones recomputed from the bytes:
+  a float tensor holding NaN or Inf gets no ``stats``;
 - ``createdAt``/``committedAt`` are the ``dump.json`` file's modification time.
 
 The statistics task has no tensor files: its statistics tables are generated in memory, exactly as
@@ -49,12 +50,21 @@ _CHUNK_BYTES = 4 << 20  # the writer's default chunk size: the same chunk grid a
 
 
 def _stats(item: Tensor) -> dict[str, Any] | None:
-    """msprobe's statistics as a record's ``stats`` (only when all four are finite numbers)."""
-    values = [item.stats.get(k) for k in ("Min", "Max", "Mean", "Norm")]
-    if not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in values):
+    """msprobe's statistics as a record's ``stats``: all of them when all four are finite numbers; for an
+    integer or bool tensor (msprobe gives it no Mean/Norm, and it holds no NaN/Inf) the counts and what
+    msprobe gives; otherwise none (a NaN or Inf makes msprobe's reductions unusable)."""
+    def number(key: str) -> float | None:
+        value = item.stats.get(key)
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        return float(value) if ok else None
+
+    values = {"min": number("Min"), "max": number("Max"), "mean": number("Mean"), "l2norm": number("Norm")}
+    if item.dtype == "bool" or item.dtype.startswith(("int", "uint")):
+        return {**{k: v for k, v in values.items() if v is not None and k in ("min", "max")},
+                "nanCount": 0, "infCount": 0}
+    if any(v is None for v in values.values()):
         return None
-    low, high, mean, norm = (float(v) for v in values)
-    return {"min": low, "max": high, "mean": mean, "l2norm": abs(norm), "nanCount": 0, "infCount": 0}
+    return {**values, "l2norm": abs(values["l2norm"]), "nanCount": 0, "infCount": 0}
 
 
 def _mtime(path: Path) -> str:
@@ -80,9 +90,14 @@ class MsprobeStore(Store):
     Args:
         root: msprobe's ``dump_path``, one ``step{N}`` directory or one ``step{N}/rank{R}|proc{PID}`` one.
         chunk_bytes: Target bytes per record chunk (whole rows; the writer's default).
+        validate: Check every tensor file when the store opens (memory-mapped, so only the archive's
+            structure is read, no data): a file that is no plain tensor (a pickle that would run code),
+            or whose dtype or shape is not what ``dump.json`` states, is refused here, naming it, rather
+            than as one unreadable record of a comparison. Every chunk read checks its file again.
 
     Raises:
-        ValueError: An invalid ``dump.json`` or a ``data_name`` escaping its directory (naming the file).
+        ValueError: An invalid ``dump.json``, a ``data_name`` escaping its directory, or (``validate``) a
+            refused tensor file (naming the file).
         FileNotFoundError: ``root`` is not a directory.
     """
 
@@ -91,7 +106,7 @@ class MsprobeStore(Store):
     supports_partial_writes = False
     supports_listing = True
 
-    def __init__(self, root: str | os.PathLike[str], *, chunk_bytes: int = _CHUNK_BYTES) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, chunk_bytes: int = _CHUNK_BYTES, validate: bool = True) -> None:
         super().__init__(read_only=True)
         self.root = Path(os.path.abspath(os.fspath(root)))
         if not self.root.is_dir():
@@ -101,7 +116,10 @@ class MsprobeStore(Store):
         self._chunk_bytes = int(chunk_bytes)
         self._docs: dict[str, bytes] = {}
         self._chunks: dict[str, tuple[Tensor, tuple[int, int, int]]] = {}
-        self._build(plan_windows(self.root))
+        windows = plan_windows(self.root)
+        if validate:
+            _validate(windows)
+        self._build(windows)
         self._listing = self._children()
 
     # ------------------------------------------------------------------ the virtual key space
@@ -216,6 +234,19 @@ class MsprobeStore(Store):
     async def list_dir(self, prefix: str) -> AsyncIterator[str]:
         for name in sorted(self._listing.get(prefix.rstrip("/"), ())):
             yield name
+
+
+def _validate(windows: list[Window]) -> None:
+    """Load every tensor file of ``windows`` once, memory-mapped (no data read), and drop it again.
+
+    Raises:
+        ValueError: The first file refused (see :func:`.load.load_tensor`).
+    """
+    for window in windows:
+        for call in window.calls:
+            for item in call.tensors:
+                if item.file is not None:
+                    load_tensor(item, mmap=True)
 
 
 def _dumps(value: Any) -> bytes:
