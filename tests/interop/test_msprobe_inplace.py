@@ -161,6 +161,18 @@ def _code_pickle(directory, leaf):
     (directory / "dump_tensor_data" / leaf["data_name"]).write_bytes(pickle.dumps(_Evil()))
 
 
+def _code_in_archive(directory, leaf):
+    """A real torch.save zip archive whose data.pkl is a pickle that would run code."""
+    import zipfile
+
+    path = directory / "dump_tensor_data" / leaf["data_name"]
+    with zipfile.ZipFile(path) as archive:
+        members = {info.filename: archive.read(info) for info in archive.infolist()}
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, pickle.dumps(_Evil(), protocol=2) if name.endswith("/data.pkl") else data)
+
+
 def _big_npy_header(directory, leaf):
     path = directory / "dump_tensor_data" / "big.npy"
     np.save(path, np.zeros((3, 8), np.float32))
@@ -171,7 +183,8 @@ def _big_npy_header(directory, leaf):
 
 @pytest.mark.parametrize(("edit", "message"), [
     (lambda d, leaf: leaf.update(data_name="../../step1/x.pt"), "data_name must be a plain file name"),
-    (_code_pickle, "torch.load(weights_only=True) refused it"),
+    (_code_pickle, "it is not a plain tensor file (File is not a zip file)"),
+    (_code_in_archive, "it names the global posix.system, which a plain tensor file does not"),
     (lambda d, leaf: leaf.update(shape=[4, 8]), "holds shape [3, 8], dump.json says [4, 8]"),
     (lambda d, leaf: leaf.update(dtype="torch.float64"), "holds dtype float32, dump.json says 'float64'"),
     (_big_npy_header, "its .npy header declares shape [3000, 8]"),

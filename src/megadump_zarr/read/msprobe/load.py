@@ -1,7 +1,8 @@
 """Loading one msprobe tensor file safely: no code runs, sizes are checked before anything is read.
 
-``.pt`` files load only through ``torch.load(weights_only=True)`` (memory-mapped when ``mmap``: nothing is
-read until the bytes are used) and must hold one dense tensor; ``.npy`` files load with
+``.pt`` files load only through ``torch.load(weights_only=True)`` (convert), or, memory-mapped when
+``mmap`` (in place: nothing is read until the bytes are used), through :mod:`.torchfile`'s allowlist
+unpickler without importing torch; either way they must hold one dense tensor; ``.npy`` files load with
 ``allow_pickle=False`` after their header is checked against the file's size. Either must hold the dtype
 and shape ``dump.json`` states.
 """
@@ -33,8 +34,9 @@ def load_tensor(item: Tensor, *, mmap: bool = False) -> np.ndarray:
 
     Args:
         item: A planned tensor leaf with a file.
-        mmap: Map the file instead of reading it (``torch.load(mmap=True)``, ``np.load(mmap_mode="r")``):
-            the bytes are read when used.
+        mmap: Map the file instead of reading it (``np.load(mmap_mode="r")``; a ``.pt`` file through
+            :func:`.torchfile.read_pt`, the same allowlist as ``torch.load(weights_only=True)`` without
+            importing torch): the bytes are read when used.
 
     Raises:
         ValueError: A file that is no plain tensor/array (never unpickled), or whose dtype or shape is not
@@ -53,8 +55,12 @@ def load_tensor(item: Tensor, *, mmap: bool = False) -> np.ndarray:
         if not isinstance(data, np.ndarray):
             raise ValueError(f"msprobe tensor file {item.file} holds a {type(data).__name__}, not one array")
         stored = data.dtype.name
+    elif mmap:  # in place: no torch import, the storage memory-mapped (see .torchfile)
+        from megadump_zarr.read.msprobe.torchfile import read_pt
+
+        data, stored = read_pt(item.file)
     else:
-        data, stored = _load_pt(item.file, mmap)
+        data, stored = _load_pt(item.file)
     if stored != item.dtype:
         raise ValueError(f"msprobe tensor file {item.file} holds dtype {stored}, dump.json says {item.dtype!r}")
     if tuple(data.shape) != item.shape:
@@ -62,32 +68,18 @@ def load_tensor(item: Tensor, *, mmap: bool = False) -> np.ndarray:
     return data
 
 
-def _torch_load(file: Path, mmap: bool) -> object:
-    """``torch.load(weights_only=True)``, memory-mapped when asked and the file is a zip archive."""
-    import warnings
-
-    import torch
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
-        if mmap:
-            try:
-                return torch.load(file, map_location="cpu", weights_only=True, mmap=True)
-            except RuntimeError as error:  # a legacy (non-zip) torch.save file cannot be mapped: read it
-                if "mmap" not in str(error):
-                    raise
-        return torch.load(file, map_location="cpu", weights_only=True)
-
-
-def _load_pt(file: Path, mmap: bool = False) -> tuple[np.ndarray, str]:
+def _load_pt(file: Path) -> tuple[np.ndarray, str]:
     import pickle
+    import warnings
 
     import torch
 
     from megadump_zarr.dump.arrays import dtype_name, tensor_to_numpy
 
     try:
-        obj = _torch_load(file, mmap)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            obj = torch.load(file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         raise ValueError(f"refusing msprobe tensor file {file}: it is not a plain tensor file, "
                          f"torch.load(weights_only=True) refused it ({_first_reason(error)}); it was not unpickled") from None
