@@ -110,9 +110,12 @@ def test_tensors_are_the_file_bytes_without_a_checksum(msprobe_dumps):
         asyncio.run(store.set("x", default_buffer_prototype().buffer.from_bytes(b"1")))
 
 
-def test_cli_reads_the_raw_directory(msprobe_dumps, dumps, tmp_path):
+def test_cli_reads_the_raw_directory(msprobe_dumps, tmp_path):
     golden, target = msprobe_dumps["golden"], msprobe_dumps["target"]
-    for args in (["ls", str(golden)], ["stats", str(dumps["golden-statistics-L0"])],
+    result = subprocess.run([*CLI, "--json", "verify", str(golden)], capture_output=True, text=True, timeout=120,
+                            check=False)  # documents agree, every chunk there and decoding (no checksum stored)
+    assert result.returncode == 0 and json.loads(result.stdout)["chunks"] == 54, result.stderr
+    for args in (["ls", str(golden)], ["stats", str(msprobe_dumps["stats"])],
                  ["show", str(golden), "rank_0/window_0000/invocation_000000_forward/Functional.linear.0.forward.input.0"]):
         result = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120, check=False)
         assert result.returncode == 0, result.stderr
