@@ -26,26 +26,7 @@ from megadump_zarr.interop.msprobe import convert_msprobe, is_msprobe_dump
 
 pytest.importorskip("msprobe")
 
-MODEL = Path(__file__).with_name("_msprobe_model.py")
 MSPROBE = Path(sys.executable).with_name("msprobe")
-
-
-def _dumps(base: Path) -> dict[str, Path]:
-    """Run msprobe three times at once: golden and perturbed tensor dumps, a statistics dump."""
-    runs = {"golden": ("tensor", "0"), "target": ("tensor", "0.01"), "stats": ("statistics", "0")}
-    procs = {}
-    for name, (task, perturb) in runs.items():
-        procs[name] = subprocess.Popen([sys.executable, str(MODEL), task, str(base / name), perturb],
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    for name, proc in procs.items():
-        _, err = proc.communicate(timeout=240)
-        assert proc.returncode == 0, err[-3000:]
-    return {name: base / name for name in runs}
-
-
-@pytest.fixture(scope="module")
-def msprobe_dumps(tmp_path_factory) -> dict[str, Path]:
-    return _dumps(tmp_path_factory.mktemp("msprobe"))
 
 
 def _dump_json(root: Path, step: int) -> tuple[Path, dict]:

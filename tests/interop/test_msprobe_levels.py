@@ -25,28 +25,6 @@ from megadump_zarr.interop.msprobe import convert_msprobe
 
 pytest.importorskip("msprobe")
 
-MODEL = Path(__file__).with_name("_msprobe_model.py")
-RUNS = {f"{side}-{task}-{level}": (task, perturb, level)
-        for level in ("L0", "mix", "L1") for side, perturb in (("golden", "0"), ("target", "0.01"))
-        for task in ("tensor", "statistics") if level != "L1" or task == "tensor"}
-
-
-@pytest.fixture(scope="module")
-def dumps(tmp_path_factory) -> dict[str, Path]:
-    """Every run of RUNS, four msprobe processes at a time (msprobe patches torch: never in this process)."""
-    base = tmp_path_factory.mktemp("msprobe-levels")
-    names = list(RUNS)
-    for start in range(0, len(names), 4):
-        procs = {}
-        for name in names[start:start + 4]:
-            task, perturb, level = RUNS[name]
-            procs[name] = subprocess.Popen([sys.executable, str(MODEL), task, str(base / name), perturb, "16", "1", level],
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        for name, proc in procs.items():
-            _, err = proc.communicate(timeout=300)
-            assert proc.returncode == 0, err[-3000:]
-    return {name: base / name for name in names}
-
 
 def _doc(root: Path) -> tuple[Path, dict]:
     [path] = (root / "step0").glob("*/dump.json")

@@ -67,10 +67,16 @@ def open_dump(url: str | os.PathLike[str] | Store, storage_options: dict[str, An
             ``memory://name``), or a zarr ``Store`` rooted at the dump root.
         storage_options: fsspec options for URL roots (for example ``{"endpoint_url": ...}``).
 
+    An msprobe dump directory (``dump_path``, ``step{N}/`` or ``step{N}/rank{R}|proc{PID}/``) opens in
+    place, read-only, as its conversion would look (:mod:`megadump_zarr.read.msprobe.store`).
+
     Raises:
-        ValueError: ``url`` is not a dump root; the message names it and what is missing.
+        ValueError: ``url`` is not a dump root; the message names it and what is missing. An msprobe
+            directory whose ``dump.json`` is invalid or unsafe (naming the file and field).
     """
-    location = open_location(url, storage_options)
+    from megadump_zarr.read.msprobe import msprobe_location
+
+    location = msprobe_location(url) or open_location(url, storage_options)
     attrs = check_root(location.store, location.url)
     return Dump(location, attrs)
 

@@ -117,6 +117,11 @@ def verify_dump(url: str | os.PathLike[str] | Any, storage_options: Mapping[str,
         report = verify_dump(store, deep=deep, windows=windows, progress=progress)
         return VerifyReport(url.root, report.windows, report.deep)
     text: Any = url if isinstance(url, Store) else os.fspath(url)
+    from megadump_zarr.read.msprobe import msprobe_location
+
+    msprobe = None if isinstance(text, Store) else msprobe_location(text)  # read in place: its store, once
+    if msprobe is not None:
+        text = msprobe.store
     location = open_location(text, dict(storage_options or {}))
     check_root(location.store, location.url)
     keys = window_keys(location.store) if windows is None else list(windows)

@@ -1,0 +1,180 @@
+"""A ``torch.save`` file (one dense tensor) read without torch and without running its pickle's code.
+
+``torch.save`` writes a zip archive: ``{name}/data.pkl`` (a small pickle that rebuilds the tensor),
+``{name}/data/{key}`` (each storage's raw bytes, stored uncompressed) and ``{name}/byteorder``. Reading
+one in place (:mod:`.store`) needs only where the tensor's bytes lie, so this module unpickles
+``data.pkl`` with an allowlist as strict as ``torch.load(weights_only=True)``'s for a plain tensor --
+``torch._utils._rebuild_tensor_v2``, ``torch._utils._rebuild_parameter``, ``collections.OrderedDict``
+and the ``torch.*Storage`` types, each resolved to an inert local stand-in (torch is never imported, no
+other global can be named) -- then maps the storage's bytes with numpy (``mmap``: nothing is read until
+used). Importing torch costs a command-line compare more than a second; this costs a zip directory and a
+~150-byte pickle per file.
+
+Refused (``ValueError`` naming the file): anything that is not such an archive, a pickle naming any
+other global (a pickle that would run code), a compressed or missing storage, a storage smaller than
+the tensor's view of it, a big-endian archive, more than one tensor or anything but a tensor.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+import io
+import os
+import pickle
+from pathlib import Path
+import struct
+import zipfile
+from typing import Any
+
+import numpy as np
+
+__all__ = ["read_pt"]
+
+_PICKLE_LIMIT = 1 << 20  # one tensor's data.pkl is ~150 bytes
+_STORAGES = {
+    "FloatStorage": "float32", "DoubleStorage": "float64", "HalfStorage": "float16", "BFloat16Storage": "bfloat16",
+    "LongStorage": "int64", "IntStorage": "int32", "ShortStorage": "int16", "CharStorage": "int8",
+    "ByteStorage": "uint8", "BoolStorage": "bool", "Float8_e4m3fnStorage": "float8_e4m3fn",
+    "Float8_e5m2Storage": "float8_e5m2",
+}
+
+
+class _Inert:
+    """A stand-in object: a pickle's BUILD opcode cannot set its state."""
+
+    def __setstate__(self, state: Any) -> None:
+        raise pickle.UnpicklingError("the pickle sets the state of a tensor part")
+
+
+class _StorageType(_Inert):
+    def __init__(self, dtype: str) -> None:
+        self.dtype = dtype
+
+
+class _Storage(_Inert):
+    def __init__(self, dtype: str, key: str, numel: int) -> None:
+        self.dtype, self.key, self.numel = dtype, key, numel
+
+
+class _TensorView(_Inert):
+    def __init__(self, storage: _Storage, offset: int, size: tuple[int, ...], stride: tuple[int, ...]) -> None:
+        self.storage, self.offset, self.size, self.stride = storage, offset, size, stride
+
+
+def _ints(value: Any, what: str) -> tuple[int, ...]:
+    if not isinstance(value, tuple) or not all(type(v) is int and v >= 0 for v in value):
+        raise pickle.UnpicklingError(f"{what} is not a tuple of non-negative integers")
+    return value
+
+
+def _rebuild_tensor_v2(storage: Any, offset: Any, size: Any, stride: Any, *_rest: Any) -> _TensorView:
+    if not isinstance(storage, _Storage) or type(offset) is not int or offset < 0:
+        raise pickle.UnpicklingError("_rebuild_tensor_v2 is not given a storage and an offset")
+    size, stride = _ints(size, "the tensor's size"), _ints(stride, "the tensor's stride")
+    if len(size) != len(stride):
+        raise pickle.UnpicklingError(f"size {list(size)} and stride {list(stride)} differ in length")
+    return _TensorView(storage, offset, size, stride)
+
+
+def _rebuild_parameter(data: Any, *_rest: Any) -> Any:
+    if not isinstance(data, _TensorView):
+        raise pickle.UnpicklingError("_rebuild_parameter is not given a tensor")
+    return data
+
+
+def _ordered_dict(*args: Any) -> OrderedDict[Any, Any]:
+    if args:
+        raise pickle.UnpicklingError("OrderedDict with arguments")
+    return OrderedDict()
+
+
+class _Unpickler(pickle.Unpickler):
+    """Only the globals a plain tensor's pickle names, each an inert stand-in; no torch import."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "torch._utils" and name == "_rebuild_tensor_v2":
+            return _rebuild_tensor_v2
+        if module == "torch._utils" and name == "_rebuild_parameter":
+            return _rebuild_parameter
+        if module == "collections" and name == "OrderedDict":
+            return _ordered_dict
+        if module == "torch" and name in _STORAGES:
+            return _StorageType(_STORAGES[name])
+        raise pickle.UnpicklingError(f"it names the global {module}.{name}, which a plain tensor file does not")
+
+    def persistent_load(self, pid: Any) -> _Storage:
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage" and isinstance(pid[1], _StorageType)
+                and isinstance(pid[2], str) and isinstance(pid[3], str) and type(pid[4]) is int and pid[4] >= 0):
+            raise pickle.UnpicklingError(f"unexpected persistent id {str(pid)[:80]}")
+        return _Storage(pid[1].dtype, pid[2], pid[4])
+
+
+def _member(archive: zipfile.ZipFile, suffix: str) -> zipfile.ZipInfo | None:
+    found = [info for info in archive.infolist() if info.filename.split("/", 1)[-1] == suffix]
+    return found[0] if len(found) == 1 else None
+
+
+def _data_offset(handle: Any, info: zipfile.ZipInfo) -> int:
+    """Where a stored member's bytes begin in the archive (after its local header)."""
+    handle.seek(info.header_offset)
+    header = handle.read(30)
+    if len(header) != 30 or header[:4] != b"PK\x03\x04":
+        raise ValueError("a storage's local zip header is damaged")
+    name_length, extra_length = struct.unpack("<HH", header[26:30])
+    return info.header_offset + 30 + name_length + extra_length
+
+
+def _view(file: Path, archive: zipfile.ZipFile, handle: Any) -> tuple[_TensorView, int]:
+    pkl = _member(archive, "data.pkl")
+    if pkl is None or pkl.file_size > _PICKLE_LIMIT:
+        raise ValueError("it is not a torch.save archive holding one data.pkl")
+    order = _member(archive, "byteorder")
+    if order is not None and archive.read(order).strip() != b"little":
+        raise ValueError("it is a big-endian archive")
+    try:
+        obj = _Unpickler(io.BytesIO(archive.read(pkl))).load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError,
+            struct.error, RecursionError, MemoryError) as error:
+        raise ValueError(f"its pickle was refused ({type(error).__name__}: {error}); it was not run") from None
+    if not isinstance(obj, _TensorView):
+        raise ValueError(f"it holds a {type(obj).__name__.lstrip('_')}, not a single tensor")
+    data = _member(archive, f"data/{obj.storage.key}")
+    if data is None or data.compress_type != zipfile.ZIP_STORED:
+        raise ValueError(f"its storage {obj.storage.key!r} is missing or compressed")
+    return obj, _data_offset(handle, data) if data.file_size else 0
+
+
+def read_pt(file: str | os.PathLike[str]) -> tuple[np.ndarray, str]:
+    """The tensor of a ``torch.save`` file as a memory-mapped numpy array of its exact dtype, and the dtype.
+
+    Args:
+        file: The ``.pt`` file.
+
+    Raises:
+        ValueError: The file is refused (see the module docstring), naming it.
+    """
+    from megadump_zarr.store.dtypes import _NUMPY_DTYPES
+
+    file = Path(file)
+    try:
+        with open(file, "rb") as handle, zipfile.ZipFile(handle) as archive:
+            view, start = _view(file, archive, handle)
+            dtype = np.dtype(_NUMPY_DTYPES[view.storage.dtype])
+            info = _member(archive, f"data/{view.storage.key}")
+            size = info.file_size if info is not None else 0
+    except (zipfile.BadZipFile, OSError, ValueError, KeyError, struct.error) as error:
+        raise ValueError(f"refusing msprobe tensor file {file}: it is not a plain tensor file ({error})") from None
+    if size != view.storage.numel * dtype.itemsize:
+        raise ValueError(f"refusing msprobe tensor file {file}: its storage holds {size} bytes, its pickle says "
+                         f"{view.storage.numel} {dtype.name} elements")
+    count = int(np.prod(view.size, dtype=np.int64)) if view.size else 1
+    if count and view.offset + sum((n - 1) * s for n, s in zip(view.size, view.stride)) >= max(view.storage.numel, 1):
+        raise ValueError(f"refusing msprobe tensor file {file}: its tensor (size {list(view.size)}, stride "
+                         f"{list(view.stride)}, offset {view.offset}) reaches past its storage of "
+                         f"{view.storage.numel} elements")
+    if not count or not size:
+        return np.zeros(view.size, dtype=dtype), view.storage.dtype
+    mapped = np.memmap(file, dtype=np.uint8, mode="r", offset=start, shape=(size,)).view(dtype)
+    strides = tuple(s * dtype.itemsize for s in view.stride)
+    array = np.lib.stride_tricks.as_strided(mapped[view.offset:], shape=view.size, strides=strides, writeable=False)
+    return array, view.storage.dtype
