@@ -17,8 +17,6 @@ ROOT = Path(__file__).resolve().parents[1] / "src" / "megadump_zarr"
 
 KNOWN = {
     ("cli/commands/report.py", "megadump_zarr.cli.commands.compare", "_Records"),
-    ("interop/_limits.py", "megadump_zarr.store.dtypes", "_NUMPY_DTYPES"),
-    ("interop/msprobe.py", "megadump_zarr.interop.legacy", "_first_reason"),
     ("interop/msprobe.py", "megadump_zarr.interop.legacy", "_progress"),
     ("store/object_backend.py", "megadump_zarr.store.object_clients", "_PART_BYTES"),
     ("store/object_backend.py", "megadump_zarr.store.object_clients", "_Fsspec"),

@@ -319,7 +319,7 @@ for _cls in (BFloat16, Float8E4M3FN, Float8E5M2):
 del _cls
 
 
-_NUMPY_DTYPES: dict[str, np.dtype[Any]] = {
+NUMPY_DTYPES: dict[str, np.dtype[Any]] = {
     name: np.dtype(scalar)
     for name, scalar in (
         ("bool", np.bool_),
@@ -348,9 +348,9 @@ def numpy_dtype(name: str) -> np.dtype[Any]:
         ValueError: ``name`` is not a supported dtype.
     """
     try:
-        return _NUMPY_DTYPES[name]
+        return NUMPY_DTYPES[name]
     except KeyError:
-        raise ValueError(f"unsupported dtype {name!r}; expected one of {list(_NUMPY_DTYPES)}") from None
+        raise ValueError(f"unsupported dtype {name!r}; expected one of {list(NUMPY_DTYPES)}") from None
 
 
 def dtype_name(np_dtype: Any) -> str:
@@ -364,7 +364,7 @@ def dtype_name(np_dtype: Any) -> str:
         ValueError: The dtype is not one of the supported ones.
     """
     wanted = np.dtype(np_dtype).newbyteorder("=")
-    for name, candidate in _NUMPY_DTYPES.items():
+    for name, candidate in NUMPY_DTYPES.items():
         if candidate == wanted:
             return name
-    raise ValueError(f"unsupported dtype {wanted!r}; expected one of {list(_NUMPY_DTYPES)}")
+    raise ValueError(f"unsupported dtype {wanted!r}; expected one of {list(NUMPY_DTYPES)}")

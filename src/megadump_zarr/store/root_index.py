@@ -138,7 +138,7 @@ def _complete_windows(backend: Backend, root: str, storage_options: dict[str, An
     return out
 
 
-def _documents(root_doc: dict[str, Any], rank_docs: dict[str, dict[str, Any]],
+def index_documents(root_doc: dict[str, Any], rank_docs: dict[str, dict[str, Any]],
                windows: dict[str, dict[str, Any]], others: dict[str, Any]) -> dict[str, bytes]:
     """The root's and every rank's ``zarr.json`` with consolidated metadata of the complete windows."""
     root_entries: dict[str, Any] = dict(others)
@@ -198,7 +198,7 @@ def index_root(backend: Backend, root: str, storage_options: dict[str, Any] | No
             others = _other_nodes(backend, root, storage_options)
         except Exception:  # noqa: BLE001
             return False
-        documents = _documents(root_doc, rank_docs, windows, others)
+        documents = index_documents(root_doc, rank_docs, windows, others)
         if len(documents["zarr.json"]) > INDEX_LIMIT:
             strip_index(backend, ranks)
             return False

@@ -45,10 +45,10 @@ def record_node(item: Tensor, component: str, attrs: dict[str, Any], chunk_bytes
         ``(document, [(chunk key relative to the array, rows)])``.
     """
     from megadump_zarr.store.chunking import plan_chunks
-    from megadump_zarr.store.dtypes import _NUMPY_DTYPES
+    from megadump_zarr.store.dtypes import NUMPY_DTYPES
     from megadump_zarr.store.encoding import NO_COMPRESSION
 
-    dtype = np.dtype(_NUMPY_DTYPES[item.dtype])
+    dtype = np.dtype(NUMPY_DTYPES[item.dtype])
     plan = plan_chunks(item.shape, dtype.itemsize, chunk_bytes)
     dims = tuple(f"{component}_dim_{d}" for d in range(len(item.shape)))
     doc = array_document_bytes(plan.shape, dtype, plan.chunks, NO_COMPRESSION, dumps(attrs), dims, checksum=False)
@@ -116,7 +116,7 @@ def rank_and_root_documents(docs: dict[str, bytes], windows: list[tuple[int, int
         docs: The windows' documents so far (store key -> bytes).
         windows: ``(rank, window index)`` of every window.
     """
-    from megadump_zarr.store.root_index import INDEX_LIMIT, _documents
+    from megadump_zarr.store.root_index import INDEX_LIMIT, index_documents
     from megadump_zarr.store.writer import LAYOUT_VERSION
 
     root_doc = group_document({"megadump_zarr": {"layoutVersion": LAYOUT_VERSION}})
@@ -124,7 +124,7 @@ def rank_and_root_documents(docs: dict[str, bytes], windows: list[tuple[int, int
     rank_docs = {f"rank_{rank}": group_document({}) for rank in ranks}
     window_docs = {f"rank_{r}/window_{w:04d}": json.loads(docs[f"rank_{r}/window_{w:04d}/zarr.json"])
                    for r, w in windows}
-    out = _documents(root_doc, rank_docs, window_docs, {})
+    out = index_documents(root_doc, rank_docs, window_docs, {})
     if len(out["zarr.json"]) > INDEX_LIMIT:
         out = {"zarr.json": dumps(root_doc), **{f"{rank}/zarr.json": dumps(doc) for rank, doc in rank_docs.items()}}
     return out

@@ -23,11 +23,11 @@ def supported_itemsize(dtype: str, what: str) -> int:
         dtype: torch-style dtype name (``float32``, ``bfloat16``).
         what: The file and field, for the message (``msprobe /x/dump.json at data.k.input_args[0].dtype``).
     """
-    from megadump_zarr.store.dtypes import _NUMPY_DTYPES
+    from megadump_zarr.store.dtypes import NUMPY_DTYPES
 
-    found = _NUMPY_DTYPES.get(dtype)
+    found = NUMPY_DTYPES.get(dtype)
     if found is None:
-        raise ValueError(f"{what}: unsupported dtype {dtype!r}; megadump_zarr stores {sorted(_NUMPY_DTYPES)}")
+        raise ValueError(f"{what}: unsupported dtype {dtype!r}; megadump_zarr stores {sorted(NUMPY_DTYPES)}")
     return found.itemsize
 
 

@@ -153,13 +153,13 @@ def read_pt(file: str | os.PathLike[str]) -> tuple[np.ndarray, str]:
     Raises:
         ValueError: The file is refused (see the module docstring), naming it.
     """
-    from megadump_zarr.store.dtypes import _NUMPY_DTYPES
+    from megadump_zarr.store.dtypes import NUMPY_DTYPES
 
     file = Path(file)
     try:
         with open(file, "rb") as handle, zipfile.ZipFile(handle) as archive:
             view, start = _view(file, archive, handle)
-            dtype = np.dtype(_NUMPY_DTYPES[view.storage.dtype])
+            dtype = np.dtype(NUMPY_DTYPES[view.storage.dtype])
             info = _member(archive, f"data/{view.storage.key}")
             size = info.file_size if info is not None else 0
     except (zipfile.BadZipFile, OSError, ValueError, KeyError, struct.error) as error:
