@@ -203,6 +203,22 @@ def count_fs_ops(run: Any, root: Path, records: int) -> dict[str, Any]:
             "metadata_ops_per_record": ops.metadata_ops / records, "calls_per_record": sum(ops.counts.values()) / records}
 
 
+def stored_breakdown(root: Path, records: int) -> dict[str, Any]:
+    """What a layout stores, per record: files, directories, chunk bytes and ``zarr.json`` bytes (the
+    documents: each record's own, its task group's consolidated copy and its window's).
+
+    Args:
+        root: A written dump root.
+        records: Records written below it.
+    """
+    files = [p for p in root.rglob("*") if p.is_file()]
+    documents = sum(p.stat().st_size for p in files if p.name == "zarr.json")
+    chunks = sum(p.stat().st_size for p in files if p.name != "zarr.json")
+    dirs = sum(1 for p in root.rglob("*") if p.is_dir())
+    return {"files_per_record": len(files) / records, "dirs_per_record": dirs / records,
+            "chunk_bytes_per_record": chunks / records, "document_bytes_per_record": documents / records}
+
+
 def raw(buffer: torch.Tensor, plans: list[L1RecordPlan], root: Path, launches: int = 1) -> None:
     """The same payload bytes, one file."""
     root.mkdir(parents=True, exist_ok=True)
@@ -280,7 +296,8 @@ def run_workload(name: str, count: int, payload_bytes: int, dtype: torch.dtype, 
         launches: Launches (invocations) in the window.
         variants: Also time ours without checksums, without the durable commit, and uncompressed, and raw.
         fsync: Also time the durable commit done with an fsync per file and directory.
-        fs_ops: Count the file-system calls per record of one untimed run of seed and ours.
+        fs_ops: Count the file-system calls per record of one untimed run of seed and ours (and packs, with
+            ``variants``).
     """
     buffer, plans = make_workload(count, payload_bytes, dtype)
     contenders = {
@@ -304,6 +321,7 @@ def run_workload(name: str, count: int, payload_bytes: int, dtype: torch.dtype, 
     cpu: dict[str, list[float]] = {k: [] for k in contenders}
     peaks: dict[str, list[int]] = {k: [] for k in contenders}
     stored: dict[str, int] = {}
+    breakdown: dict[str, dict[str, Any]] = {}
     # Every run keeps its output until the workload ends: this disk is mounted with `discard`, and
     # deleting tens of thousands of files stalls the next run's file creation for seconds.
     with scratch_dir(base) as scratch:
@@ -321,9 +339,11 @@ def run_workload(name: str, count: int, payload_bytes: int, dtype: torch.dtype, 
                     cpu[key].append(_cpu() - cpu_start)
                 peaks[key].append(rss.extra)
                 stored[key] = _du(root)
+                if repeat == 0 and key in ("ours", "ours_packs"):
+                    breakdown[key] = stored_breakdown(root, count * launches)
         ops = {}
         if fs_ops:
-            for key in ("seed", "ours"):
+            for key in ("seed", "ours", "ours_packs") if variants else ("seed", "ours"):
                 sync_disk()
                 ops[key] = count_fs_ops(contenders[key], Path(scratch) / f"{key}_ops", count * launches)
     sync_disk()
@@ -354,6 +374,7 @@ def run_workload(name: str, count: int, payload_bytes: int, dtype: torch.dtype, 
         result |= {"ours_fsync_s": med["ours_fsync"], "fsync_vs_syncfs": med["ours_fsync"] / med["ours"]}
     if ops:
         result["fs_ops"] = ops
+    result["stored"] = breakdown
     return result
 
 
@@ -429,6 +450,10 @@ def main(argv: list[str] | None = None) -> int:
         for key, ops in entry.get("fs_ops", {}).items():
             print(f"{entry['workload']}: {key} {ops['metadata_ops_per_record']:.2f} mkdir/open/rename/sync per record, "
                   f"{ops['calls_per_record']:.2f} calls per record, {ops['files_dirs_per_record']:.2f} files+dirs per record")
+        for key, kept in entry.get("stored", {}).items():
+            print(f"{entry['workload']}: {key} stores {kept['files_per_record']:.2f} files + {kept['dirs_per_record']:.2f} "
+                  f"dirs, {kept['chunk_bytes_per_record']:.0f} chunk bytes + {kept['document_bytes_per_record']:.0f} "
+                  f"zarr.json bytes per record")
     if not args.skip_async:
         p3 = run_async(args.quick, args.dir)
         entries.append(p3)

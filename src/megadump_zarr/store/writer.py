@@ -378,6 +378,9 @@ class WindowSession:
         # path relative to the window -> ("group", encoded attrs) | ("array", encoded document)
         self._nodes: dict[str, tuple[str, bytes]] = {}
         self._invocations: set[str] = set()
+        # data groups whose zarr.json was written with their arrays (see _write_leaf_groups); commit skips them
+        self._early: set[str] = set()
+        self._early_lock = threading.Lock()
 
     def write_invocation(self, invocation: InvocationWrite) -> None:
         """Validate and write one invocation's arrays (group documents follow at commit).
@@ -423,7 +426,12 @@ class WindowSession:
             wait(futures)
             self._register(plan)
             raise
+        leaves = _leaf_groups(plan)
+        for group_batch in _group_batches(leaves):  # whole leaf groups: arrays, then the group's document
+            futures.append(w.pool.submit(self._write_leaf_groups, plan.name, base, group_batch))
         for job in plan.arrays:
+            if job.path.rpartition("/")[0] in leaves:
+                continue
             prefix = f"{base}/{job.path}"
             if job.chunks.count > 1:
                 futures.extend(w._write_chunked(job, prefix))
@@ -441,6 +449,24 @@ class WindowSession:
             self._register(plan)
         if invocation.statistics is not None:  # statistics-first modes: the invocation's statistics table
             self._write_statistics(plan.name, invocation.statistics)
+
+    def _write_leaf_groups(self, name: str, base: str, groups: list[tuple[str, bytes, list[ArrayJob]]]) -> None:
+        """Write whole leaf data groups (an L1 task group): their arrays as one batch, then each group's
+        ``zarr.json`` with inline consolidated metadata of its arrays, which is what :meth:`commit`
+        would write for it; the group is then left out of the commit's work (its documents were built
+        here, on the pool, beside the file writes, instead of after every invocation).
+
+        Args:
+            name: Invocation group name.
+            base: Invocation key relative to the root.
+            groups: ``(path, encoded attributes, single-chunk arrays)`` per group, paths relative to the invocation.
+        """
+        self.writer._write_small([(job, f"{base}/{job.path}") for _, _, jobs in groups for job in jobs])
+        documents = [(path, consolidated_group_bytes(attrs, [(job.path.rpartition("/")[2], job.document) for job in jobs]))
+                     for path, attrs, jobs in groups]
+        self.writer.backend.put_many([(f"{base}/{path}/zarr.json", document) for path, document in documents])
+        with self._early_lock:
+            self._early.update(f"{name}/{path}" for path, _ in documents)
 
     def _register(self, plan: Any) -> None:
         """List the invocation's fully written arrays (pack arrays included) as window nodes."""
@@ -517,16 +543,18 @@ class WindowSession:
         w = self.writer
         data_groups = {path.rpartition("/")[0] for path, (kind, _) in self._nodes.items() if kind == "array"}
         entries: dict[str, list[tuple[str, bytes]]] = defaultdict(list)
+        early = self._early
         for path, (kind, payload) in self._nodes.items():
             flat = flat_group_bytes(payload) if kind == "group" else payload
             entries[""].append((path, flat))
             cut = path.rfind("/")
             while cut > 0:
                 parent = path[:cut]
-                if parent in data_groups:
+                if parent in data_groups and parent not in early:
                     entries[parent].append((path[cut + 1 :], flat))
                 cut = path.rfind("/", 0, cut)
-        groups = sorted((p for p, (kind, _) in self._nodes.items() if kind == "group"), key=lambda p: -p.count("/"))
+        groups = sorted((p for p, (kind, _) in self._nodes.items() if kind == "group" and p not in self._early),
+                        key=lambda p: -p.count("/"))
 
         def document(path: str) -> bytes:
             attrs = self._nodes[path][1]
@@ -547,6 +575,55 @@ class WindowSession:
             w.backend.put(f"{self.key}/zarr.json", window_document, atomic=True)
         self.status = status
         return self.url
+
+
+def _leaf_groups(plan: Any) -> dict[str, tuple[bytes, list[ArrayJob]]]:
+    """The plan's groups that hold only single-chunk arrays of the plan and no other node (an L1 task group
+    of the tasks layout): path -> (encoded attributes, arrays). The invocation group itself is never one
+    (its statistics table may follow), nor is a group holding a pack or a chunked array.
+
+    Args:
+        plan: An :class:`~megadump_zarr.store.plan.InvocationPlan`.
+    """
+    excluded = {path.rpartition("/")[0] for path in plan.groups if path}
+    for pack in plan.packs:
+        excluded.add(pack.path)
+        excluded.update(job.path.rpartition("/")[0] for job in pack.jobs)
+    leaves: dict[str, tuple[bytes, list[ArrayJob]]] = {}
+    for job in plan.arrays:
+        parent = job.path.rpartition("/")[0]
+        if not parent or parent in excluded or parent not in plan.groups:
+            continue
+        if job.chunks.count > 1:
+            excluded.add(parent)
+            leaves.pop(parent, None)
+            continue
+        entry = leaves.get(parent)
+        if entry is None:
+            entry = leaves[parent] = (plan.groups[parent], [])
+        entry[1].append(job)
+    return leaves
+
+
+def _group_batches(leaves: dict[str, tuple[bytes, list[ArrayJob]]]) -> list[list[tuple[str, bytes, list[ArrayJob]]]]:
+    """Leaf groups cut into pool tasks of about ``_BATCH_ARRAYS`` arrays (or ``_BATCH_BYTES``), whole groups each.
+
+    Args:
+        leaves: From :func:`_leaf_groups`.
+    """
+    batches: list[list[tuple[str, bytes, list[ArrayJob]]]] = []
+    batch: list[tuple[str, bytes, list[ArrayJob]]] = []
+    count = size = 0
+    for path, (attrs, jobs) in leaves.items():
+        batch.append((path, attrs, jobs))
+        count += len(jobs)
+        size += sum(job.data.nbytes for job in jobs)
+        if count >= _BATCH_ARRAYS or size >= _BATCH_BYTES:
+            batches.append(batch)
+            batch, count, size = [], 0, 0
+    if batch:
+        batches.append(batch)
+    return batches
 
 
 def _wait_all(futures: list[Future[Any]]) -> None:
