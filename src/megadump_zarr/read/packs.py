@@ -736,6 +736,30 @@ class PackedView(WrapperStore[Store]):
         parsed, state.parsed = state.parsed, None
         return parsed
 
+    def pack_rows(self, window: str) -> dict[str, tuple[str, int]]:
+        """Where each packed record of a window is stored: record path -> ``(pack array path, row)``, both
+        relative to the view's root (``{}``: the window holds no pack). The records table's ``pack_array`` and
+        ``pack_row`` columns.
+
+        Args:
+            window: The window key.
+        """
+        from zarr.core.sync import sync
+
+        state = self._cached(window)
+        if state is None:
+            state = sync(self._window_state(window))
+        if not state.packed:
+            return {}
+        prefix = self._prefix(window)
+        found: dict[str, tuple[str, int]] = {}
+        for rel, source in state.sources.items():
+            if isinstance(source, ShardSource):
+                array, _, chunk = source.shard.rpartition("/")
+                found[f"{prefix}{rel.rpartition('/')[0]}"] = (f"{prefix}{array}",
+                                                             int(chunk.split(".")[1]) * source.count + source.slot)
+        return found
+
     def stored_key(self, key: str) -> str | None:
         """Where the bytes of ``key`` are stored: the shard of a packed record chunk, ``None`` for a row
         coordinate chunk (computed) or a virtual document (built), else ``key`` itself.

@@ -6,8 +6,10 @@ stores the tasks of one stage whose records all fit in one chunk (``PACK_MAX_REC
 the same signature (record names, dtypes, shapes, dimensions and coordinates) as one **pack**:
 
 * ``stages/{stage}/pack_{pppp}/`` — a data group (consolidated metadata of its children, so plain
-  ``xr.open_zarr`` opens it), attributes ``{"megadumpPack": 1, "stage": ..., "taskCount": T}``;
-* ``pack/task`` — int64 ``(T,)``, dims ``("task",)``: the task ids. Its attributes ``{"tasks": [...]}``
+  ``xr.open_zarr`` opens it), attributes ``{"megadumpPack": 2, "stage": ..., "taskCount": T}`` (only for
+  two or more tasks of one signature: a shape unique in its stage stays a task group, see ``pack_plan``);
+* ``pack/task_id`` — int64 ``(T,)``, dims ``("task",)``: the task ids (format 1, schema 7: ``pack/task``,
+  the dimension's index coordinate; readers read both). Its attributes ``{"tasks": [...]}``
   hold one entry per row: ``{"group": "task_000007", "attrs": {...the schema-6 task group
   attributes...}, "coords": {"token": [start, stop], ...}}`` (each schema-6 row coordinate of the task,
   always ``arange(start, stop)``);
@@ -16,7 +18,9 @@ the same signature (record names, dtypes, shapes, dimensions and coordinates) as
   Zarr v3 ``sharding_indexed``: inner chunk ``(1, *record_shape)`` whose codec chain is exactly the
   schema-6 record's (bytes, blosc or none, crc32c), shards of ``shard_rows`` tasks, index at the end
   (``(offset, nbytes)`` little-endian uint64 per inner chunk, then its crc32c). Attributes
-  ``{"records": [...]}``: the schema-6 record attributes (with ``stats``) of each row.
+  ``{"coordinates": "task_id owner_id core_id", "records": [...]}``: the CF ``coordinates`` xarray decodes
+  (plain ``xr.open_zarr(pack)`` shows the three id arrays as coordinates along ``task``; format 2), then
+  the schema-6 record attributes (with ``stats``) of each row.
 
 So a stage of 2048 tasks of two 8 KiB records is 8 shard files plus a handful of documents instead of
 22,528 files and directories, and every physical array is a plain Zarr v3 array that zarr-python and
