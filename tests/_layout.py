@@ -23,7 +23,7 @@ from typing import Any
 
 import zarr
 
-from megadump_zarr.store.packs import TASK_ARRAY, TASKS_ATTR, decode_index, index_nbytes
+from megadump_zarr.store.packs import TASK_ARRAYS, TASKS_ATTR, decode_index, index_nbytes
 
 __all__ = ["ChunkSpan", "pack_of", "record_chunk", "stored_record", "task_dirs"]
 
@@ -37,8 +37,8 @@ def pack_of(root: str | os.PathLike[str], group: str) -> tuple[Path, int] | None
     stage = Path(root) / Path(group).parent
     name = Path(group).name
     for pack in sorted(stage.glob("pack_*")):
-        task_doc = pack / TASK_ARRAY / "zarr.json"
-        if not task_doc.is_file():
+        task_doc = next((pack / name / "zarr.json" for name in TASK_ARRAYS if (pack / name / "zarr.json").is_file()), None)
+        if task_doc is None:
             continue
         for row, entry in enumerate(_read_json(task_doc)["attributes"][TASKS_ATTR]):
             if entry["group"] == name:
@@ -132,7 +132,8 @@ def task_dirs(root: str | os.PathLike[str]) -> list[str]:
     """Logical task group paths (relative to ``root``) of every L1 task stored below it, packed or not."""
     root = Path(root)
     found = [p.relative_to(root).as_posix() for p in root.glob("rank_*/window_*/*/stages/*/task_*") if p.is_dir()]
-    for task_doc in root.glob("rank_*/window_*/*/stages/*/pack_*/" + TASK_ARRAY + "/zarr.json"):
+    task_docs = (doc for name in TASK_ARRAYS for doc in root.glob(f"rank_*/window_*/*/stages/*/pack_*/{name}/zarr.json"))
+    for task_doc in task_docs:
         stage = task_doc.parent.parent.parent.relative_to(root).as_posix()
         found += [f"{stage}/{entry['group']}" for entry in _read_json(task_doc)["attributes"][TASKS_ATTR]]
     return sorted(found)

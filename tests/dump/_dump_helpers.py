@@ -77,7 +77,8 @@ def pack_row(path: str | Path) -> tuple[Path, int]:
     assert stage is not None, path
     task = path if path.parent == stage else next(a for a in path.parents if a.parent == stage)
     for pack in sorted(p for p in stage.glob("pack_*") if p.is_dir()):
-        tasks = read_json(pack / "task" / "zarr.json")["attributes"]["tasks"]
+        name = "task_id" if (pack / "task_id" / "zarr.json").is_file() else "task"  # pack format 2, or 1 (schema 7)
+        tasks = read_json(pack / name / "zarr.json")["attributes"]["tasks"]
         for row, entry in enumerate(tasks):
             if entry["group"] == task.name:
                 return pack, row

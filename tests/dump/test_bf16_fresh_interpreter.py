@@ -18,7 +18,7 @@ import xarray as xr
 from megadump_zarr import TensorDumpConfig, tensor_dump
 from megadump_zarr.demo.model import DemoConfig, MoEBlock
 from megadump_zarr.runtime import MegaKernel
-from tests.dump._dump_helpers import open_task, pack_row, read_json
+from tests.dump._dump_helpers import open_task, read_json
 
 BF16 = DemoConfig(dtype=torch.bfloat16)
 
@@ -56,35 +56,44 @@ READER = textwrap.dedent("""
 
 
 def test_plain_interpreter_reads_bfloat16_task_record_packs(tmp_path, monkeypatch):
-    """Schema 7 keeps the expert_up tasks' records in packs (one row per task): the packs are the data groups a
-    plain interpreter opens."""
+    """``layout="packs"``: the expert_up tiles are ragged (each expert its own row count), so each stays a task
+    group; the combine stage's four same-shape tasks share a pack, which a plain interpreter opens with
+    ``task_id``, ``owner_id`` and ``core_id`` as coordinates along ``task``."""
     inv, seen = l1_bf16_dump(tmp_path, monkeypatch)
     xs, counts, w_up = seen["before"][0], seen["before"][1], seen["before"][2]
-    rows_of = [pack_row(inv / "stages" / "expert_up" / f"task_{e:06d}") for e in range(4)]
-    packs = sorted({pack for pack, _ in rows_of})
-    result = subprocess.run([sys.executable, "-W", "error", "-c", READER, *map(str, packs)], capture_output=True,
-                            text=True, timeout=120, check=False)
+    up = inv / "stages" / "expert_up"
+    assert sorted(p.name for p in up.iterdir() if p.is_dir()) == [f"task_{e:06d}" for e in range(4)]
+    (pack,) = sorted((inv / "stages" / "combine").glob("pack_*"))
+    groups = [up / f"task_{e:06d}" for e in range(4)]
+    result = subprocess.run([sys.executable, "-W", "error", "-c", READER, *map(str, groups), str(pack)],
+                            capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     data = json.loads(result.stdout)
     start = 0
-    for e, (pack, row) in enumerate(rows_of):
+    for e, group in enumerate(groups):
         rows = slice(start, start + int(counts[e]))
         start = rows.stop
-        got = data[str(pack)]
-        assert set(got) == {"input_00_xs", "input_01_expert_counts", "input_02_w_up", "output_00_ws", "owner_id",
-                            "core_id", "coords"}
+        got = data[str(group)]
+        assert set(got) == {"input_00_xs", "input_01_expert_counts", "input_02_w_up", "output_00_ws", "coords"}
         assert got["input_00_xs"]["dtype"] == "bfloat16"
-        assert got["input_00_xs"]["dims"] == ["task", "slot", "hidden"]
-        assert got["input_00_xs"]["values"][row] == xs[rows].float().tolist()
-        assert got["input_02_w_up"]["values"][row] == w_up[e].float().tolist()
+        assert got["input_00_xs"]["dims"] == ["slot", "hidden"]
+        assert got["input_00_xs"]["values"] == xs[rows].float().tolist()
+        assert got["input_02_w_up"]["values"] == w_up[e].float().tolist()
         hidden = F.silu(xs[rows] @ w_up[e])  # the task's output, recomputed in bfloat16
         assert got["output_00_ws"]["dtype"] == "bfloat16"
-        assert got["output_00_ws"]["values"][row] == hidden.float().tolist()
+        assert got["output_00_ws"]["values"] == hidden.float().tolist()
         assert got["input_01_expert_counts"]["dtype"] == "int64"
-        assert got["coords"]["task"][row] == e
-        entry = read_json(pack / "task" / "zarr.json")["attributes"]["tasks"][row]
-        assert entry["coords"] == {"slot": [rows.start, rows.stop], "expert": [0, 4]}
+        assert got["coords"]["slot"] == list(range(rows.start, rows.stop))
+    got = data[str(pack)]
+    tasks = read_json(pack / "task_id" / "zarr.json")["attributes"]["tasks"]
+    assert len(tasks) == 4
+    assert got["coords"]["task_id"] == [t["attrs"]["taskId"] for t in tasks]
+    assert got["coords"]["owner_id"] == [-1 if t["attrs"]["owner"]["id"] is None else t["attrs"]["owner"]["id"]
+                                         for t in tasks]
+    assert got["coords"]["core_id"] == [t["attrs"]["coreId"] for t in tasks]
+    assert {"task_id", "owner_id", "core_id"}.isdisjoint(name for name in got if name != "coords")
+    assert all(var["dims"][0] == "task" for name, var in got.items() if name != "coords")
 
 
 def test_plain_interpreter_reads_bfloat16_l0(tmp_path):
@@ -146,10 +155,13 @@ def test_every_group_opens_without_warning(tmp_path):
                                      layout="packs")):
         block.route(block.make_input())
     l1 = data_groups(tmp_path / "l1" / "rank_0" / "window_0000") + data_groups(tmp_path / "g" / "rank_0" / "window_0000")
-    packs = [p for p in l1 if p.parent.parent.name == "stages"]
-    assert all(p.name.startswith("pack_") for p in packs)  # every task of these stages is packed
+    packs = [p for p in l1 if p.name.startswith("pack_")]
+    # the expert tiles are ragged (a shape unique in its stage stays a task group), as is combine's last tile;
+    # combine's 4 full tiles and gather's tasks share a shape each
+    assert sorted(p.parent.name for p in l1 if p.name.startswith("task_")) == (
+        ["combine"] + ["expert_down"] * 4 + ["expert_up"] * 4)
     tasks = sum(read_json(p / "zarr.json")["attributes"]["taskCount"] for p in packs)
-    assert tasks == 4 + 4 + 5 + (4 * 8 + 5)  # gather: 8 one-row shards per full tile, 5 for the last
+    assert tasks == 4 + (4 * 8 + 5)  # gather: 8 one-row shards per full tile, 5 for the last
     datasets = open_all_silently(l1)
     bf16 = 0
     for ds in datasets:
@@ -163,7 +175,7 @@ def test_every_group_opens_without_warning(tmp_path):
     ds = open_task(tmp_path / "l1" / "rank_0" / "window_0000" / "invocation_000000_forward" / "stages" / "combine"
                    / "task_000017")
     assert ds["output_00_out"].shape == (5, 16)
-    pack, row = pack_row(tmp_path / "l1" / "rank_0" / "window_0000" / "invocation_000000_forward" / "stages" / "combine"
-                         / "task_000017")
-    assert read_json(pack / "task" / "zarr.json")["attributes"]["tasks"][row]["coords"] == {"token": [32, 37]}
+    last = tmp_path / "l1" / "rank_0" / "window_0000" / "invocation_000000_forward" / "stages" / "combine" / "task_000017"
+    assert (last / "zarr.json").is_file()  # the ragged last tile is a task group of its own
+    assert ds["token"].values.tolist() == list(range(32, 37))
     assert np.array_equal(ds["input_00_x"].values.astype(np.float32), x[32:].float().numpy())

@@ -124,8 +124,12 @@ def assert_records_close(stored: pd.DataFrame, fresh: pd.DataFrame) -> None:
         stored: ``records()`` of the fixture.
         fresh: ``records()`` of today's run.
     """
-    stored, fresh = stored.reset_index(drop=True), fresh.reset_index(drop=True)
     assert list(stored.columns) == list(fresh.columns)
+    # where a record's bytes are (a pack's array and row, or none) is the layout's, not the record's: a schema-7
+    # fixture is all packs, today's default layout is a group per task
+    layout = ["pack_array", "pack_row"]
+    stored = stored.drop(columns=layout).reset_index(drop=True)
+    fresh = fresh.drop(columns=layout).reset_index(drop=True)
     floats = [c for c in stored.columns if pd.api.types.is_float_dtype(stored[c])]
     exact = [c for c in stored.columns if c not in floats]
     pd.testing.assert_frame_equal(stored[exact], fresh[exact])

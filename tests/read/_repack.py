@@ -19,7 +19,7 @@ import zarr
 from zarr.storage import LocalStore
 
 from megadump_zarr.store.metadata import consolidated_sort_key, dumps
-from megadump_zarr.store.packs import CORE_ARRAY, OWNER_ARRAY, PACK_ATTR, TASK_ARRAY, pack_name
+from megadump_zarr.store.packs import CORE_ARRAY, OWNER_ARRAY, PACK_ATTR, TASK_ARRAY_V1 as TASK_ARRAY, pack_name
 
 
 def _signature(nodes: dict[str, Any], group: str) -> tuple[Any, ...] | None:

@@ -46,9 +46,9 @@ def _pack_rows(root: Path, nodes: dict[str, dict]) -> dict[str, list[str]]:
     rows = {}
     for rel, doc in nodes.items():
         pack, _, name = rel.rpartition("/")
-        if not pack.rpartition("/")[2].startswith("pack_") or name in ("task", "owner_id", "core_id"):
+        if not pack.rpartition("/")[2].startswith("pack_") or name in ("task_id", "task", "owner_id", "core_id"):
             continue
-        tasks = nodes[f"{pack}/task"]["attributes"]["tasks"]
+        tasks = nodes.get(f"{pack}/task_id", nodes.get(f"{pack}/task"))["attributes"]["tasks"]  # format 2, or 1
         stage = pack.rpartition("/")[0]
         rows[rel] = [f"{stage}/{task['group']}/{name}" for task in tasks]
     return rows

@@ -320,7 +320,7 @@ PACK_WINDOW = "rank_0/window_0000"
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """An L1 window whose packs hold one and several rows (unpermute: 4 tasks of one signature)."""
+    """An L1 window whose packs hold several rows (unpermute: 4 tasks of one signature)."""
     from megadump_zarr import TensorDumpConfig, schedule, tensor_dump
     from megadump_zarr.demo.model import DemoConfig, MoEBlock
     from tests.reliability._helpers import train_step
@@ -334,7 +334,8 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         dumper.step()
     window = root / PACK_WINDOW
     packs = sorted(p.relative_to(window).as_posix() for p in window.glob("*/stages/*/pack_*"))
-    assert any(len(json.loads((window / p / "task" / "zarr.json").read_text())["attributes"]["tasks"]) > 1 for p in packs)
+    assert all(len(json.loads((window / p / "task_id" / "zarr.json").read_text())["attributes"]["tasks"]) > 1
+               for p in packs)  # a one-row pack is never written (pack_plan.MIN_PACK_TASKS)
     documents = []  # (node path relative to the window, paths of values inside its document)
     for pack in packs:
         for doc_path in sorted((window / pack).rglob("zarr.json")):
@@ -447,11 +448,11 @@ def _pack_case(packed: dict[str, Any], rel: str, field: tuple[Any, ...], value: 
 
 @pytest.mark.parametrize("where", ["every", "window", "own"])
 @pytest.mark.parametrize(("node", "field", "value", "expected"), [
-    ("task", ("attributes", "tasks"), lambda h, k: h[k].pop(), "error"),
-    ("task", ("attributes", "tasks", 0, "group"), "../../etc", "error"),
-    ("task", ("attributes", "tasks", 0, "group"), "task_000009", "error"),  # another row's group
-    ("task", ("attributes", "tasks", 0, "coords", "token"), [8, 0], "error"),
-    ("task", ("shape",), [3], "error"),
+    ("task_id", ("attributes", "tasks"), lambda h, k: h[k].pop(), "error"),
+    ("task_id", ("attributes", "tasks", 0, "group"), "../../etc", "error"),
+    ("task_id", ("attributes", "tasks", 0, "group"), "task_000009", "error"),  # another row's group
+    ("task_id", ("attributes", "tasks", 0, "coords", "token"), [8, 0], "error"),
+    ("task_id", ("shape",), [3], "error"),
     ("input_00_ys", ("attributes", "records"), lambda h, k: h[k].pop(), "error"),
     ("input_00_ys", ("shape",), [5, 8, 8], "error"),
     ("input_00_ys", ("codecs", 0, "configuration", "chunk_shape", 0), 2, "error"),
@@ -460,13 +461,13 @@ def _pack_case(packed: dict[str, Any], rel: str, field: tuple[Any, ...], value: 
     ("input_00_ys", ("attributes", "records", 0, "storedShape"), [1], "verify"),
     ("input_00_ys", ("attributes", "records", 1, "storedDtype"), "int32", "verify"),
     ("input_00_ys", ("attributes", "records", 0, "note"), "edited", "read"),
-    ("task", ("attributes", "tasks", 0, "coords"), lambda h, k: h[k].update(bogus=[0, 3]), "read"),  # no such dim
+    ("task_id", ("attributes", "tasks", 0, "coords"), lambda h, k: h[k].update(bogus=[0, 3]), "read"),  # no such dim
     # checked by the reader's view (read.packs): group names against taskId, row coordinates against the records
-    ("task", ("attributes", "tasks"), _swap_rows, "error"),  # the rows' coordinates then disagree with their records
-    ("task", ("attributes", "tasks", 0, "group"), "task_000099", "error"),
-    ("task", ("attributes", "tasks", 0, "attrs", "taskId"), 77, "error"),
-    ("task", ("attributes", "tasks", 0, "coords", "token"), [0, 9], "error"),  # 9 rows for a record of 8
-    ("task", ("attributes", "tasks", 0, "coords", "token"), [1, 9], "error"),  # right length, wrong rows
+    ("task_id", ("attributes", "tasks"), _swap_rows, "error"),  # the rows' coordinates then disagree with their records
+    ("task_id", ("attributes", "tasks", 0, "group"), "task_000099", "error"),
+    ("task_id", ("attributes", "tasks", 0, "attrs", "taskId"), 77, "error"),
+    ("task_id", ("attributes", "tasks", 0, "coords", "token"), [0, 9], "error"),  # 9 rows for a record of 8
+    ("task_id", ("attributes", "tasks", 0, "coords", "token"), [1, 9], "error"),  # right length, wrong rows
 ])
 def test_pack_document_mutations(packed: dict[str, Any], node: str, field: tuple[Any, ...], value: Any, expected: str,
                                  where: str) -> None:

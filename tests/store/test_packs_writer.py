@@ -98,19 +98,19 @@ def test_layout_packs_packable_tasks_and_keeps_the_rest(windows):
     assert sorted(p.name for p in stage.iterdir()) == ["pack_0000", "pack_0001", "task_000020", "zarr.json"]
     assert sorted(p.name for p in (packed / INV / "stages" / "down").iterdir()) == ["pack_0000", "zarr.json"]
     pack = stage / "pack_0000"
-    assert sorted(p.name for p in pack.iterdir()) == ["core_id", "input_00_x", "output_00_y", "owner_id", "task", "zarr.json"]
+    assert sorted(p.name for p in pack.iterdir()) == ["core_id", "input_00_x", "output_00_y", "owner_id", "task_id", "zarr.json"]
     assert sorted(p.name for p in (pack / "input_00_x").iterdir()) == ["c.0.0.0", "zarr.json"]  # one shard
     group = json.loads((pack / "zarr.json").read_bytes())
-    assert group["attributes"] == {"megadumpPack": 1, "stage": "up", "taskCount": 5}
-    assert sorted(group["consolidated_metadata"]["metadata"]) == ["core_id", "input_00_x", "output_00_y", "owner_id", "task"]
-    task = json.loads((pack / "task" / "zarr.json").read_bytes())
+    assert group["attributes"] == {"megadumpPack": 2, "stage": "up", "taskCount": 5}
+    assert sorted(group["consolidated_metadata"]["metadata"]) == ["core_id", "input_00_x", "output_00_y", "owner_id", "task_id"]
+    task = json.loads((pack / "task_id" / "zarr.json").read_bytes())
     assert task["attributes"]["tasks"][2] == {"group": "task_000002", "attrs": _attrs(2, "up", owner=0),
                                               "coords": {"token": [80, 120]}}
     import zarr
 
-    assert zarr.open_array(str(pack / "task"))[:].tolist() == [0, 1, 2, 3, 4]
+    assert zarr.open_array(str(pack / "task_id"))[:].tolist() == [0, 1, 2, 3, 4]
     assert zarr.open_array(str(pack / "owner_id"))[:].tolist() == [0, 1, 0, 1, 0]
-    assert zarr.open_array(str(stage / "pack_0001" / "task"))[:].tolist() == [10, 11]
+    assert zarr.open_array(str(stage / "pack_0001" / "task_id"))[:].tolist() == [10, 11]
     down = packed / INV / "stages" / "down" / "pack_0000"
     assert zarr.open_array(str(down / "owner_id"))[:].tolist() == [-1, -1, -1]
     assert zarr.open_array(str(down / "core_id"))[:].tolist() == [-1, -1, -1]
@@ -168,7 +168,7 @@ def test_zarr_tensorstore_and_xarray_read_every_pack_array(windows):
     packed, plain = windows
     for path, doc in _pack_arrays(packed).items():
         pack, _, name = path.rpartition("/")
-        tasks = json.loads((packed / pack / "task" / "zarr.json").read_bytes())["attributes"]["tasks"]
+        tasks = json.loads((packed / pack / "task_id" / "zarr.json").read_bytes())["attributes"]["tasks"]
         stage = pack.rpartition("/")[0]
         expected = np.stack([zarr.open_array(str(plain / stage / t["group"] / name))[...] for t in tasks])
         got = zarr.open_array(str(packed / path), mode="r")[...]
@@ -180,7 +180,9 @@ def test_zarr_tensorstore_and_xarray_read_every_pack_array(windows):
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             dataset = xr.open_zarr(str(pack))
-        assert dataset["task"].dims == ("task",) and "owner_id" in dataset and "core_id" in dataset
+        assert {name: dataset.coords[name].dims for name in dataset.coords} == {
+            "task_id": ("task",), "owner_id": ("task",), "core_id": ("task",)}  # coordinates, no task index
+        assert {"task_id", "owner_id", "core_id"}.isdisjoint(dataset.data_vars)
 
 
 def test_records_attributes_and_stats_equal_the_schema6_writers(windows):
@@ -189,7 +191,7 @@ def test_records_attributes_and_stats_equal_the_schema6_writers(windows):
     for path, doc in _pack_arrays(packed).items():
         pack, _, name = path.rpartition("/")
         stage = pack.rpartition("/")[0]
-        tasks = json.loads((packed / pack / "task" / "zarr.json").read_bytes())["attributes"]["tasks"]
+        tasks = json.loads((packed / pack / "task_id" / "zarr.json").read_bytes())["attributes"]["tasks"]
         for entry, record in zip(tasks, doc["attributes"]["records"], strict=True):
             assert record == docs[f"{stage}/{entry['group']}/{name}"]["attributes"]
             assert json.dumps(record["stats"]) == json.dumps(docs[f"{stage}/{entry['group']}/{name}"]["attributes"]["stats"])
@@ -256,7 +258,7 @@ def test_torn_window_keeps_pack_arrays_readable(tmp_path):
     writer.close()
     pack = tmp_path / "rank_0" / "window_0000" / INV / "stages" / "up" / "pack_0000"
     assert not (pack / "zarr.json").exists()  # the group document waits for the commit
-    for name in ("task", "owner_id", "core_id", "input_00_x", "output_00_y"):
+    for name in ("task_id", "owner_id", "core_id", "input_00_x", "output_00_y"):
         assert (pack / name / "zarr.json").is_file()
     window = tmp_path / "rank_0" / "window_0000"
     nodes = {p.parent.relative_to(window).as_posix(): json.loads(p.read_bytes()) for p in window.rglob("zarr.json")
@@ -284,6 +286,8 @@ def test_only_packable_tasks_are_packed(tmp_path):
         2: (np.zeros((0, 4), np.float32), {}),  # empty
         3: (rng.standard_normal((4, 4)).astype(np.float32), {"token": np.array([0, 1, 3, 4], dtype=np.int64)}),
         4: (rng.standard_normal((4, 4)).astype(np.float32), {}),  # not flagged as a task
+        5: (rng.standard_normal((4, 4)).astype(np.float32), {"token": np.arange(4, 8, dtype=np.int64)}),  # as 0
+        6: (rng.standard_normal((5, 4)).astype(np.float32), {"token": np.arange(5, dtype=np.int64)}),  # unique shape
     }
     for t, (data, coords) in cases.items():
         groups.append(GroupWrite(_task("s", t), {"taskId": t}, task=t != 4))
@@ -291,14 +295,20 @@ def test_only_packable_tasks_are_packed(tmp_path):
     window = _write(tmp_path / "a", True, InvocationWrite(INV, {}, groups, arrays))
     stage = window / INV / "stages" / "s"
     assert sorted(p.name for p in stage.iterdir() if p.is_dir()) == [
-        "pack_0000", "task_000001", "task_000002", "task_000003", "task_000004"]
-    small = _write(tmp_path / "b", True, InvocationWrite(INV, {}, groups[:1], arrays[:1]), chunk_bytes=32)
-    assert sorted(p.name for p in (small / INV / "stages" / "s").iterdir() if p.is_dir()) == ["task_000000"]
+        "pack_0000", "task_000001", "task_000002", "task_000003", "task_000004", "task_000006"]
+    task_doc = json.loads((stage / "pack_0000" / "task_id" / "zarr.json").read_text())
+    assert [entry["group"] for entry in task_doc["attributes"]["tasks"]] == ["task_000000", "task_000005"]
+    pair = [0, 5]
+    small = _write(tmp_path / "b", True, InvocationWrite(INV, {}, [groups[i] for i in pair], [arrays[i] for i in pair]),
+                   chunk_bytes=32)
+    assert sorted(p.name for p in (small / INV / "stages" / "s").iterdir() if p.is_dir()) == [
+        "task_000000", "task_000005"]
 
 
 def test_a_pack_name_taken_by_a_declared_group_is_refused(tmp_path):
-    groups = [GroupWrite(_task("s", 0), {"taskId": 0}, task=True), GroupWrite("stages/s/pack_0000", {})]
-    arrays = [ArrayWrite(f"{_task('s', 0)}/input_00_x", np.ones(3, np.float32), ("k",), {})]
+    groups = [GroupWrite(_task("s", t), {"taskId": t}, task=True) for t in (0, 1)]
+    groups.append(GroupWrite("stages/s/pack_0000", {}))
+    arrays = [ArrayWrite(f"{_task('s', t)}/input_00_x", np.ones(3, np.float32), ("k",), {}) for t in (0, 1)]
     with WindowWriter(tmp_path, durable=False, pack=True) as writer:
         session = writer.begin(0, 0, {})
         with pytest.raises(ValueError, match=r"group '.*stages/s/pack_0000' would collide with the task-record pack"):
@@ -369,7 +379,7 @@ def test_fsspec_roots_get_the_same_pack_bytes(windows):
         local = {p.relative_to(packed).as_posix(): p.read_bytes() for p in packed.rglob("*") if p.is_file()}
         assert sorted(remote) == sorted(local)
         shards = [k for k in local if "/pack_" in k and "/c." in k and k.rpartition("/")[0].rpartition("/")[2]
-                  not in ("task", "owner_id", "core_id")]
+                  not in ("task_id", "owner_id", "core_id")]
         assert len(shards) == 6
         for key in local:
             if key != "zarr.json":  # the window document holds timestamps
@@ -396,7 +406,7 @@ def test_a_failed_shard_aborts_the_window_and_keeps_what_was_written(tmp_path):
     assert doc["attributes"]["status"] == "aborted"
     listed = doc["consolidated_metadata"]["metadata"]
     pack = f"{INV}/stages/up/pack_0000"
-    assert f"{pack}/task" in listed and f"{pack}/output_00_y" in listed and f"{pack}/input_00_x" not in listed
+    assert f"{pack}/task_id" in listed and f"{pack}/output_00_y" in listed and f"{pack}/input_00_x" not in listed
     assert not (window / pack / "input_00_x" / "zarr.json").exists()
     virtual, _ = expand_pack(pack, listed)
     assert f"{INV}/{_task('up', 0)}/output_00_y" in virtual and f"{INV}/{_task('up', 0)}/input_00_x" not in virtual

@@ -32,7 +32,7 @@ def root(tmp_path: Path) -> Path:
                                  [GroupWrite("stages/s", {"stage": "s"})] + [g for g, _ in tasks], [a for _, a in tasks])
     with WindowWriter(tmp_path, pack=True) as writer:
         writer.write_window(WindowWrite(0, 0, {"schemaVersion": 7, "level": "L1"}, [invocation]))
-    assert (tmp_path / WINDOW / PACK / "task" / "zarr.json").is_file()  # the two tasks share one pack
+    assert (tmp_path / WINDOW / PACK / "task_id" / "zarr.json").is_file()  # the two tasks share one pack
     return tmp_path
 
 
@@ -40,8 +40,8 @@ def _swap_rows_everywhere(root: Path) -> None:
     """Swap the two entries of the pack's attributes.tasks in every copy (the task array's document, the pack
     group's consolidated metadata, the window document): consistent documents, rows naming the wrong task."""
     window = root / WINDOW
-    copies = [(window / PACK / "task" / "zarr.json", ()), (window / PACK / "zarr.json", ("consolidated_metadata", "metadata", "task")),
-              (window / "zarr.json", ("consolidated_metadata", "metadata", f"{PACK}/task"))]
+    copies = [(window / PACK / "task_id" / "zarr.json", ()), (window / PACK / "zarr.json", ("consolidated_metadata", "metadata", "task_id")),
+              (window / "zarr.json", ("consolidated_metadata", "metadata", f"{PACK}/task_id"))]
     for file, inside in copies:
         doc = json.loads(file.read_text())
         node = doc
@@ -63,6 +63,6 @@ def test_swapped_rows_are_named_by_verify(root: Path) -> None:
     assert sorted(records["task_id"]) == [1, 2]
     problems = open_dump(root).verify().problems
     keys = {p.key for p in problems}
-    assert f"{WINDOW}/{PACK}/task" in keys, problems
-    assert any("row 0 holds task 1 but attributes.tasks[0] names 2" in p.what for p in problems), problems
+    assert f"{WINDOW}/{PACK}/task_id" in keys, problems
+    assert any("row 0 holds task_id 1 but attributes.tasks[0] names 2" in p.what for p in problems), problems
     assert f"{WINDOW}/{PACK}/owner_id" in keys and f"{WINDOW}/{PACK}/core_id" in keys, problems

@@ -58,10 +58,14 @@ RECORD_COLUMNS = (
 )
 """The records table's required columns, in order."""
 
-EXTRA_COLUMNS = ("role", "capture_phase", "status", "param_position", "note", "invocation_name", "group", "partial")
+EXTRA_COLUMNS = ("role", "capture_phase", "status", "param_position", "note", "invocation_name", "group", "partial",
+                 "pack_array", "pack_row")
 """Columns that follow the required ones: L0 role, capture phase, window status, ABI parameter position,
-the record's note, the invocation group's name, the data group's path (relative to the root) and
-``partial`` (True for a record salvaged from a launch that failed, kept with ``on_error="keep"``)."""
+the record's note, the invocation group's name, the data group's path (relative to the root),
+``partial`` (True for a record salvaged from a launch that failed, kept with ``on_error="keep"``) and, for a
+record stored in a task-record pack (``layout="packs"``), the pack's record array (``pack_array``, relative
+to the root) and the record's row in it (``pack_row``); missing (``None``, NaN once frames are joined) and -1
+for every other record."""
 
 EXTRA_COLUMNS = (*EXTRA_COLUMNS, *STATISTICS_COLUMNS)  # payload, checksum, element_count (read.statistics)
 
@@ -100,6 +104,7 @@ class WindowInfo:
         attrs: The window manifest (empty when the window has no ``zarr.json``).
         nodes: Consolidated metadata (flat relative path -> document), or ``None`` for a torn window.
         damaged: Keys of a torn window's documents that were cut short (skipped when listing).
+        pack_rows: Record path (relative to the root) -> ``(pack array path, row)`` of its packed records.
     """
 
     rank: int
@@ -109,6 +114,7 @@ class WindowInfo:
     attrs: dict[str, Any] = field(default_factory=dict)
     nodes: dict[str, dict[str, Any]] | None = None
     damaged: list[str] = field(default_factory=list)
+    pack_rows: dict[str, tuple[str, int]] = field(default_factory=dict)
 
     @property
     def level(self) -> str | None:
@@ -193,6 +199,8 @@ def scan_windows(store: Store, cache: dict[str, WindowInfo] | None = None) -> li
     for key, raw in zip(missing, get_many(store, [f"{key}/zarr.json" for key in missing])):
         # a pack view hands over the window document it just built, decoded (no second json.loads)
         cache[key] = window_info(key, raw, None if view is None or raw is None else view.take_document(key, raw))
+        if view is not None and cache[key].final:
+            cache[key].pack_rows = view.pack_rows(key)
     for rank, window, key in keys:
         cache[key].rank, cache[key].window = rank, window
     return [cache[key] for _, _, key in keys]
@@ -281,6 +289,8 @@ def window_nodes(store: Store, info: WindowInfo) -> dict[str, dict[str, Any]]:
             nodes[key[len(prefix) : -len("/zarr.json")]] = parse_json(raw, key)
         except ValueError:
             info.damaged.append(key)  # torn mid-write: the node never finished, so it is not part of the window
+    view = find_view(store)
+    info.pack_rows = {} if view is None else view.pack_rows(info.key)
     return nodes
 
 
@@ -484,6 +494,9 @@ def _window_rows(info: WindowInfo, nodes: Mapping[str, dict[str, Any]], columns:
         row["checksum"].append(None)  # the device checksum comes from a statistics table, when there is one
         row["element_count"].append(math.prod(shape))
         row["partial"].append(attrs.get("partial") is True)  # salvaged from a failed launch (on_error="keep")
+        stored_at = info.pack_rows.get(row["path"][-1]) if info.pack_rows else None
+        row["pack_array"].append(None if stored_at is None else stored_at[0])
+        row["pack_row"].append(-1 if stored_at is None else stored_at[1])
 
 
 _NO_TASK = dict.fromkeys(("stage", "task_id", "stage_task_index", "owner_label", "owner_id", "core_type", "core_id", "worker"))
@@ -539,6 +552,8 @@ def records_frame(windows: Iterable[tuple[WindowInfo, Mapping[str, dict[str, Any
             data[name] = pd.array([None if v is None else int(v) for v in values], dtype="Int64")
         elif name in _FLOAT_COLUMNS:
             data[name] = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+        elif name == "pack_row":
+            data[name] = np.array([-1 if v is None else int(v) for v in values], dtype=np.int64)
         elif name in ("truncated", "partial", "payload"):
             data[name] = np.array(values, dtype=bool)
         elif name in ("shape", "stored_shape"):

@@ -45,11 +45,11 @@ from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.location import parse_json
 from megadump_zarr.store.metadata import consolidated_sort_key, dumps
 from megadump_zarr.store.packs import (
-    CORE_ARRAY,
-    OWNER_ARRAY,
+    INDEX_ARRAYS,
     PACK_PREFIX,
     RECORDS_ATTR,
     TASK_ARRAY,
+    TASK_ARRAYS,
     TASKS_ATTR,
     RangeSource,
     ShardSource,
@@ -57,6 +57,7 @@ from megadump_zarr.store.packs import (
     expand_pack,
     index_nbytes,
     range_chunk,
+    task_array_name,
 )
 
 __all__ = ["PackedView", "base_store", "find_view", "packed_view", "stored_pack_nodes"]
@@ -66,7 +67,7 @@ _RANK = re.compile(r"^rank_\d+$")
 _TASK_NAME = re.compile(r"^task_(\d+)(?:_worker_(\d+))?$")
 _PACK = re.compile(rf"^[^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+")
 _PACK_PATH = re.compile(rf"^([^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+)(?:/|$)")
-_PACK_TASK = re.compile(rf"^([^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+)/{re.escape(TASK_ARRAY)}$")
+_PACK_TASK = re.compile(rf"^([^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+)/(?:{'|'.join(map(re.escape, TASK_ARRAYS))})$")
 _PACK_DOC = re.compile(rf"^([^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+)/[^/]+/zarr\.json$")
 _MARKER = f"/{PACK_PREFIX}".encode()  # no window document without it holds a pack
 _CONSOLIDATED = re.compile(rb'"consolidated_metadata"\s*:\s*\{')
@@ -153,10 +154,11 @@ def _check_rows(window: str, pack: str, nodes: dict[str, dict[str, Any]]) -> Non
     from megadump_zarr.read.catalog import itemsize
 
     prefix = f"{pack}/"
-    where = f"{window}/{pack}/{TASK_ARRAY}/zarr.json" if window else f"{pack}/{TASK_ARRAY}/zarr.json"
-    tasks = nodes[prefix + TASK_ARRAY]["attributes"][TASKS_ATTR]
+    task_name = task_array_name(nodes, pack) or TASK_ARRAY
+    where = f"{window}/{pack}/{task_name}/zarr.json" if window else f"{pack}/{task_name}/zarr.json"
+    tasks = nodes[prefix + task_name]["attributes"][TASKS_ATTR]
     records = [(path, doc) for path, doc in nodes.items() if path.startswith(prefix) and "/" not in path[len(prefix):]
-               and doc.get("node_type") == "array" and path[len(prefix):] not in (TASK_ARRAY, OWNER_ARRAY, CORE_ARRAY)]
+               and doc.get("node_type") == "array" and path[len(prefix):] not in INDEX_ARRAYS]
     for row, entry in enumerate(tasks):
         match = _TASK_NAME.match(entry["group"])
         if match is None:
@@ -209,7 +211,8 @@ def _expand(window: str, packs: dict[str, dict[str, dict[str, Any]]], strict: bo
         except ValueError as error:
             if not strict:
                 continue  # a torn window's pack cut short: not part of the window yet
-            key = f"{window}/{pack}/{TASK_ARRAY}/zarr.json" if window else f"{pack}/{TASK_ARRAY}/zarr.json"
+            task_name = task_array_name(packs[pack], pack) or TASK_ARRAY
+            key = f"{window}/{pack}/{task_name}/zarr.json" if window else f"{pack}/{task_name}/zarr.json"
             raise DumpIntegrityError(f"malformed task-record pack: {error}", key=key) from None
         clash = next((path for path in nodes if path in virtual), None)
         if clash is not None:
@@ -511,7 +514,7 @@ class PackedView(WrapperStore[Store]):
             match = _PACK_DOC.match(rel) if rel.endswith("/zarr.json") else None
             if match is not None:
                 docs.append((match.group(1), rel))
-        packs_with_task = {pack for pack, rel in docs if rel == f"{pack}/{TASK_ARRAY}/zarr.json"}
+        packs_with_task = {pack for pack, rel in docs if rel in {f"{pack}/{name}/zarr.json" for name in TASK_ARRAYS}}
         docs = [(pack, rel) for pack, rel in docs if pack in packs_with_task]
         names = frozenset(rel for _, rel in docs)
         stamp = _stamp(raw)
@@ -732,6 +735,30 @@ class PackedView(WrapperStore[Store]):
             return None
         parsed, state.parsed = state.parsed, None
         return parsed
+
+    def pack_rows(self, window: str) -> dict[str, tuple[str, int]]:
+        """Where each packed record of a window is stored: record path -> ``(pack array path, row)``, both
+        relative to the view's root (``{}``: the window holds no pack). The records table's ``pack_array`` and
+        ``pack_row`` columns.
+
+        Args:
+            window: The window key.
+        """
+        from zarr.core.sync import sync
+
+        state = self._cached(window)
+        if state is None:
+            state = sync(self._window_state(window))
+        if not state.packed:
+            return {}
+        prefix = self._prefix(window)
+        found: dict[str, tuple[str, int]] = {}
+        for rel, source in state.sources.items():
+            if isinstance(source, ShardSource):
+                array, _, chunk = source.shard.rpartition("/")
+                found[f"{prefix}{rel.rpartition('/')[0]}"] = (f"{prefix}{array}",
+                                                             int(chunk.split(".")[1]) * source.count + source.slot)
+        return found
 
     def stored_key(self, key: str) -> str | None:
         """Where the bytes of ``key`` are stored: the shard of a packed record chunk, ``None`` for a row

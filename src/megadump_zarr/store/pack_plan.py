@@ -4,14 +4,17 @@ A task group (``GroupWrite.task``) is packable when it sits directly below ``sta
 ``task_*``, has no sub-groups, holds at least one record and every array directly in it is either
 
 * a record: not empty, at least 1-D, at most ``min(PACK_MAX_RECORD_BYTES, chunk_bytes)`` bytes (so schema 6
-  stores it as one chunk of the record's own shape), no dimension named ``task``, ``owner_id`` or
-  ``core_id`` and not itself named like a pack's own arrays; or
+  stores it as one chunk of the record's own shape), no dimension named ``task``, ``task_id``, ``owner_id``
+  or ``core_id`` and not itself named like a pack's own arrays; or
 * a 1-D int64 row coordinate whose values are exactly ``arange(start, stop)`` and that fits one chunk,
 
 and its attributes give an integer ``taskId`` (``owner.id`` and ``coreId``: an integer or ``None``).
 Packable tasks of one stage with the same signature (each record's name, dtype, shape and dimensions,
 then each coordinate's name and length) share one pack, numbered (``pack_name``) in the order of their
-first task; rows follow the invocation's order of task groups. See :mod:`megadump_zarr.store.packs`.
+first task; rows follow the invocation's order of task groups. A signature that only one task of its stage
+has (a ragged tile: its shape is unique in the stage) is not packed: a one-row pack stores more documents and
+bytes than the task group it replaces, so that task stays a plain task group (``MIN_PACK_TASKS``). See
+:mod:`megadump_zarr.store.packs`.
 """
 
 from __future__ import annotations
@@ -25,12 +28,17 @@ import numpy as np
 from megadump_zarr.store.encoding import RAW_BELOW_BYTES
 from megadump_zarr.store.metadata import dumps
 from megadump_zarr.store.packs import (
-    CORE_ARRAY, OWNER_ARRAY, PACK_ATTR, PACK_MAX_RECORD_BYTES, TASK_ARRAY, pack_name,
+    CORE_ARRAY, INDEX_ARRAYS, OWNER_ARRAY, PACK_ATTR, PACK_MAX_RECORD_BYTES, PACK_VERSION, TASK_ARRAY, TASK_DIM,
+    pack_name,
 )
 
-__all__ = ["PackPlan", "PackRecord", "plan_packs"]
+__all__ = ["MIN_PACK_TASKS", "PackPlan", "PackRecord", "plan_packs"]
 
-_RESERVED = frozenset((TASK_ARRAY, OWNER_ARRAY, CORE_ARRAY))
+MIN_PACK_TASKS = 2
+"""Tasks of one stage and signature below this count stay task groups (a one-row pack costs more files and
+bytes than the group it would replace: 3 index arrays, a pack group and shard indexes)."""
+
+_RESERVED = frozenset((*INDEX_ARRAYS, TASK_DIM))
 
 
 @dataclass
@@ -189,6 +197,8 @@ def plan_packs(
     numbers: dict[str, int] = {}
     taken = {r[0] for r in records} | {f"{g}/{d}" for g, d in coords}
     for (stage, signature), tasks in builders.items():
+        if len(tasks) < MIN_PACK_TASKS:
+            continue  # a shape unique in its stage: its task group is smaller than a one-row pack
         number = numbers.get(stage, 0)
         numbers[stage] = number + 1
         path = f"{stage}/{pack_name(number)}"
@@ -228,5 +238,5 @@ def _pack(path: str, stage: str, groups: Mapping[str, Mapping[str, Any]], encode
         rows = [r[1] for r in picked]
         components.append(PackRecord(name, tuple(rows[0].shape), tuple(picked[0][2]), rows,
                                      [encode(r[3], r[0]) for r in picked], rows[0].nbytes < RAW_BELOW_BYTES))
-    attrs_json = dumps({PACK_ATTR: 1, "stage": stage_name, "taskCount": count})
+    attrs_json = dumps({PACK_ATTR: PACK_VERSION, "stage": stage_name, "taskCount": count})
     return PackPlan(path, attrs_json, [t[0] for t in tasks], aux, components)

@@ -30,7 +30,7 @@ from megadump_zarr.store.backend import LocalBackend
 from megadump_zarr.store.encoding import NO_COMPRESSION
 from megadump_zarr.store.metadata import dumps, pack_array_document_bytes
 from megadump_zarr.store.pack_plan import PackPlan, PackRecord
-from megadump_zarr.store.packs import TASK_ARRAY, encode_index, shard_rows
+from megadump_zarr.store.packs import COORDINATES_ATTR, PACK_COORDINATES, TASK_DIM, encode_index, shard_rows
 from megadump_zarr.store.stats import _SLICE, StatsAccumulator
 
 __all__ = ["row_stats", "submit_pack"]
@@ -133,7 +133,9 @@ class _Parts:
 
 
 def _records_json(record: PackRecord, stats: list[dict[str, Any]] | None) -> bytes:
-    """``{"records": [...]}``: each row's attributes, with ``stats`` spliced in as the schema-6 writer does."""
+    """``{"coordinates": "task_id owner_id core_id", "records": [...]}``: the pack's coordinates (so plain
+    xarray shows them along ``task``), then each row's attributes, with ``stats`` spliced in as the schema-6
+    writer does."""
     rows = record.attrs_json
     if stats is not None:
         body = dumps(stats)  # one encoding for every row: [{...},{...}]; stats hold numbers and nulls only
@@ -141,7 +143,7 @@ def _records_json(record: PackRecord, stats: list[dict[str, Any]] | None) -> byt
         if len(pieces) != len(rows):  # pragma: no cover - a stats dictionary never holds braces
             raise AssertionError(f"{len(pieces)} statistics for {len(rows)} records")
         rows = [a[:-1] + (b',"stats":{' if a != b"{}" else b'"stats":{') + p + b"}}" for a, p in zip(rows, pieces)]
-    return b'{"records":[' + b",".join(rows) + b"]}"
+    return b"{" + dumps(COORDINATES_ATTR) + b":" + dumps(PACK_COORDINATES) + b',"records":[' + b",".join(rows) + b"]}"
 
 
 def submit_pack(writer: Any, pack: PackPlan, base: str) -> list[Future[Any]]:
@@ -201,7 +203,7 @@ def _submit_record(writer: Any, record: PackRecord, prefix: str, count: int) -> 
             document = pack_array_document_bytes(
                 (count, *record.shape), record.dtype, (per_shard, *record.shape),
                 NO_COMPRESSION if raw else writer.compressor, _records_json(record, merged),
-                (TASK_ARRAY, *record.dims), checksum)
+                (TASK_DIM, *record.dims), checksum)
             writer.backend.put(f"{prefix}/zarr.json", document)
             record.document = document
             record.written = True

@@ -6,8 +6,10 @@ stores the tasks of one stage whose records all fit in one chunk (``PACK_MAX_REC
 the same signature (record names, dtypes, shapes, dimensions and coordinates) as one **pack**:
 
 * ``stages/{stage}/pack_{pppp}/`` — a data group (consolidated metadata of its children, so plain
-  ``xr.open_zarr`` opens it), attributes ``{"megadumpPack": 1, "stage": ..., "taskCount": T}``;
-* ``pack/task`` — int64 ``(T,)``, dims ``("task",)``: the task ids. Its attributes ``{"tasks": [...]}``
+  ``xr.open_zarr`` opens it), attributes ``{"megadumpPack": 2, "stage": ..., "taskCount": T}`` (only for
+  two or more tasks of one signature: a shape unique in its stage stays a task group, see ``pack_plan``);
+* ``pack/task_id`` — int64 ``(T,)``, dims ``("task",)``: the task ids (format 1, schema 7: ``pack/task``,
+  the dimension's index coordinate; readers read both). Its attributes ``{"tasks": [...]}``
   hold one entry per row: ``{"group": "task_000007", "attrs": {...the schema-6 task group
   attributes...}, "coords": {"token": [start, stop], ...}}`` (each schema-6 row coordinate of the task,
   always ``arange(start, stop)``);
@@ -16,7 +18,9 @@ the same signature (record names, dtypes, shapes, dimensions and coordinates) as
   Zarr v3 ``sharding_indexed``: inner chunk ``(1, *record_shape)`` whose codec chain is exactly the
   schema-6 record's (bytes, blosc or none, crc32c), shards of ``shard_rows`` tasks, index at the end
   (``(offset, nbytes)`` little-endian uint64 per inner chunk, then its crc32c). Attributes
-  ``{"records": [...]}``: the schema-6 record attributes (with ``stats``) of each row.
+  ``{"coordinates": "task_id owner_id core_id", "records": [...]}``: the CF ``coordinates`` xarray decodes
+  (plain ``xr.open_zarr(pack)`` shows the three id arrays as coordinates along ``task``; format 2), then
+  the schema-6 record attributes (with ``stats``) of each row.
 
 So a stage of 2048 tasks of two 8 KiB records is 8 shard files plus a handful of documents instead of
 22,528 files and directories, and every physical array is a plain Zarr v3 array that zarr-python and
@@ -39,19 +43,36 @@ import google_crc32c
 import numpy as np
 
 __all__ = [
-    "INDEX_CODECS", "NO_CHUNK", "OWNER_ARRAY", "CORE_ARRAY", "PACK_ATTR", "PACK_MAX_RECORD_BYTES", "PACK_PREFIX",
-    "PACK_SHARD_BYTES", "PACK_STORAGE", "RECORDS_ATTR", "TASKS_ATTR", "TASK_ARRAY", "RangeSource", "ShardSource",
-    "decode_index", "encode_index", "expand_pack", "index_nbytes", "is_pack_group", "pack_name", "range_chunk",
-    "shard_rows", "sharded_codecs",
+    "COORDINATES_ATTR", "INDEX_ARRAYS", "INDEX_CODECS", "NO_CHUNK", "OWNER_ARRAY", "CORE_ARRAY", "PACK_ATTR",
+    "PACK_COORDINATES", "PACK_MAX_RECORD_BYTES", "PACK_PREFIX", "PACK_SHARD_BYTES", "PACK_STORAGE", "PACK_VERSION",
+    "PACK_VERSIONS", "RECORDS_ATTR", "TASKS_ATTR", "TASK_ARRAY", "TASK_ARRAYS", "TASK_ARRAY_V1", "TASK_DIM",
+    "RangeSource", "ShardSource", "decode_index", "encode_index", "expand_pack", "index_nbytes", "is_pack_group",
+    "pack_name", "range_chunk", "shard_rows", "sharded_codecs", "task_array_name",
 ]
 
 PACK_STORAGE = "task_record_packs"
 """The window attribute ``stageViewStorage`` of a schema-7 L1 window."""
 PACK_PREFIX = "pack_"
 PACK_ATTR = "megadumpPack"  # pack group attribute: the pack format version
-TASK_ARRAY = "task"
+PACK_VERSION = 2
+"""The pack format the writer writes: 2 names the task id array ``task_id`` (1, schema 7's: ``task``)."""
+PACK_VERSIONS = (1, 2)
+"""Pack formats readers know."""
+TASK_DIM = "task"
+"""The dimension along a pack's rows."""
+TASK_ARRAY = "task_id"
+"""The task id array of a format-2 pack (dims ``("task",)``: a coordinate, not the dimension's index)."""
+TASK_ARRAY_V1 = "task"
+"""The task id array of a format-1 pack (schema 7; the ``task`` dimension's index coordinate)."""
+TASK_ARRAYS = (TASK_ARRAY, TASK_ARRAY_V1)
 OWNER_ARRAY = "owner_id"
 CORE_ARRAY = "core_id"
+INDEX_ARRAYS = (TASK_ARRAY, TASK_ARRAY_V1, OWNER_ARRAY, CORE_ARRAY)
+"""A pack's per-row arrays that are not records (a record never takes one of these names)."""
+COORDINATES_ATTR = "coordinates"
+PACK_COORDINATES = f"{TASK_ARRAY} {OWNER_ARRAY} {CORE_ARRAY}"
+"""A format-2 record array's ``coordinates`` attribute (the CF convention xarray decodes): plain
+``xr.open_zarr(pack)`` shows ``task_id``, ``owner_id`` and ``core_id`` as coordinates along ``task``."""
 TASKS_ATTR = "tasks"
 RECORDS_ATTR = "records"
 PACK_MAX_RECORD_BYTES = 1 << 20
@@ -71,9 +92,24 @@ def pack_name(index: int) -> str:
 
 
 def is_pack_group(doc: Mapping[str, Any] | None) -> bool:
-    """Whether a group document is a pack's."""
+    """Whether a group document is a pack's (of a format this reader knows, ``PACK_VERSIONS``)."""
     attrs = (doc or {}).get("attributes")
-    return isinstance(attrs, dict) and attrs.get(PACK_ATTR) == 1
+    version = attrs.get(PACK_ATTR) if isinstance(attrs, dict) else None
+    return type(version) is int and version in PACK_VERSIONS
+
+
+def task_array_name(nodes: Mapping[str, Any], pack: str) -> str | None:
+    """The component holding a pack's task ids among ``nodes`` (``task_id``, or schema 7's ``task``), if any.
+
+    Args:
+        nodes: Window nodes (relative path -> document).
+        pack: The pack group's path relative to the window.
+    """
+    for name in TASK_ARRAYS:
+        doc = nodes.get(f"{pack}/{name}")
+        if isinstance(doc, dict) and doc.get("node_type") == "array":
+            return name
+    return None
 
 
 def shard_rows(record_nbytes: int, tasks: int) -> int:
@@ -207,40 +243,41 @@ def expand_pack(pack: str, nodes: Mapping[str, dict[str, Any]], where: str = "")
     """
     stage = pack.rpartition("/")[0]
     prefix = f"{pack}/"
-    task_doc = nodes.get(prefix + TASK_ARRAY)
+    task_name = task_array_name(nodes, pack) or TASK_ARRAY
+    task_doc = nodes.get(prefix + task_name)
     label = f"{where}/{pack}" if where else pack
     if not isinstance(task_doc, dict) or not isinstance(task_doc.get("shape"), list) or len(task_doc["shape"]) != 1:
-        raise ValueError(f"{label}/{TASK_ARRAY}/zarr.json: a pack needs a 1-D task array")
+        raise ValueError(f"{label}/{task_name}/zarr.json: a pack needs a 1-D task array")
     count = task_doc["shape"][0]
     if not isinstance(count, int) or count < 0:
-        raise ValueError(f"{label}/{TASK_ARRAY}/zarr.json: shape {task_doc['shape']!r} is not a row count")
-    tasks = _list_field(task_doc, TASKS_ATTR, f"{label}/{TASK_ARRAY}/zarr.json", count)
+        raise ValueError(f"{label}/{task_name}/zarr.json: shape {task_doc['shape']!r} is not a row count")
+    tasks = _list_field(task_doc, TASKS_ATTR, f"{label}/{task_name}/zarr.json", count)
     group_doc = nodes.get(pack)
     if group_doc is not None and not is_pack_group(group_doc):  # a newer pack format must not read as this one
         version = (group_doc.get("attributes") or {}).get(PACK_ATTR) if isinstance(group_doc, dict) else None
         raise ValueError(f"{label}/zarr.json: attributes.{PACK_ATTR} {version!r} is not a pack format this reader "
-                         f"knows (1)")
+                         f"knows {list(PACK_VERSIONS)}")
     virtual: dict[str, dict[str, Any]] = {}
     sources: dict[str, ShardSource | RangeSource] = {}
     groups: list[str] = []
     for row, entry in enumerate(tasks):
         if not isinstance(entry, dict) or not isinstance(entry.get("group"), str) or not isinstance(entry.get("attrs"), dict):
-            raise ValueError(f"{label}/{TASK_ARRAY}/zarr.json: attributes.tasks[{row}] must hold 'group' and 'attrs'")
+            raise ValueError(f"{label}/{task_name}/zarr.json: attributes.tasks[{row}] must hold 'group' and 'attrs'")
         name = entry["group"]
         if not name or "/" in name or name in (".", "..") or not name.startswith("task_"):
-            raise ValueError(f"{label}/{TASK_ARRAY}/zarr.json: attributes.tasks[{row}].group {name!r} is not a task group name")
+            raise ValueError(f"{label}/{task_name}/zarr.json: attributes.tasks[{row}].group {name!r} is not a task group name")
         group = f"{stage}/{name}"
         if group in virtual:
-            raise ValueError(f"{label}/{TASK_ARRAY}/zarr.json: task group {name!r} appears twice")
+            raise ValueError(f"{label}/{task_name}/zarr.json: task group {name!r} appears twice")
         groups.append(group)
         virtual[group] = {"attributes": entry["attrs"], "zarr_format": 3, "node_type": "group"}
         coords = entry.get("coords") or {}
         if not isinstance(coords, dict):
-            raise ValueError(f"{label}/{TASK_ARRAY}/zarr.json: attributes.tasks[{row}].coords must be an object")
+            raise ValueError(f"{label}/{task_name}/zarr.json: attributes.tasks[{row}].coords must be an object")
         for dim, bounds in coords.items():
             if (not isinstance(bounds, list) or len(bounds) != 2 or not all(isinstance(b, int) and not isinstance(b, bool)
                                                                           for b in bounds) or bounds[1] < bounds[0]):
-                raise ValueError(f"{label}/{TASK_ARRAY}/zarr.json: attributes.tasks[{row}].coords.{dim} {bounds!r} "
+                raise ValueError(f"{label}/{task_name}/zarr.json: attributes.tasks[{row}].coords.{dim} {bounds!r} "
                                  f"is not [start, stop]")
             virtual[f"{group}/{dim}"] = _coordinate_doc(dim, bounds[1] - bounds[0])
             if bounds[1] > bounds[0]:
@@ -249,7 +286,7 @@ def expand_pack(pack: str, nodes: Mapping[str, dict[str, Any]], where: str = "")
         if not path.startswith(prefix) or "/" in path[len(prefix):] or doc.get("node_type") != "array":
             continue
         component = path[len(prefix):]
-        if component in (TASK_ARRAY, OWNER_ARRAY, CORE_ARRAY):
+        if component in INDEX_ARRAYS:
             continue
         _expand_records(label, path, component, doc, groups, virtual, sources)
     return virtual, sources

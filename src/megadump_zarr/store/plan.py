@@ -26,7 +26,7 @@ from megadump_zarr.dump.export import InvocationWrite
 from megadump_zarr.store.chunking import ChunkPlan, plan_chunks
 from megadump_zarr.store.metadata import data_type_name, dumps
 from megadump_zarr.store.pack_plan import PackPlan, plan_packs
-from megadump_zarr.store.packs import TASK_ARRAY
+from megadump_zarr.store.packs import TASK_DIM
 
 __all__ = ["ArrayJob", "InvocationPlan", "check_component", "plan_invocation"]
 
@@ -241,7 +241,7 @@ def plan_invocation(invocation: InvocationWrite, *, chunk_bytes: int, stats: boo
             del encoded[path]
         for item in packs:
             encoded[item.path] = item.attrs_json
-            item.jobs = [ArrayJob(_join(item.path, aux), data, (TASK_ARRAY,), {}, attrs_json,
+            item.jobs = [ArrayJob(_join(item.path, aux), data, (TASK_DIM,), {}, attrs_json,
                                   plan_chunks(data.shape, data.dtype.itemsize, chunk_bytes), False)
                          for aux, data, attrs_json in item.aux]
     for path, data, dims, attrs in pending:

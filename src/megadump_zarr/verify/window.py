@@ -353,29 +353,32 @@ def _check_pack_documents(state: _State, store: Any, window: str) -> None:
     _check_pack_rows(state, base, window, nodes)
 
 
+_PACK_LEAF = re.compile(r"^pack_\d+$")
 # The pack arrays whose values name each row's task, and the task attribute each must equal (-1: none).
-_ROW_IDS = (("task", lambda attrs: attrs.get("taskId")),
+_ROW_IDS = ((None, lambda attrs: attrs.get("taskId")),  # None: the pack's task id array (task_id, or schema 7's task)
             ("owner_id", lambda attrs: attrs["owner"].get("id") if isinstance(attrs.get("owner"), dict) else None),
             ("core_id", lambda attrs: attrs.get("coreId")))
 
 
 def _check_pack_rows(state: _State, base: Any, window: str, nodes: dict[str, Any]) -> None:
     """Each pack row is the task its ``attributes.tasks`` entry names: the ids stored (checksummed) in the pack's
-    ``task``, ``owner_id`` and ``core_id`` arrays equal the entry's ``taskId``, ``owner.id`` and ``coreId``.
+    ``task_id`` (schema 7: ``task``), ``owner_id`` and ``core_id`` arrays equal the entry's ``taskId``, ``owner.id`` and ``coreId``.
 
     The reader's view checks rows against their records' attributes without reading data; two swapped rows of
     a pack whose records carry no row coordinate agree with those, and only these ids tell them apart (schema
     6 kept the task id in the group's directory name).
     """
     from megadump_zarr.read.location import get_bytes
+    from megadump_zarr.store.packs import TASK_ARRAYS
 
     for task_path, task_doc in sorted(nodes.items()):
         pack, _, leaf = task_path.rpartition("/")
         attributes = task_doc.get("attributes") if isinstance(task_doc, dict) else None
         tasks = attributes.get("tasks") if isinstance(attributes, dict) else None
-        if leaf != "task" or not isinstance(tasks, list):
+        if leaf not in TASK_ARRAYS or not isinstance(tasks, list) or not _PACK_LEAF.match(pack.rpartition("/")[2]):
             continue  # a malformed pack is named by the view
         for name, wanted in _ROW_IDS:
+            name = name or leaf
             doc = nodes.get(f"{pack}/{name}")
             key = f"{window}/{pack}/{name}"
             if not isinstance(doc, dict):
