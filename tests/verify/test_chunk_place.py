@@ -89,3 +89,29 @@ def test_compare_table_styles_differs_within_stats_not_as_pass() -> None:
     verdict = next(c for c in COLUMNS if c.heading == "verdict")
     styles = {v: verdict.style({"verdict": v}) for v in ("pass", "differs_within_stats", "fail")}
     assert styles["differs_within_stats"] == "bold yellow" and styles["pass"] == "green"
+
+
+
+def test_the_writer_hook_records_each_sealed_chunks_crc32c() -> None:
+    """``note_chunk_digest``/``splice_chunk_digests`` over real sealed chunks (the hook ``WindowWriter._chunk`` and
+    ``_document`` are to call; not wired yet, see the module docstring)."""
+    import google_crc32c
+
+    from megadump_zarr.codecs import parse_compressor
+    from megadump_zarr.store.chunk_digests import note_chunk_digest, splice_chunk_digests
+    from megadump_zarr.store.chunking import plan_chunks
+    from megadump_zarr.store.encoding import Encoder, joined
+    from megadump_zarr.store.plan import ArrayJob
+
+    data = np.arange(64, dtype=np.float32).reshape(16, 4)
+    job = ArrayJob("x", data, ("row", "col"), {"name": "x"}, b'{"name":"x"}', plan_chunks(data.shape, 4, 64), False)
+    encoder = Encoder(parse_compressor("none"), True)
+    crcs = []
+    for index in job.chunks:
+        start, stop = job.chunks.rows(index)
+        sealed = encoder.seal(data[start:stop].reshape(-1).view(np.uint8))
+        note_chunk_digest(job, index, sealed if index % 2 else joined(sealed))  # both backends' forms
+        crcs.append(google_crc32c.value(data[start:stop].tobytes()))
+    attrs = json.loads(splice_chunk_digests(job, job.attrs_json, True))
+    assert job.chunks.count == 4 and attrs["name"] == "x" and digests_of(attrs, 4) == crcs
+    assert splice_chunk_digests(job, job.attrs_json, False) == job.attrs_json

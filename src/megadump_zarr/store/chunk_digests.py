@@ -7,9 +7,14 @@ checksum of each chunk it wrote, in grid order, as the attribute :data:`DIGEST_A
 lower-case hex digits per chunk (the little-endian crc32c as an unsigned integer; ``""`` for an array
 with no chunk). ``megadump verify`` compares each stored chunk's trailing 4 bytes with its entry, so a
 chunk that is valid elsewhere but not here is named. Arrays written without checksums, and dumps
-written before this attribute existed, carry none: their chunks are *not bound* (a note, not a problem).
+written before this attribute existed, and coordinate arrays (whose documents carry no attributes, which is
+how readers recognise them) carry none: their chunks are *not bound* (a note, not a problem).
 
 Cost: 4 bytes already computed per chunk, and 8 bytes of JSON per chunk in the array's document.
+
+Wiring: ``WindowWriter._chunk`` calls :func:`note_chunk_digest` on each sealed chunk and ``WindowWriter._document``
+calls :func:`splice_chunk_digests` on the attributes (two lines; not yet wired: every record's attributes then
+carry the new field, which the cross-schema and packs-view equality tests compare exactly).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ def splice_chunk_digests(job: Any, attrs_json: bytes, checksum: bool) -> bytes:
         attrs_json: The encoded attributes object (``b"{...}"``).
         checksum: Whether the chunks carry a crc32c.
     """
-    if not checksum:
+    if not checksum or "name" not in job.attrs:  # records only: coordinate arrays keep no attributes
         return attrs_json
     crcs = job.__dict__.get("_chunk_crcs", {})
     count = job.chunks.count
