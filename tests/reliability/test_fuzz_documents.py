@@ -42,6 +42,7 @@ SLOW = settings(max_examples=int(os.environ.get("MEGADUMP_FUZZ_EXAMPLES", "1500"
 HOSTILE = [
     None, True, False, 0, -1, 1, 1.5, float("nan"), 2**31, 2**62, 2**63, 2**70, -2**70, "", "abc", "0", "\x00",
     "../../etc", "x" * 300, [], [None], [None, 16], [1.5, 16], [[1]], [2**62, 16], [2**40, 16], [0, 0], [-1, 4],
+    [2**24, 16], [2**20 + 1, 4],  # issue 23.4: logical rows far beyond a stored prefix (bounded reads, or refused)
     [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30,
      31, 32, 33], {}, {"a": 1}, {"name": "bogus"}, {"name": "regular", "configuration": {"chunk_shape": [0]}},
 ]

@@ -19,7 +19,7 @@ from megadump_zarr.cli.render import Column, Fitted, fit_table, is_missing, loca
 
 __all__ = ["COLUMNS", "compare_table", "failures_first", "one_minus_cos", "worst_text"]
 
-_VERDICT_STYLE = {"pass": "green", "fail": "bold red", "error": "bold magenta", "missing": "yellow",
+_VERDICT_STYLE = {"pass": "green", "fail": "bold red", "error": "bold magenta", "missing": "yellow", "differs_within_stats": "bold yellow",
                   "shape_mismatch": "bold red", "dtype_mismatch": "bold red", "missing_data": "bold magenta"}
 
 

@@ -52,7 +52,14 @@ from megadump_zarr.read.select import (
     single_group,
 )
 from megadump_zarr.read.stitch import Piece, stitch
-from megadump_zarr.read.truncated import logical_dims, open_zarr_array, record_dask, stored_dask, truncated_dask
+from megadump_zarr.read.truncated import (
+    check_padded_rows,
+    logical_dims,
+    open_zarr_array,
+    record_dask,
+    stored_dask,
+    truncated_dask,
+)
 
 __all__ = ["Dump", "open_dump"]
 
@@ -375,9 +382,9 @@ class Dump:
             if data.dtype != array.dtype:
                 attrs["promotedFrom"] = str(array.dtype)
             coords: dict[str, Any] = {}
-            rows = _derived_rows(attrs, doc)
-            if rows is not None:
-                coords[dims[0]] = xr.Variable(dims[0], rows)
+            rows = _derived_rows(attrs, doc, key)
+            if rows is not None:  # a lazy range: no allocation per logical row
+                coords[dims[0]] = xr.Variable(dims[0], _row_range(rows, data.chunks[0] if data.ndim else ()))
             attrs["capturedElements"] = int(array.shape[0])
             return xr.DataArray(data, dims=dims, coords=xr.Coordinates(coords, indexes={}), name=name, attrs=attrs)
         dims = tuple(doc.get("dimension_names") or (f"dim_{i}" for i in range(array.ndim)))
@@ -438,8 +445,8 @@ class Dump:
         paths = list(rows["path"])
         records = [self._record(p) for p in paths]
         coordinate_of = [self._row_coordinate(info, rel, doc) for info, rel, doc in records]
-        derived = [None if c is not None else _derived_rows(doc.get("attributes") or {}, doc) for (_, _, doc), c in
-                   zip(records, coordinate_of)]
+        derived = [None if c is not None else _derived_rows(doc.get("attributes") or {}, doc, f"{info.key}/{rel}")
+                   for (info, rel, doc), c in zip(records, coordinate_of)]
         unstitchable = [p for p, c, d in zip(paths, coordinate_of, derived) if c is None and d is None]
         if unstitchable:
             if len(paths) == 1:
@@ -457,7 +464,7 @@ class Dump:
             key = f"{info.key}/{rel}"
             array = open_zarr_array(self.store, key, doc)
             truncated = bool(attrs.get("truncated")) and isinstance(attrs.get("actualShape"), list)
-            global_rows = next(values) if coord is not None else rows_from_attrs
+            global_rows = next(values) if coord is not None else _stitch_rows(rows_from_attrs, doc, attrs, key)
             pieces.append(Piece(
                 path=key, data=record_dask(array, attrs, key, self.root), rows=np.asarray(global_rows, dtype=np.int64),
                 dims=(tuple(attrs["logicalDims"]) if isinstance(attrs.get("logicalDims"), list) else None) if truncated
@@ -516,9 +523,21 @@ class Dump:
                 f"{', levels ' + '/'.join(levels) if levels else ''}>")
 
 
-def _derived_rows(attrs: dict[str, Any], doc: dict[str, Any]) -> np.ndarray | None:
-    """Global rows of a record from its attributes (the writer's rule for its coordinate arrays):
-    the record must be a whole-row slice of its declared tensor at a row-aligned source offset."""
+def _derived_rows(attrs: dict[str, Any], doc: dict[str, Any], key: str = "") -> tuple[int, int] | None:
+    """Global rows of a record from its attributes (the writer's rule for its coordinate arrays), as
+    ``(first row, row count)``: the record must be a whole-row slice of its declared tensor at a
+    row-aligned source offset. Nothing is allocated: callers build a lazy range (a view) or, for a
+    stitch, check :func:`_stitch_rows` first.
+
+    Args:
+        attrs: The record's attributes.
+        doc: Its array document.
+        key: The record's key, for messages.
+
+    Raises:
+        DumpIntegrityError: The slice reaches past its declared tensor (``actualShape`` rows from
+            ``sourceOffsetBytes`` beyond ``declaredShape[0]``): an edited document.
+    """
     actual, declared = attrs.get("actualShape"), attrs.get("declaredShape")
     offset = attrs.get("sourceOffsetBytes")
     if not isinstance(actual, list) or not isinstance(declared, list) or not actual or offset is None:
@@ -529,7 +548,29 @@ def _derived_rows(attrs: dict[str, Any], doc: dict[str, Any]) -> np.ndarray | No
     if row_bytes <= 0 or int(offset) % row_bytes:
         return None
     start = int(offset) // row_bytes
-    return np.arange(start, start + int(actual[0]), dtype=np.int64)
+    if start + int(actual[0]) > int(declared[0]):
+        raise DumpIntegrityError(
+            f"{key}/zarr.json: attributes.actualShape {list(actual)} at attributes.sourceOffsetBytes {int(offset)} "
+            f"(row {start}) reaches past attributes.declaredShape {list(declared)}; the document was edited",
+            key=f"{key}/zarr.json")
+    return start, int(actual[0])
+
+
+def _row_range(extent: tuple[int, int], chunks: tuple[int, ...]) -> Any:
+    """A record's derived global rows as a lazy range, chunked like the view's first axis."""
+    import dask.array as da
+
+    start, count = extent
+    return da.arange(start, start + count, chunks=chunks or (count,), dtype=np.int64)
+
+
+def _stitch_rows(extent: tuple[int, int], doc: dict[str, Any], attrs: dict[str, Any], key: str) -> np.ndarray:
+    """A record's derived global rows, materialised for a stitch: bounded by its stored prefix first
+    (:func:`megadump_zarr.read.truncated.check_padded_rows`; a record that is not truncated stores its rows)."""
+    if attrs.get("truncated"):
+        check_padded_rows(attrs["actualShape"], math.prod(int(d) for d in doc.get("shape") or [0]), key)
+    start, count = extent
+    return np.arange(start, start + count, dtype=np.int64)
 
 
 def _read_coordinates(store: Store, coords: list[tuple[str, dict[str, Any]]]) -> list[np.ndarray]:

@@ -28,9 +28,11 @@ import zarr
 from zarr.abc.store import Store
 
 from megadump_zarr.read.documents import open_array_checked
+from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.integrity import GuardedArray
 
-__all__ = ["MAX_LOGICAL_BYTES", "check_logical_shape", "logical_dims", "logical_dtype", "open_zarr_array", "record_dask", "stored_dask", "truncated_dask"]
+__all__ = ["MAX_DERIVED_ROWS", "MAX_LOGICAL_BYTES", "MAX_NAN_BLOCKS", "ROWS_PER_STORED_ELEMENT", "check_logical_shape",
+           "check_padded_rows", "logical_dims", "logical_dtype", "open_zarr_array", "record_dask", "stored_dask", "truncated_dask"]
 
 _ML_FLOATS = frozenset(("bfloat16", "float8_e4m3fn", "float8_e5m2"))
 
@@ -135,6 +137,47 @@ def check_logical_shape(shape: Sequence[int], itemsize: int, key: str) -> None:
                          f"any tensor can hold ({MAX_LOGICAL_BYTES} bytes)")
 
 
+MAX_NAN_BLOCKS = 64
+"""Most dask blocks a truncated view spends on its NaN padding past the stored prefix, whatever its logical
+size: the graph of a view is its stored chunks' blocks plus at most this many."""
+
+MAX_DERIVED_ROWS = 1 << 20
+"""Rows a truncated record may describe past its stored prefix, whatever that prefix (see :func:`check_padded_rows`)."""
+
+ROWS_PER_STORED_ELEMENT = 64
+"""Rows a truncated record may describe per stored element, beyond :data:`MAX_DERIVED_ROWS`."""
+
+
+def check_padded_rows(actual: Sequence[int], stored_elements: int, key: str) -> None:
+    """Refuse a truncated record whose logical rows are out of all proportion to its stored prefix.
+
+    Work that is per logical row (the global-row indices a stitch materialises, one per row, and its
+    per-row coordinates) must stay a fixed multiple of what the record stores. The rule: ``actualShape[0]``
+    may be at most ``max(MAX_DERIVED_ROWS, ROWS_PER_STORED_ELEMENT * stored elements)``. A real truncation
+    keeps whole elements of a tensor of at most :data:`MAX_LOGICAL_BYTES`, and its rows past the prefix are
+    NaN padding: a million padded rows (8 MiB of indices) is the most any record pays for, or 64 rows per
+    element it stores. Element-wise work is bounded without a rule (the view's NaN blocks are at most
+    :data:`MAX_NAN_BLOCKS`, and never read anything).
+
+    Args:
+        actual: The logical shape (``actualShape``, already checked to be non-negative integers).
+        stored_elements: Elements the record stores (its flat prefix's length).
+        key: The record's key, for the message.
+
+    Raises:
+        DumpIntegrityError: Naming the record's document, the field, the value and the bound.
+    """
+    if not actual:
+        return
+    bound = max(MAX_DERIVED_ROWS, ROWS_PER_STORED_ELEMENT * max(0, int(stored_elements)))
+    if int(actual[0]) > bound:
+        raise DumpIntegrityError(
+            f"{key}/zarr.json: attributes.actualShape {list(actual)} describes {int(actual[0])} rows for a stored prefix "
+            f"of {int(stored_elements)} elements, more than a truncated record can describe (at most {bound} rows: "
+            f"max({MAX_DERIVED_ROWS}, {ROWS_PER_STORED_ELEMENT} x stored elements)); the document was edited",
+            key=f"{key}/zarr.json")
+
+
 def truncated_dask(array: zarr.Array, logical_shape: Sequence[int], key: str, root: str = "") -> da.Array:
     """The logical-shape view of a truncated record (see the module docstring).
 
@@ -158,7 +201,8 @@ def truncated_dask(array: zarr.Array, logical_shape: Sequence[int], key: str, ro
     # rows holding captured elements: one block per stored chunk; past the prefix (NaN, nothing to read)
     # few large blocks, so the graph and any pass over the view cost the stored bytes, not the logical size
     captured_rows = min(shape[0], -(-int(array.shape[0]) // row)) if row else shape[0]
-    nan_rows = max(rows_per_block, _NAN_BLOCK_ELEMENTS // row) if row else max(1, shape[0])
+    nan_rows = max(rows_per_block, _NAN_BLOCK_ELEMENTS // row, -(-(shape[0] - captured_rows) // MAX_NAN_BLOCKS)) \
+        if row else max(1, shape[0])
     block_rows: list[int] = []
     left = shape[0]
     done = 0

@@ -14,7 +14,11 @@ window, the store key and what is wrong:
   ``fullBytes`` with ``actualShape``, a truncated record stores a flat prefix no longer than its logical
   size); the records-table fields parse (types, int64 ranges);
 - chunks: every chunk the grid implies exists; a chunk whose codec chain ends with ``crc32c`` has that
-  checksum verified over its stored bytes; a chunk without a checksum must decode;
+  checksum verified over its stored bytes; a chunk without a checksum must decode; a chunk is bound to
+  its place: its crc32c equals the one its array's ``chunkCrc32c`` attribute records for that grid
+  position (see :mod:`megadump_zarr.store.chunk_digests`), so a chunk copied from another window, step
+  or array, or two swapped chunk files, are named; arrays without the attribute (older dumps, packs,
+  no checksum) are counted in a *not bound* note, not as problems;
 - ``deep``: the statistics stored in each record (``stats``: min, max, mean, l2norm, nanCount, infCount,
   see :mod:`megadump_zarr.store.stats`) are recomputed from the data and compared (counts, min and max
   exactly; mean and l2norm to a relative 1e-9, the float64 rounding of merging per-chunk sums).
@@ -78,6 +82,7 @@ class WindowCheck:
         partial_launches: The window's ``partialLaunches`` attribute (salvaged failed launches).
         partial_records: Records flagged ``partial: true``.
         deep: Whether statistics were recomputed.
+        notes: What was not checked and why (``N array(s) not bound: ...``); never a problem.
     """
 
     window: str
@@ -90,6 +95,7 @@ class WindowCheck:
     partial_launches: tuple[Any, ...] = ()
     partial_records: int = 0
     deep: bool = False
+    notes: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -102,7 +108,7 @@ class WindowCheck:
             "window": self.window, "status": self.status, "checked": self.checked, "ok": self.ok,
             "arrays": self.arrays, "chunks": self.chunks, "stored_bytes": self.stored_bytes, "deep": self.deep,
             "partial_launches": list(self.partial_launches), "partial_records": self.partial_records,
-            "problems": [{"key": p.key, "what": p.what} for p in self.problems],
+            "notes": list(self.notes), "problems": [{"key": p.key, "what": p.what} for p in self.problems],
         }
 
 
@@ -114,6 +120,7 @@ class _State:
     chunks: int = 0
     stored_bytes: int = 0
     partial_records: int = 0
+    unbound: int = 0
 
     def add(self, key: str, what: str) -> None:
         self.problems.append(Problem(self.window, key, what))
@@ -194,6 +201,7 @@ def verify_window(url: Any, storage_options: Mapping[str, Any] | None, window: s
 
 
 from megadump_zarr.verify.schema import check_schema  # noqa: E402  (schema checks of every document)
+from megadump_zarr.verify.placement import check_place as _check_place, placement as _placement  # noqa: E402
 
 
 def _check_partial(state: _State, window: str, attrs: dict[str, Any], arrays: dict[str, dict[str, Any]],
@@ -232,8 +240,10 @@ def _statistics_only_records(groups: dict[str, dict[str, Any]], partial_launches
 
 
 def _result(state: _State, status: str, deep: bool, partial: tuple[Any, ...]) -> WindowCheck:
+    notes = (f"{state.unbound} array(s) not bound: they record no chunkCrc32c (written before it existed, in a "
+             f"pack, or without checksums), so a chunk valid elsewhere cannot be told from theirs",) if state.unbound else ()
     return WindowCheck(state.window, status, True, state.arrays, state.chunks, state.stored_bytes,
-                       tuple(state.problems), partial, state.partial_records, deep)
+                       tuple(state.problems), partial, state.partial_records, deep, notes)
 
 
 def _check_manifest(state: _State, window: str, attrs: dict[str, Any], nodes: dict[str, Any]) -> None:
@@ -460,8 +470,26 @@ def _check_record_attributes(state: _State, key: str, doc: dict[str, Any]) -> No
     if attrs.get("truncated"):
         if len(shape) != 1 or shape[0] > math.prod(actual):
             state.add(key, f"a truncated record stores a flat prefix of its actualShape {actual}, not shape {shape}")
+        _check_truncated_rows(state, key, attrs, actual, size)
     elif actual != shape:
         state.add(key, f"attributes.actualShape {actual} disagrees with shape {shape} (the record is not truncated)")
+
+
+def _check_truncated_rows(state: _State, key: str, attrs: dict[str, Any], actual: list[int], size: int) -> None:
+    """A truncated whole-row slice lies inside its declared tensor: ``sourceOffsetBytes`` / row bytes +
+    ``actualShape[0]`` <= ``declaredShape[0]`` (the rows a reader derives for it; ``actualShape`` and
+    ``fullBytes`` edited together pass the checks above, and would describe rows the tensor never had)."""
+    declared, offset = attrs.get("declaredShape"), attrs.get("sourceOffsetBytes")
+    if not (isinstance(declared, list) and actual and len(declared) == len(actual) and declared[1:] == actual[1:]
+            and all(type(d) is int for d in declared) and type(offset) is int and offset >= 0):
+        return
+    row_bytes = math.prod(actual[1:]) * size
+    if row_bytes <= 0 or offset % row_bytes:
+        return
+    start = offset // row_bytes
+    if start + actual[0] > declared[0]:
+        state.add(key, f"attributes.actualShape {actual} at attributes.sourceOffsetBytes {offset} (row {start}) reaches "
+                       f"past attributes.declaredShape {declared}: the record describes rows its tensor does not have")
 
 
 def _check_records_table(state: _State, window: str, status: str, attrs: dict[str, Any], nodes: dict[str, Any]) -> None:
@@ -512,6 +540,7 @@ def _check_chunks(state: _State, store: Any, window: str, arrays: dict[str, dict
             continue
         zarray = _open(store, array_key, doc)
         keys = [f"{array_key}/{zarray.metadata.encode_chunk_key(c)}" for c in expected]
+        place = _placement(state, array_key, doc, keys)
         missing = [k for k in keys if k not in present]
         for k in missing[:_MAX_LISTED]:
             state.add(k, "chunk is missing")
@@ -545,6 +574,8 @@ def _check_chunks(state: _State, store: Any, window: str, arrays: dict[str, dict
                     except DumpIntegrityError as error:
                         state.add(key, str(error).removeprefix(f"chunk {key} is ").strip())
                         bad = True
+                        continue
+                    bad = _check_place(state, key, raw, place) or bad
         if bad or missing:
             continue
         if not checksum or deep:
