@@ -88,7 +88,7 @@ def test_stitch_refuses_rows_out_of_proportion_to_the_prefix(tiny: Path) -> None
     error, peak = _peak(lambda: dump.tensor("big"))
     assert isinstance(error, DumpIntegrityError), error
     assert "task_000001/output_00_big/zarr.json: attributes.actualShape [16777216, 4] describes 16777216 rows for a " \
-           f"stored prefix of 4 elements" in str(error) and f"at most {MAX_DERIVED_ROWS} rows" in str(error)
+           "stored prefix of 4 elements" in str(error) and f"at most {MAX_DERIVED_ROWS} rows" in str(error)
     assert peak < 4 << 20  # was gigabytes
 
 
