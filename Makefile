@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow bench device-check venv clean browser lint
+.PHONY: demo test test-slow bench device-check venv clean browser lint format
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -34,10 +34,14 @@ browser:
 # from the fixture's by an ulp, as on another machine, so a bit-for-bit float promise fails here too.
 FIXTURE_TESTS := tests/read/test_schema5.py tests/read/test_schema6.py tests/read/test_schema7.py
 
-# Pyflakes' rules (undefined names, unused imports, redefinitions) on every Python file; the layer contract
-# itself is a test (tests/test_layers.py).
+# Pyflakes' rules (undefined names, unused imports, redefinitions) and ruff's formatter (check only) on every
+# Python file; the layer contract itself is a test (tests/test_layers.py). `make format` rewrites the files.
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+format: $(STAMP)
+	$(BIN)/ruff format src tests benchmarks
 
 test: $(STAMP) browser lint
 	$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider
