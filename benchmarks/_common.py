@@ -23,8 +23,18 @@ from typing import Any
 
 import psutil
 
-__all__ = ["PeakRss", "cpu_seconds", "machine", "median_time", "nproc", "print_table", "run_info", "start_run",
-           "sync_disk", "write_json"]
+__all__ = [
+    "PeakRss",
+    "cpu_seconds",
+    "machine",
+    "median_time",
+    "nproc",
+    "print_table",
+    "run_info",
+    "start_run",
+    "sync_disk",
+    "write_json",
+]
 
 _RUN: dict[str, Any] = {}
 
@@ -61,11 +71,15 @@ def run_info() -> dict[str, Any]:
     own, children = cpu_seconds()
     own0, children0 = _RUN["cpu"]
     return {
-        "date": _RUN["date"].isoformat(timespec="seconds"), "nproc": nproc(), "cpu_count": os.cpu_count(),
+        "date": _RUN["date"].isoformat(timespec="seconds"),
+        "nproc": nproc(),
+        "cpu_count": os.cpu_count(),
         "load_average_before": [round(x, 2) for x in _RUN["load"]],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
-        "wall_s": time.perf_counter() - _RUN["wall"], "cpu_s": (own - own0) + (children - children0),
-        "cpu_self_s": own - own0, "cpu_children_s": children - children0,
+        "wall_s": time.perf_counter() - _RUN["wall"],
+        "cpu_s": (own - own0) + (children - children0),
+        "cpu_self_s": own - own0,
+        "cpu_children_s": children - children0,
         "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 

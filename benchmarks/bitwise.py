@@ -34,8 +34,9 @@ def write_run(out: Path, steps: int, seed: int) -> float:
     """Write one statistics-mode run; returns its wall time in seconds."""
     start = time.perf_counter()
     block = MoEBlock(accumulation_order=AccumulationOrder(("expert_down",), seed=seed))
-    cfg = TensorDumpConfig(out, level="L1", kernel_names="moe_experts", stages="expert_down", io="output",
-                           mode="statistics")
+    cfg = TensorDumpConfig(
+        out, level="L1", kernel_names="moe_experts", stages="expert_down", io="output", mode="statistics"
+    )
     with tensor_dump(cfg) as dumper, torch.no_grad():
         for _ in range(steps):
             block(block.make_input())
@@ -70,15 +71,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         bitwise_s, result = _timed(lambda: compare(open_dump(a), open_dump(b), bitwise=True))
         default_s, plain = _timed(lambda: compare(open_dump(a), open_dump(b)))
         map_s, table = _timed(lambda: bitwise_map(result, by="core"))
-    figures = {"benchmark": "bitwise", "steps": args.steps, "records": len(result), "seeded": args.seeded,
-               "write_a_s": round(write_a, 3), "write_b_s": round(write_b, 3),
-               "compare_bitwise_s": round(bitwise_s, 3), "compare_default_s": round(default_s, 3),
-               "bitwise_map_s": round(map_s, 3),
-               "bitwise_differing": int((result["verdict"] != "pass").sum()),
-               "default_failing": int(plain["verdict"].isin(["fail", "error"]).sum()),
-               "cores_differing": int((table["differing"] > 0).sum()), "machine": machine()}
-    print_table([{"figure": k, "value": v} for k, v in figures.items() if k != "machine"],
-                [("figure", "figure"), ("value", "value")])
+    figures = {
+        "benchmark": "bitwise",
+        "steps": args.steps,
+        "records": len(result),
+        "seeded": args.seeded,
+        "write_a_s": round(write_a, 3),
+        "write_b_s": round(write_b, 3),
+        "compare_bitwise_s": round(bitwise_s, 3),
+        "compare_default_s": round(default_s, 3),
+        "bitwise_map_s": round(map_s, 3),
+        "bitwise_differing": int((result["verdict"] != "pass").sum()),
+        "default_failing": int(plain["verdict"].isin(["fail", "error"]).sum()),
+        "cores_differing": int((table["differing"] > 0).sum()),
+        "machine": machine(),
+    }
+    print_table(
+        [{"figure": k, "value": v} for k, v in figures.items() if k != "machine"],
+        [("figure", "figure"), ("value", "value")],
+    )
     print(json.dumps(figures))
     write_json(args.json, [figures])
     return figures

@@ -40,14 +40,18 @@ def activations(tokens: int, d_model: int, dtype: torch.dtype) -> dict[str, np.n
     routing = block.route(x)
     out = block(x)
     ws = torch.nn.functional.silu(routing["xs"] @ block.w_up[0])
-    return {"h": tensor_to_numpy(routing["h"]), "ws(silu)": tensor_to_numpy(ws.contiguous()),
-            "logits": tensor_to_numpy(routing["logits"]), "out": tensor_to_numpy(out.detach())}
+    return {
+        "h": tensor_to_numpy(routing["h"]),
+        "ws(silu)": tensor_to_numpy(ws.contiguous()),
+        "logits": tensor_to_numpy(routing["logits"]),
+        "out": tensor_to_numpy(out.detach()),
+    }
 
 
 def measure(codec_factory: Any, data: np.ndarray, chunk_bytes: int = 4 << 20) -> tuple[float, float]:
     """(ratio, MB/s) of encoding ``data`` in chunks on two threads."""
     raw = data.reshape(-1).view(np.uint8)
-    chunks = [raw[i:i + chunk_bytes] for i in range(0, raw.size, chunk_bytes)]
+    chunks = [raw[i : i + chunk_bytes] for i in range(0, raw.size, chunk_bytes)]
     codec = codec_factory(data.dtype.itemsize)
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(codec.encode, chunks[:2]))  # warm up
@@ -75,10 +79,21 @@ def main(argv: list[str] | None = None) -> int:
                 ratio, speed = measure(factory, data)
                 ratios.append(ratio)
                 speeds.append(speed)
-                rows.append({"workload": f"{str(dtype)[6:]} {name}", "codec": codec_name, "ratio": ratio, "mb_s": speed})
-            rows.append({"workload": f"{str(dtype)[6:]} ALL (harmonic)", "codec": codec_name,
-                         "ratio": len(ratios) / sum(1 / r for r in ratios), "mb_s": len(speeds) / sum(1 / s for s in speeds)})
-    print_table([r for r in rows if "ALL" in r["workload"]], [("workload", "workload"), ("codec", "codec"), ("ratio", "ratio"), ("mb_s", "MB/s (2 threads)")])
+                rows.append(
+                    {"workload": f"{str(dtype)[6:]} {name}", "codec": codec_name, "ratio": ratio, "mb_s": speed}
+                )
+            rows.append(
+                {
+                    "workload": f"{str(dtype)[6:]} ALL (harmonic)",
+                    "codec": codec_name,
+                    "ratio": len(ratios) / sum(1 / r for r in ratios),
+                    "mb_s": len(speeds) / sum(1 / s for s in speeds),
+                }
+            )
+    print_table(
+        [r for r in rows if "ALL" in r["workload"]],
+        [("workload", "workload"), ("codec", "codec"), ("ratio", "ratio"), ("mb_s", "MB/s (2 threads)")],
+    )
     write_json(args.json, rows)
     return 0
 

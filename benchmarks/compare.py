@@ -48,7 +48,9 @@ CHUNK_BYTES = 4 << 20
 SMALL_ROWS = 64  # 256 KiB records
 
 
-def _window(rng: np.random.Generator, big: int, big_rows: int, noise: float, seed_data: list[np.ndarray]) -> WindowWrite:
+def _window(
+    rng: np.random.Generator, big: int, big_rows: int, noise: float, seed_data: list[np.ndarray]
+) -> WindowWrite:
     arrays = []
     names = [f"big_{k}" for k in range(big)] + [f"small_{k:02d}" for k in range(16)]
     for k, name in enumerate(names):
@@ -59,12 +61,23 @@ def _window(rng: np.random.Generator, big: int, big_rows: int, noise: float, see
         if noise:
             data = data * (1 + noise * rng.standard_normal(data.shape, dtype=np.float32))
         role = "external_input" if k % 2 == 0 else "stage_output"
-        attrs = {"name": name, "role": role, "capturePhase": "before" if k % 2 == 0 else "after",
-                 "actualShape": list(data.shape), "declaredShape": list(data.shape), "producers": [],
-                 "consumers": [], "ports": []}
+        attrs = {
+            "name": name,
+            "role": role,
+            "capturePhase": "before" if k % 2 == 0 else "after",
+            "actualShape": list(data.shape),
+            "declaredShape": list(data.shape),
+            "producers": [],
+            "consumers": [],
+            "ports": [],
+        }
         arrays.append(ArrayWrite(name, data, (f"{name}_row", "col"), attrs))
-    invocation = InvocationWrite("invocation_000000_forward", {"invocationId": 0, "step": 0, "direction": "forward",
-                                                               "kernelName": "bench", "level": "L0"}, [], arrays)
+    invocation = InvocationWrite(
+        "invocation_000000_forward",
+        {"invocationId": 0, "step": 0, "direction": "forward", "kernelName": "bench", "level": "L0"},
+        [],
+        arrays,
+    )
     return WindowWrite(0, 0, {"level": "L0", "windowIndex": 0, "invocations": [invocation.name]}, [invocation])
 
 
@@ -108,7 +121,11 @@ def bench(base: str, side_bytes: int, repeat: int) -> dict[str, Any]:
 
     from megadump_zarr.analyse import pairs
     from megadump_zarr.analyse.metrics import (
-        DEFAULT_BLOCK_BYTES, iter_blocks, read_native_block, row_chunks, shape_of,
+        DEFAULT_BLOCK_BYTES,
+        iter_blocks,
+        read_native_block,
+        row_chunks,
+        shape_of,
     )
     from megadump_zarr.analyse.pairs import record_source
 
@@ -128,6 +145,7 @@ def bench(base: str, side_bytes: int, repeat: int) -> dict[str, Any]:
 
     def read_both() -> int:
         """Decompress only, the way compare reads: chunk-aligned blocks of A and B, in the same threads."""
+
         def lane(work: list[tuple[Any, Any, Any]]) -> int:
             return sum(read_native_block(xa, i).nbytes + read_native_block(xb, i).nbytes for xa, xb, i in work)
 
@@ -169,17 +187,30 @@ def bench(base: str, side_bytes: int, repeat: int) -> dict[str, Any]:
     mib = logical / 2**20
     return {
         "workload": f"compare 2 x {mib:.0f} MiB float32 L0 ({len(paths)} records)",
-        "read_both_s": read_s, "read_both_whole_s": whole_s, "read_both_dask_s": dask_s, "compare_s": compare_s,
-        "compare_serial_s": serial_s, "read_mib_s_per_side": mib / read_s,
-        "compare_mib_s_per_side": mib / compare_s, "ratio": compare_s / read_s,
-        "read_cpu_s": read_cpu[0], "compare_cpu_s": compare_cpu[0], "compare_serial_cpu_s": serial_cpu[0],
-        "cpu_ratio": compare_cpu[0] / read_cpu[0], "compare_mib_per_cpu_s": mib / compare_cpu[0],
-        "compare_cpu_per_wall": compare_cpu[0] / compare_s, "read_cpu_per_wall": read_cpu[0] / read_s,
-        "load_average": os.getloadavg()[0], "load_average_before": [round(x, 2) for x in load_before],
+        "read_both_s": read_s,
+        "read_both_whole_s": whole_s,
+        "read_both_dask_s": dask_s,
+        "compare_s": compare_s,
+        "compare_serial_s": serial_s,
+        "read_mib_s_per_side": mib / read_s,
+        "compare_mib_s_per_side": mib / compare_s,
+        "ratio": compare_s / read_s,
+        "read_cpu_s": read_cpu[0],
+        "compare_cpu_s": compare_cpu[0],
+        "compare_serial_cpu_s": serial_cpu[0],
+        "cpu_ratio": compare_cpu[0] / read_cpu[0],
+        "compare_mib_per_cpu_s": mib / compare_cpu[0],
+        "compare_cpu_per_wall": compare_cpu[0] / compare_s,
+        "read_cpu_per_wall": read_cpu[0] / read_s,
+        "load_average": os.getloadavg()[0],
+        "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
-        "peak_extra_rss_mib": rss.extra / 2**20, "peak_extra_rss_chunks": rss.extra / CHUNK_BYTES,
-        "peak_traced_mib": traced / 2**20, "peak_traced_chunks": traced / CHUNK_BYTES,
-        "threads": pairs._THREADS, "cores": os.cpu_count(),
+        "peak_extra_rss_mib": rss.extra / 2**20,
+        "peak_extra_rss_chunks": rss.extra / CHUNK_BYTES,
+        "peak_traced_mib": traced / 2**20,
+        "peak_traced_chunks": traced / CHUNK_BYTES,
+        "threads": pairs._THREADS,
+        "cores": os.cpu_count(),
     }
 
 
@@ -210,19 +241,47 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with scratch_dir(args.root) as base:
         row = bench(base, side, 1 if args.quick else args.repeat)
     print(machine())
-    print_table([row], [("workload", "workload"), ("read_both_s", "read both s (floor)"),
-                        ("read_both_whole_s", "whole s"), ("read_both_dask_s", "via dask s"),
-                        ("compare_s", "compare s"), ("compare_serial_s", "1 lane s"),
-                        ("compare_mib_s_per_side", "MiB/s per side"), ("ratio", "compare/read")])
-    print_table([row], [("read_cpu_s", "read both CPU s"), ("compare_cpu_s", "compare CPU s"),
-                        ("compare_serial_cpu_s", "1 lane CPU s"), ("cpu_ratio", "CPU compare/read"),
-                        ("compare_cpu_per_wall", "compare CPU/wall"), ("compare_mib_per_cpu_s", "MiB per side per CPU s")])
-    print_table([row], [("peak_extra_rss_mib", "peak extra RSS MiB"), ("peak_traced_mib", "peak traced MiB"),
-                        ("peak_traced_chunks", "in 4 MiB chunks"), ("threads", "lanes"), ("cores", "cores"),
-                        ("load_average_before", "load before"), ("load_average_after", "load after")])
+    print_table(
+        [row],
+        [
+            ("workload", "workload"),
+            ("read_both_s", "read both s (floor)"),
+            ("read_both_whole_s", "whole s"),
+            ("read_both_dask_s", "via dask s"),
+            ("compare_s", "compare s"),
+            ("compare_serial_s", "1 lane s"),
+            ("compare_mib_s_per_side", "MiB/s per side"),
+            ("ratio", "compare/read"),
+        ],
+    )
+    print_table(
+        [row],
+        [
+            ("read_cpu_s", "read both CPU s"),
+            ("compare_cpu_s", "compare CPU s"),
+            ("compare_serial_cpu_s", "1 lane CPU s"),
+            ("cpu_ratio", "CPU compare/read"),
+            ("compare_cpu_per_wall", "compare CPU/wall"),
+            ("compare_mib_per_cpu_s", "MiB per side per CPU s"),
+        ],
+    )
+    print_table(
+        [row],
+        [
+            ("peak_extra_rss_mib", "peak extra RSS MiB"),
+            ("peak_traced_mib", "peak traced MiB"),
+            ("peak_traced_chunks", "in 4 MiB chunks"),
+            ("threads", "lanes"),
+            ("cores", "cores"),
+            ("load_average_before", "load before"),
+            ("load_average_after", "load after"),
+        ],
+    )
     print("targets: >= 400 MiB/s per side on 2 cores; compare/read <= 1.5; peak extra RSS a few chunks per thread")
-    print("(wall times depend on what else runs: with the load average above the core count, compare the CPU "
-          "seconds; on two idle cores the wall time is at best half the CPU time)")
+    print(
+        "(wall times depend on what else runs: with the load average above the core count, compare the CPU "
+        "seconds; on two idle cores the wall time is at best half the CPU time)"
+    )
     write_json(args.json, [row])
     return row
 

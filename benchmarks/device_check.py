@@ -31,8 +31,9 @@ def cuda_status() -> tuple[bool, str]:
 
     if not torch.cuda.is_available():
         built = torch.version.cuda or "none"
-        return False, (f"no CUDA device: torch.cuda.is_available() is False (torch {torch.__version__}, "
-                       f"built with CUDA {built})")
+        return False, (
+            f"no CUDA device: torch.cuda.is_available() is False (torch {torch.__version__}, built with CUDA {built})"
+        )
     return True, f"CUDA device {torch.cuda.get_device_name(0)} (torch {torch.__version__}, CUDA {torch.version.cuda})"
 
 
@@ -48,7 +49,9 @@ def _run(base: Path, label: str, device: str, dtype: str, steps: int, tokens: in
     return summary.roots, time.perf_counter() - start
 
 
-def check(base: Path, *, dtypes: tuple[str, ...], steps: int, tokens: int, device: str = "cuda") -> list[dict[str, Any]]:
+def check(
+    base: Path, *, dtypes: tuple[str, ...], steps: int, tokens: int, device: str = "cuda"
+) -> list[dict[str, Any]]:
     """Run the demo on ``device`` and on CPU and compare; one row per (dtype, level)."""
     import torch
 
@@ -65,15 +68,24 @@ def check(base: Path, *, dtypes: tuple[str, ...], steps: int, tokens: int, devic
             result = compare(cuda[level], cpu[level], rtol=rtol, atol=atol)
             exact = result["dtype_b"].astype(str).str.match(r"^(u?int\d+|bool)$")
             failing = result[result["verdict"] != "pass"]
-            rows.append({
-                "dtype": dtype, "level": level, "tensors": len(result), "exact": int(exact.sum()),
-                "passed": int((result["verdict"] == "pass").sum()), "failed": len(failing),
-                "max_abs": float(result.loc[~exact, "max_abs"].max()) if (~exact).any() else 0.0,
-                "max_rel": float(result.loc[~exact, "max_rel"].max()) if (~exact).any() else 0.0,
-                "min_cosine": float(result.loc[~exact, "cosine"].min()) if (~exact).any() else 1.0,
-                "cpu_s": cpu_s, "cuda_s": cuda_s, "rtol": rtol, "atol": atol,
-                "failures": [f"{r.path}: {r.verdict} ({r.note})" for r in failing.itertuples()][:20],
-            })
+            rows.append(
+                {
+                    "dtype": dtype,
+                    "level": level,
+                    "tensors": len(result),
+                    "exact": int(exact.sum()),
+                    "passed": int((result["verdict"] == "pass").sum()),
+                    "failed": len(failing),
+                    "max_abs": float(result.loc[~exact, "max_abs"].max()) if (~exact).any() else 0.0,
+                    "max_rel": float(result.loc[~exact, "max_rel"].max()) if (~exact).any() else 0.0,
+                    "min_cosine": float(result.loc[~exact, "cosine"].min()) if (~exact).any() else 1.0,
+                    "cpu_s": cpu_s,
+                    "cuda_s": cuda_s,
+                    "rtol": rtol,
+                    "atol": atol,
+                    "failures": [f"{r.path}: {r.verdict} ({r.note})" for r in failing.itertuples()][:20],
+                }
+            )
     return rows
 
 
@@ -97,11 +109,25 @@ def main(argv: list[str] | None = None) -> int:
     dtypes = ("float32",) if args.quick else ("float32", "bfloat16")
     steps, tokens = (2, 37) if args.quick else (4, 256)
     with tempfile.TemporaryDirectory(prefix="megadump-device-check-") as tmp:
-        rows = check(Path(args.out) if args.out else Path(tmp), dtypes=dtypes, steps=steps, tokens=tokens,
-                     device=args.device)
-    print_table(rows, [("dtype", "dtype"), ("level", "level"), ("tensors", "tensors"), ("exact", "int/bool exact"),
-                       ("passed", "pass"), ("failed", "fail"), ("max_abs", "max |device-cpu|"), ("max_rel", "max rel"),
-                       ("min_cosine", "min cosine"), ("cpu_s", "cpu s"), ("cuda_s", "device s")])
+        rows = check(
+            Path(args.out) if args.out else Path(tmp), dtypes=dtypes, steps=steps, tokens=tokens, device=args.device
+        )
+    print_table(
+        rows,
+        [
+            ("dtype", "dtype"),
+            ("level", "level"),
+            ("tensors", "tensors"),
+            ("exact", "int/bool exact"),
+            ("passed", "pass"),
+            ("failed", "fail"),
+            ("max_abs", "max |device-cpu|"),
+            ("max_rel", "max rel"),
+            ("min_cosine", "min cosine"),
+            ("cpu_s", "cpu s"),
+            ("cuda_s", "device s"),
+        ],
+    )
     failed = [f for row in rows for f in row["failures"]]
     for line in failed:
         print(f"  FAIL {line}")

@@ -75,8 +75,12 @@ def run_compare(options: dict[str, Any], workers: int | None) -> dict[str, Any]:
         return {"seconds": time.perf_counter() - start, "result": result, "peak_mib": []}
     import distributed
 
-    with distributed.LocalCluster(n_workers=workers, processes=True, threads_per_worker=THREADS, dashboard_address=":0",
-                                  silence_logs=50) as cluster, distributed.Client(cluster) as client:
+    with (
+        distributed.LocalCluster(
+            n_workers=workers, processes=True, threads_per_worker=THREADS, dashboard_address=":0", silence_logs=50
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
         compare_roots(options)
         client.run(_rss_sampler)
         start = time.perf_counter()
@@ -95,8 +99,9 @@ def count_listing(endpoint: str, options: dict[str, Any]) -> dict[str, Any]:
 def count_objects(endpoint: str, prefix: str) -> int:
     import boto3
 
-    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=KEY, aws_secret_access_key=SECRET,
-                          region_name="us-east-1")
+    client = boto3.client(
+        "s3", endpoint_url=endpoint, aws_access_key_id=KEY, aws_secret_access_key=SECRET, region_name="us-east-1"
+    )
     pages = client.get_paginator("list_objects_v2").paginate(Bucket="job", Prefix=f"{prefix}/")
     return sum(len(page.get("Contents", [])) for page in pages)
 
@@ -104,7 +109,9 @@ def count_objects(endpoint: str, prefix: str) -> int:
 def main() -> None:
     start_run()  # the JSON's run record (load average, CPU and wall seconds) counts from here
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="16 ranks of tiny records instead of 64 ranks of records up to 256 KiB")
+    parser.add_argument(
+        "--quick", action="store_true", help="16 ranks of tiny records instead of 64 ranks of records up to 256 KiB"
+    )
     parser.add_argument("--ranks", type=int, default=None, help="ranks of the job (default 64; --quick 16)")
     parser.add_argument("--json", dest="json_out", default=None, help="write the entries as JSON here")
     args = parser.parse_args()
@@ -113,16 +120,31 @@ def main() -> None:
 
     with moto_process("job", key=KEY, secret=SECRET) as endpoint:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        env.update(AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID=KEY, AWS_SECRET_ACCESS_KEY=SECRET,
-                   AWS_DEFAULT_REGION="us-east-1")
-        written = write_job({"s3://job/a": (), "s3://job/b": PERTURBED}, ranks=ranks, processes=8, tokens=tokens,
-                            d_model=d_model, tensors=None, env=env)
+        env.update(
+            AWS_ENDPOINT_URL=endpoint,
+            AWS_ACCESS_KEY_ID=KEY,
+            AWS_SECRET_ACCESS_KEY=SECRET,
+            AWS_DEFAULT_REGION="us-east-1",
+        )
+        written = write_job(
+            {"s3://job/a": (), "s3://job/b": PERTURBED},
+            ranks=ranks,
+            processes=8,
+            tokens=tokens,
+            d_model=d_model,
+            tensors=None,
+            env=env,
+        )
         objects = count_objects(endpoint, "a")
         options = {"key": KEY, "secret": SECRET, "endpoint_url": endpoint}
-        print(f"{machine()}; job: {ranks} ranks x 2 windows, {objects} objects per root, written by 8 processes "
-              f"in {written:.1f} s")
-        runs = {name: run_compare(options, workers) for name, workers in
-                (("local threads", None), ("1 dask worker", 1), ("2 dask workers", 2))}
+        print(
+            f"{machine()}; job: {ranks} ranks x 2 windows, {objects} objects per root, written by 8 processes "
+            f"in {written:.1f} s"
+        )
+        runs = {
+            name: run_compare(options, workers)
+            for name, workers in (("local threads", None), ("1 dask worker", 1), ("2 dask workers", 2))
+        }
         base = runs["local threads"]["result"]
         for name, run in runs.items():
             pd.testing.assert_frame_equal(run["result"], base, check_exact=True)
@@ -130,24 +152,46 @@ def main() -> None:
     pairs = len(base)
     failing = int((base["verdict"] != "pass").sum())
     t1, t2 = runs["1 dask worker"]["seconds"], runs["2 dask workers"]["seconds"]
-    rows = [{"workload": f"compare {pairs} record pairs ({failing} failing), {name}", "seconds": run["seconds"],
-             "peak_mib": ", ".join(f"{p:.0f}" for p in run["peak_mib"]) or "-",
-             "ratio": runs["local threads"]["seconds"] / run["seconds"]} for name, run in runs.items()]
-    print_table(rows, [("workload", "workload"), ("seconds", "s"), ("ratio", "local / this"),
-                       ("peak_mib", "peak RSS per worker, MiB")])
+    rows = [
+        {
+            "workload": f"compare {pairs} record pairs ({failing} failing), {name}",
+            "seconds": run["seconds"],
+            "peak_mib": ", ".join(f"{p:.0f}" for p in run["peak_mib"]) or "-",
+            "ratio": runs["local threads"]["seconds"] / run["seconds"],
+        }
+        for name, run in runs.items()
+    ]
+    print_table(
+        rows,
+        [
+            ("workload", "workload"),
+            ("seconds", "s"),
+            ("ratio", "local / this"),
+            ("peak_mib", "peak RSS per worker, MiB"),
+        ],
+    )
     load = os.getloadavg()
-    print(f"scaling 1 -> 2 workers: {t1 / t2:.2f}x (results identical to the local run); load average "
-          f"{load[0]:.1f}, {load[1]:.1f}, {load[2]:.1f} on {os.cpu_count()} cores (a shared machine moves these 2-10x)")
+    print(
+        f"scaling 1 -> 2 workers: {t1 / t2:.2f}x (results identical to the local run); load average "
+        f"{load[0]:.1f}, {load[1]:.1f}, {load[2]:.1f} on {os.cpu_count()} cores (a shared machine moves these 2-10x)"
+    )
     total = sum(listing["requests"].values())
-    print(f"open_dump + windows() of {ranks} ranks x 2 windows ({objects} objects): {total} requests "
-          f"{dict(Counter(listing['requests']))} in {listing['list_seconds']:.2f} s; records() {listing['records']} rows, "
-          f"{sum(listing['records_requests'].values())} more requests, {listing['records_seconds']:.2f} s")
-    write_json(args.json_out, [
-        *({"workload": r["workload"], "seconds": r["seconds"], "ratio": r["ratio"], "peak_mib": r["peak_mib"]}
-          for r in rows),
-        {"workload": "scaling 1 -> 2 workers", "ratio": t1 / t2, "load_average": load},
-        {"workload": f"open {ranks}-rank root", "objects": objects, **listing},
-    ])
+    print(
+        f"open_dump + windows() of {ranks} ranks x 2 windows ({objects} objects): {total} requests "
+        f"{dict(Counter(listing['requests']))} in {listing['list_seconds']:.2f} s; records() {listing['records']} rows, "
+        f"{sum(listing['records_requests'].values())} more requests, {listing['records_seconds']:.2f} s"
+    )
+    write_json(
+        args.json_out,
+        [
+            *(
+                {"workload": r["workload"], "seconds": r["seconds"], "ratio": r["ratio"], "peak_mib": r["peak_mib"]}
+                for r in rows
+            ),
+            {"workload": "scaling 1 -> 2 workers", "ratio": t1 / t2, "load_average": load},
+            {"workload": f"open {ranks}-rank root", "objects": objects, **listing},
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -44,11 +44,20 @@ from benchmarks._common import PeakRss, machine, print_table, scratch_dir, start
 from megadump_zarr.dump.l1_plan import L1RecordPlan
 from megadump_zarr.dump.snapshots import payload_snapshot
 from megadump_zarr.dump.window import DumpInvocation, build_window
-from megadump_zarr.l1 import L1_DUMP_PAYLOAD_BASE, L1_DUMP_RECORD_SIZE, L1_DUMP_RECORDS_OFFSET, pack_l1_buffer, plan_slots, read_l1_buffer
+from megadump_zarr.l1 import (
+    L1_DUMP_PAYLOAD_BASE,
+    L1_DUMP_RECORD_SIZE,
+    L1_DUMP_RECORDS_OFFSET,
+    pack_l1_buffer,
+    plan_slots,
+    read_l1_buffer,
+)
 from megadump_zarr.store.writer import WindowWriter
 
 
-def make_workload(count: int, payload_bytes: int, dtype: torch.dtype, seed: int = 0) -> tuple[torch.Tensor, list[L1RecordPlan]]:
+def make_workload(
+    count: int, payload_bytes: int, dtype: torch.dtype, seed: int = 0
+) -> tuple[torch.Tensor, list[L1RecordPlan]]:
     """A filled host Device buffer with ``count`` records (input/output pairs of ``count // 2`` tasks).
 
     Args:
@@ -64,15 +73,33 @@ def make_workload(count: int, payload_bytes: int, dtype: torch.dtype, seed: int 
     plans = []
     for i, offset in enumerate(offsets):
         io = "input" if i % 2 == 0 else "output"
-        plans.append(L1RecordPlan(
-            task_id=i // 2, task_index=i // 2, stage="expert_up", owner_id=(i // 2) % 8, owner_label="expert",
-            core_type="MIX", core_id=(i // 2) % 4, io=io, index=0, phase="before" if io == "input" else "after",
-            parameter_position=0 if io == "input" else 1, tensor_name="x" if io == "input" else "y", dtype=dtype,
-            source_offset_bytes=(i // 2) * rows * cols * element, actual_shape=(rows, cols),
-            payload_offset=offset, payload_bytes=rows * cols * element, full_bytes=rows * cols * element,
-            truncated=False, note="", record_offset=L1_DUMP_RECORDS_OFFSET + i * L1_DUMP_RECORD_SIZE,
-            dims=("token", "hidden"), declared_shape=(rows * count, cols),
-        ))
+        plans.append(
+            L1RecordPlan(
+                task_id=i // 2,
+                task_index=i // 2,
+                stage="expert_up",
+                owner_id=(i // 2) % 8,
+                owner_label="expert",
+                core_type="MIX",
+                core_id=(i // 2) % 4,
+                io=io,
+                index=0,
+                phase="before" if io == "input" else "after",
+                parameter_position=0 if io == "input" else 1,
+                tensor_name="x" if io == "input" else "y",
+                dtype=dtype,
+                source_offset_bytes=(i // 2) * rows * cols * element,
+                actual_shape=(rows, cols),
+                payload_offset=offset,
+                payload_bytes=rows * cols * element,
+                full_bytes=rows * cols * element,
+                truncated=False,
+                note="",
+                record_offset=L1_DUMP_RECORDS_OFFSET + i * L1_DUMP_RECORD_SIZE,
+                dims=("token", "hidden"),
+                declared_shape=(rows * count, cols),
+            )
+        )
     buffer = torch.frombuffer(pack_l1_buffer([p.entry for p in plans]), dtype=torch.uint8)
     generator = torch.Generator().manual_seed(seed)
     payload_area = buffer[L1_DUMP_PAYLOAD_BASE:]
@@ -99,7 +126,9 @@ def seed_layout(buffer: torch.Tensor, plans: list[L1RecordPlan], root: Path, lau
     (window / "manifest.json").write_text(json.dumps(manifest, ensure_ascii=False, indent=2), encoding="utf-8")
 
 
-def _seed_invocation(buffer: torch.Tensor, plans: list[L1RecordPlan], window: Path, invocation_id: int) -> list[dict[str, Any]]:
+def _seed_invocation(
+    buffer: torch.Tensor, plans: list[L1RecordPlan], window: Path, invocation_id: int
+) -> list[dict[str, Any]]:
     invocation = window / f"invocation_{invocation_id:06d}_forward"
     by_task: dict[int, list[L1RecordPlan]] = {}
     for plan in plans:
@@ -110,25 +139,56 @@ def _seed_invocation(buffer: torch.Tensor, plans: list[L1RecordPlan], window: Pa
         task_dir.mkdir(parents=True, exist_ok=True)
         tensors = []
         for plan in records:
-            data = buffer.narrow(0, plan.payload_offset, plan.payload_bytes).view(plan.dtype).clone().reshape(plan.actual_shape)
+            data = (
+                buffer.narrow(0, plan.payload_offset, plan.payload_bytes)
+                .view(plan.dtype)
+                .clone()
+                .reshape(plan.actual_shape)
+            )
             path = task_dir / f"{plan.io}_{plan.index:02d}_{plan.tensor_name}.pt"
             torch.save(data, path)
-            tensors.append({"name": plan.tensor_name, "paramPosition": plan.parameter_position, "io": plan.io,
-                            "index": plan.index, "capturePhase": plan.phase, "sourceOffsetBytes": plan.source_offset_bytes,
-                            "actualShape": list(plan.actual_shape), "storedShape": list(plan.actual_shape),
-                            "originalDtype": str(plan.dtype), "storedDtype": str(plan.dtype), "fullBytes": plan.full_bytes,
-                            "storedBytes": plan.payload_bytes, "truncated": False, "note": "",
-                            "file": path.relative_to(window).as_posix()})
-        meta = {"taskId": task_id, "stageTaskIndex": records[0].task_index, "stage": records[0].stage,
-                "owner": {"label": records[0].owner_label, "id": records[0].owner_id}, "coreType": records[0].core_type,
-                "coreId": records[0].core_id, "tensorCount": len(tensors), "tensors": tensors}
+            tensors.append(
+                {
+                    "name": plan.tensor_name,
+                    "paramPosition": plan.parameter_position,
+                    "io": plan.io,
+                    "index": plan.index,
+                    "capturePhase": plan.phase,
+                    "sourceOffsetBytes": plan.source_offset_bytes,
+                    "actualShape": list(plan.actual_shape),
+                    "storedShape": list(plan.actual_shape),
+                    "originalDtype": str(plan.dtype),
+                    "storedDtype": str(plan.dtype),
+                    "fullBytes": plan.full_bytes,
+                    "storedBytes": plan.payload_bytes,
+                    "truncated": False,
+                    "note": "",
+                    "file": path.relative_to(window).as_posix(),
+                }
+            )
+        meta = {
+            "taskId": task_id,
+            "stageTaskIndex": records[0].task_index,
+            "stage": records[0].stage,
+            "owner": {"label": records[0].owner_label, "id": records[0].owner_id},
+            "coreType": records[0].core_type,
+            "coreId": records[0].core_id,
+            "tensorCount": len(tensors),
+            "tensors": tensors,
+        }
         (task_dir / "task.json").write_text(json.dumps(meta, ensure_ascii=False, indent=2), encoding="utf-8")
         tasks.append(meta)
     return tasks
 
 
-def ours(buffer: torch.Tensor, plans: list[L1RecordPlan], root: Path, compressor: str = "default", launches: int = 1,
-         **writer_options: Any) -> None:
+def ours(
+    buffer: torch.Tensor,
+    plans: list[L1RecordPlan],
+    root: Path,
+    compressor: str = "default",
+    launches: int = 1,
+    **writer_options: Any,
+) -> None:
     """Our path: zero-copy decode, window description, Zarr window writer.
 
     Args:
@@ -143,7 +203,9 @@ def ours(buffer: torch.Tensor, plans: list[L1RecordPlan], root: Path, compressor
     for i in range(launches):
         decoded = read_l1_buffer(buffer)
         invocation = DumpInvocation(i, 0, "bench", "forward", 0, "cpu", "L1", execution_mode="event_driven")
-        invocation.l1_snapshots = [payload_snapshot(plan, record.payload) for plan, record in zip(plans, decoded.records)]
+        invocation.l1_snapshots = [
+            payload_snapshot(plan, record.payload) for plan, record in zip(plans, decoded.records)
+        ]
         invocations.append(invocation)
     window = build_window("L1", 0, 0, invocations)
     with WindowWriter(root, compressor=compressor, **writer_options) as writer:
@@ -199,8 +261,14 @@ def count_fs_ops(run: Any, root: Path, records: int) -> dict[str, Any]:
         run(root)
     files = sum(1 for p in root.rglob("*") if p.is_file())
     dirs = sum(1 for p in root.rglob("*") if p.is_dir())
-    return {"calls": ops.counts, "files": files, "dirs": dirs, "files_dirs_per_record": (files + dirs) / records,
-            "metadata_ops_per_record": ops.metadata_ops / records, "calls_per_record": sum(ops.counts.values()) / records}
+    return {
+        "calls": ops.counts,
+        "files": files,
+        "dirs": dirs,
+        "files_dirs_per_record": (files + dirs) / records,
+        "metadata_ops_per_record": ops.metadata_ops / records,
+        "calls_per_record": sum(ops.counts.values()) / records,
+    }
 
 
 def stored_breakdown(root: Path, records: int) -> dict[str, Any]:
@@ -215,8 +283,12 @@ def stored_breakdown(root: Path, records: int) -> dict[str, Any]:
     documents = sum(p.stat().st_size for p in files if p.name == "zarr.json")
     chunks = sum(p.stat().st_size for p in files if p.name != "zarr.json")
     dirs = sum(1 for p in root.rglob("*") if p.is_dir())
-    return {"files_per_record": len(files) / records, "dirs_per_record": dirs / records,
-            "chunk_bytes_per_record": chunks / records, "document_bytes_per_record": documents / records}
+    return {
+        "files_per_record": len(files) / records,
+        "dirs_per_record": dirs / records,
+        "chunk_bytes_per_record": chunks / records,
+        "document_bytes_per_record": documents / records,
+    }
 
 
 def raw(buffer: torch.Tensor, plans: list[L1RecordPlan], root: Path, launches: int = 1) -> None:
@@ -228,7 +300,9 @@ def raw(buffer: torch.Tensor, plans: list[L1RecordPlan], root: Path, launches: i
             handle.write(memoryview(buffer.numpy())[start:end])
 
 
-def floor_template(buffer: torch.Tensor, plans: list[L1RecordPlan], root: Path, launches: int = 1) -> list[tuple[str, bytes | None]]:
+def floor_template(
+    buffer: torch.Tensor, plans: list[L1RecordPlan], root: Path, launches: int = 1
+) -> list[tuple[str, bytes | None]]:
     """The directories (``None``) and files (their bytes) the tasks layout writes for this workload, parents
     first: one untimed run of ours, read back.
 
@@ -282,8 +356,19 @@ def _du(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def run_workload(name: str, count: int, payload_bytes: int, dtype: torch.dtype, repeats: int, base: str | None,
-                 *, launches: int = 1, variants: bool = True, fsync: bool = False, fs_ops: bool = False) -> dict[str, Any]:
+def run_workload(
+    name: str,
+    count: int,
+    payload_bytes: int,
+    dtype: torch.dtype,
+    repeats: int,
+    base: str | None,
+    *,
+    launches: int = 1,
+    variants: bool = True,
+    fsync: bool = False,
+    fs_ops: bool = False,
+) -> dict[str, Any]:
     """Interleaved timings of every contender on one workload.
 
     Args:
@@ -351,24 +436,40 @@ def run_workload(name: str, count: int, payload_bytes: int, dtype: torch.dtype, 
     med = {k: statistics.median(v) for k, v in times.items()}
     payload = sum(p.payload_bytes for p in plans) * launches
     result = {
-        "workload": name, "layout": "tasks", "payload_bytes": payload, "records": count * launches,
-        "baseline_s": med["seed"], "ours_s": med["ours"], "ratio": med["seed"] / med["ours"],
-        "peak_extra_rss_bytes": max(peaks["ours"]), "peak_extra_rss_share": max(peaks["ours"]) / payload,
+        "workload": name,
+        "layout": "tasks",
+        "payload_bytes": payload,
+        "records": count * launches,
+        "baseline_s": med["seed"],
+        "ours_s": med["ours"],
+        "ratio": med["seed"] / med["ours"],
+        "peak_extra_rss_bytes": max(peaks["ours"]),
+        "peak_extra_rss_share": max(peaks["ours"]) / payload,
         "baseline_peak_extra_rss_bytes": max(peaks["seed"]),
-        "stored_bytes_ours": stored["ours"], "stored_bytes_seed": stored["seed"],
-        "stored_vs_payload": stored["ours"] / payload, "seed_stored_vs_payload": stored["seed"] / payload,
-        "baseline_cpu_s": statistics.median(cpu["seed"]), "ours_cpu_s": statistics.median(cpu["ours"]),
+        "stored_bytes_ours": stored["ours"],
+        "stored_bytes_seed": stored["seed"],
+        "stored_vs_payload": stored["ours"] / payload,
+        "seed_stored_vs_payload": stored["seed"] / payload,
+        "baseline_cpu_s": statistics.median(cpu["seed"]),
+        "ours_cpu_s": statistics.median(cpu["ours"]),
         "cpu_ratio": statistics.median(cpu["seed"]) / statistics.median(cpu["ours"]),
         "times": times,
     }
     if variants:
         result |= {
-            "ours_none_s": med["ours_none"], "raw_s": med["raw"], "none_vs_raw": med["ours_none"] / med["raw"],
-            "ours_nocrc_s": med["ours_nocrc"], "crc_cost": med["ours"] / med["ours_nocrc"] - 1,
-            "ours_nodurable_s": med["ours_nodurable"], "durable_cost": med["ours"] / med["ours_nodurable"] - 1,
-            "ours_packs_s": med["ours_packs"], "packs_layout": "packs", "packs_speedup": med["ours"] / med["ours_packs"],
+            "ours_none_s": med["ours_none"],
+            "raw_s": med["raw"],
+            "none_vs_raw": med["ours_none"] / med["raw"],
+            "ours_nocrc_s": med["ours_nocrc"],
+            "crc_cost": med["ours"] / med["ours_nocrc"] - 1,
+            "ours_nodurable_s": med["ours_nodurable"],
+            "durable_cost": med["ours"] / med["ours_nodurable"] - 1,
+            "ours_packs_s": med["ours_packs"],
+            "packs_layout": "packs",
+            "packs_speedup": med["ours"] / med["ours_packs"],
             "stored_vs_payload_packs": stored["ours_packs"] / payload,
-            "fs_floor_s": med["fs_floor"], "tasks_vs_floor": med["ours"] / med["fs_floor"],
+            "fs_floor_s": med["fs_floor"],
+            "tasks_vs_floor": med["ours"] / med["fs_floor"],
         }
     if fsync:
         result |= {"ours_fsync_s": med["ours_fsync"], "fsync_vs_syncfs": med["ours_fsync"] / med["ours"]}
@@ -401,8 +502,11 @@ def run_async(quick: bool, base: str | None) -> dict[str, Any]:
                 dumper.flush()
                 drain = time.perf_counter() - start
             sync_disk()
-            result["async" if mode else "sync"] = {"step_s": sum(stalls), "final_flush_s": drain,
-                                                   "stored_bytes": _du(Path(scratch) / "dump")}
+            result["async" if mode else "sync"] = {
+                "step_s": sum(stalls),
+                "final_flush_s": drain,
+                "stored_bytes": _du(Path(scratch) / "dump"),
+            }
     result["baseline_s"] = result["sync"]["step_s"]
     result["ours_s"] = result["async"]["step_s"]
     result["ratio"] = result["baseline_s"] / max(result["ours_s"], 1e-9)
@@ -433,32 +537,84 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({k: v for k, v in entry.items() if k != "times"}), flush=True)
 
     if args.only in (None, "P1"):
-        done(run_workload(f"P1 {big[0]} x {big[1] >> 20} MiB bf16", big[0], big[1], torch.bfloat16, repeats,
-                          args.dir, fsync=args.durability))
+        done(
+            run_workload(
+                f"P1 {big[0]} x {big[1] >> 20} MiB bf16",
+                big[0],
+                big[1],
+                torch.bfloat16,
+                repeats,
+                args.dir,
+                fsync=args.durability,
+            )
+        )
     if args.only in (None, "P2"):
-        done(run_workload(f"P2 {small[0]} x {small[1] >> 10} KiB fp32 (tasks layout)", small[0], small[1], torch.float32,
-                          repeats, args.dir, fsync=args.durability, fs_ops=True))
-        done(run_workload(f"P2 {4 * small[0]} records over 4 launches (tasks layout)", small[0], small[1], torch.float32,
-                          repeats, args.dir, launches=4, variants=False, fs_ops=True))
-    print_table(entries, [("workload", "workload"), ("baseline_s", "seed s"), ("ours_s", "ours s"), ("ratio", "seed/ours"),
-                          ("ours_nocrc_s", "no-crc s"), ("ours_nodurable_s", "no-durable s"), ("ours_packs_s", "packs s"),
-                          ("fs_floor_s", "fs floor s"), ("tasks_vs_floor", "tasks/floor"),
-                          ("ours_none_s", "ours-none s"), ("raw_s", "raw s"), ("none_vs_raw", "none/raw"),
-                          ("stored_vs_payload", "stored/payload"), ("peak_extra_rss_share", "our extra RSS / payload"),
-                          ("baseline_cpu_s", "seed cpu s"), ("ours_cpu_s", "ours cpu s"), ("cpu_ratio", "cpu seed/ours")])
+        done(
+            run_workload(
+                f"P2 {small[0]} x {small[1] >> 10} KiB fp32 (tasks layout)",
+                small[0],
+                small[1],
+                torch.float32,
+                repeats,
+                args.dir,
+                fsync=args.durability,
+                fs_ops=True,
+            )
+        )
+        done(
+            run_workload(
+                f"P2 {4 * small[0]} records over 4 launches (tasks layout)",
+                small[0],
+                small[1],
+                torch.float32,
+                repeats,
+                args.dir,
+                launches=4,
+                variants=False,
+                fs_ops=True,
+            )
+        )
+    print_table(
+        entries,
+        [
+            ("workload", "workload"),
+            ("baseline_s", "seed s"),
+            ("ours_s", "ours s"),
+            ("ratio", "seed/ours"),
+            ("ours_nocrc_s", "no-crc s"),
+            ("ours_nodurable_s", "no-durable s"),
+            ("ours_packs_s", "packs s"),
+            ("fs_floor_s", "fs floor s"),
+            ("tasks_vs_floor", "tasks/floor"),
+            ("ours_none_s", "ours-none s"),
+            ("raw_s", "raw s"),
+            ("none_vs_raw", "none/raw"),
+            ("stored_vs_payload", "stored/payload"),
+            ("peak_extra_rss_share", "our extra RSS / payload"),
+            ("baseline_cpu_s", "seed cpu s"),
+            ("ours_cpu_s", "ours cpu s"),
+            ("cpu_ratio", "cpu seed/ours"),
+        ],
+    )
     for entry in entries:
         for key, ops in entry.get("fs_ops", {}).items():
-            print(f"{entry['workload']}: {key} {ops['metadata_ops_per_record']:.2f} mkdir/open/rename/sync per record, "
-                  f"{ops['calls_per_record']:.2f} calls per record, {ops['files_dirs_per_record']:.2f} files+dirs per record")
+            print(
+                f"{entry['workload']}: {key} {ops['metadata_ops_per_record']:.2f} mkdir/open/rename/sync per record, "
+                f"{ops['calls_per_record']:.2f} calls per record, {ops['files_dirs_per_record']:.2f} files+dirs per record"
+            )
         for key, kept in entry.get("stored", {}).items():
-            print(f"{entry['workload']}: {key} stores {kept['files_per_record']:.2f} files + {kept['dirs_per_record']:.2f} "
-                  f"dirs, {kept['chunk_bytes_per_record']:.0f} chunk bytes + {kept['document_bytes_per_record']:.0f} "
-                  f"zarr.json bytes per record")
+            print(
+                f"{entry['workload']}: {key} stores {kept['files_per_record']:.2f} files + {kept['dirs_per_record']:.2f} "
+                f"dirs, {kept['chunk_bytes_per_record']:.0f} chunk bytes + {kept['document_bytes_per_record']:.0f} "
+                f"zarr.json bytes per record"
+            )
     if not args.skip_async:
         p3 = run_async(args.quick, args.dir)
         entries.append(p3)
-        print(f"{p3['workload']}: step thread {p3['ours_s']:.3f} s async vs {p3['baseline_s']:.3f} s sync "
-              f"(stall share {p3['stall_share']:.1%}; final flush {p3['async']['final_flush_s']:.3f} s)")
+        print(
+            f"{p3['workload']}: step thread {p3['ours_s']:.3f} s async vs {p3['baseline_s']:.3f} s sync "
+            f"(stall share {p3['stall_share']:.1%}; final flush {p3['async']['final_flush_s']:.3f} s)"
+        )
     for entry in entries:
         entry.pop("times", None)
     write_json(args.json, entries)

@@ -213,8 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     args = parser.parse_args(argv)
     result = run_fuzz(args.cases, args.seed)
-    print(f"cases: {result.cases}  ok: {result.ok}  ValueError: {sum(result.rejected.values())}"
-          f"  failures: {len(result.failures) + len(result.records_outside)}  time: {result.seconds:.2f} s")
+    print(
+        f"cases: {result.cases}  ok: {result.ok}  ValueError: {sum(result.rejected.values())}"
+        f"  failures: {len(result.failures) + len(result.records_outside)}  time: {result.seconds:.2f} s"
+    )
     for key, n in result.rejected.most_common():
         print(f"  {n:6d}  {key}")
     for case, error in result.failures[:20]:

@@ -64,8 +64,12 @@ _DUMPER = textwrap.dedent("""
 
 
 def _dump(out: Path, hidden: int, batch: int, layers: int, perturb: float) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-c", _DUMPER, str(out), str(hidden), str(batch), str(layers), str(perturb)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", _DUMPER, str(out), str(hidden), str(batch), str(layers), str(perturb)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _drop_caches() -> bool:
@@ -124,32 +128,55 @@ def run(base: Path, *, hidden: int, batch: int, layers: int) -> dict[str, Any]:
     cold = _drop_caches()
     ours_s, ours_rss, out = _timed([*megadump, "compare", str(base / "target"), str(base / "golden"), "--json"], (0, 1))
     _drop_caches()
-    theirs_s, theirs_rss, _ = _timed([str(msprobe), "compare", "-tp", str(dump_json["target"]), "-gp",
-                                      str(dump_json["golden"]), "-o", str(base / "msprobe_out")], (0,))
+    theirs_s, theirs_rss, _ = _timed(
+        [
+            str(msprobe),
+            "compare",
+            "-tp",
+            str(dump_json["target"]),
+            "-gp",
+            str(dump_json["golden"]),
+            "-o",
+            str(base / "msprobe_out"),
+        ],
+        (0,),
+    )
     _drop_caches()
     convert_s, convert_rss = 0.0, 0
     for name in sides:
-        took, rss, _ = _timed([*megadump, "convert", "--from", "msprobe", "-q", str(base / name),
-                               str(base / f"{name}.zarr")], (0,))
+        took, rss, _ = _timed(
+            [*megadump, "convert", "--from", "msprobe", "-q", str(base / name), str(base / f"{name}.zarr")], (0,)
+        )
         convert_s, convert_rss = convert_s + took, max(convert_rss, rss)
     _drop_caches()
-    zarr_s, zarr_rss, zarr_out = _timed([*megadump, "compare", str(base / "target.zarr"), str(base / "golden.zarr"),
-                                         "--json"], (0, 1))
+    zarr_s, zarr_rss, zarr_out = _timed(
+        [*megadump, "compare", str(base / "target.zarr"), str(base / "golden.zarr"), "--json"], (0, 1)
+    )
     summary, converted = json.loads(out), json.loads(zarr_out)
     our_cause = (summary.get("root_cause") or {}).get("name")
     their_cause, their_rows = _msprobe_root_cause(base / "msprobe_out")
     return {
         "workload": f"MLP {layers}x Linear({hidden},{hidden}) batch {batch}, fp32, fwd+bwd",
-        "tensors": summary.get("compared"), "msprobe_rows": their_rows, "bytes_per_side": tensor_bytes["target"],
-        "msprobe_s": theirs_s, "megadump_s": ours_s, "ratio": theirs_s / ours_s,
-        "msprobe_rss": theirs_rss, "megadump_rss": ours_rss, "rss_ok": ours_rss <= theirs_rss,
-        "convert_compare_s": convert_s + zarr_s, "convert_compare_ratio": theirs_s / (convert_s + zarr_s),
-        "convert_compare_rss": max(convert_rss, zarr_rss), "zarr_compare_s": zarr_s,
-        "root_cause_msprobe": their_cause, "root_cause_megadump": our_cause,
+        "tensors": summary.get("compared"),
+        "msprobe_rows": their_rows,
+        "bytes_per_side": tensor_bytes["target"],
+        "msprobe_s": theirs_s,
+        "megadump_s": ours_s,
+        "ratio": theirs_s / ours_s,
+        "msprobe_rss": theirs_rss,
+        "megadump_rss": ours_rss,
+        "rss_ok": ours_rss <= theirs_rss,
+        "convert_compare_s": convert_s + zarr_s,
+        "convert_compare_ratio": theirs_s / (convert_s + zarr_s),
+        "convert_compare_rss": max(convert_rss, zarr_rss),
+        "zarr_compare_s": zarr_s,
+        "root_cause_msprobe": their_cause,
+        "root_cause_megadump": our_cause,
         "root_cause_converted": (converted.get("root_cause") or {}).get("name"),
-        "same_root_cause": their_cause is not None and their_cause == our_cause
-        == (converted.get("root_cause") or {}).get("name"),
-        "cold_cache": cold, "load_average": list(os.getloadavg()),
+        "same_root_cause": their_cause is not None
+        and their_cause == our_cause == (converted.get("root_cause") or {}).get("name"),
+        "cold_cache": cold,
+        "load_average": list(os.getloadavg()),
     }
 
 
@@ -174,12 +201,29 @@ def main(argv: list[str] | None = None) -> int:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     print(f"peer_compare on {machine()}{'' if row['cold_cache'] else ' (page cache not dropped: not root)'}")
-    print_table([row], [("workload", "workload"), ("tensors", "tensors"), ("bytes_per_side", "bytes/side"),
-                        ("msprobe_s", "msprobe compare s"), ("megadump_s", "megadump in place s"), ("ratio", "ratio"),
-                        ("msprobe_rss", "msprobe RSS"), ("megadump_rss", "megadump RSS"),
-                        ("same_root_cause", "same root cause")])
-    print_table([row], [("convert_compare_s", "convert+compare s"), ("convert_compare_ratio", "ratio"),
-                        ("convert_compare_rss", "peak RSS"), ("zarr_compare_s", "compare of Zarr s")])
+    print_table(
+        [row],
+        [
+            ("workload", "workload"),
+            ("tensors", "tensors"),
+            ("bytes_per_side", "bytes/side"),
+            ("msprobe_s", "msprobe compare s"),
+            ("megadump_s", "megadump in place s"),
+            ("ratio", "ratio"),
+            ("msprobe_rss", "msprobe RSS"),
+            ("megadump_rss", "megadump RSS"),
+            ("same_root_cause", "same root cause"),
+        ],
+    )
+    print_table(
+        [row],
+        [
+            ("convert_compare_s", "convert+compare s"),
+            ("convert_compare_ratio", "ratio"),
+            ("convert_compare_rss", "peak RSS"),
+            ("zarr_compare_s", "compare of Zarr s"),
+        ],
+    )
     print(f"load average {row['load_average']}")
     print(f"root cause: msprobe {row['root_cause_msprobe']!r}, megadump {row['root_cause_megadump']!r}")
     write_json(args.json, [row])

@@ -66,26 +66,62 @@ def _median(fn: Callable[[], Any], repeat: int) -> float:
 def _large_windows(root: str, total_bytes: int) -> tuple[str, str]:
     rows = total_bytes // (ROW_ELEMENTS * 4)
     data = np.random.default_rng(0).standard_normal((rows, ROW_ELEMENTS), dtype=np.float32)
-    plain = ArrayWrite("big", data, ("row", "col"), {"name": "big", "role": "final_output", "capturePhase": "after",
-                                                     "actualShape": list(data.shape), "declaredShape": list(data.shape)})
-    l0 = WindowWrite(0, 0, {"level": "L0", "windowIndex": 0, "invocations": ["invocation_000000_forward"]},
-                     [InvocationWrite("invocation_000000_forward", {"invocationId": 0, "level": "L0"}, [], [plain])])
+    plain = ArrayWrite(
+        "big",
+        data,
+        ("row", "col"),
+        {
+            "name": "big",
+            "role": "final_output",
+            "capturePhase": "after",
+            "actualShape": list(data.shape),
+            "declaredShape": list(data.shape),
+        },
+    )
+    l0 = WindowWrite(
+        0,
+        0,
+        {"level": "L0", "windowIndex": 0, "invocations": ["invocation_000000_forward"]},
+        [InvocationWrite("invocation_000000_forward", {"invocationId": 0, "level": "L0"}, [], [plain])],
+    )
     logical = [2 * rows, ROW_ELEMENTS]
     flat = data.reshape(-1)
     task = "stages/s/task_000000"
-    truncated = ArrayWrite(f"{task}/output_00_big", flat, ("output_00_element",), {
-        "name": "big", "io": "output", "index": 0, "capturePhase": "after", "sourceOffsetBytes": 0,
-        "declaredShape": logical, "actualShape": logical, "storedShape": [flat.size], "originalDtype": "float32",
-        "storedDtype": "float32", "fullBytes": 2 * data.nbytes, "storedBytes": data.nbytes, "truncated": True, "note": "",
-    })
+    truncated = ArrayWrite(
+        f"{task}/output_00_big",
+        flat,
+        ("output_00_element",),
+        {
+            "name": "big",
+            "io": "output",
+            "index": 0,
+            "capturePhase": "after",
+            "sourceOffsetBytes": 0,
+            "declaredShape": logical,
+            "actualShape": logical,
+            "storedShape": [flat.size],
+            "originalDtype": "float32",
+            "storedDtype": "float32",
+            "fullBytes": 2 * data.nbytes,
+            "storedBytes": data.nbytes,
+            "truncated": True,
+            "note": "",
+        },
+    )
     groups = [GroupWrite("stages/s", {"stage": "s"}), GroupWrite(task, {"taskId": 0, "stage": "s"})]
-    l1 = WindowWrite(0, 1, {"level": "L1", "windowIndex": 1, "invocations": ["invocation_000001_forward"]},
-                     [InvocationWrite("invocation_000001_forward", {"invocationId": 1, "level": "L1"}, groups, [truncated])])
+    l1 = WindowWrite(
+        0,
+        1,
+        {"level": "L1", "windowIndex": 1, "invocations": ["invocation_000001_forward"]},
+        [InvocationWrite("invocation_000001_forward", {"invocationId": 1, "level": "L1"}, groups, [truncated])],
+    )
     with WindowWriter(root, chunk_bytes=CHUNK_BYTES) as writer:
         writer.write_window(l0)
         writer.write_window(l1)
-    return ("rank_0/window_0000/invocation_000000_forward/big",
-            f"rank_0/window_0001/invocation_000001_forward/{task}/output_00_big")
+    return (
+        "rank_0/window_0000/invocation_000000_forward/big",
+        f"rank_0/window_0001/invocation_000001_forward/{task}/output_00_big",
+    )
 
 
 def bench_p4(root: str, total_bytes: int, repeat: int) -> list[dict[str, Any]]:
@@ -102,8 +138,15 @@ def bench_p4(root: str, total_bytes: int, repeat: int) -> list[dict[str, Any]]:
         view.isel(row=row).values
         chunks = store.chunks
         ours = _median(lambda: view.isel(row=row).values, repeat)
-        results.append({"workload": f"{label} ({total_bytes >> 20} MiB stored)", "baseline_s": baseline, "ours_s": ours,
-                        "ratio": baseline / ours, "chunks_read": chunks})
+        results.append(
+            {
+                "workload": f"{label} ({total_bytes >> 20} MiB stored)",
+                "baseline_s": baseline,
+                "ours_s": ours,
+                "ratio": baseline / ours,
+                "chunks_read": chunks,
+            }
+        )
     return results
 
 
@@ -117,21 +160,57 @@ def _records_window(n_records: int, pack: bool = True) -> WindowWrite:
         path = f"stages/{stage}/task_{task:06d}"
         if task < len(stages):
             groups.append(GroupWrite(f"stages/{stage}", {"stage": stage}))
-        groups.append(GroupWrite(path, {"taskId": task, "stageTaskIndex": task // 4, "stage": stage,
-                                        "owner": {"label": "expert", "id": task % 8}, "coreType": "AIV",
-                                        "coreId": task % 24, "workerId": None, "tensorCount": per_task},
-                                 task=pack))
+        groups.append(
+            GroupWrite(
+                path,
+                {
+                    "taskId": task,
+                    "stageTaskIndex": task // 4,
+                    "stage": stage,
+                    "owner": {"label": "expert", "id": task % 8},
+                    "coreType": "AIV",
+                    "coreId": task % 24,
+                    "workerId": None,
+                    "tensorCount": per_task,
+                },
+                task=pack,
+            )
+        )
         for k in range(per_task):
             io = "input" if k < 6 else "output"
             data = rng.standard_normal((4, 16), dtype=np.float32)
-            attrs = {"name": f"t{k}", "paramPosition": k, "io": io, "index": k % 6, "capturePhase": "before",
-                     "sourceOffsetBytes": 4 * 64 * task, "declaredShape": [4096, 16], "actualShape": [4, 16],
-                     "storedShape": [4, 16], "originalDtype": "float32", "storedDtype": "float32", "fullBytes": 256,
-                     "storedBytes": 256, "truncated": False, "note": f"expert {task % 8} rows"}
-            arrays.append(ArrayWrite(f"{path}/{io}_{k % 6:02d}_t{k}", data, ("token", "hidden"), attrs,
-                                     {"token": np.arange(4 * task, 4 * task + 4)}))
-    invocation = InvocationWrite("invocation_000000_forward", {"invocationId": 0, "step": 0, "direction": "forward",
-                                                               "kernelName": "moe_experts", "level": "L1"}, groups, arrays)
+            attrs = {
+                "name": f"t{k}",
+                "paramPosition": k,
+                "io": io,
+                "index": k % 6,
+                "capturePhase": "before",
+                "sourceOffsetBytes": 4 * 64 * task,
+                "declaredShape": [4096, 16],
+                "actualShape": [4, 16],
+                "storedShape": [4, 16],
+                "originalDtype": "float32",
+                "storedDtype": "float32",
+                "fullBytes": 256,
+                "storedBytes": 256,
+                "truncated": False,
+                "note": f"expert {task % 8} rows",
+            }
+            arrays.append(
+                ArrayWrite(
+                    f"{path}/{io}_{k % 6:02d}_t{k}",
+                    data,
+                    ("token", "hidden"),
+                    attrs,
+                    {"token": np.arange(4 * task, 4 * task + 4)},
+                )
+            )
+    invocation = InvocationWrite(
+        "invocation_000000_forward",
+        {"invocationId": 0, "step": 0, "direction": "forward", "kernelName": "moe_experts", "level": "L1"},
+        groups,
+        arrays,
+    )
     return WindowWrite(0, 0, {"level": "L1", "windowIndex": 0, "invocations": [invocation.name]}, [invocation])
 
 
@@ -144,8 +223,12 @@ def bench_p5(root: str, repeat: int, n_records: int = 4096) -> list[dict[str, An
             writer.write_window(_records_window(n_records, pack=layout == "schema 7"))
 
     def walk() -> int:
-        group = zarr.open_group(os.path.join(roots["schema 6"], "rank_0", "window_0000"), mode="r", use_consolidated=False)
-        return sum(1 for _, node in group.members(max_depth=None) if isinstance(node, zarr.Array) and "name" in node.attrs)
+        group = zarr.open_group(
+            os.path.join(roots["schema 6"], "rank_0", "window_0000"), mode="r", use_consolidated=False
+        )
+        return sum(
+            1 for _, node in group.members(max_depth=None) if isinstance(node, zarr.Array) and "name" in node.attrs
+        )
 
     baseline = _median(walk, 1)
     results = []
@@ -154,15 +237,24 @@ def bench_p5(root: str, repeat: int, n_records: int = 4096) -> list[dict[str, An
         records = open_dump(store).records()
         assert len(records) == n_records, len(records)
         ours = _median(lambda path=path: open_dump(path).records(), repeat)
-        results.append({"workload": f"P5 records() of {n_records} ({layout})", "baseline_s": baseline, "ours_s": ours,
-                        "ratio": baseline / ours, "chunks_read": store.chunks})
+        results.append(
+            {
+                "workload": f"P5 records() of {n_records} ({layout})",
+                "baseline_s": baseline,
+                "ours_s": ours,
+                "ratio": baseline / ours,
+                "chunks_read": store.chunks,
+            }
+        )
     return results
 
 
 def _table(results: list[dict[str, Any]]) -> str:
     lines = [f"{'workload':40s} {'baseline_s':>11s} {'ours_s':>10s} {'ratio':>9s} {'chunks':>7s}"]
     for r in results:
-        lines.append(f"{r['workload']:40s} {r['baseline_s']:11.4f} {r['ours_s']:10.5f} {r['ratio']:8.1f}x {r['chunks_read']:7d}")
+        lines.append(
+            f"{r['workload']:40s} {r['baseline_s']:11.4f} {r['ours_s']:10.5f} {r['ratio']:8.1f}x {r['chunks_read']:7d}"
+        )
     return "\n".join(lines)
 
 

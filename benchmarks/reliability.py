@@ -82,8 +82,27 @@ _FIELD_WORDS = re.compile(
     r"record|magic|version|record_size|records_offset|record_count|payload_offset|payload_bytes|total_bytes|"
     r"header|task_id|status|phase|worker_id|parameter_position|source_offset"
 )
-_INTERESTING_U32 = (0, 1, 2, 3, 31, 32, 63, 64, 65, 4095, 4096, 4097, 262207, 262208, 262209, 0x7FFFFFFF,
-                    0x80000000, 0xFFFFFFFE, 0xFFFFFFFF)
+_INTERESTING_U32 = (
+    0,
+    1,
+    2,
+    3,
+    31,
+    32,
+    63,
+    64,
+    65,
+    4095,
+    4096,
+    4097,
+    262207,
+    262208,
+    262209,
+    0x7FFFFFFF,
+    0x80000000,
+    0xFFFFFFFE,
+    0xFFFFFFFF,
+)
 
 
 # ======================================================================================= decode fuzz
@@ -135,8 +154,18 @@ def demo_expert_launch(tokens: int = 37, d_model: int = 16, stages: tuple[str, .
     x = block.make_input()
     routing = block.route(x)
     zeros = [torch.zeros(tokens, d_model) for _ in range(3)]
-    params = [routing["xs"], routing["expert_counts"], block.w_up, block.w_down, zeros[0], zeros[1],
-              routing["inverse_order"], x, routing["gate"], zeros[2]]
+    params = [
+        routing["xs"],
+        routing["expert_counts"],
+        block.w_up,
+        block.w_down,
+        zeros[0],
+        zeros[1],
+        routing["inverse_order"],
+        x,
+        routing["gate"],
+        zeros[2],
+    ]
     runtime = block.expert_kernel.prepare(params)
     # output_dir is never touched: planning and decoding write nothing
     config = TensorDumpConfig(tempfile.gettempdir(), level="L1", stages=stages)
@@ -146,7 +175,9 @@ def demo_expert_launch(tokens: int = 37, d_model: int = 16, stages: tuple[str, .
     return DemoLaunch(prepared, bytes(prepared.buffer.numpy()), len(prepared.records), L1_DUMP_PAYLOAD_BASE)
 
 
-def mutate_device_buffer(rng: random.Random, buffer: bytearray, *, payload_base: int, table_only: bool = False) -> bytearray:
+def mutate_device_buffer(
+    rng: random.Random, buffer: bytearray, *, payload_base: int, table_only: bool = False
+) -> bytearray:
     """Apply one to four mutations to a (real) Device buffer: header, record table, status, payload, size.
 
     Args:
@@ -171,8 +202,14 @@ def mutate_device_buffer(rng: random.Random, buffer: bytearray, *, payload_base:
         elif kind == 1:  # a record field: interesting, nearby or random value
             offset = record + 4 * rng.randrange(10)
             current = struct.unpack_from("<I", buffer, offset)[0]
-            value = rng.choice((rng.choice(_INTERESTING_U32), (current + rng.choice((-64, -1, 1, 64))) & 0xFFFFFFFF,
-                                rng.randrange(1 << 32), rng.randrange(len(buffer) + 1)))
+            value = rng.choice(
+                (
+                    rng.choice(_INTERESTING_U32),
+                    (current + rng.choice((-64, -1, 1, 64))) & 0xFFFFFFFF,
+                    rng.randrange(1 << 32),
+                    rng.randrange(len(buffer) + 1),
+                )
+            )
             struct.pack_into("<I", buffer, offset, value)
         elif kind == 2:  # the status word (byte 28) of a record
             struct.pack_into("<I", buffer, record + 28, rng.choice((0, 1, 2, 3, 0xFF, 0x100, 0xFFFFFFFF)))
@@ -180,17 +217,19 @@ def mutate_device_buffer(rng: random.Random, buffer: bytearray, *, payload_base:
             buffer[record + rng.randrange(64)] ^= 1 << rng.randrange(8)
         elif kind == 4:  # swap two records, or copy one over another
             other = 64 + 64 * rng.randrange(count)
-            a, b = bytes(buffer[record:record + 64]), bytes(buffer[other:other + 64])
-            buffer[other:other + 64] = a
+            a, b = bytes(buffer[record : record + 64]), bytes(buffer[other : other + 64])
+            buffer[other : other + 64] = a
             if rng.random() < 0.5:
-                buffer[record:record + 64] = b
+                buffer[record : record + 64] = b
         elif kind == 5:  # claim another record count
-            struct.pack_into("<I", buffer, 12, rng.choice((0, count - 1, count + 1, count * 2, 4096, 4097)) & 0xFFFFFFFF)
+            struct.pack_into(
+                "<I", buffer, 12, rng.choice((0, count - 1, count + 1, count * 2, 4096, 4097)) & 0xFFFFFFFF
+            )
         elif kind in (6, 7) and len(buffer) > payload_base:  # payload bytes: random garbage, NaN/Inf patterns
             start = rng.randrange(payload_base, len(buffer))
             size = min(rng.randrange(1, 512), len(buffer) - start)
             fill = rng.choice((rng.randbytes(size), b"\xff" * size, (b"\x00\x00\x80\x7f" * size)[:size]))
-            buffer[start:start + size] = fill
+            buffer[start : start + size] = fill
         elif kind == 8:  # truncate: inside the header, the table, or the payload area
             cut = rng.choice((rng.randrange(64), rng.randrange(64, payload_base), rng.randrange(len(buffer) + 1)))
             del buffer[cut:]
@@ -229,7 +268,9 @@ class DecodeFuzzResult:
     """
 
     cases: int = 0
-    outcomes: dict[str, Counter] = field(default_factory=lambda: {"read_l1_buffer": Counter(), "decode_l1_dump": Counter()})
+    outcomes: dict[str, Counter] = field(
+        default_factory=lambda: {"read_l1_buffer": Counter(), "decode_l1_dump": Counter()}
+    )
     failures: list = field(default_factory=list)
     unclear: list = field(default_factory=list)
     wrong_payload: list = field(default_factory=list)
@@ -267,7 +308,7 @@ def _check_payloads(snapshots: Any, prepared: Any, data: bytes | bytearray) -> s
     if len(snapshots) != len(prepared.records):
         return f"{len(snapshots)} snapshots for {len(prepared.records)} records"
     for snapshot, plan in zip(snapshots, prepared.records):
-        expected = bytes(data[plan.payload_offset:plan.payload_offset + plan.payload_bytes])
+        expected = bytes(data[plan.payload_offset : plan.payload_offset + plan.payload_bytes])
         got = np.ascontiguousarray(snapshot.data).tobytes()
         if got != expected:
             return f"record {plan.record_offset}: decoded payload differs from its slot"
@@ -374,7 +415,9 @@ def _train_step(block: Any) -> None:
     out.float().pow(2).mean().backward()
 
 
-def kill_child(base: str, seed: int, log_path: str, tokens: int = 24, steps_per_phase: int = 2, chunk_bytes: int = 128) -> None:
+def kill_child(
+    base: str, seed: int, log_path: str, tokens: int = 24, steps_per_phase: int = 2, chunk_bytes: int = 128
+) -> None:
     """The dump loop a kill trial SIGKILLs: forever, phases of ``steps_per_phase`` one-step windows.
 
     Phase ``p`` writes below ``{base}/phase_{p:03d}_{level}``: L0 on even phases, L1 (the expert kernel's
@@ -422,8 +465,13 @@ def kill_child(base: str, seed: int, log_path: str, tokens: int = 24, steps_per_
     while True:
         level = "L0" if phase % 2 == 0 else "L1"
         extra: dict[str, Any] = {} if level == "L0" else {"kernel_names": ("moe_experts",), "stages": KILL_L1_STAGES}
-        config = TensorDumpConfig(os.path.join(base, f"phase_{phase:03d}_{level}"), level=level, chunk_bytes=chunk_bytes,
-                                  async_export=(phase // 2) % 2 == 1, **extra)
+        config = TensorDumpConfig(
+            os.path.join(base, f"phase_{phase:03d}_{level}"),
+            level=level,
+            chunk_bytes=chunk_bytes,
+            async_export=(phase // 2) % 2 == 1,
+            **extra,
+        )
         with tensor_dump(config, schedule(wait=0, warmup=0, active=1), on_dump_ready=report) as dumper:
             for _ in range(steps_per_phase):
                 _train_step(block)
@@ -434,8 +482,16 @@ def kill_child(base: str, seed: int, log_path: str, tokens: int = 24, steps_per_
 def kill_context() -> Any:
     """A ``forkserver`` multiprocessing context whose server has torch and megadump_zarr imported."""
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["torch", "numpy", "megadump_zarr.api", "megadump_zarr.demo.model",
-                                    "megadump_zarr.store.writer", "megadump_zarr.read"])
+    context.set_forkserver_preload(
+        [
+            "torch",
+            "numpy",
+            "megadump_zarr.api",
+            "megadump_zarr.demo.model",
+            "megadump_zarr.store.writer",
+            "megadump_zarr.read",
+        ]
+    )
     return context
 
 
@@ -495,8 +551,12 @@ def _stats_problem(values: np.ndarray, stats: dict[str, Any]) -> str | None:
         nan = inf = 0
     expected = {"nanCount": nan, "infCount": inf}
     if finite.size:
-        expected.update(min=float(finite.min()), max=float(finite.max()), mean=float(finite.mean()),
-                        l2norm=float(np.sqrt(np.sum(finite * finite))))
+        expected.update(
+            min=float(finite.min()),
+            max=float(finite.max()),
+            mean=float(finite.mean()),
+            l2norm=float(np.sqrt(np.sum(finite * finite))),
+        )
     else:
         expected.update(min=None, max=None, mean=None, l2norm=None)
     for key, value in expected.items():
@@ -535,10 +595,14 @@ def verify_root(root: str | os.PathLike[str], committed: dict[str, str]) -> Kill
     except ValueError as error:
         finished = [p for p in window_files if '"status":"complete"' in p.read_text().replace(" ", "")]
         if finished or committed:
-            result.problems.append(f"{root}: open_dump failed ({error}) but windows were committed: {finished or list(committed)}")
+            result.problems.append(
+                f"{root}: open_dump failed ({error}) but windows were committed: {finished or list(committed)}"
+            )
         return result
     windows = dump.windows()
-    statuses = {os.path.join(root, *path.split("/")): status for path, status in zip(windows["path"], windows["status"])}
+    statuses = {
+        os.path.join(root, *path.split("/")): status for path, status in zip(windows["path"], windows["status"])
+    }
     result.torn += int((windows["status"] == "writing").sum())
     result.aborted += int((windows["status"] == "aborted").sum())
     for path in committed:
@@ -564,10 +628,17 @@ def verify_root(root: str | os.PathLike[str], committed: dict[str, str]) -> Kill
         for name in invocations:  # every record the invocation declares is there
             attrs = nodes.get(name, {}).get("attributes") or {}
             declared = attrs.get("recordCount", attrs.get("tensorCount"))
-            found = sum(1 for rel, doc in nodes.items() if rel.startswith(name + "/") and doc.get("node_type") == "array"
-                        and "name" in (doc.get("attributes") or {}))
+            found = sum(
+                1
+                for rel, doc in nodes.items()
+                if rel.startswith(name + "/")
+                and doc.get("node_type") == "array"
+                and "name" in (doc.get("attributes") or {})
+            )
             if declared != found:
-                result.problems.append(f"{window_path}: complete, but {name} declares {declared} records and holds {found}")
+                result.problems.append(
+                    f"{window_path}: complete, but {name} declares {declared} records and holds {found}"
+                )
         per_array: dict[str, str] = {}
         sampled = 0
         try:  # what plain zarr sees on disk (packs are plain sharded arrays), then the logical view of every chunk
@@ -627,8 +698,9 @@ def _read_log(path: Path) -> tuple[bool, dict[str, str]]:
     return "READY" in text.split(), committed
 
 
-def run_kill_trial(context: Any, directory: str | os.PathLike[str], seed: int, delay: float,
-                   ready_timeout: float = 120.0) -> KillResult:
+def run_kill_trial(
+    context: Any, directory: str | os.PathLike[str], seed: int, delay: float, ready_timeout: float = 120.0
+) -> KillResult:
     """Start the dump loop, SIGKILL it ``delay`` seconds after it is ready, verify every root.
 
     Args:
@@ -720,11 +792,17 @@ def main(argv: list[str] | None = None) -> int:
     ok = True
     if args.cases:
         fuzz = run_decode_fuzz(args.cases, args.seed)
-        print(f"decode fuzz: cases: {fuzz.cases}  time: {fuzz.seconds:.2f} s  slowest case: {fuzz.max_case_seconds * 1e3:.1f} ms")
+        print(
+            f"decode fuzz: cases: {fuzz.cases}  time: {fuzz.seconds:.2f} s  slowest case: {fuzz.max_case_seconds * 1e3:.1f} ms"
+        )
         for target, counter in fuzz.outcomes.items():
-            print(f"  {target:15s} ok: {counter['ok']}  ValueError: {counter['ValueError']}  "
-                  f"RuntimeError: {counter['RuntimeError']}  other=failure: {counter['other']}")
-        print(f"  unclear messages: {len(fuzz.unclear)}  wrong payloads: {len(fuzz.wrong_payload)}  slow cases: {len(fuzz.slow)}")
+            print(
+                f"  {target:15s} ok: {counter['ok']}  ValueError: {counter['ValueError']}  "
+                f"RuntimeError: {counter['RuntimeError']}  other=failure: {counter['other']}"
+            )
+        print(
+            f"  unclear messages: {len(fuzz.unclear)}  wrong payloads: {len(fuzz.wrong_payload)}  slow cases: {len(fuzz.slow)}"
+        )
         for shape, n in fuzz.messages.most_common(12):
             print(f"  {n:7d}  {shape}")
         for item in (fuzz.failures + fuzz.unclear + fuzz.wrong_payload + fuzz.slow)[:20]:
@@ -732,9 +810,11 @@ def main(argv: list[str] | None = None) -> int:
         ok &= fuzz.passed
     if args.kills:
         kills = run_kills(args.kills, args.seed, args.max_delay)
-        print(f"kills: trials: {kills.trials}  committed windows verified: {kills.committed}  complete windows: "
-              f"{kills.complete}  torn (writing): {kills.torn}  aborted: {kills.aborted}  arrays read: {kills.arrays}  "
-              f"problems: {len(kills.problems)}  time: {kills.seconds:.1f} s")
+        print(
+            f"kills: trials: {kills.trials}  committed windows verified: {kills.committed}  complete windows: "
+            f"{kills.complete}  torn (writing): {kills.torn}  aborted: {kills.aborted}  arrays read: {kills.arrays}  "
+            f"problems: {len(kills.problems)}  time: {kills.seconds:.1f} s"
+        )
         for problem in kills.problems[:20]:
             print(f"  FAILURE {problem}")
         ok &= not kills.problems

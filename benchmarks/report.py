@@ -33,8 +33,13 @@ def _browser_seconds(browser: str, url: str, repeats: int) -> tuple[float, float
     times, rendered = [], []
     for _ in range(repeats):
         start = time.perf_counter()
-        done = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", url],
-                              capture_output=True, text=True, timeout=120, check=False)
+        done = subprocess.run(
+            [browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         times.append(time.perf_counter() - start)
         if "blank" in url:
             continue
@@ -68,8 +73,12 @@ def run(count: int, repeats: int, base: str | None) -> dict[str, Any]:
         blank = root / "blank.html"
         blank.write_text("<!DOCTYPE html><html><body>blank</body></html>")
         browser = shutil.which("chromium") or shutil.which("chromium-browser")
-        result: dict[str, Any] = {"workload": f"report of {count} records", "records": count, "bytes": size,
-                                  "build_s": build_s}
+        result: dict[str, Any] = {
+            "workload": f"report of {count} records",
+            "records": count,
+            "bytes": size,
+            "build_s": build_s,
+        }
         if browser:
             result["blank_s"], _ = _browser_seconds(browser, blank.as_uri(), repeats)
             result["report_s"], result["rendered_s"] = _browser_seconds(browser, page.as_uri(), repeats)
@@ -89,9 +98,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine()}")
     entry = run(count, repeats, args.dir)
     entry["megabytes"] = entry["bytes"] / 1e6
-    print_table([entry], [("workload", "workload"), ("megabytes", "size MB"), ("build_s", "build s"),
-                          ("blank_s", "chromium blank s"), ("report_s", "chromium report s"),
-                          ("render_extra_s", "report - blank s"), ("rendered_s", "page rendered s")])
+    print_table(
+        [entry],
+        [
+            ("workload", "workload"),
+            ("megabytes", "size MB"),
+            ("build_s", "build s"),
+            ("blank_s", "chromium blank s"),
+            ("report_s", "chromium report s"),
+            ("render_extra_s", "report - blank s"),
+            ("rendered_s", "page rendered s"),
+        ],
+    )
     write_json(args.json, [entry])
     return 0
 

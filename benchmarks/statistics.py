@@ -52,7 +52,9 @@ def _du(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def _filled(plans: tuple[Any, ...], parameters: list[torch.Tensor], device: torch.device) -> tuple[PreparedL1Dump, dict[str, float]]:
+def _filled(
+    plans: tuple[Any, ...], parameters: list[torch.Tensor], device: torch.device
+) -> tuple[PreparedL1Dump, dict[str, float]]:
     """Pack ``plans`` and let the device worker capture every record (statistics records: staged, then
     one segmented pass at ``flush``); return it and the capture's wall and CPU seconds."""
     packed = pack_l1_buffer([p.entry for p in plans])
@@ -85,8 +87,9 @@ def _export(prepared: PreparedL1Dump, root: Path, statistics_mode: bool) -> None
         writer.write_window(build_window("L1", 0, 0, [invocation]))
 
 
-def _best_capture(plans: tuple[Any, ...], parameters: list[torch.Tensor], device: torch.device,
-                  repeats: int) -> tuple[PreparedL1Dump, dict[str, float]]:
+def _best_capture(
+    plans: tuple[Any, ...], parameters: list[torch.Tensor], device: torch.device, repeats: int
+) -> tuple[PreparedL1Dump, dict[str, float]]:
     """The fastest of ``repeats`` captures (the first also warms the allocator)."""
     runs = [_filled(plans, parameters, device) for _ in range(max(1, repeats))]
     return runs[-1][0], min((timing for _, timing in runs), key=lambda t: t["wall"])
@@ -98,8 +101,10 @@ def run_window(count: int, repeats: int, base: str | None, device: torch.device)
     plans = tuple(plans)
     elements = plans[0].payload_bytes // 4 * (count // 2)
     generator = torch.Generator().manual_seed(0)
-    parameters = [torch.randn(elements, generator=generator).to(device),
-                  torch.randn(elements, generator=generator).to(device)]
+    parameters = [
+        torch.randn(elements, generator=generator).to(device),
+        torch.randn(elements, generator=generator).to(device),
+    ]
     config = SimpleNamespace(mode="statistics", on_budget="error", device_memory_budget_mb=512)
     tensor, tensor_capture = _best_capture(plans, parameters, device, repeats)
     stats, stats_capture = _best_capture(layout_records(plans, config), parameters, device, repeats)
@@ -118,18 +123,28 @@ def run_window(count: int, repeats: int, base: str | None, device: torch.device)
     med = {k: statistics.median(v) for k, v in times.items()}
     capture_ratio = stats_capture["wall"] / tensor_capture["wall"]
     return {
-        "workload": f"S1 L1 window of {count} records x 8 KiB fp32", "records": count, "device": str(device),
-        "tensor_s": med["tensor"], "statistics_s": med["statistics"], "time_share": med["statistics"] / med["tensor"],
-        "tensor_bytes": stored["tensor"], "statistics_bytes": stored["statistics"],
+        "workload": f"S1 L1 window of {count} records x 8 KiB fp32",
+        "records": count,
+        "device": str(device),
+        "tensor_s": med["tensor"],
+        "statistics_s": med["statistics"],
+        "time_share": med["statistics"] / med["tensor"],
+        "tensor_bytes": stored["tensor"],
+        "statistics_bytes": stored["statistics"],
         "bytes_share": stored["statistics"] / stored["tensor"],
-        "device_buffer_tensor": tensor.total_bytes, "device_buffer_statistics": stats.total_bytes,
-        "capture_tensor_s": tensor_capture["wall"], "capture_statistics_s": stats_capture["wall"],
-        "capture_tensor_cpu_s": tensor_capture["cpu"], "capture_statistics_cpu_s": stats_capture["cpu"],
-        "capture_ratio": capture_ratio, "capture_cpu_ratio": stats_capture["cpu"] / max(tensor_capture["cpu"], 1e-9),
+        "device_buffer_tensor": tensor.total_bytes,
+        "device_buffer_statistics": stats.total_bytes,
+        "capture_tensor_s": tensor_capture["wall"],
+        "capture_statistics_s": stats_capture["wall"],
+        "capture_tensor_cpu_s": tensor_capture["cpu"],
+        "capture_statistics_cpu_s": stats_capture["cpu"],
+        "capture_ratio": capture_ratio,
+        "capture_cpu_ratio": stats_capture["cpu"] / max(tensor_capture["cpu"], 1e-9),
         "capture_statistics_us_per_record": stats_capture["wall"] / count * 1e6,
         "capture_tensor_us_per_record": tensor_capture["wall"] / count * 1e6,
         "export_tensor_us_per_record": med["tensor"] / count * 1e6,
-        "export_statistics_us_per_record": med["statistics"] / count * 1e6, "times": times,
+        "export_statistics_us_per_record": med["statistics"] / count * 1e6,
+        "times": times,
         "pass": med["statistics"] <= 0.05 * med["tensor"] and stored["statistics"] <= 0.02 * stored["tensor"],
         "capture_pass": capture_ratio <= 1.0,
     }
@@ -144,8 +159,13 @@ def run_soak(steps: int, base: str | None) -> dict[str, Any]:
     with scratch_dir(base) as scratch:
         out = Path(scratch) / "soak"
         block = MoEBlock()
-        config = TensorDumpConfig(out, level="L1", kernel_names="moe_experts",
-                                  stages=["expert_up", "expert_down", "unpermute", "combine"], mode="statistics")
+        config = TensorDumpConfig(
+            out,
+            level="L1",
+            kernel_names="moe_experts",
+            stages=["expert_up", "expert_down", "unpermute", "combine"],
+            mode="statistics",
+        )
         rss_warm = 0
         start = time.perf_counter()
         with tensor_dump(config, schedule(wait=0, warmup=0, active=1)) as dumper:
@@ -162,12 +182,20 @@ def run_soak(steps: int, base: str | None) -> dict[str, Any]:
         per_window = records.groupby("window").size()
         complete = int((windows["status"] == "complete").sum())
         return {
-            "workload": f"S2 soak: demo block, L1 statistics, {steps} steps", "steps": steps,
-            "windows": len(windows), "complete": complete, "records": len(records),
-            "records_per_window_min": int(per_window.min()), "records_per_window_max": int(per_window.max()),
-            "rss_after_warmup": rss_warm, "rss_end": rss_end, "rss_growth": rss_end / rss_warm - 1,
-            "seconds_per_step": elapsed / steps, "stored_bytes": _du(out),
-            "pass": complete == steps == len(windows) and per_window.min() == per_window.max()
+            "workload": f"S2 soak: demo block, L1 statistics, {steps} steps",
+            "steps": steps,
+            "windows": len(windows),
+            "complete": complete,
+            "records": len(records),
+            "records_per_window_min": int(per_window.min()),
+            "records_per_window_max": int(per_window.max()),
+            "rss_after_warmup": rss_warm,
+            "rss_end": rss_end,
+            "rss_growth": rss_end / rss_warm - 1,
+            "seconds_per_step": elapsed / steps,
+            "stored_bytes": _du(out),
+            "pass": complete == steps == len(windows)
+            and per_window.min() == per_window.max()
             and rss_end <= 1.05 * rss_warm,
         }
 
@@ -182,32 +210,57 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None, help="soak steps (default 1000, quick 150)")
     parser.add_argument("--dir", default=None, help="scratch parent directory (default: system temp)")
     parser.add_argument("--skip-soak", action="store_true", help="S1 only")
-    parser.add_argument("--device", default="cpu", help="torch device of the Device buffer and parameters "
-                        "(S1 capture; e.g. cuda for make device-check); default cpu, the reference worker")
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="torch device of the Device buffer and parameters "
+        "(S1 capture; e.g. cuda for make device-check); default cpu, the reference worker",
+    )
     args = parser.parse_args(argv)
     repeats = args.repeats or (1 if args.quick else 3)
     steps = args.steps or (150 if args.quick else 1000)
     print(f"machine: {machine()}")
     window = run_window(512 if args.quick else 4096, repeats, args.dir, torch.device(args.device))
-    print_table([window], [("workload", "workload"), ("tensor_s", "tensor s"), ("statistics_s", "statistics s"),
-                           ("time_share", "time share"), ("tensor_bytes", "tensor B"),
-                           ("statistics_bytes", "statistics B"), ("bytes_share", "bytes share")])
-    print(f"device capture ({window['device']}): tensor {window['capture_tensor_s']:.3f} s "
-          f"({window['capture_tensor_us_per_record']:.1f} us/record), statistics {window['capture_statistics_s']:.3f} s "
-          f"({window['capture_statistics_us_per_record']:.1f} us/record): {window['capture_ratio']:.2f}x "
-          f"(CPU time {window['capture_cpu_ratio']:.2f}x); export per record: tensor "
-          f"{window['export_tensor_us_per_record']:.1f} us, statistics {window['export_statistics_us_per_record']:.1f} us; "
-          f"Device buffer {window['device_buffer_tensor']} vs {window['device_buffer_statistics']} B")
+    print_table(
+        [window],
+        [
+            ("workload", "workload"),
+            ("tensor_s", "tensor s"),
+            ("statistics_s", "statistics s"),
+            ("time_share", "time share"),
+            ("tensor_bytes", "tensor B"),
+            ("statistics_bytes", "statistics B"),
+            ("bytes_share", "bytes share"),
+        ],
+    )
+    print(
+        f"device capture ({window['device']}): tensor {window['capture_tensor_s']:.3f} s "
+        f"({window['capture_tensor_us_per_record']:.1f} us/record), statistics {window['capture_statistics_s']:.3f} s "
+        f"({window['capture_statistics_us_per_record']:.1f} us/record): {window['capture_ratio']:.2f}x "
+        f"(CPU time {window['capture_cpu_ratio']:.2f}x); export per record: tensor "
+        f"{window['export_tensor_us_per_record']:.1f} us, statistics {window['export_statistics_us_per_record']:.1f} us; "
+        f"Device buffer {window['device_buffer_tensor']} vs {window['device_buffer_statistics']} B"
+    )
     if args.skip_soak:
         window.pop("times", None)
         write_json(args.json, [window])
         return 0
     soak = run_soak(steps, args.dir)
-    print_table([soak], [("workload", "workload"), ("complete", "complete windows"), ("records", "records"),
-                         ("rss_growth", "RSS growth after warm-up"), ("seconds_per_step", "s/step")])
+    print_table(
+        [soak],
+        [
+            ("workload", "workload"),
+            ("complete", "complete windows"),
+            ("records", "records"),
+            ("rss_growth", "RSS growth after warm-up"),
+            ("seconds_per_step", "s/step"),
+        ],
+    )
     ok = window["pass"] and soak["pass"]
-    print("targets: " + ("met" if ok else "NOT met") + f" (S1 time ≤ 5 %: {window['time_share']:.2%}, bytes ≤ 2 %: "
-          f"{window['bytes_share']:.2%}; S2 RSS ≤ 5 %: {soak['rss_growth']:+.2%}, windows {soak['complete']}/{steps})")
+    print(
+        "targets: " + ("met" if ok else "NOT met") + f" (S1 time ≤ 5 %: {window['time_share']:.2%}, bytes ≤ 2 %: "
+        f"{window['bytes_share']:.2%}; S2 RSS ≤ 5 %: {soak['rss_growth']:+.2%}, windows {soak['complete']}/{steps})"
+    )
     window.pop("times", None)
     write_json(args.json, [window, soak])
     return 0

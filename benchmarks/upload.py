@@ -68,7 +68,9 @@ def write_large(root: str, target: int) -> None:
             left = target - disk_bytes(root)[0]
             count = max(1, min(64, -(-left // (3 << 20))))  # ~3.3 MiB per compressed array
             arrays = [ArrayWrite(f"act_{k:03d}", blocks[k % 4] * (1 + k % 7), ("row", "col")) for k in range(count)]
-            writer.write_window(WindowWrite(0, window, {"level": "L0"}, [InvocationWrite(INV, {"step": window}, [], arrays)]))
+            writer.write_window(
+                WindowWrite(0, window, {"level": "L0"}, [InvocationWrite(INV, {"step": window}, [], arrays)])
+            )
             window += 1
 
 
@@ -95,9 +97,11 @@ def free_port() -> int:
 def start_moto() -> tuple[subprocess.Popen, str]:
     """moto's threaded server in a child process; returns it and its endpoint."""
     port = free_port()
-    code = ("from moto.server import ThreadedMotoServer; import time; "
-            f"s = ThreadedMotoServer(ip_address='127.0.0.1', port={port}, verbose=False); s.start(); "
-            "time.sleep(10**7)")
+    code = (
+        "from moto.server import ThreadedMotoServer; import time; "
+        f"s = ThreadedMotoServer(ip_address='127.0.0.1', port={port}, verbose=False); s.start(); "
+        "time.sleep(10**7)"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 30
     while True:
@@ -115,8 +119,9 @@ def start_moto() -> tuple[subprocess.Popen, str]:
 def client(endpoint: str) -> Any:
     import boto3
 
-    return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=KEY, aws_secret_access_key=SECRET,
-                        region_name="us-east-1")
+    return boto3.client(
+        "s3", endpoint_url=endpoint, aws_access_key_id=KEY, aws_secret_access_key=SECRET, region_name="us-east-1"
+    )
 
 
 def delete_prefix(s3: Any, prefix: str) -> None:
@@ -152,11 +157,31 @@ def find_aws() -> str | None:
 
 
 def run_aws(aws: str, root: str, endpoint: str, prefix: str) -> float:
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": KEY,
+        "AWS_SECRET_ACCESS_KEY": SECRET,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    }
     start = time.perf_counter()
-    subprocess.run([aws, "s3", "cp", "--recursive", "--only-show-errors", "--no-progress", "--endpoint-url", endpoint,
-                    root, f"s3://{BUCKET}/{prefix}"], env=env, check=True)
+    subprocess.run(
+        [
+            aws,
+            "s3",
+            "cp",
+            "--recursive",
+            "--only-show-errors",
+            "--no-progress",
+            "--endpoint-url",
+            endpoint,
+            root,
+            f"s3://{BUCKET}/{prefix}",
+        ],
+        env=env,
+        check=True,
+    )
     return time.perf_counter() - start
 
 
@@ -205,8 +230,10 @@ def main() -> None:
     try:
         s3 = client(endpoint)
         s3.create_bucket(Bucket=BUCKET)
-        workloads = {"large": (lambda r: write_large(r, (64 if args.quick else 512) << 20)),
-                     "small": (lambda r: write_small(r, 512 if args.quick else 2048))}
+        workloads = {
+            "large": (lambda r: write_large(r, (64 if args.quick else 512) << 20)),
+            "small": (lambda r: write_small(r, 512 if args.quick else 2048)),
+        }
         for name, make in workloads.items():
             if args.only and name != args.only:
                 continue
@@ -226,25 +253,48 @@ def main() -> None:
                         seconds = run_s3transfer(root, endpoint, prefix)
                     objects, size = count_prefix(s3, prefix)
                     if objects != files or size != nbytes:
-                        raise RuntimeError(f"{who} uploaded {objects} objects / {size} bytes, expected {files} / {nbytes}")
+                        raise RuntimeError(
+                            f"{who} uploaded {objects} objects / {size} bytes, expected {files} / {nbytes}"
+                        )
                     delete_prefix(s3, prefix)
                     times[who].append(seconds)
-                    print(f"  {name} {who} run {rep}: {seconds:.2f} s ({nbytes / seconds / 2**20:.0f} MiB/s)", flush=True)
+                    print(
+                        f"  {name} {who} run {rep}: {seconds:.2f} s ({nbytes / seconds / 2**20:.0f} MiB/s)", flush=True
+                    )
             b, o = statistics.median(times["baseline"]), statistics.median(times["ours"])
-            entries.append({"workload": f"{name} ({files} objects)", "baseline": baseline, "baseline_s": round(b, 3),
-                            "ours_s": round(o, 3), "ratio": round(b / o, 3), "bytes": nbytes, "objects": files,
-                            "baseline_runs": [round(t, 3) for t in times["baseline"]],
-                            "ours_runs": [round(t, 3) for t in times["ours"]],
-                            "baseline_MiBps": round(nbytes / b / 2**20, 1), "ours_MiBps": round(nbytes / o / 2**20, 1)})
+            entries.append(
+                {
+                    "workload": f"{name} ({files} objects)",
+                    "baseline": baseline,
+                    "baseline_s": round(b, 3),
+                    "ours_s": round(o, 3),
+                    "ratio": round(b / o, 3),
+                    "bytes": nbytes,
+                    "objects": files,
+                    "baseline_runs": [round(t, 3) for t in times["baseline"]],
+                    "ours_runs": [round(t, 3) for t in times["ours"]],
+                    "baseline_MiBps": round(nbytes / b / 2**20, 1),
+                    "ours_MiBps": round(nbytes / o / 2**20, 1),
+                }
+            )
             shutil.rmtree(root, ignore_errors=True)
     finally:
         proc.kill()
         proc.wait()
         shutil.rmtree(base, ignore_errors=True)
     print()
-    print_table(entries, [("workload", "workload"), ("bytes", "bytes"), ("baseline_s", "baseline s"),
-                          ("ours_s", "ours s"), ("baseline_MiBps", "baseline MiB/s"), ("ours_MiBps", "ours MiB/s"),
-                          ("ratio", "ratio (ours speed-up)")])
+    print_table(
+        entries,
+        [
+            ("workload", "workload"),
+            ("bytes", "bytes"),
+            ("baseline_s", "baseline s"),
+            ("ours_s", "ours s"),
+            ("baseline_MiBps", "baseline MiB/s"),
+            ("ours_MiBps", "ours MiB/s"),
+            ("ratio", "ratio (ours speed-up)"),
+        ],
+    )
     write_json(args.json_out, entries)
 
 

@@ -40,13 +40,16 @@ def _operator(kernel: Any, stage: str) -> Any:
     for operator in kernel.graph.operators:
         if operator.name == stage:
             return operator
-    raise ValueError(f"kernel {getattr(kernel, 'kernel_name', kernel)!r} has no stage {stage!r}; "
-                     f"stages: {[o.name for o in kernel.graph.operators]}")
+    raise ValueError(
+        f"kernel {getattr(kernel, 'kernel_name', kernel)!r} has no stage {stage!r}; "
+        f"stages: {[o.name for o in kernel.graph.operators]}"
+    )
 
 
 @contextlib.contextmanager
-def inject_fault(kernel: Any, stage: str, *, owner: int | None = None, start: int | None = None,
-                 delta: float = 0.5) -> Iterator[Fault]:
+def inject_fault(
+    kernel: Any, stage: str, *, owner: int | None = None, start: int | None = None, delta: float = 0.5
+) -> Iterator[Fault]:
     """Make one task of ``stage`` wrong: the tile for ``owner`` (owner-split stages) or the tile whose
     first row is ``start`` (row-split stages) adds ``delta`` to every output element it wrote.
 
@@ -107,8 +110,14 @@ def fail_once_for_owner(kernel: Any, stage: str, owner: int) -> None:
     operator.tile_fn = hang
 
 
-def dump_demo_step(root: Any, level: str, *, fault: dict[str, Any] | None = None, weight_bump: float = 0.0,
-                   stages: tuple[str, ...] = ("expert_up", "expert_down", "combine")) -> Fault | None:
+def dump_demo_step(
+    root: Any,
+    level: str,
+    *,
+    fault: dict[str, Any] | None = None,
+    weight_bump: float = 0.0,
+    stages: tuple[str, ...] = ("expert_up", "expert_down", "combine"),
+) -> Fault | None:
     """One forward step of the demo block (default ``DemoConfig``, deterministic) under an L0 or L1 dump.
 
     Args:
@@ -129,8 +138,11 @@ def dump_demo_step(root: Any, level: str, *, fault: dict[str, Any] | None = None
     if weight_bump:
         with torch.no_grad():
             block.w_down[1] += weight_bump
-    config = (TensorDumpConfig(root, level="L1", kernel_names="moe_experts", stages=stages) if level == "L1"
-              else TensorDumpConfig(root, level="L0"))
+    config = (
+        TensorDumpConfig(root, level="L1", kernel_names="moe_experts", stages=stages)
+        if level == "L1"
+        else TensorDumpConfig(root, level="L0")
+    )
     injected = None
     with tensor_dump(config) as dumper:
         if fault is not None:

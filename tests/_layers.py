@@ -21,7 +21,10 @@ from pathlib import Path
 PACKAGE = "megadump_zarr"
 
 RANKS: dict[str, int] = {
-    "codecs": 0, "_version": 0, "_parallel": 0, "tables": 0,
+    "codecs": 0,
+    "_version": 0,
+    "_parallel": 0,
+    "tables": 0,
     "l1": 1,
     "diagnostics": 2,
     "runtime": 3,
@@ -33,7 +36,11 @@ RANKS: dict[str, int] = {
     "replay": 9,
     "api": 10,
     "demo": 11,
-    "cli": 12, "report": 12, "engine": 12, "interop": 12, "transfer": 12,
+    "cli": 12,
+    "report": 12,
+    "engine": 12,
+    "interop": 12,
+    "transfer": 12,
     "__init__": 13,
 }
 """Rank of each top-level room of the package (a sub-package or a top-level module)."""

@@ -37,7 +37,9 @@ def pack_of(root: str | os.PathLike[str], group: str) -> tuple[Path, int] | None
     stage = Path(root) / Path(group).parent
     name = Path(group).name
     for pack in sorted(stage.glob("pack_*")):
-        task_doc = next((pack / name / "zarr.json" for name in TASK_ARRAYS if (pack / name / "zarr.json").is_file()), None)
+        task_doc = next(
+            (pack / name / "zarr.json" for name in TASK_ARRAYS if (pack / name / "zarr.json").is_file()), None
+        )
         if task_doc is None:
             continue
         for row, entry in enumerate(_read_json(task_doc)["attributes"][TASKS_ATTR]):
@@ -123,7 +125,7 @@ def record_chunk(root: str | os.PathLike[str], path: str, chunk: int = 0) -> Chu
     zeros = ".0" * (len(doc["shape"]) - 1)
     shard = pack / component / f"c.{row // per_shard}{zeros}"
     raw = shard.read_bytes()
-    entry = decode_index(raw[-index_nbytes(per_shard):], per_shard, str(shard))[row % per_shard]
+    entry = decode_index(raw[-index_nbytes(per_shard) :], per_shard, str(shard))[row % per_shard]
     assert entry is not None, f"row {row} absent from {shard}"
     return ChunkSpan(shard, entry[0], entry[1])
 
@@ -132,7 +134,9 @@ def task_dirs(root: str | os.PathLike[str]) -> list[str]:
     """Logical task group paths (relative to ``root``) of every L1 task stored below it, packed or not."""
     root = Path(root)
     found = [p.relative_to(root).as_posix() for p in root.glob("rank_*/window_*/*/stages/*/task_*") if p.is_dir()]
-    task_docs = (doc for name in TASK_ARRAYS for doc in root.glob(f"rank_*/window_*/*/stages/*/pack_*/{name}/zarr.json"))
+    task_docs = (
+        doc for name in TASK_ARRAYS for doc in root.glob(f"rank_*/window_*/*/stages/*/pack_*/{name}/zarr.json")
+    )
     for task_doc in task_docs:
         stage = task_doc.parent.parent.parent.relative_to(root).as_posix()
         found += [f"{stage}/{entry['group']}" for entry in _read_json(task_doc)["attributes"][TASKS_ATTR]]

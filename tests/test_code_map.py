@@ -12,7 +12,7 @@ ROOT = REPO / "src" / "megadump_zarr"
 
 def _mapped() -> list[str]:
     readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Code map\n"):]
+    section = readme[readme.index("## Code map\n") :]
     block = re.search(r"```text\n(.*?)```", section, re.S).group(1)
     return [line.split()[0] for line in block.splitlines() if line.strip()]
 

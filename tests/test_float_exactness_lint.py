@@ -41,23 +41,30 @@ def _name(func: ast.AST) -> str:
 
 
 def _mentions(node: ast.AST, word: str) -> bool:
-    return any((isinstance(n, ast.Constant) and n.value == word) or (isinstance(n, ast.Attribute) and n.attr == word)
-               or (isinstance(n, ast.Name) and n.id == word) for n in ast.walk(node))
+    return any(
+        (isinstance(n, ast.Constant) and n.value == word)
+        or (isinstance(n, ast.Attribute) and n.attr == word)
+        or (isinstance(n, ast.Name) and n.id == word)
+        for n in ast.walk(node)
+    )
 
 
 def _exact(node: ast.AST) -> str | None:
     """The refused form ``node`` is, or None."""
     if isinstance(node, ast.Call) and _name(node.func) in EXACT_CALLS:
         if _name(node.func) == "assert_frame_equal" and any(
-                k.arg == "check_exact" and isinstance(k.value, ast.Constant) and k.value.value is False
-                for k in node.keywords):
+            k.arg == "check_exact" and isinstance(k.value, ast.Constant) and k.value.value is False
+            for k in node.keywords
+        ):
             return None
         return _name(node.func)
     if isinstance(node, ast.Compare) and any(isinstance(op, ast.Eq) for op in node.ops):
         sides = [node.left, *node.comparators]
         if any(isinstance(s, ast.Call) and _name(s.func) == "tobytes" for s in sides):
             return ".tobytes() =="
-        if _mentions(node.left, "max_abs") and any(isinstance(c, ast.Constant) and c.value == 0 for c in node.comparators):
+        if _mentions(node.left, "max_abs") and any(
+            isinstance(c, ast.Constant) and c.value == 0 for c in node.comparators
+        ):
             return "max_abs == 0"
     return None
 
@@ -103,11 +110,13 @@ def test_no_test_asserts_exact_float_equality_against_a_stored_fixture_unmarked(
         scanned += bool(reads_a_fixture(ast.parse(source)))
         found += violations(source, str(path.relative_to(TESTS.parent)))
     assert scanned >= 3  # test_schema5, test_schema6, test_schema7 at least
-    assert not found, "exact float equality against a stored fixture (mark '# exact: stored bytes' if both " \
-                      "sides are stored, else compare within tolerance):\n" + "\n".join(found)
+    assert not found, (
+        "exact float equality against a stored fixture (mark '# exact: stored bytes' if both "
+        "sides are stored, else compare within tolerance):\n" + "\n".join(found)
+    )
 
 
-BAD = '''
+BAD = """
 from pathlib import Path
 import numpy as np
 DATA = Path(__file__).parent / "data" / "schema6"
@@ -124,7 +133,7 @@ def test_fresh(stored, fresh):
         a, b)
     pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-5)
     np.testing.assert_allclose(a, b, rtol=1e-5)
-'''
+"""
 
 
 def test_the_lint_fires_on_each_bad_form_and_names_file_and_line():
@@ -139,4 +148,6 @@ def test_the_lint_fires_on_each_bad_form_and_names_file_and_line():
 
 def test_the_lint_ignores_files_that_read_no_fixture():
     assert violations(BAD.replace('/ "data" /', '/ "other" /'), "tests/y.py") == []
-    assert violations('P = "tests/read/data/schema5"\nassert a.tobytes() == b\n', "tests/z.py") == ["tests/z.py:2: .tobytes() =="]
+    assert violations('P = "tests/read/data/schema5"\nassert a.tobytes() == b\n', "tests/z.py") == [
+        "tests/z.py:2: .tobytes() =="
+    ]

@@ -41,10 +41,14 @@ def test_no_new_cycle_between_rooms() -> None:
 
 
 def test_a_cycle_is_found(tmp_path: Path) -> None:
-    root = _package(tmp_path, {
-        "__init__.py": "", "cli/__init__.py": "from megadump_zarr.report import x\n",
-        "report/__init__.py": "def f():\n    from megadump_zarr.cli import common\n",
-    })
+    root = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "cli/__init__.py": "from megadump_zarr.report import x\n",
+            "report/__init__.py": "def f():\n    from megadump_zarr.cli import common\n",
+        },
+    )
     assert room_cycles(room_graph(root)) == [("cli", "report")]
 
 
@@ -58,27 +62,38 @@ def _package(tmp_path: Path, files: dict[str, str]) -> Path:
 
 
 def test_a_deliberate_upward_import_is_named(tmp_path: Path) -> None:
-    root = _package(tmp_path, {
-        "__init__.py": "",
-        "store/__init__.py": "",
-        "store/writer.py": "def f():\n    from megadump_zarr.read.dump import open_dump  # lazy, still an edge\n",
-        "read/__init__.py": "",
-        "read/dump.py": "from megadump_zarr.store import writer\nfrom ..store.writer import f\n",
-    })
+    root = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "store/__init__.py": "",
+            "store/writer.py": "def f():\n    from megadump_zarr.read.dump import open_dump  # lazy, still an edge\n",
+            "read/__init__.py": "",
+            "read/dump.py": "from megadump_zarr.store import writer\nfrom ..store.writer import f\n",
+        },
+    )
     assert upward_edges(root) == [Edge("store/writer.py", "megadump_zarr.read.dump", 2)]
     assert str(upward_edges(root)[0]) == (
-        "src/megadump_zarr/store/writer.py:2 imports megadump_zarr.read.dump (a higher layer)")
+        "src/megadump_zarr/store/writer.py:2 imports megadump_zarr.read.dump (a higher layer)"
+    )
 
 
 def test_relative_and_package_imports_count(tmp_path: Path) -> None:
-    root = _package(tmp_path, {
-        "__init__.py": "",
-        "l1/__init__.py": "from .. import analyse\n",
-        "l1/format.py": "from ..dump import config\n",
-        "analyse/__init__.py": "", "dump/__init__.py": "", "dump/config.py": "",
-    })
+    root = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "l1/__init__.py": "from .. import analyse\n",
+            "l1/format.py": "from ..dump import config\n",
+            "analyse/__init__.py": "",
+            "dump/__init__.py": "",
+            "dump/config.py": "",
+        },
+    )
     assert sorted((e.source, e.target) for e in upward_edges(root)) == [
-        ("l1/__init__.py", "megadump_zarr.analyse"), ("l1/format.py", "megadump_zarr.dump")]
+        ("l1/__init__.py", "megadump_zarr.analyse"),
+        ("l1/format.py", "megadump_zarr.dump"),
+    ]
 
 
 def test_an_unplaced_room_is_refused(tmp_path: Path) -> None:
@@ -97,6 +112,7 @@ def test_an_upward_import_added_to_the_real_tree_fails(tmp_path: Path) -> None:
     lines = target.read_text().splitlines()
     target.write_text("\n".join([*lines, "def _report():", "    from megadump_zarr.report import render_html", ""]))
     assert [str(edge) for edge in upward_edges(copy)] == [
-        f"src/megadump_zarr/read/dump.py:{len(lines) + 2} imports megadump_zarr.report (a higher layer)"]
+        f"src/megadump_zarr/read/dump.py:{len(lines) + 2} imports megadump_zarr.report (a higher layer)"
+    ]
     cycles = room_cycles(room_graph(copy))  # report reads dumps (through analyse): the new edge closes a loop
     assert len(cycles) == 1 and {"read", "report"} <= set(cycles[0]), cycles

@@ -47,8 +47,12 @@ def test_known_private_imports_are_still_there() -> None:
 
 def test_the_fixed_ones_stay_fixed() -> None:
     names = {(source, name) for source, _, name in _found()}
-    assert not names & {("cli/main.py", "_Scrubber"), ("read/integrity.py", "_window_info"),
-                        ("analyse/records.py", "_window_info"), ("cli/commands/report.py", "_tolerance")}
+    assert not names & {
+        ("cli/main.py", "_Scrubber"),
+        ("read/integrity.py", "_window_info"),
+        ("analyse/records.py", "_window_info"),
+        ("cli/commands/report.py", "_tolerance"),
+    }
 
 
 def _package(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -61,16 +65,19 @@ def _package(tmp_path: Path, files: dict[str, str]) -> Path:
 
 
 def test_a_deliberate_private_import_is_named(tmp_path: Path) -> None:
-    root = _package(tmp_path, {
-        "__init__.py": "from megadump_zarr._version import __version__\n",  # a private module: allowed
-        "_version.py": "__version__ = '1'\n",
-        "store/__init__.py": "",
-        "store/redact.py": "from ._own import _fine  # noqa\n_Scrubber = 1\n",
-        "cli/__init__.py": "",
-        "cli/main.py": "def f():\n    from megadump_zarr.store.redact import _Scrubber, Public\n"
-                       "from ..store.redact import __all__\n",
-        "cli/self.py": "from megadump_zarr.cli.self import _mine\n",  # its own name: not across modules
-    })
+    root = _package(
+        tmp_path,
+        {
+            "__init__.py": "from megadump_zarr._version import __version__\n",  # a private module: allowed
+            "_version.py": "__version__ = '1'\n",
+            "store/__init__.py": "",
+            "store/redact.py": "from ._own import _fine  # noqa\n_Scrubber = 1\n",
+            "cli/__init__.py": "",
+            "cli/main.py": "def f():\n    from megadump_zarr.store.redact import _Scrubber, Public\n"
+            "from ..store.redact import __all__\n",
+            "cli/self.py": "from megadump_zarr.cli.self import _mine\n",  # its own name: not across modules
+        },
+    )
     found = private_imports(root)
     assert [str(item) for item in found] == [
         "src/megadump_zarr/cli/main.py:2 imports _Scrubber from megadump_zarr.store.redact (a private name)",

@@ -59,9 +59,14 @@ def test_the_quickstart_prints_what_the_readme_shows(tmp_path: Path) -> None:
     task = tmp_path / "gold/rank_0/window_0000/invocation_000000_forward/stages/expert_up/task_000000"
     assert (task / "zarr.json").is_file()
     want = _block("```text\n$ megadump compare test gold --by owner", "text").splitlines()[1:]
-    done = subprocess.run([sys.executable, "-m", "megadump_zarr.cli.main", "compare", "test", "gold", "--by", "owner"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600, env={"COLUMNS": "120",
-                                                                                          "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        [sys.executable, "-m", "megadump_zarr.cli.main", "compare", "test", "gold", "--by", "owner"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={"COLUMNS": "120", "PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode == 1, done.stderr
     assert _matches(done.stdout.splitlines(), want), done.stdout
 

@@ -22,8 +22,17 @@ from megadump_zarr.store import dtypes as _dtypes  # noqa: F401
 
 from megadump_zarr._version import __version__ as __version__
 
-__all__ = ["DiagnosticAction", "TensorDumpConfig", "compare", "first_divergence", "open_dump", "replay", "root_cause",
-           "schedule", "tensor_dump"]
+__all__ = [
+    "DiagnosticAction",
+    "TensorDumpConfig",
+    "compare",
+    "first_divergence",
+    "open_dump",
+    "replay",
+    "root_cause",
+    "schedule",
+    "tensor_dump",
+]
 
 _PUBLIC = {
     "DiagnosticAction": "megadump_zarr.diagnostics",

@@ -87,7 +87,7 @@ def active_client() -> Any | None:
     """The ``distributed.Client`` dask would run ``dask.compute`` on now, or ``None`` (local scheduler, or
     called from inside a task on a worker)."""
     if "distributed" not in sys.modules:  # no client or worker can exist before distributed is imported: skip its
-        return None                       # import (~0.15 s of every command-line compare's start-up)
+        return None  # import (~0.15 s of every command-line compare's start-up)
     try:
         from distributed import get_worker
     except ImportError:  # distributed not installed: only local schedulers exist
@@ -128,8 +128,9 @@ class _Progress(Callback):
             self._progress(self._done, self._total)
 
 
-def map_ordered(fn: Callable[[Any], Any], items: Iterable[Any], *,
-                progress: Callable[[int, int], None] | None = None) -> list[Any]:
+def map_ordered(
+    fn: Callable[[Any], Any], items: Iterable[Any], *, progress: Callable[[int, int], None] | None = None
+) -> list[Any]:
     """``[fn(item) for item in items]``, each call one dask task on the active scheduler, results in item order.
 
     Args:
@@ -169,4 +170,3 @@ def map_ordered(fn: Callable[[Any], Any], items: Iterable[Any], *,
     finally:
         for future in futures:
             future.release()
-

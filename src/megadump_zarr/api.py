@@ -41,8 +41,7 @@ def tensor_dump(
         durable=config.durable,
         pack=config.layout == "packs",
     )
-    return TensorDumper(config, schedule=schedule, on_dump_ready=on_dump_ready, sink=writer,
-                        baseline=_baseline(config))
+    return TensorDumper(config, schedule=schedule, on_dump_ready=on_dump_ready, sink=writer, baseline=_baseline(config))
 
 
 def _baseline(config: TensorDumpConfig) -> Baseline | None:
@@ -82,8 +81,12 @@ def _with_payload_checksums(dump: Any, frame: Any) -> Any:
     if len(frame) == 0 or frame["checksum"].notna().all():
         return frame
     frame = frame.copy()
-    for i in np.flatnonzero(frame["checksum"].isna().to_numpy() & frame["payload"].to_numpy()
-                            & ~frame["truncated"].to_numpy() & ~frame["partial"].to_numpy()):
+    for i in np.flatnonzero(
+        frame["checksum"].isna().to_numpy()
+        & frame["payload"].to_numpy()
+        & ~frame["truncated"].to_numpy()
+        & ~frame["partial"].to_numpy()
+    ):
         row = frame.iloc[i]
         raw = np.ascontiguousarray(dump.record_array(row["path"]).values).tobytes()
         itemsize = getattr(torch, str(row["dtype"]), None)

@@ -19,15 +19,23 @@ STEPS = 3
 EXPERTS = (0, 1, 2, 3)
 
 
-def run(out: Path, *, mode: str = "statistics", seed: int | None = None, steps: int = STEPS, poison=None,
-        dtype: torch.dtype = torch.float32) -> Path:
+def run(
+    out: Path,
+    *,
+    mode: str = "statistics",
+    seed: int | None = None,
+    steps: int = STEPS,
+    poison=None,
+    dtype: torch.dtype = torch.float32,
+) -> Path:
     """``steps`` forward steps of the demo block, its expert_up and expert_down outputs dumped at L1."""
     order = None if seed is None else AccumulationOrder(("expert_down",), seed=seed)
     block = MoEBlock(DemoConfig(dtype=dtype), accumulation_order=order)
     if poison is not None:
         poison(block)
-    cfg = TensorDumpConfig(out, level="L1", kernel_names="moe_experts", stages=("expert_up", "expert_down"),
-                           io="output", mode=mode)
+    cfg = TensorDumpConfig(
+        out, level="L1", kernel_names="moe_experts", stages=("expert_up", "expert_down"), io="output", mode=mode
+    )
     with tensor_dump(cfg) as dumper, torch.no_grad():
         for _ in range(steps):
             block(block.make_input())
@@ -38,10 +46,15 @@ def run(out: Path, *, mode: str = "statistics", seed: int | None = None, steps: 
 @pytest.fixture(scope="module")
 def dumps(tmp_path_factory):
     base = tmp_path_factory.mktemp("bitwise")
-    return {"plain": run(base / "plain"), "plain2": run(base / "plain2"),
-            "seed0": run(base / "seed0", seed=0), "seed1": run(base / "seed1", seed=1),
-            "tensor": run(base / "tensor", mode="tensor"), "tensor_seed0": run(base / "tensor_seed0", mode="tensor", seed=0),
-            "tensor_seed1": run(base / "tensor_seed1", mode="tensor", seed=1)}
+    return {
+        "plain": run(base / "plain"),
+        "plain2": run(base / "plain2"),
+        "seed0": run(base / "seed0", seed=0),
+        "seed1": run(base / "seed1", seed=1),
+        "tensor": run(base / "tensor", mode="tensor"),
+        "tensor_seed0": run(base / "tensor_seed0", mode="tensor", seed=0),
+        "tensor_seed1": run(base / "tensor_seed1", mode="tensor", seed=1),
+    }
 
 
 def expert_down_task_ids(result):
@@ -78,8 +91,18 @@ def test_a_worker_dependent_order_fails_bitwise_in_that_stage_only(dumps):
 def test_bitwise_map_names_the_cores_and_steps(dumps):
     result = compare(dumps["seed0"], dumps["seed1"], bitwise=True)
     table = bitwise_map(result, by="core")
-    assert list(table.columns) == ["kernel", "stage", "core_type", "core_id", "records", "differing",
-                                   "steps_differing", "steps", "first_step", "worst_name"]
+    assert list(table.columns) == [
+        "kernel",
+        "stage",
+        "core_type",
+        "core_id",
+        "records",
+        "differing",
+        "steps_differing",
+        "steps",
+        "first_step",
+        "worst_name",
+    ]
     bad = table[table["differing"] > 0]
     assert set(bad["stage"]) == {"expert_down"}
     assert sorted(int(c) for c in bad["core_id"]) == [0, 1, 2, 3]
@@ -104,8 +127,9 @@ def test_payloads_compare_by_their_bits(dumps):
     down = differs[differs["stage"] == "expert_down"]
     assert set(down["verdict"]) == {"fail"}
     first = down.iloc[0]
-    assert first["note"].startswith(f"bitwise: bits differ in {int(first['mismatches'])} of {int(first['elements'])} "
-                                    "elements, first at (")
+    assert first["note"].startswith(
+        f"bitwise: bits differ in {int(first['mismatches'])} of {int(first['elements'])} elements, first at ("
+    )
     assert 0 < int(first["mismatches"]) <= int(first["elements"])
     assert first["worst_a"] != first["worst_b"] and abs(first["worst_a"] - first["worst_b"]) < 1e-5
     assert int(first["worst_task_id"]) == int(first["task_id"])
@@ -151,18 +175,25 @@ def test_bfloat16_payloads_compare_bitwise(tmp_path):
 
 
 def test_a_record_without_payload_or_checksum_is_not_a_pass():
-    row = {"dtype": "float32", "shape": (2, 3), "payload": False, "checksum": None, "element_count": 6,
-           "path": "rank_0/window_0000/x"}
+    row = {
+        "dtype": "float32",
+        "shape": (2, 3),
+        "payload": False,
+        "checksum": None,
+        "element_count": 6,
+        "path": "rank_0/window_0000/x",
+    }
     keys = {"name": "x", "path": "rank_0/window_0000/x"}
     result = bitwise_row(keys, None, None, row, {**row, "checksum": 7})
     assert result["verdict"] == "error"
-    assert result["note"] == ("bitwise: statistics only in a and b; no checksum in a: the bits cannot be proven "
-                              "equal")
+    assert result["note"] == ("bitwise: statistics only in a and b; no checksum in a: the bits cannot be proven equal")
     both = bitwise_row(keys, None, None, {**row, "checksum": 7}, {**row, "checksum": 7})
     assert (both["verdict"], both["note"]) == ("pass", "bitwise: statistics only in a and b; checksums equal")
     counts = bitwise_row(keys, None, None, {**row, "checksum": 7}, {**row, "checksum": 7, "element_count": 5})
     assert (counts["verdict"], counts["note"]) == (
-        "fail", "bitwise: statistics only in a and b; element counts differ (6 vs 5)")
+        "fail",
+        "bitwise: statistics only in a and b; element counts differ (6 vs 5)",
+    )
     shape = bitwise_row(keys, None, None, row, {**row, "shape": (3, 2)})
     assert (shape["verdict"], shape["note"]) == ("shape_mismatch", "bitwise: shape (2, 3) vs (3, 2)")
 
@@ -201,7 +232,9 @@ def test_the_tile_core_id_is_the_core_the_dump_names(dumps):
             def tile_fn(t):
                 seen[t.task.task_id] = (stage, t.core_id)
                 return fn(t)
+
             return tile_fn
+
         return wrap
 
     for operator in block.expert_kernel.graph.topological_sort():

@@ -20,8 +20,9 @@ from megadump_zarr.read.errors import DumpIntegrityError
 
 def write(out: Path, steps: int = 3) -> Path:
     block = MoEBlock()
-    cfg = TensorDumpConfig(out, level="L1", kernel_names="moe_experts", stages="expert_down", io="output",
-                           mode="statistics")
+    cfg = TensorDumpConfig(
+        out, level="L1", kernel_names="moe_experts", stages="expert_down", io="output", mode="statistics"
+    )
     with tensor_dump(cfg) as dumper, torch.no_grad():
         for _ in range(steps):
             block(block.make_input())
@@ -33,14 +34,18 @@ def columns_of(root: Path) -> tuple[list[tuple[str, dict]], LocalStore]:
     dump = open_dump(root)
     info = dump._scan()[0]
     nodes = window_nodes(dump.store, info)
-    wanted = [(f"{info.key}/{group}/{name}", nodes[f"{group}/{name}"])
-              for group in st._table_groups(nodes) for name in st._COLUMNS]
+    wanted = [
+        (f"{info.key}/{group}/{name}", nodes[f"{group}/{name}"])
+        for group in st._table_groups(nodes)
+        for name in st._COLUMNS
+    ]
     return wanted, LocalStore(str(root))
 
 
 def same(x: list, y: list) -> bool:
-    return len(x) == len(y) and all(a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b))
-                                    for a, b in zip(x, y))
+    return len(x) == len(y) and all(
+        a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b)) for a, b in zip(x, y)
+    )
 
 
 def test_the_one_pass_read_gives_what_zarr_reads(tmp_path):

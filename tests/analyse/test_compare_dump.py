@@ -12,8 +12,9 @@ import torch
 try:
     from megadump_zarr.read import open_dump
 except ImportError as exc:  # the read layer is written concurrently
-    pytest.skip(f"megadump_zarr.read.open_dump cannot be imported yet ({exc}); real-dump tests need it",
-                allow_module_level=True)
+    pytest.skip(
+        f"megadump_zarr.read.open_dump cannot be imported yet ({exc}); real-dump tests need it", allow_module_level=True
+    )
 
 from megadump_zarr import TensorDumpConfig, tensor_dump
 from megadump_zarr.analyse import compare, first_divergence, first_nonfinite
@@ -87,8 +88,8 @@ def test_perturbed_records_fail_and_first_divergence_is_earliest(l1_pair, tmp_pa
     a, b = l1_pair
     c = tmp_path / "c"
     shutil.copytree(b, c)
-    late = record_path(c, stage="combine", task_id=14, io="output", name="out")        # path sorts first
-    early = record_path(c, stage="expert_up", task_id=1, io="output", name="ws")       # runs first
+    late = record_path(c, stage="combine", task_id=14, io="output", name="out")  # path sorts first
+    early = record_path(c, stage="expert_up", task_id=1, io="output", name="ws")  # runs first
     backward = record_path(c, stage="expert_up_bwd", task_id=16, io="output", name="grad_xs")
     perturb(c, late, add_to_one(2.0))  # max_abs 2 > 1
     perturb(c, early, lambda x: x * 1.5)
@@ -150,8 +151,9 @@ def test_stitched_l1_against_eager_reference(tmp_path, dtype):
     """Tasks 0 and 2 of ``combine`` capture rows 0-7 and 16-23: the reference is compared at those rows."""
     block = MoEBlock(DemoConfig(dtype=dtype))
     x = block.make_input()
-    config = TensorDumpConfig(tmp_path / "l1", level="L1", kernel_names=("moe_experts",), stages=("combine",),
-                              stage_task_indices=(0, 2))
+    config = TensorDumpConfig(
+        tmp_path / "l1", level="L1", kernel_names=("moe_experts",), stages=("combine",), stage_task_indices=(0, 2)
+    )
     with tensor_dump(config) as dumper:
         block(x)
         dumper.step()
@@ -228,8 +230,11 @@ def test_stitched_worst_element_names_its_task_owner_and_core(tmp_path):
     owner = records[(records.stage == "combine") & (records["name"] == "out")]
     producer = next(r for r in owner.itertuples() if 20 in range(*_rows_of(tmp_path / "l1", r.path)))
     assert row.verdict == "fail" and row.worst_index == (20, 3)
-    assert (row.worst_task_id, row.worst_core_type, row.worst_core_id) == (producer.task_id, producer.core_type,
-                                                                           producer.core_id)
+    assert (row.worst_task_id, row.worst_core_type, row.worst_core_id) == (
+        producer.task_id,
+        producer.core_type,
+        producer.core_id,
+    )
     assert row.worst_b == pytest.approx(float(reference[20, 3]))
 
 
@@ -248,11 +253,11 @@ def drop_first_chunk(root: Path, path: str) -> str:
     name = "c" if record_ndim == 0 else "c." + ".".join(["0"] * record_ndim)
     rows = array.shards[0]
     raw = span.file.read_bytes()
-    table = np.frombuffer(raw[-(16 * rows + 4):-4], dtype="<u8").reshape(rows, 2)
+    table = np.frombuffer(raw[-(16 * rows + 4) : -4], dtype="<u8").reshape(rows, 2)
     entries = [tuple(int(v) for v in entry) for entry in table]
     assert entries[index % rows] == (span.offset, span.nbytes)
     entries[index % rows] = None
-    span.file.write_bytes(raw[:-(16 * rows + 4)] + encode_index(entries))
+    span.file.write_bytes(raw[: -(16 * rows + 4)] + encode_index(entries))
     return f"{path}/{name}"
 
 

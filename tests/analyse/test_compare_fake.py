@@ -26,19 +26,49 @@ class FakeDump:
         self.arrays: dict[str, np.ndarray] = {}
         rows = []
         for (invocation, stage, task_id, io, index, name), data in arrays.items():
-            path = (f"rank_{rank}/window_0000/invocation_{invocation:06d}_forward/stages/{stage}/"
-                    f"task_{task_id:06d}/{io}_{index:02d}_{name}")
+            path = (
+                f"rank_{rank}/window_0000/invocation_{invocation:06d}_forward/stages/{stage}/"
+                f"task_{task_id:06d}/{io}_{index:02d}_{name}"
+            )
             self.arrays[path] = np.asarray(data)
-            rows.append(dict(
-                rank=rank, window=0, invocation=invocation, step=0, direction="forward", kernel="k", level="L1",
-                stage=stage, task_id=task_id, stage_task_index=0, owner_label=None, owner_id=None, core_type="VECTOR",
-                core_id=0, worker=None, io=io, index=index, name=name, dtype=str(np.asarray(data).dtype),
-                shape=tuple(np.shape(data)), stored_shape=tuple(np.shape(data)), truncated=False, bytes=0,
-                stored_bytes=0, min=np.nan, max=np.nan, mean=np.nan, l2norm=np.nan,
-                nan_count=int(np.isnan(data).sum()) if stats else None,
-                inf_count=int(np.isinf(data).sum()) if stats else None,
-                path=path, role=None, capture_phase="before" if io == "input" else "after", status="complete",
-            ))
+            rows.append(
+                dict(
+                    rank=rank,
+                    window=0,
+                    invocation=invocation,
+                    step=0,
+                    direction="forward",
+                    kernel="k",
+                    level="L1",
+                    stage=stage,
+                    task_id=task_id,
+                    stage_task_index=0,
+                    owner_label=None,
+                    owner_id=None,
+                    core_type="VECTOR",
+                    core_id=0,
+                    worker=None,
+                    io=io,
+                    index=index,
+                    name=name,
+                    dtype=str(np.asarray(data).dtype),
+                    shape=tuple(np.shape(data)),
+                    stored_shape=tuple(np.shape(data)),
+                    truncated=False,
+                    bytes=0,
+                    stored_bytes=0,
+                    min=np.nan,
+                    max=np.nan,
+                    mean=np.nan,
+                    l2norm=np.nan,
+                    nan_count=int(np.isnan(data).sum()) if stats else None,
+                    inf_count=int(np.isinf(data).sum()) if stats else None,
+                    path=path,
+                    role=None,
+                    capture_phase="before" if io == "input" else "after",
+                    status="complete",
+                )
+            )
         self._records = pd.DataFrame(rows).sort_values("path", kind="stable").reset_index(drop=True)
         for col in ("task_id", "worker", "nan_count", "inf_count", "index"):
             self._records[col] = self._records[col].astype("Int64")

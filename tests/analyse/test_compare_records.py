@@ -39,14 +39,31 @@ def arrays() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
 
 
 def write(root: Path, data: dict[str, np.ndarray]) -> None:
-    items = [ArrayWrite(name, x, tuple(f"{name}_{i}" for i in range(x.ndim)),
-                        {"name": name, "role": "stage_output", "capturePhase": "after", "actualShape": list(x.shape),
-                         "declaredShape": list(x.shape)}) for name, x in data.items()]
-    invocation = InvocationWrite("invocation_000000_forward", {"invocationId": 0, "step": 0, "direction": "forward",
-                                                               "kernelName": "k", "level": "L0"}, [], items)
+    items = [
+        ArrayWrite(
+            name,
+            x,
+            tuple(f"{name}_{i}" for i in range(x.ndim)),
+            {
+                "name": name,
+                "role": "stage_output",
+                "capturePhase": "after",
+                "actualShape": list(x.shape),
+                "declaredShape": list(x.shape),
+            },
+        )
+        for name, x in data.items()
+    ]
+    invocation = InvocationWrite(
+        "invocation_000000_forward",
+        {"invocationId": 0, "step": 0, "direction": "forward", "kernelName": "k", "level": "L0"},
+        [],
+        items,
+    )
     with WindowWriter(root, chunk_bytes=CHUNK_BYTES, durable=False) as writer:
-        writer.write_window(WindowWrite(0, 0, {"level": "L0", "windowIndex": 0, "invocations": [invocation.name]},
-                                        [invocation]))
+        writer.write_window(
+            WindowWrite(0, 0, {"level": "L0", "windowIndex": 0, "invocations": [invocation.name]}, [invocation])
+        )
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +80,10 @@ def test_lanes_equal_one_pass_over_numpy(dumps, threads):
     root_a, root_b, a, b = dumps
     dump_a, dump_b = open_dump(root_a), open_dump(root_b)
     records = dump_a.records()
-    pairs = [RecordPair(dump_a, dump_b, str(path), {**dict.fromkeys(KEY_COLUMNS), "name": name, "path": str(path)})
-             for path, name in zip(records["path"], records["name"])]
+    pairs = [
+        RecordPair(dump_a, dump_b, str(path), {**dict.fromkeys(KEY_COLUMNS), "name": name, "path": str(path)})
+        for path, name in zip(records["path"], records["name"])
+    ]
     assert open_dump(root_a).record_array(pairs[0].path).chunks[0][0] < 300  # several chunks per record
     rows = {row["name"]: row for row in compare_records(pairs, threads=threads)}
     for name in a:
@@ -74,7 +93,10 @@ def test_lanes_equal_one_pass_over_numpy(dumps, threads):
         row = rows[name]
         assert (row["mismatches"], row["first_mismatch"]) == (expected.mismatches, expected.first_mismatch), name
         assert (row["nan_b"], row["nonfinite_mismatch"], row["elements"]) == (
-            expected.nan_b, expected.nonfinite_mismatch, expected.elements)
+            expected.nan_b,
+            expected.nonfinite_mismatch,
+            expected.elements,
+        )
         # NaN where the NaN/Inf patterns differ (f32 holds a NaN at 201,7 on one side)
         assert row["max_abs"] == pytest.approx(expected.max_abs, rel=0, abs=0, nan_ok=True)
         assert row["max_rel"] == pytest.approx(expected.max_rel, rel=0, abs=0, nan_ok=True)

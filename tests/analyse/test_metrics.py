@@ -50,13 +50,18 @@ def oneshot(a: np.ndarray, b: np.ndarray, rtol: float | None = None, atol: float
     rel = d / np.maximum(np.abs(fb), REL_EPS)
     n = fa.size
     out = dict(
-        elements=a.size, finite_pairs=n, cosine=min(1.0, max(-1.0, cosine)),
-        max_abs=float(d.max()) if n else 0.0, max_rel=float(rel.max()) if n else 0.0,
+        elements=a.size,
+        finite_pairs=n,
+        cosine=min(1.0, max(-1.0, cosine)),
+        max_abs=float(d.max()) if n else 0.0,
+        max_rel=float(rel.max()) if n else 0.0,
         rmse=float(np.sqrt(np.mean(d**2))) if n else 0.0,
         within_0_1pct=float(np.mean(rel <= 1e-3)) if n else 1.0,
         within_0_5pct=float(np.mean(rel <= 5e-3)) if n else 1.0,
-        nan_a=int(np.isnan(a).sum()), inf_a=int(np.isinf(a).sum()),
-        nan_b=int(np.isnan(b).sum()), inf_b=int(np.isinf(b).sum()),
+        nan_a=int(np.isnan(a).sum()),
+        inf_a=int(np.isinf(a).sum()),
+        nan_b=int(np.isnan(b).sum()),
+        inf_b=int(np.isinf(b).sum()),
         nonfinite_mismatch=int((~finite & ~same_nonfinite).sum()),
     )
     if out["nonfinite_mismatch"]:  # NaN/Inf patterns differ: no metric over the finite pairs alone
@@ -121,12 +126,18 @@ def test_chunk_aligned_blocks_cover_every_element_once_within_budget(data, shape
 def test_blocks_follow_dask_and_zarr_chunks(tmp_path):
     assert list(iter_blocks((10, 2), 8 * 8, chunks=(3, 3, 4))) == [(slice(0, 3),), (slice(3, 6),), (slice(6, 10),)]
     assert list(iter_blocks((10, 1), 8 * 7, chunks=(3, 3, 4))) == [(slice(0, 6),), (slice(6, 10),)]
-    assert list(iter_blocks((10, 1), 8 * 3, chunks=(10,))) == [(slice(0, 3),), (slice(3, 6),), (slice(6, 9),),
-                                                                  (slice(9, 10),)]
+    assert list(iter_blocks((10, 1), 8 * 3, chunks=(10,))) == [
+        (slice(0, 3),),
+        (slice(3, 6),),
+        (slice(6, 9),),
+        (slice(9, 10),),
+    ]
     assert row_chunks(da.zeros((10, 2), chunks=(4, 2))) == (4, 4, 2)
     assert row_chunks(xr.DataArray(da.zeros((10, 2), chunks=(3, 2)))) == (3, 3, 3, 1)
     assert row_chunks(zarr.create_array(tmp_path / "z.zarr", shape=(10, 2), chunks=(4, 2), dtype="f4")) == (4, 4, 2)
-    assert row_chunks(np.zeros(3)) is None and row_chunks(torch.zeros(3)) is None and row_chunks(xr.DataArray([1])) is None
+    assert (
+        row_chunks(np.zeros(3)) is None and row_chunks(torch.zeros(3)) is None and row_chunks(xr.DataArray([1])) is None
+    )
 
 
 def test_block_budget_default_is_8_mib_of_float64():
@@ -151,8 +162,11 @@ def test_identical_arrays_pass_with_zero_error(a, block_bytes):
 
 @SETTINGS
 @given(
-    b=hnp.arrays(np.float64, hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=9),
-                 elements=st.floats(-100, 100, allow_nan=False, width=64)),
+    b=hnp.arrays(
+        np.float64,
+        hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=9),
+        elements=st.floats(-100, 100, allow_nan=False, width=64),
+    ),
     scale=st.floats(0.5, 2.0),
     shift=st.floats(-1.0, 1.0),
     block_bytes=block_sizes,
@@ -232,8 +246,18 @@ def test_nan_only_in_dump_side_fails_and_metrics_are_nan():
     assert (m.nan_a, m.inf_a, m.nan_b, m.inf_b) == (1, 0, 0, 0)
     assert m.finite_pairs == 7 and m.nonfinite_mismatch == 1
     assert m.worst_index == (5,) and (m.worst_a, m.worst_b) == (6.5, 6.0)  # still where the largest error is
-    for key in ("cosine", "max_abs", "max_rel", "rmse", "within_0_1pct", "within_0_5pct", "euc_dist",
-                "max_rel_eps", "one_thousandth_ratio", "five_thousandths_ratio"):
+    for key in (
+        "cosine",
+        "max_abs",
+        "max_rel",
+        "rmse",
+        "within_0_1pct",
+        "within_0_5pct",
+        "euc_dist",
+        "max_rel_eps",
+        "one_thousandth_ratio",
+        "five_thousandths_ratio",
+    ):
         assert math.isnan(getattr(m, key)), key
     result, reasons = verdict(m)
     assert result == "fail" and any("NaN/Inf" in r for r in reasons)
@@ -370,5 +394,11 @@ def test_top_level_exports():
 
     assert megadump_zarr.compare is analyse.compare
     assert megadump_zarr.root_cause is analyse.root_cause and megadump_zarr.first_divergence is analyse.first_divergence
-    assert set(analyse.__all__) == {"RESULT_COLUMNS", "compare", "error_map", "first_divergence", "first_nonfinite",
-                                    "root_cause"}
+    assert set(analyse.__all__) == {
+        "RESULT_COLUMNS",
+        "compare",
+        "error_map",
+        "first_divergence",
+        "first_nonfinite",
+        "root_cause",
+    }

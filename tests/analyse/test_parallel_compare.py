@@ -56,11 +56,23 @@ def _write(root: Path, arrays: dict[str, np.ndarray], compressor: str) -> Path:
     writes = []
     for name, data in arrays.items():
         dims = tuple(f"{name}_{axis}" for axis in range(data.ndim))
-        attrs = {"name": name, "role": "stage_output", "capturePhase": "after", "actualShape": list(data.shape),
-                 "declaredShape": list(data.shape), "producers": [], "consumers": [], "ports": []}
+        attrs = {
+            "name": name,
+            "role": "stage_output",
+            "capturePhase": "after",
+            "actualShape": list(data.shape),
+            "declaredShape": list(data.shape),
+            "producers": [],
+            "consumers": [],
+            "ports": [],
+        }
         writes.append(ArrayWrite(name, data, dims, attrs))
-    invocation = InvocationWrite("invocation_000000_forward", {"invocationId": 0, "step": 0, "direction": "forward",
-                                                               "kernelName": "k", "level": "L0"}, [], writes)
+    invocation = InvocationWrite(
+        "invocation_000000_forward",
+        {"invocationId": 0, "step": 0, "direction": "forward", "kernelName": "k", "level": "L0"},
+        [],
+        writes,
+    )
     window = WindowWrite(0, 0, {"level": "L0", "windowIndex": 0, "invocations": [invocation.name]}, [invocation])
     with WindowWriter(root, chunk_bytes=CHUNK_BYTES, durable=False, compressor=compressor) as writer:
         writer.write_window(window)
@@ -96,8 +108,9 @@ def test_threaded_rows_have_the_serial_bits_every_time(dumps):
     assert {r["name"].rsplit("/", 1)[-1]: r["mismatches"] for r in serial}["i32"] == 1
     for _ in range(4):  # lanes take blocks in whatever order they race to: the sums must not notice
         threaded = compare_records(units, threads=4)
-        assert [[_bits(v) for v in row.values()] for row in threaded] == [[_bits(v) for v in row.values()]
-                                                                           for row in serial]
+        assert [[_bits(v) for v in row.values()] for row in threaded] == [
+            [_bits(v) for v in row.values()] for row in serial
+        ]
 
 
 def test_threaded_rows_match_compute_metrics_through_zarr(dumps):
@@ -111,8 +124,20 @@ def test_threaded_rows_match_compute_metrics_through_zarr(dumps):
         xa, xb = dump_a.record_array(unit.path).data, dump_b.record_array(unit.path).data
         plan = pairs.prepare_pair(unit.keys, xa, xb)
         m = compute_metrics(xa, xb, rtol=plan.rtol, atol=plan.atol, exact=plan.exact, block_bytes=BLOCK_BYTES)
-        for column in ("cosine", "max_abs", "max_rel", "rmse", "euc_dist", "within_0_1pct", "max_rel_eps",
-                       "mismatches", "nan_a", "nan_b", "elements", "first_mismatch"):
+        for column in (
+            "cosine",
+            "max_abs",
+            "max_rel",
+            "rmse",
+            "euc_dist",
+            "within_0_1pct",
+            "max_rel_eps",
+            "mismatches",
+            "nan_a",
+            "nan_b",
+            "elements",
+            "first_mismatch",
+        ):
             assert _bits(row[column]) == _bits(getattr(m, column)), (unit.path, column, row[column], getattr(m, column))
         if row["verdict"] != "pass":
             assert row["worst_index"] == m.worst_index and _bits(row["worst_a"]) == _bits(m.worst_a)
@@ -144,8 +169,15 @@ def test_fast_rows_are_zarrs_bytes(dumps, name):
     whole = fast.guarded[...]
     n, step = fast.shape[0], fast.chunks[0]
     assert n > 3 * step  # several chunks, and an edge chunk (n is not a multiple of the chunk rows)
-    cases = [slice(0, step), slice(step, 3 * step), slice(0, n), slice(2 * step, n), slice(5, step + 7),
-             slice(n - 3, n), slice(1, 2)]
+    cases = [
+        slice(0, step),
+        slice(step, 3 * step),
+        slice(0, n),
+        slice(2 * step, n),
+        slice(5, step + 7),
+        slice(n - 3, n),
+        slice(1, 2),
+    ]
     for rows in cases:
         got = fast[rows] if fast.ndim == 1 else fast[rows, :]
         assert got.dtype == whole.dtype and got.shape == whole[rows].shape
@@ -176,12 +208,12 @@ def test_a_corrupt_or_missing_chunk_fails_as_through_zarr(tmp_path):
     raw = bytearray(corrupt.read_bytes())
     raw[len(raw) // 2] ^= 0xFF
     corrupt.write_bytes(bytes(raw))
-    message = _error(lambda: fast[0:2 * step])
+    message = _error(lambda: fast[0 : 2 * step])
     assert "is corrupt: crc32c checksum mismatch" in message and corrupt.name in message
-    assert message == _error(lambda: GuardedArray(fast.guarded.array, fast.key, dump.root)[0:2 * step])
+    assert message == _error(lambda: GuardedArray(fast.guarded.array, fast.key, dump.root)[0 : 2 * step])
     missing = _chunk_file(root, "x", 2)
     missing.unlink()
-    message = _error(lambda: fast[2 * step:3 * step])
+    message = _error(lambda: fast[2 * step : 3 * step])
     assert "is missing: its window is committed" in message and missing.name in message
     assert fast.fast_reads == 0
     assert fast[0:step].tobytes() == fast.guarded[0:step].tobytes() and fast.fast_reads == 1
@@ -205,15 +237,19 @@ def test_dask_reads_take_the_fast_path_with_zarrs_bytes(dumps):
     """``record_array`` (one dask task per chunk, asking ``x[0:r, 0:n]``) decodes in dask's threads."""
     dump, path = _record(dumps[0], "f32")
     lazy = dump.record_array(path)
-    (source,) = {getattr(v, "value", v) for task in dict(lazy.data.__dask_graph__()).values()
-                 for v in getattr(task, "args", ()) if isinstance(getattr(v, "value", v), ChunkRows)}
+    (source,) = {
+        getattr(v, "value", v)
+        for task in dict(lazy.data.__dask_graph__()).values()
+        for v in getattr(task, "args", ())
+        if isinstance(getattr(v, "value", v), ChunkRows)
+    }
     whole = source.guarded[...]
     assert lazy.values.tobytes() == whole.tobytes()
     assert source.fast_reads == -(-source.shape[0] // source.chunks[0])  # every chunk, none through zarr
     step, n = source.chunks[0], source.shape[1]
     assert source[0:step, 0:n].tobytes() == whole[0:step].tobytes()
     reads = source.fast_reads
-    assert source[0:step, 0:n - 1].tobytes() == whole[0:step, 0:n - 1].tobytes()  # part of an axis: zarr
+    assert source[0:step, 0 : n - 1].tobytes() == whole[0:step, 0 : n - 1].tobytes()  # part of an axis: zarr
     assert source[0:step, 1:n].tobytes() == whole[0:step, 1:n].tobytes() and source.fast_reads == reads
 
 
@@ -223,5 +259,7 @@ def test_fast_rows_pickle_for_dask_workers(dumps):
     dump, path = _record(dumps[0], "f64")
     fast = record_source(dump, path, False)
     copy = pickle.loads(pickle.dumps(fast))
-    assert isinstance(copy, ChunkRows) and copy[0:fast.chunks[0]].tobytes() == fast.guarded[0:fast.chunks[0]].tobytes()
+    assert (
+        isinstance(copy, ChunkRows) and copy[0 : fast.chunks[0]].tobytes() == fast.guarded[0 : fast.chunks[0]].tobytes()
+    )
     assert copy.fast_reads == 1

@@ -36,12 +36,21 @@ def test_l1_root_cause_names_the_faulty_task_output(clean, tmp_path):
     result = compare(tmp_path / "bad", clean["l1"])
     failing = result[result.verdict != "pass"]
     # the faulty task's output, then every consumer of its rows downstream
-    assert failing.iloc[0][["stage", "task_id", "io", "name"]].tolist() == ["expert_down", fault.task_ids[0],
-                                                                            "output", "ys"]
+    assert failing.iloc[0][["stage", "task_id", "io", "name"]].tolist() == [
+        "expert_down",
+        fault.task_ids[0],
+        "output",
+        "ys",
+    ]
     assert set(failing.stage) == {"expert_down", "combine"}
     cause = root_cause(result)
     assert (cause.stage, cause.task_id, cause.owner_id, cause.io, cause["name"]) == (
-        "expert_down", fault.task_ids[0], 1, "output", "ys")
+        "expert_down",
+        fault.task_ids[0],
+        1,
+        "output",
+        "ys",
+    )
     assert cause.core_type == "AIC" and cause.core_id is not None and cause.path.endswith("output_00_ys")
     assert "every input of task" in cause.root_reason
     assert cause.root_stage == "expert_down"

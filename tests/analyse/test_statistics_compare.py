@@ -77,30 +77,74 @@ def test_mixed_dumps_compare_against_tensor_mode(dumps):
 
 
 def row(**values):
-    base = {"payload": False, "dtype": "float32", "shape": (4, 2), "nan_count": 0, "inf_count": 0, "element_count": 8,
-            "min": -1.0, "max": 2.0, "mean": 0.5, "l2norm": 3.0, "checksum": 11}
+    base = {
+        "payload": False,
+        "dtype": "float32",
+        "shape": (4, 2),
+        "nan_count": 0,
+        "inf_count": 0,
+        "element_count": 8,
+        "min": -1.0,
+        "max": 2.0,
+        "mean": 0.5,
+        "l2norm": 3.0,
+        "checksum": 11,
+    }
     return pd.Series({**base, **values})
 
 
-@pytest.mark.parametrize("a, b, verdict, note", [
-    (row(), row(), "pass", "summary: statistics only in a and b; checksums equal"),
-    (row(checksum=12, mean=0.5 + 1e-9), row(), "differs_within_stats",
-     "summary: statistics only in a and b; checksums differ (0x000000000000000c vs 0x000000000000000b), "
-     "statistics within tolerance"),
-    (row(checksum=12, max=2.1), row(), "fail", "summary: statistics only in a and b; max beyond rtol=1.3e-06, atol=1e-05"),
-    (row(checksum=12, nan_count=1), row(), "fail",
-     "summary: statistics only in a and b; NaN/Inf counts differ (1/0 vs 0/0)"),
-    (row(dtype="int32", checksum=12), row(dtype="int32"), "fail",
-     "summary: statistics only in a and b; checksums differ (0x000000000000000c vs 0x000000000000000b)"),
-    (row(dtype="int32"), row(dtype="float32"), "dtype_mismatch", "summary: statistics only in a and b; dtype int32 vs float32"),
-    (row(shape=(8,)), row(), "shape_mismatch", "summary: statistics only in a and b; shape (8,) vs (4, 2)"),
-    (row(payload=True, checksum=None), row(), "pass", "summary: statistics only in b; statistics within tolerance"),
-    (row(dtype="bfloat16", checksum=1, max=2.01), row(dtype="bfloat16"), "differs_within_stats",
-     "summary: statistics only in a and b; checksums differ (0x0000000000000001 vs 0x000000000000000b), "
-     "statistics within tolerance"),
-    (row(dtype="bool", checksum=12), row(dtype="bool"), "fail",
-     "summary: statistics only in a and b; checksums differ (0x000000000000000c vs 0x000000000000000b)"),
-])
+@pytest.mark.parametrize(
+    "a, b, verdict, note",
+    [
+        (row(), row(), "pass", "summary: statistics only in a and b; checksums equal"),
+        (
+            row(checksum=12, mean=0.5 + 1e-9),
+            row(),
+            "differs_within_stats",
+            "summary: statistics only in a and b; checksums differ (0x000000000000000c vs 0x000000000000000b), "
+            "statistics within tolerance",
+        ),
+        (
+            row(checksum=12, max=2.1),
+            row(),
+            "fail",
+            "summary: statistics only in a and b; max beyond rtol=1.3e-06, atol=1e-05",
+        ),
+        (
+            row(checksum=12, nan_count=1),
+            row(),
+            "fail",
+            "summary: statistics only in a and b; NaN/Inf counts differ (1/0 vs 0/0)",
+        ),
+        (
+            row(dtype="int32", checksum=12),
+            row(dtype="int32"),
+            "fail",
+            "summary: statistics only in a and b; checksums differ (0x000000000000000c vs 0x000000000000000b)",
+        ),
+        (
+            row(dtype="int32"),
+            row(dtype="float32"),
+            "dtype_mismatch",
+            "summary: statistics only in a and b; dtype int32 vs float32",
+        ),
+        (row(shape=(8,)), row(), "shape_mismatch", "summary: statistics only in a and b; shape (8,) vs (4, 2)"),
+        (row(payload=True, checksum=None), row(), "pass", "summary: statistics only in b; statistics within tolerance"),
+        (
+            row(dtype="bfloat16", checksum=1, max=2.01),
+            row(dtype="bfloat16"),
+            "differs_within_stats",
+            "summary: statistics only in a and b; checksums differ (0x0000000000000001 vs 0x000000000000000b), "
+            "statistics within tolerance",
+        ),
+        (
+            row(dtype="bool", checksum=12),
+            row(dtype="bool"),
+            "fail",
+            "summary: statistics only in a and b; checksums differ (0x000000000000000c vs 0x000000000000000b)",
+        ),
+    ],
+)
 def test_summary_rules(a, b, verdict, note):
     assert is_summary_pair(a, b)
     result = summary_row({"name": "x"}, a, b)

@@ -13,12 +13,35 @@ import torch
 from megadump_zarr.analyse import compare
 from megadump_zarr.analyse.metrics import TensorMetrics
 from megadump_zarr.analyse.verdict import (
-    COSINE_FLOOR, COSINE_MIN, MAX_ABS_SMALL, RULES_TEXT, TOLERANCES, check_tolerance, dtype_kind, resolve_tolerance,
-    tolerance_for, verdict,
+    COSINE_FLOOR,
+    COSINE_MIN,
+    MAX_ABS_SMALL,
+    RULES_TEXT,
+    TOLERANCES,
+    check_tolerance,
+    dtype_kind,
+    resolve_tolerance,
+    tolerance_for,
+    verdict,
 )
 
-GOOD = TensorMetrics(elements=10, finite_pairs=10, cosine=1.0, max_abs=0.0, max_rel=0.0, rmse=0.0, within_0_1pct=1.0,
-                     within_0_5pct=1.0, nan_a=0, inf_a=0, nan_b=0, inf_b=0, nonfinite_mismatch=0, rtol=1e-3, atol=1e-3)
+GOOD = TensorMetrics(
+    elements=10,
+    finite_pairs=10,
+    cosine=1.0,
+    max_abs=0.0,
+    max_rel=0.0,
+    rmse=0.0,
+    within_0_1pct=1.0,
+    within_0_5pct=1.0,
+    nan_a=0,
+    inf_a=0,
+    nan_b=0,
+    inf_b=0,
+    nonfinite_mismatch=0,
+    rtol=1e-3,
+    atol=1e-3,
+)
 
 
 def below(x: float) -> float:
@@ -36,8 +59,12 @@ def judge(**changes) -> str:
 # ---------------------------------------------------------------------------------------------------- the table
 def test_tolerance_table_exact_values():
     assert TOLERANCES == {
-        "float64": (1e-7, 1e-7), "float32": (1.3e-6, 1e-5), "float16": (1e-3, 1e-3), "bfloat16": (1.6e-2, 1.6e-2),
-        "float8_e4m3fn": (1.25e-1, 1.25e-1), "float8_e5m2": (2.5e-1, 2.5e-1),
+        "float64": (1e-7, 1e-7),
+        "float32": (1.3e-6, 1e-5),
+        "float16": (1e-3, 1e-3),
+        "bfloat16": (1.6e-2, 1.6e-2),
+        "float8_e4m3fn": (1.25e-1, 1.25e-1),
+        "float8_e5m2": (2.5e-1, 2.5e-1),
     }
     assert tolerance_for("torch.bfloat16") == (1.6e-2, 1.6e-2)
     assert tolerance_for("int64") == (0.0, 0.0) and tolerance_for("bool") == (0.0, 0.0)
@@ -62,9 +89,18 @@ def test_mixed_precision_uses_the_looser_dtype():
     assert resolve_tolerance("int32", "int64", rtol=0.5, atol=0.5) == (0.0, 0.0, True)
 
 
-@pytest.mark.parametrize("name, kind", [("int64", "integer"), ("uint8", "integer"), ("bool", "bool"),
-                                        ("float8_e4m3fn", "float"), ("bfloat16", "float"), ("torch.float16", "float"),
-                                        ("complex64", "complex")])
+@pytest.mark.parametrize(
+    "name, kind",
+    [
+        ("int64", "integer"),
+        ("uint8", "integer"),
+        ("bool", "bool"),
+        ("float8_e4m3fn", "float"),
+        ("bfloat16", "float"),
+        ("torch.float16", "float"),
+        ("complex64", "complex"),
+    ],
+)
 def test_dtype_kinds(name, kind):
     assert dtype_kind(name) == kind
 
@@ -111,8 +147,10 @@ def test_bool_and_multidimensional_index():
 
 
 def test_kind_mismatch_is_its_own_verdict():
-    for a, b, text in ((np.ones(3, np.int64), np.ones(3, np.float32), "int64 (integer) vs float32 (float)"),
-                       (np.ones(3, bool), np.ones(3, np.int32), "bool (bool) vs int32 (integer)")):
+    for a, b, text in (
+        (np.ones(3, np.int64), np.ones(3, np.float32), "int64 (integer) vs float32 (float)"),
+        (np.ones(3, bool), np.ones(3, np.int32), "bool (bool) vs int32 (integer)"),
+    ):
         row = compare(a, b).iloc[0]
         assert row.verdict == "dtype_mismatch" and row.note == f"dtype kinds differ: {text}; not compared"
         assert pd_isna(row.cosine)
@@ -142,8 +180,9 @@ def test_nonfinite_mismatch_and_mismatches():
     assert judge(nonfinite_mismatch=1, mismatches=1) == "fail"
     assert judge(nan_a=3, nan_b=3) == "pass"  # same NaN pattern on both sides
     result, reasons = verdict(dataclasses.replace(GOOD, mismatches=3, first_mismatch=(0, 2), max_abs=0.5))
-    assert result == "fail" and reasons == ["3 of 10 not within rtol 0.001 atol 0.001 (max_abs 0.5), "
-                                            "first mismatch at (0, 2)"]
+    assert result == "fail" and reasons == [
+        "3 of 10 not within rtol 0.001 atol 0.001 (max_abs 0.5), first mismatch at (0, 2)"
+    ]
 
 
 def test_float32_default_tolerance_boundary():

@@ -14,8 +14,9 @@ from benchmarks import device_check
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the check runs instead of skipping")
 def test_skips_with_a_message_and_exit_0_without_cuda():
-    result = subprocess.run([sys.executable, "-m", "benchmarks.device_check"], capture_output=True, text=True,
-                            timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.device_check"], capture_output=True, text=True, timeout=120, check=False
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("device-check: skipped: no CUDA device: torch.cuda.is_available() is False")
     assert result.stdout.count("\n") == 1 and result.stderr == ""
@@ -43,10 +44,20 @@ def test_make_device_check_prints_one_line_without_cuda():
     assert recipe.startswith("\t@") and recipe.endswith("-m benchmarks.device_check")
     import shutil
 
-    stamp = subprocess.run(["make", "-q", ".venv/.installed"], cwd=root, capture_output=True, check=False) if shutil.which("make") else None
+    stamp = (
+        subprocess.run(["make", "-q", ".venv/.installed"], cwd=root, capture_output=True, check=False)
+        if shutil.which("make")
+        else None
+    )
     if stamp is None or stamp.returncode != 0:
         pytest.skip("make missing or the venv stamp is stale (make would reinstall first)")
-    result = subprocess.run(["make", "--no-print-directory", "device-check"], cwd=root, capture_output=True, text=True,
-                            timeout=120, check=False)
+    result = subprocess.run(
+        ["make", "--no-print-directory", "device-check"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0 and result.stderr == ""
     assert result.stdout.count("\n") == 1 and result.stdout.startswith("device-check: skipped: no CUDA device")

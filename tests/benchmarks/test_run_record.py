@@ -25,8 +25,18 @@ def test_write_json_carries_the_run_record(tmp_path):
     doc = json.loads(out.read_text())
     assert doc["entries"] == [{"workload": "w", "seconds": 1.5}]
     run = doc["run"]
-    assert set(run) == {"date", "nproc", "cpu_count", "load_average_before", "load_average_after", "wall_s", "cpu_s",
-                        "cpu_self_s", "cpu_children_s", "max_rss_mib"}
+    assert set(run) == {
+        "date",
+        "nproc",
+        "cpu_count",
+        "load_average_before",
+        "load_average_after",
+        "wall_s",
+        "cpu_s",
+        "cpu_self_s",
+        "cpu_children_s",
+        "max_rss_mib",
+    }
     assert abs((datetime.fromisoformat(run["date"]) - before).total_seconds()) <= 2
     assert run["nproc"] == len(os.sched_getaffinity(0)) and run["cpu_count"] == os.cpu_count()
     assert len(run["load_average_before"]) == len(run["load_average_after"]) == 3
@@ -42,10 +52,23 @@ def test_no_json_path_writes_nothing(tmp_path):
 
 
 def test_every_benchmark_that_writes_json_starts_its_run_record():
-    writers = [p for p in BENCHMARKS.glob("*.py") if p.name != "_common.py" and "json" in p.read_text()
-               and "--json" in p.read_text()]
-    started = {"codecs", "compare", "device_check", "distributed", "export", "peer_compare", "read", "report",
-               "statistics", "upload"}
+    writers = [
+        p
+        for p in BENCHMARKS.glob("*.py")
+        if p.name != "_common.py" and "json" in p.read_text() and "--json" in p.read_text()
+    ]
+    started = {
+        "codecs",
+        "compare",
+        "device_check",
+        "distributed",
+        "export",
+        "peer_compare",
+        "read",
+        "report",
+        "statistics",
+        "upload",
+    }
     assert {p.stem for p in writers} >= started
     for path in writers:  # write_json adds the run record (measured from import time unless main starts it)
         text = path.read_text()

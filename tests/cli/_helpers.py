@@ -82,15 +82,28 @@ def make_salvage_inputs(directory: Path, monkeypatch: pytest.MonkeyPatch, *, pen
 
     monkeypatch.setattr(dumper_module, "prepare_l1_dump", spy)
     block = MoEBlock()
-    config = TensorDumpConfig(directory / "live", level="L1", kernel_names="moe_experts",
-                              stages=("expert_up", "expert_down"), owner_ids=(0, 1))
+    config = TensorDumpConfig(
+        directory / "live",
+        level="L1",
+        kernel_names="moe_experts",
+        stages=("expert_up", "expert_down"),
+        owner_ids=(0, 1),
+    )
     with tensor_dump(config) as dumper:
         block(block.make_input())
         dumper.step()
     monkeypatch.setattr(dumper_module, "prepare_l1_dump", original)
     prepared = prepared_calls[0]
-    invocation = DumpInvocation(invocation_id=0, step=0, kernel_name="moe_experts", direction="forward", rank=0,
-                                device="cpu", level="L1", execution_mode="event_driven")
+    invocation = DumpInvocation(
+        invocation_id=0,
+        step=0,
+        kernel_name="moe_experts",
+        direction="forward",
+        rank=0,
+        device="cpu",
+        level="L1",
+        execution_mode="event_driven",
+    )
     document = plan_document(prepared, invocation, 0)
     buffer = prepared.buffer.cpu().numpy().copy()
     records = list(prepared.records)
@@ -99,7 +112,7 @@ def make_salvage_inputs(directory: Path, monkeypatch: pytest.MonkeyPatch, *, pen
     lost = []
     for record in records[:-pending]:
         assert not record.truncated
-        payload = buffer[record.payload_offset:record.payload_offset + record.payload_bytes].copy()
+        payload = buffer[record.payload_offset : record.payload_offset + record.payload_bytes].copy()
         dtype = {"torch.float32": np.float32, "torch.int64": np.int64}[str(record.dtype)]
         captured[(record.task_id, record.io, record.index)] = payload.view(dtype).reshape(record.actual_shape)
     for record in records[-pending:]:
@@ -122,11 +135,28 @@ def write_named_l0(root: Path, data: dict[str, np.ndarray]) -> None:
     from megadump_zarr.dump.export import ArrayWrite, InvocationWrite, WindowWrite
     from megadump_zarr.store.writer import WindowWriter
 
-    items = [ArrayWrite(f"t{k}", x, (f"t{k}_0", f"t{k}_1"),
-                        {"name": name, "role": "stage_output", "capturePhase": "after", "actualShape": list(x.shape),
-                         "declaredShape": list(x.shape)}) for k, (name, x) in enumerate(data.items())]
-    invocation = InvocationWrite("invocation_000000_forward", {"invocationId": 0, "step": 0, "direction": "forward",
-                                                               "kernelName": "k", "level": "L0"}, [], items)
+    items = [
+        ArrayWrite(
+            f"t{k}",
+            x,
+            (f"t{k}_0", f"t{k}_1"),
+            {
+                "name": name,
+                "role": "stage_output",
+                "capturePhase": "after",
+                "actualShape": list(x.shape),
+                "declaredShape": list(x.shape),
+            },
+        )
+        for k, (name, x) in enumerate(data.items())
+    ]
+    invocation = InvocationWrite(
+        "invocation_000000_forward",
+        {"invocationId": 0, "step": 0, "direction": "forward", "kernelName": "k", "level": "L0"},
+        [],
+        items,
+    )
     with WindowWriter(root, durable=False) as writer:
-        writer.write_window(WindowWrite(0, 0, {"level": "L0", "windowIndex": 0, "invocations": [invocation.name]},
-                                        [invocation]))
+        writer.write_window(
+            WindowWrite(0, 0, {"level": "L0", "windowIndex": 0, "invocations": [invocation.name]}, [invocation])
+        )

@@ -23,8 +23,9 @@ STEPS = 4
 def run(out: Path, seed: int | None, mode: str = "statistics") -> Path:
     """``STEPS`` training steps of the demo block; expert_up and expert_down (forward) outputs at L1."""
     block = MoEBlock(accumulation_order=None if seed is None else AccumulationOrder(("expert_down",), seed=seed))
-    cfg = TensorDumpConfig(out, level="L1", kernel_names="moe_experts", stages=("expert_up", "expert_down"),
-                           io="output", mode=mode)
+    cfg = TensorDumpConfig(
+        out, level="L1", kernel_names="moe_experts", stages=("expert_up", "expert_down"), io="output", mode=mode
+    )
     with tensor_dump(cfg) as dumper:
         for _ in range(STEPS):
             x = block.make_input().requires_grad_()
@@ -36,8 +37,12 @@ def run(out: Path, seed: int | None, mode: str = "statistics") -> Path:
 @pytest.fixture(scope="module")
 def roots(tmp_path_factory):
     base = tmp_path_factory.mktemp("bitwise_cli")
-    return {"plain": run(base / "plain", None), "plain2": run(base / "plain2", None),
-            "seed0": run(base / "seed0", 0), "seed1": run(base / "seed1", 1)}
+    return {
+        "plain": run(base / "plain", None),
+        "plain2": run(base / "plain2", None),
+        "seed0": run(base / "seed0", 0),
+        "seed1": run(base / "seed1", 1),
+    }
 
 
 def test_runs_without_the_option_pass_bitwise(cli, roots):
@@ -77,10 +82,14 @@ def test_without_bitwise_the_two_runs_pass(cli, roots):
 
 
 def test_bitwise_refuses_tolerances(cli, roots):
-    assert_input_error(cli("compare", roots["plain"], roots["plain2"], "--bitwise", "--rtol", "1e-3"),
-                       "--bitwise compares bits: --rtol do not apply, leave them out")
-    assert_input_error(cli("compare", roots["plain"], roots["plain2"], "--bitwise", "--accept-within-stats"),
-                       "--accept-within-stats does not apply")
+    assert_input_error(
+        cli("compare", roots["plain"], roots["plain2"], "--bitwise", "--rtol", "1e-3"),
+        "--bitwise compares bits: --rtol do not apply, leave them out",
+    )
+    assert_input_error(
+        cli("compare", roots["plain"], roots["plain2"], "--bitwise", "--accept-within-stats"),
+        "--accept-within-stats does not apply",
+    )
 
 
 def test_help_documents_bitwise(cli):
@@ -111,8 +120,10 @@ def test_format_msprobe_csv_on_stdout_reads_with_pandas(cli, demo_pair, tmp_path
     to_file = cli("compare", a, b, "--format", "msprobe-csv", "-o", out)
     assert to_file.code == 0 and to_file.out.startswith("PASS: all ") and len(to_file.out.splitlines()) == 1
     assert pd.read_csv(out).equals(frame)
-    assert_input_error(cli("compare", a, b, "--format", "msprobe-csv", "-o", out),
-                       f"--output: {out} already exists (refusing to overwrite it)")
+    assert_input_error(
+        cli("compare", a, b, "--format", "msprobe-csv", "-o", out),
+        f"--output: {out} already exists (refusing to overwrite it)",
+    )
 
 
 def test_format_msprobe_csv_with_bitwise_fails_the_differing_records(cli, roots):
@@ -126,8 +137,10 @@ def test_format_msprobe_csv_with_bitwise_fails_the_differing_records(cli, roots)
 def test_output_flags_are_checked(cli, demo_pair, tmp_path):
     a, b = demo_pair
     assert_input_error(cli("compare", a, b, "-o", tmp_path / "x.csv"), "--output FILE goes with --format msprobe-csv")
-    assert_input_error(cli("compare", a, b, "--format", "msprobe-csv", "--json"),
-                       "--format msprobe-csv and --json both write to stdout")
+    assert_input_error(
+        cli("compare", a, b, "--format", "msprobe-csv", "--json"),
+        "--format msprobe-csv and --json both write to stdout",
+    )
     assert not (tmp_path / "x.csv").exists()
 
 

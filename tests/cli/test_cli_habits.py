@@ -35,4 +35,3 @@ def test_invalid_choice_suggests_the_nearest(cli, tmp_path):
     result = cli("ls", tmp_path, "--direction", "fowrard")
     assert result.code == 2
     assert result.err == "error: argument --direction: invalid choice 'fowrard' (did you mean forward?)\n"
-

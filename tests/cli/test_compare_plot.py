@@ -22,8 +22,12 @@ def perturbed(demo, tmp_path_factory) -> tuple[Path, str]:
     copy = tmp_path_factory.mktemp("perturbed") / "l1"
     shutil.copytree(demo.roots["L1"], copy)
     records = open_dump(copy).records()
-    row = records[(records["stage"] == "expert_up") & (records["io"] == "output") & (records["task_id"] == 1)
-                  & (records["invocation"] == 2)].iloc[0]
+    row = records[
+        (records["stage"] == "expert_up")
+        & (records["io"] == "output")
+        & (records["task_id"] == 1)
+        & (records["invocation"] == 2)
+    ].iloc[0]
     array, index = stored_record(copy, row["path"])
     array[index] = array[index] + 2.0
     return copy, row["path"]
@@ -64,11 +68,24 @@ def test_compare_perturbed_copy_fails_and_names_the_tensor(cli, demo, perturbed)
     row = failing[0]
     assert row["max_abs"] == pytest.approx(2.0) and row["mismatches"] == row["elements"] == 7 * 16
     assert (row["rtol"], row["atol"]) == (1.3e-6, 1e-5)
-    assert (row["worst_task_id"], row["worst_owner_id"], row["worst_core_type"], row["worst_core_id"]) == (1, 1, "MIX", 1)
+    assert (row["worst_task_id"], row["worst_owner_id"], row["worst_core_type"], row["worst_core_id"]) == (
+        1,
+        1,
+        "MIX",
+        1,
+    )
     assert report["first_divergence"]["path"] == path and report["counts"]["fail"] == 1
     assert report["root_cause"]["path"] == path and "every input of task 1" in report["root_cause"]["root_reason"]
-    assert set(report["counts"]) == {"pass", "fail", "differs_within_stats", "shape_mismatch", "dtype_mismatch", "missing_data", "error",
-                                     "missing"}
+    assert set(report["counts"]) == {
+        "pass",
+        "fail",
+        "differs_within_stats",
+        "shape_mismatch",
+        "dtype_mismatch",
+        "missing_data",
+        "error",
+        "missing",
+    }
     only = cli("compare", copy, demo.roots["L1"], "--failures-only")
     rows = [line for line in only.out.splitlines() if line.split(" ", 1)[0] in ("pass", "fail")]
     assert only.code == 1 and [line.split()[0] for line in rows] == ["fail"]
@@ -80,7 +97,7 @@ def test_compare_summary_lines_fold_under_themselves_on_a_narrow_console(cli, de
     lines = cli("compare", copy, demo.roots["L1"]).out.splitlines()
     place = "w0 i2 moe_experts expert_up t1 out[0] owner 1 core MIX1"
     folded = f"first divergence: ws (fail) at {place}"  # 84 characters
-    at = lines.index(folded[:folded.rindex(" ", 0, 81)])
+    at = lines.index(folded[: folded.rindex(" ", 0, 81)])
     assert lines[at + 1].startswith("    ") and f"{lines[at]} {lines[at + 1].strip()}" == folded
     assert f"root cause: ws (fail) at {place}" in lines  # 80 characters: one line
     assert lines[-1] == f"root cause path: {path}"  # the SELECTOR stays whole
@@ -93,9 +110,16 @@ def test_compare_json_nulls_when_everything_passes(cli, demo):
     assert "first divergence" not in text.out and "root cause" not in text.out
 
 
-@pytest.mark.parametrize("flag, value, shown", [("--rtol", "nan", "nan"), ("--atol", "nan", "nan"),
-                                                ("--rtol", "inf", "inf"), ("--atol", "-1e-3", "-0.001"),
-                                                ("--rtol", "abc", "'abc'")])
+@pytest.mark.parametrize(
+    "flag, value, shown",
+    [
+        ("--rtol", "nan", "nan"),
+        ("--atol", "nan", "nan"),
+        ("--rtol", "inf", "inf"),
+        ("--atol", "-1e-3", "-0.001"),
+        ("--rtol", "abc", "'abc'"),
+    ],
+)
 def test_compare_refuses_bad_tolerances(cli, demo, flag, value, shown):
     result = cli("compare", demo.roots["L1"], demo.roots["L1"], f"{flag}={value}")
     name = flag.removeprefix("--")
@@ -103,8 +127,9 @@ def test_compare_refuses_bad_tolerances(cli, demo, flag, value, shown):
     assert len([line for line in result.err.splitlines() if line.strip()]) == 1
 
 
-@pytest.mark.parametrize("flag, value, shown", [("--rtol", "-1e-3", "-0.001"), ("--atol", "-inf", "-inf"),
-                                                ("--rtol", "-1", "-1.0")])
+@pytest.mark.parametrize(
+    "flag, value, shown", [("--rtol", "-1e-3", "-0.001"), ("--atol", "-inf", "-inf"), ("--rtol", "-1", "-1.0")]
+)
 def test_compare_names_a_negative_tolerance_given_as_its_own_argument(cli, demo, flag, value, shown):
     """``--rtol -1e-3`` (two arguments) is a bad tolerance, named as such, not "expected one argument"."""
     result = cli("compare", demo.roots["L1"], demo.roots["L1"], flag, value)
@@ -119,9 +144,14 @@ def test_compare_help_prints_the_rule_table(cli):
     lines = result.out.splitlines()
     assert "verdict rules (A under test, B reference):" in lines
     assert "  integer, bool, index   exact: one differing element fails (mismatches, first_mismatch)" in lines
-    for row in ("  float64          1e-07     1e-07", "  float32          1.3e-06   1e-05",
-                "  float16          0.001     0.001", "  bfloat16         0.016     0.016",
-                "  float8_e4m3fn    0.125     0.125", "  float8_e5m2      0.25      0.25"):
+    for row in (
+        "  float64          1e-07     1e-07",
+        "  float32          1.3e-06   1e-05",
+        "  float16          0.001     0.001",
+        "  bfloat16         0.016     0.016",
+        "  float8_e4m3fn    0.125     0.125",
+        "  float8_e5m2      0.25      0.25",
+    ):
         assert row in lines
 
 
@@ -137,7 +167,8 @@ def test_compare_by_owner_core_task(cli, demo, perturbed, monkeypatch):
     assert report["by"] == "owner"
     bad = [g for g in report["error_map"] if g["failing"]]
     assert [(g["invocation"], g["stage"], g["owner_id"], g["fail"], g["worst_name"]) for g in bad] == [
-        (2, "expert_up", 1, 1, "ws")]
+        (2, "expert_up", 1, 1, "ws")
+    ]
     assert bad[0]["max_abs"] == pytest.approx(2.0)
     assert sum(g["records"] for g in report["error_map"]) == report["compared"]
 
@@ -224,8 +255,20 @@ def test_plot_histogram_of_a_record_json(cli, demo, tmp_path):
 
 
 def test_plot_input_errors(cli, demo, tmp_path):
-    assert_input_error(cli("plot", demo.roots["L1"], "ws", "--stage", "expert_up", "--invocation", "0",
-                           "--out", tmp_path / "missing" / "x.png"), "does not exist")
+    assert_input_error(
+        cli(
+            "plot",
+            demo.roots["L1"],
+            "ws",
+            "--stage",
+            "expert_up",
+            "--invocation",
+            "0",
+            "--out",
+            tmp_path / "missing" / "x.png",
+        ),
+        "does not exist",
+    )
     assert_input_error(cli("plot", demo.roots["L1"], "nothing", "--out", tmp_path / "x.png"), "no tensor named")
     assert_input_error(cli("plot", demo.roots["L1"], "ws", "--out", tmp_path / "x.png", "--kind", "pie"), "--kind")
     assert not (tmp_path / "x.png").exists()

@@ -20,8 +20,11 @@ def _legacy(root, rank=0, window=0):
 def test_convert_refuses_a_window_index_readers_cannot_represent(cli, tmp_path):
     manifest = _legacy(tmp_path / "legacy", window=10**6)
     out = tmp_path / "zarr"
-    assert_input_error(cli("convert", tmp_path / "legacy", out), "conversion refused",
-                       f"legacy manifest {manifest} 'windowIndex' must be in [0, 1000000) so that readers can represent it")
+    assert_input_error(
+        cli("convert", tmp_path / "legacy", out),
+        "conversion refused",
+        f"legacy manifest {manifest} 'windowIndex' must be in [0, 1000000) so that readers can represent it",
+    )
     assert not (out / "rank_0").exists()
 
 
@@ -50,8 +53,16 @@ def _msprobe(root, *, task="tensor", rank_dir="rank0", step_dir="step0", leaf=No
     """A hand-made msprobe dump: one call with one input tensor (``x.npy`` for the tensor task)."""
     directory = root / step_dir / rank_dir
     directory.mkdir(parents=True)
-    leaf = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [3, 8], "Max": 1.0, "Min": 0.0, "Mean": 0.5,
-            "Norm": 2.0, **(leaf or {})}
+    leaf = {
+        "type": "torch.Tensor",
+        "dtype": "torch.float32",
+        "shape": [3, 8],
+        "Max": 1.0,
+        "Min": 0.0,
+        "Mean": 0.5,
+        "Norm": 2.0,
+        **(leaf or {}),
+    }
     if task == "tensor":
         (directory / "dump_tensor_data").mkdir()
         leaf.setdefault("data_name", "x.npy")
@@ -62,8 +73,12 @@ def _msprobe(root, *, task="tensor", rank_dir="rank0", step_dir="step0", leaf=No
             np.save(path, np.zeros((3, 8), np.float32))
         else:
             path.write_bytes(npy)
-    document = {"task": task, "level": "L1", "framework": "pytorch",
-                "data": {"Functional.linear.0.forward": {"input_args": [leaf]}}}
+    document = {
+        "task": task,
+        "level": "L1",
+        "framework": "pytorch",
+        "data": {"Functional.linear.0.forward": {"input_args": [leaf]}},
+    }
     (directory / "dump.json").write_text(json.dumps(document))
     return directory / "dump.json"
 
@@ -75,20 +90,35 @@ def _refused(cli, source, out, *fragments):
 
 def test_convert_refuses_a_rank_directory_beyond_what_readers_represent(cli, tmp_path):
     _msprobe(tmp_path / "m", rank_dir="rank99999999999999999999")
-    _refused(cli, tmp_path / "m", tmp_path / "zarr", "rank99999999999999999999 'rank' (its name) must be in "
-             "[0, 1000000) so that readers can represent it, got 99999999999999999999")
+    _refused(
+        cli,
+        tmp_path / "m",
+        tmp_path / "zarr",
+        "rank99999999999999999999 'rank' (its name) must be in "
+        "[0, 1000000) so that readers can represent it, got 99999999999999999999",
+    )
 
 
 def test_convert_refuses_a_step_directory_beyond_int64(cli, tmp_path):
     _msprobe(tmp_path / "m", step_dir="step99999999999999999999")
-    _refused(cli, tmp_path / "m", tmp_path / "zarr", "step99999999999999999999 'step' (its name) must be in "
-             "[0, 9223372036854775808)")
+    _refused(
+        cli,
+        tmp_path / "m",
+        tmp_path / "zarr",
+        "step99999999999999999999 'step' (its name) must be in [0, 9223372036854775808)",
+    )
 
 
 def test_convert_refuses_a_statistics_shape_int64_cannot_count(cli, tmp_path):
     source = _msprobe(tmp_path / "m", task="statistics", leaf={"shape": [2**62 - 1]})
-    _refused(cli, tmp_path / "m", tmp_path / "zarr", f"msprobe {source.resolve()} at data.Functional.linear.0.forward"
-             f".input_args[0].shape: shape [{2**62 - 1}] has {2**62 - 1} elements", "more than int64 can count")
+    _refused(
+        cli,
+        tmp_path / "m",
+        tmp_path / "zarr",
+        f"msprobe {source.resolve()} at data.Functional.linear.0.forward"
+        f".input_args[0].shape: shape [{2**62 - 1}] has {2**62 - 1} elements",
+        "more than int64 can count",
+    )
 
 
 def test_convert_refuses_a_npy_header_declaring_more_than_the_file_holds(cli, tmp_path):
@@ -101,20 +131,36 @@ def test_convert_refuses_a_npy_header_declaring_more_than_the_file_holds(cli, tm
     payload = (tmp_path / "big.npy").read_bytes()
     assert len(payload) < 300
     _msprobe(tmp_path / "m", npy=payload)
-    _refused(cli, tmp_path / "m", tmp_path / "zarr", "x.npy: its .npy header declares shape [34359738368] of "
-             "float32 (137438953472 bytes) but the file holds only 64 bytes of data")
+    _refused(
+        cli,
+        tmp_path / "m",
+        tmp_path / "zarr",
+        "x.npy: its .npy header declares shape [34359738368] of "
+        "float32 (137438953472 bytes) but the file holds only 64 bytes of data",
+    )
 
 
 def test_convert_refuses_a_declared_shape_bigger_than_its_file(cli, tmp_path):
     source = _msprobe(tmp_path / "m", leaf={"shape": [3000, 8]})
-    _refused(cli, tmp_path / "m", tmp_path / "zarr", f"msprobe {source.resolve()} at data.Functional.linear.0."
-             "forward.input_args[0].shape: shape [3000, 8] needs 96000 bytes but", "x.npy holds only 224 bytes")
+    _refused(
+        cli,
+        tmp_path / "m",
+        tmp_path / "zarr",
+        f"msprobe {source.resolve()} at data.Functional.linear.0."
+        "forward.input_args[0].shape: shape [3000, 8] needs 96000 bytes but",
+        "x.npy holds only 224 bytes",
+    )
 
 
 def test_convert_refuses_an_unsupported_dtype_naming_file_and_dtype(cli, tmp_path):
     source = _msprobe(tmp_path / "m", task="statistics", leaf={"dtype": "torch.complex64"})
-    _refused(cli, tmp_path / "m", tmp_path / "zarr", f"msprobe {source.resolve()} at data.Functional.linear.0."
-             "forward.input_args[0].dtype: unsupported dtype 'complex64'")
+    _refused(
+        cli,
+        tmp_path / "m",
+        tmp_path / "zarr",
+        f"msprobe {source.resolve()} at data.Functional.linear.0."
+        "forward.input_args[0].dtype: unsupported dtype 'complex64'",
+    )
 
 
 def test_convert_refuses_an_unsupported_legacy_dtype(cli, tmp_path):
@@ -122,8 +168,14 @@ def test_convert_refuses_an_unsupported_legacy_dtype(cli, tmp_path):
     document = json.loads(manifest.read_text())
     document["invocations"][0]["tensors"][0]["storedDtype"] = "complex64"
     manifest.write_text(json.dumps(document))
-    _refused(cli, tmp_path / "legacy", tmp_path / "zarr", f"{manifest}", "invocations[0].tensors[0]",
-             "storedDtype: unsupported dtype 'complex64'")
+    _refused(
+        cli,
+        tmp_path / "legacy",
+        tmp_path / "zarr",
+        f"{manifest}",
+        "invocations[0].tensors[0]",
+        "storedDtype: unsupported dtype 'complex64'",
+    )
 
 
 def test_convert_refuses_a_legacy_rank_directory_beyond_what_readers_represent(cli, tmp_path):

@@ -61,8 +61,13 @@ def test_decode_buffer_ambiguous_plans_are_listed(cli, tmp_path, monkeypatch):
     run_b = _hung_run(root, monkeypatch, tmp_path / "b.bin")  # the same launch twice: identical tables
     out = tmp_path / "salvaged"
     result = cli("decode-buffer", tmp_path / "a.bin", root, "--out", out)
-    assert_input_error(result, "matches 2 saved plans", f"run {run_a} rank 0 window 0 invocation_000000_forward",
-                       f"run {run_b} rank 0 window 0 invocation_000000_forward", "--run")
+    assert_input_error(
+        result,
+        "matches 2 saved plans",
+        f"run {run_a} rank 0 window 0 invocation_000000_forward",
+        f"run {run_b} rank 0 window 0 invocation_000000_forward",
+        "--run",
+    )
     assert not out.exists()
     assert cli("decode-buffer", tmp_path / "a.bin", root, "--out", out, "--run", run_a[:-2]).code == 0
     result = cli("decode-buffer", tmp_path / "a.bin", root, "--out", out, "--rank", "3")
@@ -74,10 +79,13 @@ def test_decode_buffer_refuses_indices_readers_cannot_represent(cli, tmp_path, m
     run = _hung_run(root, monkeypatch, tmp_path / "a.bin")
     plan = root / f".plans_{run}" / "rank_0_window_0000_invocation_000000_forward"
     out = tmp_path / "salvaged"
-    assert_input_error(cli("decode-buffer", tmp_path / "a.bin", plan, "--out", out, "--window", str(10**6)),
-                       "--window must be in [0, 1000000) so that readers can represent it, got 1000000")
-    assert_input_error(cli("decode-buffer", tmp_path / "a.bin", plan, "--out", out, "--window", str(10**20)),
-                       "--window")  # refused (by the argument parser's int64 check or by ours)
+    assert_input_error(
+        cli("decode-buffer", tmp_path / "a.bin", plan, "--out", out, "--window", str(10**6)),
+        "--window must be in [0, 1000000) so that readers can represent it, got 1000000",
+    )
+    assert_input_error(
+        cli("decode-buffer", tmp_path / "a.bin", plan, "--out", out, "--window", str(10**20)), "--window"
+    )  # refused (by the argument parser's int64 check or by ours)
     assert_input_error(cli("decode-buffer", tmp_path / "a.bin", plan, "--out", out, "--window", "1.5"), "invalid int")
     assert not out.exists()
 
@@ -122,9 +130,11 @@ def test_a_salvaged_demo_window_replays_without_a_reference(cli, tmp_path, monke
     assert result.code == 0, result.err
     assert result.json()["verdict"] == "correct on its inputs"
     assert result.json()["reference"].startswith("megadump_zarr.demo.MoEBlock(tokens=37")
-    assert_input_error(cli("replay", out, "--stage", "expert_down", "--owner", "0"),
-                       "the launch of invocation_000000_forward failed before task 4 of stage 'expert_down' wrote its "
-                       "outputs (a salvaged partial launch: they are pending, never captured)")
+    assert_input_error(
+        cli("replay", out, "--stage", "expert_down", "--owner", "0"),
+        "the launch of invocation_000000_forward failed before task 4 of stage 'expert_down' wrote its "
+        "outputs (a salvaged partial launch: they are pending, never captured)",
+    )
 
 
 def test_plan_rows_and_source_fields_are_checked(tmp_path, monkeypatch):
@@ -135,7 +145,9 @@ def test_plan_rows_and_source_fields_are_checked(tmp_path, monkeypatch):
 
     documents = []
     real = dumper_module.plan_document
-    monkeypatch.setattr(dumper_module, "plan_document", lambda *a, **k: documents.append(real(*a, **k)) or documents[-1])
+    monkeypatch.setattr(
+        dumper_module, "plan_document", lambda *a, **k: documents.append(real(*a, **k)) or documents[-1]
+    )
     block = MoEBlock(DemoConfig())
     with tensor_dump(TensorDumpConfig(tmp_path, level="L1", kernel_names="moe_experts", stages="combine")):
         block(block.make_input())
@@ -144,8 +156,10 @@ def test_plan_rows_and_source_fields_are_checked(tmp_path, monkeypatch):
     buffer = bytes(document["totalBytes"])  # nothing captured: every record pending
     window, _ = salvage_window(buffer, document)
     (invocation,) = window.invocations
-    assert invocation.attrs["operatorSource"] == {"name": "megadump_zarr.demo.MoEBlock",
-                                                  "config": DemoConfig().to_document()}
+    assert invocation.attrs["operatorSource"] == {
+        "name": "megadump_zarr.demo.MoEBlock",
+        "config": DemoConfig().to_document(),
+    }
     for field, value, message in [
         ("operatorSource", "megadump_zarr.demo.MoEBlock", "L1 plan field 'operatorSource' must be a mapping, got str"),
         ("taskRows", [[13, 0, 8]], "L1 plan field 'taskRows' must be a mapping, got list"),
@@ -165,5 +179,7 @@ def test_a_plan_directory_with_a_wrong_schema_is_named_not_searched(cli, tmp_pat
     document = json.loads((plan / "zarr.json").read_text())
     document["attributes"]["schema"] = "megadump_zarr.l1-plan/9"
     (plan / "zarr.json").write_text(json.dumps(document))
-    assert_input_error(cli("decode-buffer", tmp_path / "a.bin", plan, "--out", tmp_path / "out"),
-                       f"not an L1 plan (schema 'megadump_zarr.l1-plan/1' expected): {plan}")
+    assert_input_error(
+        cli("decode-buffer", tmp_path / "a.bin", plan, "--out", tmp_path / "out"),
+        f"not an L1 plan (schema 'megadump_zarr.l1-plan/1' expected): {plan}",
+    )

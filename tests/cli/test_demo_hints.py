@@ -52,20 +52,29 @@ def test_outside_cwd_prints_absolute_paths_and_module_fallback(tmp_path, monkeyp
 def test_demo_prints_a_task_group_and_commands_that_run(tmp_path):
     env = {k: v for k, v in os.environ.items()}
     env["PATH"] = "/usr/bin:/bin"  # as if the venv were not activated
-    result = subprocess.run([sys.executable, "-m", "megadump_zarr.cli.main", "demo", "--out", "d", "--steps", "2"],
-                            cwd=tmp_path, capture_output=True, text=True, env=env, check=False, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "megadump_zarr.cli.main", "demo", "--out", "d", "--steps", "2"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     (hint,) = [line.strip() for line in lines if "xr.open_zarr" in line]
     assert "d/l1/rank_0/window_0000/invocation_000000_forward/stages/expert_up/task_000000" in hint
     assert "pack_" not in hint
     assert shlex.split(hint)[0] == os.path.relpath(sys.executable, tmp_path) or shlex.split(hint)[0] == sys.executable
-    opened = subprocess.run(shlex.split(hint), cwd=tmp_path, capture_output=True, text=True, env=env, check=False,
-                            timeout=120)
+    opened = subprocess.run(
+        shlex.split(hint), cwd=tmp_path, capture_output=True, text=True, env=env, check=False, timeout=120
+    )
     assert opened.returncode == 0, opened.stderr
     assert "input_00_xs" in opened.stdout and "slot" in opened.stdout
     (explore,) = [line.split(": ", 1)[1] for line in lines if line.startswith("Explore it:")]
     assert explore.endswith(" info d")
-    info = subprocess.run(shlex.split(explore), cwd=tmp_path, capture_output=True, text=True, env=env, check=False,
-                          timeout=120)
+    info = subprocess.run(
+        shlex.split(explore), cwd=tmp_path, capture_output=True, text=True, env=env, check=False, timeout=120
+    )
     assert info.returncode == 0, info.stderr

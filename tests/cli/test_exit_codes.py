@@ -39,8 +39,9 @@ def _option_value(action: argparse.Action, tmp: Path, stage: str, name: str = ""
     return str(tmp / f"new_{action.dest}.{'png' if name == 'plot' else 'html'}")
 
 
-def _arguments(name: str, positionals: list[str], tmp: Path, *, stage: str = "expert_up",
-               selector: str | None = None) -> list[str]:
+def _arguments(
+    name: str, positionals: list[str], tmp: Path, *, stage: str = "expert_up", selector: str | None = None
+) -> list[str]:
     """``name``, its required positionals (from ``positionals``, in order), an optional SELECTOR and required
     options."""
     parser = COMMANDS[name]
@@ -94,8 +95,7 @@ def test_missing_path_is_bad_input(cli, tmp_path, name):
 @pytest.mark.parametrize("name", WITH_STAGE)
 def test_unknown_stage_is_bad_input(cli, demo, tmp_path, name):
     root = demo.roots["L1"]
-    result = cli(*_arguments(name, [root, root], tmp_path, stage="no_such_stage", selector="ws"),
-                 "--quiet")
+    result = cli(*_arguments(name, [root, root], tmp_path, stage="no_such_stage", selector="ws"), "--quiet")
     _assert_one_error_line(result, 2)
     assert "no_such_stage" in result.err, result.err
 

@@ -48,8 +48,9 @@ def test_decode_buffer_salvages_captured_records(cli, tmp_path, monkeypatch):
     assert f"wrote aborted window {window}: {len(inputs.captured)} captured records, 3 pending" in result.out
     assert "3 PENDING records" in result.out
     for task_id, io, index, name in inputs.pending:  # the pending records are listed
-        assert any(f" {task_id} " in line and f" {name} " in line and f" {io} " in line
-                   for line in result.out.splitlines()), (task_id, name)
+        assert any(
+            f" {task_id} " in line and f" {name} " in line and f" {io} " in line for line in result.out.splitlines()
+        ), (task_id, name)
     assert window_status(out, 0, 0) == "aborted"
     assert zarr.open_group(str(window), mode="r").attrs["status"] == "aborted"
     dump = open_dump(out)
@@ -73,8 +74,9 @@ def test_decode_buffer_json_window_choice_and_existing_window(cli, tmp_path, mon
     assert report["captured"] == len(inputs.captured) and len(report["pending"]) == 1
     assert report["pending"][0]["name"] == inputs.pending[0][3]
     assert window_status(out, 0, 7) == "aborted"
-    assert_input_error(cli("decode-buffer", inputs.buffer, inputs.plan, "--out", out, "--window", "7"),
-                       "already exists")
+    assert_input_error(
+        cli("decode-buffer", inputs.buffer, inputs.plan, "--out", out, "--window", "7"), "already exists"
+    )
     # the same buffer as .npy and as a torch tensor file
     raw = np.frombuffer(inputs.buffer.read_bytes(), dtype=np.uint8)
     np.save(tmp_path / "buffer.npy", raw)
@@ -184,7 +186,9 @@ def test_export_hdf5_equals_the_zarr_data(cli, demo, tmp_path, level):
     assert groups
     with h5py.File(target, "r") as f:  # the logical (schema-6) hierarchy: task groups, never a pack
         exported = set()
-        f.visititems(lambda name, node: exported.add(name.rpartition("/")[0]) if isinstance(node, h5py.Dataset) else None)
+        f.visititems(
+            lambda name, node: exported.add(name.rpartition("/")[0]) if isinstance(node, h5py.Dataset) else None
+        )
     assert exported == set(groups)
     for group in groups[:6]:
         h5 = xr.open_dataset(target, engine="h5netcdf", group=group)

@@ -16,15 +16,40 @@ from megadump_zarr.runtime import Graph, MegaKernel, OperatorNode, SplitSpec, Te
 from tests.cli._helpers import assert_input_error
 
 # The one expert_up output of expert 1 in invocation 0: every filter at once picks exactly it.
-EVERY_FILTER = ("--rank", "0", "--window", "0", "--invocation", "0", "--kernel", "moe_experts", "--direction", "forward",
-                "--stage", "expert_up", "--task", "1", "--owner", "1", "--core", "MIX1", "--core-type", "mix",
-                "--io", "output")
+EVERY_FILTER = (
+    "--rank",
+    "0",
+    "--window",
+    "0",
+    "--invocation",
+    "0",
+    "--kernel",
+    "moe_experts",
+    "--direction",
+    "forward",
+    "--stage",
+    "expert_up",
+    "--task",
+    "1",
+    "--owner",
+    "1",
+    "--core",
+    "MIX1",
+    "--core-type",
+    "mix",
+    "--io",
+    "output",
+)
 
 
 def _expected(demo) -> Any:
     records = open_dump(demo.roots["L1"]).records()
-    row = records[(records["invocation"] == 0) & (records["stage"] == "expert_up") & (records["owner_id"] == 1)
-                  & (records["io"] == "output")]
+    row = records[
+        (records["invocation"] == 0)
+        & (records["stage"] == "expert_up")
+        & (records["owner_id"] == 1)
+        & (records["io"] == "output")
+    ]
     assert len(row) == 1
     return row.iloc[0]
 
@@ -54,8 +79,13 @@ def test_every_filter_on_every_command(cli, demo, tmp_path, command):
 @pytest.mark.parametrize("command", ["ls", "stats", "compare", "show", "plot"])
 def test_a_filter_matching_nothing_lists_what_exists(cli, demo, tmp_path, command):
     root = demo.roots["L1"]
-    args = {"ls": ["ls", root], "stats": ["stats", root], "compare": ["compare", root, root],
-            "show": ["show", root, "ws"], "plot": ["plot", root, "ws", "-o", tmp_path / "x.png"]}[command]
+    args = {
+        "ls": ["ls", root],
+        "stats": ["stats", root],
+        "compare": ["compare", root, root],
+        "show": ["show", root, "ws"],
+        "plot": ["plot", root, "ws", "-o", tmp_path / "x.png"],
+    }[command]
     result = cli(*args, "--stage", "expert_up", "--owner", "9")
     assert result.code == 2, (result.out, result.err)
     lines = result.err.strip().splitlines()
@@ -79,8 +109,19 @@ def test_show_owner_and_core_stitch_that_owners_rows(cli, demo):
     dump = open_dump(demo.roots["L1"])
     whole = dump.tensor("xs", stage="expert_up", invocation=2)
     for flags in (["--owner", "1"], ["--core", "MIX1"]):
-        info = cli("show", demo.roots["L1"], "xs", "--stage", "expert_up", "--invocation", "2", *flags, "--json",
-                   "--head", "1000").json()
+        info = cli(
+            "show",
+            demo.roots["L1"],
+            "xs",
+            "--stage",
+            "expert_up",
+            "--invocation",
+            "2",
+            *flags,
+            "--json",
+            "--head",
+            "1000",
+        ).json()
         expected = whole.sel(owner_id=1)
         assert info["shape"] == list(expected.shape)
         np.testing.assert_allclose(info["head"], np.asarray(expected.values, dtype=np.float64).reshape(-1))
@@ -94,6 +135,7 @@ def _dump_slashed(root: Path, level: str) -> None:
     specs = [TensorSpec(name, (6, 4), torch.float32, i, ("row", "col")) for i, name in enumerate(SLASHED)]
     operators = []
     for i, stage in enumerate(("block/up", "block/down")):
+
         def fn(t: Any, i: int = i) -> None:
             t.params[i + 1][t.rows] = t.params[i][t.rows] * 2 + i
 
@@ -133,5 +175,9 @@ def test_a_name_with_a_slash_selects_itself_in_show_and_plot(cli, slashed, tmp_p
     assert plotted.json()["name"] == "layer.0/h" and out.stat().st_size > 1000
     listed = cli("ls", slashed["L1"], "--name", "layer.0/h", "--stage", "block/up", "--json").json()
     assert {r["name"] for r in listed} == {"layer.0/h"} and {r["io"] for r in listed} == {"output"}
-    assert_input_error(cli("show", slashed["L0"], "layer.0/nope"), "no tensor named 'layer.0/nope'",
-                       "neither a tensor name nor a record path", "layer.0/h")
+    assert_input_error(
+        cli("show", slashed["L0"], "layer.0/nope"),
+        "no tensor named 'layer.0/nope'",
+        "neither a tensor name nor a record path",
+        "layer.0/h",
+    )

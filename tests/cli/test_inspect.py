@@ -12,7 +12,19 @@ from megadump_zarr.cli.main import build_parser
 from megadump_zarr.read import open_dump
 from tests.cli._helpers import assert_input_error
 
-COMMANDS = ("demo", "info", "ls", "show", "stats", "compare", "plot", "replay", "decode-buffer", "convert", "export-hdf5")
+COMMANDS = (
+    "demo",
+    "info",
+    "ls",
+    "show",
+    "stats",
+    "compare",
+    "plot",
+    "replay",
+    "decode-buffer",
+    "convert",
+    "export-hdf5",
+)
 
 
 # --------------------------------------------------------------------------- help and registry
@@ -35,7 +47,7 @@ def test_every_subcommand_has_help(cli, command):
 def test_registry_discovers_the_command_modules():
     parser = build_parser()
     choices = next(a for a in parser._actions if a.dest == "command").choices
-    assert list(choices)[:len(COMMANDS)] == list(COMMANDS)
+    assert list(choices)[: len(COMMANDS)] == list(COMMANDS)
 
 
 def test_usage_errors_are_one_line_and_exit_2(cli, demo):
@@ -136,13 +148,17 @@ def test_show_record_path(cli, demo):
 def test_show_name_stitched_and_owner(cli, demo):
     dump = open_dump(demo.roots["L1"])
     stitched = dump.tensor("ws", stage="expert_up", invocation=0)
-    info = cli("show", demo.roots["L1"], "ws", "--stage", "expert_up", "--invocation", "0", "--json", "--head", "40").json()
+    info = cli(
+        "show", demo.roots["L1"], "ws", "--stage", "expert_up", "--invocation", "0", "--json", "--head", "40"
+    ).json()
     assert info["shape"] == list(stitched.shape) and len(info["paths"]) == 2
     values = stitched.values
     np.testing.assert_allclose(info["head"], values.reshape(-1)[:40], rtol=1e-6)
     assert info["stats"]["max"] == pytest.approx(float(np.nanmax(values)))
     assert info["stats"]["nan_count"] == 0
-    owner = cli("show", demo.roots["L1"], "ws", "--stage", "expert_up", "--invocation", "0", "--owner", "1", "--json").json()
+    owner = cli(
+        "show", demo.roots["L1"], "ws", "--stage", "expert_up", "--invocation", "0", "--owner", "1", "--json"
+    ).json()
     expected = stitched.isel({stitched.dims[0]: stitched.coords["owner_id"].values == 1})
     assert owner["shape"] == list(expected.shape)
     text = cli("show", demo.roots["L1"], "ws", "--stage", "expert_up", "--invocation", "0")

@@ -37,8 +37,9 @@ def test_info_ls_show_over_s3(cli, demo, s3_dump, tmp_path):
     local = open_dump(demo.roots["L1"]).records()
     rows = cli("ls", "s3://dumps/l1", *s3_dump, "--json").json()
     assert [r["path"] for r in rows] == list(local["path"])
-    shown = cli("show", "s3://dumps/l1", "ws", "--stage", "expert_up", "--invocation", "0", "--head", "8",
-                *s3_dump, "--json").json()
+    shown = cli(
+        "show", "s3://dumps/l1", "ws", "--stage", "expert_up", "--invocation", "0", "--head", "8", *s3_dump, "--json"
+    ).json()
     expected = open_dump(demo.roots["L1"]).tensor("ws", stage="expert_up", invocation=0).values.reshape(-1)[:8]
     np.testing.assert_allclose(shown["head"], expected, rtol=1e-6)
     same = cli("compare", "s3://dumps/l1", demo.roots["L1"], *s3_dump, "--quiet")

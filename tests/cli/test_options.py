@@ -18,8 +18,11 @@ def _declarations(flag: str) -> list[str]:
     sites = []
     for path in sorted(CLI.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument" and any(
-                    isinstance(arg, ast.Constant) and arg.value == flag for arg in node.args):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", None) == "add_argument"
+                and any(isinstance(arg, ast.Constant) and arg.value == flag for arg in node.args)
+            ):
                 sites.append(f"{path.relative_to(CLI).as_posix()}:{node.lineno}")
     return sites
 
@@ -44,7 +47,19 @@ def _parse(*argv: str):
 
 
 def test_the_commands_share_the_declarations() -> None:
-    compare = _parse("compare", "a", "b", "--rtol", "0.5", "--atol", "1e-3", "--rank", "1", "--invocation", "invocation_000002_forward")
+    compare = _parse(
+        "compare",
+        "a",
+        "b",
+        "--rtol",
+        "0.5",
+        "--atol",
+        "1e-3",
+        "--rank",
+        "1",
+        "--invocation",
+        "invocation_000002_forward",
+    )
     assert (compare.rtol, compare.atol, compare.rank, compare.invocation) == (0.5, 1e-3, 1, "invocation_000002_forward")
     report = _parse("report", "a", "-o", "r.html", "--rtol", "2", "--window", "3", "--invocation", "7")
     assert (report.rtol, report.atol, report.window, report.invocation) == (2.0, None, 3, 7)
@@ -54,9 +69,13 @@ def test_the_commands_share_the_declarations() -> None:
     assert hdf5.window_index == 5 and _parse("export-hdf5", "w", "o.h5", "--window-index", "6").window_index == 6
 
 
-@pytest.mark.parametrize("argv", [
-    ["compare", "a", "b"], ["report", "a", "b", "-o", "r.html"], ["replay", "d", "--stage", "s", "--task", "1"]])
-@pytest.mark.parametrize(("flag", "value"), [("--rtol", "-1e-3"), ("--atol", "nan"), ("--rtol", "inf"), ("--atol", "x")])
+@pytest.mark.parametrize(
+    "argv",
+    [["compare", "a", "b"], ["report", "a", "b", "-o", "r.html"], ["replay", "d", "--stage", "s", "--task", "1"]],
+)
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--rtol", "-1e-3"), ("--atol", "nan"), ("--rtol", "inf"), ("--atol", "x")]
+)
 def test_a_bad_tolerance_is_one_error_line(capsys, argv, flag, value) -> None:
     assert main([*argv, flag, value]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -77,8 +96,10 @@ def test_upload_threads(capsys) -> None:
 def test_upload_workers_is_a_deprecated_alias(capsys) -> None:
     args = _parse("upload", "local", "s3://bucket/run", "--workers", "5")
     assert args.threads == 5 and not hasattr(args, "workers")
-    assert capsys.readouterr().err == ("warning: megadump upload --workers is deprecated and goes in the next "
-                                       "release; use --threads (upload threads)\n")
+    assert capsys.readouterr().err == (
+        "warning: megadump upload --workers is deprecated and goes in the next "
+        "release; use --threads (upload threads)\n"
+    )
 
 
 @pytest.mark.parametrize("flag", ["--threads", "--workers"])

@@ -33,8 +33,12 @@ def drifting(demo, tmp_path_factory) -> Path:
     copy = tmp_path_factory.mktemp("drift") / "l1"
     shutil.copytree(demo.roots["L1"], copy)
     records = open_dump(copy).records()
-    row = records[(records["stage"] == "expert_down") & (records["io"] == "output") & (records["invocation"] == 2)
-                  & (records["owner_id"] == 1)].iloc[0]
+    row = records[
+        (records["stage"] == "expert_down")
+        & (records["io"] == "output")
+        & (records["invocation"] == 2)
+        & (records["owner_id"] == 1)
+    ].iloc[0]
     array, index = stored_record(copy, row["path"])
     array[index] = array[index] + 3.0
     return copy
@@ -67,8 +71,19 @@ def _heatmap_parts(figure: Figure):
 
 def test_diff_heatmap_is_diverging_and_centred_on_zero(cli, demo, bf16, tmp_path, figures):
     out = tmp_path / "diff.png"
-    result = cli("plot", bf16.roots["L1"], "ws", "--stage", "expert_up", "--invocation", "2", "--diff", demo.roots["L1"],
-                 "-o", out)
+    result = cli(
+        "plot",
+        bf16.roots["L1"],
+        "ws",
+        "--stage",
+        "expert_up",
+        "--invocation",
+        "2",
+        "--diff",
+        demo.roots["L1"],
+        "-o",
+        out,
+    )
     assert result.code == 0, result.err
     _png(out)
     ax, image, label = _heatmap_parts(figures[-1])
@@ -109,8 +124,20 @@ def test_signed_data_diverges_and_one_signed_data_does_not(cli, demo, tmp_path, 
 
 def test_hist_of_a_difference(cli, demo, bf16, tmp_path, figures):
     out = tmp_path / "h.png"
-    result = cli("plot", bf16.roots["L0"], "x", "--invocation", "0", "--diff", demo.roots["L0"], "--kind", "hist",
-                 "-o", out, "--json")
+    result = cli(
+        "plot",
+        bf16.roots["L0"],
+        "x",
+        "--invocation",
+        "0",
+        "--diff",
+        demo.roots["L0"],
+        "--kind",
+        "hist",
+        "-o",
+        out,
+        "--json",
+    )
     assert result.code == 0, result.err
     assert result.json()["kind"] == "hist" and result.json()["diff"] == str(demo.roots["L0"])
     (ax,) = figures[-1].axes
@@ -131,9 +158,11 @@ def test_error_map_shows_which_expert_drifts(cli, demo, drifting, tmp_path, figu
     (image,) = ax.images
     assert bar_ax.get_ylabel().startswith("worst max_rel")
     assert "worst max_rel per stage × " + by in ax.get_title() and "1 of " in ax.get_title()
-    expected_span = " · ".join(f"{key}{'s' if result_frame[key].nunique() > 1 else ''} "
-                               + ", ".join(str(v) for v in sorted(result_frame[key].dropna().unique()))
-                               for key in ("window", "invocation", "step"))
+    expected_span = " · ".join(
+        f"{key}{'s' if result_frame[key].nunique() > 1 else ''} "
+        + ", ".join(str(v) for v in sorted(result_frame[key].dropna().unique()))
+        for key in ("window", "invocation", "step")
+    )
     assert ax.get_title().splitlines()[0] == f"{drifting} vs {demo.roots['L1']} · {expected_span}"  # what it covers
     stages = [t.get_text() for t in ax.get_yticklabels()]
     columns = [t.get_text() for t in ax.get_xticklabels()]
@@ -156,10 +185,14 @@ def test_error_map_shows_which_expert_drifts(cli, demo, drifting, tmp_path, figu
 def test_error_map_input_errors(cli, demo, tmp_path):
     out = tmp_path / "e.png"
     assert_input_error(cli("plot", demo.roots["L1"], "--kind", "errormap", "-o", out), "--diff")
-    assert_input_error(cli("plot", demo.roots["L1"], "ws", "--kind", "errormap", "--diff", demo.roots["L1"], "-o", out),
-                       "not a SELECTOR")
-    assert_input_error(cli("plot", demo.roots["L0"], "--kind", "errormap", "--diff", demo.roots["L0"], "-o", out),
-                       "error maps need L1 dumps")
+    assert_input_error(
+        cli("plot", demo.roots["L1"], "ws", "--kind", "errormap", "--diff", demo.roots["L1"], "-o", out),
+        "not a SELECTOR",
+    )
+    assert_input_error(
+        cli("plot", demo.roots["L0"], "--kind", "errormap", "--diff", demo.roots["L0"], "-o", out),
+        "error maps need L1 dumps",
+    )
     assert not out.exists()
 
 
@@ -184,8 +217,23 @@ def test_outputs_are_claimed_never_clobbered(cli, demo, tmp_path):
 
 def test_diff_of_different_shapes_is_refused(cli, demo, bf16, tmp_path):
     out = tmp_path / "x.png"
-    result = cli("plot", bf16.roots["L1"], "ws", "--stage", "expert_up", "--invocation", "0", "--owner", "0",
-                 "--diff", demo.roots["L1"], "--owner", "0", "-o", out)
+    result = cli(
+        "plot",
+        bf16.roots["L1"],
+        "ws",
+        "--stage",
+        "expert_up",
+        "--invocation",
+        "0",
+        "--owner",
+        "0",
+        "--diff",
+        demo.roots["L1"],
+        "--owner",
+        "0",
+        "-o",
+        out,
+    )
     assert result.code in (0, 2)  # equal routing: drawn; different routing: refused with shapes named
     if result.code == 2:
         assert "shapes differ" in result.err or "different" in result.err
@@ -226,8 +274,7 @@ def test_error_map_cells_of_exactly_zero_are_white():
     from megadump_zarr.analyse.errormap_plot import plot_error_map
 
     for values in ([0.0, 0.5, 2.0], [0.0, 1e-6, 2.0]):  # linear and logarithmic scales
-        table = pd.DataFrame({"stage": ["s", "s", "s"], "owner_id": [0, 1, 2], "max_rel": values,
-                              "failing": [0, 1, 1]})
+        table = pd.DataFrame({"stage": ["s", "s", "s"], "owner_id": [0, 1, 2], "max_rel": values, "failing": [0, 1, 1]})
         ax = plot_error_map(table, Figure().add_subplot(), by="owner")
         (image,) = ax.images
         rgba = image.cmap(image.norm(np.ma.filled(image.get_array(), np.nan)))

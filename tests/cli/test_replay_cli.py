@@ -18,7 +18,9 @@ def faulty(tmp_path_factory):
     root = tmp_path_factory.mktemp("faulty")
     block = MoEBlock(DemoConfig(tokens=24))
     with inject_fault(block.expert_kernel, "expert_up", owner=2, delta=0.25):
-        with tensor_dump(TensorDumpConfig(root, level="L1", kernel_names="moe_experts", stages=("expert_up", "combine"))):
+        with tensor_dump(
+            TensorDumpConfig(root, level="L1", kernel_names="moe_experts", stages=("expert_up", "combine"))
+        ):
             block(block.make_input())
     return root
 
@@ -41,22 +43,32 @@ def test_replay_human_output(cli, faulty):
     assert result.code == 1
     assert "replayed moe_experts stage expert_up task 2 (owner 2), rank 0 window 0 invocation 0" in result.out
     assert "fail ws core 2 [float32]  vs float32: max_abs 0.25" in result.out
-    assert "reference megadump_zarr.demo.MoEBlock(tokens=24, d_model=16, n_experts=4, tile_rows=8, dtype=float32)" in result.out
+    assert (
+        "reference megadump_zarr.demo.MoEBlock(tokens=24, d_model=16, n_experts=4, tile_rows=8, dtype=float32)"
+        in result.out
+    )
     assert result.out.rstrip().endswith("task 2 is wrong on its own inputs: the task is the culprit")
     result = cli("replay", faulty, "--stage", "combine", "--task", "12")
     assert result.code == 0 and "is correct on its inputs: look upstream" in result.out
 
 
 def test_replay_bad_selectors_exit_2_listing_what_exists(cli, faulty):
-    assert_input_error(cli("replay", faulty, "--stage", "bogus", "--task", "1"),
-                       "no stage 'bogus' in the dump; stages: combine, expert_up")
+    assert_input_error(
+        cli("replay", faulty, "--stage", "bogus", "--task", "1"),
+        "no stage 'bogus' in the dump; stages: combine, expert_up",
+    )
     assert_input_error(cli("replay", faulty, "--stage", "expert_up", "--owner", "7"), "owners: 0, 1, 2, 3")
-    assert_input_error(cli("replay", faulty, "--stage", "combine", "--task", "1", "--invocation", "3"),
-                       "invocations: 0")
-    assert_input_error(cli("replay", faulty, "--stage", "combine", "--task", "12", "--reference", "nowhere:fn"),
-                       "cannot import 'nowhere'")
-    assert_input_error(cli("replay", faulty, "--stage", "combine", "--task", "12", "--rtol", "nan"),
-                       "rtol must be a finite number >= 0")
+    assert_input_error(
+        cli("replay", faulty, "--stage", "combine", "--task", "1", "--invocation", "3"), "invocations: 0"
+    )
+    assert_input_error(
+        cli("replay", faulty, "--stage", "combine", "--task", "12", "--reference", "nowhere:fn"),
+        "cannot import 'nowhere'",
+    )
+    assert_input_error(
+        cli("replay", faulty, "--stage", "combine", "--task", "12", "--rtol", "nan"),
+        "rtol must be a finite number >= 0",
+    )
     result = cli("replay", faulty, "--stage", "combine")  # neither --task nor --owner: argparse usage error
     assert result.code == 2 and "one of the arguments --task --owner is required" in result.err
 
@@ -78,12 +90,16 @@ def test_replay_with_a_user_reference(cli, tmp_path):
     def triple(tile):  # the kernel under test triples; the golden doubles
         tile.params[1][tile.rows] = tile.params[0][tile.rows] * 3
 
-    kernel = MegaKernel(Graph([OperatorNode("double", "vector", specs[:1], specs[1:], triple,
-                                            SplitSpec(((0, 0),), (0,)), 4)]), name="tiny")
+    kernel = MegaKernel(
+        Graph([OperatorNode("double", "vector", specs[:1], specs[1:], triple, SplitSpec(((0, 0),), (0,)), 4)]),
+        name="tiny",
+    )
     with tensor_dump(TensorDumpConfig(tmp_path, level="L1", stages="double")):
         kernel.launch([a, torch.zeros(8, 4)])
     assert_input_error(cli("replay", tmp_path, "--stage", "double", "--task", "0"), "no reference for kernel 'tiny'")
-    result = cli("replay", tmp_path, "--stage", "double", "--task", "0", "--reference", "tests.replay.test_replay:double")
+    result = cli(
+        "replay", tmp_path, "--stage", "double", "--task", "0", "--reference", "tests.replay.test_replay:double"
+    )
     assert result.code == 1 and "wrong on its own inputs" in result.out
 
 
@@ -97,14 +113,18 @@ def test_reference_module_in_the_current_directory_and_lines_never_wrap(capsys, 
 
     dump, here = tmp_path / "dump", tmp_path / "here"
     here.mkdir()
-    (here / "qa1_golden_double.py").write_text("def double(tile):\n    tile.params[1][tile.rows] = tile.params[0][tile.rows] * 2\n")
+    (here / "qa1_golden_double.py").write_text(
+        "def double(tile):\n    tile.params[1][tile.rows] = tile.params[0][tile.rows] * 2\n"
+    )
     specs = (TensorSpec("a", (8, 4), torch.float32, 0), TensorSpec("b", (8, 4), torch.float32, 1))
 
     def double(tile):
         tile.params[1][tile.rows] = tile.params[0][tile.rows] * 2
 
-    kernel = MegaKernel(Graph([OperatorNode("double", "vector", specs[:1], specs[1:], double, SplitSpec(((0, 0),), (0,)), 4)]),
-                        name="a_kernel_with_a_rather_long_name_for_an_eighty_column_console")
+    kernel = MegaKernel(
+        Graph([OperatorNode("double", "vector", specs[:1], specs[1:], double, SplitSpec(((0, 0),), (0,)), 4)]),
+        name="a_kernel_with_a_rather_long_name_for_an_eighty_column_console",
+    )
     with tensor_dump(TensorDumpConfig(dump, level="L1", stages="double")):
         kernel.launch([torch.arange(32, dtype=torch.float32).reshape(8, 4), torch.zeros(8, 4)])
     monkeypatch.chdir(here)
@@ -114,5 +134,7 @@ def test_reference_module_in_the_current_directory_and_lines_never_wrap(capsys, 
     result = cli("replay", dump, "--stage", "double", "--task", "1", "--reference", "qa1_golden_double:double")
     sys.modules.pop("qa1_golden_double", None)
     assert result.code == 0, result.err
-    assert ("replayed a_kernel_with_a_rather_long_name_for_an_eighty_column_console stage double task 1, rank 0 "
-            "window 0 invocation 0, reference qa1_golden_double:double\n") in result.out
+    assert (
+        "replayed a_kernel_with_a_rather_long_name_for_an_eighty_column_console stage double task 1, rank 0 "
+        "window 0 invocation 0, reference qa1_golden_double:double\n"
+    ) in result.out

@@ -36,9 +36,11 @@ def test_reading_a_missing_bucket(cli, s3_options, command):
 
 
 def test_condense_keeps_code_message_bucket_and_key():
-    raw = ("ObjectStoreError: GET s3://b/k/zarr.json failed: Error performing GET http://h/b/k in 3ms - "
-           "Server returned non-2xx status code: 403 Forbidden: <?xml version=\"1.0\" encoding=\"utf-8\"?>\n"
-           "<Error><Code>AccessDenied</Code><Message>Access\n Denied</Message><BucketName>b</BucketName>"
-           "<Key>k/zarr.json</Key><RequestId>XYZ</RequestId></Error>")
+    raw = (
+        "ObjectStoreError: GET s3://b/k/zarr.json failed: Error performing GET http://h/b/k in 3ms - "
+        'Server returned non-2xx status code: 403 Forbidden: <?xml version="1.0" encoding="utf-8"?>\n'
+        "<Error><Code>AccessDenied</Code><Message>Access\n Denied</Message><BucketName>b</BucketName>"
+        "<Key>k/zarr.json</Key><RequestId>XYZ</RequestId></Error>"
+    )
     assert condense(raw) == "GET s3://b/k/zarr.json failed: AccessDenied: Access Denied (bucket b, key k/zarr.json)"
     assert condense("plain\n  text") == "plain text"

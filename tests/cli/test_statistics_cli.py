@@ -29,7 +29,10 @@ def nan_in_expert_2(block: MoEBlock) -> None:
 @pytest.fixture(scope="module")
 def roots(tmp_path_factory):
     base = tmp_path_factory.mktemp("statistics_cli")
-    return {"stats": run(base / "stats", "statistics"), "nonfinite": run(base / "nf", "nonfinite", poison=nan_in_expert_2)}
+    return {
+        "stats": run(base / "stats", "statistics"),
+        "nonfinite": run(base / "nf", "nonfinite", poison=nan_in_expert_2),
+    }
 
 
 def test_ls_marks_statistics_only_records(cli, roots):

@@ -37,7 +37,7 @@ def _table(out: str) -> tuple[list[str], list[list[str]], list[str]]:
     rule = next(i for i, line in enumerate(lines) if line.startswith("────"))
     headings = lines[rule - 1].split()
     rows, below = [], []
-    for line in lines[rule + 1:]:
+    for line in lines[rule + 1 :]:
         (rows if line.split()[0] in ("pass", "fail") and not below else below).append(line)
     return headings, [re.split(r"\s{2,}", r.strip()) for r in rows], below
 
@@ -50,7 +50,7 @@ def test_every_number_whole_every_left_out_column_named(capsys, monkeypatch, lon
     assert result.code == 1, result.err
     assert "…" in result.out  # the names are elided at these widths...
     headings, rows, below = _table(result.out)
-    assert all(len(line) <= columns for line in result.out.splitlines()[:len(rows) + 3])
+    assert all(len(line) <= columns for line in result.out.splitlines()[: len(rows) + 3])
     by_heading = {c.heading: c for c in COLUMNS}
     fails = [r for r in rows if r[0] == "fail"]
     assert len(fails) == 2
@@ -62,8 +62,11 @@ def test_every_number_whole_every_left_out_column_named(capsys, monkeypatch, lon
             if heading in cells:  # ...but a number shown is the whole formatted value
                 column = by_heading[heading]
                 value = column.get(record)
-                shown = column.fmt(value) if column.custom_fmt else __import__(
-                    "megadump_zarr.cli.render", fromlist=["compact"]).compact(value)
+                shown = (
+                    column.fmt(value)
+                    if column.custom_fmt
+                    else __import__("megadump_zarr.cli.render", fromlist=["compact"]).compact(value)
+                )
                 assert cells[heading] == shown, (heading, cells[heading], shown)
         assert cells["1-cos"] == f"{1 - record['cosine']:.2e}"
     missing = {h for h in ("1-cos", "max_abs", "max_rel", "rmse", "mism", "worst", "note") if h not in headings}

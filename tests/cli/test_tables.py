@@ -21,7 +21,9 @@ from megadump_zarr.cli.render import Column, compact, fit_table, print_fitted
 from megadump_zarr.read import open_dump
 from tests._layout import stored_record
 
-_FOOTER = re.compile(r"^(\[\d+\] |columns left out|note \(every row\)|PASS|FAIL|first divergence|root cause|\d+ passing)")
+_FOOTER = re.compile(
+    r"^(\[\d+\] |columns left out|note \(every row\)|PASS|FAIL|first divergence|root cause|\d+ passing)"
+)
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +39,9 @@ def broken(demo, tmp_path_factory) -> tuple[Path, str]:
     copy = tmp_path_factory.mktemp("broken") / "l1"
     shutil.copytree(demo.roots["L1"], copy)
     records = open_dump(copy).records()
-    row = records[(records["stage"] == "expert_down") & (records["io"] == "output") & (records["invocation"] == 2)].iloc[-1]
+    row = records[
+        (records["stage"] == "expert_down") & (records["io"] == "output") & (records["invocation"] == 2)
+    ].iloc[-1]
     array, index = stored_record(copy, row["path"])
     array[index] = array[index] + 1.0
     return copy, row["path"]
@@ -48,7 +52,7 @@ def body(out: str) -> list[str]:
     lines = out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("─"))
     rows = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if not line.strip() or _FOOTER.match(line):
             break
         rows.append(line)
@@ -103,7 +107,9 @@ def test_compare_failures_first_and_failures_only(cli, demo, broken, columns):
     assert rows[0].split()[0] == "fail" and all(line.split()[0] == "pass" for line in rows[1:])
     row = records[records["path"] == path].iloc[0]
     assert f" {row['name']} " in rows[0] and f"t{row['task_id']}" in rows[0]
-    (failing,) = [r for r in cli("compare", copy, demo.roots["L1"], "--json").json()["results"] if r["verdict"] != "pass"]
+    (failing,) = [
+        r for r in cli("compare", copy, demo.roots["L1"], "--json").json()["results"] if r["verdict"] != "pass"
+    ]
     worst = ",".join(str(i) for i in failing["worst_index"])  # where in the tensor, and which owner and core
     assert f" {worst} o{row['owner_id']} {row['core_type']}{row['core_id']} " in rows[0]
     only = cli("compare", copy, demo.roots["L1"], "--failures-only")
@@ -141,33 +147,54 @@ def test_80_columns_leave_columns_out_and_say_which(cli, demo, bf16, columns):
     columns(80)
     result = cli("compare", bf16.roots["L1"], demo.roots["L1"])
     assert "columns left out to fit 80 columns:" in result.out
-    header = result.out.splitlines()[[i for i, line in enumerate(result.out.splitlines()) if line.startswith("─")][0] - 1]
+    header = result.out.splitlines()[
+        [i for i, line in enumerate(result.out.splitlines()) if line.startswith("─")][0] - 1
+    ]
     assert header.split()[:3] == ["verdict", "name", "where"] and "max_abs" in header
 
 
 def test_fit_table_units():
-    frame = pd.DataFrame({"a": ["x", "y", "z"], "b": [1.23456789, 2.0, 3e-7], "c": ["same", "same", "same"],
-                          "n": ["long note one", "long note one", ""], "wide": ["w" * 50] * 3})
-    columns = [Column("a"), Column("b", justify="right"), Column("c", hoist=True), Column("n", footnote=True),
-               Column("wide", drop=1)]
+    frame = pd.DataFrame(
+        {
+            "a": ["x", "y", "z"],
+            "b": [1.23456789, 2.0, 3e-7],
+            "c": ["same", "same", "same"],
+            "n": ["long note one", "long note one", ""],
+            "wide": ["w" * 50] * 3,
+        }
+    )
+    columns = [
+        Column("a"),
+        Column("b", justify="right"),
+        Column("c", hoist=True),
+        Column("n", footnote=True),
+        Column("wide", drop=1),
+    ]
     fitted = fit_table(frame, columns, width=40)
     assert fitted.above == ["every row: c same"]
     assert fitted.dropped == ["wide"]
     assert "[1] long note one (2 rows)" in fitted.below
     assert fitted.headings == ["a", "b", "n"] and [c.header for c in fitted.table.columns] == ["a", "b", "n"]
     assert compact(1.23456789) == "1.235" and compact(3e-7) == "3e-07" and compact(2.0) == "2"
-    stitched = {"worst_index": (3, 7), "worst_task_id": 4, "worst_owner_id": 2, "worst_core_type": "MIX",
-                "worst_core_id": 5, "task_id": None}
+    stitched = {
+        "worst_index": (3, 7),
+        "worst_task_id": 4,
+        "worst_owner_id": 2,
+        "worst_core_type": "MIX",
+        "worst_core_id": 5,
+        "task_id": None,
+    }
     assert worst_text(stitched) == "3,7 t4 o2 MIX5" and worst_text({**stitched, "task_id": 4}) == "3,7 o2 MIX5"
     assert one_minus_cos(0.999994) == "6.00e-06" and one_minus_cos(1.0) == "0" and one_minus_cos(None) == ""
-
 
 
 def test_long_footnotes_fold_under_their_marker():
     """A note longer than the console (an L0 fault's tolerance + cosine reasons at 120 columns) folds at
     spaces with continuation lines indented under its text, never starting at column 0 like a new row."""
-    long = ("128 of 592 not within rtol 1.3e-06 atol 1e-05 (max_abs 0.5), first mismatch at (3, 0); "
-            "cosine 0.934958 < 0.99 with max_abs 0.5 > 0.001")
+    long = (
+        "128 of 592 not within rtol 1.3e-06 atol 1e-05 (max_abs 0.5), first mismatch at (3, 0); "
+        "cosine 0.934958 < 0.99 with max_abs 0.5 > 0.001"
+    )
     from rich.console import Console
 
     frame = pd.DataFrame({"name": ["ws", "ys", "out"], "n": [long, long + " ", "short"]})
@@ -178,11 +205,10 @@ def test_long_footnotes_fold_under_their_marker():
     assert max(len(line) for line in lines) <= 60
     first = next(i for i, line in enumerate(lines) if line.startswith("[1] "))
     second = next(i for i, line in enumerate(lines) if line.startswith("[2] "))
-    continuation = lines[first + 1:second]
+    continuation = lines[first + 1 : second]
     assert continuation and all(line.startswith("    ") and line[4] != " " for line in continuation)
     assert " ".join([lines[first][4:]] + [line.strip() for line in continuation]) == long
     assert lines[second + 1].startswith("    ")  # the second long note folds the same way
-
 
 
 def test_compare_table_keeps_the_worst_element_and_leaves_uncompared_metrics_blank():
@@ -194,24 +220,99 @@ def test_compare_table_keeps_the_worst_element_and_leaves_uncompared_metrics_bla
     base = dict.fromkeys(RESULT_COLUMNS)
     base.update(rank=0, window=0, kernel="moe_experts", level="L1", dtype_a="bfloat16", dtype_b="float32")
     rows = [
-        {**base, "invocation": 0, "stage": "expert_up", "task_id": 0, "owner_id": 0, "core_type": "MIX", "core_id": 0,
-         "io": "input", "index": 1, "name": "expert_counts", "dtype_a": "int64", "dtype_b": "int64",
-         "shape_a": (4,), "shape_b": (4,), "verdict": "fail", "cosine": 0.9973, "max_abs": 1.0, "max_rel": 0.125,
-         "rmse": 0.7, "mismatches": 2, "worst_index": (1,), "worst_owner_id": 0, "worst_core_type": "MIX",
-         "worst_core_id": 0, "note": "2 of 4 elements differ, first at (1,)"},
-        {**base, "invocation": 0, "stage": "expert_up", "task_id": 1, "owner_id": 1, "core_type": "MIX", "core_id": 1,
-         "io": "input", "index": 0, "name": "xs", "shape_a": (13, 16), "shape_b": (12, 16), "verdict": "shape_mismatch",
-         "cosine": math.nan, "max_abs": math.nan, "max_rel": math.nan, "rmse": math.nan,
-         "note": "shape 13×16 vs 12×16; not compared"},
-        {**base, "invocation": 1, "stage": "expert_up_bwd", "task_id": 15, "owner_id": 1, "core_type": "MIX",
-         "core_id": 1, "io": "output", "index": 1, "name": "grad_w_up", "shape_a": (16, 16), "shape_b": (16, 16),
-         "verdict": "fail", "cosine": 0.986478, "max_abs": 0.009289, "max_rel": 17.88, "rmse": 0.002,
-         "mismatches": 0, "worst_index": (3, 9), "worst_owner_id": 1, "worst_core_type": "MIX", "worst_core_id": 1,
-         "note": "cosine 0.986478 < 0.99 with max_abs 0.009289 > 0.001; dtype bfloat16 vs float32"},
-        {**base, "invocation": 0, "stage": "expert_up", "task_id": 0, "owner_id": 0, "core_type": "MIX", "core_id": 0,
-         "io": "input", "index": 0, "name": "xs", "shape_a": (8, 16), "shape_b": (8, 16), "verdict": "pass",
-         "cosine": 0.9999955, "max_abs": 0.0174, "max_rel": 0.008256, "rmse": 0.003, "mismatches": 0,
-         "note": "dtype bfloat16 vs float32"},
+        {
+            **base,
+            "invocation": 0,
+            "stage": "expert_up",
+            "task_id": 0,
+            "owner_id": 0,
+            "core_type": "MIX",
+            "core_id": 0,
+            "io": "input",
+            "index": 1,
+            "name": "expert_counts",
+            "dtype_a": "int64",
+            "dtype_b": "int64",
+            "shape_a": (4,),
+            "shape_b": (4,),
+            "verdict": "fail",
+            "cosine": 0.9973,
+            "max_abs": 1.0,
+            "max_rel": 0.125,
+            "rmse": 0.7,
+            "mismatches": 2,
+            "worst_index": (1,),
+            "worst_owner_id": 0,
+            "worst_core_type": "MIX",
+            "worst_core_id": 0,
+            "note": "2 of 4 elements differ, first at (1,)",
+        },
+        {
+            **base,
+            "invocation": 0,
+            "stage": "expert_up",
+            "task_id": 1,
+            "owner_id": 1,
+            "core_type": "MIX",
+            "core_id": 1,
+            "io": "input",
+            "index": 0,
+            "name": "xs",
+            "shape_a": (13, 16),
+            "shape_b": (12, 16),
+            "verdict": "shape_mismatch",
+            "cosine": math.nan,
+            "max_abs": math.nan,
+            "max_rel": math.nan,
+            "rmse": math.nan,
+            "note": "shape 13×16 vs 12×16; not compared",
+        },
+        {
+            **base,
+            "invocation": 1,
+            "stage": "expert_up_bwd",
+            "task_id": 15,
+            "owner_id": 1,
+            "core_type": "MIX",
+            "core_id": 1,
+            "io": "output",
+            "index": 1,
+            "name": "grad_w_up",
+            "shape_a": (16, 16),
+            "shape_b": (16, 16),
+            "verdict": "fail",
+            "cosine": 0.986478,
+            "max_abs": 0.009289,
+            "max_rel": 17.88,
+            "rmse": 0.002,
+            "mismatches": 0,
+            "worst_index": (3, 9),
+            "worst_owner_id": 1,
+            "worst_core_type": "MIX",
+            "worst_core_id": 1,
+            "note": "cosine 0.986478 < 0.99 with max_abs 0.009289 > 0.001; dtype bfloat16 vs float32",
+        },
+        {
+            **base,
+            "invocation": 0,
+            "stage": "expert_up",
+            "task_id": 0,
+            "owner_id": 0,
+            "core_type": "MIX",
+            "core_id": 0,
+            "io": "input",
+            "index": 0,
+            "name": "xs",
+            "shape_a": (8, 16),
+            "shape_b": (8, 16),
+            "verdict": "pass",
+            "cosine": 0.9999955,
+            "max_abs": 0.0174,
+            "max_rel": 0.008256,
+            "rmse": 0.003,
+            "mismatches": 0,
+            "note": "dtype bfloat16 vs float32",
+        },
     ]
     fitted = compare_table(pd.DataFrame(rows, columns=list(RESULT_COLUMNS)), width=120)
     assert fitted.width <= 120 and "worst" in fitted.headings and "dtype" in fitted.headings
@@ -225,13 +326,20 @@ def _frames(draw):
     n_columns = draw(st.integers(1, 6))
     n_rows = draw(st.integers(1, 8))
     text = st.text(alphabet="abcxyz_/×0123456789", min_size=0, max_size=25)
-    number = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=64), st.integers(-10**9, 10**9))
+    number = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=64), st.integers(-(10**9), 10**9))
     data, columns = {}, []
     for i in range(n_columns):
         values = draw(st.lists(draw(st.sampled_from([text, number])), min_size=n_rows, max_size=n_rows))
         data[f"c{i}"] = pd.Series(values, dtype=object)
-        columns.append(Column(f"c{i}", hoist=draw(st.booleans()), footnote=draw(st.booleans()),
-                              drop=0 if i == 0 else draw(st.integers(0, 5)), justify=draw(st.sampled_from(["left", "right"]))))
+        columns.append(
+            Column(
+                f"c{i}",
+                hoist=draw(st.booleans()),
+                footnote=draw(st.booleans()),
+                drop=0 if i == 0 else draw(st.integers(0, 5)),
+                justify=draw(st.sampled_from(["left", "right"])),
+            )
+        )
     return pd.DataFrame(data), columns
 
 
@@ -261,7 +369,7 @@ def test_fitted_tables_never_exceed_the_width_they_report(frame_columns, width):
         print_fitted(fast, fitted)  # the plain-lines path prints what rich's table layout prints
         printed = [line.rstrip() for line in fast.export_text().splitlines()]
         start = printed.index("─" * fitted.width) - 1  # after the shared values (which may wrap: not rows)
-        assert printed[start:start + len(lines)] == [line.rstrip() for line in lines]
+        assert printed[start : start + len(lines)] == [line.rstrip() for line in lines]
     else:  # only the first column remains, wider than the console: printed whole, never cut
         assert len(kept) == 1
         print_fitted(Console(width=width, file=io.StringIO()), fitted)
@@ -283,9 +391,16 @@ def nonfinite(tmp_path_factory) -> Path:
     def log(t) -> None:
         t.params[2][t.rows] = torch.log(t.params[1][t.rows] - 1000)
 
-    kernel = MegaKernel(Graph([OperatorNode("double", "vector", (specs[0],), (specs[1],), double, SplitSpec(((0, 0),), (0,)), 2),
-                               OperatorNode("log", "vector", (specs[1],), (specs[2],), log, SplitSpec(((0, 0),), (0,)), 2)]),
-                        name="nan_maker", num_workers=2)
+    kernel = MegaKernel(
+        Graph(
+            [
+                OperatorNode("double", "vector", (specs[0],), (specs[1],), double, SplitSpec(((0, 0),), (0,)), 2),
+                OperatorNode("log", "vector", (specs[1],), (specs[2],), log, SplitSpec(((0, 0),), (0,)), 2),
+            ]
+        ),
+        name="nan_maker",
+        num_workers=2,
+    )
     root = tmp_path_factory.mktemp("nonfinite") / "l0"
     with tensor_dump(TensorDumpConfig(root, level="L0")) as dumper:
         kernel.launch([torch.arange(12, dtype=torch.float32).reshape(4, 3), torch.zeros(4, 3), torch.zeros(4, 3)])

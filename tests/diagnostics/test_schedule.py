@@ -42,8 +42,12 @@ def test_matches_torch_profiler_schedule(wait, warmup, active, repeat, skip_firs
 
 def test_literal_sequence():
     fn = schedule(wait=1, warmup=1, active=2, repeat=2, skip_first=1)
-    N, W, R, S = (DiagnosticAction.NONE, DiagnosticAction.WARMUP, DiagnosticAction.RECORD,
-                  DiagnosticAction.RECORD_AND_SAVE)
+    N, W, R, S = (
+        DiagnosticAction.NONE,
+        DiagnosticAction.WARMUP,
+        DiagnosticAction.RECORD,
+        DiagnosticAction.RECORD_AND_SAVE,
+    )
     assert [fn(step) for step in range(12)] == [N, N, W, R, S, N, W, R, S, N, N, N]
 
 

@@ -112,7 +112,11 @@ def test_ordinary_arguments_without_counters():
 def test_launch_arguments_default_profile_buffer():
     args = LaunchArguments("cfg", "counters", "buffer")
     assert (args.runtime_config, args.event_counters, args.diagnostic_buffer, args.profile_buffer) == (
-        "cfg", "counters", "buffer", None)
+        "cfg",
+        "counters",
+        "buffer",
+        None,
+    )
 
 
 def test_diagnostic_call_complete_and_cancel_are_noops():

@@ -48,14 +48,20 @@ def moto_process(*buckets: str, key: str = "testing", secret: str = "testing") -
     """
     import boto3
 
-    child = subprocess.Popen([sys.executable, "-c", _MOTO], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _MOTO],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         endpoint = child.stdout.readline().strip() if child.stdout else ""
         if not endpoint.startswith("http://"):
             raise RuntimeError("moto server did not start")
-        client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=key, aws_secret_access_key=secret,
-                              region_name="us-east-1")
+        client = boto3.client(
+            "s3", endpoint_url=endpoint, aws_access_key_id=key, aws_secret_access_key=secret, region_name="us-east-1"
+        )
         for bucket in buckets:
             client.create_bucket(Bucket=bucket)
         yield endpoint
@@ -67,6 +73,7 @@ def moto_process(*buckets: str, key: str = "testing", secret: str = "testing") -
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
+
 
 CHILD = textwrap.dedent("""
     import sys
@@ -88,9 +95,17 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def write_job(roots: Mapping[str, Iterable[int]], *, ranks: int = 64, processes: int = 8, windows: int = 2,
-              tokens: int = 12, d_model: int = 8, tensors: Iterable[str] | None = ("x", "xs", "out"),
-              env: Mapping[str, str] | None = None) -> float:
+def write_job(
+    roots: Mapping[str, Iterable[int]],
+    *,
+    ranks: int = 64,
+    processes: int = 8,
+    windows: int = 2,
+    tokens: int = 12,
+    d_model: int = 8,
+    tensors: Iterable[str] | None = ("x", "xs", "out"),
+    env: Mapping[str, str] | None = None,
+) -> float:
     """Write the job into every root (each process writes its ranks into each root in turn); return the wall time.
 
     Args:
@@ -110,11 +125,23 @@ def write_job(roots: Mapping[str, Iterable[int]], *, ranks: int = 64, processes:
     start = time.perf_counter()
     children = []
     for p in range(processes):
-        spec = {"roots": spec_roots, "ranks": list(range(p, ranks, processes)), "windows": windows, "tokens": tokens, "d_model": d_model,
-                "tensors": None if tensors is None else list(tensors)}
-        children.append(subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(spec)],
-                                         env=dict(env if env is not None else os.environ), stdout=subprocess.PIPE,
-                                         stderr=subprocess.STDOUT, text=True))
+        spec = {
+            "roots": spec_roots,
+            "ranks": list(range(p, ranks, processes)),
+            "windows": windows,
+            "tokens": tokens,
+            "d_model": d_model,
+            "tensors": None if tensors is None else list(tensors),
+        }
+        children.append(
+            subprocess.Popen(
+                [sys.executable, "-c", CHILD, json.dumps(spec)],
+                env=dict(env if env is not None else os.environ),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     failures = []
     for child in children:
         output, _ = child.communicate(timeout=600)
@@ -157,6 +184,11 @@ def measure_listing(endpoint: str, url: str, options: Mapping[str, Any]) -> dict
         proxy.counts.clear()
         start = time.perf_counter()
         records = dump.records()
-        return {"windows": windows, "records": records, "list_seconds": listed,
-                "records_seconds": time.perf_counter() - start, "requests": opened,
-                "records_requests": dict(proxy.counts)}
+        return {
+            "windows": windows,
+            "records": records,
+            "list_seconds": listed,
+            "records_seconds": time.perf_counter() - start,
+            "requests": opened,
+            "records_requests": dict(proxy.counts),
+        }

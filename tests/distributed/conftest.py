@@ -10,6 +10,10 @@ import pytest
 @pytest.fixture(scope="module")
 def cluster_client() -> Iterator[object]:
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0",
-                                  silence_logs=False) as cluster, distributed.Client(cluster) as client:
+    with (
+        distributed.LocalCluster(
+            n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0", silence_logs=False
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
         yield client

@@ -66,11 +66,17 @@ def test_workers_start_a_local_cluster(roots):
     assert _json(remote) == _json(local)
 
 
-@pytest.mark.parametrize(("flags", "message"), [
-    (["--workers", "0"], "error: --workers must be a positive number of worker processes, got 0"),
-    (["--scheduler", "tcp://127.0.0.1:9"], "error: cannot reach the dask scheduler at tcp://127.0.0.1:9: "),
-    (["--workers", "2", "--scheduler", "tcp://127.0.0.1:9"], "error: argument --scheduler: not allowed with argument --workers"),
-])
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--workers", "0"], "error: --workers must be a positive number of worker processes, got 0"),
+        (["--scheduler", "tcp://127.0.0.1:9"], "error: cannot reach the dask scheduler at tcp://127.0.0.1:9: "),
+        (
+            ["--workers", "2", "--scheduler", "tcp://127.0.0.1:9"],
+            "error: argument --scheduler: not allowed with argument --workers",
+        ),
+    ],
+)
 def test_bad_cluster_flags_are_one_line_errors(roots, flags, message, capsys, monkeypatch):
     from megadump_zarr.cli import cluster
     from megadump_zarr.cli.main import main

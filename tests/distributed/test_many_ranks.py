@@ -34,20 +34,35 @@ SECRET = "dIsTrIbUtEd/secret+never-in-a-task-key-0123"
 def job() -> Iterator[dict[str, Any]]:
     """Two roots of the same 64-rank job (``b`` with two ranks seeded differently) on one moto server."""
     with moto_process("job", key=ACCESS_KEY, secret=SECRET) as endpoint:
-        client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=ACCESS_KEY,
-                              aws_secret_access_key=SECRET, region_name="us-east-1")
+        client = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET,
+            region_name="us-east-1",
+        )
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        env.update(AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET,
-                   AWS_DEFAULT_REGION="us-east-1", AWS_CONFIG_FILE="/nonexistent",
-                   AWS_SHARED_CREDENTIALS_FILE="/nonexistent")
-        seconds = write_job({"s3://job/a": (), "s3://job/b": PERTURBED}, ranks=RANKS, windows=WINDOWS,
-                            processes=PROCESSES, env=env)
+        env.update(
+            AWS_ENDPOINT_URL=endpoint,
+            AWS_ACCESS_KEY_ID=ACCESS_KEY,
+            AWS_SECRET_ACCESS_KEY=SECRET,
+            AWS_DEFAULT_REGION="us-east-1",
+            AWS_CONFIG_FILE="/nonexistent",
+            AWS_SHARED_CREDENTIALS_FILE="/nonexistent",
+        )
+        seconds = write_job(
+            {"s3://job/a": (), "s3://job/b": PERTURBED}, ranks=RANKS, windows=WINDOWS, processes=PROCESSES, env=env
+        )
         objects = {}
         for prefix in ("a", "b"):
             pages = client.get_paginator("list_objects_v2").paginate(Bucket="job", Prefix=f"{prefix}/")
             objects[prefix] = sum(len(page.get("Contents", [])) for page in pages)
-        yield {"endpoint": endpoint, "objects": objects, "write_seconds": seconds,
-               "options": {"key": ACCESS_KEY, "secret": SECRET, "endpoint_url": endpoint}}
+        yield {
+            "endpoint": endpoint,
+            "objects": objects,
+            "write_seconds": seconds,
+            "options": {"key": ACCESS_KEY, "secret": SECRET, "endpoint_url": endpoint},
+        }
 
 
 def test_many_ranks_listing_and_compare_on_a_two_worker_cluster(job, cluster):
@@ -67,8 +82,10 @@ def check_listing_costs_requests_per_rank_and_window_not_per_object(job):
     assert sum(listing.values()) < job["objects"]["a"] / 4
     assert len(records) == RANKS * WINDOWS * 3 and after == {}  # from the window documents already read
     assert sorted(set(records["rank"])) == list(range(RANKS))
-    print(f"\nlisting {RANKS} ranks x {WINDOWS} windows ({job['objects']['a']} objects): "
-          f"{sum(listing.values())} requests {listing}, {listed:.2f} s; job written in {job['write_seconds']:.1f} s")
+    print(
+        f"\nlisting {RANKS} ranks x {WINDOWS} windows ({job['objects']['a']} objects): "
+        f"{sum(listing.values())} requests {listing}, {listed:.2f} s; job written in {job['write_seconds']:.1f} s"
+    )
 
 
 class TaskSpy(distributed.diagnostics.plugin.SchedulerPlugin):
@@ -118,11 +135,12 @@ def check_compare_on_a_two_worker_cluster_equals_the_local_compare(job, cluster)
             logs = repr(client.get_worker_logs()) + repr(client.get_scheduler_logs())
     finally:
         cluster.scheduler.remove_plugin(name="task-spy")
-    print(f"\ncompare of {len(local)} record pairs: local threads {local_seconds:.2f} s, "
-          f"2-worker cluster {remote_seconds:.2f} s")
+    print(
+        f"\ncompare of {len(local)} record pairs: local threads {local_seconds:.2f} s, "
+        f"2-worker cluster {remote_seconds:.2f} s"
+    )
     _frames_equal(local, remote)
     assert ran >= len(local)  # every record pair ran on a worker process
     assert len(seen.keys) >= len(local)
     for text in (logs, repr(seen.keys), "\n".join(seen.specs)):
         assert SECRET not in text and ACCESS_KEY not in text
-

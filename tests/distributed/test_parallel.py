@@ -92,11 +92,14 @@ def test_secrets_stay_out_of_keys_reprs_errors_and_worker_logs(cluster_client, t
     from megadump_zarr._parallel import _delayed
     from megadump_zarr.read.source import DumpSource
 
-    source = DumpSource(str(tmp_path / "missing"), {"key": "AKIAPARALLEL", "secret": SECRET,
-                                                    "client_kwargs": {"aws_session_token": SECRET}})
+    source = DumpSource(
+        str(tmp_path / "missing"),
+        {"key": "AKIAPARALLEL", "secret": SECRET, "client_kwargs": {"aws_session_token": SECRET}},
+    )
     assert SECRET not in repr(source) and SECRET not in str(source)
     assert SECRET not in dask.base.tokenize(source) and dask.base.tokenize(source) == dask.base.tokenize(
-        DumpSource(source.url, {**source.storage_options, "secret": "another"}))  # the secret is not hashed either
+        DumpSource(source.url, {**source.storage_options, "secret": "another"})
+    )  # the secret is not hashed either
     tasks = _delayed(_open_source, [source])
     graph = dict(tasks[0].dask)
     assert SECRET not in repr(graph) and SECRET not in repr(list(graph))

@@ -116,14 +116,21 @@ def open_task(task: str | Path) -> Any:
 def view_children(group: str | Path) -> tuple[list[str], list[str]]:
     """(groups, arrays) directly below ``group`` in the schema-6 view (packs replaced by their task groups)."""
     group = Path(group)
-    direct = {p.name: read_json(p / "zarr.json") for p in (group.iterdir() if group.is_dir() else ())
-              if (p / "zarr.json").is_file() and not p.name.startswith("pack_")}
+    direct = {
+        p.name: read_json(p / "zarr.json")
+        for p in (group.iterdir() if group.is_dir() else ())
+        if (p / "zarr.json").is_file() and not p.name.startswith("pack_")
+    }
     view = _pack_view(group / "x") if group.parent.name == "stages" else _pack_view(group)
     if view is not None:
         prefix = group.relative_to(view[0]).as_posix() + "/"
-        direct |= {k[len(prefix):]: v for k, v in view[1].items() if k.startswith(prefix) and "/" not in k[len(prefix):]}
-    return (sorted(k for k, v in direct.items() if v["node_type"] == "group"),
-            sorted(k for k, v in direct.items() if v["node_type"] == "array"))
+        direct |= {
+            k[len(prefix) :]: v for k, v in view[1].items() if k.startswith(prefix) and "/" not in k[len(prefix) :]
+        }
+    return (
+        sorted(k for k, v in direct.items() if v["node_type"] == "group"),
+        sorted(k for k, v in direct.items() if v["node_type"] == "array"),
+    )
 
 
 def file_hashes(root: str | Path) -> dict[str, str]:
@@ -156,18 +163,42 @@ def assert_same(stored: np.ndarray, expected: torch.Tensor | np.ndarray) -> None
 
 
 # --------------------------------------------------------------------------- tiny graphs
-def spec(name: str, shape: Sequence[int], position: int, dtype: torch.dtype = torch.float32,
-         dims: Sequence[str] | None = None, dynamic: bool = False) -> TensorSpec:
+def spec(
+    name: str,
+    shape: Sequence[int],
+    position: int,
+    dtype: torch.dtype = torch.float32,
+    dims: Sequence[str] | None = None,
+    dynamic: bool = False,
+) -> TensorSpec:
     return TensorSpec(name, tuple(shape), dtype, position, tuple(dims) if dims is not None else None, dynamic)
 
 
-def op(name: str, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], fn: Callable[[Any], None], *,
-       core: str = "vector", split: SplitSpec | None = None, tile_rows: int | None = None, **kw: Any) -> OperatorNode:
+def op(
+    name: str,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    fn: Callable[[Any], None],
+    *,
+    core: str = "vector",
+    split: SplitSpec | None = None,
+    tile_rows: int | None = None,
+    **kw: Any,
+) -> OperatorNode:
     return OperatorNode(name, core, tuple(inputs), tuple(outputs), fn, split or SplitSpec(), tile_rows, **kw)
 
 
-def copy_rows_graph(rows: int = 8, cols: int = 4, tile_rows: int = 4, *, name_in: str = "a", name_out: str = "b",
-                    stage: str = "copy", dtype: torch.dtype = torch.float32, **kw: Any) -> Graph:
+def copy_rows_graph(
+    rows: int = 8,
+    cols: int = 4,
+    tile_rows: int = 4,
+    *,
+    name_in: str = "a",
+    name_out: str = "b",
+    stage: str = "copy",
+    dtype: torch.dtype = torch.float32,
+    **kw: Any,
+) -> Graph:
     """``b[rows] = a[rows] * 2`` split on axis 0."""
     a = spec(name_in, (rows, cols), 0, dtype, ("row", "col"))
     b = spec(name_out, (rows, cols), 1, dtype, ("row", "col"))

@@ -18,9 +18,15 @@ from megadump_zarr.dump.exporter import ExportError
 from megadump_zarr.store.writer import WindowSession
 
 # steps 0-1 one window, step 2 skipped, steps 3..6 one window each
-_ACTIONS = [DiagnosticAction.RECORD, DiagnosticAction.RECORD_AND_SAVE, DiagnosticAction.NONE,
-            DiagnosticAction.RECORD_AND_SAVE, DiagnosticAction.RECORD_AND_SAVE, DiagnosticAction.RECORD_AND_SAVE,
-            DiagnosticAction.RECORD_AND_SAVE]
+_ACTIONS = [
+    DiagnosticAction.RECORD,
+    DiagnosticAction.RECORD_AND_SAVE,
+    DiagnosticAction.NONE,
+    DiagnosticAction.RECORD_AND_SAVE,
+    DiagnosticAction.RECORD_AND_SAVE,
+    DiagnosticAction.RECORD_AND_SAVE,
+    DiagnosticAction.RECORD_AND_SAVE,
+]
 _STEPS = len(_ACTIONS)
 
 
@@ -33,8 +39,12 @@ def _contents(root: Path) -> list[dict]:
     out = []
     for window in sorted((root / "rank_0").glob("window_*")):
         attrs = json.loads((window / "zarr.json").read_text())["attributes"]
-        entry = {"window": window.name, "status": attrs["status"], "windowIndex": attrs["windowIndex"],
-                 "invocations": []}
+        entry = {
+            "window": window.name,
+            "status": attrs["status"],
+            "windowIndex": attrs["windowIndex"],
+            "invocations": [],
+        }
         if attrs["status"] == "complete":
             group = zarr.open_group(str(window), mode="r")
             for name in attrs["invocations"]:
@@ -136,7 +146,9 @@ def test_every_failed_background_window_is_reported(tmp_path, failing_windows):
 
 def test_an_on_dump_ready_exception_shifts_nothing(tmp_path):
     sync, sync_reports, sync_errors = _run(tmp_path / "sync", async_export=False, callback_raises_on={"window_0000"})
-    async_, async_reports, async_errors = _run(tmp_path / "async", async_export=True, callback_raises_on={"window_0000"})
+    async_, async_reports, async_errors = _run(
+        tmp_path / "async", async_export=True, callback_raises_on={"window_0000"}
+    )
     assert [[inv[1] for inv in w["invocations"]] for w in sync] == [[0, 1], [3], [4], [5], [6]]
     assert [w["status"] for w in sync] == ["complete"] * 5
     assert async_ == sync
@@ -173,11 +185,15 @@ def test_failures_pending_at_exit_are_all_raised_in_one_export_error(tmp_path, m
     error = info.value
     root = tmp_path / "rank_0"
     assert error.windows == (str(root / "window_0001"), str(root / "window_0002"))
-    assert str(error) == (f"background export of 2 windows failed: {root / 'window_0001'}: "
-                          f"OSError('disk full at rank_0/window_0001'); {root / 'window_0002'}: "
-                          f"OSError('disk full at rank_0/window_0002')")
-    assert error.__notes__ == ["also failed: ValueError('callback window_0000')",
-                               "also failed: ValueError('callback window_0003')"]
+    assert str(error) == (
+        f"background export of 2 windows failed: {root / 'window_0001'}: "
+        f"OSError('disk full at rank_0/window_0001'); {root / 'window_0002'}: "
+        f"OSError('disk full at rank_0/window_0002')"
+    )
+    assert error.__notes__ == [
+        "also failed: ValueError('callback window_0000')",
+        "also failed: ValueError('callback window_0003')",
+    ]
 
 
 def test_a_failure_pending_when_the_body_raises_is_noted_on_that_exception(tmp_path, failing_windows):

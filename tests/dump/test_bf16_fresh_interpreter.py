@@ -34,8 +34,9 @@ def l1_bf16_dump(root: Path, monkeypatch) -> tuple[Path, dict]:
 
     monkeypatch.setattr(MegaKernel, "launch", spy)
     block = MoEBlock(BF16)
-    with tensor_dump(TensorDumpConfig(root, level="L1", kernel_names="moe_experts", stages=("expert_up", "combine"),
-                                     layout="packs")):
+    with tensor_dump(
+        TensorDumpConfig(root, level="L1", kernel_names="moe_experts", stages=("expert_up", "combine"), layout="packs")
+    ):
         block(block.make_input())
     return root / "rank_0" / "window_0000" / "invocation_000000_forward", seen
 
@@ -65,8 +66,13 @@ def test_plain_interpreter_reads_bfloat16_task_record_packs(tmp_path, monkeypatc
     assert sorted(p.name for p in up.iterdir() if p.is_dir()) == [f"task_{e:06d}" for e in range(4)]
     (pack,) = sorted((inv / "stages" / "combine").glob("pack_*"))
     groups = [up / f"task_{e:06d}" for e in range(4)]
-    result = subprocess.run([sys.executable, "-W", "error", "-c", READER, *map(str, groups), str(pack)],
-                            capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", READER, *map(str, groups), str(pack)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     data = json.loads(result.stdout)
@@ -89,8 +95,9 @@ def test_plain_interpreter_reads_bfloat16_task_record_packs(tmp_path, monkeypatc
     tasks = read_json(pack / "task_id" / "zarr.json")["attributes"]["tasks"]
     assert len(tasks) == 4
     assert got["coords"]["task_id"] == [t["attrs"]["taskId"] for t in tasks]
-    assert got["coords"]["owner_id"] == [-1 if t["attrs"]["owner"]["id"] is None else t["attrs"]["owner"]["id"]
-                                         for t in tasks]
+    assert got["coords"]["owner_id"] == [
+        -1 if t["attrs"]["owner"]["id"] is None else t["attrs"]["owner"]["id"] for t in tasks
+    ]
     assert got["coords"]["core_id"] == [t["attrs"]["coreId"] for t in tasks]
     assert {"task_id", "owner_id", "core_id"}.isdisjoint(name for name in got if name != "coords")
     assert all(var["dims"][0] == "task" for name, var in got.items() if name != "coords")
@@ -102,8 +109,13 @@ def test_plain_interpreter_reads_bfloat16_l0(tmp_path):
     with tensor_dump(TensorDumpConfig(tmp_path, kernel_names="moe_router")):
         block.route(x)
     inv = tmp_path / "rank_0" / "window_0000" / "invocation_000000_forward"
-    result = subprocess.run([sys.executable, "-W", "error", "-c", READER, str(inv)], capture_output=True, text=True,
-                            timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", READER, str(inv)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     got = json.loads(result.stdout)[str(inv)]
     assert got["x"]["dtype"] == "bfloat16"
@@ -148,18 +160,29 @@ def test_every_group_opens_without_warning(tmp_path):
 
     block = MoEBlock(BF16)
     x = block.make_input()
-    with tensor_dump(TensorDumpConfig(tmp_path / "l1", level="L1", kernel_names="moe_experts",
-                                      stages=("expert_up", "expert_down", "combine"), layout="packs")):
+    with tensor_dump(
+        TensorDumpConfig(
+            tmp_path / "l1",
+            level="L1",
+            kernel_names="moe_experts",
+            stages=("expert_up", "expert_down", "combine"),
+            layout="packs",
+        )
+    ):
         block(x)
-    with tensor_dump(TensorDumpConfig(tmp_path / "g", level="L1", kernel_names="moe_dispatch", stages="gather",
-                                     layout="packs")):
+    with tensor_dump(
+        TensorDumpConfig(tmp_path / "g", level="L1", kernel_names="moe_dispatch", stages="gather", layout="packs")
+    ):
         block.route(block.make_input())
-    l1 = data_groups(tmp_path / "l1" / "rank_0" / "window_0000") + data_groups(tmp_path / "g" / "rank_0" / "window_0000")
+    l1 = data_groups(tmp_path / "l1" / "rank_0" / "window_0000") + data_groups(
+        tmp_path / "g" / "rank_0" / "window_0000"
+    )
     packs = [p for p in l1 if p.name.startswith("pack_")]
     # the expert tiles are ragged (a shape unique in its stage stays a task group), as is combine's last tile;
     # combine's 4 full tiles and gather's tasks share a shape each
     assert sorted(p.parent.name for p in l1 if p.name.startswith("task_")) == (
-        ["combine"] + ["expert_down"] * 4 + ["expert_up"] * 4)
+        ["combine"] + ["expert_down"] * 4 + ["expert_up"] * 4
+    )
     tasks = sum(read_json(p / "zarr.json")["attributes"]["taskCount"] for p in packs)
     assert tasks == 4 + (4 * 8 + 5)  # gather: 8 one-row shards per full tile, 5 for the last
     datasets = open_all_silently(l1)
@@ -172,10 +195,13 @@ def test_every_group_opens_without_warning(tmp_path):
                 bf16 += 1
     assert bf16 > 0
     # a task's record values equal the window's own view of them
-    ds = open_task(tmp_path / "l1" / "rank_0" / "window_0000" / "invocation_000000_forward" / "stages" / "combine"
-                   / "task_000017")
+    ds = open_task(
+        tmp_path / "l1" / "rank_0" / "window_0000" / "invocation_000000_forward" / "stages" / "combine" / "task_000017"
+    )
     assert ds["output_00_out"].shape == (5, 16)
-    last = tmp_path / "l1" / "rank_0" / "window_0000" / "invocation_000000_forward" / "stages" / "combine" / "task_000017"
+    last = (
+        tmp_path / "l1" / "rank_0" / "window_0000" / "invocation_000000_forward" / "stages" / "combine" / "task_000017"
+    )
     assert (last / "zarr.json").is_file()  # the ragged last tile is a task group of its own
     assert ds["token"].values.tolist() == list(range(32, 37))
     assert np.array_equal(ds["input_00_x"].values.astype(np.float32), x[32:].float().numpy())

@@ -39,15 +39,26 @@ def test_output_dir_checked_before_level():
 L1_NEEDS = "L1 Tensor dump requires at least one stage, task, owner, or Tensor filter"
 
 
-@pytest.mark.parametrize("extra", [{}, {"core_types": "AIV"}, {"core_ids": 0}, {"io": "input"}, {"ranks": 0},
-                                   {"kernel_names": "k"}, {"directions": "forward"}])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"core_types": "AIV"},
+        {"core_ids": 0},
+        {"io": "input"},
+        {"ranks": 0},
+        {"kernel_names": "k"},
+        {"directions": "forward"},
+    ],
+)
 def test_l1_without_task_filter(tmp_path, extra):
     with pytest.raises(ValueError, match=re.escape(L1_NEEDS)):
         make(tmp_path, level="L1", **extra)
 
 
-@pytest.mark.parametrize("extra", [{"stages": "s"}, {"task_ids": 0}, {"stage_task_indices": 0}, {"owner_ids": 0},
-                                   {"tensor_names": "x"}])
+@pytest.mark.parametrize(
+    "extra", [{"stages": "s"}, {"task_ids": 0}, {"stage_task_indices": 0}, {"owner_ids": 0}, {"tensor_names": "x"}]
+)
 def test_l1_with_one_task_filter(tmp_path, extra):
     config = make(tmp_path, level="L1", **extra)
     assert config.level == "L1"
@@ -61,8 +72,19 @@ ID_FIELDS = ("ranks", "task_ids", "stage_task_indices", "owner_ids", "core_ids")
 
 
 @pytest.mark.parametrize("field", ID_FIELDS)
-@pytest.mark.parametrize("value, bad", [(True, True), (False, False), ([1, True], True), ((0, -1), -1), (-3, -3),
-                                        ([0, "1"], "1"), ([1.0], 1.0), ([None], None)])
+@pytest.mark.parametrize(
+    "value, bad",
+    [
+        (True, True),
+        (False, False),
+        ([1, True], True),
+        ((0, -1), -1),
+        (-3, -3),
+        ([0, "1"], "1"),
+        ([1.0], 1.0),
+        ([None], None),
+    ],
+)
 def test_id_filters_reject(tmp_path, field, value, bad):
     kw = {field: value}
     if field in ("ranks", "core_ids"):
@@ -88,25 +110,37 @@ def test_string_filters_empty(tmp_path, field, empty):
         make(tmp_path, **{field: empty})
 
 
-@pytest.mark.parametrize("field, ok", [("tensor_names", "x"), ("kernel_names", "k"), ("stages", "s"),
-                                       ("roles", "final_output"), ("directions", "forward"), ("core_types", "AIC"),
-                                       ("io", "input")])
+@pytest.mark.parametrize(
+    "field, ok",
+    [
+        ("tensor_names", "x"),
+        ("kernel_names", "k"),
+        ("stages", "s"),
+        ("roles", "final_output"),
+        ("directions", "forward"),
+        ("core_types", "AIC"),
+        ("io", "input"),
+    ],
+)
 @pytest.mark.parametrize("bad", [1, "", None, b"x", ("nested",)])
 def test_string_filters_non_string_entries(tmp_path, field, ok, bad):
     with pytest.raises(TypeError, match=re.escape(f"{field} entries must be non-empty strings, got {bad!r}")):
         make(tmp_path, **{field: [ok, bad]})
 
 
-@pytest.mark.parametrize("field, bad, allowed", [
-    ("roles", "input", ["external_input", "final_output", "stage_output"]),
-    ("roles", "External_Input", ["external_input", "final_output", "stage_output"]),
-    ("directions", "sideways", ["backward", "forward"]),
-    ("directions", "Forward", ["backward", "forward"]),
-    ("io", "inout", ["input", "output"]),
-    ("io", "inputs", ["input", "output"]),
-    ("core_types", "MIX", ["AIC", "AIV"]),
-    ("core_types", "aic", ["AIC", "AIV"]),
-])
+@pytest.mark.parametrize(
+    "field, bad, allowed",
+    [
+        ("roles", "input", ["external_input", "final_output", "stage_output"]),
+        ("roles", "External_Input", ["external_input", "final_output", "stage_output"]),
+        ("directions", "sideways", ["backward", "forward"]),
+        ("directions", "Forward", ["backward", "forward"]),
+        ("io", "inout", ["input", "output"]),
+        ("io", "inputs", ["input", "output"]),
+        ("core_types", "MIX", ["AIC", "AIV"]),
+        ("core_types", "aic", ["AIC", "AIV"]),
+    ],
+)
 def test_closed_vocabularies(tmp_path, field, bad, allowed):
     with pytest.raises(ValueError, match=re.escape(f"unsupported {field} entry {bad!r}; expected one of {allowed}")):
         make(tmp_path, **{field: bad})
@@ -147,9 +181,22 @@ def test_budget_and_max_bytes_accept_positive_ints(tmp_path):
 
 # --------------------------------------------------------------------------- normalisation
 def test_scalars_become_tuples(tmp_path):
-    config = make(tmp_path, level="L1", tensor_names="x", kernel_names="k", stages="s", task_ids=3,
-                  stage_task_indices=0, owner_ids=2, core_types="AIV", core_ids=1, io="output", ranks=0,
-                  roles="final_output", directions="backward")
+    config = make(
+        tmp_path,
+        level="L1",
+        tensor_names="x",
+        kernel_names="k",
+        stages="s",
+        task_ids=3,
+        stage_task_indices=0,
+        owner_ids=2,
+        core_types="AIV",
+        core_ids=1,
+        io="output",
+        ranks=0,
+        roles="final_output",
+        directions="backward",
+    )
     assert config.tensor_names == ("x",)
     assert config.kernel_names == ("k",)
     assert config.stages == ("s",)
@@ -178,8 +225,18 @@ def test_defaults(tmp_path):
     assert config.roles == ROLES
     assert config.directions == ("backward", "forward")
     assert config.io == ("input", "output")
-    for name in ("tensor_names", "kernel_names", "ranks", "stages", "task_ids", "stage_task_indices", "owner_ids",
-                 "core_types", "core_ids", "storage_options"):
+    for name in (
+        "tensor_names",
+        "kernel_names",
+        "ranks",
+        "stages",
+        "task_ids",
+        "stage_task_indices",
+        "owner_ids",
+        "core_types",
+        "core_ids",
+        "storage_options",
+    ):
         assert getattr(config, name) is None, name
     assert config.compressor == "default"
     assert config.chunk_bytes == 4 << 20
@@ -210,9 +267,16 @@ def test_output_dir_relative_string_is_path():
     assert isinstance(config.output_dir, Path)
 
 
-@pytest.mark.parametrize("url, expected", [("s3://bucket/x/", "s3://bucket/x"), ("s3://bucket/x", "s3://bucket/x"),
-                                           ("s3://bucket/x///", "s3://bucket/x"), ("memory://d/", "memory://d"),
-                                           ("gs://b/p/q/", "gs://b/p/q")])
+@pytest.mark.parametrize(
+    "url, expected",
+    [
+        ("s3://bucket/x/", "s3://bucket/x"),
+        ("s3://bucket/x", "s3://bucket/x"),
+        ("s3://bucket/x///", "s3://bucket/x"),
+        ("memory://d/", "memory://d"),
+        ("gs://b/p/q/", "gs://b/p/q"),
+    ],
+)
 def test_output_dir_url_kept(url, expected):
     config = TensorDumpConfig(url)
     assert config.output_dir == expected
@@ -236,9 +300,26 @@ def test_frozen(tmp_path):
 
 
 # --------------------------------------------------------------------------- our storage fields
-@pytest.mark.parametrize("name", ["default", "DEFAULT", "none", None, "zstd", "zstd-1", "zstd-22", "ZSTD-3",
-                                  " zstd-3 ", "blosc-lz4", "blosc-lz4-1", "blosc-zstd-9-bitshuffle",
-                                  "blosc-zlib-5-noshuffle", "blosc-blosclz", "blosc-lz4hc-3-shuffle"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "default",
+        "DEFAULT",
+        "none",
+        None,
+        "zstd",
+        "zstd-1",
+        "zstd-22",
+        "ZSTD-3",
+        " zstd-3 ",
+        "blosc-lz4",
+        "blosc-lz4-1",
+        "blosc-zstd-9-bitshuffle",
+        "blosc-zlib-5-noshuffle",
+        "blosc-blosclz",
+        "blosc-lz4hc-3-shuffle",
+    ],
+)
 def test_compressor_valid(tmp_path, name):
     config = make(tmp_path, compressor=name)
     assert config.compressor == name
@@ -255,21 +336,31 @@ def test_default_compressor_is_blosc_lz4_bitshuffle():
 CNAMES = "['lz4', 'lz4hc', 'zstd', 'zlib', 'blosclz']"
 
 
-@pytest.mark.parametrize("name, exc, message", [
-    ("gzip", ValueError, "unsupported compressor 'gzip'; expected 'default', 'none', 'zstd[-LEVEL]' or "
-                         f"'blosc-CNAME[-LEVEL][-SHUFFLE]' with CNAME in {CNAMES}"),
-    ("", ValueError, "unsupported compressor ''; expected"),
-    ("zstd-", ValueError, "unsupported compressor 'zstd-'; expected"),
-    ("zstd-0", ValueError, "compressor 'zstd-0': zstd level must be 1..22, got 0"),
-    ("zstd-23", ValueError, "compressor 'zstd-23': zstd level must be 1..22, got 23"),
-    ("blosc-foo", ValueError, f"compressor 'blosc-foo': blosc codec must be one of {CNAMES}, got 'foo'"),
-    ("blosc-lz4-0", ValueError, "compressor 'blosc-lz4-0': blosc level must be 1..9, got 0"),
-    ("blosc-lz4-10", ValueError, "compressor 'blosc-lz4-10': blosc level must be 1..9, got 10"),
-    ("blosc-lz4-5-bad", ValueError,
-     "compressor 'blosc-lz4-5-bad': blosc shuffle must be one of ['shuffle', 'bitshuffle', 'noshuffle'], got 'bad'"),
-    (3, TypeError, "compressor must be a string such as 'zstd-1' or 'none', got int"),
-    (True, TypeError, "compressor must be a string such as 'zstd-1' or 'none', got bool"),
-])
+@pytest.mark.parametrize(
+    "name, exc, message",
+    [
+        (
+            "gzip",
+            ValueError,
+            "unsupported compressor 'gzip'; expected 'default', 'none', 'zstd[-LEVEL]' or "
+            f"'blosc-CNAME[-LEVEL][-SHUFFLE]' with CNAME in {CNAMES}",
+        ),
+        ("", ValueError, "unsupported compressor ''; expected"),
+        ("zstd-", ValueError, "unsupported compressor 'zstd-'; expected"),
+        ("zstd-0", ValueError, "compressor 'zstd-0': zstd level must be 1..22, got 0"),
+        ("zstd-23", ValueError, "compressor 'zstd-23': zstd level must be 1..22, got 23"),
+        ("blosc-foo", ValueError, f"compressor 'blosc-foo': blosc codec must be one of {CNAMES}, got 'foo'"),
+        ("blosc-lz4-0", ValueError, "compressor 'blosc-lz4-0': blosc level must be 1..9, got 0"),
+        ("blosc-lz4-10", ValueError, "compressor 'blosc-lz4-10': blosc level must be 1..9, got 10"),
+        (
+            "blosc-lz4-5-bad",
+            ValueError,
+            "compressor 'blosc-lz4-5-bad': blosc shuffle must be one of ['shuffle', 'bitshuffle', 'noshuffle'], got 'bad'",
+        ),
+        (3, TypeError, "compressor must be a string such as 'zstd-1' or 'none', got int"),
+        (True, TypeError, "compressor must be a string such as 'zstd-1' or 'none', got bool"),
+    ],
+)
 def test_compressor_invalid(tmp_path, name, exc, message):
     with pytest.raises(exc, match=re.escape(message)):
         make(tmp_path, compressor=name)
@@ -280,14 +371,17 @@ def test_chunk_bytes_valid(tmp_path, value):
     assert make(tmp_path, chunk_bytes=value).chunk_bytes == value
 
 
-@pytest.mark.parametrize("value, exc, message", [
-    (0, ValueError, "chunk_bytes must be positive"),
-    (-1, ValueError, "chunk_bytes must be positive"),
-    ("1", TypeError, "chunk_bytes must be a positive integer"),
-    (1.5, TypeError, "chunk_bytes must be a positive integer"),
-    (True, TypeError, "chunk_bytes must be a positive integer"),
-    (None, TypeError, "chunk_bytes must be a positive integer"),
-])
+@pytest.mark.parametrize(
+    "value, exc, message",
+    [
+        (0, ValueError, "chunk_bytes must be positive"),
+        (-1, ValueError, "chunk_bytes must be positive"),
+        ("1", TypeError, "chunk_bytes must be a positive integer"),
+        (1.5, TypeError, "chunk_bytes must be a positive integer"),
+        (True, TypeError, "chunk_bytes must be a positive integer"),
+        (None, TypeError, "chunk_bytes must be a positive integer"),
+    ],
+)
 def test_chunk_bytes_invalid(tmp_path, value, exc, message):
     with pytest.raises(exc, match=re.escape(message)):
         make(tmp_path, chunk_bytes=value)
@@ -300,7 +394,9 @@ def test_on_error_valid(tmp_path, value):
 
 @pytest.mark.parametrize("value", ["ignore", "Keep", "", None, 1])
 def test_on_error_invalid(tmp_path, value):
-    with pytest.raises(ValueError, match=re.escape(f"unsupported on_error {value!r}; expected one of ['discard', 'keep']")):
+    with pytest.raises(
+        ValueError, match=re.escape(f"unsupported on_error {value!r}; expected one of ['discard', 'keep']")
+    ):
         make(tmp_path, on_error=value)
 
 
@@ -331,9 +427,14 @@ def test_storage_options_invalid(tmp_path, value, tname):
         make(tmp_path, storage_options=value)
 
 
-@pytest.mark.parametrize("value, exc, message", [(0, ValueError, "host_memory_budget_mb must be positive"),
-                                                 ("1", TypeError, "host_memory_budget_mb must be a positive integer"),
-                                                 (True, TypeError, "host_memory_budget_mb must be a positive integer")])
+@pytest.mark.parametrize(
+    "value, exc, message",
+    [
+        (0, ValueError, "host_memory_budget_mb must be positive"),
+        ("1", TypeError, "host_memory_budget_mb must be a positive integer"),
+        (True, TypeError, "host_memory_budget_mb must be a positive integer"),
+    ],
+)
 def test_host_memory_budget(tmp_path, value, exc, message):
     with pytest.raises(exc, match=re.escape(message)):
         make(tmp_path, host_memory_budget_mb=value)

@@ -30,8 +30,9 @@ def setup(fail_on_task: int | None = None, **config: Any):
     params = [torch.arange(32, dtype=torch.float32).reshape(8, 4), torch.zeros(8, 4)]
     runtime = compile_graph(graph, params)
     config.setdefault("stages", "copy")
-    prepared = prepare_l1_dump(runtime, graph, params, TensorDumpConfig("/unused", level="L1", **config), rank=0,
-                               device="cpu")
+    prepared = prepare_l1_dump(
+        runtime, graph, params, TensorDumpConfig("/unused", level="L1", **config), rank=0, device="cpu"
+    )
     return runtime, params, prepared
 
 
@@ -40,7 +41,7 @@ def launch(runtime, params, prepared) -> None:
 
 
 def put_u32(buffer: torch.Tensor, offset: int, value: int) -> None:
-    buffer[offset:offset + 4] = torch.frombuffer(bytearray(struct.pack("<I", value)), dtype=torch.uint8)
+    buffer[offset : offset + 4] = torch.frombuffer(bytearray(struct.pack("<I", value)), dtype=torch.uint8)
 
 
 def record_field(index: int, field: int) -> int:
@@ -53,7 +54,12 @@ def test_decode_after_launch():
     a = params[0].clone()
     launch(runtime, params, prepared)
     snapshots = decode_l1_dump(prepared)
-    assert [(s.record.task_id, s.record.io) for s in snapshots] == [(0, "input"), (0, "output"), (1, "input"), (1, "output")]
+    assert [(s.record.task_id, s.record.io) for s in snapshots] == [
+        (0, "input"),
+        (0, "output"),
+        (1, "input"),
+        (1, "output"),
+    ]
     assert_same(snapshots[0].data, a[:4])
     assert_same(snapshots[1].data, a[:4] * 2)
     assert_same(snapshots[3].data, a[4:] * 2)
@@ -67,8 +73,12 @@ def test_decode_after_launch():
 # --------------------------------------------------------------------------- not captured
 def test_record_not_captured_when_worker_never_ran():
     _, _, prepared = setup()
-    with pytest.raises(RuntimeError, match=re.escape(
-            "L1 dump record was not captured: task_id=0, stage='copy', io=input, index=0, status=0, header_enabled=1")):
+    with pytest.raises(
+        RuntimeError,
+        match=re.escape(
+            "L1 dump record was not captured: task_id=0, stage='copy', io=input, index=0, status=0, header_enabled=1"
+        ),
+    ):
         decode_l1_dump(prepared)
 
 
@@ -76,8 +86,12 @@ def test_record_not_captured_names_the_first_pending_record():
     runtime, params, prepared = setup()
     launch(runtime, params, prepared)
     prepared.buffer[record_field(3, 7)] = 0  # task 1's output status back to PENDING
-    with pytest.raises(RuntimeError, match=re.escape(
-            "L1 dump record was not captured: task_id=1, stage='copy', io=output, index=0, status=0, header_enabled=1")):
+    with pytest.raises(
+        RuntimeError,
+        match=re.escape(
+            "L1 dump record was not captured: task_id=1, stage='copy', io=output, index=0, status=0, header_enabled=1"
+        ),
+    ):
         decode_l1_dump(prepared)
 
 
@@ -90,13 +104,17 @@ def test_launch_without_l1_mode_captures_nothing():
 
 
 # --------------------------------------------------------------------------- corrupted buffers
-@pytest.mark.parametrize("offset, value, magic, version", [
-    (0, 0, 0x4C314400, 2), (3, 0xFF, 0xFF314450, 2), (4, 3, 0x4C314450, 3), (4, 0, 0x4C314450, 0)])
+@pytest.mark.parametrize(
+    "offset, value, magic, version",
+    [(0, 0, 0x4C314400, 2), (3, 0xFF, 0xFF314450, 2), (4, 3, 0x4C314450, 3), (4, 0, 0x4C314450, 0)],
+)
 def test_corrupted_header(offset, value, magic, version):
     runtime, params, prepared = setup()
     launch(runtime, params, prepared)
     prepared.buffer[offset] = value
-    with pytest.raises(ValueError, match=re.escape(f"invalid L1 dump buffer header: magic={magic:#x}, version={version}")):
+    with pytest.raises(
+        ValueError, match=re.escape(f"invalid L1 dump buffer header: magic={magic:#x}, version={version}")
+    ):
         decode_l1_dump(prepared)
 
 
@@ -108,19 +126,24 @@ def test_corrupted_magic_message_exact():
         decode_l1_dump(prepared)
 
 
-@pytest.mark.parametrize("field, name, planned, found", [
-    (0, "task_id", 0, 7),
-    (2, "parameter_position", 0, 1),
-    (3, "source_offset_bytes", 0, 4),
-    (6, "payload_bytes", 64, 32),
-    (9, "worker_id", 0xFFFFFFFF, 3),
-])
+@pytest.mark.parametrize(
+    "field, name, planned, found",
+    [
+        (0, "task_id", 0, 7),
+        (2, "parameter_position", 0, 1),
+        (3, "source_offset_bytes", 0, 4),
+        (6, "payload_bytes", 64, 32),
+        (9, "worker_id", 0xFFFFFFFF, 3),
+    ],
+)
 def test_record_table_field_changed(field, name, planned, found):
     runtime, params, prepared = setup()
     launch(runtime, params, prepared)
     put_u32(prepared.buffer, record_field(0, field), found)
-    with pytest.raises(ValueError, match=re.escape(
-            f"L1 dump record 0 {name} changed during the launch: planned {planned}, found {found}")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(f"L1 dump record 0 {name} changed during the launch: planned {planned}, found {found}"),
+    ):
         decode_l1_dump(prepared)
 
 
@@ -128,7 +151,9 @@ def test_record_phase_changed():
     runtime, params, prepared = setup()
     launch(runtime, params, prepared)
     put_u32(prepared.buffer, record_field(1, 1), 1)  # output record now claims BEFORE
-    with pytest.raises(ValueError, match=re.escape("L1 dump record 1 phase changed during the launch: planned 2, found 1")):
+    with pytest.raises(
+        ValueError, match=re.escape("L1 dump record 1 phase changed during the launch: planned 2, found 1")
+    ):
         decode_l1_dump(prepared)
 
 
@@ -140,16 +165,24 @@ def test_record_payload_offset_changed():
     # moved within its own slot (and shrunk): the table check names payload_offset
     put_u32(prepared.buffer, record_field(3, 5), slots[3] + 32)
     put_u32(prepared.buffer, record_field(3, 6), 32)
-    with pytest.raises(ValueError, match=re.escape(
-            f"L1 dump record 3 payload_offset changed during the launch: planned {slots[3]}, found {slots[3] + 32}")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            f"L1 dump record 3 payload_offset changed during the launch: planned {slots[3]}, found {slots[3] + 32}"
+        ),
+    ):
         decode_l1_dump(prepared)
     # moved past the end: the reader's geometry check names it first
     put_u32(prepared.buffer, record_field(3, 5), slots[3] + 64)
     put_u32(prepared.buffer, record_field(3, 6), 64)
     total = prepared.total_bytes
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
             f"L1 dump record 3 (task_id=1) payload slot outside the payload area: payload_offset={slots[3] + 64}, "
-            f"payload_bytes=64 not within [{L1_DUMP_PAYLOAD_BASE}, total_bytes={total})")):
+            f"payload_bytes=64 not within [{L1_DUMP_PAYLOAD_BASE}, total_bytes={total})"
+        ),
+    ):
         decode_l1_dump(prepared)
 
 
@@ -165,8 +198,10 @@ def test_invalid_status_value():
     runtime, params, prepared = setup()
     launch(runtime, params, prepared)
     prepared.buffer[record_field(2, 7)] = 2
-    with pytest.raises(ValueError, match=re.escape(
-            "L1 dump record 2 (task_id=1) has invalid status 2; expected 0 (PENDING) or 1 (CAPTURED)")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape("L1 dump record 2 (task_id=1) has invalid status 2; expected 0 (PENDING) or 1 (CAPTURED)"),
+    ):
         decode_l1_dump(prepared)
 
 
@@ -191,7 +226,9 @@ def test_salvage_partial_launch():
     assert_same(captured[0].data, a[:4])
     assert_same(captured[1].data, a[:4] * 2)
     assert_same(captured[2].data, a[4:])
-    assert pending == [{"record": 3, "taskId": 1, "stage": "copy", "io": "output", "index": 0, "name": "b", "status": 0}]
+    assert pending == [
+        {"record": 3, "taskId": 1, "stage": "copy", "io": "output", "index": 0, "name": "b", "status": 0}
+    ]
     with pytest.raises(RuntimeError, match=re.escape("task_id=1, stage='copy', io=output, index=0, status=0")):
         decode_l1_dump(prepared)
 
@@ -201,7 +238,11 @@ def test_salvage_nothing_ran():
     captured, pending = salvage_l1_dump(prepared)
     assert captured == ()
     assert [(p["record"], p["taskId"], p["io"], p["name"]) for p in pending] == [
-        (0, 0, "input", "a"), (1, 0, "output", "b"), (2, 1, "input", "a"), (3, 1, "output", "b")]
+        (0, 0, "input", "a"),
+        (1, 0, "output", "b"),
+        (2, 1, "input", "a"),
+        (3, 1, "output", "b"),
+    ]
 
 
 def test_salvage_complete_launch():
@@ -267,8 +308,9 @@ def test_failed_l1_launch_kept_with_on_error_keep(tmp_path):
     inv = window / "invocation_000000_forward"
     attrs = node_attrs(inv)
     assert attrs["launchFailed"] is True
-    assert attrs["pendingRecords"] == [{"record": 3, "taskId": 1, "stage": "copy", "io": "output", "index": 0, "name": "b",
-                                        "status": 0}]
+    assert attrs["pendingRecords"] == [
+        {"record": 3, "taskId": 1, "stage": "copy", "io": "output", "index": 0, "name": "b", "status": 0}
+    ]
     assert attrs["recordCount"] == 3
     assert_same(read_array(inv / "stages" / "copy" / "task_000000" / "input_00_a"), a[:4])
     assert_same(read_array(inv / "stages" / "copy" / "task_000000" / "output_00_b"), a[:4] * 2)

@@ -41,8 +41,10 @@ def kept(out: Path) -> dict[str, bool]:
 
 
 @pytest.mark.parametrize("level", ["L0", "L1"])
-@pytest.mark.parametrize("dtype, baseline_mode", [(torch.float32, "statistics"), (torch.float32, "tensor"),
-                                                  (torch.int64, "tensor"), (torch.int64, "statistics")])
+@pytest.mark.parametrize(
+    "dtype, baseline_mode",
+    [(torch.float32, "statistics"), (torch.float32, "tensor"), (torch.int64, "tensor"), (torch.int64, "statistics")],
+)
 def test_swapped_elements_keep_their_payload(tmp_path, capsys, level, dtype, baseline_mode):
     dump_copy(tmp_path / "base", base_tensor(dtype), baseline_mode, level)
     dump_copy(tmp_path / "diff", swapped(base_tensor(dtype)), "diff", level, baseline=tmp_path / "base")
@@ -85,8 +87,9 @@ def test_reinterpreted_bytes_keep_the_payload(tmp_path, level):
 
 
 # --------------------------------------------------------------------------- compare: statistics-only pairs
-@pytest.mark.parametrize("dtype, verdict", [(torch.float32, "differs_within_stats"), (torch.int64, "fail"),
-                                            (torch.bool, "fail")])
+@pytest.mark.parametrize(
+    "dtype, verdict", [(torch.float32, "differs_within_stats"), (torch.int64, "fail"), (torch.bool, "fail")]
+)
 def test_statistics_only_pair_with_other_checksums_never_passes(tmp_path, capsys, dtype, verdict):
     a = base_tensor(dtype) if dtype != torch.bool else (base_tensor() % 2 == 0)
     dump_copy(tmp_path / "base", a, "statistics")

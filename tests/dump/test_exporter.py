@@ -76,17 +76,21 @@ def test_budget_must_be_positive():
 def test_every_failure_is_kept_and_named_in_one_export_error():
     exporter = BackgroundExporter(budget_bytes=1 << 20)
     for index in range(3):
+
         def job(index=index):
             if index != 1:
                 raise OSError(f"disk full {index}")
             return index
+
         exporter.submit(job, 1, f"window_{index:04d}", tag=index)
     with pytest.raises(ExportError) as info:
         exporter.flush()
     error = info.value
     assert error.windows == ("window_0000", "window_0002")
-    assert str(error) == ("background export of 2 windows failed: window_0000: OSError('disk full 0'); "
-                          "window_0002: OSError('disk full 2')")
+    assert str(error) == (
+        "background export of 2 windows failed: window_0000: OSError('disk full 0'); "
+        "window_0002: OSError('disk full 2')"
+    )
     assert [str(e) for e in error.errors] == ["disk full 0", "disk full 2"] and error.__cause__ is error.errors[0]
     assert exporter.take_failures() == [] and exporter.take_finished() == [(1, 1)]
     exporter.close()

@@ -13,7 +13,16 @@ import torch
 from megadump_zarr import TensorDumpConfig, tensor_dump
 from megadump_zarr.demo.model import DemoConfig, MoEBlock
 from megadump_zarr.runtime import Graph, MegaKernel, SplitSpec
-from tests.dump._dump_helpers import assert_same, compile_graph, context_for, node_attrs, op, read_array, read_json, spec
+from tests.dump._dump_helpers import (
+    assert_same,
+    compile_graph,
+    context_for,
+    node_attrs,
+    op,
+    read_array,
+    read_json,
+    spec,
+)
 
 
 class LaunchSpy:
@@ -28,14 +37,17 @@ class LaunchSpy:
             before = [p.detach().clone() for p in parameters]
             runtime = real(kernel, parameters, direction=direction)
             after = [p.detach().clone() for p in parameters]
-            spy.launches.append(dict(kernel=kernel.kernel_name, direction=direction, before=before, after=after,
-                                     graph=kernel.graph))
+            spy.launches.append(
+                dict(kernel=kernel.kernel_name, direction=direction, before=before, after=after, graph=kernel.graph)
+            )
             return runtime
 
         monkeypatch.setattr(MegaKernel, "launch", launch)
 
     def one(self, kernel: str, direction: str = "forward") -> dict[str, Any]:
-        (found,) = [launch for launch in self.launches if launch["kernel"] == kernel and launch["direction"] == direction]
+        (found,) = [
+            launch for launch in self.launches if launch["kernel"] == kernel and launch["direction"] == direction
+        ]
         return found
 
 
@@ -70,42 +82,85 @@ def test_roles_ports_and_attributes(tmp_path, monkeypatch):
 
     x = node_attrs(router / "x")
     assert {k: v for k, v in x.items() if k != "stats"} == {
-        "name": "x", "paramPosition": 0, "role": "external_input", "capturePhase": "before",
-        "producers": [], "consumers": ["norm"], "ports": [{"stage": "norm", "io": "input", "index": 0}],
-        "declaredShape": [37, 16], "actualShape": [37, 16], "originalDtype": "float32", "storedDtype": "float32",
+        "name": "x",
+        "paramPosition": 0,
+        "role": "external_input",
+        "capturePhase": "before",
+        "producers": [],
+        "consumers": ["norm"],
+        "ports": [{"stage": "norm", "io": "input", "index": 0}],
+        "declaredShape": [37, 16],
+        "actualShape": [37, 16],
+        "originalDtype": "float32",
+        "storedDtype": "float32",
     }
     h = node_attrs(router / "h")
-    assert (h["role"], h["capturePhase"], h["producers"], h["consumers"]) == ("stage_output", "after", ["norm"], ["router"])
+    assert (h["role"], h["capturePhase"], h["producers"], h["consumers"]) == (
+        "stage_output",
+        "after",
+        ["norm"],
+        ["router"],
+    )
     assert h["ports"] == [{"stage": "norm", "io": "output", "index": 0}, {"stage": "router", "io": "input", "index": 0}]
     assert h["paramPosition"] == 2
     logits = node_attrs(router / "logits")
     assert (logits["role"], logits["capturePhase"], logits["producers"], logits["consumers"]) == (
-        "final_output", "after", ["router"], [])
+        "final_output",
+        "after",
+        ["router"],
+        [],
+    )
     assert logits["declaredShape"] == [37, 4]
     assert node_attrs(router / "norm_weight")["role"] == "external_input"
 
     ws = node_attrs(experts / "ws")
     assert {k: v for k, v in ws.items() if k != "stats"} == {
-        "name": "ws", "paramPosition": 4, "role": "stage_output", "capturePhase": "after",
-        "producers": ["expert_up", "unpermute"], "consumers": ["expert_down", "combine"],
-        "ports": [{"stage": "expert_up", "io": "output", "index": 0}, {"stage": "expert_down", "io": "input", "index": 0},
-                  {"stage": "unpermute", "io": "output", "index": 0}, {"stage": "combine", "io": "input", "index": 1}],
-        "declaredShape": [37, 16], "actualShape": [37, 16], "originalDtype": "float32", "storedDtype": "float32",
+        "name": "ws",
+        "paramPosition": 4,
+        "role": "stage_output",
+        "capturePhase": "after",
+        "producers": ["expert_up", "unpermute"],
+        "consumers": ["expert_down", "combine"],
+        "ports": [
+            {"stage": "expert_up", "io": "output", "index": 0},
+            {"stage": "expert_down", "io": "input", "index": 0},
+            {"stage": "unpermute", "io": "output", "index": 0},
+            {"stage": "combine", "io": "input", "index": 1},
+        ],
+        "declaredShape": [37, 16],
+        "actualShape": [37, 16],
+        "originalDtype": "float32",
+        "storedDtype": "float32",
     }
     out = node_attrs(experts / "out")
     assert (out["role"], out["capturePhase"], out["producers"], out["consumers"], out["paramPosition"]) == (
-        "final_output", "after", ["combine"], [], 9)
+        "final_output",
+        "after",
+        ["combine"],
+        [],
+        9,
+    )
     counts = node_attrs(experts / "expert_counts")
     assert (counts["role"], counts["originalDtype"], counts["storedDtype"], counts["declaredShape"]) == (
-        "external_input", "int64", "int64", [4])
+        "external_input",
+        "int64",
+        "int64",
+        [4],
+    )
     assert counts["consumers"] == ["expert_up", "expert_down"]
     x_exp = node_attrs(experts / "x")
     assert (x_exp["paramPosition"], x_exp["role"], x_exp["capturePhase"]) == (7, "external_input", "before")
     assert x_exp["ports"] == [{"stage": "combine", "io": "input", "index": 0}]
 
     inv = node_attrs(experts)
-    assert (inv["invocationId"], inv["step"], inv["direction"], inv["kernelName"], inv["device"], inv["tensorCount"]) == (
-        2, 0, "forward", "moe_experts", "cpu", 10)
+    assert (
+        inv["invocationId"],
+        inv["step"],
+        inv["direction"],
+        inv["kernelName"],
+        inv["device"],
+        inv["tensorCount"],
+    ) == (2, 0, "forward", "moe_experts", "cpu", 10)
 
     # every stored tensor: the role decides the phase, and the value is the runtime's tensor at that phase
     for index, kernel in enumerate(("moe_router", "moe_dispatch", "moe_experts")):
@@ -161,7 +216,9 @@ def test_tensor_names_filter(tmp_path, monkeypatch):
     assert arrays_of(window / "invocation_000001_forward") == ["ws", "x"]
     # moe_dispatch has none of the names: the launch is not recorded at all
     assert read_json(window / "zarr.json")["attributes"]["invocations"] == [
-        "invocation_000000_forward", "invocation_000001_forward"]
+        "invocation_000000_forward",
+        "invocation_000001_forward",
+    ]
     assert node_attrs(window / "invocation_000001_forward")["kernelName"] == "moe_experts"
 
 
@@ -222,8 +279,9 @@ def test_param_position_beyond_parameters(tmp_path):
     runtime = compile_graph(graph, params)
     dumper = tensor_dump(TensorDumpConfig(tmp_path))
     with dumper:
-        with pytest.raises(ValueError, match=re.escape(
-                "MegaKernel dump requires param_position 3, but only 2 parameters exist")):
+        with pytest.raises(
+            ValueError, match=re.escape("MegaKernel dump requires param_position 3, but only 2 parameters exist")
+        ):
             dumper.prepare_call(context_for(runtime, params[:2]))
         # only the selected tensors count: with b filtered out, position 0 is enough
     filtered = tensor_dump(TensorDumpConfig(tmp_path / "f", tensor_names="a"))

@@ -77,7 +77,9 @@ class Expected:
             self.ys[r] = self.hidden[r] @ self.w_down[e]
         self.ws_tokens = self.ys[self.inv]
         self.out = self.x + self.gate[:, None] * self.ws_tokens
-        self.tiles = [slice(i * c.tile_rows, min((i + 1) * c.tile_rows, c.tokens)) for i in range(ceil(c.tokens / c.tile_rows))]
+        self.tiles = [
+            slice(i * c.tile_rows, min((i + 1) * c.tile_rows, c.tokens)) for i in range(ceil(c.tokens / c.tile_rows))
+        ]
         self.config = c
         self.element = torch.empty((), dtype=dtype).element_size()
 
@@ -112,18 +114,36 @@ def test_expert_stages_equal_task_boundary_values(tmp_path, dtype):
         assert_same(read_array(up / "output_00_ws"), exp.hidden[r])
         attrs = node_attrs(up / "output_00_ws")
         assert {k: v for k, v in attrs.items() if k != "stats"} == {
-            "name": "ws", "paramPosition": 4, "io": "output", "index": 0, "capturePhase": "after",
-            "sourceOffsetBytes": r.start * D * size, "declaredShape": [exp.config.tokens, D],
-            "actualShape": [r.stop - r.start, D], "storedShape": [r.stop - r.start, D],
-            "originalDtype": name, "storedDtype": name, "fullBytes": (r.stop - r.start) * D * size,
-            "storedBytes": (r.stop - r.start) * D * size, "truncated": False, "note": note_rows,
+            "name": "ws",
+            "paramPosition": 4,
+            "io": "output",
+            "index": 0,
+            "capturePhase": "after",
+            "sourceOffsetBytes": r.start * D * size,
+            "declaredShape": [exp.config.tokens, D],
+            "actualShape": [r.stop - r.start, D],
+            "storedShape": [r.stop - r.start, D],
+            "originalDtype": name,
+            "storedDtype": name,
+            "fullBytes": (r.stop - r.start) * D * size,
+            "storedBytes": (r.stop - r.start) * D * size,
+            "truncated": False,
+            "note": note_rows,
         }
         w_attrs = node_attrs(up / "input_02_w_up")
         assert (w_attrs["capturePhase"], w_attrs["sourceOffsetBytes"], w_attrs["actualShape"], w_attrs["note"]) == (
-            "before", e * D * D * size, [D, D], f"expert {e} weights")
+            "before",
+            e * D * D * size,
+            [D, D],
+            f"expert {e} weights",
+        )
         c_attrs = node_attrs(up / "input_01_expert_counts")
         assert (c_attrs["originalDtype"], c_attrs["note"], c_attrs["sourceOffsetBytes"], c_attrs["fullBytes"]) == (
-            "int64", "", 0, E * 8)
+            "int64",
+            "",
+            0,
+            E * 8,
+        )
         assert node_attrs(up / "input_00_xs")["note"] == note_rows
         assert node_attrs(up)["taskId"] == e
 
@@ -146,7 +166,11 @@ def test_expert_stages_equal_task_boundary_values(tmp_path, dtype):
         attrs = node_attrs(comb / "output_00_out")
         n = rows.stop - rows.start
         assert (attrs["sourceOffsetBytes"], attrs["actualShape"], attrs["fullBytes"], attrs["note"]) == (
-            rows.start * D * size, [n, D], n * D * size, "")
+            rows.start * D * size,
+            [n, D],
+            n * D * size,
+            "",
+        )
         g = node_attrs(comb / "input_02_gate")
         assert (g["sourceOffsetBytes"], g["actualShape"]) == (rows.start * size, [n])
     # the last tile is clipped: 37 tokens in tiles of 8
@@ -218,8 +242,12 @@ def test_backward_expert_stage_values(tmp_path, monkeypatch):
     for e, name in enumerate(tasks):
         rows = slice(start, start + int(counts[e]))
         start = rows.stop
-        assert_same(read_array(inv / "stages" / "expert_up_bwd" / name / "output_00_grad_xs"), captured["after"][13][rows])
-        assert_same(read_array(inv / "stages" / "expert_up_bwd" / name / "output_01_grad_w_up"), captured["after"][14][e])
+        assert_same(
+            read_array(inv / "stages" / "expert_up_bwd" / name / "output_00_grad_xs"), captured["after"][13][rows]
+        )
+        assert_same(
+            read_array(inv / "stages" / "expert_up_bwd" / name / "output_01_grad_w_up"), captured["after"][14][e]
+        )
         assert node_attrs(inv / "stages" / "expert_up_bwd" / name)["owner"] == {"label": "expert", "id": e}
 
 
@@ -230,8 +258,9 @@ def seed_placement(runtime: Any) -> dict[int, tuple[str, int]]:
     cfg, stride = runtime.host_config, runtime.spec.vector_worker_stride
     workers = int(cfg.num_workers)
     out = {}
-    for slot, (name, indices) in enumerate((("AIC", cfg.cube_task_indices), ("AIV", cfg.vector_task_indices),
-                                            ("MIX", cfg.mix_task_indices))):
+    for slot, (name, indices) in enumerate(
+        (("AIC", cfg.cube_task_indices), ("AIV", cfg.vector_task_indices), ("MIX", cfg.mix_task_indices))
+    ):
         group = workers // stride if name == "AIV" else workers // 2
         for position in range(int(cfg.task_index_num[slot])):
             out[int(indices[position])] = (name, position % group)
@@ -249,15 +278,19 @@ def test_task_group_attrs_and_placement(tmp_path, monkeypatch):
         return runtimes[kernel.kernel_name]
 
     monkeypatch.setattr(MegaKernel, "launch", spy)
-    with tensor_dump(l1_config(tmp_path, kernel_names="moe_experts", stages=("expert_up", "expert_down", "combine"),
-                               io="output")):
+    with tensor_dump(
+        l1_config(tmp_path, kernel_names="moe_experts", stages=("expert_up", "expert_down", "combine"), io="output")
+    ):
         block(x)
     runtime = runtimes["moe_experts"]
     placement = seed_placement(runtime)
     # the demo's numbers, spelled out: 4 mix, 4 cube, 5 + 5 vector tasks on 8 workers
     assert [placement[t] for t in range(18)] == (
-        [("MIX", i) for i in range(4)] + [("AIC", i) for i in range(4)]
-        + [("AIV", p % 4) for p in range(5)] + [("AIV", p % 4) for p in range(5, 10)])
+        [("MIX", i) for i in range(4)]
+        + [("AIC", i) for i in range(4)]
+        + [("AIV", p % 4) for p in range(5)]
+        + [("AIV", p % 4) for p in range(5, 10)]
+    )
     inv = tmp_path / "rank_0" / "window_0000" / "invocation_000000_forward"
     seen = 0
     for stage in ("expert_up", "expert_down", "combine"):
@@ -333,11 +366,20 @@ def test_broadcast_shards(tmp_path):
             assert_same(read_array(task / "input_01_order"), order[begin:end])
             assert_same(read_array(task / "output_00_xs"), xs[begin:end])
             attrs = node_attrs(task)
-            assert (attrs["taskId"], attrs["stageTaskIndex"], attrs["coreType"], attrs["coreId"], attrs["workerId"]) == (
-                tile, tile, "AIV", worker, worker)
+            assert (
+                attrs["taskId"],
+                attrs["stageTaskIndex"],
+                attrs["coreType"],
+                attrs["coreId"],
+                attrs["workerId"],
+            ) == (tile, tile, "AIV", worker, worker)
             assert attrs["owner"] == {"label": "", "id": None}
             rec = node_attrs(task / "output_00_xs")
-            assert (rec["sourceOffsetBytes"], rec["actualShape"], rec["capturePhase"]) == (begin * 16 * 4, [end - begin, 16], "after")
+            assert (rec["sourceOffsetBytes"], rec["actualShape"], rec["capturePhase"]) == (
+                begin * 16 * 4,
+                [end - begin, 16],
+                "after",
+            )
     assert groups == sorted(expected_groups)
     assert len(groups) == 4 * 8 + 5
     for worker in (5, 6, 7):
@@ -382,12 +424,19 @@ def three_stage_graph() -> tuple[Graph, list[torch.Tensor]]:
     def own(t):
         t.params[3].add_(t.params[2] * t.owner_id)
 
-    graph = Graph([
-        op("up", (a,), (b,), up, core="cube", split=split, tile_rows=4),
-        op("act", (b,), (c,), act, core="vector", split=split, tile_rows=4),
-        op("own", (c,), (d,), own, core="mix", owners=(5, 6, 7)),
-    ])
-    params = [torch.arange(64, dtype=torch.float32).reshape(16, 4), torch.zeros(16, 4), torch.zeros(16, 4), torch.zeros(16, 4)]
+    graph = Graph(
+        [
+            op("up", (a,), (b,), up, core="cube", split=split, tile_rows=4),
+            op("act", (b,), (c,), act, core="vector", split=split, tile_rows=4),
+            op("own", (c,), (d,), own, core="mix", owners=(5, 6, 7)),
+        ]
+    )
+    params = [
+        torch.arange(64, dtype=torch.float32).reshape(16, 4),
+        torch.zeros(16, 4),
+        torch.zeros(16, 4),
+        torch.zeros(16, 4),
+    ]
     return graph, params
 
 
@@ -405,27 +454,33 @@ def both(tasks) -> list[tuple[int, str, int]]:
 ALL = ("up", "act", "own")
 
 
-@pytest.mark.parametrize("kw, expected", [
-    ({"stages": "act"}, both(range(4, 8))),
-    ({"stages": ("own", "up")}, both([0, 1, 2, 3, 8, 9, 10])),
-    ({"task_ids": (1, 5, 10)}, both([1, 5, 10])),
-    ({"stage_task_indices": 0}, both([0, 4, 8])),
-    ({"stage_task_indices": (2, 3)}, both([2, 3, 6, 7, 10])),
-    ({"owner_ids": 6}, both([9])),
-    ({"owner_ids": (5, 7)}, both([8, 10])),
-    ({"stages": ALL, "core_types": "AIV"}, both(range(4, 8))),
-    ({"stages": ALL, "core_types": "AIC"}, both(range(0, 4))),
-    ({"stages": ALL, "core_types": ("AIC", "AIV")}, both(range(0, 8))),  # MIX is never selected by core_types
-    # core 1: cube schedule position 1 (% 4); vector positions 1, 3 (% (8 // 4)); mix position 1 (% 4)
-    ({"stages": ALL, "core_ids": 1}, both([1, 5, 7, 9])),
-    ({"stages": ALL, "core_ids": 0, "core_types": "AIV"}, both([4, 6])),
-    ({"stages": ALL, "io": "input"}, [(t, "input", 0) for t in range(11)]),
-    ({"stages": ALL, "io": "output"}, [(t, "output", 0) for t in range(11)]),
-    ({"tensor_names": "b"}, [(t, "output", 0) for t in range(4)] + [(t, "input", 0) for t in range(4, 8)]),
-    ({"tensor_names": ("a", "d"), "stages": ALL}, [(t, "input", 0) for t in range(4)] + [(t, "output", 0) for t in (8, 9, 10)]),
-    ({"stages": "act", "stage_task_indices": 1, "io": "output"}, [(5, "output", 0)]),
-    ({"task_ids": (0, 4), "tensor_names": "b", "io": "input"}, [(4, "input", 0)]),
-])
+@pytest.mark.parametrize(
+    "kw, expected",
+    [
+        ({"stages": "act"}, both(range(4, 8))),
+        ({"stages": ("own", "up")}, both([0, 1, 2, 3, 8, 9, 10])),
+        ({"task_ids": (1, 5, 10)}, both([1, 5, 10])),
+        ({"stage_task_indices": 0}, both([0, 4, 8])),
+        ({"stage_task_indices": (2, 3)}, both([2, 3, 6, 7, 10])),
+        ({"owner_ids": 6}, both([9])),
+        ({"owner_ids": (5, 7)}, both([8, 10])),
+        ({"stages": ALL, "core_types": "AIV"}, both(range(4, 8))),
+        ({"stages": ALL, "core_types": "AIC"}, both(range(0, 4))),
+        ({"stages": ALL, "core_types": ("AIC", "AIV")}, both(range(0, 8))),  # MIX is never selected by core_types
+        # core 1: cube schedule position 1 (% 4); vector positions 1, 3 (% (8 // 4)); mix position 1 (% 4)
+        ({"stages": ALL, "core_ids": 1}, both([1, 5, 7, 9])),
+        ({"stages": ALL, "core_ids": 0, "core_types": "AIV"}, both([4, 6])),
+        ({"stages": ALL, "io": "input"}, [(t, "input", 0) for t in range(11)]),
+        ({"stages": ALL, "io": "output"}, [(t, "output", 0) for t in range(11)]),
+        ({"tensor_names": "b"}, [(t, "output", 0) for t in range(4)] + [(t, "input", 0) for t in range(4, 8)]),
+        (
+            {"tensor_names": ("a", "d"), "stages": ALL},
+            [(t, "input", 0) for t in range(4)] + [(t, "output", 0) for t in (8, 9, 10)],
+        ),
+        ({"stages": "act", "stage_task_indices": 1, "io": "output"}, [(5, "output", 0)]),
+        ({"task_ids": (0, 4), "tensor_names": "b", "io": "input"}, [(4, "input", 0)]),
+    ],
+)
 def test_selection_filters(kw, expected):
     assert plan(kw) == expected
 
@@ -442,8 +497,18 @@ def test_placement_rule_with_vector_stride():
     assert broadcast[(4, 7)].core_type == "AIV" and broadcast[(4, 7)].core_id == 7
 
 
-@pytest.mark.parametrize("kw", [{"stages": "nope"}, {"task_ids": 99}, {"owner_ids": 1}, {"stages": "own", "core_types": "AIC"},
-                                {"stages": "up", "core_ids": 7}, {"tensor_names": "zzz"}, {"stages": "up", "tensor_names": "c"}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"stages": "nope"},
+        {"task_ids": 99},
+        {"owner_ids": 1},
+        {"stages": "own", "core_types": "AIC"},
+        {"stages": "up", "core_ids": 7},
+        {"tensor_names": "zzz"},
+        {"stages": "up", "tensor_names": "c"},
+    ],
+)
 def test_selection_matches_nothing(kw):
     with pytest.raises(ValueError, match=re.escape("L1 dump filters selected no task Tensor records")):
         plan(kw)
@@ -505,8 +570,10 @@ def test_non_contiguous_split_refused():
     b = spec("b", (4, 8), 1)
     graph = Graph([op("cols", (a,), (b,), lambda t: None, split=SplitSpec(((0, 1),), (1,)), tile_rows=2)])
     params = [torch.zeros(4, 8), torch.zeros(4, 8)]
-    with pytest.raises(ValueError, match=re.escape(
-            "L1 default view cannot copy a non-contiguous split; configure diagnostic_view_resolver")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape("L1 default view cannot copy a non-contiguous split; configure diagnostic_view_resolver"),
+    ):
         prepare(graph, params)
 
 
@@ -516,7 +583,11 @@ def test_split_on_dim1_of_single_row_is_contiguous():
     graph = Graph([op("cols", (a,), (b,), lambda t: None, split=SplitSpec(((0, 1),), (1,)), tile_rows=3)])
     params = [torch.arange(8.0).reshape(1, 8), torch.zeros(1, 8)]
     prepared = prepare(graph, params, io="input")
-    assert [(r.source_offset_bytes, r.actual_shape) for r in prepared.records] == [(0, (1, 3)), (12, (1, 3)), (24, (1, 2))]
+    assert [(r.source_offset_bytes, r.actual_shape) for r in prepared.records] == [
+        (0, (1, 3)),
+        (12, (1, 3)),
+        (24, (1, 2)),
+    ]
 
 
 def test_row_unaligned_split_offset_refused():
@@ -524,8 +595,9 @@ def test_row_unaligned_split_offset_refused():
     params = [torch.zeros(8, 4), torch.zeros(8, 4)]
     runtime = compile_graph(graph, params)
     runtime.host_config.all_tasks[1].inputs[0].base_ptr_offset = 5  # rows hold 4 elements
-    with pytest.raises(ValueError, match=re.escape(
-            "L1 default split offset is not row-aligned; configure diagnostic_view_resolver")):
+    with pytest.raises(
+        ValueError, match=re.escape("L1 default split offset is not row-aligned; configure diagnostic_view_resolver")
+    ):
         prepare(graph, params, runtime)
     # a resolver takes responsibility: the default view is then strided/unaligned without refusal
     graph.operators[0].diagnostic_view_resolver = lambda ctx: ctx.default_view
@@ -544,8 +616,12 @@ def test_dynamic_shape_needs_resolver():
     assert [r.tensor_name for r in prepare(graph, params, io="output").records] == ["b"]
     runtime = compile_graph(graph, params)
     task = runtime.host_config.all_tasks[0]
-    with pytest.raises(ValueError, match=re.escape(
-            "L1 dump stage 'dyn' Tensor 'a' has dynamic shape; configure OperatorNode.diagnostic_view_resolver")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "L1 dump stage 'dyn' Tensor 'a' has dynamic shape; configure OperatorNode.diagnostic_view_resolver"
+        ),
+    ):
         default_tensor_view(graph.operators[0], task, task.inputs[0], a, "input", 0)
 
 
@@ -563,7 +639,11 @@ def test_host_ports_are_dynamic_and_need_resolver():
     graph.operators[0].diagnostic_view_resolver = resolver
     prepared = prepare(graph, params)
     assert [(r.io, r.source_offset_bytes, r.actual_shape) for r in prepared.records] == [
-        ("input", 0, (2, 4)), ("output", 0, (2, 4)), ("input", 16, (2, 4)), ("output", 16, (2, 4))]
+        ("input", 0, (2, 4)),
+        ("output", 0, (2, 4)),
+        ("input", 16, (2, 4)),
+        ("output", 16, (2, 4)),
+    ]
     assert seen[0] == (1, 0, L1TensorView(0, (8, 4)))
 
 
@@ -585,24 +665,36 @@ def resolver_graph(resolver: Any, rows: int = 8) -> tuple[Graph, list[torch.Tens
 @pytest.mark.parametrize("value, tname", [({"shape": (1,)}, "dict"), (None, "NoneType"), ((0, (1,)), "tuple")])
 def test_resolver_must_return_view(value, tname):
     graph, params = resolver_graph(lambda ctx: value)
-    with pytest.raises(TypeError, match=re.escape(f"L1 dump resolver for stage 'copy' must return L1TensorView, got {tname}")):
+    with pytest.raises(
+        TypeError, match=re.escape(f"L1 dump resolver for stage 'copy' must return L1TensorView, got {tname}")
+    ):
         prepare(graph, params)
 
 
 def test_resolver_must_be_callable():
     graph, params = resolver_graph(42)
-    with pytest.raises(TypeError, match=re.escape("L1 dump diagnostic_view_resolver for stage 'copy' must be callable")):
+    with pytest.raises(
+        TypeError, match=re.escape("L1 dump diagnostic_view_resolver for stage 'copy' must be callable")
+    ):
         prepare(graph, params)
 
 
 def test_resolver_view_exceeding_parameter():
     graph, params = resolver_graph(lambda ctx: ctx.make_view((9, 4), source_offset_bytes=0))
-    with pytest.raises(ValueError, match=re.escape(
-            "L1 dump view for Tensor 'a' exceeds its ABI parameter: offset=0, bytes=144, parameter_bytes=128")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "L1 dump view for Tensor 'a' exceeds its ABI parameter: offset=0, bytes=144, parameter_bytes=128"
+        ),
+    ):
         prepare(graph, params)
     graph, params = resolver_graph(lambda ctx: ctx.make_view((1, 4), source_offset_bytes=120))
-    with pytest.raises(ValueError, match=re.escape(
-            "L1 dump view for Tensor 'a' exceeds its ABI parameter: offset=120, bytes=16, parameter_bytes=128")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "L1 dump view for Tensor 'a' exceeds its ABI parameter: offset=120, bytes=16, parameter_bytes=128"
+        ),
+    ):
         prepare(graph, params)
     graph, params = resolver_graph(lambda ctx: ctx.make_view((2, 4), source_offset_bytes=96))  # ends exactly at the end
     assert prepare(graph, params, io="input").records[0].source_offset_bytes == 96
@@ -611,7 +703,9 @@ def test_resolver_view_exceeding_parameter():
 @pytest.mark.parametrize("offset", [2, 1, 6, 130])
 def test_resolver_unaligned_offset(offset):
     graph, params = resolver_graph(lambda ctx: L1TensorView(offset, (1,)))
-    with pytest.raises(ValueError, match=re.escape("L1 dump Tensor 'a' source offset must align to its element byte size")):
+    with pytest.raises(
+        ValueError, match=re.escape("L1 dump Tensor 'a' source offset must align to its element byte size")
+    ):
         prepare(graph, params)
 
 
@@ -641,7 +735,9 @@ def test_resolver_context_contents():
     runtime = compile_graph(graph, params, rank=3, owner_context=layout)
     prepare(graph, params, runtime, task_ids=1)
     assert [(c.io, c.index, c.task_id, c.stage, c.rank, c.owner_id, c.core_id) for c in contexts] == [
-        ("input", 0, 1, "copy", 0, None, 1), ("output", 0, 1, "copy", 0, None, 1)]
+        ("input", 0, 1, "copy", 0, None, 1),
+        ("output", 0, 1, "copy", 0, None, 1),
+    ]
     ctx = contexts[0]
     assert ctx.owner_context is layout
     assert ctx.operator is graph.operators[0]
@@ -725,7 +821,9 @@ def test_schedule_capacity_and_duplicates():
     params = [torch.zeros(8, 4), torch.zeros(8, 4)]
     runtime = compile_graph(graph, params)
     runtime.host_config.task_index_num[1] = 5000
-    with pytest.raises(ValueError, match=re.escape("L1 dump task schedule count is outside RuntimeConfig capacity: 5000")):
+    with pytest.raises(
+        ValueError, match=re.escape("L1 dump task schedule count is outside RuntimeConfig capacity: 5000")
+    ):
         prepare(graph, params, runtime)
     runtime = compile_graph(graph, params)
     runtime.host_config.cube_task_indices[0] = 1
@@ -740,8 +838,9 @@ def test_num_workers_required(workers, mode):
     params = [torch.zeros(8, 4), torch.zeros(8, 4)]
     runtime = compile_graph(graph, params, execution_mode=mode)
     runtime.host_config.num_workers = workers
-    with pytest.raises(ValueError, match=re.escape(
-            "L1 dump requires RuntimeConfig.num_workers to identify active AIC/AIV workers")):
+    with pytest.raises(
+        ValueError, match=re.escape("L1 dump requires RuntimeConfig.num_workers to identify active AIC/AIV workers")
+    ):
         prepare(graph, params, runtime)
 
 
@@ -760,7 +859,11 @@ def test_runtime_config_override():
     assert diff == [offset]
     header = read_l1_buffer(prepared.buffer).header
     assert (header.enabled, header.record_count, header.payload_offset, header.total_bytes) == (
-        1, 4, L1_DUMP_PAYLOAD_BASE, prepared.total_bytes)
+        1,
+        4,
+        L1_DUMP_PAYLOAD_BASE,
+        prepared.total_bytes,
+    )
     assert prepared.buffer.numel() == prepared.total_bytes
 
 
@@ -769,8 +872,18 @@ def many_ports_graph(ports_in: int = 4) -> tuple[Graph, list[torch.Tensor]]:
     n = 1024  # MAX_TASKS: one row per task
     inputs = [spec(f"i{k}", (n,), k) for k in range(ports_in)]
     out = spec("o", (n,), ports_in)
-    graph = Graph([op("wide", inputs, (out,), lambda t: None, split=SplitSpec(tuple((k, 0) for k in range(ports_in)), (0,)),
-                      tile_rows=1)])
+    graph = Graph(
+        [
+            op(
+                "wide",
+                inputs,
+                (out,),
+                lambda t: None,
+                split=SplitSpec(tuple((k, 0) for k in range(ports_in)), (0,)),
+                tile_rows=1,
+            )
+        ]
+    )
     return graph, [torch.zeros(n) for _ in range(ports_in + 1)]
 
 
@@ -807,13 +920,16 @@ def test_device_memory_budget():
     graph = Graph([op("big", (a,), (spec("b", (1,), 1),), lambda t: None)])
     params = [torch.zeros(262144), torch.zeros(1)]
     total = -(-(L1_DUMP_PAYLOAD_BASE + (1 << 20)) // 64) * 64
-    with pytest.raises(MemoryError, match=re.escape(
-            f"L1 dump requires {total} Device bytes, exceeding device_memory_budget_mb=1 (1048576 bytes)")):
+    with pytest.raises(
+        MemoryError,
+        match=re.escape(f"L1 dump requires {total} Device bytes, exceeding device_memory_budget_mb=1 (1048576 bytes)"),
+    ):
         prepare(graph, params, device_memory_budget_mb=1, io="input")
     assert prepare(graph, params, device_memory_budget_mb=2, io="input").total_bytes == total
     # the cap shrinks the slot below the budget
     assert prepare(graph, params, device_memory_budget_mb=1, io="input", max_bytes_per_tensor=4096).total_bytes == (
-        L1_DUMP_PAYLOAD_BASE + 4096)
+        L1_DUMP_PAYLOAD_BASE + 4096
+    )
 
 
 def test_32_bit_buffer_limit():
@@ -843,7 +959,9 @@ def test_max_bytes_truncation_plan():
     assert prepared.records[0].payload_bytes == 4
 
 
-@pytest.mark.parametrize("cap, dtype", [(1, torch.float32), (3, torch.float32), (1, torch.bfloat16), (7, torch.float64)])
+@pytest.mark.parametrize(
+    "cap, dtype", [(1, torch.float32), (3, torch.float32), (1, torch.bfloat16), (7, torch.float64)]
+)
 def test_max_bytes_below_one_element(cap, dtype):
     graph = copy_rows_graph(dtype=dtype)
     params = [torch.zeros(8, 4, dtype=dtype), torch.zeros(8, 4, dtype=dtype)]
@@ -870,20 +988,50 @@ def test_truncated_records_stored_as_flat_prefix(tmp_path, dtype):
             stored = read_array(task / array)
             assert_same(stored, source.reshape(-1)[:5])
             attrs = node_attrs(task / array)
-            assert {k: attrs[k] for k in ("actualShape", "storedShape", "truncated", "fullBytes", "storedBytes",
-                                          "originalDtype", "storedDtype", "sourceOffsetBytes")} == {
-                "actualShape": [4, 4], "storedShape": [5], "truncated": True, "fullBytes": 16 * size,
-                "storedBytes": 5 * size, "originalDtype": name, "storedDtype": name,
-                "sourceOffsetBytes": 16 * size * t}
+            assert {
+                k: attrs[k]
+                for k in (
+                    "actualShape",
+                    "storedShape",
+                    "truncated",
+                    "fullBytes",
+                    "storedBytes",
+                    "originalDtype",
+                    "storedDtype",
+                    "sourceOffsetBytes",
+                )
+            } == {
+                "actualShape": [4, 4],
+                "storedShape": [5],
+                "truncated": True,
+                "fullBytes": 16 * size,
+                "storedBytes": 5 * size,
+                "originalDtype": name,
+                "storedDtype": name,
+                "sourceOffsetBytes": 16 * size * t,
+            }
             dims = read_json(task / array / "zarr.json")["dimension_names"]
             assert len(dims) == 1
 
 
 # --------------------------------------------------------------------------- resolver context helpers
 def make_context(parameters, default=L1TensorView(8, (2,))) -> L1TensorViewContext:
-    return L1TensorViewContext(operator=None, task_id=0, owner_id=None, task_desc=None, tensor_desc=None,
-                               tensor_spec=None, io="input", index=0, parameters=parameters, runtime_config=None,
-                               rank=0, stage="s", default_view=default, parameter_cache={})
+    return L1TensorViewContext(
+        operator=None,
+        task_id=0,
+        owner_id=None,
+        task_desc=None,
+        tensor_desc=None,
+        tensor_spec=None,
+        io="input",
+        index=0,
+        parameters=parameters,
+        runtime_config=None,
+        rank=0,
+        stage="s",
+        default_view=default,
+        parameter_cache={},
+    )
 
 
 def test_parameter_cpu_caches_and_rejects_non_tensors():
@@ -907,7 +1055,9 @@ def test_make_view():
     with pytest.raises(ValueError, match=re.escape("L1 dump view shape must be non-negative, got (-1, 2)")):
         ctx.make_view((-1, 2))
     for bad in (-1, True, 2.0, "8"):
-        with pytest.raises(ValueError, match=re.escape(f"L1 dump source offset must be a non-negative integer, got {bad!r}")):
+        with pytest.raises(
+            ValueError, match=re.escape(f"L1 dump source offset must be a non-negative integer, got {bad!r}")
+        ):
             ctx.make_view((1,), source_offset_bytes=bad)
     with pytest.raises(ValueError, match=re.escape("L1 dump source offset must be a non-negative integer, got -8")):
         make_context([], L1TensorView(-8, (1,))).make_view((1,))
@@ -922,8 +1072,18 @@ def test_zero_row_record(tmp_path):
     def resolver(ctx):
         return ctx.make_view((0, 4), source_offset_bytes=32, note="empty") if ctx.owner_id == 0 else ctx.default_view
 
-    graph = Graph([op("s", (a,), (b,), lambda t: t.params[1].copy_(t.params[0] + t.owner_id), owners=(0, 1),
-                      diagnostic_view_resolver=resolver)])
+    graph = Graph(
+        [
+            op(
+                "s",
+                (a,),
+                (b,),
+                lambda t: t.params[1].copy_(t.params[0] + t.owner_id),
+                owners=(0, 1),
+                diagnostic_view_resolver=resolver,
+            )
+        ]
+    )
     kernel = MegaKernel(graph, name="k", owner_label="expert")
     with tensor_dump(l1_config(tmp_path, stages="s")):
         kernel.launch([torch.ones(8, 4), torch.zeros(8, 4)])
@@ -931,8 +1091,14 @@ def test_zero_row_record(tmp_path):
     empty = task_dir(inv, "s", 0)
     assert read_array(empty / "input_00_a").shape == (0, 4)
     attrs = node_attrs(empty / "input_00_a")
-    assert (attrs["actualShape"], attrs["storedShape"], attrs["fullBytes"], attrs["storedBytes"], attrs["note"],
-            attrs["sourceOffsetBytes"]) == ([0, 4], [0, 4], 0, 0, "empty", 32)
+    assert (
+        attrs["actualShape"],
+        attrs["storedShape"],
+        attrs["fullBytes"],
+        attrs["storedBytes"],
+        attrs["note"],
+        attrs["sourceOffsetBytes"],
+    ) == ([0, 4], [0, 4], 0, 0, "empty", 32)
     assert_same(read_array(task_dir(inv, "s", 1) / "output_00_b"), torch.full((8, 4), 2.0))
 
 

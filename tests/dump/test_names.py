@@ -34,8 +34,31 @@ def test_safe_names_unchanged(name):
     assert safe_name(name) == name
 
 
-HOSTILE = ["../x", "..", ".", "a/b", "a\\b", "a\x00b", "x" * 1000, "x" * 97, "héllo", "名前", "__x", "__", ".hidden",
-           "a:b", "a b", "", "~", "a~b", "x~0123456789", "/", "a/../../b", "\u202e", "🙂" * 50]
+HOSTILE = [
+    "../x",
+    "..",
+    ".",
+    "a/b",
+    "a\\b",
+    "a\x00b",
+    "x" * 1000,
+    "x" * 97,
+    "héllo",
+    "名前",
+    "__x",
+    "__",
+    ".hidden",
+    "a:b",
+    "a b",
+    "",
+    "~",
+    "a~b",
+    "x~0123456789",
+    "/",
+    "a/../../b",
+    "\u202e",
+    "🙂" * 50,
+]
 
 
 @pytest.mark.parametrize("name", HOSTILE)
@@ -114,8 +137,9 @@ def test_name_table_refuses_true_collision(monkeypatch):
     assert safe_name("a/b") == safe_name("a:b") == "a_b~0000000000"
     table = NameTable("invocation_000000_forward")
     table.add("a/b")
-    with pytest.raises(ValueError, match=re.escape(
-            "names 'a/b' and 'a:b' both map to 'a_b~0000000000' in invocation_000000_forward")):
+    with pytest.raises(
+        ValueError, match=re.escape("names 'a/b' and 'a:b' both map to 'a_b~0000000000' in invocation_000000_forward")
+    ):
         table.add("a:b")
 
 
@@ -141,14 +165,18 @@ def hostile_kernel() -> tuple[MegaKernel, list[torch.Tensor]]:
     def plus(k: float):
         def fn(t: Any) -> None:
             t.params[t.task.operator.outputs[0].param_position][t.rows] = (
-                t.params[t.task.operator.inputs[0].param_position][t.rows] + k)
+                t.params[t.task.operator.inputs[0].param_position][t.rows] + k
+            )
+
         return fn
 
-    graph = Graph([
-        op(STAGES[0], (t0,), (t1,), plus(1), split=split, tile_rows=4),
-        op(STAGES[1], (t1,), (t2,), plus(2), split=split, tile_rows=4),
-        op(STAGES[2], (t2,), (t3,), plus(3), split=split, tile_rows=4),
-    ])
+    graph = Graph(
+        [
+            op(STAGES[0], (t0,), (t1,), plus(1), split=split, tile_rows=4),
+            op(STAGES[1], (t1,), (t2,), plus(2), split=split, tile_rows=4),
+            op(STAGES[2], (t2,), (t3,), plus(3), split=split, tile_rows=4),
+        ]
+    )
     params = [torch.arange(32, dtype=torch.float32).reshape(8, 4)] + [torch.zeros(8, 4) for _ in range(3)]
     return MegaKernel(graph, name="../kernel/x"), params
 
@@ -213,12 +241,15 @@ def test_hostile_names_l1(tmp_path):
 DIM_BUG = "BUG: L1 dimension names become coordinate array paths without sanitising"
 
 
-@pytest.mark.parametrize("dim", [
-    # the store refuses the coordinate path: the whole window is committed 'aborted' and empty
-    pytest.param("../d"),
-    # written as a nested array 'a/b' without its parent group: the task group no longer opens
-    pytest.param("a/b"),
-])
+@pytest.mark.parametrize(
+    "dim",
+    [
+        # the store refuses the coordinate path: the whole window is committed 'aborted' and empty
+        pytest.param("../d"),
+        # written as a nested array 'a/b' without its parent group: the task group no longer opens
+        pytest.param("a/b"),
+    ],
+)
 def test_hostile_dimension_names_l1(tmp_path, dim):
     a = spec("a", (8, 4), 0, dims=(dim, "col"))
     b = spec("b", (8, 4), 1, dims=(dim, "col"))
@@ -242,7 +273,9 @@ def test_repeated_dimension_name_square_tensor(tmp_path, level):
     # expert weights labelled (expert, hidden, hidden): a square matrix per expert
     w = spec("w", (2, 4, 4), 0, dims=("expert", "hidden", "hidden"))
     o = spec("o", (2, 4, 4), 1, dims=("expert", "hidden", "hidden"))
-    kernel = MegaKernel(Graph([op("t", (w,), (o,), lambda t: t.params[1].copy_(t.params[0].transpose(1, 2)))]), name="k")
+    kernel = MegaKernel(
+        Graph([op("t", (w,), (o,), lambda t: t.params[1].copy_(t.params[0].transpose(1, 2)))]), name="k"
+    )
     with tensor_dump(TensorDumpConfig(tmp_path, level=level, stages="t")):
         kernel.launch([torch.arange(32.0).reshape(2, 4, 4), torch.zeros(2, 4, 4)])
     window = tmp_path / "rank_0" / "window_0000"

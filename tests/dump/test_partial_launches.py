@@ -12,8 +12,9 @@ from tests._faults import fail_once_for_owner
 
 
 def _config(root, **kw):
-    return TensorDumpConfig(root, level="L1", kernel_names="moe_experts", stages=("expert_up", "expert_down"),
-                            on_error="keep", **kw)
+    return TensorDumpConfig(
+        root, level="L1", kernel_names="moe_experts", stages=("expert_up", "expert_down"), on_error="keep", **kw
+    )
 
 
 def _fail_expert_down_for_owner(block, owner):

@@ -38,7 +38,10 @@ def test_plan_exists_during_the_launch_and_is_removed_after_commit(tmp_path):
         block(block.make_input())
     run = dumper.run_id
     assert re.fullmatch(r"\d{8}T\d{6}Z_\d+_[0-9a-f]{8}", run)
-    assert seen[:2] == [f".plans_{run}/rank_0_window_0000_invocation_000000_forward/zarr.json", f".plans_{run}/zarr.json"]
+    assert seen[:2] == [
+        f".plans_{run}/rank_0_window_0000_invocation_000000_forward/zarr.json",
+        f".plans_{run}/zarr.json",
+    ]
     assert documents[0]["runId"] == run and documents[0]["windowIndex"] == 0
     # committed: its plan and the run's (now empty) plan group are gone, no directory left behind
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rank_0", "zarr.json"]
@@ -98,7 +101,7 @@ def test_failed_launch_leaves_its_plan_and_the_buffer_salvages(tmp_path):
     assert attrs["status"] == "aborted" and attrs["salvaged"] is True
     task = open_task(f"{url}/invocation_000000_forward/stages/expert_up/task_000000")
     plan_up0 = next(r for r in records if r.stage == "expert_up" and r.task_id == 0 and r.io == "output")
-    raw = captured["buffer"].numpy()[plan_up0.payload_offset: plan_up0.payload_offset + plan_up0.payload_bytes]
+    raw = captured["buffer"].numpy()[plan_up0.payload_offset : plan_up0.payload_offset + plan_up0.payload_bytes]
     np.testing.assert_array_equal(task["output_00_ws"].values.reshape(-1), raw.view(np.float32))
 
 
@@ -178,7 +181,11 @@ def test_plans_with_wrong_types_are_refused_naming_the_field(tmp_path):
     buffer = np.zeros(document["totalBytes"], dtype=np.uint8)
     for field, value, message in (
         ("windowIndex", 1.5, "L1 plan field 'windowIndex' must be an integer, got 1.5"),
-        ("windowIndex", 10**20, "L1 plan field 'windowIndex' must be in [0, 1000000) so that readers can represent it, got 100000000000000000000"),
+        (
+            "windowIndex",
+            10**20,
+            "L1 plan field 'windowIndex' must be in [0, 1000000) so that readers can represent it, got 100000000000000000000",
+        ),
         ("rank", True, "L1 plan field 'rank' must be an integer, got True"),
         ("step", "3", "L1 plan field 'step' must be an integer, got '3'"),
         ("direction", "sideways", "L1 plan field 'direction' must be 'forward' or 'backward', got 'sideways'"),
@@ -191,7 +198,9 @@ def test_plans_with_wrong_types_are_refused_naming_the_field(tmp_path):
     with pytest.raises(ValueError, match=re.escape("L1 plan record 0 field 'task_index' must be an integer, got [1]")):
         records_from_plan({**document, "records": [record]})
     record = dict(document["records"][0], actual_shape=[2**63, 1])
-    with pytest.raises(ValueError, match=re.escape("L1 plan record 0 field 'actual_shape' must be in [0, 9223372036854775808)")):
+    with pytest.raises(
+        ValueError, match=re.escape("L1 plan record 0 field 'actual_shape' must be in [0, 9223372036854775808)")
+    ):
         records_from_plan({**document, "records": [record]})
     nested = tmp_path / "nested.json"
     nested.write_text("[" * 100000 + "]" * 100000)
@@ -203,13 +212,19 @@ def test_async_export_removes_each_committed_launchs_plan_and_then_the_run_group
     from megadump_zarr import DiagnosticAction
 
     block = MoEBlock(DemoConfig())
-    with tensor_dump(_config(tmp_path, async_export=True), schedule=lambda s: DiagnosticAction.RECORD_AND_SAVE) as dumper:
+    with tensor_dump(
+        _config(tmp_path, async_export=True), schedule=lambda s: DiagnosticAction.RECORD_AND_SAVE
+    ) as dumper:
         for _ in range(3):
             block(block.make_input())
             dumper.step()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rank_0", "zarr.json"]
-    assert sorted(p.name for p in (tmp_path / "rank_0").iterdir()) == ["window_0000", "window_0001", "window_0002",
-                                                                       "zarr.json"]
+    assert sorted(p.name for p in (tmp_path / "rank_0").iterdir()) == [
+        "window_0000",
+        "window_0001",
+        "window_0002",
+        "zarr.json",
+    ]
 
 
 def test_a_discarded_failed_launchs_plan_outlives_its_windows_commit(tmp_path):

@@ -33,8 +33,12 @@ def test_a_planted_rank_link_is_refused_and_nothing_is_written_through_it(tmp_pa
     elsewhere.mkdir()
     os.symlink(elsewhere, root / "rank_0")
     block = _block()
-    with pytest.raises(ValueError, match=re.escape(
-            f"refusing to write {root}/rank_0/window_0000: {root}/rank_0 is a link to {elsewhere}, outside the dump root")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            f"refusing to write {root}/rank_0/window_0000: {root}/rank_0 is a link to {elsewhere}, outside the dump root"
+        ),
+    ):
         with tensor_dump(TensorDumpConfig(root, kernel_names="moe_router")):
             block(block.make_input())
     assert list(elsewhere.iterdir()) == []
@@ -47,8 +51,9 @@ def test_a_planted_window_link_is_refused_and_later_windows_still_export(tmp_pat
     os.symlink(elsewhere, root / "rank_0" / "window_0000")
     block = _block()
     errors = []
-    with tensor_dump(TensorDumpConfig(root, kernel_names="moe_router"),
-                     schedule=lambda step: DiagnosticAction.RECORD_AND_SAVE) as dumper:
+    with tensor_dump(
+        TensorDumpConfig(root, kernel_names="moe_router"), schedule=lambda step: DiagnosticAction.RECORD_AND_SAVE
+    ) as dumper:
         for _ in range(2):
             block(block.make_input())
             try:
@@ -69,18 +74,27 @@ def test_a_link_inside_the_root_is_allowed(tmp_path):
 
 def test_the_dumper_refuses_a_window_index_readers_cannot_represent(tmp_path):
     block = _block()
-    with pytest.raises(ValueError, match=re.escape(
-            "window index must be in [0, 1000000) so that readers can represent it, got 1000000")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape("window index must be in [0, 1000000) so that readers can represent it, got 1000000"),
+    ):
         with tensor_dump(TensorDumpConfig(tmp_path, kernel_names="moe_router")) as dumper:
             dumper._window_index = 10**6  # noqa: SLF001 - a million windows later
             block(block.make_input())
     assert not (tmp_path / "rank_0").exists()
 
 
-@pytest.mark.parametrize("value, message", [
-    (1.5, "must be an integer, got 1.5"), (1.0, "must be an integer, got 1.0"), (True, "must be an integer, got True"),
-    ("3", "must be an integer, got '3'"), (-1, "must be in [0, 1000000)"), (10**20, "must be in [0, 1000000)"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        (1.5, "must be an integer, got 1.5"),
+        (1.0, "must be an integer, got 1.0"),
+        (True, "must be an integer, got True"),
+        ("3", "must be an integer, got '3'"),
+        (-1, "must be in [0, 1000000)"),
+        (10**20, "must be in [0, 1000000)"),
+    ],
+)
 def test_check_index_refuses(value, message):
     with pytest.raises(ValueError, match=re.escape(f"window index {message}")):
         check_index(value, "window index")

@@ -41,24 +41,51 @@ def run(out: Path, mode: str = "tensor", *, poison=None, steps: int = 2, level: 
 def finite_stats(values: np.ndarray) -> dict:
     x = values.astype(np.float64).reshape(-1)
     finite = x[np.isfinite(x)]
-    return {"min": finite.min(), "max": finite.max(), "mean": finite.mean(), "l2norm": math.sqrt(float(finite @ finite)),
-            "nan_count": int(np.isnan(x).sum()), "inf_count": int(np.isinf(x).sum()), "element_count": x.size}
+    return {
+        "min": finite.min(),
+        "max": finite.max(),
+        "mean": finite.mean(),
+        "l2norm": math.sqrt(float(finite @ finite)),
+        "nan_count": int(np.isnan(x).sum()),
+        "inf_count": int(np.isinf(x).sum()),
+        "element_count": x.size,
+    }
 
 
 # --------------------------------------------------------------------------- validation
-@pytest.mark.parametrize("fields, error, message", [
-    ({"mode": "stats"}, ValueError, "unsupported mode 'stats'; expected one of ['tensor', 'statistics', 'nonfinite', 'diff']"),
-    ({"mode": "diff"}, ValueError, "mode='diff' requires baseline=URL of the dump to compare against"),
-    ({"mode": "statistics", "baseline": "b"}, ValueError,
-     "baseline is only used with mode='diff', got mode='statistics' and baseline='b'"),
-    ({"mode": "diff", "baseline": 3}, TypeError, "baseline must be a non-empty str or Path, got 3"),
-    ({"on_budget": "drop"}, ValueError, "unsupported on_budget 'drop'; expected one of ['error', 'statistics']"),
-    ({"mode": "diff", "baseline": "b", "baseline_storage_options": 1}, TypeError,
-     "baseline_storage_options must be a mapping or None, got int"),
-    ({"mode": "statistics", "baseline_storage_options": {"key": "secret"}}, ValueError,
-     "baseline_storage_options is only used with mode='diff', got mode='statistics'"),
-    ({"baseline_storage_options": {}}, ValueError, "baseline_storage_options is only used with mode='diff', got mode='tensor'"),
-])
+@pytest.mark.parametrize(
+    "fields, error, message",
+    [
+        (
+            {"mode": "stats"},
+            ValueError,
+            "unsupported mode 'stats'; expected one of ['tensor', 'statistics', 'nonfinite', 'diff']",
+        ),
+        ({"mode": "diff"}, ValueError, "mode='diff' requires baseline=URL of the dump to compare against"),
+        (
+            {"mode": "statistics", "baseline": "b"},
+            ValueError,
+            "baseline is only used with mode='diff', got mode='statistics' and baseline='b'",
+        ),
+        ({"mode": "diff", "baseline": 3}, TypeError, "baseline must be a non-empty str or Path, got 3"),
+        ({"on_budget": "drop"}, ValueError, "unsupported on_budget 'drop'; expected one of ['error', 'statistics']"),
+        (
+            {"mode": "diff", "baseline": "b", "baseline_storage_options": 1},
+            TypeError,
+            "baseline_storage_options must be a mapping or None, got int",
+        ),
+        (
+            {"mode": "statistics", "baseline_storage_options": {"key": "secret"}},
+            ValueError,
+            "baseline_storage_options is only used with mode='diff', got mode='statistics'",
+        ),
+        (
+            {"baseline_storage_options": {}},
+            ValueError,
+            "baseline_storage_options is only used with mode='diff', got mode='tensor'",
+        ),
+    ],
+)
 def test_bad_mode_fields_are_refused(tmp_path, fields, error, message):
     with pytest.raises(error, match=re.escape(message)):
         TensorDumpConfig(tmp_path, level="L1", stages="expert_up", **fields)
@@ -76,7 +103,9 @@ def test_missing_baseline_is_refused_before_any_launch(tmp_path):
 def test_empty_baseline_is_refused(tmp_path):
     base = tmp_path / "base"
     base.mkdir()
-    (base / "zarr.json").write_text('{"zarr_format":3,"node_type":"group","attributes":{"megadump_zarr":{"layoutVersion":1}}}')
+    (base / "zarr.json").write_text(
+        '{"zarr_format":3,"node_type":"group","attributes":{"megadump_zarr":{"layoutVersion":1}}}'
+    )
     config = TensorDumpConfig(tmp_path / "out", level="L1", stages="expert_up", mode="diff", baseline=base)
     with pytest.raises(ValueError, match=re.escape(f"mode='diff' baseline {base} holds no records")):
         with tensor_dump(config):
@@ -100,7 +129,12 @@ def test_l1_statistics_equal_the_tensor_mode_dump(tmp_path):
         assert s["min"] == a["min"] and s["max"] == a["max"]  # the writer's host statistics agree exactly
         assert s["checksum"] == checksum_reference(np.ascontiguousarray(values).tobytes())
         assert (s["dtype"], s["shape"], s["stage"], s["task_id"], s["owner_id"]) == (
-            a["dtype"], a["shape"], a["stage"], a["task_id"], a["owner_id"])
+            a["dtype"],
+            a["shape"],
+            a["stage"],
+            a["task_id"],
+            a["owner_id"],
+        )
 
 
 def test_statistics_mode_copies_no_payload(tmp_path):
@@ -167,8 +201,9 @@ def bump_expert_1(block: MoEBlock) -> None:
 @pytest.mark.parametrize("baseline_mode", ["statistics", "tensor"])
 def test_diff_keeps_only_the_perturbed_task(tmp_path, baseline_mode):
     run(tmp_path / "base", baseline_mode, stages="expert_up", io="output")
-    dump = run(tmp_path / "diff", "diff", poison=bump_expert_1, baseline=tmp_path / "base", stages="expert_up",
-               io="output")
+    dump = run(
+        tmp_path / "diff", "diff", poison=bump_expert_1, baseline=tmp_path / "base", stages="expert_up", io="output"
+    )
     records = dump.records()
     kept = records[records["payload"]]
     assert len(records) == 8 and list(kept["owner_id"]) == [1, 1] and list(kept["task_id"]) == [1, 1]
@@ -222,8 +257,9 @@ def test_budget_fallback_keeps_the_seed_layout_when_everything_fits(tmp_path):
 
 
 def test_max_bytes_per_tensor_caps_kept_payloads_not_statistics(tmp_path):
-    dump = run(tmp_path / "cap", "nonfinite", poison=nan_in_expert_2, stages="expert_up", io="output",
-               max_bytes_per_tensor=64)
+    dump = run(
+        tmp_path / "cap", "nonfinite", poison=nan_in_expert_2, stages="expert_up", io="output", max_bytes_per_tensor=64
+    )
     records = dump.records()
     kept = records[records["payload"]]
     assert list(kept["stored_bytes"]) == [64, 64] and kept["truncated"].all()
@@ -263,8 +299,15 @@ def test_the_device_copies_only_what_is_kept(tmp_path):
     assert attrs["tensorPoolUsed"] == sum(align_up(b) for b in kept["bytes"]) and attrs["poolFull"] == 0
     # diff with a statistics baseline: the device compares checksums, copying only the perturbed task's
     run(tmp_path / "base", "statistics", stages="expert_up", io="output", steps=1)
-    diff = run(tmp_path / "diff", "diff", poison=bump_expert_1, baseline=tmp_path / "base", stages="expert_up",
-               io="output", steps=1).records()
+    diff = run(
+        tmp_path / "diff",
+        "diff",
+        poison=bump_expert_1,
+        baseline=tmp_path / "base",
+        stages="expert_up",
+        io="output",
+        steps=1,
+    ).records()
     attrs = table_attrs(tmp_path / "diff")
     assert attrs["tensorPoolUsed"] == align_up(int(diff.loc[diff["owner_id"] == 1, "bytes"].iloc[0]))
 
@@ -273,8 +316,16 @@ def test_a_pool_bounded_by_the_budget_keeps_statistics_for_the_rest(tmp_path):
     def nan_everywhere(block: MoEBlock) -> None:
         block.w_up[:, 0, 0] = float("nan")
 
-    dump = run(tmp_path / "nf", "nonfinite", poison=nan_everywhere, stages="expert_up", io=("input", "output"),
-               steps=1, config=DemoConfig(tokens=512, d_model=256), device_memory_budget_mb=1)
+    dump = run(
+        tmp_path / "nf",
+        "nonfinite",
+        poison=nan_everywhere,
+        stages="expert_up",
+        io=("input", "output"),
+        steps=1,
+        config=DemoConfig(tokens=512, d_model=256),
+        device_memory_budget_mb=1,
+    )
     records = dump.records()
     nonfinite = records["nan_count"] > 0
     attrs = table_attrs(tmp_path / "nf")

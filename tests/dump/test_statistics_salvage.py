@@ -25,8 +25,14 @@ def _fail_expert_down_for_owner(block, owner):
 
 def test_a_failed_statistics_launch_keeps_its_captured_statistics(tmp_path):
     block = MoEBlock(DemoConfig())
-    config = TensorDumpConfig(tmp_path, level="L1", kernel_names="moe_experts", stages=("expert_up", "expert_down"),
-                              on_error="keep", mode="statistics")
+    config = TensorDumpConfig(
+        tmp_path,
+        level="L1",
+        kernel_names="moe_experts",
+        stages=("expert_up", "expert_down"),
+        on_error="keep",
+        mode="statistics",
+    )
     with tensor_dump(config, schedule=lambda step: DiagnosticAction.RECORD) as dumper:
         _fail_expert_down_for_owner(block, 2)
         with pytest.raises(RuntimeError, match="simulated hang"):
@@ -50,14 +56,33 @@ def test_a_failed_statistics_launch_keeps_its_captured_statistics(tmp_path):
 
 def test_salvage_window_reads_statistics_slots_as_statistics():
     plans = tuple(
-        L1RecordPlan(task_id=i // 2, task_index=i // 2, stage="s", owner_id=None, owner_label="", core_type="AIV",
-                     core_id=0, io="input" if i % 2 == 0 else "output", index=0,
-                     phase="before" if i % 2 == 0 else "after", parameter_position=i % 2, tensor_name="x" if i % 2 == 0 else "y",
-                     dtype=torch.float32, source_offset_bytes=(i // 2) * 64, actual_shape=(4, 4), payload_offset=0,
-                     payload_bytes=64, full_bytes=64, truncated=False, note="",
-                     record_offset=L1_DUMP_RECORDS_OFFSET + i * L1_DUMP_RECORD_SIZE, dims=("r", "c"),
-                     declared_shape=(8, 4))
-        for i in range(4))
+        L1RecordPlan(
+            task_id=i // 2,
+            task_index=i // 2,
+            stage="s",
+            owner_id=None,
+            owner_label="",
+            core_type="AIV",
+            core_id=0,
+            io="input" if i % 2 == 0 else "output",
+            index=0,
+            phase="before" if i % 2 == 0 else "after",
+            parameter_position=i % 2,
+            tensor_name="x" if i % 2 == 0 else "y",
+            dtype=torch.float32,
+            source_offset_bytes=(i // 2) * 64,
+            actual_shape=(4, 4),
+            payload_offset=0,
+            payload_bytes=64,
+            full_bytes=64,
+            truncated=False,
+            note="",
+            record_offset=L1_DUMP_RECORDS_OFFSET + i * L1_DUMP_RECORD_SIZE,
+            dims=("r", "c"),
+            declared_shape=(8, 4),
+        )
+        for i in range(4)
+    )
     plans = layout_records(plans, SimpleNamespace(mode="statistics", on_budget="error", device_memory_budget_mb=1))
     assert [p.payload_offset for p in plans] == [L1_DUMP_PAYLOAD_BASE + 128 * i for i in range(4)]
     params = [torch.arange(32, dtype=torch.float32), -torch.arange(32, dtype=torch.float32)]

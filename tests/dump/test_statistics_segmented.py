@@ -44,8 +44,11 @@ def make_values(dtype: torch.dtype, length: int, seed: int, special: str) -> tor
         return base > 0
     if not dtype.is_floating_point:
         info = torch.iinfo(dtype)
-        wide = torch.randint(info.min, info.max, (length,), generator=generator, dtype=torch.int64) \
-            if dtype == torch.int64 else (base * 1000).clamp(info.min, info.max)
+        wide = (
+            torch.randint(info.min, info.max, (length,), generator=generator, dtype=torch.int64)
+            if dtype == torch.int64
+            else (base * 1000).clamp(info.min, info.max)
+        )
         return wide.to(dtype)
     if special == "all-nan":
         return torch.full((length,), float("nan"), dtype=dtype)
@@ -94,8 +97,20 @@ def _bits(value):
 
 def exact(stats) -> tuple:
     """A decoded slot as comparable values: floats by their bits (so -0.0 != 0.0)."""
-    return tuple(_bits(v) for v in (stats.element_count, stats.nan_count, stats.inf_count, stats.min, stats.max,
-                                    stats.mean, stats.l2norm, stats.checksum, stats.byte_count))
+    return tuple(
+        _bits(v)
+        for v in (
+            stats.element_count,
+            stats.nan_count,
+            stats.inf_count,
+            stats.min,
+            stats.max,
+            stats.mean,
+            stats.l2norm,
+            stats.checksum,
+            stats.byte_count,
+        )
+    )
 
 
 def expected(values: torch.Tensor) -> tuple:
@@ -193,21 +208,40 @@ def test_segment_slots_refuse_staging_of_the_wrong_shape():
 def _stats_entry(index: int, offset: int, nbytes: int, code: int, source: int):
     from megadump_zarr.l1 import L1RecordEntry
 
-    return L1RecordEntry(task_id=index, phase=2, parameter_position=index % 3, source_offset_bytes=source,
-                         payload_offset=offset, payload_bytes=128, status=0, task_index=index, worker_id=0xFFFFFFFF,
-                         kind=1, dtype_code=code, source_bytes=nbytes, tensor_offset=0, tensor_bytes=0)
+    return L1RecordEntry(
+        task_id=index,
+        phase=2,
+        parameter_position=index % 3,
+        source_offset_bytes=source,
+        payload_offset=offset,
+        payload_bytes=128,
+        status=0,
+        task_index=index,
+        worker_id=0xFFFFFFFF,
+        kind=1,
+        dtype_code=code,
+        source_bytes=nbytes,
+        tensor_offset=0,
+        tensor_bytes=0,
+    )
 
 
 def test_the_device_worker_writes_every_slot_of_a_mixed_dtype_launch():
-    params = [make_values(torch.float32, 3000, 1, "mixed"), make_values(torch.bfloat16, 2000, 2, "mixed"),
-              make_values(torch.int16, 1500, 3, "plain")]
+    params = [
+        make_values(torch.float32, 3000, 1, "mixed"),
+        make_values(torch.bfloat16, 2000, 2, "mixed"),
+        make_values(torch.int16, 1500, 3, "plain"),
+    ]
     spans = [(0, 0, 1000), (1, 0, 700), (2, 0, 1500), (3, 1000, 2000), (4, 700, 1300), (5, 0, 0)]
     entries, pieces = [], []
     for index, start, stop in spans:
         param = params[index % 3]
         size = param.element_size()
-        entries.append(_stats_entry(index, L1_DUMP_PAYLOAD_BASE + 128 * index, (stop - start) * size,
-                                    dtype_code(param.dtype), start * size))
+        entries.append(
+            _stats_entry(
+                index, L1_DUMP_PAYLOAD_BASE + 128 * index, (stop - start) * size, dtype_code(param.dtype), start * size
+            )
+        )
         pieces.append(param[start:stop].clone())
     buffer = torch.frombuffer(pack_l1_buffer(entries), dtype=torch.uint8).clone()
     worker = DeviceWorker(buffer, params)
@@ -218,7 +252,7 @@ def test_the_device_worker_writes_every_slot_of_a_mixed_dtype_launch():
     worker.flush()
     for index, piece in enumerate(pieces):
         at = L1_DUMP_PAYLOAD_BASE + 128 * index
-        assert torch.equal(buffer[at:at + 88], statistics_slot(piece)[:88]), index
-        assert exact(read_l1_statistics(buffer[at:at + 128].numpy())) == expected(piece)
-    status = np.frombuffer(bytes(buffer[64:64 + 64 * len(spans)].numpy()), dtype=np.uint8).reshape(-1, 64)[:, 28]
+        assert torch.equal(buffer[at : at + 88], statistics_slot(piece)[:88]), index
+        assert exact(read_l1_statistics(buffer[at : at + 128].numpy())) == expected(piece)
+    status = np.frombuffer(bytes(buffer[64 : 64 + 64 * len(spans)].numpy()), dtype=np.uint8).reshape(-1, 64)[:, 28]
     assert status.tolist() == [1] * len(spans)

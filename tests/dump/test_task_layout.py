@@ -41,8 +41,14 @@ def test_plain_xarray_opens_every_task_group_of_the_demo(tmp_path):
     assert len(groups) == summary.tasks == 12
     assert not list(l1.glob("rank_*/window_*/invocation_*/stages/*/pack_*"))  # packs are opt-in
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
-    result = subprocess.run([sys.executable, "-c", READER, *map(str, groups)], capture_output=True, text=True,
-                            env=env, check=False, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", READER, *map(str, groups)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     opened = json.loads(result.stdout)
     by_stage: dict[tuple[str, str], list[tuple[int, list[int]]]] = {}

@@ -31,8 +31,9 @@ def test_l1_windows_flag_task_groups_and_stamp_the_packs_layout(tmp_path, monkey
 
     monkeypatch.setattr(dumper_module, "build_window", spy)
     block = MoEBlock(DemoConfig(dtype=torch.float32))
-    with tensor_dump(TensorDumpConfig(tmp_path, level="L1", kernel_names="moe_experts", stages="expert_up",
-                                      layout="packs")):
+    with tensor_dump(
+        TensorDumpConfig(tmp_path, level="L1", kernel_names="moe_experts", stages="expert_up", layout="packs")
+    ):
         block(block.make_input())
     (window,) = built
     assert window.attrs["schemaVersion"] == 8 and window.attrs["stageViewStorage"] == "task_record_packs"
@@ -43,8 +44,11 @@ def test_l1_windows_flag_task_groups_and_stamp_the_packs_layout(tmp_path, monkey
     assert (attrs["schemaVersion"], attrs["stageViewStorage"]) == (8, "task_record_packs")
     # each expert's tile has its own row count (ragged): a shape unique in its stage is not packed (a one-row
     # pack stores more files and bytes than the task group), so every task stays a task group
-    assert [p.name for p in sorted((tmp_path / "rank_0/window_0000/invocation_000000_forward/stages/expert_up").iterdir())
-            if p.is_dir()] == [f"task_{n:06d}" for n in range(4)]
+    assert [
+        p.name
+        for p in sorted((tmp_path / "rank_0/window_0000/invocation_000000_forward/stages/expert_up").iterdir())
+        if p.is_dir()
+    ] == [f"task_{n:06d}" for n in range(4)]
 
 
 def test_default_layout_is_a_group_per_task(tmp_path):

@@ -92,18 +92,25 @@ def test_no_launch_no_window(tmp_path):
 # --------------------------------------------------------------------------- profiler-style schedule
 def test_schedule_wait_warmup_active(tmp_path):
     sched = schedule(wait=1, warmup=1, active=2)
-    expected_actions = [DiagnosticAction.NONE, DiagnosticAction.WARMUP, DiagnosticAction.RECORD,
-                        DiagnosticAction.RECORD_AND_SAVE] * 2
+    expected_actions = [
+        DiagnosticAction.NONE,
+        DiagnosticAction.WARMUP,
+        DiagnosticAction.RECORD,
+        DiagnosticAction.RECORD_AND_SAVE,
+    ] * 2
     assert [sched(s) for s in range(8)] == expected_actions
     block = MoEBlock()
     ready = []
     paths_after_step = []
-    with tensor_dump(TensorDumpConfig(tmp_path), schedule=sched, on_dump_ready=lambda d: ready.append(d.window_index)) as dumper:
+    with tensor_dump(
+        TensorDumpConfig(tmp_path), schedule=sched, on_dump_ready=lambda d: ready.append(d.window_index)
+    ) as dumper:
         for step in range(8):
             assert dumper.step_num == step
             assert dumper.current_action is expected_actions[step]
-            assert dumper.is_capture_enabled() == (expected_actions[step] in (DiagnosticAction.RECORD,
-                                                                              DiagnosticAction.RECORD_AND_SAVE))
+            assert dumper.is_capture_enabled() == (
+                expected_actions[step] in (DiagnosticAction.RECORD, DiagnosticAction.RECORD_AND_SAVE)
+            )
             forward(block)
             dumper.step()
             paths_after_step.append(paths(dumper))
@@ -151,8 +158,9 @@ def test_warmup_copies_nothing(tmp_path, monkeypatch):
 
 def test_record_and_save_every_step(tmp_path):
     block = MoEBlock()
-    with tensor_dump(TensorDumpConfig(tmp_path, kernel_names="moe_router"),
-                     schedule=lambda s: DiagnosticAction.RECORD_AND_SAVE) as dumper:
+    with tensor_dump(
+        TensorDumpConfig(tmp_path, kernel_names="moe_router"), schedule=lambda s: DiagnosticAction.RECORD_AND_SAVE
+    ) as dumper:
         for step in range(3):
             forward(block)
             dumper.step()
@@ -168,8 +176,11 @@ def test_empty_window_still_advances_index(tmp_path):
     block = MoEBlock()
     ready = []
     sched = lambda step: DiagnosticAction.RECORD_AND_SAVE  # noqa: E731
-    with tensor_dump(TensorDumpConfig(tmp_path, kernel_names="moe_experts"), schedule=sched,
-                     on_dump_ready=lambda d: ready.append(paths(d))) as dumper:
+    with tensor_dump(
+        TensorDumpConfig(tmp_path, kernel_names="moe_experts"),
+        schedule=sched,
+        on_dump_ready=lambda d: ready.append(paths(d)),
+    ) as dumper:
         block.route(block.make_input())  # router + dispatch only: not selected
         dumper.step()
         assert paths(dumper) == ()
@@ -188,8 +199,9 @@ def test_empty_window_still_advances_index(tmp_path):
 
 def test_empty_window_with_nothing_selected_by_filter(tmp_path):
     block = MoEBlock()
-    with tensor_dump(TensorDumpConfig(tmp_path, kernel_names="no_such_kernel"),
-                     schedule=lambda s: DiagnosticAction.RECORD_AND_SAVE) as dumper:
+    with tensor_dump(
+        TensorDumpConfig(tmp_path, kernel_names="no_such_kernel"), schedule=lambda s: DiagnosticAction.RECORD_AND_SAVE
+    ) as dumper:
         forward(block)
         dumper.step()
         forward(block)
@@ -234,8 +246,12 @@ def test_second_active_session_refused(tmp_path):
     first = tensor_dump(TensorDumpConfig(tmp_path / "a"))
     second = tensor_dump(TensorDumpConfig(tmp_path / "b"))
     with first:
-        with pytest.raises(RuntimeError, match=re.escape(
-                "a diagnostic session is already active: tensor_dump (TensorDumper); exit it before entering tensor_dump")):
+        with pytest.raises(
+            RuntimeError,
+            match=re.escape(
+                "a diagnostic session is already active: tensor_dump (TensorDumper); exit it before entering tensor_dump"
+            ),
+        ):
             with second:
                 pass  # pragma: no cover
         assert active_session() is first
@@ -366,8 +382,12 @@ def test_both_directions_in_one_window(tmp_path):
     with tensor_dump(TensorDumpConfig(tmp_path)):
         train_step(block)
     manifest = window_manifest(tmp_path / "rank_0" / "window_0000")
-    assert manifest["invocations"] == ["invocation_000000_forward", "invocation_000001_forward",
-                                       "invocation_000002_forward", "invocation_000003_backward"]
+    assert manifest["invocations"] == [
+        "invocation_000000_forward",
+        "invocation_000001_forward",
+        "invocation_000002_forward",
+        "invocation_000003_backward",
+    ]
 
 
 # --------------------------------------------------------------------------- background export
@@ -379,8 +399,11 @@ def test_async_export_same_windows_and_callbacks(tmp_path):
             forward(sync_block)
             sync.step()
     reports = []
-    with tensor_dump(TensorDumpConfig(tmp_path / "async", kernel_names="moe_experts", async_export=True), schedule=save,
-                     on_dump_ready=lambda d: reports.append(paths(d))) as dumper:
+    with tensor_dump(
+        TensorDumpConfig(tmp_path / "async", kernel_names="moe_experts", async_export=True),
+        schedule=save,
+        on_dump_ready=lambda d: reports.append(paths(d)),
+    ) as dumper:
         for step in range(3):
             forward(async_block)
             dumper.step()
@@ -402,8 +425,10 @@ def test_async_export_existing_window_fails_on_step_thread(tmp_path):
         forward(block)
     before = file_hashes(tmp_path)
     with pytest.raises(FileExistsError, match=re.escape("Tensor dump window already exists: ")):
-        with tensor_dump(TensorDumpConfig(tmp_path, kernel_names="moe_router", async_export=True),
-                         schedule=lambda s: DiagnosticAction.RECORD_AND_SAVE) as dumper:
+        with tensor_dump(
+            TensorDumpConfig(tmp_path, kernel_names="moe_router", async_export=True),
+            schedule=lambda s: DiagnosticAction.RECORD_AND_SAVE,
+        ) as dumper:
             forward(block)
             dumper.step()
     assert file_hashes(tmp_path) == before

@@ -147,16 +147,22 @@ def test_datatree_is_the_whole_dump(demo_dumps):
 
 def test_l1_invocation_names_its_stage_groups(demo_dumps):
     root = demo_dumps["l1"].root
-    with pytest.raises(ValueError, match=r"is an L1 invocation: its tensors are per stage; open one of "
-                                         r"group=rank_0/window_0000/invocation_000000_forward/stages/gather"):
+    with pytest.raises(
+        ValueError,
+        match=r"is an L1 invocation: its tensors are per stage; open one of "
+        r"group=rank_0/window_0000/invocation_000000_forward/stages/gather",
+    ):
         xr.open_dataset(root, engine="megadump", group="rank_0/window_0000/invocation_000000_forward")
 
 
-@pytest.mark.parametrize(("group", "message"), [
-    ("window_0000", r"group='window_0000' is not a dump group"),
-    ("rank_0/window_0007", r"no complete window rank_0/window_0007"),
-    ("rank_0/window_0000/invocation_000042_forward", r"has no invocation_000042_forward"),
-])
+@pytest.mark.parametrize(
+    ("group", "message"),
+    [
+        ("window_0000", r"group='window_0000' is not a dump group"),
+        ("rank_0/window_0007", r"no complete window rank_0/window_0007"),
+        ("rank_0/window_0000/invocation_000042_forward", r"has no invocation_000042_forward"),
+    ],
+)
 def test_bad_groups_are_named(demo_dumps, group, message):
     with pytest.raises(ValueError, match=message):
         xr.open_dataset(demo_dumps["l0"].root, engine="megadump", group=group)
@@ -170,7 +176,9 @@ def test_guess_can_open(demo_dumps, tmp_path):
     assert not entry.guess_can_open(tmp_path)
     assert not entry.guess_can_open("s3://bucket/prefix")
     assert not entry.guess_can_open(b"bytes")
-    assert xr.backends.plugins.guess_engine(str(root)) == "megadump"  # xr.open_dataset(root, group=...) needs no engine=
+    assert (
+        xr.backends.plugins.guess_engine(str(root)) == "megadump"
+    )  # xr.open_dataset(root, group=...) needs no engine=
 
 
 def test_disagreeing_axes_and_coordinates_get_their_own_names():
@@ -178,8 +186,10 @@ def test_disagreeing_axes_and_coordinates_get_their_own_names():
 
     builder = _Builder(None, set())
     rows = lambda n, tasks, dim="row": xr.DataArray(  # noqa: E731
-        da.from_array(np.arange(2.0 * n).reshape(n, 2), chunks=(1, 2)), dims=(dim, "col"),
-        coords={dim: np.arange(n), "task_id": (dim, tasks)})
+        da.from_array(np.arange(2.0 * n).reshape(n, 2), chunks=(1, 2)),
+        dims=(dim, "col"),
+        coords={dim: np.arange(n), "task_id": (dim, tasks)},
+    )
     builder.add("a", rows(3, [5, 5, 6]))
     builder.add("same", rows(3, [5, 5, 6]))  # agrees with a: shares its axis
     builder.add("b", rows(4, [7, 7, 8, 8]))
@@ -200,10 +210,12 @@ def test_upcast_decodes_float8_exactly(tmp_path):
 
     e4m3 = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).reshape(16, 16)
     e5m2 = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e5m2).reshape(16, 16)
-    inv = InvocationWrite("invocation_000000_forward", {"invocationId": 0, "step": 0, "direction": "forward",
-                                                         "kernelName": "k", "level": "L0", "rank": 0}, [],
-                          [ArrayWrite("w8", e4m3, ("r", "c"), {"name": "w8"}),
-                           ArrayWrite("g8", e5m2, ("r", "c"), {"name": "g8"})])
+    inv = InvocationWrite(
+        "invocation_000000_forward",
+        {"invocationId": 0, "step": 0, "direction": "forward", "kernelName": "k", "level": "L0", "rank": 0},
+        [],
+        [ArrayWrite("w8", e4m3, ("r", "c"), {"name": "w8"}), ArrayWrite("g8", e5m2, ("r", "c"), {"name": "g8"})],
+    )
     with WindowWriter(tmp_path / "d") as writer:
         writer.write_window(WindowWrite(0, 0, {"schemaVersion": 5, "level": "L0", "windowIndex": 0, "rank": 0}, [inv]))
     group = "rank_0/window_0000/invocation_000000_forward"

@@ -105,23 +105,25 @@ def _write_l1_invocation(invocation: Invocation, invocation_dir: Path, window_di
             full = nbytes
             if record.truncated:
                 full = int(torch.Size(actual).numel()) * record.tensor.element_size()
-            tensors.append({
-                "name": record.name,
-                "paramPosition": record.param,
-                "io": record.io,
-                "index": record.index,
-                "capturePhase": record.phase,
-                "sourceOffsetBytes": record.source_offset,
-                "actualShape": list(actual),
-                "storedShape": list(record.tensor.shape),
-                "originalDtype": dtype_name(record.tensor.dtype),
-                "storedDtype": dtype_name(record.tensor.dtype),
-                "fullBytes": full,
-                "storedBytes": nbytes,
-                "truncated": record.truncated,
-                "note": record.note,
-                "file": output_path.relative_to(window_dir).as_posix(),
-            })
+            tensors.append(
+                {
+                    "name": record.name,
+                    "paramPosition": record.param,
+                    "io": record.io,
+                    "index": record.index,
+                    "capturePhase": record.phase,
+                    "sourceOffsetBytes": record.source_offset,
+                    "actualShape": list(actual),
+                    "storedShape": list(record.tensor.shape),
+                    "originalDtype": dtype_name(record.tensor.dtype),
+                    "storedDtype": dtype_name(record.tensor.dtype),
+                    "fullBytes": full,
+                    "storedBytes": nbytes,
+                    "truncated": record.truncated,
+                    "note": record.note,
+                    "file": output_path.relative_to(window_dir).as_posix(),
+                }
+            )
         metadata_path = task_dir / "task.json"
         metadata: dict[str, Any] = {
             "taskId": task.task_id,
@@ -148,7 +150,9 @@ def _write_l1_invocation(invocation: Invocation, invocation_dir: Path, window_di
     }
 
 
-def _write_l0_stage_files(tensor: L0Tensor, invocation_dir: Path, window_dir: Path, safe_name: str) -> tuple[Path, list[dict[str, Any]]]:
+def _write_l0_stage_files(
+    tensor: L0Tensor, invocation_dir: Path, window_dir: Path, safe_name: str
+) -> tuple[Path, list[dict[str, Any]]]:
     """The primary file at the first port, hard links at the others (``primary_file_with_hard_links``)."""
     ports = []
     primary: Path | None = None
@@ -174,20 +178,22 @@ def _write_l0_invocation(invocation: Invocation, invocation_dir: Path, window_di
     for tensor in invocation.tensors:
         safe_name = SAFE_FILE_NAME.sub("_", tensor.name)
         output_path, port_metadata = _write_l0_stage_files(tensor, invocation_dir, window_dir, safe_name)
-        tensor_metadata.append({
-            "name": tensor.name,
-            "paramPosition": tensor.param,
-            "role": tensor.role,
-            "capturePhase": tensor.phase,
-            "producers": list(tensor.producers),
-            "consumers": list(tensor.consumers),
-            "ports": port_metadata,
-            "declaredShape": list(tensor.tensor.shape),
-            "actualShape": list(tensor.tensor.shape),
-            "originalDtype": dtype_name(tensor.tensor.dtype),
-            "storedDtype": dtype_name(tensor.tensor.dtype),
-            "file": output_path.relative_to(window_dir).as_posix(),
-        })
+        tensor_metadata.append(
+            {
+                "name": tensor.name,
+                "paramPosition": tensor.param,
+                "role": tensor.role,
+                "capturePhase": tensor.phase,
+                "producers": list(tensor.producers),
+                "consumers": list(tensor.consumers),
+                "ports": port_metadata,
+                "declaredShape": list(tensor.tensor.shape),
+                "actualShape": list(tensor.tensor.shape),
+                "originalDtype": dtype_name(tensor.tensor.dtype),
+                "storedDtype": dtype_name(tensor.tensor.dtype),
+                "file": output_path.relative_to(window_dir).as_posix(),
+            }
+        )
     return {
         "invocationId": invocation.invocation_id,
         "step": invocation.step,
@@ -199,7 +205,9 @@ def _write_l0_invocation(invocation: Invocation, invocation_dir: Path, window_di
     }
 
 
-def write_rank_window(output_dir: Path, level: str, rank: int, window_index: int, invocations: list[Invocation]) -> Path:
+def write_rank_window(
+    output_dir: Path, level: str, rank: int, window_index: int, invocations: list[Invocation]
+) -> Path:
     """One rank's window in the legacy layout; returns the manifest path."""
     window_dir = output_dir / f"rank_{rank}" / f"window_{window_index:04d}"
     if window_dir.exists():
@@ -238,8 +246,15 @@ def demo_tensors(dtype: torch.dtype) -> dict[str, torch.Tensor]:
     logits = (h.float() @ block.w_router.float()).to(dtype)
     expert = logits.float().argmax(-1)
     counts = torch.bincount(expert, minlength=4).to(torch.int64)
-    return {"x": x, "g": block.g.detach(), "h": h, "w_router": block.w_router.detach(), "logits": logits,
-            "w_up": block.w_up.detach(), "counts": counts}
+    return {
+        "x": x,
+        "g": block.g.detach(),
+        "h": h,
+        "w_router": block.w_router.detach(),
+        "logits": logits,
+        "w_up": block.w_up.detach(),
+        "counts": counts,
+    }
 
 
 def l1_invocations(t: dict[str, torch.Tensor]) -> list[Invocation]:
@@ -247,49 +262,124 @@ def l1_invocations(t: dict[str, torch.Tensor]) -> list[Invocation]:
     per-worker tasks, an int64 operand and a truncated record."""
     x, h, w_up, counts = t["x"], t["h"], t["w_up"], t["counts"]
     row_bytes = x.shape[1] * x.element_size()
-    forward = Invocation(0, 3, "forward", "moe_experts", "L1", tasks=[
-        Task(0, 0, "expert_up", "MIX", 0, [
-            Record("x", 0, "input", 0, x[0:10], source_offset=0, note="expert 0 rows [0, 10)"),
-            Record("expert_counts", 1, "input", 1, counts),
-            Record("w_up", 2, "input", 2, w_up[0], note="expert 0 weights"),
-            Record("h", 3, "output", 0, h[0:10]),
-        ]),
-        Task(1, 1, "expert_up", "MIX", 1, [
-            Record("x", 0, "input", 0, x[10:20], source_offset=10 * row_bytes),
-            Record("w_up", 2, "input", 2, w_up[1]),
-            Record("h", 3, "output", 0, h[10:20], source_offset=10 * row_bytes),
-        ], owner_id=1),
-        # per-worker task (broadcast mode): directory task_000004_worker_002
-        Task(4, 0, "gather stage", "AIV", 2, [
-            Record("x", 0, "input", 0, x[20:30], source_offset=20 * row_bytes),
-            # truncated: only the first 24 elements of a (37, 16) operand were captured
-            Record("h", 1, "output", 0, h.reshape(-1)[:24], actual_shape=tuple(h.shape), truncated=True,
-                   note="truncated to 24 of 592 elements"),
-        ], owner_label="none", owner_id=-1, worker_id=2),
-    ])
-    backward = Invocation(1, 3, "backward", "moe_experts_backward", "L1", tasks=[
-        Task(7, 0, "expert_up_bwd", "AIC", 3, [
-            Record("grad_h", 0, "input", 0, (h[0:10].float() * 2).to(h.dtype)),
-            Record("grad_w_up", 1, "output", 0, (w_up[0].float() - 1).to(w_up.dtype)),
-        ]),
-    ])
+    forward = Invocation(
+        0,
+        3,
+        "forward",
+        "moe_experts",
+        "L1",
+        tasks=[
+            Task(
+                0,
+                0,
+                "expert_up",
+                "MIX",
+                0,
+                [
+                    Record("x", 0, "input", 0, x[0:10], source_offset=0, note="expert 0 rows [0, 10)"),
+                    Record("expert_counts", 1, "input", 1, counts),
+                    Record("w_up", 2, "input", 2, w_up[0], note="expert 0 weights"),
+                    Record("h", 3, "output", 0, h[0:10]),
+                ],
+            ),
+            Task(
+                1,
+                1,
+                "expert_up",
+                "MIX",
+                1,
+                [
+                    Record("x", 0, "input", 0, x[10:20], source_offset=10 * row_bytes),
+                    Record("w_up", 2, "input", 2, w_up[1]),
+                    Record("h", 3, "output", 0, h[10:20], source_offset=10 * row_bytes),
+                ],
+                owner_id=1,
+            ),
+            # per-worker task (broadcast mode): directory task_000004_worker_002
+            Task(
+                4,
+                0,
+                "gather stage",
+                "AIV",
+                2,
+                [
+                    Record("x", 0, "input", 0, x[20:30], source_offset=20 * row_bytes),
+                    # truncated: only the first 24 elements of a (37, 16) operand were captured
+                    Record(
+                        "h",
+                        1,
+                        "output",
+                        0,
+                        h.reshape(-1)[:24],
+                        actual_shape=tuple(h.shape),
+                        truncated=True,
+                        note="truncated to 24 of 592 elements",
+                    ),
+                ],
+                owner_label="none",
+                owner_id=-1,
+                worker_id=2,
+            ),
+        ],
+    )
+    backward = Invocation(
+        1,
+        3,
+        "backward",
+        "moe_experts_backward",
+        "L1",
+        tasks=[
+            Task(
+                7,
+                0,
+                "expert_up_bwd",
+                "AIC",
+                3,
+                [
+                    Record("grad_h", 0, "input", 0, (h[0:10].float() * 2).to(h.dtype)),
+                    Record("grad_w_up", 1, "output", 0, (w_up[0].float() - 1).to(w_up.dtype)),
+                ],
+            ),
+        ],
+    )
     return [forward, backward]
 
 
 def l0_invocations(t: dict[str, torch.Tensor]) -> list[Invocation]:
     """A router kernel: external inputs, a stage output consumed by a second stage (two ports: one primary
     file plus a hard link), a final output; and a tensor bound to no port."""
-    router = Invocation(0, 1, "forward", "moe_router", "L0", tensors=[
-        L0Tensor("x", 0, "external_input", t["x"], [("norm", "input", 0)], consumers=["norm"]),
-        L0Tensor("norm_weight", 1, "external_input", t["g"], [("norm", "input", 1)], consumers=["norm"]),
-        L0Tensor("h", 2, "stage_output", t["h"], [("norm", "output", 0), ("router", "input", 0)],
-                 producers=["norm"], consumers=["router"]),
-        L0Tensor("w_router", 3, "external_input", t["w_router"], [("router", "input", 1)], consumers=["router"]),
-        L0Tensor("logits", 4, "final_output", t["logits"], [("router", "output", 0)], producers=["router"]),
-        L0Tensor("expert counts", 5, "final_output", t["counts"]),
-    ])
-    second = Invocation(1, 1, "forward", "moe_norm_only", "L0", tensors=[
-        L0Tensor("x", 0, "external_input", t["x"], [("norm", "input", 0)], consumers=["norm"]),
-        L0Tensor("h", 1, "final_output", t["h"], [("norm", "output", 0)], producers=["norm"]),
-    ])
+    router = Invocation(
+        0,
+        1,
+        "forward",
+        "moe_router",
+        "L0",
+        tensors=[
+            L0Tensor("x", 0, "external_input", t["x"], [("norm", "input", 0)], consumers=["norm"]),
+            L0Tensor("norm_weight", 1, "external_input", t["g"], [("norm", "input", 1)], consumers=["norm"]),
+            L0Tensor(
+                "h",
+                2,
+                "stage_output",
+                t["h"],
+                [("norm", "output", 0), ("router", "input", 0)],
+                producers=["norm"],
+                consumers=["router"],
+            ),
+            L0Tensor("w_router", 3, "external_input", t["w_router"], [("router", "input", 1)], consumers=["router"]),
+            L0Tensor("logits", 4, "final_output", t["logits"], [("router", "output", 0)], producers=["router"]),
+            L0Tensor("expert counts", 5, "final_output", t["counts"]),
+        ],
+    )
+    second = Invocation(
+        1,
+        1,
+        "forward",
+        "moe_norm_only",
+        "L0",
+        tensors=[
+            L0Tensor("x", 0, "external_input", t["x"], [("norm", "input", 0)], consumers=["norm"]),
+            L0Tensor("h", 1, "final_output", t["h"], [("norm", "output", 0)], producers=["norm"]),
+        ],
+    )
     return [router, second]

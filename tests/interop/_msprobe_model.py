@@ -45,9 +45,15 @@ def main() -> None:
     hidden = int(sys.argv[4]) if len(sys.argv) > 4 else 16
     steps = int(sys.argv[5]) if len(sys.argv) > 5 else 2
     level = sys.argv[6] if len(sys.argv) > 6 else "L1"
-    config = {"task": task, "dump_path": out, "rank": [], "step": [], "level": level,
-              "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics"},
-              "tensor": {"scope": [], "list": [], "data_mode": ["all"]}}
+    config = {
+        "task": task,
+        "dump_path": out,
+        "rank": [],
+        "step": [],
+        "level": level,
+        "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics"},
+        "tensor": {"scope": [], "list": [], "data_mode": ["all"]},
+    }
     with open(out + ".config.json", "w") as handle:
         json.dump(config, handle)
     torch.manual_seed(0)

@@ -13,9 +13,13 @@ from pathlib import Path
 import pytest
 
 MODEL = Path(__file__).with_name("_msprobe_model.py")
-LEVEL_RUNS = {f"{side}-{task}-{level}": (task, perturb, level)
-              for level in ("L0", "mix", "L1") for side, perturb in (("golden", "0"), ("target", "0.01"))
-              for task in ("tensor", "statistics") if level != "L1" or task == "tensor"}
+LEVEL_RUNS = {
+    f"{side}-{task}-{level}": (task, perturb, level)
+    for level in ("L0", "mix", "L1")
+    for side, perturb in (("golden", "0"), ("target", "0.01"))
+    for task in ("tensor", "statistics")
+    if level != "L1" or task == "tensor"
+}
 """The level runs: name -> (task, perturbation, msprobe level); the ``Embedded`` model, one step."""
 
 
@@ -24,9 +28,13 @@ def _run_all(base: Path, runs: dict[str, list[str]]) -> dict[str, Path]:
     names = list(runs)
     for start in range(0, len(names), 4):
         procs = {}
-        for name in names[start:start + 4]:
-            procs[name] = subprocess.Popen([sys.executable, str(MODEL), runs[name][0], str(base / name), *runs[name][1:]],
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for name in names[start : start + 4]:
+            procs[name] = subprocess.Popen(
+                [sys.executable, str(MODEL), runs[name][0], str(base / name), *runs[name][1:]],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
         for name, proc in procs.items():
             _, err = proc.communicate(timeout=300)
             assert proc.returncode == 0, err[-3000:]

@@ -21,8 +21,16 @@ from megadump_zarr.store.writer import WindowWriter
 
 INV = "invocation_000000_forward"
 
-COMPRESSORS = ["none", "default", "zstd", "zstd-1", "zstd-22", "blosc-zstd-1", "blosc-lz4-9-noshuffle",
-               *(f"blosc-{cname}-5-{shuffle}" for cname in _BLOSC_CNAMES for shuffle in _SHUFFLES)]
+COMPRESSORS = [
+    "none",
+    "default",
+    "zstd",
+    "zstd-1",
+    "zstd-22",
+    "blosc-zstd-1",
+    "blosc-lz4-9-noshuffle",
+    *(f"blosc-{cname}-5-{shuffle}" for cname in _BLOSC_CNAMES for shuffle in _SHUFFLES),
+]
 """The grammar's every kind, inner codec and shuffle, and the ends of each level range."""
 
 DATA = {
@@ -68,8 +76,12 @@ def test_zarr_python_and_tensorstore_read_every_compressor_back(tmp_path: Path, 
         assert len(chunks) > 1, (name, chunks)  # several chunks: the chain runs more than once
         expected = DATA[name]
         by_zarr = zarr.open_array(where, mode="r")[...]
-        by_ts = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": str(where)}, "open": True},
-                        read=True).result().read().result()
+        by_ts = (
+            ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": str(where)}, "open": True}, read=True)
+            .result()
+            .read()
+            .result()
+        )
         for reader, values in (("zarr-python", by_zarr), ("tensorstore", by_ts)):
             assert values.dtype == expected.dtype and values.shape == expected.shape, (reader, name)
             assert values.tobytes() == expected.tobytes(), (reader, name, compressor)

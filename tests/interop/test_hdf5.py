@@ -46,8 +46,13 @@ def demo_windows(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     with tensor_dump(TensorDumpConfig(root / "l0", level="L0")) as dumper:
         _step(block)
         dumper.step()
-    l1 = TensorDumpConfig(root / "l1", level="L1", kernel_names=("moe_experts", "moe_experts_backward", "moe_dispatch"),
-                          stages=("expert_up", "expert_down", "expert_up_bwd", "gather"), owner_ids=None)
+    l1 = TensorDumpConfig(
+        root / "l1",
+        level="L1",
+        kernel_names=("moe_experts", "moe_experts_backward", "moe_dispatch"),
+        stages=("expert_up", "expert_down", "expert_up_bwd", "gather"),
+        owner_ids=None,
+    )
     with tensor_dump(l1) as dumper:
         _step(block)
         dumper.step()
@@ -81,15 +86,18 @@ NETCDF4_READER = textwrap.dedent("""
 def assert_netcdf4_reads(h5_path: Path) -> int:
     """netCDF4-python (netCDF-C) opens the file in a child process (a crash fails here, not pytest) and
     reads every variable of every group with the bytes, dtype, shape and attribute names h5py sees."""
-    result = subprocess.run([sys.executable, "-c", NETCDF4_READER, str(h5_path)], capture_output=True, text=True,
-                            timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", NETCDF4_READER, str(h5_path)], capture_output=True, text=True, timeout=120, check=False
+    )
     assert result.returncode == 0, f"netCDF4 failed on {h5_path} (exit {result.returncode}): {result.stderr[-2000:]}"
     theirs = json.loads(result.stdout)
     ours: dict[str, Any] = {}
 
     def visit(name: str, obj: Any) -> None:
         name_attr = obj.attrs.get("NAME", b"") if isinstance(obj, h5py.Dataset) else b""
-        if isinstance(name_attr, bytes) and name_attr.startswith(b"This is a netCDF dimension but not a netCDF variable"):
+        if isinstance(name_attr, bytes) and name_attr.startswith(
+            b"This is a netCDF dimension but not a netCDF variable"
+        ):
             return  # a bare dimension scale: netCDF shows it as a dimension, not a variable
         if isinstance(obj, h5py.Dataset):
             values = obj[()]
@@ -111,7 +119,9 @@ def _view(window: Path) -> PackedView:
 def data_groups(window: Path) -> list[str]:
     """Paths (relative to the window) of groups that hold arrays."""
     group = zarr.open_group(_view(window), mode="r")
-    return sorted({path.rpartition("/")[0] for path, node in group.members(max_depth=None) if isinstance(node, zarr.Array)})
+    return sorted(
+        {path.rpartition("/")[0] for path, node in group.members(max_depth=None) if isinstance(node, zarr.Array)}
+    )
 
 
 def assert_same_dataset(h5: xr.Dataset, zr: xr.Dataset, where: str) -> None:
@@ -192,12 +202,26 @@ def test_hierarchy_and_attributes_are_mirrored(demo_windows: dict[str, Path], le
                     assert json.loads(obj.attrs["stats"]) == node.attrs["stats"]
 
 
-def _write_window(root: Path, *, status: str = "complete", chunk_bytes: int = 4 << 20, rank: int = 0,
-                  arrays: list[ArrayWrite] | None = None, attrs: dict[str, Any] | None = None) -> Path:
-    arrays = arrays if arrays is not None else [ArrayWrite("x", np.arange(12, dtype=np.float32).reshape(3, 4), ("a", "b"),
-                                                           {"name": "x"})]
-    window = WindowWrite(rank, 0, {"schemaVersion": 5, "level": "L0", "windowIndex": 0, "rank": rank, **(attrs or {})},
-                         [InvocationWrite("invocation_000000_forward", {"invocationId": 0}, [], arrays)])
+def _write_window(
+    root: Path,
+    *,
+    status: str = "complete",
+    chunk_bytes: int = 4 << 20,
+    rank: int = 0,
+    arrays: list[ArrayWrite] | None = None,
+    attrs: dict[str, Any] | None = None,
+) -> Path:
+    arrays = (
+        arrays
+        if arrays is not None
+        else [ArrayWrite("x", np.arange(12, dtype=np.float32).reshape(3, 4), ("a", "b"), {"name": "x"})]
+    )
+    window = WindowWrite(
+        rank,
+        0,
+        {"schemaVersion": 5, "level": "L0", "windowIndex": 0, "rank": rank, **(attrs or {})},
+        [InvocationWrite("invocation_000000_forward", {"invocationId": 0}, [], arrays)],
+    )
     with WindowWriter(root, chunk_bytes=chunk_bytes) as writer:
         return Path(writer.write_window(window, status=status))
 
@@ -212,8 +236,9 @@ def test_special_types_and_bounded_blocks(tmp_path: Path, monkeypatch: pytest.Mo
     e5m2 = np.array([0.0, -0.0, 57344.0, np.inf, -np.inf, np.nan, 1.5e-5], dtype=ml_dtypes.float8_e5m2)
     bf16 = rng.standard_normal((5, 7)).astype(ml_dtypes.bfloat16)
     # float16 (netCDF-C crashed on HDF5 half floats): signed zero, subnormals, Inf, NaN with payloads
-    f16 = np.array([0x0000, 0x8000, 0x0001, 0x03FF, 0x7BFF, 0x7C00, 0xFC00, 0x7E01, 0xFE00, 0x3C00],
-                   dtype=np.uint16).view(np.float16)
+    f16 = np.array(
+        [0x0000, 0x8000, 0x0001, 0x03FF, 0x7BFF, 0x7C00, 0xFC00, 0x7E01, 0xFE00, 0x3C00], dtype=np.uint16
+    ).view(np.float16)
     arrays = [
         ArrayWrite("big", big, ("row", "col"), {"name": "big", "note": "x" * 100_000}),  # attribute > 64 KiB
         ArrayWrite("row", np.arange(257, dtype=np.int64), ("row",)),  # coordinate
@@ -270,8 +295,14 @@ def test_incomplete_window_is_refused(tmp_path: Path, status: str) -> None:
     if status == "writing":
         with WindowWriter(tmp_path / "dump") as writer:
             session = writer.begin(0, 0, {"schemaVersion": 5, "level": "L0", "windowIndex": 0, "rank": 0})
-            session.write_invocation(InvocationWrite("invocation_000000_forward", {"invocationId": 0}, [GroupWrite("g", {})],
-                                                     [ArrayWrite("g/x", np.ones(4, np.float32), ("n",), {"name": "x"})]))
+            session.write_invocation(
+                InvocationWrite(
+                    "invocation_000000_forward",
+                    {"invocationId": 0},
+                    [GroupWrite("g", {})],
+                    [ArrayWrite("g/x", np.ones(4, np.float32), ("n",), {"name": "x"})],
+                )
+            )
         window = Path(session.url)
     else:
         window = _write_window(tmp_path / "dump", status=status)
@@ -382,11 +413,19 @@ def test_statistics_first_windows_export_with_their_tables(tmp_path, mode):
             assert [str(v) for v in theirs] == [str(v) for v in ours], name
         else:
             np.testing.assert_array_equal(theirs.astype(ours.dtype), ours, err_msg=name)
-    result = subprocess.run([sys.executable, "-c", NETCDF4_TABLE_READER, str(h5_path), group], capture_output=True,
-                            text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", NETCDF4_TABLE_READER, str(h5_path), group],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     read = json.loads(result.stdout)
-    assert read["name"] == [str(v) for v in table["name"].values] and read["stage"] == ["expert_up"] * table.sizes["record"]
+    assert (
+        read["name"] == [str(v) for v in table["name"].values]
+        and read["stage"] == ["expert_up"] * table.sizes["record"]
+    )
     assert read["max"] == pytest.approx(table["max"].values.tolist(), nan_ok=True)
     if mode == "nonfinite":  # the kept payloads are exported next to the table
         with h5py.File(h5_path, "r") as f:
@@ -413,15 +452,24 @@ def _edit_everywhere(window: Path, array: str, edit) -> None:
 def test_a_zero_chunk_shape_is_refused_naming_the_document(tmp_path: Path) -> None:
     """Issue 23.3: chunk shape [0, 0] was a ZeroDivisionError; it names the array document and field."""
     window = _write_window(tmp_path / "dump")
-    _edit_everywhere(window, "invocation_000000_forward/x",
-                     lambda d: d["chunk_grid"]["configuration"].update(chunk_shape=[0, 0]))
+    _edit_everywhere(
+        window, "invocation_000000_forward/x", lambda d: d["chunk_grid"]["configuration"].update(chunk_shape=[0, 0])
+    )
     target = tmp_path / "w.h5"
-    with pytest.raises(ValueError, match=r"invocation_000000_forward/x/zarr.json: chunk_grid chunk_shape \[0, 0\] "
-                                         r"is not 2 positive integers"):
+    with pytest.raises(
+        ValueError,
+        match=r"invocation_000000_forward/x/zarr.json: chunk_grid chunk_shape \[0, 0\] "
+        r"is not 2 positive integers",
+    ):
         export_hdf5(window, target)
     assert not target.exists()
-    result = subprocess.run([sys.executable, "-m", "megadump_zarr.cli.main", "export-hdf5", str(window), str(target)],
-                            capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "megadump_zarr.cli.main", "export-hdf5", str(window), str(target)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 2, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "chunk_shape [0, 0]" in errors[0] and "Traceback" not in result.stderr

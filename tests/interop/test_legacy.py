@@ -74,7 +74,9 @@ def test_l1_round_trip(tmp_path: Path, legacy: dict[str, Any]) -> None:
     manifest = read_json(legacy["l1_manifest"])
     attrs = zarr.open_group(str(window), mode="r").attrs.asdict()
     assert attrs["status"] == "complete"
-    assert attrs["schemaVersion"] == SCHEMA_VERSION == 8 and attrs["stageViewStorage"] == "array_per_task_record"  # task groups (the default layout)
+    assert (
+        attrs["schemaVersion"] == SCHEMA_VERSION == 8 and attrs["stageViewStorage"] == "array_per_task_record"
+    )  # task groups (the default layout)
     assert attrs["convertedFrom"]["schemaVersion"] == 4
     assert attrs["convertedFrom"]["path"] == str(legacy["l1_manifest"].parent.resolve())
     assert attrs["convertedFrom"]["stageViewStorage"] == "per_task_files"
@@ -123,7 +125,9 @@ def test_l1_round_trip(tmp_path: Path, legacy: dict[str, Any]) -> None:
     assert checked == sum(len(t.records) for inv in legacy["l1"] for t in inv.tasks)
 
 
-def test_l0_round_trip_hard_links_loaded_once(tmp_path: Path, legacy: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_l0_round_trip_hard_links_loaded_once(
+    tmp_path: Path, legacy: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     manifest = read_json(legacy["l0_manifest"])
     window_dir = legacy["l0_manifest"].parent
     h = next(t for t in manifest["invocations"][0]["tensors"] if t["name"] == "h")
@@ -143,7 +147,9 @@ def test_l0_round_trip_hard_links_loaded_once(tmp_path: Path, legacy: dict[str, 
     out = tmp_path / "zarr"
     convert_legacy(legacy["root"], out)
     logical = sum(len(inv["tensors"]) for inv in manifest["invocations"])
-    l1_records = sum(len(task["tensors"]) for inv in read_json(legacy["l1_manifest"])["invocations"] for task in inv["tasks"])
+    l1_records = sum(
+        len(task["tensors"]) for inv in read_json(legacy["l1_manifest"])["invocations"] for task in inv["tasks"]
+    )
     assert len(loaded) == logical + l1_records  # one load per logical tensor, never per port
     assert len(set(loaded)) == len(loaded)
 
@@ -185,7 +191,14 @@ def test_converted_dump_reads_with_open_dump(tmp_path: Path, legacy: dict[str, A
     assert len(records) == l1_count + l0_count
     worker_rows = records[records["stage"] == "gather stage"]
     assert set(worker_rows["worker"]) == {2}
-    assert set(records[records["level"] == "L0"]["name"]) == {"x", "norm_weight", "h", "w_router", "logits", "expert counts"}
+    assert set(records[records["level"] == "L0"]["name"]) == {
+        "x",
+        "norm_weight",
+        "h",
+        "w_router",
+        "logits",
+        "expert counts",
+    }
 
 
 def test_progress_bar(tmp_path: Path, legacy: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
@@ -323,12 +336,23 @@ def test_symlink_inside_the_window_is_followed(tmp_path: Path, legacy: dict[str,
         (lambda m: m.update(tensorSerialization="pickle"), r"unsupported tensorSerialization"),
         (lambda m: m["invocations"][0].pop("direction"), r"invocations\[0\]: missing required key 'direction'"),
         (lambda m: m["invocations"][0].update(direction="sideways"), r"'direction' must be one of"),
-        (lambda m: m["invocations"][1]["tasks"][0].pop("coreId"), r"invocations\[1\]\.tasks\[0\]: missing required key 'coreId'"),
-        (lambda m: m["invocations"][0]["tasks"][0]["tensors"][1].pop("storedDtype"),
-         r"invocations\[0\]\.tasks\[0\]\.tensors\[1\]: missing required key 'storedDtype'"),
-        (lambda m: m["invocations"][0]["tasks"][0]["tensors"][1].update(storedShape="4"), r"'storedShape' must be a list"),
+        (
+            lambda m: m["invocations"][1]["tasks"][0].pop("coreId"),
+            r"invocations\[1\]\.tasks\[0\]: missing required key 'coreId'",
+        ),
+        (
+            lambda m: m["invocations"][0]["tasks"][0]["tensors"][1].pop("storedDtype"),
+            r"invocations\[0\]\.tasks\[0\]\.tensors\[1\]: missing required key 'storedDtype'",
+        ),
+        (
+            lambda m: m["invocations"][0]["tasks"][0]["tensors"][1].update(storedShape="4"),
+            r"'storedShape' must be a list",
+        ),
         (lambda m: m["invocations"][0]["tasks"][0]["tensors"][1].update(index=True), r"'index' must be an integer"),
-        (lambda m: m["invocations"][0]["tasks"][0]["tensors"][0].update(file=None), r"'file' must be a non-empty relative path"),
+        (
+            lambda m: m["invocations"][0]["tasks"][0]["tensors"][0].update(file=None),
+            r"'file' must be a non-empty relative path",
+        ),
     ],
 )
 def test_invalid_manifest_names_file_and_key(tmp_path: Path, legacy: dict[str, Any], edit: Any, pattern: str) -> None:
@@ -352,7 +376,9 @@ def test_invalid_json_and_missing_tree(tmp_path: Path, legacy: dict[str, Any]) -
         convert_legacy(tmp_path / "empty", tmp_path / "zarr")
 
 
-def test_task_metadata_read_from_task_json_when_manifest_lists_no_tensors(tmp_path: Path, legacy: dict[str, Any]) -> None:
+def test_task_metadata_read_from_task_json_when_manifest_lists_no_tensors(
+    tmp_path: Path, legacy: dict[str, Any]
+) -> None:
     def edit(manifest: dict[str, Any]) -> None:
         for task in manifest["invocations"][0]["tasks"]:
             task.pop("tensors")
@@ -384,12 +410,29 @@ def test_round_trip_values_every_dtype(tmp_path: Path) -> None:
 
     special = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-3, -2.5, 448.0])
     tensors = [
-        L0Tensor(f"t_{name}", i, "external_input", special.to(dt) if dt.is_floating_point else torch.arange(-3, 5).to(dt),
-                 [("s", "input", i)])
-        for i, (name, dt) in enumerate([
-            ("f32", torch.float32), ("f64", torch.float64), ("f16", torch.float16), ("bf16", torch.bfloat16),
-            ("e4m3", torch.float8_e4m3fn), ("e5m2", torch.float8_e5m2), ("i8", torch.int8), ("i16", torch.int16),
-            ("i32", torch.int32), ("i64", torch.int64), ("u8", torch.uint8), ("bool", torch.bool)])
+        L0Tensor(
+            f"t_{name}",
+            i,
+            "external_input",
+            special.to(dt) if dt.is_floating_point else torch.arange(-3, 5).to(dt),
+            [("s", "input", i)],
+        )
+        for i, (name, dt) in enumerate(
+            [
+                ("f32", torch.float32),
+                ("f64", torch.float64),
+                ("f16", torch.float16),
+                ("bf16", torch.bfloat16),
+                ("e4m3", torch.float8_e4m3fn),
+                ("e5m2", torch.float8_e5m2),
+                ("i8", torch.int8),
+                ("i16", torch.int16),
+                ("i32", torch.int32),
+                ("i64", torch.int64),
+                ("u8", torch.uint8),
+                ("bool", torch.bool),
+            ]
+        )
     ]
     write_rank_window(tmp_path / "legacy", "L0", 0, 0, [Invocation(0, 0, "forward", "k", "L0", tensors=tensors)])
     convert_legacy(tmp_path / "legacy", tmp_path / "zarr")

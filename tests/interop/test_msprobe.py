@@ -63,8 +63,11 @@ def test_tensor_task_names_order_attributes_and_values(msprobe_dumps, tmp_path):
     for step in (0, 1):
         source, doc = _dump_json(msprobe_dumps["golden"], step)
         mine = records[records["window"] == step]
-        expected = [leaf["data_name"].removesuffix(".pt") for entry in doc["data"].values()
-                    for leaf in _tensor_leaves(entry, [])]
+        expected = [
+            leaf["data_name"].removesuffix(".pt")
+            for entry in doc["data"].values()
+            for leaf in _tensor_leaves(entry, [])
+        ]
         assert list(mine["name"]) == expected  # msprobe's names, in msprobe's execution order
         assert set(mine["step"]) == {step}
         calls = [k for k, entry in doc["data"].items() if _tensor_leaves(entry, [])]
@@ -77,7 +80,12 @@ def test_tensor_task_names_order_attributes_and_values(msprobe_dumps, tmp_path):
     row = records[records["name"] == "Functional.linear.0.forward.input.1"].iloc[0]
     attrs = dump.record_array(row["path"]).attrs
     assert (attrs["api"], attrs["callIndex"], attrs["direction"], attrs["io"], attrs["argIndex"]) == (
-        "Functional.linear", 0, "forward", "input", "1")
+        "Functional.linear",
+        0,
+        "forward",
+        "input",
+        "1",
+    )
     assert row["kernel"] == "Functional.linear" and row["direction"] == "forward"
     _, doc = _dump_json(msprobe_dumps["golden"], 0)
     leaf = doc["data"]["Functional.linear.0.forward"]["input_args"][1]
@@ -87,8 +95,11 @@ def test_tensor_task_names_order_attributes_and_values(msprobe_dumps, tmp_path):
     assert backward["direction"] == "backward" and backward["invocation_name"].endswith("_backward")
     inv = dump.tree()[f"/{row['path'].rsplit('/', 1)[0]}"].attrs
     assert inv["msprobeCall"] == "Functional.linear.0.forward" and inv["kernelName"] == "Functional.linear"
-    gelu = [k for k in dump.tree()["/rank_0/window_0000"].children
-            if dump.tree()[f"/rank_0/window_0000/{k}"].attrs.get("msprobeCall") == "Functional.gelu.0.forward"]
+    gelu = [
+        k
+        for k in dump.tree()["/rank_0/window_0000"].children
+        if dump.tree()[f"/rank_0/window_0000/{k}"].attrs.get("msprobeCall") == "Functional.gelu.0.forward"
+    ]
     assert dump.tree()[f"/rank_0/window_0000/{gelu[0]}"].attrs["nonTensorArgs"] == {"input_kwargs.approximate": "tanh"}
 
 
@@ -115,7 +126,11 @@ def test_statistics_task_keeps_msprobe_statistics(msprobe_dumps, tmp_path):
     # records() lists them as statistics-only records, and compare checks them against a tensor dump of the
     # same (seeded) run through their statistics.
     records = open_dump(tmp_path / "z").records()
-    assert len(records) == sum(len(_tensor_leaves(e, [])) for step in (0, 1) for e in _dump_json(msprobe_dumps["stats"], step)[1]["data"].values())
+    assert len(records) == sum(
+        len(_tensor_leaves(e, []))
+        for step in (0, 1)
+        for e in _dump_json(msprobe_dumps["stats"], step)[1]["data"].values()
+    )
     assert not records["payload"].any() and set(records["nan_count"]) == {0}
     convert_msprobe(msprobe_dumps["golden"], tmp_path / "golden")
     result = compare(tmp_path / "z", tmp_path / "golden")
@@ -197,17 +212,20 @@ def _escaping_link(directory, leaf):
     leaf["data_name"] = "link.pt"
 
 
-@pytest.mark.parametrize(("edit", "message"), [
-    (lambda d, leaf: leaf.update(data_name="../../step1/x.pt"), r"data_name must be a plain file name"),
-    (lambda d, leaf: leaf.update(data_name="/etc/passwd.pt"), r"data_name must be a plain file name"),
-    (lambda d, leaf: leaf.update(data_name="a\x00.pt"), r"data_name must be a plain file name"),
-    (lambda d, leaf: leaf.update(data_name="missing.pt"), r"does not exist"),
-    (lambda d, leaf: leaf.update(shape=[4, 8]), r"holds shape \[3, 8\], dump.json says \[4, 8\]"),
-    (lambda d, leaf: leaf.update(shape="big"), r"'shape' must be a list of non-negative integers"),
-    (_pickle_payload, r"torch.load\(weights_only=True\) refused it"),
-    (_object_npy, r"not a plain .npy array"),
-    (_escaping_link, r"a symbolic link escapes it"),
-])
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d, leaf: leaf.update(data_name="../../step1/x.pt"), r"data_name must be a plain file name"),
+        (lambda d, leaf: leaf.update(data_name="/etc/passwd.pt"), r"data_name must be a plain file name"),
+        (lambda d, leaf: leaf.update(data_name="a\x00.pt"), r"data_name must be a plain file name"),
+        (lambda d, leaf: leaf.update(data_name="missing.pt"), r"does not exist"),
+        (lambda d, leaf: leaf.update(shape=[4, 8]), r"holds shape \[3, 8\], dump.json says \[4, 8\]"),
+        (lambda d, leaf: leaf.update(shape="big"), r"'shape' must be a list of non-negative integers"),
+        (_pickle_payload, r"torch.load\(weights_only=True\) refused it"),
+        (_object_npy, r"not a plain .npy array"),
+        (_escaping_link, r"a symbolic link escapes it"),
+    ],
+)
 def test_refusals_name_the_file_and_write_nothing(msprobe_dumps, tmp_path, edit, message):
     source = _edited_copy(msprobe_dumps, tmp_path, edit)
     marker = Path("/tmp/megadump-msprobe-pwned")
@@ -216,8 +234,13 @@ def test_refusals_name_the_file_and_write_nothing(msprobe_dumps, tmp_path, edit,
         convert_msprobe(source, tmp_path / "z")
     assert not marker.exists()
     if edit in (_pickle_payload, _escaping_link):  # the CLI: exit 2, one error line, nothing run
-        result = subprocess.run([sys.executable, "-m", "megadump_zarr.cli.main", "convert", str(source),
-                                 str(tmp_path / "c")], capture_output=True, text=True, timeout=120, check=False)
+        result = subprocess.run(
+            [sys.executable, "-m", "megadump_zarr.cli.main", "convert", str(source), str(tmp_path / "c")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert result.returncode == 2, result.stderr
         errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and errors[0].startswith("error: conversion refused: ")
@@ -229,19 +252,39 @@ def test_refusals_name_the_file_and_write_nothing(msprobe_dumps, tmp_path, edit,
 
 def test_cli_auto_detects_and_from_msprobe(msprobe_dumps, tmp_path):
     for extra, out in (([], "auto"), (["--from", "msprobe"], "explicit")):
-        result = subprocess.run([sys.executable, "-m", "megadump_zarr.cli.main", "convert", *extra, "--json",
-                                 str(msprobe_dumps["golden"]), str(tmp_path / out)],
-                                capture_output=True, text=True, timeout=120, check=False)
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "megadump_zarr.cli.main",
+                "convert",
+                *extra,
+                "--json",
+                str(msprobe_dumps["golden"]),
+                str(tmp_path / out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert result.returncode == 0, result.stderr
         assert [Path(w).name for w in json.loads(result.stdout)["windows"]] == ["window_0000", "window_0001"]
-    assert list(open_dump(tmp_path / "auto").records()["name"]) == list(open_dump(tmp_path / "explicit").records()["name"])
+    assert list(open_dump(tmp_path / "auto").records()["name"]) == list(
+        open_dump(tmp_path / "explicit").records()["name"]
+    )
 
 
 def _msprobe_compare(target: Path, golden: Path, out: Path) -> pd.DataFrame:
     tp, _ = _dump_json(target, 0)
     gp, _ = _dump_json(golden, 0)
-    result = subprocess.run([str(MSPROBE), "compare", "-tp", str(tp), "-gp", str(gp), "-o", str(out)],
-                            capture_output=True, text=True, timeout=240, check=False)
+    result = subprocess.run(
+        [str(MSPROBE), "compare", "-tp", str(tp), "-gp", str(gp), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     [csv] = out.glob("compare_result_*.csv")
     return pd.read_csv(csv)
@@ -250,8 +293,11 @@ def _msprobe_compare(target: Path, golden: Path, out: Path) -> pd.DataFrame:
 # msprobe column -> our column, and how close they must be: msprobe rounds a cosine above 0.9999 to 6
 # decimals and computes relative errors of float32 data in float32; every value is printed with 12 decimals.
 PEER_COLUMNS = {
-    "Cosine": ("cosine", 5e-7), "EucDist": ("euc_dist", 1e-9), "MaxAbsErr": ("max_abs", 1e-11),
-    "MaxRelativeErr": ("max_rel_eps", 1e-6), "One Thousandth Err Ratio": ("one_thousandth_ratio", 1e-11),
+    "Cosine": ("cosine", 5e-7),
+    "EucDist": ("euc_dist", 1e-9),
+    "MaxAbsErr": ("max_abs", 1e-11),
+    "MaxRelativeErr": ("max_rel_eps", 1e-6),
+    "One Thousandth Err Ratio": ("one_thousandth_ratio", 1e-11),
     "Five Thousandths Err Ratio": ("five_thousandths_ratio", 1e-11),
 }
 
@@ -270,8 +316,9 @@ def test_same_numbers_as_msprobe_compare(msprobe_dumps, tmp_path):
         values = pd.to_numeric(merged[column], errors="coerce")
         numeric = values.notna()
         compared += int(numeric.sum())
-        np.testing.assert_allclose(merged.loc[numeric, mine].to_numpy(float), values[numeric].to_numpy(float),
-                                   rtol=0, atol=tol, err_msg=column)
+        np.testing.assert_allclose(
+            merged.loc[numeric, mine].to_numpy(float), values[numeric].to_numpy(float), rtol=0, atol=tol, err_msg=column
+        )
     assert compared >= 6 * 10
     # The perturbed weight and everything downstream of it differ; msprobe's Result calls them all pass,
     # our verdict fails them (float32 tolerance rtol 1e-5): the documented difference.
@@ -296,7 +343,12 @@ def test_a_step_or_rank_directory_converts_like_msprobe_compare_is_given_it(mspr
 
 
 def convert_and_open(source: Path, out: Path) -> Path:
-    result = subprocess.run([sys.executable, "-m", "megadump_zarr.cli.main", "convert", str(source), str(out)],
-                            capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "megadump_zarr.cli.main", "convert", str(source), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     return out

@@ -29,9 +29,13 @@ pytest.importorskip("msprobe")
 
 CLI = [sys.executable, "-m", "megadump_zarr.cli.main"]
 STATS_DIFFER = ("mean", "l2norm", "min", "max")  # msprobe's float32 statistics in place, recomputed ones converted
-CASES = [("target-tensor-L0", "golden-tensor-L0"), ("target-tensor-mix", "golden-tensor-mix"),
-         ("target-tensor-L1", "golden-tensor-L1"), ("target-statistics-L0", "golden-statistics-L0"),
-         ("target-statistics-mix", "golden-statistics-mix")]
+CASES = [
+    ("target-tensor-L0", "golden-tensor-L0"),
+    ("target-tensor-mix", "golden-tensor-mix"),
+    ("target-tensor-L1", "golden-tensor-L1"),
+    ("target-statistics-L0", "golden-statistics-L0"),
+    ("target-statistics-mix", "golden-statistics-mix"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +65,10 @@ def test_in_place_compare_equals_convert_then_compare(dumps, converted, target, 
     _same_frames(raw, conv)
     assert set(raw["verdict"]) & {"fail"}  # the perturbed weight shows
     assert root_cause(raw)["path"] == root_cause(conv)["path"]
-    assert root_cause(raw)["name"] in ("Module.linear1.Linear.forward.0.parameters.weight",
-                                       "Functional.linear.0.forward.input.1")
+    assert root_cause(raw)["name"] in (
+        "Module.linear1.Linear.forward.0.parameters.weight",
+        "Functional.linear.0.forward.input.1",
+    )
 
 
 def test_two_steps_forward_backward_in_place(msprobe_dumps, converted):
@@ -112,21 +118,31 @@ def test_tensors_are_the_file_bytes_without_a_checksum(msprobe_dumps):
 
 def test_cli_reads_the_raw_directory(msprobe_dumps, tmp_path):
     golden, target = msprobe_dumps["golden"], msprobe_dumps["target"]
-    result = subprocess.run([*CLI, "--json", "verify", str(golden)], capture_output=True, text=True, timeout=120,
-                            check=False)  # documents agree, every chunk there and decoding (no checksum stored)
+    result = subprocess.run(
+        [*CLI, "--json", "verify", str(golden)], capture_output=True, text=True, timeout=120, check=False
+    )  # documents agree, every chunk there and decoding (no checksum stored)
     assert result.returncode == 0 and json.loads(result.stdout)["chunks"] == 54, result.stderr
-    for args in (["ls", str(golden)], ["stats", str(msprobe_dumps["stats"])],
-                 ["show", str(golden), "rank_0/window_0000/invocation_000000_forward/Functional.linear.0.forward.input.0"]):
+    for args in (
+        ["ls", str(golden)],
+        ["stats", str(msprobe_dumps["stats"])],
+        ["show", str(golden), "rank_0/window_0000/invocation_000000_forward/Functional.linear.0.forward.input.0"],
+    ):
         result = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120, check=False)
         assert result.returncode == 0, result.stderr
         assert "Functional.linear" in result.stdout or "Module." in result.stdout
-    result = subprocess.run([*CLI, "--json", "compare", str(target), str(golden)], capture_output=True, text=True,
-                            timeout=120, check=False)
+    result = subprocess.run(
+        [*CLI, "--json", "compare", str(target), str(golden)], capture_output=True, text=True, timeout=120, check=False
+    )
     assert result.returncode == 1, result.stderr  # a check failed: the perturbed weight
     assert json.loads(result.stdout)["root_cause"]["name"] == "Functional.linear.1.forward.input.1"
     report = tmp_path / "r.html"
-    result = subprocess.run([*CLI, "report", str(target), str(golden), "-o", str(report)], capture_output=True,
-                            text=True, timeout=240, check=False)
+    result = subprocess.run(
+        [*CLI, "report", str(target), str(golden), "-o", str(report)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert result.returncode in (0, 1), result.stderr
     assert "Functional.linear.1.forward.input.1" in report.read_text()
 
@@ -184,14 +200,17 @@ def _big_npy_header(directory, leaf):
     leaf["data_name"] = "big.npy"
 
 
-@pytest.mark.parametrize(("edit", "message"), [
-    (lambda d, leaf: leaf.update(data_name="../../step1/x.pt"), "data_name must be a plain file name"),
-    (_code_pickle, "it is not a plain tensor file (File is not a zip file)"),
-    (_code_in_archive, "it names the global posix.system, which a plain tensor file does not"),
-    (lambda d, leaf: leaf.update(shape=[4, 8]), "holds shape [3, 8], dump.json says [4, 8]"),
-    (lambda d, leaf: leaf.update(dtype="torch.float64"), "holds dtype float32, dump.json says 'float64'"),
-    (_big_npy_header, "its .npy header declares shape [3000, 8]"),
-])
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d, leaf: leaf.update(data_name="../../step1/x.pt"), "data_name must be a plain file name"),
+        (_code_pickle, "it is not a plain tensor file (File is not a zip file)"),
+        (_code_in_archive, "it names the global posix.system, which a plain tensor file does not"),
+        (lambda d, leaf: leaf.update(shape=[4, 8]), "holds shape [3, 8], dump.json says [4, 8]"),
+        (lambda d, leaf: leaf.update(dtype="torch.float64"), "holds dtype float32, dump.json says 'float64'"),
+        (_big_npy_header, "its .npy header declares shape [3000, 8]"),
+    ],
+)
 def test_hostile_directories_are_refused_with_one_error_line(msprobe_dumps, tmp_path, edit, message):
     source = _hostile(msprobe_dumps, tmp_path, edit)
     _MARKER.unlink(missing_ok=True)

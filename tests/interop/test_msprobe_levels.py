@@ -46,8 +46,22 @@ def _leaves(value, found):
 @pytest.mark.parametrize("level", ["L0", "mix", "L1"])
 def test_every_level_converts_forward_backward_and_parameter_grads(dumps, tmp_path, level):
     source = dumps[f"golden-tensor-{level}"]
-    result = subprocess.run([sys.executable, "-m", "megadump_zarr.cli.main", "convert", "--from", "msprobe",
-                             str(source), str(tmp_path / "z")], capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "megadump_zarr.cli.main",
+            "convert",
+            "--from",
+            "msprobe",
+            str(source),
+            str(tmp_path / "z"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     dump_json, doc = _doc(source)
     assert doc["level"] == level
@@ -71,24 +85,36 @@ def test_every_level_converts_forward_backward_and_parameter_grads(dumps, tmp_pa
         assert row["direction"] == "backward" and row["invocation_name"].endswith("_backward")
         attrs = dump.record_array(row["path"]).attrs
         assert (attrs["msprobeKey"], attrs["io"], attrs["argIndex"], attrs["role"]) == (
-            "parameters_grad", "output", name.rsplit(".", 1)[1], "final_output")
+            "parameters_grad",
+            "output",
+            name.rsplit(".", 1)[1],
+            "final_output",
+        )
         assert attrs["api"] == name.split(".parameters_grad.")[0] and attrs["callIndex"] == 0
     for name in params:  # inputs of the module's forward, after its arguments and before its outputs
         row = by_name.loc[name]
         assert row["direction"] == "forward"
         attrs = dump.record_array(row["path"]).attrs
         assert (attrs["msprobeKey"], attrs["io"], attrs["argIndex"], attrs["capturePhase"], attrs["role"]) == (
-            "parameters", "input", name.rsplit(".", 1)[1], "before", "external_input")
+            "parameters",
+            "input",
+            name.rsplit(".", 1)[1],
+            "before",
+            "external_input",
+        )
         mine = list(records.loc[records["invocation"] == row["invocation"], "name"])
         call = name.split(".parameters.")[0]
         assert mine.index(name) > mine.index(f"{call}.input.0") and mine.index(name) < mine.index(f"{call}.output.0")
 
 
-@pytest.mark.parametrize(("level", "expected"), [
-    ("L0", "Module.linear1.Linear.forward.0.parameters.weight"),
-    ("mix", "Functional.linear.0.forward.input.1"),  # the weight as linear's argument: recorded before the module
-    ("L1", "Functional.linear.0.forward.input.1"),
-])
+@pytest.mark.parametrize(
+    ("level", "expected"),
+    [
+        ("L0", "Module.linear1.Linear.forward.0.parameters.weight"),
+        ("mix", "Functional.linear.0.forward.input.1"),  # the weight as linear's argument: recorded before the module
+        ("L1", "Functional.linear.0.forward.input.1"),
+    ],
+)
 def test_root_cause_is_the_perturbed_weight_at_every_level(dumps, tmp_path, level, expected):
     convert_msprobe(dumps[f"target-tensor-{level}"], tmp_path / "a")
     convert_msprobe(dumps[f"golden-tensor-{level}"], tmp_path / "b")
@@ -101,8 +127,11 @@ def test_root_cause_is_the_perturbed_weight_at_every_level(dumps, tmp_path, leve
     assert [list(i) for i in np.argwhere(diff)] == [[3, 5]]  # it is the perturbed element of linear1.weight
     if level != "L1":  # the module's parameter and its output fail too, later
         failing = set(result.loc[result["verdict"] == "fail", "name"])
-        assert {"Module.linear1.Linear.forward.0.parameters.weight", "Module.linear1.Linear.forward.0.output.0",
-                "Module.linear2.Linear.parameters_grad.0.weight"} <= failing  # grad of linear2 sees relu(linear1)
+        assert {
+            "Module.linear1.Linear.forward.0.parameters.weight",
+            "Module.linear1.Linear.forward.0.output.0",
+            "Module.linear2.Linear.parameters_grad.0.weight",
+        } <= failing  # grad of linear2 sees relu(linear1)
         assert "Module.label_emb.Embedding.forward.0.output.0" not in failing
 
 
@@ -117,13 +146,20 @@ def test_statistics_task_at_every_level_compares_by_statistics(dumps, tmp_path, 
     assert set(records["nan_count"]) == {0}  # integer indices too: no Mean/Norm from msprobe, but no NaN either
     grad = records[records["name"] == "Module.linear1.Linear.parameters_grad.0.weight"].iloc[0]
     leaf = doc["data"]["Module.linear1.Linear.parameters_grad.0"]["weight"][0]
-    assert (grad["max"], grad["min"], grad["mean"], grad["l2norm"]) == (leaf["Max"], leaf["Min"], leaf["Mean"], leaf["Norm"])
+    assert (grad["max"], grad["min"], grad["mean"], grad["l2norm"]) == (
+        leaf["Max"],
+        leaf["Min"],
+        leaf["Mean"],
+        leaf["Norm"],
+    )
     same = compare(tmp_path / "b", tmp_path / "b")
     assert (same["verdict"] == "pass").all(), same.loc[same["verdict"] != "pass", ["name", "note"]]
     result = compare(tmp_path / "a", tmp_path / "b")
     assert result["note"].str.startswith("summary: statistics only in a and b").all()
     cause = root_cause(result)
-    expected = "Module.linear1.Linear.forward.0.parameters.weight" if level == "L0" else "Functional.linear.0.forward.input.1"
+    expected = (
+        "Module.linear1.Linear.forward.0.parameters.weight" if level == "L0" else "Functional.linear.0.forward.input.1"
+    )
     assert cause["name"] == expected
     assert "Module.linear1.Linear.forward.0.parameters.weight" in set(result.loc[result["verdict"] == "fail", "name"])
 
@@ -131,14 +167,25 @@ def test_statistics_task_at_every_level_compares_by_statistics(dumps, tmp_path, 
 MSPROBE = Path(sys.executable).with_name("msprobe")
 # how close our numbers must be to msprobe's: it rounds a cosine above 0.9999 to 6 decimals, computes
 # float32 relative errors in float32 and prints 12 decimals; its max/min/mean/norm are float32 reductions
-TOLERANCE = {"Cosine": 5e-7, "EucDist": 1e-9, "MaxAbsErr": 1e-11, "MaxRelativeErr": 1e-6,
-             "One Thousandth Err Ratio": 1e-11, "Five Thousandths Err Ratio": 1e-11}
+TOLERANCE = {
+    "Cosine": 5e-7,
+    "EucDist": 1e-9,
+    "MaxAbsErr": 1e-11,
+    "MaxRelativeErr": 1e-6,
+    "One Thousandth Err Ratio": 1e-11,
+    "Five Thousandths Err Ratio": 1e-11,
+}
 STATS = [f"{side} {k}" for side in ("NPU", "Bench") for k in ("max", "min", "mean", "l2norm")]
 
 
 def _msprobe_compare(target: Path, golden: Path, out: Path) -> pd.DataFrame:
-    result = subprocess.run([str(MSPROBE), "compare", "-tp", str(_doc(target)[0]), "-gp", str(_doc(golden)[0]),
-                             "-o", str(out)], capture_output=True, text=True, timeout=240, check=False)
+    result = subprocess.run(
+        [str(MSPROBE), "compare", "-tp", str(_doc(target)[0]), "-gp", str(_doc(golden)[0]), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     [csv] = out.glob("compare_result_*.csv")
     return pd.read_csv(csv)
@@ -151,13 +198,27 @@ def test_csv_msprobe_reads_like_msprobe_compare_and_agrees_with_it(dumps, tmp_pa
     convert_msprobe(target, tmp_path / "a")
     convert_msprobe(golden, tmp_path / "b")
     out = tmp_path / "ours.csv"
-    result = subprocess.run([sys.executable, "-m", "megadump_zarr.cli.main", "-q", "compare", str(tmp_path / "a"),
-                             str(tmp_path / "b"), "--csv-msprobe", str(out)], capture_output=True, text=True,
-                            timeout=240, check=False)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "megadump_zarr.cli.main",
+            "-q",
+            "compare",
+            str(tmp_path / "a"),
+            str(tmp_path / "b"),
+            "--csv-msprobe",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert result.returncode == 1, result.stderr  # the perturbed weight fails
     ours = pd.read_csv(out)
     assert list(ours.columns) == [*MSPROBE_COLUMNS, *MEGADUMP_COLUMNS]
-    assert list(theirs.columns[:len(MSPROBE_COLUMNS) - 3]) == list(MSPROBE_COLUMNS[:-3]) if task == "tensor" else True
+    assert list(theirs.columns[: len(MSPROBE_COLUMNS) - 3]) == list(MSPROBE_COLUMNS[:-3]) if task == "tensor" else True
     tensors = theirs[theirs["NPU Dtype"].astype(str).str.startswith("torch.")]
     assert sorted(ours["NPU Name"]) == sorted(tensors["NPU Name"])  # every tensor msprobe compared, only those
     merged = tensors.merge(ours, on="NPU Name", suffixes=("_msprobe", ""))
@@ -175,25 +236,56 @@ def test_csv_msprobe_reads_like_msprobe_compare_and_agrees_with_it(dumps, tmp_pa
         known = peer.notna() & mine.notna()
         checked += int(known.sum())
         tol = TOLERANCE.get(column, 0)
-        np.testing.assert_allclose(mine[known], peer[known], rtol=1e-6 if column in STATS else 0,
-                                   atol=tol or 1e-9, err_msg=column)
+        np.testing.assert_allclose(
+            mine[known], peer[known], rtol=1e-6 if column in STATS else 0, atol=tol or 1e-9, err_msg=column
+        )
     assert checked >= len(merged) * (8 if task == "statistics" else 14) * 0.8
     flagged = ours[ours["megadump root cause"]]
-    expected = "Module.linear1.Linear.forward.0.parameters.weight" if level == "L0" else "Functional.linear.0.forward.input.1"
+    expected = (
+        "Module.linear1.Linear.forward.0.parameters.weight" if level == "L0" else "Functional.linear.0.forward.input.1"
+    )
     assert list(flagged["NPU Name"]) == [expected] and list(flagged["megadump verdict"]) == ["fail"]
     assert set(ours.loc[ours["megadump verdict"] == "pass", "Result"]) == {"pass"}
     assert set(ours.loc[ours["megadump verdict"] != "pass", "Result"]) == {"error"}
     if task == "tensor":
         row = ours[ours["NPU Name"] == "Module.linear1.Linear.forward.0.parameters.weight"].iloc[0]
-        assert row["megadump worst index"] == "[3, 5]" and row["megadump worst a"] - row["megadump worst b"] == pytest.approx(0.01, abs=1e-6)
-    again = subprocess.run([sys.executable, "-m", "megadump_zarr.cli.main", "compare", str(tmp_path / "a"),
-                            str(tmp_path / "b"), "--csv-msprobe", str(out)], capture_output=True, text=True,
-                           timeout=240, check=False)
+        assert row["megadump worst index"] == "[3, 5]" and row["megadump worst a"] - row[
+            "megadump worst b"
+        ] == pytest.approx(0.01, abs=1e-6)
+    again = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "megadump_zarr.cli.main",
+            "compare",
+            str(tmp_path / "a"),
+            str(tmp_path / "b"),
+            "--csv-msprobe",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert again.returncode == 2 and "already exists (refusing to overwrite it)" in again.stderr
     assert pd.read_csv(out).equals(ours)
     # issue 24's spelling: --format msprobe-csv writes the same CSV to stdout (--csv-msprobe is its alias)
-    stdout = subprocess.run([sys.executable, "-m", "megadump_zarr.cli.main", "compare", str(tmp_path / "a"),
-                             str(tmp_path / "b"), "--format", "msprobe-csv"], capture_output=True, text=True,
-                            timeout=240, check=False)
+    stdout = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "megadump_zarr.cli.main",
+            "compare",
+            str(tmp_path / "a"),
+            str(tmp_path / "b"),
+            "--format",
+            "msprobe-csv",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert stdout.returncode == 1 and "FAIL: " in stdout.stderr, stdout.stderr
     assert pd.read_csv(io.StringIO(stdout.stdout)).equals(ours)

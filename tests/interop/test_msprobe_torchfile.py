@@ -16,16 +16,19 @@ from megadump_zarr.read.msprobe.torchfile import read_pt
 MARKER = Path("/tmp/megadump-torchfile-pwned")
 
 
-@pytest.mark.parametrize(("name", "tensor"), [
-    ("float32", torch.arange(24, dtype=torch.float32).reshape(4, 6)),
-    ("strided", torch.arange(24, dtype=torch.float32).reshape(4, 6)[:, 1:4]),
-    ("offset", torch.arange(10, dtype=torch.int64)[3:7]),
-    ("bfloat16", torch.linspace(-2, 2, 15).reshape(3, 5).to(torch.bfloat16)),
-    ("parameter", torch.nn.Parameter(torch.full((2, 2), 1.5))),
-    ("scalar", torch.tensor(3.5, dtype=torch.float64)),
-    ("empty", torch.zeros(0, 3)),
-    ("bool", torch.tensor([True, False, True])),
-])
+@pytest.mark.parametrize(
+    ("name", "tensor"),
+    [
+        ("float32", torch.arange(24, dtype=torch.float32).reshape(4, 6)),
+        ("strided", torch.arange(24, dtype=torch.float32).reshape(4, 6)[:, 1:4]),
+        ("offset", torch.arange(10, dtype=torch.int64)[3:7]),
+        ("bfloat16", torch.linspace(-2, 2, 15).reshape(3, 5).to(torch.bfloat16)),
+        ("parameter", torch.nn.Parameter(torch.full((2, 2), 1.5))),
+        ("scalar", torch.tensor(3.5, dtype=torch.float64)),
+        ("empty", torch.zeros(0, 3)),
+        ("bool", torch.tensor([True, False, True])),
+    ],
+)
 def test_same_values_dtype_and_shape_as_torch_load(tmp_path, name, tensor):
     path = tmp_path / f"{name}.pt"
     torch.save(tensor, path)
@@ -51,11 +54,14 @@ def _archive_with(path: Path, payload: bytes) -> None:
             archive.writestr(name, payload if name.endswith("/data.pkl") else data)
 
 
-@pytest.mark.parametrize(("payload", "message"), [
-    (pickle.dumps(_Evil(), protocol=2), "it names the global posix.system"),
-    (pickle.dumps({"a": 1}, protocol=2), "it holds a dict, not a single tensor"),
-    (b"\x80\x02ctorch._utils\n_rebuild_tensor_v2\nq\x00.", "it holds a function"),
-])
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (pickle.dumps(_Evil(), protocol=2), "it names the global posix.system"),
+        (pickle.dumps({"a": 1}, protocol=2), "it holds a dict, not a single tensor"),
+        (b"\x80\x02ctorch._utils\n_rebuild_tensor_v2\nq\x00.", "it holds a function"),
+    ],
+)
 def test_hostile_archives_are_refused_without_running_code(tmp_path, payload, message):
     MARKER.unlink(missing_ok=True)
     path = tmp_path / "x.pt"

@@ -90,13 +90,9 @@ def test_record_bytes_match_hand_packed_struct():
     )
     first = _entry(task_id=1, payload_offset=L1_DUMP_PAYLOAD_BASE, payload_bytes=64)
     buffer = pack_l1_buffer([first, entry])
-    expected = struct.pack(
-        "<10I24x", 77, 2, 5, 0x89ABCDEF, 0x01234567, L1_DUMP_PAYLOAD_BASE + 64, 1000, 0, 12, 3
-    )
+    expected = struct.pack("<10I24x", 77, 2, 5, 0x89ABCDEF, 0x01234567, L1_DUMP_PAYLOAD_BASE + 64, 1000, 0, 12, 3)
     assert bytes(buffer[128:192]) == expected
-    assert bytes(buffer[64:128]) == struct.pack(
-        "<10I24x", 1, 1, 0, 0, 0, L1_DUMP_PAYLOAD_BASE, 64, 0, 0, 0xFFFFFFFF
-    )
+    assert bytes(buffer[64:128]) == struct.pack("<10I24x", 1, 1, 0, 0, 0, L1_DUMP_PAYLOAD_BASE, 64, 0, 0, 0xFFFFFFFF)
     # the unused part of the reserved table and every payload byte are zero
     assert not any(buffer[192:])
 

@@ -27,8 +27,19 @@ from megadump_zarr.l1 import (
 MAGIC = 0x4C314450
 
 
-def build(records, *, payload_offset=None, total_bytes=None, count=None, magic=MAGIC, version=2, enabled=1,
-          record_size=64, records_offset=64, length=None):
+def build(
+    records,
+    *,
+    payload_offset=None,
+    total_bytes=None,
+    count=None,
+    magic=MAGIC,
+    version=2,
+    enabled=1,
+    record_size=64,
+    records_offset=64,
+    length=None,
+):
     """Hand-build a buffer with struct.pack, independent of the packer.
 
     records: tuples (task_id, phase, pos, src_lo, src_hi, payload_offset, payload_bytes, status, task_index, worker).
@@ -40,8 +51,9 @@ def build(records, *, payload_offset=None, total_bytes=None, count=None, magic=M
         total_bytes = max([payload_offset] + [r[5] + r[6] for r in records])
     size = max(total_bytes, table_end, 32) if length is None else length
     buffer = bytearray(max(size, table_end))
-    struct.pack_into("<8I", buffer, 0, magic, version, enabled, count, record_size, records_offset, payload_offset,
-                     total_bytes)
+    struct.pack_into(
+        "<8I", buffer, 0, magic, version, enabled, count, record_size, records_offset, payload_offset, total_bytes
+    )
     for i, record in enumerate(records):
         buffer[64 + 64 * i : 128 + 64 * i] = struct.pack("<10I24x", *record)
     return buffer[:size]
@@ -56,14 +68,24 @@ def sample_buffer():
     sizes = [100, 0, 300]
     offsets = plan_slots(sizes)
     entries = [
-        L1RecordEntry(task_id=10 + i, phase=1 + i % 2, parameter_position=i, source_offset_bytes=(i << 40) + 3 * i,
-                      payload_offset=o, payload_bytes=s, status=0, task_index=i, worker_id=L1_ANY_WORKER if i else 7)
+        L1RecordEntry(
+            task_id=10 + i,
+            phase=1 + i % 2,
+            parameter_position=i,
+            source_offset_bytes=(i << 40) + 3 * i,
+            payload_offset=o,
+            payload_bytes=s,
+            status=0,
+            task_index=i,
+            worker_id=L1_ANY_WORKER if i else 7,
+        )
         for i, (o, s) in enumerate(zip(offsets, sizes))
     ]
     buffer = pack_l1_buffer(entries)
     for entry in entries:
-        buffer[entry.payload_offset : entry.payload_end] = bytes((entry.task_id + k) % 256 for k in
-                                                                 range(entry.payload_bytes))
+        buffer[entry.payload_offset : entry.payload_end] = bytes(
+            (entry.task_id + k) % 256 for k in range(entry.payload_bytes)
+        )
     struct.pack_into("<I", buffer, 64 + 64 * 2 + L1_DUMP_STATUS_BYTE, L1_DUMP_STATUS_CAPTURED)
     return buffer, entries
 
@@ -79,22 +101,38 @@ def test_round_trip_exact_fields():
     buffer, entries = sample_buffer()
     decoded = read_l1_buffer(buffer)
     assert decoded.header == L1Header(
-        magic=L1_DUMP_MAGIC, version=2, enabled=1, record_count=3, record_size=64, records_offset=64,
-        payload_offset=L1_DUMP_PAYLOAD_BASE, total_bytes=L1_DUMP_PAYLOAD_BASE + 128 + 320,
+        magic=L1_DUMP_MAGIC,
+        version=2,
+        enabled=1,
+        record_count=3,
+        record_size=64,
+        records_offset=64,
+        payload_offset=L1_DUMP_PAYLOAD_BASE,
+        total_bytes=L1_DUMP_PAYLOAD_BASE + 128 + 320,
     )
     first, empty, last = decoded.records
     assert (first.task_id, first.phase, first.parameter_position, first.source_offset_bytes) == (10, 1, 0, 0)
     assert (first.payload_offset, first.payload_bytes, first.status, first.task_index, first.worker_id) == (
-        L1_DUMP_PAYLOAD_BASE, 100, L1_DUMP_STATUS_PENDING, 0, 7)
+        L1_DUMP_PAYLOAD_BASE,
+        100,
+        L1_DUMP_STATUS_PENDING,
+        0,
+        7,
+    )
     assert (first.index, first.record_offset) == (0, 64)
     assert (empty.payload_offset, empty.payload_bytes, empty.payload.size) == (L1_DUMP_PAYLOAD_BASE + 128, 0, 0)
-    assert (last.source_offset_bytes, last.status, last.worker_id) == ((2 << 40) + 6, L1_DUMP_STATUS_CAPTURED,
-                                                                        L1_ANY_WORKER)
+    assert (last.source_offset_bytes, last.status, last.worker_id) == (
+        (2 << 40) + 6,
+        L1_DUMP_STATUS_CAPTURED,
+        L1_ANY_WORKER,
+    )
     assert (last.index, last.record_offset) == (2, 192)
     assert first.payload.tobytes() == bytes((10 + k) % 256 for k in range(100))
     assert last.payload.tobytes() == bytes((12 + k) % 256 for k in range(300))
     assert [r.entry for r in decoded.records] == [
-        entries[0], entries[1], L1RecordEntry(**{**entries[2].__dict__, "status": L1_DUMP_STATUS_CAPTURED})
+        entries[0],
+        entries[1],
+        L1RecordEntry(**{**entries[2].__dict__, "status": L1_DUMP_STATUS_CAPTURED}),
     ]
     assert all(type(v) is int for v in first.entry.__dict__.values())
     assert decoded.data.dtype == np.uint8 and decoded.data.shape == (len(buffer),)
@@ -115,8 +153,12 @@ def test_zero_records_is_valid():
 
 def test_zero_byte_records_anywhere_in_the_payload_area():
     # inside another slot, at its start, and at total_bytes itself
-    records = [rec(offset=320, nbytes=64), rec(offset=330, nbytes=0), rec(offset=384, nbytes=0),
-               rec(offset=320, nbytes=0)]
+    records = [
+        rec(offset=320, nbytes=64),
+        rec(offset=330, nbytes=0),
+        rec(offset=384, nbytes=0),
+        rec(offset=320, nbytes=0),
+    ]
     decoded = read_l1_buffer(build(records, total_bytes=384))
     assert decoded.header.payload_offset == 320
     assert [r.payload.size for r in decoded.records] == [64, 0, 0, 0]
@@ -297,14 +339,20 @@ def test_table_runs_into_payload_area():
 
 
 def test_slot_before_payload_area():
-    with pytest.raises(ValueError, match=r"record 1 \(task_id=5\) payload slot outside the payload area: "
-                                         r"payload_offset=100, payload_bytes=4 not within \[192, total_bytes=256\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"record 1 \(task_id=5\) payload slot outside the payload area: "
+        r"payload_offset=100, payload_bytes=4 not within \[192, total_bytes=256\)",
+    ):
         read_l1_buffer(build([rec(offset=192), rec(task_id=5, offset=100, nbytes=4)], total_bytes=256))
 
 
 def test_slot_past_total_bytes():
-    with pytest.raises(ValueError, match=r"record 0 \(task_id=3\) payload slot outside the payload area: "
-                                         r"payload_offset=200, payload_bytes=100 not within \[128, total_bytes=256\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"record 0 \(task_id=3\) payload slot outside the payload area: "
+        r"payload_offset=200, payload_bytes=100 not within \[128, total_bytes=256\)",
+    ):
         read_l1_buffer(build([rec(task_id=3, offset=200, nbytes=100)], total_bytes=256))
 
 
@@ -320,8 +368,12 @@ def test_zero_byte_slot_at_total_bytes_is_fine_but_not_past_it():
 
 
 def test_overlapping_slots_name_both_records():
-    records = [rec(offset=320, nbytes=64), rec(offset=448, nbytes=10), rec(offset=384, nbytes=65),
-               rec(offset=400, nbytes=0)]
+    records = [
+        rec(offset=320, nbytes=64),
+        rec(offset=448, nbytes=10),
+        rec(offset=384, nbytes=65),
+        rec(offset=400, nbytes=0),
+    ]
     message = r"records 1 and 2 have overlapping payload slots: \[448, 458\) and \[384, 449\)"
     with pytest.raises(ValueError, match=message):
         read_l1_buffer(build(records))
@@ -389,8 +441,10 @@ def test_arbitrary_bytes_behind_a_valid_magic_only_raise_value_error(data):
     st.integers(0, 2000),
 )
 def test_mutated_valid_buffers_only_raise_value_error(sizes, flips, words, cut):
-    entries = [L1RecordEntry(i, 1, 0, 0, o, s, 0, i, L1_ANY_WORKER)
-               for i, (o, s) in enumerate(zip(plan_slots(sizes, payload_base=64 + 64 * len(sizes)), sizes))]
+    entries = [
+        L1RecordEntry(i, 1, 0, 0, o, s, 0, i, L1_ANY_WORKER)
+        for i, (o, s) in enumerate(zip(plan_slots(sizes, payload_base=64 + 64 * len(sizes)), sizes))
+    ]
     buffer = pack_l1_buffer(entries, payload_base=64 + 64 * len(sizes))
     table_end = 64 + 64 * len(sizes)
     for at, value in flips:  # flip bytes of header and table

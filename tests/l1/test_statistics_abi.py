@@ -25,31 +25,61 @@ BASE = L1_DUMP_PAYLOAD_BASE
 
 
 def tensor_entry(i: int, offset: int, size: int) -> L1RecordEntry:
-    return L1RecordEntry(task_id=i, phase=2, parameter_position=0, source_offset_bytes=0, payload_offset=offset,
-                         payload_bytes=size, status=0, task_index=i, worker_id=L1_ANY_WORKER)
+    return L1RecordEntry(
+        task_id=i,
+        phase=2,
+        parameter_position=0,
+        source_offset_bytes=0,
+        payload_offset=offset,
+        payload_bytes=size,
+        status=0,
+        task_index=i,
+        worker_id=L1_ANY_WORKER,
+    )
 
 
-def stats_entry(i: int, offset: int, *, source_bytes: int, code: int = 12, tensor: tuple[int, int] | None = None,
-                source_offset: int = 0) -> L1RecordEntry:
+def stats_entry(
+    i: int,
+    offset: int,
+    *,
+    source_bytes: int,
+    code: int = 12,
+    tensor: tuple[int, int] | None = None,
+    source_offset: int = 0,
+) -> L1RecordEntry:
     kind = L1_RECORD_KIND_STATISTICS if tensor is None else L1_RECORD_KIND_STATISTICS_AND_TENSOR
     t_off, t_bytes = tensor or (0, 0)
-    return L1RecordEntry(task_id=i, phase=2, parameter_position=0, source_offset_bytes=source_offset,
-                         payload_offset=offset, payload_bytes=L1_STATISTICS_SLOT_SIZE, status=0, task_index=i,
-                         worker_id=L1_ANY_WORKER, kind=kind, dtype_code=code, source_bytes=source_bytes,
-                         tensor_offset=t_off, tensor_bytes=t_bytes)
+    return L1RecordEntry(
+        task_id=i,
+        phase=2,
+        parameter_position=0,
+        source_offset_bytes=source_offset,
+        payload_offset=offset,
+        payload_bytes=L1_STATISTICS_SLOT_SIZE,
+        status=0,
+        task_index=i,
+        worker_id=L1_ANY_WORKER,
+        kind=kind,
+        dtype_code=code,
+        source_bytes=source_bytes,
+        tensor_offset=t_off,
+        tensor_bytes=t_bytes,
+    )
 
 
 def test_tensor_only_buffer_stays_version_2_and_padding_zero():
     buffer = pack_l1_buffer([tensor_entry(0, BASE, 100), tensor_entry(1, BASE + 128, 8)])
     assert struct.unpack_from("<2I", buffer, 0) == (0x4C314450, 2)
     for record in range(2):
-        assert bytes(buffer[64 + record * 64 + 40: 64 + record * 64 + 64]) == bytes(24)
+        assert bytes(buffer[64 + record * 64 + 40 : 64 + record * 64 + 64]) == bytes(24)
 
 
 def test_statistics_record_bytes():
     source = (5 << 32) + 7
-    entries = [stats_entry(3, BASE, source_bytes=source, code=11, tensor=(BASE + 256, 4096), source_offset=64),
-               stats_entry(4, BASE + 128, source_bytes=96, code=8)]
+    entries = [
+        stats_entry(3, BASE, source_bytes=source, code=11, tensor=(BASE + 256, 4096), source_offset=64),
+        stats_entry(4, BASE + 128, source_bytes=96, code=8),
+    ]
     buffer = pack_l1_buffer(entries)
     header = struct.unpack_from("<8I", buffer, 0)
     assert header == (0x4C314450, 3, 1, 2, 64, 64, BASE, BASE + 256 + 4096)
@@ -64,12 +94,15 @@ def test_statistics_record_bytes():
     assert decoded.records[0].copy_bytes == source and decoded.records[1].payload.nbytes == 128
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"kind": 5}, "invalid kind 5"),
-    ({"dtype_code": 99}, "unknown dtype_code 99"),
-    ({"payload_bytes": 64}, "statistics slot payload_bytes=64 must be 128"),
-    ({"tensor_bytes": 8}, "without a tensor slot but sets tensor_offset/tensor_bytes"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"kind": 5}, "invalid kind 5"),
+        ({"dtype_code": 99}, "unknown dtype_code 99"),
+        ({"payload_bytes": 64}, "statistics slot payload_bytes=64 must be 128"),
+        ({"tensor_bytes": 8}, "without a tensor slot but sets tensor_offset/tensor_bytes"),
+    ],
+)
 def test_packer_refuses_bad_statistics_entries(change, message):
     entry = stats_entry(0, BASE, source_bytes=16)
     bad = L1RecordEntry(**{**entry.__dict__, **change})
@@ -78,7 +111,10 @@ def test_packer_refuses_bad_statistics_entries(change, message):
 
 
 def test_packer_refuses_tensor_slot_overlapping_a_statistics_slot():
-    entries = [stats_entry(0, BASE, source_bytes=256, tensor=(BASE + 128, 256)), stats_entry(1, BASE + 128, source_bytes=8)]
+    entries = [
+        stats_entry(0, BASE, source_bytes=256, tensor=(BASE + 128, 256)),
+        stats_entry(1, BASE + 128, source_bytes=8),
+    ]
     with pytest.raises(ValueError, match="overlapping payload slots"):
         pack_l1_buffer(entries)
 
@@ -89,11 +125,14 @@ def test_packer_refuses_statistics_fields_on_a_tensor_record():
         pack_l1_buffer([bad])
 
 
-@pytest.mark.parametrize("offset, value, message", [
-    (40, 7, "has invalid kind 7"),
-    (44, 0, "unknown dtype_code 0"),
-    (56, 64, "tensor slot but kind 1"),
-])
+@pytest.mark.parametrize(
+    "offset, value, message",
+    [
+        (40, 7, "has invalid kind 7"),
+        (44, 0, "unknown dtype_code 0"),
+        (56, 64, "tensor slot but kind 1"),
+    ],
+)
 def test_reader_refuses_corrupt_extension(offset, value, message):
     buffer = pack_l1_buffer([stats_entry(0, BASE, source_bytes=16)])
     struct.pack_into("<I", buffer, 64 + offset, value)
@@ -110,7 +149,7 @@ def test_reader_refuses_version_3_without_statistics_record():
 
 def test_partial_read_needs_only_the_statistics_prefix():
     buffer = pack_l1_buffer([stats_entry(0, BASE, source_bytes=4096, tensor=(BASE + 128, 4096))])
-    prefix = bytes(buffer[:BASE + 128])
+    prefix = bytes(buffer[: BASE + 128])
     with pytest.raises(ValueError, match="shorter than total_bytes"):
         read_l1_buffer(prefix)
     assert read_l1_buffer(prefix, partial=True).records[0].tensor_bytes == 4096
@@ -127,27 +166,55 @@ def test_device_worker_writes_the_statistics_slot_field_by_field():
     values = torch.tensor([[1.5, -2.0, float("nan")], [float("inf"), 4.0, 0.25]], dtype=torch.float32)
     parameter = values.clone()
     source_offset = 0
-    entries = [stats_entry(0, BASE, source_bytes=values.numel() * 4, code=dtype_code(torch.float32),
-                           tensor=(BASE + 128, 12), source_offset=source_offset)]
+    entries = [
+        stats_entry(
+            0,
+            BASE,
+            source_bytes=values.numel() * 4,
+            code=dtype_code(torch.float32),
+            tensor=(BASE + 128, 12),
+            source_offset=source_offset,
+        )
+    ]
     buffer = torch.frombuffer(pack_l1_buffer(entries), dtype=torch.uint8).clone()
     worker = DeviceWorker(buffer, [parameter])
     worker.capture(0, 2, None)
     worker.flush()  # kind 1/2 slots are written by the segmented pass
-    slot = bytes(buffer[BASE:BASE + 128].numpy())
+    slot = bytes(buffer[BASE : BASE + 128].numpy())
     version, flags = struct.unpack_from("<II", slot, 0)
     assert (version, flags) == (1, 1 | 4 | 8)  # valid, has a finite element, tensor copied
     assert struct.unpack_from("<QQQ", slot, 8) == (6, 1, 1)
-    assert struct.unpack_from("<dddd", slot, 32) == (-2.0, 4.0, (1.5 - 2.0 + 4.0 + 0.25) / 4,
-                                                     (1.5**2 + 4.0 + 16.0 + 0.0625) ** 0.5)
+    assert struct.unpack_from("<dddd", slot, 32) == (
+        -2.0,
+        4.0,
+        (1.5 - 2.0 + 4.0 + 0.25) / 4,
+        (1.5**2 + 4.0 + 16.0 + 0.0625) ** 0.5,
+    )
     assert struct.unpack_from("<QQ", slot, 64) == (checksum_reference(values.numpy().tobytes()), 24)
     assert slot[80:] == bytes(48)
-    assert bytes(buffer[BASE + 128:BASE + 140].numpy()) == values.numpy().tobytes()[:12]  # prefix into the tensor slot
+    assert (
+        bytes(buffer[BASE + 128 : BASE + 140].numpy()) == values.numpy().tobytes()[:12]
+    )  # prefix into the tensor slot
     assert buffer[64 + 28].item() == 1  # CAPTURED
     assert STATISTICS_STRUCT.unpack(slot)[9] == checksum_reference(values.numpy().tobytes())
 
 
-@pytest.mark.parametrize("dtype", [torch.bool, torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64,
-                                   torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.float8_e4m3fn])
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        torch.bool,
+        torch.int8,
+        torch.uint8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+        torch.float8_e4m3fn,
+    ],
+)
 def test_slot_statistics_and_checksum_for_every_dtype(dtype):
     generator = torch.Generator().manual_seed(3)
     base = torch.randn(7, 5, generator=generator) * 20
@@ -158,8 +225,11 @@ def test_slot_statistics_and_checksum_for_every_dtype(dtype):
     assert stats.min == reference.min().item() and stats.max == reference.max().item()
     assert stats.mean == pytest.approx(reference.double().mean().item(), rel=1e-12)
     assert stats.l2norm == pytest.approx(reference.double().norm().item(), rel=1e-12)
-    raw = values.contiguous().view(torch.uint8).numpy().tobytes() if values.element_size() == 1 else \
-        values.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    raw = (
+        values.contiguous().view(torch.uint8).numpy().tobytes()
+        if values.element_size() == 1
+        else values.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    )
     assert stats.checksum == checksum_reference(raw) and stats.byte_count == len(raw)
     assert isinstance(stats.min, int) == (not dtype.is_floating_point)
 
@@ -168,8 +238,10 @@ def test_checksum_sees_a_single_bit_and_an_empty_tensor():
     values = torch.arange(1000, dtype=torch.float32)
     flipped = values.clone()
     flipped.view(torch.int32)[999] ^= 1
-    assert read_l1_statistics(statistics_slot(values).numpy()).checksum != read_l1_statistics(
-        statistics_slot(flipped).numpy()).checksum
+    assert (
+        read_l1_statistics(statistics_slot(values).numpy()).checksum
+        != read_l1_statistics(statistics_slot(flipped).numpy()).checksum
+    )
     empty = read_l1_statistics(statistics_slot(torch.empty(0)).numpy())
     assert (empty.element_count, empty.min, empty.mean, empty.checksum) == (0, None, None, 0)
 
@@ -200,9 +272,21 @@ def test_devices_without_float64_give_the_same_slot_layout(monkeypatch):
 
 # --------------------------------------------------------------------------- conditional records and the pool
 def pool_entry(i: int, offset: int, kind: int, tensor_bytes: int, source_offset: int = 0) -> L1RecordEntry:
-    return L1RecordEntry(task_id=i, phase=2, parameter_position=0, source_offset_bytes=source_offset,
-                         payload_offset=offset, payload_bytes=128, status=0, task_index=i, worker_id=L1_ANY_WORKER,
-                         kind=kind, dtype_code=12, source_bytes=tensor_bytes, tensor_bytes=tensor_bytes)
+    return L1RecordEntry(
+        task_id=i,
+        phase=2,
+        parameter_position=0,
+        source_offset_bytes=source_offset,
+        payload_offset=offset,
+        payload_bytes=128,
+        status=0,
+        task_index=i,
+        worker_id=L1_ANY_WORKER,
+        kind=kind,
+        dtype_code=12,
+        source_bytes=tensor_bytes,
+        tensor_bytes=tensor_bytes,
+    )
 
 
 def test_pool_header_and_conditional_record_bytes():
@@ -215,14 +299,19 @@ def test_pool_header_and_conditional_record_bytes():
     assert len(read_l1_buffer(buffer).records) == 2
 
 
-@pytest.mark.parametrize("entries, pool, message", [
-    ([(3, 64)], None, "need a tensor pool"),
-    ([(1, 0)], (BASE + 256, 64), "given but no entry has kind 3 or 4"),
-    ([(3, 64)], (BASE + 64, 64), "must be 64-byte aligned and at or after the last slot's end"),
-])
+@pytest.mark.parametrize(
+    "entries, pool, message",
+    [
+        ([(3, 64)], None, "need a tensor pool"),
+        ([(1, 0)], (BASE + 256, 64), "given but no entry has kind 3 or 4"),
+        ([(3, 64)], (BASE + 64, 64), "must be 64-byte aligned and at or after the last slot's end"),
+    ],
+)
 def test_packer_refuses_a_bad_pool(entries, pool, message):
-    built = [pool_entry(i, BASE + 128 * i, kind, size) if kind != 1 else stats_entry(i, BASE + 128 * i, source_bytes=8)
-             for i, (kind, size) in enumerate(entries)]
+    built = [
+        pool_entry(i, BASE + 128 * i, kind, size) if kind != 1 else stats_entry(i, BASE + 128 * i, source_bytes=8)
+        for i, (kind, size) in enumerate(entries)
+    ]
     with pytest.raises(ValueError, match=re.escape(message)):
         pack_l1_buffer(built, pool=pool)
 
@@ -245,12 +334,14 @@ def pooled_worker(values: list[torch.Tensor], kind: int, pool_bytes: int, expect
     buffer = torch.frombuffer(pack_l1_buffer(entries, pool=(pool_offset, pool_bytes)), dtype=torch.uint8).clone()
     for i, checksum in enumerate(expected or []):
         if checksum is not None:
-            buffer[BASE + 128 * i + 88:BASE + 128 * i + 96] = torch.tensor([checksum], dtype=torch.int64).view(torch.uint8)
+            buffer[BASE + 128 * i + 88 : BASE + 128 * i + 96] = torch.tensor([checksum], dtype=torch.int64).view(
+                torch.uint8
+            )
             buffer[BASE + 128 * i + 96] = 1
     worker = DeviceWorker(buffer, [parameter])
     for i in range(len(values)):
         worker.capture(i, 2, None)
-    slots = [read_l1_statistics(buffer[BASE + 128 * i:BASE + 128 * (i + 1)].numpy()) for i in range(len(values))]
+    slots = [read_l1_statistics(buffer[BASE + 128 * i : BASE + 128 * (i + 1)].numpy()) for i in range(len(values))]
     return buffer, slots, pool_offset
 
 
@@ -260,8 +351,8 @@ def test_the_device_copies_only_non_finite_tensors_into_the_pool():
     assert [s.tensor_copied for s in slots] == [False, True, False, True]
     assert [s.tensor_offset for s in slots] == [0, pool, 0, pool + 64]
     assert struct.unpack_from("<I", bytes(buffer[40:44].numpy()))[0] == 128  # pool_used: two 64-byte tensors
-    assert torch.isnan(buffer[pool:pool + 64].view(torch.float32)).all()
-    assert torch.isinf(buffer[pool + 64:pool + 128].view(torch.float32)).all()
+    assert torch.isnan(buffer[pool : pool + 64].view(torch.float32)).all()
+    assert torch.isinf(buffer[pool + 64 : pool + 128].view(torch.float32)).all()
 
 
 def test_a_full_pool_keeps_statistics_and_says_so():
@@ -282,4 +373,6 @@ def test_the_device_copies_only_tensors_whose_checksum_changed():
     buffer, slots, pool = pooled_worker(values, 4, 4096, expected)
     assert [s.tensor_copied for s in slots] == [False, True, True]
     assert [s.checksum for s in slots] == reference
-    assert bytes(buffer[BASE + 88:BASE + 97].numpy()) == struct.pack("<qB", expected[0], 1)  # the device left it alone
+    assert bytes(buffer[BASE + 88 : BASE + 97].numpy()) == struct.pack(
+        "<qB", expected[0], 1
+    )  # the device left it alone

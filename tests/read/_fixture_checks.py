@@ -27,8 +27,11 @@ def file_digests(root: Path) -> dict[str, str]:
     Args:
         root: The fixture directory.
     """
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and p.name != SUMS}
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != SUMS
+    }
 
 
 def write_sums(root: Path, levels: tuple[str, ...]) -> None:

@@ -33,13 +33,27 @@ def _signature(nodes: dict[str, Any], group: str) -> tuple[Any, ...] | None:
             continue
         if doc["chunk_grid"]["configuration"]["chunk_shape"] != doc["shape"]:
             return None
-        parts.append((name, doc["data_type"], tuple(doc["shape"]), tuple(doc.get("dimension_names") or ()),
-                      json.dumps(doc["codecs"]), json.dumps(doc["fill_value"])))
+        parts.append(
+            (
+                name,
+                doc["data_type"],
+                tuple(doc["shape"]),
+                tuple(doc.get("dimension_names") or ()),
+                json.dumps(doc["codecs"]),
+                json.dumps(doc["fill_value"]),
+            )
+        )
     return tuple(parts)
 
 
-def repack(source: Path, target: Path, *, window: str = "rank_0/window_0000", shard_rows: int = 2,
-           keep: Callable[[str], bool] = lambda group: False) -> list[str]:
+def repack(
+    source: Path,
+    target: Path,
+    *,
+    window: str = "rank_0/window_0000",
+    shard_rows: int = 2,
+    keep: Callable[[str], bool] = lambda group: False,
+) -> list[str]:
     """Copy dump root ``source`` to ``target`` with the task groups of ``window`` packed.
 
     Args:
@@ -86,10 +100,22 @@ def repack(source: Path, target: Path, *, window: str = "rank_0/window_0000", sh
         owners = np.array([-1 if t["attrs"]["owner"]["id"] is None else t["attrs"]["owner"]["id"] for t in tasks])
         cores = np.array([t["attrs"]["coreId"] for t in tasks], dtype=np.int64)
         created: dict[str, Any] = {}
-        for name, values, attrs in ((TASK_ARRAY, ids, {"tasks": tasks}), (OWNER_ARRAY, owners, {}), (CORE_ARRAY, cores, {})):
-            array = zarr.create_array(store, name=f"{pack}/{name}", shape=values.shape, dtype="int64",
-                                      chunks=values.shape, dimension_names=["task"], attributes=attrs, zarr_format=3,
-                                      chunk_key_encoding={"name": "default", "separator": "."})
+        for name, values, attrs in (
+            (TASK_ARRAY, ids, {"tasks": tasks}),
+            (OWNER_ARRAY, owners, {}),
+            (CORE_ARRAY, cores, {}),
+        ):
+            array = zarr.create_array(
+                store,
+                name=f"{pack}/{name}",
+                shape=values.shape,
+                dtype="int64",
+                chunks=values.shape,
+                dimension_names=["task"],
+                attributes=attrs,
+                zarr_format=3,
+                chunk_key_encoding={"name": "default", "separator": "."},
+            )
             array[...] = values
             created[name] = array
         for member in members:
@@ -100,11 +126,22 @@ def repack(source: Path, target: Path, *, window: str = "rank_0/window_0000", sh
             codecs = first["codecs"]
             shape = tuple(first["shape"])
             array = zarr.create_array(
-                store, name=f"{pack}/{component}", shape=(len(groups), *shape), dtype=first["data_type"],
-                chunks=(1, *shape), shards=(shard_rows, *shape), serializer=codecs[0], compressors=codecs[1:],
-                filters=None, fill_value=first["fill_value"], dimension_names=["task", *first["dimension_names"]],
-                attributes={"records": [nodes[f"{g}/{component}"]["attributes"] for g in groups]}, zarr_format=3,
-                chunk_key_encoding={"name": "default", "separator": "."}, config={"write_empty_chunks": True})
+                store,
+                name=f"{pack}/{component}",
+                shape=(len(groups), *shape),
+                dtype=first["data_type"],
+                chunks=(1, *shape),
+                shards=(shard_rows, *shape),
+                serializer=codecs[0],
+                compressors=codecs[1:],
+                filters=None,
+                fill_value=first["fill_value"],
+                dimension_names=["task", *first["dimension_names"]],
+                attributes={"records": [nodes[f"{g}/{component}"]["attributes"] for g in groups]},
+                zarr_format=3,
+                chunk_key_encoding={"name": "default", "separator": "."},
+                config={"write_empty_chunks": True},
+            )
             array[...] = np.stack([np.asarray(src[f"{g}/{component}"][...]) for g in groups])
             created[component] = array
         for group in groups:
@@ -113,13 +150,23 @@ def repack(source: Path, target: Path, *, window: str = "rank_0/window_0000", sh
                 del nodes[path]
         children = {name: json.loads((wdir / pack / name / "zarr.json").read_bytes()) for name in created}
         pack_attrs = {PACK_ATTR: 1, "stage": nodes[stage]["attributes"].get("stage"), "taskCount": len(groups)}
-        pack_doc = {"attributes": pack_attrs, "zarr_format": 3, "consolidated_metadata": {
-            "kind": "inline", "must_understand": False,
-            "metadata": {k: children[k] for k in sorted(children, key=consolidated_sort_key)}}, "node_type": "group"}
+        pack_doc = {
+            "attributes": pack_attrs,
+            "zarr_format": 3,
+            "consolidated_metadata": {
+                "kind": "inline",
+                "must_understand": False,
+                "metadata": {k: children[k] for k in sorted(children, key=consolidated_sort_key)},
+            },
+            "node_type": "group",
+        }
         (wdir / pack / "zarr.json").write_bytes(dumps(pack_doc))
-        nodes[pack] = {"attributes": pack_attrs, "zarr_format": 3,
-                       "consolidated_metadata": {"kind": "inline", "must_understand": False, "metadata": {}},
-                       "node_type": "group"}
+        nodes[pack] = {
+            "attributes": pack_attrs,
+            "zarr_format": 3,
+            "consolidated_metadata": {"kind": "inline", "must_understand": False, "metadata": {}},
+            "node_type": "group",
+        }
         for name, child in children.items():
             nodes[f"{pack}/{name}"] = child
     doc["consolidated_metadata"]["metadata"] = {k: nodes[k] for k in sorted(nodes, key=consolidated_sort_key)}

@@ -54,7 +54,9 @@ def _spy(block: MoEBlock, launches: dict[str, list[torch.Tensor]]) -> None:
     for kernel in (block.router_kernel, block.dispatch_kernel, block.expert_kernel):
         original = kernel.launch
 
-        def launch(parameters: Any, *, direction: str = "forward", _original: Any = original, _name: str = kernel.kernel_name) -> Any:
+        def launch(
+            parameters: Any, *, direction: str = "forward", _original: Any = original, _name: str = kernel.kernel_name
+        ) -> Any:
             result = _original(parameters, direction=direction)
             launches[_name] = [p.detach().clone() for p in parameters]
             return result
@@ -89,8 +91,9 @@ def demo_dumps(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     base = tmp_path_factory.mktemp(f"demo_{dtype}")
     demo = DemoConfig(dtype=DTYPES[dtype])
     l0 = run_step(base / "l0", TensorDumpConfig(base / "l0", level="L0"), demo)[0]
-    l1_config = TensorDumpConfig(base / "l1", level="L1", kernel_names=("moe_experts", "moe_dispatch"), stages=L1_STAGES,
-                                 tensor_names=L1_TENSORS)
+    l1_config = TensorDumpConfig(
+        base / "l1", level="L1", kernel_names=("moe_experts", "moe_dispatch"), stages=L1_STAGES, tensor_names=L1_TENSORS
+    )
     l1 = run_step(base / "l1", l1_config, demo)[0]
     return {"dtype": dtype, "l0": l0, "l1": l1}
 
@@ -100,9 +103,15 @@ def truncated_dump(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     """An L1 dump whose large records are truncated (2 KiB cap) and stored in 256-byte chunks."""
     base = tmp_path_factory.mktemp("truncated")
     demo = DemoConfig(tokens=256, tile_rows=64)
-    config = TensorDumpConfig(base / "l1", level="L1", kernel_names="moe_experts",
-                              stages=("expert_up", "unpermute", "combine"), tensor_names=("xs", "ws", "out", "x"),
-                              max_bytes_per_tensor=2048, chunk_bytes=256)
+    config = TensorDumpConfig(
+        base / "l1",
+        level="L1",
+        kernel_names="moe_experts",
+        stages=("expert_up", "unpermute", "combine"),
+        tensor_names=("xs", "ws", "out", "x"),
+        max_bytes_per_tensor=2048,
+        chunk_bytes=256,
+    )
     return run_step(base / "l1", config, demo)[0]
 
 
@@ -169,8 +178,15 @@ class HandRecord:
     declared_rows: int = 64
 
 
-def hand_window(tasks: dict[int, list[HandRecord]], *, rank: int = 0, window: int = 0, stage: str = "stage",
-                owners: dict[int, int] | None = None, kernel: str = "kern") -> WindowWrite:
+def hand_window(
+    tasks: dict[int, list[HandRecord]],
+    *,
+    rank: int = 0,
+    window: int = 0,
+    stage: str = "stage",
+    owners: dict[int, int] | None = None,
+    kernel: str = "kern",
+) -> WindowWrite:
     """An L1 window of one invocation, laid out as ``megadump_zarr.dump.window`` lays it out."""
     component = safe_name(stage)
     groups = [GroupWrite(f"stages/{component}", {"stage": stage})]
@@ -178,37 +194,71 @@ def hand_window(tasks: dict[int, list[HandRecord]], *, rank: int = 0, window: in
     for task_id, records in sorted(tasks.items()):
         path = f"stages/{component}/task_{task_id:06d}"
         owner = (owners or {}).get(task_id)
-        groups.append(GroupWrite(path, {"taskId": task_id, "stageTaskIndex": task_id, "stage": stage,
-                                        "owner": {"label": "owner", "id": owner}, "coreType": "AIV",
-                                        "coreId": task_id % 4, "workerId": None, "tensorCount": len(records)}))
+        groups.append(
+            GroupWrite(
+                path,
+                {
+                    "taskId": task_id,
+                    "stageTaskIndex": task_id,
+                    "stage": stage,
+                    "owner": {"label": "owner", "id": owner},
+                    "coreType": "AIV",
+                    "coreId": task_id % 4,
+                    "workerId": None,
+                    "tensorCount": len(records),
+                },
+            )
+        )
         for record in records:
             array_name = f"{record.io}_{record.index:02d}_{safe_name(record.name)}"
             logical = record.logical_shape or record.data.shape
             truncated = record.logical_shape is not None
             row_bytes = int(np.prod(logical[1:], dtype=np.int64)) * record.data.dtype.itemsize
             first = record.first_row if record.first_row is not None else 0
-            attrs = {"name": record.name, "paramPosition": 0, "io": record.io, "index": record.index,
-                     "capturePhase": "after" if record.io == "output" else "before",
-                     "sourceOffsetBytes": first * row_bytes,
-                     "declaredShape": [record.declared_rows, *logical[1:]] if record.first_row is not None
-                     else [record.declared_rows, *logical],
-                     "actualShape": list(logical), "storedShape": list(record.data.shape),
-                     "originalDtype": record.data.dtype.name, "storedDtype": record.data.dtype.name,
-                     "fullBytes": int(np.prod(logical)) * record.data.dtype.itemsize,
-                     "storedBytes": record.data.nbytes, "truncated": truncated, "note": ""}
+            attrs = {
+                "name": record.name,
+                "paramPosition": 0,
+                "io": record.io,
+                "index": record.index,
+                "capturePhase": "after" if record.io == "output" else "before",
+                "sourceOffsetBytes": first * row_bytes,
+                "declaredShape": [record.declared_rows, *logical[1:]]
+                if record.first_row is not None
+                else [record.declared_rows, *logical],
+                "actualShape": list(logical),
+                "storedShape": list(record.data.shape),
+                "originalDtype": record.data.dtype.name,
+                "storedDtype": record.data.dtype.name,
+                "fullBytes": int(np.prod(logical)) * record.data.dtype.itemsize,
+                "storedBytes": record.data.nbytes,
+                "truncated": truncated,
+                "note": "",
+            }
             if truncated:
                 dims: tuple[str, ...] = (f"{record.io}_{record.index:02d}_element",)
                 coords = {}
             else:
                 dims = tuple(["row", *(f"col{k}" for k in range(1, record.data.ndim))])
-                coords = {} if record.first_row is None else {
-                    "row": np.arange(record.first_row, record.first_row + record.data.shape[0], dtype=np.int64)}
+                coords = (
+                    {}
+                    if record.first_row is None
+                    else {"row": np.arange(record.first_row, record.first_row + record.data.shape[0], dtype=np.int64)}
+                )
             arrays.append(ArrayWrite(f"{path}/{array_name}", record.data, dims, attrs, coords))
-    invocation = InvocationWrite("invocation_000000_forward",
-                                 {"invocationId": 0, "step": 0, "direction": "forward", "kernelName": kernel,
-                                  "level": "L1", "rank": rank}, groups, arrays)
-    attrs = {"schemaVersion": 5, "level": "L1", "windowIndex": window, "rank": rank, "invocationCount": 1,
-             "invocations": [invocation.name]}
+    invocation = InvocationWrite(
+        "invocation_000000_forward",
+        {"invocationId": 0, "step": 0, "direction": "forward", "kernelName": kernel, "level": "L1", "rank": rank},
+        groups,
+        arrays,
+    )
+    attrs = {
+        "schemaVersion": 5,
+        "level": "L1",
+        "windowIndex": window,
+        "rank": rank,
+        "invocationCount": 1,
+        "invocations": [invocation.name],
+    }
     return WindowWrite(rank, window, attrs, [invocation])
 
 

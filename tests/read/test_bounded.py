@@ -58,7 +58,9 @@ def test_crafted_logical_shape_is_refused(tiny_prefix: Path, capsys: pytest.Capt
     _craft(tiny_prefix, [2**40, 16])
     dump = open_dump(tiny_prefix)
     path = dump.records()["path"].iloc[0]
-    with pytest.raises(ValueError, match=r"attributes.actualShape \[1099511627776, 16\] describes 70368744177664 bytes"):
+    with pytest.raises(
+        ValueError, match=r"attributes.actualShape \[1099511627776, 16\] describes 70368744177664 bytes"
+    ):
         dump.record_array(path)
     capsys.readouterr()
     assert main(["show", str(tiny_prefix), "big"]) == 2

@@ -87,8 +87,12 @@ def test_stitch_refuses_rows_out_of_proportion_to_the_prefix(tiny: Path) -> None
     dump = open_dump(tiny)
     error, peak = _peak(lambda: dump.tensor("big"))
     assert isinstance(error, DumpIntegrityError), error
-    assert "task_000001/output_00_big/zarr.json: attributes.actualShape [16777216, 4] describes 16777216 rows for a " \
-           "stored prefix of 4 elements" in str(error) and f"at most {MAX_DERIVED_ROWS} rows" in str(error)
+    assert (
+        "task_000001/output_00_big/zarr.json: attributes.actualShape [16777216, 4] describes 16777216 rows for a "
+        "stored prefix of 4 elements"
+        in str(error)
+        and f"at most {MAX_DERIVED_ROWS} rows" in str(error)
+    )
     assert peak < 4 << 20  # was gigabytes
 
 
@@ -113,9 +117,12 @@ def test_slice_past_its_declared_tensor_is_refused_and_verify_names_it(tiny: Pat
     _edit_everywhere(tiny, 400000, declared=False)  # actualShape and fullBytes agree; declaredShape is [200000, 4]
     dump = open_dump(tiny)
     path = dump.records()["path"].iloc[0]
-    with pytest.raises(DumpIntegrityError, match=r"output_00_big/zarr.json: attributes.actualShape \[400000, 4\] at "
-                                                 r"attributes.sourceOffsetBytes 0 \(row 0\) reaches past "
-                                                 r"attributes.declaredShape \[200000, 4\]"):
+    with pytest.raises(
+        DumpIntegrityError,
+        match=r"output_00_big/zarr.json: attributes.actualShape \[400000, 4\] at "
+        r"attributes.sourceOffsetBytes 0 \(row 0\) reaches past "
+        r"attributes.declaredShape \[200000, 4\]",
+    ):
         dump.record_array(path)
     report = dump.verify(deep=True)
     assert [p.key for p in report.problems] == [f"{path}/zarr.json"]

@@ -23,25 +23,58 @@ def record_rows(draw: st.DrawFn) -> dict:
     level = draw(st.sampled_from(("L0", "L1")))
     invocation = draw(st.integers(0, 3))
     direction = draw(st.sampled_from(("forward", "backward")))
-    row = {"rank": draw(st.integers(0, 2)), "window": draw(st.integers(0, 2)), "invocation": invocation,
-           "invocation_name": f"invocation_{invocation:06d}_{direction}", "direction": direction,
-           "kernel": draw(st.sampled_from(("moe_experts", "moe_router"))), "name": draw(st.sampled_from(_NAMES)),
-           "stage": None, "task_id": None, "owner_id": None, "core_type": None, "core_id": None, "io": None}
+    row = {
+        "rank": draw(st.integers(0, 2)),
+        "window": draw(st.integers(0, 2)),
+        "invocation": invocation,
+        "invocation_name": f"invocation_{invocation:06d}_{direction}",
+        "direction": direction,
+        "kernel": draw(st.sampled_from(("moe_experts", "moe_router"))),
+        "name": draw(st.sampled_from(_NAMES)),
+        "stage": None,
+        "task_id": None,
+        "owner_id": None,
+        "core_type": None,
+        "core_id": None,
+        "io": None,
+    }
     base = f"rank_{row['rank']}/window_{row['window']:04d}/{row['invocation_name']}"
     row["group"] = base
     if level == "L1":
         stage = draw(st.sampled_from(_STAGES))
         task = draw(st.integers(0, 5))
-        row.update(stage=stage, task_id=task, owner_id=draw(st.one_of(st.none(), st.integers(0, 3))),
-                   core_type=draw(st.one_of(st.none(), st.sampled_from(("AIC", "AIV", "MIX")))),
-                   core_id=draw(st.one_of(st.none(), st.integers(0, 7))), io=draw(st.sampled_from(("input", "output"))),
-                   group=f"{base}/stages/{stage.replace('/', '_')}/task_{task:06d}")
+        row.update(
+            stage=stage,
+            task_id=task,
+            owner_id=draw(st.one_of(st.none(), st.integers(0, 3))),
+            core_type=draw(st.one_of(st.none(), st.sampled_from(("AIC", "AIV", "MIX")))),
+            core_id=draw(st.one_of(st.none(), st.integers(0, 7))),
+            io=draw(st.sampled_from(("input", "output"))),
+            group=f"{base}/stages/{stage.replace('/', '_')}/task_{task:06d}",
+        )
     return row
 
 
 def frame_of(rows: list[dict]) -> pd.DataFrame:
-    frame = pd.DataFrame(rows, columns=["rank", "window", "invocation", "invocation_name", "direction", "kernel", "name",
-                                        "stage", "task_id", "owner_id", "core_type", "core_id", "io", "group"])
+    frame = pd.DataFrame(
+        rows,
+        columns=[
+            "rank",
+            "window",
+            "invocation",
+            "invocation_name",
+            "direction",
+            "kernel",
+            "name",
+            "stage",
+            "task_id",
+            "owner_id",
+            "core_type",
+            "core_id",
+            "io",
+            "group",
+        ],
+    )
     for column in ("rank", "window", "invocation", "task_id", "owner_id", "core_id"):
         frame[column] = pd.array([None if v is None or v != v else int(v) for v in frame[column]], dtype="Int64")
     return frame
@@ -49,18 +82,24 @@ def frame_of(rows: list[dict]) -> pd.DataFrame:
 
 def _value(draw: st.DrawFn, key: str):
     ints = st.integers(-1, 8)
-    return draw({
-        "rank": ints, "window": ints, "owner": ints,
-        "invocation": st.one_of(ints, st.sampled_from(("invocation_000001_forward", "invocation_000002_backward", "2"))),
-        "kernel": st.sampled_from(("moe_experts", "moe_router", "nope")),
-        "direction": st.sampled_from(("forward", "backward")),
-        "stage": st.sampled_from((*_STAGES, "s_1", "nope")),
-        "task": st.one_of(ints, st.sampled_from(("task_000001", "task_000004", "task_9"))),
-        "core_type": st.sampled_from(("AIC", "aiv", "MIX", "CUBE")),
-        "core": st.one_of(ints, st.sampled_from(("MIX1", "aic0", "AIV7", "MIX"))),
-        "io": st.sampled_from(("input", "output")),
-        "name": st.lists(st.sampled_from((*_NAMES, "w*", "*/*", "nope")), min_size=1, max_size=2),
-    }[key])
+    return draw(
+        {
+            "rank": ints,
+            "window": ints,
+            "owner": ints,
+            "invocation": st.one_of(
+                ints, st.sampled_from(("invocation_000001_forward", "invocation_000002_backward", "2"))
+            ),
+            "kernel": st.sampled_from(("moe_experts", "moe_router", "nope")),
+            "direction": st.sampled_from(("forward", "backward")),
+            "stage": st.sampled_from((*_STAGES, "s_1", "nope")),
+            "task": st.one_of(ints, st.sampled_from(("task_000001", "task_000004", "task_9"))),
+            "core_type": st.sampled_from(("AIC", "aiv", "MIX", "CUBE")),
+            "core": st.one_of(ints, st.sampled_from(("MIX1", "aic0", "AIV7", "MIX"))),
+            "io": st.sampled_from(("input", "output")),
+            "name": st.lists(st.sampled_from((*_NAMES, "w*", "*/*", "nope")), min_size=1, max_size=2),
+        }[key]
+    )
 
 
 @st.composite
@@ -96,7 +135,7 @@ def reference(row: dict, key: str, value) -> bool:
             return _int(row["core_id"]) == value
         if row["core_type"] is None or not value[-1].isdigit():
             return False
-        wanted = value.rstrip("0123456789").upper() + str(int(value[len(value.rstrip("0123456789")):]))
+        wanted = value.rstrip("0123456789").upper() + str(int(value[len(value.rstrip("0123456789")) :]))
         return f"{row['core_type']}{'' if _int(row['core_id']) is None else _int(row['core_id'])}".upper() == wanted
     return row[key] is not None and row[key] == value
 
@@ -109,7 +148,9 @@ def test_filters_match_the_row_by_row_rule(rows, select):
     expected = [i for i, row in enumerate(rows) if all(reference(row, k, v) for k, v in select.items())]
     assert list(kept.index) == expected
     for key, value in select.items():  # each filter alone agrees too
-        assert list(np.flatnonzero(filter_mask(frame, key, value))) == [i for i, r in enumerate(rows) if reference(r, key, value)]
+        assert list(np.flatnonzero(filter_mask(frame, key, value))) == [
+            i for i, r in enumerate(rows) if reference(r, key, value)
+        ]
     message = no_match_message(frame, select)
     if expected:
         assert message is None
@@ -121,15 +162,32 @@ def test_filters_match_the_row_by_row_rule(rows, select):
 
 
 def test_no_match_messages_name_the_filter_and_the_values_that_exist():
-    rows = [dict(rank=0, window=0, invocation=0, invocation_name="invocation_000000_forward", direction="forward",
-                 kernel="k", name=n, stage="up", task_id=t, owner_id=t, core_type="MIX", core_id=t + 4, io="output",
-                 group=f"rank_0/window_0000/invocation_000000_forward/stages/up/task_{t:06d}")
-            for t in range(4) for n in ("ws", "xs")]
+    rows = [
+        dict(
+            rank=0,
+            window=0,
+            invocation=0,
+            invocation_name="invocation_000000_forward",
+            direction="forward",
+            kernel="k",
+            name=n,
+            stage="up",
+            task_id=t,
+            owner_id=t,
+            core_type="MIX",
+            core_id=t + 4,
+            io="output",
+            group=f"rank_0/window_0000/invocation_000000_forward/stages/up/task_{t:06d}",
+        )
+        for t in range(4)
+        for n in ("ws", "xs")
+    ]
     frame = frame_of(rows)
     assert no_match_message(frame, {"owner": 9}) == "no records with owner 9; owners: 0, 1, 2, 3"
     assert no_match_message(frame, {"core": "AIC4"}) == "no records with core AIC4; cores: MIX4, MIX5, MIX6, MIX7"
     assert no_match_message(frame, {"name": ["ws"], "owner": 1, "core": 4}) == (
-        "no records with core 4 among those with owner 1; cores there: MIX5")
+        "no records with core 4 among those with owner 1; cores there: MIX5"
+    )
     assert no_match_message(frame, {"stage": "down"}) == "no records with stage 'down'; stages: up"
     assert no_match_message(frame, {"owner": 1}) is None
     l0 = frame.assign(stage=None, task_id=pd.NA, owner_id=pd.NA, core_type=None, core_id=pd.NA, io=None)
@@ -150,7 +208,9 @@ def test_tensor_owner_and_core_select_together(demo_dumps):
         expected = whole.sel(owner_id=owner)
         assert one.sizes == expected.sizes
         np.testing.assert_array_equal(one["slot"].values, expected["slot"].values)
-        np.testing.assert_array_equal(np.asarray(one.values, dtype=np.float64), np.asarray(expected.values, dtype=np.float64))
+        np.testing.assert_array_equal(
+            np.asarray(one.values, dtype=np.float64), np.asarray(expected.values, dtype=np.float64)
+        )
         assert set(one["owner_id"].values) == {owner}
         assert set(one["core_type"].values) == {core_type} and set(one["core_id"].values) == {core_id}
         assert set(expected["core_type"].values) == {core_type} and set(expected["core_id"].values) == {core_id}
@@ -162,8 +222,11 @@ def test_tensor_owner_and_core_select_together(demo_dumps):
 
 def test_tensor_owner_that_does_not_exist_lists_the_owners(demo_dumps):
     dump = open_dump(demo_dumps["l1"].root)
-    with pytest.raises(ValueError, match=r"no records of tensor 'ws' with owner 9 among those with stage 'expert_up'; "
-                                         r"owners there: 0, 1, 2, 3 \(rank 0 window"):
+    with pytest.raises(
+        ValueError,
+        match=r"no records of tensor 'ws' with owner 9 among those with stage 'expert_up'; "
+        r"owners there: 0, 1, 2, 3 \(rank 0 window",
+    ):
         dump.tensor("ws", stage="expert_up", owner=9)
     with pytest.raises(ValueError, match=r"no data groups with owner 9 .*owners there: 0, 1, 2, 3"):
         dump.dataset(stage="expert_up", owner=9)

@@ -54,8 +54,11 @@ def test_missing_chunk_raises_everywhere(dump_copy: Path) -> None:
     chunk.unlink()
     key = f"{path}/{chunk.name}"
     dump = open_dump(dump_root)
-    for read in (lambda: dump.record_array(path).values, lambda: dump.tensor("x", invocation=0).values,
-                 lambda: dump.dataset(invocation=0)["x"].values):
+    for read in (
+        lambda: dump.record_array(path).values,
+        lambda: dump.tensor("x", invocation=0).values,
+        lambda: dump.dataset(invocation=0)["x"].values,
+    ):
         with pytest.raises(DumpIntegrityError, match="is missing") as info:
             read()
         assert key in str(info.value)
@@ -121,8 +124,9 @@ def test_cli_exit_1_one_line(dump_copy: Path, capsys: pytest.CaptureFixture[str]
     assert "Traceback" not in err
 
 
-def test_export_hdf5_refuses_and_leaves_nothing(dump_copy: Path, tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_export_hdf5_refuses_and_leaves_nothing(
+    dump_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     dump_root, path, chunk = _l0_x(dump_copy)
     chunk.unlink()
     out = tmp_path / "out.h5"

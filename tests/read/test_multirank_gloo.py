@@ -26,8 +26,15 @@ CHILD = textwrap.dedent("""
 
 def test_two_gloo_ranks_open_as_one_dump(tmp_path):
     root, store = tmp_path / "dump", tmp_path / "rendezvous"
-    children = [subprocess.Popen([sys.executable, "-c", CHILD, str(root), str(store), str(rank)],
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in (0, 1)]
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(root), str(store), str(rank)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
     for child in children:
         output, _ = child.communicate(timeout=180)
         assert child.returncode == 0, output

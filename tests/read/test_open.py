@@ -52,8 +52,14 @@ def test_windows_table(demo_dumps):
     windows = dump.windows()
     assert list(windows.columns[:6]) == ["rank", "window", "status", "level", "invocations", "path"]
     assert windows.to_dict("records")[0] | {"created_at": None, "committed_at": None} == {
-        "rank": 0, "window": 0, "status": "complete", "level": "L1", "invocations": 2,
-        "path": "rank_0/window_0000", "created_at": None, "committed_at": None,
+        "rank": 0,
+        "window": 0,
+        "status": "complete",
+        "level": "L1",
+        "invocations": 2,
+        "path": "rank_0/window_0000",
+        "created_at": None,
+        "committed_at": None,
     }
 
 
@@ -67,8 +73,9 @@ def test_repr_is_concise(demo_dumps):
 def test_memory_url_root(hand):
     root = f"memory://read-test-{uuid.uuid4().hex}"
     data = np.arange(24, dtype=np.float32).reshape(6, 4)
-    window = hand.window({1: [hand.Record("y", data[:3], 0, declared_rows=6)],
-                          2: [hand.Record("y", data[3:], 3, declared_rows=6)]})
+    window = hand.window(
+        {1: [hand.Record("y", data[:3], 0, declared_rows=6)], 2: [hand.Record("y", data[3:], 3, declared_rows=6)]}
+    )
     with WindowWriter(root, compressor="none") as writer:
         writer.write_window(window)
     dump = open_dump(root)
@@ -106,8 +113,9 @@ def test_s3_root_through_moto(hand):
     with moto_s3("dumps") as endpoint:
         options = {"endpoint_url": endpoint, "key": KEY, "secret": SECRET}
         data = np.arange(24, dtype=np.float32).reshape(6, 4)
-        window = hand.window({1: [hand.Record("y", data[:3], 0, declared_rows=6)],
-                              2: [hand.Record("y", data[3:], 3, declared_rows=6)]})
+        window = hand.window(
+            {1: [hand.Record("y", data[:3], 0, declared_rows=6)], 2: [hand.Record("y", data[3:], 3, declared_rows=6)]}
+        )
         with WindowWriter("s3://dumps/run", storage_options=options) as writer:
             writer.write_window(window)
         dump = open_dump("s3://dumps/run", storage_options=options)
@@ -129,7 +137,9 @@ def test_memory_root_views(hand):
     ds = dump.dataset(task=5)
     np.testing.assert_array_equal(ds["output_00_y"].values, data)
     tree = dump.tree()
-    assert set(tree["rank_0/window_0000/invocation_000000_forward/stages/stage/task_000005"].data_vars) == {"output_00_y"}
+    assert set(tree["rank_0/window_0000/invocation_000000_forward/stages/stage/task_000005"].data_vars) == {
+        "output_00_y"
+    }
 
 
 def test_sanitised_names(hand, tmp_path):

@@ -36,10 +36,18 @@ def test_packed_records_name_their_array_and_row(packed):
     records = open_dump(packed).records()
     window = "rank_0/window_0000"
     at = dict(zip(records["path"], zip(records["pack_array"], records["pack_row"])))
-    assert at[f"{window}/{INV}/stages/up/task_000003/input_00_x"] == (f"{window}/{INV}/stages/up/pack_0000/input_00_x", 3)
+    assert at[f"{window}/{INV}/stages/up/task_000003/input_00_x"] == (
+        f"{window}/{INV}/stages/up/pack_0000/input_00_x",
+        3,
+    )
     assert at[f"{window}/{INV}/stages/up/task_000011_worker_002/input_00_w"] == (
-        f"{window}/{INV}/stages/up/pack_0001/input_00_w", 1)
-    assert at[f"{window}/{INV}/stages/down/task_000032/input_00_h"] == (f"{window}/{INV}/stages/down/pack_0000/input_00_h", 2)
+        f"{window}/{INV}/stages/up/pack_0001/input_00_w",
+        1,
+    )
+    assert at[f"{window}/{INV}/stages/down/task_000032/input_00_h"] == (
+        f"{window}/{INV}/stages/down/pack_0000/input_00_h",
+        2,
+    )
     big = at[f"{window}/{INV}/stages/up/task_000020/input_00_x"]  # 8 MiB: not packable
     assert pd.isna(big[0]) and big[1] == -1
     assert records["pack_row"].dtype == np.int64

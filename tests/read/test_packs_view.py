@@ -59,11 +59,13 @@ def _strip_codecs(doc: dict) -> dict:
 
 def test_the_packed_copy_is_packed(roots):
     plain, packed, packs = roots
-    assert packs == ["invocation_000000_forward/stages/combine/pack_0000",
-                     "invocation_000000_forward/stages/combine/pack_0001",
-                     "invocation_000000_forward/stages/expert_up/pack_0000",
-                     "invocation_000000_forward/stages/expert_up/pack_0001",
-                     "invocation_000000_forward/stages/expert_up/pack_0002"]
+    assert packs == [
+        "invocation_000000_forward/stages/combine/pack_0000",
+        "invocation_000000_forward/stages/combine/pack_0001",
+        "invocation_000000_forward/stages/expert_up/pack_0000",
+        "invocation_000000_forward/stages/expert_up/pack_0001",
+        "invocation_000000_forward/stages/expert_up/pack_0002",
+    ]
     files = _files(packed)
     assert not any("/combine/task_" in f for f in files)
     assert f"{STAGES}/combine/pack_0000/output_00_out/c.0.0.0" in files  # shard 0 of tasks 13, 14
@@ -86,7 +88,9 @@ def test_every_schema6_key_reads_back_the_same(roots):
             mine, theirs = parse_json(got, key), parse_json(want, key)
             assert mine == theirs, key
             if key == f"{WINDOW}/zarr.json":
-                assert list(mine["consolidated_metadata"]["metadata"]) == list(theirs["consolidated_metadata"]["metadata"])
+                assert list(mine["consolidated_metadata"]["metadata"]) == list(
+                    theirs["consolidated_metadata"]["metadata"]
+                )
         else:
             assert got == want, key
 
@@ -99,10 +103,21 @@ def test_listing_shows_the_schema6_keys_and_hides_the_packs(roots):
     assert sorted(list_prefix(view, f"{WINDOW}/")) == [k for k in want if k.startswith(f"{WINDOW}/")]
     task = f"{STAGES}/combine/task_000014/"
     assert sorted(list_prefix(view, task)) == [k for k in want if k.startswith(task)]
-    assert list_dir(view, f"{STAGES}/combine") == ["task_000013", "task_000014", "task_000015", "task_000016",
-                                                     "task_000017", "zarr.json"]
-    assert list_dir(view, f"{STAGES}/expert_up") == ["task_000000", "task_000001", "task_000002", "task_000003",
-                                                       "zarr.json"]
+    assert list_dir(view, f"{STAGES}/combine") == [
+        "task_000013",
+        "task_000014",
+        "task_000015",
+        "task_000016",
+        "task_000017",
+        "zarr.json",
+    ]
+    assert list_dir(view, f"{STAGES}/expert_up") == [
+        "task_000000",
+        "task_000001",
+        "task_000002",
+        "task_000003",
+        "zarr.json",
+    ]
     assert list_dir(view, f"{STAGES}/combine/task_000013") == ["input_01_ws", "output_00_out", "token", "zarr.json"]
     assert list_dir(view, "rank_0") == ["window_0000", "zarr.json"]
     # the pack keys stay readable
@@ -119,9 +134,13 @@ def test_records_values_and_tensors_equal_the_schema6_ones(roots):
         np.testing.assert_array_equal(a.record_array(path).values, b.record_array(path).values)  # exact: stored bytes
     for name in sorted(set(a.records()["name"])):
         for stage in sorted(set(a.records()[a.records()["name"] == name]["stage"])):
-            np.testing.assert_array_equal(a.tensor(name, stage=stage).values, b.tensor(name, stage=stage).values)  # exact: stored bytes
+            np.testing.assert_array_equal(
+                a.tensor(name, stage=stage).values, b.tensor(name, stage=stage).values
+            )  # exact: stored bytes
     result = compare(plain, packed)
-    assert len(result) == 18 and set(result["verdict"]) == {"pass"} and (result["max_abs"] == 0).all()  # exact: stored bytes
+    assert (
+        len(result) == 18 and set(result["verdict"]) == {"pass"} and (result["max_abs"] == 0).all()
+    )  # exact: stored bytes
     assert b.verify().ok and b.verify(deep=True).ok
 
 
@@ -136,14 +155,21 @@ def test_data_groups_open_with_xarray_without_warnings(roots):
         xr.testing.assert_identical(ds.load(), want.load())  # exact: stored bytes
         tree = open_dump(packed).tree()
     assert set(tree[f"{STAGES}/combine"].children) == {
-        "task_000013", "task_000014", "task_000015", "task_000016", "task_000017"}
-    xr.testing.assert_identical(open_dump(packed).dataset(task=15).load(), open_dump(plain).dataset(task=15).load())  # exact: stored bytes
+        "task_000013",
+        "task_000014",
+        "task_000015",
+        "task_000016",
+        "task_000017",
+    }
+    xr.testing.assert_identical(
+        open_dump(packed).dataset(task=15).load(), open_dump(plain).dataset(task=15).load()
+    )  # exact: stored bytes
 
 
 def test_flipped_byte_in_an_inner_chunk_names_the_virtual_chunk(packed_copy):
     shard = packed_copy / STAGES / "combine/pack_0000/output_00_out/c.1.0.0"
     raw = bytearray(shard.read_bytes())
-    index = decode_index(bytes(raw[-index_nbytes(2):]), 2, "shard")
+    index = decode_index(bytes(raw[-index_nbytes(2) :]), 2, "shard")
     offset, nbytes = index[1]  # task 16
     raw[offset + nbytes // 2] ^= 0xFF
     shard.write_bytes(bytes(raw))
@@ -152,7 +178,9 @@ def test_flipped_byte_in_an_inner_chunk_names_the_virtual_chunk(packed_copy):
     with pytest.raises(DumpIntegrityError, match=f"chunk {key} in .* is corrupt: crc32c checksum mismatch") as info:
         dump.record_array(f"{STAGES}/combine/task_000016/output_00_out").values
     assert info.value.key == key
-    np.testing.assert_array_equal(dump.record_array(f"{STAGES}/combine/task_000015/output_00_out").values.shape, (8, 16))  # exact: integers
+    np.testing.assert_array_equal(
+        dump.record_array(f"{STAGES}/combine/task_000015/output_00_out").values.shape, (8, 16)
+    )  # exact: integers
     report = dump.verify()
     (problem,) = report.problems
     assert problem.key == key and problem.what.startswith("corrupt: crc32c checksum mismatch (stored 0x"), problem
@@ -166,8 +194,11 @@ def test_corrupt_index_names_the_shard(packed_copy):
     dump = open_dump(packed_copy)
     key = f"{STAGES}/combine/task_000013/input_01_ws/c.0.0"
     rel = f"{STAGES}/combine/pack_0000/input_01_ws/c.0.0.0"
-    with pytest.raises(DumpIntegrityError, match=f"^shard {rel} of chunk {key} is corrupt: shard index checksum "
-                                                 r"mismatch \(stored 0x[0-9a-f]{8}, computed 0x[0-9a-f]{8}\)$") as info:
+    with pytest.raises(
+        DumpIntegrityError,
+        match=f"^shard {rel} of chunk {key} is corrupt: shard index checksum "
+        r"mismatch \(stored 0x[0-9a-f]{8}, computed 0x[0-9a-f]{8}\)$",
+    ) as info:
         dump.record_array(f"{STAGES}/combine/task_000013/input_01_ws").values
     assert info.value.key == key
     # verify lists every chunk of the shard (tasks 13 and 14) instead of stopping at the first
@@ -179,18 +210,20 @@ def test_corrupt_index_names_the_shard(packed_copy):
 def test_index_entry_outside_the_shard(packed_copy):
     shard = packed_copy / STAGES / "combine/pack_0000/input_01_ws/c.0.0.0"
     raw = shard.read_bytes()
-    entries = decode_index(raw[-index_nbytes(2):], 2, "shard")
+    entries = decode_index(raw[-index_nbytes(2) :], 2, "shard")
     entries[0] = (len(raw) + 100, entries[0][1])
     shard.write_bytes(raw[: -index_nbytes(2)] + encode_index(entries))
     key = f"{STAGES}/combine/task_000013/input_01_ws/c.0.0"
-    with pytest.raises(DumpIntegrityError, match=f"chunk {key} is corrupt: shard .*c.0.0.0 index entry 0 .* lies outside"):
+    with pytest.raises(
+        DumpIntegrityError, match=f"chunk {key} is corrupt: shard .*c.0.0.0 index entry 0 .* lies outside"
+    ):
         open_dump(packed_copy).record_array(f"{STAGES}/combine/task_000013/input_01_ws").values
 
 
 def test_absent_index_entry_of_a_committed_window(packed_copy):
     shard = packed_copy / STAGES / "combine/pack_0000/input_01_ws/c.0.0.0"
     raw = shard.read_bytes()
-    entries = decode_index(raw[-index_nbytes(2):], 2, "shard")
+    entries = decode_index(raw[-index_nbytes(2) :], 2, "shard")
     entries[1] = None
     shard.write_bytes(raw[: -index_nbytes(2)] + encode_index(entries))
     key = f"{STAGES}/combine/task_000014/input_01_ws/c.0.0"
@@ -226,7 +259,9 @@ def test_torn_packed_window_reads_like_a_torn_schema6_window(roots, tmp_path):
     assert rb["owner_label"].eq("expert").tolist() == [not g.endswith(KEPT) for g in rb["group"]]
     for path in ra["path"]:
         np.testing.assert_array_equal(a.record_array(path).values, b.record_array(path).values)  # exact: stored bytes
-    np.testing.assert_array_equal(a.tensor("out", window=0).values, b.tensor("out", window=0).values)  # exact: stored bytes
+    np.testing.assert_array_equal(
+        a.tensor("out", window=0).values, b.tensor("out", window=0).values
+    )  # exact: stored bytes
     assert get_bytes(b.store, f"{WINDOW}/zarr.json") == (torn_packed / WINDOW / "zarr.json").read_bytes()
     # committing it (the writer's last step) is seen by the same view
     shutil.rmtree(torn_packed)
@@ -289,8 +324,17 @@ def test_byte_ranges_and_exists(roots):
     key = f"{STAGES}/combine/task_000013/output_00_out/c.0.0"
     want = (plain / key).read_bytes()
     proto = default_buffer_prototype()
-    got = sync(view.get_partial_values(proto, [(key, RangeByteRequest(2, 9)), (key, OffsetByteRequest(5)),
-                                               (key, SuffixByteRequest(4)), (f"{WINDOW}/zarr.json", None)]))
+    got = sync(
+        view.get_partial_values(
+            proto,
+            [
+                (key, RangeByteRequest(2, 9)),
+                (key, OffsetByteRequest(5)),
+                (key, SuffixByteRequest(4)),
+                (f"{WINDOW}/zarr.json", None),
+            ],
+        )
+    )
     assert [g.to_bytes() for g in got[:3]] == [want[2:9], want[5:], want[-4:]]
     assert parse_json(got[3].to_bytes(), "w") == parse_json((plain / WINDOW / "zarr.json").read_bytes(), "w")
     assert sync(view.exists(key)) and sync(view.exists(f"{STAGES}/combine/task_000013/zarr.json"))
@@ -304,15 +348,20 @@ def test_s3_packed_window_reads(roots):
     plain, packed, _ = roots
     boto3 = pytest.importorskip("boto3")
     with moto_s3("packs") as endpoint:
-        client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=KEY, aws_secret_access_key=SECRET,
-                              region_name="us-east-1")
+        client = boto3.client(
+            "s3", endpoint_url=endpoint, aws_access_key_id=KEY, aws_secret_access_key=SECRET, region_name="us-east-1"
+        )
         for key in _files(packed):
             client.put_object(Bucket="packs", Key=f"dump/{key}", Body=(packed / key).read_bytes())
         options = {"endpoint_url": endpoint, "key": KEY, "secret": SECRET}
         dump = open_dump("s3://packs/dump", storage_options=options)
-        pd.testing.assert_frame_equal(dump.records().drop(columns=[]), open_dump(plain).records())  # exact: stored bytes
+        pd.testing.assert_frame_equal(
+            dump.records().drop(columns=[]), open_dump(plain).records()
+        )  # exact: stored bytes
         path = f"{STAGES}/combine/task_000016/input_01_ws"
-        np.testing.assert_array_equal(dump.record_array(path).values, open_dump(plain).record_array(path).values)  # exact: stored bytes
+        np.testing.assert_array_equal(
+            dump.record_array(path).values, open_dump(plain).record_array(path).values
+        )  # exact: stored bytes
         assert dump.verify().ok
 
 
@@ -322,10 +371,17 @@ def _normal(doc, coordinate_codecs: bool = True):
     which differs by design) (and, for long row coordinates, without codecs: schema 6 compresses a coordinate
     of 32 rows or more, the view serves it raw)."""
     if isinstance(doc, dict):
-        out = {k: _normal(v, coordinate_codecs) for k, v in doc.items()
-               if k not in ("createdAt", "committedAt", "stageViewStorage")}
-        if (doc.get("node_type") == "array" and doc.get("attributes") == {} and len(doc.get("shape", [])) == 1
-                and doc["shape"][0] >= 32):
+        out = {
+            k: _normal(v, coordinate_codecs)
+            for k, v in doc.items()
+            if k not in ("createdAt", "committedAt", "stageViewStorage")
+        }
+        if (
+            doc.get("node_type") == "array"
+            and doc.get("attributes") == {}
+            and len(doc.get("shape", [])) == 1
+            and doc["shape"][0] >= 32
+        ):
             out.pop("codecs")
         return out
     if isinstance(doc, list):
@@ -354,8 +410,10 @@ def assert_same_schema6_view(plain: Path, packed: Path) -> int:
         elif mine != theirs:
             assert _long_coordinate(a, key), key
             array = key.rpartition("/")[0]
-            np.testing.assert_array_equal(zarr.open_array(b, path=array, mode="r")[...],  # exact: stored bytes
-                                          zarr.open_array(a, path=array, mode="r")[...])
+            np.testing.assert_array_equal(
+                zarr.open_array(b, path=array, mode="r")[...],  # exact: stored bytes
+                zarr.open_array(a, path=array, mode="r")[...],
+            )
     return len(keys)
 
 
@@ -378,8 +436,14 @@ def demo_pair(tmp_path_factory) -> tuple[Path, Path]:
 
     base = tmp_path_factory.mktemp("pair")
     for name, layout in (("packed", "packs"), ("plain", "tasks")):
-        config = TensorDumpConfig(base / name, level="L1", kernel_names=("moe_experts", "moe_dispatch"),
-                                  stages=L1_STAGES, tensor_names=L1_TENSORS, layout=layout)
+        config = TensorDumpConfig(
+            base / name,
+            level="L1",
+            kernel_names=("moe_experts", "moe_dispatch"),
+            stages=L1_STAGES,
+            tensor_names=L1_TENSORS,
+            layout=layout,
+        )
         run_step(base / name, config, DemoConfig())
     return base / "plain", base / "packed"
 
@@ -434,7 +498,9 @@ def test_the_writers_torn_packed_window_reads_like_its_torn_schema6_one(tmp_path
     columns = ["path", "name", "stage", "task_id", "shape", "dtype", "io", "min", "max", "mean", "status"]
     pd.testing.assert_frame_equal(ra[columns], rb[columns])  # exact: one run, two layouts
     for path in ra["path"]:
-        np.testing.assert_array_equal(a.record_array(path).values, b.record_array(path).values)  # exact: one run, two layouts
+        np.testing.assert_array_equal(
+            a.record_array(path).values, b.record_array(path).values
+        )  # exact: one run, two layouts
     listed = list_prefix(b.store, f"{WINDOW}/")
     assert listed and not any("/pack_" in key for key in listed)
 
@@ -447,8 +513,10 @@ def test_malformed_pack_is_named(packed_copy):
     del doc["consolidated_metadata"]["metadata"][task]["attributes"]["tasks"][-1]
     doc_path.write_text(json.dumps(doc))
     key = f"{WINDOW}/{task}/zarr.json"
-    message = (f"malformed task-record pack: {WINDOW}/{task}/zarr.json: attributes.tasks must be a list of 4 entries, "
-               "got list of 3")
+    message = (
+        f"malformed task-record pack: {WINDOW}/{task}/zarr.json: attributes.tasks must be a list of 4 entries, "
+        "got list of 3"
+    )
     with pytest.raises(DumpIntegrityError, match=f"^{message}$") as info:
         open_dump(packed_copy).records()
     assert info.value.key == key
@@ -518,17 +586,31 @@ def test_any_flipped_bit_of_a_shard_is_refused_never_read(roots, tmp_path_factor
     flip()
 
 
-@pytest.mark.parametrize(("edit", "why"), [
-    (lambda tasks: tasks[0]["attrs"].update(taskId=77), "attributes.tasks[0].attrs.taskId 77 disagrees with its group "
-                                                        "'task_000013'"),
-    (lambda tasks: tasks[0].update(group="task_13x"), "attributes.tasks[0].group 'task_13x' is not a task group name"),
-    (lambda tasks: tasks[1]["coords"].update(token=[9, 18]), "attributes.tasks[1].coords.token [9, 18] holds 9 rows, "
-                                                             "its record input_01_ws 8"),
-    (lambda tasks: tasks[1]["coords"].update(token=[9, 17]), "attributes.tasks[1].coords.token [9, 17] disagrees with "
-                                                             "its record input_01_ws, which starts at row 8"),
-    (lambda tasks: tasks.__setitem__(slice(0, 2), tasks[1::-1]), "attributes.tasks[0].coords.token [8, 16] disagrees "
-                                                                 "with its record input_01_ws, which starts at row 0"),
-])
+@pytest.mark.parametrize(
+    ("edit", "why"),
+    [
+        (
+            lambda tasks: tasks[0]["attrs"].update(taskId=77),
+            "attributes.tasks[0].attrs.taskId 77 disagrees with its group 'task_000013'",
+        ),
+        (
+            lambda tasks: tasks[0].update(group="task_13x"),
+            "attributes.tasks[0].group 'task_13x' is not a task group name",
+        ),
+        (
+            lambda tasks: tasks[1]["coords"].update(token=[9, 18]),
+            "attributes.tasks[1].coords.token [9, 18] holds 9 rows, its record input_01_ws 8",
+        ),
+        (
+            lambda tasks: tasks[1]["coords"].update(token=[9, 17]),
+            "attributes.tasks[1].coords.token [9, 17] disagrees with its record input_01_ws, which starts at row 8",
+        ),
+        (
+            lambda tasks: tasks.__setitem__(slice(0, 2), tasks[1::-1]),
+            "attributes.tasks[0].coords.token [8, 16] disagrees with its record input_01_ws, which starts at row 0",
+        ),
+    ],
+)
 def test_rows_are_checked_against_their_records(packed_copy, edit, why):
     """What schema 6 kept in directory names and checksummed coordinate chunks: a row's group name agrees with its
     taskId, its row coordinate with its records (length, and the rows sourceOffsetBytes says), so a swap of two
@@ -538,8 +620,9 @@ def test_rows_are_checked_against_their_records(packed_copy, edit, why):
     task = "invocation_000000_forward/stages/combine/pack_0000/task"
     edit(doc["consolidated_metadata"]["metadata"][task]["attributes"]["tasks"])
     doc_path.write_text(json.dumps(doc))
-    with pytest.raises(DumpIntegrityError, match=f"^malformed task-record pack: {WINDOW}/{task}/zarr.json: "
-                                                 f"{re.escape(why)}"):
+    with pytest.raises(
+        DumpIntegrityError, match=f"^malformed task-record pack: {WINDOW}/{task}/zarr.json: {re.escape(why)}"
+    ):
         open_dump(packed_copy).records()
 
 

@@ -12,9 +12,36 @@ from megadump_zarr.read import EXTRA_COLUMNS, RECORD_COLUMNS, open_dump
 from megadump_zarr.read.location import open_location
 
 REQUIRED = [
-    "rank", "window", "invocation", "step", "direction", "kernel", "level", "stage", "task_id", "stage_task_index",
-    "owner_label", "owner_id", "core_type", "core_id", "worker", "io", "index", "name", "dtype", "shape",
-    "stored_shape", "truncated", "bytes", "stored_bytes", "min", "max", "mean", "l2norm", "nan_count", "inf_count",
+    "rank",
+    "window",
+    "invocation",
+    "step",
+    "direction",
+    "kernel",
+    "level",
+    "stage",
+    "task_id",
+    "stage_task_index",
+    "owner_label",
+    "owner_id",
+    "core_type",
+    "core_id",
+    "worker",
+    "io",
+    "index",
+    "name",
+    "dtype",
+    "shape",
+    "stored_shape",
+    "truncated",
+    "bytes",
+    "stored_bytes",
+    "min",
+    "max",
+    "mean",
+    "l2norm",
+    "nan_count",
+    "inf_count",
     "path",
 ]
 
@@ -24,7 +51,7 @@ def test_columns_exact(demo_dumps):
         records = open_dump(demo_dumps[level].root).records()
         assert list(records.columns[: len(REQUIRED)]) == REQUIRED
         assert list(records.columns) == [*RECORD_COLUMNS, *EXTRA_COLUMNS]
-        assert {"role", "capture_phase", "status"} <= set(records.columns[len(REQUIRED):])
+        assert {"role", "capture_phase", "status"} <= set(records.columns[len(REQUIRED) :])
 
 
 def test_l0_rows(demo_dumps):
@@ -37,7 +64,9 @@ def test_l0_rows(demo_dumps):
     assert by_kernel == {
         "moe_router": ["h", "logits", "norm_weight", "w_router", "x"],
         "moe_dispatch": ["h", "order", "xs"],
-        "moe_experts": sorted(["xs", "expert_counts", "w_up", "w_down", "ws", "ys", "inverse_order", "x", "gate", "out"]),
+        "moe_experts": sorted(
+            ["xs", "expert_counts", "w_up", "w_down", "ws", "ys", "inverse_order", "x", "gate", "out"]
+        ),
     }
     experts = records[records["kernel"] == "moe_experts"].set_index("name")
     assert experts.loc["x", "role"] == "external_input" and experts.loc["x", "capture_phase"] == "before"
@@ -85,7 +114,9 @@ def test_l1_counts_and_task_columns(demo_dumps):
     counts = run.param("moe_experts", 1)
     assert [s[0] for s in ws["shape"]] == list(counts)
     assert set(ws["io"]) == {"output"} and set(ws["index"]) == {0} and set(ws["capture_phase"]) == {"after"}
-    assert list(ws["note"]) == [f"expert {e} rows [{int(counts[:e].sum())}, {int(counts[: e + 1].sum())})" for e in range(4)]
+    assert list(ws["note"]) == [
+        f"expert {e} rows [{int(counts[:e].sum())}, {int(counts[: e + 1].sum())})" for e in range(4)
+    ]
     for row in records.itertuples():
         assert row.path.startswith(f"{row.group}/")
         parts = row.path.split("/")

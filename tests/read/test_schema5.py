@@ -74,7 +74,9 @@ def test_the_fixture_is_schema_5(stored, level):
     assert arrays and all(c["name"] != "crc32c" for d in arrays for c in d["codecs"])
     groups = [p for p, d in nodes.items() if d["node_type"] == "group"]
     for path in groups:  # every group of the old layout repeats its descendants
-        assert "consolidated_metadata" in json.loads((stored / level / "rank_0" / "window_0000" / path / "zarr.json").read_bytes())
+        assert "consolidated_metadata" in json.loads(
+            (stored / level / "rank_0" / "window_0000" / path / "zarr.json").read_bytes()
+        )
 
 
 @pytest.mark.parametrize("level", LEVELS)
@@ -100,8 +102,10 @@ def test_every_data_group_opens_with_plain_xarray_and_every_array_with_zarr(stor
             ds = xr.open_zarr(os.path.join(root, group))
             assert set(ds.data_vars) >= {p.rpartition("/")[2] for p in records.loc[records["group"] == group, "path"]}
         for path in records["path"]:
-            np.testing.assert_array_equal(zarr.open_array(os.path.join(root, path), mode="r")[...],  # exact: stored bytes
-                                          dump.record_array(path).values)
+            np.testing.assert_array_equal(
+                zarr.open_array(os.path.join(root, path), mode="r")[...],  # exact: stored bytes
+                dump.record_array(path).values,
+            )
         tree = dump.tree()
     assert tree["rank_0/window_0000"].attrs["schemaVersion"] == 5
     assert {node.path for node in tree.subtree} >= {f"/{group}" for group in records["group"]}
@@ -115,7 +119,8 @@ def test_window_nodes_lists_every_node_of_the_old_layout(stored, level):
     nodes = window_nodes(dump.store, info)
     on_disk = {
         os.path.relpath(d, root / info.key)
-        for d, _, files in os.walk(root / info.key) if "zarr.json" in files and Path(d) != root / info.key
+        for d, _, files in os.walk(root / info.key)
+        if "zarr.json" in files and Path(d) != root / info.key
     }
     assert set(nodes) == on_disk
 
@@ -130,5 +135,7 @@ def test_tensorstore_reads_every_old_array(stored):
             if doc["data_type"] not in ("float32", "int64", "bool", "float16", "int32"):
                 continue
             spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(root / path)}}
-            np.testing.assert_array_equal(ts.open(spec).result().read().result(),  # exact: stored bytes
-                                          dump.record_array(path).values)
+            np.testing.assert_array_equal(
+                ts.open(spec).result().read().result(),  # exact: stored bytes
+                dump.record_array(path).values,
+            )

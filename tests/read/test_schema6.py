@@ -27,7 +27,9 @@ from megadump_zarr import compare, open_dump
 from megadump_zarr.read.catalog import scan_windows, window_nodes
 from tests.cli._helpers import cli_runner
 from tests.read._fixture_checks import (
-    assert_dataarray_close, assert_records_close, assert_stored_bytes_unchanged,
+    assert_dataarray_close,
+    assert_records_close,
+    assert_stored_bytes_unchanged,
 )
 
 DATA = Path(__file__).parent / "data" / "schema6"
@@ -40,8 +42,14 @@ RECORDS = {"l0": 18, "l1": 18}
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory) -> Path:
     """A copy of the stored schema-6 dumps (the reader never writes, but the fixture stays pristine)."""
-    return Path(shutil.copytree(DATA, tmp_path_factory.mktemp("schema6"), dirs_exist_ok=True,
-                                ignore=shutil.ignore_patterns("*.py", "*.md", "SHA256SUMS")))
+    return Path(
+        shutil.copytree(
+            DATA,
+            tmp_path_factory.mktemp("schema6"),
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns("*.py", "*.md", "SHA256SUMS"),
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +67,11 @@ def _doc(path: Path) -> dict:
 def _group_nodes(root: Path) -> dict[str, dict]:
     """Every node document below the window on disk, by path relative to the window."""
     window = root / WINDOW
-    return {os.path.relpath(d, window): _doc(Path(d)) for d, _, files in os.walk(window)
-            if "zarr.json" in files and Path(d) != window}
+    return {
+        os.path.relpath(d, window): _doc(Path(d))
+        for d, _, files in os.walk(window)
+        if "zarr.json" in files and Path(d) != window
+    }
 
 
 def test_the_stored_bytes_match_the_checksums_stored_with_the_fixture():
@@ -73,7 +84,10 @@ def test_the_fixture_is_schema_6_and_the_catalog_lists_its_nodes(stored, level):
     window = _doc(root / WINDOW)
     assert window["attributes"]["schemaVersion"] == 6
     assert window["attributes"]["status"] == "complete"
-    assert window["attributes"]["stageViewStorage"] == {"l0": "array_per_tensor_with_ports", "l1": "array_per_task_record"}[level]
+    assert (
+        window["attributes"]["stageViewStorage"]
+        == {"l0": "array_per_tensor_with_ports", "l1": "array_per_task_record"}[level]
+    )
     nodes = _group_nodes(root)
     # The window's consolidated metadata lists every node on disk, and nothing else.
     assert set(window["consolidated_metadata"]["metadata"]) == set(nodes)
@@ -143,11 +157,17 @@ def test_every_data_group_opens_with_plain_xarray_and_every_array_with_zarr(stor
             rows = records.loc[records["group"] == group]
             assert set(ds.data_vars) >= {p.rpartition("/")[2] for p in rows["path"]}
             for path in rows["path"]:
-                np.testing.assert_array_equal(ds[path.rpartition("/")[2]].values, dump.record_array(path).values,  # exact: stored bytes
-                                              err_msg=path)
+                np.testing.assert_array_equal(
+                    ds[path.rpartition("/")[2]].values,
+                    dump.record_array(path).values,  # exact: stored bytes
+                    err_msg=path,
+                )
         for path in records["path"]:
-            np.testing.assert_array_equal(zarr.open_array(os.path.join(root, path), mode="r")[...],  # exact: stored bytes
-                                          dump.record_array(path).values, err_msg=path)
+            np.testing.assert_array_equal(
+                zarr.open_array(os.path.join(root, path), mode="r")[...],  # exact: stored bytes
+                dump.record_array(path).values,
+                err_msg=path,
+            )
         tree = dump.tree()
     assert tree["rank_0/window_0000"].attrs["schemaVersion"] == 6
     assert {node.path for node in tree.subtree} >= {f"/{group}" for group in records["group"]}
@@ -162,8 +182,11 @@ def test_tensorstore_reads_every_old_array(stored):
         assert len(paths) == RECORDS[level]
         for path in paths:
             spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(root / path)}}
-            np.testing.assert_array_equal(ts.open(spec).result().read().result(),  # exact: stored bytes
-                                          dump.record_array(path).values, err_msg=path)
+            np.testing.assert_array_equal(
+                ts.open(spec).result().read().result(),  # exact: stored bytes
+                dump.record_array(path).values,
+                err_msg=path,
+            )
 
 
 @pytest.mark.parametrize("level", LEVELS)

@@ -38,8 +38,14 @@ PACK_TASKS = {"combine": [[13, 14, 15, 16], [17]], "expert_up": [[0], [1], [2], 
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory) -> Path:
     """A copy of the stored schema-7 dumps (the reader never writes, but the fixture stays pristine)."""
-    return Path(shutil.copytree(DATA, tmp_path_factory.mktemp("schema7"), dirs_exist_ok=True,
-                                ignore=shutil.ignore_patterns("*.py", "*.md", "SHA256SUMS")))
+    return Path(
+        shutil.copytree(
+            DATA,
+            tmp_path_factory.mktemp("schema7"),
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns("*.py", "*.md", "SHA256SUMS"),
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +114,9 @@ def test_record_arrays_equal_zarr_reading_the_stored_bytes_and_carry_their_store
             assert set(ds.data_vars) == {"input_01_ws", "output_00_out"} and ds.attrs["taskId"] == 15
             assert ds["token"].values.tolist() == list(range(16, 24))
             for var in ds.data_vars:
-                np.testing.assert_array_equal(ds[var].values, dump.record_array(f"{group}/{var}").values)  # exact: stored bytes
+                np.testing.assert_array_equal(
+                    ds[var].values, dump.record_array(f"{group}/{var}").values
+                )  # exact: stored bytes
 
 
 @pytest.mark.parametrize("level", LEVELS)
@@ -121,8 +129,7 @@ def test_stitched_tensors_equal_their_records_and_todays(stored, fresh, level):
     for select in selections:
         name = select.pop("name")
         tensor = old.tensor(name, **select).load()
-        rows = records[(records["name"] == name) & np.logical_and.reduce(
-            [records[k] == v for k, v in select.items()])]
+        rows = records[(records["name"] == name) & np.logical_and.reduce([records[k] == v for k, v in select.items()])]
         assert tensor.size == int(rows["element_count"].sum())  # exact: integers
         assert_dataarray_close(tensor, new.tensor(name, **select).load(), f"{name} {select}")
 

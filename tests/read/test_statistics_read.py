@@ -18,8 +18,9 @@ def run(out: Path, mode: str, *, poison=None, **fields):
     block = MoEBlock()
     if poison is not None:
         poison(block)
-    cfg = TensorDumpConfig(out, level="L1", kernel_names="moe_experts", stages=["expert_up", "combine"], mode=mode,
-                           **fields)
+    cfg = TensorDumpConfig(
+        out, level="L1", kernel_names="moe_experts", stages=["expert_up", "combine"], mode=mode, **fields
+    )
     with tensor_dump(cfg) as dumper:
         for _ in range(2):
             block(block.make_input())
@@ -34,8 +35,12 @@ def dumps(tmp_path_factory):
     def nan(block):
         block.w_up[2, 0, 0] = float("nan")
 
-    return {"root": root, "tensor": run(root / "tensor", "tensor"), "statistics": run(root / "statistics", "statistics"),
-            "nonfinite": run(root / "nonfinite", "nonfinite", poison=nan)}
+    return {
+        "root": root,
+        "tensor": run(root / "tensor", "tensor"),
+        "statistics": run(root / "statistics", "statistics"),
+        "nonfinite": run(root / "nonfinite", "nonfinite", poison=nan),
+    }
 
 
 SCRIPT = """
@@ -51,13 +56,35 @@ print(json.dumps({"dims": dict(ds.sizes), "coords": sorted(ds.coords), "vars": s
 
 def test_plain_xarray_opens_the_statistics_group(dumps):
     group = dumps["root"] / "statistics" / "rank_0" / "window_0000" / "invocation_000000_forward" / "statistics"
-    result = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", SCRIPT, str(group)],
-                            capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-W", "error::RuntimeWarning", "-c", SCRIPT, str(group)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "consolidated" not in result.stderr
     found = json.loads(result.stdout)
-    assert found["coords"] == sorted(["stage", "task_id", "owner_id", "core_type", "core_id", "worker", "io", "index",
-                                      "name", "param_position", "shape", "dtype", "path", "payload"])
-    assert found["vars"] == sorted(["element_count", "nan_count", "inf_count", "min", "max", "mean", "l2norm", "checksum"])
+    assert found["coords"] == sorted(
+        [
+            "stage",
+            "task_id",
+            "owner_id",
+            "core_type",
+            "core_id",
+            "worker",
+            "io",
+            "index",
+            "name",
+            "param_position",
+            "shape",
+            "dtype",
+            "path",
+            "payload",
+        ]
+    )
+    assert found["vars"] == sorted(
+        ["element_count", "nan_count", "inf_count", "min", "max", "mean", "l2norm", "checksum"]
+    )
     records = dumps["statistics"].records()
     mine = records[records["invocation"] == 0]
     assert found["dims"] == {"record": len(mine)}
@@ -74,9 +101,14 @@ def test_records_columns_for_every_mode(dumps):
     assert tensor["payload"].all() and tensor["checksum"].isna().all()
     assert (tensor["element_count"] == [int(np.prod(s)) for s in tensor["shape"]]).all()
     assert (stats["stored_bytes"] == 0).all() and (stats["stored_shape"] == ()).all()
-    assert list(stats["bytes"]) == list(tensor["bytes"]) and list(stats["capture_phase"]) == list(tensor["capture_phase"])
-    assert list(stats[["stage", "task_id", "owner_id", "core_type", "core_id", "io", "index", "name"]].itertuples(index=False)) \
-        == list(tensor[["stage", "task_id", "owner_id", "core_type", "core_id", "io", "index", "name"]].itertuples(index=False))
+    assert list(stats["bytes"]) == list(tensor["bytes"]) and list(stats["capture_phase"]) == list(
+        tensor["capture_phase"]
+    )
+    assert list(
+        stats[["stage", "task_id", "owner_id", "core_type", "core_id", "io", "index", "name"]].itertuples(index=False)
+    ) == list(
+        tensor[["stage", "task_id", "owner_id", "core_type", "core_id", "io", "index", "name"]].itertuples(index=False)
+    )
     kept = nonfinite[nonfinite["payload"]]
     assert len(kept) > 0 and kept["checksum"].notna().all()  # a kept payload gets the device checksum too
     assert set(kept["owner_id"].dropna()) == {2}

@@ -102,7 +102,9 @@ def test_broadcast_workers_and_duplicated_inputs(demo_dumps):
 def test_ambiguous_and_unstitchable_names(demo_dumps):
     l0, l1 = demo_dumps["l0"], demo_dumps["l1"]
     dump = open_dump(l1.root)
-    with pytest.raises(ValueError, match=r"'ws' matches 4 .*choose with stage=.*expert_up.*expert_down.*unpermute.*combine"):
+    with pytest.raises(
+        ValueError, match=r"'ws' matches 4 .*choose with stage=.*expert_up.*expert_down.*unpermute.*combine"
+    ):
         dump.tensor("ws")
     with pytest.raises(ValueError, match=r"'w_up': 4 of its 4 records have no global row index.*task="):
         dump.tensor("w_up")
@@ -124,8 +126,12 @@ def _write(hand, root, tasks, **kwargs):
 
 def test_gaps_are_absent_rows(hand, tmp_path):
     data = np.arange(40, dtype=np.float32).reshape(10, 4)
-    _write(hand, tmp_path, {1: [hand.Record("y", data[6:], 6, declared_rows=10)],
-                            2: [hand.Record("y", data[:4], 0, declared_rows=10)]}, owners={1: 5, 2: 7})
+    _write(
+        hand,
+        tmp_path,
+        {1: [hand.Record("y", data[6:], 6, declared_rows=10)], 2: [hand.Record("y", data[:4], 0, declared_rows=10)]},
+        owners={1: 5, 2: 7},
+    )
     y = open_dump(tmp_path).tensor("y")
     np.testing.assert_array_equal(y["row"].values, [0, 1, 2, 3, 6, 7, 8, 9])
     np.testing.assert_array_equal(y.values, data[[0, 1, 2, 3, 6, 7, 8, 9]])
@@ -136,8 +142,11 @@ def test_gaps_are_absent_rows(hand, tmp_path):
 
 def test_identical_overlaps_are_kept_once(hand, tmp_path):
     data = np.arange(48, dtype=np.float32).reshape(12, 4)
-    _write(hand, tmp_path, {1: [hand.Record("y", data[0:8], 0, declared_rows=12)],
-                            2: [hand.Record("y", data[4:12], 4, declared_rows=12)]})
+    _write(
+        hand,
+        tmp_path,
+        {1: [hand.Record("y", data[0:8], 0, declared_rows=12)], 2: [hand.Record("y", data[4:12], 4, declared_rows=12)]},
+    )
     y = open_dump(tmp_path).tensor("y")
     np.testing.assert_array_equal(y.values, data)
     assert list(y["task_id"].values) == [1] * 8 + [2] * 4
@@ -147,19 +156,33 @@ def test_different_overlaps_raise_when_computed(hand, tmp_path):
     data = np.arange(48, dtype=np.float32).reshape(12, 4)
     other = data[4:12].copy()
     other[1, 2] = -1.0  # global row 5
-    _write(hand, tmp_path, {1: [hand.Record("y", data[0:8], 0, declared_rows=12)],
-                            2: [hand.Record("y", other, 4, declared_rows=12)]})
+    _write(
+        hand,
+        tmp_path,
+        {1: [hand.Record("y", data[0:8], 0, declared_rows=12)], 2: [hand.Record("y", other, 4, declared_rows=12)]},
+    )
     y = open_dump(tmp_path).tensor("y")  # lazy: nothing compared yet
     np.testing.assert_array_equal(y.isel(row=slice(8, 12)).values, data[8:12])  # rows without duplicates are fine
-    with pytest.raises(ValueError, match=r"task_000001/output_00_y and .*task_000002/output_00_y hold different values "
-                                         r"for global rows 4\.\.7"):
+    with pytest.raises(
+        ValueError,
+        match=r"task_000001/output_00_y and .*task_000002/output_00_y hold different values "
+        r"for global rows 4\.\.7",
+    ):
         y.values
 
 
 def test_io_ambiguity(hand, tmp_path):
     data = np.ones((4, 2), dtype=np.float32)
-    _write(hand, tmp_path, {1: [hand.Record("y", data, 0, io="input", declared_rows=4),
-                                hand.Record("y", data, 0, io="output", declared_rows=4)]})
+    _write(
+        hand,
+        tmp_path,
+        {
+            1: [
+                hand.Record("y", data, 0, io="input", declared_rows=4),
+                hand.Record("y", data, 0, io="output", declared_rows=4),
+            ]
+        },
+    )
     dump = open_dump(tmp_path)
     with pytest.raises(ValueError, match=r"'y' matches 2 .*choose with io=.*io='input'.*io='output'"):
         dump.tensor("y")
@@ -185,8 +208,17 @@ def _layouts(draw):
 def test_stitch_property(layout):
     rows, cols, spans = layout
     base = np.arange(rows * cols, dtype=np.float64).reshape(rows, cols) * 1.5
-    pieces = [Piece(path=f"p{i}", data=da.from_array(base[a:b], chunks=(c, cols)), rows=np.arange(a, b),
-                    dims=("r", "c"), task_id=i, owner_id=i % 2) for i, (a, b, c) in enumerate(spans)]
+    pieces = [
+        Piece(
+            path=f"p{i}",
+            data=da.from_array(base[a:b], chunks=(c, cols)),
+            rows=np.arange(a, b),
+            dims=("r", "c"),
+            task_id=i,
+            owner_id=i % 2,
+        )
+        for i, (a, b, c) in enumerate(spans)
+    ]
     out = stitch(pieces, name="t")
     expected_rows = np.unique(np.concatenate([np.arange(a, b) for a, b, _ in spans]))
     np.testing.assert_array_equal(out["r"].values, expected_rows)
@@ -201,7 +233,11 @@ def test_stitch_property(layout):
 def test_memory_root_stitch(hand):
     root = f"memory://stitch-{uuid.uuid4().hex}"
     data = np.arange(16, dtype=np.int32).reshape(8, 2)
-    _write(hand, root, {3: [hand.Record("k", data[4:], 4, declared_rows=8)], 4: [hand.Record("k", data[:4], 0, declared_rows=8)]})
+    _write(
+        hand,
+        root,
+        {3: [hand.Record("k", data[4:], 4, declared_rows=8)], 4: [hand.Record("k", data[:4], 0, declared_rows=8)]},
+    )
     k = open_dump(root).tensor("k")
     np.testing.assert_array_equal(k.values, data)
     assert k.dtype == np.int32

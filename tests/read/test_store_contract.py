@@ -30,10 +30,22 @@ from megadump_zarr.read.integrity import IntegrityStore
 from megadump_zarr.read.packs import PackedView
 
 WRITE_TESTS = (
-    "test_set", "test_set_not_open", "test_set_many", "test_delete", "test_delete_dir",
-    "test_delete_nonexistent_key_does_not_raise", "test_clear", "test_set_if_not_exists", "test_set_sync",
-    "test_delete_sync", "test_delete_sync_missing", "test_serializable_store", "test_store_read_only",
-    "test_store_open_read_only", "test_read_only_store_raises", "test_with_read_only_store",
+    "test_set",
+    "test_set_not_open",
+    "test_set_many",
+    "test_delete",
+    "test_delete_dir",
+    "test_delete_nonexistent_key_does_not_raise",
+    "test_clear",
+    "test_set_if_not_exists",
+    "test_set_sync",
+    "test_delete_sync",
+    "test_delete_sync_missing",
+    "test_serializable_store",
+    "test_store_read_only",
+    "test_store_open_read_only",
+    "test_read_only_store_raises",
+    "test_with_read_only_store",
     "test_store_context_manager",
 )
 """The contract's tests of writing, deleting and opening a store read-write: not a read store's part."""

@@ -107,7 +107,8 @@ def _compare(dump, rel: str, theirs: np.ndarray) -> bool:
 
 def _numpy_name(data_type: str) -> str:
     return {"bfloat16": "bfloat16", "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2"}.get(
-        data_type, data_type)
+        data_type, data_type
+    )
 
 
 @pytest.mark.parametrize("level", ["l0", "l1"])
@@ -131,8 +132,10 @@ def test_float8_float16_and_nan_bits_bit_exact(tmp_path, hand):
     e5m2 = np.tile(patterns, 8).view(ml_dtypes.float8_e5m2).reshape(64, 32)
     bf16 = np.arange(64 * 32, dtype=np.uint16).__mul__(31).view(ml_dtypes.bfloat16).reshape(64, 32)
     f16 = np.arange(64 * 32, dtype=np.uint16).__mul__(29).view(np.float16).reshape(64, 32)
-    records = [hand.Record(name, data, 0, index=i) for i, (name, data) in
-               enumerate([("e4m3", e4m3), ("e5m2", e5m2), ("bf16", bf16), ("f16", f16)])]
+    records = [
+        hand.Record(name, data, 0, index=i)
+        for i, (name, data) in enumerate([("e4m3", e4m3), ("e5m2", e5m2), ("bf16", bf16), ("f16", f16)])
+    ]
     with WindowWriter(tmp_path / "root", chunk_bytes=256) as writer:
         writer.write_window(hand.window({0: records}))
     seen = _check_dump(tmp_path / "root")

@@ -21,8 +21,10 @@ def mixed_root(hand, tmp_path):
     tasks = {1: [hand.Record("y", data[:4], 0, declared_rows=8)], 2: [hand.Record("y", data[4:], 4, declared_rows=8)]}
     with WindowWriter(tmp_path, compressor="none") as writer:
         writer.write_window(hand.window(tasks, window=0))
-        torn = hand.window({k: [hand.Record("y", r[0].data + 100, r[0].first_row, declared_rows=8)] for k, r in tasks.items()},
-                           window=1)
+        torn = hand.window(
+            {k: [hand.Record("y", r[0].data + 100, r[0].first_row, declared_rows=8)] for k, r in tasks.items()},
+            window=1,
+        )
         session = writer.begin(0, 1, torn.attrs)
         session.write_invocation(torn.invocations[0])  # the writer is "killed" here: no commit
         writer.write_window(hand.window(tasks, window=2), status="aborted")
@@ -44,7 +46,11 @@ def test_records_skip_incomplete_windows(mixed_root):
     dump = open_dump(root)
     assert set(dump.records()["window"]) == {0}
     everything = dump.records(include_incomplete=True)
-    assert sorted(set(zip(everything["window"], everything["status"]))) == [(0, "complete"), (1, "writing"), (2, "aborted")]
+    assert sorted(set(zip(everything["window"], everything["status"]))) == [
+        (0, "complete"),
+        (1, "writing"),
+        (2, "aborted"),
+    ]
     torn = everything[everything["window"] == 1].sort_values("task_id")
     assert list(torn["task_id"]) == [1, 2] and list(torn["stage"]) == ["stage", "stage"]
     assert list(torn["direction"]) == ["forward", "forward"] and torn["kernel"].isna().all()

@@ -25,8 +25,9 @@ def _torn_edited_complete(root: Path, records: int = 48) -> Path:
     with WindowWriter(root) as writer:
         session = writer.begin(0, 0, {"schemaVersion": 5, "level": "L0", "windowIndex": 0, "rank": 0})
         arrays = [ArrayWrite(f"g/x{i}", np.full(4, i, np.float32), ("n",), {"name": f"x{i}"}) for i in range(records)]
-        session.write_invocation(InvocationWrite("invocation_000000_forward", {"invocationId": 0}, [GroupWrite("g", {})],
-                                                 arrays))
+        session.write_invocation(
+            InvocationWrite("invocation_000000_forward", {"invocationId": 0}, [GroupWrite("g", {})], arrays)
+        )
     window = Path(session.url)
     doc = json.loads((window / "zarr.json").read_text())
     assert doc["attributes"]["status"] == "writing" and "consolidated_metadata" not in doc
@@ -36,8 +37,13 @@ def _torn_edited_complete(root: Path, records: int = 48) -> Path:
 
 
 def _cli(*args: object) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "megadump_zarr.cli.main", *map(str, args)], capture_output=True,
-                          text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "megadump_zarr.cli.main", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_info_does_not_show_it_complete(tmp_path: Path) -> None:
@@ -64,8 +70,14 @@ def test_export_hdf5_refuses_it(tmp_path: Path) -> None:
 def test_a_committed_window_still_exports(tmp_path: Path) -> None:
     with WindowWriter(tmp_path / "dump") as writer:
         session = writer.begin(0, 0, {"schemaVersion": 5, "level": "L0", "windowIndex": 0, "rank": 0})
-        session.write_invocation(InvocationWrite("invocation_000000_forward", {"invocationId": 0}, [GroupWrite("g", {})],
-                                                 [ArrayWrite("g/x", np.ones(4, np.float32), ("n",), {"name": "x"})]))
+        session.write_invocation(
+            InvocationWrite(
+                "invocation_000000_forward",
+                {"invocationId": 0},
+                [GroupWrite("g", {})],
+                [ArrayWrite("g/x", np.ones(4, np.float32), ("n",), {"name": "x"})],
+            )
+        )
         url = session.commit("complete")
     assert export_hdf5(url, tmp_path / "w.h5").exists()
     assert list(open_dump(tmp_path / "dump").windows()["status"]) == ["complete"]

@@ -48,7 +48,10 @@ def test_dataset_l0_invocation_group(demo_dumps, counting_store):
 
 def test_dataset_ambiguity_lists_choices(demo_dumps):
     dump = open_dump(demo_dumps["l1"].root)
-    with pytest.raises(ValueError, match=r"\d+ data groups match in rank 0 window 0; choose one with invocation=.*moe_dispatch.*moe_experts"):
+    with pytest.raises(
+        ValueError,
+        match=r"\d+ data groups match in rank 0 window 0; choose one with invocation=.*moe_dispatch.*moe_experts",
+    ):
         dump.dataset()
     with pytest.raises(ValueError, match=r"4 data groups match.*; choose one with task=.*task_000000.*task_000003"):
         dump.dataset(stage="expert_up")

@@ -117,8 +117,9 @@ def put_kill_child(root: str, log_path: str, level: str, kill_at: int, mode: str
     print(f"PUTS {state['puts']}", flush=True)
 
 
-def rank_child(root: str, log_path: str, rank: int, windows: int, level: str, barrier: Any = None,
-               seed: int | None = None) -> None:
+def rank_child(
+    root: str, log_path: str, rank: int, windows: int, level: str, barrier: Any = None, seed: int | None = None
+) -> None:
     """Dump ``windows`` one-step windows of the demo block as ``rank`` (``MoEBlock(rank=rank)``).
 
     With a ``barrier``, every process waits for the others right before each ``step()`` (the window's

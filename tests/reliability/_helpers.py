@@ -35,7 +35,11 @@ def tree_snapshot(directory: str | os.PathLike[str], exclude: str | os.PathLike[
             full = os.path.join(dirpath, name)
             info = os.lstat(full)
             kind = "link" if os.path.islink(full) else ("dir" if os.path.isdir(full) else "file")
-            entries[os.path.relpath(full, directory)] = (kind, info.st_size if kind == "file" else 0, info.st_mtime_ns if kind == "file" else 0)
+            entries[os.path.relpath(full, directory)] = (
+                kind,
+                info.st_size if kind == "file" else 0,
+                info.st_mtime_ns if kind == "file" else 0,
+            )
     return entries
 
 

@@ -51,7 +51,12 @@ def test_four_ranks_export_into_one_root_at_once(tmp_path, level):
     ranks, windows = 4, 3
     barrier = context.Barrier(ranks)
     logs = [tmp_path / f"rank_{r}.log" for r in range(ranks)]
-    _run([context.Process(target=rank_child, args=(str(root), str(logs[r]), r, windows, level, barrier)) for r in range(ranks)])
+    _run(
+        [
+            context.Process(target=rank_child, args=(str(root), str(logs[r]), r, windows, level, barrier))
+            for r in range(ranks)
+        ]
+    )
     committed: dict[str, str] = {}
     for log in logs:
         mine, lost, other = _log(log)
@@ -84,8 +89,12 @@ def test_two_processes_race_for_the_same_window(tmp_path, trial, level):
     barrier = context.Barrier(2)
     logs = [tmp_path / f"racer_{i}.log" for i in range(2)]
     # both claim rank 0, window 0 right after the barrier
-    _run([context.Process(target=rank_child, args=(str(root), str(logs[i]), 0, 1, level, barrier, 100 * (i + 1)))
-          for i in range(2)])
+    _run(
+        [
+            context.Process(target=rank_child, args=(str(root), str(logs[i]), 0, 1, level, barrier, 100 * (i + 1)))
+            for i in range(2)
+        ]
+    )
     outcomes = [_log(log) for log in logs]
     winners = [i for i, (committed, _, _) in enumerate(outcomes) if committed]
     losers = [i for i, (_, lost, _) in enumerate(outcomes) if lost]

@@ -53,7 +53,9 @@ class FailingPut:
     def __call__(self, instance: Any, key: str, data: Any, *, atomic: bool = False) -> None:
         with self._lock:
             self.calls += 1
-            fail = self.fail_at is not None and (self.calls == self.fail_at or (not self.transient and self.calls > self.fail_at))
+            fail = self.fail_at is not None and (
+                self.calls == self.fail_at or (not self.transient and self.calls > self.fail_at)
+            )
             if fail:
                 self.failures += 1
         if fail:
@@ -90,7 +92,9 @@ def test_enospc_during_export_is_a_clean_oserror(tmp_path, monkeypatch, level, t
     assert "No space left on device" in str(error)
     notes = getattr(error, "__notes__", [])
     if transient:  # the abort commit could write: the window is marked aborted
-        assert window_status(root, 0, 1) == "aborted" and notes == [f"while exporting Tensor dump window {root}/rank_0/window_0001"]
+        assert window_status(root, 0, 1) == "aborted" and notes == [
+            f"while exporting Tensor dump window {root}/rank_0/window_0001"
+        ]
     else:  # the abort commit failed too: the window stays "writing" and the note says so
         assert window_status(root, 0, 1) == "writing"
         assert any("as aborted also failed" in note and "window_0001" in note for note in notes), notes

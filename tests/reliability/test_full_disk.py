@@ -61,8 +61,9 @@ def test_plan_failure_surfaces_at_exit_without_step(tmp_path):
         with dumper(tmp_path / "out", level="L1", stages="copy"):
             out = launch(kernel)
     assert raised.value.errno == errno.ENOSPC and torch.equal(out, expected)
-    assert any("while saving the L1 plan of" in note and "the kernel ran without it" in note
-               for note in raised.value.__notes__)
+    assert any(
+        "while saving the L1 plan of" in note and "the kernel ran without it" in note for note in raised.value.__notes__
+    )
 
 
 def test_plan_failure_alone_keeps_the_window(tmp_path):
@@ -77,8 +78,12 @@ def test_plan_failure_alone_keeps_the_window(tmp_path):
     out_dir = tmp_path / "out"
     kernel = MegaKernel(copy_rows_graph(), name="copy")
     expected = launch(kernel)
-    d = TensorDumper(TensorDumpConfig(out_dir, level="L1", stages="copy"), schedule=None, on_dump_ready=None,
-                     sink=PlanStoreFull(out_dir))
+    d = TensorDumper(
+        TensorDumpConfig(out_dir, level="L1", stages="copy"),
+        schedule=None,
+        on_dump_ready=None,
+        sink=PlanStoreFull(out_dir),
+    )
     with d:
         out = launch(kernel)
         with pytest.raises(OSError) as raised:

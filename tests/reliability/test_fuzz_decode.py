@@ -33,13 +33,44 @@ from megadump_zarr.dump.snapshots import decode_l1_dump
 from megadump_zarr.l1 import read_l1_buffer
 from megadump_zarr.read import open_dump
 
-HEADER_FIELDS = ("magic", "version", "enabled", "record_count", "record_size", "records_offset", "payload_offset", "total_bytes")
-RECORD_FIELDS = ("task_id", "phase", "parameter_position", "source_offset_low", "source_offset_high", "payload_offset",
-                 "payload_bytes", "status", "task_index", "worker_id")
-CHECKED_AGAINST_PLAN = {"task_id", "phase", "parameter_position", "source_offset_low", "source_offset_high",
-                        "payload_offset", "payload_bytes", "worker_id"}
-FUZZ_SETTINGS = settings(max_examples=150, deadline=int(CASE_SECONDS * 1000), derandomize=True,
-                         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+HEADER_FIELDS = (
+    "magic",
+    "version",
+    "enabled",
+    "record_count",
+    "record_size",
+    "records_offset",
+    "payload_offset",
+    "total_bytes",
+)
+RECORD_FIELDS = (
+    "task_id",
+    "phase",
+    "parameter_position",
+    "source_offset_low",
+    "source_offset_high",
+    "payload_offset",
+    "payload_bytes",
+    "status",
+    "task_index",
+    "worker_id",
+)
+CHECKED_AGAINST_PLAN = {
+    "task_id",
+    "phase",
+    "parameter_position",
+    "source_offset_low",
+    "source_offset_high",
+    "payload_offset",
+    "payload_bytes",
+    "worker_id",
+}
+FUZZ_SETTINGS = settings(
+    max_examples=150,
+    deadline=int(CASE_SECONDS * 1000),
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +96,7 @@ def _decode(launch: Any, data: bytes | bytearray) -> tuple[str, str]:
         assert time.perf_counter() - started < CASE_SECONDS
     for snapshot, plan in zip(snapshots, launch.prepared.records, strict=True):
         assert snapshot.record is plan  # metadata always comes from the host's plan, never from the buffer
-        expected = bytes(data[plan.payload_offset:plan.payload_offset + plan.payload_bytes])
+        expected = bytes(data[plan.payload_offset : plan.payload_offset + plan.payload_bytes])
         assert np.ascontiguousarray(snapshot.data).tobytes() == expected
     return "ok", ""
 
@@ -166,7 +197,9 @@ def test_one_header_field_changed(launch, field, value):
     if value == original:
         assert outcome == "ok", message
     elif field in ("magic", "version"):
-        assert outcome == "ValueError" and f"magic={data[0] | data[1] << 8 | data[2] << 16 | data[3] << 24:#x}" in message
+        assert (
+            outcome == "ValueError" and f"magic={data[0] | data[1] << 8 | data[2] << 16 | data[3] << 24:#x}" in message
+        )
     elif field in ("record_size", "records_offset"):
         assert outcome == "ValueError" and field in message, message
     elif field == "record_count":
@@ -212,8 +245,9 @@ def _run_dump_path_fuzz(tmp_path, monkeypatch, cases: int, seed: int, on_error: 
         prepared = real_prepare(*args, **kwargs)
         state["when"] = rng.choice(("before", "after", "after", "payload", "none"))
         if state["when"] == "before":
-            data = mutate_device_buffer(rng, bytearray(prepared.buffer.numpy().tobytes()),
-                                        payload_base=64 + 64 * 4096, table_only=True)
+            data = mutate_device_buffer(
+                rng, bytearray(prepared.buffer.numpy().tobytes()), payload_base=64 + 64 * 4096, table_only=True
+            )
             prepared.buffer = _tensor(data)
         return prepared
 
@@ -226,8 +260,9 @@ def _run_dump_path_fuzz(tmp_path, monkeypatch, cases: int, seed: int, on_error: 
             for _ in range(rng.randint(1, 8)):
                 start = rng.randrange(64 + 64 * 4096, len(data))
                 size = min(rng.randrange(1, 256), len(data) - start)
-                data[start:start + size] = rng.choice((rng.randbytes(size), (b"\x00\x00\xc0\x7f" * size)[:size],
-                                                       (b"\x00\x00\x80\xff" * size)[:size]))
+                data[start : start + size] = rng.choice(
+                    (rng.randbytes(size), (b"\x00\x00\xc0\x7f" * size)[:size], (b"\x00\x00\x80\xff" * size)[:size])
+                )
             prepared.buffer = _tensor(data)
         state["prepared"], state["data"] = prepared, bytes(data)
         return real_decode(prepared, host_buffer)
@@ -235,8 +270,9 @@ def _run_dump_path_fuzz(tmp_path, monkeypatch, cases: int, seed: int, on_error: 
     monkeypatch.setattr(dumper_module, "prepare_l1_dump", mutating_prepare)
     monkeypatch.setattr(dumper_module, "decode_l1_dump", mutating_decode)
     block = MoEBlock(DemoConfig(tokens=21, d_model=8))
-    config = TensorDumpConfig(root, level="L1", kernel_names="moe_experts", stages=FUZZ_STAGES, chunk_bytes=256,
-                              on_error=on_error)
+    config = TensorDumpConfig(
+        root, level="L1", kernel_names="moe_experts", stages=FUZZ_STAGES, chunk_bytes=256, on_error=on_error
+    )
     with tensor_dump(config, schedule(wait=0, warmup=0, active=1)) as dumper:
         for _ in range(cases):
             state.clear()
@@ -259,12 +295,17 @@ def _run_dump_path_fuzz(tmp_path, monkeypatch, cases: int, seed: int, on_error: 
     assert set(windows["status"]) <= {"complete"}, windows
     records = dump.records()
     for window, (prepared, data) in expected.items():
-        mine = records[records["window"] == window].sort_values(["task_id", "io", "index"], ascending=[True, False, True])
+        mine = records[records["window"] == window].sort_values(
+            ["task_id", "io", "index"], ascending=[True, False, True]
+        )
         assert len(mine) == len(prepared.records)
         by_key = {(r.task_id, r.io, r.index): r.path for r in mine.itertuples()}
         for plan in prepared.records:
             stored = dump.record_array(by_key[(plan.task_id, plan.io, plan.index)]).values
-            assert np.ascontiguousarray(stored).tobytes() == data[plan.payload_offset:plan.payload_offset + plan.payload_bytes]
+            assert (
+                np.ascontiguousarray(stored).tobytes()
+                == data[plan.payload_offset : plan.payload_offset + plan.payload_bytes]
+            )
     assert tree_snapshot(watched, exclude=root) == before  # nothing written, changed or removed outside the root
     assert assert_confined(root) > 0
     return outcomes
@@ -273,7 +314,9 @@ def _run_dump_path_fuzz(tmp_path, monkeypatch, cases: int, seed: int, on_error: 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("on_error", ["discard", "keep"])
 def test_whole_dump_path_with_mutated_buffers(tmp_path, monkeypatch, on_error):
-    outcomes = _run_dump_path_fuzz(tmp_path, monkeypatch, cases=24, seed=11 if on_error == "discard" else 12, on_error=on_error)
+    outcomes = _run_dump_path_fuzz(
+        tmp_path, monkeypatch, cases=24, seed=11 if on_error == "discard" else 12, on_error=on_error
+    )
     assert sum(outcomes.values()) == 24
     assert outcomes["payload: ok"] > 0 and any(k.endswith("Error") for k in outcomes), outcomes
 

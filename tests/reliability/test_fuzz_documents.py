@@ -33,18 +33,88 @@ from megadump_zarr.cli.main import main
 from megadump_zarr.read import open_dump
 
 ALLOWED = (ValueError, FileNotFoundError, OSError)
-FAST = settings(max_examples=40, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                       HealthCheck.data_too_large])
-SLOW = settings(max_examples=int(os.environ.get("MEGADUMP_FUZZ_EXAMPLES", "1500")), deadline=None,
-                suppress_health_check=list(HealthCheck))
+FAST = settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+SLOW = settings(
+    max_examples=int(os.environ.get("MEGADUMP_FUZZ_EXAMPLES", "1500")),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
 
 HOSTILE = [
-    None, True, False, 0, -1, 1, 1.5, float("nan"), 2**31, 2**62, 2**63, 2**70, -2**70, "", "abc", "0", "\x00",
-    "../../etc", "x" * 300, [], [None], [None, 16], [1.5, 16], [[1]], [2**62, 16], [2**40, 16], [0, 0], [-1, 4],
-    [2**24, 16], [2**20 + 1, 4],  # issue 23.4: logical rows far beyond a stored prefix (bounded reads, or refused)
-    [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30,
-     31, 32, 33], {}, {"a": 1}, {"name": "bogus"}, {"name": "regular", "configuration": {"chunk_shape": [0]}},
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1,
+    1.5,
+    float("nan"),
+    2**31,
+    2**62,
+    2**63,
+    2**70,
+    -(2**70),
+    "",
+    "abc",
+    "0",
+    "\x00",
+    "../../etc",
+    "x" * 300,
+    [],
+    [None],
+    [None, 16],
+    [1.5, 16],
+    [[1]],
+    [2**62, 16],
+    [2**40, 16],
+    [0, 0],
+    [-1, 4],
+    [2**24, 16],
+    [2**20 + 1, 4],  # issue 23.4: logical rows far beyond a stored prefix (bounded reads, or refused)
+    [
+        1,
+        2,
+        3,
+        4,
+        5,
+        6,
+        7,
+        8,
+        9,
+        10,
+        11,
+        12,
+        13,
+        14,
+        15,
+        16,
+        17,
+        18,
+        19,
+        20,
+        21,
+        22,
+        23,
+        24,
+        25,
+        26,
+        27,
+        28,
+        29,
+        30,
+        31,
+        32,
+        33,
+    ],
+    {},
+    {"a": 1},
+    {"name": "bogus"},
+    {"name": "regular", "configuration": {"chunk_shape": [0]}},
 ]
 _DELETE = object()
 
@@ -150,13 +220,17 @@ def _document_choice(dumps: dict[str, Any]) -> st.SearchStrategy[tuple[Path, Pat
     return st.one_of(st.sampled_from(windows).flatmap(pick), st.sampled_from(others).flatmap(pick))
 
 
-VALUES = st.one_of(st.sampled_from(HOSTILE), st.just(_DELETE), st.integers(-2**80, 2**80),
-                   st.builds(_deep, st.integers(10, 3000)),
-                   st.lists(st.integers(-3, 2**41), max_size=4), st.text(max_size=20))
+VALUES = st.one_of(
+    st.sampled_from(HOSTILE),
+    st.just(_DELETE),
+    st.integers(-(2**80), 2**80),
+    st.builds(_deep, st.integers(10, 3000)),
+    st.lists(st.integers(-3, 2**41), max_size=4),
+    st.text(max_size=20),
+)
 
 
-def _mutate_and_run(dumps: dict[str, Any], choice: tuple[Path, Path, tuple[Any, ...]], value: Any,
-                    cli: bool) -> None:
+def _mutate_and_run(dumps: dict[str, Any], choice: tuple[Path, Path, tuple[Any, ...]], value: Any, cli: bool) -> None:
     root, doc_path, path = choice
     original = doc_path.read_bytes()
     try:
@@ -246,8 +320,13 @@ def test_plan_mutations(salvage: dict[str, Any]) -> None:
 
 def test_plan_deeply_nested_and_garbage(salvage: dict[str, Any]) -> None:
     base = salvage["base"]
-    for name, raw in (("nested", "[" * 100000 + "]" * 100000), ("garbage", "\x00\xff{"), ("empty", ""),
-                      ("list", "[1, 2]"), ("string", '"plan"')):
+    for name, raw in (
+        ("nested", "[" * 100000 + "]" * 100000),
+        ("garbage", "\x00\xff{"),
+        ("empty", ""),
+        ("list", "[1, 2]"),
+        ("string", '"plan"'),
+    ):
         plan = base / f"{name}.json"
         plan.write_text(raw, encoding="latin-1")
         code, text = _run_cli("decode-buffer", salvage["inputs"].buffer, plan, "--out", base / f"o-{name}")
@@ -281,7 +360,9 @@ def test_any_flipped_chunk_byte_is_detected(dumps: dict[str, Any], packed: dict[
                 key = f"{path}/{array.metadata.encode_chunk_key((0,) * array.ndim)}"
                 span = record_chunk(root, path)
                 chunks.append((root, path, key, span, None))
-                rows = json.loads((span.file.parent / "zarr.json").read_text())["chunk_grid"]["configuration"]["chunk_shape"][0]
+                rows = json.loads((span.file.parent / "zarr.json").read_text())["chunk_grid"]["configuration"][
+                    "chunk_shape"
+                ][0]
                 size, nbytes = span.file.stat().st_size, index_nbytes(rows)  # inner chunks of one row each
                 index = ChunkSpan(span.file, size - nbytes, nbytes)
                 chunks.append((root, path, key, index, span.file.relative_to(root).as_posix()))
@@ -328,15 +409,17 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
     root = tmp_path_factory.mktemp("fuzz-packs") / "l1"
     block = MoEBlock(DemoConfig(tokens=32, d_model=8))
-    config = TensorDumpConfig(root, level="L1", kernel_names="moe_experts", stages=("expert_up", "unpermute"),
-                              layout="packs")
+    config = TensorDumpConfig(
+        root, level="L1", kernel_names="moe_experts", stages=("expert_up", "unpermute"), layout="packs"
+    )
     with tensor_dump(config, schedule(wait=0, warmup=0, active=1)) as dumper:
         train_step(block)
         dumper.step()
     window = root / PACK_WINDOW
     packs = sorted(p.relative_to(window).as_posix() for p in window.glob("*/stages/*/pack_*"))
-    assert all(len(json.loads((window / p / "task_id" / "zarr.json").read_text())["attributes"]["tasks"]) > 1
-               for p in packs)  # a one-row pack is never written (pack_plan.MIN_PACK_TASKS)
+    assert all(
+        len(json.loads((window / p / "task_id" / "zarr.json").read_text())["attributes"]["tasks"]) > 1 for p in packs
+    )  # a one-row pack is never written (pack_plan.MIN_PACK_TASKS)
     documents = []  # (node path relative to the window, paths of values inside its document)
     for pack in packs:
         for doc_path in sorted((window / pack).rglob("zarr.json")):
@@ -368,7 +451,9 @@ def _copies(window: Path, rel: str, where: str) -> list[tuple[Path, tuple[str, .
     parts = rel.split("/")
     for depth in range(len(parts)):
         holder = window.joinpath(*parts[:depth]) / "zarr.json"
-        if holder.is_file() and "/".join(parts[depth:]) in ((json.loads(holder.read_text()).get("consolidated_metadata") or {}).get("metadata") or {}):
+        if holder.is_file() and "/".join(parts[depth:]) in (
+            (json.loads(holder.read_text()).get("consolidated_metadata") or {}).get("metadata") or {}
+        ):
             copies.append((holder, ("consolidated_metadata", "metadata", "/".join(parts[depth:]))))
     if where == "window":
         return [c for c in copies if c[0] == window / "zarr.json"]
@@ -448,30 +533,44 @@ def _pack_case(packed: dict[str, Any], rel: str, field: tuple[Any, ...], value: 
 
 
 @pytest.mark.parametrize("where", ["every", "window", "own"])
-@pytest.mark.parametrize(("node", "field", "value", "expected"), [
-    ("task_id", ("attributes", "tasks"), lambda h, k: h[k].pop(), "error"),
-    ("task_id", ("attributes", "tasks", 0, "group"), "../../etc", "error"),
-    ("task_id", ("attributes", "tasks", 0, "group"), "task_000009", "error"),  # another row's group
-    ("task_id", ("attributes", "tasks", 0, "coords", "token"), [8, 0], "error"),
-    ("task_id", ("shape",), [3], "error"),
-    ("input_00_ys", ("attributes", "records"), lambda h, k: h[k].pop(), "error"),
-    ("input_00_ys", ("shape",), [5, 8, 8], "error"),
-    ("input_00_ys", ("codecs", 0, "configuration", "chunk_shape", 0), 2, "error"),
-    ("input_00_ys", ("codecs", 0, "configuration", "index_location"), "start", "error"),
-    ("input_00_ys", ("data_type",), "int32", "verify"),  # same itemsize: decodes; storedDtype disagrees
-    ("input_00_ys", ("attributes", "records", 0, "storedShape"), [1], "verify"),
-    ("input_00_ys", ("attributes", "records", 1, "storedDtype"), "int32", "verify"),
-    ("input_00_ys", ("attributes", "records", 0, "note"), "edited", "read"),
-    ("task_id", ("attributes", "tasks", 0, "coords"), lambda h, k: h[k].update(bogus=[0, 3]), "read"),  # no such dim
-    # checked by the reader's view (read.packs): group names against taskId, row coordinates against the records
-    ("task_id", ("attributes", "tasks"), _swap_rows, "error"),  # the rows' coordinates then disagree with their records
-    ("task_id", ("attributes", "tasks", 0, "group"), "task_000099", "error"),
-    ("task_id", ("attributes", "tasks", 0, "attrs", "taskId"), 77, "error"),
-    ("task_id", ("attributes", "tasks", 0, "coords", "token"), [0, 9], "error"),  # 9 rows for a record of 8
-    ("task_id", ("attributes", "tasks", 0, "coords", "token"), [1, 9], "error"),  # right length, wrong rows
-])
-def test_pack_document_mutations(packed: dict[str, Any], node: str, field: tuple[Any, ...], value: Any, expected: str,
-                                 where: str) -> None:
+@pytest.mark.parametrize(
+    ("node", "field", "value", "expected"),
+    [
+        ("task_id", ("attributes", "tasks"), lambda h, k: h[k].pop(), "error"),
+        ("task_id", ("attributes", "tasks", 0, "group"), "../../etc", "error"),
+        ("task_id", ("attributes", "tasks", 0, "group"), "task_000009", "error"),  # another row's group
+        ("task_id", ("attributes", "tasks", 0, "coords", "token"), [8, 0], "error"),
+        ("task_id", ("shape",), [3], "error"),
+        ("input_00_ys", ("attributes", "records"), lambda h, k: h[k].pop(), "error"),
+        ("input_00_ys", ("shape",), [5, 8, 8], "error"),
+        ("input_00_ys", ("codecs", 0, "configuration", "chunk_shape", 0), 2, "error"),
+        ("input_00_ys", ("codecs", 0, "configuration", "index_location"), "start", "error"),
+        ("input_00_ys", ("data_type",), "int32", "verify"),  # same itemsize: decodes; storedDtype disagrees
+        ("input_00_ys", ("attributes", "records", 0, "storedShape"), [1], "verify"),
+        ("input_00_ys", ("attributes", "records", 1, "storedDtype"), "int32", "verify"),
+        ("input_00_ys", ("attributes", "records", 0, "note"), "edited", "read"),
+        (
+            "task_id",
+            ("attributes", "tasks", 0, "coords"),
+            lambda h, k: h[k].update(bogus=[0, 3]),
+            "read",
+        ),  # no such dim
+        # checked by the reader's view (read.packs): group names against taskId, row coordinates against the records
+        (
+            "task_id",
+            ("attributes", "tasks"),
+            _swap_rows,
+            "error",
+        ),  # the rows' coordinates then disagree with their records
+        ("task_id", ("attributes", "tasks", 0, "group"), "task_000099", "error"),
+        ("task_id", ("attributes", "tasks", 0, "attrs", "taskId"), 77, "error"),
+        ("task_id", ("attributes", "tasks", 0, "coords", "token"), [0, 9], "error"),  # 9 rows for a record of 8
+        ("task_id", ("attributes", "tasks", 0, "coords", "token"), [1, 9], "error"),  # right length, wrong rows
+    ],
+)
+def test_pack_document_mutations(
+    packed: dict[str, Any], node: str, field: tuple[Any, ...], value: Any, expected: str, where: str
+) -> None:
     """Mutations of a multi-row pack's documents the reader must refuse (or verify name), or read correctly. The
     reader serves a committed window from the window document alone: a pack's own documents edited behind its
     back read as the pristine window, and verify names them (they disagree with the window's copy)."""
@@ -498,8 +597,12 @@ def test_pack_document_fuzz(packed: dict[str, Any]) -> None:
     root = packed["root"]
 
     @settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-    @given(_pack_choice(packed), st.one_of(VALUES, st.just(_swap_rows)), st.sampled_from(["every", "window", "own"]),
-           st.booleans())
+    @given(
+        _pack_choice(packed),
+        st.one_of(VALUES, st.just(_swap_rows)),
+        st.sampled_from(["every", "window", "own"]),
+        st.booleans(),
+    )
     def run(choice: tuple[str, tuple[Any, ...]], value: Any, where: str, cli: bool) -> None:
         rel, field = choice
         gap = field[:2] == ("attributes", "tasks") and (len(field) < 4 or field[3] in _UNCHECKED)
@@ -542,8 +645,9 @@ SCHEMA_MUTATIONS = [
 
 
 @pytest.mark.parametrize(("node", "field", "value", "expected"), SCHEMA_MUTATIONS)
-def test_schema_mutations_are_verify_problems(dumps: dict[str, Any], node: str, field: tuple[str, ...], value: Any,
-                                              expected: str) -> None:
+def test_schema_mutations_are_verify_problems(
+    dumps: dict[str, Any], node: str, field: tuple[str, ...], value: Any, expected: str
+) -> None:
     root = dumps["work"] / "l1"
     window = root / "rank_0" / "window_0000"
     invocation = sorted(p for p in window.iterdir() if p.name.startswith("invocation_"))[0]

@@ -22,25 +22,55 @@ from megadump_zarr.runtime import Graph, MegaKernel, OperatorNode, SplitSpec, Te
 
 ROWS, COLS, TILE = 6, 3, 3
 HOSTILE = [
-    "../escape", "../../../../../../tmp/pwned", "a/b", "a_b", "a:b", "a\\b", "nul\x00byte", "L" * 1000, "ünï/cødé 段",
-    "..", ".", "zarr.json", "ZARR.JSON", ".zattrs", "__init", "~t", "/abs", "C:\\win", "\n\t ", "plain", "a_b~x",
+    "../escape",
+    "../../../../../../tmp/pwned",
+    "a/b",
+    "a_b",
+    "a:b",
+    "a\\b",
+    "nul\x00byte",
+    "L" * 1000,
+    "ünï/cødé 段",
+    "..",
+    ".",
+    "zarr.json",
+    "ZARR.JSON",
+    ".zattrs",
+    "__init",
+    "~t",
+    "/abs",
+    "C:\\win",
+    "\n\t ",
+    "plain",
+    "a_b~x",
 ]
 """Stage names (operators 0..n-2) and tensor names (tensors 0..n-1), in program order."""
-HOSTILE_DIMS = [("../row", "c/o\\l"), ("..", "."), ("zarr.json", "\x00"), ("row", "col"), ("ü", "段"), ("r" * 500, "col")]
+HOSTILE_DIMS = [
+    ("../row", "c/o\\l"),
+    ("..", "."),
+    ("zarr.json", "\x00"),
+    ("row", "col"),
+    ("ü", "段"),
+    ("r" * 500, "col"),
+]
 KERNEL = "kern/../\x00ël\\..\\x"
 
 
 def hostile_graph() -> Graph:
     """A chain: stage i reads tensor i and writes tensor i+1 = tensor i + (i + 1), split on rows."""
-    specs = [TensorSpec(name, (ROWS, COLS), torch.float32, i, HOSTILE_DIMS[i % len(HOSTILE_DIMS)])
-             for i, name in enumerate(HOSTILE)]
+    specs = [
+        TensorSpec(name, (ROWS, COLS), torch.float32, i, HOSTILE_DIMS[i % len(HOSTILE_DIMS)])
+        for i, name in enumerate(HOSTILE)
+    ]
     operators = []
     for i in range(len(HOSTILE) - 1):
+
         def fn(t: Any, i: int = i) -> None:
             t.params[i + 1][t.rows] = t.params[i][t.rows] + (i + 1)
 
-        operators.append(OperatorNode(HOSTILE[i], "vector", (specs[i],), (specs[i + 1],), fn,
-                                      SplitSpec(((0, 0),), (0,)), TILE))
+        operators.append(
+            OperatorNode(HOSTILE[i], "vector", (specs[i],), (specs[i + 1],), fn, SplitSpec(((0, 0),), (0,)), TILE)
+        )
     return Graph(operators)
 
 
@@ -132,7 +162,7 @@ def test_l1_each_stage_and_record_is_its_own_with_its_values(dumps):
             array = dump.record_array(row.path)
             assert array.attrs["name"] == name
             first = array.attrs["sourceOffsetBytes"] // (COLS * 4)
-            expected = values[stage_index if row.io == "input" else stage_index + 1][first:first + TILE]
+            expected = values[stage_index if row.io == "input" else stage_index + 1][first : first + TILE]
             np.testing.assert_array_equal(array.values, expected)
 
 
@@ -141,7 +171,10 @@ def test_mapping_is_deterministic(dumps, level):
     first, second = (dumps["roots"][(level, run)] for run in (1, 2))
     paths = [sorted(open_dump(root).records()["path"]) for root in (first, second)]
     assert paths[0] == paths[1]
-    files = [sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if ".plans" not in p.parts) for root in (first, second)]
+    files = [
+        sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if ".plans" not in p.parts)
+        for root in (first, second)
+    ]
     assert files[0] == files[1]
 
 
@@ -167,8 +200,9 @@ def test_dimension_named_like_a_record_array(tmp_path):
     def fn(t: Any) -> None:
         t.params[1][t.rows] = t.params[0][t.rows] + 1
 
-    kernel = MegaKernel(Graph([OperatorNode("s", "vector", (a,), (b,), fn, SplitSpec(((0, 0),), (0,)), TILE)]),
-                        name="k", num_workers=4)
+    kernel = MegaKernel(
+        Graph([OperatorNode("s", "vector", (a,), (b,), fn, SplitSpec(((0, 0),), (0,)), TILE)]), name="k", num_workers=4
+    )
     params = [torch.arange(ROWS * COLS, dtype=torch.float32).reshape(ROWS, COLS), torch.zeros(ROWS, COLS)]
     with tensor_dump(TensorDumpConfig(tmp_path / "dump", level="L1", stages="s")) as dumper:
         kernel.launch(params)
@@ -178,15 +212,24 @@ def test_dimension_named_like_a_record_array(tmp_path):
 
 
 def test_names_differing_only_in_case_get_case_insensitively_distinct_paths(tmp_path):
-    specs = [TensorSpec(name, (ROWS, COLS), torch.float32, i, ("row", "col")) for i, name in enumerate(("x", "Ab", "ab"))]
+    specs = [
+        TensorSpec(name, (ROWS, COLS), torch.float32, i, ("row", "col")) for i, name in enumerate(("x", "Ab", "ab"))
+    ]
 
     def fn(t: Any) -> None:
         t.params[1][t.rows] = t.params[0][t.rows] + 1
         t.params[2][t.rows] = t.params[0][t.rows] + 2
 
-    kernel = MegaKernel(Graph([OperatorNode("s", "vector", specs[:1], specs[1:], fn, SplitSpec(((0, 0),), (0, 0)), TILE)]),
-                        name="k", num_workers=4)
-    params = [torch.arange(ROWS * COLS, dtype=torch.float32).reshape(ROWS, COLS), torch.zeros(ROWS, COLS), torch.zeros(ROWS, COLS)]
+    kernel = MegaKernel(
+        Graph([OperatorNode("s", "vector", specs[:1], specs[1:], fn, SplitSpec(((0, 0),), (0, 0)), TILE)]),
+        name="k",
+        num_workers=4,
+    )
+    params = [
+        torch.arange(ROWS * COLS, dtype=torch.float32).reshape(ROWS, COLS),
+        torch.zeros(ROWS, COLS),
+        torch.zeros(ROWS, COLS),
+    ]
     with tensor_dump(TensorDumpConfig(tmp_path / "dump", level="L0")) as dumper:
         kernel.launch(params)
         dumper.step()

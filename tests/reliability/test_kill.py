@@ -23,8 +23,10 @@ from tests.reliability._children import put_kill_child
 
 
 def _summary(result) -> str:
-    return (f"trials={result.trials} committed={result.committed} complete={result.complete} torn={result.torn} "
-            f"aborted={result.aborted} arrays={result.arrays} seconds={result.seconds:.1f}")
+    return (
+        f"trials={result.trials} committed={result.committed} complete={result.complete} torn={result.torn} "
+        f"aborted={result.aborted} arrays={result.arrays} seconds={result.seconds:.1f}"
+    )
 
 
 @pytest.mark.timeout(240)
@@ -51,8 +53,9 @@ def test_sigkill_at_random_points_50_trials(tmp_path):
 def _run_child(directory: Path, level: str, kill_at: int, mode: str = "put") -> tuple[dict[str, str], str]:
     directory.mkdir(parents=True)
     log = directory / "child.log"
-    process = kill_context().Process(target=put_kill_child, args=(str(directory / "dump"), str(log), level, kill_at, mode),
-                                     daemon=True)
+    process = kill_context().Process(
+        target=put_kill_child, args=(str(directory / "dump"), str(log), level, kill_at, mode), daemon=True
+    )
     process.start()
     process.join(120)
     if process.is_alive():  # never expected: treat as a hang
@@ -145,12 +148,16 @@ def test_torn_window_with_a_cut_array_document_still_lists(tmp_path):
     root = tmp_path / "dump"
     invocation = "invocation_000000_forward"
     attrs = {"invocationId": 0, "step": 0, "direction": "forward", "kernelName": "k", "level": "L0", "rank": 0}
-    arrays = [ArrayWrite(name, np.arange(4, dtype=np.float32) + i, ("i",), {"name": name}) for i, name in enumerate("ab")]
+    arrays = [
+        ArrayWrite(name, np.arange(4, dtype=np.float32) + i, ("i",), {"name": name}) for i, name in enumerate("ab")
+    ]
     with WindowWriter(root) as writer:
         writer.write_window(_window_write(0, invocation, attrs, arrays))
         session = writer.begin(0, 1, {"level": "L0", "windowIndex": 1, "rank": 0, "invocations": [invocation]})
         session.write_invocation(InvocationWrite(invocation, attrs, [], arrays))  # then the process is killed
-    (root / "rank_0" / "window_0001" / invocation / "b" / "zarr.json").write_bytes(b'{"shape": [4], "da')  # cut mid-write
+    (root / "rank_0" / "window_0001" / invocation / "b" / "zarr.json").write_bytes(
+        b'{"shape": [4], "da'
+    )  # cut mid-write
     dump = open_dump(root)
     assert list(dump.windows()["status"]) == ["complete", "writing"]
     torn = dump.records(include_incomplete=True)
@@ -161,8 +168,12 @@ def test_torn_window_with_a_cut_array_document_still_lists(tmp_path):
 def _window_write(window: int, invocation: str, attrs: dict, arrays: list):
     from megadump_zarr.dump.export import InvocationWrite, WindowWrite
 
-    return WindowWrite(0, window, {"level": "L0", "windowIndex": window, "rank": 0, "invocations": [invocation]},
-                       [InvocationWrite(invocation, attrs, [], arrays)])
+    return WindowWrite(
+        0,
+        window,
+        {"level": "L0", "windowIndex": window, "rank": 0, "invocations": [invocation]},
+        [InvocationWrite(invocation, attrs, [], arrays)],
+    )
 
 
 def test_the_checker_is_not_vacuous(tmp_path, monkeypatch):
@@ -178,7 +189,9 @@ def test_the_checker_is_not_vacuous(tmp_path, monkeypatch):
     digests = spy_store_inputs(monkeypatch)
     pristine = tmp_path / "pristine"
     block = MoEBlock(DemoConfig(tokens=16, d_model=8))
-    with tensor_dump(TensorDumpConfig(pristine, level="L0", compressor="none"), schedule(wait=0, warmup=0, active=1)) as dumper:
+    with tensor_dump(
+        TensorDumpConfig(pristine, level="L0", compressor="none"), schedule(wait=0, warmup=0, active=1)
+    ) as dumper:
         train_step(block)
         dumper.step()
     window = pristine / "rank_0" / "window_0000"
@@ -204,8 +217,12 @@ def test_the_checker_is_not_vacuous(tmp_path, monkeypatch):
     assert any("checksum do not match" in p or "checksum mismatch" in p or "stats" in p for p in problems), problems
     problems = damaged("missing", lambda w: shutil.rmtree(w / "invocation_000000_forward" / "x"))
     assert any("unreadable" in p for p in problems), problems
-    problems = damaged("torn", lambda w: (w / "zarr.json").write_text(
-        (w / "zarr.json").read_text().replace('"status":"complete"', '"status":"writing"')))
+    problems = damaged(
+        "torn",
+        lambda w: (w / "zarr.json").write_text(
+            (w / "zarr.json").read_text().replace('"status":"complete"', '"status":"writing"')
+        ),
+    )
     assert any("lists it as 'writing'" in p for p in problems), problems
 
 
@@ -224,8 +241,14 @@ def test_the_checker_is_not_vacuous_over_packs(tmp_path, monkeypatch):
     pristine = tmp_path / "pristine"
     block = MoEBlock(DemoConfig(tokens=16, d_model=8))
     # combine's full tiles share a shape (a pack); the expert tiles are ragged (task groups)
-    config = TensorDumpConfig(pristine, level="L1", kernel_names="moe_experts", stages=("expert_up", "combine"),
-                              compressor="none", layout="packs")
+    config = TensorDumpConfig(
+        pristine,
+        level="L1",
+        kernel_names="moe_experts",
+        stages=("expert_up", "combine"),
+        compressor="none",
+        layout="packs",
+    )
     with tensor_dump(config, schedule(wait=0, warmup=0, active=1)) as dumper:
         train_step(block)
         dumper.step()

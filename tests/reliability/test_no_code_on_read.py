@@ -57,6 +57,7 @@ def no_unpickling(monkeypatch: pytest.MonkeyPatch, *, torch_load: bool = True) -
             out = dumps(*args, **kwargs)
             produced.add(bytes(out))
             return out
+
         return recorded
 
     def guarded(name: str, loads: Any) -> Any:
@@ -65,12 +66,14 @@ def no_unpickling(monkeypatch: pytest.MonkeyPatch, *, torch_load: bool = True) -
                 return loads(data, *args, **kwargs)
             calls.append(name)
             raise AssertionError(f"{name} was called on bytes this process did not pickle, while reading a dump")
+
         return refused
 
     def refuse(name: str) -> Any:
         def refused(*args: Any, **kwargs: Any) -> Any:
             calls.append(name)
             raise AssertionError(f"{name} was called while reading a dump")
+
         return refused
 
     class RefusingUnpickler(pickle.Unpickler):
@@ -108,8 +111,13 @@ def dump_root(tmp_path_factory) -> Path:
     with tensor_dump(TensorDumpConfig(base / "l0", level="L0"), schedule(wait=0, warmup=0, active=1)) as dumper:
         train_step(block)
         dumper.step()
-    config = TensorDumpConfig(base / "l1", level="L1", kernel_names=("moe_experts", "moe_experts_backward"),
-                              stages=("expert_up", "unpermute", "expert_up_bwd"), max_bytes_per_tensor=192)
+    config = TensorDumpConfig(
+        base / "l1",
+        level="L1",
+        kernel_names=("moe_experts", "moe_experts_backward"),
+        stages=("expert_up", "unpermute", "expert_up_bwd"),
+        max_bytes_per_tensor=192,
+    )
     with tensor_dump(config, schedule(wait=0, warmup=0, active=1)) as dumper:
         train_step(block)
         dumper.step()
@@ -146,7 +154,11 @@ def _read_everything(root: Path) -> int:
         count += dump.dataset(invocation=int(first["invocation"])).load().sizes.get("token", 0)
     else:
         count += dump.tensor("ws", stage="expert_up", io="output").values.size
-        count += dump.dataset(stage=first["stage"], task=int(first["task_id"]), invocation=int(first["invocation"])).load().sizes.get("slot", 0)
+        count += (
+            dump.dataset(stage=first["stage"], task=int(first["task_id"]), invocation=int(first["invocation"]))
+            .load()
+            .sizes.get("slot", 0)
+        )
     window = root / records.iloc[0]["path"].split("/invocation")[0]
     xr.open_datatree(str(window), engine="zarr").load()
     for argv in (["info", str(root)], ["ls", str(root)], ["stats", str(root)]):
@@ -159,13 +171,18 @@ def test_the_guard_catches_unpickling(tmp_path, monkeypatch):
     from_a_file = pickle.dumps(Evil(marker))
     saved = tmp_path / "t.pt"
     torch.save(torch.zeros(2), saved)
+
     def unpickler() -> None:
         with open(saved, "rb") as handle:
             pickle.Unpickler(handle)
 
     with no_unpickling(monkeypatch) as calls:
-        for attempt in (lambda: pickle.loads(from_a_file), lambda: _pickle.loads(from_a_file), unpickler,
-                        lambda: torch.load(saved, weights_only=True)):
+        for attempt in (
+            lambda: pickle.loads(from_a_file),
+            lambda: _pickle.loads(from_a_file),
+            unpickler,
+            lambda: torch.load(saved, weights_only=True),
+        ):
             with pytest.raises(AssertionError):
                 attempt()
         assert pickle.loads(pickle.dumps([1, 2])) == [1, 2]  # bytes this process just produced are allowed
@@ -188,14 +205,27 @@ def _plant_pickle_codec_arrays(root: Path, marker: Path) -> list[str]:
     doc = json.loads((window / "zarr.json").read_text())
     nodes = doc["consolidated_metadata"]["metadata"]
     invocation = next(k for k, v in nodes.items() if v.get("node_type") == "group" and "/" not in k)
-    template = next(v for k, v in nodes.items() if k.startswith(invocation + "/") and v.get("node_type") == "array"
-                    and "name" in v.get("attributes", {}))
+    template = next(
+        v
+        for k, v in nodes.items()
+        if k.startswith(invocation + "/") and v.get("node_type") == "array" and "name" in v.get("attributes", {})
+    )
     v3 = json.loads(json.dumps(template))
     v3["codecs"] = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "numcodecs.pickle"}]
     v3["attributes"]["name"] = "evil_v3"
-    v2 = {"zarr_format": 2, "node_type": "array", "shape": template["shape"], "chunks": template["shape"],
-          "dtype": "<f4", "compressor": {"id": "pickle"}, "filters": None, "fill_value": 0.0, "order": "C",
-          "dimension_separator": "/", "attributes": {**template["attributes"], "name": "evil_v2"}}
+    v2 = {
+        "zarr_format": 2,
+        "node_type": "array",
+        "shape": template["shape"],
+        "chunks": template["shape"],
+        "dtype": "<f4",
+        "compressor": {"id": "pickle"},
+        "filters": None,
+        "fill_value": 0.0,
+        "order": "C",
+        "dimension_separator": "/",
+        "attributes": {**template["attributes"], "name": "evil_v2"},
+    }
     payload = pickle.dumps(Evil(marker))
     group_doc_path = window / invocation / "zarr.json"
     group_doc = json.loads(group_doc_path.read_text())
@@ -205,7 +235,9 @@ def _plant_pickle_codec_arrays(root: Path, marker: Path) -> list[str]:
         directory = window / invocation / name
         directory.mkdir()
         (directory / "zarr.json").write_text(json.dumps(array_doc))
-        (directory / ".zarray").write_text(json.dumps({k: v for k, v in array_doc.items() if k not in ("node_type", "attributes")}))
+        (directory / ".zarray").write_text(
+            json.dumps({k: v for k, v in array_doc.items() if k not in ("node_type", "attributes")})
+        )
         zeros = "/".join("0" * len(template["shape"]))
         for chunk in (f"c/{zeros}", zeros, ".".join("0" * len(template["shape"]))):
             (directory / chunk).parent.mkdir(parents=True, exist_ok=True)
@@ -264,7 +296,9 @@ def _plant(target: Path, how: str, marker: Path, legacy: dict[str, Any]) -> None
         torch.save(Evil(marker), target, _use_new_zipfile_serialization=False)
 
 
-@pytest.mark.parametrize("how", ["torch.save", "pickle-protocol-2", "pickle-protocol-0", "nested-in-dict", "legacy-torch-format"])
+@pytest.mark.parametrize(
+    "how", ["torch.save", "pickle-protocol-2", "pickle-protocol-0", "nested-in-dict", "legacy-torch-format"]
+)
 def test_convert_legacy_refuses_a_malicious_pickle(tmp_path, legacy, how):
     target = _first_tensor_file(legacy)
     marker = tmp_path / "PWNED"

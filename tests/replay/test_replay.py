@@ -42,8 +42,11 @@ def test_the_faulty_task_is_wrong_on_its_own_inputs(faulty):
     assert row.f64_verdict == "fail" and row.f64_max_abs == pytest.approx(0.5, abs=1e-5)
     assert (row.rtol, row.atol) == tolerance_for("float32") == (1.3e-6, 1e-5)  # float32's defaults
     assert any(note.startswith("vs float32 replay: ") for note in row.notes)
-    assert sorted(p.rsplit("/", 1)[1] for p in result.inputs) == ["input_00_ws", "input_01_expert_counts",
-                                                                   "input_02_w_down"]
+    assert sorted(p.rsplit("/", 1)[1] for p in result.inputs) == [
+        "input_00_ws",
+        "input_01_expert_counts",
+        "input_02_w_down",
+    ]
 
 
 def test_clean_tasks_are_correct_on_their_inputs_even_downstream_of_the_fault(faulty):
@@ -78,8 +81,9 @@ def test_bfloat16_dump_replays_exactly_in_its_dtype_and_close_in_float64(tmp_pat
 
 
 def test_bad_selectors_list_what_exists(faulty):
-    with pytest.raises(ValueError, match=re.escape("no stage 'nope' in the dump; stages: combine, expert_down, "
-                                                   "expert_up, unpermute")):
+    with pytest.raises(
+        ValueError, match=re.escape("no stage 'nope' in the dump; stages: combine, expert_down, expert_up, unpermute")
+    ):
         replay(faulty, "nope", task_id=0)
     with pytest.raises(ValueError, match=re.escape("stage 'expert_down' has no task of owner 9; owners: 0, 1, 2, 3")):
         replay(faulty, "expert_down", owner=9)
@@ -102,8 +106,9 @@ def _tiny_dump(root, *, scale: float = 2.0):
     def scaled(tile):
         tile.params[1][tile.rows] = tile.params[0][tile.rows] * scale
 
-    kernel = MegaKernel(Graph([OperatorNode("double", "vector", (a,), (b,), scaled, SplitSpec(((0, 0),), (0,)), 4)]),
-                        name="tiny")
+    kernel = MegaKernel(
+        Graph([OperatorNode("double", "vector", (a,), (b,), scaled, SplitSpec(((0, 0),), (0,)), 4)]), name="tiny"
+    )
     with tensor_dump(TensorDumpConfig(root, level="L1", stages="double")):
         kernel.launch([torch.arange(32, dtype=torch.float32).reshape(8, 4), torch.zeros(8, 4)])
 
@@ -146,16 +151,21 @@ def test_a_reference_that_fails_is_named(tmp_path):
     def broken(tile):
         raise KeyError("no such weight")
 
-    with pytest.raises(ValueError, match=re.escape("the reference (reference=) failed on task 0 of stage 'double': "
-                                                   "KeyError: 'no such weight'")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape("the reference (reference=) failed on task 0 of stage 'double': KeyError: 'no such weight'"),
+    ):
         replay(tmp_path, "double", task_id=0, reference=broken)
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"io": "output"}, "the dump holds no inputs of task 1 of stage 'norm' (io or tensor_names filters?)"),
-    ({"io": "input"}, "the dump holds no outputs of task 1 of stage 'norm' (io or tensor_names filters?)"),
-    ({"max_bytes_per_tensor": 64}, "input 'x' of task 1 is truncated"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"io": "output"}, "the dump holds no inputs of task 1 of stage 'norm' (io or tensor_names filters?)"),
+        ({"io": "input"}, "the dump holds no outputs of task 1 of stage 'norm' (io or tensor_names filters?)"),
+        ({"max_bytes_per_tensor": 64}, "input 'x' of task 1 is truncated"),
+    ],
+)
 def test_a_dump_without_whole_inputs_and_outputs_is_refused(tmp_path, options, message):
     block = MoEBlock(DemoConfig(tokens=16))
     with tensor_dump(TensorDumpConfig(tmp_path, level="L1", kernel_names="moe_router", stages="norm", **options)):
@@ -176,7 +186,9 @@ def test_an_l0_dump_is_refused(tmp_path):
 def test_an_expert_with_no_tokens_replays_as_correct(tmp_path):
     """One token, three experts: two experts get empty (0 x d_model) views, which must replay, not crash."""
     block = MoEBlock(DemoConfig(tokens=1, n_experts=3))
-    with tensor_dump(TensorDumpConfig(tmp_path, level="L1", kernel_names="moe_experts", stages=("expert_up", "expert_down"))):
+    with tensor_dump(
+        TensorDumpConfig(tmp_path, level="L1", kernel_names="moe_experts", stages=("expert_up", "expert_down"))
+    ):
         block(block.make_input())
     records = open_dump(tmp_path).records()
     empty = records[(records["stage"] == "expert_up") & (records["name"] == "xs") & (records["bytes"] == 0)]
@@ -193,17 +205,24 @@ def filtered(tmp_path_factory):
     """combine's input ``ws`` filtered out by tensor_names: replaying with zeros would blame a clean task."""
     root = tmp_path_factory.mktemp("filtered")
     block = MoEBlock(DemoConfig())
-    with tensor_dump(TensorDumpConfig(root, level="L1", kernel_names="moe_experts", stages="combine",
-                                      tensor_names=("x", "gate", "out"))):
+    with tensor_dump(
+        TensorDumpConfig(
+            root, level="L1", kernel_names="moe_experts", stages="combine", tensor_names=("x", "gate", "out")
+        )
+    ):
         block(block.make_input())
     return root, block
 
 
 def test_a_task_whose_inputs_were_filtered_out_is_refused_not_blamed(filtered):
     root, block = filtered
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
             "the dump lacks 'ws' (input 1, parameter 4) of task 13 of stage 'combine' (tensor_names or io filters?): "
-            "replay needs every input of the task (a missing one would be replayed as zeros)")):
+            "replay needs every input of the task (a missing one would be replayed as zeros)"
+        ),
+    ):
         replay(root, "combine", task_id=13)
     (combine,) = [o for o in block.expert_kernel.graph.operators if o.name == "combine"]
     with pytest.raises(ValueError, match=re.escape("the dump lacks input 1 of task 13 of stage 'combine'")):
@@ -211,9 +230,13 @@ def test_a_task_whose_inputs_were_filtered_out_is_refused_not_blamed(filtered):
 
 
 def test_owner_on_a_stage_not_split_by_owner_says_so(faulty):
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
             "stage 'combine' is not split by owner (its tasks have no owner id): choose a task by its id "
-            "(task_id=, --task); tasks: 13, 14, 15, 16, 17")):
+            "(task_id=, --task); tasks: 13, 14, 15, 16, 17"
+        ),
+    ):
         replay(faulty, "combine", owner=0)
 
 
@@ -229,11 +252,16 @@ def test_a_truncated_output_is_judged_on_its_prefix_and_says_so(tmp_path):
         if tile.start == 2:
             tile.params[1][tile.rows][0, 1] += 1
 
-    kernel = MegaKernel(Graph([OperatorNode("rep", "vector", specs[:1], specs[1:], wrong_in_task_1,
-                                            SplitSpec(((0, 0),), (0,)), 2)]), name="tiny")
+    kernel = MegaKernel(
+        Graph([OperatorNode("rep", "vector", specs[:1], specs[1:], wrong_in_task_1, SplitSpec(((0, 0),), (0,)), 2)]),
+        name="tiny",
+    )
     with tensor_dump(TensorDumpConfig(tmp_path, level="L1", stages="rep", max_bytes_per_tensor=64)):
         kernel.launch([torch.arange(32, dtype=torch.float32).reshape(8, 4), torch.zeros(8, 16)])
-    clean, culprit = replay(tmp_path, "rep", task_id=0, reference=repeat), replay(tmp_path, "rep", task_id=1, reference=repeat)
+    clean, culprit = (
+        replay(tmp_path, "rep", task_id=0, reference=repeat),
+        replay(tmp_path, "rep", task_id=1, reference=repeat),
+    )
     assert clean.verdict == CORRECT and culprit.verdict == WRONG
     assert culprit.outputs.iloc[0]["max_abs"] == 1.0
     assert "truncated: judged on its first 16 of 32 elements (max_bytes_per_tensor)" in clean.outputs.iloc[0]["notes"]
@@ -255,7 +283,13 @@ def test_a_golden_kernel_of_another_size_and_dtype_replays_in_the_dumps_own_shap
 def test_ids_straight_from_records_select_the_task(faulty):
     records = open_dump(faulty).records()
     row = records[(records["stage"] == "expert_down") & (records["owner_id"] == 1)].iloc[0]
-    result = replay(faulty, row["stage"], task_id=row["task_id"], invocation=row["invocation"], rank=row["rank"],
-                    window=row["window"])  # numpy integers
+    result = replay(
+        faulty,
+        row["stage"],
+        task_id=row["task_id"],
+        invocation=row["invocation"],
+        rank=row["rank"],
+        window=row["window"],
+    )  # numpy integers
     assert result.verdict == WRONG and result.task_id == 5
     assert replay(faulty, "expert_down", owner=row["owner_id"]).task_id == 5

@@ -43,15 +43,17 @@ def test_a_registered_source_is_used_and_removed() -> None:
 
     register_source("mylab.Block", build, lambda config: "tiny")
     try:
-        ref = resolve_reference(None, kernel="moe_experts", stage="expert_down", source=_source("mylab.Block"),
-                                dtype=torch.float64)
+        ref = resolve_reference(
+            None, kernel="moe_experts", stage="expert_down", source=_source("mylab.Block"), dtype=torch.float64
+        )
         assert ref.origin == "mylab.Block(tiny)" and ref.operator.name == "expert_down"
         assert built == [("moe_experts", torch.float64)]
     finally:
         register_source("mylab.Block", None)
     with pytest.raises(ValueError, match="names operator source 'mylab.Block', which is not a known one"):
-        resolve_reference(None, kernel="moe_experts", stage="expert_down", source=_source("mylab.Block"),
-                          dtype=torch.float32)
+        resolve_reference(
+            None, kernel="moe_experts", stage="expert_down", source=_source("mylab.Block"), dtype=torch.float32
+        )
 
 
 def test_an_unknown_demo_kernel_is_named() -> None:
@@ -59,11 +61,14 @@ def test_an_unknown_demo_kernel_is_named() -> None:
         resolve_reference(None, kernel="nope", stage="expert_up", source=_source(), dtype=torch.float32)
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (("", replay_kernel), "register_source: name must be a non-empty string, got ''"),
-    (("x", 42), "register_source: build must be callable, got int"),
-    (("x", replay_kernel, "words"), "register_source: describe must be callable, got str"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("", replay_kernel), "register_source: name must be a non-empty string, got ''"),
+        (("x", 42), "register_source: build must be callable, got int"),
+        (("x", replay_kernel, "words"), "register_source: describe must be callable, got str"),
+    ],
+)
 def test_a_bad_registration_is_refused(args, message) -> None:
     with pytest.raises(TypeError, match=message):
         register_source(*args)

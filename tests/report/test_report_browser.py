@@ -33,10 +33,26 @@ def _browser() -> str:
 
 
 def _chromium(*args: str) -> subprocess.CompletedProcess[str]:
-    command = [_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
-               "--enable-logging=stderr", "--v=0", "--virtual-time-budget=4000", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False,
-                          env={**os.environ, "HOME": os.environ.get("HOME", "/tmp")})
+    command = [
+        _browser(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--hide-scrollbars",
+        "--enable-logging=stderr",
+        "--v=0",
+        "--virtual-time-budget=4000",
+        *args,
+    ]
+    return subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "HOME": os.environ.get("HOME", "/tmp")},
+    )
 
 
 def _console_errors(stderr: str) -> list[str]:
@@ -49,8 +65,8 @@ def _png_colours(path: Path) -> int:
     assert raw[:8] == b"\x89PNG\r\n\x1a\n"
     chunks, pos, header = [], 8, None
     while pos < len(raw):
-        length = int.from_bytes(raw[pos:pos + 4], "big")
-        kind, body = raw[pos + 4:pos + 8], raw[pos + 8:pos + 8 + length]
+        length = int.from_bytes(raw[pos : pos + 4], "big")
+        kind, body = raw[pos + 4 : pos + 8], raw[pos + 8 : pos + 8 + length]
         if kind == b"IHDR":
             header = body
         elif kind == b"IDAT":
@@ -61,8 +77,11 @@ def _png_colours(path: Path) -> int:
     channels = {2: 3, 6: 4}[header[9]]
     data = zlib.decompress(b"".join(chunks))
     stride = width * channels + 1
-    sample = {data[i:i + channels] for row in range(0, len(data), stride * 7)
-              for i in range(row + 1, row + stride, channels * 5)}
+    sample = {
+        data[i : i + channels]
+        for row in range(0, len(data), stride * 7)
+        for i in range(row + 1, row + stride, channels * 5)
+    }
     return len(sample)
 
 
@@ -76,7 +95,10 @@ def test_report_renders_in_chromium(pair: Any, cli: Any, tmp_path: Path) -> None
     assert 'data-ready="1"' in html, "the report's script did not finish"
     assert re.search(r'<pre id="js-errors"></pre>', html), "script errors were listed in the page"
     assert not _console_errors(dom.stderr), _console_errors(dom.stderr)
-    rows = re.findall(r'<tr class="(fail|ok)" data-order="\d+">', re.search(r'<table id="records">.*?<tbody>(.*?)</tbody>', html, re.S)[1])
+    rows = re.findall(
+        r'<tr class="(fail|ok)" data-order="\d+">',
+        re.search(r'<table id="records">.*?<tbody>(.*?)</tbody>', html, re.S)[1],
+    )
     table = re.search(r'id="report-data">(.*?)</script>', html, re.S)[1]
     assert len(rows) == table.count('"path":'), "every record is a table row"
     assert rows[0] == "fail" and "ok" in rows, "failures come first"

@@ -31,7 +31,7 @@ def test_comparison_report_is_self_contained_and_carries_every_record(pair: Any,
     assert result.code == 1, result.err
     page = out.read_text(encoding="utf-8")
     # Nothing is fetched at view time: no external scripts, styles, fonts or images.
-    assert not re.search(r'<(script|link|img|iframe)[^>]+(src|href)=', page)
+    assert not re.search(r"<(script|link|img|iframe)[^>]+(src|href)=", page)
     assert "@import" not in page and "url(" not in page
     assert "default-src 'none'" in page
     data = _embedded(page)
@@ -112,34 +112,54 @@ def test_report_names_the_injected_fault_as_root_cause(fault_pair: Any, cli: Any
     root = result.json()["root_cause"]
     expected = analyse.root_cause(analyse.compare(faulty, clean))
     assert root["path"] == expected["path"]
-    assert (root["stage"], root["owner_id"], root["io"], root["task_id"]) == ("expert_down", 1, "output",
-                                                                              fault.task_ids[0])
+    assert (root["stage"], root["owner_id"], root["io"], root["task_id"]) == (
+        "expert_down",
+        1,
+        "output",
+        fault.task_ids[0],
+    )
     page = out.read_text(encoding="utf-8")
     card = re.search(r'<div class="card" id="root-cause">(.*?)</div>', page, re.S)[1].replace("<wbr>", "")
     assert "expert_down" in card and root["path"] in card
     # The error map marks exactly the faulty stage x owner cell as failing.
     grid = re.search(r'<table class="errormap">(.*?)</table>', page, re.S)[1]
     failing = re.findall(r"<tr><th>([^<]+)</th>(.*?)</tr>", grid)
-    marked = {(stage, i) for stage, cells in failing
-              for i, cls in enumerate(re.findall(r'<td class="(\w+)"', cells)) if cls == "fail"}
+    marked = {
+        (stage, i)
+        for stage, cells in failing
+        for i, cls in enumerate(re.findall(r'<td class="(\w+)"', cells))
+        if cls == "fail"
+    }
     assert marked == {("expert_down", 1)}
 
 
 def test_an_infinite_error_is_shown_as_the_worst_cell_not_a_blank_one() -> None:
     from megadump_zarr.report import ReportData, render_html
 
-    grid = {"where": {"rank": 0, "window": 0, "invocation": 0, "step": 0}, "by": "owner", "rows": ["s"],
-            "columns": ["0", "1"], "cells": [[{"worst_rel": 0.5, "failing": 1, "records": 1},
-                                              {"worst_rel": "inf", "failing": 1, "records": 1}]]}
-    page = render_html(ReportData(kind="compare", title="t", sources={"a": "A", "b": "B"},
-                                  summary={"failing": 2, "records": 2, "counts": {"fail": 2}}, error_maps=[grid]))
+    grid = {
+        "where": {"rank": 0, "window": 0, "invocation": 0, "step": 0},
+        "by": "owner",
+        "rows": ["s"],
+        "columns": ["0", "1"],
+        "cells": [[{"worst_rel": 0.5, "failing": 1, "records": 1}, {"worst_rel": "inf", "failing": 1, "records": 1}]],
+    }
+    page = render_html(
+        ReportData(
+            kind="compare",
+            title="t",
+            sources={"a": "A", "b": "B"},
+            summary={"failing": 2, "records": 2, "counts": {"fail": 2}},
+            error_maps=[grid],
+        )
+    )
     cells = re.findall(r'<td class="fail" data-value="([^"]*)"[^>]*style="([^"]*)"', page)
     assert cells[1] == ("inf", "background:rgb(103,0,31);color:#fff")
     assert cells[0][0] == "0.5" and "#eeeeee" not in cells[1][1]  # never the blank of "no value"
 
 
-def test_a_filter_matching_nothing_names_what_exists_and_writes_nothing(fault_pair: Any, cli: Any,
-                                                                        tmp_path: Path) -> None:
+def test_a_filter_matching_nothing_names_what_exists_and_writes_nothing(
+    fault_pair: Any, cli: Any, tmp_path: Path
+) -> None:
     faulty, clean, _ = fault_pair
     for args in ((faulty, clean), (faulty,)):
         out = tmp_path / "none.html"

@@ -19,8 +19,9 @@ def _statistics_dump(root: Path, fault: bool) -> None:
     from megadump_zarr.demo.model import DemoConfig, MoEBlock
 
     block = MoEBlock(DemoConfig())
-    config = TensorDumpConfig(root, level="L1", kernel_names="moe_experts", stages=("expert_up", "expert_down"),
-                              mode="statistics")
+    config = TensorDumpConfig(
+        root, level="L1", kernel_names="moe_experts", stages=("expert_up", "expert_down"), mode="statistics"
+    )
     with tensor_dump(config) as dumper:
         if fault:
             with inject_fault(block.expert_kernel, "expert_down", owner=1, delta=0.5):

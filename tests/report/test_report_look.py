@@ -143,11 +143,23 @@ def test_signed_heatmap_colours_are_symmetric_in_the_browser(tmp_path_factory: p
         return 0.2126 * rgb[0] + 0.7152 * rgb[1] + 0.0722 * rgb[2]
 
     assert cells == [115, 254] and lightness(low) > lightness(high) + 100, (low, high)
-    worst = {"where": {"name": "signed", "window": 0, "invocation": 0, "step": 0}, "shape": [1, 2], "cells": cells,
-             "limit": 2.95, "steps": [1, 1], "dims": ["row", "col"], "sampled": False,
-             "histogram": {"counts": [1, 1], "edges": [-0.28, 1.335, 2.95]}}
-    data = ReportData(kind="compare", title="signed", sources={"a": "A", "b": "B"},
-                      summary={"failing": 1, "records": 1, "counts": {"fail": 1}}, worst=[worst])
+    worst = {
+        "where": {"name": "signed", "window": 0, "invocation": 0, "step": 0},
+        "shape": [1, 2],
+        "cells": cells,
+        "limit": 2.95,
+        "steps": [1, 1],
+        "dims": ["row", "col"],
+        "sampled": False,
+        "histogram": {"counts": [1, 1], "edges": [-0.28, 1.335, 2.95]},
+    }
+    data = ReportData(
+        kind="compare",
+        title="signed",
+        sources={"a": "A", "b": "B"},
+        summary={"failing": 1, "records": 1, "counts": {"fail": 1}},
+        worst=[worst],
+    )
     base = tmp_path_factory.mktemp("look-signed")
     page, shot = base / "signed.html", base / "signed.png"
     page.write_text(render_html(data), encoding="utf-8")

@@ -19,8 +19,9 @@ _PRE = re.compile(r'<pre class="mono">(import xarray as xr.*?)</pre>', re.S)
 
 
 def _run(code: str, cwd: Path) -> None:
-    done = subprocess.run([sys.executable, "-W", "error", "-c", code], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, f"snippet failed:\n{code}\n{done.stderr[-2000:]}"
 
 
@@ -49,7 +50,8 @@ def test_every_record_snippet_opens_its_group(pair, tmp_path, level):
     depth = 4 if level == "L1" else 2
     assert all(g.count("/") == depth and ("/stages/" in g) == (level == "L1") for g in groups), groups
     code = "import xarray as xr\n" + "".join(
-        f"xr.open_dataset({root!r}, engine='megadump', group={g!r})\n" for g in groups)
+        f"xr.open_dataset({root!r}, engine='megadump', group={g!r})\n" for g in groups
+    )
     for path in sorted(set(records["path"]))[:: max(1, len(records) // 12)]:
         code += _open_snippet(root, path).partition("\n# or:")[0].removeprefix("import xarray as xr\n") + "\n"
     _run(code, tmp_path)

@@ -19,7 +19,9 @@ from megadump_zarr.runtime.abi import (
 
 
 def _offsets(struct_type):
-    return {name: (getattr(struct_type, name).offset, getattr(struct_type, name).size) for name, _ in struct_type._fields_}
+    return {
+        name: (getattr(struct_type, name).offset, getattr(struct_type, name).size) for name, _ in struct_type._fields_
+    }
 
 
 def test_constants():
@@ -30,7 +32,10 @@ def test_tensor_desc_layout():
     assert ctypes.sizeof(TensorDescC) == 24
     assert ctypes.alignment(TensorDescC) == 8
     assert _offsets(TensorDescC) == {
-        "input_position": (0, 4), "data_type": (4, 4), "base_ptr_offset": (8, 8), "dynamic_shape": (16, 4),
+        "input_position": (0, 4),
+        "data_type": (4, 4),
+        "base_ptr_offset": (8, 8),
+        "dynamic_shape": (16, 4),
         "reserved": (20, 4),
     }
 
@@ -44,15 +49,26 @@ def test_task_desc_layout():
     # 6 u32 (24 bytes), then 8 inputs and 8 outputs of 24 bytes each.
     assert ctypes.sizeof(TaskDescC) == 24 + 2 * 8 * 24 == 408
     assert _offsets(TaskDescC) == {
-        "task_index": (0, 4), "core_type": (4, 4), "num_inputs": (8, 4), "num_outputs": (12, 4),
-        "task_split_value": (16, 4), "reserved": (20, 4), "inputs": (24, 192), "outputs": (216, 192),
+        "task_index": (0, 4),
+        "core_type": (4, 4),
+        "num_inputs": (8, 4),
+        "num_outputs": (12, 4),
+        "task_split_value": (16, 4),
+        "reserved": (20, 4),
+        "inputs": (24, 192),
+        "outputs": (216, 192),
     }
 
 
 def test_runtime_config_layout():
     assert _offsets(RuntimeConfigC) == {
-        "num_workers": (0, 4), "num_tasks": (4, 4), "task_index_num": (8, 12), "diagnostic_mode": (20, 4),
-        "cube_task_indices": (24, 4096), "vector_task_indices": (4120, 4096), "mix_task_indices": (8216, 4096),
+        "num_workers": (0, 4),
+        "num_tasks": (4, 4),
+        "task_index_num": (8, 12),
+        "diagnostic_mode": (20, 4),
+        "cube_task_indices": (24, 4096),
+        "vector_task_indices": (4120, 4096),
+        "mix_task_indices": (8216, 4096),
         "all_tasks": (12312, 1024 * 408),
     }
     assert ctypes.sizeof(RuntimeConfigC) == 12312 + 1024 * 408 == 430104
@@ -66,11 +82,13 @@ def _runtime():
     def fn(tile):
         return None
 
-    graph = Graph([
-        OperatorNode("a", "vector", (x, w), (y,), fn, SplitSpec(((0, 0),), (0,)), 8),
-        OperatorNode("b", "cube", (y,), (x,), fn, SplitSpec(((0, 0),), (0,)), 16),
-        OperatorNode("c", "mix", (w,), (y,), fn, owners=(3, 1)),
-    ])
+    graph = Graph(
+        [
+            OperatorNode("a", "vector", (x, w), (y,), fn, SplitSpec(((0, 0),), (0,)), 8),
+            OperatorNode("b", "cube", (y,), (x,), fn, SplitSpec(((0, 0),), (0,)), 16),
+            OperatorNode("c", "mix", (w,), (y,), fn, owners=(3, 1)),
+        ]
+    )
     params = [torch.zeros(37, 4), torch.zeros(4, 4, dtype=torch.bfloat16), torch.zeros(37, 4)]
     return compile_runtime(graph, params, kernel_name="abi", num_workers=6)
 
@@ -79,12 +97,21 @@ def _fields(config):
     tasks = []
     for i in range(int(config.num_tasks)):
         t = config.all_tasks[i]
-        ports = [(p.input_position, p.data_type, p.base_ptr_offset, p.dynamic_shape)
-                 for p in (*t.inputs[:t.num_inputs], *t.outputs[:t.num_outputs])]
+        ports = [
+            (p.input_position, p.data_type, p.base_ptr_offset, p.dynamic_shape)
+            for p in (*t.inputs[: t.num_inputs], *t.outputs[: t.num_outputs])
+        ]
         tasks.append((t.task_index, t.core_type, t.num_inputs, t.num_outputs, t.task_split_value, ports))
-    return (config.num_workers, config.num_tasks, list(config.task_index_num), config.diagnostic_mode,
-            list(config.cube_task_indices[:8]), list(config.vector_task_indices[:8]), list(config.mix_task_indices[:8]),
-            tasks)
+    return (
+        config.num_workers,
+        config.num_tasks,
+        list(config.task_index_num),
+        config.diagnostic_mode,
+        list(config.cube_task_indices[:8]),
+        list(config.vector_task_indices[:8]),
+        list(config.mix_task_indices[:8]),
+        tasks,
+    )
 
 
 def test_pack_unpack_round_trip():
@@ -137,8 +164,10 @@ def test_diagnostic_mode_offset_is_the_byte_that_sets_mode_two():
 
 @pytest.mark.parametrize(
     "tensor",
-    [torch.zeros(ctypes.sizeof(RuntimeConfigC) - 1, dtype=torch.uint8),
-     torch.zeros(ctypes.sizeof(RuntimeConfigC) // 4, dtype=torch.int32)],
+    [
+        torch.zeros(ctypes.sizeof(RuntimeConfigC) - 1, dtype=torch.uint8),
+        torch.zeros(ctypes.sizeof(RuntimeConfigC) // 4, dtype=torch.int32),
+    ],
 )
 def test_unpack_rejects_wrong_size_or_dtype(tensor):
     with pytest.raises(ValueError) as info:

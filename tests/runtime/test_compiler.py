@@ -39,7 +39,11 @@ def _tiled_params(rows=37, cols=4):
 def test_tiling_37_rows_by_8():
     runtime = compile_runtime(_tiled_graph(), _tiled_params(), kernel_name="k")
     assert [(t.task_id, t.task_index, t.start, t.stop, t.owner_id) for t in runtime.tasks] == [
-        (0, 0, 0, 8, None), (1, 1, 8, 16, None), (2, 2, 16, 24, None), (3, 3, 24, 32, None), (4, 4, 32, 37, None),
+        (0, 0, 0, 8, None),
+        (1, 1, 8, 16, None),
+        (2, 2, 16, 24, None),
+        (3, 3, 24, 32, None),
+        (4, 4, 32, 37, None),
     ]
     assert runtime.tasks[-1].stop - runtime.tasks[-1].start == 5  # final partial tile
     config = runtime.host_config
@@ -67,7 +71,10 @@ def test_base_ptr_offset_uses_trailing_elements():
     runtime = compile_runtime(graph, params, kernel_name="k")
     descs = [runtime.host_config.all_tasks[i] for i in range(3)]
     assert [(d.inputs[0].base_ptr_offset, d.inputs[0].data_type, d.task_split_value) for d in descs] == [
-        (0, 2, 4), (60, 2, 4), (120, 2, 4)]
+        (0, 2, 4),
+        (60, 2, 4),
+        (120, 2, 4),
+    ]
     assert [(t.start, t.stop) for t in runtime.tasks] == [(0, 4), (4, 8), (8, 10)]
 
 
@@ -80,7 +87,9 @@ def test_untiled_operator_is_one_task_over_all_rows():
 def test_unsplit_operator_is_one_task():
     x = TensorSpec("x", (5,), torch.float32, 0)
     y = TensorSpec("y", (5,), torch.float32, 1)
-    runtime = compile_runtime(Graph([OperatorNode("op", "cube", (x,), (y,), _noop)]), [torch.zeros(5)] * 2, kernel_name="k")
+    runtime = compile_runtime(
+        Graph([OperatorNode("op", "cube", (x,), (y,), _noop)]), [torch.zeros(5)] * 2, kernel_name="k"
+    )
     assert [(t.start, t.stop, t.owner_id) for t in runtime.tasks] == [(None, None, None)]
     desc = runtime.host_config.all_tasks[0]
     assert (desc.task_split_value, desc.inputs[0].base_ptr_offset, desc.outputs[0].base_ptr_offset) == (0, 0, 0)
@@ -91,16 +100,28 @@ def test_owner_tasks():
     w = TensorSpec("w", (3, 2, 2), torch.float32, 1)
     ys = TensorSpec("ys", (6, 2), torch.float32, 2, dynamic=True)
     graph = Graph([OperatorNode("expert", "mix", (xs, w), (ys,), _noop, owners=(2, 0, 1))])
-    runtime = compile_runtime(graph, [torch.zeros(6, 2), torch.zeros(3, 2, 2), torch.zeros(6, 2)], kernel_name="k",
-                              owner_label="expert", owner_context="ctx")
+    runtime = compile_runtime(
+        graph,
+        [torch.zeros(6, 2), torch.zeros(3, 2, 2), torch.zeros(6, 2)],
+        kernel_name="k",
+        owner_label="expert",
+        owner_context="ctx",
+    )
     assert [(t.task_id, t.task_index, t.owner_id, t.start, t.stop) for t in runtime.tasks] == [
-        (0, 0, 2, None, None), (1, 1, 0, None, None), (2, 2, 1, None, None)]
+        (0, 0, 2, None, None),
+        (1, 1, 0, None, None),
+        (2, 2, 1, None, None),
+    ]
     assert runtime.metadata.task_owner_ids == {0: 2, 1: 0, 2: 1}
     assert runtime.owner_label == "expert" and runtime.spec.owner_context == "ctx"
     for i in range(3):
         desc = runtime.host_config.all_tasks[i]
         assert desc.task_split_value == 0 and desc.core_type == 2
-        assert desc.inputs[0].dynamic_shape == 1 and desc.inputs[1].dynamic_shape == 0 and desc.outputs[0].dynamic_shape == 1
+        assert (
+            desc.inputs[0].dynamic_shape == 1
+            and desc.inputs[1].dynamic_shape == 0
+            and desc.outputs[0].dynamic_shape == 1
+        )
         assert desc.inputs[0].base_ptr_offset == 0
 
 
@@ -116,17 +137,25 @@ def _mixed_graph():
     out = TensorSpec("out", (T, D), torch.float32, 4)
     fin = TensorSpec("fin", (T, D), torch.float32, 5)
     experts = (0, 1, 2)
-    return Graph([
-        OperatorNode("up", "mix", (xs, w), (ws,), _noop, owners=experts),
-        OperatorNode("down", "cube", (ws, w), (ys,), _noop, owners=experts),
-        OperatorNode("scale", "vector", (ys,), (out,), _noop, ROWS_SPLIT, 8),
-        OperatorNode("proj", "cube", (out,), (fin,), _noop, ROWS_SPLIT, 16),
-    ])
+    return Graph(
+        [
+            OperatorNode("up", "mix", (xs, w), (ws,), _noop, owners=experts),
+            OperatorNode("down", "cube", (ws, w), (ys,), _noop, owners=experts),
+            OperatorNode("scale", "vector", (ys,), (out,), _noop, ROWS_SPLIT, 8),
+            OperatorNode("proj", "cube", (out,), (fin,), _noop, ROWS_SPLIT, 16),
+        ]
+    )
 
 
 def _mixed_params():
-    return [torch.zeros(37, 4), torch.zeros(3, 4, 4), torch.zeros(37, 4), torch.zeros(37, 4), torch.zeros(37, 4),
-            torch.zeros(37, 4)]
+    return [
+        torch.zeros(37, 4),
+        torch.zeros(3, 4, 4),
+        torch.zeros(37, 4),
+        torch.zeros(37, 4),
+        torch.zeros(37, 4),
+        torch.zeros(37, 4),
+    ]
 
 
 def _compile_mixed(**kw):
@@ -135,9 +164,22 @@ def _compile_mixed(**kw):
 
 def test_stage_names_and_schedules():
     runtime = _compile_mixed()
-    assert runtime.task_stage_names == {0: "up", 1: "up", 2: "up", 3: "down", 4: "down", 5: "down",
-                                        6: "scale", 7: "scale", 8: "scale", 9: "scale", 10: "scale",
-                                        11: "proj", 12: "proj", 13: "proj"}
+    assert runtime.task_stage_names == {
+        0: "up",
+        1: "up",
+        2: "up",
+        3: "down",
+        4: "down",
+        5: "down",
+        6: "scale",
+        7: "scale",
+        8: "scale",
+        9: "scale",
+        10: "scale",
+        11: "proj",
+        12: "proj",
+        13: "proj",
+    }
     assert [t.stage for t in runtime.tasks] == [runtime.task_stage_names[i] for i in range(14)]
     assert [t.task_index for t in runtime.tasks] == [0, 1, 2, 0, 1, 2, 0, 1, 2, 3, 4, 0, 1, 2]
     config = runtime.host_config
@@ -157,17 +199,22 @@ def test_stage_names_and_schedules():
     assert runtime.spec.num_workers == 8
 
 
-_CORE_NAMES = {TaskAiCoreType.TASK_AICORE_CUBE: "AIC", TaskAiCoreType.TASK_AICORE_VECTOR: "AIV",
-               TaskAiCoreType.TASK_AICORE_MIX: "MIX"}
+_CORE_NAMES = {
+    TaskAiCoreType.TASK_AICORE_CUBE: "AIC",
+    TaskAiCoreType.TASK_AICORE_VECTOR: "AIV",
+    TaskAiCoreType.TASK_AICORE_MIX: "MIX",
+}
 
 
 def _event_driven_locations(config: RuntimeConfigC, stride: int) -> dict[int, tuple[str, int]]:
     """The dumper's placement rule, written out: the i-th task of a schedule runs on worker
     i % (num_workers // 2) for cube and mix, i % (num_workers // stride) for vector."""
     workers = int(config.num_workers)
-    schedules = ((TaskAiCoreType.TASK_AICORE_CUBE, config.cube_task_indices, config.task_index_num[0]),
-                 (TaskAiCoreType.TASK_AICORE_VECTOR, config.vector_task_indices, config.task_index_num[1]),
-                 (TaskAiCoreType.TASK_AICORE_MIX, config.mix_task_indices, config.task_index_num[2]))
+    schedules = (
+        (TaskAiCoreType.TASK_AICORE_CUBE, config.cube_task_indices, config.task_index_num[0]),
+        (TaskAiCoreType.TASK_AICORE_VECTOR, config.vector_task_indices, config.task_index_num[1]),
+        (TaskAiCoreType.TASK_AICORE_MIX, config.mix_task_indices, config.task_index_num[2]),
+    )
     locations = {}
     for core, indices, count in schedules:
         group = workers // stride if core == TaskAiCoreType.TASK_AICORE_VECTOR else workers // 2
@@ -182,9 +229,20 @@ def test_event_driven_placement_8_workers_stride_4():
     assert runtime.spec.vector_worker_stride == 4
     # cube/mix: 8 // 2 = 4 groups; vector: 8 // 4 = 2 groups.
     assert _event_driven_locations(runtime.host_config, 4) == {
-        0: ("MIX", 0), 1: ("MIX", 1), 2: ("MIX", 2),
-        3: ("AIC", 0), 4: ("AIC", 1), 5: ("AIC", 2), 11: ("AIC", 3), 12: ("AIC", 0), 13: ("AIC", 1),
-        6: ("AIV", 0), 7: ("AIV", 1), 8: ("AIV", 0), 9: ("AIV", 1), 10: ("AIV", 0),
+        0: ("MIX", 0),
+        1: ("MIX", 1),
+        2: ("MIX", 2),
+        3: ("AIC", 0),
+        4: ("AIC", 1),
+        5: ("AIC", 2),
+        11: ("AIC", 3),
+        12: ("AIC", 0),
+        13: ("AIC", 1),
+        6: ("AIV", 0),
+        7: ("AIV", 1),
+        8: ("AIV", 0),
+        9: ("AIV", 1),
+        10: ("AIV", 0),
     }
 
 
@@ -192,9 +250,20 @@ def test_event_driven_placement_6_workers_stride_2():
     runtime = _compile_mixed(num_workers=6)
     # cube/mix: 6 // 2 = 3; vector: 6 // 2 = 3.
     assert _event_driven_locations(runtime.host_config, 2) == {
-        0: ("MIX", 0), 1: ("MIX", 1), 2: ("MIX", 2),
-        3: ("AIC", 0), 4: ("AIC", 1), 5: ("AIC", 2), 11: ("AIC", 0), 12: ("AIC", 1), 13: ("AIC", 2),
-        6: ("AIV", 0), 7: ("AIV", 1), 8: ("AIV", 2), 9: ("AIV", 0), 10: ("AIV", 1),
+        0: ("MIX", 0),
+        1: ("MIX", 1),
+        2: ("MIX", 2),
+        3: ("AIC", 0),
+        4: ("AIC", 1),
+        5: ("AIC", 2),
+        11: ("AIC", 0),
+        12: ("AIC", 1),
+        13: ("AIC", 2),
+        6: ("AIV", 0),
+        7: ("AIV", 1),
+        8: ("AIV", 2),
+        9: ("AIV", 0),
+        10: ("AIV", 1),
     }
 
 
@@ -232,7 +301,16 @@ def test_aiv_pipeline_runtime_keeps_tiles_and_schedules():
     assert list(runtime.host_config.task_index_num) == [0, 5, 0]
     # every (task, worker) pair is a location; the shard of each is worker_shard of the task's tile
     table = {(t.task_id, w): worker_shard(t.start, t.stop, w, 8) for t in runtime.tasks for w in range(8)}
-    assert [table[(4, w)] for w in range(8)] == [(32, 33), (33, 34), (34, 35), (35, 36), (36, 37), (37, 37), (37, 37), (37, 37)]
+    assert [table[(4, w)] for w in range(8)] == [
+        (32, 33),
+        (33, 34),
+        (34, 35),
+        (35, 36),
+        (36, 37),
+        (37, 37),
+        (37, 37),
+        (37, 37),
+    ]
     assert [table[(0, w)] for w in range(8)] == [(w, w + 1) for w in range(8)]
 
 
@@ -259,8 +337,15 @@ def test_shard_view_resolver_final_partial_tile():
     default = _View(32 * 16, (5, 4))  # the clipped final tile, rows [32, 37)
     views = [shard_view_resolver(_Context(op, "input", 0, x, default, w, 8)) for w in range(8)]
     assert [(v.source_offset_bytes, v.shape) for v in views] == [
-        (512, (1, 4)), (528, (1, 4)), (544, (1, 4)), (560, (1, 4)), (576, (1, 4)),
-        (592, (0, 4)), (592, (0, 4)), (592, (0, 4))]
+        (512, (1, 4)),
+        (528, (1, 4)),
+        (544, (1, 4)),
+        (560, (1, 4)),
+        (576, (1, 4)),
+        (592, (0, 4)),
+        (592, (0, 4)),
+        (592, (0, 4)),
+    ]
     # an unsplit port keeps its default view
     w_default = _View(0, (4, 4))
     assert shard_view_resolver(_Context(op, "input", 1, op.inputs[1], w_default, 3, 8)) is w_default
@@ -353,7 +438,14 @@ def test_too_many_tasks():
         compile_runtime(graph, _tiled_params(1025, 1), kernel_name="big")
     assert str(info.value) == "kernel 'big' needs more than 1024 tasks; raise tile_rows"
     # 1024 tasks fit
-    assert len(compile_runtime(_tiled_graph(rows=1024, cols=1, tile_rows=1), _tiled_params(1024, 1), kernel_name="ok").tasks) == 1024
+    assert (
+        len(
+            compile_runtime(
+                _tiled_graph(rows=1024, cols=1, tile_rows=1), _tiled_params(1024, 1), kernel_name="ok"
+            ).tasks
+        )
+        == 1024
+    )
 
 
 def test_larger_parameter_is_accepted():

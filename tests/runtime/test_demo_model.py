@@ -76,7 +76,9 @@ def test_backward_matches_eager_autograd(tokens, dtype, seed):
         assert theirs.grad.abs().max() > 0, name
         torch.testing.assert_close(mine.grad, theirs.grad, **_tolerance(dtype), msg=lambda m, n=name: f"grad {n}: {m}")
     assert [(c.runtime.kernel_name, c.direction) for c in session.contexts] == [
-        ("moe_experts", "forward"), ("moe_experts_backward", "backward")]
+        ("moe_experts", "forward"),
+        ("moe_experts_backward", "backward"),
+    ]
 
 
 def test_launch_sequence_and_directions():
@@ -85,8 +87,11 @@ def test_launch_sequence_and_directions():
     with _session() as session:
         block(x).sum().backward()
     assert [(c.runtime.kernel_name, c.direction) for c in session.contexts] == [
-        ("moe_router", "forward"), ("moe_dispatch", "forward"), ("moe_experts", "forward"),
-        ("moe_experts_backward", "backward")]
+        ("moe_router", "forward"),
+        ("moe_dispatch", "forward"),
+        ("moe_experts", "forward"),
+        ("moe_experts_backward", "backward"),
+    ]
     backward = session.contexts[-1]
     assert backward.runtime.owner_label == "expert"
     assert backward.runtime.spec.owner_context == ExpertLayout(counts_position=3)
@@ -127,7 +132,10 @@ def test_expert_workspace_holds_unpermuted_outputs():
     assert stages == ["expert_up", "expert_down", "unpermute", "combine"]
     # ws is one parameter bound to two stages' outputs
     tensors = {t.name: t for t in experts.runtime.graph.tensors()}
-    assert tensors["ws"].producers == ("expert_up", "unpermute") and tensors["ws"].consumers == ("expert_down", "combine")
+    assert tensors["ws"].producers == ("expert_up", "unpermute") and tensors["ws"].consumers == (
+        "expert_down",
+        "combine",
+    )
     assert tensors["ws"].role == "stage_output" and tensors["out"].role == "final_output"
     assert tensors["xs"].role == "external_input"
 
@@ -140,8 +148,17 @@ def test_router_kernel_final_partial_tile():
     router = session.contexts[0].runtime
     assert router.kernel_name == "moe_router" and router.spec.execution_mode == "event_driven"
     assert [(t.stage, t.start, t.stop) for t in router.tasks] == [
-        ("norm", 0, 8), ("norm", 8, 16), ("norm", 16, 24), ("norm", 24, 32), ("norm", 32, 37),
-        ("router", 0, 8), ("router", 8, 16), ("router", 16, 24), ("router", 24, 32), ("router", 32, 37)]
+        ("norm", 0, 8),
+        ("norm", 8, 16),
+        ("norm", 16, 24),
+        ("norm", 24, 32),
+        ("norm", 32, 37),
+        ("router", 0, 8),
+        ("router", 8, 16),
+        ("router", 16, 24),
+        ("router", 24, 32),
+        ("router", 32, 37),
+    ]
     last = router.host_config.all_tasks[4]
     assert last.task_split_value == 8 and last.inputs[0].base_ptr_offset == 32 * 16
     assert list(router.host_config.task_index_num) == [5, 5, 0]
@@ -149,7 +166,9 @@ def test_router_kernel_final_partial_tile():
 
 def test_router_kernel_64_tokens_has_full_tiles():
     block = _block(64, torch.float32, 0)
-    runtime = block.router_kernel.prepare([block.make_input(), block.g, torch.zeros(64, 16), block.w_router, torch.zeros(64, 4)])
+    runtime = block.router_kernel.prepare(
+        [block.make_input(), block.g, torch.zeros(64, 16), block.w_router, torch.zeros(64, 4)]
+    )
     assert {t.stop - t.start for t in runtime.tasks} == {8}
     assert len(runtime.tasks) == 16
 

@@ -18,7 +18,16 @@ from megadump_zarr.l1 import (
     plan_slots,
     read_l1_buffer,
 )
-from megadump_zarr.runtime import DeviceWorker, Graph, OperatorNode, SplitSpec, TensorSpec, Tile, compile_runtime, execute
+from megadump_zarr.runtime import (
+    DeviceWorker,
+    Graph,
+    OperatorNode,
+    SplitSpec,
+    TensorSpec,
+    Tile,
+    compile_runtime,
+    execute,
+)
 from megadump_zarr.runtime.abi import RuntimeConfigC
 
 ROWS, COLS = 10, 3
@@ -58,8 +67,17 @@ def _entries(specs):
     sizes = [(stop - start) * ROW_BYTES for (_, _, _, start, stop, _) in specs]
     offsets = plan_slots(sizes, payload_base=L1_DUMP_RECORDS_OFFSET + len(specs) * L1_DUMP_RECORD_SIZE)
     return [
-        L1RecordEntry(task_id=task, phase=phase, parameter_position=position, source_offset_bytes=start * ROW_BYTES,
-                      payload_offset=offset, payload_bytes=size, status=0, task_index=task, worker_id=worker)
+        L1RecordEntry(
+            task_id=task,
+            phase=phase,
+            parameter_position=position,
+            source_offset_bytes=start * ROW_BYTES,
+            payload_offset=offset,
+            payload_bytes=size,
+            status=0,
+            task_index=task,
+            worker_id=worker,
+        )
         for (task, phase, position, start, stop, worker), offset, size in zip(specs, offsets, sizes)
     ]
 
@@ -77,8 +95,11 @@ def _l1_config(runtime, mode=2):
 
 def _run(runtime, params, buffer, *, mode=2, counters=None):
     counters = torch.zeros(len(runtime.tasks), dtype=torch.int32) if counters is None else counters
-    execute(runtime, params, LaunchArguments(runtime_config=_l1_config(runtime, mode), event_counters=counters,
-                                             diagnostic_buffer=buffer))
+    execute(
+        runtime,
+        params,
+        LaunchArguments(runtime_config=_l1_config(runtime, mode), event_counters=counters, diagnostic_buffer=buffer),
+    )
     return counters
 
 
@@ -154,8 +175,9 @@ def test_header_fields_untouched_by_capture():
 def test_diagnostic_mode_zero_copies_nothing():
     runtime = _runtime()
     params = _params()
-    buffer = _buffer(_entries([(1, L1_DUMP_PHASE_BEFORE, X, 4, 8, L1_ANY_WORKER),
-                               (1, L1_DUMP_PHASE_AFTER, Y, 4, 8, L1_ANY_WORKER)]))
+    buffer = _buffer(
+        _entries([(1, L1_DUMP_PHASE_BEFORE, X, 4, 8, L1_ANY_WORKER), (1, L1_DUMP_PHASE_AFTER, Y, 4, 8, L1_ANY_WORKER)])
+    )
     reference = buffer.clone()
     counters = _run(runtime, params, buffer, mode=0)
     assert torch.equal(buffer, reference)
@@ -204,9 +226,16 @@ def test_broadcast_worker_records_and_shards():
     counters = _run(runtime, params, buffer)
 
     assert calls == [
-        (0, 0, 1), (0, 1, 2), (0, 2, 3), (0, 3, 4),
-        (1, 4, 5), (1, 5, 6), (1, 6, 7), (1, 7, 8),
-        (2, 8, 9), (2, 9, 10),  # workers 2 and 3 have empty shards and do not run
+        (0, 0, 1),
+        (0, 1, 2),
+        (0, 2, 3),
+        (0, 3, 4),
+        (1, 4, 5),
+        (1, 5, 6),
+        (1, 6, 7),
+        (1, 7, 8),
+        (2, 8, 9),
+        (2, 9, 10),  # workers 2 and 3 have empty shards and do not run
     ]
     x0, x1 = before[X], before[X] + 1
     row8_done = x0.clone()
@@ -229,10 +258,12 @@ def test_broadcast_worker_records_and_shards():
 
 def test_broadcast_each_record_copied_exactly_once(monkeypatch):
     runtime = _runtime("aiv_pipeline", workers=4)
-    specs = [(task, phase, X, start, stop, worker)
-             for task, (start, stop) in enumerate([(0, 4), (4, 8), (8, 10)])
-             for phase in (L1_DUMP_PHASE_BEFORE, L1_DUMP_PHASE_AFTER)
-             for worker in (0, 1, 2, 3, L1_ANY_WORKER)]
+    specs = [
+        (task, phase, X, start, stop, worker)
+        for task, (start, stop) in enumerate([(0, 4), (4, 8), (8, 10)])
+        for phase in (L1_DUMP_PHASE_BEFORE, L1_DUMP_PHASE_AFTER)
+        for worker in (0, 1, 2, 3, L1_ANY_WORKER)
+    ]
     buffer = _buffer(_entries(specs))
     copies = []
     original = DeviceWorker._copy
@@ -259,11 +290,23 @@ def test_broadcast_unsplit_task_runs_on_worker_zero_only():
         calls.append((tile.start, tile.stop, tile.rows))
         tile.params[Y][tile.rows] = tile.params[X][tile.rows] * 3
 
-    runtime = compile_runtime(Graph([OperatorNode("all", "vector", (x,), (y,), whole)]), _params(),
-                              kernel_name="k", num_workers=4, execution_mode="aiv_pipeline")
+    runtime = compile_runtime(
+        Graph([OperatorNode("all", "vector", (x,), (y,), whole)]),
+        _params(),
+        kernel_name="k",
+        num_workers=4,
+        execution_mode="aiv_pipeline",
+    )
     params = _params()
-    buffer = _buffer(_entries([(0, L1_DUMP_PHASE_AFTER, Y, 0, 10, 0), (0, L1_DUMP_PHASE_AFTER, Y, 0, 10, 2),
-                               (0, L1_DUMP_PHASE_BEFORE, Y, 0, 10, 1)]))
+    buffer = _buffer(
+        _entries(
+            [
+                (0, L1_DUMP_PHASE_AFTER, Y, 0, 10, 0),
+                (0, L1_DUMP_PHASE_AFTER, Y, 0, 10, 2),
+                (0, L1_DUMP_PHASE_BEFORE, Y, 0, 10, 1),
+            ]
+        )
+    )
     _run(runtime, params, buffer)
     assert calls == [(None, None, slice(None, None))]
     # only worker 0 runs a task without split rows; the others reach no boundary
@@ -277,8 +320,9 @@ def test_broadcast_unsplit_task_runs_on_worker_zero_only():
 def test_source_range_leaving_parameter_is_refused():
     runtime = _runtime()
     params = _params()
-    entries = _entries([(0, L1_DUMP_PHASE_BEFORE, X, 0, 4, L1_ANY_WORKER),
-                        (1, L1_DUMP_PHASE_BEFORE, X, 4, 8, L1_ANY_WORKER)])
+    entries = _entries(
+        [(0, L1_DUMP_PHASE_BEFORE, X, 0, 4, L1_ANY_WORKER), (1, L1_DUMP_PHASE_BEFORE, X, 4, 8, L1_ANY_WORKER)]
+    )
     # record 1: 64 bytes from byte 100 of a 120-byte parameter
     entries[1] = L1RecordEntry(**{**entries[1].__dict__, "source_offset_bytes": 100, "payload_bytes": 64})
     buffer = _buffer(entries)
@@ -349,9 +393,11 @@ def test_bad_magic_fails_before_any_task():
 
 @pytest.mark.parametrize(
     "buffer, message",
-    [(torch.zeros(128, dtype=torch.int32), "L1 device worker needs a 1-D uint8 Device buffer tensor"),
-     (torch.zeros(2, 64, dtype=torch.uint8), "L1 device worker needs a 1-D uint8 Device buffer tensor"),
-     (torch.zeros(256, dtype=torch.uint8)[::2], "L1 device worker needs a contiguous Device buffer")],
+    [
+        (torch.zeros(128, dtype=torch.int32), "L1 device worker needs a 1-D uint8 Device buffer tensor"),
+        (torch.zeros(2, 64, dtype=torch.uint8), "L1 device worker needs a 1-D uint8 Device buffer tensor"),
+        (torch.zeros(256, dtype=torch.uint8)[::2], "L1 device worker needs a contiguous Device buffer"),
+    ],
 )
 def test_buffer_type_checks(buffer, message):
     params, counters = _params(), torch.zeros(3, dtype=torch.int32)
@@ -408,22 +454,37 @@ def test_workspace_reused_across_stages_is_seen_at_each_boundary():
     def overwrite(t):
         t.params[1][t.rows] = -1
 
-    graph = Graph([
-        OperatorNode("produce", "cube", (x,), (ws,), produce, split, 5),
-        OperatorNode("consume", "vector", (ws,), (y,), consume, split, 5),
-        OperatorNode("overwrite", "vector", (x,), (ws,), overwrite, split, 5),
-    ])
+    graph = Graph(
+        [
+            OperatorNode("produce", "cube", (x,), (ws,), produce, split, 5),
+            OperatorNode("consume", "vector", (ws,), (y,), consume, split, 5),
+            OperatorNode("overwrite", "vector", (x,), (ws,), overwrite, split, 5),
+        ]
+    )
     params = [torch.arange(30, dtype=torch.float32).reshape(10, 3), torch.zeros(10, 3), torch.zeros(10, 3)]
     runtime = compile_runtime(graph, params, kernel_name="ws", num_workers=4)
     assert [(t.stage, t.start) for t in runtime.tasks] == [
-        ("produce", 0), ("produce", 5), ("consume", 0), ("consume", 5), ("overwrite", 0), ("overwrite", 5)]
-    buffer = _buffer(_entries([
-        (1, L1_DUMP_PHASE_AFTER, 1, 5, 10, L1_ANY_WORKER),  # ws after produce, tile [5, 10)
-        (3, L1_DUMP_PHASE_BEFORE, 1, 5, 10, L1_ANY_WORKER),  # ws as consume reads it
-        (5, L1_DUMP_PHASE_AFTER, 1, 5, 10, L1_ANY_WORKER),  # ws after overwrite
-    ]))
+        ("produce", 0),
+        ("produce", 5),
+        ("consume", 0),
+        ("consume", 5),
+        ("overwrite", 0),
+        ("overwrite", 5),
+    ]
+    buffer = _buffer(
+        _entries(
+            [
+                (1, L1_DUMP_PHASE_AFTER, 1, 5, 10, L1_ANY_WORKER),  # ws after produce, tile [5, 10)
+                (3, L1_DUMP_PHASE_BEFORE, 1, 5, 10, L1_ANY_WORKER),  # ws as consume reads it
+                (5, L1_DUMP_PHASE_AFTER, 1, 5, 10, L1_ANY_WORKER),  # ws after overwrite
+            ]
+        )
+    )
     _run(runtime, params, buffer, counters=torch.zeros(6, dtype=torch.int32))
     hidden = torch.arange(30, dtype=torch.float32).reshape(10, 3) * 10
-    assert _payloads(buffer) == [_rows_bytes(hidden, 5, 10), _rows_bytes(hidden, 5, 10),
-                                 _rows_bytes(torch.full((10, 3), -1.0), 5, 10)]
+    assert _payloads(buffer) == [
+        _rows_bytes(hidden, 5, 10),
+        _rows_bytes(hidden, 5, 10),
+        _rows_bytes(torch.full((10, 3), -1.0), 5, 10),
+    ]
     assert torch.equal(params[1], torch.full((10, 3), -1.0)) and torch.equal(params[2], hidden + 1)

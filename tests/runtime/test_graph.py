@@ -4,7 +4,15 @@ import pytest
 import torch
 
 import megadump_zarr.runtime as runtime_pkg
-from megadump_zarr.runtime import Graph, GraphTensor, OperatorNode, SplitSpec, TaskAiCoreType, TensorSpec, operator_diagnostic_name
+from megadump_zarr.runtime import (
+    Graph,
+    GraphTensor,
+    OperatorNode,
+    SplitSpec,
+    TaskAiCoreType,
+    TensorSpec,
+    operator_diagnostic_name,
+)
 
 
 def _noop(tile):
@@ -33,8 +41,17 @@ def test_tensor_spec_generated_dim_names():
 
 @pytest.mark.parametrize(
     "dtype, size",
-    [(torch.float32, 4), (torch.bfloat16, 2), (torch.float16, 2), (torch.int64, 8), (torch.int32, 4),
-     (torch.uint8, 1), (torch.bool, 1), (torch.float64, 8), (torch.float8_e4m3fn, 1)],
+    [
+        (torch.float32, 4),
+        (torch.bfloat16, 2),
+        (torch.float16, 2),
+        (torch.int64, 8),
+        (torch.int32, 4),
+        (torch.uint8, 1),
+        (torch.bool, 1),
+        (torch.float64, 8),
+        (torch.float8_e4m3fn, 1),
+    ],
 )
 def test_dtype_size(dtype, size):
     assert TensorSpec("x", (1,), dtype, 0).dtype_size == size
@@ -77,9 +94,13 @@ def test_tensor_spec_is_frozen():
 
 @pytest.mark.parametrize(
     "core, expected",
-    [("cube", TaskAiCoreType.TASK_AICORE_CUBE), ("vector", TaskAiCoreType.TASK_AICORE_VECTOR),
-     ("mix", TaskAiCoreType.TASK_AICORE_MIX), (TaskAiCoreType.TASK_AICORE_MIX, TaskAiCoreType.TASK_AICORE_MIX),
-     (1, TaskAiCoreType.TASK_AICORE_VECTOR)],
+    [
+        ("cube", TaskAiCoreType.TASK_AICORE_CUBE),
+        ("vector", TaskAiCoreType.TASK_AICORE_VECTOR),
+        ("mix", TaskAiCoreType.TASK_AICORE_MIX),
+        (TaskAiCoreType.TASK_AICORE_MIX, TaskAiCoreType.TASK_AICORE_MIX),
+        (1, TaskAiCoreType.TASK_AICORE_VECTOR),
+    ],
 )
 def test_operator_core_type(core, expected):
     op = OperatorNode("op", core, [_spec("x", 0)], [_spec("y", 1)], _noop)
@@ -113,7 +134,11 @@ def test_operator_owners_become_int_tuple():
 
 def test_split_axis():
     op = OperatorNode(
-        "op", "vector", (_spec("a", 0), _spec("b", 1), _spec("c", 2)), (_spec("y", 3), _spec("z", 4)), _noop,
+        "op",
+        "vector",
+        (_spec("a", 0), _spec("b", 1), _spec("c", 2)),
+        (_spec("y", 3), _spec("z", 4)),
+        _noop,
         SplitSpec(split_inputs=((0, 0), (2, -1)), split_output_dims=(1,)),
     )
     assert [op.split_axis("input", i) for i in range(3)] == [0, None, None]
@@ -147,11 +172,13 @@ def test_dependencies_raw_war_waw():
 
 def test_in_place_operator_dependencies():
     x, y = _spec("x", 0), _spec("y", 1)
-    graph = Graph([
-        OperatorNode("read", "vector", (x,), (y,), _noop),
-        OperatorNode("inplace", "vector", (x,), (x,), _noop),  # reads and writes x: WAR on "read"
-        OperatorNode("again", "vector", (x,), (x,), _noop),  # RAW/WAW on "inplace"
-    ])
+    graph = Graph(
+        [
+            OperatorNode("read", "vector", (x,), (y,), _noop),
+            OperatorNode("inplace", "vector", (x,), (x,), _noop),  # reads and writes x: WAR on "read"
+            OperatorNode("again", "vector", (x,), (x,), _noop),  # RAW/WAW on "inplace"
+        ]
+    )
     assert graph.dependencies() == [set(), {0}, {1}]
 
 
@@ -182,7 +209,9 @@ def test_tensors_first_spec_wins():
     first = TensorSpec("ws", (4, 2), torch.float32, 1, dims=("slot", "ffn"))
     second = TensorSpec("ws", (4, 2), torch.float32, 1, dims=("token", "ffn"))
     x = _spec("x", 0)
-    graph = Graph([OperatorNode("up", "mix", (x,), (first,), _noop), OperatorNode("unperm", "vector", (first,), (second,), _noop)])
+    graph = Graph(
+        [OperatorNode("up", "mix", (x,), (first,), _noop), OperatorNode("unperm", "vector", (first,), (second,), _noop)]
+    )
     (tx, tws) = graph.tensors()
     assert tws.spec is first and tws.spec.dims == ("slot", "ffn")
     assert tws.role == "stage_output" and tws.producers == ("up", "unperm") and tws.consumers == ("unperm",)
@@ -201,7 +230,9 @@ def test_conflicting_param_position_raises():
 def test_conflicting_dtype_raises():
     a = OperatorNode("a", "vector", (_spec("x", 0),), (_spec("y", 1),), _noop)
     b = OperatorNode("b", "vector", (_spec("y", 1, dtype=torch.float16),), (_spec("z", 3),), _noop)
-    with pytest.raises(ValueError, match=r"tensor 'y' is bound to parameter 1 \(torch.float32\) and 1 \(torch.float16\)"):
+    with pytest.raises(
+        ValueError, match=r"tensor 'y' is bound to parameter 1 \(torch.float32\) and 1 \(torch.float16\)"
+    ):
         Graph([a, b])
 
 

@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from megadump_zarr.diagnostics import DiagnosticCall, LaunchArguments, activate_session, active_session, deactivate_session
+from megadump_zarr.diagnostics import (
+    DiagnosticCall,
+    LaunchArguments,
+    activate_session,
+    active_session,
+    deactivate_session,
+)
 from megadump_zarr.l1 import L1_ANY_WORKER, L1_DUMP_PHASE_AFTER, L1RecordEntry, pack_l1_buffer, read_l1_buffer
 from megadump_zarr.runtime import Graph, MegaKernel, OperatorNode, SplitSpec, TensorSpec, megakernel_apply
 from megadump_zarr.runtime.abi import RuntimeConfigC
@@ -116,8 +122,17 @@ def test_tile_failure_cancels_and_reraises():
 
 def test_session_arguments_drive_the_run():
     """The session's LaunchArguments are what runs: an L1 config and buffer make the device worker copy."""
-    entry = L1RecordEntry(task_id=2, phase=L1_DUMP_PHASE_AFTER, parameter_position=1, source_offset_bytes=8 * 8,
-                          payload_offset=128, payload_bytes=16, status=0, task_index=2, worker_id=L1_ANY_WORKER)
+    entry = L1RecordEntry(
+        task_id=2,
+        phase=L1_DUMP_PHASE_AFTER,
+        parameter_position=1,
+        source_offset_bytes=8 * 8,
+        payload_offset=128,
+        payload_bytes=16,
+        status=0,
+        task_index=2,
+        worker_id=L1_ANY_WORKER,
+    )
     buffer = torch.frombuffer(pack_l1_buffer([entry], payload_base=128), dtype=torch.uint8).clone()
     own_counters = torch.zeros(3, dtype=torch.int32)
 
@@ -147,7 +162,14 @@ def test_rank_from_constructor_without_distributed():
 
 @pytest.mark.parametrize(
     "rank, shown",
-    [(1.5, "1.5 (float)"), (True, "True (bool)"), (np.bool_(False), "(bool"), (2.0, "2.0 (float)"), ("1", "'1' (str)"), (-1, "-1")],
+    [
+        (1.5, "1.5 (float)"),
+        (True, "True (bool)"),
+        (np.bool_(False), "(bool"),
+        (2.0, "2.0 (float)"),
+        ("1", "'1' (str)"),
+        (-1, "-1"),
+    ],
 )
 def test_a_bool_float_or_negative_rank_is_refused_not_truncated(rank, shown):
     # int(1.5) used to write the window under rank_1/ silently (QA1 R1)
@@ -185,8 +207,15 @@ def test_rank_from_torch_distributed_when_initialised(tmp_path):
 
 
 def test_prepare_caches_per_signature():
-    kernel = MegaKernel(_graph(), name="k", num_workers=6, execution_mode="aiv_pipeline", vector_worker_stride=3,
-                        owner_label="expert", owner_context="ctx")
+    kernel = MegaKernel(
+        _graph(),
+        name="k",
+        num_workers=6,
+        execution_mode="aiv_pipeline",
+        vector_worker_stride=3,
+        owner_label="expert",
+        owner_context="ctx",
+    )
     first = kernel.prepare(_params())
     assert kernel.prepare(_params()) is first  # same shapes/dtypes/device: cached
     other = [torch.zeros(12, 2), torch.zeros(12, 2)]
@@ -240,8 +269,12 @@ class _Square:
 
         self.fwd = MegaKernel(Graph([OperatorNode("square", "vector", (x,), (y,), square, split, 4)]), name="sq")
         gy = TensorSpec("gy", (6,), torch.float32, 1)
-        self.bwd = MegaKernel(Graph([OperatorNode("square_bwd", "vector", (x, gy), (g,), square_bwd,
-                                                  SplitSpec(((0, 0), (1, 0)), (0,)), 4)]), name="sq_bwd")
+        self.bwd = MegaKernel(
+            Graph(
+                [OperatorNode("square_bwd", "vector", (x, gy), (g,), square_bwd, SplitSpec(((0, 0), (1, 0)), (0,)), 4)]
+            ),
+            name="sq_bwd",
+        )
 
     def run_forward(self, inputs):
         (x,) = inputs
@@ -264,5 +297,8 @@ def test_megakernel_apply_autograd_and_directions():
         y.backward(torch.arange(6, dtype=torch.float32))
     assert torch.allclose(y.detach(), x.detach() ** 2)
     assert torch.allclose(x.grad, 2 * x.detach() * torch.arange(6, dtype=torch.float32))
-    assert [(c.runtime.kernel_name, c.direction) for c in session.contexts] == [("sq", "forward"), ("sq_bwd", "backward")]
+    assert [(c.runtime.kernel_name, c.direction) for c in session.contexts] == [
+        ("sq", "forward"),
+        ("sq_bwd", "backward"),
+    ]
     assert session.log == ["prepare", "complete", "prepare", "complete"]

@@ -26,10 +26,16 @@ __all__ = ["FaultProxy"]
 
 _HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
 _BODIES = {
-    "503": (503, b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
-                 b"<Message>Please reduce your request rate.</Message></Error>"),
-    "500": (500, b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InternalError</Code>'
-                 b"<Message>We encountered an internal error. Please try again.</Message></Error>"),
+    "503": (
+        503,
+        b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+        b"<Message>Please reduce your request rate.</Message></Error>",
+    ),
+    "500": (
+        500,
+        b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InternalError</Code>'
+        b"<Message>We encountered an internal error. Please try again.</Message></Error>",
+    ),
 }
 
 
@@ -44,9 +50,15 @@ class FaultProxy:
         predicate: ``predicate(method, path) -> bool``: whether a request may fail.
     """
 
-    def __init__(self, upstream: tuple[str, int], *, rate: float = 0.0, seed: int = 0,
-                 kinds: tuple[str, ...] = ("503", "500", "drop", "drop-after"),
-                 predicate: Callable[[str, str], bool] | None = None) -> None:
+    def __init__(
+        self,
+        upstream: tuple[str, int],
+        *,
+        rate: float = 0.0,
+        seed: int = 0,
+        kinds: tuple[str, ...] = ("503", "500", "drop", "drop-after"),
+        predicate: Callable[[str, str], bool] | None = None,
+    ) -> None:
         self.upstream = upstream
         self.rate = rate
         self.kinds = kinds
@@ -119,8 +131,9 @@ class FaultProxy:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._local = threading.local()
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="fault-proxy", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fault-proxy", daemon=True
+        )
 
     @property
     def endpoint(self) -> str:

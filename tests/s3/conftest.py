@@ -43,8 +43,13 @@ def s3_options(endpoint: str) -> dict[str, Any]:
 @pytest.fixture
 def s3_client(moto: dict[str, Any]) -> Any:
     """A boto3 client on moto."""
-    return boto3.client("s3", endpoint_url=moto["endpoint"], aws_access_key_id=ACCESS_KEY,
-                        aws_secret_access_key=SECRET, region_name="us-east-1")
+    return boto3.client(
+        "s3",
+        endpoint_url=moto["endpoint"],
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET,
+        region_name="us-east-1",
+    )
 
 
 @pytest.fixture
@@ -84,8 +89,11 @@ def all_objects(client: Any, bucket: str, prefix: str = "") -> dict[str, bytes]:
 
 def local_files(root: Path) -> dict[str, bytes]:
     """Every non-hidden file below ``root``: relative key -> bytes."""
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
+    }
 
 
 def train_step(block: MoEBlock) -> None:
@@ -94,12 +102,23 @@ def train_step(block: MoEBlock) -> None:
     out.float().pow(2).mean().backward()
 
 
-L1_FILTERS = {"kernel_names": ("moe_experts", "moe_experts_backward"), "stages": ("expert_up", "expert_down", "expert_up_bwd"),
-              "owner_ids": (0, 1)}
+L1_FILTERS = {
+    "kernel_names": ("moe_experts", "moe_experts_backward"),
+    "stages": ("expert_up", "expert_down", "expert_up_bwd"),
+    "owner_ids": (0, 1),
+}
 
 
-def run_dump(output: str | Path, level: str, *, storage_options: dict[str, Any] | None = None, steps: int = 2,
-             on_dump_ready: Callable[[Any], None] | None = None, every_step: bool = False, **config: Any) -> Any:
+def run_dump(
+    output: str | Path,
+    level: str,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    steps: int = 2,
+    on_dump_ready: Callable[[Any], None] | None = None,
+    every_step: bool = False,
+    **config: Any,
+) -> Any:
     """The demo block for ``steps`` training steps under an L0 or L1 dump (one window, or one per step)."""
     extra = dict(L1_FILTERS) if level == "L1" else {}
     extra.update(config)
@@ -125,6 +144,7 @@ def local_dumps(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture
 def copy_dump(tmp_path: Path, local_dumps: dict[str, Path]) -> Callable[[str], Path]:
     """``copy_dump("L0")``: a private copy of a local demo dump."""
+
     def make(level: str) -> Path:
         target = tmp_path / f"copy-{level.lower()}-{uuid.uuid4().hex[:6]}"
         shutil.copytree(local_dumps[level], target)

@@ -27,12 +27,17 @@ MEGADUMP = [sys.executable, "-m", "megadump_zarr.cli.main"]
 @pytest.fixture
 def aws_home(tmp_path: Path) -> dict[str, str]:
     """A clean user environment: no AWS_* variables, a profile ``moto`` in private config files."""
-    (tmp_path / "credentials").write_text(f"[moto]\naws_access_key_id = {ACCESS_KEY}\n"
-                                          f"aws_secret_access_key = {SECRET}\n")
+    (tmp_path / "credentials").write_text(
+        f"[moto]\naws_access_key_id = {ACCESS_KEY}\naws_secret_access_key = {SECRET}\n"
+    )
     (tmp_path / "config").write_text("[profile moto]\nregion = eu-west-1\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(HOME=str(tmp_path), AWS_CONFIG_FILE=str(tmp_path / "config"),
-               AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "credentials"), AWS_EC2_METADATA_DISABLED="true")
+    env.update(
+        HOME=str(tmp_path),
+        AWS_CONFIG_FILE=str(tmp_path / "config"),
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "credentials"),
+        AWS_EC2_METADATA_DISABLED="true",
+    )
     return env
 
 
@@ -41,8 +46,13 @@ def megadump(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str
 
 
 def keys_env(endpoint: str) -> dict[str, str]:
-    return {"AWS_ENDPOINT_URL": endpoint, "AWS_ALLOW_HTTP": "true", "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-            "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": "us-east-1"}
+    return {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": SECRET,
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
 
 
 def local_records() -> list[str]:
@@ -66,7 +76,9 @@ def test_upload_and_read_with_environment_only(moto, bucket, aws_home):
 
 
 def test_profile_and_shared_credentials_file(moto, bucket, aws_home):
-    env = dict(aws_home, AWS_ENDPOINT_URL=moto["endpoint"], AWS_PROFILE="moto")  # plain http allowed: it is the endpoint
+    env = dict(
+        aws_home, AWS_ENDPOINT_URL=moto["endpoint"], AWS_PROFILE="moto"
+    )  # plain http allowed: it is the endpoint
     result = megadump(env, "upload", str(SMALL), f"s3://{bucket}/run")
     assert result.returncode == 0, result.stderr
     assert remote_records(env, f"s3://{bucket}/run") == local_records()
@@ -80,16 +92,26 @@ def test_storage_options_and_environment_together(moto, bucket, aws_home):
     assert remote_records(env, f"s3://{bucket}/run", "-S", endpoint) == local_records()
 
 
-@pytest.mark.parametrize(("case", "message"), [
-    ({"AWS_PROFILE": "nope"}, "error: AWS profile 'nope' not found in "),
-    ({}, "error: no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE"),
-    ({"AWS_ENDPOINT_URL": "localhost:9", "AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"},
-     "error: S3 endpoint 'localhost:9' is not an http(s):// URL"),
-    ({"AWS_ALLOW_HTTP": "false", "AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"},
-     "error: S3 endpoint http://127.0.0.1:"),
-    ({"AWS_ALLOW_HTTP": "maybe", "AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"},
-     "error: AWS_ALLOW_HTTP must be true or false, got 'maybe'"),
-], ids=["unknown-profile", "no-credentials", "bad-endpoint", "http-refused", "bad-allow-http"])
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ({"AWS_PROFILE": "nope"}, "error: AWS profile 'nope' not found in "),
+        ({}, "error: no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE"),
+        (
+            {"AWS_ENDPOINT_URL": "localhost:9", "AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"},
+            "error: S3 endpoint 'localhost:9' is not an http(s):// URL",
+        ),
+        (
+            {"AWS_ALLOW_HTTP": "false", "AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"},
+            "error: S3 endpoint http://127.0.0.1:",
+        ),
+        (
+            {"AWS_ALLOW_HTTP": "maybe", "AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"},
+            "error: AWS_ALLOW_HTTP must be true or false, got 'maybe'",
+        ),
+    ],
+    ids=["unknown-profile", "no-credentials", "bad-endpoint", "http-refused", "bad-allow-http"],
+)
 def test_configuration_errors_fail_at_once_in_one_line(moto, bucket, aws_home, case, message):
     env = dict(aws_home, **{"AWS_ENDPOINT_URL": moto["endpoint"], **case})
     for argv in (["upload", str(SMALL), f"s3://{bucket}/run"], ["ls", f"s3://{bucket}/run"]):
@@ -106,8 +128,9 @@ def test_builder_errors_are_not_retried(moto, bucket, monkeypatch):
     monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
     config, client, _ = s3_config({"key": ACCESS_KEY, "secret": SECRET, "endpoint_url": moto["endpoint"]})
     assert client == {"allow_http": True} and config["endpoint"] == moto["endpoint"]
-    backend = ObjectStoreBackend(f"s3://{bucket}/run", {"key": ACCESS_KEY, "secret": SECRET,
-                                                         "endpoint_url": moto["endpoint"]})
+    backend = ObjectStoreBackend(
+        f"s3://{bucket}/run", {"key": ACCESS_KEY, "secret": SECRET, "endpoint_url": moto["endpoint"]}
+    )
     assert backend._client.kind(RuntimeError("Generic S3 error: ... - HTTP error: builder error")) == "permanent"
 
 
@@ -120,8 +143,11 @@ def test_region_and_endpoint_resolution(monkeypatch, tmp_path):
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
     monkeypatch.setenv("AWS_PROFILE", "p")
     config, client, provider = s3_config(None)
-    assert config == {"endpoint": "https://s3.example.test", "region": "ap-south-1",
-                      "virtual_hosted_style_request": False}
+    assert config == {
+        "endpoint": "https://s3.example.test",
+        "region": "ap-south-1",
+        "virtual_hosted_style_request": False,
+    }
     assert client == {} and provider().get("access_key_id") == "PK"
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-west-1")
     assert s3_config(None)[0]["region"] == "us-west-1"
@@ -136,7 +162,11 @@ def test_region_and_endpoint_resolution(monkeypatch, tmp_path):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "ES")
     config, _, provider = s3_config({"region_name": "sa-east-1", "endpoint_url": "https://o.example.test"})
     assert (config["region"], config["endpoint"], config["access_key_id"], provider) == (
-        "sa-east-1", "https://o.example.test", "EK", None)
+        "sa-east-1",
+        "https://o.example.test",
+        "EK",
+        None,
+    )
     config, _, provider = s3_config({"profile": "p"})
     assert "access_key_id" not in config and provider()["access_key_id"] == "PK"
 

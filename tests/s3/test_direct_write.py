@@ -36,9 +36,12 @@ def test_direct_write_reads_back_like_local(level, bucket, options, local_dumps,
     assert_same_dump(remote, open_dump(local_dumps[level]))
     # the same layout, object for object, as the local dump (minus hidden sidecars)
     keys = set(all_objects(s3_client, bucket, "run1/"))
-    local = {p.relative_to(local_dumps[level]).as_posix() for p in local_dumps[level].rglob("*")
-             if p.is_file() and not any(s.startswith(".") for s in p.relative_to(local_dumps[level]).parts)}
-    assert {k[len("run1/"):] for k in keys} == local
+    local = {
+        p.relative_to(local_dumps[level]).as_posix()
+        for p in local_dumps[level].rglob("*")
+        if p.is_file() and not any(s.startswith(".") for s in p.relative_to(local_dumps[level]).parts)
+    }
+    assert {k[len("run1/") :] for k in keys} == local
 
 
 def test_xarray_opens_a_task_group_over_s3_without_warnings(bucket, options, s3_client):
@@ -47,8 +50,15 @@ def test_xarray_opens_a_task_group_over_s3_without_warnings(bucket, options, s3_
     stage through engine="megadump", and both hold the pack's row of that task."""
     url = f"s3://{bucket}/run1"
     # combine's four full tiles share a shape: a pack (the expert tiles are ragged, each its own task group)
-    run_dump(url, "L1", storage_options=options, layout="packs", kernel_names=("moe_experts",),
-             stages=("expert_up", "combine"), owner_ids=None)
+    run_dump(
+        url,
+        "L1",
+        storage_options=options,
+        layout="packs",
+        kernel_names=("moe_experts",),
+        stages=("expert_up", "combine"),
+        owner_ids=None,
+    )
     dump = open_dump(url, storage_options=options)
     records = dump.records()
     group = str(records.loc[records["pack_array"].notna(), "group"].iloc[0])
@@ -121,8 +131,11 @@ def test_backend_list_head_delete_roundtrip(bucket, options):
 
 def test_buffers_and_the_fsspec_fallback_client(bucket, options):
     # options obstore cannot express (here a boto client kwarg) fall back to s3fs, with the same retries
-    odd = {"key": options["key"], "secret": options["secret"],
-           "client_kwargs": {"endpoint_url": options["endpoint_url"], "use_ssl": False}}
+    odd = {
+        "key": options["key"],
+        "secret": options["secret"],
+        "client_kwargs": {"endpoint_url": options["endpoint_url"], "use_ssl": False},
+    }
     for client_options, name in ((options, "obstore"), (odd, "fsspec")):
         backend = ObjectStoreBackend(f"s3://{bucket}/{name}", client_options)
         assert backend.client_name == name and SECRET not in repr(backend)

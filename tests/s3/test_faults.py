@@ -11,7 +11,12 @@ import pytest
 
 from megadump_zarr.read import open_dump
 from megadump_zarr.store.object_backend import (
-    ObjectStoreBackend, ObjectStoreError, RetryPolicy, _status_kind, redact_options, retry_policy,
+    ObjectStoreBackend,
+    ObjectStoreError,
+    RetryPolicy,
+    _status_kind,
+    redact_options,
+    retry_policy,
 )
 from megadump_zarr.transfer import UploadError, upload
 from tests.s3._fault_proxy import FaultProxy
@@ -38,7 +43,7 @@ def test_upload_completes_and_verifies_under_20_percent_faults(proxy, bucket, op
     assert report.ok and report.windows == ["rank_0/window_0000"]
     assert sum(proxy.counts[k] for k in ("503", "500", "drop", "drop-after")) >= 5, proxy.counts
     assert report.verified_objects == report.uploaded_objects + report.present_objects
-    remote = {k[len("up/"):]: v for k, v in all_objects(s3_client, bucket, "up/").items()}
+    remote = {k[len("up/") :]: v for k, v in all_objects(s3_client, bucket, "up/").items()}
     assert remote == local_files(root)
     again = upload(root, f"s3://{bucket}/up", storage_options=options)
     assert again.uploaded_objects == 0
@@ -72,8 +77,9 @@ def test_direct_write_under_faults_commits_or_is_visibly_incomplete(proxy, bucke
 
 def test_failed_chunk_writes_leave_the_window_visibly_not_complete(proxy, bucket, options):
     url = f"s3://{bucket}/chunks-fail"
-    proxy.predicate = lambda method, path: (method == "PUT" and not path.split("?")[0].endswith("zarr.json")
-                                            and not_probe(method, path))
+    proxy.predicate = lambda method, path: (
+        method == "PUT" and not path.split("?")[0].endswith("zarr.json") and not_probe(method, path)
+    )
     proxy.rate = 1.0
     start = time.perf_counter()
     with retry_policy(attempts=3):
@@ -111,8 +117,12 @@ def test_upload_with_everything_failing_reports_failed_windows(proxy, bucket, co
     proxy.predicate = lambda method, path: "/rank_0/window_0001/" in path
     proxy.rate = 1.0
     with pytest.raises(UploadError) as info:
-        upload(root, f"s3://{bucket}/half", storage_options=s3_options(proxy.endpoint),
-               retry=RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.001))
+        upload(
+            root,
+            f"s3://{bucket}/half",
+            storage_options=s3_options(proxy.endpoint),
+            retry=RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.001),
+        )
     report = info.value.report
     assert report.windows == ["rank_0/window_0000"] and list(report.failed) == ["rank_0/window_0001"]
     assert SECRET not in str(info.value)
@@ -139,16 +149,19 @@ def test_retried_claim_whose_first_attempt_landed(proxy, bucket, options):
         ObjectStoreBackend(f"s3://{bucket}/claim", options).claim("rank_0/window_0000")
 
 
-@pytest.mark.parametrize(("text", "kind"), [
-    ("Server returned non-2xx status code: 503 Service Unavailable: <Code>SlowDown</Code>", "transient"),
-    ("Server returned non-2xx status code: 500 Internal Server Error", "transient"),
-    ("Server returned non-2xx status code: 429 Too Many Requests", "transient"),
-    ("Server returned non-2xx status code: 400 Bad Request: <Code>RequestTimeout</Code>", "transient"),
-    ("Server returned non-2xx status code: 403 Forbidden: <Code>AccessDenied</Code>", "permanent"),
-    ("Server returned non-2xx status code: 404 Not Found", "not found"),
-    ("Server returned non-2xx status code: 501 Not Implemented", "unsupported"),
-    ("HTTP error: error sending request", None),
-])
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("Server returned non-2xx status code: 503 Service Unavailable: <Code>SlowDown</Code>", "transient"),
+        ("Server returned non-2xx status code: 500 Internal Server Error", "transient"),
+        ("Server returned non-2xx status code: 429 Too Many Requests", "transient"),
+        ("Server returned non-2xx status code: 400 Bad Request: <Code>RequestTimeout</Code>", "transient"),
+        ("Server returned non-2xx status code: 403 Forbidden: <Code>AccessDenied</Code>", "permanent"),
+        ("Server returned non-2xx status code: 404 Not Found", "not found"),
+        ("Server returned non-2xx status code: 501 Not Implemented", "unsupported"),
+        ("HTTP error: error sending request", None),
+    ],
+)
 def test_status_classification(text, kind):
     assert _status_kind(text) == kind
 
@@ -166,19 +179,41 @@ def test_backoff_grows_with_jitter_and_is_bounded():
 
 
 def test_redact_options():
-    options = {"key": "AK", "secret": "S", "token": "T", "endpoint_url": "http://x",
-               "client_kwargs": {"aws_secret_access_key": "S2", "region_name": "r"}}
-    assert redact_options(options) == {"key": "***", "secret": "***", "token": "***", "endpoint_url": "http://x",
-                                       "client_kwargs": {"aws_secret_access_key": "***", "region_name": "r"}}
+    options = {
+        "key": "AK",
+        "secret": "S",
+        "token": "T",
+        "endpoint_url": "http://x",
+        "client_kwargs": {"aws_secret_access_key": "S2", "region_name": "r"},
+    }
+    assert redact_options(options) == {
+        "key": "***",
+        "secret": "***",
+        "token": "***",
+        "endpoint_url": "http://x",
+        "client_kwargs": {"aws_secret_access_key": "***", "region_name": "r"},
+    }
 
 
 def test_s3_config_translation():
     from megadump_zarr.store.object_backend import s3_config
 
-    config, client, provider = s3_config({"key": "A", "secret": "S", "token": "T", "client_kwargs": {
-        "endpoint_url": "http://127.0.0.1:9", "region_name": "eu-west-1"}})
-    assert config == {"access_key_id": "A", "secret_access_key": "S", "session_token": "T",
-                      "endpoint": "http://127.0.0.1:9", "region": "eu-west-1", "virtual_hosted_style_request": False}
+    config, client, provider = s3_config(
+        {
+            "key": "A",
+            "secret": "S",
+            "token": "T",
+            "client_kwargs": {"endpoint_url": "http://127.0.0.1:9", "region_name": "eu-west-1"},
+        }
+    )
+    assert config == {
+        "access_key_id": "A",
+        "secret_access_key": "S",
+        "session_token": "T",
+        "endpoint": "http://127.0.0.1:9",
+        "region": "eu-west-1",
+        "virtual_hosted_style_request": False,
+    }
     assert client == {"allow_http": True} and provider is None
     assert s3_config({"anon": True})[0] == {"skip_signature": True}
     assert s3_config({"key": "A", "secret": "S", "client_kwargs": {"use_ssl": False}}) is None  # -> s3fs

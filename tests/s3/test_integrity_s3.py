@@ -20,8 +20,9 @@ from megadump_zarr.transfer import upload
 from megadump_zarr.verify import verify_dump
 
 
-def test_chunk_objects_checked_on_s3(bucket: str, options: dict[str, Any], tmp_path: Path,
-                                     s3_client: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def test_chunk_objects_checked_on_s3(
+    bucket: str, options: dict[str, Any], tmp_path: Path, s3_client: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     from tests.s3.conftest import run_dump
 
     root = tmp_path / "packed"  # layout="packs": the records' bytes are rows of pack shards
@@ -55,10 +56,12 @@ def test_chunk_objects_checked_on_s3(bucket: str, options: dict[str, Any], tmp_p
     assert info.value.key == key
     assert [(p.key, p.what) for p in verify_dump(url, options).problems] == [(k, "chunk is missing") for k in shared]
 
-    rows = json.loads(s3_client.get_object(Bucket=bucket, Key=f"{object_key.rpartition('/')[0]}/zarr.json")["Body"].read())
+    rows = json.loads(
+        s3_client.get_object(Bucket=bucket, Key=f"{object_key.rpartition('/')[0]}/zarr.json")["Body"].read()
+    )
     count = rows["chunk_grid"]["configuration"]["chunk_shape"][0]  # inner chunks (one row each) per shard
     altered = bytearray(body)
-    for entry in decode_index(body[-index_nbytes(count):], count, stored):  # one byte inside every stored row
+    for entry in decode_index(body[-index_nbytes(count) :], count, stored):  # one byte inside every stored row
         if entry is not None:
             altered[entry[0] + entry[1] // 2] ^= 0xFF
     s3_client.put_object(Bucket=bucket, Key=object_key, Body=bytes(altered))

@@ -21,7 +21,7 @@ from tests.s3.conftest import SECRET, all_objects, local_files, run_dump
 
 
 def remote_files(client, bucket, prefix):
-    return {k[len(prefix):]: v for k, v in all_objects(client, bucket, prefix).items()}
+    return {k[len(prefix) :]: v for k, v in all_objects(client, bucket, prefix).items()}
 
 
 def test_upload_verify_resume_and_read_back(bucket, options, local_dumps, copy_dump, s3_client):
@@ -98,14 +98,22 @@ def test_conflicting_remote_window_is_not_touched(bucket, options, copy_dump, s3
     with pytest.raises(UploadError, match="conflict") as info:
         upload(root, f"s3://{bucket}/c", storage_options=options)
     assert list(info.value.report.failed) == ["rank_0/window_0000"]
-    assert set(remote_files(s3_client, bucket, "c/")) == {"zarr.json", "rank_0/zarr.json", "rank_0/window_0000/zarr.json"}
+    assert set(remote_files(s3_client, bucket, "c/")) == {
+        "zarr.json",
+        "rank_0/zarr.json",
+        "rank_0/window_0000/zarr.json",
+    }
 
 
 def test_multipart_files_verify_by_multipart_etag(bucket, options, tmp_path, s3_client):
     root = tmp_path / "big"
     data = np.random.default_rng(0).standard_normal(12 << 18).astype(np.float32)  # 12 MiB, one chunk
-    window = WindowWrite(0, 0, {"level": "L0"}, [InvocationWrite("invocation_000000_forward", {"step": 0}, [],
-                                                                 [ArrayWrite("x", data, ("n",))])])
+    window = WindowWrite(
+        0,
+        0,
+        {"level": "L0"},
+        [InvocationWrite("invocation_000000_forward", {"step": 0}, [], [ArrayWrite("x", data, ("n",))])],
+    )
     with WindowWriter(root, compressor="none", chunk_bytes=16 << 20) as writer:
         writer.write_window(window)
     chunk = root / "rank_0/window_0000/invocation_000000_forward/x/c.0"
@@ -115,9 +123,12 @@ def test_multipart_files_verify_by_multipart_etag(bucket, options, tmp_path, s3_
     assert report.ok
     etag = s3_client.head_object(Bucket=bucket, Key="mp/rank_0/window_0000/invocation_000000_forward/x/c.0")["ETag"]
     raw = chunk.read_bytes()
-    parts = [hashlib.md5(raw[i:i + (5 << 20)]).digest() for i in range(0, len(raw), 5 << 20)]
+    parts = [hashlib.md5(raw[i : i + (5 << 20)]).digest() for i in range(0, len(raw), 5 << 20)]
     assert etag.strip('"') == f"{hashlib.md5(b''.join(parts)).hexdigest()}-3"
-    assert upload(root, url, storage_options=options, multipart_threshold=6 << 20, part_bytes=5 << 20).uploaded_objects == 0
+    assert (
+        upload(root, url, storage_options=options, multipart_threshold=6 << 20, part_bytes=5 << 20).uploaded_objects
+        == 0
+    )
     with xr.open_zarr(f"{url}/rank_0/window_0000/invocation_000000_forward", storage_options=options) as ds:
         np.testing.assert_array_equal(ds["x"].values, data)
 
@@ -149,8 +160,14 @@ def test_cli_upload(bucket, options, copy_dump, capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("COLUMNS", "200")
     monkeypatch.setenv("NO_COLOR", "1")
     root = copy_dump("L1")
-    flags = ["-S", f"endpoint_url={options['endpoint_url']}", "-S", f"key={options['key']}",
-             "-S", f"secret={options['secret']}"]
+    flags = [
+        "-S",
+        f"endpoint_url={options['endpoint_url']}",
+        "-S",
+        f"key={options['key']}",
+        "-S",
+        f"secret={options['secret']}",
+    ]
     code = main(["upload", str(root), f"s3://{bucket}/cli", *flags, "--workers", "4"])
     out, err = capsys.readouterr()
     assert code == 0, err
@@ -172,4 +189,8 @@ def test_cli_upload(bucket, options, copy_dump, capsys, monkeypatch, tmp_path):
     other = copy_dump("L0")
     code = main(["upload", str(other), f"s3://no-such-bucket-{bucket}/x", *flags, "--quiet"])
     out, err = capsys.readouterr()
-    assert code == 2 and err.startswith(f"error: cannot upload to s3://no-such-bucket-{bucket}/x: bucket ") and SECRET not in out + err
+    assert (
+        code == 2
+        and err.startswith(f"error: cannot upload to s3://no-such-bucket-{bucket}/x: bucket ")
+        and SECRET not in out + err
+    )

@@ -57,9 +57,9 @@ def _plant(root: Path, tmp_path: Path, kind: str) -> Path:
 
 
 @pytest.mark.parametrize("kind", ["file", "chunk", "directory", "window", "rank", "root-document"])
-def test_links_are_refused_before_anything_is_sent(kind: str, bucket: str, options: dict[str, Any],
-                                                   copy_dump: Callable[[str], Path], s3_client: Any,
-                                                   tmp_path: Path) -> None:
+def test_links_are_refused_before_anything_is_sent(
+    kind: str, bucket: str, options: dict[str, Any], copy_dump: Callable[[str], Path], s3_client: Any, tmp_path: Path
+) -> None:
     root = copy_dump("L1")
     link = _plant(root, tmp_path, kind)
     with pytest.raises(ValueError) as info:
@@ -69,8 +69,14 @@ def test_links_are_refused_before_anything_is_sent(kind: str, bucket: str, optio
     assert all_objects(s3_client, bucket) == {}
 
 
-def test_cli_names_the_link_exit_2(bucket: str, options: dict[str, Any], copy_dump: Callable[[str], Path],
-                                   s3_client: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_names_the_link_exit_2(
+    bucket: str,
+    options: dict[str, Any],
+    copy_dump: Callable[[str], Path],
+    s3_client: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     root = copy_dump("L1")
     link = _plant(root, tmp_path, "directory")
     args = ["upload", str(root), f"s3://{bucket}/run", "--quiet"]
@@ -86,8 +92,9 @@ def test_cli_names_the_link_exit_2(bucket: str, options: dict[str, Any], copy_du
     assert all_objects(s3_client, bucket) == {}
 
 
-def test_a_fifo_is_refused_not_read(bucket: str, options: dict[str, Any], copy_dump: Callable[[str], Path],
-                                    s3_client: Any) -> None:
+def test_a_fifo_is_refused_not_read(
+    bucket: str, options: dict[str, Any], copy_dump: Callable[[str], Path], s3_client: Any
+) -> None:
     root = copy_dump("L1")
     fifo = root / WINDOW / "pipe"
     os.mkfifo(fifo)
@@ -96,8 +103,9 @@ def test_a_fifo_is_refused_not_read(bucket: str, options: dict[str, Any], copy_d
     assert all_objects(s3_client, bucket) == {}
 
 
-def test_a_linked_root_itself_is_the_users_choice(bucket: str, options: dict[str, Any],
-                                                  copy_dump: Callable[[str], Path], tmp_path: Path) -> None:
+def test_a_linked_root_itself_is_the_users_choice(
+    bucket: str, options: dict[str, Any], copy_dump: Callable[[str], Path], tmp_path: Path
+) -> None:
     """The root path the user names may itself be a link; only links below it are refused."""
     root = copy_dump("L1")
     alias = tmp_path / "alias"

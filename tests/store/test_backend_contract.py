@@ -48,8 +48,14 @@ class BackendTests:
         assert [backend.get(key) for key, _ in items] == [data for _, data in items]
 
     def test_delete_prefix_removes_the_key_and_below_only(self, backend: Backend) -> None:
-        backend.put_many([("r/window_0001/zarr.json", b"1"), ("r/window_0001/a/c/0", b"2"),
-                          ("r/window_00010/zarr.json", b"3"), ("r/window_0002/zarr.json", b"4")])
+        backend.put_many(
+            [
+                ("r/window_0001/zarr.json", b"1"),
+                ("r/window_0001/a/c/0", b"2"),
+                ("r/window_00010/zarr.json", b"3"),
+                ("r/window_0002/zarr.json", b"4"),
+            ]
+        )
         backend.delete_prefix("r/window_0001")
         assert backend.get("r/window_0001/zarr.json") is None and backend.get("r/window_0001/a/c/0") is None
         assert backend.get("r/window_00010/zarr.json") == b"3" and backend.get("r/window_0002/zarr.json") == b"4"

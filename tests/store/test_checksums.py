@@ -88,6 +88,6 @@ def test_fsspec_backends_store_the_same_sealed_chunks(tmp_path, memory_url):
     inv = InvocationWrite(INV, {"invocationId": 0}, [], [ArrayWrite("a", data, ("r", "c"), {"name": "a"})])
     WindowWriter(memory_url, chunk_bytes=16 * 8 * 4).write_window(WindowWrite(0, 0, {"level": "L0"}, [inv]))
     fs = fsspec.filesystem("memory")
-    base = memory_url[len("memory://"):]
+    base = memory_url[len("memory://") :]
     for i in range(4):
         assert fs.cat_file(f"/{base}/rank_0/window_0000/{INV}/a/c.{i}.0") == (local / f"c.{i}.0").read_bytes()

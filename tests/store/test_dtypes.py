@@ -150,9 +150,13 @@ def test_array_round_trip_is_bit_exact(cls: type, tmp_path: Path) -> None:
         (Float8E5M2, -0.0, -0.0, {"name": "bytes"}),
     ],
 )
-def test_zarr_json_metadata(cls: type, fill_value: float, fill_json: Any, codec: dict[str, Any], tmp_path: Path) -> None:
+def test_zarr_json_metadata(
+    cls: type, fill_value: float, fill_json: Any, codec: dict[str, Any], tmp_path: Path
+) -> None:
     path = tmp_path / "a.zarr"
-    arr = zarr.create_array(path, shape=(6,), chunks=(4,), dtype=cls.scalar_type, fill_value=fill_value, compressors=None)
+    arr = zarr.create_array(
+        path, shape=(6,), chunks=(4,), dtype=cls.scalar_type, fill_value=fill_value, compressors=None
+    )
     arr[:2] = from_bits(cls, [0x01, 0x02])
 
     meta = read_json(path / "zarr.json")
@@ -229,7 +233,9 @@ def test_fill_value_json_round_trips_every_bit_pattern(cls: type) -> None:
         (Float8E5M2, "0x7c", math.inf),
     ],
 )
-def test_hex_fill_value_uses_the_types_own_bit_layout(cls: type, hex_json: str, expected: float, tmp_path: Path) -> None:
+def test_hex_fill_value_uses_the_types_own_bit_layout(
+    cls: type, hex_json: str, expected: float, tmp_path: Path
+) -> None:
     assert float(cls().from_json_scalar(hex_json, zarr_format=3)) == expected
 
     path = tmp_path / "a.zarr"
@@ -328,7 +334,9 @@ def test_float8_opens_with_or_without_endian(cls: type, bytes_codec: dict[str, A
         (Float8E5M2, 0x7E, 0x7D),  # NaN == NaN (zarr compares float-kind dtypes with equal_nan)
     ],
 )
-def test_zarr_drops_chunks_equal_but_not_identical_to_the_fill_value(cls: type, fill_bits: int, chunk_bits: int) -> None:
+def test_zarr_drops_chunks_equal_but_not_identical_to_the_fill_value(
+    cls: type, fill_bits: int, chunk_bits: int
+) -> None:
     """Documents zarr 3.1 behaviour, not ours.
 
     With the default ``write_empty_chunks=False`` zarr skips a chunk whose values all
@@ -339,7 +347,9 @@ def test_zarr_drops_chunks_equal_but_not_identical_to_the_fill_value(cls: type, 
     """
     fill = from_bits(cls, [fill_bits])[0]
     data = from_bits(cls, [chunk_bits] * 4)
-    default = zarr.create_array(zarr.storage.MemoryStore(), shape=(4,), chunks=(4,), dtype=cls.scalar_type, fill_value=fill)
+    default = zarr.create_array(
+        zarr.storage.MemoryStore(), shape=(4,), chunks=(4,), dtype=cls.scalar_type, fill_value=fill
+    )
     exact = zarr.create_array(
         zarr.storage.MemoryStore(),
         shape=(4,),
@@ -462,11 +472,21 @@ def test_fresh_interpreter_reads_bfloat16_with_xarray(
     assert out["xarray_dims"] == ["i"]
     assert out["xarray_bits"] == as_bits(data)
     assert out["xarray_values"] == [
-        "0.0", "-0.0", "1.5", "-2.5", "inf", "-inf", "nan", "9.183549615799121e-41", "3.3895313892515355e+38"
+        "0.0",
+        "-0.0",
+        "1.5",
+        "-2.5",
+        "inf",
+        "-inf",
+        "nan",
+        "9.183549615799121e-41",
+        "3.3895313892515355e+38",
     ]
 
 
-def test_plain_reader_loads_only_the_light_store_modules(bfloat16_group: tuple[Path, np.ndarray], tmp_path: Path) -> None:
+def test_plain_reader_loads_only_the_light_store_modules(
+    bfloat16_group: tuple[Path, np.ndarray], tmp_path: Path
+) -> None:
     """zarr 3.1 never loads ``zarr.data_type`` entry points; our ``zarr.buffer`` entry point
     (store/zarr_plugin.py) registers the types instead. It must stay light: no torch, no dumper."""
     root, _ = bfloat16_group
@@ -475,7 +495,13 @@ def test_plain_reader_loads_only_the_light_store_modules(bfloat16_group: tuple[P
 
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
-    assert out["loaded"] == ["megadump_zarr", "megadump_zarr._version", "megadump_zarr.store", "megadump_zarr.store.dtypes", "megadump_zarr.store.zarr_plugin"]
+    assert out["loaded"] == [
+        "megadump_zarr",
+        "megadump_zarr._version",
+        "megadump_zarr.store",
+        "megadump_zarr.store.dtypes",
+        "megadump_zarr.store.zarr_plugin",
+    ]
     assert out["torch_loaded"] is False
 
 

@@ -22,10 +22,19 @@ def _window() -> WindowWrite:
     rng = np.random.default_rng(0)
     groups = [GroupWrite("stages/s", {"stage": "s"}), GroupWrite("stages/s/task_000001", {"taskId": 1})]
     arrays = [
-        ArrayWrite("stages/s/task_000001/input_00_x", rng.standard_normal((8, 4)).astype(np.float32), ("row", "c"),
-                   {"name": "x"}, coords={"row": np.arange(8)}),
-        ArrayWrite("stages/s/task_000001/output_00_y", rng.standard_normal((64, 4)).astype(np.float32), ("row2", "c"),
-                   {"name": "y"}),
+        ArrayWrite(
+            "stages/s/task_000001/input_00_x",
+            rng.standard_normal((8, 4)).astype(np.float32),
+            ("row", "c"),
+            {"name": "x"},
+            coords={"row": np.arange(8)},
+        ),
+        ArrayWrite(
+            "stages/s/task_000001/output_00_y",
+            rng.standard_normal((64, 4)).astype(np.float32),
+            ("row2", "c"),
+            {"name": "y"},
+        ),
     ]
     return WindowWrite(0, 0, {"level": "L1"}, [InvocationWrite(INV, {"invocationId": 0}, groups, arrays)])
 
@@ -36,7 +45,11 @@ class Recorder:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.events: list[tuple[str, str]] = []
         real_write, real_fsync, real_replace, real_syncfs = (
-            backend_mod._write_all, os.fsync, os.replace, backend_mod._syncfs)
+            backend_mod._write_all,
+            os.fsync,
+            os.replace,
+            backend_mod._syncfs,
+        )
 
         def write_all(fd, data):
             self.events.append(("write", os.readlink(f"/proc/self/fd/{fd}")))
@@ -79,15 +92,18 @@ def test_default_syncs_the_file_system_then_the_status_document_and_its_director
     renames = [i for i, (kind, path) in enumerate(rec.events) if kind == "rename" and path == status]
     final_rename = renames[-1]  # the first rename is begin()'s "writing" document
     syncfs = rec.index("syncfs", str(window))
-    written = [i for i, (kind, path) in enumerate(rec.events)
-               if kind == "write" and path.startswith(str(window) + "/") and path != status and "/.zarr.json.tmp-" not in path]
+    written = [
+        i
+        for i, (kind, path) in enumerate(rec.events)
+        if kind == "write" and path.startswith(str(window) + "/") and path != status and "/.zarr.json.tmp-" not in path
+    ]
     files, _ = _tree(window)
     assert len(written) >= len(files) - 1  # every chunk and zarr.json below the window was written ...
     assert max(written) < syncfs  # ... before the one syncfs of the window's file system
     status_tmp = [path for kind, path in rec.events[syncfs:final_rename] if kind == "write"]
     assert len(status_tmp) == 1 and "/.zarr.json.tmp-" in status_tmp[0]  # then the status document, alone,
     assert ("fsync", status_tmp[0]) in rec.events[syncfs:final_rename]  # fsynced before its rename,
-    assert rec.events[final_rename + 1:] == [("fsync", str(window))]  # and the window directory after it
+    assert rec.events[final_rename + 1 :] == [("fsync", str(window))]  # and the window directory after it
     assert [kind for kind, _ in rec.events].count("syncfs") == 1
 
 
@@ -102,10 +118,11 @@ def test_fsync_mode_syncs_every_file_and_directory_before_the_status_rename(tmp_
     for path in files:
         if path != status:
             assert ("fsync", path) in before or any(  # written through a temporary file, then renamed
-                kind == "fsync" and p.startswith(os.path.dirname(path) + "/.") for kind, p in before), path
+                kind == "fsync" and p.startswith(os.path.dirname(path) + "/.") for kind, p in before
+            ), path
     for path in [*dirs[1:], os.path.dirname(str(window)), str(root)]:
         assert ("fsync", path) in before, path
-    assert ("fsync", str(window)) in rec.events[final_rename + 1:]
+    assert ("fsync", str(window)) in rec.events[final_rename + 1 :]
     assert not any(kind == "syncfs" for kind, _ in rec.events)
 
 

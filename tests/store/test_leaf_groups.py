@@ -73,10 +73,17 @@ def test_task_group_document_follows_its_arrays_and_commit_skips_it(tmp_path):
         own = [i for i, k in enumerate(before_commit) if k.startswith(task + "/")]
         assert before_commit[own[-1]] == f"{task}/zarr.json"  # written during write_invocation, after its arrays
         assert sorted(before_commit[i] for i in own[:-1]) == sorted(
-            f"{task}/{a}/{f}" for a in ("input_00_x", "output_00_x", "token") for f in ("zarr.json", "c.0.0" if a != "token" else "c.0"))
-    after = backend.keys[len(before_commit):]
-    assert sorted(after) == [f"{base}/zarr.json", "rank_0/window_0000/invocation_000000_forward/stages/zarr.json",
-                             "rank_0/window_0000/invocation_000000_forward/zarr.json", "rank_0/window_0000/zarr.json"]
+            f"{task}/{a}/{f}"
+            for a in ("input_00_x", "output_00_x", "token")
+            for f in ("zarr.json", "c.0.0" if a != "token" else "c.0")
+        )
+    after = backend.keys[len(before_commit) :]
+    assert sorted(after) == [
+        f"{base}/zarr.json",
+        "rank_0/window_0000/invocation_000000_forward/stages/zarr.json",
+        "rank_0/window_0000/invocation_000000_forward/zarr.json",
+        "rank_0/window_0000/zarr.json",
+    ]
     group = window / "invocation_000000_forward" / "stages" / "up" / "task_000007"
     doc = json.loads((group / "zarr.json").read_bytes())
     assert doc["attributes"] == {"taskId": 7, "owner": {"label": "expert", "id": 1}}
@@ -116,7 +123,9 @@ def test_failed_batch_leaves_consistent_groups_after_the_aborted_commit(tmp_path
     assert "invocation_000000_forward/stages/up/task_000021/output_00_x" not in flat
     for t in range(40):
         group = stage / f"task_{t:06d}"
-        listed = {k.rpartition("/")[2] for k in flat if k.startswith(f"invocation_000000_forward/stages/up/task_{t:06d}/")}
+        listed = {
+            k.rpartition("/")[2] for k in flat if k.startswith(f"invocation_000000_forward/stages/up/task_{t:06d}/")
+        }
         if not (group / "zarr.json").is_file():
             assert listed == set(), t  # neither its arrays nor it were kept
             continue
@@ -128,5 +137,9 @@ def test_failed_batch_leaves_consistent_groups_after_the_aborted_commit(tmp_path
         assert set(metadata) == listed, t  # the group's document lists exactly what the window kept
         children = _children(group)
         assert all(metadata[name] == children[name] for name in metadata), t
-    kept = [t for t in range(40) if "consolidated_metadata" in json.loads((stage / f"task_{t:06d}" / "zarr.json").read_bytes())]
+    kept = [
+        t
+        for t in range(40)
+        if "consolidated_metadata" in json.loads((stage / f"task_{t:06d}" / "zarr.json").read_bytes())
+    ]
     assert 21 not in kept and 0 in kept and 39 in kept  # the batches before and after the failing one were kept

@@ -19,8 +19,14 @@ def _write_demo_l1(root: Path, layout: str) -> None:
     """The L1 phase of ``run_demo`` (two steps, the expert stages of experts 0 and 1) in ``layout``."""
     torch.manual_seed(0)
     block = MoEBlock(DemoConfig(tokens=37, d_model=16, n_experts=4, dtype=torch.float32, device="cpu"))
-    config = TensorDumpConfig(root, level="L1", kernel_names=("moe_experts", "moe_experts_backward"),
-                              stages=("expert_up", "expert_down", "expert_up_bwd"), owner_ids=(0, 1), layout=layout)
+    config = TensorDumpConfig(
+        root,
+        level="L1",
+        kernel_names=("moe_experts", "moe_experts_backward"),
+        stages=("expert_up", "expert_down", "expert_up_bwd"),
+        owner_ids=(0, 1),
+        layout=layout,
+    )
     with tensor_dump(config) as dumper:
         for _ in range(2):
             _train_step(block)

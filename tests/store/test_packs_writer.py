@@ -22,7 +22,14 @@ import pytest
 from megadump_zarr.dump.export import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
 from megadump_zarr.store.pack_writer import row_stats
 from megadump_zarr.store.packs import (
-    PACK_MAX_RECORD_BYTES, PACK_SHARD_BYTES, RangeSource, ShardSource, decode_index, expand_pack, index_nbytes, range_chunk,
+    PACK_MAX_RECORD_BYTES,
+    PACK_SHARD_BYTES,
+    RangeSource,
+    ShardSource,
+    decode_index,
+    expand_pack,
+    index_nbytes,
+    range_chunk,
 )
 from megadump_zarr.store.stats import _SLICE, StatsAccumulator
 from megadump_zarr.store.writer import WindowWriter
@@ -35,8 +42,17 @@ def _task(stage: str, task_id: int, worker: int | None = None) -> str:
 
 
 def _attrs(task_id: int, stage: str, owner: int | None = 3, core: int | None = 1) -> dict:
-    return {"taskId": task_id, "stageTaskIndex": task_id, "stage": stage, "owner": {"label": "expert", "id": owner},
-            "coreType": "AIV", "coreId": core, "workerId": None, "tensorCount": 2, "tileRows": None}
+    return {
+        "taskId": task_id,
+        "stageTaskIndex": task_id,
+        "stage": stage,
+        "owner": {"label": "expert", "id": owner},
+        "coreType": "AIV",
+        "coreId": core,
+        "workerId": None,
+        "tensorCount": 2,
+        "tileRows": None,
+    }
 
 
 def mixed_invocation(seed: int = 0) -> InvocationWrite:
@@ -53,21 +69,51 @@ def mixed_invocation(seed: int = 0) -> InvocationWrite:
         if t == 2:
             x[0, 0], x[1, 1] = np.nan, -np.inf
         rows = np.arange(40 * t, 40 * t + 40, dtype=np.int64)
-        arrays.append(ArrayWrite(f"{path}/input_00_x", x, ("token", "hidden"),
-                                 {"name": "x", "io": "input", "index": 0, "note": f"task {t}"}, {"token": rows}))
-        arrays.append(ArrayWrite(f"{path}/output_00_y", rng.integers(-9, 9, size=(40,), dtype=np.int64), ("token",),
-                                 {"name": "y", "io": "output", "index": 0, "stats": "replaced"}, {"token": rows}))
+        arrays.append(
+            ArrayWrite(
+                f"{path}/input_00_x",
+                x,
+                ("token", "hidden"),
+                {"name": "x", "io": "input", "index": 0, "note": f"task {t}"},
+                {"token": rows},
+            )
+        )
+        arrays.append(
+            ArrayWrite(
+                f"{path}/output_00_y",
+                rng.integers(-9, 9, size=(40,), dtype=np.int64),
+                ("token",),
+                {"name": "y", "io": "output", "index": 0, "stats": "replaced"},
+                {"token": rows},
+            )
+        )
     for t in (10, 11):
         path = _task("up", t, worker=t - 9)
         groups.append(GroupWrite(path, _attrs(t, "up"), task=True))
-        arrays.append(ArrayWrite(f"{path}/input_00_w", (rng.standard_normal((3, 64)) * 2).astype(ml_dtypes.bfloat16),
-                                 ("row", "col"), {"name": "w"}, {"row": np.arange(3 * t, 3 * t + 3, dtype=np.int64)}))
+        arrays.append(
+            ArrayWrite(
+                f"{path}/input_00_w",
+                (rng.standard_normal((3, 64)) * 2).astype(ml_dtypes.bfloat16),
+                ("row", "col"),
+                {"name": "w"},
+                {"row": np.arange(3 * t, 3 * t + 3, dtype=np.int64)},
+            )
+        )
         arrays.append(ArrayWrite(f"{path}/input_01_mask", rng.integers(0, 2, size=(7, 9)).astype(bool), ("a", "b"), {}))
-        arrays.append(ArrayWrite(f"{path}/output_00_z", rng.integers(-100, 100, size=(5,), dtype=np.int8), ("k",), {"raw": 1}))
+        arrays.append(
+            ArrayWrite(f"{path}/output_00_z", rng.integers(-100, 100, size=(5,), dtype=np.int8), ("k",), {"raw": 1})
+        )
     big = _task("up", 20)
     groups.append(GroupWrite(big, _attrs(20, "up"), task=True))
-    arrays.append(ArrayWrite(f"{big}/input_00_x", rng.standard_normal((2048, 256), dtype=np.float32), ("token", "hidden"),
-                             {"name": "x"}, {"token": np.arange(2048, dtype=np.int64)}))
+    arrays.append(
+        ArrayWrite(
+            f"{big}/input_00_x",
+            rng.standard_normal((2048, 256), dtype=np.float32),
+            ("token", "hidden"),
+            {"name": "x"},
+            {"token": np.arange(2048, dtype=np.int64)},
+        )
+    )
     for t in range(30, 33):
         path = _task("down", t)
         groups.append(GroupWrite(path, _attrs(t, "down", owner=None, core=None), task=True))
@@ -82,8 +128,11 @@ def _write(root: Path, pack: bool, invocation: InvocationWrite | None = None, **
 
 
 def _documents(window: Path) -> dict[str, dict]:
-    return {p.parent.relative_to(window).as_posix(): json.loads(p.read_bytes())
-            for p in window.rglob("zarr.json") if p.parent != window}
+    return {
+        p.parent.relative_to(window).as_posix(): json.loads(p.read_bytes())
+        for p in window.rglob("zarr.json")
+        if p.parent != window
+    }
 
 
 @pytest.fixture(scope="module")
@@ -98,14 +147,30 @@ def test_layout_packs_packable_tasks_and_keeps_the_rest(windows):
     assert sorted(p.name for p in stage.iterdir()) == ["pack_0000", "pack_0001", "task_000020", "zarr.json"]
     assert sorted(p.name for p in (packed / INV / "stages" / "down").iterdir()) == ["pack_0000", "zarr.json"]
     pack = stage / "pack_0000"
-    assert sorted(p.name for p in pack.iterdir()) == ["core_id", "input_00_x", "output_00_y", "owner_id", "task_id", "zarr.json"]
+    assert sorted(p.name for p in pack.iterdir()) == [
+        "core_id",
+        "input_00_x",
+        "output_00_y",
+        "owner_id",
+        "task_id",
+        "zarr.json",
+    ]
     assert sorted(p.name for p in (pack / "input_00_x").iterdir()) == ["c.0.0.0", "zarr.json"]  # one shard
     group = json.loads((pack / "zarr.json").read_bytes())
     assert group["attributes"] == {"megadumpPack": 2, "stage": "up", "taskCount": 5}
-    assert sorted(group["consolidated_metadata"]["metadata"]) == ["core_id", "input_00_x", "output_00_y", "owner_id", "task_id"]
+    assert sorted(group["consolidated_metadata"]["metadata"]) == [
+        "core_id",
+        "input_00_x",
+        "output_00_y",
+        "owner_id",
+        "task_id",
+    ]
     task = json.loads((pack / "task_id" / "zarr.json").read_bytes())
-    assert task["attributes"]["tasks"][2] == {"group": "task_000002", "attrs": _attrs(2, "up", owner=0),
-                                              "coords": {"token": [80, 120]}}
+    assert task["attributes"]["tasks"][2] == {
+        "group": "task_000002",
+        "attrs": _attrs(2, "up", owner=0),
+        "coords": {"token": [80, 120]},
+    }
     import zarr
 
     assert zarr.open_array(str(pack / "task_id"))[:].tolist() == [0, 1, 2, 3, 4]
@@ -133,17 +198,27 @@ def _zarr_document(doc: dict) -> dict:
         elif codec["name"] == "crc32c":
             compressors.append(Crc32cCodec())
     array = zarr.create_array(
-        store={}, shape=tuple(doc["shape"]), chunks=tuple(sharding["configuration"]["chunk_shape"]),
-        shards=tuple(doc["chunk_grid"]["configuration"]["chunk_shape"]), dtype=doc["data_type"],
+        store={},
+        shape=tuple(doc["shape"]),
+        chunks=tuple(sharding["configuration"]["chunk_shape"]),
+        shards=tuple(doc["chunk_grid"]["configuration"]["chunk_shape"]),
+        dtype=doc["data_type"],
         serializer=BytesCodec(endian="little") if inner[0].get("configuration") else BytesCodec(endian=None),
-        compressors=compressors or None, dimension_names=doc["dimension_names"], fill_value=doc["fill_value"],
-        chunk_key_encoding={"name": "default", "separator": "."}, attributes=doc["attributes"])
+        compressors=compressors or None,
+        dimension_names=doc["dimension_names"],
+        fill_value=doc["fill_value"],
+        chunk_key_encoding={"name": "default", "separator": "."},
+        attributes=doc["attributes"],
+    )
     return json.loads(json.dumps(array.metadata.to_dict()))
 
 
 def _pack_arrays(window: Path) -> dict[str, dict]:
-    return {path: doc for path, doc in _documents(window).items()
-            if "/pack_" in path and doc["node_type"] == "array" and doc["codecs"][0]["name"] == "sharding_indexed"}
+    return {
+        path: doc
+        for path, doc in _documents(window).items()
+        if "/pack_" in path and doc["node_type"] == "array" and doc["codecs"][0]["name"] == "sharding_indexed"
+    }
 
 
 @pytest.mark.parametrize("checksum", [True, False])
@@ -181,7 +256,10 @@ def test_zarr_tensorstore_and_xarray_read_every_pack_array(windows):
             warnings.simplefilter("error")
             dataset = xr.open_zarr(str(pack))
         assert {name: dataset.coords[name].dims for name in dataset.coords} == {
-            "task_id": ("task",), "owner_id": ("task",), "core_id": ("task",)}  # coordinates, no task index
+            "task_id": ("task",),
+            "owner_id": ("task",),
+            "core_id": ("task",),
+        }  # coordinates, no task index
         assert {"task_id", "owner_id", "core_id"}.isdisjoint(dataset.data_vars)
 
 
@@ -194,16 +272,22 @@ def test_records_attributes_and_stats_equal_the_schema6_writers(windows):
         tasks = json.loads((packed / pack / "task_id" / "zarr.json").read_bytes())["attributes"]["tasks"]
         for entry, record in zip(tasks, doc["attributes"]["records"], strict=True):
             assert record == docs[f"{stage}/{entry['group']}/{name}"]["attributes"]
-            assert json.dumps(record["stats"]) == json.dumps(docs[f"{stage}/{entry['group']}/{name}"]["attributes"]["stats"])
-    nan_row = json.loads((packed / INV / "stages/up/pack_0000/input_00_x/zarr.json").read_bytes())["attributes"]["records"][2]
+            assert json.dumps(record["stats"]) == json.dumps(
+                docs[f"{stage}/{entry['group']}/{name}"]["attributes"]["stats"]
+            )
+    nan_row = json.loads((packed / INV / "stages/up/pack_0000/input_00_x/zarr.json").read_bytes())["attributes"][
+        "records"
+    ][2]
     assert (nan_row["stats"]["nanCount"], nan_row["stats"]["infCount"]) == (1, 1)
-    y = json.loads((packed / INV / "stages/up/pack_0000/output_00_y/zarr.json").read_bytes())["attributes"]["records"][0]
+    y = json.loads((packed / INV / "stages/up/pack_0000/output_00_y/zarr.json").read_bytes())["attributes"]["records"][
+        0
+    ]
     assert list(y)[-1] == "stats" and isinstance(y["stats"]["min"], int)  # the writer's stats replace the given ones
 
 
 def _shard_chunk(window: Path, source: ShardSource) -> bytes:
     shard = (window / source.shard).read_bytes()
-    entry = decode_index(shard[-index_nbytes(source.count):], source.count, source.shard)[source.slot]
+    entry = decode_index(shard[-index_nbytes(source.count) :], source.count, source.shard)[source.slot]
     assert entry is not None
     return shard[entry[0] : entry[0] + entry[1]]
 
@@ -244,7 +328,9 @@ def test_expand_pack_is_the_schema6_writers_view(windows):
         if doc != expected:
             differ.add(path)
             assert doc["attributes"] == {} and doc["dimension_names"] == [path.rpartition("/")[2]]
-            assert {k: v for k, v in doc.items() if k != "codecs"} == {k: v for k, v in expected.items() if k != "codecs"}
+            assert {k: v for k, v in doc.items() if k != "codecs"} == {
+                k: v for k, v in expected.items() if k != "codecs"
+            }
             assert doc["codecs"] == [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]
             assert [c["name"] for c in expected["codecs"]] == ["bytes", "blosc", "crc32c"]
     # only the 40-row coordinates of stage up's first pack
@@ -261,8 +347,11 @@ def test_torn_window_keeps_pack_arrays_readable(tmp_path):
     for name in ("task_id", "owner_id", "core_id", "input_00_x", "output_00_y"):
         assert (pack / name / "zarr.json").is_file()
     window = tmp_path / "rank_0" / "window_0000"
-    nodes = {p.parent.relative_to(window).as_posix(): json.loads(p.read_bytes()) for p in window.rglob("zarr.json")
-             if p.parent != window}
+    nodes = {
+        p.parent.relative_to(window).as_posix(): json.loads(p.read_bytes())
+        for p in window.rglob("zarr.json")
+        if p.parent != window
+    }
     virtual, _ = expand_pack(f"{INV}/stages/up/pack_0000", nodes)
     assert f"{INV}/{_task('up', 4)}/output_00_y" in virtual
 
@@ -271,8 +360,15 @@ def test_pack_false_writes_schema6_task_groups(windows):
     _, plain = windows
     stage = plain / INV / "stages" / "up"
     assert sorted(p.name for p in stage.iterdir() if p.is_dir()) == [
-        "task_000000", "task_000001", "task_000002", "task_000003", "task_000004", "task_000010_worker_001",
-        "task_000011_worker_002", "task_000020"]
+        "task_000000",
+        "task_000001",
+        "task_000002",
+        "task_000003",
+        "task_000004",
+        "task_000010_worker_001",
+        "task_000011_worker_002",
+        "task_000020",
+    ]
 
 
 def test_only_packable_tasks_are_packed(tmp_path):
@@ -295,14 +391,26 @@ def test_only_packable_tasks_are_packed(tmp_path):
     window = _write(tmp_path / "a", True, InvocationWrite(INV, {}, groups, arrays))
     stage = window / INV / "stages" / "s"
     assert sorted(p.name for p in stage.iterdir() if p.is_dir()) == [
-        "pack_0000", "task_000001", "task_000002", "task_000003", "task_000004", "task_000006"]
+        "pack_0000",
+        "task_000001",
+        "task_000002",
+        "task_000003",
+        "task_000004",
+        "task_000006",
+    ]
     task_doc = json.loads((stage / "pack_0000" / "task_id" / "zarr.json").read_text())
     assert [entry["group"] for entry in task_doc["attributes"]["tasks"]] == ["task_000000", "task_000005"]
     pair = [0, 5]
-    small = _write(tmp_path / "b", True, InvocationWrite(INV, {}, [groups[i] for i in pair], [arrays[i] for i in pair]),
-                   chunk_bytes=32)
+    small = _write(
+        tmp_path / "b",
+        True,
+        InvocationWrite(INV, {}, [groups[i] for i in pair], [arrays[i] for i in pair]),
+        chunk_bytes=32,
+    )
     assert sorted(p.name for p in (small / INV / "stages" / "s").iterdir() if p.is_dir()) == [
-        "task_000000", "task_000005"]
+        "task_000000",
+        "task_000005",
+    ]
 
 
 def test_a_pack_name_taken_by_a_declared_group_is_refused(tmp_path):
@@ -326,7 +434,7 @@ def test_many_tasks_split_into_shards_with_an_absent_tail(tmp_path):
     assert sorted(p.name for p in array.iterdir()) == ["c.0.0", "c.1.0", "c.2.0", "zarr.json"]
     per_shard = PACK_SHARD_BYTES // 4096
     tail = (array / "c.2.0").read_bytes()
-    entries = decode_index(tail[-index_nbytes(per_shard):], per_shard, "c.2.0")
+    entries = decode_index(tail[-index_nbytes(per_shard) :], per_shard, "c.2.0")
     assert all(e is not None for e in entries[:5]) and all(e is None for e in entries[5:])
     import zarr
 
@@ -339,8 +447,9 @@ def _accumulated(rows):
     return [StatsAccumulator(r.dtype).update(r).result() for r in rows]
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16", "float8_e4m3fn", "int8", "int64",
-                                   "uint64", "bool"])
+@pytest.mark.parametrize(
+    "dtype", ["float32", "float64", "float16", "bfloat16", "float8_e4m3fn", "int8", "int64", "uint64", "bool"]
+)
 @pytest.mark.parametrize("size", [1, 7, 2048, _SLICE, _SLICE + 3])
 def test_row_stats_equal_the_accumulator_bit_for_bit(dtype, size):
     rng = np.random.default_rng(size)
@@ -375,11 +484,16 @@ def test_fsspec_roots_get_the_same_pack_bytes(windows):
         with WindowWriter(url, durable=False, pack=True) as writer:
             writer.write_window(WindowWrite(0, 0, {"schemaVersion": 7}, [mixed_invocation()]))
         base = "/packs-writer-test/rank_0/window_0000/"
-        remote = {path[len(base):]: fs.cat_file(path) for path in fs.find(base)}
+        remote = {path[len(base) :]: fs.cat_file(path) for path in fs.find(base)}
         local = {p.relative_to(packed).as_posix(): p.read_bytes() for p in packed.rglob("*") if p.is_file()}
         assert sorted(remote) == sorted(local)
-        shards = [k for k in local if "/pack_" in k and "/c." in k and k.rpartition("/")[0].rpartition("/")[2]
-                  not in ("task_id", "owner_id", "core_id")]
+        shards = [
+            k
+            for k in local
+            if "/pack_" in k
+            and "/c." in k
+            and k.rpartition("/")[0].rpartition("/")[2] not in ("task_id", "owner_id", "core_id")
+        ]
         assert len(shards) == 6
         for key in local:
             if key != "zarr.json":  # the window document holds timestamps
@@ -413,8 +527,12 @@ def test_a_failed_shard_aborts_the_window_and_keeps_what_was_written(tmp_path):
 
 
 @settings(max_examples=60, deadline=None)
-@given(data=st.data(), dtype=st.sampled_from(["float32", "float64", "float16", "int16", "uint8", "bool"]),
-       rows=st.integers(1, 6), size=st.integers(1, 300))
+@given(
+    data=st.data(),
+    dtype=st.sampled_from(["float32", "float64", "float16", "int16", "uint8", "bool"]),
+    rows=st.integers(1, 6),
+    size=st.integers(1, 300),
+)
 def test_row_stats_equal_the_accumulator_on_any_values(data, dtype, rows, size):
     """Any values (NaN, Inf, subnormals, extremes, signed zeros) give the accumulator's statistics exactly."""
     block = data.draw(hnp.arrays(np.dtype(dtype), (rows, size)))

@@ -37,8 +37,13 @@ TREE = textwrap.dedent("""
 
 
 def _trees(*paths: Path) -> dict[str, dict[str, dict[str, str]]]:
-    result = subprocess.run([sys.executable, "-W", "error", "-c", TREE, *map(str, paths)], capture_output=True,
-                            text=True, timeout=180, check=False)
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", TREE, *map(str, paths)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stderr == ""
     return json.loads(result.stdout)
@@ -50,9 +55,12 @@ def _doc(path: Path) -> dict:
 
 def _window(rank: int, index: int, value: float) -> WindowWrite:
     data = np.full((4, 3), value, dtype=np.float32)
-    inv = InvocationWrite("invocation_000000_forward", {"invocationId": 0, "step": index, "direction": "forward",
-                                                         "kernelName": "k", "level": "L0", "rank": rank},
-                          [], [ArrayWrite("x", data, ("row", "col"), {"name": "x"})])
+    inv = InvocationWrite(
+        "invocation_000000_forward",
+        {"invocationId": 0, "step": index, "direction": "forward", "kernelName": "k", "level": "L0", "rank": rank},
+        [],
+        [ArrayWrite("x", data, ("row", "col"), {"name": "x"})],
+    )
     return WindowWrite(rank, index, {"schemaVersion": 5, "level": "L0", "windowIndex": index, "rank": rank}, [inv])
 
 
@@ -76,8 +84,9 @@ def test_a_dump_session_leaves_root_and_rank_openable_by_plain_xarray(tmp_path):
             assert rank[below] == variables
             assert whole[f"/rank_0{below}"] == variables
     assert sum(len(v) for v in whole.values()) == sum(len(v) for w in windows for v in trees[str(w)].values())
-    assert set(whole) == {"/", "/rank_0"} | {f"/rank_0/{w.name}" + ("" if p == "/" else p)
-                                             for w in windows for p in trees[str(w)]}
+    assert set(whole) == {"/", "/rank_0"} | {
+        f"/rank_0/{w.name}" + ("" if p == "/" else p) for w in windows for p in trees[str(w)]
+    }
     # our reader lists the store and is unaffected
     assert set(open_dump(root).records()["window"]) == {0, 1}
 
@@ -87,8 +96,11 @@ def test_index_dropped_while_writing_and_lists_only_complete_windows(tmp_path):
     with WindowWriter(root) as writer:
         writer.write_window(_window(0, 0, 1.0))
         assert writer.index_root()
-        assert set(_doc(root)["consolidated_metadata"]["metadata"]) >= {"rank_0", "rank_0/window_0000",
-                                                                        "rank_0/window_0000/invocation_000000_forward/x"}
+        assert set(_doc(root)["consolidated_metadata"]["metadata"]) >= {
+            "rank_0",
+            "rank_0/window_0000",
+            "rank_0/window_0000/invocation_000000_forward/x",
+        }
     with WindowWriter(root) as writer:
         session = writer.begin(0, 1, {"schemaVersion": 5, "level": "L0", "windowIndex": 1, "rank": 0})
         # a session is writing: no snapshot that would hide its windows from plain readers
@@ -99,14 +111,28 @@ def test_index_dropped_while_writing_and_lists_only_complete_windows(tmp_path):
         writer.write_window(_window(1, 0, 4.0))
         assert writer.index_root()
     listed = _doc(root)["consolidated_metadata"]["metadata"]
-    assert {k for k in listed if k.count("/") == 1} == {"rank_0/window_0000", "rank_0/window_0003", "rank_1/window_0000"}
+    assert {k for k in listed if k.count("/") == 1} == {
+        "rank_0/window_0000",
+        "rank_0/window_0003",
+        "rank_1/window_0000",
+    }
     assert set(_doc(root / "rank_1")["consolidated_metadata"]["metadata"]) == {
-        "window_0000", "window_0000/invocation_000000_forward", "window_0000/invocation_000000_forward/x"}
+        "window_0000",
+        "window_0000/invocation_000000_forward",
+        "window_0000/invocation_000000_forward/x",
+    }
     trees = _trees(root)
-    assert set(trees[str(root)]) == {"/", "/rank_0", "/rank_1", "/rank_0/window_0000", "/rank_0/window_0003",
-                                     "/rank_1/window_0000", "/rank_0/window_0000/invocation_000000_forward",
-                                     "/rank_0/window_0003/invocation_000000_forward",
-                                     "/rank_1/window_0000/invocation_000000_forward"}
+    assert set(trees[str(root)]) == {
+        "/",
+        "/rank_0",
+        "/rank_1",
+        "/rank_0/window_0000",
+        "/rank_0/window_0003",
+        "/rank_1/window_0000",
+        "/rank_0/window_0000/invocation_000000_forward",
+        "/rank_0/window_0003/invocation_000000_forward",
+        "/rank_1/window_0000/invocation_000000_forward",
+    }
 
 
 def test_a_later_writer_of_another_rank_keeps_the_first_ranks_windows(tmp_path):

@@ -295,9 +295,15 @@ def test_every_data_group_opens_with_xarray_without_warnings(tmp_path, helpers):
     groups = [os.path.relpath(d, url) for d, _, files in os.walk(url) if "zarr.json" in files]
     groups = [g for g in groups if helpers.read_json(Path(url, g, "zarr.json"))["node_type"] == "group"]
     assert len(groups) == 1 + 2 * 7  # window + (invocation, stages, 2 stages, 3 tasks) per invocation
-    data_groups = [g for g in groups if any(
-        helpers.read_json(Path(url, g, name, "zarr.json"))["node_type"] == "array"
-        for name in os.listdir(Path(url, g)) if Path(url, g, name, "zarr.json").exists())]
+    data_groups = [
+        g
+        for g in groups
+        if any(
+            helpers.read_json(Path(url, g, name, "zarr.json"))["node_type"] == "array"
+            for name in os.listdir(Path(url, g))
+            if Path(url, g, name, "zarr.json").exists()
+        )
+    ]
     assert len(data_groups) == 2 * 4  # the invocation (it holds "x") and its 3 task groups
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -496,4 +502,3 @@ def test_s3_root_through_moto(helpers):
             warnings.simplefilter("error")
             ds = xr.open_zarr(f"{url}/{INV}/stages/expert_up/task_000003", storage_options=options)
         np.testing.assert_array_equal(ds["row"].values, np.arange(12, 18))
-

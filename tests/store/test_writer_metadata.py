@@ -76,9 +76,12 @@ def _zarr_reference(root, data, chunks, compressor, dims):
     elif spec.kind == "zstd":
         compressors = [ZstdCodec(level=spec.level, checksum=False), Crc32cCodec()]
     else:
-        compressors = [BloscCodec(
-            typesize=data.dtype.itemsize, cname=spec.cname, clevel=spec.level, shuffle=spec.shuffle, blocksize=0
-        ), Crc32cCodec()]
+        compressors = [
+            BloscCodec(
+                typesize=data.dtype.itemsize, cname=spec.cname, clevel=spec.level, shuffle=spec.shuffle, blocksize=0
+            ),
+            Crc32cCodec(),
+        ]
     array = zarr.create_array(
         str(root),
         shape=data.shape,

@@ -33,13 +33,20 @@ def arrays(tmp_path_factory) -> Path:
     for name, values in VALUES.items():
         array = zarr.create_array(root / name, shape=values.shape, chunks=(2,), dtype=values.dtype, zarr_format=3)
         array[:] = values
-        group.create_array(name, shape=values.shape, chunks=(2,), dtype=values.dtype, dimension_names=("x",))[:] = values
+        group.create_array(name, shape=values.shape, chunks=(2,), dtype=values.dtype, dimension_names=("x",))[:] = (
+            values
+        )
     return root
 
 
 def _run(code: str, *args: str) -> str:
-    result = subprocess.run([sys.executable, "-W", "error", "-c", textwrap.dedent(code), *args],
-                            capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", textwrap.dedent(code), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stderr == ""
     return result.stdout
@@ -54,32 +61,39 @@ def _assert_read(out: str, name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(VALUES))
 def test_dask_from_zarr_is_the_first_zarr_call(arrays, name):
-    out = _run("""
+    out = _run(
+        """
         import sys
         import dask.array as da
         a = da.from_zarr(sys.argv[1])
         v = a.compute()
         print(v.dtype.name, v.view(f"u{v.itemsize}").tolist())
-    """, str(arrays / name))
+    """,
+        str(arrays / name),
+    )
     _assert_read(out, name)
 
 
 @pytest.mark.parametrize("name", sorted(VALUES))
 def test_zarr_open_array_after_import_megadump_zarr(arrays, name):
-    out = _run("""
+    out = _run(
+        """
         import sys
         import megadump_zarr
         import zarr
         assert "torch" not in sys.modules and "xarray" not in sys.modules and "pandas" not in sys.modules
         v = zarr.open_array(sys.argv[1], mode="r")[:]
         print(v.dtype.name, v.view(f"u{v.itemsize}").tolist())
-    """, str(arrays / name))
+    """,
+        str(arrays / name),
+    )
     _assert_read(out, name)
 
 
 @pytest.mark.parametrize("name", sorted(VALUES))
 def test_zarr_group_read_then_array_without_importing_us(arrays, name):
-    out = _run("""
+    out = _run(
+        """
         import sys
         import zarr
         g = zarr.open_group(sys.argv[1], mode="r")
@@ -87,17 +101,25 @@ def test_zarr_group_read_then_array_without_importing_us(arrays, name):
         w = zarr.open_array(sys.argv[3], mode="r")[:]
         assert v.tobytes() == w.tobytes()
         print(v.dtype.name, v.view(f"u{v.itemsize}").tolist())
-    """, str(arrays / "group"), name, str(arrays / name))
+    """,
+        str(arrays / "group"),
+        name,
+        str(arrays / name),
+    )
     _assert_read(out, name)
 
 
 @pytest.mark.parametrize("name", sorted(VALUES))
 def test_xarray_open_zarr_without_importing_us(arrays, name):
-    out = _run("""
+    out = _run(
+        """
         import sys
         import xarray as xr
         ds = xr.open_zarr(sys.argv[1], consolidated=False)
         v = ds[sys.argv[2]].values
         print(v.dtype.name, v.view(f"u{v.itemsize}").tolist())
-    """, str(arrays / "group"), name)
+    """,
+        str(arrays / "group"),
+        name,
+    )
     _assert_read(out, name)

@@ -25,8 +25,10 @@ WINDOW = "rank_0/window_0000"
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    records = [HandRecord("a", np.arange(8, dtype=np.float32).reshape(4, 2), 0),
-               HandRecord("b", np.arange(8, 16, dtype=np.float32).reshape(4, 2), 0, index=1)]
+    records = [
+        HandRecord("a", np.arange(8, dtype=np.float32).reshape(4, 2), 0),
+        HandRecord("b", np.arange(8, 16, dtype=np.float32).reshape(4, 2), 0, index=1),
+    ]
     with WindowWriter(tmp_path / "dump") as writer:
         writer.write_window(hand_window({1: records}))
     return tmp_path / "dump"
@@ -42,7 +44,9 @@ def _record_digests(root: Path) -> dict[str, Path]:
         if doc.get("node_type") == "array" and (doc.get("attributes") or {}).get("name"):
             chunk = next(p for p in doc_path.parent.iterdir() if p.name != "zarr.json")
             chunks[doc["attributes"]["name"]] = chunk
-            digests[doc_path.parent.relative_to(window).as_posix()] = f"{int.from_bytes(chunk.read_bytes()[-4:], 'little'):08x}"
+            digests[doc_path.parent.relative_to(window).as_posix()] = (
+                f"{int.from_bytes(chunk.read_bytes()[-4:], 'little'):08x}"
+            )
     for doc_path in window.rglob("zarr.json"):
         doc = json.loads(doc_path.read_text())
         rel = doc_path.parent.relative_to(window).as_posix()
@@ -60,8 +64,10 @@ def test_unbound_arrays_verify_with_a_note(root: Path) -> None:
     report = verify_dump(root)
     assert report.ok
     (note,) = report.windows[0].notes
-    assert note.endswith("array(s) not bound: they record no chunkCrc32c (written before it existed, in a pack, or "
-                         "without checksums), so a chunk valid elsewhere cannot be told from theirs")
+    assert note.endswith(
+        "array(s) not bound: they record no chunkCrc32c (written before it existed, in a pack, or "
+        "without checksums), so a chunk valid elsewhere cannot be told from theirs"
+    )
     assert report.to_dict()["windows"][0]["notes"] == [note]
 
 
@@ -78,8 +84,9 @@ def test_swapped_chunks_each_with_a_valid_crc_are_named(root: Path) -> None:
 
 
 def test_malformed_digest_attribute_is_a_problem() -> None:
-    assert digests_of({DIGEST_ATTR: "zz"}, 1) == (f"attributes.{DIGEST_ATTR} 'zz' is not 1 crc32c value(s) of 8 hex "
-                                                   f"digits (one per chunk of the grid)")
+    assert digests_of({DIGEST_ATTR: "zz"}, 1) == (
+        f"attributes.{DIGEST_ATTR} 'zz' is not 1 crc32c value(s) of 8 hex digits (one per chunk of the grid)"
+    )
     assert digests_of({DIGEST_ATTR: "0000000g"}, 1) == f"attributes.{DIGEST_ATTR} is not hexadecimal"
     assert digests_of({}, 3) is None and digests_of({DIGEST_ATTR: "0000000a"}, 1) == [10]
 
@@ -88,7 +95,6 @@ def test_compare_table_styles_differs_within_stats_not_as_pass() -> None:
     verdict = next(c for c in COLUMNS if c.heading == "verdict")
     styles = {v: verdict.style({"verdict": v}) for v in ("pass", "differs_within_stats", "fail")}
     assert styles["differs_within_stats"] == "bold yellow" and styles["pass"] == "green"
-
 
 
 def test_the_writer_hook_records_each_sealed_chunks_crc32c() -> None:

@@ -18,8 +18,17 @@ PACK = "invocation_000000_forward/stages/s/pack_0000"
 
 def _task(task_id: int, owner: int, core: int) -> tuple[GroupWrite, ArrayWrite]:
     path = f"stages/s/task_{task_id:06d}"
-    attrs = {"taskId": task_id, "stageTaskIndex": task_id, "stage": "s", "owner": {"label": "expert", "id": owner},
-             "coreType": "AIV", "coreId": core, "workerId": None, "tensorCount": 1, "tileRows": None}
+    attrs = {
+        "taskId": task_id,
+        "stageTaskIndex": task_id,
+        "stage": "s",
+        "owner": {"label": "expert", "id": owner},
+        "coreType": "AIV",
+        "coreId": core,
+        "workerId": None,
+        "tensorCount": 1,
+        "tileRows": None,
+    }
     data = np.full((2, 3), float(task_id), dtype=np.float32)  # no row coordinate: a per-owner weight slice
     record = {"name": "w", "io": "input", "index": 0, "paramPosition": 0, "capturePhase": "before"}
     return GroupWrite(path, attrs, task=True), ArrayWrite(f"{path}/input_00_w", data, ("row", "col"), record)
@@ -28,8 +37,12 @@ def _task(task_id: int, owner: int, core: int) -> tuple[GroupWrite, ArrayWrite]:
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
     tasks = [_task(1, 0, 4), _task(2, 1, 5)]
-    invocation = InvocationWrite("invocation_000000_forward", {"invocationId": 0, "level": "L1"},
-                                 [GroupWrite("stages/s", {"stage": "s"})] + [g for g, _ in tasks], [a for _, a in tasks])
+    invocation = InvocationWrite(
+        "invocation_000000_forward",
+        {"invocationId": 0, "level": "L1"},
+        [GroupWrite("stages/s", {"stage": "s"})] + [g for g, _ in tasks],
+        [a for _, a in tasks],
+    )
     with WindowWriter(tmp_path, pack=True) as writer:
         writer.write_window(WindowWrite(0, 0, {"schemaVersion": 7, "level": "L1"}, [invocation]))
     assert (tmp_path / WINDOW / PACK / "task_id" / "zarr.json").is_file()  # the two tasks share one pack
@@ -40,8 +53,11 @@ def _swap_rows_everywhere(root: Path) -> None:
     """Swap the two entries of the pack's attributes.tasks in every copy (the task array's document, the pack
     group's consolidated metadata, the window document): consistent documents, rows naming the wrong task."""
     window = root / WINDOW
-    copies = [(window / PACK / "task_id" / "zarr.json", ()), (window / PACK / "zarr.json", ("consolidated_metadata", "metadata", "task_id")),
-              (window / "zarr.json", ("consolidated_metadata", "metadata", f"{PACK}/task_id"))]
+    copies = [
+        (window / PACK / "task_id" / "zarr.json", ()),
+        (window / PACK / "zarr.json", ("consolidated_metadata", "metadata", "task_id")),
+        (window / "zarr.json", ("consolidated_metadata", "metadata", f"{PACK}/task_id")),
+    ]
     for file, inside in copies:
         doc = json.loads(file.read_text())
         node = doc

@@ -59,23 +59,42 @@ def _delete_invocation(root: Path) -> None:
 
 
 CASES = {
-    "deleted invocation": (_delete_invocation, f"{WINDOW}/{INVOCATION}/zarr.json",
-                           f"group '{INVOCATION}' holding"),
-    "node_type array": (lambda r: _window(r, lambda d: d.update(node_type="array")), f"{WINDOW}/zarr.json",
-                        "node_type 'array' is not 'group'"),
-    "zarr_format 2": (lambda r: _window(r, lambda d: d.update(zarr_format=2)), f"{WINDOW}/zarr.json",
-                      "zarr_format 2 is not 3"),
-    "schemaVersion 99": (lambda r: _window(r, lambda d: d["attributes"].update(schemaVersion=99)),
-                         f"{WINDOW}/zarr.json", "attributes.schemaVersion 99 is not a known schema version [5, 6, 7, 8]"),
-    "level mismatch": (lambda r: _invocation(r, lambda a: a.update(level="L0")), f"{WINDOW}/{INVOCATION}/zarr.json",
-                       "attributes.level 'L0' disagrees with the window's 'L1'"),
-    "direction sideways": (lambda r: _invocation(r, lambda a: a.update(direction="sideways")),
-                           f"{WINDOW}/{INVOCATION}/zarr.json",
-                           "attributes.direction 'sideways' is not one of ['forward', 'backward']"),
-    "wrong taskCount": (lambda r: _invocation(r, lambda a: a.update(taskCount=a["taskCount"] + 1)),
-                        f"{WINDOW}/{INVOCATION}/zarr.json", "attributes.taskCount 5 disagrees with the 4 task records"),
-    "garbage rank document": (lambda r: (r / "rank_0" / "zarr.json").write_text("]]garbage"), "rank_0/zarr.json",
-                              "the rank document does not parse"),
+    "deleted invocation": (_delete_invocation, f"{WINDOW}/{INVOCATION}/zarr.json", f"group '{INVOCATION}' holding"),
+    "node_type array": (
+        lambda r: _window(r, lambda d: d.update(node_type="array")),
+        f"{WINDOW}/zarr.json",
+        "node_type 'array' is not 'group'",
+    ),
+    "zarr_format 2": (
+        lambda r: _window(r, lambda d: d.update(zarr_format=2)),
+        f"{WINDOW}/zarr.json",
+        "zarr_format 2 is not 3",
+    ),
+    "schemaVersion 99": (
+        lambda r: _window(r, lambda d: d["attributes"].update(schemaVersion=99)),
+        f"{WINDOW}/zarr.json",
+        "attributes.schemaVersion 99 is not a known schema version [5, 6, 7, 8]",
+    ),
+    "level mismatch": (
+        lambda r: _invocation(r, lambda a: a.update(level="L0")),
+        f"{WINDOW}/{INVOCATION}/zarr.json",
+        "attributes.level 'L0' disagrees with the window's 'L1'",
+    ),
+    "direction sideways": (
+        lambda r: _invocation(r, lambda a: a.update(direction="sideways")),
+        f"{WINDOW}/{INVOCATION}/zarr.json",
+        "attributes.direction 'sideways' is not one of ['forward', 'backward']",
+    ),
+    "wrong taskCount": (
+        lambda r: _invocation(r, lambda a: a.update(taskCount=a["taskCount"] + 1)),
+        f"{WINDOW}/{INVOCATION}/zarr.json",
+        "attributes.taskCount 5 disagrees with the 4 task records",
+    ),
+    "garbage rank document": (
+        lambda r: (r / "rank_0" / "zarr.json").write_text("]]garbage"),
+        "rank_0/zarr.json",
+        "the rank document does not parse",
+    ),
 }
 
 

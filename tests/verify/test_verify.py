@@ -97,7 +97,9 @@ def test_whole_dump_passes(run: Path, capsys: pytest.CaptureFixture[str]) -> Non
         assert report.windows[0].checked and report.windows[0].arrays > 0
         assert report.windows[0].chunks == report.windows[0].arrays  # demo arrays are one chunk each
         code, out, _ = _cli(capsys, "verify", run / level, "--deep")
-        assert code == 0 and "rank_0/window_0000: ok" in out and out.strip().splitlines()[-1].startswith("ok: 1 window(s)")
+        assert (
+            code == 0 and "rank_0/window_0000: ok" in out and out.strip().splitlines()[-1].startswith("ok: 1 window(s)")
+        )
     code, out, _ = _cli(capsys, "verify", run / "l1", "--json")
     document = json.loads(out)
     assert code == 0 and document["ok"] is True and document["problems"] == 0
@@ -110,12 +112,15 @@ def test_missing_chunk(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     chunk = next(p for p in (root / path).iterdir() if p.name != "zarr.json")
     chunk.unlink()
     report = verify_dump(root)
-    assert [(p.window, p.key, p.what) for p in report.problems] == [(WINDOW, f"{path}/{chunk.name}", "chunk is missing")]
+    assert [(p.window, p.key, p.what) for p in report.problems] == [
+        (WINDOW, f"{path}/{chunk.name}", "chunk is missing")
+    ]
     code, out, _ = _cli(capsys, "verify", root)
     assert code == 1 and f"{path}/{chunk.name}: chunk is missing" in out
     code, out, _ = _cli(capsys, "verify", root, "--json")
-    assert code == 1 and json.loads(out)["windows"][0]["problems"] == [{"key": f"{path}/{chunk.name}",
-                                                                         "what": "chunk is missing"}]
+    assert code == 1 and json.loads(out)["windows"][0]["problems"] == [
+        {"key": f"{path}/{chunk.name}", "what": "chunk is missing"}
+    ]
 
 
 def test_flipped_byte_fails_its_checksum(run: Path) -> None:
@@ -212,8 +217,10 @@ def test_partial_launches_are_reported(run: Path, capsys: pytest.CaptureFixture[
     doc = json.loads(window_doc.read_text())
     doc["attributes"]["partialLaunches"] = ["invocation_000099_forward"]
     window_doc.write_text(json.dumps(doc))
-    assert any("names 'invocation_000099_forward', which is not a listed invocation" in p.what
-               for p in verify_dump(root).problems)
+    assert any(
+        "names 'invocation_000099_forward', which is not a listed invocation" in p.what
+        for p in verify_dump(root).problems
+    )
     doc["attributes"]["partialLaunches"] = [path.split("/")[2]]
     window_doc.write_text(json.dumps(doc))
     report = verify_dump(root)
@@ -247,8 +254,10 @@ def test_windows_run_on_a_dask_cluster(run: Path) -> None:
     local = verify_dump(root)
     chunk = next(p for p in sorted((root / "rank_1" / "window_0000").rglob("c*")) if p.is_file())
     chunk.unlink()
-    with distributed.LocalCluster(n_workers=2, processes=False, dashboard_address=None) as cluster, \
-            distributed.Client(cluster):
+    with (
+        distributed.LocalCluster(n_workers=2, processes=False, dashboard_address=None) as cluster,
+        distributed.Client(cluster),
+    ):
         remote = verify_dump(root)
     assert local.ok and [w.window for w in remote.windows] == ["rank_0/window_0000", "rank_1/window_0000"]
     assert remote.windows[0].ok and [p.what for p in remote.windows[1].problems] == ["chunk is missing"]
@@ -271,8 +280,9 @@ def test_a_real_kept_failed_launch(tmp_path: Path, capsys: pytest.CaptureFixture
         original(tile)
 
     down.tile_fn = hang
-    config = TensorDumpConfig(tmp_path, level="L1", kernel_names="moe_experts", stages=("expert_up", "expert_down"),
-                              on_error="keep")
+    config = TensorDumpConfig(
+        tmp_path, level="L1", kernel_names="moe_experts", stages=("expert_up", "expert_down"), on_error="keep"
+    )
     with tensor_dump(config, schedule=lambda step: DiagnosticAction.RECORD) as dumper:
         with pytest.raises(RuntimeError, match="simulated hang"):
             block(block.make_input())

@@ -127,9 +127,16 @@ def bitwise_row(keys: dict[str, Any], dump_a: Any, dump_b: Any, row_a: Any, row_
     """
     dtype_a, dtype_b = str(_value(row_a, "dtype")), str(_value(row_b, "dtype"))
     shape_a, shape_b = _shape(row_a), _shape(row_b)
-    extra = {"dtype_a": dtype_a, "dtype_b": dtype_b, "shape_a": shape_a, "shape_b": shape_b,
-             "nan_a": _value(row_a, "nan_count"), "inf_a": _value(row_a, "inf_count"),
-             "nan_b": _value(row_b, "nan_count"), "inf_b": _value(row_b, "inf_count")}
+    extra = {
+        "dtype_a": dtype_a,
+        "dtype_b": dtype_b,
+        "shape_a": shape_a,
+        "shape_b": shape_b,
+        "nan_a": _value(row_a, "nan_count"),
+        "inf_a": _value(row_a, "inf_count"),
+        "nan_b": _value(row_b, "nan_count"),
+        "inf_b": _value(row_b, "inf_count"),
+    }
     row = empty_row(keys, "error", "", **extra)
     decided = bitwise_metadata_verdict(dtype_a, dtype_b, shape_a, shape_b)
     if decided is not None:
@@ -149,8 +156,9 @@ def _truncated(row: Any) -> bool:
     return bool(_value(row, "truncated"))
 
 
-def _payload_row(row: dict[str, Any], dump_a: Any, dump_b: Any, row_a: Any, row_b: Any,
-                 shape: tuple[int, ...], elements: int) -> dict[str, Any]:
+def _payload_row(
+    row: dict[str, Any], dump_a: Any, dump_b: Any, row_a: Any, row_b: Any, shape: tuple[int, ...], elements: int
+) -> dict[str, Any]:
     """Both payloads stored: compare their bits (a truncated side: by checksum when both are known)."""
     path = str(_value(row_a, "path"))
     if _truncated(row_a) or _truncated(row_b):
@@ -160,8 +168,11 @@ def _payload_row(row: dict[str, Any], dump_a: Any, dump_b: Any, row_a: Any, row_
         count, first, va, vb = _differing(xa, xb, shape)
         if count:
             return _differing_row(row, count, first, va, vb, shape, elements, "in the captured part ")
-        row.update(verdict="error", note="bitwise: truncated record, the captured bits are equal but the rest was "
-                                         "not captured: the bits cannot be proven equal")
+        row.update(
+            verdict="error",
+            note="bitwise: truncated record, the captured bits are equal but the rest was "
+            "not captured: the bits cannot be proven equal",
+        )
         return row
     xa = record_source(_open(dump_a), path, False)
     xb = record_source(_open(dump_b), path, False)
@@ -173,20 +184,40 @@ def _payload_row(row: dict[str, Any], dump_a: Any, dump_b: Any, row_a: Any, row_
     return row
 
 
-def _differing_row(row: dict[str, Any], count: int, first: int | None, va: Any, vb: Any, shape: tuple[int, ...],
-                   elements: int, where: str = "") -> dict[str, Any]:
+def _differing_row(
+    row: dict[str, Any],
+    count: int,
+    first: int | None,
+    va: Any,
+    vb: Any,
+    shape: tuple[int, ...],
+    elements: int,
+    where: str = "",
+) -> dict[str, Any]:
     index = tuple(int(i) for i in np.unravel_index(first, shape)) if shape and first is not None else ()
     verdict_, note = bitwise_payload_verdict(count, elements, index)
     if where:
         note = note.replace("bits differ ", f"bits differ {where}", 1)
     a, b = _number(va), _number(vb)
-    row.update(verdict=verdict_, note=note, mismatches=count, first_mismatch=index, worst_index=index,
-               worst_a=a, worst_b=b, allclose=False)
+    row.update(
+        verdict=verdict_,
+        note=note,
+        mismatches=count,
+        first_mismatch=index,
+        worst_index=index,
+        worst_a=a,
+        worst_b=b,
+        allclose=False,
+    )
     if a is not None and b is not None and np.isfinite(a) and np.isfinite(b):
         row.update(max_abs=abs(a - b))
     if row.get("level") == "L1" or row.get("task_id") is not None:
-        row.update(worst_task_id=row.get("task_id"), worst_owner_id=row.get("owner_id"),
-                   worst_core_type=row.get("core_type"), worst_core_id=row.get("core_id"))
+        row.update(
+            worst_task_id=row.get("task_id"),
+            worst_owner_id=row.get("owner_id"),
+            worst_core_type=row.get("core_type"),
+            worst_core_id=row.get("core_id"),
+        )
     return row
 
 
@@ -253,11 +284,18 @@ def bitwise_map(result: pd.DataFrame, by: str = "task") -> pd.DataFrame:
     for group_keys, part in frame.groupby(keys, dropna=False, sort=False):
         bad = part[part["_bad"]]
         steps = sorted({int(s) for s in bad["step"] if scalar(s) is not None})
-        rows.append({**{k: scalar(v) for k, v in zip(keys, group_keys)}, "records": len(part),
-                     "differing": len(bad), "steps_differing": len(steps), "steps": _steps_text(steps),
-                     "first_step": steps[0] if steps else None,
-                     "worst_name": str(bad["name"].iloc[0]) if len(bad) else None,
-                     "_order": int(part["_order"].min())})
+        rows.append(
+            {
+                **{k: scalar(v) for k, v in zip(keys, group_keys)},
+                "records": len(part),
+                "differing": len(bad),
+                "steps_differing": len(steps),
+                "steps": _steps_text(steps),
+                "first_step": steps[0] if steps else None,
+                "worst_name": str(bad["name"].iloc[0]) if len(bad) else None,
+                "_order": int(part["_order"].min()),
+            }
+        )
     table = pd.DataFrame(rows)
     table = table.sort_values(["differing", "_order"], ascending=[False, True], kind="stable")
     return table.drop(columns="_order").reset_index(drop=True)[columns]

@@ -45,12 +45,25 @@ from megadump_zarr.analyse.matching import (
 from megadump_zarr.analyse.metrics import DEFAULT_BLOCK_BYTES, dtype_name, shape_of
 from megadump_zarr.analyse.summary import is_summary_pair, summary_row
 from megadump_zarr.analyse.pairs import (
-    METRIC_COLUMNS, RecordPair, compare_pair, compare_record, compare_records, empty_row, single_threaded_blas,
+    METRIC_COLUMNS,
+    RecordPair,
+    compare_pair,
+    compare_record,
+    compare_records,
+    empty_row,
+    single_threaded_blas,
 )
 from megadump_zarr.analyse.verdict import FAILING, check_tolerance
 
-__all__ = ["KEY_COLUMNS", "LINEAGE_COLUMNS", "RESULT_COLUMNS", "compare", "execution_order", "first_divergence",
-           "first_nonfinite"]
+__all__ = [
+    "KEY_COLUMNS",
+    "LINEAGE_COLUMNS",
+    "RESULT_COLUMNS",
+    "compare",
+    "execution_order",
+    "first_divergence",
+    "first_nonfinite",
+]
 
 LINEAGE_COLUMNS = ("role", "capture_phase", "producers", "consumers", "ports")
 """Where a record sits in its kernel's data flow (L0: its role, the stages that write and read it and
@@ -60,12 +73,43 @@ its ports ``((stage, io), ...)`` in graph order; L1: the capture phase);
 RESULT_COLUMNS = KEY_COLUMNS + METRIC_COLUMNS + LINEAGE_COLUMNS
 """Columns of :func:`compare`'s DataFrame, in order."""
 
-_INT_COLUMNS = ("rank", "window", "invocation", "step", "task_id", "worker", "owner_id", "core_id", "index",
-                "elements", "nan_a", "inf_a", "nan_b", "inf_b", "nonfinite_mismatch", "mismatches", "worst_task_id",
-                "worst_owner_id", "worst_core_id")
-_FLOAT_COLUMNS = ("cosine", "max_abs", "max_rel", "rmse", "within_0_1pct", "within_0_5pct", "euc_dist", "max_rel_eps",
-                  "one_thousandth_ratio", "five_thousandths_ratio", "worst_a", "worst_b",
-                  "rtol", "atol")
+_INT_COLUMNS = (
+    "rank",
+    "window",
+    "invocation",
+    "step",
+    "task_id",
+    "worker",
+    "owner_id",
+    "core_id",
+    "index",
+    "elements",
+    "nan_a",
+    "inf_a",
+    "nan_b",
+    "inf_b",
+    "nonfinite_mismatch",
+    "mismatches",
+    "worst_task_id",
+    "worst_owner_id",
+    "worst_core_id",
+)
+_FLOAT_COLUMNS = (
+    "cosine",
+    "max_abs",
+    "max_rel",
+    "rmse",
+    "within_0_1pct",
+    "within_0_5pct",
+    "euc_dist",
+    "max_rel_eps",
+    "one_thousandth_ratio",
+    "five_thousandths_ratio",
+    "worst_a",
+    "worst_b",
+    "rtol",
+    "atol",
+)
 _STOPPING = FAILING + ("missing",)
 
 
@@ -200,7 +244,8 @@ def compare(
     if is_dump(a):
         if not is_reference_collection(b):
             raise TypeError(
-                f"a dump can be compared with a dump, a mapping or an xarray.Dataset, not {type(b).__name__}")
+                f"a dump can be compared with a dump, a mapping or an xarray.Dataset, not {type(b).__name__}"
+            )
         return _compare_dump_reference(a, b, name_list, select, progress, tol)
     if is_dump(b):
         raise TypeError("pass the dump under test first and the reference second: compare(dump, reference)")
@@ -242,9 +287,13 @@ def lineage(dump: Any, path: str) -> dict[str, Any]:
     port_pairs = None
     if isinstance(ports, list):
         port_pairs = tuple((str(p.get("stage")), str(p.get("io"))) for p in ports if isinstance(p, dict))
-    return {"role": attrs.get("role"), "capture_phase": attrs.get("capturePhase"),
-            "producers": tuple(producers) if isinstance(producers, list) else None,
-            "consumers": tuple(consumers) if isinstance(consumers, list) else None, "ports": port_pairs}
+    return {
+        "role": attrs.get("role"),
+        "capture_phase": attrs.get("capturePhase"),
+        "producers": tuple(producers) if isinstance(producers, list) else None,
+        "consumers": tuple(consumers) if isinstance(consumers, list) else None,
+        "ports": port_pairs,
+    }
 
 
 def _run_units(units: list[RecordPair], advance: Callable[[], None]) -> list[dict[str, Any]]:
@@ -260,8 +309,15 @@ def _run_units(units: list[RecordPair], advance: Callable[[], None]) -> list[dic
     return map_ordered(compare_record, units, progress=lambda done, total: advance())
 
 
-def _compare_dumps(a: Any, b: Any, names: list[str] | None, select: dict[str, Any],
-                   progress: bool | Callable[[], None], tol: dict[str, Any], fail_fast: bool = False) -> pd.DataFrame:
+def _compare_dumps(
+    a: Any,
+    b: Any,
+    names: list[str] | None,
+    select: dict[str, Any],
+    progress: bool | Callable[[], None],
+    tol: dict[str, Any],
+    fail_fast: bool = False,
+) -> pd.DataFrame:
     from megadump_zarr.analyse.records import prefetch_records  # per-window tables on a dask cluster, if active
 
     prefetch_records(a), prefetch_records(b)
@@ -288,8 +344,9 @@ def _compare_dumps(a: Any, b: Any, names: list[str] | None, select: dict[str, An
             slots.append(summary_row(keys, ra_row, rb_row, tol["rtol"], tol["atol"]))
         else:
             truncated = any(bool(scalar(r.get("truncated"))) for r in (ra_row, rb_row))
-            slots.append(RecordPair(source_a, source_b, path, keys, tol["rtol"], tol["atol"], truncated,
-                                    DEFAULT_BLOCK_BYTES))
+            slots.append(
+                RecordPair(source_a, source_b, path, keys, tol["rtol"], tol["atol"], truncated, DEFAULT_BLOCK_BYTES)
+            )
     rows: list[dict[str, Any]] = []
     with _advancer(progress, len(order), "comparing records") as advance, single_threaded_blas():
         if fail_fast:
@@ -318,13 +375,25 @@ def _row_lineage(dump: Any, path: str, row: dict[str, Any]) -> dict[str, Any]:
     """:func:`lineage` of a record, without a metadata look-up for a statistics-only one (it has no array
     document: its role and capture phase are in its ``records()`` row, a 1000-step dump holds thousands)."""
     if scalar(row.get("payload")) is False:
-        return {"role": scalar(row.get("role")), "capture_phase": scalar(row.get("capture_phase")),
-                "producers": None, "consumers": None, "ports": None}
+        return {
+            "role": scalar(row.get("role")),
+            "capture_phase": scalar(row.get("capture_phase")),
+            "producers": None,
+            "consumers": None,
+            "ports": None,
+        }
     return lineage(dump, path)
 
 
-def _compare_bitwise(a: Any, b: Any, names: list[str] | None, select: dict[str, Any],
-                     progress: bool | Callable[[], None], tol: dict[str, Any], fail_fast: bool) -> pd.DataFrame:
+def _compare_bitwise(
+    a: Any,
+    b: Any,
+    names: list[str] | None,
+    select: dict[str, Any],
+    progress: bool | Callable[[], None],
+    tol: dict[str, Any],
+    fail_fast: bool,
+) -> pd.DataFrame:
     """``compare(a, b, bitwise=True)``: every record pair of two dumps by its bits, in execution order."""
     from megadump_zarr.analyse.bitwise import bitwise_row
 
@@ -346,7 +415,9 @@ def _compare_bitwise(a: Any, b: Any, names: list[str] | None, select: dict[str, 
             keys = {**record_keys(present), **_row_lineage(a if ra_row is not None else b, path, present)}
             if ra_row is None or rb_row is None:
                 side = "a" if ra_row is not None else "b"
-                row = empty_row(keys, "missing", f"only in dump {side}", **{f"dtype_{side}": scalar(present.get("dtype"))})
+                row = empty_row(
+                    keys, "missing", f"only in dump {side}", **{f"dtype_{side}": scalar(present.get("dtype"))}
+                )
             else:
                 row = bitwise_row(keys, a, b, ra_row, rb_row)
             rows.append(row)
@@ -387,8 +458,14 @@ def _stitched_locator(tensor: Any, records: pd.DataFrame) -> Callable[[tuple[int
     return locate
 
 
-def _compare_dump_reference(dump: Any, reference: Any, names: list[str] | None, select: dict[str, Any],
-                            progress: bool | Callable[[], None], tol: dict[str, Any]) -> pd.DataFrame:
+def _compare_dump_reference(
+    dump: Any,
+    reference: Any,
+    names: list[str] | None,
+    select: dict[str, Any],
+    progress: bool | Callable[[], None],
+    tol: dict[str, Any],
+) -> pd.DataFrame:
     records = execution_order(filter_records(dump.records(), record_select(select)))
     wanted = names if names is not None else reference_names(reference)
     record_names = list(records["name"])
@@ -408,8 +485,9 @@ def _compare_dump_reference(dump: Any, reference: Any, names: list[str] | None, 
             if ref is None:
                 rows.append(empty_row(keys, "missing", "not in the reference"))
             elif name not in first_seen:
-                rows.append(empty_row(keys, "missing", "not in the dump", shape_b=shape_of(ref),
-                                      dtype_b=dtype_name(ref)))
+                rows.append(
+                    empty_row(keys, "missing", "not in the dump", shape_b=shape_of(ref), dtype_b=dtype_name(ref))
+                )
             else:
                 try:
                     tensor = dump.tensor(name, **select)
@@ -417,8 +495,16 @@ def _compare_dump_reference(dump: Any, reference: Any, names: list[str] | None, 
                     rows.append(compare_pair(keys, _Raising(exc), ref))
                 else:
                     ref, aligned = align_reference(tensor, ref)
-                    rows.append(compare_pair(keys, tensor, ref, notes=[aligned, _truncation_note(tensor)],
-                                             locate=_stitched_locator(tensor, mine), **tol))
+                    rows.append(
+                        compare_pair(
+                            keys,
+                            tensor,
+                            ref,
+                            notes=[aligned, _truncation_note(tensor)],
+                            locate=_stitched_locator(tensor, mine),
+                            **tol,
+                        )
+                    )
             advance()
     return _frame(rows)
 
@@ -434,8 +520,9 @@ class _Raising:
         raise self.exc
 
 
-def _compare_collections(a: Any, b: Any, names: list[str] | None, progress: bool | Callable[[], None],
-                         tol: dict[str, Any]) -> pd.DataFrame:
+def _compare_collections(
+    a: Any, b: Any, names: list[str] | None, progress: bool | Callable[[], None], tol: dict[str, Any]
+) -> pd.DataFrame:
     if names is None:
         names_a, names_b = reference_names(a), reference_names(b)
         names = names_a + [n for n in names_b if n not in set(names_a)]
@@ -492,8 +579,9 @@ def first_nonfinite(dump: Any, **select: Any) -> pd.Series | None:
     """
     from megadump_zarr.analyse.records import prefetch_records  # per-window tables on a dask cluster, if active
 
-    records = execution_order(filter_records(prefetch_records(open_side(dump)).records(),
-                                             record_select(clean_select(select))))
+    records = execution_order(
+        filter_records(prefetch_records(open_side(dump)).records(), record_select(clean_select(select)))
+    )
     if records.empty:
         return None
     nan = pd.to_numeric(records["nan_count"], errors="coerce")
@@ -502,4 +590,3 @@ def first_nonfinite(dump: Any, **select: Any) -> pd.Series | None:
         raise ValueError("the selected records have no NaN/Inf statistics (dump written with stats=False?)")
     hits = records[(nan.fillna(0) > 0) | (inf.fillna(0) > 0)]
     return None if hits.empty else hits.iloc[0]
-

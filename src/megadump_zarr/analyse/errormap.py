@@ -80,8 +80,16 @@ def error_map(result: pd.DataFrame, by: str = "owner") -> pd.DataFrame:
         key = tuple(values[i] for values in key_values)
         group = groups.get(key)
         if group is None:
-            group = groups[key] = {**dict(zip(keys, key)), "records": 0, **dict.fromkeys(VERDICTS, 0), "failing": 0,
-                                   "max_abs": np.nan, "max_rel": np.nan, "worst_name": None, "worst_path": None}
+            group = groups[key] = {
+                **dict(zip(keys, key)),
+                "records": 0,
+                **dict.fromkeys(VERDICTS, 0),
+                "failing": 0,
+                "max_abs": np.nan,
+                "max_rel": np.nan,
+                "worst_name": None,
+                "worst_path": None,
+            }
         group["records"] += 1
         verdict = verdicts[i]
         if verdict in group:

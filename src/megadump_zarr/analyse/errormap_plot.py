@@ -43,8 +43,10 @@ def _column_key(table: pd.DataFrame, by: str) -> pd.Series:
     if by == "task":
         return table["task_id"].map(lambda v: f"{int(v)}" if present(v) else None)
     types = table["core_type"] if "core_type" in table.columns else pd.Series([None] * len(table), index=table.index)
-    return pd.Series([f"{t if present(t) else ''}{int(i) if present(i) else ''}" or None
-                      for t, i in zip(types, table["core_id"])], index=table.index)
+    return pd.Series(
+        [f"{t if present(t) else ''}{int(i) if present(i) else ''}" or None for t, i in zip(types, table["core_id"])],
+        index=table.index,
+    )
 
 
 def _value_column(table: pd.DataFrame, value: str) -> str:
@@ -66,8 +68,9 @@ def _failures(table: pd.DataFrame) -> pd.Series:
     return total
 
 
-def error_grid(table: pd.DataFrame, *, by: str = "owner", value: str = "max_rel") -> tuple[np.ndarray, np.ndarray,
-                                                                                               list[str], list[str]]:
+def error_grid(
+    table: pd.DataFrame, *, by: str = "owner", value: str = "max_rel"
+) -> tuple[np.ndarray, np.ndarray, list[str], list[str]]:
     """The cells of an error map: worst ``value`` and failure counts per (stage, owner/core/task).
 
     Args:
@@ -86,12 +89,19 @@ def error_grid(table: pd.DataFrame, *, by: str = "owner", value: str = "max_rel"
     _check_by(by)
     column = _value_column(table, value)
     keys = _column_key(table, by)
-    frame = pd.DataFrame({"stage": table["stage"], "key": keys,
-                          "value": pd.to_numeric(table[column], errors="coerce").astype("float64"),
-                          "failures": _failures(table)})
+    frame = pd.DataFrame(
+        {
+            "stage": table["stage"],
+            "key": keys,
+            "value": pd.to_numeric(table[column], errors="coerce").astype("float64"),
+            "failures": _failures(table),
+        }
+    )
     frame = frame[frame["stage"].notna() & frame["key"].notna()]
     stages = list(dict.fromkeys(str(s) for s in frame["stage"]))
-    columns = sorted(set(frame["key"]), key=lambda k: (k.rstrip("0123456789"), int(k[len(k.rstrip("0123456789")):] or -1)))
+    columns = sorted(
+        set(frame["key"]), key=lambda k: (k.rstrip("0123456789"), int(k[len(k.rstrip("0123456789")) :] or -1))
+    )
     worst = np.full((len(stages), len(columns)), np.nan)
     failures = np.zeros((len(stages), len(columns)), dtype=np.int64)
     row_of = {s: i for i, s in enumerate(stages)}
@@ -104,8 +114,9 @@ def error_grid(table: pd.DataFrame, *, by: str = "owner", value: str = "max_rel"
     return worst, failures, stages, columns
 
 
-def plot_error_map(table: pd.DataFrame, ax: Any = None, *, by: str = "owner", value: str = "max_rel",
-                   title: str | None = None) -> Any:
+def plot_error_map(
+    table: pd.DataFrame, ax: Any = None, *, by: str = "owner", value: str = "max_rel", title: str | None = None
+) -> Any:
     """Draw a stage × owner (``by="core"``: × core, ``by="task"``: × task) heatmap of the worst error.
 
     Args:
@@ -127,8 +138,10 @@ def plot_error_map(table: pd.DataFrame, ax: Any = None, *, by: str = "owner", va
 
     worst, failures, stages, columns = error_grid(table, by=by, value=value)
     if not stages or not columns:
-        raise ValueError(f"nothing to draw: no compared L1 record has a stage and a{'n' if by == 'owner' else ''} {by} "
-                         "(error maps need L1 dumps)")
+        raise ValueError(
+            f"nothing to draw: no compared L1 record has a stage and a{'n' if by == 'owner' else ''} {by} "
+            "(error maps need L1 dumps)"
+        )
     if ax is None:
         import matplotlib.pyplot as plt
 
@@ -157,14 +170,23 @@ def plot_error_map(table: pd.DataFrame, ax: Any = None, *, by: str = "owner", va
                     text = f"✗ {text}".strip()
                 if text:
                     dark = np.isfinite(shown[i, j]) and norm(shown[i, j]) > 0.6  # magma_r: dark at the top
-                    ax.text(j, i, text, ha="center", va="center", fontsize=8,
-                            color=("#ff6b6b" if dark else "red") if failures[i, j] else ("white" if dark else "black"),
-                            fontweight="bold" if failures[i, j] else "normal")
+                    ax.text(
+                        j,
+                        i,
+                        text,
+                        ha="center",
+                        va="center",
+                        fontsize=8,
+                        color=("#ff6b6b" if dark else "red") if failures[i, j] else ("white" if dark else "black"),
+                        fontweight="bold" if failures[i, j] else "normal",
+                    )
     failing_cells = int((failures > 0).sum())
     if title is None:
         empty = "; grey: no record" if np.isnan(worst).any() else ""
-        title = (f"worst {value} per stage × {by} (max over invocations)\n"
-                 f"{failing_cells} of {worst.size} cells with failing records (✗){empty}")
+        title = (
+            f"worst {value} per stage × {by} (max over invocations)\n"
+            f"{failing_cells} of {worst.size} cells with failing records (✗){empty}"
+        )
     ax.set_title(title, fontsize=10)
     bar = ax.figure.colorbar(image, ax=ax)
     bar.set_label(f"worst {value}" + (" (log scale)" if isinstance(norm, LogNorm) else ""))

@@ -36,8 +36,25 @@ __all__ = [
     "scalar",
 ]
 
-KEY_COLUMNS = ("rank", "window", "invocation", "step", "direction", "kernel", "level", "stage", "task_id", "worker",
-               "owner_id", "core_type", "core_id", "io", "index", "name", "path")
+KEY_COLUMNS = (
+    "rank",
+    "window",
+    "invocation",
+    "step",
+    "direction",
+    "kernel",
+    "level",
+    "stage",
+    "task_id",
+    "worker",
+    "owner_id",
+    "core_type",
+    "core_id",
+    "io",
+    "index",
+    "name",
+    "path",
+)
 """Columns identifying the compared tensor (None where they do not apply)."""
 
 
@@ -159,8 +176,10 @@ def filter_records(records: pd.DataFrame, select: dict[str, Any], names: list[st
             mask &= pd.Series(filter_mask(records, key, value), index=records.index)
             continue
         if key not in records.columns:
-            raise ValueError(f"unknown selection {key!r}; records() has columns {list(records.columns)} "
-                             f"(or {', '.join(_READ_FILTERS)})")
+            raise ValueError(
+                f"unknown selection {key!r}; records() has columns {list(records.columns)} "
+                f"(or {', '.join(_READ_FILTERS)})"
+            )
         if isinstance(value, (list, tuple, set, frozenset, range)):
             mask &= records[key].isin(list(value))
         else:
@@ -201,8 +220,15 @@ def execution_order(records: pd.DataFrame) -> pd.DataFrame:
     else:
         phase_source = pd.Series([None] * len(records), index=records.index)
     phase = np.array([_PHASES.get(v, 0) if isinstance(v, str) else 0 for v in phase_source], dtype=np.float64)
-    keys = [np.arange(len(records)), phase, column("worker", -1), column("task_id", -1), column("invocation", -1),
-            column("window", -1), column("rank", -1)]
+    keys = [
+        np.arange(len(records)),
+        phase,
+        column("worker", -1),
+        column("task_id", -1),
+        column("invocation", -1),
+        column("window", -1),
+        column("rank", -1),
+    ]
     return records.iloc[np.lexsort(keys)]
 
 

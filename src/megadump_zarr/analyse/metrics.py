@@ -226,8 +226,9 @@ def row_chunks(x: Any) -> tuple[int, ...] | None:
     return None
 
 
-def iter_blocks(shape: tuple[int, ...], block_bytes: int = DEFAULT_BLOCK_BYTES,
-                chunks: tuple[int, ...] | None = None) -> Iterator[tuple[slice, ...]]:
+def iter_blocks(
+    shape: tuple[int, ...], block_bytes: int = DEFAULT_BLOCK_BYTES, chunks: tuple[int, ...] | None = None
+) -> Iterator[tuple[slice, ...]]:
     """Index tuples covering ``shape`` in C order, each holding at most ``block_bytes // 8`` elements.
 
     Whole rows along axis 0 are grouped while they fit; a single row larger than the budget is split
@@ -290,8 +291,14 @@ class MetricAccumulator:
         exact: Integer/bool rule: an element mismatches when ``a != b``.
     """
 
-    def __init__(self, shape: tuple[int, ...] | None = None, *, rtol: float | None = None,
-                 atol: float | None = None, exact: bool = False) -> None:
+    def __init__(
+        self,
+        shape: tuple[int, ...] | None = None,
+        *,
+        rtol: float | None = None,
+        atol: float | None = None,
+        exact: bool = False,
+    ) -> None:
         self.shape = None if shape is None else tuple(int(s) for s in shape)
         self.exact = bool(exact)
         self.check_close = not self.exact and (rtol is not None or atol is not None)
@@ -348,7 +355,7 @@ class MetricAccumulator:
                 i = int(np.argmax(differ))
                 self._mismatch_at(base + i, (float(a[i]), float(b[i])))
         for start in range(0, a.size, PIECE):
-            self._piece(a[start:start + PIECE], b[start:start + PIECE], base + start)
+            self._piece(a[start : start + PIECE], b[start : start + PIECE], base + start)
 
     def _mismatch_at(self, flat: int, values: tuple[float, float] | None = None) -> None:
         if self.first_mismatch is None or flat < self.first_mismatch:
@@ -451,8 +458,17 @@ class MetricAccumulator:
         self.eps_tight += n
         self.eps_loose += n
 
-    def _finite(self, a: np.ndarray, b: np.ndarray, d: np.ndarray, t: np.ndarray, mask: np.ndarray, base: int,
-                positions: np.ndarray | None, sums: tuple[float, float] | None) -> None:
+    def _finite(
+        self,
+        a: np.ndarray,
+        b: np.ndarray,
+        d: np.ndarray,
+        t: np.ndarray,
+        mask: np.ndarray,
+        base: int,
+        positions: np.ndarray | None,
+        sums: tuple[float, float] | None,
+    ) -> None:
         """Fold finite pairs (float64 pieces); ``positions`` maps piece positions to ``base``-relative ones."""
         n = a.size
         self.finite += n
@@ -481,8 +497,9 @@ class MetricAccumulator:
         np.abs(b, out=t)
         self._elementwise(d, t, a, mask, n, flat, dmax)  # ``a`` is no longer needed: scratch
 
-    def _elementwise(self, d: np.ndarray, t: np.ndarray, scratch: np.ndarray, mask: np.ndarray, n: int,
-                     flat: Any, dmax: float) -> None:
+    def _elementwise(
+        self, d: np.ndarray, t: np.ndarray, scratch: np.ndarray, mask: np.ndarray, n: int, flat: Any, dmax: float
+    ) -> None:
         """The elementwise rules on ``d = |a - b|`` and ``t = |b|`` (one dtype; ``t`` is overwritten)."""
         zero_b = (t == 0) if float(t.min()) == 0.0 else None
         if self.check_close and dmax > self.atol:
@@ -506,8 +523,9 @@ class MetricAccumulator:
                 setattr(self, attr, getattr(self, attr) + int(np.count_nonzero(mask)))
         self._fold_eps(d, t, zero_b, rel, mask)
 
-    def _fold_eps(self, d: np.ndarray, rel: np.ndarray, zero_b: np.ndarray | None, rel_max: float,
-                  mask: np.ndarray) -> None:
+    def _fold_eps(
+        self, d: np.ndarray, rel: np.ndarray, zero_b: np.ndarray | None, rel_max: float, mask: np.ndarray
+    ) -> None:
         """msprobe's relative error: ``rel`` where the reference is non-zero, ``|a - b| / eps`` where it is zero."""
         if zero_b is not None:
             eps = float(np.finfo(np.float64 if self.scaled else np.float32).eps)
@@ -563,13 +581,28 @@ class MetricAccumulator:
 
     def merge(self, other: MetricAccumulator) -> None:
         """Add the blocks another accumulator (same tensor, other blocks) folded."""
-        for attr in ("elements", "finite", "nan_a", "inf_a", "nan_b", "inf_b", "nonfinite", "mismatches",
-                     "within_tight", "within_loose", "eps_tight", "eps_loose"):
+        for attr in (
+            "elements",
+            "finite",
+            "nan_a",
+            "inf_a",
+            "nan_b",
+            "inf_b",
+            "nonfinite",
+            "mismatches",
+            "within_tight",
+            "within_loose",
+            "eps_tight",
+            "eps_loose",
+        ):
             setattr(self, attr, getattr(self, attr) + getattr(other, attr))
         if other.first_mismatch is not None:
             self._mismatch_at(other.first_mismatch, other.first_values)
-        if other.worst > self.worst or (other.worst == self.worst and other.worst_at is not None
-                                        and (self.worst_at is None or other.worst_at < self.worst_at)):
+        if other.worst > self.worst or (
+            other.worst == self.worst
+            and other.worst_at is not None
+            and (self.worst_at is None or other.worst_at < self.worst_at)
+        ):
             self.worst, self.worst_at, self.worst_values = other.worst, other.worst_at, other.worst_values
         self.max_rel = max(self.max_rel, other.max_rel)
         self.max_rel_eps = max(self.max_rel_eps, other.max_rel_eps)
@@ -577,9 +610,11 @@ class MetricAccumulator:
             self.scaled = other.scaled
         if self.scaled:
             new_sa, new_sb, new_sd = max(self.sa, other.sa), max(self.sb, other.sb), max(self.sd, other.sd)
+
             def part(acc: MetricAccumulator) -> tuple[float, float, float, float]:
                 ra, rb, rd = _rescale(acc.sa, new_sa), _rescale(acc.sb, new_sb), _rescale(acc.sd, new_sd)
                 return acc.saa * ra * ra, acc.sbb * rb * rb, acc.sab * ra * rb, acc.sdd * rd * rd
+
             mine, theirs = part(self), part(other)
             self.saa, self.sbb, self.sab, self.sdd = (x + y for x, y in zip(mine, theirs))
             self.sa, self.sb, self.sd = new_sa, new_sb, new_sd

@@ -40,15 +40,55 @@ from megadump_zarr.analyse.metrics import (
 )
 from megadump_zarr.analyse.verdict import dtype_kind, resolve_tolerance, verdict
 
-__all__ = ["METRIC_COLUMNS", "PairPlan", "RecordPair", "compare_pair", "compare_record", "compare_records", "empty_row",
-           "metrics_row", "prepare_pair", "record_source", "single_threaded_blas"]
+__all__ = [
+    "METRIC_COLUMNS",
+    "PairPlan",
+    "RecordPair",
+    "compare_pair",
+    "compare_record",
+    "compare_records",
+    "empty_row",
+    "metrics_row",
+    "prepare_pair",
+    "record_source",
+    "single_threaded_blas",
+]
 
 METRIC_COLUMNS = (
-    "shape_a", "shape_b", "dtype_a", "dtype_b", "elements", "cosine", "max_abs", "max_rel", "rmse",
-    "within_0_1pct", "within_0_5pct", "euc_dist", "max_rel_eps", "one_thousandth_ratio", "five_thousandths_ratio",
-    "nan_a", "inf_a", "nan_b", "inf_b", "nonfinite_mismatch", "allclose", "mismatches", "first_mismatch",
-    "worst_index", "worst_a", "worst_b", "worst_task_id", "worst_owner_id",
-    "worst_core_type", "worst_core_id", "rtol", "atol", "verdict", "note",
+    "shape_a",
+    "shape_b",
+    "dtype_a",
+    "dtype_b",
+    "elements",
+    "cosine",
+    "max_abs",
+    "max_rel",
+    "rmse",
+    "within_0_1pct",
+    "within_0_5pct",
+    "euc_dist",
+    "max_rel_eps",
+    "one_thousandth_ratio",
+    "five_thousandths_ratio",
+    "nan_a",
+    "inf_a",
+    "nan_b",
+    "inf_b",
+    "nonfinite_mismatch",
+    "allclose",
+    "mismatches",
+    "first_mismatch",
+    "worst_index",
+    "worst_a",
+    "worst_b",
+    "worst_task_id",
+    "worst_owner_id",
+    "worst_core_type",
+    "worst_core_id",
+    "rtol",
+    "atol",
+    "verdict",
+    "note",
 )
 """Metric columns of a compare result row, in order (after the key columns)."""
 
@@ -100,15 +140,24 @@ def _failed_row(row: dict[str, Any], exc: BaseException, notes: list[str]) -> di
     """``row`` as the verdict of an exception: ``missing_data`` for a missing/corrupt chunk, else ``error``."""
     if isinstance(exc, _integrity_error()):
         key = getattr(exc, "key", None)
-        row.update(verdict="missing_data", note="; ".join(
-            [f"missing or corrupt data{f' at {key}' if key else ''}: {exc}", *notes]))
+        row.update(
+            verdict="missing_data",
+            note="; ".join([f"missing or corrupt data{f' at {key}' if key else ''}: {exc}", *notes]),
+        )
     else:
         row.update(verdict="error", note="; ".join([f"{type(exc).__name__}: {exc}", *notes]))
     return row
 
 
-def prepare_pair(keys: dict[str, Any], a: Any, b: Any, *, rtol: float | None = None, atol: float | None = None,
-                 notes: Iterable[str] = ()) -> PairPlan:
+def prepare_pair(
+    keys: dict[str, Any],
+    a: Any,
+    b: Any,
+    *,
+    rtol: float | None = None,
+    atol: float | None = None,
+    notes: Iterable[str] = (),
+) -> PairPlan:
     """The dispatch point: how ``a`` is compared with ``b`` (never raises; reads metadata only).
 
     ``dtype_mismatch`` when the kinds differ, ``shape_mismatch`` when the shapes do, else the
@@ -130,12 +179,18 @@ def prepare_pair(keys: dict[str, Any], a: Any, b: Any, *, rtol: float | None = N
         row.update(shape_a=shape_a, shape_b=shape_b, dtype_a=dtype_a, dtype_b=dtype_b)
         kind_a, kind_b = dtype_kind(dtype_a), dtype_kind(dtype_b)
         if kind_a != kind_b:
-            row.update(verdict="dtype_mismatch", note="; ".join(
-                [f"dtype kinds differ: {dtype_a} ({kind_a}) vs {dtype_b} ({kind_b}); not compared", *extra_notes]))
+            row.update(
+                verdict="dtype_mismatch",
+                note="; ".join(
+                    [f"dtype kinds differ: {dtype_a} ({kind_a}) vs {dtype_b} ({kind_b}); not compared", *extra_notes]
+                ),
+            )
             return PairPlan(row, extra_notes)
         if shape_a != shape_b:
-            row.update(verdict="shape_mismatch", note="; ".join(
-                [f"shape {_shape_text(shape_a)} vs {_shape_text(shape_b)}; not compared", *extra_notes]))
+            row.update(
+                verdict="shape_mismatch",
+                note="; ".join([f"shape {_shape_text(shape_a)} vs {_shape_text(shape_b)}; not compared", *extra_notes]),
+            )
             return PairPlan(row, extra_notes)
         tol_rtol, tol_atol, exact = resolve_tolerance(dtype_a, dtype_b, rtol, atol)
     except Exception as exc:  # one unreadable tensor must not abort a whole comparison
@@ -143,9 +198,18 @@ def prepare_pair(keys: dict[str, Any], a: Any, b: Any, *, rtol: float | None = N
     return PairPlan(row, extra_notes, True, None if exact else tol_rtol, None if exact else tol_atol, exact)
 
 
-def compare_pair(keys: dict[str, Any], a: Any, b: Any, *, rtol: float | None = None, atol: float | None = None,
-                 block_bytes: int = DEFAULT_BLOCK_BYTES, notes: Iterable[str] = (), locate: Locator | None = None,
-                 metrics: Callable[..., TensorMetrics] | None = None) -> dict[str, Any]:
+def compare_pair(
+    keys: dict[str, Any],
+    a: Any,
+    b: Any,
+    *,
+    rtol: float | None = None,
+    atol: float | None = None,
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
+    notes: Iterable[str] = (),
+    locate: Locator | None = None,
+    metrics: Callable[..., TensorMetrics] | None = None,
+) -> dict[str, Any]:
     """One result row: ``a`` (under test) against the reference ``b``; never raises.
 
     :func:`prepare_pair` chooses how the pair is compared; the metrics are then computed and judged.
@@ -166,14 +230,17 @@ def compare_pair(keys: dict[str, Any], a: Any, b: Any, *, rtol: float | None = N
     if not plan.compute:
         return plan.row
     try:
-        m = (metrics or compute_metrics)(a, b, rtol=plan.rtol, atol=plan.atol, exact=plan.exact,
-                                         block_bytes=block_bytes)
+        m = (metrics or compute_metrics)(
+            a, b, rtol=plan.rtol, atol=plan.atol, exact=plan.exact, block_bytes=block_bytes
+        )
     except Exception as exc:
         return _failed_row(plan.row, exc, plan.notes)
     return metrics_row(plan.row, m, plan.notes, locate)
 
 
-def metrics_row(row: dict[str, Any], m: TensorMetrics, notes: list[str], locate: Locator | None = None) -> dict[str, Any]:
+def metrics_row(
+    row: dict[str, Any], m: TensorMetrics, notes: list[str], locate: Locator | None = None
+) -> dict[str, Any]:
     """Fill ``row`` (keys, shapes, dtypes set) with the metrics, verdict and note of ``m``."""
     result, reasons = verdict(m)
     all_notes = list(reasons) + list(notes)
@@ -182,13 +249,29 @@ def metrics_row(row: dict[str, Any], m: TensorMetrics, notes: list[str], locate:
     if m.elements and not m.finite_pairs:
         all_notes.append("no finite element pairs")
     row.update(
-        elements=m.elements, cosine=m.cosine, max_abs=m.max_abs, max_rel=m.max_rel, rmse=m.rmse,
-        within_0_1pct=m.within_0_1pct, within_0_5pct=m.within_0_5pct, euc_dist=m.euc_dist, max_rel_eps=m.max_rel_eps,
-        one_thousandth_ratio=m.one_thousandth_ratio, five_thousandths_ratio=m.five_thousandths_ratio,
-        nan_a=m.nan_a, inf_a=m.inf_a,
-        nan_b=m.nan_b, inf_b=m.inf_b, nonfinite_mismatch=m.nonfinite_mismatch, allclose=m.allclose,
-        mismatches=m.mismatches, first_mismatch=m.first_mismatch, rtol=m.rtol, atol=m.atol,
-        verdict=result, note="; ".join(all_notes),
+        elements=m.elements,
+        cosine=m.cosine,
+        max_abs=m.max_abs,
+        max_rel=m.max_rel,
+        rmse=m.rmse,
+        within_0_1pct=m.within_0_1pct,
+        within_0_5pct=m.within_0_5pct,
+        euc_dist=m.euc_dist,
+        max_rel_eps=m.max_rel_eps,
+        one_thousandth_ratio=m.one_thousandth_ratio,
+        five_thousandths_ratio=m.five_thousandths_ratio,
+        nan_a=m.nan_a,
+        inf_a=m.inf_a,
+        nan_b=m.nan_b,
+        inf_b=m.inf_b,
+        nonfinite_mismatch=m.nonfinite_mismatch,
+        allclose=m.allclose,
+        mismatches=m.mismatches,
+        first_mismatch=m.first_mismatch,
+        rtol=m.rtol,
+        atol=m.atol,
+        verdict=result,
+        note="; ".join(all_notes),
     )
     if result != "pass":
         row.update(worst_index=m.worst_index, worst_a=m.worst_a, worst_b=m.worst_b)
@@ -312,8 +395,12 @@ def _locator(keys: dict[str, Any]) -> Locator:
     def locate(index: tuple[int, ...]) -> dict[str, Any]:
         if keys.get("level") != "L1":
             return {}
-        return {"worst_task_id": keys.get("task_id"), "worst_owner_id": keys.get("owner_id"),
-                "worst_core_type": keys.get("core_type"), "worst_core_id": keys.get("core_id")}
+        return {
+            "worst_task_id": keys.get("task_id"),
+            "worst_owner_id": keys.get("owner_id"),
+            "worst_core_type": keys.get("core_type"),
+            "worst_core_id": keys.get("core_id"),
+        }
 
     return locate
 
@@ -362,8 +449,9 @@ def merge_in_order(shape: tuple[int, ...], plan: PairPlan, partials: list[Metric
     return total
 
 
-def compare_records(pairs: list[RecordPair], advance: Callable[[], None] | None = None, *,
-                    threads: int | None = None) -> list[dict[str, Any]]:
+def compare_records(
+    pairs: list[RecordPair], advance: Callable[[], None] | None = None, *, threads: int | None = None
+) -> list[dict[str, Any]]:
     """The result rows of many record pairs, in order, compared in this process; never raises.
 
     Every chunk-aligned block of every record goes into one queue, in execution order; ``threads``

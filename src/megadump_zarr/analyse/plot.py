@@ -24,8 +24,19 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DIVERGING", "HEATMAP_MAX_SIZE", "HISTOGRAM_MAX_ELEMENTS", "SEQUENTIAL", "diff_values", "heatmap_title",
-           "heatmap_values", "histogram_values", "plot_diff", "plot_heatmap", "plot_histogram"]
+__all__ = [
+    "DIVERGING",
+    "HEATMAP_MAX_SIZE",
+    "HISTOGRAM_MAX_ELEMENTS",
+    "SEQUENTIAL",
+    "diff_values",
+    "heatmap_title",
+    "heatmap_values",
+    "histogram_values",
+    "plot_diff",
+    "plot_heatmap",
+    "plot_histogram",
+]
 
 HEATMAP_MAX_SIZE = 512
 """Largest heatmap side: longer axes are strided down to at most this many cells."""
@@ -104,8 +115,11 @@ def heatmap_title(name: Any, where: dict[str, Any] | None = None, *, detail: str
         where: ``window``, ``invocation``, ``step``, ``stage``, ``kernel`` (missing ones are left out).
         detail: A second line (shape, dtype, striding).
     """
-    where = {k: v for k, v in (where or {}).items()
-             if v is not None and v != "" and not (isinstance(v, float) and math.isnan(v))}  # never a bare "stage"
+    where = {
+        k: v
+        for k, v in (where or {}).items()
+        if v is not None and v != "" and not (isinstance(v, float) and math.isnan(v))
+    }  # never a bare "stage"
     parts = [str(name)]
     for key in ("window", "invocation", "step", "stage"):
         if key in where:
@@ -148,8 +162,19 @@ def _norm(values: np.ndarray, *, centred: bool) -> tuple[Any, str]:
     return Normalize(vmin=lo, vmax=hi), SEQUENTIAL
 
 
-def _draw(values: np.ndarray, shape: tuple[int, int], steps: tuple[int, int], dims: tuple[str, str], ax: Any, *,
-          norm: Any, cmap: str, title: str, label: str, colorbar: bool) -> Any:
+def _draw(
+    values: np.ndarray,
+    shape: tuple[int, int],
+    steps: tuple[int, int],
+    dims: tuple[str, str],
+    ax: Any,
+    *,
+    norm: Any,
+    cmap: str,
+    title: str,
+    label: str,
+    colorbar: bool,
+) -> Any:
     import matplotlib
     from matplotlib.ticker import MaxNLocator
 
@@ -159,8 +184,14 @@ def _draw(values: np.ndarray, shape: tuple[int, int], steps: tuple[int, int], di
         _, ax = plt.subplots(figsize=(8, 6))
     n_rows, n_cols = shape
     colormap = matplotlib.colormaps[cmap].with_extremes(bad="#d9d9d9")
-    image = ax.imshow(np.ma.masked_invalid(values), aspect="auto", interpolation="nearest", cmap=colormap, norm=norm,
-                      extent=(-0.5, n_cols - 0.5, n_rows - 0.5, -0.5))
+    image = ax.imshow(
+        np.ma.masked_invalid(values),
+        aspect="auto",
+        interpolation="nearest",
+        cmap=colormap,
+        norm=norm,
+        extent=(-0.5, n_cols - 0.5, n_rows - 0.5, -0.5),
+    )
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(dims[1] + (f" (every {steps[1]})" if steps[1] > 1 else ""))
@@ -176,9 +207,17 @@ def _extent(da: Any) -> tuple[int, int]:
     return (1, int(da.shape[-1])) if da.ndim == 1 else (int(da.shape[0]), int(da.shape[1]))
 
 
-def plot_heatmap(da: Any, ax: Any = None, *, max_size: int = HEATMAP_MAX_SIZE, cmap: str | None = None,
-                 title: str | None = None, colorbar: bool = True, label: str | None = None,
-                 where: dict[str, Any] | None = None) -> Any:
+def plot_heatmap(
+    da: Any,
+    ax: Any = None,
+    *,
+    max_size: int = HEATMAP_MAX_SIZE,
+    cmap: str | None = None,
+    title: str | None = None,
+    colorbar: bool = True,
+    label: str | None = None,
+    where: dict[str, Any] | None = None,
+) -> Any:
     """Heatmap of the first two dimensions of ``da`` (see :func:`heatmap_values`).
 
     Axes are labelled with the dimension names and ticks in original indices, so a strided heatmap of
@@ -205,11 +244,23 @@ def plot_heatmap(da: Any, ax: Any = None, *, max_size: int = HEATMAP_MAX_SIZE, c
     name = da.name if da.name is not None else "tensor"
     if title is None:
         title = heatmap_title(name, _where(da, where), detail=_detail(da, row_step, col_step))
-    return _draw(values, _extent(da), (row_step, col_step), dims, ax, norm=norm, cmap=cmap or default_cmap,
-                 title=title, label=label or f"{name} ({da.dtype})", colorbar=colorbar)
+    return _draw(
+        values,
+        _extent(da),
+        (row_step, col_step),
+        dims,
+        ax,
+        norm=norm,
+        cmap=cmap or default_cmap,
+        title=title,
+        label=label or f"{name} ({da.dtype})",
+        colorbar=colorbar,
+    )
 
 
-def diff_values(a: Any, b: Any, max_size: int = HEATMAP_MAX_SIZE) -> tuple[np.ndarray, tuple[int, int], tuple[str, str]]:
+def diff_values(
+    a: Any, b: Any, max_size: int = HEATMAP_MAX_SIZE
+) -> tuple[np.ndarray, tuple[int, int], tuple[str, str]]:
     """``a - b`` (in float64) over the cells a heatmap shows, read lazily; as :func:`heatmap_values`.
 
     Raises:
@@ -223,8 +274,17 @@ def diff_values(a: Any, b: Any, max_size: int = HEATMAP_MAX_SIZE) -> tuple[np.nd
     return va.astype(np.float64) - vb.astype(np.float64), steps, dims
 
 
-def plot_diff(a: Any, b: Any, ax: Any = None, *, max_size: int = HEATMAP_MAX_SIZE, title: str | None = None,
-              colorbar: bool = True, label: str | None = None, where: dict[str, Any] | None = None) -> Any:
+def plot_diff(
+    a: Any,
+    b: Any,
+    ax: Any = None,
+    *,
+    max_size: int = HEATMAP_MAX_SIZE,
+    title: str | None = None,
+    colorbar: bool = True,
+    label: str | None = None,
+    where: dict[str, Any] | None = None,
+) -> Any:
     """Heatmap of ``a - b``: :data:`DIVERGING`, symmetric about 0 (``CenteredNorm``), NaN grey.
 
     Args:
@@ -252,8 +312,18 @@ def plot_diff(a: Any, b: Any, ax: Any = None, *, max_size: int = HEATMAP_MAX_SIZ
         worst = f"; max |A − B| {float(np.abs(finite).max()):.4g}" if finite.size else ""
         detail = f"A − B{worst}; {_detail(a, row_step, col_step)}" + (f" vs {b.dtype}" if b.dtype != a.dtype else "")
         title = heatmap_title(name, _where(a, where), detail=detail)
-    return _draw(values, _extent(a), (row_step, col_step), dims, ax, norm=norm, cmap=cmap, title=title,
-                 label=label or f"A − B ({name})", colorbar=colorbar)
+    return _draw(
+        values,
+        _extent(a),
+        (row_step, col_step),
+        dims,
+        ax,
+        norm=norm,
+        cmap=cmap,
+        title=title,
+        label=label or f"A − B ({name})",
+        colorbar=colorbar,
+    )
 
 
 def histogram_values(da: Any, max_elements: int = HISTOGRAM_MAX_ELEMENTS) -> tuple[np.ndarray, int, int, int]:
@@ -278,8 +348,16 @@ def histogram_values(da: Any, max_elements: int = HISTOGRAM_MAX_ELEMENTS) -> tup
     return values[finite], int(np.isnan(values).sum()), int(np.isinf(values).sum()), step
 
 
-def plot_histogram(da: Any, ax: Any = None, bins: int = 100, *, max_elements: int = HISTOGRAM_MAX_ELEMENTS,
-                   log: bool = False, title: str | None = None, where: dict[str, Any] | None = None) -> Any:
+def plot_histogram(
+    da: Any,
+    ax: Any = None,
+    bins: int = 100,
+    *,
+    max_elements: int = HISTOGRAM_MAX_ELEMENTS,
+    log: bool = False,
+    title: str | None = None,
+    where: dict[str, Any] | None = None,
+) -> Any:
     """Histogram of the finite values of ``da``; NaN/Inf counts go into the title.
 
     Args:

@@ -109,8 +109,11 @@ def _l1_verdict(row: pd.Series, task_inputs: dict[tuple[Any, ...], list[pd.Serie
     bad = [str(_value(r, "name")) for r in inputs if r["verdict"] != "pass"]
     if bad:
         return "not", f"inputs of {where} fail: {', '.join(bad)}"
-    return "root", f"every input of {where} passes ({', '.join(str(_value(r, 'name')) for r in inputs)}): " \
-                   "the divergence is born in this task"
+    return (
+        "root",
+        f"every input of {where} passes ({', '.join(str(_value(r, 'name')) for r in inputs)}): "
+        "the divergence is born in this task",
+    )
 
 
 def _l0_verdict(row: pd.Series, frame: pd.DataFrame, order: list[str]) -> tuple[str, str, int]:
@@ -145,9 +148,13 @@ def _l0_verdict(row: pd.Series, frame: pd.DataFrame, order: list[str]) -> tuple[
     if bad:
         return "not", f"inputs of stage {stage} fail: {', '.join(bad)}", position
     if unseen:
-        return ("undetermined", f"the other inputs of stage {stage} pass, but the value it read of "
-                f"{', '.join(unseen)} was overwritten later in the kernel, so L0 cannot tell "
-                "(an L1 dump of that stage can)", position)
+        return (
+            "undetermined",
+            f"the other inputs of stage {stage} pass, but the value it read of "
+            f"{', '.join(unseen)} was overwritten later in the kernel, so L0 cannot tell "
+            "(an L1 dump of that stage can)",
+            position,
+        )
     names = ", ".join(str(_value(o, "name")) for o, _, _ in inputs) or "none"
     return "root", f"every input of stage {stage} passes ({names}): the divergence is born in stage {stage}", position
 
@@ -203,8 +210,7 @@ def root_cause(result: pd.DataFrame) -> pd.Series | None:
             if (rank, name) in failing_outputs_seen:
                 kind, reason = "not", f"an earlier output named {name} already fails"
             else:
-                kind, reason = "root", (f"{name} is an input and nothing compared before it that produces "
-                                        f"{name} fails")
+                kind, reason = "root", (f"{name} is an input and nothing compared before it that produces {name} fails")
             candidates.append(((position, 0), row, kind, reason))
         elif _value(row, "level") == "L1" or _value(row, "task_id") is not None:
             kind, reason = _l1_verdict(row, task_inputs)

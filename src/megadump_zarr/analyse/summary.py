@@ -69,8 +69,9 @@ def _int(row: Any, name: str) -> int | None:
     return None if value is None else int(value)
 
 
-def summary_row(keys: dict[str, Any], row_a: Any, row_b: Any, rtol: float | None = None,
-                atol: float | None = None) -> dict[str, Any]:
+def summary_row(
+    keys: dict[str, Any], row_a: Any, row_b: Any, rtol: float | None = None, atol: float | None = None
+) -> dict[str, Any]:
     """The compare result row of a statistics-only (or mixed) pair.
 
     Args:
@@ -83,10 +84,20 @@ def summary_row(keys: dict[str, Any], row_a: Any, row_b: Any, rtol: float | None
     sides = "statistics only in " + " and ".join(name for name, r in (("a", row_a), ("b", row_b)) if not _payload(r))
     dtype_a, dtype_b = str(_value(row_a, "dtype")), str(_value(row_b, "dtype"))
     shape_a, shape_b = _shape(row_a), _shape(row_b)
-    counts = {"nan_a": _int(row_a, "nan_count"), "inf_a": _int(row_a, "inf_count"),
-              "nan_b": _int(row_b, "nan_count"), "inf_b": _int(row_b, "inf_count")}
-    extra = {"shape_a": shape_a, "shape_b": shape_b, "dtype_a": dtype_a, "dtype_b": dtype_b,
-             "elements": _int(row_a, "element_count"), **counts}
+    counts = {
+        "nan_a": _int(row_a, "nan_count"),
+        "inf_a": _int(row_a, "inf_count"),
+        "nan_b": _int(row_b, "nan_count"),
+        "inf_b": _int(row_b, "inf_count"),
+    }
+    extra = {
+        "shape_a": shape_a,
+        "shape_b": shape_b,
+        "dtype_a": dtype_a,
+        "dtype_b": dtype_b,
+        "elements": _int(row_a, "element_count"),
+        **counts,
+    }
     if not kinds_compatible(dtype_a, dtype_b):
         return empty_row(keys, "dtype_mismatch", f"summary: {sides}; dtype {dtype_a} vs {dtype_b}", **extra)
     if shape_a != shape_b:
@@ -102,14 +113,29 @@ def summary_row(keys: dict[str, Any], row_a: Any, row_b: Any, rtol: float | None
     same_count = _int(row_a, "element_count") == _int(row_b, "element_count")
     if checksum_a is not None and checksum_b is not None:
         if int(checksum_a) == int(checksum_b) and same_count:
-            return empty_row(keys, "pass", f"summary: {sides}; checksums equal", **extra, max_abs=0.0, max_rel=0.0,
-                             allclose=True, mismatches=0)
+            return empty_row(
+                keys,
+                "pass",
+                f"summary: {sides}; checksums equal",
+                **extra,
+                max_abs=0.0,
+                max_rel=0.0,
+                allclose=True,
+                mismatches=0,
+            )
         if exact:
-            return empty_row(keys, "fail", f"summary: {sides}; checksums differ "
-                             f"({int(checksum_a):#018x} vs {int(checksum_b):#018x})", **extra, allclose=False)
+            return empty_row(
+                keys,
+                "fail",
+                f"summary: {sides}; checksums differ ({int(checksum_a):#018x} vs {int(checksum_b):#018x})",
+                **extra,
+                allclose=False,
+            )
     reasons = []
     if mismatch:
-        reasons.append(f"NaN/Inf counts differ ({counts['nan_a']}/{counts['inf_a']} vs {counts['nan_b']}/{counts['inf_b']})")
+        reasons.append(
+            f"NaN/Inf counts differ ({counts['nan_a']}/{counts['inf_a']} vs {counts['nan_b']}/{counts['inf_b']})"
+        )
     max_abs = max_rel = 0.0
     beyond = []
     for name in SUMMARY_STATISTICS:
@@ -132,6 +158,8 @@ def summary_row(keys: dict[str, Any], row_a: Any, row_b: Any, rtol: float | None
     note = f"summary: {sides}; " + ("; ".join(reasons) if reasons else "statistics within tolerance")
     if not reasons and checksum_a is not None and checksum_b is not None:  # the bits differ: never a pass
         verdict_ = WITHIN_STATS
-        note = (f"summary: {sides}; checksums differ ({int(checksum_a):#018x} vs {int(checksum_b):#018x}), "
-                "statistics within tolerance")
+        note = (
+            f"summary: {sides}; checksums differ ({int(checksum_a):#018x} vs {int(checksum_b):#018x}), "
+            "statistics within tolerance"
+        )
     return empty_row(keys, verdict_, note, **extra, max_abs=max_abs, max_rel=max_rel, allclose=not reasons)

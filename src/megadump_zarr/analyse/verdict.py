@@ -72,8 +72,16 @@ of magnitude 1 may carry, so that an element that cancels to near zero after a f
 judged on the scale of the activations it came from (a bfloat16 run's ``x + gate * ws`` against a
 float32 golden errs by up to 0.015 where the result is near 0)."""
 
-VERDICTS = ("pass", "fail", "differs_within_stats", "shape_mismatch", "dtype_mismatch", "missing_data", "error",
-            "missing")
+VERDICTS = (
+    "pass",
+    "fail",
+    "differs_within_stats",
+    "shape_mismatch",
+    "dtype_mismatch",
+    "missing_data",
+    "error",
+    "missing",
+)
 FAILING = ("fail", "differs_within_stats", "shape_mismatch", "dtype_mismatch", "missing_data", "error")
 WITHIN_STATS = "differs_within_stats"
 """A statistics-only float pair whose checksums differ (the bits differ) while every statistic is within
@@ -147,8 +155,10 @@ def tolerance_for(dtype_name: str) -> tuple[float, float]:
         return TOLERANCES[text]
     if dtype_kind(text) in ("integer", "bool"):
         return (0.0, 0.0)
-    raise ValueError(f"no default tolerance for dtype {text!r}; known: {', '.join(TOLERANCES)} "
-                     "(integer and bool dtypes compare exactly); pass rtol and atol")
+    raise ValueError(
+        f"no default tolerance for dtype {text!r}; known: {', '.join(TOLERANCES)} "
+        "(integer and bool dtypes compare exactly); pass rtol and atol"
+    )
 
 
 def check_tolerance(name: str, value: Any) -> float | None:
@@ -174,8 +184,9 @@ def check_tolerance(name: str, value: Any) -> float | None:
     return number
 
 
-def resolve_tolerance(dtype_a: str, dtype_b: str, rtol: float | None = None,
-                      atol: float | None = None) -> tuple[float, float, bool]:
+def resolve_tolerance(
+    dtype_a: str, dtype_b: str, rtol: float | None = None, atol: float | None = None
+) -> tuple[float, float, bool]:
     """``(rtol, atol, exact)`` for comparing ``dtype_a`` with ``dtype_b``.
 
     Integer and bool pairs are exact (``(0, 0, True)``); float pairs take the looser dtype's default
@@ -219,8 +230,10 @@ def verdict(m: TensorMetrics) -> tuple[str, list[str]]:
         reasons.append(f"NaN/Inf differ at {m.nonfinite_mismatch} position(s)")
     not_close = m.mismatches - m.nonfinite_mismatch
     if not_close > 0:
-        reasons.append(f"{not_close} of {m.finite_pairs} not within rtol {m.rtol or 0:.3g} atol {m.atol or 0:.3g}"
-                       f" (max_abs {m.max_abs:.4g}), first mismatch at {_index_text(m.first_mismatch)}")
+        reasons.append(
+            f"{not_close} of {m.finite_pairs} not within rtol {m.rtol or 0:.3g} atol {m.atol or 0:.3g}"
+            f" (max_abs {m.max_abs:.4g}), first mismatch at {_index_text(m.first_mismatch)}"
+        )
     if m.cosine < COSINE_MIN and m.max_abs > MAX_ABS_SMALL:
         reasons.append(f"cosine {m.cosine:.6g} < {COSINE_MIN} with max_abs {m.max_abs:.4g} > {MAX_ABS_SMALL}")
     elif m.cosine < COSINE_FLOOR:
@@ -265,8 +278,9 @@ def bitwise_metadata_verdict(dtype_a: str, dtype_b: str, shape_a: Any, shape_b: 
     return None
 
 
-def bitwise_checksum_verdict(checksum_a: int | None, checksum_b: int | None, count_a: int | None,
-                             count_b: int | None, sides: str) -> tuple[str, str]:
+def bitwise_checksum_verdict(
+    checksum_a: int | None, checksum_b: int | None, count_a: int | None, count_b: int | None, sides: str
+) -> tuple[str, str]:
     """The ``--bitwise`` verdict of a pair compared by content checksum (a side stored no payload).
 
     Args:
@@ -282,8 +296,7 @@ def bitwise_checksum_verdict(checksum_a: int | None, checksum_b: int | None, cou
     """
     missing = [side for side, value in (("a", checksum_a), ("b", checksum_b)) if value is None]
     if missing:
-        return "error", (f"bitwise: {sides}; no checksum in {' and '.join(missing)}: the bits cannot be proven "
-                         "equal")
+        return "error", (f"bitwise: {sides}; no checksum in {' and '.join(missing)}: the bits cannot be proven equal")
     if count_a != count_b:
         return "fail", f"bitwise: {sides}; element counts differ ({count_a} vs {count_b})"
     if int(checksum_a) != int(checksum_b):  # type: ignore[arg-type]

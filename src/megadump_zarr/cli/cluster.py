@@ -34,11 +34,20 @@ def add_cluster_flags(parser: argparse.ArgumentParser) -> None:
     """Add ``--scheduler ADDRESS`` and ``--workers N`` to a command."""
     group = parser.add_argument_group("dask cluster (needs the 'distributed' package)")
     exclusive = group.add_mutually_exclusive_group()
-    exclusive.add_argument("--scheduler", metavar="ADDRESS", dest="dask_scheduler",
-                           help="run on the dask.distributed cluster at ADDRESS (e.g. tcp://scheduler:8786); its "
-                                "workers open the dump from its URL (s3://..., or a path they all see)")
-    exclusive.add_argument("--workers", metavar="N", type=int, dest="dask_workers",
-                           help="start a local dask cluster of N worker processes for this command")
+    exclusive.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        dest="dask_scheduler",
+        help="run on the dask.distributed cluster at ADDRESS (e.g. tcp://scheduler:8786); its "
+        "workers open the dump from its URL (s3://..., or a path they all see)",
+    )
+    exclusive.add_argument(
+        "--workers",
+        metavar="N",
+        type=int,
+        dest="dask_workers",
+        help="start a local dask cluster of N worker processes for this command",
+    )
 
 
 @contextlib.contextmanager
@@ -72,8 +81,13 @@ def cluster_from_args(args: argparse.Namespace) -> Iterator[Any]:
                 raise CliError(f"cannot reach the dask scheduler at {address}: {text}") from None
             stack.callback(client.close)
         else:
-            cluster = distributed.LocalCluster(n_workers=workers, processes=True, threads_per_worker=_THREADS,
-                                               dashboard_address=":0", silence_logs=logging.ERROR)
+            cluster = distributed.LocalCluster(
+                n_workers=workers,
+                processes=True,
+                threads_per_worker=_THREADS,
+                dashboard_address=":0",
+                silence_logs=logging.ERROR,
+            )
             stack.callback(cluster.close)
             client = distributed.Client(cluster)
             stack.callback(client.close)

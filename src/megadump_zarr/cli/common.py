@@ -23,9 +23,32 @@ from rich.console import Console
 from megadump_zarr.tables import to_jsonable  # shared with the report (issue 25)
 
 __all__ = [
-    "EXIT_CHECK_FAILED", "EXIT_OK", "EXIT_USAGE", "CliError", "Context", "add_filters", "add_global_flags",
-    "FILTER_KEYS", "add_location_flags", "add_output_flags", "add_tolerance_flags", "tolerance_type", "add_storage_options", "check_endpoint", "child_roots", "filter_records", "human_bytes",
-    "incomplete_hint", "matching_pair", "matching_records", "no_records_error", "open_dump_arg", "read_error", "progress_on_stderr", "record_select", "storage_options",
+    "EXIT_CHECK_FAILED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "CliError",
+    "Context",
+    "add_filters",
+    "add_global_flags",
+    "FILTER_KEYS",
+    "add_location_flags",
+    "add_output_flags",
+    "add_tolerance_flags",
+    "tolerance_type",
+    "add_storage_options",
+    "check_endpoint",
+    "child_roots",
+    "filter_records",
+    "human_bytes",
+    "incomplete_hint",
+    "matching_pair",
+    "matching_records",
+    "no_records_error",
+    "open_dump_arg",
+    "read_error",
+    "progress_on_stderr",
+    "record_select",
+    "storage_options",
 ]
 
 EXIT_OK = 0
@@ -82,10 +105,16 @@ def add_global_flags(parser: argparse.ArgumentParser, *, top: bool) -> None:
     subcommand (``megadump --json ls ...`` and ``megadump ls ... --json`` both work).
     """
     default = False if top else argparse.SUPPRESS
-    parser.add_argument("-q", "--quiet", action="store_true", default=default,
-                        help="no progress bars, headings or hints; print only the essential result")
-    parser.add_argument("--json", action="store_true", default=default,
-                        help="write machine-readable JSON to stdout instead of tables")
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=default,
+        help="no progress bars, headings or hints; print only the essential result",
+    )
+    parser.add_argument(
+        "--json", action="store_true", default=default, help="write machine-readable JSON to stdout instead of tables"
+    )
 
 
 def add_output_flags(parser: argparse.ArgumentParser) -> None:
@@ -106,10 +135,17 @@ def _storage_option(text: str) -> tuple[str, Any]:
 
 def add_storage_options(parser: argparse.ArgumentParser) -> None:
     """``--storage-option KEY=VALUE`` (repeatable): fsspec options for URL roots."""
-    parser.add_argument("-S", "--storage-option", dest="storage_option", metavar="KEY=VALUE", action="append",
-                        type=_storage_option, default=[],
-                        help="fsspec option for URL roots (repeatable), e.g. endpoint_url=http://127.0.0.1:9000; "
-                             "VALUE is parsed as JSON when it can be (true, 3, {...}), else kept as a string")
+    parser.add_argument(
+        "-S",
+        "--storage-option",
+        dest="storage_option",
+        metavar="KEY=VALUE",
+        action="append",
+        type=_storage_option,
+        default=[],
+        help="fsspec option for URL roots (repeatable), e.g. endpoint_url=http://127.0.0.1:9000; "
+        "VALUE is parsed as JSON when it can be (true, 3, {...}), else kept as a string",
+    )
 
 
 _OPTION_OBJECTS = ("client_kwargs", "config_kwargs", "s3_additional_kwargs", "headers")
@@ -130,8 +166,10 @@ def storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
     options = dict(pairs)
     for key, value in options.items():
         if key in _OPTION_OBJECTS and not isinstance(value, dict):
-            raise CliError(f"-S {key}: expected a JSON object such as {key}='{{\"region_name\": \"us-east-1\"}}', "
-                           f"got {str(value)[:40]!r}")
+            raise CliError(
+                f'-S {key}: expected a JSON object such as {key}=\'{{"region_name": "us-east-1"}}\', '
+                f"got {str(value)[:40]!r}"
+            )
         if key in _OPTION_STRINGS and not isinstance(value, str):
             shown = "a secret value" if key in ("secret", "token", "session_token", "key") else repr(value)
             raise CliError(f"-S {key}: expected a string, got {shown}")
@@ -190,16 +228,24 @@ def add_tolerance_flags(parser: argparse.ArgumentParser, *, default: str = "by d
         default: What the default is, in the help (``by dtype, see below``).
     """
     parser._negative_number_matcher = _NEGATIVE_NUMBER
-    parser.add_argument("--rtol", type=tolerance_type("rtol"),
-                        help=f"relative tolerance of float comparisons (default: {default})")
-    parser.add_argument("--atol", type=tolerance_type("atol"),
-                        help=f"absolute tolerance of float comparisons (default: {default})")
+    parser.add_argument(
+        "--rtol", type=tolerance_type("rtol"), help=f"relative tolerance of float comparisons (default: {default})"
+    )
+    parser.add_argument(
+        "--atol", type=tolerance_type("atol"), help=f"absolute tolerance of float comparisons (default: {default})"
+    )
 
 
-def add_location_flags(parser: Any, *, rank: str = "rank", window: str = "window index",
-                       invocation: str | None = "invocation id (e.g. 2) or group name (invocation_000002_forward)",
-                       invocation_names: bool = True, window_flags: tuple[str, ...] = ("--window",),
-                       window_dest: str = "window") -> None:
+def add_location_flags(
+    parser: Any,
+    *,
+    rank: str = "rank",
+    window: str = "window index",
+    invocation: str | None = "invocation id (e.g. 2) or group name (invocation_000002_forward)",
+    invocation_names: bool = True,
+    window_flags: tuple[str, ...] = ("--window",),
+    window_dest: str = "window",
+) -> None:
     """``--rank``, ``--window`` and ``--invocation``: where in a dump, declared once for every command.
 
     Args:
@@ -214,12 +260,28 @@ def add_location_flags(parser: Any, *, rank: str = "rank", window: str = "window
     parser.add_argument("--rank", type=int, metavar="R", help=rank)
     parser.add_argument(*window_flags, type=int, metavar="W", dest=window_dest, help=window)
     if invocation is not None:
-        parser.add_argument("--invocation", type=_invocation if invocation_names else int,
-                            metavar="ID|NAME" if invocation_names else "ID", help=invocation)
+        parser.add_argument(
+            "--invocation",
+            type=_invocation if invocation_names else int,
+            metavar="ID|NAME" if invocation_names else "ID",
+            help=invocation,
+        )
 
 
-FILTER_KEYS = ("rank", "window", "invocation", "kernel", "direction", "stage", "task", "owner", "core_type", "core",
-               "io", "name")
+FILTER_KEYS = (
+    "rank",
+    "window",
+    "invocation",
+    "kernel",
+    "direction",
+    "stage",
+    "task",
+    "owner",
+    "core_type",
+    "core",
+    "io",
+    "name",
+)
 """The record filters the commands take (``--core-type`` is ``core_type``); see
 :func:`megadump_zarr.read.select.filter_mask` for what each value means."""
 
@@ -232,26 +294,33 @@ def add_filters(parser: argparse.ArgumentParser, *, names: bool = True, incomple
         names: Add ``--name`` (repeatable patterns).
         incomplete: Add ``--include-incomplete``.
     """
-    group = parser.add_argument_group("record filters",
-                                      "A filter that matches nothing is bad input (exit 2): the message "
-                                      "names it and lists the values that exist.")
+    group = parser.add_argument_group(
+        "record filters",
+        "A filter that matches nothing is bad input (exit 2): the message names it and lists the values that exist.",
+    )
     add_location_flags(group)
     group.add_argument("--kernel", help="kernel name, e.g. moe_experts")
     group.add_argument("--direction", choices=("forward", "backward"), help="invocation direction")
     group.add_argument("--stage", help="L1 stage name")
-    group.add_argument("--task", type=_invocation, metavar="ID|NAME",
-                       help="L1 task id or task group name (task_000003_worker_001)")
+    group.add_argument(
+        "--task", type=_invocation, metavar="ID|NAME", help="L1 task id or task group name (task_000003_worker_001)"
+    )
     group.add_argument("--owner", type=int, metavar="ID", help="L1 owner id (e.g. the expert)")
     group.add_argument("--core", type=_core, metavar="ID|TYPEID", help="L1 core: id (5) or type and id (MIX5)")
     group.add_argument("--core-type", dest="core_type", metavar="TYPE", help="L1 core type: AIC, AIV or MIX")
     group.add_argument("--io", choices=("input", "output"), help="L1 port")
     if names:
-        group.add_argument("--name", action="append", metavar="PATTERN",
-                           help="tensor name or shell-style pattern (repeatable: any of them); a name equal to "
-                                "the pattern always matches, so names holding '/', '*' or '[' select themselves")
+        group.add_argument(
+            "--name",
+            action="append",
+            metavar="PATTERN",
+            help="tensor name or shell-style pattern (repeatable: any of them); a name equal to "
+            "the pattern always matches, so names holding '/', '*' or '[' select themselves",
+        )
     if incomplete:
-        group.add_argument("--include-incomplete", action="store_true",
-                           help="also list records of aborted and torn (writing) windows")
+        group.add_argument(
+            "--include-incomplete", action="store_true", help="also list records of aborted and torn (writing) windows"
+        )
 
 
 def record_select(args: argparse.Namespace) -> dict[str, Any]:
@@ -266,8 +335,9 @@ def filter_records(frame: Any, args: argparse.Namespace) -> Any:
     return select_records(frame, record_select(args))
 
 
-def no_records_error(frame: Any, args: argparse.Namespace, where: str, *, extra: dict[str, Any] | None = None,
-                     hint: str = "") -> CliError:
+def no_records_error(
+    frame: Any, args: argparse.Namespace, where: str, *, extra: dict[str, Any] | None = None, hint: str = ""
+) -> CliError:
     """The input error (exit 2) for filters that keep nothing of ``frame``: which filter and which values exist.
 
     Args:
@@ -384,8 +454,10 @@ def check_endpoint(url: str, options: dict[str, Any] | None) -> None:
         socket.create_connection((host, port), timeout=_CONNECT_SECONDS).close()
     except OSError as error:
         reason = error.strerror or str(error) or type(error).__name__
-        raise CliError(f"cannot reach the object store endpoint {parts.scheme}://{host}:{port} for {url}: {reason} "
-                       "(nothing was read or written)") from None
+        raise CliError(
+            f"cannot reach the object store endpoint {parts.scheme}://{host}:{port} for {url}: {reason} "
+            "(nothing was read or written)"
+        ) from None
 
 
 def open_dump_arg(path: str, options: dict[str, Any] | None = None) -> Any:

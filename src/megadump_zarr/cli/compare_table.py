@@ -19,8 +19,16 @@ from megadump_zarr.cli.render import Column, Fitted, fit_table, is_missing, loca
 
 __all__ = ["COLUMNS", "compare_table", "failures_first", "one_minus_cos", "worst_text"]
 
-_VERDICT_STYLE = {"pass": "green", "fail": "bold red", "error": "bold magenta", "missing": "yellow", "differs_within_stats": "bold yellow",
-                  "shape_mismatch": "bold red", "dtype_mismatch": "bold red", "missing_data": "bold magenta"}
+_VERDICT_STYLE = {
+    "pass": "green",
+    "fail": "bold red",
+    "error": "bold magenta",
+    "missing": "yellow",
+    "differs_within_stats": "bold yellow",
+    "shape_mismatch": "bold red",
+    "dtype_mismatch": "bold red",
+    "missing_data": "bold magenta",
+}
 
 
 def _get(row: Any, key: str) -> Any:
@@ -97,11 +105,13 @@ NOT_AVAILABLE = "n/a"
 def _metric(key: str) -> Any:
     """A metric cell, blank for a record whose values were not compared (not the NaN its row holds),
     ``n/a`` for a compared record whose metric is NaN (never a number over the finite pairs alone)."""
+
     def get(r: Any) -> Any:
         if r.get("verdict") in _NOT_COMPARED:
             return None
         value = r.get(key)
         return NOT_AVAILABLE if is_missing(value) and r.get("verdict") is not None else value
+
     return get
 
 

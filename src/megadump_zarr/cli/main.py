@@ -22,15 +22,29 @@ from megadump_zarr.cli.common import EXIT_USAGE, CliError, Context, add_global_f
 
 __all__ = ["build_parser", "main", "run"]
 
-EXIT_RULE = ("Exit status, for every command: 0 ok; 1 a check failed (compare fail, verify problems, replay "
-             "mismatch, report failures, upload not verified); 2 bad input (usage, missing path, unknown "
-             "stage/record/selector, a filter that matches nothing, unreadable dump, object-store error).")
+EXIT_RULE = (
+    "Exit status, for every command: 0 ok; 1 a check failed (compare fail, verify problems, replay "
+    "mismatch, report failures, upload not verified); 2 bad input (usage, missing path, unknown "
+    "stage/record/selector, a filter that matches nothing, unreadable dump, object-store error)."
+)
 """The exit-code rule, printed by ``megadump --help``."""
 _INPUT_ERRORS = (CliError, ValueError, OSError)
 _PIPE_WIDTH = 160
 _INT64_MAX = (1 << 63) - 1
-_STORAGE_STACK = ("s3fs", "aiobotocore", "botocore", "boto3", "fsspec", "gcsfs", "adlfs", "obstore", "aiohttp",
-                  "urllib3", "requests", "moto")
+_STORAGE_STACK = (
+    "s3fs",
+    "aiobotocore",
+    "botocore",
+    "boto3",
+    "fsspec",
+    "gcsfs",
+    "adlfs",
+    "obstore",
+    "aiohttp",
+    "urllib3",
+    "requests",
+    "moto",
+)
 """Packages whose failures (a bad ``-S`` option, an unreachable endpoint) are input errors, not bugs."""
 
 
@@ -69,7 +83,9 @@ class _Parser(argparse.ArgumentParser):
         options = sorted({o for p in (self, parser) for a in p._actions for o in a.option_strings})
         flags = [e for e in extras if e.startswith("-") and e != "-"]
         if not flags:
-            return f"unrecognized argument{'s' if len(extras) > 1 else ''} {' '.join(extras)} (see '{parser.prog} --help')"
+            return (
+                f"unrecognized argument{'s' if len(extras) > 1 else ''} {' '.join(extras)} (see '{parser.prog} --help')"
+            )
         flag = flags[0].split("=", 1)[0]
         near = _closest(flag, options)
         if near:
@@ -98,8 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Dump, inspect, compare and plot MegaKernel tensor dumps stored in Zarr.",
         epilog=f"{EXIT_RULE} Run 'megadump COMMAND --help' for a command's options.",
     )
-    parser.add_argument("--version", action="version", version=f"megadump {_version()}",
-                        help="print the version and exit")
+    parser.add_argument(
+        "--version", action="version", version=f"megadump {_version()}", help="print the version and exit"
+    )
     add_global_flags(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     for module in command_modules():

@@ -27,16 +27,49 @@ import pandas as pd
 __all__ = ["MEGADUMP_COLUMNS", "MSPROBE_COLUMNS", "msprobe_frame", "write_msprobe_csv"]
 
 MSPROBE_COLUMNS = (
-    "NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape",
-    "NPU Requires_grad", "Bench Requires_grad", "Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr",
-    "One Thousandth Err Ratio", "Five Thousandths Err Ratio", "NPU max", "NPU min", "NPU mean", "NPU l2norm",
-    "Bench max", "Bench min", "Bench mean", "Bench l2norm", "Requires_grad Consistent", "Result", "Err_message",
+    "NPU Name",
+    "Bench Name",
+    "NPU Dtype",
+    "Bench Dtype",
+    "NPU Tensor Shape",
+    "Bench Tensor Shape",
+    "NPU Requires_grad",
+    "Bench Requires_grad",
+    "Cosine",
+    "EucDist",
+    "MaxAbsErr",
+    "MaxRelativeErr",
+    "One Thousandth Err Ratio",
+    "Five Thousandths Err Ratio",
+    "NPU max",
+    "NPU min",
+    "NPU mean",
+    "NPU l2norm",
+    "Bench max",
+    "Bench min",
+    "Bench mean",
+    "Bench l2norm",
+    "Requires_grad Consistent",
+    "Result",
+    "Err_message",
 )
 """msprobe 26.2's tensor-mode compare header (``CompareConst.COMPARE_RESULT_HEADER``), in its order."""
-MEGADUMP_COLUMNS = ("megadump verdict", "megadump note", "megadump worst index", "megadump worst a",
-                    "megadump worst b", "megadump root cause")
-_METRICS = {"Cosine": "cosine", "EucDist": "euc_dist", "MaxAbsErr": "max_abs", "MaxRelativeErr": "max_rel_eps",
-            "One Thousandth Err Ratio": "one_thousandth_ratio", "Five Thousandths Err Ratio": "five_thousandths_ratio"}
+MEGADUMP_COLUMNS = (
+    "megadump verdict",
+    "megadump note",
+    "megadump worst index",
+    "megadump worst a",
+    "megadump worst b",
+    "megadump root cause",
+)
+_METRICS = {
+    "Cosine": "cosine",
+    "EucDist": "euc_dist",
+    "MaxAbsErr": "max_abs",
+    "MaxRelativeErr": "max_rel_eps",
+    "One Thousandth Err Ratio": "one_thousandth_ratio",
+    "Five Thousandths Err Ratio": "five_thousandths_ratio",
+}
 _STATS = (("max", "max"), ("min", "min"), ("mean", "mean"), ("l2norm", "l2norm"))
 N_A = "N/A"
 
@@ -63,8 +96,9 @@ def _shape(value: Any) -> str:
 
 
 def _stats(records: pd.DataFrame) -> dict[str, dict[str, Any]]:
-    return {str(r["path"]): {**{k: r.get(k) for k, _ in _STATS}, "payload": r.get("payload")}
-            for _, r in records.iterrows()}
+    return {
+        str(r["path"]): {**{k: r.get(k) for k, _ in _STATS}, "payload": r.get("payload")} for _, r in records.iterrows()
+    }
 
 
 def _has_payload(stats: dict[str, Any]) -> bool:
@@ -78,8 +112,9 @@ def _worst_index(value: Any) -> str:
     return str(int(value)) if _known(value) else N_A
 
 
-def msprobe_frame(result: pd.DataFrame, records_a: pd.DataFrame, records_b: pd.DataFrame,
-                  root_path: str | None) -> pd.DataFrame:
+def msprobe_frame(
+    result: pd.DataFrame, records_a: pd.DataFrame, records_b: pd.DataFrame, root_path: str | None
+) -> pd.DataFrame:
     """The compare result as msprobe's compare columns plus ours, one row per compared record.
 
     Args:
@@ -93,29 +128,45 @@ def msprobe_frame(result: pd.DataFrame, records_a: pd.DataFrame, records_b: pd.D
     for _, r in result.iterrows():
         path = str(r["path"])
         a, b = stats_a.get(path, {}), stats_b.get(path, {})
-        present_a, present_b = _known(r.get("dtype_a")) and path in stats_a, _known(r.get("dtype_b")) and path in stats_b
+        present_a, present_b = (
+            _known(r.get("dtype_a")) and path in stats_a,
+            _known(r.get("dtype_b")) and path in stats_b,
+        )
         row: dict[str, Any] = {
-            "NPU Name": r["name"] if present_a else N_A, "Bench Name": r["name"] if present_b else N_A,
-            "NPU Dtype": _dtype(r.get("dtype_a")), "Bench Dtype": _dtype(r.get("dtype_b")),
-            "NPU Tensor Shape": _shape(r.get("shape_a")), "Bench Tensor Shape": _shape(r.get("shape_b")),
-            "NPU Requires_grad": N_A, "Bench Requires_grad": N_A,
+            "NPU Name": r["name"] if present_a else N_A,
+            "Bench Name": r["name"] if present_b else N_A,
+            "NPU Dtype": _dtype(r.get("dtype_a")),
+            "Bench Dtype": _dtype(r.get("dtype_b")),
+            "NPU Tensor Shape": _shape(r.get("shape_a")),
+            "Bench Tensor Shape": _shape(r.get("shape_b")),
+            "NPU Requires_grad": N_A,
+            "Bench Requires_grad": N_A,
         }
         # a statistics-only pair has no element-wise metric (its max_abs is the statistics' difference)
         tensors = _has_payload(a) and _has_payload(b)
         row.update({column: _number(r.get(ours)) if tensors else N_A for column, ours in _METRICS.items()})
         row.update({f"NPU {k}": _number(a.get(k)) for k, _ in _STATS})
         row.update({f"Bench {k}": _number(b.get(k)) for k, _ in _STATS})
-        row.update({"Requires_grad Consistent": N_A, "Result": "pass" if r["verdict"] == "pass" else "error",
-                    "Err_message": str(r.get("note") or ""),
-                    "megadump verdict": r["verdict"], "megadump note": str(r.get("note") or ""),
-                    "megadump worst index": _worst_index(r.get("worst_index")),
-                    "megadump worst a": _number(r.get("worst_a")), "megadump worst b": _number(r.get("worst_b")),
-                    "megadump root cause": root_path is not None and path == root_path})
+        row.update(
+            {
+                "Requires_grad Consistent": N_A,
+                "Result": "pass" if r["verdict"] == "pass" else "error",
+                "Err_message": str(r.get("note") or ""),
+                "megadump verdict": r["verdict"],
+                "megadump note": str(r.get("note") or ""),
+                "megadump worst index": _worst_index(r.get("worst_index")),
+                "megadump worst a": _number(r.get("worst_a")),
+                "megadump worst b": _number(r.get("worst_b")),
+                "megadump root cause": root_path is not None and path == root_path,
+            }
+        )
         rows.append(row)
     return pd.DataFrame(rows, columns=[*MSPROBE_COLUMNS, *MEGADUMP_COLUMNS])
 
 
-def write_msprobe_csv(path: str | os.PathLike[str] | TextIO, frame: pd.DataFrame, *, flag: str = "--csv-msprobe") -> None:
+def write_msprobe_csv(
+    path: str | os.PathLike[str] | TextIO, frame: pd.DataFrame, *, flag: str = "--csv-msprobe"
+) -> None:
     """Write ``frame`` (:func:`msprobe_frame`) as CSV (floats at full precision, ``N/A`` as msprobe writes it).
 
     Args:

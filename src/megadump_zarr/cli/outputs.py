@@ -24,8 +24,12 @@ import stat
 __all__ = ["claim_output"]
 
 _KINDS = (
-    (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-    (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISLNK, "a symbolic link"),
 )
 
 
@@ -43,8 +47,10 @@ def _refuse_special(path: Path) -> os.stat_result | None:
     except FileNotFoundError:
         return None
     if not stat.S_ISREG(info.st_mode):
-        raise FileExistsError(f"{path} exists and is {_kind(info.st_mode)}: refusing to write over it "
-                              "(even with --overwrite, only a regular file is ever replaced)")
+        raise FileExistsError(
+            f"{path} exists and is {_kind(info.st_mode)}: refusing to write over it "
+            "(even with --overwrite, only a regular file is ever replaced)"
+        )
     return info
 
 
@@ -80,8 +86,9 @@ def claim_output(path: str | os.PathLike[str], overwrite: bool = False) -> Itera
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
         except FileExistsError:
             _refuse_special(target)
-            raise FileExistsError(f"{target} already exists: another run claimed it first "
-                                  "(pass --overwrite to replace it)") from None
+            raise FileExistsError(
+                f"{target} already exists: another run claimed it first (pass --overwrite to replace it)"
+            ) from None
         try:
             claimed = os.fstat(fd)
         finally:
@@ -94,8 +101,9 @@ def claim_output(path: str | os.PathLike[str], overwrite: bool = False) -> Itera
             raise ValueError(f"writing {target} produced no file")
         now = _refuse_special(target)
         if claimed is not None and (now is None or (now.st_ino, now.st_dev) != (claimed.st_ino, claimed.st_dev)):
-            raise FileExistsError(f"{target} was replaced by someone else while it was being written; "
-                                  "refusing to write over it")
+            raise FileExistsError(
+                f"{target} was replaced by someone else while it was being written; refusing to write over it"
+            )
         os.replace(temp, target)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -15,8 +15,18 @@ from rich.table import Table
 from rich.text import Text
 
 __all__ = [
-    "Column", "Fitted", "cell", "compact", "fit_table", "frame_table", "is_missing", "location", "location_parts",
-    "print_fitted", "safe_text", "shape_text",
+    "Column",
+    "Fitted",
+    "cell",
+    "compact",
+    "fit_table",
+    "frame_table",
+    "is_missing",
+    "location",
+    "location_parts",
+    "print_fitted",
+    "safe_text",
+    "shape_text",
 ]
 
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
@@ -97,6 +107,7 @@ def location_parts(row: Any, *, kernel_with_stage: bool = True) -> list[tuple[st
         row: A records or compare row.
         kernel_with_stage: Also name the kernel of L1 rows (their invocation and stage already place them).
     """
+
     def get(key: str) -> Any:
         value = row.get(key) if hasattr(row, "get") else getattr(row, key, None)
         return None if is_missing(value) else value
@@ -151,11 +162,22 @@ class Column:
             the table is too wide; numbers are never cut, their column is left out (and named) instead.
     """
 
-    def __init__(self, heading: str, get: Callable[[Any], Any] | None = None, *, justify: str = "left",
-                 style: str | Callable[[Any], str | None] | None = None, fmt: Callable[[Any], str] | None = None,
-                 key: str | None = None, wrap: bool = False, drop: int = 0, hoist: bool = False,
-                 parts: Callable[[Any], list[tuple[str, str]]] | None = None, footnote: bool = False,
-                 elide: bool = False) -> None:
+    def __init__(
+        self,
+        heading: str,
+        get: Callable[[Any], Any] | None = None,
+        *,
+        justify: str = "left",
+        style: str | Callable[[Any], str | None] | None = None,
+        fmt: Callable[[Any], str] | None = None,
+        key: str | None = None,
+        wrap: bool = False,
+        drop: int = 0,
+        hoist: bool = False,
+        parts: Callable[[Any], list[tuple[str, str]]] | None = None,
+        footnote: bool = False,
+        elide: bool = False,
+    ) -> None:
         self.heading = heading
         self.key = key or heading
         self.get = get or (lambda row: row.get(self.key))
@@ -171,8 +193,15 @@ class Column:
         self.elide = bool(elide)
 
 
-def frame_table(frame: Any, columns: Sequence[Column], *, title: str | None = None, drop_empty: bool = True,
-                row_style: Callable[[Any], str | None] | None = None, width: int | None = None) -> Table:
+def frame_table(
+    frame: Any,
+    columns: Sequence[Column],
+    *,
+    title: str | None = None,
+    drop_empty: bool = True,
+    row_style: Callable[[Any], str | None] | None = None,
+    width: int | None = None,
+) -> Table:
     """A rich table of ``frame``'s rows; columns whose every cell is blank are left out.
 
     When ``width`` (the console's) is narrower than the table, wrapping columns keep a fixed share of it
@@ -192,8 +221,13 @@ def frame_table(frame: Any, columns: Sequence[Column], *, title: str | None = No
     table = Table(title=title, show_lines=False, header_style="bold")
     for i in keep:
         c = columns[i]
-        table.add_column(c.heading, justify=c.justify, overflow="fold" if c.wrap else "ellipsis", no_wrap=not c.wrap,
-                         width=fixed.get(i))
+        table.add_column(
+            c.heading,
+            justify=c.justify,
+            overflow="fold" if c.wrap else "ellipsis",
+            no_wrap=not c.wrap,
+            width=fixed.get(i),
+        )
     for row, values in zip(rows, rendered):
         cells = []
         for i in keep:
@@ -246,8 +280,13 @@ class Fitted:
             return None
         table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), header_style="bold")
         for heading, justify, width, fold in zip(self.headings, self.justify, self.widths, self.fold):
-            table.add_column(heading, justify=justify, no_wrap=not fold, overflow="fold" if fold else "ellipsis",
-                             min_width=None if fold else width)
+            table.add_column(
+                heading,
+                justify=justify,
+                no_wrap=not fold,
+                overflow="fold" if fold else "ellipsis",
+                min_width=None if fold else width,
+            )
         for values, styles, row_style in zip(self.cells, self.styles, self.row_styles):
             table.add_row(*(Text(v, style=st or "") for v, st in zip(values, styles)), style=row_style)
         return table
@@ -280,8 +319,14 @@ def _table_width(widths: Sequence[int]) -> int:
     return sum(widths) + _GAP * max(0, len(widths) - 1)
 
 
-def fit_table(frame: Any, columns: Sequence[Column], *, width: int, row_style: Callable[[Any], str | None] | None = None,
-              drop_empty: bool = True) -> Fitted:
+def fit_table(
+    frame: Any,
+    columns: Sequence[Column],
+    *,
+    width: int,
+    row_style: Callable[[Any], str | None] | None = None,
+    drop_empty: bool = True,
+) -> Fitted:
     """Lay out ``frame``'s rows so that each is one line of at most ``width`` characters.
 
     In order: empty columns are left out; columns (and location parts) showing one value in every row
@@ -316,7 +361,11 @@ def fit_table(frame: Any, columns: Sequence[Column], *, width: int, row_style: C
                     counts[key] = counts.get(key, 0) + 1
             constant = {k for k, t in texts.items() if len(t) == 1 and counts[k] == len(rows)}
             if len(rows) > 1:
-                shared.extend(safe_text(next(iter(texts[k]))) for k in dict.fromkeys(k for p in per_row for k, _ in p) if k in constant)
+                shared.extend(
+                    safe_text(next(iter(texts[k])))
+                    for k in dict.fromkeys(k for p in per_row for k, _ in p)
+                    if k in constant
+                )
             else:
                 constant = set()
             column_cells = [safe_text(" ".join(t for k, t in parts if k not in constant)) for parts in per_row]
@@ -358,11 +407,18 @@ def fit_table(frame: Any, columns: Sequence[Column], *, width: int, row_style: C
     fitted.fold = [False for _ in keep]  # never folded nor cut: an overflowing line stays whole
     fitted.cells = [[cells[i][n] for i in keep] for n in range(len(rows))]
     styled = [i for i in keep if columns[i].style is not None]
-    fitted.styles = [[(columns[i].style(row) if callable(columns[i].style) else columns[i].style) if i in styled else None
-                      for i in keep] for row in rows]
+    fitted.styles = [
+        [
+            (columns[i].style(row) if callable(columns[i].style) else columns[i].style) if i in styled else None
+            for i in keep
+        ]
+        for row in rows
+    ]
     fitted.row_styles = [row_style(row) if row_style else None for row in rows]
     if fitted.dropped:
-        fitted.below.append(f"columns left out to fit {width} columns: {', '.join(fitted.dropped)} (--json has every column)")
+        fitted.below.append(
+            f"columns left out to fit {width} columns: {', '.join(fitted.dropped)} (--json has every column)"
+        )
     return fitted
 
 
@@ -378,11 +434,12 @@ def elide_middle(text: str, width: int) -> str:
         return text
     keep = max(width - 1, 2)
     head = (keep + 1) // 2
-    return f"{text[:head]}…{text[len(text) - (keep - head):]}"
+    return f"{text[:head]}…{text[len(text) - (keep - head) :]}"
 
 
-def _fit_widths(columns: Sequence[Column], keep: list[int], natural: dict[int, int], width: int,
-                dropped: list[str]) -> None:
+def _fit_widths(
+    columns: Sequence[Column], keep: list[int], natural: dict[int, int], width: int, dropped: list[str]
+) -> None:
     """Narrow ``natural`` (name columns elided) and remove columns from ``keep`` until the table fits ``width``.
 
     Order: names elided to ``_NAME_FLOOR``; columns left out by decreasing ``drop``; names elided to
@@ -473,5 +530,10 @@ def hanging_lines(line: str, width: int) -> list[str]:
     if len(line) <= width:
         return [line]
     indent = " " * (line.index("] ") + 2) if line.startswith("[") and "] " in line[:8] else "    "
-    return textwrap.wrap(line, width=max(width, len(indent) + 20), subsequent_indent=indent, break_long_words=False,
-                         break_on_hyphens=False) or [line]
+    return textwrap.wrap(
+        line,
+        width=max(width, len(indent) + 20),
+        subsequent_indent=indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [line]

@@ -7,8 +7,16 @@ from typing import Any
 
 __all__ = ["INPUT_CODES", "condense", "missing_bucket", "service_code"]
 
-INPUT_CODES = frozenset({"NoSuchBucket", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch",
-                         "InvalidBucketName", "AllAccessDisabled"})
+INPUT_CODES = frozenset(
+    {
+        "NoSuchBucket",
+        "AccessDenied",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "InvalidBucketName",
+        "AllAccessDisabled",
+    }
+)
 """S3 error codes that mean the URL or the credentials are wrong (bad input, exit 2), not a failed check."""
 
 _XML = re.compile(r"<\?xml.*?</Error>|<Error>.*?</Error>", re.S)
@@ -35,13 +43,14 @@ def condense(text: str) -> str:
     if not match:
         return " ".join(text.split())
     body = match[0]
-    segments = " ".join(text[:match.start()].split()).split(": ")
+    segments = " ".join(text[: match.start()].split()).split(": ")
     while len(segments) > 1 and re.fullmatch(r"\w*(Error|Exception)", segments[0]):
         segments.pop(0)  # a leading exception class name says nothing the code does not
     head = segments[0].rstrip(" :")
     code, message = _tag(body, "Code") or "error", _tag(body, "Message") or ""
-    named = [f"{what} {value}" for what, tag in (("bucket", "BucketName"), ("key", "Key"))
-             if (value := _tag(body, tag))]
+    named = [
+        f"{what} {value}" for what, tag in (("bucket", "BucketName"), ("key", "Key")) if (value := _tag(body, tag))
+    ]
     where = f" ({', '.join(named)})" if named else ""
     return f"{head + ': ' if head else ''}{code}: {message}{where}".rstrip(": ")
 

@@ -47,7 +47,7 @@ def _relative(dump: Any, selector: str) -> str:
         if candidate.startswith(absolute_root + os.sep):
             return os.path.relpath(candidate, absolute_root).replace(os.sep, "/")
     if text.startswith(root.rstrip("/") + "/"):
-        return text[len(root.rstrip("/")) + 1:]
+        return text[len(root.rstrip("/")) + 1 :]
     return text.strip("/")
 
 
@@ -83,7 +83,9 @@ def _name_from_patterns(records: Any, patterns: list[str], root: str) -> str:
         return names[0]
     if not names:
         every = sorted({str(n) for n in records["name"]})
-        raise CliError(f"no tensor named {' or '.join(map(repr, patterns))} in {root}; tensors: {_listing(every) or 'none'}")
+        raise CliError(
+            f"no tensor named {' or '.join(map(repr, patterns))} in {root}; tensors: {_listing(every) or 'none'}"
+        )
     raise CliError(f"--name selects {len(names)} tensors in {root}: {_listing(names)}; give one name")
 
 
@@ -117,8 +119,11 @@ def select_tensor(dump: Any, selector: str | None, args: argparse.Namespace) -> 
             raise CliError(f"{error}; list record paths with 'megadump ls {dump.root} --quiet'") from None
         return Selected(data, rows, relative)
     if relative not in names:
-        what = "neither a tensor name nor a record path (rank_R/window_WWWW/invocation_.../...)" if "/" in relative \
+        what = (
+            "neither a tensor name nor a record path (rank_R/window_WWWW/invocation_.../...)"
+            if "/" in relative
             else "not a tensor name"
+        )
         listed = sorted(names)
         raise CliError(f"no tensor named {relative!r} in {dump.root}: {what}; tensors: {_listing(listed) or 'none'}")
     records = matching_records(dump, args, extra={"name": [relative]})
@@ -127,8 +132,14 @@ def select_tensor(dump: Any, selector: str | None, args: argparse.Namespace) -> 
         path = str(rows["path"].iloc[0])
         return Selected(dump.record_array(path), rows, path)
     select: dict[str, Any] = {}
-    for key, column in (("rank", "rank"), ("window", "window"), ("invocation", "invocation"), ("stage", "stage"),
-                        ("io", "io"), ("kernel", "kernel")):
+    for key, column in (
+        ("rank", "rank"),
+        ("window", "window"),
+        ("invocation", "invocation"),
+        ("stage", "stage"),
+        ("io", "io"),
+        ("kernel", "kernel"),
+    ):
         value = getattr(args, key, None)
         if value is None:
             value = _unique(rows, column)
@@ -140,8 +151,10 @@ def select_tensor(dump: Any, selector: str | None, args: argparse.Namespace) -> 
     select.setdefault("rank", 0)
     if rows["io"].isna().all():  # L0: every record is a whole tensor; several means an ambiguous choice
         options = [f"{r.path}" for r in rows.itertuples()]
-        raise CliError(f"tensor {relative!r} is stored by {len(rows)} records; narrow it with --window/--invocation/"
-                       f"--kernel or pass a record path: {_listing(options)}")
+        raise CliError(
+            f"tensor {relative!r} is stored by {len(rows)} records; narrow it with --window/--invocation/"
+            f"--kernel or pass a record path: {_listing(options)}"
+        )
     try:
         data = dump.tensor(relative, **select)
     except ValueError as error:

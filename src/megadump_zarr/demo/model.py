@@ -26,12 +26,27 @@ import torch
 import torch.nn.functional as F
 
 from megadump_zarr.runtime import (
-    AccumulationOrder, Graph, MegaKernel, OperatorNode, SplitSpec, TensorSpec, megakernel_apply, shard_view_resolver,
+    AccumulationOrder,
+    Graph,
+    MegaKernel,
+    OperatorNode,
+    SplitSpec,
+    TensorSpec,
+    megakernel_apply,
+    shard_view_resolver,
     split_k_matmul,
 )
 
-__all__ = ["DEMO_SOURCE", "DemoConfig", "ExpertLayout", "MoEBlock", "describe_config", "expert_rows_resolver",
-           "register_replay_source", "replay_kernel"]
+__all__ = [
+    "DEMO_SOURCE",
+    "DemoConfig",
+    "ExpertLayout",
+    "MoEBlock",
+    "describe_config",
+    "expert_rows_resolver",
+    "register_replay_source",
+    "replay_kernel",
+]
 
 DEMO_SOURCE = "megadump_zarr.demo.MoEBlock"
 """The ``diagnostic_source`` name the demo block's graphs carry (L1 dumps keep it as ``operatorSource``,
@@ -66,9 +81,16 @@ class DemoConfig:
 
     def to_document(self) -> dict[str, Any]:
         """The config as JSON (``dtype`` by name, e.g. ``"bfloat16"``)."""
-        return {"tokens": self.tokens, "d_model": self.d_model, "n_experts": self.n_experts,
-                "tile_rows": self.tile_rows, "dtype": str(self.dtype).removeprefix("torch."), "device": str(self.device),
-                "num_workers": self.num_workers, "seed": self.seed}
+        return {
+            "tokens": self.tokens,
+            "d_model": self.d_model,
+            "n_experts": self.n_experts,
+            "tile_rows": self.tile_rows,
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "device": str(self.device),
+            "num_workers": self.num_workers,
+            "seed": self.seed,
+        }
 
     @classmethod
     def from_document(cls, document: Any) -> DemoConfig:
@@ -88,7 +110,9 @@ class DemoConfig:
             raise ValueError(f"demo config has unknown keys {unknown}")
         values = dict(document)
         for name in fields - {"dtype", "device"}:
-            if name in values and (isinstance(values[name], bool) or not isinstance(values[name], int) or values[name] < 0):
+            if name in values and (
+                isinstance(values[name], bool) or not isinstance(values[name], int) or values[name] < 0
+            ):
                 raise ValueError(f"demo config {name!r} must be a non-negative integer, got {values[name]!r}")
         if "dtype" in values:
             dtype = getattr(torch, str(values["dtype"]), None) if isinstance(values["dtype"], str) else None
@@ -130,10 +154,14 @@ def expert_rows_resolver(context: Any) -> Any:
         start = int(counts[:expert].sum())
         rows = int(counts[expert])
         return context.make_view(
-            (rows, *spec.shape[1:]), source_offset_bytes=start * row_bytes, note=f"expert {expert} rows [{start}, {start + rows})"
+            (rows, *spec.shape[1:]),
+            source_offset_bytes=start * row_bytes,
+            note=f"expert {expert} rows [{start}, {start + rows})",
         )
     if spec.name.startswith(("w_up", "w_down", "grad_w_")):
-        return context.make_view(spec.shape[1:], source_offset_bytes=expert * row_bytes, note=f"expert {expert} weights")
+        return context.make_view(
+            spec.shape[1:], source_offset_bytes=expert * row_bytes, note=f"expert {expert} weights"
+        )
     return context.default_view
 
 
@@ -156,8 +184,13 @@ class MoEBlock:
             plain matmuls, runs are bitwise identical.
     """
 
-    def __init__(self, config: DemoConfig = DemoConfig(), *, rank: int | None = None,
-                 accumulation_order: AccumulationOrder | None = None) -> None:
+    def __init__(
+        self,
+        config: DemoConfig = DemoConfig(),
+        *,
+        rank: int | None = None,
+        accumulation_order: AccumulationOrder | None = None,
+    ) -> None:
         self.config = config
         c = config
         generator = torch.Generator().manual_seed(c.seed)
@@ -172,15 +205,24 @@ class MoEBlock:
         self._input_generator = generator
         kernel_options = dict(num_workers=c.num_workers, rank=rank)
         self.router_kernel = MegaKernel(self._router_graph(), name="moe_router", **kernel_options)
-        self.dispatch_kernel = MegaKernel(self._dispatch_graph(), name="moe_dispatch", execution_mode="aiv_pipeline", **kernel_options)
+        self.dispatch_kernel = MegaKernel(
+            self._dispatch_graph(), name="moe_dispatch", execution_mode="aiv_pipeline", **kernel_options
+        )
         layout = ExpertLayout(counts_position=1)
         self.expert_kernel = MegaKernel(
-            self._expert_graph(), name="moe_experts", owner_label="expert", owner_context=layout,
-            accumulation_order=accumulation_order, **kernel_options
+            self._expert_graph(),
+            name="moe_experts",
+            owner_label="expert",
+            owner_context=layout,
+            accumulation_order=accumulation_order,
+            **kernel_options,
         )
         self.expert_backward_kernel = MegaKernel(
-            self._expert_backward_graph(), name="moe_experts_backward", owner_label="expert",
-            owner_context=ExpertLayout(counts_position=3), **kernel_options,
+            self._expert_backward_graph(),
+            name="moe_experts_backward",
+            owner_label="expert",
+            owner_context=ExpertLayout(counts_position=3),
+            **kernel_options,
         )
         source = {"name": DEMO_SOURCE, "config": c.to_document()}
         for kernel in self.kernels:  # L1 dumps record it: `megadump replay` rebuilds these operators from it
@@ -192,7 +234,15 @@ class MoEBlock:
         return (self.router_kernel, self.dispatch_kernel, self.expert_kernel, self.expert_backward_kernel)
 
     # ------------------------------------------------------------------ graphs
-    def _spec(self, name: str, shape: tuple[int, ...], position: int, dims: tuple[str, ...], dtype: Any = None, dynamic: bool = False) -> TensorSpec:
+    def _spec(
+        self,
+        name: str,
+        shape: tuple[int, ...],
+        position: int,
+        dims: tuple[str, ...],
+        dtype: Any = None,
+        dynamic: bool = False,
+    ) -> TensorSpec:
         return TensorSpec(name, shape, self.config.dtype if dtype is None else dtype, position, dims, dynamic)
 
     def _router_graph(self) -> Graph:
@@ -212,10 +262,12 @@ class MoEBlock:
             t.params[4][t.rows] = t.params[2][t.rows] @ t.params[3]
 
         split = SplitSpec(split_inputs=((0, 0),), split_output_dims=(0,))
-        return Graph([
-            OperatorNode("norm", "vector", (x, g), (h,), norm, split, c.tile_rows),
-            OperatorNode("router", "cube", (h, w), (logits,), router, split, c.tile_rows),
-        ])
+        return Graph(
+            [
+                OperatorNode("norm", "vector", (x, g), (h,), norm, split, c.tile_rows),
+                OperatorNode("router", "cube", (h, w), (logits,), router, split, c.tile_rows),
+            ]
+        )
 
     def _dispatch_graph(self) -> Graph:
         c = self.config
@@ -227,8 +279,20 @@ class MoEBlock:
             t.params[2][t.rows] = t.params[0][t.params[1][t.rows]]
 
         split = SplitSpec(split_inputs=((1, 0),), split_output_dims=(0,))
-        return Graph([OperatorNode("gather", "vector", (h, order), (xs,), gather, split, c.tile_rows,
-                                   diagnostic_view_resolver=shard_view_resolver)])
+        return Graph(
+            [
+                OperatorNode(
+                    "gather",
+                    "vector",
+                    (h, order),
+                    (xs,),
+                    gather,
+                    split,
+                    c.tile_rows,
+                    diagnostic_view_resolver=shard_view_resolver,
+                )
+            ]
+        )
 
     def _expert_graph(self) -> Graph:
         c = self.config
@@ -262,12 +326,46 @@ class MoEBlock:
             t.params[9][t.rows] = t.params[7][t.rows] + t.params[8][t.rows, None] * t.params[4][t.rows]
 
         resolver = expert_rows_resolver
-        return Graph([
-            OperatorNode("expert_up", "mix", (xs, counts, w_up), (ws_hidden,), expert_up, owners=experts, diagnostic_view_resolver=resolver),
-            OperatorNode("expert_down", "cube", (ws_hidden, counts, w_down), (ys,), expert_down, owners=experts, diagnostic_view_resolver=resolver),
-            OperatorNode("unpermute", "vector", (ys_all, inv), (ws_tokens,), unpermute, SplitSpec(((1, 0),), (0,)), c.tile_rows),
-            OperatorNode("combine", "vector", (x, ws_tokens, gate), (out,), combine, SplitSpec(((0, 0), (1, 0), (2, 0)), (0,)), c.tile_rows),
-        ])
+        return Graph(
+            [
+                OperatorNode(
+                    "expert_up",
+                    "mix",
+                    (xs, counts, w_up),
+                    (ws_hidden,),
+                    expert_up,
+                    owners=experts,
+                    diagnostic_view_resolver=resolver,
+                ),
+                OperatorNode(
+                    "expert_down",
+                    "cube",
+                    (ws_hidden, counts, w_down),
+                    (ys,),
+                    expert_down,
+                    owners=experts,
+                    diagnostic_view_resolver=resolver,
+                ),
+                OperatorNode(
+                    "unpermute",
+                    "vector",
+                    (ys_all, inv),
+                    (ws_tokens,),
+                    unpermute,
+                    SplitSpec(((1, 0),), (0,)),
+                    c.tile_rows,
+                ),
+                OperatorNode(
+                    "combine",
+                    "vector",
+                    (x, ws_tokens, gate),
+                    (out,),
+                    combine,
+                    SplitSpec(((0, 0), (1, 0), (2, 0)), (0,)),
+                    c.tile_rows,
+                ),
+            ]
+        )
 
     def _expert_backward_graph(self) -> Graph:
         c = self.config
@@ -320,14 +418,46 @@ class MoEBlock:
 
         rows_split = SplitSpec(((0, 0), (1, 0), (2, 0)), (0, 0, 0))
         resolver = expert_rows_resolver
-        return Graph([
-            OperatorNode("combine_bwd", "vector", (grad_out, yu, gate), (grad_x, grad_gate, bws_tokens), combine_bwd, rows_split, c.tile_rows),
-            OperatorNode("permute_bwd", "vector", (bws_tokens, order), (grad_ys_tiles,), permute_bwd, SplitSpec(((1, 0),), (0,)), c.tile_rows),
-            OperatorNode("expert_down_bwd", "cube", (xs, counts, w_up, w_down, grad_ys), (grad_w_down, bws_slots), expert_down_bwd,
-                         owners=experts, diagnostic_view_resolver=resolver),
-            OperatorNode("expert_up_bwd", "mix", (xs, counts, w_up, bws_slots), (grad_xs, grad_w_up), expert_up_bwd,
-                         owners=experts, diagnostic_view_resolver=resolver),
-        ])
+        return Graph(
+            [
+                OperatorNode(
+                    "combine_bwd",
+                    "vector",
+                    (grad_out, yu, gate),
+                    (grad_x, grad_gate, bws_tokens),
+                    combine_bwd,
+                    rows_split,
+                    c.tile_rows,
+                ),
+                OperatorNode(
+                    "permute_bwd",
+                    "vector",
+                    (bws_tokens, order),
+                    (grad_ys_tiles,),
+                    permute_bwd,
+                    SplitSpec(((1, 0),), (0,)),
+                    c.tile_rows,
+                ),
+                OperatorNode(
+                    "expert_down_bwd",
+                    "cube",
+                    (xs, counts, w_up, w_down, grad_ys),
+                    (grad_w_down, bws_slots),
+                    expert_down_bwd,
+                    owners=experts,
+                    diagnostic_view_resolver=resolver,
+                ),
+                OperatorNode(
+                    "expert_up_bwd",
+                    "mix",
+                    (xs, counts, w_up, bws_slots),
+                    (grad_xs, grad_w_up),
+                    expert_up_bwd,
+                    owners=experts,
+                    diagnostic_view_resolver=resolver,
+                ),
+            ]
+        )
 
     # ------------------------------------------------------------------ running
     def make_input(self) -> torch.Tensor:
@@ -354,8 +484,15 @@ class MoEBlock:
         counts = torch.bincount(expert, minlength=E).to(torch.int64)
         xs = self._empty(T, D)
         self.dispatch_kernel.launch([h, order, xs])
-        return {"h": h, "logits": logits, "gate": gate.to(c.dtype), "order": order, "inverse_order": torch.argsort(order),
-                "expert_counts": counts, "xs": xs}
+        return {
+            "h": h,
+            "logits": logits,
+            "gate": gate.to(c.dtype),
+            "order": order,
+            "inverse_order": torch.argsort(order),
+            "expert_counts": counts,
+            "xs": xs,
+        }
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """One block step through the kernels; differentiable through the expert kernel.
@@ -369,8 +506,15 @@ class MoEBlock:
 
     __call__ = forward
 
-    def reference(self, x: torch.Tensor, *, xs: torch.Tensor | None = None, gate: torch.Tensor | None = None,
-                  w_up: torch.Tensor | None = None, w_down: torch.Tensor | None = None) -> torch.Tensor:
+    def reference(
+        self,
+        x: torch.Tensor,
+        *,
+        xs: torch.Tensor | None = None,
+        gate: torch.Tensor | None = None,
+        w_up: torch.Tensor | None = None,
+        w_down: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """The same block in eager PyTorch, same dtype (routing recomputed eagerly).
 
         Args:
@@ -416,14 +560,23 @@ class _ExpertCall:
         b.expert_kernel.launch([xs, r["expert_counts"], w_up, w_down, ws, ys, r["inverse_order"], x, gate, out])
         return out, (ws, gate, xs, w_up, w_down)
 
-    def run_backward(self, saved: tuple[torch.Tensor, ...], grads: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    def run_backward(
+        self, saved: tuple[torch.Tensor, ...], grads: tuple[torch.Tensor, ...]
+    ) -> tuple[torch.Tensor, ...]:
         expert_out, gate, xs, w_up, w_down = saved
         b = self.block
         c = b.config
         T, D, E = c.tokens, c.d_model, c.n_experts
         grad_out = grads[0].contiguous().to(c.dtype)
-        outputs = dict(bws=b._empty(T, D), grad_x=b._empty(T, D), grad_gate=b._empty(T), grad_ys=b._empty(T, D),
-                       grad_w_down=b._empty(E, D, D), grad_xs=b._empty(T, D), grad_w_up=b._empty(E, D, D))
+        outputs = dict(
+            bws=b._empty(T, D),
+            grad_x=b._empty(T, D),
+            grad_gate=b._empty(T),
+            grad_ys=b._empty(T, D),
+            grad_w_down=b._empty(E, D, D),
+            grad_xs=b._empty(T, D),
+            grad_w_up=b._empty(E, D, D),
+        )
         r = self.routing
         b.expert_backward_kernel.launch(
             [grad_out, expert_out, gate, r["expert_counts"], r["order"], xs, w_up, w_down, *outputs.values()],
@@ -449,8 +602,9 @@ def replay_kernel(config: Any, kernel: str, dtype: torch.dtype) -> MegaKernel:
     for candidate in block.kernels:
         if candidate.kernel_name == kernel:
             return candidate
-    raise ValueError(f"the demo model has no kernel {kernel!r}; its kernels: "
-                     f"{', '.join(k.kernel_name for k in block.kernels)}")
+    raise ValueError(
+        f"the demo model has no kernel {kernel!r}; its kernels: {', '.join(k.kernel_name for k in block.kernels)}"
+    )
 
 
 def describe_config(config: Any) -> str:

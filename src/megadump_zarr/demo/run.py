@@ -63,8 +63,16 @@ def _train_step(block: MoEBlock) -> None:
     loss.backward()
 
 
-def run_demo(out: str | os.PathLike | None = None, *, steps: int = 4, dtype: str = "float32", device: str = "cpu",
-             tokens: int = 37, d_model: int = 16, n_experts: int = 4) -> DemoSummary:
+def run_demo(
+    out: str | os.PathLike | None = None,
+    *,
+    steps: int = 4,
+    dtype: str = "float32",
+    device: str = "cpu",
+    tokens: int = 37,
+    d_model: int = 16,
+    n_experts: int = 4,
+) -> DemoSummary:
     """Run the demo block for ``steps`` steps with an L0 dump (every tensor, every other step), then two
     steps with an L1 dump of the expert stages for experts 0 and 1.
 
@@ -80,7 +88,9 @@ def run_demo(out: str | os.PathLike | None = None, *, steps: int = 4, dtype: str
     if dtype not in _DTYPES:
         raise ValueError(f"unsupported dtype {dtype!r}; expected one of {sorted(_DTYPES)}")
     root = choose_output_dir(out)
-    block = MoEBlock(DemoConfig(tokens=tokens, d_model=d_model, n_experts=n_experts, dtype=_DTYPES[dtype], device=device))
+    block = MoEBlock(
+        DemoConfig(tokens=tokens, d_model=d_model, n_experts=n_experts, dtype=_DTYPES[dtype], device=device)
+    )
     roots = {"L0": root / "l0", "L1": root / "l1"}
     summary = DemoSummary(root=root, roots=roots)
     l0 = TensorDumpConfig(roots["L0"], level="L0")
@@ -90,8 +100,13 @@ def run_demo(out: str | os.PathLike | None = None, *, steps: int = 4, dtype: str
             summary.window_paths.extend(str(p) for p in dumper.last_window_paths)
             dumper.step()
             summary.window_paths.extend(str(p) for p in dumper.last_window_paths if str(p) not in summary.window_paths)
-    l1 = TensorDumpConfig(roots["L1"], level="L1", kernel_names=("moe_experts", "moe_experts_backward"),
-                          stages=("expert_up", "expert_down", "expert_up_bwd"), owner_ids=(0, 1))
+    l1 = TensorDumpConfig(
+        roots["L1"],
+        level="L1",
+        kernel_names=("moe_experts", "moe_experts_backward"),
+        stages=("expert_up", "expert_down", "expert_up_bwd"),
+        owner_ids=(0, 1),
+    )
     with tensor_dump(l1) as dumper:
         for _ in range(2):
             _train_step(block)

@@ -42,7 +42,9 @@ def numpy_dtype_of(dtype: torch.dtype) -> np.dtype:
     try:
         return _NUMPY[dtype]
     except KeyError:
-        raise TypeError(f"Tensor dtype {dtype} cannot be stored; supported: {sorted(dtype_name(d) for d in _NUMPY)}") from None
+        raise TypeError(
+            f"Tensor dtype {dtype} cannot be stored; supported: {sorted(dtype_name(d) for d in _NUMPY)}"
+        ) from None
 
 
 def tensor_to_numpy(tensor: torch.Tensor) -> np.ndarray:

@@ -79,7 +79,7 @@ def _output_location(value: Any) -> str | Path:
         raise TypeError(f"output_dir must be str or Path, got {type(value).__name__}")
     if isinstance(value, str) and _URL.match(value):
         if value.startswith("file://"):
-            return Path(value[len("file://"):]).expanduser()
+            return Path(value[len("file://") :]).expanduser()
         return value.rstrip("/")
     return Path(value).expanduser()
 
@@ -195,7 +195,9 @@ class TensorDumpConfig:
         io = _string_filter(self.io, name="io", allowed=_VALID_IO)
         _positive_int(self.device_memory_budget_mb, name="device_memory_budget_mb")
         _positive_int(self.max_bytes_per_tensor, name="max_bytes_per_tensor", optional=True)
-        if level == "L1" and all(value is None for value in (stages, task_ids, stage_task_indices, owner_ids, tensor_names)):
+        if level == "L1" and all(
+            value is None for value in (stages, task_ids, stage_task_indices, owner_ids, tensor_names)
+        ):
             raise ValueError("L1 Tensor dump requires at least one stage, task, owner, or Tensor filter")
         self._check_storage_fields()
         for name, value in (
@@ -244,7 +246,9 @@ class TensorDumpConfig:
             if not isinstance(self.baseline, (str, Path)) or not str(self.baseline):
                 raise TypeError(f"baseline must be a non-empty str or Path, got {self.baseline!r}")
         elif self.baseline is not None:
-            raise ValueError(f"baseline is only used with mode='diff', got mode={self.mode!r} and baseline={self.baseline!r}")
+            raise ValueError(
+                f"baseline is only used with mode='diff', got mode={self.mode!r} and baseline={self.baseline!r}"
+            )
         options = self.baseline_storage_options
         if options is not None and not isinstance(options, Mapping):
             raise TypeError(f"baseline_storage_options must be a mapping or None, got {type(options).__name__}")

@@ -71,9 +71,15 @@ class WindowSink(Protocol):
 class _TensorDumpCall(DiagnosticCall):
     """The dumper's handle on one selected launch."""
 
-    def __init__(self, arguments: LaunchArguments, dumper: TensorDumper, invocation: DumpInvocation,
-                 tensors: tuple[L0Tensor, ...] = (), parameters: Sequence[Any] = (),
-                 prepared_l1: PreparedL1Dump | None = None) -> None:
+    def __init__(
+        self,
+        arguments: LaunchArguments,
+        dumper: TensorDumper,
+        invocation: DumpInvocation,
+        tensors: tuple[L0Tensor, ...] = (),
+        parameters: Sequence[Any] = (),
+        prepared_l1: PreparedL1Dump | None = None,
+    ) -> None:
         super().__init__(arguments)
         self._dumper = dumper
         self._invocation = invocation
@@ -129,8 +135,15 @@ class TensorDumper:
         sink: Where windows are written.
     """
 
-    def __init__(self, config: TensorDumpConfig, *, schedule: Callable[[int], DiagnosticAction] | None,
-                 on_dump_ready: Callable[[Any], None] | None, sink: WindowSink, baseline: Baseline | None = None) -> None:
+    def __init__(
+        self,
+        config: TensorDumpConfig,
+        *,
+        schedule: Callable[[int], DiagnosticAction] | None,
+        on_dump_ready: Callable[[Any], None] | None,
+        sink: WindowSink,
+        baseline: Baseline | None = None,
+    ) -> None:
         if not isinstance(config, TensorDumpConfig):
             raise TypeError(f"config must be TensorDumpConfig, got {type(config).__name__}")
         if schedule is not None and not callable(schedule):
@@ -339,19 +352,26 @@ class TensorDumper:
             context: The launch.
         """
         runtime = context.runtime
-        if not self.is_capture_enabled() or not self.config.selects_invocation(context.direction, runtime.rank, runtime.kernel_name):
+        if not self.is_capture_enabled() or not self.config.selects_invocation(
+            context.direction, runtime.rank, runtime.kernel_name
+        ):
             return DiagnosticCall(context.ordinary_arguments())
         counters = context.fallback_event_counters
-        arguments = LaunchArguments(runtime.normal_tensor, counters,
-                                    runtime.normal_tensor if counters is None else counters, counters)
+        arguments = LaunchArguments(
+            runtime.normal_tensor, counters, runtime.normal_tensor if counters is None else counters, counters
+        )
         device = runtime.normal_tensor.device
         if self.config.level == "L1":
-            prepared = prepare_l1_dump(runtime, runtime.graph, context.parameters, self.config, rank=runtime.rank, device=device)
+            prepared = prepare_l1_dump(
+                runtime, runtime.graph, context.parameters, self.config, rank=runtime.rank, device=device
+            )
             invocation = self._new_invocation(runtime, context.direction, device)
             invocation.device_buffer_bytes = prepared.total_bytes
             prime_expected_checksums(prepared, invocation, self._policy)  # mode="diff": the device compares
             # what `megadump_zarr.replay` needs to run a task again: its tile rows and the operators' source
-            invocation.task_rows = {int(task.task_id): (task.start, task.stop) for task in getattr(runtime, "tasks", ())}
+            invocation.task_rows = {
+                int(task.task_id): (task.start, task.stop) for task in getattr(runtime, "tasks", ())
+            }
             invocation.operator_source = operator_source(runtime.graph)
             if self.config.save_plans:  # lets `megadump decode-buffer` salvage a buffer saved from a hung launch
                 self._try_save_plan(prepared, invocation)
@@ -363,7 +383,9 @@ class TensorDumper:
             return DiagnosticCall(arguments)
         needed = max(t.param_position for t in tensors)
         if needed >= len(context.parameters):
-            raise ValueError(f"MegaKernel dump requires param_position {needed}, but only {len(context.parameters)} parameters exist")
+            raise ValueError(
+                f"MegaKernel dump requires param_position {needed}, but only {len(context.parameters)} parameters exist"
+            )
         invocation = self._new_invocation(runtime, context.direction, device)
         for tensor in tensors:
             if tensor.role == "external_input":
@@ -372,8 +394,13 @@ class TensorDumper:
 
     def _new_invocation(self, runtime: Any, direction: str, device: Any) -> DumpInvocation:
         invocation = DumpInvocation(
-            invocation_id=self._next_invocation_id, step=self._step, kernel_name=runtime.kernel_name,
-            direction=direction, rank=runtime.rank, device=str(device), level=self.config.level,
+            invocation_id=self._next_invocation_id,
+            step=self._step,
+            kernel_name=runtime.kernel_name,
+            direction=direction,
+            rank=runtime.rank,
+            device=str(device),
+            level=self.config.level,
             execution_mode=getattr(getattr(runtime, "spec", None), "execution_mode", ""),
         )
         self._next_invocation_id += 1
@@ -391,8 +418,9 @@ class TensorDumper:
             return
         if invocation.l0_statistics is None:
             invocation.l0_statistics = L0StatisticsCapture(self._policy, l0_key_function(invocation))
-        snapshot = invocation.l0_statistics.add(tensor, parameter,
-                                                lambda: snapshot_tensor(parameter, tensor.graph_tensor, phase))
+        snapshot = invocation.l0_statistics.add(
+            tensor, parameter, lambda: snapshot_tensor(parameter, tensor.graph_tensor, phase)
+        )
         if snapshot is not None:
             invocation.snapshots.append((tensor, snapshot))
 
@@ -403,8 +431,10 @@ class TensorDumper:
         try:
             self._save_plan(prepared, invocation)
         except OSError as error:
-            error.add_note(f"while saving the L1 plan of {invocation.name} (rank {invocation.rank}, window "
-                           f"{self._window_index}) under {self.config.output_dir}; the kernel ran without it")
+            error.add_note(
+                f"while saving the L1 plan of {invocation.name} (rank {invocation.rank}, window "
+                f"{self._window_index}) under {self.config.output_dir}; the kernel ran without it"
+            )
             self._deferred.append(error)
 
     def _take_deferred(self) -> list[BaseException]:
@@ -417,11 +447,14 @@ class TensorDumper:
         prefix = plan_prefix(invocation.rank, self._window_index, invocation.name, self.run_id)
         with self._plan_lock:
             if not self._run_group_saved:
-                self._sink.put_sidecar(f"{run_prefix(self.run_id)}/zarr.json", plan_group_bytes(
-                    {"megadump_zarr": "saved L1 launch plans", "runId": self.run_id}))
+                self._sink.put_sidecar(
+                    f"{run_prefix(self.run_id)}/zarr.json",
+                    plan_group_bytes({"megadump_zarr": "saved L1 launch plans", "runId": self.run_id}),
+                )
                 self._run_group_saved = True
-            self._sink.put_sidecar(plan_key(invocation.rank, self._window_index, invocation.name, self.run_id),
-                                   plan_group_bytes(document))
+            self._sink.put_sidecar(
+                plan_key(invocation.rank, self._window_index, invocation.name, self.run_id), plan_group_bytes(document)
+            )
             self._saved_plans.add(prefix)
         invocation.plan_prefix = prefix
 
@@ -435,9 +468,11 @@ class TensorDumper:
                 self._sink.remove_sidecars(run_prefix(self.run_id))
                 self._run_group_saved = False
 
-    def _window_job(self, session: WindowSession, window: WindowWrite, status: str,
-                    plans: list[str]) -> Callable[[], str]:
+    def _window_job(
+        self, session: WindowSession, window: WindowWrite, status: str, plans: list[str]
+    ) -> Callable[[], str]:
         """Write and commit one window, then drop its launches' saved L1 plans (no longer needed)."""
+
         def job() -> str:
             url = session.write_all(window.invocations, status)
             self._remove_plans(plans)
@@ -480,7 +515,9 @@ class TensorDumper:
                         self._exporter.submit(job, nbytes, session.url, (self._window_index, len(ranks)))
                 except BaseException as error:
                     where = f"Tensor dump window rank_{rank}/window_{self._window_index:04d}"
-                    if not any(where in note or "Tensor dump window" in note for note in getattr(error, "__notes__", ())):
+                    if not any(
+                        where in note or "Tensor dump window" in note for note in getattr(error, "__notes__", ())
+                    ):
                         error.add_note(f"while exporting {where} under {self.config.output_dir}")
                     failure = failure or error
         finally:

@@ -31,7 +31,8 @@ class ExportError(RuntimeError):
             message = f"background export of {failures[0][0]} failed: {failures[0][1]!r}"
         else:
             message = f"background export of {len(failures)} windows failed: " + "; ".join(
-                f"{label}: {error!r}" for label, error in failures)
+                f"{label}: {error!r}" for label, error in failures
+            )
         super().__init__(message)
 
 

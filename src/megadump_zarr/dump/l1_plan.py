@@ -109,7 +109,9 @@ class PreparedL1Dump:
     total_bytes: int
 
 
-def task_locations(runtime_config: Any, *, vector_worker_stride: int = 2, broadcast_tasks: bool = False) -> dict[Any, TaskLocation]:
+def task_locations(
+    runtime_config: Any, *, vector_worker_stride: int = 2, broadcast_tasks: bool = False
+) -> dict[Any, TaskLocation]:
     """Map scheduled tasks to workers.
 
     Event-driven: a cube or mix task runs on worker ``schedule index % (num_workers // 2)``, a vector
@@ -164,19 +166,26 @@ def _selected(config: Any, location: TaskLocation, task_desc: Any, stage: str, o
 def _operator_ports(operator: Any, task: Any) -> tuple[tuple[str, Sequence[Any], Sequence[Any], int], ...]:
     """(io, native descriptors, graph specs, count) per port list; host ports describe dynamic operands."""
     if operator.diagnostic_host_ports:
-        def host_descriptors(specs: Sequence[Any]) -> list[TensorDescC]:
-            return [TensorDescC(input_position=s.param_position, data_type=s.dtype_size, dynamic_shape=1) for s in specs]
 
-        return (("input", host_descriptors(operator.inputs), operator.inputs, len(operator.inputs)),
-                ("output", host_descriptors(operator.outputs), operator.outputs, len(operator.outputs)))
-    return (("input", task.inputs, operator.inputs, int(task.num_inputs)),
-            ("output", task.outputs, operator.outputs, int(task.num_outputs)))
+        def host_descriptors(specs: Sequence[Any]) -> list[TensorDescC]:
+            return [
+                TensorDescC(input_position=s.param_position, data_type=s.dtype_size, dynamic_shape=1) for s in specs
+            ]
+
+        return (
+            ("input", host_descriptors(operator.inputs), operator.inputs, len(operator.inputs)),
+            ("output", host_descriptors(operator.outputs), operator.outputs, len(operator.outputs)),
+        )
+    return (
+        ("input", task.inputs, operator.inputs, int(task.num_inputs)),
+        ("output", task.outputs, operator.outputs, int(task.num_outputs)),
+    )
 
 
 def _record_dims(spec: Any, shape: tuple[int, ...]) -> tuple[str, ...]:
     names = tuple(spec.dim_names) if hasattr(spec, "dim_names") else tuple(f"dim_{i}" for i in range(len(spec.shape)))
     if len(shape) <= len(names):
-        return names[len(names) - len(shape):]
+        return names[len(names) - len(shape) :]
     return tuple(f"dim_{i}" for i in range(len(shape)))
 
 
@@ -193,8 +202,17 @@ class _PlanBuilder:
     parameter_cache: dict[int, Any] = field(default_factory=dict)
     next_payload_offset: int = L1_DUMP_PAYLOAD_BASE
 
-    def add(self, operator: Any, location: TaskLocation, stage: str, owner_id: int | None, io: str, index: int,
-            tensor_desc: Any, tensor_spec: Any) -> bool:
+    def add(
+        self,
+        operator: Any,
+        location: TaskLocation,
+        stage: str,
+        owner_id: int | None,
+        io: str,
+        index: int,
+        tensor_desc: Any,
+        tensor_spec: Any,
+    ) -> bool:
         """Validate one selected operand and give it a payload slot.
 
         Args:
@@ -220,13 +238,25 @@ class _PlanBuilder:
         parameter = self.parameters[position]
         if torch.is_tensor(parameter) and parameter.element_size() != int(tensor_desc.data_type):
             raise ValueError(f"L1 task {task_id} Tensor {tensor_spec.name!r} ABI element byte size mismatch")
-        view = resolve_view(dict(
-            operator=operator, task_id=task_id, owner_id=owner_id, task_desc=task, tensor_desc=tensor_desc,
-            tensor_spec=tensor_spec, io=io, index=index, parameters=self.parameters,
-            runtime_config=self.runtime.host_config, rank=self.rank, stage=stage,
-            parameter_cache=self.parameter_cache, core_id=location.core_id,
-            owner_context=getattr(getattr(self.runtime, "spec", None), "owner_context", None),
-        ))
+        view = resolve_view(
+            dict(
+                operator=operator,
+                task_id=task_id,
+                owner_id=owner_id,
+                task_desc=task,
+                tensor_desc=tensor_desc,
+                tensor_spec=tensor_spec,
+                io=io,
+                index=index,
+                parameters=self.parameters,
+                runtime_config=self.runtime.host_config,
+                rank=self.rank,
+                stage=stage,
+                parameter_cache=self.parameter_cache,
+                core_id=location.core_id,
+                owner_context=getattr(getattr(self.runtime, "spec", None), "owner_context", None),
+            )
+        )
         dtype, full_bytes = validate_view_bounds(parameter, view, tensor_spec.name)
         if self.broadcast and full_bytes == 0:
             return False  # this worker's row shard is empty: no worker runs it, nothing to copy
@@ -237,17 +267,34 @@ class _PlanBuilder:
             payload_bytes = cap // element_size * element_size
             if payload_bytes <= 0:
                 raise ValueError(f"max_bytes_per_tensor={cap} cannot store one element")
-        self.records.append(L1RecordPlan(
-            task_id=task_id, task_index=int(task.task_index), stage=stage, owner_id=owner_id,
-            owner_label=self.runtime.owner_label, core_type=location.core_type, core_id=location.core_id,
-            io=io, index=index, phase="before" if io == "input" else "after", parameter_position=position,
-            tensor_name=tensor_spec.name, dtype=dtype, source_offset_bytes=view.source_offset_bytes,
-            actual_shape=view.shape, payload_offset=self.next_payload_offset, payload_bytes=payload_bytes,
-            full_bytes=full_bytes, truncated=payload_bytes < full_bytes, note=view.note,
-            record_offset=L1_DUMP_RECORDS_OFFSET + len(self.records) * L1_DUMP_RECORD_SIZE,
-            worker_id=location.core_id if self.broadcast else L1_ANY_WORKER,
-            dims=_record_dims(tensor_spec, view.shape), declared_shape=tuple(int(d) for d in tensor_spec.shape),
-        ))
+        self.records.append(
+            L1RecordPlan(
+                task_id=task_id,
+                task_index=int(task.task_index),
+                stage=stage,
+                owner_id=owner_id,
+                owner_label=self.runtime.owner_label,
+                core_type=location.core_type,
+                core_id=location.core_id,
+                io=io,
+                index=index,
+                phase="before" if io == "input" else "after",
+                parameter_position=position,
+                tensor_name=tensor_spec.name,
+                dtype=dtype,
+                source_offset_bytes=view.source_offset_bytes,
+                actual_shape=view.shape,
+                payload_offset=self.next_payload_offset,
+                payload_bytes=payload_bytes,
+                full_bytes=full_bytes,
+                truncated=payload_bytes < full_bytes,
+                note=view.note,
+                record_offset=L1_DUMP_RECORDS_OFFSET + len(self.records) * L1_DUMP_RECORD_SIZE,
+                worker_id=location.core_id if self.broadcast else L1_ANY_WORKER,
+                dims=_record_dims(tensor_spec, view.shape),
+                declared_shape=tuple(int(d) for d in tensor_spec.shape),
+            )
+        )
         self.next_payload_offset = align_up(self.next_payload_offset + payload_bytes)
         if len(self.records) > L1_DUMP_MAX_RECORDS:
             raise ValueError(f"L1 dump record count exceeds {L1_DUMP_MAX_RECORDS}")
@@ -257,8 +304,12 @@ class _PlanBuilder:
 def _broadcast_worker_idle(operator: Any, location: TaskLocation, runtime: Any, task: Any) -> bool:
     """aiv_pipeline: whether this worker runs nothing for the task — its row shard of a split task is
     empty, or the task has no split operand and another worker (worker 0) runs it whole."""
-    split_ports = [(io, i) for io, specs in (("input", operator.inputs), ("output", operator.outputs))
-                   for i in range(len(specs)) if operator.split_axis(io, i) is not None]
+    split_ports = [
+        (io, i)
+        for io, specs in (("input", operator.inputs), ("output", operator.outputs))
+        for i in range(len(specs))
+        if operator.split_axis(io, i) is not None
+    ]
     if not split_ports:
         return location.core_id != 0
     width = int(task.task_split_value)
@@ -273,7 +324,9 @@ def _broadcast_worker_idle(operator: Any, location: TaskLocation, runtime: Any, 
     return end <= begin
 
 
-def build_record_plans(runtime: Any, graph: Any, parameters: Sequence[Any], config: Any, rank: int) -> tuple[L1RecordPlan, ...]:
+def build_record_plans(
+    runtime: Any, graph: Any, parameters: Sequence[Any], config: Any, rank: int
+) -> tuple[L1RecordPlan, ...]:
     """Select task operands by the config's filters and plan their payload slots.
 
     Args:
@@ -292,8 +345,9 @@ def build_record_plans(runtime: Any, graph: Any, parameters: Sequence[Any], conf
         operators[stage] = operator
     spec = getattr(runtime, "spec", None)
     broadcast = getattr(spec, "execution_mode", "event_driven") == "aiv_pipeline"
-    locations = task_locations(runtime_config, vector_worker_stride=getattr(spec, "vector_worker_stride", 2),
-                               broadcast_tasks=broadcast)
+    locations = task_locations(
+        runtime_config, vector_worker_stride=getattr(spec, "vector_worker_stride", 2), broadcast_tasks=broadcast
+    )
     builder = _PlanBuilder(runtime, parameters, config, rank, broadcast)
     for location in sorted(locations.values(), key=lambda item: (item.task_id, item.core_id)):
         task = runtime_config.all_tasks[location.task_id]
@@ -319,7 +373,9 @@ def build_record_plans(runtime: Any, graph: Any, parameters: Sequence[Any], conf
     return tuple(builder.records)
 
 
-def prepare_l1_dump(runtime: Any, graph: Any, parameters: Sequence[Any], config: Any, *, rank: int, device: Any) -> PreparedL1Dump:
+def prepare_l1_dump(
+    runtime: Any, graph: Any, parameters: Sequence[Any], config: Any, *, rank: int, device: Any
+) -> PreparedL1Dump:
     """Plan the records, check the ABI and memory limits, and allocate the Device buffer.
 
     Args:

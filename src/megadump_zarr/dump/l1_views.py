@@ -63,7 +63,9 @@ class L1TensorViewContext:
             self.parameter_cache[position] = parameter.detach().contiguous().cpu()
         return self.parameter_cache[position]
 
-    def make_view(self, shape: Sequence[int], *, source_offset_bytes: int | None = None, note: str = "") -> L1TensorView:
+    def make_view(
+        self, shape: Sequence[int], *, source_offset_bytes: int | None = None, note: str = ""
+    ) -> L1TensorView:
         """A checked view relative to this operand's ABI parameter.
 
         Args:
@@ -80,8 +82,16 @@ class L1TensorViewContext:
         return L1TensorView(offset, resolved_shape, note)
 
 
-def default_tensor_view(operator: Any, task_desc: Any, tensor_desc: Any, tensor_spec: Any, io: str, index: int,
-                        *, allow_strided: bool = False) -> L1TensorView:
+def default_tensor_view(
+    operator: Any,
+    task_desc: Any,
+    tensor_desc: Any,
+    tensor_spec: Any,
+    io: str,
+    index: int,
+    *,
+    allow_strided: bool = False,
+) -> L1TensorView:
     """The static task range of one operand: its split axis cut to the tile, the final tile clipped.
 
     Args:
@@ -107,7 +117,7 @@ def default_tensor_view(operator: Any, task_desc: Any, tensor_desc: Any, tensor_
         count = min(width, int(task_desc.task_split_value))
         if count < width and prod(shape[:axis]) > 1 and not allow_strided:
             raise ValueError("L1 default view cannot copy a non-contiguous split; configure diagnostic_view_resolver")
-        row_elements = prod(shape[axis + 1:])
+        row_elements = prod(shape[axis + 1 :])
         if row_elements and width:
             base = int(tensor_desc.base_ptr_offset)
             if base % row_elements and not allow_strided:
@@ -137,13 +147,24 @@ def resolve_view(context_fields: dict[str, Any]) -> L1TensorView:
     Args:
         context_fields: ``L1TensorViewContext`` fields except ``default_view``.
     """
-    operator, tensor_desc, spec, stage = (context_fields[k] for k in ("operator", "tensor_desc", "tensor_spec", "stage"))
+    operator, tensor_desc, spec, stage = (
+        context_fields[k] for k in ("operator", "tensor_desc", "tensor_spec", "stage")
+    )
     resolver = getattr(operator, "diagnostic_view_resolver", None)
     if tensor_desc.dynamic_shape:
-        default = L1TensorView(int(tensor_desc.base_ptr_offset) * int(tensor_desc.data_type), tuple(int(d) for d in spec.shape))
+        default = L1TensorView(
+            int(tensor_desc.base_ptr_offset) * int(tensor_desc.data_type), tuple(int(d) for d in spec.shape)
+        )
     else:
-        default = default_tensor_view(operator, context_fields["task_desc"], tensor_desc, spec, context_fields["io"],
-                                      context_fields["index"], allow_strided=resolver is not None)
+        default = default_tensor_view(
+            operator,
+            context_fields["task_desc"],
+            tensor_desc,
+            spec,
+            context_fields["io"],
+            context_fields["index"],
+            allow_strided=resolver is not None,
+        )
     if resolver is None:
         if tensor_desc.dynamic_shape:
             raise ValueError(f"L1 dump stage {stage!r} Tensor {spec.name!r} needs a diagnostic_view_resolver")

@@ -60,7 +60,10 @@ def check_inside_root(root: str | os.PathLike[str], relative: str) -> None:
             if target != base and not target.startswith(base + os.sep):
                 raise ValueError(
                     f"refusing to write {Path(root) / relative}: {Path(root) / os.path.relpath(node, base)} is a "
-                    f"link to {target}, outside the dump root {base}")
+                    f"link to {target}, outside the dump root {base}"
+                )
     resolved = os.path.realpath(os.path.join(base, *relative.split("/")))
     if resolved != base and not resolved.startswith(base + os.sep):
-        raise ValueError(f"refusing to write {Path(root) / relative}: it resolves to {resolved}, outside the dump root {base}")
+        raise ValueError(
+            f"refusing to write {Path(root) / relative}: it resolves to {resolved}, outside the dump root {base}"
+        )

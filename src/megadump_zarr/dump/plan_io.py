@@ -36,8 +36,18 @@ from megadump_zarr.dump.window import DumpInvocation, build_window
 from megadump_zarr.dump.export import WindowWrite
 
 __all__ = [
-    "PLAN_SCHEMA", "SavedPlan", "find_plans", "load_plan", "new_run_id", "plan_document", "plan_group_bytes",
-    "plan_key", "plan_prefix", "records_from_plan", "run_prefix", "salvage_window",
+    "PLAN_SCHEMA",
+    "SavedPlan",
+    "find_plans",
+    "load_plan",
+    "new_run_id",
+    "plan_document",
+    "plan_group_bytes",
+    "plan_key",
+    "plan_prefix",
+    "records_from_plan",
+    "run_prefix",
+    "salvage_window",
 ]
 
 PLAN_SCHEMA = "megadump_zarr.l1-plan/1"
@@ -87,8 +97,9 @@ def plan_group_bytes(attributes: Mapping[str, Any]) -> bytes:
     return json.dumps({"zarr_format": 3, "node_type": "group", "attributes": dict(attributes)}).encode()
 
 
-def plan_document(prepared: PreparedL1Dump, invocation: DumpInvocation, window_index: int,
-                  run_id: str | None = None) -> dict[str, Any]:
+def plan_document(
+    prepared: PreparedL1Dump, invocation: DumpInvocation, window_index: int, run_id: str | None = None
+) -> dict[str, Any]:
     """The JSON document describing one launch's Device buffer.
 
     Args:
@@ -106,16 +117,27 @@ def plan_document(prepared: PreparedL1Dump, invocation: DumpInvocation, window_i
         entry["declared_shape"] = list(record.declared_shape)
         records.append(entry)
     document = {
-        "schema": PLAN_SCHEMA, "rank": invocation.rank, "windowIndex": window_index,
-        "invocationId": invocation.invocation_id, "step": invocation.step, "direction": invocation.direction,
-        "kernelName": invocation.kernel_name, "device": invocation.device, "executionMode": invocation.execution_mode,
-        "totalBytes": prepared.total_bytes, "runId": run_id, "records": records,
+        "schema": PLAN_SCHEMA,
+        "rank": invocation.rank,
+        "windowIndex": window_index,
+        "invocationId": invocation.invocation_id,
+        "step": invocation.step,
+        "direction": invocation.direction,
+        "kernelName": invocation.kernel_name,
+        "device": invocation.device,
+        "executionMode": invocation.execution_mode,
+        "totalBytes": prepared.total_bytes,
+        "runId": run_id,
+        "records": records,
     }
     # what a replay of a salvaged window needs (as in a committed one): the operators' source, the tiles' rows
     if invocation.operator_source is not None:
         document["operatorSource"] = invocation.operator_source
-    rows = {str(task): [int(start), int(stop)] for task, (start, stop) in invocation.task_rows.items()
-            if start is not None and stop is not None}
+    rows = {
+        str(task): [int(start), int(stop)]
+        for task, (start, stop) in invocation.task_rows.items()
+        if start is not None and stop is not None
+    }
     if rows:
         document["taskRows"] = rows
     return document
@@ -159,11 +181,15 @@ def load_plan(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(document, dict) and document.get("node_type") == "group" and "attributes" in document:
             document = document["attributes"]  # a saved plan group's zarr.json
     if not isinstance(document, dict) or document.get("schema") != PLAN_SCHEMA:
-        raise ValueError(f"not an L1 plan (schema {PLAN_SCHEMA!r} expected): {source if not isinstance(source, Mapping) else 'document'}")
+        raise ValueError(
+            f"not an L1 plan (schema {PLAN_SCHEMA!r} expected): {source if not isinstance(source, Mapping) else 'document'}"
+        )
     if not isinstance(document.get("records"), list) or not document["records"]:
         raise ValueError("L1 plan has no records")
     if len(document["records"]) > L1_DUMP_MAX_RECORDS:
-        raise ValueError(f"L1 plan has {len(document['records'])} records, more than a buffer holds ({L1_DUMP_MAX_RECORDS})")
+        raise ValueError(
+            f"L1 plan has {len(document['records'])} records, more than a buffer holds ({L1_DUMP_MAX_RECORDS})"
+        )
     return document
 
 
@@ -221,7 +247,9 @@ def _check_record_field(index: int, name: str, value: Any) -> None:
         check_index(value, what, limit=INT64_LIMIT)
 
 
-def salvage_window(buffer: Any, plan: str | Path | Mapping[str, Any], *, window_index: int | None = None) -> tuple[WindowWrite, list[dict[str, Any]]]:
+def salvage_window(
+    buffer: Any, plan: str | Path | Mapping[str, Any], *, window_index: int | None = None
+) -> tuple[WindowWrite, list[dict[str, Any]]]:
     """Decode a raw Device buffer against its plan: CAPTURED records become a window to commit as
     ``aborted``; PENDING ones are listed (also in the invocation's ``pendingRecords`` attribute).
 
@@ -256,11 +284,20 @@ def salvage_window(buffer: Any, plan: str | Path | Mapping[str, Any], *, window_
     statistics = has_statistics(records)  # a statistics-first launch: its slots are statistics, not payloads
     captured, pending = ((), []) if statistics else salvage_l1_dump(prepared)
     invocation = DumpInvocation(
-        invocation_id=invocation_id, step=step, kernel_name=document["kernelName"],
-        direction=document["direction"], rank=rank, device=document["device"], level="L1",
-        l1_snapshots=list(captured), device_buffer_bytes=total_bytes,
-        execution_mode=str(document.get("executionMode", "")), failed=True, pending_records=pending,
-        task_rows=task_rows, operator_source=operator_source,
+        invocation_id=invocation_id,
+        step=step,
+        kernel_name=document["kernelName"],
+        direction=document["direction"],
+        rank=rank,
+        device=document["device"],
+        level="L1",
+        l1_snapshots=list(captured),
+        device_buffer_bytes=total_bytes,
+        execution_mode=str(document.get("executionMode", "")),
+        failed=True,
+        pending_records=pending,
+        task_rows=task_rows,
+        operator_source=operator_source,
     )
     if statistics:
         invocation.pending_records = pending = salvage_l1_statistics(invocation, prepared)
@@ -289,16 +326,26 @@ class SavedPlan:
 
     def describe(self) -> str:
         """One line for messages: run, rank, window, invocation, path."""
-        return (f"run {self.run_id or '(old layout)'} rank {self.rank} window {self.window_index} "
-                f"{self.invocation}: {self.path}")
+        return (
+            f"run {self.run_id or '(old layout)'} rank {self.rank} window {self.window_index} "
+            f"{self.invocation}: {self.path}"
+        )
 
 
 _PLAN_DIR = re.compile(r"^rank_(\d+)_window_(\d+)_(invocation_\d+_[A-Za-z]+)$")
-_OLD_RANK, _OLD_WINDOW, _OLD_FILE = (re.compile(p) for p in (r"^rank_(\d+)$", r"^window_(\d+)$", r"^(invocation_\d+_[A-Za-z]+)\.json$"))
+_OLD_RANK, _OLD_WINDOW, _OLD_FILE = (
+    re.compile(p) for p in (r"^rank_(\d+)$", r"^window_(\d+)$", r"^(invocation_\d+_[A-Za-z]+)\.json$")
+)
 
 
-def find_plans(root: str | Path, *, run_id: str | None = None, rank: int | None = None,
-               window_index: int | None = None, invocation: str | int | None = None) -> list[SavedPlan]:
+def find_plans(
+    root: str | Path,
+    *,
+    run_id: str | None = None,
+    rank: int | None = None,
+    window_index: int | None = None,
+    invocation: str | int | None = None,
+) -> list[SavedPlan]:
     """The plans saved below a local dump root, filtered, sorted by run, rank, window and invocation.
 
     Args:
@@ -320,8 +367,11 @@ def find_plans(root: str | Path, *, run_id: str | None = None, rank: int | None 
             for name in sorted(os.listdir(base / entry)):
                 plan = _PLAN_DIR.match(name)
                 if plan and (base / entry / name / "zarr.json").is_file():
-                    found.append(SavedPlan(base / entry / name, match.group(1), int(plan.group(1)),
-                                           int(plan.group(2)), plan.group(3)))
+                    found.append(
+                        SavedPlan(
+                            base / entry / name, match.group(1), int(plan.group(1)), int(plan.group(2)), plan.group(3)
+                        )
+                    )
     old = base / ".plans"
     if old.is_dir() and not old.is_symlink():  # the layout before run ids
         for rank_dir in sorted(old.iterdir()):
@@ -335,8 +385,11 @@ def find_plans(root: str | Path, *, run_id: str | None = None, rank: int | None 
                 for file in sorted(window_dir.iterdir()):
                     file_match = _OLD_FILE.match(file.name)
                     if file_match and file.is_file():
-                        found.append(SavedPlan(file, "", int(rank_match.group(1)), int(window_match.group(1)),
-                                               file_match.group(1)))
+                        found.append(
+                            SavedPlan(
+                                file, "", int(rank_match.group(1)), int(window_match.group(1)), file_match.group(1)
+                            )
+                        )
 
     def keep(plan: SavedPlan) -> bool:
         if run_id is not None and not plan.run_id.startswith(run_id):

@@ -66,7 +66,9 @@ def snapshot_tensor(parameter: Any, graph_tensor: GraphTensor, phase: str) -> L0
         phase: ``before`` or ``after``.
     """
     if not torch.is_tensor(parameter):
-        raise TypeError(f"L0 dump Tensor {graph_tensor.name!r} must map to torch.Tensor, got {type(parameter).__name__}")
+        raise TypeError(
+            f"L0 dump Tensor {graph_tensor.name!r} must map to torch.Tensor, got {type(parameter).__name__}"
+        )
     host = parameter.detach().to("cpu", copy=True).contiguous()
     return L0Snapshot(graph_tensor, phase, tensor_to_numpy(host), dtype_name(parameter.dtype))
 
@@ -91,8 +93,16 @@ def _check_table(decoded: Any, records: tuple[L1RecordPlan, ...]) -> None:
         raise ValueError(f"L1 dump buffer holds {len(decoded.records)} records, the plan {len(records)}")
     for planned, found in zip(records, decoded.records):
         expected = planned.entry
-        for name in ("task_id", "phase", "parameter_position", "source_offset_bytes", "payload_offset", "payload_bytes",
-                     "task_index", "worker_id"):
+        for name in (
+            "task_id",
+            "phase",
+            "parameter_position",
+            "source_offset_bytes",
+            "payload_offset",
+            "payload_bytes",
+            "task_index",
+            "worker_id",
+        ):
             if getattr(found, name) != getattr(expected, name):
                 raise ValueError(
                     f"L1 dump record {found.index} {name} changed during the launch: planned "
@@ -135,7 +145,9 @@ def payload_snapshot(plan: L1RecordPlan, payload: np.ndarray) -> L1Snapshot:
     return L1Snapshot(plan, data, name, name, tuple(stored_shape))
 
 
-def salvage_l1_dump(prepared: PreparedL1Dump, host_buffer: torch.Tensor | None = None) -> tuple[tuple[L1Snapshot, ...], list[dict[str, Any]]]:
+def salvage_l1_dump(
+    prepared: PreparedL1Dump, host_buffer: torch.Tensor | None = None
+) -> tuple[tuple[L1Snapshot, ...], list[dict[str, Any]]]:
     """What a failed or hung launch's buffer still holds: CAPTURED records, and a description of the rest.
 
     Args:
@@ -153,6 +165,15 @@ def salvage_l1_dump(prepared: PreparedL1Dump, host_buffer: torch.Tensor | None =
         if record.status == L1_DUMP_STATUS_CAPTURED:
             captured.append(payload_snapshot(plan, record.payload))
         else:
-            pending.append({"record": record.index, "taskId": plan.task_id, "stage": plan.stage, "io": plan.io,
-                            "index": plan.index, "name": plan.tensor_name, "status": record.status})
+            pending.append(
+                {
+                    "record": record.index,
+                    "taskId": plan.task_id,
+                    "stage": plan.stage,
+                    "io": plan.io,
+                    "index": plan.index,
+                    "name": plan.tensor_name,
+                    "status": record.status,
+                }
+            )
     return tuple(captured), pending

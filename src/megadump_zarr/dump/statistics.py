@@ -25,7 +25,15 @@ from megadump_zarr.l1.format import L1Statistics
 from megadump_zarr.l1.reader import read_l1_statistics
 from megadump_zarr.runtime.statistics import statistics_slot
 
-__all__ = ["STATISTICS_GROUP", "Baseline", "L0StatisticsCapture", "PayloadPolicy", "StatisticsRow", "record_key", "statistics_table"]
+__all__ = [
+    "STATISTICS_GROUP",
+    "Baseline",
+    "L0StatisticsCapture",
+    "PayloadPolicy",
+    "StatisticsRow",
+    "record_key",
+    "statistics_table",
+]
 
 STATISTICS_GROUP = "statistics"
 """Name of the statistics table's group inside each invocation group."""
@@ -97,8 +105,19 @@ def _text(value: Any) -> str:
     return "" if _missing(value) else str(value)
 
 
-def record_key(rank: int, step: int, kernel: Any, direction: Any, occurrence: int, stage: Any, task_id: Any,
-               worker: Any, io: Any, index: Any, name: Any) -> tuple[Any, ...]:
+def record_key(
+    rank: int,
+    step: int,
+    kernel: Any,
+    direction: Any,
+    occurrence: int,
+    stage: Any,
+    task_id: Any,
+    worker: Any,
+    io: Any,
+    index: Any,
+    name: Any,
+) -> tuple[Any, ...]:
     """The identity of one record across runs of the same program.
 
     Args:
@@ -114,8 +133,19 @@ def record_key(rank: int, step: int, kernel: Any, direction: Any, occurrence: in
         index: L1 port index (None or -1 at L0).
         name: Tensor name.
     """
-    return (_number(rank), _number(step), _text(kernel), _text(direction), int(occurrence), _text(stage),
-            _number(task_id), _number(worker), _text(io), _number(index), _text(name))
+    return (
+        _number(rank),
+        _number(step),
+        _text(kernel),
+        _text(direction),
+        int(occurrence),
+        _text(stage),
+        _number(task_id),
+        _number(worker),
+        _text(io),
+        _number(index),
+        _text(name),
+    )
 
 
 def _baseline_index(frame: Any) -> dict[tuple[Any, ...], dict[str, Any]]:
@@ -138,10 +168,22 @@ def _baseline_index(frame: Any) -> dict[tuple[Any, ...], dict[str, Any]]:
     for i in range(n):
         group = (columns["rank"][i], columns["step"][i], columns["kernel"][i], columns["direction"][i])
         occurrence = occurrences[group][(int(columns["window"][i]), int(columns["invocation"][i]))]
-        worker = columns["worker"][i] if columns["worker"][i] is not None and not _missing(columns["worker"][i]) else None
-        key = record_key(columns["rank"][i], columns["step"][i], columns["kernel"][i], columns["direction"][i],
-                         occurrence, columns["stage"][i], columns["task_id"][i], worker, columns["io"][i],
-                         columns["index"][i], columns["name"][i])
+        worker = (
+            columns["worker"][i] if columns["worker"][i] is not None and not _missing(columns["worker"][i]) else None
+        )
+        key = record_key(
+            columns["rank"][i],
+            columns["step"][i],
+            columns["kernel"][i],
+            columns["direction"][i],
+            occurrence,
+            columns["stage"][i],
+            columns["task_id"][i],
+            worker,
+            columns["io"][i],
+            columns["index"][i],
+            columns["name"][i],
+        )
         checksums = get("checksum")
         counts = get("element_count")
         index[key] = {
@@ -217,8 +259,9 @@ class PayloadPolicy:
                 raise ValueError(f"mode='diff' baseline {baseline.url} holds no records")
             self._tolerance = baseline.tolerance
 
-    def expected_checksum(self, key: tuple[Any, ...], dtype: str | None = None,
-                          shape: tuple[int, ...] | None = None) -> int | None:
+    def expected_checksum(
+        self, key: tuple[Any, ...], dtype: str | None = None, shape: tuple[int, ...] | None = None
+    ) -> int | None:
         """The baseline's checksum of a record (None when the baseline has none for it, or when the
         record's dtype or shape differs from the baseline's: the same bytes are then a different tensor,
         so the device must copy it).
@@ -298,9 +341,23 @@ class L0StatisticsCapture:
             raise TypeError(f"L0 dump Tensor {tensor.name!r} must map to torch.Tensor, got {type(parameter).__name__}")
         slot = statistics_slot(parameter.detach())
         dtype = dtype_name(parameter.dtype)
-        row = StatisticsRow(self.key_of(tensor.name), "", -1, -1, "", -1, -1, tensor.role, -1, tensor.name,
-                            tuple(int(d) for d in parameter.shape), dtype, _EMPTY, False,
-                            param_position=int(tensor.param_position))
+        row = StatisticsRow(
+            self.key_of(tensor.name),
+            "",
+            -1,
+            -1,
+            "",
+            -1,
+            -1,
+            tensor.role,
+            -1,
+            tensor.name,
+            tuple(int(d) for d in parameter.shape),
+            dtype,
+            _EMPTY,
+            False,
+            param_position=int(tensor.param_position),
+        )
         if self.policy.mode == "statistics":
             self._pending.append((row, slot))
             self.rows.append(row)
@@ -333,10 +390,25 @@ def l1_row(plan: Any, statistics: L1Statistics, kept: bool, key: tuple[Any, ...]
         key: Its :func:`record_key`.
     """
     worker = -1 if plan.worker_id == 0xFFFFFFFF else plan.worker_id
-    return StatisticsRow(key, plan.stage, plan.task_id, -1 if plan.owner_id is None else plan.owner_id,
-                         plan.core_type, plan.core_id, worker, plan.io, plan.index, plan.tensor_name,
-                         plan.actual_shape, _dtype_name(plan.dtype), statistics, kept, "", plan,
-                         plan.parameter_position)
+    return StatisticsRow(
+        key,
+        plan.stage,
+        plan.task_id,
+        -1 if plan.owner_id is None else plan.owner_id,
+        plan.core_type,
+        plan.core_id,
+        worker,
+        plan.io,
+        plan.index,
+        plan.tensor_name,
+        plan.actual_shape,
+        _dtype_name(plan.dtype),
+        statistics,
+        kept,
+        "",
+        plan,
+        plan.parameter_position,
+    )
 
 
 @functools.lru_cache(maxsize=64)
@@ -410,8 +482,19 @@ def payload_policy(config: Any, baseline: Baseline | None) -> PayloadPolicy | No
 
 def _l1_key(invocation: Any, plan: Any) -> tuple[Any, ...]:
     worker = None if plan.worker_id == 0xFFFFFFFF else plan.worker_id
-    return record_key(invocation.rank, invocation.step, invocation.kernel_name, invocation.direction,
-                      invocation.occurrence, plan.stage, plan.task_id, worker, plan.io, plan.index, plan.tensor_name)
+    return record_key(
+        invocation.rank,
+        invocation.step,
+        invocation.kernel_name,
+        invocation.direction,
+        invocation.occurrence,
+        plan.stage,
+        plan.task_id,
+        worker,
+        plan.io,
+        plan.index,
+        plan.tensor_name,
+    )
 
 
 def l0_key_function(invocation: Any) -> Callable[[str], tuple[Any, ...]]:
@@ -420,9 +503,21 @@ def l0_key_function(invocation: Any) -> Callable[[str], tuple[Any, ...]]:
     Args:
         invocation: The ``DumpInvocation``.
     """
+
     def key(name: str) -> tuple[Any, ...]:
-        return record_key(invocation.rank, invocation.step, invocation.kernel_name, invocation.direction,
-                          invocation.occurrence, None, None, None, None, None, name)
+        return record_key(
+            invocation.rank,
+            invocation.step,
+            invocation.kernel_name,
+            invocation.direction,
+            invocation.occurrence,
+            None,
+            None,
+            None,
+            None,
+            None,
+            name,
+        )
 
     return key
 
@@ -439,17 +534,20 @@ def complete_l1_statistics(invocation: Any, prepared: Any, policy: PayloadPolicy
     from megadump_zarr.dump.statistics_plan import decode_statistics_dump
 
     def keep(plan: Any, stats: L1Statistics) -> bool:
-        return policy is not None and policy.keep(_l1_key(invocation, plan), dtype_name(plan.dtype), stats,
-                                                  tuple(plan.actual_shape))
+        return policy is not None and policy.keep(
+            _l1_key(invocation, plan), dtype_name(plan.dtype), stats, tuple(plan.actual_shape)
+        )
 
     snapshots, decoded, (_, pool_bytes, pool_used) = decode_statistics_dump(prepared, keep, payload_snapshot)
     invocation.l1_snapshots.extend(snapshots)
     if pool_bytes:  # the conditional modes' tensor pool: how much of it the device used, and what did not fit
-        invocation.statistics_attrs.update(tensorPoolBytes=pool_bytes, tensorPoolUsed=pool_used,
-                                           poolFull=sum(d.statistics.pool_full for d in decoded))
+        invocation.statistics_attrs.update(
+            tensorPoolBytes=pool_bytes, tensorPoolUsed=pool_used, poolFull=sum(d.statistics.pool_full for d in decoded)
+        )
     keyed = policy is not None and policy.mode == "diff"  # only a diff needs record identities later
-    invocation.statistics.extend(l1_row(d.record, d.statistics, d.kept, _l1_key(invocation, d.record) if keyed else ())
-                                 for d in decoded)
+    invocation.statistics.extend(
+        l1_row(d.record, d.statistics, d.kept, _l1_key(invocation, d.record) if keyed else ()) for d in decoded
+    )
 
 
 def salvage_l1_statistics(invocation: Any, prepared: Any) -> list[dict[str, Any]]:
@@ -499,8 +597,9 @@ def prime_expected_checksums(prepared: Any, invocation: Any, policy: PayloadPoli
         if expected is None:
             continue  # no baseline checksum: the device copies it (the host decides from the statistics)
         at = plan.payload_offset - start
-        area[at + L1_STAT_EXPECTED_BYTE:at + L1_STAT_EXPECTED_BYTE + 8] = np.frombuffer(
-            int(expected).to_bytes(8, "little"), dtype=np.uint8)
+        area[at + L1_STAT_EXPECTED_BYTE : at + L1_STAT_EXPECTED_BYTE + 8] = np.frombuffer(
+            int(expected).to_bytes(8, "little"), dtype=np.uint8
+        )
         area[at + L1_STAT_EXPECTED_PRESENT_BYTE] = 1
         primed += 1
     if primed:

@@ -35,12 +35,21 @@ from megadump_zarr.l1.format import (
 from megadump_zarr.l1.reader import read_l1_pool, read_l1_statistics_many, read_l1_table
 from megadump_zarr.runtime.statistics import dtype_code
 
-__all__ = ["L1StatisticsRecord", "buffer_end", "decode_statistics_dump", "has_statistics", "layout_records",
-           "statistics_entry"]
+__all__ = [
+    "L1StatisticsRecord",
+    "buffer_end",
+    "decode_statistics_dump",
+    "has_statistics",
+    "layout_records",
+    "statistics_entry",
+]
 
-_WANTS_TENSOR = {"tensor": L1_RECORD_KIND_TENSOR, "statistics": L1_RECORD_KIND_STATISTICS,
-                 "nonfinite": L1_RECORD_KIND_STATISTICS_TENSOR_IF_NONFINITE,
-                 "diff": L1_RECORD_KIND_STATISTICS_TENSOR_IF_CHANGED}
+_WANTS_TENSOR = {
+    "tensor": L1_RECORD_KIND_TENSOR,
+    "statistics": L1_RECORD_KIND_STATISTICS,
+    "nonfinite": L1_RECORD_KIND_STATISTICS_TENSOR_IF_NONFINITE,
+    "diff": L1_RECORD_KIND_STATISTICS_TENSOR_IF_CHANGED,
+}
 
 
 class L1StatisticsRecord(NamedTuple):
@@ -64,11 +73,20 @@ def statistics_entry(plan: Any) -> L1RecordEntry:
         plan: An ``L1RecordPlan`` with ``kind`` 1 or 2.
     """
     return L1RecordEntry(
-        task_id=plan.task_id, phase=1 if plan.phase == "before" else 2, parameter_position=plan.parameter_position,
-        source_offset_bytes=plan.source_offset_bytes, payload_offset=plan.payload_offset,
-        payload_bytes=plan.payload_bytes, status=0, task_index=plan.task_index, worker_id=plan.worker_id,
-        kind=plan.kind, dtype_code=dtype_code(plan.dtype), source_bytes=plan.full_bytes,
-        tensor_offset=plan.tensor_offset, tensor_bytes=plan.tensor_bytes,
+        task_id=plan.task_id,
+        phase=1 if plan.phase == "before" else 2,
+        parameter_position=plan.parameter_position,
+        source_offset_bytes=plan.source_offset_bytes,
+        payload_offset=plan.payload_offset,
+        payload_bytes=plan.payload_bytes,
+        status=0,
+        task_index=plan.task_index,
+        worker_id=plan.worker_id,
+        kind=plan.kind,
+        dtype_code=dtype_code(plan.dtype),
+        source_bytes=plan.full_bytes,
+        tensor_offset=plan.tensor_offset,
+        tensor_bytes=plan.tensor_bytes,
     )
 
 
@@ -131,8 +149,16 @@ def layout_records(records: tuple[Any, ...], config: Any) -> tuple[Any, ...]:
         if kind == L1_RECORD_KIND_TENSOR:
             placed.append(plan)
             continue
-        placed.append(replace(plan, kind=kind, payload_offset=stats_cursor, payload_bytes=L1_STATISTICS_SLOT_SIZE,
-                              tensor_offset=0, tensor_bytes=0 if kind == L1_RECORD_KIND_STATISTICS else plan.payload_bytes))
+        placed.append(
+            replace(
+                plan,
+                kind=kind,
+                payload_offset=stats_cursor,
+                payload_bytes=L1_STATISTICS_SLOT_SIZE,
+                tensor_offset=0,
+                tensor_bytes=0 if kind == L1_RECORD_KIND_STATISTICS else plan.payload_bytes,
+            )
+        )
         stats_cursor += L1_STATISTICS_SLOT_SIZE
     tensor_cursor = align_up(stats_cursor)
     final = []
@@ -173,13 +199,33 @@ def _host_slice(buffer: torch.Tensor, start: int, stop: int, *, copy: bool = Tru
     return piece.cpu()
 
 
-_CHECKED = ("task_id", "phase", "parameter_position", "payload_offset", "payload_bytes", "task_index", "worker_id",
-            "kind", "tensor_offset", "tensor_bytes")
+_CHECKED = (
+    "task_id",
+    "phase",
+    "parameter_position",
+    "payload_offset",
+    "payload_bytes",
+    "task_index",
+    "worker_id",
+    "kind",
+    "tensor_offset",
+    "tensor_bytes",
+)
 
 
 def _planned(plan: Any) -> tuple[int, ...]:
-    return (plan.task_id, 1 if plan.phase == "before" else 2, plan.parameter_position, plan.payload_offset,
-            plan.payload_bytes, plan.task_index, plan.worker_id, plan.kind, plan.tensor_offset, plan.tensor_bytes)
+    return (
+        plan.task_id,
+        1 if plan.phase == "before" else 2,
+        plan.parameter_position,
+        plan.payload_offset,
+        plan.payload_bytes,
+        plan.task_index,
+        plan.worker_id,
+        plan.kind,
+        plan.tensor_offset,
+        plan.tensor_bytes,
+    )
 
 
 def _check_plan(table: np.ndarray, records: Sequence[Any]) -> None:
@@ -192,19 +238,25 @@ def _check_plan(table: np.ndarray, records: Sequence[Any]) -> None:
         bad = np.flatnonzero(found != expected[:, column])
         if bad.size:
             i = int(bad[0])
-            raise ValueError(f"L1 dump record {i} {name} changed during the launch: planned "
-                             f"{int(expected[i, column])}, found {int(found[i])}")
+            raise ValueError(
+                f"L1 dump record {i} {name} changed during the launch: planned "
+                f"{int(expected[i, column])}, found {int(found[i])}"
+            )
     source = (table["source_offset_high"].astype(np.uint64) << np.uint64(32)) | table["source_offset_low"]
     planned = np.array([plan.source_offset_bytes for plan in records], dtype=np.uint64)
     bad = np.flatnonzero(source != planned)
     if bad.size:
         i = int(bad[0])
-        raise ValueError(f"L1 dump record {i} source_offset_bytes changed during the launch: planned {int(planned[i])}, "
-                         f"found {int(source[i])}")
+        raise ValueError(
+            f"L1 dump record {i} source_offset_bytes changed during the launch: planned {int(planned[i])}, "
+            f"found {int(source[i])}"
+        )
 
 
 def decode_statistics_dump(
-    prepared: Any, keep: Callable[[Any, L1Statistics], bool], snapshot: Callable[[Any, np.ndarray], Any],
+    prepared: Any,
+    keep: Callable[[Any, L1Statistics], bool],
+    snapshot: Callable[[Any, np.ndarray], Any],
 ) -> tuple[list[Any], list[L1StatisticsRecord], tuple[int, int, int]]:
     """Decode a completed buffer holding statistics records, copying to the host only what is kept.
 
@@ -245,7 +297,7 @@ def decode_statistics_dump(
     for plan in records:
         if plan.kind == L1_RECORD_KIND_TENSOR:
             start = plan.payload_offset
-            snapshots.append(snapshot(plan, np.array(data[start:start + plan.payload_bytes])))
+            snapshots.append(snapshot(plan, np.array(data[start : start + plan.payload_bytes])))
             continue
         stats = next(decoded)
         kept = plan.kind != L1_RECORD_KIND_STATISTICS and stats.tensor_copied and keep(plan, stats)
@@ -261,23 +313,34 @@ def _tensor_offset(plan: Any, stats: L1Statistics, pool: tuple[int, int, int]) -
         return plan.tensor_offset
     offset, _, used = pool
     start = stats.tensor_offset
-    if not (offset <= start and start + plan.tensor_bytes <= offset + used and (start - offset) % L1_DUMP_ALIGNMENT == 0):
-        raise ValueError(f"L1 dump record (task_id={plan.task_id}, {plan.io} {plan.index}) says its tensor is at "
-                         f"{start}, outside the used tensor pool [{offset}, {offset + used})")
+    if not (
+        offset <= start and start + plan.tensor_bytes <= offset + used and (start - offset) % L1_DUMP_ALIGNMENT == 0
+    ):
+        raise ValueError(
+            f"L1 dump record (task_id={plan.task_id}, {plan.io} {plan.index}) says its tensor is at "
+            f"{start}, outside the used tensor pool [{offset}, {offset + used})"
+        )
     return start
 
 
-def _tensor_snapshot(buffer: torch.Tensor, plan: Any, stats: L1Statistics, pool: tuple[int, int, int],
-                     snapshot: Callable[[Any, np.ndarray], Any]) -> Any:
+def _tensor_snapshot(
+    buffer: torch.Tensor,
+    plan: Any,
+    stats: L1Statistics,
+    pool: tuple[int, int, int],
+    snapshot: Callable[[Any, np.ndarray], Any],
+) -> Any:
     """Copy one kept tensor to the host (one narrow copy) and wrap it as the dump's L1 snapshot."""
     start = _tensor_offset(plan, stats, pool)
-    tensor_plan = replace(plan, kind=0, payload_offset=start, payload_bytes=plan.tensor_bytes, tensor_offset=0,
-                          tensor_bytes=0)
+    tensor_plan = replace(
+        plan, kind=0, payload_offset=start, payload_bytes=plan.tensor_bytes, tensor_offset=0, tensor_bytes=0
+    )
     return snapshot(tensor_plan, _host_slice(buffer, start, start + plan.tensor_bytes).numpy())
 
 
 def salvage_statistics_dump(
-    prepared: Any, snapshot: Callable[[Any, np.ndarray], Any],
+    prepared: Any,
+    snapshot: Callable[[Any, np.ndarray], Any],
 ) -> tuple[list[Any], list[L1StatisticsRecord], list[dict[str, Any]]]:
     """What a failed or hung launch's statistics buffer still holds: the CAPTURED records' statistics
     (and the tensors a kind-2 record had copied: evidence is kept), and a description of the rest.
@@ -301,18 +364,36 @@ def salvage_statistics_dump(
     snapshots, statistics, pending = [], [], []
     for i, plan in enumerate(records):
         if not captured[i]:
-            pending.append({"record": i, "taskId": plan.task_id, "stage": plan.stage, "io": plan.io,
-                            "index": plan.index, "name": plan.tensor_name, "status": int(table["status"][i])})
+            pending.append(
+                {
+                    "record": i,
+                    "taskId": plan.task_id,
+                    "stage": plan.stage,
+                    "io": plan.io,
+                    "index": plan.index,
+                    "name": plan.tensor_name,
+                    "status": int(table["status"][i]),
+                }
+            )
             continue
         if plan.kind == L1_RECORD_KIND_TENSOR:
             start = plan.payload_offset
-            snapshots.append(snapshot(plan, np.array(data[start:start + plan.payload_bytes])))
+            snapshots.append(snapshot(plan, np.array(data[start : start + plan.payload_bytes])))
             continue
         try:
             (stats,) = read_l1_statistics_many(data, np.array([plan.payload_offset]))
         except ValueError as error:
-            pending.append({"record": i, "taskId": plan.task_id, "stage": plan.stage, "io": plan.io,
-                            "index": plan.index, "name": plan.tensor_name, "error": str(error)})
+            pending.append(
+                {
+                    "record": i,
+                    "taskId": plan.task_id,
+                    "stage": plan.stage,
+                    "io": plan.io,
+                    "index": plan.index,
+                    "name": plan.tensor_name,
+                    "error": str(error),
+                }
+            )
             continue
         kept = plan.kind != L1_RECORD_KIND_STATISTICS and stats.tensor_copied
         if kept:

@@ -72,9 +72,13 @@ class _DimTable:
     def __init__(self, reserved: tuple[str, ...] = ()) -> None:
         # keyed by casefold: "Token" and "token" must not become two coordinate arrays on a
         # case-insensitive file system; reserved names (the group's arrays) are never dimensions
-        self._dims: dict[str, tuple[str, int, np.ndarray | None]] = {name.casefold(): (name, -1, None) for name in reserved}
+        self._dims: dict[str, tuple[str, int, np.ndarray | None]] = {
+            name.casefold(): (name, -1, None) for name in reserved
+        }
 
-    def claim_all(self, names: tuple[str, ...], lengths: tuple[int, ...], coords: dict[int, np.ndarray], suffix: str) -> tuple[str, ...]:
+    def claim_all(
+        self, names: tuple[str, ...], lengths: tuple[int, ...], coords: dict[int, np.ndarray], suffix: str
+    ) -> tuple[str, ...]:
         """Resolve every axis name of one array.
 
         Args:
@@ -102,7 +106,6 @@ class _DimTable:
                     return candidate
             attempt += 1
             candidate = f"{name}_{suffix}" if attempt == 1 else f"{name}_{suffix}_{attempt}"
-
 
     def coordinate(self, name: str) -> np.ndarray | None:
         """The coordinate values first claimed with ``name`` (one object per group: the store then sees
@@ -169,8 +172,9 @@ def _statistics(invocation: DumpInvocation) -> Any:
     if not invocation.statistics:
         return None
     rows = invocation.statistics
-    return statistics_table(rows, {"recordCount": len(rows), "payloadCount": sum(r.kept for r in rows),
-                                   **invocation.statistics_attrs})
+    return statistics_table(
+        rows, {"recordCount": len(rows), "payloadCount": sum(r.kept for r in rows), **invocation.statistics_attrs}
+    )
 
 
 def _row_coordinate(snapshot: L1Snapshot) -> np.ndarray | None:
@@ -196,7 +200,9 @@ def _l1_array(snapshot: L1Snapshot, dims: _DimTable, partial: bool = False) -> A
     suffix = f"{plan.io}{plan.index:02d}"
     coords: dict[str, np.ndarray] = {}
     if plan.truncated:
-        names: tuple[str, ...] = dims.claim_all((f"{plan.io}_{plan.index:02d}_element",), (snapshot.data.shape[0],), {}, suffix)
+        names: tuple[str, ...] = dims.claim_all(
+            (f"{plan.io}_{plan.index:02d}_element",), (snapshot.data.shape[0],), {}, suffix
+        )
     else:
         coordinate = _row_coordinate(snapshot)
         axis_coords = {} if coordinate is None else {0: coordinate}
@@ -250,21 +256,31 @@ def _l1_invocation(invocation: DumpInvocation) -> InvocationWrite:
         path = f"stages/{stage_component}/{task_component}"
         dims = _DimTable(tuple(_record_component(snapshot.record) for snapshot in snapshots))
         task_arrays = [_l1_array(snapshot, dims, invocation.failed) for snapshot in snapshots]
-        groups.append(GroupWrite(path, task=True, attrs={
-            "taskId": first.task_id,
-            "stageTaskIndex": first.task_index,
-            "stage": first.stage,
-            "owner": {"label": first.owner_label, "id": first.owner_id},
-            "coreType": first.core_type,
-            "coreId": first.core_id,
-            "workerId": None if first.worker_id == L1_ANY_WORKER else first.worker_id,
-            "tensorCount": len(task_arrays),
-            "tileRows": _tile_rows(invocation, first.task_id),
-        }))
+        groups.append(
+            GroupWrite(
+                path,
+                task=True,
+                attrs={
+                    "taskId": first.task_id,
+                    "stageTaskIndex": first.task_index,
+                    "stage": first.stage,
+                    "owner": {"label": first.owner_label, "id": first.owner_id},
+                    "coreType": first.core_type,
+                    "coreId": first.core_id,
+                    "workerId": None if first.worker_id == L1_ANY_WORKER else first.worker_id,
+                    "tensorCount": len(task_arrays),
+                    "tileRows": _tile_rows(invocation, first.task_id),
+                },
+            )
+        )
         arrays.extend(ArrayWrite(f"{path}/{a.path}", a.data, a.dims, a.attrs, a.coords) for a in task_arrays)
     attrs = _invocation_attrs(invocation)
-    attrs.update(deviceBufferBytes=invocation.device_buffer_bytes, taskCount=len(by_task),
-                 recordCount=len(invocation.l1_snapshots), executionMode=invocation.execution_mode)
+    attrs.update(
+        deviceBufferBytes=invocation.device_buffer_bytes,
+        taskCount=len(by_task),
+        recordCount=len(invocation.l1_snapshots),
+        executionMode=invocation.execution_mode,
+    )
     if invocation.operator_source is not None:
         attrs["operatorSource"] = invocation.operator_source
     components: dict[tuple[str, int, str], str] = {}  # one safe_name per distinct port, not per record

@@ -64,30 +64,51 @@ class MegadumpBackendEntrypoint(BackendEntrypoint):
         attrs = doc.get("attributes") if isinstance(doc, dict) else None
         return isinstance(attrs, dict) and "megadump_zarr" in attrs
 
-    def open_dataset(self, filename_or_obj: Any, *, drop_variables: str | Iterable[str] | None = None,
-                     group: str | None = None, upcast: Any = None,
-                     storage_options: dict[str, Any] | None = None) -> Any:
+    def open_dataset(
+        self,
+        filename_or_obj: Any,
+        *,
+        drop_variables: str | Iterable[str] | None = None,
+        group: str | None = None,
+        upcast: Any = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> Any:
         """One group of a dump as a Dataset (see the class docstring for the keywords)."""
         from megadump_zarr.engine.backend import open_group_dataset
 
-        return open_group_dataset(filename_or_obj, group=group, drop_variables=drop_variables, upcast=upcast,
-                                  storage_options=storage_options)
+        return open_group_dataset(
+            filename_or_obj, group=group, drop_variables=drop_variables, upcast=upcast, storage_options=storage_options
+        )
 
-    def open_groups_as_dict(self, filename_or_obj: Any, *, drop_variables: str | Iterable[str] | None = None,
-                            group: str | None = None, upcast: Any = None,
-                            storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    def open_groups_as_dict(
+        self,
+        filename_or_obj: Any,
+        *,
+        drop_variables: str | Iterable[str] | None = None,
+        group: str | None = None,
+        upcast: Any = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """Every group of a dump (or below ``group``) as ``{path: Dataset}``."""
         from megadump_zarr.engine.backend import open_groups
 
-        return open_groups(filename_or_obj, group=group, drop_variables=drop_variables, upcast=upcast,
-                           storage_options=storage_options)
+        return open_groups(
+            filename_or_obj, group=group, drop_variables=drop_variables, upcast=upcast, storage_options=storage_options
+        )
 
-    def open_datatree(self, filename_or_obj: Any, *, drop_variables: str | Iterable[str] | None = None,
-                      group: str | None = None, upcast: Any = None,
-                      storage_options: dict[str, Any] | None = None) -> Any:
+    def open_datatree(
+        self,
+        filename_or_obj: Any,
+        *,
+        drop_variables: str | Iterable[str] | None = None,
+        group: str | None = None,
+        upcast: Any = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> Any:
         """The whole dump (or the subtree at ``group``) as a DataTree."""
         from xarray import DataTree
 
-        groups = self.open_groups_as_dict(filename_or_obj, drop_variables=drop_variables, group=group,
-                                          upcast=upcast, storage_options=storage_options)
+        groups = self.open_groups_as_dict(
+            filename_or_obj, drop_variables=drop_variables, group=group, upcast=upcast, storage_options=storage_options
+        )
         return DataTree.from_dict(groups)

@@ -130,9 +130,17 @@ class _Builder:
             self.dim_sig[new] = sig
         variable = _variable(array, self.upcast)
         if renames:
-            variable = xr.Variable(tuple(renames.get(d, d) for d in variable.dims), variable._data, variable.attrs,
-                                   {**variable.encoding, "preferred_chunks": {
-                                       renames.get(d, d): c for d, c in variable.encoding["preferred_chunks"].items()}})
+            variable = xr.Variable(
+                tuple(renames.get(d, d) for d in variable.dims),
+                variable._data,
+                variable.attrs,
+                {
+                    **variable.encoding,
+                    "preferred_chunks": {
+                        renames.get(d, d): c for d, c in variable.encoding["preferred_chunks"].items()
+                    },
+                },
+            )
         for cname, coord in array.coords.items():
             if len(coord.dims) != 1:
                 continue
@@ -173,8 +181,9 @@ def _stacked(name: str, dump: Dump, rows: pd.DataFrame, task_core: dict[int, str
     dims = {a.dims for a in arrays}
     if len(shapes) == 1 and len(dims) == 1:
         axis = f"{name}.task"
-        stacked = xr.concat([a.drop_vars(list(a.coords)) for a in arrays], dim=axis, join="override",
-                            combine_attrs="drop_conflicts")
+        stacked = xr.concat(
+            [a.drop_vars(list(a.coords)) for a in arrays], dim=axis, join="override", combine_attrs="drop_conflicts"
+        )
         coords = {
             "task_id": rows["task_id"].to_numpy(np.int64),
             "owner_id": rows["owner_id"].fillna(-1).to_numpy(np.int64),
@@ -183,7 +192,8 @@ def _stacked(name: str, dump: Dump, rows: pd.DataFrame, task_core: dict[int, str
             "worker": rows["worker"].fillna(-1).to_numpy(np.int64),
         }
         stacked = stacked.assign_coords({axis: np.arange(len(arrays))}).assign_coords(
-            {f"{name}.{k}": (axis, v) for k, v in coords.items()})
+            {f"{name}.{k}": (axis, v) for k, v in coords.items()}
+        )
         stacked.attrs = {**arrays[0].attrs, "stackedRecords": len(arrays)}
         return [(name, stacked)]
     return [(f"{name}.task_{int(t):06d}", a) for t, a in zip(rows["task_id"], arrays)]
@@ -201,8 +211,9 @@ def _payload_rows(rows: pd.DataFrame, attrs: dict[str, Any]) -> tuple[pd.DataFra
     return rows[kept], {**attrs, "statisticsOnlyRecords": int((~kept).sum())}
 
 
-def _stage_dataset(dump: Dump, rows: pd.DataFrame, attrs: dict[str, Any], upcast: np.dtype | None,
-                   drop: set[str]) -> xr.Dataset:
+def _stage_dataset(
+    dump: Dump, rows: pd.DataFrame, attrs: dict[str, Any], upcast: np.dtype | None, drop: set[str]
+) -> xr.Dataset:
     rows, attrs = _payload_rows(rows, attrs)
     if not len(rows):
         return xr.Dataset(attrs=attrs)
@@ -217,8 +228,14 @@ def _stage_dataset(dump: Dump, rows: pd.DataFrame, attrs: dict[str, Any], upcast
             continue
         picked = rows[(rows["io"] == io) & (rows["name"] == name)]
         try:
-            array = dump.tensor(name, rank=int(first["rank"]), window=int(first["window"]),
-                                invocation=str(first["invocation_name"]), stage=str(first["stage"]), io=io)
+            array = dump.tensor(
+                name,
+                rank=int(first["rank"]),
+                window=int(first["window"]),
+                invocation=str(first["invocation_name"]),
+                stage=str(first["stage"]),
+                io=io,
+            )
         except ValueError:
             for label, part in _stacked(var, dump, picked, task_core):
                 builder.add(label, part)
@@ -227,8 +244,9 @@ def _stage_dataset(dump: Dump, rows: pd.DataFrame, attrs: dict[str, Any], upcast
     return builder.dataset(attrs)
 
 
-def _l0_dataset(dump: Dump, rows: pd.DataFrame, attrs: dict[str, Any], upcast: np.dtype | None,
-                drop: set[str]) -> xr.Dataset:
+def _l0_dataset(
+    dump: Dump, rows: pd.DataFrame, attrs: dict[str, Any], upcast: np.dtype | None, drop: set[str]
+) -> xr.Dataset:
     rows, attrs = _payload_rows(rows, attrs)
     builder = _Builder(upcast, drop)
     for name, path in zip(rows["name"], rows["path"]):
@@ -245,8 +263,9 @@ class _Catalog:
         self.windows = [w for w in scan_windows(dump.store, {}) if w.status == "complete"]
         records = dump.records()
         parts = records["path"].str.split("/")
-        records = records.assign(_inv=parts.str[2], _stage=parts.map(
-            lambda p: p[4] if len(p) > 5 and p[3] == "stages" else None))
+        records = records.assign(
+            _inv=parts.str[2], _stage=parts.map(lambda p: p[4] if len(p) > 5 and p[3] == "stages" else None)
+        )
         self.records = records
         self._nodes: dict[str, dict[str, dict[str, Any]]] = {}
 
@@ -264,7 +283,9 @@ class _Catalog:
             if info.rank == rank and info.window == window:
                 return info
         known = ", ".join(info.key for info in self.windows) or "none"
-        raise ValueError(f"{self.dump.root}: no complete window rank_{rank}/window_{window:04d} (complete windows: {known})")
+        raise ValueError(
+            f"{self.dump.root}: no complete window rank_{rank}/window_{window:04d} (complete windows: {known})"
+        )
 
     def invocation_rows(self, info: Any, invocation: str) -> pd.DataFrame:
         r = self.records
@@ -279,8 +300,10 @@ def _parse_group(group: str | None) -> tuple[int | None, int | None, str | None,
     text = (group or "").strip("/")
     match = _GROUP.match(text)
     if text and (not match or not match.group(1)):
-        raise ValueError(f"group={group!r} is not a dump group: expected rank_{{r}}[/window_{{wwww}}"
-                         "[/invocation_{iiiiii}_{direction}[/stages/{stage}]]]")
+        raise ValueError(
+            f"group={group!r} is not a dump group: expected rank_{{r}}[/window_{{wwww}}"
+            "[/invocation_{iiiiii}_{direction}[/stages/{stage}]]]"
+        )
     if not text:
         return None, None, None, None
     assert match is not None
@@ -298,8 +321,9 @@ def _drop_set(drop_variables: str | Iterable[str] | None) -> set[str]:
     return set(drop_variables)
 
 
-def _invocation_node(cat: _Catalog, info: Any, invocation: str, upcast: np.dtype | None, drop: set[str],
-                     stage: str | None = None) -> dict[str, xr.Dataset]:
+def _invocation_node(
+    cat: _Catalog, info: Any, invocation: str, upcast: np.dtype | None, drop: set[str], stage: str | None = None
+) -> dict[str, xr.Dataset]:
     """``{relative path: Dataset}`` for an invocation (and its stages), or one stage of it."""
     rows = cat.invocation_rows(info, invocation)
     attrs = cat.group_attrs(info, invocation)
@@ -310,14 +334,22 @@ def _invocation_node(cat: _Catalog, info: Any, invocation: str, upcast: np.dtype
         return {"": _l0_dataset(cat.dump, rows, attrs, upcast, drop)}
     stages = list(dict.fromkeys(s for s in rows["_stage"] if s))
     out: dict[str, xr.Dataset] = {} if stage is not None else {"": xr.Dataset(attrs={**attrs, "stages": stages})}
-    wanted = stages if stage is None else [s for s in stages if s == stage or
-                                           str(rows[rows["_stage"] == s]["stage"].iloc[0]) == stage]
+    wanted = (
+        stages
+        if stage is None
+        else [s for s in stages if s == stage or str(rows[rows["_stage"] == s]["stage"].iloc[0]) == stage]
+    )
     if stage is not None and not wanted:
-        raise ValueError(f"{cat.dump.root}: {info.key}/{invocation} has no stage {stage!r} (stages: {', '.join(stages)})")
+        raise ValueError(
+            f"{cat.dump.root}: {info.key}/{invocation} has no stage {stage!r} (stages: {', '.join(stages)})"
+        )
     for component in wanted:
         stage_rows = rows[rows["_stage"] == component]
-        stage_attrs = {**cat.group_attrs(info, f"{invocation}/stages/{component}"),
-                       "invocation": invocation, "stage": str(stage_rows["stage"].iloc[0])}
+        stage_attrs = {
+            **cat.group_attrs(info, f"{invocation}/stages/{component}"),
+            "invocation": invocation,
+            "stage": str(stage_rows["stage"].iloc[0]),
+        }
         ds = _stage_dataset(cat.dump, stage_rows, stage_attrs, upcast, drop)
         out["" if stage is not None else f"stages/{component}"] = ds
     if stage is None:
@@ -325,8 +357,14 @@ def _invocation_node(cat: _Catalog, info: Any, invocation: str, upcast: np.dtype
     return out
 
 
-def open_group_dataset(root: Any, *, group: str | None, drop_variables: str | Iterable[str] | None, upcast: Any,
-                       storage_options: dict[str, Any] | None) -> xr.Dataset:
+def open_group_dataset(
+    root: Any,
+    *,
+    group: str | None,
+    drop_variables: str | Iterable[str] | None,
+    upcast: Any,
+    storage_options: dict[str, Any] | None,
+) -> xr.Dataset:
     """One group as a Dataset (see the module docstring).
 
     Args:
@@ -356,13 +394,21 @@ def open_group_dataset(root: Any, *, group: str | None, drop_variables: str | It
     nodes = _invocation_node(cat, info, invocation, dtype, drop, stage)
     if stage is None and "stages" in nodes:
         stage_names = [k for k in nodes if k.startswith("stages/")]
-        raise ValueError(f"{dump.root}: {info.key}/{invocation} is an L1 invocation: its tensors are per stage; "
-                         f"open one of group={', '.join(f'{info.key}/{invocation}/{s}' for s in stage_names)}")
+        raise ValueError(
+            f"{dump.root}: {info.key}/{invocation} is an L1 invocation: its tensors are per stage; "
+            f"open one of group={', '.join(f'{info.key}/{invocation}/{s}' for s in stage_names)}"
+        )
     return nodes[""]
 
 
-def open_groups(root: Any, *, group: str | None, drop_variables: str | Iterable[str] | None, upcast: Any,
-                storage_options: dict[str, Any] | None) -> dict[str, xr.Dataset]:
+def open_groups(
+    root: Any,
+    *,
+    group: str | None,
+    drop_variables: str | Iterable[str] | None,
+    upcast: Any,
+    storage_options: dict[str, Any] | None,
+) -> dict[str, xr.Dataset]:
     """Every group of the dump, or of the subtree at ``group``, as ``{"/path": Dataset}`` (root first).
 
     Args:
@@ -402,7 +448,9 @@ def open_groups(root: Any, *, group: str | None, drop_variables: str | Iterable[
             prefix += f"/{invocation_sel}"
         if stage_sel is not None:
             prefix += f"/stages/{stage_sel}"
-        out = {("/" + k[len(prefix):].lstrip("/")): v for k, v in out.items() if k == prefix or k.startswith(prefix + "/")}
+        out = {
+            ("/" + k[len(prefix) :].lstrip("/")): v for k, v in out.items() if k == prefix or k.startswith(prefix + "/")
+        }
         if not out:
             raise ValueError(f"{dump.root}: no group {group!r}")
     return out

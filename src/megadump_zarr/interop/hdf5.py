@@ -50,10 +50,24 @@ __all__ = ["decode_hdf5_attrs", "export_hdf5"]
 JSON_ATTRS = "_json_attrs"
 _BLOCK_BYTES = 64 << 20  # most bytes of one copied block (source or converted, whichever is larger)
 _CHUNK_BYTES = 16 << 20  # most bytes of one HDF5 chunk
-_WIDENED = {"float16": np.dtype(np.float32), "bfloat16": np.dtype(np.float32), "float8_e4m3fn": np.dtype(np.float32),
-            "float8_e5m2": np.dtype(np.float32)}
-_NETCDF_INTERNAL = frozenset(("REFERENCE_LIST", "CLASS", "DIMENSION_LIST", "NAME", "_Netcdf4Dimid",
-                              "_Netcdf4Coordinates", "_nc3_strict", "_NCProperties"))
+_WIDENED = {
+    "float16": np.dtype(np.float32),
+    "bfloat16": np.dtype(np.float32),
+    "float8_e4m3fn": np.dtype(np.float32),
+    "float8_e5m2": np.dtype(np.float32),
+}
+_NETCDF_INTERNAL = frozenset(
+    (
+        "REFERENCE_LIST",
+        "CLASS",
+        "DIMENSION_LIST",
+        "NAME",
+        "_Netcdf4Dimid",
+        "_Netcdf4Coordinates",
+        "_nc3_strict",
+        "_NCProperties",
+    )
+)
 _RESERVED = _NETCDF_INTERNAL | {"_FillValue", JSON_ATTRS}
 _COMPRESSIONS = ("gzip", "lzf", None)
 _INT64 = (-(1 << 63), (1 << 63) - 1)
@@ -69,7 +83,11 @@ def _encode_attrs(attrs: Mapping[str, Any], where: str) -> dict[str, Any]:
             raise ValueError(f"{where}: attribute name {key!r} is reserved in HDF5/netCDF4 and cannot be exported")
         if isinstance(value, str) and "\x00" not in value:
             out[key] = value
-        elif isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and _INT64[0] <= value <= _INT64[1]:
+        elif (
+            isinstance(value, (int, np.integer))
+            and not isinstance(value, (bool, np.bool_))
+            and _INT64[0] <= value <= _INT64[1]
+        ):
             out[key] = np.int64(value)
         elif isinstance(value, (float, np.floating)):
             out[key] = np.float64(value)
@@ -248,11 +266,14 @@ def export_hdf5(
         from megadump_zarr.read.catalog import commit_evidence_problem
 
         consolidated = group.metadata.consolidated_metadata
-        problem = commit_evidence_problem(window_attrs, None if consolidated is None else
-                                          {key: {} for key in consolidated.metadata})
+        problem = commit_evidence_problem(
+            window_attrs, None if consolidated is None else {key: {} for key in consolidated.metadata}
+        )
         if problem is not None and not allow_incomplete:
-            raise ValueError(f"window {os.fspath(window_url)}/zarr.json says status {status!r} but was never "
-                             f"committed: {problem} (a torn window; pass allow_incomplete=True to export it anyway)")
+            raise ValueError(
+                f"window {os.fspath(window_url)}/zarr.json says status {status!r} but was never "
+                f"committed: {problem} (a torn window; pass allow_incomplete=True to export it anyway)"
+            )
     if status != "complete" and not allow_incomplete:
         raise ValueError(
             f"window {os.fspath(window_url)} has status {status!r}, not 'complete'; only committed complete windows "
@@ -264,13 +285,19 @@ def export_hdf5(
 
     groups, arrays = _hierarchy(group)
 
-    export_attrs = {"source": os.fspath(window_url), "exportedAt": datetime.now(timezone.utc).isoformat(),
-                    "producer": _producer()}
+    export_attrs = {
+        "source": os.fspath(window_url),
+        "exportedAt": datetime.now(timezone.utc).isoformat(),
+        "producer": _producer(),
+    }
     partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
     try:
         # libver >= 1.8: dense attribute storage, so attributes over 64 KiB (long manifests) fit
-        with h5py.File(partial, "w", libver=("v108", "v110"), track_order=True) as raw, \
-                h5netcdf.File(raw, "w") as nc, _progress(progress, sum(map(len, arrays.values()))) as tick:
+        with (
+            h5py.File(partial, "w", libver=("v108", "v110"), track_order=True) as raw,
+            h5netcdf.File(raw, "w") as nc,
+            _progress(progress, sum(map(len, arrays.values()))) as tick,
+        ):
             for path, attrs in groups.items():
                 h5group = nc if not path else nc.create_group(path)
                 if not path:
@@ -343,18 +370,23 @@ def _set_attrs(target: Any, attrs: Mapping[str, Any], where: str) -> None:
         target[key] = value
 
 
-def _write_arrays(h5group: Any, path: str, members: list[tuple[str, Any]], compression: str | None, level: int,
-                  tick: Any) -> None:
+def _write_arrays(
+    h5group: Any, path: str, members: list[tuple[str, Any]], compression: str | None, level: int, tick: Any
+) -> None:
     """One data group: dimensions first, then coordinate variables, then data variables."""
     dims: dict[str, int] = {}
     described = []
     for name, array in members:
         where = f"{path}/{name}" if path else name
         names = array.metadata.dimension_names
-        names = tuple(names) if names is not None and all(names) else tuple(f"{name}_dim_{i}" for i in range(array.ndim))
+        names = (
+            tuple(names) if names is not None and all(names) else tuple(f"{name}_dim_{i}" for i in range(array.ndim))
+        )
         for dim, length in zip(names, array.shape):
             if dims.setdefault(dim, length) != length:
-                raise ValueError(f"{where}: dimension {dim!r} has length {length} here and {dims[dim]} elsewhere in the group")
+                raise ValueError(
+                    f"{where}: dimension {dim!r} has length {length} here and {dims[dim]} elsewhere in the group"
+                )
         described.append((name, array, names, where))
     for dim, length in dims.items():
         h5group.dimensions[dim] = length
@@ -364,8 +396,9 @@ def _write_arrays(h5group: Any, path: str, members: list[tuple[str, Any]], compr
         tick(where)
 
 
-def _copy_array(h5group: Any, name: str, array: Any, dims: tuple[str, ...], where: str, compression: str | None,
-                level: int) -> None:
+def _copy_array(
+    h5group: Any, name: str, array: Any, dims: tuple[str, ...], where: str, compression: str | None, level: int
+) -> None:
     source = np.dtype(array.dtype)
     from megadump_zarr.read.integrity import guard_read
 
@@ -386,8 +419,10 @@ def _copy_array(h5group: Any, name: str, array: Any, dims: tuple[str, ...], wher
     shape = tuple(array.shape)
     zarr_chunks = tuple(array.chunks)
     if len(zarr_chunks) != len(shape) or not all(isinstance(c, int) and c > 0 for c in zarr_chunks):
-        raise ValueError(f"{where}/zarr.json: chunk_grid chunk_shape {list(zarr_chunks)} is not {len(shape)} "
-                         "positive integers (an edited or corrupt array document)")
+        raise ValueError(
+            f"{where}/zarr.json: chunk_grid chunk_shape {list(zarr_chunks)} is not {len(shape)} "
+            "positive integers (an edited or corrupt array document)"
+        )
     chunks = _hdf5_chunks(shape, zarr_chunks, dtype.itemsize)
     options: dict[str, Any] = {}
     if chunks is not None:

@@ -44,6 +44,7 @@ from megadump_zarr.interop.legacy_manifest import LEGACY_SCHEMA_VERSION, Planned
 
 __all__ = ["LEGACY_SCHEMA_VERSION", "convert_legacy"]
 
+
 def _check_representable(window: Any, url: str | os.PathLike[str]) -> None:
     """Refuse (before anything is written) indices readers cannot represent and a destination window
     that a planted link leads out of a local root."""
@@ -52,8 +53,9 @@ def _check_representable(window: Any, url: str | os.PathLike[str]) -> None:
     check_index(window.rank, f"legacy manifest {window.manifest} 'rank'")
     check_index(window.window_index, f"legacy manifest {window.manifest} 'windowIndex'")
     for invocation in window.invocations:
-        check_index(invocation.attrs.get("invocationId"), f"legacy manifest {window.manifest} 'invocationId'",
-                    limit=INT64_LIMIT)
+        check_index(
+            invocation.attrs.get("invocationId"), f"legacy manifest {window.manifest} 'invocationId'", limit=INT64_LIMIT
+        )
         step = invocation.attrs.get("step")
         if not isinstance(step, int) or not -INT64_LIMIT <= step < INT64_LIMIT:
             raise ValueError(f"legacy manifest {window.manifest} 'step' must be an int64, got {step!r}")
@@ -84,13 +86,19 @@ def _load_tensor(item: PlannedTensor) -> Any:
     if not isinstance(obj, torch.Tensor):
         raise ValueError(f"legacy tensor file {item.file} holds a {type(obj).__name__}, not a single torch.Tensor")
     if obj.layout != torch.strided or obj.is_quantized:
-        raise ValueError(f"legacy tensor file {item.file} holds a {obj.layout} tensor; only dense tensors are supported")
+        raise ValueError(
+            f"legacy tensor file {item.file} holds a {obj.layout} tensor; only dense tensors are supported"
+        )
     stored = dtype_name(obj.dtype)
     if item.dtype is not None and stored != item.dtype:
-        raise ValueError(f"legacy tensor file {item.file} holds dtype {stored}, its metadata says storedDtype {item.dtype!r}")
+        raise ValueError(
+            f"legacy tensor file {item.file} holds dtype {stored}, its metadata says storedDtype {item.dtype!r}"
+        )
     shape = tuple(obj.shape)
     if item.shape is not None and shape != item.shape:
-        raise ValueError(f"legacy tensor file {item.file} holds shape {list(shape)}, its metadata says {list(item.shape)}")
+        raise ValueError(
+            f"legacy tensor file {item.file} holds shape {list(shape)}, its metadata says {list(item.shape)}"
+        )
     try:
         return tensor_to_numpy(obj)
     except TypeError as error:
@@ -179,7 +187,9 @@ def convert_legacy(
         _check_representable(window, url)
         key = (window.rank, window.window_index)
         if key in seen:
-            raise ValueError(f"legacy manifests {seen[key]} and {window.manifest} both describe rank {key[0]} window {key[1]}")
+            raise ValueError(
+                f"legacy manifests {seen[key]} and {window.manifest} both describe rank {key[0]} window {key[1]}"
+            )
         seen[key] = window.manifest
         if window_status(url, window.rank, window.window_index, storage_options=options) is not None:
             raise FileExistsError(
@@ -189,7 +199,10 @@ def convert_legacy(
 
     urls: list[str] = []
     total = sum(window.tensor_count for window in windows)
-    with WindowWriter(url, storage_options=options, compressor=compressor, pack=False) as writer, _progress(progress, total) as tick:
+    with (
+        WindowWriter(url, storage_options=options, compressor=compressor, pack=False) as writer,
+        _progress(progress, total) as tick,
+    ):
         undo = UndoableWrites(writer)
         try:
             for window in windows:
@@ -199,8 +212,9 @@ def convert_legacy(
                     for item in invocation.tensors:
                         arrays.append(_array(item, _load_tensor(item)))
                         tick(f"rank {window.rank} window {window.window_index} {invocation.name}")
-                    session.write_invocation(InvocationWrite(invocation.name, dict(invocation.attrs),
-                                                             list(invocation.groups), arrays))
+                    session.write_invocation(
+                        InvocationWrite(invocation.name, dict(invocation.attrs), list(invocation.groups), arrays)
+                    )
                     del arrays
                 urls.append(session.commit("complete"))
         except BaseException as error:  # a refused input leaves no output: remove every window begun

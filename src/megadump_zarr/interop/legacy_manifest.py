@@ -136,16 +136,22 @@ def _confined(window_dir: Path, relative: Any, where: _Where) -> Path:
     try:
         resolved = candidate.resolve(strict=True)
     except FileNotFoundError:
-        raise ValueError(f"legacy tensor file {shown} ({where.source} at {where.path}) does not exist: {candidate}") from None
+        raise ValueError(
+            f"legacy tensor file {shown} ({where.source} at {where.path}) does not exist: {candidate}"
+        ) from None
     except (OSError, RuntimeError) as error:  # symlink loops and the like
-        raise ValueError(f"cannot resolve legacy tensor file {shown} ({where.source} at {where.path}): {error}") from None
+        raise ValueError(
+            f"cannot resolve legacy tensor file {shown} ({where.source} at {where.path}): {error}"
+        ) from None
     if not resolved.is_relative_to(window_dir):
         raise ValueError(
             f"refusing legacy tensor file {shown} ({where.source} at {where.path}): it resolves to {resolved}, "
             f"outside the window directory {window_dir} (a symbolic link escapes it)"
         )
     if not resolved.is_file():
-        raise ValueError(f"legacy tensor file {shown} ({where.source} at {where.path}) is not a regular file: {resolved}")
+        raise ValueError(
+            f"legacy tensor file {shown} ({where.source} at {where.path}) is not a regular file: {resolved}"
+        )
     return resolved
 
 
@@ -217,8 +223,10 @@ def plan_window(window_dir: Path, legacy_root: Path) -> _Window:
     if not directory.is_relative_to(legacy_root):
         raise ValueError(f"refusing legacy window {window_dir}: it resolves to {directory}, outside {legacy_root}")
     if manifest_path.resolve().parent != directory:
-        raise ValueError(f"refusing legacy manifest {manifest_path}: it is a link to {manifest_path.resolve()}, "
-                         f"outside its window directory")
+        raise ValueError(
+            f"refusing legacy manifest {manifest_path}: it is a link to {manifest_path.resolve()}, "
+            f"outside its window directory"
+        )
     manifest = _read_json(manifest_path, "manifest")
     where = _Where(manifest_path)
     version = where.require(manifest, "schemaVersion")
@@ -228,7 +236,9 @@ def plan_window(window_dir: Path, legacy_root: Path) -> _Window:
         )
     serialization = manifest.get("tensorSerialization", "torch.save")
     if serialization != "torch.save":
-        raise where.at("tensorSerialization").error(f"unsupported tensorSerialization {serialization!r}; expected 'torch.save'")
+        raise where.at("tensorSerialization").error(
+            f"unsupported tensorSerialization {serialization!r}; expected 'torch.save'"
+        )
     level = where.string(manifest, "level", _LEVELS)
     rank = where.integer(manifest, "rank", minimum=0)
     window_index = where.integer(manifest, "windowIndex", minimum=0)
@@ -242,8 +252,11 @@ def plan_window(window_dir: Path, legacy_root: Path) -> _Window:
     names: set[str] = set()
     for i, entry in enumerate(entries):
         inv_where = where.at("invocations").at(i)
-        invocation = _plan_l1_invocation(entry, inv_where, directory, rank) if level == "L1" else \
-            _plan_l0_invocation(entry, inv_where, directory, rank)
+        invocation = (
+            _plan_l1_invocation(entry, inv_where, directory, rank)
+            if level == "L1"
+            else _plan_l0_invocation(entry, inv_where, directory, rank)
+        )
         if invocation.name in names:
             raise inv_where.error(f"invocation {invocation.name!r} appears twice")
         names.add(invocation.name)
@@ -255,8 +268,9 @@ def plan_window(window_dir: Path, legacy_root: Path) -> _Window:
         "level": level,
         "tensorSerialization": "zarr-v3",
         "windowIndex": window_index,
-        "capturePhaseSemantics": manifest.get("capturePhaseSemantics",
-                                              "task_boundary" if is_l1 else "mega_kernel_boundary"),
+        "capturePhaseSemantics": manifest.get(
+            "capturePhaseSemantics", "task_boundary" if is_l1 else "mega_kernel_boundary"
+        ),
         "stageViewStorage": "array_per_task_record" if is_l1 else "array_per_tensor_with_ports",
         "rank": rank,
         "invocationCount": len(invocations),
@@ -264,8 +278,11 @@ def plan_window(window_dir: Path, legacy_root: Path) -> _Window:
         "convertedFrom": {
             "schemaVersion": LEGACY_SCHEMA_VERSION,
             "path": str(directory),
-            **{key: manifest[key] for key in ("tensorSerialization", "tensorFileLayout", "stageViewStorage")
-               if key in manifest},
+            **{
+                key: manifest[key]
+                for key in ("tensorSerialization", "tensorFileLayout", "stageViewStorage")
+                if key in manifest
+            },
         },
     }
     return _Window(manifest_path, directory, rank, window_index, attrs, invocations)
@@ -318,8 +335,9 @@ def _plan_l0_invocation(entry: Any, where: _Where, window_dir: Path, rank: int) 
                 tensor_attrs[key] = value
         tensor_attrs["legacyFile"] = tensor["file"]
         _check_sizes(t_where, stored_dtype, actual, file)
-        invocation.tensors.append(PlannedTensor(file, tensor["file"], component, tensor_attrs, None, component,
-                                          actual, stored_dtype))
+        invocation.tensors.append(
+            PlannedTensor(file, tensor["file"], component, tensor_attrs, None, component, actual, stored_dtype)
+        )
     attrs["tensorCount"] = len(invocation.tensors)
     return invocation
 
@@ -380,7 +398,9 @@ def _plan_l1_invocation(entry: Any, where: _Where, window_dir: Path, rank: int) 
         invocation.groups.append(GroupWrite(path, task_attrs))
         components: set[str] = set()
         for j, tensor in enumerate(tensors):
-            invocation.tensors.append(_plan_l1_tensor(tensor, t_where.at("tensors").at(j), window_dir, path, components))
+            invocation.tensors.append(
+                _plan_l1_tensor(tensor, t_where.at("tensors").at(j), window_dir, path, components)
+            )
         records += len(tensors)
     attrs.update(taskCount=len(task_paths), recordCount=records)
     return invocation
@@ -415,8 +435,23 @@ def _plan_l1_tensor(tensor: Any, where: _Where, window_dir: Path, group: str, co
         raise where.error(f"array {group}/{component} appears twice")
     components.add(component)
     truncated = bool(tensor.get("truncated", False))
-    order = ("name", "paramPosition", "io", "index", "capturePhase", "sourceOffsetBytes", "declaredShape",
-             "actualShape", "storedShape", "originalDtype", "storedDtype", "fullBytes", "storedBytes", "truncated", "note")
+    order = (
+        "name",
+        "paramPosition",
+        "io",
+        "index",
+        "capturePhase",
+        "sourceOffsetBytes",
+        "declaredShape",
+        "actualShape",
+        "storedShape",
+        "originalDtype",
+        "storedDtype",
+        "fullBytes",
+        "storedBytes",
+        "truncated",
+        "note",
+    )
     attrs = {key: tensor[key] for key in order if key in tensor}
     attrs.setdefault("originalDtype", stored_dtype)
     for key, value in tensor.items():
@@ -424,4 +459,6 @@ def _plan_l1_tensor(tensor: Any, where: _Where, window_dir: Path, group: str, co
             attrs[key] = value
     attrs["legacyFile"] = tensor["file"]
     dims = (f"{io}_{index:02d}_element",) if truncated and len(stored_shape) == 1 else None
-    return PlannedTensor(file, tensor["file"], f"{group}/{component}", attrs, dims, component, stored_shape, stored_dtype)
+    return PlannedTensor(
+        file, tensor["file"], f"{group}/{component}", attrs, dims, component, stored_shape, stored_dtype
+    )

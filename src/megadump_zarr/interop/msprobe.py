@@ -125,11 +125,16 @@ def convert_msprobe(
     options = dict(storage_options) if storage_options is not None else None
     for window in windows:
         if window_status(url, window.rank, window.index, storage_options=options) is not None:
-            raise FileExistsError(f"Tensor dump window already exists: rank {window.rank} window {window.index} below "
-                                  f"{url} (converting {window.source})")
+            raise FileExistsError(
+                f"Tensor dump window already exists: rank {window.rank} window {window.index} below "
+                f"{url} (converting {window.source})"
+            )
     urls: list[str] = []
     total = sum(w.tensor_count for w in windows)
-    with WindowWriter(url, storage_options=options, compressor=compressor, pack=False) as writer, _progress(progress, total, "converting msprobe tensors") as tick:
+    with (
+        WindowWriter(url, storage_options=options, compressor=compressor, pack=False) as writer,
+        _progress(progress, total, "converting msprobe tensors") as tick,
+    ):
         undo = UndoableWrites(writer)
         try:
             for window in windows:

@@ -142,8 +142,15 @@ RECORD_DTYPE = np.dtype(
 """The record layout as a numpy structured dtype, for decoding the whole table at once."""
 RECORD_DTYPE_V3 = np.dtype(
     {
-        "names": [*RECORD_FIELDS, "kind", "dtype_code", "source_bytes_low", "source_bytes_high", "tensor_offset",
-                  "tensor_bytes"],
+        "names": [
+            *RECORD_FIELDS,
+            "kind",
+            "dtype_code",
+            "source_bytes_low",
+            "source_bytes_high",
+            "tensor_offset",
+            "tensor_bytes",
+        ],
         "formats": ["<u4"] * (len(RECORD_FIELDS) + 6),
         "offsets": [4 * i for i in range(len(RECORD_FIELDS))] + [40 + 4 * i for i in range(6)],
         "itemsize": L1_DUMP_RECORD_SIZE,
@@ -166,8 +173,15 @@ L1_RECORD_KIND_STATISTICS_TENSOR_IF_NONFINITE = 3
 L1_RECORD_KIND_STATISTICS_TENSOR_IF_CHANGED = 4
 """Record kind: statistics slot; the tensor copied into the pool only when its checksum differs from the
 expected one the host wrote into the slot (or when none was given)."""
-L1_RECORD_KINDS = frozenset({L1_RECORD_KIND_TENSOR, L1_RECORD_KIND_STATISTICS, L1_RECORD_KIND_STATISTICS_AND_TENSOR,
-                             L1_RECORD_KIND_STATISTICS_TENSOR_IF_NONFINITE, L1_RECORD_KIND_STATISTICS_TENSOR_IF_CHANGED})
+L1_RECORD_KINDS = frozenset(
+    {
+        L1_RECORD_KIND_TENSOR,
+        L1_RECORD_KIND_STATISTICS,
+        L1_RECORD_KIND_STATISTICS_AND_TENSOR,
+        L1_RECORD_KIND_STATISTICS_TENSOR_IF_NONFINITE,
+        L1_RECORD_KIND_STATISTICS_TENSOR_IF_CHANGED,
+    }
+)
 L1_POOL_KINDS = frozenset({L1_RECORD_KIND_STATISTICS_TENSOR_IF_NONFINITE, L1_RECORD_KIND_STATISTICS_TENSOR_IF_CHANGED})
 """Kinds whose tensor, when copied, goes into the buffer's tensor pool."""
 L1_POOL_HEADER_OFFSET = 32
@@ -183,7 +197,14 @@ L1_RECORD_EXTENSION_OFFSET = 40
 """Byte offset, inside a record, of the version-3 extension words (the seed's padding)."""
 RECORD_EXTENSION_STRUCT = struct.Struct("<6I")
 """Extension layout: kind, dtype_code, source_bytes_low, source_bytes_high, tensor_offset, tensor_bytes."""
-RECORD_EXTENSION_FIELDS = ("kind", "dtype_code", "source_bytes_low", "source_bytes_high", "tensor_offset", "tensor_bytes")
+RECORD_EXTENSION_FIELDS = (
+    "kind",
+    "dtype_code",
+    "source_bytes_low",
+    "source_bytes_high",
+    "tensor_offset",
+    "tensor_bytes",
+)
 
 L1_STATISTICS_LAYOUT_VERSION = 1
 """Version of the statistics slot layout (word 0 of the slot)."""
@@ -199,8 +220,20 @@ L1_STAT_TENSOR_COPIED = 8
 L1_STAT_POOL_FULL = 16
 
 L1_DTYPE_CODES = {
-    1: "bool", 2: "int8", 3: "uint8", 4: "int16", 5: "uint16", 6: "int32", 7: "uint32", 8: "int64",
-    9: "uint64", 10: "float16", 11: "bfloat16", 12: "float32", 13: "float64", 14: "float8_e4m3fn",
+    1: "bool",
+    2: "int8",
+    3: "uint8",
+    4: "int16",
+    5: "uint16",
+    6: "int32",
+    7: "uint32",
+    8: "int64",
+    9: "uint64",
+    10: "float16",
+    11: "bfloat16",
+    12: "float32",
+    13: "float64",
+    14: "float8_e4m3fn",
     15: "float8_e5m2",
 }
 """Element type codes of the extension's ``dtype_code`` (names as torch and ml_dtypes spell them)."""

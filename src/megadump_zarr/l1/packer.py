@@ -143,8 +143,13 @@ def _extension(index: int, entry: L1RecordEntry) -> dict[str, int]:
     """
     where = f"L1 dump entry {index} (task_id={entry.task_id})"
     values = {}
-    for name, limit in (("kind", U32_MAX), ("dtype_code", U32_MAX), ("source_bytes", U64_LIMIT - 1),
-                        ("tensor_offset", U32_MAX), ("tensor_bytes", U32_MAX)):
+    for name, limit in (
+        ("kind", U32_MAX),
+        ("dtype_code", U32_MAX),
+        ("source_bytes", U64_LIMIT - 1),
+        ("tensor_offset", U32_MAX),
+        ("tensor_bytes", U32_MAX),
+    ):
         value = getattr(entry, name)
         number = _as_int(value)
         if number is None or not 0 <= number <= limit:
@@ -152,7 +157,9 @@ def _extension(index: int, entry: L1RecordEntry) -> dict[str, int]:
         values[name] = number
     kind = values["kind"]
     if kind not in L1_RECORD_KINDS:
-        raise ValueError(f"{where} has invalid kind {kind}; expected 0 (tensor), 1 (statistics) or 2 (statistics and tensor)")
+        raise ValueError(
+            f"{where} has invalid kind {kind}; expected 0 (tensor), 1 (statistics) or 2 (statistics and tensor)"
+        )
     if kind == L1_RECORD_KIND_TENSOR:
         extra = {k: v for k, v in values.items() if k != "kind" and v}
         if extra:
@@ -161,17 +168,23 @@ def _extension(index: int, entry: L1RecordEntry) -> dict[str, int]:
     if values["dtype_code"] not in L1_DTYPE_CODES:
         raise ValueError(f"{where} has unknown dtype_code {values['dtype_code']}")
     if _as_int(entry.payload_bytes) != L1_STATISTICS_SLOT_SIZE:
-        raise ValueError(f"{where} statistics slot payload_bytes={entry.payload_bytes!r} must be {L1_STATISTICS_SLOT_SIZE}")
+        raise ValueError(
+            f"{where} statistics slot payload_bytes={entry.payload_bytes!r} must be {L1_STATISTICS_SLOT_SIZE}"
+        )
     if kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR:
         if values["tensor_offset"] % L1_DUMP_ALIGNMENT:
             raise ValueError(f"{where} tensor_offset={values['tensor_offset']} is not {L1_DUMP_ALIGNMENT}-byte aligned")
         if values["tensor_bytes"] > values["source_bytes"]:
-            raise ValueError(f"{where} tensor_bytes={values['tensor_bytes']} exceeds source_bytes={values['source_bytes']}")
+            raise ValueError(
+                f"{where} tensor_bytes={values['tensor_bytes']} exceeds source_bytes={values['source_bytes']}"
+            )
     elif kind in L1_POOL_KINDS:
         if values["tensor_offset"]:
             raise ValueError(f"{where} takes its tensor from the pool but sets tensor_offset={values['tensor_offset']}")
         if values["tensor_bytes"] > values["source_bytes"]:
-            raise ValueError(f"{where} tensor_bytes={values['tensor_bytes']} exceeds source_bytes={values['source_bytes']}")
+            raise ValueError(
+                f"{where} tensor_bytes={values['tensor_bytes']} exceeds source_bytes={values['source_bytes']}"
+            )
     elif values["tensor_offset"] or values["tensor_bytes"]:
         raise ValueError(f"{where} is a statistics record without a tensor slot but sets tensor_offset/tensor_bytes")
     return values
@@ -180,8 +193,11 @@ def _extension(index: int, entry: L1RecordEntry) -> dict[str, int]:
 def _slots(entries: Sequence[L1RecordEntry]) -> list[tuple[int, int, int]]:
     """Every non-empty slot as ``(offset, end, entry index)``: payload slots and kind-2 tensor slots."""
     slots = [(e.payload_offset, e.payload_end, i) for i, e in enumerate(entries) if e.payload_bytes > 0]
-    slots += [(e.tensor_offset, e.tensor_offset + e.tensor_bytes, i) for i, e in enumerate(entries)
-              if e.kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR and e.tensor_bytes > 0]
+    slots += [
+        (e.tensor_offset, e.tensor_offset + e.tensor_bytes, i)
+        for i, e in enumerate(entries)
+        if e.kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR and e.tensor_bytes > 0
+    ]
     return slots
 
 
@@ -196,13 +212,13 @@ def _check_overlap(entries: Sequence[L1RecordEntry]) -> None:
         if b_start < a_end:
             (first, fa, fe), (second, sa, se) = sorted(((i, a_start, a_end), (j, b_start, b_end)))
             raise ValueError(
-                f"L1 dump entries {first} and {second} have overlapping payload slots:"
-                f" [{fa}, {fe}) and [{sa}, {se})"
+                f"L1 dump entries {first} and {second} have overlapping payload slots: [{fa}, {fe}) and [{sa}, {se})"
             )
 
 
-def pack_l1_buffer(entries: Sequence[L1RecordEntry], *, payload_base: int = L1_DUMP_PAYLOAD_BASE,
-                   pool: tuple[int, int] | None = None) -> bytearray:
+def pack_l1_buffer(
+    entries: Sequence[L1RecordEntry], *, payload_base: int = L1_DUMP_PAYLOAD_BASE, pool: tuple[int, int] | None = None
+) -> bytearray:
     """Build a zero-filled L1 dump buffer holding ``entries`` as PENDING records.
 
     The header gets ``enabled=1``, ``payload_offset`` = the lowest entry payload
@@ -316,6 +332,8 @@ def _check_pool(entries: Sequence[L1RecordEntry], pool: tuple[int, int] | None, 
     if offset is None or size is None or not 0 <= offset <= U32_MAX or not 0 < size <= U32_MAX:
         raise ValueError(f"L1 dump tensor pool {pool!r} must be (u32 offset, positive u32 bytes)")
     if offset % L1_DUMP_ALIGNMENT or offset < slots_end:
-        raise ValueError(f"L1 dump tensor pool offset={offset} must be {L1_DUMP_ALIGNMENT}-byte aligned and at or"
-                         f" after the last slot's end ({slots_end})")
+        raise ValueError(
+            f"L1 dump tensor pool offset={offset} must be {L1_DUMP_ALIGNMENT}-byte aligned and at or"
+            f" after the last slot's end ({slots_end})"
+        )
     return offset, size

@@ -43,8 +43,14 @@ from megadump_zarr.l1.format import (
     L1Statistics,
 )
 
-__all__ = ["read_l1_buffer", "read_l1_header", "read_l1_pool", "read_l1_statistics", "read_l1_statistics_many",
-           "read_l1_table"]
+__all__ = [
+    "read_l1_buffer",
+    "read_l1_header",
+    "read_l1_pool",
+    "read_l1_statistics",
+    "read_l1_statistics_many",
+    "read_l1_table",
+]
 
 
 def _from_torch(obj: Any) -> np.ndarray:
@@ -207,8 +213,9 @@ def _validate_records(header: L1Header, table: np.ndarray, offsets: np.ndarray, 
         )
 
 
-def _validate_extension(header: L1Header, table: np.ndarray, offsets: np.ndarray, ends: np.ndarray,
-                        pool: tuple[int, int, int]) -> None:
+def _validate_extension(
+    header: L1Header, table: np.ndarray, offsets: np.ndarray, ends: np.ndarray, pool: tuple[int, int, int]
+) -> None:
     """Version 3: check kinds, dtype codes, statistics slot sizes, kind-2 tensor slots and the tensor pool.
 
     Args:
@@ -221,40 +228,58 @@ def _validate_extension(header: L1Header, table: np.ndarray, offsets: np.ndarray
     kind, task_id = table["kind"], table["task_id"]
     bad = _first(kind > L1_RECORD_KIND_STATISTICS_TENSOR_IF_CHANGED)
     if bad >= 0:
-        raise ValueError(f"L1 dump record {bad} (task_id={int(task_id[bad])}) has invalid kind {int(kind[bad])};"
-                         " expected 0 (tensor), 1 (statistics), 2 (statistics and tensor), 3 (statistics, tensor if"
-                         " non-finite) or 4 (statistics, tensor if changed)")
+        raise ValueError(
+            f"L1 dump record {bad} (task_id={int(task_id[bad])}) has invalid kind {int(kind[bad])};"
+            " expected 0 (tensor), 1 (statistics), 2 (statistics and tensor), 3 (statistics, tensor if"
+            " non-finite) or 4 (statistics, tensor if changed)"
+        )
     _validate_pool(header, kind, table, ends, pool)
     stats = kind != L1_RECORD_KIND_TENSOR
     extension = ("dtype_code", "source_bytes_low", "source_bytes_high", "tensor_offset", "tensor_bytes")
     bad = _first(~stats & np.any([table[name] != 0 for name in extension], axis=0))
     if bad >= 0:
-        raise ValueError(f"L1 dump record {bad} (task_id={int(task_id[bad])}) is a tensor record with non-zero"
-                         " statistics fields")
+        raise ValueError(
+            f"L1 dump record {bad} (task_id={int(task_id[bad])}) is a tensor record with non-zero statistics fields"
+        )
     codes = np.array(sorted(L1_DTYPE_CODES), dtype=np.uint32)
     bad = _first(stats & ~np.isin(table["dtype_code"], codes))
     if bad >= 0:
-        raise ValueError(f"L1 dump record {bad} (task_id={int(task_id[bad])}) has unknown dtype_code"
-                         f" {int(table['dtype_code'][bad])}")
+        raise ValueError(
+            f"L1 dump record {bad} (task_id={int(task_id[bad])}) has unknown dtype_code {int(table['dtype_code'][bad])}"
+        )
     bad = _first(stats & (ends - offsets != L1_STATISTICS_SLOT_SIZE))
     if bad >= 0:
-        raise ValueError(f"L1 dump record {bad} (task_id={int(task_id[bad])}) statistics slot payload_bytes="
-                         f"{int(ends[bad] - offsets[bad])} must be {L1_STATISTICS_SLOT_SIZE}")
+        raise ValueError(
+            f"L1 dump record {bad} (task_id={int(task_id[bad])}) statistics slot payload_bytes="
+            f"{int(ends[bad] - offsets[bad])} must be {L1_STATISTICS_SLOT_SIZE}"
+        )
     with_tensor = kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR
-    from_pool = (kind == L1_RECORD_KIND_STATISTICS_TENSOR_IF_NONFINITE) | (kind == L1_RECORD_KIND_STATISTICS_TENSOR_IF_CHANGED)
+    from_pool = (kind == L1_RECORD_KIND_STATISTICS_TENSOR_IF_NONFINITE) | (
+        kind == L1_RECORD_KIND_STATISTICS_TENSOR_IF_CHANGED
+    )
     bad = _first(~with_tensor & ((table["tensor_offset"] != 0) | ((table["tensor_bytes"] != 0) & ~from_pool)))
     if bad >= 0:
-        raise ValueError(f"L1 dump record {bad} (task_id={int(task_id[bad])}) has a tensor slot but kind {int(kind[bad])}")
+        raise ValueError(
+            f"L1 dump record {bad} (task_id={int(task_id[bad])}) has a tensor slot but kind {int(kind[bad])}"
+        )
     source = (table["source_bytes_high"].astype(np.uint64) << np.uint64(32)) | table["source_bytes_low"]
     t_start = table["tensor_offset"].astype(np.int64)
     t_end = t_start + table["tensor_bytes"]
     bad = _first(from_pool & (table["tensor_bytes"].astype(np.uint64) > source))
     if bad >= 0:
-        raise ValueError(f"L1 dump record {bad} (task_id={int(task_id[bad])}) tensor_bytes="
-                         f"{int(table['tensor_bytes'][bad])} exceeds source_bytes={int(source[bad])}")
-    bad = _first(with_tensor & ((t_start < header.payload_offset) | (t_end > header.total_bytes)
-                                | (t_start % L1_DUMP_ALIGNMENT != 0)
-                                | (table["tensor_bytes"].astype(np.uint64) > source)))
+        raise ValueError(
+            f"L1 dump record {bad} (task_id={int(task_id[bad])}) tensor_bytes="
+            f"{int(table['tensor_bytes'][bad])} exceeds source_bytes={int(source[bad])}"
+        )
+    bad = _first(
+        with_tensor
+        & (
+            (t_start < header.payload_offset)
+            | (t_end > header.total_bytes)
+            | (t_start % L1_DUMP_ALIGNMENT != 0)
+            | (table["tensor_bytes"].astype(np.uint64) > source)
+        )
+    )
     if bad >= 0:
         raise ValueError(
             f"L1 dump record {bad} (task_id={int(task_id[bad])}) tensor slot [{int(t_start[bad])}, {int(t_end[bad])})"
@@ -275,7 +300,6 @@ def _validate_extension(header: L1Header, table: np.ndarray, offsets: np.ndarray
             f"L1 dump records {first} and {second} have overlapping payload slots:"
             f" [{int(starts[a])}, {int(stops[a])}) and [{int(starts[b])}, {int(stops[b])})"
         )
-
 
 
 def read_l1_statistics(slot: Any) -> L1Statistics:
@@ -318,24 +342,34 @@ def read_l1_header(buffer: Any) -> L1Header:
     return _validate_header(_as_host_array(buffer))
 
 
-def _validate_pool(header: L1Header, kind: np.ndarray, table: np.ndarray, ends: np.ndarray,
-                   pool: tuple[int, int, int]) -> None:
+def _validate_pool(
+    header: L1Header, kind: np.ndarray, table: np.ndarray, ends: np.ndarray, pool: tuple[int, int, int]
+) -> None:
     """The tensor pool: present exactly when a record takes from it; aligned, after every slot, inside
     ``total_bytes``, and ``pool_used`` within it."""
     offset, size, used = pool
-    users = bool(np.any((kind == L1_RECORD_KIND_STATISTICS_TENSOR_IF_NONFINITE)
-                        | (kind == L1_RECORD_KIND_STATISTICS_TENSOR_IF_CHANGED)))
+    users = bool(
+        np.any(
+            (kind == L1_RECORD_KIND_STATISTICS_TENSOR_IF_NONFINITE)
+            | (kind == L1_RECORD_KIND_STATISTICS_TENSOR_IF_CHANGED)
+        )
+    )
     if not users:
         if offset or size or used:
-            raise ValueError(f"L1 dump tensor pool (offset={offset}, bytes={size}, used={used}) without a record of"
-                             " kind 3 or 4")
+            raise ValueError(
+                f"L1 dump tensor pool (offset={offset}, bytes={size}, used={used}) without a record of kind 3 or 4"
+            )
         return
     tensor_ends = table["tensor_offset"].astype(np.int64) + table["tensor_bytes"]
-    last = int(max(ends.max(initial=0), np.where(kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR, tensor_ends, 0).max(initial=0)))
+    last = int(
+        max(ends.max(initial=0), np.where(kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR, tensor_ends, 0).max(initial=0))
+    )
     if size == 0 or offset % L1_DUMP_ALIGNMENT or offset < last or offset + size > header.total_bytes or used > size:
-        raise ValueError(f"L1 dump tensor pool (offset={offset}, bytes={size}, used={used}) is misplaced: it must be"
-                         f" {L1_DUMP_ALIGNMENT}-byte aligned, after the last slot ({last}), within"
-                         f" total_bytes={header.total_bytes}, and used <= bytes")
+        raise ValueError(
+            f"L1 dump tensor pool (offset={offset}, bytes={size}, used={used}) is misplaced: it must be"
+            f" {L1_DUMP_ALIGNMENT}-byte aligned, after the last slot ({last}), within"
+            f" total_bytes={header.total_bytes}, and used <= bytes"
+        )
 
 
 def read_l1_pool(buffer: Any) -> tuple[int, int, int]:
@@ -348,7 +382,9 @@ def read_l1_pool(buffer: Any) -> tuple[int, int, int]:
     header = _validate_header(data, partial=True)
     if header.version != L1_DUMP_VERSION_STATISTICS:
         return 0, 0, 0
-    offset, size, used, _ = POOL_STRUCT.unpack(data[L1_POOL_HEADER_OFFSET:L1_POOL_HEADER_OFFSET + POOL_STRUCT.size].tobytes())
+    offset, size, used, _ = POOL_STRUCT.unpack(
+        data[L1_POOL_HEADER_OFFSET : L1_POOL_HEADER_OFFSET + POOL_STRUCT.size].tobytes()
+    )
     return offset, size, used
 
 
@@ -369,32 +405,71 @@ def read_l1_table(buffer: Any, *, partial: bool = False) -> tuple[L1Header, np.n
     count = header.record_count
     v3 = header.version == L1_DUMP_VERSION_STATISTICS
     layout = RECORD_DTYPE_V3 if v3 else RECORD_DTYPE
-    table = np.frombuffer(data, dtype=layout, count=count, offset=header.records_offset) if count else np.empty(0, layout)
+    table = (
+        np.frombuffer(data, dtype=layout, count=count, offset=header.records_offset) if count else np.empty(0, layout)
+    )
     offsets = table["payload_offset"].astype(np.int64)
     ends = offsets + table["payload_bytes"]
     _validate_records(header, table, offsets, ends)
     if v3:
         if count and not np.any(table["kind"] != L1_RECORD_KIND_TENSOR):
-            raise ValueError(f"invalid L1 dump buffer header: magic={header.magic:#x}, version={header.version}"
-                             " (a version-3 buffer must hold a statistics record)")
-        pool = POOL_STRUCT.unpack(data[L1_POOL_HEADER_OFFSET:L1_POOL_HEADER_OFFSET + POOL_STRUCT.size].tobytes())[:3]
+            raise ValueError(
+                f"invalid L1 dump buffer header: magic={header.magic:#x}, version={header.version}"
+                " (a version-3 buffer must hold a statistics record)"
+            )
+        pool = POOL_STRUCT.unpack(data[L1_POOL_HEADER_OFFSET : L1_POOL_HEADER_OFFSET + POOL_STRUCT.size].tobytes())[:3]
         _validate_extension(header, table, offsets, ends, pool)
     if partial and count:
         bad = _first(ends > data.shape[0])
         if bad >= 0:
-            raise ValueError(f"L1 dump record {bad} payload slot ends at {int(ends[bad])}, past the"
-                             f" {data.shape[0]} bytes copied")
+            raise ValueError(
+                f"L1 dump record {bad} payload slot ends at {int(ends[bad])}, past the {data.shape[0]} bytes copied"
+            )
     return header, table, data
 
 
-STATISTICS_DTYPE = np.dtype({
-    "names": ["version", "flags", "element_count", "nan_count", "inf_count", "min_i", "max_i", "mean", "l2norm",
-              "checksum", "byte_count", "min_f", "max_f", "tensor_offset", "expected", "expected_present"],
-    "formats": ["<u4", "<u4", "<u8", "<u8", "<u8", "<i8", "<i8", "<f8", "<f8", "<u8", "<u8", "<f8", "<f8", "<u8", "<u8",
-                "<u4"],
-    "offsets": [0, 4, 8, 16, 24, 32, 40, 48, 56, 64, 72, 32, 40, 80, 88, 96],
-    "itemsize": L1_STATISTICS_SLOT_SIZE,
-})
+STATISTICS_DTYPE = np.dtype(
+    {
+        "names": [
+            "version",
+            "flags",
+            "element_count",
+            "nan_count",
+            "inf_count",
+            "min_i",
+            "max_i",
+            "mean",
+            "l2norm",
+            "checksum",
+            "byte_count",
+            "min_f",
+            "max_f",
+            "tensor_offset",
+            "expected",
+            "expected_present",
+        ],
+        "formats": [
+            "<u4",
+            "<u4",
+            "<u8",
+            "<u8",
+            "<u8",
+            "<i8",
+            "<i8",
+            "<f8",
+            "<f8",
+            "<u8",
+            "<u8",
+            "<f8",
+            "<f8",
+            "<u8",
+            "<u8",
+            "<u4",
+        ],
+        "offsets": [0, 4, 8, 16, 24, 32, 40, 48, 56, 64, 72, 32, 40, 80, 88, 96],
+        "itemsize": L1_STATISTICS_SLOT_SIZE,
+    }
+)
 """The statistics slot as a numpy structured dtype (min/max readable as i64 and as f64)."""
 
 
@@ -420,8 +495,10 @@ def read_l1_statistics_many(data: np.ndarray, offsets: np.ndarray) -> list[L1Sta
         raise ValueError(f"L1 statistics slot at {int(offsets[bad])} was not written by the device (valid flag clear)")
     bad = _first(slots["version"] != L1_STATISTICS_LAYOUT_VERSION)
     if bad >= 0:
-        raise ValueError(f"L1 statistics slot at {int(offsets[bad])} layout version {int(slots['version'][bad])}"
-                         f" is not {L1_STATISTICS_LAYOUT_VERSION}")
+        raise ValueError(
+            f"L1 statistics slot at {int(offsets[bad])} layout version {int(slots['version'][bad])}"
+            f" is not {L1_STATISTICS_LAYOUT_VERSION}"
+        )
     flags = slots["flags"]
     finite = (flags & L1_STAT_HAS_FINITE) != 0
     integer = (flags & L1_STAT_INTEGER) != 0
@@ -435,9 +512,22 @@ def read_l1_statistics_many(data: np.ndarray, offsets: np.ndarray) -> list[L1Sta
     highs = [a if i else b for a, b, i in zip(hi_int, hi_float, integer.tolist())]
     means = column(slots["mean"], finite & np.isfinite(slots["mean"]))
     l2s = column(slots["l2norm"], finite & np.isfinite(slots["l2norm"]))
-    return list(map(L1Statistics, flags.tolist(), slots["element_count"].tolist(), slots["nan_count"].tolist(),
-                    slots["inf_count"].tolist(), lows, highs, means, l2s, slots["checksum"].tolist(),
-                    slots["byte_count"].tolist(), slots["tensor_offset"].tolist()))
+    return list(
+        map(
+            L1Statistics,
+            flags.tolist(),
+            slots["element_count"].tolist(),
+            slots["nan_count"].tolist(),
+            slots["inf_count"].tolist(),
+            lows,
+            highs,
+            means,
+            l2s,
+            slots["checksum"].tolist(),
+            slots["byte_count"].tolist(),
+            slots["tensor_offset"].tolist(),
+        )
+    )
 
 
 def read_l1_buffer(buffer: Any, *, partial: bool = False) -> L1Buffer:
@@ -488,13 +578,36 @@ def read_l1_buffer(buffer: Any, *, partial: bool = False) -> L1Buffer:
         for i, (tid, ph, pp, so, off, nb, st, ti, wid, end) in enumerate(columns)
     )
     if v3:
-        source_bytes = ((table["source_bytes_high"].astype(np.uint64) << np.uint64(32)) | table["source_bytes_low"]).tolist()
-        extension = zip(table["kind"].tolist(), table["dtype_code"].tolist(), source_bytes,
-                        table["tensor_offset"].tolist(), table["tensor_bytes"].tolist())
+        source_bytes = (
+            (table["source_bytes_high"].astype(np.uint64) << np.uint64(32)) | table["source_bytes_low"]
+        ).tolist()
+        extension = zip(
+            table["kind"].tolist(),
+            table["dtype_code"].tolist(),
+            source_bytes,
+            table["tensor_offset"].tolist(),
+            table["tensor_bytes"].tolist(),
+        )
         records = tuple(
-            L1Record(r.task_id, r.phase, r.parameter_position, r.source_offset_bytes, r.payload_offset, r.payload_bytes,
-                     r.status, r.task_index, r.worker_id, r.index, r.record_offset, r.payload, kind=kind,
-                     dtype_code=code, source_bytes=nbytes, tensor_offset=t_off, tensor_bytes=t_bytes)
+            L1Record(
+                r.task_id,
+                r.phase,
+                r.parameter_position,
+                r.source_offset_bytes,
+                r.payload_offset,
+                r.payload_bytes,
+                r.status,
+                r.task_index,
+                r.worker_id,
+                r.index,
+                r.record_offset,
+                r.payload,
+                kind=kind,
+                dtype_code=code,
+                source_bytes=nbytes,
+                tensor_offset=t_off,
+                tensor_bytes=t_bytes,
+            )
             for r, (kind, code, nbytes, t_off, t_bytes) in zip(records, extension)
         )
     return L1Buffer(header=header, records=records, data=data)

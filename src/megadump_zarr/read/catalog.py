@@ -51,15 +51,52 @@ __all__ = [
 ]
 
 RECORD_COLUMNS = (
-    "rank", "window", "invocation", "step", "direction", "kernel", "level", "stage", "task_id",
-    "stage_task_index", "owner_label", "owner_id", "core_type", "core_id", "worker", "io", "index", "name",
-    "dtype", "shape", "stored_shape", "truncated", "bytes", "stored_bytes", "min", "max", "mean", "l2norm",
-    "nan_count", "inf_count", "path",
+    "rank",
+    "window",
+    "invocation",
+    "step",
+    "direction",
+    "kernel",
+    "level",
+    "stage",
+    "task_id",
+    "stage_task_index",
+    "owner_label",
+    "owner_id",
+    "core_type",
+    "core_id",
+    "worker",
+    "io",
+    "index",
+    "name",
+    "dtype",
+    "shape",
+    "stored_shape",
+    "truncated",
+    "bytes",
+    "stored_bytes",
+    "min",
+    "max",
+    "mean",
+    "l2norm",
+    "nan_count",
+    "inf_count",
+    "path",
 )
 """The records table's required columns, in order."""
 
-EXTRA_COLUMNS = ("role", "capture_phase", "status", "param_position", "note", "invocation_name", "group", "partial",
-                 "pack_array", "pack_row")
+EXTRA_COLUMNS = (
+    "role",
+    "capture_phase",
+    "status",
+    "param_position",
+    "note",
+    "invocation_name",
+    "group",
+    "partial",
+    "pack_array",
+    "pack_row",
+)
 """Columns that follow the required ones: L0 role, capture phase, window status, ABI parameter position,
 the record's note, the invocation group's name, the data group's path (relative to the root),
 ``partial`` (True for a record salvaged from a launch that failed, kept with ``on_error="keep"``) and, for a
@@ -74,12 +111,38 @@ _RANK = re.compile(r"^rank_(\d+)$")
 _WINDOW = re.compile(r"^window_(\d+)$")
 _INVOCATION = re.compile(r"^invocation_(\d+)_(.+)$")
 _TASK = re.compile(r"^task_(\d+)(?:_worker_(\d+))?$")
-_ITEMSIZE = {name: np.dtype(name).itemsize for name in (
-    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64",
-)}
+_ITEMSIZE = {
+    name: np.dtype(name).itemsize
+    for name in (
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "float32",
+        "float64",
+    )
+}
 _ITEMSIZE.update(bfloat16=np.dtype(ml_dtypes.bfloat16).itemsize, float8_e4m3fn=1, float8_e5m2=1)
-_INT_COLUMNS = ("step", "task_id", "stage_task_index", "owner_id", "core_id", "worker", "index", "nan_count",
-                "inf_count", "param_position", "bytes", "stored_bytes")
+_INT_COLUMNS = (
+    "step",
+    "task_id",
+    "stage_task_index",
+    "owner_id",
+    "core_id",
+    "worker",
+    "index",
+    "nan_count",
+    "inf_count",
+    "param_position",
+    "bytes",
+    "stored_bytes",
+)
 _FLOAT_COLUMNS = ("min", "max", "mean", "l2norm")
 
 
@@ -167,7 +230,9 @@ def check_root(store: Store, url: str) -> dict[str, Any]:
         else:
             what = None
         found = f"; it looks like {what}, open the dump root two or more levels up" if what else ""
-        raise ValueError(f"{url} is not a megadump_zarr dump root: its zarr.json has no 'megadump_zarr' attribute{found}{hint}")
+        raise ValueError(
+            f"{url} is not a megadump_zarr dump root: its zarr.json has no 'megadump_zarr' attribute{found}{hint}"
+        )
     return attrs
 
 
@@ -190,8 +255,10 @@ def scan_windows(store: Store, cache: dict[str, WindowInfo] | None = None) -> li
             if window_match:
                 rank, window = int(rank_match.group(1)), int(window_match.group(1))
                 if rank > INT64_MAX or window > INT64_MAX:
-                    raise ValueError(f"{rank_name}/{window_name}: a rank or window index beyond int64 "
-                                     "(no writer makes one; remove or rename the directory)")
+                    raise ValueError(
+                        f"{rank_name}/{window_name}: a rank or window index beyond int64 "
+                        "(no writer makes one; remove or rename the directory)"
+                    )
                 keys.append((rank, window, f"{rank_name}/{window_name}"))
     keys.sort()
     missing = [key for _, _, key in keys if key not in cache or not cache[key].final]
@@ -229,8 +296,9 @@ def window_info(key: str, raw: bytes | None, doc: dict[str, Any] | None = None) 
     if status != "writing" and isinstance(nodes, dict):
         for path, node in nodes.items():
             if not isinstance(node, dict):
-                raise ValueError(f"{where}: consolidated_metadata.metadata[{path!r}] {str(node)[:60]!r} is not a "
-                                 "JSON object")
+                raise ValueError(
+                    f"{where}: consolidated_metadata.metadata[{path!r}] {str(node)[:60]!r} is not a JSON object"
+                )
     if status in ("complete", "aborted") and commit_evidence_problem(attrs, nodes) is not None:
         status = "writing"  # a torn window whose status was edited: not committed, whatever it says
     if status == "writing" or not isinstance(nodes, dict):
@@ -367,14 +435,19 @@ def _task_info(nodes: Mapping[str, dict[str, Any]], group: str, window_key: str)
     stage = task_attrs.get("stage", stage_attrs.get("stage", parts[2]))
     return {
         "stage": optional_str(stage, where, "attributes.stage"),
-        "task_id": int_field(task_attrs.get("taskId", int(match.group(1)) if match else None), where, "attributes.taskId"),
+        "task_id": int_field(
+            task_attrs.get("taskId", int(match.group(1)) if match else None), where, "attributes.taskId"
+        ),
         "stage_task_index": int_field(task_attrs.get("stageTaskIndex"), where, "attributes.stageTaskIndex"),
         "owner_label": optional_str(owner.get("label"), where, "attributes.owner.label"),
         "owner_id": int_field(owner.get("id"), where, "attributes.owner.id"),
         "core_type": optional_str(task_attrs.get("coreType"), where, "attributes.coreType"),
         "core_id": int_field(task_attrs.get("coreId"), where, "attributes.coreId"),
-        "worker": int_field(task_attrs.get("workerId", int(match.group(2)) if match and match.group(2) is not None
-                                           else None), where, "attributes.workerId"),
+        "worker": int_field(
+            task_attrs.get("workerId", int(match.group(2)) if match and match.group(2) is not None else None),
+            where,
+            "attributes.workerId",
+        ),
     }
 
 
@@ -396,14 +469,28 @@ def data_groups(info: WindowInfo, nodes: Mapping[str, dict[str, Any]]) -> list[D
         inv = invocations.get(parts[0])
         if inv is None:
             inv = invocations[parts[0]] = _invocation_info(parts[0], nodes, info.key)
-        common = dict(rank=info.rank, window=info.window, invocation=inv["invocation"], invocation_name=parts[0],
-                      kernel=inv["kernel"], direction=inv["direction"], status=info.status)
+        common = dict(
+            rank=info.rank,
+            window=info.window,
+            invocation=inv["invocation"],
+            invocation_name=parts[0],
+            kernel=inv["kernel"],
+            direction=inv["direction"],
+            status=info.status,
+        )
         if len(parts) >= 4 and parts[1] == "stages" and _TASK.match(parts[3]):
             group = "/".join(parts[:4])
             if group not in found:
                 stage = _task_info(nodes, group, info.key)["stage"]
-                found[group] = DataGroup(level="L1", key=f"{info.key}/{group}", stage=stage, stage_component=parts[2],
-                                         task_id=int(_TASK.match(parts[3]).group(1)), task_name=parts[3], **common)
+                found[group] = DataGroup(
+                    level="L1",
+                    key=f"{info.key}/{group}",
+                    stage=stage,
+                    stage_component=parts[2],
+                    task_id=int(_TASK.match(parts[3]).group(1)),
+                    task_name=parts[3],
+                    **common,
+                )
         elif len(parts) == 2 and doc.get("node_type") == "array" and parts[0] not in found:
             found[parts[0]] = DataGroup(level="L0", key=f"{info.key}/{parts[0]}", **common)
     return [found[k] for k in sorted(found)]
@@ -437,7 +524,8 @@ def _window_rows(info: WindowInfo, nodes: Mapping[str, dict[str, Any]], columns:
             inv = invocations[parts[0]] = _invocation_info(parts[0], nodes, info.key)
         is_l1 = len(parts) >= 5 and parts[1] == "stages"
         data_type = optional_str(attrs.get("originalDtype"), where, "attributes.originalDtype") or optional_str(
-            doc.get("data_type"), where, "data_type")
+            doc.get("data_type"), where, "data_type"
+        )
         size = itemsize(doc.get("data_type"))
         stored_shape = shape_field(doc.get("shape"), where, "shape", size)  # the rest is checked when opened
         actual = attrs.get("actualShape")
@@ -467,7 +555,16 @@ def _window_rows(info: WindowInfo, nodes: Mapping[str, dict[str, Any]], columns:
         row["direction"].append(inv["direction"])
         row["kernel"].append(inv["kernel"])
         row["level"].append(inv["level"] or window_level or ("L1" if is_l1 else "L0"))
-        for key in ("stage", "task_id", "stage_task_index", "owner_label", "owner_id", "core_type", "core_id", "worker"):
+        for key in (
+            "stage",
+            "task_id",
+            "stage_task_index",
+            "owner_label",
+            "owner_id",
+            "core_type",
+            "core_id",
+            "worker",
+        ):
             row[key].append(task[key])
         row["io"].append(optional_str(attrs.get("io"), where, "attributes.io") if is_l1 else None)
         row["index"].append(int_field(attrs.get("index"), where, "attributes.index") if is_l1 else None)
@@ -499,7 +596,9 @@ def _window_rows(info: WindowInfo, nodes: Mapping[str, dict[str, Any]], columns:
         row["pack_row"].append(-1 if stored_at is None else stored_at[1])
 
 
-_NO_TASK = dict.fromkeys(("stage", "task_id", "stage_task_index", "owner_label", "owner_id", "core_type", "core_id", "worker"))
+_NO_TASK = dict.fromkeys(
+    ("stage", "task_id", "stage_task_index", "owner_label", "owner_id", "core_type", "core_id", "worker")
+)
 
 
 def _execution_key(columns: Mapping[str, list[Any]], i: int) -> tuple[Any, ...]:
@@ -507,12 +606,22 @@ def _execution_key(columns: Mapping[str, list[Any]], i: int) -> tuple[Any, ...]:
         value = columns[name][i]
         return -1 if value is None else int(value)
 
-    return (number("rank"), number("window"), number("invocation"), number("task_id"), number("worker"),
-            1 if columns["io"][i] == "output" else 0, number("index"), number("param_position"), columns["path"][i])
+    return (
+        number("rank"),
+        number("window"),
+        number("invocation"),
+        number("task_id"),
+        number("worker"),
+        1 if columns["io"][i] == "output" else 0,
+        number("index"),
+        number("param_position"),
+        columns["path"][i],
+    )
 
 
-def records_frame(windows: Iterable[tuple[WindowInfo, Mapping[str, dict[str, Any]]]],
-                  tables: Mapping[str, list[Any]] | None = None) -> pd.DataFrame:
+def records_frame(
+    windows: Iterable[tuple[WindowInfo, Mapping[str, dict[str, Any]]]], tables: Mapping[str, list[Any]] | None = None
+) -> pd.DataFrame:
     """The records table of some windows: one row per stored tensor (coordinate arrays excluded).
 
     Rows are in execution order: rank, window, invocation, task id (the compiler numbers tasks in
@@ -533,8 +642,10 @@ def records_frame(windows: Iterable[tuple[WindowInfo, Mapping[str, dict[str, Any
     for info, nodes in windows:
         _window_rows(info, nodes, columns)
         if tables and tables.get(info.key):
-            invocations = {name: {**_invocation_info(name, nodes), "rank": info.rank, "window": info.window}
-                           for name, _ in tables[info.key]}
+            invocations = {
+                name: {**_invocation_info(name, nodes), "rank": info.rank, "window": info.window}
+                for name, _ in tables[info.key]
+            }
             merge_statistics(info.key, info.status, invocations, tables[info.key], columns)
     order = sorted(range(len(columns["path"])), key=lambda i: _execution_key(columns, i))
     data: dict[str, Any] = {}
@@ -563,4 +674,3 @@ def records_frame(windows: Iterable[tuple[WindowInfo, Mapping[str, dict[str, Any
         else:
             data[name] = pd.array(values, dtype=object)
     return pd.DataFrame(data, columns=[*RECORD_COLUMNS, *EXTRA_COLUMNS])
-

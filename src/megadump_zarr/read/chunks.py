@@ -100,8 +100,17 @@ class ChunkRows:
         crc32c: The chunks end with a crc32c checksum.
     """
 
-    def __init__(self, guarded: Any, store: Any, key: str, dtype: np.dtype, shape: tuple[int, ...],
-                 chunks: tuple[int, ...], compressor: str | None, crc32c: bool) -> None:
+    def __init__(
+        self,
+        guarded: Any,
+        store: Any,
+        key: str,
+        dtype: np.dtype,
+        shape: tuple[int, ...],
+        chunks: tuple[int, ...],
+        compressor: str | None,
+        crc32c: bool,
+    ) -> None:
         self.guarded, self.store, self.key = guarded, store, key
         self.dtype, self.shape, self.ndim, self.chunks = dtype, shape, len(shape), chunks
         self.compressor, self.crc32c = compressor, crc32c
@@ -167,10 +176,10 @@ class ChunkRows:
         for i, raw in zip(range(first, last + 1), raws):
             lo, hi = max(start, i * step), min(stop, (i + 1) * step)
             inside = lo == i * step and hi == (i + 1) * step
-            target = out[lo - start:hi - start] if inside else np.empty(self.chunks, dtype=self.dtype)
+            target = out[lo - start : hi - start] if inside else np.empty(self.chunks, dtype=self.dtype)
             self._decode(raw, target)
             if not inside:
-                out[lo - start:hi - start] = target[lo - i * step:hi - i * step]
+                out[lo - start : hi - start] = target[lo - i * step : hi - i * step]
         return out
 
     def _decode(self, raw: Any, target: np.ndarray) -> None:

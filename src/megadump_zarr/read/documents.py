@@ -16,8 +16,15 @@ import math
 from typing import Any
 
 __all__ = [
-    "INT64_MAX", "MAX_NDIM", "check_array_doc", "check_attributes", "count_field", "int_field", "open_array_checked",
-    "optional_str", "shape_field",
+    "INT64_MAX",
+    "MAX_NDIM",
+    "check_array_doc",
+    "check_attributes",
+    "count_field",
+    "int_field",
+    "open_array_checked",
+    "optional_str",
+    "shape_field",
 ]
 
 INT64_MAX = (1 << 63) - 1
@@ -93,8 +100,11 @@ def shape_field(value: Any, where: str, field: str, itemsize: int = 1) -> tuple[
         else:
             if size <= INT64_MAX:
                 return tuple(value)
-    if not isinstance(value, (list, tuple)) or len(value) > MAX_NDIM or not all(
-            type(d) is int and 0 <= d <= INT64_MAX for d in value):
+    if (
+        not isinstance(value, (list, tuple))
+        or len(value) > MAX_NDIM
+        or not all(type(d) is int and 0 <= d <= INT64_MAX for d in value)
+    ):
         raise ValueError(f"{where}: {field} {_show(value)} is not a list of at most {MAX_NDIM} non-negative integers")
     size = math.prod(value) * max(1, itemsize)
     if size > INT64_MAX:
@@ -115,15 +125,21 @@ def check_array_doc(doc: Mapping[str, Any], where: str, itemsize: int = 1) -> tu
     if grid is not None:
         config = grid.get("configuration") if isinstance(grid, dict) else None
         chunks = config.get("chunk_shape") if isinstance(config, dict) else None
-        if not isinstance(chunks, list) or len(chunks) != len(shape) or not all(
-                type(c) is int and 0 < c <= INT64_MAX for c in chunks):
+        if (
+            not isinstance(chunks, list)
+            or len(chunks) != len(shape)
+            or not all(type(c) is int and 0 < c <= INT64_MAX for c in chunks)
+        ):
             raise ValueError(f"{where}: chunk_grid {_show(grid)} has no chunk_shape of {len(shape)} positive integers")
         count = math.prod(-(-s // c) for s, c in zip(shape, chunks))
         if count > INT64_MAX:
             raise ValueError(f"{where}: chunk_grid {_show(grid)} gives more chunks than int64 can count")
     names = doc.get("dimension_names")
-    if names is not None and (not isinstance(names, list) or len(names) != len(shape)
-                              or not all(n is None or isinstance(n, str) for n in names)):
+    if names is not None and (
+        not isinstance(names, list)
+        or len(names) != len(shape)
+        or not all(n is None or isinstance(n, str) for n in names)
+    ):
         raise ValueError(f"{where}: dimension_names {_show(names)} is not a list of {len(shape)} names")
     codecs = doc.get("codecs")
     if codecs is not None and not (isinstance(codecs, list) and all(isinstance(c, (dict, str)) for c in codecs)):

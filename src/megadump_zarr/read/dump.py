@@ -106,8 +106,11 @@ class Dump:
         self.location = location
         # every read goes through this wrapper: missing/corrupt chunks of committed windows raise
         # DumpIntegrityError (``location`` keeps the plain store, for DumpSource.of and distributed workers)
-        self._store = location.store if isinstance(location.store, IntegrityStore) else IntegrityStore(
-            location.store, CommittedWindows(self._windows), location.url)
+        self._store = (
+            location.store
+            if isinstance(location.store, IntegrityStore)
+            else IntegrityStore(location.store, CommittedWindows(self._windows), location.url)
+        )
         self._frames: dict[str, pd.DataFrame] = {}
 
     # ------------------------------------------------------------------ catalogue
@@ -184,8 +187,7 @@ class Dump:
                 ``status`` column tells them apart. Torn windows have no group documents, so their
                 task and invocation columns come from the path names where possible.
         """
-        frames = [self._window_frame(info) for info in self._scan()
-                  if include_incomplete or info.status == "complete"]
+        frames = [self._window_frame(info) for info in self._scan() if include_incomplete or info.status == "complete"]
         frames = [f for f in frames if len(f)]
         if not frames:
             return records_frame([])
@@ -197,8 +199,16 @@ class Dump:
     def _windows_for(self, rank: int, window: int | None) -> list[WindowInfo]:
         return pick_windows(self._scan(), rank, window, self.root)
 
-    def _groups(self, rank: int, window: int | None, invocation: int | str | None, stage: str | None,
-                task: int | str | None, owner: int | None = None, core: int | str | None = None) -> list[DataGroup]:
+    def _groups(
+        self,
+        rank: int,
+        window: int | None,
+        invocation: int | str | None,
+        stage: str | None,
+        task: int | str | None,
+        owner: int | None = None,
+        core: int | str | None = None,
+    ) -> list[DataGroup]:
         infos = self._windows_for(rank, window)
         select = {"owner": owner, "core": core}
 
@@ -215,14 +225,26 @@ class Dump:
             if owner is None and core is None:
                 raise
             frame = pd.concat([self._window_frame(info) for info in infos])
-            why = no_match_message(frame, {"invocation": invocation, "stage": stage, "task": task, **select},
-                                   what="data groups") or "no data group matches"
+            why = (
+                no_match_message(
+                    frame, {"invocation": invocation, "stage": stage, "task": task, **select}, what="data groups"
+                )
+                or "no data group matches"
+            )
             raise ValueError(f"{why} (rank {rank} window(s) {[w.window for w in infos]} of {self.root})") from None
 
     # ------------------------------------------------------------------ xarray views
-    def dataset(self, *, rank: int = 0, window: int | None = None, invocation: int | str | None = None,
-                stage: str | None = None, task: int | str | None = None, owner: int | None = None,
-                core: int | str | None = None) -> xr.Dataset:
+    def dataset(
+        self,
+        *,
+        rank: int = 0,
+        window: int | None = None,
+        invocation: int | str | None = None,
+        stage: str | None = None,
+        task: int | str | None = None,
+        owner: int | None = None,
+        core: int | str | None = None,
+    ) -> xr.Dataset:
         """One data group as a lazy ``xarray.Dataset``: an L0 invocation group or an L1 task group.
 
         The Dataset is what ``xr.open_zarr(group)`` gives (dask-backed, dimension names and
@@ -260,8 +282,13 @@ class Dump:
     def _open_group(self, group: DataGroup) -> xr.Dataset:
         info = self._info(group.key)
         if info.nodes is not None:
-            return xr.open_zarr(store_path(self.store, group.key), consolidated=True, chunks={},
-                                create_default_indexes=False, zarr_format=3)
+            return xr.open_zarr(
+                store_path(self.store, group.key),
+                consolidated=True,
+                chunks={},
+                create_default_indexes=False,
+                zarr_format=3,
+            )
         return self._manual_dataset(info, group.key[len(info.key) + 1 :], {})
 
     def _manual_dataset(self, info: WindowInfo, rel: str, attrs: dict[str, Any]) -> xr.Dataset:
@@ -280,8 +307,9 @@ class Dump:
             variable = xr.Variable(dims, stored_dask(array, key, self.root), attrs=doc.get("attributes") or {})
             (coords if dims == (name,) else variables)[name] = variable
         group_doc = nodes.get(rel) or {}
-        return xr.Dataset(variables, coords=xr.Coordinates(coords, indexes={}),
-                          attrs={**(group_doc.get("attributes") or {}), **attrs})
+        return xr.Dataset(
+            variables, coords=xr.Coordinates(coords, indexes={}), attrs={**(group_doc.get("attributes") or {}), **attrs}
+        )
 
     def tree(self, *, include_incomplete: bool = False) -> xr.DataTree:
         """The whole dump as a lazy ``xarray.DataTree``: ``/rank_{r}/window_{wwww}/invocation_.../...``.
@@ -301,8 +329,14 @@ class Dump:
             rank_path = f"/rank_{info.rank}"
             nodes.setdefault(rank_path, xr.Dataset())
             if info.nodes is not None:
-                window_tree = xr.open_datatree(store_path(self.store, info.key), engine="zarr", chunks={},
-                                               create_default_indexes=False, consolidated=True, zarr_format=3)
+                window_tree = xr.open_datatree(
+                    store_path(self.store, info.key),
+                    engine="zarr",
+                    chunks={},
+                    create_default_indexes=False,
+                    consolidated=True,
+                    zarr_format=3,
+                )
                 for node in window_tree.subtree:
                     path = f"/{info.key}" + ("" if node.path == "/" else node.path)
                     nodes[path] = node.to_dataset(inherit=False)
@@ -311,23 +345,28 @@ class Dump:
                 parents = {p.rpartition("/")[0] for p, d in self._nodes(info).items() if d.get("node_type") == "array"}
                 for rel in sorted(parents):
                     nodes[f"/{info.key}/{rel}" if rel else f"/{info.key}"] = self._manual_dataset(
-                        info, rel, info.attrs if not rel else {})
+                        info, rel, info.attrs if not rel else {}
+                    )
         return xr.DataTree.from_dict(nodes, name=os.path.basename(self.root.rstrip("/")) or None)
 
     # ------------------------------------------------------------------ records and tensors
     def _record(self, path: str) -> tuple[WindowInfo, str, dict[str, Any]]:
         match = _WINDOW_KEY.match(path.strip("/"))
         if not match:
-            raise ValueError(f"{path!r} is not a record path (expected rank_{{r}}/window_{{wwww}}/invocation_.../...; "
-                             "see the records() 'path' column)")
+            raise ValueError(
+                f"{path!r} is not a record path (expected rank_{{r}}/window_{{wwww}}/invocation_.../...; "
+                "see the records() 'path' column)"
+            )
         info = self._info(match.group(1))
         rel = match.group(2)
         doc = self._nodes(info).get(rel)
         if not isinstance(doc, dict) or doc.get("node_type") != "array":
             frame = self._window_frame(info)
             if "payload" in frame and ((frame["path"] == path.strip("/")) & ~frame["payload"]).any():
-                raise ValueError(f"{path!r} holds statistics only (a statistics-first dump keeps no payload for it);"
-                                 " its statistics are in records()")
+                raise ValueError(
+                    f"{path!r} holds statistics only (a statistics-first dump keeps no payload for it);"
+                    " its statistics are in records()"
+                )
             raise ValueError(f"{path!r} is not an array of window {info.key} in {self.root}")
         where = f"{info.key}/{rel}/zarr.json"
         check_array_doc(doc, where)  # shape, chunk grid, dimension names: what the views below index into
@@ -394,17 +433,40 @@ class Dump:
         for axis, dim in enumerate(dims):
             coord_rel = f"{group}/{dim}" if group else dim
             coord = nodes.get(coord_rel)
-            if (coord_rel != rel and coord is not None and coord.get("node_type") == "array" and not coord.get("attributes")
-                    and list(coord.get("shape", [])) == [array.shape[axis]]):
+            if (
+                coord_rel != rel
+                and coord is not None
+                and coord.get("node_type") == "array"
+                and not coord.get("attributes")
+                and list(coord.get("shape", [])) == [array.shape[axis]]
+            ):
                 coord_key = f"{info.key}/{coord_rel}"
-                coords[dim] = xr.Variable(dim, stored_dask(open_zarr_array(self.store, coord_key, coord), coord_key, self.root))
-        return xr.DataArray(stored_dask(array, key, self.root), dims=dims, coords=xr.Coordinates(coords, indexes={}),
-                            name=name, attrs=attrs)
+                coords[dim] = xr.Variable(
+                    dim, stored_dask(open_zarr_array(self.store, coord_key, coord), coord_key, self.root)
+                )
+        return xr.DataArray(
+            stored_dask(array, key, self.root),
+            dims=dims,
+            coords=xr.Coordinates(coords, indexes={}),
+            name=name,
+            attrs=attrs,
+        )
 
-    def tensor(self, name: str, *, rank: int = 0, window: int | None = None, invocation: int | str | None = None,
-               stage: str | None = None, io: str | None = None, kernel: str | None = None,
-               task: int | str | None = None, owner: int | None = None, core: int | str | None = None,
-               core_type: str | None = None) -> xr.DataArray:
+    def tensor(
+        self,
+        name: str,
+        *,
+        rank: int = 0,
+        window: int | None = None,
+        invocation: int | str | None = None,
+        stage: str | None = None,
+        io: str | None = None,
+        kernel: str | None = None,
+        task: int | str | None = None,
+        owner: int | None = None,
+        core: int | str | None = None,
+        core_type: str | None = None,
+    ) -> xr.DataArray:
         """A logical tensor as a lazy ``DataArray``.
 
         L0: the stored array (``record_array``). L1: stitched along axis 0 from its task records (see
@@ -434,9 +496,21 @@ class Dump:
                 :meth:`record_array`).
         """
         infos = self._windows_for(rank, window)
-        rows = pick_tensor_rows(infos, self._window_frame, name, rank=rank, invocation=invocation, stage=stage,
-                                io=io, kernel=kernel, task=task, root=self.root, owner=owner, core=core,
-                                core_type=core_type)
+        rows = pick_tensor_rows(
+            infos,
+            self._window_frame,
+            name,
+            rank=rank,
+            invocation=invocation,
+            stage=stage,
+            io=io,
+            kernel=kernel,
+            task=task,
+            root=self.root,
+            owner=owner,
+            core=core,
+            core_type=core_type,
+        )
         if not check_tensor_choice(name, rows):
             return self.record_array(rows["path"].iloc[0])
         return self._stitched(name, rows)
@@ -445,8 +519,10 @@ class Dump:
         paths = list(rows["path"])
         records = [self._record(p) for p in paths]
         coordinate_of = [self._row_coordinate(info, rel, doc) for info, rel, doc in records]
-        derived = [None if c is not None else _derived_rows(doc.get("attributes") or {}, doc, f"{info.key}/{rel}")
-                   for (info, rel, doc), c in zip(records, coordinate_of)]
+        derived = [
+            None if c is not None else _derived_rows(doc.get("attributes") or {}, doc, f"{info.key}/{rel}")
+            for (info, rel, doc), c in zip(records, coordinate_of)
+        ]
         unstitchable = [p for p, c, d in zip(paths, coordinate_of, derived) if c is None and d is None]
         if unstitchable:
             if len(paths) == 1:
@@ -455,7 +531,8 @@ class Dump:
                 f"tensor {name!r}: {len(unstitchable)} of its {len(paths)} records have no global row index along "
                 f"axis 0 (no coordinate array named after their first dimension in their task group: they are not "
                 f"whole-row slices of the declared tensor, e.g. per-owner weight slices), so they cannot be stitched; "
-                f"pass task= for one task's record or use record_array(path): {listing(unstitchable)}")
+                f"pass task= for one task's record or use record_array(path): {listing(unstitchable)}"
+            )
         coordinate_values = _read_coordinates(self.store, [c for c in coordinate_of if c is not None])
         values = iter(coordinate_values)
         pieces = []
@@ -465,22 +542,39 @@ class Dump:
             array = open_zarr_array(self.store, key, doc)
             truncated = bool(attrs.get("truncated")) and isinstance(attrs.get("actualShape"), list)
             global_rows = next(values) if coord is not None else _stitch_rows(rows_from_attrs, doc, attrs, key)
-            pieces.append(Piece(
-                path=key, data=record_dask(array, attrs, key, self.root), rows=np.asarray(global_rows, dtype=np.int64),
-                dims=(tuple(attrs["logicalDims"]) if isinstance(attrs.get("logicalDims"), list) else None) if truncated
-                else tuple(doc.get("dimension_names") or ()) or None,
-                task_id=_int_or(row.task_id), owner_id=_int_or(row.owner_id), core_id=_int_or(row.core_id),
-                core_type="" if not isinstance(row.core_type, str) else row.core_type,
-                worker=_int_or(row.worker), truncated=truncated,
-            ))
+            pieces.append(
+                Piece(
+                    path=key,
+                    data=record_dask(array, attrs, key, self.root),
+                    rows=np.asarray(global_rows, dtype=np.int64),
+                    dims=(tuple(attrs["logicalDims"]) if isinstance(attrs.get("logicalDims"), list) else None)
+                    if truncated
+                    else tuple(doc.get("dimension_names") or ()) or None,
+                    task_id=_int_or(row.task_id),
+                    owner_id=_int_or(row.owner_id),
+                    core_id=_int_or(row.core_id),
+                    core_type="" if not isinstance(row.core_type, str) else row.core_type,
+                    worker=_int_or(row.worker),
+                    truncated=truncated,
+                )
+            )
         first = rows.iloc[0]
         declared = (records[0][2].get("attributes") or {}).get("declaredShape")
         captured = len(np.unique(np.concatenate([p.rows for p in pieces]))) if pieces else 0
         attrs = {
-            "name": name, "level": "L1", "rank": int(first["rank"]), "window": int(first["window"]),
-            "invocation": _int_or(first["invocation"]), "kernel": first["kernel"], "direction": first["direction"],
-            "stage": first["stage"], "io": first["io"], "index": _int_or(first["index"]),
-            "records": len(pieces), "truncatedRecords": sum(p.truncated for p in pieces), "capturedRows": captured,
+            "name": name,
+            "level": "L1",
+            "rank": int(first["rank"]),
+            "window": int(first["window"]),
+            "invocation": _int_or(first["invocation"]),
+            "kernel": first["kernel"],
+            "direction": first["direction"],
+            "stage": first["stage"],
+            "io": first["io"],
+            "index": _int_or(first["index"]),
+            "records": len(pieces),
+            "truncatedRecords": sum(p.truncated for p in pieces),
+            "capturedRows": captured,
         }
         if _int_or(first["step"]) >= 0:
             attrs["step"] = _int_or(first["step"])
@@ -505,8 +599,12 @@ class Dump:
         import importlib
         import warnings
 
-        warnings.warn("Dump.verify() is deprecated and goes in the next release: use "
-                      "megadump_zarr.verify.verify_dump(dump, deep=...)", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "Dump.verify() is deprecated and goes in the next release: use "
+            "megadump_zarr.verify.verify_dump(dump, deep=...)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return importlib.import_module("megadump_zarr.verify").verify_dump(self, deep=deep)
 
     # ------------------------------------------------------------------ display
@@ -518,9 +616,11 @@ class Dump:
             counts[w.status] = counts.get(w.status, 0) + 1
         status = ", ".join(f"{counts[s]} {s}" for s in ("complete", "aborted", "writing") if s in counts)
         levels = sorted({w.level for w in infos if w.level})
-        return (f"<megadump_zarr.Dump {self.root!r}: ranks {ranks}, {len(infos)} window"
-                f"{'' if len(infos) == 1 else 's'}{f' ({status})' if status else ''}"
-                f"{', levels ' + '/'.join(levels) if levels else ''}>")
+        return (
+            f"<megadump_zarr.Dump {self.root!r}: ranks {ranks}, {len(infos)} window"
+            f"{'' if len(infos) == 1 else 's'}{f' ({status})' if status else ''}"
+            f"{', levels ' + '/'.join(levels) if levels else ''}>"
+        )
 
 
 def _derived_rows(attrs: dict[str, Any], doc: dict[str, Any], key: str = "") -> tuple[int, int] | None:
@@ -552,7 +652,8 @@ def _derived_rows(attrs: dict[str, Any], doc: dict[str, Any], key: str = "") -> 
         raise DumpIntegrityError(
             f"{key}/zarr.json: attributes.actualShape {list(actual)} at attributes.sourceOffsetBytes {int(offset)} "
             f"(row {start}) reaches past attributes.declaredShape {list(declared)}; the document was edited",
-            key=f"{key}/zarr.json")
+            key=f"{key}/zarr.json",
+        )
     return start, int(actual[0])
 
 
@@ -586,8 +687,12 @@ def _read_coordinates(store: Store, coords: list[tuple[str, dict[str, Any]]]) ->
         return [np.asarray(v) for v in sync(run())]
     except DumpIntegrityError:
         raise
-    except (RuntimeError, ValueError, TypeError, EOFError):  # a coordinate chunk without a checksum that fails to decode
+    except (
+        RuntimeError,
+        ValueError,
+        TypeError,
+        EOFError,
+    ):  # a coordinate chunk without a checksum that fails to decode
         for array, (key, _) in zip(arrays, coords):
             guard_read(array, key, lambda a=array: a[...])  # raises naming the failing chunk
         raise
-

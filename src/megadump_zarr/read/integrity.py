@@ -32,8 +32,17 @@ from zarr.storage import WrapperStore
 from megadump_zarr.read.errors import DumpIntegrityError
 
 __all__ = [
-    "ChunkLookup", "CommittedWindows", "GuardedArray", "IntegrityStore", "chunk_grid", "expected_chunk", "guard_read",
-    "guard_window_group", "has_crc32c", "verify_crc32c", "window_lookup",
+    "ChunkLookup",
+    "CommittedWindows",
+    "GuardedArray",
+    "IntegrityStore",
+    "chunk_grid",
+    "expected_chunk",
+    "guard_read",
+    "guard_window_group",
+    "has_crc32c",
+    "verify_crc32c",
+    "window_lookup",
 ]
 
 _WINDOW_PREFIX = re.compile(r"^(rank_\d+/window_\d+)/.+/")
@@ -68,8 +77,11 @@ def _coords(doc: Mapping[str, Any], name: str) -> tuple[int, ...] | None:
     if isinstance(encoding, Mapping):
         kind = encoding.get("name", "default")
         config = encoding.get("configuration")
-        sep = config.get("separator", "/" if kind == "default" else ".") if isinstance(config, Mapping) else (
-            "/" if kind == "default" else ".")
+        sep = (
+            config.get("separator", "/" if kind == "default" else ".")
+            if isinstance(config, Mapping)
+            else ("/" if kind == "default" else ".")
+        )
     if kind == "default":
         if name == "c":
             return ()
@@ -185,7 +197,9 @@ class IntegrityStore(WrapperStore[Store]):
             if expected_chunk(doc, name):
                 raise DumpIntegrityError(
                     f"chunk {key}{self._where()} is missing: its window is committed, so every chunk of "
-                    f"{array_key} (shape {doc.get('shape')}) must exist", key=key)
+                    f"{array_key} (shape {doc.get('shape')}) must exist",
+                    key=key,
+                )
             return value
         if byte_range is None and has_crc32c(doc):
             verify_crc32c(key, value.as_numpy_array(), self._where())
@@ -207,8 +221,9 @@ class IntegrityStore(WrapperStore[Store]):
         await self._learn(key, prototype)
         return self._check(key, value, byte_range)
 
-    async def get_partial_values(self, prototype: BufferPrototype,
-                                 key_ranges: Iterable[tuple[str, ByteRequest | None]]) -> list[Buffer | None]:
+    async def get_partial_values(
+        self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
+    ) -> list[Buffer | None]:
         key_ranges = list(key_ranges)
         values = await self._store.get_partial_values(prototype, key_ranges)
         for key, _ in key_ranges:
@@ -231,13 +246,17 @@ def verify_crc32c(key: str, data: np.ndarray, where: str = "") -> None:
 
     data = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
     if data.size < 4:
-        raise DumpIntegrityError(f"chunk {key}{where} is corrupt: {data.size} bytes, too short to hold its crc32c "
-                                 "checksum", key=key)
+        raise DumpIntegrityError(
+            f"chunk {key}{where} is corrupt: {data.size} bytes, too short to hold its crc32c checksum", key=key
+        )
     stored = int.from_bytes(bytes(data[-4:]), "little")
     computed = int(google_crc32c.value(data[:-4].tobytes() if not data[:-4].flags.c_contiguous else data[:-4]))
     if stored != computed:
-        raise DumpIntegrityError(f"chunk {key}{where} is corrupt: crc32c checksum mismatch (stored {stored:#010x}, "
-                                 f"computed {computed:#010x})", key=key)
+        raise DumpIntegrityError(
+            f"chunk {key}{where} is corrupt: crc32c checksum mismatch (stored {stored:#010x}, "
+            f"computed {computed:#010x})",
+            key=key,
+        )
 
 
 def guard_read(array: Any, key: str, read: Callable[[], Any], root: str = "") -> Any:
@@ -262,9 +281,11 @@ def guard_read(array: Any, key: str, read: Callable[[], Any], root: str = "") ->
         bad = _find_bad_chunk(array, key)
         where = f" in {root}" if root else ""
         target = f"chunk {bad}" if bad else f"a chunk of {key}"
-        raise DumpIntegrityError(f"{target}{where} is corrupt: it does not decode "
-                                 f"({type(error).__name__}: {' '.join(str(error).split())[:200]})",
-                                 key=bad or key) from None
+        raise DumpIntegrityError(
+            f"{target}{where} is corrupt: it does not decode "
+            f"({type(error).__name__}: {' '.join(str(error).split())[:200]})",
+            key=bad or key,
+        ) from None
 
 
 def _find_bad_chunk(array: Any, key: str) -> str | None:
@@ -362,7 +383,11 @@ def guard_window_group(group: Any, url: str = "") -> Any:
     attrs = doc.get("attributes")
     consolidated = doc.get("consolidated_metadata")
     nodes = consolidated.get("metadata") if isinstance(consolidated, Mapping) else None
-    if not isinstance(attrs, Mapping) or attrs.get("status") not in ("complete", "aborted") or not isinstance(nodes, Mapping):
+    if (
+        not isinstance(attrs, Mapping)
+        or attrs.get("status") not in ("complete", "aborted")
+        or not isinstance(nodes, Mapping)
+    ):
         return zarr.open_group(view, path=window, mode="r", zarr_format=3)
     depth = len(window.split("/")) if window else 0
 

@@ -26,7 +26,16 @@ from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore, StorePath
 
 __all__ = [
-    "DumpLocation", "get_bytes", "get_json", "get_many", "list_dir", "list_dirs", "list_prefix", "open_location", "parse_json", "store_path",
+    "DumpLocation",
+    "get_bytes",
+    "get_json",
+    "get_many",
+    "list_dir",
+    "list_dirs",
+    "list_prefix",
+    "open_location",
+    "parse_json",
+    "store_path",
 ]
 
 _GC_PAUSE_BYTES = 1 << 20  # documents larger than this are parsed with the cyclic GC paused

@@ -67,7 +67,9 @@ _RANK = re.compile(r"^rank_\d+$")
 _TASK_NAME = re.compile(r"^task_(\d+)(?:_worker_(\d+))?$")
 _PACK = re.compile(rf"^[^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+")
 _PACK_PATH = re.compile(rf"^([^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+)(?:/|$)")
-_PACK_TASK = re.compile(rf"^([^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+)/(?:{'|'.join(map(re.escape, TASK_ARRAYS))})$")
+_PACK_TASK = re.compile(
+    rf"^([^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+)/(?:{'|'.join(map(re.escape, TASK_ARRAYS))})$"
+)
 _PACK_DOC = re.compile(rf"^([^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+)/[^/]+/zarr\.json$")
 _MARKER = f"/{PACK_PREFIX}".encode()  # no window document without it holds a pack
 _CONSOLIDATED = re.compile(rb'"consolidated_metadata"\s*:\s*\{')
@@ -138,8 +140,12 @@ def _looks_committed(raw: bytes) -> bool:
 
 def _flat_group(node: dict[str, Any]) -> dict[str, Any]:
     """A task group's entry in its window's consolidated metadata (``store.metadata.flat_group_bytes``)."""
-    return {"attributes": node.get("attributes", {}), "zarr_format": 3,
-            "consolidated_metadata": dict(_EMPTY_CONSOLIDATED, metadata={}), "node_type": "group"}
+    return {
+        "attributes": node.get("attributes", {}),
+        "zarr_format": 3,
+        "consolidated_metadata": dict(_EMPTY_CONSOLIDATED, metadata={}),
+        "node_type": "group",
+    }
 
 
 def _check_rows(window: str, pack: str, nodes: dict[str, dict[str, Any]]) -> None:
@@ -157,41 +163,63 @@ def _check_rows(window: str, pack: str, nodes: dict[str, dict[str, Any]]) -> Non
     task_name = task_array_name(nodes, pack) or TASK_ARRAY
     where = f"{window}/{pack}/{task_name}/zarr.json" if window else f"{pack}/{task_name}/zarr.json"
     tasks = nodes[prefix + task_name]["attributes"][TASKS_ATTR]
-    records = [(path, doc) for path, doc in nodes.items() if path.startswith(prefix) and "/" not in path[len(prefix):]
-               and doc.get("node_type") == "array" and path[len(prefix):] not in INDEX_ARRAYS]
+    records = [
+        (path, doc)
+        for path, doc in nodes.items()
+        if path.startswith(prefix)
+        and "/" not in path[len(prefix) :]
+        and doc.get("node_type") == "array"
+        and path[len(prefix) :] not in INDEX_ARRAYS
+    ]
     for row, entry in enumerate(tasks):
         match = _TASK_NAME.match(entry["group"])
         if match is None:
-            raise ValueError(f"{where}: attributes.tasks[{row}].group {entry['group']!r} is not a task group name "
-                             "(task_NNNNNN or task_NNNNNN_worker_NNN)")
+            raise ValueError(
+                f"{where}: attributes.tasks[{row}].group {entry['group']!r} is not a task group name "
+                "(task_NNNNNN or task_NNNNNN_worker_NNN)"
+            )
         stored = entry["attrs"].get("taskId")  # the catalogue reads the id from the name when taskId is absent
         if stored is not None and stored != int(match.group(1)):
-            raise ValueError(f"{where}: attributes.tasks[{row}].attrs.taskId {stored!r} disagrees with its group "
-                             f"{entry['group']!r}")
+            raise ValueError(
+                f"{where}: attributes.tasks[{row}].attrs.taskId {stored!r} disagrees with its group {entry['group']!r}"
+            )
         for dim, (start, stop) in (entry.get("coords") or {}).items():
             for path, doc in records:
                 dims = doc.get("dimension_names") or []
                 record = doc["attributes"][RECORDS_ATTR][row]
-                name = path[len(prefix):]
+                name = path[len(prefix) :]
                 if dim in dims[2:]:
-                    raise ValueError(f"{where}: attributes.tasks[{row}].coords.{dim} names a dimension of its record "
-                                     f"{name} that is not its first: only row coordinates are stored")
+                    raise ValueError(
+                        f"{where}: attributes.tasks[{row}].coords.{dim} names a dimension of its record "
+                        f"{name} that is not its first: only row coordinates are stored"
+                    )
                 if len(dims) < 2 or dims[1] != dim or not isinstance(record, dict) or record.get("truncated"):
                     continue
                 if stop - start != doc["shape"][1]:
-                    raise ValueError(f"{where}: attributes.tasks[{row}].coords.{dim} {[start, stop]!r} holds "
-                                     f"{stop - start} rows, its record {name} {doc['shape'][1]}")
+                    raise ValueError(
+                        f"{where}: attributes.tasks[{row}].coords.{dim} {[start, stop]!r} holds "
+                        f"{stop - start} rows, its record {name} {doc['shape'][1]}"
+                    )
                 first = _first_row(record, doc["shape"][1:], itemsize(doc.get("data_type")))
                 if first is not None and first != start:
-                    raise ValueError(f"{where}: attributes.tasks[{row}].coords.{dim} {[start, stop]!r} disagrees with "
-                                     f"its record {name}, which starts at row {first} (sourceOffsetBytes)")
+                    raise ValueError(
+                        f"{where}: attributes.tasks[{row}].coords.{dim} {[start, stop]!r} disagrees with "
+                        f"its record {name}, which starts at row {first} (sourceOffsetBytes)"
+                    )
 
 
 def _first_row(attrs: dict[str, Any], shape: list[int], size: int) -> int | None:
     """The first global row of a whole-row slice of its declared tensor (``None``: not one)."""
     actual, declared, offset = attrs.get("actualShape"), attrs.get("declaredShape"), attrs.get("sourceOffsetBytes")
-    if (not isinstance(actual, list) or not isinstance(declared, list) or not actual or len(actual) != len(declared)
-            or list(actual[1:]) != list(declared[1:]) or list(actual) != list(shape) or type(offset) is not int):
+    if (
+        not isinstance(actual, list)
+        or not isinstance(declared, list)
+        or not actual
+        or len(actual) != len(declared)
+        or list(actual[1:]) != list(declared[1:])
+        or list(actual) != list(shape)
+        or type(offset) is not int
+    ):
         return None
     row_bytes = math.prod(int(d) for d in actual[1:]) * size
     if row_bytes <= 0 or offset % row_bytes:
@@ -199,8 +227,9 @@ def _first_row(attrs: dict[str, Any], shape: list[int], size: int) -> int | None
     return offset // row_bytes
 
 
-def _expand(window: str, packs: dict[str, dict[str, dict[str, Any]]], strict: bool
-            ) -> tuple[dict[str, dict[str, Any]], dict[str, ShardSource | RangeSource]]:
+def _expand(
+    window: str, packs: dict[str, dict[str, dict[str, Any]]], strict: bool
+) -> tuple[dict[str, dict[str, Any]], dict[str, ShardSource | RangeSource]]:
     """The schema-6 nodes and chunk sources of some packs (pack path -> its nodes)."""
     virtual: dict[str, dict[str, Any]] = {}
     sources: dict[str, ShardSource | RangeSource] = {}
@@ -218,14 +247,17 @@ def _expand(window: str, packs: dict[str, dict[str, dict[str, Any]]], strict: bo
         if clash is not None:
             if not strict:
                 continue
-            raise DumpIntegrityError(f"{window}/{pack}: task group {clash} is also in another pack", key=f"{window}/{clash}")
+            raise DumpIntegrityError(
+                f"{window}/{pack}: task group {clash} is also in another pack", key=f"{window}/{clash}"
+            )
         virtual.update(nodes)
         sources.update(chunks)
     return virtual, sources
 
 
-def _replace_packs(nodes: dict[str, Any], window: str, strict: bool) -> tuple[dict[str, Any], dict[str, dict[str, Any]],
-                                                                            dict[str, ShardSource | RangeSource]] | None:
+def _replace_packs(
+    nodes: dict[str, Any], window: str, strict: bool
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, ShardSource | RangeSource]] | None:
     """``nodes`` (relative to a window) with every node at or below a pack replaced by the packs' schema-6
     nodes (task groups as flat consolidated entries); ``None`` when it holds no pack.
 
@@ -292,7 +324,10 @@ def _index_document(raw: bytes, key: str, depth: int) -> bytes:
         for path, node in (replaced[0] if replaced else inner).items():
             out[f"{window}/{path}"] = node
     document = dict(doc)
-    document["consolidated_metadata"] = {**consolidated, "metadata": {p: out[p] for p in sorted(out, key=consolidated_sort_key)}}
+    document["consolidated_metadata"] = {
+        **consolidated,
+        "metadata": {p: out[p] for p in sorted(out, key=consolidated_sort_key)},
+    }
     return dumps(document)
 
 
@@ -305,8 +340,10 @@ def _finish(window: str, state: _Window) -> _Window:
             children[path.rpartition("/")[0]].append(path)
     state.children = dict(children)
     state.doc_keys = [f"{prefix}{path}/zarr.json" for path in state.virtual]
-    state.chunk_keys = [(f"{prefix}{key}", f"{prefix}{source.shard}" if isinstance(source, ShardSource) else None)
-                        for key, source in state.sources.items()]
+    state.chunk_keys = [
+        (f"{prefix}{key}", f"{prefix}{source.shard}" if isinstance(source, ShardSource) else None)
+        for key, source in state.sources.items()
+    ]
     state.packed = True
     return state
 
@@ -502,8 +539,10 @@ class PackedView(WrapperStore[Store]):
         metadata, virtual, sources = replaced
         document = dict(doc)
         document["consolidated_metadata"] = {**doc["consolidated_metadata"], "metadata": metadata}
-        return _finish(window, _Window(_stamp(raw), True, document=dumps(document), virtual=virtual,
-                                       sources=sources, parsed=document))
+        return _finish(
+            window,
+            _Window(_stamp(raw), True, document=dumps(document), virtual=virtual, sources=sources, parsed=document),
+        )
 
     async def _from_listing(self, window: str, raw: bytes | None, physical: list[str]) -> _Window:
         """The expansion of a torn window from its stored keys and its packs' own documents."""
@@ -523,7 +562,9 @@ class PackedView(WrapperStore[Store]):
         cached = self._cached(window)
         if cached is not None and not cached.final and cached.stamp == stamp and cached.pack_docs == names:
             return cached
-        values = await asyncio.gather(*(self._store.get(f"{prefix}{rel}", default_buffer_prototype()) for _, rel in docs))
+        values = await asyncio.gather(
+            *(self._store.get(f"{prefix}{rel}", default_buffer_prototype()) for _, rel in docs)
+        )
         packs: dict[str, dict[str, dict[str, Any]]] = {pack: {} for pack in packs_with_task}
         for (pack, rel), value in zip(docs, values):
             if value is None:
@@ -632,10 +673,18 @@ class PackedView(WrapperStore[Store]):
             return dumps(doc)
         cut = len(node) + 1
         members = {path[cut:]: state.virtual[path] for path in state.children.get(node, [])}
-        return dumps({"attributes": doc.get("attributes", {}), "zarr_format": 3, "consolidated_metadata": {
-            "kind": "inline", "must_understand": False,
-            "metadata": {name: members[name] for name in sorted(members, key=consolidated_sort_key)}},
-            "node_type": "group"})
+        return dumps(
+            {
+                "attributes": doc.get("attributes", {}),
+                "zarr_format": 3,
+                "consolidated_metadata": {
+                    "kind": "inline",
+                    "must_understand": False,
+                    "metadata": {name: members[name] for name in sorted(members, key=consolidated_sort_key)},
+                },
+                "node_type": "group",
+            }
+        )
 
     async def _index(self, shard: str, count: int, key: str) -> tuple[list[tuple[int, int] | None], int | None] | None:
         """A shard's decoded index and its size (when the store tells it cheaply); ``None``: no shard."""
@@ -676,32 +725,42 @@ class PackedView(WrapperStore[Store]):
         entry = entries[source.slot]
         if entry is None:
             if state.final:
-                raise DumpIntegrityError(f"chunk {key} is missing: its window is committed, but shard {shard} holds no "
-                                         f"inner chunk {source.slot}", key=key)
+                raise DumpIntegrityError(
+                    f"chunk {key} is missing: its window is committed, but shard {shard} holds no "
+                    f"inner chunk {source.slot}",
+                    key=key,
+                )
             return None
         offset, nbytes = entry
         end = offset + nbytes
         limit = None if size is None else size - index_nbytes(source.count)
         if nbytes == 0 or (limit is not None and end > limit):
-            raise DumpIntegrityError(f"chunk {key} is corrupt: shard {shard} index entry {source.slot} "
-                                     f"(offset {offset}, {nbytes} bytes) lies outside the shard's "
-                                     f"{'data' if limit is None else f'{limit} data bytes'}", key=key)
+            raise DumpIntegrityError(
+                f"chunk {key} is corrupt: shard {shard} index entry {source.slot} "
+                f"(offset {offset}, {nbytes} bytes) lies outside the shard's "
+                f"{'data' if limit is None else f'{limit} data bytes'}",
+                key=key,
+            )
         value = await self._store.get(shard, default_buffer_prototype(), RangeByteRequest(offset, end))
         if value is None:
             return None
         data = value.to_bytes()
         if len(data) != nbytes:
-            raise DumpIntegrityError(f"chunk {key} is corrupt: shard {shard} index entry {source.slot} "
-                                     f"(offset {offset}, {nbytes} bytes) lies outside the shard (read {len(data)} bytes)",
-                                     key=key)
+            raise DumpIntegrityError(
+                f"chunk {key} is corrupt: shard {shard} index entry {source.slot} "
+                f"(offset {offset}, {nbytes} bytes) lies outside the shard (read {len(data)} bytes)",
+                key=key,
+            )
         return data
 
-    async def get_partial_values(self, prototype: BufferPrototype,
-                                 key_ranges: Iterable[tuple[str, ByteRequest | None]]) -> list[Buffer | None]:
+    async def get_partial_values(
+        self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
+    ) -> list[Buffer | None]:
         return list(await asyncio.gather(*(self.get(key, prototype, byte_range) for key, byte_range in key_ranges)))
 
-    async def _get_many(self, requests: Iterable[tuple[str, BufferPrototype, ByteRequest | None]]
-                        ) -> AsyncGenerator[tuple[str, Buffer | None], None]:
+    async def _get_many(
+        self, requests: Iterable[tuple[str, BufferPrototype, ByteRequest | None]]
+    ) -> AsyncGenerator[tuple[str, Buffer | None], None]:
         for key, prototype, byte_range in requests:
             yield key, await self.get(key, prototype, byte_range)
 
@@ -756,8 +815,10 @@ class PackedView(WrapperStore[Store]):
         for rel, source in state.sources.items():
             if isinstance(source, ShardSource):
                 array, _, chunk = source.shard.rpartition("/")
-                found[f"{prefix}{rel.rpartition('/')[0]}"] = (f"{prefix}{array}",
-                                                             int(chunk.split(".")[1]) * source.count + source.slot)
+                found[f"{prefix}{rel.rpartition('/')[0]}"] = (
+                    f"{prefix}{array}",
+                    int(chunk.split(".")[1]) * source.count + source.slot,
+                )
         return found
 
     def stored_key(self, key: str) -> str | None:

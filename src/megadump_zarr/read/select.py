@@ -102,8 +102,10 @@ def pick_windows(infos: list[WindowInfo], rank: int, window: int | None, root: s
         complete = [w for w in mine if w.status == "complete"]
         if not complete:
             listed = listing([f"{w.window} ({w.status})" for w in mine])
-            raise ValueError(f"rank {rank} has no complete window in {root}; windows: {listed}; "
-                             "pass window= to read an incomplete one")
+            raise ValueError(
+                f"rank {rank} has no complete window in {root}; windows: {listed}; "
+                "pass window= to read an incomplete one"
+            )
         return complete
     chosen = [w for w in mine if w.window == int(window)]
     if not chosen:
@@ -112,9 +114,15 @@ def pick_windows(infos: list[WindowInfo], rank: int, window: int | None, root: s
     return chosen
 
 
-def pick_groups(infos: list[WindowInfo], groups_of: Callable[[WindowInfo], list[DataGroup]], rank: int,
-                invocation: int | str | None, stage: str | None, task: int | str | None,
-                root: str) -> list[DataGroup]:
+def pick_groups(
+    infos: list[WindowInfo],
+    groups_of: Callable[[WindowInfo], list[DataGroup]],
+    rank: int,
+    invocation: int | str | None,
+    stage: str | None,
+    task: int | str | None,
+    root: str,
+) -> list[DataGroup]:
     """The data groups of the first window in ``infos`` that has any matching the choices.
 
     Args:
@@ -134,17 +142,22 @@ def pick_groups(infos: list[WindowInfo], groups_of: Callable[[WindowInfo], list[
         groups = groups_of(info)
         everything.extend(groups)
         found = [
-            g for g in groups
+            g
+            for g in groups
             if match_invocation(invocation, g.invocation, g.invocation_name)
             and (stage is None or stage in (g.stage, g.stage_component))
             and (task is None or (g.task_name == task if isinstance(task, str) else g.task_id == int(task)))
         ]
         if found:
             return found
-    wanted = ", ".join(f"{k}={v!r}" for k, v in (("invocation", invocation), ("stage", stage), ("task", task)) if v is not None)
-    raise ValueError(f"no data group matches {wanted or 'the defaults'} in rank {rank} "
-                     f"window(s) {[w.window for w in infos]} of {root}; data groups: "
-                     f"{listing([describe_group(g) for g in everything]) or 'none'}")
+    wanted = ", ".join(
+        f"{k}={v!r}" for k, v in (("invocation", invocation), ("stage", stage), ("task", task)) if v is not None
+    )
+    raise ValueError(
+        f"no data group matches {wanted or 'the defaults'} in rank {rank} "
+        f"window(s) {[w.window for w in infos]} of {root}; data groups: "
+        f"{listing([describe_group(g) for g in everything]) or 'none'}"
+    )
 
 
 def single_group(groups: list[DataGroup]) -> DataGroup:
@@ -158,21 +171,38 @@ def single_group(groups: list[DataGroup]) -> DataGroup:
     """
     if len(groups) > 1:
         if len({g.invocation_name for g in groups}) > 1:
-            hint, options = "invocation=", [f"{g.invocation} ({g.invocation_name}, kernel {g.kernel!r})" for g in groups]
+            hint, options = (
+                "invocation=",
+                [f"{g.invocation} ({g.invocation_name}, kernel {g.kernel!r})" for g in groups],
+            )
         elif len({g.stage for g in groups}) > 1:
             hint, options = "stage=", [repr(g.stage) for g in groups]
         else:
             hint, options = "task=", [f"{g.task_id} ({g.task_name!r})" for g in groups]
         options = list(dict.fromkeys(options))
-        raise ValueError(f"{len(groups)} data groups match in rank {groups[0].rank} window {groups[0].window}; "
-                         f"choose one with {hint}: {listing(options)}")
+        raise ValueError(
+            f"{len(groups)} data groups match in rank {groups[0].rank} window {groups[0].window}; "
+            f"choose one with {hint}: {listing(options)}"
+        )
     return groups[0]
 
 
-def pick_tensor_rows(infos: list[WindowInfo], frame_of: Callable[[WindowInfo], pd.DataFrame], name: str, *,
-                     rank: int, invocation: int | str | None, stage: str | None, io: str | None,
-                     kernel: str | None, task: int | str | None, root: str, owner: int | None = None,
-                     core: int | str | None = None, core_type: str | None = None) -> pd.DataFrame:
+def pick_tensor_rows(
+    infos: list[WindowInfo],
+    frame_of: Callable[[WindowInfo], pd.DataFrame],
+    name: str,
+    *,
+    rank: int,
+    invocation: int | str | None,
+    stage: str | None,
+    io: str | None,
+    kernel: str | None,
+    task: int | str | None,
+    root: str,
+    owner: int | None = None,
+    core: int | str | None = None,
+    core_type: str | None = None,
+) -> pd.DataFrame:
     """The ``records()`` rows of tensor ``name`` in the first window in ``infos`` that has any matching.
 
     Args:
@@ -194,8 +224,16 @@ def pick_tensor_rows(infos: list[WindowInfo], frame_of: Callable[[WindowInfo], p
         ValueError: No record matches: the message names the filter that left nothing and the values
             that exist, or lists the tensors of those windows when none is named ``name``.
     """
-    select = {"invocation": invocation, "kernel": kernel, "stage": stage, "io": io, "task": task, "owner": owner,
-              "core_type": core_type, "core": core}
+    select = {
+        "invocation": invocation,
+        "kernel": kernel,
+        "stage": stage,
+        "io": io,
+        "task": task,
+        "owner": owner,
+        "core_type": core_type,
+        "core": core,
+    }
     named = []
     for info in infos:
         frame = frame_of(info)
@@ -209,8 +247,9 @@ def pick_tensor_rows(infos: list[WindowInfo], frame_of: Callable[[WindowInfo], p
         why = no_match_message(pd.concat(named), select, what=f"records of tensor {name!r}")
         raise ValueError(f"{why} (rank {rank} window(s) {windows} of {root})")
     names = sorted({n for info in infos for n in frame_of(info)["name"]})
-    raise ValueError(f"no tensor {name!r} matches in rank {rank} window(s) {windows} of "
-                     f"{root}; tensors: {listing(names) or 'none'}")
+    raise ValueError(
+        f"no tensor {name!r} matches in rank {rank} window(s) {windows} of {root}; tensors: {listing(names) or 'none'}"
+    )
 
 
 def check_tensor_choice(name: str, rows: pd.DataFrame) -> bool:
@@ -233,18 +272,27 @@ def check_tensor_choice(name: str, rows: pd.DataFrame) -> bool:
     if not l1.any():
         if len(invocations) > 1:
             options = [f"invocation={r.invocation} ({r.kernel} {r.direction})" for r in invocations.itertuples()]
-            raise ValueError(f"tensor {name!r} is stored by {len(invocations)} invocations; choose one with "
-                             f"invocation= or kernel=: {listing(options)}")
+            raise ValueError(
+                f"tensor {name!r} is stored by {len(invocations)} invocations; choose one with "
+                f"invocation= or kernel=: {listing(options)}"
+            )
         return False
     keys = rows.groupby(["invocation_name", "stage", "io", "index"], sort=True, dropna=False).size()
     if len(keys) > 1:
         frame = rows.drop_duplicates(["invocation_name", "stage", "io", "index"])
-        options = [f"invocation={r.invocation} ({r.kernel}) stage={r.stage!r} io={r.io!r} index={r.index}"
-                   for r in frame.itertuples()]
-        what = "io=" if len({o for o in frame["io"]}) > 1 and len(set(frame["stage"])) == 1 else (
-            "stage=" if len(set(frame["stage"])) > 1 else "invocation=")
-        raise ValueError(f"tensor {name!r} matches {len(frame)} (invocation, stage, io, index) choices; "
-                         f"choose with {what}: {listing(options)}")
+        options = [
+            f"invocation={r.invocation} ({r.kernel}) stage={r.stage!r} io={r.io!r} index={r.index}"
+            for r in frame.itertuples()
+        ]
+        what = (
+            "io="
+            if len({o for o in frame["io"]}) > 1 and len(set(frame["stage"])) == 1
+            else ("stage=" if len(set(frame["stage"])) > 1 else "invocation=")
+        )
+        raise ValueError(
+            f"tensor {name!r} matches {len(frame)} (invocation, stage, io, index) choices; "
+            f"choose with {what}: {listing(options)}"
+        )
     return True
 
 
@@ -357,8 +405,10 @@ def filter_mask(frame: pd.DataFrame, key: str, value: Any) -> np.ndarray:
     if key == "name":
         patterns = [value] if isinstance(value, str) else [str(v) for v in value]
         names = _column(frame, "name")
-        return np.array([isinstance(n, str) and any(n == p or fnmatch.fnmatchcase(n, p) for p in patterns)
-                         for n in names], dtype=bool)
+        return np.array(
+            [isinstance(n, str) and any(n == p or fnmatch.fnmatchcase(n, p) for p in patterns) for n in names],
+            dtype=bool,
+        )
     if isinstance(value, (list, tuple, set, frozenset, range)):
         out = np.zeros(len(frame), dtype=bool)
         for v in value:
@@ -374,7 +424,9 @@ def filter_mask(frame: pd.DataFrame, key: str, value: Any) -> np.ndarray:
         components = _column(frame, "group").map(stage_component)
         return _equal(_column(frame, "stage"), value) | _equal(components, value)
     if key == "core_type":
-        return _equal(_column(frame, "core_type").map(lambda t: t.upper() if isinstance(t, str) else t), str(value).upper())
+        return _equal(
+            _column(frame, "core_type").map(lambda t: t.upper() if isinstance(t, str) else t), str(value).upper()
+        )
     if key == "core" and isinstance(value, str):
         match = _CORE.match(value.strip())
         if match is None:
@@ -419,8 +471,11 @@ def _existing(frame: pd.DataFrame, spec: RecordFilter) -> list[str]:
         values = {_core_text(t, i) for t, i in zip(_column(frame, "core_type"), _column(frame, "core_id"))}
         return sorted(v for v in values if v is not None)
     if spec.key == "invocation":
-        values = {(int(i), str(n)) for i, n in zip(_column(frame, "invocation"), _column(frame, "invocation_name"))
-                  if i is not None and not pd.isna(i)}
+        values = {
+            (int(i), str(n))
+            for i, n in zip(_column(frame, "invocation"), _column(frame, "invocation_name"))
+            if i is not None and not pd.isna(i)
+        }
         return [f"{i} ({n})" for i, n in sorted(values)]
     values = [v for v in _column(frame, spec.column) if v is not None and not (not isinstance(v, str) and pd.isna(v))]
     if spec.key == "stage":
@@ -454,8 +509,10 @@ def no_match_message(frame: pd.DataFrame, select: Mapping[str, Any], what: str =
             if existing:
                 return f"no {what} with {spec.label} {_shown(spec, value)}{among}; {spec.plural}{there}: {listing(existing)}"
             return f"no {what} with {spec.label} {_shown(spec, value)}{among}: they have no {spec.label}" + (
-                " (L0 records have no stage, task, owner, core or io)" if spec.key in
-                ("stage", "task", "owner", "core", "core_type", "io") else "")
+                " (L0 records have no stage, task, owner, core or io)"
+                if spec.key in ("stage", "task", "owner", "core", "core_type", "io")
+                else ""
+            )
         kept = narrowed
         before.append(f"{spec.label} {_shown(spec, value)}")
     return None

@@ -47,8 +47,7 @@ class DumpSource:
         if not isinstance(self.url, str) or not self.url:
             raise ValueError(f"DumpSource.url must be a non-empty path or URL string, got {type(self.url).__name__}")
         if not isinstance(self.storage_options, dict):
-            raise ValueError("DumpSource.storage_options must be a dict, got "
-                             f"{type(self.storage_options).__name__}")
+            raise ValueError(f"DumpSource.storage_options must be a dict, got {type(self.storage_options).__name__}")
         if "://" not in self.url:
             object.__setattr__(self, "url", os.path.abspath(os.path.expanduser(self.url)))
         object.__setattr__(self, "storage_options", dict(self.storage_options))

@@ -29,11 +29,47 @@ __all__ = ["STATISTICS_COLUMNS", "load_tables", "merge_statistics"]
 STATISTICS_GROUP = "statistics"
 STATISTICS_COLUMNS = ("payload", "checksum", "element_count")
 """Columns the records table gains (after the other extra columns)."""
-_COLUMNS = ("stage", "task_id", "owner_id", "core_type", "core_id", "worker", "io", "index", "name", "param_position",
-            "shape", "dtype",
-            "path", "payload", "element_count", "nan_count", "inf_count", "min", "max", "mean", "l2norm", "checksum")
-_ITEMSIZE = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "float16": 2, "bfloat16": 2, "int32": 4,
-             "uint32": 4, "float32": 4, "int64": 8, "uint64": 8, "float64": 8, "float8_e4m3fn": 1, "float8_e5m2": 1}
+_COLUMNS = (
+    "stage",
+    "task_id",
+    "owner_id",
+    "core_type",
+    "core_id",
+    "worker",
+    "io",
+    "index",
+    "name",
+    "param_position",
+    "shape",
+    "dtype",
+    "path",
+    "payload",
+    "element_count",
+    "nan_count",
+    "inf_count",
+    "min",
+    "max",
+    "mean",
+    "l2norm",
+    "checksum",
+)
+_ITEMSIZE = {
+    "bool": 1,
+    "int8": 1,
+    "uint8": 1,
+    "int16": 2,
+    "uint16": 2,
+    "float16": 2,
+    "bfloat16": 2,
+    "int32": 4,
+    "uint32": 4,
+    "float32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+}
 
 
 def _table_groups(nodes: Mapping[str, dict[str, Any]]) -> list[str]:
@@ -48,7 +84,9 @@ def _table_groups(nodes: Mapping[str, dict[str, Any]]) -> list[str]:
     return sorted(found)
 
 
-def load_tables(store: Store, window_key: str, nodes: Mapping[str, dict[str, Any]]) -> list[tuple[str, dict[str, list[Any]]]]:
+def load_tables(
+    store: Store, window_key: str, nodes: Mapping[str, dict[str, Any]]
+) -> list[tuple[str, dict[str, list[Any]]]]:
     """Every statistics table of one window, as ``(invocation group name, {column: values})``.
 
     Args:
@@ -226,8 +264,13 @@ def _float(value: float) -> float | None:
     return None if value is None or math.isnan(value) else float(value)
 
 
-def merge_statistics(window_key: str, status: str, invocations: Mapping[str, dict[str, Any]],
-                     tables: list[tuple[str, dict[str, list[Any]]]], columns: dict[str, list[Any]]) -> None:
+def merge_statistics(
+    window_key: str,
+    status: str,
+    invocations: Mapping[str, dict[str, Any]],
+    tables: list[tuple[str, dict[str, list[Any]]]],
+    columns: dict[str, list[Any]],
+) -> None:
     """Fold a window's statistics tables into the records table's columns.
 
     Args:
@@ -251,28 +294,60 @@ def merge_statistics(window_key: str, status: str, invocations: Mapping[str, dic
             _append(columns, inv, table, i, path, status, invocation_name, window_key)
 
 
-def _append(columns: dict[str, list[Any]], inv: dict[str, Any], table: dict[str, list[Any]], i: int, path: str,
-            status: str, invocation_name: str, window_key: str) -> None:
+def _append(
+    columns: dict[str, list[Any]],
+    inv: dict[str, Any],
+    table: dict[str, list[Any]],
+    i: int,
+    path: str,
+    status: str,
+    invocation_name: str,
+    window_key: str,
+) -> None:
     """One statistics-only row."""
     is_l1 = bool(table["stage"][i])
     shape = tuple(int(d) for d in json.loads(table["shape"][i]))
     dtype = table["dtype"][i]
     values: dict[str, Any] = dict.fromkeys(columns)
     values.update(
-        rank=inv["rank"], window=inv["window"], invocation=inv["invocation"], step=inv["step"],
-        direction=inv["direction"], kernel=inv["kernel"], level=inv["level"] or ("L1" if is_l1 else "L0"),
-        stage=table["stage"][i] or None, task_id=_none(table["task_id"][i]) if is_l1 else None,
-        owner_id=_none(table["owner_id"][i]), core_type=table["core_type"][i] or None,
-        core_id=_none(table["core_id"][i]) if is_l1 else None, worker=_none(table["worker"][i]),
-        io=table["io"][i] if is_l1 else None, index=table["index"][i] if is_l1 else None, name=table["name"][i],
-        dtype=dtype, shape=shape, stored_shape=(), truncated=False,
-        bytes=math.prod(shape) * _ITEMSIZE.get(dtype, 0), stored_bytes=0,
-        min=_float(table["min"][i]), max=_float(table["max"][i]), mean=_float(table["mean"][i]),
-        l2norm=_float(table["l2norm"][i]), nan_count=int(table["nan_count"][i]), inf_count=int(table["inf_count"][i]),
-        path=path, role=None if is_l1 else table["io"][i],
+        rank=inv["rank"],
+        window=inv["window"],
+        invocation=inv["invocation"],
+        step=inv["step"],
+        direction=inv["direction"],
+        kernel=inv["kernel"],
+        level=inv["level"] or ("L1" if is_l1 else "L0"),
+        stage=table["stage"][i] or None,
+        task_id=_none(table["task_id"][i]) if is_l1 else None,
+        owner_id=_none(table["owner_id"][i]),
+        core_type=table["core_type"][i] or None,
+        core_id=_none(table["core_id"][i]) if is_l1 else None,
+        worker=_none(table["worker"][i]),
+        io=table["io"][i] if is_l1 else None,
+        index=table["index"][i] if is_l1 else None,
+        name=table["name"][i],
+        dtype=dtype,
+        shape=shape,
+        stored_shape=(),
+        truncated=False,
+        bytes=math.prod(shape) * _ITEMSIZE.get(dtype, 0),
+        stored_bytes=0,
+        min=_float(table["min"][i]),
+        max=_float(table["max"][i]),
+        mean=_float(table["mean"][i]),
+        l2norm=_float(table["l2norm"][i]),
+        nan_count=int(table["nan_count"][i]),
+        inf_count=int(table["inf_count"][i]),
+        path=path,
+        role=None if is_l1 else table["io"][i],
         capture_phase=("before" if table["io"][i] == "input" else "after") if is_l1 else None,
-        status=status, invocation_name=invocation_name, param_position=_none(table["param_position"][i]), group=path.rsplit("/", 1)[0],
-        payload=False, checksum=_checksum(table["checksum"][i]), element_count=int(table["element_count"][i]),
+        status=status,
+        invocation_name=invocation_name,
+        param_position=_none(table["param_position"][i]),
+        group=path.rsplit("/", 1)[0],
+        payload=False,
+        checksum=_checksum(table["checksum"][i]),
+        element_count=int(table["element_count"][i]),
         partial=bool(table.get("partial", [False] * (i + 1))[i]),
     )
     for name, value in values.items():

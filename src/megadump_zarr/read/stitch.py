@@ -94,14 +94,23 @@ def _check_pieces(pieces: Sequence[Piece], name: str) -> None:
     trailing = {p.data.shape[1:] for p in pieces}
     if any(p.data.ndim == 0 for p in pieces) or len(trailing) > 1:
         shapes = ", ".join(f"{p.path}: {p.data.shape}" for p in pieces[:8])
-        raise ValueError(f"records of tensor {name!r} cannot be stitched along axis 0: their shapes differ beyond axis 0 ({shapes})")
+        raise ValueError(
+            f"records of tensor {name!r} cannot be stitched along axis 0: their shapes differ beyond axis 0 ({shapes})"
+        )
     for p in pieces:
         if p.rows.shape != (p.data.shape[0],):
             raise ValueError(f"record {p.path}: {p.rows.shape[0]} global indices for {p.data.shape[0]} rows")
 
 
-def _verify(primary: np.ndarray, duplicates: list[np.ndarray], offsets: list[int], merge: bool,
-            primary_label: str, labels: list[str], rows: list[tuple[int, int]]) -> np.ndarray:
+def _verify(
+    primary: np.ndarray,
+    duplicates: list[np.ndarray],
+    offsets: list[int],
+    merge: bool,
+    primary_label: str,
+    labels: list[str],
+    rows: list[tuple[int, int]],
+) -> np.ndarray:
     """Check (and, in merge mode, fill) one block's duplicated rows against its primary rows."""
     out = np.array(primary, copy=True)
     for dup, offset, label, (first, last) in zip(duplicates, offsets, labels, rows):
@@ -112,13 +121,20 @@ def _verify(primary: np.ndarray, duplicates: list[np.ndarray], offsets: list[int
             b = dup.astype(np.float64)
             both = ~np.isnan(a) & ~np.isnan(b)
             if not np.array_equal(a[both], b[both]):
-                raise ValueError(f"records {primary_label} and {label} hold different values for global rows "
-                                 f"{first}..{last}; read them one by one with Dump.record_array(path)")
+                raise ValueError(
+                    f"records {primary_label} and {label} hold different values for global rows "
+                    f"{first}..{last}; read them one by one with Dump.record_array(path)"
+                )
             fill = np.isnan(a) & ~np.isnan(b)
             target[fill] = dup.astype(target.dtype)[fill]
-        elif np.ascontiguousarray(target).tobytes() != np.ascontiguousarray(dup.astype(target.dtype, copy=False)).tobytes():
-            raise ValueError(f"records {primary_label} and {label} hold different values for global rows "
-                             f"{first}..{last}; read them one by one with Dump.record_array(path)")
+        elif (
+            np.ascontiguousarray(target).tobytes()
+            != np.ascontiguousarray(dup.astype(target.dtype, copy=False)).tobytes()
+        ):
+            raise ValueError(
+                f"records {primary_label} and {label} hold different values for global rows "
+                f"{first}..{last}; read them one by one with Dump.record_array(path)"
+            )
     return out
 
 
@@ -126,15 +142,26 @@ def _single_block(array: da.Array) -> da.Array:
     return array.rechunk(tuple(-1 for _ in range(array.ndim))) if array.npartitions > 1 else array
 
 
-def _verified_block(primary: da.Array, primary_label: str, dups: list[tuple[da.Array, int, str, tuple[int, int]]],
-                    merge: bool) -> da.Array:
+def _verified_block(
+    primary: da.Array, primary_label: str, dups: list[tuple[da.Array, int, str, tuple[int, int]]], merge: bool
+) -> da.Array:
     primary = _single_block(primary)
     parts = [_single_block(d) for d, _, _, _ in dups]
-    token = hashlib.sha1(repr((primary.name, [p.name for p in parts], [o for _, o, _, _ in dups], merge)).encode()).hexdigest()
+    token = hashlib.sha1(
+        repr((primary.name, [p.name for p in parts], [o for _, o, _, _ in dups], merge)).encode()
+    ).hexdigest()
     name = f"megadump-verify-{token[:16]}"
     zeros = (0,) * primary.ndim
-    task = (_verify, (primary.name, *zeros), [(p.name, *zeros) for p in parts], [o for _, o, _, _ in dups], merge,
-            primary_label, [lab for _, _, lab, _ in dups], [r for _, _, _, r in dups])
+    task = (
+        _verify,
+        (primary.name, *zeros),
+        [(p.name, *zeros) for p in parts],
+        [o for _, o, _, _ in dups],
+        merge,
+        primary_label,
+        [lab for _, _, lab, _ in dups],
+        [r for _, _, _, r in dups],
+    )
     graph = HighLevelGraph.from_collections(name, {(name, *zeros): task}, dependencies=[primary, *parts])
     return da.Array(graph, name, primary.chunks, dtype=primary.dtype, meta=primary._meta)
 
@@ -151,8 +178,9 @@ def _runs(piece_of: np.ndarray, local_of: np.ndarray) -> list[tuple[int, int, in
     return [(int(a), int(b), int(piece_of[a]), int(local_of[a])) for a, b in zip(starts, stops)]
 
 
-def stitch(pieces: Sequence[Piece], *, name: str, dims: Sequence[str] | None = None,
-           attrs: dict[str, Any] | None = None) -> xr.DataArray:
+def stitch(
+    pieces: Sequence[Piece], *, name: str, dims: Sequence[str] | None = None, attrs: dict[str, Any] | None = None
+) -> xr.DataArray:
     """Concatenate records along axis 0 in global-row order (see the module docstring).
 
     Args:
@@ -166,12 +194,15 @@ def stitch(pieces: Sequence[Piece], *, name: str, dims: Sequence[str] | None = N
     """
     pieces = list(pieces)
     _check_pieces(pieces, name)
-    pieces.sort(key=lambda p: (int(p.rows.min()) if p.rows.size else np.iinfo(np.int64).max, p.task_id, p.worker, p.path))
+    pieces.sort(
+        key=lambda p: (int(p.rows.min()) if p.rows.size else np.iinfo(np.int64).max, p.task_id, p.worker, p.path)
+    )
     dtype = _common_dtype(pieces)
     ndim = pieces[0].data.ndim
     if dims is None:
         dims = next((p.dims for p in pieces if p.dims is not None), None) or tuple(
-            "row" if axis == 0 else f"dim_{axis}" for axis in range(ndim))
+            "row" if axis == 0 else f"dim_{axis}" for axis in range(ndim)
+        )
     dims = tuple(dims)
 
     rows = np.concatenate([p.rows.astype(np.int64) for p in pieces])
@@ -207,13 +238,25 @@ def stitch(pieces: Sequence[Piece], *, name: str, dims: Sequence[str] | None = N
             merge = pieces[p].truncated
             sub = np.lexsort((dup_local[d_lo:d_hi], dup_piece[d_lo:d_hi]))
             positions, sources, locals_ = dup_pos[d_lo:d_hi][sub], dup_piece[d_lo:d_hi][sub], dup_local[d_lo:d_hi][sub]
-            breaks = np.flatnonzero((sources[1:] != sources[:-1]) | (locals_[1:] != locals_[:-1] + 1)
-                                    | (positions[1:] != positions[:-1] + 1)) + 1
+            breaks = (
+                np.flatnonzero(
+                    (sources[1:] != sources[:-1])
+                    | (locals_[1:] != locals_[:-1] + 1)
+                    | (positions[1:] != positions[:-1] + 1)
+                )
+                + 1
+            )
             for r0, r1 in zip(np.concatenate(([0], breaks)), np.concatenate((breaks, [positions.shape[0]]))):
                 s, sl0, span = int(sources[r0]), int(locals_[r0]), int(r1 - r0)
                 merge = merge or pieces[s].truncated
-                block_dups.append((pieces[s].data[sl0 : sl0 + span], int(positions[r0]) - out_a, pieces[s].path,
-                                   (int(unique_rows[positions[r0]]), int(unique_rows[positions[r1 - 1]]))))
+                block_dups.append(
+                    (
+                        pieces[s].data[sl0 : sl0 + span],
+                        int(positions[r0]) - out_a,
+                        pieces[s].path,
+                        (int(unique_rows[positions[r0]]), int(unique_rows[positions[r1 - 1]])),
+                    )
+                )
             blocks.append(_verified_block(data[a:b], pieces[p].path, block_dups, merge))
     blocks = [b if b.dtype == dtype else b.astype(dtype) for b in blocks]
     if blocks:
@@ -229,8 +272,12 @@ def stitch(pieces: Sequence[Piece], *, name: str, dims: Sequence[str] | None = N
         dims[0]: (dims[0], unique_rows),
         "task_id": (dims[0], per_row("task_id")),
         "owner_id": (dims[0], per_row("owner_id")),
-        "core_type": (dims[0], np.array([p.core_type for p in pieces], dtype=object)[piece_of].astype(str)
-                      if piece_of.size else np.zeros(0, dtype=str)),
+        "core_type": (
+            dims[0],
+            np.array([p.core_type for p in pieces], dtype=object)[piece_of].astype(str)
+            if piece_of.size
+            else np.zeros(0, dtype=str),
+        ),
         "core_id": (dims[0], per_row("core_id")),
         "worker": (dims[0], per_row("worker")),
     }

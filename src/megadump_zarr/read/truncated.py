@@ -31,8 +31,20 @@ from megadump_zarr.read.documents import open_array_checked
 from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.integrity import GuardedArray
 
-__all__ = ["MAX_DERIVED_ROWS", "MAX_LOGICAL_BYTES", "MAX_NAN_BLOCKS", "ROWS_PER_STORED_ELEMENT", "check_logical_shape",
-           "check_padded_rows", "logical_dims", "logical_dtype", "open_zarr_array", "record_dask", "stored_dask", "truncated_dask"]
+__all__ = [
+    "MAX_DERIVED_ROWS",
+    "MAX_LOGICAL_BYTES",
+    "MAX_NAN_BLOCKS",
+    "ROWS_PER_STORED_ELEMENT",
+    "check_logical_shape",
+    "check_padded_rows",
+    "logical_dims",
+    "logical_dtype",
+    "open_zarr_array",
+    "record_dask",
+    "stored_dask",
+    "truncated_dask",
+]
 
 _ML_FLOATS = frozenset(("bfloat16", "float8_e4m3fn", "float8_e5m2"))
 
@@ -67,8 +79,15 @@ def stored_dask(array: zarr.Array, key: str, root: str = "") -> da.Array:
     from megadump_zarr.read.chunks import chunk_rows
 
     chunks = array.chunks if array.ndim else ()
-    return da.from_array(chunk_rows(GuardedArray(array, key, root)), chunks=chunks, name=f"megadump-stored-{_token(root, key)}", lock=False,
-                         asarray=False, inline_array=True, meta=np.empty((0,) * array.ndim, dtype=array.dtype))
+    return da.from_array(
+        chunk_rows(GuardedArray(array, key, root)),
+        chunks=chunks,
+        name=f"megadump-stored-{_token(root, key)}",
+        lock=False,
+        asarray=False,
+        inline_array=True,
+        meta=np.empty((0,) * array.ndim, dtype=array.dtype),
+    )
 
 
 def logical_dtype(dtype: np.dtype) -> np.dtype:
@@ -130,11 +149,15 @@ def check_logical_shape(shape: Sequence[int], itemsize: int, key: str) -> None:
         ValueError: Naming the key, the field and the value.
     """
     if not all(type(d) is int and d >= 0 for d in shape):
-        raise ValueError(f"{key}/zarr.json: attributes.actualShape {list(shape)!r} is not a list of non-negative integers")
+        raise ValueError(
+            f"{key}/zarr.json: attributes.actualShape {list(shape)!r} is not a list of non-negative integers"
+        )
     size = math.prod(shape) * max(1, int(itemsize))
     if size > MAX_LOGICAL_BYTES:
-        raise ValueError(f"{key}/zarr.json: attributes.actualShape {list(shape)} describes {size} bytes, more than "
-                         f"any tensor can hold ({MAX_LOGICAL_BYTES} bytes)")
+        raise ValueError(
+            f"{key}/zarr.json: attributes.actualShape {list(shape)} describes {size} bytes, more than "
+            f"any tensor can hold ({MAX_LOGICAL_BYTES} bytes)"
+        )
 
 
 MAX_NAN_BLOCKS = 64
@@ -175,7 +198,8 @@ def check_padded_rows(actual: Sequence[int], stored_elements: int, key: str) -> 
             f"{key}/zarr.json: attributes.actualShape {list(actual)} describes {int(actual[0])} rows for a stored prefix "
             f"of {int(stored_elements)} elements, more than a truncated record can describe (at most {bound} rows: "
             f"max({MAX_DERIVED_ROWS}, {ROWS_PER_STORED_ELEMENT} x stored elements)); the document was edited",
-            key=f"{key}/zarr.json")
+            key=f"{key}/zarr.json",
+        )
 
 
 def truncated_dask(array: zarr.Array, logical_shape: Sequence[int], key: str, root: str = "") -> da.Array:
@@ -201,14 +225,22 @@ def truncated_dask(array: zarr.Array, logical_shape: Sequence[int], key: str, ro
     # rows holding captured elements: one block per stored chunk; past the prefix (NaN, nothing to read)
     # few large blocks, so the graph and any pass over the view cost the stored bytes, not the logical size
     captured_rows = min(shape[0], -(-int(array.shape[0]) // row)) if row else shape[0]
-    nan_rows = max(rows_per_block, _NAN_BLOCK_ELEMENTS // row, -(-(shape[0] - captured_rows) // MAX_NAN_BLOCKS)) \
-        if row else max(1, shape[0])
+    nan_rows = (
+        max(rows_per_block, _NAN_BLOCK_ELEMENTS // row, -(-(shape[0] - captured_rows) // MAX_NAN_BLOCKS))
+        if row
+        else max(1, shape[0])
+    )
     block_rows: list[int] = []
     left = shape[0]
     done = 0
     while left > 0:
-        block_rows.append(min(rows_per_block if done < captured_rows else nan_rows, left,
-                              captured_rows - done if done < captured_rows else left))
+        block_rows.append(
+            min(
+                rows_per_block if done < captured_rows else nan_rows,
+                left,
+                captured_rows - done if done < captured_rows else left,
+            )
+        )
         left -= block_rows[-1]
         done += block_rows[-1]
     if not block_rows:

@@ -23,8 +23,14 @@ import torch
 
 from megadump_zarr.runtime import Graph, MegaKernel, OperatorNode, TensorSpec
 
-__all__ = ["TRUSTED_SOURCES", "Reference", "clear_references", "register_reference", "register_source",
-           "resolve_reference"]
+__all__ = [
+    "TRUSTED_SOURCES",
+    "Reference",
+    "clear_references",
+    "register_reference",
+    "register_source",
+    "resolve_reference",
+]
 
 _REGISTRY: dict[tuple[str, str], Any] = {}
 _SOURCES: dict[str, tuple[Callable[..., MegaKernel], Callable[[Any], str] | None]] = {}
@@ -122,12 +128,15 @@ def _reference_of(value: Any, stage: str, origin: str) -> Reference:
         return Reference(value.tile_fn, tuple((*value.inputs, *value.outputs)), value, None, origin)
     if callable(value):
         return Reference(value, (), None, None, origin)
-    raise TypeError(f"a replay reference must be a tile function fn(tile), an OperatorNode, a MegaKernel or a Graph "
-                    f"({origin}), got {type(value).__name__}")
+    raise TypeError(
+        f"a replay reference must be a tile function fn(tile), an OperatorNode, a MegaKernel or a Graph "
+        f"({origin}), got {type(value).__name__}"
+    )
 
 
-def register_source(name: str, build: Callable[[Any, str, torch.dtype], MegaKernel] | None,
-                    describe: Callable[[Any], str] | None = None) -> None:
+def register_source(
+    name: str, build: Callable[[Any, str, torch.dtype], MegaKernel] | None, describe: Callable[[Any], str] | None = None
+) -> None:
     """Register a known operator source: a dump whose ``operatorSource`` names ``name`` replays against it.
 
     The embedded demo fills this for its model itself (``megadump_zarr.demo.model.register_replay_source``);
@@ -197,8 +206,13 @@ def resolve_reference(reference: Any, *, kernel: str, stage: str, source: Any, d
     found = _known_source(source, kernel, stage, dtype)
     if found is not None:
         return found
-    named = f" (the dump names operator source {source.get('name')!r}, which is not a known one)" \
-        if isinstance(source, dict) and "name" in source else ""
-    raise ValueError(f"no reference for kernel {kernel!r} stage {stage!r}{named}: pass reference=fn (a tile "
-                     f"function, an OperatorNode or a MegaKernel; CLI --reference module:attr) or call "
-                     f"megadump_zarr.replay.register_reference({kernel!r}, {stage!r}, fn)")
+    named = (
+        f" (the dump names operator source {source.get('name')!r}, which is not a known one)"
+        if isinstance(source, dict) and "name" in source
+        else ""
+    )
+    raise ValueError(
+        f"no reference for kernel {kernel!r} stage {stage!r}{named}: pass reference=fn (a tile "
+        f"function, an OperatorNode or a MegaKernel; CLI --reference module:attr) or call "
+        f"megadump_zarr.replay.register_reference({kernel!r}, {stage!r}, fn)"
+    )

@@ -73,16 +73,39 @@ class ReplayResult:
         """The ``megadump replay --json`` document."""
         outputs = []
         for row in self.outputs.itertuples(index=False):
-            outputs.append({
-                "name": row.name, "verdict": row.verdict, "max_abs": row.max_abs, "max_rel": row.max_rel,
-                "cosine": row.cosine, "mismatches": row.mismatches, "dtype": row.dtype, "core_id": row.core_id,
-                "path": row.path, "notes": list(row.notes),
-                "float64": {"verdict": row.f64_verdict, "max_abs": row.f64_max_abs, "max_rel": row.f64_max_rel,
-                            "cosine": row.f64_cosine},
-            })
-        return {"verdict": self.verdict, "outputs": outputs, "rank": self.rank, "window": self.window,
-                "invocation": self.invocation, "stage": self.stage, "task_id": self.task_id,
-                "owner_id": self.owner_id, "kernel": self.kernel, "reference": self.reference, "inputs": self.inputs}
+            outputs.append(
+                {
+                    "name": row.name,
+                    "verdict": row.verdict,
+                    "max_abs": row.max_abs,
+                    "max_rel": row.max_rel,
+                    "cosine": row.cosine,
+                    "mismatches": row.mismatches,
+                    "dtype": row.dtype,
+                    "core_id": row.core_id,
+                    "path": row.path,
+                    "notes": list(row.notes),
+                    "float64": {
+                        "verdict": row.f64_verdict,
+                        "max_abs": row.f64_max_abs,
+                        "max_rel": row.f64_max_rel,
+                        "cosine": row.f64_cosine,
+                    },
+                }
+            )
+        return {
+            "verdict": self.verdict,
+            "outputs": outputs,
+            "rank": self.rank,
+            "window": self.window,
+            "invocation": self.invocation,
+            "stage": self.stage,
+            "task_id": self.task_id,
+            "owner_id": self.owner_id,
+            "kernel": self.kernel,
+            "reference": self.reference,
+            "inputs": self.inputs,
+        }
 
 
 @dataclass
@@ -112,13 +135,17 @@ def _records(dump: Any, selection: TaskSelection) -> list[_Record]:
     records = []
     for row in selection.records.itertuples(index=False):
         if not bool(getattr(row, "payload", True)):  # a statistics-first dump kept only this record's statistics
-            raise ValueError(f"{row.io} {row.name!r} of task {selection.task_id} has statistics only, no values "
-                             f"({row.path}): replay needs the task's tensors (dump it with payloads)")
+            raise ValueError(
+                f"{row.io} {row.name!r} of task {selection.task_id} has statistics only, no values "
+                f"({row.path}): replay needs the task's tensors (dump it with payloads)"
+            )
         array = dump.record_array(row.path)
         attrs = array.attrs
         if row.truncated and row.io == "input":
-            raise ValueError(f"input {row.name!r} of task {selection.task_id} is truncated ({row.path}, "
-                             "max_bytes_per_tensor): replay needs whole inputs")
+            raise ValueError(
+                f"input {row.name!r} of task {selection.task_id} is truncated ({row.path}, "
+                "max_bytes_per_tensor): replay needs whole inputs"
+            )
         if row.truncated:  # an output's stored prefix, flat
             values = np.asarray(array.values).reshape(-1)[: int(prod(row.stored_shape))]
             stored = (values.size,)
@@ -127,10 +154,22 @@ def _records(dump: Any, selection: TaskSelection) -> list[_Record]:
         offset, declared = attrs.get("sourceOffsetBytes"), attrs.get("declaredShape")
         if not isinstance(offset, int) or not isinstance(declared, list):
             raise ValueError(f"record {row.path} lacks sourceOffsetBytes/declaredShape: not an L1 task record")
-        records.append(_Record(row.path, str(row.io), str(row.name), None if pd.isna(row.core_id) else int(row.core_id),
-                               int(row.param_position), _torch_dtype(row.dtype, row.path), str(row.dtype),
-                               tuple(int(d) for d in declared), offset, stored, values,
-                               int(prod(row.shape)) if row.truncated else None))
+        records.append(
+            _Record(
+                row.path,
+                str(row.io),
+                str(row.name),
+                None if pd.isna(row.core_id) else int(row.core_id),
+                int(row.param_position),
+                _torch_dtype(row.dtype, row.path),
+                str(row.dtype),
+                tuple(int(d) for d in declared),
+                offset,
+                stored,
+                values,
+                int(prod(row.shape)) if row.truncated else None,
+            )
+        )
     return records
 
 
@@ -152,20 +191,26 @@ def _parameters(records: list[_Record], reference: Reference, selection: TaskSel
     params = [torch.zeros(*shapes[p][0], dtype=shapes[p][1]) if p in shapes else torch.empty(0) for p in range(count)]
     inputs = [r for r in records if r.io == "input"]
     if not inputs:
-        raise ValueError(f"the dump holds no inputs of task {selection.task_id} of stage {selection.stage!r} "
-                         "(io or tensor_names filters?): replay needs the task's dumped inputs")
+        raise ValueError(
+            f"the dump holds no inputs of task {selection.task_id} of stage {selection.stage!r} "
+            "(io or tensor_names filters?): replay needs the task's dumped inputs"
+        )
     _check_every_input(inputs, reference, selection)
     for record in inputs:
         param = params[record.position]
         if param.dtype != record.dtype:
-            raise ValueError(f"input {record.path} is {record.dtype_name} but parameter {record.position} is "
-                             f"{str(param.dtype).removeprefix('torch.')}")
+            raise ValueError(
+                f"input {record.path} is {record.dtype_name} but parameter {record.position} is "
+                f"{str(param.dtype).removeprefix('torch.')}"
+            )
         flat = param.view(-1).view(torch.uint8)
         payload = _to_torch(record.data, record.dtype).view(torch.uint8)
         if record.offset + payload.numel() > flat.numel():
-            raise ValueError(f"input {record.path} ({payload.numel()} bytes at offset {record.offset}) does not fit "
-                             f"parameter {record.position} of {flat.numel()} bytes")
-        flat[record.offset:record.offset + payload.numel()] = payload
+            raise ValueError(
+                f"input {record.path} ({payload.numel()} bytes at offset {record.offset}) does not fit "
+                f"parameter {record.position} of {flat.numel()} bytes"
+            )
+        flat[record.offset : record.offset + payload.numel()] = payload
     return params
 
 
@@ -175,23 +220,32 @@ def _check_every_input(inputs: list[_Record], reference: Reference, selection: T
     reads; a bare tile function does not, so there the dumped input indices must have no gap."""
     dumped = {record.position for record in inputs}
     if reference.operator is not None:
-        missing = [f"{spec.name!r} (input {i}, parameter {spec.param_position})"
-                   for i, spec in enumerate(reference.operator.inputs) if spec.param_position not in dumped]
+        missing = [
+            f"{spec.name!r} (input {i}, parameter {spec.param_position})"
+            for i, spec in enumerate(reference.operator.inputs)
+            if spec.param_position not in dumped
+        ]
     else:
         table = selection.records
         indices = {int(i) for i in table.loc[table["io"] == "input", "index"]}
         missing = [f"input {i}" for i in range(max(indices) + 1) if i not in indices]
     if missing:
         operator = reference.operator
-        reads = f" that the reference operator {operator.name!r} reads" \
-            if operator is not None and operator.name != selection.stage else ""
-        raise ValueError(f"the dump lacks {', '.join(missing)} of task {selection.task_id} of stage "
-                         f"{selection.stage!r}{reads} (tensor_names or io filters?): replay needs every input of the "
-                         "task (a missing one would be replayed as zeros)")
+        reads = (
+            f" that the reference operator {operator.name!r} reads"
+            if operator is not None and operator.name != selection.stage
+            else ""
+        )
+        raise ValueError(
+            f"the dump lacks {', '.join(missing)} of task {selection.task_id} of stage "
+            f"{selection.stage!r}{reads} (tensor_names or io filters?): replay needs every input of the "
+            "task (a missing one would be replayed as zeros)"
+        )
 
 
-def _task(selection: TaskSelection, reference: Reference, tile_rows: Any, params: list[torch.Tensor],
-          task_index: int) -> CompiledTask:
+def _task(
+    selection: TaskSelection, reference: Reference, tile_rows: Any, params: list[torch.Tensor], task_index: int
+) -> CompiledTask:
     start = stop = None
     if isinstance(tile_rows, list) and len(tile_rows) == 2:
         start, stop = int(tile_rows[0]), int(tile_rows[1])
@@ -203,8 +257,9 @@ def _task(selection: TaskSelection, reference: Reference, tile_rows: Any, params
                 start, stop = task.start, task.stop
         except (ValueError, TypeError, IndexError, RuntimeError):
             pass
-    return CompiledTask(selection.task_id, selection.stage, reference.operator, task_index, start, stop,
-                        selection.owner_id)
+    return CompiledTask(
+        selection.task_id, selection.stage, reference.operator, task_index, start, stop, selection.owner_id
+    )
 
 
 def _run(reference: Reference, params: list[torch.Tensor], task: CompiledTask) -> None:
@@ -212,8 +267,10 @@ def _run(reference: Reference, params: list[torch.Tensor], task: CompiledTask) -
         with torch.no_grad():
             reference.tile_fn(Tile(params, task.start, task.stop, task.owner_id, task))
     except Exception as error:  # noqa: BLE001 - the user's reference failed: say so, with its message
-        raise ValueError(f"the reference ({reference.origin}) failed on task {task.task_id} of stage "
-                         f"{task.stage!r}: {type(error).__name__}: {error}") from error
+        raise ValueError(
+            f"the reference ({reference.origin}) failed on task {task.task_id} of stage "
+            f"{task.stage!r}: {type(error).__name__}: {error}"
+        ) from error
 
 
 def _view(params: list[torch.Tensor], record: _Record) -> torch.Tensor:
@@ -221,7 +278,7 @@ def _view(params: list[torch.Tensor], record: _Record) -> torch.Tensor:
     itemsize = torch.empty((), dtype=record.dtype).element_size()
     start = record.offset // itemsize
     count = int(prod(record.stored))
-    return param.reshape(-1)[start:start + count].reshape(record.stored)
+    return param.reshape(-1)[start : start + count].reshape(record.stored)
 
 
 def _numeric(values: Any, kind: str) -> np.ndarray:
@@ -234,8 +291,9 @@ def _numeric(values: Any, kind: str) -> np.ndarray:
     return array
 
 
-def _compare(dumped: np.ndarray, replayed: torch.Tensor, dtype_name: str, other: str, rtol: float | None,
-             atol: float | None) -> tuple[str, TensorMetrics, list[str]]:
+def _compare(
+    dumped: np.ndarray, replayed: torch.Tensor, dtype_name: str, other: str, rtol: float | None, atol: float | None
+) -> tuple[str, TensorMetrics, list[str]]:
     kind = dtype_kind(dtype_name)
     r, a, exact = resolve_tolerance(dtype_name, other if kind == "float" else dtype_name, rtol, atol)
     metrics = compute_metrics(_numeric(dumped, kind), _numeric(replayed, kind), rtol=r, atol=a, exact=exact)
@@ -243,10 +301,20 @@ def _compare(dumped: np.ndarray, replayed: torch.Tensor, dtype_name: str, other:
     return outcome, metrics, reasons
 
 
-def replay(dump: Any, stage: str, *, task_id: int | None = None, owner: int | None = None,
-           invocation: int | None = None, reference: Any = None, rank: int | None = None, window: int | None = None,
-           rtol: float | None = None, atol: float | None = None,
-           storage_options: dict[str, Any] | None = None) -> ReplayResult:
+def replay(
+    dump: Any,
+    stage: str,
+    *,
+    task_id: int | None = None,
+    owner: int | None = None,
+    invocation: int | None = None,
+    reference: Any = None,
+    rank: int | None = None,
+    window: int | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> ReplayResult:
     """Replay one dumped L1 task on its own dumped inputs and judge its dumped outputs.
 
     Dumps of the embedded demo model (``megadump demo``, or ``MoEBlock`` with any ``DemoConfig``)
@@ -284,23 +352,39 @@ def replay(dump: Any, stage: str, *, task_id: int | None = None, owner: int | No
         raise ValueError(f"replay stage must be a non-empty string, got {stage!r}")
     if isinstance(dump, (str, os.PathLike)):
         dump = open_dump(dump, storage_options=storage_options)
-    selection = select_task(dump.records(include_incomplete=True), stage=stage, task_id=task_id, owner=owner,
-                            invocation=invocation, rank=rank, window=window)
+    selection = select_task(
+        dump.records(include_incomplete=True),
+        stage=stage,
+        task_id=task_id,
+        owner=owner,
+        invocation=invocation,
+        rank=rank,
+        window=window,
+    )
     window_key = f"rank_{selection.rank}/window_{selection.window:04d}"
-    invocation_attrs = (get_json(dump.store, f"{window_key}/{selection.invocation_name}/zarr.json") or {}).get("attributes") or {}
+    invocation_attrs = (get_json(dump.store, f"{window_key}/{selection.invocation_name}/zarr.json") or {}).get(
+        "attributes"
+    ) or {}
     group = str(selection.records["group"].iloc[0])
     group_attrs = (get_json(dump.store, f"{group}/zarr.json") or {}).get("attributes") or {}
     records = _records(dump, selection)
     outputs = [r for r in records if r.io == "output"]
     if not outputs:
         if "partial" in selection.records and selection.records["partial"].astype(bool).any():
-            raise ValueError(f"the launch of {selection.invocation_name} failed before task {selection.task_id} of "
-                             f"stage {stage!r} wrote its outputs (a salvaged partial launch: they are pending, never "
-                             "captured): nothing to judge")
-        raise ValueError(f"the dump holds no outputs of task {selection.task_id} of stage {stage!r} "
-                         "(io or tensor_names filters?): nothing to judge")
-    dtype = outputs[0].dtype if outputs[0].dtype.is_floating_point else next(
-        (r.dtype for r in records if r.dtype.is_floating_point), torch.float32)
+            raise ValueError(
+                f"the launch of {selection.invocation_name} failed before task {selection.task_id} of "
+                f"stage {stage!r} wrote its outputs (a salvaged partial launch: they are pending, never "
+                "captured): nothing to judge"
+            )
+        raise ValueError(
+            f"the dump holds no outputs of task {selection.task_id} of stage {stage!r} "
+            "(io or tensor_names filters?): nothing to judge"
+        )
+    dtype = (
+        outputs[0].dtype
+        if outputs[0].dtype.is_floating_point
+        else next((r.dtype for r in records if r.dtype.is_floating_point), torch.float32)
+    )
     source = invocation_attrs.get("operatorSource")
     same = resolve_reference(reference, kernel=selection.kernel, stage=stage, source=source, dtype=dtype)
     wide = resolve_reference(reference, kernel=selection.kernel, stage=stage, source=source, dtype=torch.float64)
@@ -309,28 +393,66 @@ def replay(dump: Any, stage: str, *, task_id: int | None = None, owner: int | No
     task = _task(selection, same, group_attrs.get("tileRows"), params, task_index)
     wide_params = [p.double() if p.is_floating_point() else p.clone() for p in params]
     _run(same, params, task)
-    _run(wide, wide_params, CompiledTask(task.task_id, task.stage, wide.operator, task.task_index, task.start,
-                                         task.stop, task.owner_id))
+    _run(
+        wide,
+        wide_params,
+        CompiledTask(task.task_id, task.stage, wide.operator, task.task_index, task.start, task.stop, task.owner_id),
+    )
     rows = []
     for record in outputs:
-        outcome, m, reasons = _compare(record.data, _view(params, record), record.dtype_name, record.dtype_name, rtol, atol)
+        outcome, m, reasons = _compare(
+            record.data, _view(params, record), record.dtype_name, record.dtype_name, rtol, atol
+        )
         wide_view = _view(wide_params, record)
-        f64_outcome, f64, f64_reasons = _compare(record.data, wide_view, record.dtype_name,
-                                                 "float64" if wide_view.is_floating_point() else record.dtype_name,
-                                                 rtol, atol)
+        f64_outcome, f64, f64_reasons = _compare(
+            record.data,
+            wide_view,
+            record.dtype_name,
+            "float64" if wide_view.is_floating_point() else record.dtype_name,
+            rtol,
+            atol,
+        )
         combined = "pass" if "pass" in (outcome, f64_outcome) else "fail"
-        notes = [f"vs {record.dtype_name} replay: {r}" for r in reasons] + [f"vs float64 replay: {r}" for r in f64_reasons]
+        notes = [f"vs {record.dtype_name} replay: {r}" for r in reasons] + [
+            f"vs float64 replay: {r}" for r in f64_reasons
+        ]
         if record.truncated_of is not None:  # max_bytes_per_tensor: only the stored prefix can be judged
-            notes.append(f"truncated: judged on its first {int(prod(record.stored))} of {record.truncated_of} "
-                         "elements (max_bytes_per_tensor)")
-        rows.append({
-            "name": record.name, "core_id": record.core_id, "verdict": combined, "max_abs": m.max_abs,
-            "max_rel": m.max_rel, "cosine": m.cosine, "mismatches": m.mismatches, "f64_verdict": f64_outcome,
-            "f64_max_abs": f64.max_abs, "f64_max_rel": f64.max_rel, "f64_cosine": f64.cosine,
-            "dtype": record.dtype_name, "rtol": m.rtol, "atol": m.atol, "notes": notes, "path": record.path,
-        })
+            notes.append(
+                f"truncated: judged on its first {int(prod(record.stored))} of {record.truncated_of} "
+                "elements (max_bytes_per_tensor)"
+            )
+        rows.append(
+            {
+                "name": record.name,
+                "core_id": record.core_id,
+                "verdict": combined,
+                "max_abs": m.max_abs,
+                "max_rel": m.max_rel,
+                "cosine": m.cosine,
+                "mismatches": m.mismatches,
+                "f64_verdict": f64_outcome,
+                "f64_max_abs": f64.max_abs,
+                "f64_max_rel": f64.max_rel,
+                "f64_cosine": f64.cosine,
+                "dtype": record.dtype_name,
+                "rtol": m.rtol,
+                "atol": m.atol,
+                "notes": notes,
+                "path": record.path,
+            }
+        )
     frame = pd.DataFrame(rows)
     overall = WRONG if (frame["verdict"] == "fail").any() else CORRECT
-    return ReplayResult(overall, frame, selection.rank, selection.window, selection.invocation, stage,
-                        selection.task_id, selection.owner_id, selection.kernel, same.origin,
-                        [r.path for r in records if r.io == "input"])
+    return ReplayResult(
+        overall,
+        frame,
+        selection.rank,
+        selection.window,
+        selection.invocation,
+        stage,
+        selection.task_id,
+        selection.owner_id,
+        selection.kernel,
+        same.origin,
+        [r.path for r in records if r.io == "input"],
+    )

@@ -15,9 +15,19 @@ import math
 __all__ = ["DIVERGING", "SCRIPT", "STYLE", "diverging_rgb"]
 
 # RdBu reversed (blue negative, white 0, red positive; its centre made pure white): anchors interpolated linearly in the script.
-DIVERGING = ((5, 48, 97), (33, 102, 172), (67, 147, 195), (146, 197, 222), (209, 229, 240), (255, 255, 255),
-             (253, 219, 199), (244, 165, 130), (214, 96, 77), (178, 24, 43), (103, 0, 31))
-
+DIVERGING = (
+    (5, 48, 97),
+    (33, 102, 172),
+    (67, 147, 195),
+    (146, 197, 222),
+    (209, 229, 240),
+    (255, 255, 255),
+    (253, 219, 199),
+    (244, 165, 130),
+    (214, 96, 77),
+    (178, 24, 43),
+    (103, 0, 31),
+)
 
 
 def diverging_rgb(q: int) -> tuple[int, int, int]:

@@ -30,14 +30,72 @@ DIFF_MAX_SIZE = 96
 """Largest side of a difference heatmap (longer axes are strided): keeps a report small."""
 HISTOGRAM_BINS = 40
 
-_LOCATION = ("rank", "window", "invocation", "step", "direction", "kernel", "stage", "task_id", "owner_id",
-             "core_type", "core_id", "io", "index", "name", "path")
-_TABLE_COLUMNS = ("verdict", "name", "rank", "window", "invocation", "step", "stage", "task_id", "owner_id",
-                  "core_type", "core_id", "io", "dtype_a", "dtype_b", "shape_a", "shape_b", "cosine", "max_abs",
-                  "max_rel", "rmse", "mismatches", "worst_index", "note", "path")
-_STATS_COLUMNS = ("name", "rank", "window", "invocation", "step", "stage", "task_id", "owner_id", "core_type",
-                  "core_id", "io", "dtype", "shape", "min", "max", "mean", "l2norm", "nan_count", "inf_count",
-                  "truncated", "path")
+_LOCATION = (
+    "rank",
+    "window",
+    "invocation",
+    "step",
+    "direction",
+    "kernel",
+    "stage",
+    "task_id",
+    "owner_id",
+    "core_type",
+    "core_id",
+    "io",
+    "index",
+    "name",
+    "path",
+)
+_TABLE_COLUMNS = (
+    "verdict",
+    "name",
+    "rank",
+    "window",
+    "invocation",
+    "step",
+    "stage",
+    "task_id",
+    "owner_id",
+    "core_type",
+    "core_id",
+    "io",
+    "dtype_a",
+    "dtype_b",
+    "shape_a",
+    "shape_b",
+    "cosine",
+    "max_abs",
+    "max_rel",
+    "rmse",
+    "mismatches",
+    "worst_index",
+    "note",
+    "path",
+)
+_STATS_COLUMNS = (
+    "name",
+    "rank",
+    "window",
+    "invocation",
+    "step",
+    "stage",
+    "task_id",
+    "owner_id",
+    "core_type",
+    "core_id",
+    "io",
+    "dtype",
+    "shape",
+    "min",
+    "max",
+    "mean",
+    "l2norm",
+    "nan_count",
+    "inf_count",
+    "truncated",
+    "path",
+)
 _PASSING = ("pass",)
 
 
@@ -83,8 +141,19 @@ def _where(row: Any, columns: tuple[str, ...] = _LOCATION) -> dict[str, Any] | N
         return None
     get = row.get if hasattr(row, "get") else (lambda k, d=None: d)
     out = {k: to_jsonable(get(k)) for k in columns}
-    for extra in ("verdict", "note", "max_abs", "max_rel", "worst_index", "worst_task_id", "worst_owner_id",
-                  "worst_core_type", "worst_core_id", "root_reason", "root_stage"):
+    for extra in (
+        "verdict",
+        "note",
+        "max_abs",
+        "max_rel",
+        "worst_index",
+        "worst_task_id",
+        "worst_owner_id",
+        "worst_core_type",
+        "worst_core_id",
+        "root_reason",
+        "root_stage",
+    ):
         if extra in getattr(row, "index", ()):
             out[extra] = to_jsonable(get(extra))
     return out
@@ -123,20 +192,36 @@ def _error_maps(result: pd.DataFrame, by: str) -> list[dict[str, Any]]:
     maps = []
     for labels, group in table.groupby(["rank", "window", "invocation"], sort=False, dropna=False):
         stages = list(dict.fromkeys(str(s) for s in group["stage"]))
-        columns = sorted({tuple(to_jsonable(v) for v in row) for row in group[keys].itertuples(index=False)},
-                         key=lambda c: tuple((v is None, str(v) if not isinstance(v, int) else f"{v:012d}") for v in c))
+        columns = sorted(
+            {tuple(to_jsonable(v) for v in row) for row in group[keys].itertuples(index=False)},
+            key=lambda c: tuple((v is None, str(v) if not isinstance(v, int) else f"{v:012d}") for v in c),
+        )
         lookup = {(str(row["stage"]), tuple(to_jsonable(row[k]) for k in keys)): row for _, row in group.iterrows()}
         cells = []
         for stage in stages:
             line = []
             for column in columns:
                 row = lookup.get((stage, column))
-                line.append(None if row is None else {"worst_rel": to_jsonable(row["max_rel"]),
-                                                       "failing": int(row["failing"]), "records": int(row["records"])})
+                line.append(
+                    None
+                    if row is None
+                    else {
+                        "worst_rel": to_jsonable(row["max_rel"]),
+                        "failing": int(row["failing"]),
+                        "records": int(row["records"]),
+                    }
+                )
             cells.append(line)
         where = dict(zip(("rank", "window", "invocation"), (to_jsonable(v) for v in labels)))
-        maps.append({"where": where | {"step": to_jsonable(steps.get(tuple(labels)))}, "by": by, "rows": stages,
-                     "columns": [" ".join(str(v) for v in c) for c in columns], "cells": cells})
+        maps.append(
+            {
+                "where": where | {"step": to_jsonable(steps.get(tuple(labels)))},
+                "by": by,
+                "rows": stages,
+                "columns": [" ".join(str(v) for v in c) for c in columns],
+                "cells": cells,
+            }
+        )
     return maps
 
 
@@ -159,8 +244,14 @@ def _with_replay(where: dict[str, Any] | None, dump: Any) -> dict[str, Any] | No
     try:
         from megadump_zarr.replay import replay
 
-        found = replay(dump, str(where["stage"]), task_id=int(where["task_id"]), invocation=where.get("invocation"),
-                       rank=where.get("rank"), window=where.get("window"))
+        found = replay(
+            dump,
+            str(where["stage"]),
+            task_id=int(where["task_id"]),
+            invocation=where.get("invocation"),
+            rank=where.get("rank"),
+            window=where.get("window"),
+        )
     except Exception as error:  # noqa: BLE001 - a report is still written; the reason is shown
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
         return where | {"replay": None, "replay_note": f"replay not run: {first}"}
@@ -199,20 +290,23 @@ def _worst(dump_a: Any, dump_b: Any, result: pd.DataFrame, limit: int) -> tuple[
             continue
         finite = diff[np.isfinite(diff)]
         limit_abs = float(np.max(np.abs(finite))) if finite.size else 0.0
-        counts, edges = (np.histogram(finite, bins=HISTOGRAM_BINS) if finite.size
-                         else (np.zeros(0, dtype=int), np.zeros(0)))
-        out.append({
-            "where": _where(row),
-            "shape": [int(s) for s in diff.shape],
-            "logical_shape": to_jsonable(row.get("shape_a")),
-            "steps": [int(v) for v in steps],  # every steps[0]-th row, steps[1]-th column of the tensor
-            "dims": [str(d) for d in dims],
-            "limit": limit_abs,
-            # Quantised to 0..254 around 0 (127); 255 marks a non-finite cell. Small enough to embed.
-            "cells": _quantise(diff, limit_abs),
-            "histogram": {"counts": [int(c) for c in counts], "edges": [float(e) for e in edges]},
-            "sampled": int(diff.size) < int(np.prod(a.shape)) if a.ndim else False,
-        })
+        counts, edges = (
+            np.histogram(finite, bins=HISTOGRAM_BINS) if finite.size else (np.zeros(0, dtype=int), np.zeros(0))
+        )
+        out.append(
+            {
+                "where": _where(row),
+                "shape": [int(s) for s in diff.shape],
+                "logical_shape": to_jsonable(row.get("shape_a")),
+                "steps": [int(v) for v in steps],  # every steps[0]-th row, steps[1]-th column of the tensor
+                "dims": [str(d) for d in dims],
+                "limit": limit_abs,
+                # Quantised to 0..254 around 0 (127); 255 marks a non-finite cell. Small enough to embed.
+                "cells": _quantise(diff, limit_abs),
+                "histogram": {"counts": [int(c) for c in counts], "edges": [float(e) for e in edges]},
+                "sampled": int(diff.size) < int(np.prod(a.shape)) if a.ndim else False,
+            }
+        )
     return out, notes
 
 
@@ -226,9 +320,18 @@ def _quantise(diff: np.ndarray, limit: float) -> list[int]:
     return scaled.reshape(-1).tolist()
 
 
-def collect_comparison(a: Any, b: Any, *, rtol: float | None = None, atol: float | None = None,
-                       names: Any = None, select: dict[str, Any] | None = None, by: str = "owner",
-                       worst: int = WORST_RECORDS, result: pd.DataFrame | None = None) -> ReportData:
+def collect_comparison(
+    a: Any,
+    b: Any,
+    *,
+    rtol: float | None = None,
+    atol: float | None = None,
+    names: Any = None,
+    select: dict[str, Any] | None = None,
+    by: str = "owner",
+    worst: int = WORST_RECORDS,
+    result: pd.DataFrame | None = None,
+) -> ReportData:
     """Compare dump ``a`` with dump ``b`` and gather what the report shows.
 
     Args:
@@ -253,8 +356,14 @@ def collect_comparison(a: Any, b: Any, *, rtol: float | None = None, atol: float
     notes: list[str] = []
     counts = {str(v): int(n) for v, n in result["verdict"].value_counts(sort=False).items()}
     failing = int((~result["verdict"].isin(_PASSING)).sum())
-    summary = {"verdict": "fail" if failing else "pass", "records": len(result), "failing": failing,
-               "counts": counts, "rtol": to_jsonable(rtol), "atol": to_jsonable(atol)}
+    summary = {
+        "verdict": "fail" if failing else "pass",
+        "records": len(result),
+        "failing": failing,
+        "counts": counts,
+        "rtol": to_jsonable(rtol),
+        "atol": to_jsonable(atol),
+    }
     first = _analysis("first_divergence")
     root = _analysis("root_cause")
     if root is None:
@@ -298,12 +407,21 @@ def collect_single(a: Any, *, names: Any = None, select: dict[str, Any] | None =
     first = nonfinite.iloc[0] if len(nonfinite) else None
     ordered = pd.concat([nonfinite, records.drop(nonfinite.index)]) if len(records) else records
     columns, rows = _table(ordered, _STATS_COLUMNS)
-    summary = {"verdict": "nonfinite" if len(nonfinite) else "finite", "records": len(records),
-               "nonfinite": len(nonfinite),
-               "windows": int(records["window"].nunique()) if len(records) else 0}
-    return ReportData(kind="single", title=f"megadump report: {_url(a)}",
-                      sources={"a": _url(a), "root_a": _root(dump)}, summary=summary,
-                      first_nonfinite=_where(first), rows=rows, columns=columns)
+    summary = {
+        "verdict": "nonfinite" if len(nonfinite) else "finite",
+        "records": len(records),
+        "nonfinite": len(nonfinite),
+        "windows": int(records["window"].nunique()) if len(records) else 0,
+    }
+    return ReportData(
+        kind="single",
+        title=f"megadump report: {_url(a)}",
+        sources={"a": _url(a), "root_a": _root(dump)},
+        summary=summary,
+        first_nonfinite=_where(first),
+        rows=rows,
+        columns=columns,
+    )
 
 
 def _url(x: Any) -> str:

@@ -36,9 +36,33 @@ def script_json(value: Any) -> str:
     text = json.dumps(value, separators=(",", ":"), allow_nan=False)
     return "".join(_SCRIPT_SAFE.get(ch, ch) for ch in text) if any(ch in text for ch in _SCRIPT_SAFE) else text
 
-_WHERE_FIELDS = ("name", "verdict", "rank", "window", "invocation", "step", "direction", "kernel", "stage",
-                 "task_id", "owner_id", "core_type", "core_id", "io", "index", "worst_index", "worst_task_id",
-                 "worst_owner_id", "worst_core_type", "worst_core_id", "max_abs", "max_rel", "note", "path")
+
+_WHERE_FIELDS = (
+    "name",
+    "verdict",
+    "rank",
+    "window",
+    "invocation",
+    "step",
+    "direction",
+    "kernel",
+    "stage",
+    "task_id",
+    "owner_id",
+    "core_type",
+    "core_id",
+    "io",
+    "index",
+    "worst_index",
+    "worst_task_id",
+    "worst_owner_id",
+    "worst_core_type",
+    "worst_core_id",
+    "max_abs",
+    "max_rel",
+    "note",
+    "path",
+)
 
 
 def _text(value: Any, key: str = "") -> str:
@@ -68,9 +92,11 @@ def _card(title: str, where: dict[str, Any] | None, card_id: str, empty: str, li
         return f'<div class="card" id="{card_id}"><h3>{escape(title)}</h3><p class="note">{escape(empty)}</p></div>'
     keys = [k for k in _WHERE_FIELDS if where.get(k) not in (None, "")]
     keys = [k for k in keys if k not in _WIDE] + [k for k in keys if k in _WIDE]
-    items = "".join(f'<dt{_wide(k)}>{escape(k)}</dt><dd{_wide(k)}>'
-                    f'{_breakable(_text(where.get(k), k)) if k == "path" else escape(_text(where.get(k), k))}</dd>'
-                    for k in keys)
+    items = "".join(
+        f"<dt{_wide(k)}>{escape(k)}</dt><dd{_wide(k)}>"
+        f"{_breakable(_text(where.get(k), k)) if k == 'path' else escape(_text(where.get(k), k))}</dd>"
+        for k in keys
+    )
     said = "".join(f'<p class="card-line">{escape(line)}</p>' for line in lines)
     return f'<div class="card" id="{card_id}"><h3>{escape(title)}</h3>{said}<dl>{items}</dl></div>'
 
@@ -97,15 +123,20 @@ def _root_lines(where: dict[str, Any]) -> list[str]:
 
 def _cards(data: ReportData) -> str:
     """The root-cause and first-divergence boxes: one box saying both roles when they are one record."""
-    empty = ("none: every record passes" if not data.summary.get("failing")
-             else "not determined (see the notes below)")
+    empty = "none: every record passes" if not data.summary.get("failing") else "not determined (see the notes below)"
     root, first = data.root_cause, data.first_divergence
     lines = _root_lines(root) if root else []
     if root is not None and first is not None and root.get("path") == first.get("path"):
-        return _card("Root cause and first divergence (one record): the first failing record is where the "
-                     "divergence is born", root, "root-cause", empty, lines)
-    return (_card("Root cause: where the divergence is born", root, "root-cause", empty, lines) +
-            _card("First divergence: the first failing record", first, "first-divergence", empty))
+        return _card(
+            "Root cause and first divergence (one record): the first failing record is where the divergence is born",
+            root,
+            "root-cause",
+            empty,
+            lines,
+        )
+    return _card("Root cause: where the divergence is born", root, "root-cause", empty, lines) + _card(
+        "First divergence: the first failing record", first, "first-divergence", empty
+    )
 
 
 def _summary(data: ReportData) -> str:
@@ -113,14 +144,18 @@ def _summary(data: ReportData) -> str:
     verdict = s.get("verdict", "")
     if data.kind == "compare":
         counts = ", ".join(f"{n} {v}" for v, n in sorted(s.get("counts", {}).items()))
-        line = (f'<span class="verdict-{escape(verdict)}" id="verdict">{escape(verdict.upper())}</span>: '
-                f"{s.get('failing', 0)} of {s.get('records', 0)} records do not pass ({escape(counts)})")
+        line = (
+            f'<span class="verdict-{escape(verdict)}" id="verdict">{escape(verdict.upper())}</span>: '
+            f"{s.get('failing', 0)} of {s.get('records', 0)} records do not pass ({escape(counts)})"
+        )
         if s.get("rtol") is not None or s.get("atol") is not None:
             line += f"; rtol={escape(_text(s.get('rtol')))}, atol={escape(_text(s.get('atol')))}"
     else:
-        line = (f'<span class="verdict-{escape(verdict)}" id="verdict">{escape(verdict.upper())}</span>: '
-                f"{s.get('nonfinite', 0)} of {s.get('records', 0)} records hold NaN or Inf "
-                f"({s.get('windows', 0)} windows)")
+        line = (
+            f'<span class="verdict-{escape(verdict)}" id="verdict">{escape(verdict.upper())}</span>: '
+            f"{s.get('nonfinite', 0)} of {s.get('records', 0)} records hold NaN or Inf "
+            f"({s.get('windows', 0)} windows)"
+        )
     sources = " vs ".join(f"<code>{escape(v)}</code>" for k, v in data.sources.items() if k in ("a", "b"))
     return f"<p>{sources}</p><p>{line}</p>"
 
@@ -145,8 +180,9 @@ def _error_maps(data: ReportData) -> str:
         return '<p class="note">No L1 owner/core grid in these records.</p>'
     parts = []
     for m in data.error_maps:
-        values = [c["worst_rel"] for line in m["cells"] for c in line
-                  if c and isinstance(c.get("worst_rel"), (int, float))]
+        values = [
+            c["worst_rel"] for line in m["cells"] for c in line if c and isinstance(c.get("worst_rel"), (int, float))
+        ]
         top = max(values) if values else 1.0
         where = ", ".join(f"{k} {v}" for k, v in m["where"].items() if v is not None)
         head = "".join(f"<th>{escape(m['by'])} {escape(str(c))}</th>" for c in m["columns"])
@@ -158,16 +194,24 @@ def _error_maps(data: ReportData) -> str:
                     cells.append('<td class="empty" style="background:#fafafa"></td>')
                     continue
                 rel = cell.get("worst_rel")
-                title = (f"stage {stage}, {m['by']} {col}: worst max_rel {_text(rel)}, "
-                         f"{cell['failing']} of {cell['records']} records failing")
+                title = (
+                    f"stage {stage}, {m['by']} {col}: worst max_rel {_text(rel)}, "
+                    f"{cell['failing']} of {cell['records']} records failing"
+                )
                 mark = "fail" if cell["failing"] else "ok"
-                cells.append(f'<td class="{mark}" data-value="{escape(_text(rel))}" title="{escape(title)}" '
-                             f'style="{_heat_color(rel, top)}">{escape(_text(rel))}</td>')
+                cells.append(
+                    f'<td class="{mark}" data-value="{escape(_text(rel))}" title="{escape(title)}" '
+                    f'style="{_heat_color(rel, top)}">{escape(_text(rel))}</td>'
+                )
             body.append(f"<tr><th>{escape(stage)}</th>{''.join(cells)}</tr>")
-        parts.append(f'<h3>{escape(where)}</h3><table class="errormap"><thead><tr><th>stage</th>{head}</tr></thead>'
-                     f'<tbody>{"".join(body)}</tbody></table>')
-    return "".join(parts) + '<p class="note">Cells: worst relative error of the records of that stage and ' \
-                            f"{escape(data.error_maps[0]['by'])} (darker is worse); hover for counts.</p>"
+        parts.append(
+            f'<h3>{escape(where)}</h3><table class="errormap"><thead><tr><th>stage</th>{head}</tr></thead>'
+            f"<tbody>{''.join(body)}</tbody></table>"
+        )
+    return (
+        "".join(parts) + '<p class="note">Cells: worst relative error of the records of that stage and '
+        f"{escape(data.error_maps[0]['by'])} (darker is worse); hover for counts.</p>"
+    )
 
 
 def _ticks(n: int, count: int = 5) -> list[int]:
@@ -184,30 +228,40 @@ def _histogram_svg(hist: dict[str, Any]) -> str:
         return '<p class="note">no finite differences</p>'
     left, width, height, top = 58, 300, 120, max(counts) or 1
     bar = width / len(counts)
-    bars = "".join(f'<rect x="{left + i * bar:.1f}" y="{height - c / top * height + 6:.1f}" '
-                   f'width="{max(bar - 1, 1):.1f}" height="{c / top * height:.1f}" fill="#4c72b0"><title>'
-                   f'{escape(_text(edges[i]))} .. {escape(_text(edges[i + 1]))}: {c}</title></rect>'
-                   for i, c in enumerate(counts))
+    bars = "".join(
+        f'<rect x="{left + i * bar:.1f}" y="{height - c / top * height + 6:.1f}" '
+        f'width="{max(bar - 1, 1):.1f}" height="{c / top * height:.1f}" fill="#4c72b0"><title>'
+        f"{escape(_text(edges[i]))} .. {escape(_text(edges[i + 1]))}: {c}</title></rect>"
+        for i, c in enumerate(counts)
+    )
     axis = [f'<line class="y-axis" x1="{left - 2}" y1="6" x2="{left - 2}" y2="{height + 6}" stroke="#6a737d"/>']
     for value in sorted({0, top // 2, top}):
         y = height - value / top * height + 6
-        axis.append(f'<line x1="{left - 6}" y1="{y:.1f}" x2="{left - 2}" y2="{y:.1f}" stroke="#6a737d"/>'
-                    f'<text class="y-tick" x="{left - 8}" y="{y + 3.5:.1f}" font-size="10" text-anchor="end">'
-                    f'{value}</text>')
-    axis.append(f'<text class="y-label" x="12" y="{height / 2 + 6:.1f}" font-size="10" text-anchor="middle" '
-                f'transform="rotate(-90 12 {height / 2 + 6:.1f})">count</text>')
+        axis.append(
+            f'<line x1="{left - 6}" y1="{y:.1f}" x2="{left - 2}" y2="{y:.1f}" stroke="#6a737d"/>'
+            f'<text class="y-tick" x="{left - 8}" y="{y + 3.5:.1f}" font-size="10" text-anchor="end">'
+            f"{value}</text>"
+        )
+    axis.append(
+        f'<text class="y-label" x="12" y="{height / 2 + 6:.1f}" font-size="10" text-anchor="middle" '
+        f'transform="rotate(-90 12 {height / 2 + 6:.1f})">count</text>'
+    )
     base = height + 6
     lo, hi = f"{edges[0]:.6g}", f"{edges[-1]:.6g}"
     if lo == hi:  # a narrow range: enough digits to tell the ends apart
         lo, hi = f"{edges[0]:.9g}", f"{edges[-1]:.9g}"
-    axis.append(f'<line x1="{left - 2}" y1="{base}" x2="{left + width}" y2="{base}" stroke="#6a737d"/>'
-                f'<text x="{left}" y="{base + 13}" font-size="10">{escape(lo)}</text>'
-                f'<text x="{left + width}" y="{base + 13}" font-size="10" text-anchor="end">'
-                f'{escape(hi)}</text>'
-                f'<text x="{left + width / 2}" y="{base + 13}" font-size="10" text-anchor="middle">A−B</text>')
-    return (f'<figure><svg class="histogram" width="{left + width + 4}" height="{height + 26}" role="img" '
-            f'aria-label="histogram of A-B">{"".join(axis)}{bars}</svg>'
-            f'<figcaption>histogram of A−B ({sum(counts)} finite values)</figcaption></figure>')
+    axis.append(
+        f'<line x1="{left - 2}" y1="{base}" x2="{left + width}" y2="{base}" stroke="#6a737d"/>'
+        f'<text x="{left}" y="{base + 13}" font-size="10">{escape(lo)}</text>'
+        f'<text x="{left + width}" y="{base + 13}" font-size="10" text-anchor="end">'
+        f"{escape(hi)}</text>"
+        f'<text x="{left + width / 2}" y="{base + 13}" font-size="10" text-anchor="middle">A−B</text>'
+    )
+    return (
+        f'<figure><svg class="histogram" width="{left + width + 4}" height="{height + 26}" role="img" '
+        f'aria-label="histogram of A-B">{"".join(axis)}{bars}</svg>'
+        f"<figcaption>histogram of A−B ({sum(counts)} finite values)</figcaption></figure>"
+    )
 
 
 def _heatmap(i: int, w: dict[str, Any]) -> str:
@@ -215,21 +269,30 @@ def _heatmap(i: int, w: dict[str, Any]) -> str:
     rows, cols = w["shape"][0], (w["shape"][1] if len(w["shape"]) > 1 else 1)
     scale = max(1, 288 // max(rows, cols))  # the script sizes the canvas the same way
     steps, dims = w.get("steps") or [1, 1], w.get("dims") or ["", ""]
-    y_ticks = "".join(f'<span class="tick y-tick" style="top:{(r + 0.5) * scale:.1f}px">{r * steps[0]}</span>'
-                      for r in _ticks(rows)) if rows > 1 else ""
-    x_ticks = "".join(f'<span class="tick x-tick" style="left:{(c + 0.5) * scale:.1f}px">{c * steps[1]}</span>'
-                      for c in _ticks(cols))
+    y_ticks = (
+        "".join(
+            f'<span class="tick y-tick" style="top:{(r + 0.5) * scale:.1f}px">{r * steps[0]}</span>'
+            for r in _ticks(rows)
+        )
+        if rows > 1
+        else ""
+    )
+    x_ticks = "".join(
+        f'<span class="tick x-tick" style="left:{(c + 0.5) * scale:.1f}px">{c * steps[1]}</span>' for c in _ticks(cols)
+    )
 
     def label(dim: str, step: int) -> str:
         return escape(dim or "") + (f" (every {step})" if step > 1 else "")
 
     name = escape(str(w["where"].get("name")))
-    return (f'<div class="heat-axes"><div class="y-label">{label(dims[0], steps[0])}</div>'
-            f'<div class="y-ticks" style="height:{rows * scale}px">{y_ticks}</div>'
-            f'<canvas class="heatmap" data-index="{i}" aria-label="A-B heatmap of {name}" '
-            f'style="width:{cols * scale}px;height:{rows * scale}px"></canvas>'
-            f'<div></div><div></div><div class="x-ticks" style="width:{cols * scale}px">{x_ticks}</div>'
-            f'<div></div><div></div><div class="x-label">{label(dims[1], steps[1])}</div></div>')
+    return (
+        f'<div class="heat-axes"><div class="y-label">{label(dims[0], steps[0])}</div>'
+        f'<div class="y-ticks" style="height:{rows * scale}px">{y_ticks}</div>'
+        f'<canvas class="heatmap" data-index="{i}" aria-label="A-B heatmap of {name}" '
+        f'style="width:{cols * scale}px;height:{rows * scale}px"></canvas>'
+        f'<div></div><div></div><div class="x-ticks" style="width:{cols * scale}px">{x_ticks}</div>'
+        f'<div></div><div></div><div class="x-label">{label(dims[1], steps[1])}</div></div>'
+    )
 
 
 def _where_line(where: dict[str, Any]) -> str:
@@ -239,8 +302,9 @@ def _where_line(where: dict[str, Any]) -> str:
         worker = [f"owner {_text(where.get('owner_id'))}"] if where.get("owner_id") is not None else []
         if where.get("core_id") is not None:
             worker.append(f"{_text(where.get('core_type'))} core {_text(where.get('core_id'))}".strip())
-        parts.append(f"task {where.get('task_id')} of stage {where.get('stage')}" +
-                     (f" ({', '.join(worker)})" if worker else ""))
+        parts.append(
+            f"task {where.get('task_id')} of stage {where.get('stage')}" + (f" ({', '.join(worker)})" if worker else "")
+        )
     errors = [f"{k} {_text(where.get(k))}" for k in ("max_abs", "max_rel") if where.get(k) is not None]
     if errors:
         parts.append(", ".join(errors))
@@ -262,8 +326,10 @@ def _engine_group(path: str) -> str:
 def _open_snippet(root: str, path: str) -> str:
     group, _, array = path.rpartition("/")
     top = _engine_group(path)
-    return (f'import xarray as xr\nxr.open_zarr({json.dumps(root + "/" + group)})[{json.dumps(array)}]\n'
-            f'# or: xr.open_dataset({json.dumps(root)}, engine="megadump", group={json.dumps(top)})')
+    return (
+        f"import xarray as xr\nxr.open_zarr({json.dumps(root + '/' + group)})[{json.dumps(array)}]\n"
+        f'# or: xr.open_dataset({json.dumps(root)}, engine="megadump", group={json.dumps(top)})'
+    )
 
 
 def _worst(data: ReportData) -> str:
@@ -279,9 +345,10 @@ def _worst(data: ReportData) -> str:
             f'<div class="worst" id="worst-{i}"><div><h3>{escape(title)}</h3>{_heatmap(i, w)}'
             f'<div class="colorbar"><span>{escape(_text(-w["limit"]))}</span>'
             f'<canvas class="colorbar-scale" width="160" height="12"></canvas><span>{escape(_text(w["limit"]))}</span>'
-            f'<span>A−B{escape(sampled)}, 0 = white</span></div></div>'
+            f"<span>A−B{escape(sampled)}, 0 = white</span></div></div>"
             f'<div>{_histogram_svg(w["histogram"])}<p class="mono">{escape(_where_line(where))}</p>'
-            f'<pre class="mono">{escape(_open_snippet(root, str(where.get("path", ""))))}</pre></div></div>')
+            f'<pre class="mono">{escape(_open_snippet(root, str(where.get("path", ""))))}</pre></div></div>'
+        )
     return "".join(parts)
 
 
@@ -293,7 +360,7 @@ def render_html(data: ReportData) -> str:
     blob = script_json({k: payload[k] for k in ("columns", "rows", "worst", "colormap", "sources")})
     if data.kind == "compare":
         cards = _cards(data)
-        sections = (f"<h2>Error map</h2>{_error_maps(data)}<h2>Worst records</h2>{_worst(data)}")
+        sections = f"<h2>Error map</h2>{_error_maps(data)}<h2>Worst records</h2>{_worst(data)}"
         failures_toggle = '<label><input type="checkbox" id="failures-only"> failures only</label>'
     else:
         cards = _card("First NaN/Inf", data.first_nonfinite, "first-nonfinite", "none: every record is finite")

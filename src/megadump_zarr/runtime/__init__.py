@@ -4,7 +4,14 @@ from megadump_zarr.runtime.accumulation import AccumulationOrder, accumulate, sp
 from megadump_zarr.runtime.abi import RuntimeConfigC, TaskAiCoreType, TaskDescC, TensorDescC
 from megadump_zarr.runtime.compiler import PreparedRuntime, compile_runtime, shard_view_resolver, worker_shard
 from megadump_zarr.runtime.executor import DeviceWorker, Tile, execute
-from megadump_zarr.runtime.graph import Graph, GraphTensor, OperatorNode, SplitSpec, TensorSpec, operator_diagnostic_name
+from megadump_zarr.runtime.graph import (
+    Graph,
+    GraphTensor,
+    OperatorNode,
+    SplitSpec,
+    TensorSpec,
+    operator_diagnostic_name,
+)
 from megadump_zarr.runtime.kernel import MegaKernel, megakernel_apply
 
 __all__ = [

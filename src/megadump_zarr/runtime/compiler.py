@@ -174,9 +174,13 @@ def check_parameters(graph: Graph, parameters: Sequence[Any]) -> torch.device:
                 )
             parameter = parameters[spec.param_position]
             if not torch.is_tensor(parameter):
-                raise TypeError(f"parameter {spec.param_position} ({spec.name!r}) must be a torch.Tensor, got {type(parameter).__name__}")
+                raise TypeError(
+                    f"parameter {spec.param_position} ({spec.name!r}) must be a torch.Tensor, got {type(parameter).__name__}"
+                )
             if parameter.dtype != spec.dtype:
-                raise TypeError(f"parameter {spec.param_position} ({spec.name!r}) must be {spec.dtype}, got {parameter.dtype}")
+                raise TypeError(
+                    f"parameter {spec.param_position} ({spec.name!r}) must be {spec.dtype}, got {parameter.dtype}"
+                )
             if parameter.numel() < prod(spec.shape):
                 raise ValueError(
                     f"parameter {spec.param_position} ({spec.name!r}) holds {parameter.numel()} elements, "
@@ -187,7 +191,9 @@ def check_parameters(graph: Graph, parameters: Sequence[Any]) -> torch.device:
             if device is None:
                 device = parameter.device
             elif parameter.device != device:
-                raise ValueError(f"parameter {spec.param_position} ({spec.name!r}) is on {parameter.device}, others on {device}")
+                raise ValueError(
+                    f"parameter {spec.param_position} ({spec.name!r}) is on {parameter.device}, others on {device}"
+                )
     return device if device is not None else torch.device("cpu")
 
 
@@ -272,8 +278,11 @@ def compile_runtime(
             schedules[operator.core_type].append(task_id)
             core_id = None
             if execution_mode == "event_driven":
-                group = (num_workers // vector_worker_stride if operator.core_type == TaskAiCoreType.TASK_AICORE_VECTOR
-                         else num_workers // 2)
+                group = (
+                    num_workers // vector_worker_stride
+                    if operator.core_type == TaskAiCoreType.TASK_AICORE_VECTOR
+                    else num_workers // 2
+                )
                 core_id = (len(schedules[operator.core_type]) - 1) % max(group, 1)
             tasks.append(CompiledTask(task_id, stage, operator, task_index, start, stop, owner, core_id))
             stages[task_id] = stage

@@ -100,7 +100,8 @@ class DeviceWorker:
         self._parameters = parameters
         # the tensor pool of conditional statistics records (version 3; zeros otherwise)
         self._pool_offset, self._pool_bytes, self._pool_used, _ = POOL_STRUCT.unpack(
-            decoded.data[L1_POOL_HEADER_OFFSET:L1_POOL_HEADER_OFFSET + POOL_STRUCT.size].tobytes())
+            decoded.data[L1_POOL_HEADER_OFFSET : L1_POOL_HEADER_OFFSET + POOL_STRUCT.size].tobytes()
+        )
         self._by_task: dict[tuple[int, int], list[L1Record]] = {}
         expected: dict[torch.dtype, list[int]] = {}
         for record in decoded.records:
@@ -141,7 +142,9 @@ class DeviceWorker:
             )
         parameter = self._parameters[position]
         if not torch.is_tensor(parameter) or not parameter.is_contiguous():
-            raise RuntimeError(f"L1 device worker refused record {record.index}: parameter {position} is not a contiguous tensor")
+            raise RuntimeError(
+                f"L1 device worker refused record {record.index}: parameter {position} is not a contiguous tensor"
+            )
         source = parameter.reshape(-1).view(torch.uint8)
         begin, size = record.source_offset_bytes, record.copy_bytes
         if begin + size > source.numel():
@@ -157,7 +160,7 @@ class DeviceWorker:
                 f"L1 device worker refused record {record.index}: payload slot [{record.payload_offset}, {end}) "
                 f"leaves the {self._buffer.numel()}-byte Device buffer"
             )
-        return source[begin:begin + size]
+        return source[begin : begin + size]
 
     def flush(self) -> None:
         """Reduce the staged statistics records and write their slots and CAPTURED status."""
@@ -167,7 +170,7 @@ class DeviceWorker:
         source = self._source(record)
         if record.kind == L1_RECORD_KIND_TENSOR:
             if source.numel():
-                self._buffer[record.payload_offset:record.payload_offset + source.numel()].copy_(source)
+                self._buffer[record.payload_offset : record.payload_offset + source.numel()].copy_(source)
         elif record.kind in L1_POOL_KINDS:
             self._reduce(record, source)
         else:
@@ -190,8 +193,9 @@ class DeviceWorker:
         """Kinds 1, 2: stage the source for the segmented reduction (kind 2 also copies its tensor now)."""
         dtype = self._dtype(record, source)
         if record.kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR and record.tensor_bytes:
-            self._buffer[record.tensor_offset:record.tensor_offset + record.tensor_bytes].copy_(
-                source[:record.tensor_bytes])
+            self._buffer[record.tensor_offset : record.tensor_offset + record.tensor_bytes].copy_(
+                source[: record.tensor_bytes]
+            )
         done = self._stager.stage(dtype, source, record)
         if done:
             self._write(done)
@@ -205,7 +209,7 @@ class DeviceWorker:
                 slots[copied, 4] |= L1_STAT_TENSOR_COPIED
             first, last = records[0].payload_offset, records[-1].payload_offset
             if all(r.payload_offset == first + 128 * i for i, r in enumerate(records)):  # packed slots: one copy
-                area = self._buffer[first:last + 128].view(len(records), 128)
+                area = self._buffer[first : last + 128].view(len(records), 128)
                 area[:, :L1_STAT_DEVICE_BYTES] = slots[:, :L1_STAT_DEVICE_BYTES]
             else:
                 offsets = torch.tensor([r.payload_offset for r in records], dtype=torch.int64, device=device)
@@ -220,7 +224,9 @@ class DeviceWorker:
         values = source.view(dtype) if source.numel() else torch.empty(0, dtype=dtype, device=source.device)
         slot = self._maybe_pool(record, source, statistics_slot(values, source))
         # the device's part of the slot only: bytes 88.. hold what the host wrote (kind 4's expected checksum)
-        self._buffer[record.payload_offset:record.payload_offset + L1_STAT_DEVICE_BYTES].copy_(slot[:L1_STAT_DEVICE_BYTES])
+        self._buffer[record.payload_offset : record.payload_offset + L1_STAT_DEVICE_BYTES].copy_(
+            slot[:L1_STAT_DEVICE_BYTES]
+        )
 
     def _maybe_pool(self, record: L1Record, source: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
         """Kinds 3/4: copy the tensor into the pool when its condition holds and it fits; mark the slot.
@@ -233,7 +239,7 @@ class DeviceWorker:
             wanted = bool((words[2] + words[3]).item() > 0)
         else:
             base = record.payload_offset
-            host = self._buffer[base + L1_STAT_EXPECTED_BYTE:base + L1_STAT_EXPECTED_PRESENT_BYTE + 4].cpu()
+            host = self._buffer[base + L1_STAT_EXPECTED_BYTE : base + L1_STAT_EXPECTED_PRESENT_BYTE + 4].cpu()
             expected, present = host[:8].view(torch.int64).item(), host[8:12].view(torch.int32).item()
             wanted = not present or words[8].item() != expected
         if not wanted:
@@ -246,10 +252,11 @@ class DeviceWorker:
             return slot
         offset = self._pool_offset + self._pool_used
         if record.tensor_bytes:
-            self._buffer[offset:offset + record.tensor_bytes].copy_(source[:record.tensor_bytes])
+            self._buffer[offset : offset + record.tensor_bytes].copy_(source[: record.tensor_bytes])
         self._pool_used += need
-        self._buffer[L1_POOL_HEADER_OFFSET + 8:L1_POOL_HEADER_OFFSET + 12].copy_(
-            torch.tensor([self._pool_used], dtype=torch.int32).view(torch.uint8))
+        self._buffer[L1_POOL_HEADER_OFFSET + 8 : L1_POOL_HEADER_OFFSET + 12].copy_(
+            torch.tensor([self._pool_used], dtype=torch.int32).view(torch.uint8)
+        )
         slot[4] |= L1_STAT_TENSOR_COPIED
         words[10] = offset
         return slot
@@ -257,7 +264,7 @@ class DeviceWorker:
 
 def _diagnostic_mode(runtime_config: torch.Tensor) -> int:
     offset = RuntimeConfigC.diagnostic_mode.offset
-    return int(runtime_config[offset:offset + 4].cpu().view(torch.int32).item())
+    return int(runtime_config[offset : offset + 4].cpu().view(torch.int32).item())
 
 
 def execute(runtime: PreparedRuntime, parameters: Sequence[Any], arguments: Any) -> None:
@@ -291,16 +298,30 @@ def _run_tasks(runtime: PreparedRuntime, parameters: Sequence[Any], worker: Devi
         else:
             if worker is not None:
                 worker.capture(task.task_id, L1_DUMP_PHASE_BEFORE, None)
-            task.operator.tile_fn(Tile(parameters, task.start, task.stop, task.owner_id, task, task.core_id,
-                                       runtime.spec.accumulation_order))
+            task.operator.tile_fn(
+                Tile(
+                    parameters,
+                    task.start,
+                    task.stop,
+                    task.owner_id,
+                    task,
+                    task.core_id,
+                    runtime.spec.accumulation_order,
+                )
+            )
             if worker is not None:
                 worker.capture(task.task_id, L1_DUMP_PHASE_AFTER, None)
         if counters is not None and torch.is_tensor(counters) and counters.numel() > task.task_id:
             counters[task.task_id] += 1
 
 
-def _run_broadcast(task: CompiledTask, parameters: Sequence[Any], worker: DeviceWorker | None, workers: int,
-                   accumulation_order: Any = None) -> None:
+def _run_broadcast(
+    task: CompiledTask,
+    parameters: Sequence[Any],
+    worker: DeviceWorker | None,
+    workers: int,
+    accumulation_order: Any = None,
+) -> None:
     """aiv_pipeline: every worker runs the task on its own row shard. A worker whose shard is empty (or,
     for a task without split rows, every worker but 0) runs nothing and reaches no task boundary."""
     shards = []

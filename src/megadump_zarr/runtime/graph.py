@@ -58,7 +58,9 @@ class TensorSpec:
         if not isinstance(self.dtype, torch.dtype):
             raise TypeError(f"TensorSpec {self.name!r} dtype must be a torch.dtype, got {self.dtype!r}")
         if isinstance(self.param_position, bool) or not isinstance(self.param_position, int) or self.param_position < 0:
-            raise ValueError(f"TensorSpec {self.name!r} param_position must be a non-negative int, got {self.param_position!r}")
+            raise ValueError(
+                f"TensorSpec {self.name!r} param_position must be a non-negative int, got {self.param_position!r}"
+            )
         if self.dims is not None:
             object.__setattr__(self, "dims", tuple(self.dims))
             if len(self.dims) != len(self.shape):
@@ -80,7 +82,7 @@ class TensorSpec:
         Args:
             axis: Split axis.
         """
-        return prod(self.shape[axis + 1:])
+        return prod(self.shape[axis + 1 :])
 
 
 @dataclass(frozen=True)
@@ -128,7 +130,9 @@ class OperatorNode:
     def __post_init__(self) -> None:
         if isinstance(self.core_type, str):
             if self.core_type not in _CORE_TYPES:
-                raise ValueError(f"operator {self.name!r} core_type must be one of {sorted(_CORE_TYPES)}, got {self.core_type!r}")
+                raise ValueError(
+                    f"operator {self.name!r} core_type must be one of {sorted(_CORE_TYPES)}, got {self.core_type!r}"
+                )
             self.core_type = _CORE_TYPES[self.core_type]
         self.core_type = TaskAiCoreType(self.core_type)
         self.inputs = tuple(self.inputs)

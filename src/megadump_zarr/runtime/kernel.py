@@ -34,7 +34,9 @@ def _checked_rank(rank: Any) -> int | None:
     if rank is None:
         return None
     if isinstance(rank, (bool, np.bool_)) or not isinstance(rank, (int, np.integer)):
-        raise ValueError(f"MegaKernel rank must be a non-negative integer or None, got {rank!r} ({type(rank).__name__})")
+        raise ValueError(
+            f"MegaKernel rank must be a non-negative integer or None, got {rank!r} ({type(rank).__name__})"
+        )
     if rank < 0:
         raise ValueError(f"MegaKernel rank must be a non-negative integer or None, got {rank!r}")
     return int(rank)
@@ -101,11 +103,15 @@ class MegaKernel:
         Args:
             parameters: The native parameter list.
         """
-        check_parameters(self.graph, parameters)  # every launch, not only when compiling: cheap, and a cache hit must not skip it
+        check_parameters(
+            self.graph, parameters
+        )  # every launch, not only when compiling: cheap, and a cache hit must not skip it
         key = tuple((tuple(p.shape), p.dtype, str(p.device)) for p in parameters) + (self.rank,)
         runtime = self._cache.get(key)
         if runtime is None:
-            runtime = compile_runtime(self.graph, parameters, kernel_name=self.kernel_name, rank=self.rank, **self._options)
+            runtime = compile_runtime(
+                self.graph, parameters, kernel_name=self.kernel_name, rank=self.rank, **self._options
+            )
             self._cache[key] = runtime
         return runtime
 

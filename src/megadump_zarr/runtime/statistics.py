@@ -44,7 +44,15 @@ from megadump_zarr.l1.format import (
     L1_STATISTICS_SLOT_SIZE,
 )
 
-__all__ = ["BLOCK", "StatisticsStager", "dtype_code", "reference_sum", "segment_slots", "statistics_slot", "torch_dtype"]
+__all__ = [
+    "BLOCK",
+    "StatisticsStager",
+    "dtype_code",
+    "reference_sum",
+    "segment_slots",
+    "statistics_slot",
+    "torch_dtype",
+]
 
 BLOCK = 256
 """Elements per block of the defined summation order (a power of two)."""
@@ -100,7 +108,7 @@ def reference_sum(values: Sequence[float]) -> float:
     while True:
         blocks = []
         for start in range(0, len(sequence), BLOCK):
-            block = sequence[start:start + BLOCK] + [0.0] * (BLOCK - len(sequence[start:start + BLOCK]))
+            block = sequence[start : start + BLOCK] + [0.0] * (BLOCK - len(sequence[start : start + BLOCK]))
             while len(block) > 1:
                 half = len(block) // 2
                 block = [block[j] + block[j + half] for j in range(half)]
@@ -142,7 +150,7 @@ def _block_sum(v: torch.Tensor) -> torch.Tensor:
     width = v.shape[1]
     while width > 1:
         width //= 2
-        v = v[:, :width] + v[:, width:2 * width]
+        v = v[:, :width] + v[:, width : 2 * width]
     return v[:, 0]
 
 
@@ -160,7 +168,7 @@ def _sums(kept: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     both[0].copy_(kept)
     torch.mul(kept, kept, out=both[1])
     summed = _block_sum(both.view(-1, BLOCK))
-    return summed[:kept.shape[0]], summed[kept.shape[0]:]
+    return summed[: kept.shape[0]], summed[kept.shape[0] :]
 
 
 def _clean(x: torch.Tensor) -> bool:
@@ -169,8 +177,9 @@ def _clean(x: torch.Tensor) -> bool:
     return x.device.type == "cpu" and bool(torch.isfinite(x.sum(1)).all())
 
 
-def _chunk(rows: torch.Tensor, valid: torch.Tensor | None, accumulate: torch.dtype,
-           weights: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def _chunk(
+    rows: torch.Tensor, valid: torch.Tensor | None, accumulate: torch.dtype, weights: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
     """Row partials of ``rows`` ([r, BLOCK] of the records' dtype); ``valid``: elements per row when
     some row is partial (its padding must not count), else None."""
     words = _words(rows)
@@ -214,7 +223,9 @@ def _row_partials(rows: torch.Tensor, valid: torch.Tensor, partial: torch.Tensor
     words_per_row = BLOCK * rows.element_size() // 4
     weights = torch.arange(words_per_row, dtype=torch.int64, device=rows.device) * 2 + 1
     step = _chunk_rows(rows)
-    any_partial = [bool(p) for p in torch.nn.functional.pad(partial, (0, -partial.numel() % step)).view(-1, step).any(1)]
+    any_partial = [
+        bool(p) for p in torch.nn.functional.pad(partial, (0, -partial.numel() % step)).view(-1, step).any(1)
+    ]
     pieces = []
     for i, start in enumerate(range(0, rows.shape[0], step)):
         stop = min(start + step, rows.shape[0])
@@ -236,8 +247,9 @@ def _segment_tree(values: torch.Tensor, lengths: list[int]) -> torch.Tensor:
         if len(set(lengths)) == 1 and lengths[0] % width == 0:  # records share a size: a reshape
             grid = values.view(-1, width)
         else:
-            owner = torch.repeat_interleave(torch.arange(len(lengths), device=device),
-                                            torch.tensor(lengths, dtype=torch.int64, device=device))
+            owner = torch.repeat_interleave(
+                torch.arange(len(lengths), device=device), torch.tensor(lengths, dtype=torch.int64, device=device)
+            )
             row0 = torch.tensor([0, *blocks], dtype=torch.int64, device=device).cumsum(0)[:-1]
             first = torch.tensor([0, *lengths], dtype=torch.int64, device=device).cumsum(0)[:-1]
             position = row0[owner] * width + torch.arange(values.numel(), device=device) - first[owner]
@@ -255,8 +267,9 @@ def _combine(partials: _Rows, blocks: list[int], words_per_row: int) -> tuple[to
     each record's staging rows)."""
     device = partials.finite.device
     records = len(blocks)
-    owner = torch.repeat_interleave(torch.arange(records, device=device),
-                                    torch.tensor(blocks, dtype=torch.int64, device=device))
+    owner = torch.repeat_interleave(
+        torch.arange(records, device=device), torch.tensor(blocks, dtype=torch.int64, device=device)
+    )
     row0 = torch.tensor([0, *blocks], dtype=torch.int64, device=device).cumsum(0)[:-1]
 
     def add(column: torch.Tensor) -> torch.Tensor:
@@ -273,8 +286,15 @@ def _combine(partials: _Rows, blocks: list[int], words_per_row: int) -> tuple[to
         lo, hi = lo + 0.0, hi + 0.0  # -0.0 → +0.0: a zero extreme's sign is not the reduction order's choice
     local = torch.arange(owner.numel(), device=device) - row0[owner]
     checksum = add(partials.weighted + local * (2 * words_per_row) * partials.words)  # int64 wraps: mod 2**64
-    return (add(partials.finite), add(partials.nan), lo, hi, _segment_tree(partials.total, blocks),
-            _segment_tree(partials.sumsq, blocks), checksum)
+    return (
+        add(partials.finite),
+        add(partials.nan),
+        lo,
+        hi,
+        _segment_tree(partials.total, blocks),
+        _segment_tree(partials.sumsq, blocks),
+        checksum,
+    )
 
 
 def _row_geometry(counts: list[int]) -> tuple[list[int], torch.Tensor, torch.Tensor]:
@@ -304,8 +324,9 @@ def segment_slots(rows: torch.Tensor, counts: Sequence[int]) -> torch.Tensor:
     records = len(counts)
     blocks, valid, partial = _row_geometry(counts)
     if rows.dim() != 2 or rows.shape[0] != sum(blocks) or rows.shape[1] != BLOCK:
-        raise ValueError(f"statistics staging holds {tuple(rows.shape)} values, the records need "
-                         f"[{sum(blocks)}, {BLOCK}]")
+        raise ValueError(
+            f"statistics staging holds {tuple(rows.shape)} values, the records need [{sum(blocks)}, {BLOCK}]"
+        )
     dtype_code(rows.dtype)  # refuse what the ABI cannot name
     is_float = rows.dtype.is_floating_point
     has64 = _has_float64(device)
@@ -320,7 +341,8 @@ def segment_slots(rows: torch.Tensor, counts: Sequence[int]) -> torch.Tensor:
     n_finite, nan, lo, hi, total, sumsq, checksum = _combine(partials, blocks, words_per_row)
     if not has64:  # only these [records] results come over to be packed in float64
         n_finite, nan, lo, hi, total, sumsq, checksum = (
-            t.cpu() for t in (n_finite, nan, lo, hi, total, sumsq, checksum))
+            t.cpu() for t in (n_finite, nan, lo, hi, total, sumsq, checksum)
+        )
     pack = n_finite.device
     count = torch.tensor(counts, dtype=torch.int64, device=pack)
     itembytes = itemsize(rows.dtype)
@@ -335,9 +357,18 @@ def segment_slots(rows: torch.Tensor, counts: Sequence[int]) -> torch.Tensor:
     zero = torch.zeros(records, dtype=torch.int64, device=pack)
     head = (L1_STATISTICS_LAYOUT_VERSION | (flags << 32)) + has_finite.to(torch.int64) * (L1_STAT_HAS_FINITE << 32)
     empty = count == 0
-    words = [head, count, nan, count - n_finite - nan, torch.where(has_finite, lo_word, zero),
-             torch.where(has_finite, hi_word, zero), torch.where(empty, zero, mean.view(torch.int64)),
-             torch.where(empty, zero, l2.view(torch.int64)), checksum, count * itembytes]
+    words = [
+        head,
+        count,
+        nan,
+        count - n_finite - nan,
+        torch.where(has_finite, lo_word, zero),
+        torch.where(has_finite, hi_word, zero),
+        torch.where(empty, zero, mean.view(torch.int64)),
+        torch.where(empty, zero, l2.view(torch.int64)),
+        checksum,
+        count * itembytes,
+    ]
     slots = torch.stack(words + [zero] * 6, dim=1).view(torch.uint8)
     assert slots.shape == (records, L1_STATISTICS_SLOT_SIZE)
     return slots if slots.device == device else slots.to(device)
@@ -352,7 +383,7 @@ def staged(values: torch.Tensor) -> torch.Tensor:
     flat = values.reshape(-1)
     rows = rows_of(flat.numel())
     out = torch.zeros(rows * BLOCK * values.element_size(), dtype=torch.uint8, device=values.device).view(values.dtype)
-    out[:flat.numel()].copy_(flat)
+    out[: flat.numel()].copy_(flat)
     return out.view(rows, BLOCK)
 
 
@@ -401,14 +432,20 @@ class StatisticsStager:
             then no larger than they need.
     """
 
-    def __init__(self, device: torch.device, capacity: int = STAGING_BYTES,
-                 expected: Mapping[torch.dtype, Sequence[int]] | None = None) -> None:
+    def __init__(
+        self,
+        device: torch.device,
+        capacity: int = STAGING_BYTES,
+        expected: Mapping[torch.dtype, Sequence[int]] | None = None,
+    ) -> None:
         if capacity < BLOCK * 8:
             raise ValueError(f"statistics staging capacity must be at least {BLOCK * 8} bytes, got {capacity}")
         self.device = torch.device(device)
         self.capacity = int(capacity)
-        self._sizes = {dtype: min(self.capacity, sum(rows_of(n) for n in counts) * BLOCK * itemsize(dtype))
-                       for dtype, counts in (expected or {}).items()}
+        self._sizes = {
+            dtype: min(self.capacity, sum(rows_of(n) for n in counts) * BLOCK * itemsize(dtype))
+            for dtype, counts in (expected or {}).items()
+        }
         self._groups: dict[torch.dtype, _Group] = {}
 
     def stage(self, dtype: torch.dtype, source: torch.Tensor, tag: object) -> list[tuple[list[object], torch.Tensor]]:
@@ -432,11 +469,12 @@ class StatisticsStager:
             done.append(self._reduce(dtype, group))
         if group is None:
             rows = room // (BLOCK * size)
-            group = self._groups[dtype] = _Group(torch.zeros(rows * BLOCK * size, dtype=torch.uint8,
-                                                             device=self.device), BLOCK * size)
+            group = self._groups[dtype] = _Group(
+                torch.zeros(rows * BLOCK * size, dtype=torch.uint8, device=self.device), BLOCK * size
+            )
         start = group.rows * group.row_bytes
         if count:
-            group.buffer[start:start + source.numel()].copy_(source)
+            group.buffer[start : start + source.numel()].copy_(source)
         group.rows += rows_of(count)
         group.counts.append(count)
         group.tags.append(tag)

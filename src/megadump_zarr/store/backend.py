@@ -220,7 +220,9 @@ class LocalBackend(Backend):
                 os.close(fd)
             return
         with self._lock:
-            below = sorted((d for d in self._dirty if d == path or d.startswith(path + "/")), key=lambda d: -d.count("/"))
+            below = sorted(
+                (d for d in self._dirty if d == path or d.startswith(path + "/")), key=lambda d: -d.count("/")
+            )
             self._dirty.difference_update(below)
         for directory in below:  # deepest first: a directory's entry is synced after what it names
             _fsync_dir(directory)

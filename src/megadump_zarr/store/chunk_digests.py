@@ -77,8 +77,10 @@ def digests_of(attrs: Any, count: int) -> list[int] | str | None:
     text = attrs[DIGEST_ATTR]
     if not isinstance(text, str) or len(text) != 8 * count:
         shown = repr(text) if len(repr(text)) <= 40 else repr(text)[:37] + "..."
-        return (f"attributes.{DIGEST_ATTR} {shown} is not {count} crc32c value(s) of 8 hex digits "
-                f"(one per chunk of the grid)")
+        return (
+            f"attributes.{DIGEST_ATTR} {shown} is not {count} crc32c value(s) of 8 hex digits "
+            f"(one per chunk of the grid)"
+        )
     try:
         return [int(text[8 * i : 8 * i + 8], 16) for i in range(count)]
     except ValueError:

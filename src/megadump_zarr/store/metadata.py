@@ -211,15 +211,20 @@ def pack_array_document_bytes(
         dimension_names: ``("task", *record_dims)``.
         checksum: Inner chunks carry a ``crc32c`` checksum.
     """
-    head = _array_head(tuple(int(d) for d in shape), np.dtype(dtype), tuple(int(c) for c in shard), compressor,
-                       bool(checksum), True)
+    head = _array_head(
+        tuple(int(d) for d in shape), np.dtype(dtype), tuple(int(c) for c in shard), compressor, bool(checksum), True
+    )
     return head + attributes_json + _array_tail(tuple(dimension_names))
 
 
 # Many arrays of a window share shape, dtype and dimension names: the encoded parts are cached.
 @functools.lru_cache(maxsize=4096)
 def _array_head(
-    shape: tuple[int, ...], dtype: np.dtype, chunks: tuple[int, ...], compressor: CompressorSpec, checksum: bool,
+    shape: tuple[int, ...],
+    dtype: np.dtype,
+    chunks: tuple[int, ...],
+    compressor: CompressorSpec,
+    checksum: bool,
     sharded: bool = False,
 ) -> bytes:
     codecs = codecs_for(dtype, compressor, checksum)

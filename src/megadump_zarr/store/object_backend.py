@@ -81,8 +81,16 @@ from megadump_zarr.store.retry import retry_policy as retry_policy
 from megadump_zarr.store.retry import set_default_retry_policy as set_default_retry_policy
 
 __all__ = [
-    "OBJECT_STORE_SCHEMES", "ObjectInfo", "ObjectStoreBackend", "ObjectStoreError", "RetryPolicy",
-    "default_retry_policy", "redact_options", "retry_policy", "s3_config", "set_default_retry_policy",
+    "OBJECT_STORE_SCHEMES",
+    "ObjectInfo",
+    "ObjectStoreBackend",
+    "ObjectStoreError",
+    "RetryPolicy",
+    "default_retry_policy",
+    "redact_options",
+    "retry_policy",
+    "s3_config",
+    "set_default_retry_policy",
 ]
 
 log = logging.getLogger(__name__)
@@ -110,8 +118,15 @@ class ObjectStoreBackend(Backend):
         client: ``"auto"`` (obstore for S3 when possible, else fsspec), ``"obstore"`` or ``"fsspec"``.
     """
 
-    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None, *, retry: RetryPolicy | None = None,
-                 max_concurrency: int = 64, client: str = "auto") -> None:
+    def __init__(
+        self,
+        url: str,
+        storage_options: Mapping[str, Any] | None = None,
+        *,
+        retry: RetryPolicy | None = None,
+        max_concurrency: int = 64,
+        client: str = "auto",
+    ) -> None:
         super().__init__(url.rstrip("/"))
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be positive, got {max_concurrency}")
@@ -138,8 +153,10 @@ class ObjectStoreBackend(Backend):
                 try:
                     self._client = _ObstoreS3(bucket, config, client_options, provider, self.retry)
                 except Exception as error:  # bad configuration: say which, without secrets
-                    raise ValueError(f"cannot open {self.url} with obstore: {self._scrub(str(error))} "
-                                     f"(storage_options={redact_options(self._options)})") from None
+                    raise ValueError(
+                        f"cannot open {self.url} with obstore: {self._scrub(str(error))} "
+                        f"(storage_options={redact_options(self._options)})"
+                    ) from None
                 self._base = prefix
             elif client == "obstore":
                 raise ValueError(f"storage_options {sorted(self._options)} cannot be translated for obstore")
@@ -153,8 +170,10 @@ class ObjectStoreBackend(Backend):
         self._rng = random.Random()
 
     def __repr__(self) -> str:
-        return (f"ObjectStoreBackend({self.url!r}, storage_options={redact_options(self._options)!r}, "
-                f"client={self.client_name!r}, max_concurrency={self.max_concurrency})")
+        return (
+            f"ObjectStoreBackend({self.url!r}, storage_options={redact_options(self._options)!r}, "
+            f"client={self.client_name!r}, max_concurrency={self.max_concurrency})"
+        )
 
     # -- keys ------------------------------------------------------------------------------------------
     def location(self, key: str) -> str:
@@ -168,7 +187,7 @@ class ObjectStoreBackend(Backend):
     def _key(self, path: str) -> str:
         path = path.lstrip("/")
         if self._base and path.startswith(self._base + "/"):
-            return path[len(self._base) + 1:]
+            return path[len(self._base) + 1 :]
         return path
 
     # -- the retry loop ---------------------------------------------------------------------------------
@@ -197,11 +216,18 @@ class ObjectStoreBackend(Backend):
                     text = f"{operation} {where} failed after {attempt} attempts; last error: {message}"
                 else:
                     text = f"{operation} {where} failed ({kind}, not retried): {message}"
-                raise ObjectStoreError(text, operation=operation, location=where, attempts=attempt,
-                                       transient=kind == _Kind.TRANSIENT) from None
+                raise ObjectStoreError(
+                    text, operation=operation, location=where, attempts=attempt, transient=kind == _Kind.TRANSIENT
+                ) from None
             pause = policy.delay(attempt, self._rng)
-            log.debug("%s %s: attempt %d failed (%s); retrying in %.3fs", operation, self.location(key), attempt,
-                      self._describe(last), pause)
+            log.debug(
+                "%s %s: attempt %d failed (%s); retrying in %.3fs",
+                operation,
+                self.location(key),
+                attempt,
+                self._describe(last),
+                pause,
+            )
             time.sleep(pause)
 
     def _describe(self, error: BaseException) -> str:
@@ -225,8 +251,14 @@ class ObjectStoreBackend(Backend):
         path = self._path(key)
         self._call("PUT", key, lambda: self._client.put(path, payload, attributes=attributes))
 
-    def put_file(self, key: str, file: str | os.PathLike[str], *, part_bytes: int = _PART_BYTES,
-                 attributes: Mapping[str, str] | None = None) -> None:
+    def put_file(
+        self,
+        key: str,
+        file: str | os.PathLike[str],
+        *,
+        part_bytes: int = _PART_BYTES,
+        attributes: Mapping[str, str] | None = None,
+    ) -> None:
         """Upload a (large) local file as a multipart upload of ``part_bytes`` parts.
 
         Args:
@@ -342,7 +374,7 @@ class ObjectStoreBackend(Backend):
         """
         keys = [prefix.rstrip("/"), *self.list(prefix.rstrip("/") + "/")]
         for start in range(0, len(keys), 1000):  # S3 DeleteObjects takes at most 1000 keys
-            self.delete(keys[start:start + 1000])
+            self.delete(keys[start : start + 1000])
 
     def claim(self, prefix: str) -> None:
         """Create ``{prefix}/zarr.json`` (a ``"writing"`` placeholder) only if absent; see the module notes.
@@ -355,12 +387,17 @@ class ObjectStoreBackend(Backend):
         """
         key = f"{prefix}/zarr.json"
         token = uuid.uuid4().hex
-        document = json.dumps({"zarr_format": 3, "node_type": "group",
-                               "attributes": {"status": "writing", "claimToken": token}}).encode()
+        document = json.dumps(
+            {"zarr_format": 3, "node_type": "group", "attributes": {"status": "writing", "claimToken": token}}
+        ).encode()
         path = self._path(key)
         try:
-            self._call("PUT", key, lambda: self._client.put(path, document, create=True),
-                       expect=(_Kind.EXISTS, _Kind.UNSUPPORTED))
+            self._call(
+                "PUT",
+                key,
+                lambda: self._client.put(path, document, create=True),
+                expect=(_Kind.EXISTS, _Kind.UNSUPPORTED),
+            )
             return
         except ObjectStoreError:
             raise

@@ -23,9 +23,18 @@ __all__ = ["ObjectInfo", "s3_config"]
 _SINGLE_PUT_LIMIT = 64 << 20  # larger objects go up in parts (S3's single PUT limit is 5 GiB)
 _PART_BYTES = 16 << 20
 # obstore/reqwest texts of errors in the configuration, not the network (retrying cannot help)
-_CONFIG_ERRORS = ("builder error", "Missing region", "Missing bucket", "Unknown configuration key",
-                  "Configuration key", "Unable to parse", "Invalid URL", "relative URL without a base",
-                  "credential provider", "Failed to get credentials")
+_CONFIG_ERRORS = (
+    "builder error",
+    "Missing region",
+    "Missing bucket",
+    "Unknown configuration key",
+    "Configuration key",
+    "Unable to parse",
+    "Invalid URL",
+    "relative URL without a base",
+    "credential provider",
+    "Failed to get credentials",
+)
 
 
 # ------------------------------------------------------------------------------------------- results
@@ -55,18 +64,34 @@ class _ObstoreS3:
 
     name = "obstore"
 
-    def __init__(self, bucket: str, config: dict[str, Any], client_options: dict[str, Any],
-                 credential_provider: Any, policy: RetryPolicy) -> None:
+    def __init__(
+        self,
+        bucket: str,
+        config: dict[str, Any],
+        client_options: dict[str, Any],
+        credential_provider: Any,
+        policy: RetryPolicy,
+    ) -> None:
         import obstore
         from obstore.store import S3Store
 
         self._obs = obstore
-        options = {"timeout": timedelta(seconds=policy.timeout),
-                   "connect_timeout": timedelta(seconds=min(policy.timeout, 10.0)), **client_options}
-        self.store = S3Store(bucket, config=config, client_options=options, retry_config={"max_retries": 0},
-                             credential_provider=credential_provider)
+        options = {
+            "timeout": timedelta(seconds=policy.timeout),
+            "connect_timeout": timedelta(seconds=min(policy.timeout, 10.0)),
+            **client_options,
+        }
+        self.store = S3Store(
+            bucket,
+            config=config,
+            client_options=options,
+            retry_config={"max_retries": 0},
+            credential_provider=credential_provider,
+        )
 
-    def put(self, path: str, data: Buffer, *, create: bool = False, attributes: Mapping[str, str] | None = None) -> None:
+    def put(
+        self, path: str, data: Buffer, *, create: bool = False, attributes: Mapping[str, str] | None = None
+    ) -> None:
         size = memoryview(data).nbytes
         kwargs: dict[str, Any] = {"attributes": dict(attributes)} if attributes else {}
         if create:
@@ -74,14 +99,17 @@ class _ObstoreS3:
         if size <= _SINGLE_PUT_LIMIT or create:
             self._obs.put(self.store, path, data, use_multipart=False, **kwargs)
         else:
-            self._obs.put(self.store, path, data, use_multipart=True, chunk_size=_PART_BYTES, max_concurrency=4, **kwargs)
+            self._obs.put(
+                self.store, path, data, use_multipart=True, chunk_size=_PART_BYTES, max_concurrency=4, **kwargs
+            )
 
     def put_file(self, path: str, file: str, part_bytes: int, attributes: Mapping[str, str] | None) -> None:
         from pathlib import Path
 
         kwargs: dict[str, Any] = {"attributes": dict(attributes)} if attributes else {}
-        self._obs.put(self.store, path, Path(file), use_multipart=True, chunk_size=part_bytes, max_concurrency=4,
-                      **kwargs)
+        self._obs.put(
+            self.store, path, Path(file), use_multipart=True, chunk_size=part_bytes, max_concurrency=4, **kwargs
+        )
 
     def get(self, path: str) -> bytes:
         return bytes(self._obs.get(self.store, path).bytes())
@@ -113,8 +141,17 @@ class _ObstoreS3:
             return _Kind.NOT_FOUND
         if isinstance(error, ex.NotSupportedError):
             return _Kind.UNSUPPORTED
-        if isinstance(error, (ex.PermissionDeniedError, ex.UnauthenticatedError, ex.InvalidPathError,
-                              ex.UnknownConfigurationKeyError, ValueError, TypeError)):
+        if isinstance(
+            error,
+            (
+                ex.PermissionDeniedError,
+                ex.UnauthenticatedError,
+                ex.InvalidPathError,
+                ex.UnknownConfigurationKeyError,
+                ValueError,
+                TypeError,
+            ),
+        ):
             return _Kind.PERMANENT
         text = str(error)
         if any(marker in text for marker in _CONFIG_ERRORS):
@@ -136,7 +173,9 @@ class _Fsspec:
         self.fs, _ = fsspec.core.url_to_fs(url, **dict(storage_options))
         self._s3 = type(self.fs).__module__.startswith("s3fs")
 
-    def put(self, path: str, data: Buffer, *, create: bool = False, attributes: Mapping[str, str] | None = None) -> None:
+    def put(
+        self, path: str, data: Buffer, *, create: bool = False, attributes: Mapping[str, str] | None = None
+    ) -> None:
         kwargs: dict[str, Any] = {}
         if create:
             kwargs["mode"] = "create"
@@ -212,8 +251,12 @@ class _BotocoreCredentials:
 
     def __call__(self) -> dict[str, Any]:
         frozen = self._credentials.get_frozen_credentials()
-        return {"access_key_id": frozen.access_key, "secret_access_key": frozen.secret_key, "token": frozen.token,
-                "expires_at": datetime.now(timezone.utc) + timedelta(minutes=10)}
+        return {
+            "access_key_id": frozen.access_key,
+            "secret_access_key": frozen.secret_key,
+            "token": frozen.token,
+            "expires_at": datetime.now(timezone.utc) + timedelta(minutes=10),
+        }
 
     def __repr__(self) -> str:
         return "<botocore credentials>"
@@ -242,10 +285,17 @@ def s3_config(storage_options: Mapping[str, Any] | None) -> tuple[dict[str, Any]
     extra = dict(options.pop("s3_additional_kwargs", None) or {})
     config: dict[str, Any] = {}
     client: dict[str, Any] = {}
-    aliases = {"key": "access_key_id", "aws_access_key_id": "access_key_id", "secret": "secret_access_key",
-               "aws_secret_access_key": "secret_access_key", "token": "session_token",
-               "aws_session_token": "session_token", "region": "region", "region_name": "region",
-               "endpoint_url": "endpoint"}
+    aliases = {
+        "key": "access_key_id",
+        "aws_access_key_id": "access_key_id",
+        "secret": "secret_access_key",
+        "aws_secret_access_key": "secret_access_key",
+        "token": "session_token",
+        "aws_session_token": "session_token",
+        "region": "region",
+        "region_name": "region",
+        "endpoint_url": "endpoint",
+    }
     profile = options.pop("profile", None)
     for name, value in options.items():
         if name in aliases:
@@ -260,9 +310,21 @@ def s3_config(storage_options: Mapping[str, Any] | None) -> tuple[dict[str, Any]
         elif name == "requester_pays":
             if value:
                 config["request_payer"] = True
-        elif name in ("default_block_size", "default_fill_cache", "default_cache_type", "cache_regions",
-                      "use_listings_cache", "listings_expiry_time", "max_paths", "skip_instance_cache",
-                      "asynchronous", "loop", "max_concurrency", "version_aware", "fixed_upload_size"):
+        elif name in (
+            "default_block_size",
+            "default_fill_cache",
+            "default_cache_type",
+            "cache_regions",
+            "use_listings_cache",
+            "listings_expiry_time",
+            "max_paths",
+            "skip_instance_cache",
+            "asynchronous",
+            "loop",
+            "max_concurrency",
+            "version_aware",
+            "fixed_upload_size",
+        ):
             continue  # fsspec-side tuning without meaning for single requests
         else:
             return None
@@ -334,8 +396,12 @@ def _aws_environment(config: dict[str, Any], client: dict[str, Any], profile: st
         if token:
             config["session_token"] = token
         has_keys = True
-    if (not has_keys or profile is not None or ("region" not in config and not _env("AWS_REGION", "AWS_DEFAULT_REGION"))
-            or ("endpoint" not in config and not _env("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"))):
+    if (
+        not has_keys
+        or profile is not None
+        or ("region" not in config and not _env("AWS_REGION", "AWS_DEFAULT_REGION"))
+        or ("endpoint" not in config and not _env("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"))
+    ):
         session = _botocore_session(profile)  # the profile's files: region, endpoint_url, credentials
     if "endpoint" not in config:
         endpoint = _env("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
@@ -354,10 +420,15 @@ def _aws_environment(config: dict[str, Any], client: dict[str, Any], profile: st
     if allow and allow not in _TRUE + _FALSE:
         raise ValueError(f"AWS_ALLOW_HTTP must be true or false, got {os.environ['AWS_ALLOW_HTTP']!r}")
     if endpoint:
-        if "://" not in endpoint or endpoint.split("://", 1)[0].lower() not in ("http", "https") \
-                or not endpoint.split("://", 1)[1].strip("/"):
-            raise ValueError(f"S3 endpoint {endpoint!r} is not an http(s):// URL (from storage options, "
-                             "AWS_ENDPOINT_URL or the profile's endpoint_url)")
+        if (
+            "://" not in endpoint
+            or endpoint.split("://", 1)[0].lower() not in ("http", "https")
+            or not endpoint.split("://", 1)[1].strip("/")
+        ):
+            raise ValueError(
+                f"S3 endpoint {endpoint!r} is not an http(s):// URL (from storage options, "
+                "AWS_ENDPOINT_URL or the profile's endpoint_url)"
+            )
         config.setdefault("virtual_hosted_style_request", False)
     if endpoint.lower().startswith("http://"):
         if allow in _FALSE and client.get("allow_http") is not True:
@@ -369,9 +440,11 @@ def _aws_environment(config: dict[str, Any], client: dict[str, Any], profile: st
         return None
     credentials = session.get_credentials() if session is not None else None
     if credentials is None:
-        raise ValueError("no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE "
-                         "(with ~/.aws/credentials or AWS_SHARED_CREDENTIALS_FILE), or pass -S key=... -S secret=..., "
-                         "or -S anon=true for a public bucket")
+        raise ValueError(
+            "no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE "
+            "(with ~/.aws/credentials or AWS_SHARED_CREDENTIALS_FILE), or pass -S key=... -S secret=..., "
+            "or -S anon=true for a public bucket"
+        )
     return _BotocoreCredentials(credentials)
 
 
@@ -385,8 +458,13 @@ def _botocore_session(profile: str | None) -> Any:
         session.get_scoped_config()
     except botocore.exceptions.ProfileNotFound:
         name = profile or _env("AWS_PROFILE", "AWS_DEFAULT_PROFILE")
-        files = " or ".join(f for f in (os.environ.get("AWS_CONFIG_FILE", "~/.aws/config"),
-                                         os.environ.get("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials")))
+        files = " or ".join(
+            f
+            for f in (
+                os.environ.get("AWS_CONFIG_FILE", "~/.aws/config"),
+                os.environ.get("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials"),
+            )
+        )
         raise ValueError(f"AWS profile {name!r} not found in {files}") from None
     except botocore.exceptions.BotoCoreError as error:  # unreadable config file, ...
         raise ValueError(f"AWS configuration error: {error}") from None

@@ -28,7 +28,14 @@ import numpy as np
 from megadump_zarr.store.encoding import RAW_BELOW_BYTES
 from megadump_zarr.store.metadata import dumps
 from megadump_zarr.store.packs import (
-    CORE_ARRAY, INDEX_ARRAYS, OWNER_ARRAY, PACK_ATTR, PACK_MAX_RECORD_BYTES, PACK_VERSION, TASK_ARRAY, TASK_DIM,
+    CORE_ARRAY,
+    INDEX_ARRAYS,
+    OWNER_ARRAY,
+    PACK_ATTR,
+    PACK_MAX_RECORD_BYTES,
+    PACK_VERSION,
+    TASK_ARRAY,
+    TASK_DIM,
     pack_name,
 )
 
@@ -153,8 +160,13 @@ def plan_packs(
         group, _, name = path.rpartition("/")
         if group not in candidates:
             continue
-        if (data.ndim < 1 or data.size == 0 or data.nbytes > limit or name in _RESERVED
-                or not _RESERVED.isdisjoint(dims)):
+        if (
+            data.ndim < 1
+            or data.size == 0
+            or data.nbytes > limit
+            or name in _RESERVED
+            or not _RESERVED.isdisjoint(dims)
+        ):
             candidates.discard(group)
             continue
         members.setdefault(group, []).append(index)
@@ -182,12 +194,18 @@ def plan_packs(
         owner = attrs.get("owner")
         owner_id = _optional_int(owner.get("id") if isinstance(owner, Mapping) else None)
         core_id = _optional_int(attrs.get("coreId"))
-        if (isinstance(task_id, (bool, np.bool_)) or not isinstance(task_id, (int, np.integer))
-                or owner_id is False or core_id is False):
+        if (
+            isinstance(task_id, (bool, np.bool_))
+            or not isinstance(task_id, (int, np.integer))
+            or owner_id is False
+            or core_id is False
+        ):
             continue
         signature = (
-            tuple((records[i][0].rpartition("/")[2], records[i][1].dtype.str, records[i][1].shape, records[i][2])
-                  for i in members[path]),
+            tuple(
+                (records[i][0].rpartition("/")[2], records[i][1].dtype.str, records[i][1].shape, records[i][2])
+                for i in members[path]
+            ),
             tuple((dim, stop - start) for dim, start, stop in ranges.get(path, ())),
         )
         builders.setdefault((f"stages/{parts[1]}", signature), []).append((path, int(task_id), owner_id, core_id))
@@ -209,10 +227,17 @@ def plan_packs(
     return packs, packed
 
 
-def _pack(path: str, stage: str, groups: Mapping[str, Mapping[str, Any]], encoded: Mapping[str, bytes],
-          records: Sequence[tuple[str, np.ndarray, tuple[str, ...], dict[str, Any]]], members: dict[str, list[int]],
-          ranges: dict[str, list[tuple[str, int, int]]], tasks: list[tuple[str, int, int, int]],
-          encode: Callable[[Mapping[str, Any], str], bytes]) -> PackPlan:
+def _pack(
+    path: str,
+    stage: str,
+    groups: Mapping[str, Mapping[str, Any]],
+    encoded: Mapping[str, bytes],
+    records: Sequence[tuple[str, np.ndarray, tuple[str, ...], dict[str, Any]]],
+    members: dict[str, list[int]],
+    ranges: dict[str, list[tuple[str, int, int]]],
+    tasks: list[tuple[str, int, int, int]],
+    encode: Callable[[Mapping[str, Any], str], bytes],
+) -> PackPlan:
     stage_name = groups.get(stage, {}).get("stage")
     if not isinstance(stage_name, str):
         stage_name = stage.rpartition("/")[2]
@@ -221,10 +246,19 @@ def _pack(path: str, stage: str, groups: Mapping[str, Mapping[str, Any]], encode
     coordinate_keys = [dumps(dim) for dim, _, _ in ranges.get(first, ())]
     entries = []
     for task_path, _, _, _ in tasks:
-        bounds = b",".join(key + b":[%d,%d]" % (start, stop)
-                           for key, (_, start, stop) in zip(coordinate_keys, ranges.get(task_path, ())))
-        entries.append(b'{"group":' + dumps(task_path.rpartition("/")[2]) + b',"attrs":' + encoded[task_path]
-                       + b',"coords":{' + bounds + b"}}")
+        bounds = b",".join(
+            key + b":[%d,%d]" % (start, stop)
+            for key, (_, start, stop) in zip(coordinate_keys, ranges.get(task_path, ()))
+        )
+        entries.append(
+            b'{"group":'
+            + dumps(task_path.rpartition("/")[2])
+            + b',"attrs":'
+            + encoded[task_path]
+            + b',"coords":{'
+            + bounds
+            + b"}}"
+        )
     columns = np.array([t[1:] for t in tasks], dtype=np.int64).reshape(count, 3)
     aux = [
         (TASK_ARRAY, np.ascontiguousarray(columns[:, 0]), b'{"tasks":[' + b",".join(entries) + b"]}"),
@@ -236,7 +270,15 @@ def _pack(path: str, stage: str, groups: Mapping[str, Mapping[str, Any]], encode
         name = records[index][0].rpartition("/")[2]
         picked = [records[members[t[0]][position]] for t in tasks]
         rows = [r[1] for r in picked]
-        components.append(PackRecord(name, tuple(rows[0].shape), tuple(picked[0][2]), rows,
-                                     [encode(r[3], r[0]) for r in picked], rows[0].nbytes < RAW_BELOW_BYTES))
+        components.append(
+            PackRecord(
+                name,
+                tuple(rows[0].shape),
+                tuple(picked[0][2]),
+                rows,
+                [encode(r[3], r[0]) for r in picked],
+                rows[0].nbytes < RAW_BELOW_BYTES,
+            )
+        )
     attrs_json = dumps({PACK_ATTR: PACK_VERSION, "stage": stage_name, "taskCount": count})
     return PackPlan(path, attrs_json, [t[0] for t in tasks], aux, components)

@@ -93,8 +93,16 @@ def _block_stats(x: np.ndarray, kind: str, rows: Sequence[np.ndarray]) -> list[d
                 out.append(StatsAccumulator(rows[i].dtype).update(rows[i]).result())
             continue
         t, s = 0.0 + t, 0.0 + s  # the accumulator starts from 0.0 (so a -0.0 sum becomes 0.0)
-        out.append({"min": low, "max": high, "mean": _finite_or_none(t / count), "l2norm": _finite_or_none(math.sqrt(s)),
-                    "nanCount": 0, "infCount": 0})
+        out.append(
+            {
+                "min": low,
+                "max": high,
+                "mean": _finite_or_none(t / count),
+                "l2norm": _finite_or_none(math.sqrt(s)),
+                "nanCount": 0,
+                "infCount": 0,
+            }
+        )
     return out
 
 
@@ -201,9 +209,14 @@ def _submit_record(writer: Any, record: PackRecord, prefix: str, count: int) -> 
         if last:
             merged = None if not writer.stats else [s for part in state["stats"] for s in part]
             document = pack_array_document_bytes(
-                (count, *record.shape), record.dtype, (per_shard, *record.shape),
-                NO_COMPRESSION if raw else writer.compressor, _records_json(record, merged),
-                (TASK_DIM, *record.dims), checksum)
+                (count, *record.shape),
+                record.dtype,
+                (per_shard, *record.shape),
+                NO_COMPRESSION if raw else writer.compressor,
+                _records_json(record, merged),
+                (TASK_DIM, *record.dims),
+                checksum,
+            )
             writer.backend.put(f"{prefix}/zarr.json", document)
             record.document = document
             record.written = True

@@ -43,11 +43,38 @@ import google_crc32c
 import numpy as np
 
 __all__ = [
-    "COORDINATES_ATTR", "INDEX_ARRAYS", "INDEX_CODECS", "NO_CHUNK", "OWNER_ARRAY", "CORE_ARRAY", "PACK_ATTR",
-    "PACK_COORDINATES", "PACK_MAX_RECORD_BYTES", "PACK_PREFIX", "PACK_SHARD_BYTES", "PACK_STORAGE", "PACK_VERSION",
-    "PACK_VERSIONS", "RECORDS_ATTR", "TASKS_ATTR", "TASK_ARRAY", "TASK_ARRAYS", "TASK_ARRAY_V1", "TASK_DIM",
-    "RangeSource", "ShardSource", "decode_index", "encode_index", "expand_pack", "index_nbytes", "is_pack_group",
-    "pack_name", "range_chunk", "shard_rows", "sharded_codecs", "task_array_name",
+    "COORDINATES_ATTR",
+    "INDEX_ARRAYS",
+    "INDEX_CODECS",
+    "NO_CHUNK",
+    "OWNER_ARRAY",
+    "CORE_ARRAY",
+    "PACK_ATTR",
+    "PACK_COORDINATES",
+    "PACK_MAX_RECORD_BYTES",
+    "PACK_PREFIX",
+    "PACK_SHARD_BYTES",
+    "PACK_STORAGE",
+    "PACK_VERSION",
+    "PACK_VERSIONS",
+    "RECORDS_ATTR",
+    "TASKS_ATTR",
+    "TASK_ARRAY",
+    "TASK_ARRAYS",
+    "TASK_ARRAY_V1",
+    "TASK_DIM",
+    "RangeSource",
+    "ShardSource",
+    "decode_index",
+    "encode_index",
+    "expand_pack",
+    "index_nbytes",
+    "is_pack_group",
+    "pack_name",
+    "range_chunk",
+    "shard_rows",
+    "sharded_codecs",
+    "task_array_name",
 ]
 
 PACK_STORAGE = "task_record_packs"
@@ -129,9 +156,17 @@ def sharded_codecs(inner_shape: list[int], inner_codecs: list[dict[str, Any]]) -
         inner_shape: ``[1, *record_shape]``.
         inner_codecs: The record's own codec chain (schema 6's).
     """
-    return [{"name": "sharding_indexed", "configuration": {
-        "chunk_shape": list(inner_shape), "codecs": list(inner_codecs), "index_codecs": INDEX_CODECS,
-        "index_location": "end"}}]
+    return [
+        {
+            "name": "sharding_indexed",
+            "configuration": {
+                "chunk_shape": list(inner_shape),
+                "codecs": list(inner_codecs),
+                "index_codecs": INDEX_CODECS,
+                "index_location": "end",
+            },
+        }
+    ]
 
 
 def index_nbytes(count: int) -> int:
@@ -209,21 +244,36 @@ _KEY_ENCODING = {"name": "default", "configuration": {"separator": "."}}
 
 
 def _coordinate_doc(dim: str, length: int) -> dict[str, Any]:
-    return {"shape": [length], "data_type": "int64",
-            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [max(1, length)]}},
-            "chunk_key_encoding": _KEY_ENCODING, "fill_value": 0, "codecs": _RAW_CODECS, "attributes": {},
-            "dimension_names": [dim], "zarr_format": 3, "node_type": "array", "storage_transformers": []}
+    return {
+        "shape": [length],
+        "data_type": "int64",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [max(1, length)]}},
+        "chunk_key_encoding": _KEY_ENCODING,
+        "fill_value": 0,
+        "codecs": _RAW_CODECS,
+        "attributes": {},
+        "dimension_names": [dim],
+        "zarr_format": 3,
+        "node_type": "array",
+        "storage_transformers": [],
+    }
 
 
 def _list_field(doc: Mapping[str, Any], name: str, where: str, length: int) -> list[Any]:
     value = (doc.get("attributes") or {}).get(name)
     if not isinstance(value, list) or len(value) != length:
-        got = "missing" if value is None else f"{type(value).__name__} of {len(value) if isinstance(value, list) else '?'}"
+        got = (
+            "missing"
+            if value is None
+            else f"{type(value).__name__} of {len(value) if isinstance(value, list) else '?'}"
+        )
         raise ValueError(f"{where}: attributes.{name} must be a list of {length} entries, got {got}")
     return value
 
 
-def expand_pack(pack: str, nodes: Mapping[str, dict[str, Any]], where: str = "") -> tuple[dict[str, dict[str, Any]], dict[str, ShardSource | RangeSource]]:
+def expand_pack(
+    pack: str, nodes: Mapping[str, dict[str, Any]], where: str = ""
+) -> tuple[dict[str, dict[str, Any]], dict[str, ShardSource | RangeSource]]:
     """The schema-6 view of one pack.
 
     Args:
@@ -255,17 +305,25 @@ def expand_pack(pack: str, nodes: Mapping[str, dict[str, Any]], where: str = "")
     group_doc = nodes.get(pack)
     if group_doc is not None and not is_pack_group(group_doc):  # a newer pack format must not read as this one
         version = (group_doc.get("attributes") or {}).get(PACK_ATTR) if isinstance(group_doc, dict) else None
-        raise ValueError(f"{label}/zarr.json: attributes.{PACK_ATTR} {version!r} is not a pack format this reader "
-                         f"knows {list(PACK_VERSIONS)}")
+        raise ValueError(
+            f"{label}/zarr.json: attributes.{PACK_ATTR} {version!r} is not a pack format this reader "
+            f"knows {list(PACK_VERSIONS)}"
+        )
     virtual: dict[str, dict[str, Any]] = {}
     sources: dict[str, ShardSource | RangeSource] = {}
     groups: list[str] = []
     for row, entry in enumerate(tasks):
-        if not isinstance(entry, dict) or not isinstance(entry.get("group"), str) or not isinstance(entry.get("attrs"), dict):
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("group"), str)
+            or not isinstance(entry.get("attrs"), dict)
+        ):
             raise ValueError(f"{label}/{task_name}/zarr.json: attributes.tasks[{row}] must hold 'group' and 'attrs'")
         name = entry["group"]
         if not name or "/" in name or name in (".", "..") or not name.startswith("task_"):
-            raise ValueError(f"{label}/{task_name}/zarr.json: attributes.tasks[{row}].group {name!r} is not a task group name")
+            raise ValueError(
+                f"{label}/{task_name}/zarr.json: attributes.tasks[{row}].group {name!r} is not a task group name"
+            )
         group = f"{stage}/{name}"
         if group in virtual:
             raise ValueError(f"{label}/{task_name}/zarr.json: task group {name!r} appears twice")
@@ -275,25 +333,38 @@ def expand_pack(pack: str, nodes: Mapping[str, dict[str, Any]], where: str = "")
         if not isinstance(coords, dict):
             raise ValueError(f"{label}/{task_name}/zarr.json: attributes.tasks[{row}].coords must be an object")
         for dim, bounds in coords.items():
-            if (not isinstance(bounds, list) or len(bounds) != 2 or not all(isinstance(b, int) and not isinstance(b, bool)
-                                                                          for b in bounds) or bounds[1] < bounds[0]):
-                raise ValueError(f"{label}/{task_name}/zarr.json: attributes.tasks[{row}].coords.{dim} {bounds!r} "
-                                 f"is not [start, stop]")
+            if (
+                not isinstance(bounds, list)
+                or len(bounds) != 2
+                or not all(isinstance(b, int) and not isinstance(b, bool) for b in bounds)
+                or bounds[1] < bounds[0]
+            ):
+                raise ValueError(
+                    f"{label}/{task_name}/zarr.json: attributes.tasks[{row}].coords.{dim} {bounds!r} "
+                    f"is not [start, stop]"
+                )
             virtual[f"{group}/{dim}"] = _coordinate_doc(dim, bounds[1] - bounds[0])
             if bounds[1] > bounds[0]:
                 sources[f"{group}/{dim}/c.0"] = RangeSource(bounds[0], bounds[1])
     for path, doc in nodes.items():
-        if not path.startswith(prefix) or "/" in path[len(prefix):] or doc.get("node_type") != "array":
+        if not path.startswith(prefix) or "/" in path[len(prefix) :] or doc.get("node_type") != "array":
             continue
-        component = path[len(prefix):]
+        component = path[len(prefix) :]
         if component in INDEX_ARRAYS:
             continue
         _expand_records(label, path, component, doc, groups, virtual, sources)
     return virtual, sources
 
 
-def _expand_records(label: str, path: str, component: str, doc: dict[str, Any], groups: list[str],
-                    virtual: dict[str, dict[str, Any]], sources: dict[str, ShardSource | RangeSource]) -> None:
+def _expand_records(
+    label: str,
+    path: str,
+    component: str,
+    doc: dict[str, Any],
+    groups: list[str],
+    virtual: dict[str, dict[str, Any]],
+    sources: dict[str, ShardSource | RangeSource],
+) -> None:
     where = f"{label}/{component}/zarr.json"
     shape = doc.get("shape")
     if not isinstance(shape, list) or len(shape) < 2 or shape[0] != len(groups):
@@ -307,10 +378,14 @@ def _expand_records(label: str, path: str, component: str, doc: dict[str, Any], 
         inner_shape, inner_codecs = list(config["chunk_shape"]), list(config["codecs"])
         shard_shape = list(doc["chunk_grid"]["configuration"]["chunk_shape"])
     except (TypeError, ValueError, KeyError, AssertionError):
-        raise ValueError(f"{where}: a pack record array must have one sharding_indexed codec (index at the end)") from None
+        raise ValueError(
+            f"{where}: a pack record array must have one sharding_indexed codec (index at the end)"
+        ) from None
     record_shape = shape[1:]
     if inner_shape != [1, *record_shape] or len(shard_shape) != len(shape) or shard_shape[1:] != record_shape:
-        raise ValueError(f"{where}: inner chunk {inner_shape!r} / shard {shard_shape!r} do not hold one record of {record_shape!r}")
+        raise ValueError(
+            f"{where}: inner chunk {inner_shape!r} / shard {shard_shape!r} do not hold one record of {record_shape!r}"
+        )
     per_shard = shard_shape[0]
     if not isinstance(per_shard, int) or per_shard < 1:
         raise ValueError(f"{where}: shard shape {shard_shape!r} has no rows")
@@ -321,13 +396,18 @@ def _expand_records(label: str, path: str, component: str, doc: dict[str, Any], 
         if not isinstance(attrs, dict):
             raise ValueError(f"{where}: attributes.records[{row}] is not a JSON object")
         node: dict[str, Any] = {
-            "shape": list(record_shape), "data_type": doc.get("data_type"),
+            "shape": list(record_shape),
+            "data_type": doc.get("data_type"),
             "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(record_shape)}},
-            "chunk_key_encoding": doc.get("chunk_key_encoding", _KEY_ENCODING), "fill_value": doc.get("fill_value"),
-            "codecs": inner_codecs, "attributes": attrs,
+            "chunk_key_encoding": doc.get("chunk_key_encoding", _KEY_ENCODING),
+            "fill_value": doc.get("fill_value"),
+            "codecs": inner_codecs,
+            "attributes": attrs,
         }
         if record_dims is not None:
             node["dimension_names"] = record_dims
         node |= {"zarr_format": 3, "node_type": "array", "storage_transformers": []}
         virtual[f"{group}/{component}"] = node
-        sources[f"{group}/{component}/c{zeros}"] = ShardSource(f"{path}/c.{row // per_shard}{zeros}", row % per_shard, per_shard)
+        sources[f"{group}/{component}/c{zeros}"] = ShardSource(
+            f"{path}/c.{row // per_shard}{zeros}", row % per_shard, per_shard
+        )

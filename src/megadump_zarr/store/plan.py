@@ -126,7 +126,9 @@ def _normalise(data: Any, path: str, label: Any = None) -> np.ndarray:
     return array
 
 
-def plan_invocation(invocation: InvocationWrite, *, chunk_bytes: int, stats: bool, pack: bool = False) -> InvocationPlan:
+def plan_invocation(
+    invocation: InvocationWrite, *, chunk_bytes: int, stats: bool, pack: bool = False
+) -> InvocationPlan:
     """Validate an invocation and list its groups and arrays.
 
     Args:
@@ -235,15 +237,31 @@ def plan_invocation(invocation: InvocationWrite, *, chunk_bytes: int, stats: boo
     packed: set[str] = set()
     if pack:
         packs, packed = plan_packs(
-            invocation.groups, groups, encoded, pending, coords, chunk_bytes=chunk_bytes, label=label,
-            encode=lambda attrs, path: _encode_attrs(attrs, lambda: f"array {label(path)!r}"))
+            invocation.groups,
+            groups,
+            encoded,
+            pending,
+            coords,
+            chunk_bytes=chunk_bytes,
+            label=label,
+            encode=lambda attrs, path: _encode_attrs(attrs, lambda: f"array {label(path)!r}"),
+        )
         for path in packed:
             del encoded[path]
         for item in packs:
             encoded[item.path] = item.attrs_json
-            item.jobs = [ArrayJob(_join(item.path, aux), data, (TASK_DIM,), {}, attrs_json,
-                                  plan_chunks(data.shape, data.dtype.itemsize, chunk_bytes), False)
-                         for aux, data, attrs_json in item.aux]
+            item.jobs = [
+                ArrayJob(
+                    _join(item.path, aux),
+                    data,
+                    (TASK_DIM,),
+                    {},
+                    attrs_json,
+                    plan_chunks(data.shape, data.dtype.itemsize, chunk_bytes),
+                    False,
+                )
+                for aux, data, attrs_json in item.aux
+            ]
     for path, data, dims, attrs in pending:
         if not packed or _parent(path) not in packed:
             jobs.append(_job(path, data, dims, attrs, chunk_bytes, stats, label))
@@ -262,7 +280,9 @@ def _encode_attrs(attrs: Mapping[str, Any], what: str | Any) -> bytes:
     try:
         return dumps(attrs if type(attrs) is dict else dict(attrs))
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"attributes of {what if isinstance(what, str) else what()} are not JSON-serialisable: {exc}") from None
+        raise TypeError(
+            f"attributes of {what if isinstance(what, str) else what()} are not JSON-serialisable: {exc}"
+        ) from None
 
 
 def _job(path, data, dims, attrs, chunk_bytes, stats, label) -> ArrayJob:

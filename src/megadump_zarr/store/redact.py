@@ -10,8 +10,9 @@ from typing import Any
 
 __all__ = ["Scrubber", "redact_options"]
 
-_SECRET_KEY = re.compile(r"secret|token|password|passwd|credential|signature|sas|(^|_)key$|account_key|private",
-                         re.IGNORECASE)
+_SECRET_KEY = re.compile(
+    r"secret|token|password|passwd|credential|signature|sas|(^|_)key$|account_key|private", re.IGNORECASE
+)
 
 
 def _secret_values(options: Any, key: str = "") -> list[str]:
@@ -33,6 +34,7 @@ def redact_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
     Args:
         options: fsspec-style storage options.
     """
+
     def walk(value: Any, key: str = "") -> Any:
         if isinstance(value, Mapping):
             return {k: walk(v, str(k)) for k, v in value.items()}

@@ -19,10 +19,20 @@ from typing import Any
 
 __all__ = ["ObjectStoreError", "RetryPolicy", "default_retry_policy", "retry_policy", "set_default_retry_policy"]
 
-_STATUS = re.compile(r"status code:? (\d{3})|\b(\d{3}) (?:Service Unavailable|Internal Server Error|Bad Gateway|"
-                     r"Gateway Timeout|Too Many Requests|Forbidden|Not Found|Precondition Failed|Not Implemented)")
-_TRANSIENT_CODES = ("SlowDown", "Throttl", "RequestTimeout", "RequestLimitExceeded", "InternalError",
-                    "ServiceUnavailable", "TooManyRequests", "Busy")
+_STATUS = re.compile(
+    r"status code:? (\d{3})|\b(\d{3}) (?:Service Unavailable|Internal Server Error|Bad Gateway|"
+    r"Gateway Timeout|Too Many Requests|Forbidden|Not Found|Precondition Failed|Not Implemented)"
+)
+_TRANSIENT_CODES = (
+    "SlowDown",
+    "Throttl",
+    "RequestTimeout",
+    "RequestLimitExceeded",
+    "InternalError",
+    "ServiceUnavailable",
+    "TooManyRequests",
+    "Busy",
+)
 
 
 class ObjectStoreError(OSError):

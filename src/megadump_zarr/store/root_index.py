@@ -90,14 +90,17 @@ def _other_nodes(backend: Backend, root: str, storage_options: dict[str, Any] | 
             continue
         if "://" not in root or root.startswith("file://"):
             base = os.path.join(root.removeprefix("file://"), name)
-            found = [os.path.relpath(os.path.join(d, "zarr.json"), root.removeprefix("file://"))
-                     for d, _, files in os.walk(base) if "zarr.json" in files]
+            found = [
+                os.path.relpath(os.path.join(d, "zarr.json"), root.removeprefix("file://"))
+                for d, _, files in os.walk(base)
+                if "zarr.json" in files
+            ]
         else:
             import fsspec
 
             fs, path = fsspec.core.url_to_fs(root, **(storage_options or {}))
             prefix = path.rstrip("/") + "/"
-            found = [p[len(prefix):] for p in fs.find(prefix + name) if p.endswith("/zarr.json")]
+            found = [p[len(prefix) :] for p in fs.find(prefix + name) if p.endswith("/zarr.json")]
         for key in sorted(found):
             key = key.replace(os.sep, "/")
             raw = backend.get(key)
@@ -110,8 +113,9 @@ def _other_nodes(backend: Backend, root: str, storage_options: dict[str, Any] | 
     return out
 
 
-def _complete_windows(backend: Backend, root: str, storage_options: dict[str, Any] | None,
-                      known: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+def _complete_windows(
+    backend: Backend, root: str, storage_options: dict[str, Any] | None, known: dict[str, dict[str, Any]] | None = None
+) -> dict[str, dict[str, Any]]:
     """``{"rank_r/window_wwww": window document}`` of every complete window, in (rank, window) order.
 
     ``known`` windows are complete already (a committed window never changes): not read again.
@@ -119,8 +123,9 @@ def _complete_windows(backend: Backend, root: str, storage_options: dict[str, An
     out: dict[str, dict[str, Any]] = {}
     ranks = sorted((n for n in _list_dir(root, storage_options, "") if _RANK.match(n)), key=lambda n: int(n[5:]))
     for rank in ranks:
-        windows = sorted((n for n in _list_dir(root, storage_options, rank) if _WINDOW.match(n)),
-                         key=lambda n: int(n[7:]))
+        windows = sorted(
+            (n for n in _list_dir(root, storage_options, rank) if _WINDOW.match(n)), key=lambda n: int(n[7:])
+        )
         for window in windows:
             if known is not None and f"{rank}/{window}" in known:
                 out[f"{rank}/{window}"] = known[f"{rank}/{window}"]
@@ -138,8 +143,12 @@ def _complete_windows(backend: Backend, root: str, storage_options: dict[str, An
     return out
 
 
-def index_documents(root_doc: dict[str, Any], rank_docs: dict[str, dict[str, Any]],
-               windows: dict[str, dict[str, Any]], others: dict[str, Any]) -> dict[str, bytes]:
+def index_documents(
+    root_doc: dict[str, Any],
+    rank_docs: dict[str, dict[str, Any]],
+    windows: dict[str, dict[str, Any]],
+    others: dict[str, Any],
+) -> dict[str, bytes]:
     """The root's and every rank's ``zarr.json`` with consolidated metadata of the complete windows."""
     root_entries: dict[str, Any] = dict(others)
     rank_entries: dict[str, dict[str, Any]] = {rank: {} for rank in rank_docs}

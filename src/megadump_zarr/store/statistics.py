@@ -76,8 +76,9 @@ def _string_document(length: int, spec: CompressorSpec, checksum: bool, attrs: d
     return dumps(doc)
 
 
-def _column(name: str, values: np.ndarray, spec: CompressorSpec, checksum: bool,
-            attrs: dict[str, Any]) -> tuple[bytes, bytes | None]:
+def _column(
+    name: str, values: np.ndarray, spec: CompressorSpec, checksum: bool, attrs: dict[str, Any]
+) -> tuple[bytes, bytes | None]:
     """``(document, chunk)`` of one column (no chunk for an empty table)."""
     length = len(values)
     key_chunk = None
@@ -96,8 +97,9 @@ def _column(name: str, values: np.ndarray, spec: CompressorSpec, checksum: bool,
     return document, key_chunk
 
 
-def statistics_nodes(table: StatisticsTable, spec: CompressorSpec, checksum: bool) -> tuple[
-        list[tuple[str, bytes]], dict[str, tuple[str, bytes]]]:
+def statistics_nodes(
+    table: StatisticsTable, spec: CompressorSpec, checksum: bool
+) -> tuple[list[tuple[str, bytes]], dict[str, tuple[str, bytes]]]:
     """Everything to store for one statistics table.
 
     Args:
@@ -132,7 +134,11 @@ def statistics_nodes(table: StatisticsTable, spec: CompressorSpec, checksum: boo
             items.append((f"{name}/{chunk_key}", chunk))
         items.append((f"{name}/zarr.json", document))
         nodes[name] = ("array", document)
-    group_attrs = {"statisticsLayout": STATISTICS_LAYOUT_VERSION, "coordinates": list(table.coords),
-                   "variables": list(table.variables), **dict(table.attrs)}
+    group_attrs = {
+        "statisticsLayout": STATISTICS_LAYOUT_VERSION,
+        "coordinates": list(table.coords),
+        "variables": list(table.variables),
+        **dict(table.attrs),
+    }
     nodes[""] = ("group", dumps(group_attrs))
     return items, nodes

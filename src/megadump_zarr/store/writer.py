@@ -102,7 +102,6 @@ def _stored_raw(job: ArrayJob) -> bool:
     return job.chunks.count <= 1 and job.data.nbytes < RAW_BELOW_BYTES
 
 
-
 class WindowWriter:
     """Writes tensor-dump windows below one root.
 
@@ -164,8 +163,11 @@ class WindowWriter:
         self.pack = bool(pack)
         self._encoder = Encoder(self.compressor, self.checksum)
         # the local backend writes a sealed chunk's parts with one writev; others take one buffer
-        self._seal = self._encoder.seal if isinstance(self.backend, LocalBackend) else (
-            lambda encoded: joined(self._encoder.seal(encoded)))
+        self._seal = (
+            self._encoder.seal
+            if isinstance(self.backend, LocalBackend)
+            else (lambda encoded: joined(self._encoder.seal(encoded)))
+        )
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -320,8 +322,13 @@ class WindowWriter:
             attrs_json = attrs_json[:-1] + sep + b'"stats":' + dumps(acc.result()) + b"}"
         plan = job.chunks
         return array_document_bytes(
-            plan.shape, job.data.dtype, plan.chunks, NO_COMPRESSION if _stored_raw(job) else self.compressor,
-            attrs_json, job.dims, self.checksum,
+            plan.shape,
+            job.data.dtype,
+            plan.chunks,
+            NO_COMPRESSION if _stored_raw(job) else self.compressor,
+            attrs_json,
+            job.dims,
+            self.checksum,
         )
 
     def _write_small(self, batch: list[tuple[ArrayJob, str]]) -> None:
@@ -462,8 +469,10 @@ class WindowSession:
             groups: ``(path, encoded attributes, single-chunk arrays)`` per group, paths relative to the invocation.
         """
         self.writer._write_small([(job, f"{base}/{job.path}") for _, _, jobs in groups for job in jobs])
-        documents = [(path, consolidated_group_bytes(attrs, [(job.path.rpartition("/")[2], job.document) for job in jobs]))
-                     for path, attrs, jobs in groups]
+        documents = [
+            (path, consolidated_group_bytes(attrs, [(job.path.rpartition("/")[2], job.document) for job in jobs]))
+            for path, attrs, jobs in groups
+        ]
         self.writer.backend.put_many([(f"{base}/{path}/zarr.json", document) for path, document in documents])
         with self._early_lock:
             self._early.update(f"{name}/{path}" for path, _ in documents)
@@ -553,8 +562,10 @@ class WindowSession:
                 if parent in data_groups and parent not in early:
                     entries[parent].append((path[cut + 1 :], flat))
                 cut = path.rfind("/", 0, cut)
-        groups = sorted((p for p, (kind, _) in self._nodes.items() if kind == "group" and p not in self._early),
-                        key=lambda p: -p.count("/"))
+        groups = sorted(
+            (p for p, (kind, _) in self._nodes.items() if kind == "group" and p not in self._early),
+            key=lambda p: -p.count("/"),
+        )
 
         def document(path: str) -> bytes:
             attrs = self._nodes[path][1]

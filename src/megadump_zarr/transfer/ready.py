@@ -37,8 +37,15 @@ class UploadOnReady:
         retry: Retry policy (default: the object backend's default).
     """
 
-    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None, *, delete_local: bool = False,
-                 workers: int = 16, retry: RetryPolicy | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        storage_options: Mapping[str, Any] | None = None,
+        *,
+        delete_local: bool = False,
+        workers: int = 16,
+        retry: RetryPolicy | None = None,
+    ) -> None:
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ValueError(f"workers must be a positive integer, got {workers!r}")
         self.url = str(url).rstrip("/")
@@ -55,8 +62,10 @@ class UploadOnReady:
         self.errors: list[str] = []
 
     def __repr__(self) -> str:
-        return (f"UploadOnReady({self.url!r}, storage_options={redact_options(self._options)!r}, "
-                f"delete_local={self.delete_local})")
+        return (
+            f"UploadOnReady({self.url!r}, storage_options={redact_options(self._options)!r}, "
+            f"delete_local={self.delete_local})"
+        )
 
     def __call__(self, dumper: Any) -> None:
         """Queue the windows the dumper just committed (``dumper.last_window_paths``).
@@ -80,10 +89,10 @@ class UploadOnReady:
 
     def _upload(self, root: str, keys: list[str]) -> UploadReport:
         if self._backend is None:
-            self._backend = ObjectStoreBackend(self.url, self._options, retry=self._retry,
-                                               max_concurrency=self.workers)
-        report = upload_windows(root, self.url, keys, threads=self.workers, delete_local=self.delete_local,
-                                backend=self._backend)
+            self._backend = ObjectStoreBackend(self.url, self._options, retry=self._retry, max_concurrency=self.workers)
+        report = upload_windows(
+            root, self.url, keys, threads=self.workers, delete_local=self.delete_local, backend=self._backend
+        )
         with self._lock:
             self.reports.append(report)
             self.errors.extend(f"{k}: {v}" for k, v in sorted(report.failed.items()))

@@ -88,9 +88,11 @@ class UploadReport:
     def summary(self) -> str:
         """One line for people."""
         rate = self.uploaded_bytes / self.seconds / 2**20 if self.seconds > 0 else 0.0
-        text = (f"{len(self.windows)} window(s) verified at {self.url}: {self.uploaded_objects} object(s) "
-                f"({self.uploaded_bytes / 2**20:.1f} MiB) uploaded, {self.present_objects} already present, "
-                f"{self.seconds:.1f} s ({rate:.0f} MiB/s)")
+        text = (
+            f"{len(self.windows)} window(s) verified at {self.url}: {self.uploaded_objects} object(s) "
+            f"({self.uploaded_bytes / 2**20:.1f} MiB) uploaded, {self.present_objects} already present, "
+            f"{self.seconds:.1f} s ({rate:.0f} MiB/s)"
+        )
         if self.skipped:
             text += f"; {len(self.skipped)} skipped"
         if self.failed:
@@ -99,11 +101,19 @@ class UploadReport:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
-        return {"url": self.url, "windows": list(self.windows), "skipped": dict(self.skipped),
-                "failed": dict(self.failed), "uploaded_objects": self.uploaded_objects,
-                "uploaded_bytes": self.uploaded_bytes, "present_objects": self.present_objects,
-                "present_bytes": self.present_bytes, "verified_objects": self.verified_objects,
-                "deleted_local": list(self.deleted_local), "seconds": self.seconds}
+        return {
+            "url": self.url,
+            "windows": list(self.windows),
+            "skipped": dict(self.skipped),
+            "failed": dict(self.failed),
+            "uploaded_objects": self.uploaded_objects,
+            "uploaded_bytes": self.uploaded_bytes,
+            "present_objects": self.present_objects,
+            "present_bytes": self.present_bytes,
+            "verified_objects": self.verified_objects,
+            "deleted_local": list(self.deleted_local),
+            "seconds": self.seconds,
+        }
 
     def _merge(self, other: UploadReport) -> None:
         self.windows += other.windows
@@ -139,8 +149,10 @@ def _refuse_link(root: str, path: str) -> None:
             target = os.readlink(path)
         except OSError:
             target = "?"
-        raise ValueError(f"refusing to upload {root}: {path} is a symbolic link (to {target}); a dump holds no "
-                         "links and upload never follows one out of the root")
+        raise ValueError(
+            f"refusing to upload {root}: {path} is a symbolic link (to {target}); a dump holds no "
+            "links and upload never follows one out of the root"
+        )
 
 
 def _regular(root: str, path: str) -> os.stat_result:
@@ -275,12 +287,23 @@ class _Progress:
             return
         from rich.console import Console
         from rich.progress import (
-            BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn,
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
         )
 
-        self._bar = Progress(TextColumn("[bold]upload"), BarColumn(), DownloadColumn(binary_units=True),
-                             TransferSpeedColumn(), TimeRemainingColumn(), console=Console(stderr=True),
-                             transient=False)
+        self._bar = Progress(
+            TextColumn("[bold]upload"),
+            BarColumn(),
+            DownloadColumn(binary_units=True),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            transient=False,
+        )
         self._task = self._bar.add_task("upload", total=total)
         self._bar.start()
 
@@ -295,8 +318,17 @@ class _Progress:
 
 # ---------------------------------------------------------------------------------------------- uploader
 class _Uploader:
-    def __init__(self, local_root: str, backend: ObjectStoreBackend, *, workers: int, delete_local: bool,
-                 multipart_threshold: int, part_bytes: int, progress: _Progress) -> None:
+    def __init__(
+        self,
+        local_root: str,
+        backend: ObjectStoreBackend,
+        *,
+        workers: int,
+        delete_local: bool,
+        multipart_threshold: int,
+        part_bytes: int,
+        progress: _Progress,
+    ) -> None:
         self.root = local_root
         self.backend = backend
         self.workers = workers
@@ -355,7 +387,9 @@ class _Uploader:
         return file, digest
 
     def _send_all(self, files: Sequence[_File], remote: Mapping[str, ObjectInfo]) -> list[tuple[_File, _Digest]]:
-        futures: list[Future[tuple[_File, _Digest]]] = [self._pool.submit(self._send, f, remote.get(f.key)) for f in files]
+        futures: list[Future[tuple[_File, _Digest]]] = [
+            self._pool.submit(self._send, f, remote.get(f.key)) for f in files
+        ]
         wait(futures)
         for future in futures:
             error = future.exception()
@@ -397,8 +431,10 @@ class _Uploader:
             digest, _ = self._digest(document)
             if not self._same(document, digest, remote_doc):
                 with self._lock:
-                    self.report.failed[key] = ("conflict: the remote window document differs from the local one "
-                                               "(another dump at this URL?); the window was not touched")
+                    self.report.failed[key] = (
+                        "conflict: the remote window document differs from the local one "
+                        "(another dump at this URL?); the window was not touched"
+                    )
                 self.progress.advance(sum(f.size for f in files))
                 return
         sent = self._send_all(body, listing)
@@ -425,8 +461,9 @@ def _open_scanned(file: _File) -> Any:
     return handle
 
 
-def _make_backend(url: str, storage_options: Mapping[str, Any] | None, workers: int,
-                  retry: RetryPolicy | None) -> ObjectStoreBackend:
+def _make_backend(
+    url: str, storage_options: Mapping[str, Any] | None, workers: int, retry: RetryPolicy | None
+) -> ObjectStoreBackend:
     if not isinstance(url, str) or "://" not in url:
         raise ValueError(f"upload destination must be an object-store URL such as s3://bucket/prefix, got {url!r}")
     return ObjectStoreBackend(url, storage_options, retry=retry, max_concurrency=max(workers, 1))
@@ -446,19 +483,33 @@ def _threads_of(threads: int, workers: int | None) -> int:
     if workers is not None:
         import warnings
 
-        warnings.warn("upload(workers=...) is deprecated and goes in the next release: use threads=... (upload "
-                      "threads; 'workers' means dask workers elsewhere)", DeprecationWarning, stacklevel=3)
+        warnings.warn(
+            "upload(workers=...) is deprecated and goes in the next release: use threads=... (upload "
+            "threads; 'workers' means dask workers elsewhere)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
         threads, name = workers, "workers"
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"{name} must be a positive integer, got {threads!r}")
     return threads
 
 
-def upload_windows(local_root: str | os.PathLike[str], url: str, windows: Sequence[str] | None = None, *,
-                   storage_options: Mapping[str, Any] | None = None, threads: int = 16, delete_local: bool = False,
-                   progress: bool = False, retry: RetryPolicy | None = None, multipart_threshold: int = 64 << 20,
-                   part_bytes: int = 16 << 20, backend: ObjectStoreBackend | None = None,
-                   workers: int | None = None) -> UploadReport:
+def upload_windows(
+    local_root: str | os.PathLike[str],
+    url: str,
+    windows: Sequence[str] | None = None,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    threads: int = 16,
+    delete_local: bool = False,
+    progress: bool = False,
+    retry: RetryPolicy | None = None,
+    multipart_threshold: int = 64 << 20,
+    part_bytes: int = 16 << 20,
+    backend: ObjectStoreBackend | None = None,
+    workers: int | None = None,
+) -> UploadReport:
     """Like :func:`upload`, for chosen windows only (``["rank_0/window_0003", ...]``; ``None``: all).
 
     Returns the report without raising for failed windows (see ``report.failed``). ``workers`` is the
@@ -478,11 +529,20 @@ def upload_windows(local_root: str | os.PathLike[str], url: str, windows: Sequen
             raise ValueError(f"no window {key} below {root}")
     backend = backend or _make_backend(url, storage_options, threads, retry)
     ranks = sorted({key.split("/")[0] for key in keys})
-    total = sum(f.size for key in keys for f in _files_below(root, key)) + sum(f.size for f in _shared_files(root, ranks))
+    total = sum(f.size for key in keys for f in _files_below(root, key)) + sum(
+        f.size for f in _shared_files(root, ranks)
+    )
     start = time.perf_counter()
     bar = _Progress(progress, total)
-    uploader = _Uploader(root, backend, workers=threads, delete_local=delete_local,
-                         multipart_threshold=multipart_threshold, part_bytes=part_bytes, progress=bar)
+    uploader = _Uploader(
+        root,
+        backend,
+        workers=threads,
+        delete_local=delete_local,
+        multipart_threshold=multipart_threshold,
+        part_bytes=part_bytes,
+        progress=bar,
+    )
     try:
         try:
             uploader.upload_shared(ranks)
@@ -508,9 +568,19 @@ def upload_windows(local_root: str | os.PathLike[str], url: str, windows: Sequen
     return uploader.report
 
 
-def upload(local_root: str | os.PathLike[str], url: str, *, storage_options: Mapping[str, Any] | None = None,
-           threads: int = 16, delete_local: bool = False, progress: bool = False, retry: RetryPolicy | None = None,
-           multipart_threshold: int = 64 << 20, part_bytes: int = 16 << 20, workers: int | None = None) -> UploadReport:
+def upload(
+    local_root: str | os.PathLike[str],
+    url: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    threads: int = 16,
+    delete_local: bool = False,
+    progress: bool = False,
+    retry: RetryPolicy | None = None,
+    multipart_threshold: int = 64 << 20,
+    part_bytes: int = 16 << 20,
+    workers: int | None = None,
+) -> UploadReport:
     """Upload a local dump's committed windows to ``url`` (``s3://bucket/prefix``), then verify them.
 
     See the module documentation for order, resume and checksums.
@@ -535,9 +605,18 @@ def upload(local_root: str | os.PathLike[str], url: str, *, storage_options: Map
         UploadError: Some committed window could not be uploaded or verified (``error.report`` has details);
             every other window was still uploaded.
     """
-    report = upload_windows(local_root, url, None, storage_options=storage_options, threads=_threads_of(threads, workers),
-                            delete_local=delete_local, progress=progress, retry=retry,
-                            multipart_threshold=multipart_threshold, part_bytes=part_bytes)
+    report = upload_windows(
+        local_root,
+        url,
+        None,
+        storage_options=storage_options,
+        threads=_threads_of(threads, workers),
+        delete_local=delete_local,
+        progress=progress,
+        retry=retry,
+        multipart_threshold=multipart_threshold,
+        part_bytes=part_bytes,
+    )
     if report.failed:
         details = "; ".join(f"{k}: {v}" for k, v in sorted(report.failed.items()))
         raise UploadError(f"upload to {report.url} failed for {len(report.failed)} window(s): {details}", report)

@@ -50,10 +50,15 @@ class VerifyReport:
         """A JSON-ready summary (``megadump verify --json``)."""
         checked = [w for w in self.windows if w.checked]
         return {
-            "root": self.root, "ok": self.ok, "deep": self.deep,
-            "windows_checked": len(checked), "windows_skipped": len(self.windows) - len(checked),
-            "arrays": sum(w.arrays for w in checked), "chunks": sum(w.chunks for w in checked),
-            "stored_bytes": sum(w.stored_bytes for w in checked), "problems": len(self.problems),
+            "root": self.root,
+            "ok": self.ok,
+            "deep": self.deep,
+            "windows_checked": len(checked),
+            "windows_skipped": len(self.windows) - len(checked),
+            "arrays": sum(w.arrays for w in checked),
+            "chunks": sum(w.chunks for w in checked),
+            "stored_bytes": sum(w.stored_bytes for w in checked),
+            "problems": len(self.problems),
             "partial_windows": [w.window for w in self.windows if w.partial_launches or w.partial_records],
             "windows": [w.to_dict() for w in self.windows],
         }
@@ -87,9 +92,14 @@ class _VerifyOne:
         return verify_window(self.url, self.storage_options, window, deep=self.deep)
 
 
-def verify_dump(url: str | os.PathLike[str] | Any, storage_options: Mapping[str, Any] | None = None, *, deep: bool = False,
-                windows: list[str] | None = None,
-                progress: Callable[[str, int, int, int], None] | None = None) -> VerifyReport:
+def verify_dump(
+    url: str | os.PathLike[str] | Any,
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    deep: bool = False,
+    windows: list[str] | None = None,
+    progress: Callable[[str, int, int, int], None] | None = None,
+) -> VerifyReport:
     """Verify every window of a dump root.
 
     Args:
@@ -127,6 +137,7 @@ def verify_dump(url: str | os.PathLike[str] | Any, storage_options: Mapping[str,
     keys = window_keys(location.store) if windows is None else list(windows)
     total = len(keys)
     if active_client() is not None and total > 1:
+
         def report(done: int, count: int) -> None:
             if progress is not None:
                 progress("", done, count, 0)

@@ -40,6 +40,9 @@ def check_place(state: Any, key: str, raw: Any, place: dict[str, int] | None) ->
     stored = int.from_bytes(bytes(raw[-4:]), "little")
     if stored == place[key]:
         return False
-    state.add(key, f"chunk holds crc32c {stored:#010x} but attributes.chunkCrc32c records {place[key]:#010x} for this "
-                   f"place: a chunk valid elsewhere (copied from another window, step or array, or swapped with another)")
+    state.add(
+        key,
+        f"chunk holds crc32c {stored:#010x} but attributes.chunkCrc32c records {place[key]:#010x} for this "
+        f"place: a chunk valid elsewhere (copied from another window, step or array, or swapped with another)",
+    )
     return True

@@ -44,8 +44,10 @@ def check_schema(state: Any, store: Any, window: str, doc: dict[str, Any], nodes
     _check_kind(state, key, doc, "group")
     version = attrs.get("schemaVersion")
     if type(version) is not int or version not in KNOWN_SCHEMA_VERSIONS:
-        state.add(key, f"attributes.schemaVersion {_short(version)} is not a known schema version "
-                       f"{sorted(KNOWN_SCHEMA_VERSIONS)}")
+        state.add(
+            key,
+            f"attributes.schemaVersion {_short(version)} is not a known schema version {sorted(KNOWN_SCHEMA_VERSIONS)}",
+        )
     for path, entry in nodes.items():
         if not isinstance(entry, dict):
             continue  # named by the node check
@@ -54,8 +56,11 @@ def check_schema(state: Any, store: Any, window: str, doc: dict[str, Any], nodes
             state.add(node_key, f"zarr_format {_short(entry.get('zarr_format'))} is not 3")
         parent = path.rpartition("/")[0]
         if parent and not (isinstance(nodes.get(parent), dict) and nodes[parent].get("node_type") == "group"):
-            state.add(f"{window}/{parent}/zarr.json", f"group {parent!r} holding {path!r} is missing from the "
-                                                      "window's consolidated metadata (a deleted document)")
+            state.add(
+                f"{window}/{parent}/zarr.json",
+                f"group {parent!r} holding {path!r} is missing from the "
+                "window's consolidated metadata (a deleted document)",
+            )
         if "/" not in path and _INVOCATION.match(path):
             _check_invocation(state, node_key, path, entry, attrs, nodes)
     _check_rank_document(state, store, window)
@@ -68,8 +73,9 @@ def _check_kind(state: Any, key: str, doc: dict[str, Any], kind: str) -> None:
         state.add(key, f"zarr_format {_short(doc.get('zarr_format'))} is not 3")
 
 
-def _check_invocation(state: Any, key: str, path: str, entry: dict[str, Any], window_attrs: dict[str, Any],
-                      nodes: dict[str, Any]) -> None:
+def _check_invocation(
+    state: Any, key: str, path: str, entry: dict[str, Any], window_attrs: dict[str, Any], nodes: dict[str, Any]
+) -> None:
     if entry.get("node_type") != "group":
         state.add(key, f"node_type {_short(entry.get('node_type'))} is not 'group'")
         return
@@ -84,8 +90,10 @@ def _check_invocation(state: Any, key: str, path: str, entry: dict[str, Any], wi
         state.add(key, f"attributes.direction {direction!r} disagrees with the group name {path!r}")
     for field in ("level", "rank"):
         if field in attrs and field in window_attrs and attrs[field] != window_attrs[field]:
-            state.add(key, f"attributes.{field} {_short(attrs[field])} disagrees with the window's "
-                           f"{_short(window_attrs[field])}")
+            state.add(
+                key,
+                f"attributes.{field} {_short(attrs[field])} disagrees with the window's {_short(window_attrs[field])}",
+            )
     count = attrs.get("taskCount")
     if count is not None and window_attrs.get("level") == "L1":
         found = _task_records(path, nodes)

@@ -105,10 +105,18 @@ class WindowCheck:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary."""
         return {
-            "window": self.window, "status": self.status, "checked": self.checked, "ok": self.ok,
-            "arrays": self.arrays, "chunks": self.chunks, "stored_bytes": self.stored_bytes, "deep": self.deep,
-            "partial_launches": list(self.partial_launches), "partial_records": self.partial_records,
-            "notes": list(self.notes), "problems": [{"key": p.key, "what": p.what} for p in self.problems],
+            "window": self.window,
+            "status": self.status,
+            "checked": self.checked,
+            "ok": self.ok,
+            "arrays": self.arrays,
+            "chunks": self.chunks,
+            "stored_bytes": self.stored_bytes,
+            "deep": self.deep,
+            "partial_launches": list(self.partial_launches),
+            "partial_records": self.partial_records,
+            "notes": list(self.notes),
+            "problems": [{"key": p.key, "what": p.what} for p in self.problems],
         }
 
 
@@ -131,8 +139,14 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def verify_window(url: Any, storage_options: Mapping[str, Any] | None, window: str, *, deep: bool = False,
-                  tick: Callable[[int], None] | None = None) -> WindowCheck:
+def verify_window(
+    url: Any,
+    storage_options: Mapping[str, Any] | None,
+    window: str,
+    *,
+    deep: bool = False,
+    tick: Callable[[int], None] | None = None,
+) -> WindowCheck:
     """Verify one window of a dump (see the module docstring).
 
     Args:
@@ -195,8 +209,14 @@ def verify_window(url: Any, storage_options: Mapping[str, Any] | None, window: s
     _check_records_table(state, window, status, attrs, {k: v for k, v in nodes.items() if k in good})
     arrays = {path: nodes[path] for path in good if nodes[path].get("node_type") == "array"}
     _check_chunks(state, store, window, arrays, deep, tick)
-    _check_partial(state, window, attrs, arrays, partial_launches,
-                   {path: nodes[path] for path in good if nodes[path].get("node_type") == "group"})
+    _check_partial(
+        state,
+        window,
+        attrs,
+        arrays,
+        partial_launches,
+        {path: nodes[path] for path in good if nodes[path].get("node_type") == "group"},
+    )
     return _result(state, status, deep, partial_launches)
 
 
@@ -204,8 +224,14 @@ from megadump_zarr.verify.schema import check_schema  # noqa: E402  (schema chec
 from megadump_zarr.verify.placement import check_place as _check_place, placement as _placement  # noqa: E402
 
 
-def _check_partial(state: _State, window: str, attrs: dict[str, Any], arrays: dict[str, dict[str, Any]],
-                   partial_launches: tuple[Any, ...], groups: dict[str, dict[str, Any]] | None = None) -> None:
+def _check_partial(
+    state: _State,
+    window: str,
+    attrs: dict[str, Any],
+    arrays: dict[str, dict[str, Any]],
+    partial_launches: tuple[Any, ...],
+    groups: dict[str, dict[str, Any]] | None = None,
+) -> None:
     """``partialLaunches`` names listed invocations; every record flagged ``partial`` belongs to one of them.
 
     Statistics-only records of a partial launch (statistics-first modes) have no array: they are counted
@@ -220,9 +246,10 @@ def _check_partial(state: _State, window: str, attrs: dict[str, Any], arrays: di
     state.partial_records = len(flagged) + _statistics_only_records(groups or {}, partial_launches)
     stray = [p for p in flagged if p.split("/")[0] not in partial_launches]
     if stray:
-        state.add(f"{window}/{stray[0]}/zarr.json",
-                  f"{len(stray)} record(s) are flagged partial outside the window's partialLaunches "
-                  f"{list(partial_launches)}")
+        state.add(
+            f"{window}/{stray[0]}/zarr.json",
+            f"{len(stray)} record(s) are flagged partial outside the window's partialLaunches {list(partial_launches)}",
+        )
 
 
 def _statistics_only_records(groups: dict[str, dict[str, Any]], partial_launches: tuple[Any, ...]) -> int:
@@ -231,19 +258,43 @@ def _statistics_only_records(groups: dict[str, dict[str, Any]], partial_launches
     for path, doc in groups.items():
         parts = path.split("/")
         attrs = doc.get("attributes")
-        if len(parts) != 2 or parts[1] != "statistics" or parts[0] not in partial_launches or not isinstance(attrs, dict):
+        if (
+            len(parts) != 2
+            or parts[1] != "statistics"
+            or parts[0] not in partial_launches
+            or not isinstance(attrs, dict)
+        ):
             continue
         records, payloads = attrs.get("recordCount"), attrs.get("payloadCount")
-        if "statisticsLayout" in attrs and all(isinstance(v, int) and not isinstance(v, bool) for v in (records, payloads)):
+        if "statisticsLayout" in attrs and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in (records, payloads)
+        ):
             count += max(records - payloads, 0)
     return count
 
 
 def _result(state: _State, status: str, deep: bool, partial: tuple[Any, ...]) -> WindowCheck:
-    notes = (f"{state.unbound} array(s) not bound: they record no chunkCrc32c (written before it existed, in a "
-             f"pack, or without checksums), so a chunk valid elsewhere cannot be told from theirs",) if state.unbound else ()
-    return WindowCheck(state.window, status, True, state.arrays, state.chunks, state.stored_bytes,
-                       tuple(state.problems), partial, state.partial_records, deep, notes)
+    notes = (
+        (
+            f"{state.unbound} array(s) not bound: they record no chunkCrc32c (written before it existed, in a "
+            f"pack, or without checksums), so a chunk valid elsewhere cannot be told from theirs",
+        )
+        if state.unbound
+        else ()
+    )
+    return WindowCheck(
+        state.window,
+        status,
+        True,
+        state.arrays,
+        state.chunks,
+        state.stored_bytes,
+        tuple(state.problems),
+        partial,
+        state.partial_records,
+        deep,
+        notes,
+    )
 
 
 def _check_manifest(state: _State, window: str, attrs: dict[str, Any], nodes: dict[str, Any]) -> None:
@@ -252,7 +303,9 @@ def _check_manifest(state: _State, window: str, attrs: dict[str, Any], nodes: di
     if match:
         rank, index = int(match.group(1)), int(match.group(2))
         if "windowIndex" in attrs and attrs["windowIndex"] != index:
-            state.add(doc_key, f"attributes.windowIndex {_short(attrs['windowIndex'])} disagrees with the path ({index})")
+            state.add(
+                doc_key, f"attributes.windowIndex {_short(attrs['windowIndex'])} disagrees with the path ({index})"
+            )
         if "rank" in attrs and attrs["rank"] != rank:
             state.add(doc_key, f"attributes.rank {_short(attrs['rank'])} disagrees with the path ({rank})")
     if attrs.get("level") not in (None, "L0", "L1"):
@@ -269,8 +322,10 @@ def _check_manifest(state: _State, window: str, attrs: dict[str, Any], nodes: di
                 state.add(doc_key, f"invocation group {name} is not listed in attributes.invocations")
             count = attrs.get("invocationCount")
             if count is not None and count != len(listed):
-                state.add(doc_key, f"attributes.invocationCount {_short(count)} disagrees with the "
-                                   f"{len(listed)} listed invocations")
+                state.add(
+                    doc_key,
+                    f"attributes.invocationCount {_short(count)} disagrees with the {len(listed)} listed invocations",
+                )
 
 
 def _strip(doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -365,9 +420,11 @@ def _check_pack_documents(state: _State, store: Any, window: str) -> None:
 
 _PACK_LEAF = re.compile(r"^pack_\d+$")
 # The pack arrays whose values name each row's task, and the task attribute each must equal (-1: none).
-_ROW_IDS = ((None, lambda attrs: attrs.get("taskId")),  # None: the pack's task id array (task_id, or schema 7's task)
-            ("owner_id", lambda attrs: attrs["owner"].get("id") if isinstance(attrs.get("owner"), dict) else None),
-            ("core_id", lambda attrs: attrs.get("coreId")))
+_ROW_IDS = (
+    (None, lambda attrs: attrs.get("taskId")),  # None: the pack's task id array (task_id, or schema 7's task)
+    ("owner_id", lambda attrs: attrs["owner"].get("id") if isinstance(attrs.get("owner"), dict) else None),
+    ("core_id", lambda attrs: attrs.get("coreId")),
+)
 
 
 def _check_pack_rows(state: _State, base: Any, window: str, nodes: dict[str, Any]) -> None:
@@ -402,8 +459,10 @@ def _check_pack_rows(state: _State, base: Any, window: str, nodes: dict[str, Any
                 missing = [f"{key}/{zarray.metadata.encode_chunk_key(c)}" for c in expected]
                 missing = [k for k in missing if get_bytes(base, k) is None]
                 if missing:  # not in the schema-6 view the chunk check walks; absent reads as fill_value
-                    named = [wanted(t.get("attrs")) if isinstance(t, dict) and isinstance(t.get("attrs"), dict)
-                             else None for t in tasks]
+                    named = [
+                        wanted(t.get("attrs")) if isinstance(t, dict) and isinstance(t.get("attrs"), dict) else None
+                        for t in tasks
+                    ]
                     if any((-1 if n is None else n) != doc.get("fill_value", 0) for n in named):
                         for k in missing:
                             state.add(k, "chunk is missing")
@@ -420,8 +479,11 @@ def _check_pack_rows(state: _State, base: Any, window: str, nodes: dict[str, Any
                 named = wanted(attrs) if isinstance(attrs, dict) else None
                 named = -1 if named is None else named
                 if named != value:
-                    state.add(key, f"row {row} holds {name} {value} but attributes.tasks[{row}] names {named}: the "
-                                   f"row's records are not the task its entry names")
+                    state.add(
+                        key,
+                        f"row {row} holds {name} {value} but attributes.tasks[{row}] names {named}: the "
+                        f"row's records are not the task its entry names",
+                    )
                     break
 
 
@@ -452,11 +514,16 @@ def _check_record_attributes(state: _State, key: str, doc: dict[str, Any]) -> No
         state.add(key, f"attributes.storedShape {_short(stored_shape)} disagrees with shape {shape}")
     stored = attrs.get("storedBytes")
     if stored is not None and size and stored != math.prod(shape) * size:
-        state.add(key, f"attributes.storedBytes {_short(stored)} disagrees with shape {shape} x {size} bytes "
-                       f"({math.prod(shape) * size})")
+        state.add(
+            key,
+            f"attributes.storedBytes {_short(stored)} disagrees with shape {shape} x {size} bytes "
+            f"({math.prod(shape) * size})",
+        )
     stored_dtype = attrs.get("storedDtype")
     if stored_dtype is not None and stored_dtype != doc.get("data_type"):
-        state.add(key, f"attributes.storedDtype {_short(stored_dtype)} disagrees with data_type {doc.get('data_type')!r}")
+        state.add(
+            key, f"attributes.storedDtype {_short(stored_dtype)} disagrees with data_type {doc.get('data_type')!r}"
+        )
     actual = attrs.get("actualShape")
     if actual is None:
         return
@@ -480,16 +547,26 @@ def _check_truncated_rows(state: _State, key: str, attrs: dict[str, Any], actual
     ``actualShape[0]`` <= ``declaredShape[0]`` (the rows a reader derives for it; ``actualShape`` and
     ``fullBytes`` edited together pass the checks above, and would describe rows the tensor never had)."""
     declared, offset = attrs.get("declaredShape"), attrs.get("sourceOffsetBytes")
-    if not (isinstance(declared, list) and actual and len(declared) == len(actual) and declared[1:] == actual[1:]
-            and all(type(d) is int for d in declared) and type(offset) is int and offset >= 0):
+    if not (
+        isinstance(declared, list)
+        and actual
+        and len(declared) == len(actual)
+        and declared[1:] == actual[1:]
+        and all(type(d) is int for d in declared)
+        and type(offset) is int
+        and offset >= 0
+    ):
         return
     row_bytes = math.prod(actual[1:]) * size
     if row_bytes <= 0 or offset % row_bytes:
         return
     start = offset // row_bytes
     if start + actual[0] > declared[0]:
-        state.add(key, f"attributes.actualShape {actual} at attributes.sourceOffsetBytes {offset} (row {start}) reaches "
-                       f"past attributes.declaredShape {declared}: the record describes rows its tensor does not have")
+        state.add(
+            key,
+            f"attributes.actualShape {actual} at attributes.sourceOffsetBytes {offset} (row {start}) reaches "
+            f"past attributes.declaredShape {declared}: the record describes rows its tensor does not have",
+        )
 
 
 def _check_records_table(state: _State, window: str, status: str, attrs: dict[str, Any], nodes: dict[str, Any]) -> None:
@@ -523,8 +600,14 @@ def _expected_chunks(doc: dict[str, Any]) -> list[tuple[int, ...]] | None:
     return list(itertools.product(*(range(n) for n in counts)))
 
 
-def _check_chunks(state: _State, store: Any, window: str, arrays: dict[str, dict[str, Any]], deep: bool,
-                  tick: Callable[[int], None] | None) -> None:
+def _check_chunks(
+    state: _State,
+    store: Any,
+    window: str,
+    arrays: dict[str, dict[str, Any]],
+    deep: bool,
+    tick: Callable[[int], None] | None,
+) -> None:
     from megadump_zarr.read.integrity import has_crc32c, verify_crc32c
     from megadump_zarr.read.errors import DumpIntegrityError
     from megadump_zarr.read.location import get_many, list_prefix
@@ -618,8 +701,10 @@ def _check_decode(state: _State, zarray: Any, array_key: str, doc: dict[str, Any
             block = zarray[start : start + step] if shape else zarray[...]
         except Exception as error:  # a codec failure of a chunk without a checksum
             chunk = zarray.metadata.encode_chunk_key((start // step,) + (0,) * (len(shape) - 1)) if shape else "c"
-            state.add(f"{array_key}/{chunk}", f"chunk does not decode ({type(error).__name__}: "
-                                              f"{' '.join(str(error).split())[:120]})")
+            state.add(
+                f"{array_key}/{chunk}",
+                f"chunk does not decode ({type(error).__name__}: {' '.join(str(error).split())[:120]})",
+            )
             return
         if acc is not None:
             acc.update(np.asarray(block))

@@ -17,7 +17,20 @@ from types import ModuleType
 
 __all__ = ["ORDER", "command_modules"]
 
-ORDER = ("demo", "info", "ls", "show", "stats", "compare", "plot", "replay", "decode_buffer", "convert", "export_hdf5", "upload")
+ORDER = (
+    "demo",
+    "info",
+    "ls",
+    "show",
+    "stats",
+    "compare",
+    "plot",
+    "replay",
+    "decode_buffer",
+    "convert",
+    "export_hdf5",
+    "upload",
+)
 
 
 def command_modules() -> list[ModuleType]:

@@ -11,8 +11,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from megadump_zarr.cli.cluster import add_cluster_flags
 from megadump_zarr.cli.common import (
-    EXIT_CHECK_FAILED, EXIT_OK, Context, add_filters, add_output_flags, add_storage_options, add_tolerance_flags, matching_pair,
-    open_dump_arg, storage_options, to_jsonable,
+    EXIT_CHECK_FAILED,
+    EXIT_OK,
+    Context,
+    add_filters,
+    add_output_flags,
+    add_storage_options,
+    add_tolerance_flags,
+    matching_pair,
+    open_dump_arg,
+    storage_options,
+    to_jsonable,
 )
 from megadump_zarr.cli.compare_table import compare_table
 from megadump_zarr.cli.render import print_fitted, safe_text
@@ -56,32 +65,57 @@ def _rules_epilog(parser: argparse.ArgumentParser) -> None:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``compare``."""
     parser = subparsers.add_parser(
-        "compare", help="compare dump A (under test) with dump B (reference)",
-        description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "compare",
+        help="compare dump A (under test) with dump B (reference)",
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _rules_epilog(parser)
     parser.add_argument("a", metavar="A", help="dump under test (root directory or URL)")
     parser.add_argument("b", metavar="B", help="reference dump (root directory or URL)")
     add_tolerance_flags(parser)
-    parser.add_argument("--by", choices=("owner", "core", "task"),
-                        help="print verdict counts and worst errors per stage, invocation and owner/core/task; "
-                             "with --bitwise: per stage and owner/core/task over all steps, the records that "
-                             "differ and the steps where they do")
-    parser.add_argument("--bitwise", action="store_true",
-                        help="determinism check: any differing bit fails (stored bytes, else the device checksum "
-                             "of statistics dumps; not provable: error); no tolerances")
+    parser.add_argument(
+        "--by",
+        choices=("owner", "core", "task"),
+        help="print verdict counts and worst errors per stage, invocation and owner/core/task; "
+        "with --bitwise: per stage and owner/core/task over all steps, the records that "
+        "differ and the steps where they do",
+    )
+    parser.add_argument(
+        "--bitwise",
+        action="store_true",
+        help="determinism check: any differing bit fails (stored bytes, else the device checksum "
+        "of statistics dumps; not provable: error); no tolerances",
+    )
     parser.add_argument("--fail-fast", "-x", action="store_true", help="stop at the first failing record")
     parser.add_argument("--failures-only", action="store_true", help="table: only records that do not pass")
-    parser.add_argument("--accept-within-stats", action="store_true",
-                        help="exit 0 on differs_within_stats: statistics-only float records whose checksums "
-                             "differ (the bits differ) but whose statistics are within tolerance")
-    parser.add_argument("--format", dest="output_format", choices=("table", "msprobe-csv"), default="table",
-                        help="table (default), or msprobe-csv: msprobe's compare CSV columns plus ours (verdict, "
-                             "worst element, root cause) on stdout, or in --output FILE")
-    parser.add_argument("--output", "-o", metavar="FILE",
-                        help="--format msprobe-csv: write the CSV to FILE (must not exist) instead of stdout")
-    parser.add_argument("--csv-msprobe", metavar="OUT.csv", help="also write the result as msprobe's compare CSV "
-                        "columns plus ours (verdict, worst element, root cause); OUT.csv must not exist "
-                        "(the same as --format msprobe-csv --output OUT.csv, with the table on stdout)")
+    parser.add_argument(
+        "--accept-within-stats",
+        action="store_true",
+        help="exit 0 on differs_within_stats: statistics-only float records whose checksums "
+        "differ (the bits differ) but whose statistics are within tolerance",
+    )
+    parser.add_argument(
+        "--format",
+        dest="output_format",
+        choices=("table", "msprobe-csv"),
+        default="table",
+        help="table (default), or msprobe-csv: msprobe's compare CSV columns plus ours (verdict, "
+        "worst element, root cause) on stdout, or in --output FILE",
+    )
+    parser.add_argument(
+        "--output",
+        "-o",
+        metavar="FILE",
+        help="--format msprobe-csv: write the CSV to FILE (must not exist) instead of stdout",
+    )
+    parser.add_argument(
+        "--csv-msprobe",
+        metavar="OUT.csv",
+        help="also write the result as msprobe's compare CSV "
+        "columns plus ours (verdict, worst element, root cause); OUT.csv must not exist "
+        "(the same as --format msprobe-csv --output OUT.csv, with the table on stdout)",
+    )
     add_filters(parser)
     add_storage_options(parser)
     add_cluster_flags(parser)
@@ -110,8 +144,18 @@ class _Records:
         return getattr(self._dump, name)
 
 
-def compare_in_order(a: Any, b: Any, records_a: Any, records_b: Any, *, rtol: float | None, atol: float | None,
-                     fail_fast: bool, advance: Any = None, bitwise: bool = False) -> tuple[Any, int, bool]:
+def compare_in_order(
+    a: Any,
+    b: Any,
+    records_a: Any,
+    records_b: Any,
+    *,
+    rtol: float | None,
+    atol: float | None,
+    fail_fast: bool,
+    advance: Any = None,
+    bitwise: bool = False,
+) -> tuple[Any, int, bool]:
     """Compare the given records of two dumps in execution order with ``megadump_zarr.analyse.compare``
     (``bitwise``: any differing bit fails, see ``megadump_zarr.analyse.bitwise``).
 
@@ -121,13 +165,37 @@ def compare_in_order(a: Any, b: Any, records_a: Any, records_b: Any, *, rtol: fl
     from megadump_zarr.analyse import compare
 
     total = len(set(records_a["path"]) | set(records_b["path"]))
-    result = compare(_Records(a, records_a), _Records(b, records_b), rtol=rtol, atol=atol, fail_fast=fail_fast,
-                     progress=advance if advance is not None else False, bitwise=bitwise)
+    result = compare(
+        _Records(a, records_a),
+        _Records(b, records_b),
+        rtol=rtol,
+        atol=atol,
+        fail_fast=fail_fast,
+        progress=advance if advance is not None else False,
+        bitwise=bitwise,
+    )
     return result, total, bool(fail_fast and len(result) < total)
 
 
-_LOCATION_KEYS = ("name", "path", "verdict", "note", "rank", "window", "invocation", "step", "kernel", "stage",
-                  "task_id", "owner_id", "core_type", "core_id", "io", "index", "worst_index")
+_LOCATION_KEYS = (
+    "name",
+    "path",
+    "verdict",
+    "note",
+    "rank",
+    "window",
+    "invocation",
+    "step",
+    "kernel",
+    "stage",
+    "task_id",
+    "owner_id",
+    "core_type",
+    "core_id",
+    "io",
+    "index",
+    "worst_index",
+)
 
 
 def _where_row(row: Any, extra: tuple[str, ...] = ()) -> dict[str, Any] | None:
@@ -141,12 +209,18 @@ def _summary(result: Any, total: int, stopped: bool, accept_within_stats: bool =
     from megadump_zarr.analyse.verdict import VERDICTS
 
     counts = {v: int((result["verdict"] == v).sum()) for v in VERDICTS}
-    failing = result["verdict"].isin([v for v in _FAILING
-                                      if not (accept_within_stats and v == "differs_within_stats")]).any()
-    return {"verdict": "fail" if failing else "pass", "compared": len(result), "total": total,
-            "stopped_early": stopped, "counts": counts,
-            "first_divergence": _where_row(first_divergence(result)),
-            "root_cause": _where_row(root_cause(result), ("root_reason", "root_stage"))}
+    failing = (
+        result["verdict"].isin([v for v in _FAILING if not (accept_within_stats and v == "differs_within_stats")]).any()
+    )
+    return {
+        "verdict": "fail" if failing else "pass",
+        "compared": len(result),
+        "total": total,
+        "stopped_early": stopped,
+        "counts": counts,
+        "first_divergence": _where_row(first_divergence(result)),
+        "root_cause": _where_row(root_cause(result), ("root_reason", "root_stage")),
+    }
 
 
 def _place(where: dict[str, Any]) -> str:
@@ -166,8 +240,10 @@ def _place(where: dict[str, Any]) -> str:
 def _summary_line(summary: dict[str, Any]) -> str:
     counts = summary["counts"]
     if summary["verdict"] == "pass" and counts.get("differs_within_stats"):
-        return (f"[bold green]PASS[/bold green]: {counts['pass']} pass, {counts['differs_within_stats']} "
-                f"differs_within_stats accepted (--accept-within-stats) of {summary['compared']} compared")
+        return (
+            f"[bold green]PASS[/bold green]: {counts['pass']} pass, {counts['differs_within_stats']} "
+            f"differs_within_stats accepted (--accept-within-stats) of {summary['compared']} compared"
+        )
     if summary["verdict"] == "pass" and summary.get("bitwise"):
         return f"[bold green]PASS[/bold green]: all {summary['compared']} records bitwise identical"
     if summary["verdict"] == "pass":
@@ -181,8 +257,10 @@ def _summary_line(summary: dict[str, Any]) -> str:
     for label, key in (("first divergence", "first_divergence"), ("root cause", "root_cause")):
         where = summary[key]
         if where is not None:
-            line += (f"\n{label}: [bold]{escape(safe_text(str(where['name'])))}[/bold] ({where['verdict']}) at "
-                     f"{escape(safe_text(_place(where)))}")
+            line += (
+                f"\n{label}: [bold]{escape(safe_text(str(where['name'])))}[/bold] ({where['verdict']}) at "
+                f"{escape(safe_text(_place(where)))}"
+            )
     return line
 
 
@@ -209,13 +287,20 @@ def _error_map_table(result: Any, by: str, width: int) -> Any:
     from megadump_zarr.cli.render import Column, fit_table
 
     table = error_map(result, by=by)
-    columns = [Column("inv", key="invocation", justify="right", hoist=True), Column("kernel", hoist=True),
-               Column("stage", hoist=True)]
+    columns = [
+        Column("inv", key="invocation", justify="right", hoist=True),
+        Column("kernel", hoist=True),
+        Column("stage", hoist=True),
+    ]
     columns += [Column(k.replace("_id", "").replace("core_type", "type"), key=k, justify="right") for k in BY_KEYS[by]]
-    columns += [Column("records", justify="right"), Column("pass", justify="right"),
-                Column("failing", justify="right", style=lambda r: "bold red" if r.get("failing") else None),
-                Column("max_abs", justify="right"), Column("max_rel", justify="right"),
-                Column("worst", key="worst_name", drop=1)]
+    columns += [
+        Column("records", justify="right"),
+        Column("pass", justify="right"),
+        Column("failing", justify="right", style=lambda r: "bold red" if r.get("failing") else None),
+        Column("max_abs", justify="right"),
+        Column("max_rel", justify="right"),
+        Column("worst", key="worst_name", drop=1),
+    ]
     return table, fit_table(table, columns, width=width)
 
 
@@ -226,12 +311,16 @@ def _bitwise_map_table(result: Any, by: str, width: int) -> Any:
 
     table = bitwise_map(result, by=by)
     columns = [Column("kernel", hoist=True), Column("stage")]
-    columns += [Column(k.replace("_id", "").replace("core_type", "type"), key=k, justify="right")
-                for k in BITWISE_BY_KEYS[by]]
-    columns += [Column("records", justify="right"),
-                Column("differing", justify="right", style=lambda r: "bold red" if r.get("differing") else None),
-                Column("steps", key="steps_differing", justify="right"), Column("at steps", key="steps", wrap=True),
-                Column("worst", key="worst_name", drop=1)]
+    columns += [
+        Column(k.replace("_id", "").replace("core_type", "type"), key=k, justify="right") for k in BITWISE_BY_KEYS[by]
+    ]
+    columns += [
+        Column("records", justify="right"),
+        Column("differing", justify="right", style=lambda r: "bold red" if r.get("differing") else None),
+        Column("steps", key="steps_differing", justify="right"),
+        Column("at steps", key="steps", wrap=True),
+        Column("worst", key="worst_name", drop=1),
+    ]
     return table, fit_table(table, columns, width=width)
 
 
@@ -251,21 +340,30 @@ def _check_flags(args: argparse.Namespace, ctx: Context) -> None:
     if fmt == "msprobe-csv" and ctx.json:
         raise CliError("--format msprobe-csv and --json both write to stdout: choose one")
     if fmt == "msprobe-csv" and args.csv_msprobe:
-        raise CliError("--format msprobe-csv and --csv-msprobe both write the CSV: use --format msprobe-csv --output FILE")
+        raise CliError(
+            "--format msprobe-csv and --csv-msprobe both write the CSV: use --format msprobe-csv --output FILE"
+        )
     for flag, path in (("--csv-msprobe", args.csv_msprobe), ("--output", output)):
         if path and os.path.lexists(path):
             raise FileExistsError(f"{flag}: {path} already exists (refusing to overwrite it)")
 
 
-def _compare(args: argparse.Namespace, ctx: Context, dump_a: Any, dump_b: Any, records_a: Any,
-             records_b: Any) -> tuple[Any, int, bool]:
+def _compare(
+    args: argparse.Namespace, ctx: Context, dump_a: Any, dump_b: Any, records_a: Any, records_b: Any
+) -> tuple[Any, int, bool]:
     """Run the comparison, with a progress bar on stderr unless ``--quiet``."""
     options = dict(rtol=args.rtol, atol=args.atol, fail_fast=args.fail_fast, bitwise=getattr(args, "bitwise", False))
     if not ctx.progress:
         return compare_in_order(dump_a, dump_b, records_a, records_b, **options)
     total = len(set(records_a["path"]) | set(records_b["path"]))
-    with Progress(TextColumn("comparing records"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=ctx.err, transient=True) as bar:
+    with Progress(
+        TextColumn("comparing records"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=ctx.err,
+        transient=True,
+    ) as bar:
         task = bar.add_task("compare", total=total)
         return compare_in_order(dump_a, dump_b, records_a, records_b, advance=lambda: bar.advance(task), **options)
 
@@ -321,10 +419,13 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         if by:
             print_fitted(ctx.console, by_table(result, by, ctx.console.width)[1])
         else:
-            print_fitted(ctx.console, compare_table(result, width=ctx.console.width,
-                                                    failures_only=args.failures_only))
+            print_fitted(ctx.console, compare_table(result, width=ctx.console.width, failures_only=args.failures_only))
     _print_folded(ctx.console, _summary_line(summary))
     if summary["root_cause"] is not None and not ctx.quiet:  # the SELECTOR of `megadump show A`, never wrapped
-        ctx.console.print(f"root cause path: {safe_text(str(summary['root_cause']['path']))}", markup=False, highlight=False,
-                          soft_wrap=True)
+        ctx.console.print(
+            f"root cause path: {safe_text(str(summary['root_cause']['path']))}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     return code

@@ -8,7 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from megadump_zarr.cli.common import (
-    EXIT_OK, CliError, Context, add_location_flags, add_output_flags, add_storage_options, storage_options,
+    EXIT_OK,
+    CliError,
+    Context,
+    add_location_flags,
+    add_output_flags,
+    add_storage_options,
+    storage_options,
 )
 from megadump_zarr.cli.render import Column, frame_table
 
@@ -18,23 +24,28 @@ __all__ = ["load_buffer", "register"]
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``decode-buffer``."""
     parser = subparsers.add_parser(
-        "decode-buffer", help="post-mortem: decode a saved L1 Device buffer into an aborted window",
+        "decode-buffer",
+        help="post-mortem: decode a saved L1 Device buffer into an aborted window",
         description="Decode a raw L1 Device buffer against the plan the dumper saved before the launch "
-                    "({root}/.plans_RUN/rank_R_window_WWWW_invocation_IIIIII_DIRECTION/, one group per launch, "
-                    "RUN the dumper's run id): CAPTURED records are written as a window with status 'aborted' "
-                    "below --out; PENDING records (the launch never reached them) are listed. PLAN is that plan "
-                    "directory (or its zarr.json, or a plan JSON file), or the dump root: then the saved plans "
-                    "that match --run/--rank/--window/--invocation and whose record table matches the buffer are "
-                    "candidates, and exactly one must remain (else the candidates are listed, exit 2). BUFFER is "
-                    "the buffer's raw bytes, or a .npy (uint8) or .pt (torch uint8 tensor, loaded with "
-                    "weights_only=True) file. Exit 0 when the window was written.")
+        "({root}/.plans_RUN/rank_R_window_WWWW_invocation_IIIIII_DIRECTION/, one group per launch, "
+        "RUN the dumper's run id): CAPTURED records are written as a window with status 'aborted' "
+        "below --out; PENDING records (the launch never reached them) are listed. PLAN is that plan "
+        "directory (or its zarr.json, or a plan JSON file), or the dump root: then the saved plans "
+        "that match --run/--rank/--window/--invocation and whose record table matches the buffer are "
+        "candidates, and exactly one must remain (else the candidates are listed, exit 2). BUFFER is "
+        "the buffer's raw bytes, or a .npy (uint8) or .pt (torch uint8 tensor, loaded with "
+        "weights_only=True) file. Exit 0 when the window was written.",
+    )
     parser.add_argument("buffer", metavar="BUFFER", help="the saved Device buffer (raw bytes, .npy or .pt)")
     parser.add_argument("plan", metavar="PLAN", help="the launch's saved plan, or the dump root to search")
     parser.add_argument("--out", required=True, metavar="URL", help="dump root to write the aborted window to")
-    add_location_flags(parser, rank="with a dump root as PLAN: that rank's plans only",
-                       window="window index to write (default: the plan's); with a dump root as PLAN, also selects "
-                              "that window's plans",
-                       invocation="with a dump root as PLAN: that invocation's plan only (id or group name)")
+    add_location_flags(
+        parser,
+        rank="with a dump root as PLAN: that rank's plans only",
+        window="window index to write (default: the plan's); with a dump root as PLAN, also selects "
+        "that window's plans",
+        invocation="with a dump root as PLAN: that invocation's plan only (id or group name)",
+    )
     parser.add_argument("--run", metavar="ID", help="with a dump root as PLAN: the run's plans only (an id prefix)")
     add_storage_options(parser)
     add_output_flags(parser)
@@ -60,8 +71,10 @@ def load_buffer(path: str) -> Any:
         try:
             tensor = torch.load(file, map_location="cpu", weights_only=True)
         except Exception as error:  # the restricted unpickler refuses anything but tensors
-            raise CliError(f"cannot read buffer {file} as a torch tensor file (weights_only=True): "
-                           f"{str(error).splitlines()[0] if str(error) else type(error).__name__}") from None
+            raise CliError(
+                f"cannot read buffer {file} as a torch tensor file (weights_only=True): "
+                f"{str(error).splitlines()[0] if str(error) else type(error).__name__}"
+            ) from None
         if not isinstance(tensor, torch.Tensor):
             raise CliError(f"buffer {file} holds a {type(tensor).__name__}, not a tensor")
         array = tensor.detach().cpu().contiguous().view(torch.uint8).reshape(-1).numpy()
@@ -126,12 +139,16 @@ def _salvage_from_root(args: argparse.Namespace, root: Path, buffer: Any) -> tup
         except (CliError, ValueError) as error:
             refused.append(f"{plan.describe()} ({error})")
     if not matches:
-        raise CliError(f"the buffer {args.buffer} matches none of the {len(candidates)} saved plan(s) below {root}: "
-                       + "; ".join(refused))
+        raise CliError(
+            f"the buffer {args.buffer} matches none of the {len(candidates)} saved plan(s) below {root}: "
+            + "; ".join(refused)
+        )
     if len(matches) > 1:
-        raise CliError(f"the buffer {args.buffer} matches {len(matches)} saved plans below {root}; choose one with "
-                       "--run, --rank, --window or --invocation, or pass its directory as PLAN: "
-                       + "; ".join(plan.describe() for plan, _, _ in matches))
+        raise CliError(
+            f"the buffer {args.buffer} matches {len(matches)} saved plans below {root}; choose one with "
+            "--run, --rank, --window or --invocation, or pass its directory as PLAN: "
+            + "; ".join(plan.describe() for plan, _, _ in matches)
+        )
     plan, window, pending = matches[0]
     return window, pending, str(plan.path)
 
@@ -169,15 +186,29 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         except FileExistsError as error:
             raise CliError(f"{error}; choose another --window or --out") from None
         writer.index_root()  # plain xarray lists the root's complete windows again (store/root_index.py)
-    result = {"window": str(url), "rank": window.rank, "window_index": window.window_index, "status": "aborted",
-              "captured": captured, "pending": pending, "plan": plan_used}
+    result = {
+        "window": str(url),
+        "rank": window.rank,
+        "window_index": window.window_index,
+        "status": "aborted",
+        "captured": captured,
+        "pending": pending,
+        "plan": plan_used,
+    }
     if ctx.json:
         ctx.emit_json(result)
         return EXIT_OK
     if pending and not ctx.quiet:
-        ctx.console.print(frame_table(pd.DataFrame(pending), PENDING_COLUMNS, width=ctx.console.width,
-                                      title=f"{len(pending)} PENDING record{'s' if len(pending) != 1 else ''} "
-                                            "(never captured)"))
-    ctx.console.print(f"wrote aborted window {url}: {captured} captured record{'s' if captured != 1 else ''}, "
-                      f"{len(pending)} pending", highlight=False)
+        ctx.console.print(
+            frame_table(
+                pd.DataFrame(pending),
+                PENDING_COLUMNS,
+                width=ctx.console.width,
+                title=f"{len(pending)} PENDING record{'s' if len(pending) != 1 else ''} (never captured)",
+            )
+        )
+    ctx.console.print(
+        f"wrote aborted window {url}: {captured} captured record{'s' if captured != 1 else ''}, {len(pending)} pending",
+        highlight=False,
+    )
     return EXIT_OK

@@ -16,11 +16,16 @@ __all__ = ["launchers", "register"]
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``demo``."""
-    demo = subparsers.add_parser("demo", help="run the demo MoE block and dump it (L0 and L1)",
-                                 description="Run the embedded demo MoE block for a few training steps under an L0 "
-                                             "dump (every tensor, every other step), then two steps under an L1 "
-                                             "dump of the expert stages, and summarise what was written.")
-    demo.add_argument("--out", default=None, help="output directory (default: ./megadump-demo, or -2, -3, ... if taken)")
+    demo = subparsers.add_parser(
+        "demo",
+        help="run the demo MoE block and dump it (L0 and L1)",
+        description="Run the embedded demo MoE block for a few training steps under an L0 "
+        "dump (every tensor, every other step), then two steps under an L1 "
+        "dump of the expert stages, and summarise what was written.",
+    )
+    demo.add_argument(
+        "--out", default=None, help="output directory (default: ./megadump-demo, or -2, -3, ... if taken)"
+    )
     demo.add_argument("--steps", type=int, default=4, help="steps of the L0 phase (default 4)")
     demo.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     demo.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda")
@@ -39,7 +44,9 @@ def check_device(text: str) -> None:
     try:
         device = torch.device(text)
     except (RuntimeError, ValueError, TypeError):
-        raise CliError(f"--device {text!r} is not a torch device (e.g. cpu, cuda, cuda:1; npu needs torch_npu)") from None
+        raise CliError(
+            f"--device {text!r} is not a torch device (e.g. cpu, cuda, cuda:1; npu needs torch_npu)"
+        ) from None
     if device.type == "cpu":
         return
     if device.type == "meta":
@@ -69,12 +76,19 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         raise CliError(str(error)) from None
     ratio = summary.raw_bytes / summary.stored_bytes if summary.stored_bytes else 0.0
     if ctx.json:
-        ctx.emit_json({
-            "root": str(summary.root), "roots": {k: str(v) for k, v in summary.roots.items()},
-            "windows": summary.windows, "invocations": summary.invocations, "tasks": summary.tasks,
-            "tensors": summary.tensors, "raw_bytes": summary.raw_bytes, "stored_bytes": summary.stored_bytes,
-            "example_group": summary.example_group,
-        })
+        ctx.emit_json(
+            {
+                "root": str(summary.root),
+                "roots": {k: str(v) for k, v in summary.roots.items()},
+                "windows": summary.windows,
+                "invocations": summary.invocations,
+                "tasks": summary.tasks,
+                "tensors": summary.tensors,
+                "raw_bytes": summary.raw_bytes,
+                "stored_bytes": summary.stored_bytes,
+                "example_group": summary.example_group,
+            }
+        )
         return EXIT_OK
     console = ctx.console
     console.print(f"[bold]megadump demo[/bold] wrote {summary.root}", highlight=False)
@@ -85,13 +99,17 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     console.print(
         f"  {summary.windows} windows, {summary.invocations} invocations, {summary.tasks} L1 tasks, "
         f"{summary.tensors} tensors; {human_bytes(summary.raw_bytes)} raw, {human_bytes(summary.stored_bytes)} stored "
-        f"(ratio {ratio:.2f})", highlight=False,
+        f"(ratio {ratio:.2f})",
+        highlight=False,
     )
     python, megadump = launchers()
     if summary.example_group:
         console.print("Open an L1 task group with xarray (no megadump_zarr import needed):")
-        console.print(f'  {python} -c "import xarray as xr; print(xr.open_zarr(\'{summary.example_group}\'))"',
-                      highlight=False, soft_wrap=True)
+        console.print(
+            f"  {python} -c \"import xarray as xr; print(xr.open_zarr('{summary.example_group}'))\"",
+            highlight=False,
+            soft_wrap=True,
+        )
     console.print(f"Explore it: {megadump} info {shlex.quote(str(summary.root))}", highlight=False, soft_wrap=True)
     return EXIT_OK
 

@@ -8,7 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from megadump_zarr.cli.common import (
-    EXIT_OK, CliError, Context, add_location_flags, add_output_flags, add_storage_options, check_endpoint, human_bytes, progress_on_stderr,
+    EXIT_OK,
+    CliError,
+    Context,
+    add_location_flags,
+    add_output_flags,
+    add_storage_options,
+    check_endpoint,
+    human_bytes,
+    progress_on_stderr,
     storage_options,
 )
 
@@ -18,20 +26,35 @@ __all__ = ["register", "resolve_window"]
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``export-hdf5``."""
     parser = subparsers.add_parser(
-        "export-hdf5", help="export one window to HDF5/netCDF4",
+        "export-hdf5",
+        help="export one window to HDF5/netCDF4",
         description="Write one window group (ROOT/rank_R/window_WWWW) to an HDF5 file that "
-                    "xr.open_dataset(FILE, engine='h5netcdf', group=...) reads, with the same group paths "
-                    "(megadump_zarr.interop.export_hdf5). WINDOW may also be a dump root: --rank/--window pick "
-                    "the window (optional when the root holds only one).")
+        "xr.open_dataset(FILE, engine='h5netcdf', group=...) reads, with the same group paths "
+        "(megadump_zarr.interop.export_hdf5). WINDOW may also be a dump root: --rank/--window pick "
+        "the window (optional when the root holds only one).",
+    )
     parser.add_argument("window", metavar="WINDOW", help="window group path/URL, or a dump root with --rank/--window")
     parser.add_argument("file", metavar="FILE.h5", help="HDF5 file to create")
-    parser.add_argument("--compression", choices=("gzip", "lzf", "none"), default="gzip",
-                        help="HDF5 compression (default gzip with byte shuffle)")
+    parser.add_argument(
+        "--compression",
+        choices=("gzip", "lzf", "none"),
+        default="gzip",
+        help="HDF5 compression (default gzip with byte shuffle)",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing FILE.h5")
-    parser.add_argument("--allow-incomplete", action="store_true",
-                        help="also export an aborted or writing (torn) window; its status is kept in the attributes")
-    add_location_flags(parser, rank="rank, when WINDOW is a dump root", window="window index, when WINDOW is a dump root",
-                       invocation=None, window_flags=("--window-index", "--window"), window_dest="window_index")
+    parser.add_argument(
+        "--allow-incomplete",
+        action="store_true",
+        help="also export an aborted or writing (torn) window; its status is kept in the attributes",
+    )
+    add_location_flags(
+        parser,
+        rank="rank, when WINDOW is a dump root",
+        window="window index, when WINDOW is a dump root",
+        invocation=None,
+        window_flags=("--window-index", "--window"),
+        window_dest="window_index",
+    )
     add_storage_options(parser)
     add_output_flags(parser)
     parser.set_defaults(handler=run)
@@ -76,8 +99,15 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     compression = None if args.compression == "none" else args.compression
     try:
         with claim_output(target, args.overwrite) as temp, progress_on_stderr(ctx) as progress:
-            export_hdf5(window, temp, storage_options=options, compression=compression,
-                        allow_incomplete=args.allow_incomplete, overwrite=True, progress=progress)
+            export_hdf5(
+                window,
+                temp,
+                storage_options=options,
+                compression=compression,
+                allow_incomplete=args.allow_incomplete,
+                overwrite=True,
+                progress=progress,
+            )
         written = target
     except DumpIntegrityError:
         raise  # exit 1: the window is damaged

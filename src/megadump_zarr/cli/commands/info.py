@@ -11,7 +11,14 @@ from rich.text import Text
 from rich.tree import Tree
 
 from megadump_zarr.cli.common import (
-    EXIT_OK, Context, add_output_flags, add_storage_options, child_roots, human_bytes, open_dump_arg, read_error,
+    EXIT_OK,
+    Context,
+    add_output_flags,
+    add_storage_options,
+    child_roots,
+    human_bytes,
+    open_dump_arg,
+    read_error,
     storage_options,
 )
 
@@ -25,13 +32,15 @@ _STATUS_NOTE = {"aborted": "ABORTED (committed after a failure)", "writing": "WR
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``info``."""
     parser = subparsers.add_parser(
-        "info", help="tree of ranks, windows and invocations with sizes",
+        "info",
+        help="tree of ranks, windows and invocations with sizes",
         description="Show a dump's ranks and windows (status, level, invocations, created/committed) with their "
-                    "sizes: logical bytes (sum of the records' bytes), stored bytes (sum of stored_bytes: "
-                    "truncated records store a prefix), bytes on disk (local roots) and the compression ratio "
-                    "logical/on-disk (logical/stored for URL roots). Aborted and writing (torn) windows are "
-                    "marked. PATH may also be a directory holding several dump roots (e.g. a demo run's l0/ and "
-                    "l1/). JSON: {root, windows: [...]} or, for such a directory, {roots: [...]}.")
+        "sizes: logical bytes (sum of the records' bytes), stored bytes (sum of stored_bytes: "
+        "truncated records store a prefix), bytes on disk (local roots) and the compression ratio "
+        "logical/on-disk (logical/stored for URL roots). Aborted and writing (torn) windows are "
+        "marked. PATH may also be a directory holding several dump roots (e.g. a demo run's l0/ and "
+        "l1/). JSON: {root, windows: [...]} or, for such a directory, {roots: [...]}.",
+    )
     parser.add_argument("path", metavar="PATH", help="dump root: directory or URL (s3://bucket/prefix)")
     add_storage_options(parser)
     add_output_flags(parser)
@@ -90,22 +99,39 @@ def summarise(dump: Any) -> dict[str, Any]:
         if len(mine):
             for name, group in mine.groupby("invocation_name", sort=True):
                 first = group.iloc[0]
-                invocations.append({
-                    "name": name, "invocation": None if pd.isna(first["invocation"]) else int(first["invocation"]),
-                    "kernel": first["kernel"], "direction": first["direction"],
-                    "step": None if pd.isna(first["step"]) else int(first["step"]),
-                    "records": len(group), "tasks": int(group["group"].nunique()) if group["io"].notna().any() else 0,
-                    "statistics_only": int((~group["payload"].astype(bool)).sum()) if "payload" in group else 0,
-                    "raw_bytes": int(pd.to_numeric(group["bytes"], errors="coerce").fillna(0).sum()),
-                    "stored_bytes": int(pd.to_numeric(group["stored_bytes"], errors="coerce").fillna(0).sum()),
-                })
-        out.append({
-            "rank": int(w.rank), "window": int(w.window), "path": w.path, "status": w.status, "level": w.level,
-            "invocations": int(w.invocations), "created_at": w.created_at, "committed_at": w.committed_at,
-            "salvaged": bool(attrs.get("salvaged", False)), "records": len(mine), "raw_bytes": raw,
-            "stored_bytes": stored, "disk_bytes": disk,
-            "ratio": (raw / denominator) if denominator else None, "invocation_list": invocations,
-        })
+                invocations.append(
+                    {
+                        "name": name,
+                        "invocation": None if pd.isna(first["invocation"]) else int(first["invocation"]),
+                        "kernel": first["kernel"],
+                        "direction": first["direction"],
+                        "step": None if pd.isna(first["step"]) else int(first["step"]),
+                        "records": len(group),
+                        "tasks": int(group["group"].nunique()) if group["io"].notna().any() else 0,
+                        "statistics_only": int((~group["payload"].astype(bool)).sum()) if "payload" in group else 0,
+                        "raw_bytes": int(pd.to_numeric(group["bytes"], errors="coerce").fillna(0).sum()),
+                        "stored_bytes": int(pd.to_numeric(group["stored_bytes"], errors="coerce").fillna(0).sum()),
+                    }
+                )
+        out.append(
+            {
+                "rank": int(w.rank),
+                "window": int(w.window),
+                "path": w.path,
+                "status": w.status,
+                "level": w.level,
+                "invocations": int(w.invocations),
+                "created_at": w.created_at,
+                "committed_at": w.committed_at,
+                "salvaged": bool(attrs.get("salvaged", False)),
+                "records": len(mine),
+                "raw_bytes": raw,
+                "stored_bytes": stored,
+                "disk_bytes": disk,
+                "ratio": (raw / denominator) if denominator else None,
+                "invocation_list": invocations,
+            }
+        )
     return {"root": dump.root, "windows": out}
 
 
@@ -117,8 +143,11 @@ def _tree(summary: dict[str, Any]) -> Tree:
     windows = summary["windows"]
     raw = sum(w["raw_bytes"] for w in windows)
     disk = [w["disk_bytes"] for w in windows]
-    label = Text.assemble(("dump ", "bold"), (str(summary["root"]), "bold cyan"),
-                          f"  {len(windows)} window{'s' if len(windows) != 1 else ''}, {human_bytes(raw)} logical")
+    label = Text.assemble(
+        ("dump ", "bold"),
+        (str(summary["root"]), "bold cyan"),
+        f"  {len(windows)} window{'s' if len(windows) != 1 else ''}, {human_bytes(raw)} logical",
+    )
     if windows and all(d is not None for d in disk):
         label.append(f", {human_bytes(sum(disk))} on disk")
     tree = Tree(label)
@@ -129,12 +158,17 @@ def _tree(summary: dict[str, Any]) -> Tree:
         branch = tree.add(Text(f"rank {rank}", style="bold"))
         for w in mine:
             status = w["status"]
-            text = Text.assemble((f"window {w['window']:04d}", "bold"), "  ",
-                                 (_STATUS_NOTE.get(status, status), _STATUS_STYLE.get(status, "")))
+            text = Text.assemble(
+                (f"window {w['window']:04d}", "bold"),
+                "  ",
+                (_STATUS_NOTE.get(status, status), _STATUS_STYLE.get(status, "")),
+            )
             if w["salvaged"]:
                 text.append(" salvaged", style="magenta")
-            text.append(f"  {w['level'] or '?'}  {w['invocations']} invocation{'s' if w['invocations'] != 1 else ''}, "
-                        f"{w['records']} records")
+            text.append(
+                f"  {w['level'] or '?'}  {w['invocations']} invocation{'s' if w['invocations'] != 1 else ''}, "
+                f"{w['records']} records"
+            )
             text.append(f"\n{human_bytes(w['raw_bytes'])} logical, {human_bytes(w['stored_bytes'])} stored")
             if w["disk_bytes"] is not None:
                 text.append(f", {human_bytes(w['disk_bytes'])} on disk")
@@ -146,8 +180,12 @@ def _tree(summary: dict[str, Any]) -> Tree:
                 tasks = f", {inv['tasks']} tasks" if inv["tasks"] else ""
                 if inv.get("statistics_only"):  # statistics-first modes: records without a stored payload
                     tasks += f", {inv['statistics_only']} statistics only"
-                node.add(Text(f"{inv['name']}  {inv['kernel']}  step {inv['step']}  {inv['records']} records{tasks}, "
-                              f"{human_bytes(inv['raw_bytes'])}"))
+                node.add(
+                    Text(
+                        f"{inv['name']}  {inv['kernel']}  step {inv['step']}  {inv['records']} records{tasks}, "
+                        f"{human_bytes(inv['raw_bytes'])}"
+                    )
+                )
             hidden = len(w["invocation_list"]) - _INVOCATIONS_SHOWN
             if hidden > 0:
                 node.add(Text(f"... and {hidden} more invocations (--json lists them all)", style="dim"))

@@ -6,20 +6,30 @@ import argparse
 from typing import Any
 
 from megadump_zarr.cli.common import (
-    EXIT_OK, Context, add_filters, add_output_flags, add_storage_options, human_bytes, matching_records, open_dump_arg,
+    EXIT_OK,
+    Context,
+    add_filters,
+    add_output_flags,
+    add_storage_options,
+    human_bytes,
+    matching_records,
+    open_dump_arg,
     storage_options,
 )
 from megadump_zarr.cli.render import Column, cell, fit_table, is_missing, print_fitted, safe_text
 
 __all__ = ["register", "selected_records"]
 
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``ls``."""
     parser = subparsers.add_parser(
-        "ls", help="list the stored tensors (records), filtered",
+        "ls",
+        help="list the stored tensors (records), filtered",
         description="List the records of a dump (one per stored tensor) from metadata only, filtered by the "
-                    "options below. --json gives every column of Dump.records(); --quiet prints only the record "
-                    "paths (what 'show' and 'plot' take as SELECTOR).")
+        "options below. --json gives every column of Dump.records(); --quiet prints only the record "
+        "paths (what 'show' and 'plot' take as SELECTOR).",
+    )
     parser.add_argument("path", metavar="PATH", help="dump root: directory or URL")
     add_filters(parser)
     add_storage_options(parser)
@@ -69,17 +79,27 @@ COLUMNS = (
     Column("stage", hoist=True),
     Column("task", key="task_id", justify="right", hoist=True),
     Column("owner", key="owner_id", justify="right", hoist=True, drop=2),
-    Column("core", lambda r: "" if is_missing(r.get("core_type")) else f"{r['core_type']}{cell(r.get('core_id'))}",
-           hoist=True, drop=4),
+    Column(
+        "core",
+        lambda r: "" if is_missing(r.get("core_type")) else f"{r['core_type']}{cell(r.get('core_id'))}",
+        hoist=True,
+        drop=4,
+    ),
     Column("port", _port),
     Column("name", style="bold", elide=True),
     Column("dtype", hoist=True),
     Column("shape"),
-    Column("size", lambda r: r.get("bytes"), justify="right", fmt=lambda v: "" if is_missing(v) else human_bytes(v),
-           drop=7),
+    Column(
+        "size", lambda r: r.get("bytes"), justify="right", fmt=lambda v: "" if is_missing(v) else human_bytes(v), drop=7
+    ),
     Column("trunc", key="truncated", hoist=True, drop=1),
-    Column("stored", lambda r: "stats only" if r.get("payload") is False or r.get("payload") == False else "",  # noqa: E712
-           key="payload", hoist=True, drop=1),
+    Column(
+        "stored",
+        lambda r: "stats only" if r.get("payload") is False or r.get("payload") == False else "",  # noqa: E712
+        key="payload",
+        hoist=True,
+        drop=1,
+    ),
     Column("status", style=_status_style, hoist=True),
     Column("path", drop=10),
 )
@@ -109,6 +129,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     print_fitted(ctx.console, fitted)
     shown = "path" in fitted.headings
     hint = "" if shown else " (record paths: --quiet, or a wider console)"
-    ctx.note(f"{len(records)} record{'s' if len(records) != 1 else ''}, "
-             f"{human_bytes(float(records['bytes'].fillna(0).sum()))} logical{hint}")
+    ctx.note(
+        f"{len(records)} record{'s' if len(records) != 1 else ''}, "
+        f"{human_bytes(float(records['bytes'].fillna(0).sum()))} logical{hint}"
+    )
     return EXIT_OK

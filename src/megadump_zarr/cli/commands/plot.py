@@ -7,7 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from megadump_zarr.cli.common import (
-    EXIT_OK, CliError, Context, matching_pair, open_dump_arg, progress_on_stderr, storage_options,
+    EXIT_OK,
+    CliError,
+    Context,
+    matching_pair,
+    open_dump_arg,
+    progress_on_stderr,
+    storage_options,
 )
 from megadump_zarr.cli.commands.show import add_selector
 from megadump_zarr.cli.render import is_missing, shape_text
@@ -21,30 +27,46 @@ _KINDS = ("heatmap", "hist", "errormap")
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``plot``."""
     parser = subparsers.add_parser(
-        "plot", help="heatmap, A−B heatmap, histogram or error map to a PNG",
+        "plot",
+        help="heatmap, A−B heatmap, histogram or error map to a PNG",
         description="Draw with matplotlib (Agg, no display needed). heatmap: the first two dimensions of one "
-                    "tensor (further dimensions at index 0; 1-D as one row; axes longer than --max-size strided "
-                    "down), a diverging colormap centred on 0 for signed data, a sequential one otherwise; with "
-                    "--diff B, the A−B heatmap (diverging, symmetric about 0). hist: the finite values (of A−B "
-                    "with --diff). errormap (needs --diff, no SELECTOR): compares A with B and draws a stage × "
-                    "owner (--by core: × core, --by task: × task) heatmap of the worst relative error over "
-                    "invocations, failing cells marked. Every heatmap has a labelled colour bar and a title "
-                    "naming the tensor, window, invocation, step and stage. SELECTOR as for 'show'; the filters "
-                    "narrow it (and choose the records an error map compares). The image is written to a "
-                    "temporary file and renamed into place; an existing FILE is kept unless --overwrite, and "
-                    "anything that is not a regular file is never replaced.")
+        "tensor (further dimensions at index 0; 1-D as one row; axes longer than --max-size strided "
+        "down), a diverging colormap centred on 0 for signed data, a sequential one otherwise; with "
+        "--diff B, the A−B heatmap (diverging, symmetric about 0). hist: the finite values (of A−B "
+        "with --diff). errormap (needs --diff, no SELECTOR): compares A with B and draws a stage × "
+        "owner (--by core: × core, --by task: × task) heatmap of the worst relative error over "
+        "invocations, failing cells marked. Every heatmap has a labelled colour bar and a title "
+        "naming the tensor, window, invocation, step and stage. SELECTOR as for 'show'; the filters "
+        "narrow it (and choose the records an error map compares). The image is written to a "
+        "temporary file and renamed into place; an existing FILE is kept unless --overwrite, and "
+        "anything that is not a regular file is never replaced.",
+    )
     add_selector(parser)
-    parser.add_argument("--out", "-o", required=True, metavar="FILE.png",
-                        help="image file to write (format from the suffix: .png, .svg, .pdf, ...)")
+    parser.add_argument(
+        "--out",
+        "-o",
+        required=True,
+        metavar="FILE.png",
+        help="image file to write (format from the suffix: .png, .svg, .pdf, ...)",
+    )
     parser.add_argument("--kind", choices=_KINDS, default="heatmap", help="plot kind (default heatmap)")
     parser.add_argument("--diff", metavar="B", help="reference dump: draw A−B (heatmap, hist) or the error map")
-    parser.add_argument("--by", choices=("owner", "core", "task"), default="owner",
-                        help="errormap: columns per owner (default), core or task")
-    parser.add_argument("--value", choices=("max_rel", "max_abs"), default="max_rel",
-                        help="errormap: which worst error to draw (default max_rel)")
+    parser.add_argument(
+        "--by",
+        choices=("owner", "core", "task"),
+        default="owner",
+        help="errormap: columns per owner (default), core or task",
+    )
+    parser.add_argument(
+        "--value",
+        choices=("max_rel", "max_abs"),
+        default="max_rel",
+        help="errormap: which worst error to draw (default max_rel)",
+    )
     parser.add_argument("--bins", type=int, default=100, help="histogram bins (default 100)")
-    parser.add_argument("--max-size", type=int, default=512, metavar="N",
-                        help="heatmap: most cells per side (default 512)")
+    parser.add_argument(
+        "--max-size", type=int, default=512, metavar="N", help="heatmap: most cells per side (default 512)"
+    )
     parser.add_argument("--dpi", type=int, default=100, help="resolution of raster formats (default 100)")
     parser.add_argument("--overwrite", action="store_true", help="replace FILE when it exists (a regular file only)")
     parser.set_defaults(handler=run)
@@ -75,7 +97,9 @@ def _check_args(args: argparse.Namespace) -> Path:
 
     formats = FigureCanvasAgg(Figure()).get_supported_filetypes()
     if out.suffix[1:].lower() not in formats:
-        raise CliError(f"cannot write {out}: unknown image format {out.suffix!r}; formats: {', '.join(sorted(formats))}")
+        raise CliError(
+            f"cannot write {out}: unknown image format {out.suffix!r}; formats: {', '.join(sorted(formats))}"
+        )
     if args.bins < 1 or args.max_size < 1 or args.dpi < 1:
         raise CliError("--bins, --max-size and --dpi must be positive")
     if args.kind == "errormap" and not args.diff:
@@ -92,14 +116,18 @@ def _same_rows(a: Selected, b: Selected) -> None:
     import numpy as np
 
     if tuple(a.data.shape) != tuple(b.data.shape):
-        raise CliError(f"cannot draw A−B of {a.name}: shapes differ ({shape_text(a.data.shape)} in A, "
-                       f"{shape_text(b.data.shape)} in B); compare them with 'megadump compare'")
+        raise CliError(
+            f"cannot draw A−B of {a.name}: shapes differ ({shape_text(a.data.shape)} in A, "
+            f"{shape_text(b.data.shape)} in B); compare them with 'megadump compare'"
+        )
     dim = a.data.dims[0] if a.data.ndim else None
     if dim is not None and dim in a.data.coords and dim in b.data.coords:
         rows_a, rows_b = np.asarray(a.data[dim].values), np.asarray(b.data[dim].values)
         if rows_a.shape == rows_b.shape and not np.array_equal(rows_a, rows_b):
-            raise CliError(f"cannot draw A−B of {a.name}: A and B hold different {dim} rows (their tasks captured "
-                           "different rows); narrow both to one task with --task or --owner")
+            raise CliError(
+                f"cannot draw A−B of {a.name}: A and B hold different {dim} rows (their tasks captured "
+                "different rows); narrow both to one task with --task or --owner"
+            )
 
 
 def _errormap(args: argparse.Namespace, ctx: Context, dump_a: Any, dump_b: Any, figure: Any) -> dict[str, Any]:
@@ -119,16 +147,26 @@ def _errormap(args: argparse.Namespace, ctx: Context, dump_a: Any, dump_b: Any, 
         raise CliError(str(error)) from None
     ax.set_title(f"{args.path} vs {args.diff} · {_span(result)}\n" + ax.get_title(), fontsize=9)
     worst, failures, stages, columns = error_grid(table, by=args.by, value=args.value)
-    return {"by": args.by, "value": args.value, "stages": stages, "columns": columns, "worst": worst.tolist(),
-            "failures": failures.tolist(), "compared": len(result)}
+    return {
+        "by": args.by,
+        "value": args.value,
+        "stages": stages,
+        "columns": columns,
+        "worst": worst.tolist(),
+        "failures": failures.tolist(),
+        "compared": len(result),
+    }
 
 
 def _span(result: Any) -> str:
     """The windows, invocations and steps an error map covers, e.g. ``window 0 · invocations 0, 2 · step 1``
     (runs of more than four values as ``first–last``)."""
     parts = []
-    for key, one, many in (("window", "window", "windows"), ("invocation", "invocation", "invocations"),
-                           ("step", "step", "steps")):
+    for key, one, many in (
+        ("window", "window", "windows"),
+        ("invocation", "invocation", "invocations"),
+        ("step", "step", "steps"),
+    ):
         values = sorted({int(v) for v in result[key] if not is_missing(v)}) if key in result.columns else []
         if not values:
             continue
@@ -152,8 +190,11 @@ def _tensor_plot(args: argparse.Namespace, dump_a: Any, figure: Any) -> dict[str
         else:
             import xarray as xr
 
-            difference = xr.DataArray(data.data.astype("float64") - reference.data.data.astype("float64"),
-                                      dims=data.dims, name=f"{selected.name} (A − B)")
+            difference = xr.DataArray(
+                data.data.astype("float64") - reference.data.data.astype("float64"),
+                dims=data.dims,
+                name=f"{selected.name} (A − B)",
+            )
             plot_histogram(difference, ax, bins=args.bins, where=where)
     elif args.kind == "heatmap":
         plot_heatmap(data, ax, max_size=args.max_size, where=where)

@@ -7,8 +7,18 @@ from pathlib import Path
 from typing import Any
 
 from megadump_zarr.cli.common import (
-    EXIT_CHECK_FAILED, EXIT_OK, CliError, Context, add_filters, add_output_flags, add_storage_options, matching_pair,
-    add_tolerance_flags, matching_records, open_dump_arg, storage_options,
+    EXIT_CHECK_FAILED,
+    EXIT_OK,
+    CliError,
+    Context,
+    add_filters,
+    add_output_flags,
+    add_storage_options,
+    matching_pair,
+    add_tolerance_flags,
+    matching_records,
+    open_dump_arg,
+    storage_options,
 )
 from megadump_zarr.cli.commands.compare import _Records  # the same record views
 
@@ -18,22 +28,25 @@ __all__ = ["register"]
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``report``."""
     parser = subparsers.add_parser(
-        "report", help="write one self-contained HTML report of A vs B (or of A alone)",
+        "report",
+        help="write one self-contained HTML report of A vs B (or of A alone)",
         description="Compare dump A (under test) with dump B (reference) as 'megadump compare' does and write "
-                    "one HTML file that needs no network to view: the verdict summary, the root cause and the "
-                    "first divergence with where they live, a stage x owner (or core) error map per invocation, "
-                    "the per-record table (sortable, filterable, failures first), the A-B heatmap and error "
-                    "histogram of the worst records, and how to open each record with xarray. Without B: the "
-                    "dump's statistics and its NaN/Inf records. Exit status 1 when a record does not pass "
-                    "(or, without B, holds NaN/Inf); an existing output is kept unless --overwrite.")
+        "one HTML file that needs no network to view: the verdict summary, the root cause and the "
+        "first divergence with where they live, a stage x owner (or core) error map per invocation, "
+        "the per-record table (sortable, filterable, failures first), the A-B heatmap and error "
+        "histogram of the worst records, and how to open each record with xarray. Without B: the "
+        "dump's statistics and its NaN/Inf records. Exit status 1 when a record does not pass "
+        "(or, without B, holds NaN/Inf); an existing output is kept unless --overwrite.",
+    )
     parser.add_argument("a", metavar="A", help="dump under test (root directory or URL)")
     parser.add_argument("b", metavar="B", nargs="?", help="reference dump (root directory or URL)")
     parser.add_argument("-o", "--output", required=True, metavar="FILE.html", help="the report file to write")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing report file")
     add_tolerance_flags(parser, default="by dtype, as in 'megadump compare'")
     parser.add_argument("--by", choices=("owner", "core"), default="owner", help="error-map columns (default owner)")
-    parser.add_argument("--worst", type=int, default=6, metavar="N",
-                        help="worst records with a heatmap and histogram (default 6)")
+    parser.add_argument(
+        "--worst", type=int, default=6, metavar="N", help="worst records with a heatmap and histogram (default 6)"
+    )
     add_filters(parser)
     add_storage_options(parser)
     add_output_flags(parser)
@@ -55,12 +68,20 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         temp.write_text(page, encoding="utf-8")
     failing = data.summary["nonfinite"] if args.b is None else data.summary["failing"]
     if ctx.json:
-        ctx.emit_json({"output": str(output), "bytes": len(page.encode()), "summary": data.summary,
-                       "root_cause": data.root_cause, "first_divergence": data.first_divergence,
-                       "first_nonfinite": data.first_nonfinite})
+        ctx.emit_json(
+            {
+                "output": str(output),
+                "bytes": len(page.encode()),
+                "summary": data.summary,
+                "root_cause": data.root_cause,
+                "first_divergence": data.first_divergence,
+                "first_nonfinite": data.first_nonfinite,
+            }
+        )
     elif not ctx.quiet:
-        ctx.console.print(f"wrote {output} ({len(page.encode()) / 1e6:.2f} MB): {data.summary['verdict']}",
-                          highlight=False)
+        ctx.console.print(
+            f"wrote {output} ({len(page.encode()) / 1e6:.2f} MB): {data.summary['verdict']}", highlight=False
+        )
     else:
         ctx.console.print(str(output), highlight=False)
     return EXIT_CHECK_FAILED if failing else EXIT_OK
@@ -76,8 +97,14 @@ def _collect(args: argparse.Namespace, options: dict[str, Any] | None) -> Any:
     else:
         dump_b = open_dump_arg(args.b, options)
         records_a, records_b = matching_pair(dump_a, dump_b, args, f"{args.a} or {args.b}")
-        data = collect_comparison(_Records(dump_a, records_a), _Records(dump_b, records_b), rtol=args.rtol,
-                                  atol=args.atol, by=args.by, worst=args.worst)
+        data = collect_comparison(
+            _Records(dump_a, records_a),
+            _Records(dump_b, records_b),
+            rtol=args.rtol,
+            atol=args.atol,
+            by=args.by,
+            worst=args.worst,
+        )
     data.sources["a"], data.sources["root_a"] = args.a, str(dump_a.root)
     if args.b is not None:
         data.sources["b"] = args.b

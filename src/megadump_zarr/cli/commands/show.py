@@ -9,7 +9,14 @@ from rich.table import Table
 from rich.text import Text
 
 from megadump_zarr.cli.common import (
-    EXIT_OK, CliError, Context, add_filters, add_output_flags, add_storage_options, open_dump_arg, storage_options,
+    EXIT_OK,
+    CliError,
+    Context,
+    add_filters,
+    add_output_flags,
+    add_storage_options,
+    open_dump_arg,
+    storage_options,
 )
 from megadump_zarr.cli.render import cell, is_missing, safe_text, shape_text
 from megadump_zarr.cli.tensors import Selected, flat_head, select_tensor
@@ -22,11 +29,15 @@ _STATS = ("min", "max", "mean", "l2norm", "nan_count", "inf_count")
 def add_selector(parser: argparse.ArgumentParser) -> None:
     """PATH, SELECTOR and the filters that narrow a tensor name."""
     parser.add_argument("path", metavar="PATH", help="dump root: directory or URL")
-    parser.add_argument("selector", metavar="SELECTOR", nargs="?",
-                        help="a record path relative to the root (the 'path' column of 'megadump ls'), or a tensor "
-                             "name (taken as it is: names holding '/' work) narrowed by the filters; several L1 "
-                             "records of one tensor are stitched along axis 0 (Dump.tensor), --owner/--core keep "
-                             "that owner's or core's records; without SELECTOR, --name names the tensor")
+    parser.add_argument(
+        "selector",
+        metavar="SELECTOR",
+        nargs="?",
+        help="a record path relative to the root (the 'path' column of 'megadump ls'), or a tensor "
+        "name (taken as it is: names holding '/' work) narrowed by the filters; several L1 "
+        "records of one tensor are stitched along axis 0 (Dump.tensor), --owner/--core keep "
+        "that owner's or core's records; without SELECTOR, --name names the tensor",
+    )
     add_filters(parser)
     add_storage_options(parser)
     add_output_flags(parser)
@@ -35,13 +46,17 @@ def add_selector(parser: argparse.ArgumentParser) -> None:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``show``."""
     parser = subparsers.add_parser(
-        "show", help="stats and the first values of one tensor",
+        "show",
+        help="stats and the first values of one tensor",
         description="Show one tensor: where it is stored, dtype and shape, statistics (the stored stats of a "
-                    "single record; computed from the data for a stitched tensor) and its first N values in C "
-                    "order (truncated records read NaN where nothing was captured). JSON: NaN is null, "
-                    "infinities are \"inf\"/\"-inf\".")
+        "single record; computed from the data for a stitched tensor) and its first N values in C "
+        "order (truncated records read NaN where nothing was captured). JSON: NaN is null, "
+        'infinities are "inf"/"-inf".',
+    )
     add_selector(parser)
-    parser.add_argument("--head", type=int, default=10, metavar="N", help="how many leading values to print (default 10)")
+    parser.add_argument(
+        "--head", type=int, default=10, metavar="N", help="how many leading values to print (default 10)"
+    )
     parser.set_defaults(handler=run)
 
 
@@ -69,12 +84,23 @@ def tensor_stats(data: Any) -> dict[str, Any]:
     count = finite.sum()
     safe = dsa.where(finite, values, 0.0)
     results = dsa.compute(
-        dsa.where(finite, values, np.inf).min(), dsa.where(finite, values, -np.inf).max(), safe.sum(),
-        (safe * safe).sum(), dsa.isnan(values).sum(), dsa.isinf(values).sum(), count,
+        dsa.where(finite, values, np.inf).min(),
+        dsa.where(finite, values, -np.inf).max(),
+        safe.sum(),
+        (safe * safe).sum(),
+        dsa.isnan(values).sum(),
+        dsa.isinf(values).sum(),
+        count,
     )
     lo, hi, total, squares, nans, infs, n = (np.asarray(r).item() for r in results)
-    return {"min": lo if n else None, "max": hi if n else None, "mean": total / n if n else None,
-            "l2norm": squares ** 0.5, "nan_count": int(nans), "inf_count": int(infs)}
+    return {
+        "min": lo if n else None,
+        "max": hi if n else None,
+        "mean": total / n if n else None,
+        "l2norm": squares**0.5,
+        "nan_count": int(nans),
+        "inf_count": int(infs),
+    }
 
 
 def _stored_stats(row: Any) -> dict[str, Any]:
@@ -85,21 +111,35 @@ def describe(selected: Selected) -> dict[str, Any]:
     """What ``show`` reports, JSON-ready apart from numpy values."""
     data = selected.data
     attrs = data.attrs
-    info: dict[str, Any] = {"name": selected.name, "dtype": str(data.dtype), "shape": [int(s) for s in data.shape],
-                            "dims": [str(d) for d in data.dims]}
+    info: dict[str, Any] = {
+        "name": selected.name,
+        "dtype": str(data.dtype),
+        "shape": [int(s) for s in data.shape],
+        "dims": [str(d) for d in data.dims],
+    }
     if selected.path is not None and len(selected.records):
         row = selected.records.iloc[0]
-        info.update(path=selected.path, stored_shape=row.get("stored_shape"), truncated=bool(row.get("truncated")),
-                    dtype=str(row.get("dtype")), status=row.get("status"), note=row.get("note"))
+        info.update(
+            path=selected.path,
+            stored_shape=row.get("stored_shape"),
+            truncated=bool(row.get("truncated")),
+            dtype=str(row.get("dtype")),
+            status=row.get("status"),
+            note=row.get("note"),
+        )
         stats = _stored_stats(row)
         if all(v is None for v in stats.values()):
             stats, source = tensor_stats(data), "computed"
         else:
             source = "stored"
     else:
-        info.update(paths=[str(p) for p in selected.records["path"]], records=attrs.get("records"),
-                    captured_rows=attrs.get("capturedRows"), missing_rows=attrs.get("missingRows"),
-                    truncated_records=attrs.get("truncatedRecords"))
+        info.update(
+            paths=[str(p) for p in selected.records["path"]],
+            records=attrs.get("records"),
+            captured_rows=attrs.get("capturedRows"),
+            missing_rows=attrs.get("missingRows"),
+            truncated_records=attrs.get("truncatedRecords"),
+        )
         stats, source = tensor_stats(data), "computed"
     if selected.notes:
         info["notes"] = list(selected.notes)
@@ -131,9 +171,15 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         table.add_row("record", Text(safe_text(str(info["path"]))))
     else:
         paths = info["paths"]
-        table.add_row("records", f"{len(paths)} stitched along axis 0"
-                      + (f" ({info['captured_rows']} rows captured, {info['missing_rows']} missing)"
-                         if info.get("captured_rows") is not None and info.get("missing_rows") is not None else ""))
+        table.add_row(
+            "records",
+            f"{len(paths)} stitched along axis 0"
+            + (
+                f" ({info['captured_rows']} rows captured, {info['missing_rows']} missing)"
+                if info.get("captured_rows") is not None and info.get("missing_rows") is not None
+                else ""
+            ),
+        )
     table.add_row("dtype", info["dtype"])
     table.add_row("shape", f"{shape_text(info['shape'])}  dims ({', '.join(info['dims'])})")
     if info.get("truncated"):
@@ -145,12 +191,19 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     for note in info.get("notes", []):
         table.add_row("selection", note)
     stats = info["stats"]
-    table.add_row(f"stats ({info['stats_source']})",
-                  "  ".join(f"{k.removesuffix('_count')}={cell(stats[k]) or '—'}" for k in _STATS))
+    table.add_row(
+        f"stats ({info['stats_source']})",
+        "  ".join(f"{k.removesuffix('_count')}={cell(stats[k]) or '—'}" for k in _STATS),
+    )
     console.print(table)
     if args.head:
-        shown = np.array2string(head, precision=6, separator=", ", max_line_width=max(40, console.width - 2),
-                                threshold=max(1000, args.head + 1))
+        shown = np.array2string(
+            head,
+            precision=6,
+            separator=", ",
+            max_line_width=max(40, console.width - 2),
+            threshold=max(1000, args.head + 1),
+        )
         console.print(f"[bold]first {len(head)} values[/bold] (C order):", highlight=False)
         console.print(shown, highlight=False, markup=False)
     return EXIT_OK

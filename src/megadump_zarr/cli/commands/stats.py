@@ -11,18 +11,41 @@ from megadump_zarr.cli.render import Column, fit_table, is_missing, location, lo
 
 __all__ = ["register"]
 
-JSON_COLUMNS = ("rank", "window", "invocation", "kernel", "direction", "stage", "task_id", "owner_id", "io", "index",
-                "name", "dtype", "shape", "truncated", "min", "max", "mean", "l2norm", "nan_count", "inf_count",
-                "status", "path")
+JSON_COLUMNS = (
+    "rank",
+    "window",
+    "invocation",
+    "kernel",
+    "direction",
+    "stage",
+    "task_id",
+    "owner_id",
+    "io",
+    "index",
+    "name",
+    "dtype",
+    "shape",
+    "truncated",
+    "min",
+    "max",
+    "mean",
+    "l2norm",
+    "nan_count",
+    "inf_count",
+    "status",
+    "path",
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``stats``."""
     parser = subparsers.add_parser(
-        "stats", help="per-tensor min/max/mean/L2 norm/NaN/Inf from the stored stats",
+        "stats",
+        help="per-tensor min/max/mean/L2 norm/NaN/Inf from the stored stats",
         description="Per-record statistics written with the dump (min, max, mean and L2 norm over finite "
-                    "elements; NaN and Inf counts). Reads metadata only, never tensor data. Rows holding NaN or "
-                    "Inf are highlighted; --nonfinite shows only those.")
+        "elements; NaN and Inf counts). Reads metadata only, never tensor data. Rows holding NaN or "
+        "Inf are highlighted; --nonfinite shows only those.",
+    )
     parser.add_argument("path", metavar="PATH", help="dump root: directory or URL")
     parser.add_argument("--nonfinite", action="store_true", help="only records whose stats count a NaN or Inf")
     add_filters(parser)
@@ -74,8 +97,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         ctx.err.print("[yellow]warning:[/yellow] these records carry no statistics (dump written with stats=False)")
     flags = [_nonfinite(row) for _, row in records.iterrows()]
     first = records.iloc[sorted(range(len(records)), key=lambda i: not flags[i])]  # NaN/Inf first, then the rest
-    print_fitted(ctx.console, fit_table(first, COLUMNS, width=ctx.console.width,
-                                        row_style=lambda r: "red" if _nonfinite(r) else None))
+    print_fitted(
+        ctx.console,
+        fit_table(first, COLUMNS, width=ctx.console.width, row_style=lambda r: "red" if _nonfinite(r) else None),
+    )
     bad = sum(flags)
     ctx.note(f"{len(records)} records, {bad} with NaN/Inf")
     return EXIT_OK

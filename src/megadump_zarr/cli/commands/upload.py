@@ -6,7 +6,13 @@ import argparse
 import sys
 
 from megadump_zarr.cli.common import (
-    EXIT_CHECK_FAILED, EXIT_OK, CliError, Context, add_output_flags, add_storage_options, check_endpoint,
+    EXIT_CHECK_FAILED,
+    EXIT_OK,
+    CliError,
+    Context,
+    add_output_flags,
+    add_storage_options,
+    check_endpoint,
     storage_options,
 )
 
@@ -27,30 +33,52 @@ class _DeprecatedWorkers(argparse.Action):
     """``--workers N``: the old name of ``--threads`` (``--workers`` means dask workers elsewhere); it still
     works for one release and says so on stderr."""
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
-                 option_string: str | None = None) -> None:
-        print("warning: megadump upload --workers is deprecated and goes in the next release; use --threads "
-              "(upload threads)", file=sys.stderr)
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        print(
+            "warning: megadump upload --workers is deprecated and goes in the next release; use --threads "
+            "(upload threads)",
+            file=sys.stderr,
+        )
         setattr(namespace, self.dest, values)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``upload``."""
     parser = subparsers.add_parser(
-        "upload", help="upload a local dump to S3 (or another object store), verified and resumable",
+        "upload",
+        help="upload a local dump to S3 (or another object store), verified and resumable",
         description="Upload every committed window (status complete or aborted) of the dump at LOCAL to URL "
-                    "(megadump_zarr.transfer.upload): objects in parallel, each window's zarr.json last, every "
-                    "object checked (size and MD5/ETag) after upload. Objects already uploaded are skipped, so an "
-                    "interrupted upload resumes where it stopped. Windows still 'writing' are skipped with a note. "
-                    "Exit status 1 when some window could not be uploaded or verified.")
+        "(megadump_zarr.transfer.upload): objects in parallel, each window's zarr.json last, every "
+        "object checked (size and MD5/ETag) after upload. Objects already uploaded are skipped, so an "
+        "interrupted upload resumes where it stopped. Windows still 'writing' are skipped with a note. "
+        "Exit status 1 when some window could not be uploaded or verified.",
+    )
     parser.add_argument("local", metavar="LOCAL", help="local dump root (directory holding zarr.json and rank_*/)")
     parser.add_argument("url", metavar="URL", help="destination dump root, e.g. s3://bucket/run1")
-    parser.add_argument("--threads", type=_positive, default=16, metavar="N",
-                        help="upload threads: objects uploaded concurrently (default 16)")
-    parser.add_argument("--workers", type=_positive, dest="threads", metavar="N", action=_DeprecatedWorkers,
-                        help="deprecated alias of --threads (goes in the next release)")
-    parser.add_argument("--delete-local", action="store_true",
-                        help="remove each local window directory once its upload is verified")
+    parser.add_argument(
+        "--threads",
+        type=_positive,
+        default=16,
+        metavar="N",
+        help="upload threads: objects uploaded concurrently (default 16)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=_positive,
+        dest="threads",
+        metavar="N",
+        action=_DeprecatedWorkers,
+        help="deprecated alias of --threads (goes in the next release)",
+    )
+    parser.add_argument(
+        "--delete-local", action="store_true", help="remove each local window directory once its upload is verified"
+    )
     add_storage_options(parser)
     add_output_flags(parser)
     parser.set_defaults(handler=run)
@@ -84,8 +112,14 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     check_endpoint(args.url, storage_options(args))
     failed = False
     try:
-        report = upload(args.local, args.url, storage_options=storage_options(args), threads=args.threads,
-                        delete_local=args.delete_local, progress=ctx.progress and not ctx.json)
+        report = upload(
+            args.local,
+            args.url,
+            storage_options=storage_options(args),
+            threads=args.threads,
+            delete_local=args.delete_local,
+            progress=ctx.progress and not ctx.json,
+        )
     except UploadError as error:
         report, failed = error.report, True
         _refuse_bad_destination(args.url, report.failed)

@@ -7,7 +7,13 @@ from typing import Any
 
 from megadump_zarr.cli.cluster import add_cluster_flags
 from megadump_zarr.cli.common import (
-    EXIT_CHECK_FAILED, EXIT_OK, Context, add_output_flags, add_storage_options, check_endpoint, human_bytes,
+    EXIT_CHECK_FAILED,
+    EXIT_OK,
+    Context,
+    add_output_flags,
+    add_storage_options,
+    check_endpoint,
+    human_bytes,
     storage_options,
 )
 
@@ -17,13 +23,15 @@ __all__ = ["register"]
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``verify``."""
     parser = subparsers.add_parser(
-        "verify", help="check every committed window: documents, chunks, checksums (--deep: statistics)",
+        "verify",
+        help="check every committed window: documents, chunks, checksums (--deep: statistics)",
         description="Check every committed window of a dump root: its documents parse and agree (status, "
-                    "consolidated metadata and each node's own document, record attributes against their "
-                    "arrays), every chunk is present and its crc32c checksum holds. --deep also recomputes each "
-                    "record's stored statistics from the data. Torn (writing) windows are listed, not checked; "
-                    "windows holding salvaged partial launches are reported. Exit 0 all good, 1 a problem "
-                    "(each one named: window, key, what).")
+        "consolidated metadata and each node's own document, record attributes against their "
+        "arrays), every chunk is present and its crc32c checksum holds. --deep also recomputes each "
+        "record's stored statistics from the data. Torn (writing) windows are listed, not checked; "
+        "windows holding salvaged partial launches are reported. Exit 0 all good, 1 a problem "
+        "(each one named: window, key, what).",
+    )
     parser.add_argument("path", metavar="ROOT", help="dump root: directory or URL")
     parser.add_argument("--deep", action="store_true", help="also recompute stored statistics from the data")
     add_storage_options(parser)
@@ -39,16 +47,28 @@ def _run_with_progress(ctx: Context, root: str, options: dict[str, Any] | None, 
         return verify_dump(root, options, deep=deep)
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} windows"),
-                  TextColumn("{task.fields[checked]}"), TimeElapsedColumn(), console=ctx.err, transient=True,
-                  disable=not ctx.err.is_terminal) as bar:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} windows"),
+        TextColumn("{task.fields[checked]}"),
+        TimeElapsedColumn(),
+        console=ctx.err,
+        transient=True,
+        disable=not ctx.err.is_terminal,
+    ) as bar:
         task = bar.add_task("verifying", total=None, checked="")
         state = {"bytes": 0}
 
         def progress(window: str, done: int, total: int, chunk_bytes: int) -> None:
             state["bytes"] += chunk_bytes
-            bar.update(task, total=total, completed=done, description=window or "verifying",
-                       checked=human_bytes(state["bytes"]))
+            bar.update(
+                task,
+                total=total,
+                completed=done,
+                description=window or "verifying",
+                checked=human_bytes(state["bytes"]),
+            )
 
         return verify_dump(root, options, deep=deep, progress=progress)
 
@@ -71,27 +91,40 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     for check in report.windows:
         if not check.checked:
             if not ctx.quiet:
-                ctx.console.print(f"{check.window}: {check.status}, not committed: not checked", highlight=False,
-                                  soft_wrap=True)
+                ctx.console.print(
+                    f"{check.window}: {check.status}, not committed: not checked", highlight=False, soft_wrap=True
+                )
             continue
         partial = ""
         if check.partial_launches or check.partial_records:
-            partial = (f", holds {len(check.partial_launches)} salvaged partial launch(es) "
-                       f"({check.partial_records} partial record(s))")
+            partial = (
+                f", holds {len(check.partial_launches)} salvaged partial launch(es) "
+                f"({check.partial_records} partial record(s))"
+            )
         if check.ok:
             if not ctx.quiet:
-                ctx.console.print(f"{check.window}: ok ({check.status}; {check.arrays} arrays, {check.chunks} chunks, "
-                                  f"{human_bytes(check.stored_bytes)}{', statistics recomputed' if report.deep else ''})"
-                                  f"{partial}", highlight=False, soft_wrap=True)
+                ctx.console.print(
+                    f"{check.window}: ok ({check.status}; {check.arrays} arrays, {check.chunks} chunks, "
+                    f"{human_bytes(check.stored_bytes)}{', statistics recomputed' if report.deep else ''})"
+                    f"{partial}",
+                    highlight=False,
+                    soft_wrap=True,
+                )
             continue
-        ctx.console.print(f"{check.window}: {len(check.problems)} problem(s) ({check.status}){partial}", highlight=False,
-                          soft_wrap=True)
+        ctx.console.print(
+            f"{check.window}: {len(check.problems)} problem(s) ({check.status}){partial}",
+            highlight=False,
+            soft_wrap=True,
+        )
         for problem in check.problems:
             ctx.console.print(f"  {problem.key}: {problem.what}", highlight=False, soft_wrap=True)
     if not report.windows:
         ctx.console.print(f"{report.root}: no windows", highlight=False)
     verdict = "ok" if report.ok else f"{summary['problems']} problem(s)"
-    ctx.console.print(f"{verdict}: {summary['windows_checked']} window(s) checked, {summary['windows_skipped']} "
-                      f"not committed, {summary['chunks']} chunks, {human_bytes(summary['stored_bytes'])}",
-                      highlight=False, soft_wrap=True)
+    ctx.console.print(
+        f"{verdict}: {summary['windows_checked']} window(s) checked, {summary['windows_skipped']} "
+        f"not committed, {summary['chunks']} chunks, {human_bytes(summary['stored_bytes'])}",
+        highlight=False,
+        soft_wrap=True,
+    )
     return EXIT_OK if report.ok else EXIT_CHECK_FAILED

@@ -32,7 +32,7 @@ def msprobe_location(url: Any) -> Any:
     text = os.fspath(url)
     if not isinstance(text, str):
         return None
-    path = text[len("file://"):] if text.startswith("file://") else text
+    path = text[len("file://") :] if text.startswith("file://") else text
     if "://" in path:
         return None
     path = os.path.abspath(os.path.expanduser(path))

@@ -24,9 +24,19 @@ def invocation_name(i: int, call: Call) -> str:
 
 def invocation_attrs(window: Window, i: int, call: Call) -> dict[str, Any]:
     attrs: dict[str, Any] = {
-        "invocationId": i, "step": window.step, "direction": call.direction, "kernelName": call.api,
-        "device": "unknown", "level": "L0", "rank": window.rank, "launchFailed": False, "pendingRecords": [],
-        "tensorCount": len(call.tensors), "msprobeCall": call.key, "api": call.api, "callIndex": call.call_index,
+        "invocationId": i,
+        "step": window.step,
+        "direction": call.direction,
+        "kernelName": call.api,
+        "device": "unknown",
+        "level": "L0",
+        "rank": window.rank,
+        "launchFailed": False,
+        "pendingRecords": [],
+        "tensorCount": len(call.tensors),
+        "msprobeCall": call.key,
+        "api": call.api,
+        "callIndex": call.call_index,
     }
     if call.other:
         attrs["nonTensorArgs"] = _jsonable(call.other)
@@ -43,12 +53,25 @@ def _jsonable(value: Any) -> Any:
 
 def record_attrs(window: Window, call: Call, position: int, item: Tensor) -> dict[str, Any]:
     return {
-        "name": item.name, "paramPosition": position, "role": "external_input" if item.io == "input" else "final_output",
-        "capturePhase": "before" if item.io == "input" else "after", "producers": [], "consumers": [], "ports": [],
-        "declaredShape": list(item.shape), "actualShape": list(item.shape), "originalDtype": item.dtype,
-        "storedDtype": item.dtype, "api": call.api, "callIndex": call.call_index, "direction": call.direction,
-        "io": item.io, "argIndex": item.arg, "msprobeStats": _jsonable(item.stats),
-        **({"msprobeFile": item.file.name} if item.file is not None else {}), **item.attrs,
+        "name": item.name,
+        "paramPosition": position,
+        "role": "external_input" if item.io == "input" else "final_output",
+        "capturePhase": "before" if item.io == "input" else "after",
+        "producers": [],
+        "consumers": [],
+        "ports": [],
+        "declaredShape": list(item.shape),
+        "actualShape": list(item.shape),
+        "originalDtype": item.dtype,
+        "storedDtype": item.dtype,
+        "api": call.api,
+        "callIndex": call.call_index,
+        "direction": call.direction,
+        "io": item.io,
+        "argIndex": item.arg,
+        "msprobeStats": _jsonable(item.stats),
+        **({"msprobeFile": item.file.name} if item.file is not None else {}),
+        **item.attrs,
     }
 
 
@@ -57,9 +80,16 @@ def window_attrs(window: Window) -> dict[str, Any]:
 
     names = [f"invocation_{i:06d}_{c.direction}" for i, c in enumerate(window.calls)]
     return {
-        "schemaVersion": SCHEMA_VERSION, "producer": f"megadump_zarr {__version__}", "level": "L0",
-        "tensorSerialization": "zarr-v3", "windowIndex": window.index, "capturePhaseSemantics": "api_boundary",
-        "stageViewStorage": "array_per_tensor", "rank": window.rank, "step": window.step,
-        "invocationCount": len(names), "invocations": names,
+        "schemaVersion": SCHEMA_VERSION,
+        "producer": f"megadump_zarr {__version__}",
+        "level": "L0",
+        "tensorSerialization": "zarr-v3",
+        "windowIndex": window.index,
+        "capturePhaseSemantics": "api_boundary",
+        "stageViewStorage": "array_per_tensor",
+        "rank": window.rank,
+        "step": window.step,
+        "invocationCount": len(names),
+        "invocations": names,
         "convertedFrom": {"format": "msprobe", "path": str(window.source.parent), **window.doc},
     }

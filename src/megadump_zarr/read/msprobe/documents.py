@@ -31,8 +31,9 @@ Rows = tuple[int, int, int]
 """``(first row, one past the last row, rows of a full chunk)`` of one chunk (``(0, 0, 0)`` for a 0-d array)."""
 
 
-def record_node(item: Tensor, component: str, attrs: dict[str, Any], chunk_bytes: int) -> tuple[
-        bytes, list[tuple[str, Rows]]]:
+def record_node(
+    item: Tensor, component: str, attrs: dict[str, Any], chunk_bytes: int
+) -> tuple[bytes, list[tuple[str, Rows]]]:
     """One tensor leaf's array document (raw ``bytes`` codec, no checksum) and its chunks.
 
     Args:
@@ -94,7 +95,7 @@ def window_documents(key: str, attrs_json: bytes, nodes: dict[str, tuple[str, by
         while cut > 0:
             parent = path[:cut]
             if parent in data_groups:
-                entries[parent].append((path[cut + 1:], flat))
+                entries[parent].append((path[cut + 1 :], flat))
             cut = path.rfind("/", 0, cut)
     out: dict[str, bytes] = {}
     for path, (kind, payload) in nodes.items():
@@ -122,8 +123,9 @@ def rank_and_root_documents(docs: dict[str, bytes], windows: list[tuple[int, int
     root_doc = group_document({"megadump_zarr": {"layoutVersion": LAYOUT_VERSION}})
     ranks = sorted({rank for rank, _ in windows})
     rank_docs = {f"rank_{rank}": group_document({}) for rank in ranks}
-    window_docs = {f"rank_{r}/window_{w:04d}": json.loads(docs[f"rank_{r}/window_{w:04d}/zarr.json"])
-                   for r, w in windows}
+    window_docs = {
+        f"rank_{r}/window_{w:04d}": json.loads(docs[f"rank_{r}/window_{w:04d}/zarr.json"]) for r, w in windows
+    }
     out = index_documents(root_doc, rank_docs, window_docs, {})
     if len(out["zarr.json"]) > INDEX_LIMIT:
         out = {"zarr.json": dumps(root_doc), **{f"{rank}/zarr.json": dumps(doc) for rank, doc in rank_docs.items()}}

@@ -44,8 +44,9 @@ def check_declared_bytes(shape: tuple[int, ...], itemsize: int, what: str, file:
     elements = math.prod(shape)
     nbytes = elements * itemsize
     if nbytes > INT64_MAX:
-        raise ValueError(f"{what}: shape {list(shape)} has {elements} elements ({nbytes} bytes), more than int64 "
-                         "can count")
+        raise ValueError(
+            f"{what}: shape {list(shape)} has {elements} elements ({nbytes} bytes), more than int64 can count"
+        )
     if file is not None:
         size = file.stat().st_size
         if nbytes > size:
@@ -74,5 +75,7 @@ def check_npy_header(file: Path) -> None:
     available = file.stat().st_size - offset
     needed = math.prod(shape) * dtype.itemsize
     if needed > available:
-        raise ValueError(f"refusing tensor file {file}: its .npy header declares shape {list(shape)} of {dtype} "
-                         f"({needed} bytes) but the file holds only {available} bytes of data")
+        raise ValueError(
+            f"refusing tensor file {file}: its .npy header declares shape {list(shape)} of {dtype} "
+            f"({needed} bytes) but the file holds only {available} bytes of data"
+        )

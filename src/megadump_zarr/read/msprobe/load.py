@@ -50,8 +50,10 @@ def load_tensor(item: Tensor, *, mmap: bool = False) -> np.ndarray:
         try:
             data = np.load(item.file, allow_pickle=False, mmap_mode="r" if mmap else None)
         except (ValueError, OSError, EOFError) as error:
-            raise ValueError(f"refusing msprobe tensor file {item.file}: not a plain .npy array "
-                             f"(np.load(allow_pickle=False): {error})") from None
+            raise ValueError(
+                f"refusing msprobe tensor file {item.file}: not a plain .npy array "
+                f"(np.load(allow_pickle=False): {error})"
+            ) from None
         if not isinstance(data, np.ndarray):
             raise ValueError(f"msprobe tensor file {item.file} holds a {type(data).__name__}, not one array")
         stored = data.dtype.name
@@ -64,7 +66,9 @@ def load_tensor(item: Tensor, *, mmap: bool = False) -> np.ndarray:
     if stored != item.dtype:
         raise ValueError(f"msprobe tensor file {item.file} holds dtype {stored}, dump.json says {item.dtype!r}")
     if tuple(data.shape) != item.shape:
-        raise ValueError(f"msprobe tensor file {item.file} holds shape {list(data.shape)}, dump.json says {list(item.shape)}")
+        raise ValueError(
+            f"msprobe tensor file {item.file} holds shape {list(data.shape)}, dump.json says {list(item.shape)}"
+        )
     return data
 
 
@@ -81,10 +85,14 @@ def _load_pt(file: Path) -> tuple[np.ndarray, str]:
             warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
             obj = torch.load(file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
-        raise ValueError(f"refusing msprobe tensor file {file}: it is not a plain tensor file, "
-                         f"torch.load(weights_only=True) refused it ({_first_reason(error)}); it was not unpickled") from None
+        raise ValueError(
+            f"refusing msprobe tensor file {file}: it is not a plain tensor file, "
+            f"torch.load(weights_only=True) refused it ({_first_reason(error)}); it was not unpickled"
+        ) from None
     except Exception as error:
-        raise ValueError(f"cannot load msprobe tensor file {file}: {type(error).__name__}: {_first_reason(error)}") from None
+        raise ValueError(
+            f"cannot load msprobe tensor file {file}: {type(error).__name__}: {_first_reason(error)}"
+        ) from None
     if not isinstance(obj, torch.Tensor):
         raise ValueError(f"msprobe tensor file {file} holds a {type(obj).__name__}, not a single torch.Tensor")
     if obj.layout != torch.strided or obj.is_quantized:

@@ -29,7 +29,9 @@ _MAX_JSON_BYTES = 1 << 30
 
 
 def _rank_dirs(step_dir: Path) -> list[Path]:
-    return sorted(p for p in step_dir.iterdir() if p.is_dir() and _RANK_DIR.match(p.name) and (p / "dump.json").is_file())
+    return sorted(
+        p for p in step_dir.iterdir() if p.is_dir() and _RANK_DIR.match(p.name) and (p / "dump.json").is_file()
+    )
 
 
 def _step_dirs(root: Path) -> list[Path]:
@@ -109,19 +111,23 @@ def _parse_call(key: str) -> tuple[str, int | None, str]:
         if tokens[k] in (*_DIRECTIONS, _PARAM_GRAD):
             # a module's parameter gradients (``Module.fc.Linear.parameters_grad.0``) come out of its backward
             direction = "backward" if tokens[k] == _PARAM_GRAD else tokens[k]
-            after = tokens[k + 1:]
+            after = tokens[k + 1 :]
             if after and after[0].isdigit():
                 return ".".join(tokens[:k]), int(after[0]), direction
             if k >= 1 and tokens[k - 1].isdigit():
-                return ".".join(tokens[:k - 1]), int(tokens[k - 1]), direction
+                return ".".join(tokens[: k - 1]), int(tokens[k - 1]), direction
             return ".".join(tokens[:k]), None, direction
-    raise ValueError(f"API call name {key!r} names no direction (expected '.forward', '.backward' or "
-                     f"'.parameters_grad')")
+    raise ValueError(
+        f"API call name {key!r} names no direction (expected '.forward', '.backward' or '.parameters_grad')"
+    )
 
 
 def _is_tensor_leaf(value: Any) -> bool:
-    return isinstance(value, dict) and isinstance(value.get("type"), str) and value["type"] in (
-        "torch.Tensor", "torch.nn.parameter.Parameter", "numpy.ndarray", "mindspore.Tensor")
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("type"), str)
+        and value["type"] in ("torch.Tensor", "torch.nn.parameter.Parameter", "numpy.ndarray", "mindspore.Tensor")
+    )
 
 
 def _leaves(value: Any, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:
@@ -138,8 +144,9 @@ def _leaves(value: Any, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...]
 
 
 def _shape(source: Path, where: str, value: Any) -> tuple[int, ...]:
-    if not isinstance(value, list) or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**62
-                                              for d in value):
+    if not isinstance(value, list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**62 for d in value
+    ):
         raise _fail(source, where, f"'shape' must be a list of non-negative integers, got {str(value)[:80]!r}")
     return tuple(value)
 
@@ -163,8 +170,10 @@ def _confined_file(data_dir: Path, name: Any, source: Path, where: str) -> Path:
     if not isinstance(name, str) or not name:
         raise _fail(source, where, f"'data_name' must be a non-empty file name, got {name!r}")
     if "\x00" in name or "/" in name or "\\" in name or name in (".", "..") or name.startswith("."):
-        raise ValueError(f"refusing msprobe tensor file {name!r} ({source} at {where}): data_name must be a plain "
-                         f"file name inside {data_dir}")
+        raise ValueError(
+            f"refusing msprobe tensor file {name!r} ({source} at {where}): data_name must be a plain "
+            f"file name inside {data_dir}"
+        )
     if not name.endswith((".pt", ".npy")):
         raise _fail(source, where, f"data_name {name!r} is neither a .pt nor a .npy file")
     candidate = data_dir / name
@@ -175,8 +184,10 @@ def _confined_file(data_dir: Path, name: Any, source: Path, where: str) -> Path:
     except (OSError, RuntimeError) as error:
         raise ValueError(f"cannot resolve msprobe tensor file {name!r} ({source} at {where}): {error}") from None
     if not resolved.is_relative_to(data_dir):
-        raise ValueError(f"refusing msprobe tensor file {name!r} ({source} at {where}): it resolves to {resolved}, "
-                         f"outside {data_dir} (a symbolic link escapes it)")
+        raise ValueError(
+            f"refusing msprobe tensor file {name!r} ({source} at {where}): it resolves to {resolved}, "
+            f"outside {data_dir} (a symbolic link escapes it)"
+        )
     if not resolved.is_file():
         raise ValueError(f"msprobe tensor file {name!r} ({source} at {where}) is not a regular file: {resolved}")
     return resolved
@@ -192,8 +203,11 @@ def _read_dump_json(path: Path) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise ValueError(f"msprobe {path} must hold a JSON object, got {type(document).__name__}")
     if not isinstance(document.get("data"), dict):
-        raise _fail(path, "data", f"must be a JSON object mapping API calls to arguments, got "
-                                  f"{type(document.get('data')).__name__}")
+        raise _fail(
+            path,
+            "data",
+            f"must be a JSON object mapping API calls to arguments, got {type(document.get('data')).__name__}",
+        )
     return document
 
 
@@ -224,8 +238,9 @@ def _plan_call(key: str, entry: Any, source: Path, data_dir: Path | None, task: 
                 path = (io_key, *path) if len(value if isinstance(value, list) else [value]) != 1 else (io_key,)
                 arg = ".".join(path)
             if not _is_tensor_leaf(leaf):
-                call.other[f"{io_key}.{arg}" if arg else io_key] = leaf.get("value", leaf) if isinstance(leaf, dict) \
-                    else leaf
+                call.other[f"{io_key}.{arg}" if arg else io_key] = (
+                    leaf.get("value", leaf) if isinstance(leaf, dict) else leaf
+                )
                 continue
             data_name = leaf.get("data_name")
             if task == "tensor" and data_name is None:
@@ -260,11 +275,15 @@ def plan_windows(root: Path) -> list[Window]:
         for rank_dir in rank_dirs:
             resolved = rank_dir.resolve(strict=True)
             if not resolved.is_relative_to(legacy_root):
-                raise ValueError(f"refusing msprobe directory {rank_dir}: it resolves to {resolved}, outside {legacy_root}")
+                raise ValueError(
+                    f"refusing msprobe directory {rank_dir}: it resolves to {resolved}, outside {legacy_root}"
+                )
             found.append((int(_STEP_DIR.match(step_dir.name).group(1)), rank_dir, resolved))
             ranks_seen.setdefault(rank_dir.name, None)
     if not found:
-        raise ValueError(f"no msprobe dumps (step*/rank*|proc*/dump.json, or a step*/ or step*/rank*/ directory) found below {root}")
+        raise ValueError(
+            f"no msprobe dumps (step*/rank*|proc*/dump.json, or a step*/ or step*/rank*/ directory) found below {root}"
+        )
     # rank{R} keeps R; proc{PID} directories (msprobe's name when there is no rank) become ranks in PID order.
     procs = sorted((n for n in ranks_seen if not n.startswith("rank")), key=lambda n: int(n[4:] or 0))
     proc_rank = {n: i for i, n in enumerate(procs)}
@@ -284,7 +303,7 @@ def plan_windows(root: Path) -> list[Window]:
             raise _fail(source, "task", f"unsupported msprobe task {task!r}; expected 'tensor' or 'statistics'")
         data_dir = None
         if task == "tensor":
-            data_dir = (resolved / "dump_tensor_data")
+            data_dir = resolved / "dump_tensor_data"
             if not data_dir.is_dir():
                 raise _fail(source, "dump_data_dir", f"tensor task without a dump_tensor_data directory in {resolved}")
             data_dir = data_dir.resolve(strict=True)

@@ -46,24 +46,44 @@ def statistics_table(key: str, tensors: Sequence[Any], names: list[str]) -> Any:
     # msprobe keeps no NaN/Inf counts; its Max/Min/Mean/Norm are torch reductions over every element, so
     # when all four are finite the tensor holds no NaN or Inf (0); otherwise the counts are unknown (-1).
     # An integer or bool tensor holds neither (msprobe gives it no Mean/Norm).
-    finite = [_integral(t.dtype) or all(isinstance(t.stats.get(k), int | float) and not isinstance(t.stats.get(k), bool)
-                                        and math.isfinite(t.stats[k]) for k in ("Max", "Min", "Mean", "Norm"))
-              for t in tensors]
+    finite = [
+        _integral(t.dtype)
+        or all(
+            isinstance(t.stats.get(k), int | float)
+            and not isinstance(t.stats.get(k), bool)
+            and math.isfinite(t.stats[k])
+            for k in ("Max", "Min", "Mean", "Norm")
+        )
+        for t in tensors
+    ]
     counts = np.array([0 if ok else -1 for ok in finite], dtype=np.int64)
     coords = {
-        "stage": text([""] * n), "task_id": np.full(n, -1, np.int64), "owner_id": np.full(n, -1, np.int64),
-        "core_type": text([""] * n), "core_id": np.full(n, -1, np.int64), "worker": np.full(n, -1, np.int64),
-        "io": text([t.io for t in tensors]), "index": np.arange(n, dtype=np.int64),
-        "name": text([t.name for t in tensors]), "param_position": np.arange(n, dtype=np.int64),
+        "stage": text([""] * n),
+        "task_id": np.full(n, -1, np.int64),
+        "owner_id": np.full(n, -1, np.int64),
+        "core_type": text([""] * n),
+        "core_id": np.full(n, -1, np.int64),
+        "worker": np.full(n, -1, np.int64),
+        "io": text([t.io for t in tensors]),
+        "index": np.arange(n, dtype=np.int64),
+        "name": text([t.name for t in tensors]),
+        "param_position": np.arange(n, dtype=np.int64),
         "shape": text([json.dumps(list(t.shape)) for t in tensors]),
-        "dtype": text([t.dtype for t in tensors]), "path": text(names), "payload": np.zeros(n, dtype=bool),
+        "dtype": text([t.dtype for t in tensors]),
+        "path": text(names),
+        "payload": np.zeros(n, dtype=bool),
     }
     variables = {
         "element_count": np.array([math.prod(t.shape) for t in tensors], dtype=np.int64),
-        "nan_count": counts, "inf_count": counts,
+        "nan_count": counts,
+        "inf_count": counts,
         # a norm is never negative: msprobe's Norm of a 0-d tensor is the value itself (signed)
-        "min": column("Min"), "max": column("Max"), "mean": column("Mean"), "l2norm": np.abs(column("Norm")),
+        "min": column("Min"),
+        "max": column("Max"),
+        "mean": column("Mean"),
+        "l2norm": np.abs(column("Norm")),
         "checksum": np.zeros(n, dtype=np.uint64),  # msprobe has none: "checksums": False tells readers
     }
-    return StatisticsTable(coords, variables, {"source": "msprobe statistics task", "msprobeCall": key,
-                                               "checksums": False})
+    return StatisticsTable(
+        coords, variables, {"source": "msprobe statistics task", "msprobeCall": key, "checksums": False}
+    )

@@ -53,6 +53,7 @@ def _stats(item: Tensor) -> dict[str, Any] | None:
     """msprobe's statistics as a record's ``stats``: all of them when all four are finite numbers; for an
     integer or bool tensor (msprobe gives it no Mean/Norm, and it holds no NaN/Inf) the counts and what
     msprobe gives; otherwise none (a NaN or Inf makes msprobe's reductions unusable)."""
+
     def number(key: str) -> float | None:
         value = item.stats.get(key)
         ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
@@ -60,8 +61,11 @@ def _stats(item: Tensor) -> dict[str, Any] | None:
 
     values = {"min": number("Min"), "max": number("Max"), "mean": number("Mean"), "l2norm": number("Norm")}
     if item.dtype == "bool" or item.dtype.startswith(("int", "uint")):
-        return {**{k: v for k, v in values.items() if v is not None and k in ("min", "max")},
-                "nanCount": 0, "infCount": 0}
+        return {
+            **{k: v for k, v in values.items() if v is not None and k in ("min", "max")},
+            "nanCount": 0,
+            "infCount": 0,
+        }
     if any(v is None for v in values.values()):
         return None
     return {**values, "l2norm": abs(values["l2norm"]), "nanCount": 0, "infCount": 0}
@@ -76,11 +80,11 @@ def _slice(data: bytes | memoryview, byte_range: ByteRequest | None) -> bytes | 
     if byte_range is None:
         return data
     if isinstance(byte_range, RangeByteRequest):
-        return data[byte_range.start:byte_range.end]
+        return data[byte_range.start : byte_range.end]
     if isinstance(byte_range, OffsetByteRequest):
-        return data[byte_range.offset:]
+        return data[byte_range.offset :]
     if isinstance(byte_range, SuffixByteRequest):
-        return data[-byte_range.suffix:] if byte_range.suffix else data[len(data):]
+        return data[-byte_range.suffix :] if byte_range.suffix else data[len(data) :]
     raise TypeError(f"unexpected byte range {byte_range!r}")
 
 
@@ -145,8 +149,9 @@ class MsprobeStore(Store):
                 if call.tensors:
                     items, stat_nodes = statistics_node(call, components)
                     extra.update({f"{key}/{name}/statistics/{k}": v for k, v in items})
-                    nodes.update({f"{name}/statistics/{p}" if p else f"{name}/statistics": n
-                                  for p, n in stat_nodes.items()})
+                    nodes.update(
+                        {f"{name}/statistics/{p}" if p else f"{name}/statistics": n for p, n in stat_nodes.items()}
+                    )
             nodes[name] = ("group", _dumps(attrs))
             if window.task == "tensor":
                 for position, (item, component) in enumerate(zip(call.tensors, components)):
@@ -212,8 +217,9 @@ class MsprobeStore(Store):
         data = await asyncio.to_thread(self._chunk, key)
         return prototype.buffer.from_bytes(_slice(data, byte_range))
 
-    async def get_partial_values(self, prototype: BufferPrototype,
-                                 key_ranges: Iterable[tuple[str, ByteRequest | None]]) -> list[Buffer | None]:
+    async def get_partial_values(
+        self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
+    ) -> list[Buffer | None]:
         return list(await asyncio.gather(*(self.get(k, prototype, r) for k, r in key_ranges)))
 
     async def exists(self, key: str) -> bool:
@@ -244,7 +250,10 @@ def _file_offset(data: np.ndarray) -> int | None:
     if not data.flags.c_contiguous or data.dtype.byteorder == ">" or not data.size:
         return None
     root: Any = data
-    while isinstance(getattr(root, "base", None), np.ndarray) or type(getattr(root, "base", None)).__name__ == "DummyArray":
+    while (
+        isinstance(getattr(root, "base", None), np.ndarray)
+        or type(getattr(root, "base", None)).__name__ == "DummyArray"
+    ):
         root = root.base
     if not isinstance(root, np.memmap) or root.base is None or type(root.base).__name__ != "mmap":
         return None
@@ -259,7 +268,9 @@ def _pread_into(file: Path, out: np.ndarray, offset: int) -> None:
         while done < len(view):
             got = os.preadv(handle.fileno(), [view[done:]], offset + done)
             if got <= 0:
-                raise ValueError(f"msprobe tensor file {file} ends before the tensor it declares (at byte {offset + done})")
+                raise ValueError(
+                    f"msprobe tensor file {file} ends before the tensor it declares (at byte {offset + done})"
+                )
             done += got
 
 

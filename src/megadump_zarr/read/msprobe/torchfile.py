@@ -32,9 +32,17 @@ __all__ = ["read_pt"]
 
 _PICKLE_LIMIT = 1 << 20  # one tensor's data.pkl is ~150 bytes
 _STORAGES = {
-    "FloatStorage": "float32", "DoubleStorage": "float64", "HalfStorage": "float16", "BFloat16Storage": "bfloat16",
-    "LongStorage": "int64", "IntStorage": "int32", "ShortStorage": "int16", "CharStorage": "int8",
-    "ByteStorage": "uint8", "BoolStorage": "bool", "Float8_e4m3fnStorage": "float8_e4m3fn",
+    "FloatStorage": "float32",
+    "DoubleStorage": "float64",
+    "HalfStorage": "float16",
+    "BFloat16Storage": "bfloat16",
+    "LongStorage": "int64",
+    "IntStorage": "int32",
+    "ShortStorage": "int16",
+    "CharStorage": "int8",
+    "ByteStorage": "uint8",
+    "BoolStorage": "bool",
+    "Float8_e4m3fnStorage": "float8_e4m3fn",
     "Float8_e5m2Storage": "float8_e5m2",
 }
 
@@ -103,8 +111,16 @@ class _Unpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"it names the global {module}.{name}, which a plain tensor file does not")
 
     def persistent_load(self, pid: Any) -> _Storage:
-        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage" and isinstance(pid[1], _StorageType)
-                and isinstance(pid[2], str) and isinstance(pid[3], str) and type(pid[4]) is int and pid[4] >= 0):
+        if not (
+            isinstance(pid, tuple)
+            and len(pid) == 5
+            and pid[0] == "storage"
+            and isinstance(pid[1], _StorageType)
+            and isinstance(pid[2], str)
+            and isinstance(pid[3], str)
+            and type(pid[4]) is int
+            and pid[4] >= 0
+        ):
             raise pickle.UnpicklingError(f"unexpected persistent id {str(pid)[:80]}")
         return _Storage(pid[1].dtype, pid[2], pid[4])
 
@@ -133,8 +149,18 @@ def _view(file: Path, archive: zipfile.ZipFile, handle: Any) -> tuple[_TensorVie
         raise ValueError("it is a big-endian archive")
     try:
         obj = _Unpickler(io.BytesIO(archive.read(pkl))).load()
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError,
-            struct.error, RecursionError, MemoryError) as error:
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        IndexError,
+        KeyError,
+        struct.error,
+        RecursionError,
+        MemoryError,
+    ) as error:
         raise ValueError(f"its pickle was refused ({type(error).__name__}: {error}); it was not run") from None
     if not isinstance(obj, _TensorView):
         raise ValueError(f"it holds a {type(obj).__name__.lstrip('_')}, not a single tensor")
@@ -165,16 +191,20 @@ def read_pt(file: str | os.PathLike[str]) -> tuple[np.ndarray, str]:
     except (zipfile.BadZipFile, OSError, ValueError, KeyError, struct.error) as error:
         raise ValueError(f"refusing msprobe tensor file {file}: it is not a plain tensor file ({error})") from None
     if size != view.storage.numel * dtype.itemsize:
-        raise ValueError(f"refusing msprobe tensor file {file}: its storage holds {size} bytes, its pickle says "
-                         f"{view.storage.numel} {dtype.name} elements")
+        raise ValueError(
+            f"refusing msprobe tensor file {file}: its storage holds {size} bytes, its pickle says "
+            f"{view.storage.numel} {dtype.name} elements"
+        )
     count = int(np.prod(view.size, dtype=np.int64)) if view.size else 1
     if count and view.offset + sum((n - 1) * s for n, s in zip(view.size, view.stride)) >= max(view.storage.numel, 1):
-        raise ValueError(f"refusing msprobe tensor file {file}: its tensor (size {list(view.size)}, stride "
-                         f"{list(view.stride)}, offset {view.offset}) reaches past its storage of "
-                         f"{view.storage.numel} elements")
+        raise ValueError(
+            f"refusing msprobe tensor file {file}: its tensor (size {list(view.size)}, stride "
+            f"{list(view.stride)}, offset {view.offset}) reaches past its storage of "
+            f"{view.storage.numel} elements"
+        )
     if not count or not size:
         return np.zeros(view.size, dtype=dtype), view.storage.dtype
     mapped = np.memmap(file, dtype=np.uint8, mode="r", offset=start, shape=(size,)).view(dtype)
     strides = tuple(s * dtype.itemsize for s in view.stride)
-    array = np.lib.stride_tricks.as_strided(mapped[view.offset:], shape=view.size, strides=strides, writeable=False)
+    array = np.lib.stride_tricks.as_strided(mapped[view.offset :], shape=view.size, strides=strides, writeable=False)
     return array, view.storage.dtype

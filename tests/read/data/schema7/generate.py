@@ -24,8 +24,13 @@ def write(out: Path) -> None:
     demo = DemoConfig()
     for cfg in (
         TensorDumpConfig(out / "l0", level="L0"),
-        TensorDumpConfig(out / "l1", level="L1", kernel_names=("moe_experts",), stages=("expert_up", "combine"),
-                         tensor_names=("xs", "h", "out", "ws")),
+        TensorDumpConfig(
+            out / "l1",
+            level="L1",
+            kernel_names=("moe_experts",),
+            stages=("expert_up", "combine"),
+            tensor_names=("xs", "h", "out", "ws"),
+        ),
     ):
         block = MoEBlock(demo)
         with tensor_dump(cfg, schedule(wait=0, warmup=0, active=1, repeat=1)) as d:
