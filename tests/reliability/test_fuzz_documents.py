@@ -26,6 +26,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 import numpy as np
+import torch
 import pytest
 import zarr
 
@@ -408,6 +409,10 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from tests.reliability._helpers import train_step
 
     root = tmp_path_factory.mktemp("fuzz-packs") / "l1"
+    # the routing (which tiles share a shape, so which tasks are packed) follows torch's global generator: seed it,
+    # so the fuzz sees the same packs whatever ran before it (seed 1 found a pack array whose deleted node_type
+    # dropped its records silently)
+    torch.manual_seed(1)
     block = MoEBlock(DemoConfig(tokens=32, d_model=8))
     config = TensorDumpConfig(
         root, level="L1", kernel_names="moe_experts", stages=("expert_up", "unpermute"), layout="packs"

@@ -347,9 +347,14 @@ def expand_pack(
             if bounds[1] > bounds[0]:
                 sources[f"{group}/{dim}/c.0"] = RangeSource(bounds[0], bounds[1])
     for path, doc in nodes.items():
-        if not path.startswith(prefix) or "/" in path[len(prefix) :] or doc.get("node_type") != "array":
+        if not path.startswith(prefix) or "/" in path[len(prefix) :]:
             continue
         component = path[len(prefix) :]
+        if doc.get("node_type") != "array":  # a pack holds arrays only: skipping one would drop its records silently
+            raise ValueError(
+                f"{label}/{component}/zarr.json: node_type {doc.get('node_type')!r} must be 'array' "
+                "(a task-record pack holds arrays only)"
+            )
         if component in INDEX_ARRAYS:
             continue
         _expand_records(label, path, component, doc, groups, virtual, sources)
