@@ -66,8 +66,13 @@ def test_a_perturbed_task_fails_first_and_is_the_root_cause(dumps):
 def test_mixed_dumps_compare_against_tensor_mode(dumps):
     same = compare(dumps["tensor"], dumps["stats"])
     assert (same["verdict"] == "pass").all()
-    assert set(same["note"]) == {"summary: statistics only in b; statistics within tolerance"}
+    # the payload side is checksummed on the host: equal bits are proven, not inferred from statistics
+    assert set(same["note"]) == {"summary: statistics only in b; checksums equal"}
     mixed = compare(dumps["bumped_tensor"], dumps["stats"])
+    # a record whose bits differ is never a pass, even within the statistics' tolerance (issue 23)
+    differ = mixed[mixed["verdict"] != "pass"]
+    assert set(differ["verdict"]) <= {"fail", "differs_within_stats"}
+    assert set(differ["stage"]) == {"expert_down", "unpermute", "combine"}
     failing = mixed[mixed["verdict"] == "fail"]
     assert set(failing["stage"]) == {"expert_down", "unpermute", "combine"}  # downstream of the bumped weight only
     assert set(failing.loc[failing["stage"] == "expert_down", "owner_id"]) == {1}

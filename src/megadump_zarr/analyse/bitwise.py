@@ -98,6 +98,19 @@ def _host_checksum(x: Any) -> int:
     return host_checksum(np.ascontiguousarray(block).tobytes())
 
 
+def payload_checksum(dump: Any, row: Any) -> int | None:
+    """The device checksum of a record's stored payload, computed on the host; ``None`` when the record
+    stored no payload, is truncated (the checksum covers the whole tensor) or already carries one.
+
+    Args:
+        dump: The record's dump (or a source that opens it).
+        row: Its records-table row.
+    """
+    if _value(row, "checksum") is not None or not _payload(row) or _truncated(row):
+        return None
+    return _host_checksum(record_source(_open(dump), str(_value(row, "path")), False))
+
+
 def _failure(row: dict[str, Any], exc: BaseException) -> dict[str, Any]:
     try:
         from megadump_zarr.read.errors import DumpIntegrityError

@@ -341,6 +341,7 @@ def _compare_dumps(
                 extra[f"dtype_{side}"] = scalar(present["dtype"])
             slots.append(empty_row(keys, "missing", f"only in dump {side}", **extra))
         elif is_summary_pair(ra_row, rb_row):  # a side stored statistics only: compare what both know
+            ra_row, rb_row = _with_payload_checksums(a, b, ra_row, rb_row)
             slots.append(summary_row(keys, ra_row, rb_row, tol["rtol"], tol["atol"]))
         else:
             truncated = any(bool(scalar(r.get("truncated"))) for r in (ra_row, rb_row))
@@ -425,6 +426,24 @@ def _compare_bitwise(
             if fail_fast and row["verdict"] in _STOPPING:
                 break
     return _frame(rows)
+
+
+def _with_payload_checksums(a: Any, b: Any, ra_row: dict[str, Any], rb_row: dict[str, Any]) -> tuple[Any, Any]:
+    """A mixed pair (one side statistics only, with its device checksum; the other a payload without one):
+    the payload side's checksum computed on the host, so equal bits are proven and differing bits are never
+    a pass. A payload that cannot be read keeps no checksum (its damage is ``verify``'s to name)."""
+    if (scalar(ra_row.get("checksum")) is None) == (scalar(rb_row.get("checksum")) is None):
+        return ra_row, rb_row  # both known (compared as they are) or neither (statistics only)
+    from megadump_zarr.analyse.bitwise import payload_checksum
+
+    rows = []
+    for dump, row in ((a, ra_row), (b, rb_row)):
+        try:
+            checksum = payload_checksum(dump, row)
+        except Exception:  # noqa: BLE001 - unreadable payload: compared by statistics as before
+            checksum = None
+        rows.append(row if checksum is None else {**row, "checksum": checksum})
+    return rows[0], rows[1]
 
 
 def _stitched_locator(tensor: Any, records: pd.DataFrame) -> Callable[[tuple[int, ...]], dict[str, Any]] | None:
