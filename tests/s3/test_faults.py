@@ -14,7 +14,7 @@ from megadump_zarr.store.object_backend import (
     ObjectStoreBackend,
     ObjectStoreError,
     RetryPolicy,
-    _status_kind,
+    status_kind,
     redact_options,
     retry_policy,
 )
@@ -163,7 +163,7 @@ def test_retried_claim_whose_first_attempt_landed(proxy, bucket, options):
     ],
 )
 def test_status_classification(text, kind):
-    assert _status_kind(text) == kind
+    assert status_kind(text) == kind
 
 
 def test_backoff_grows_with_jitter_and_is_bounded():

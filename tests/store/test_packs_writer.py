@@ -31,7 +31,7 @@ from megadump_zarr.store.packs import (
     index_nbytes,
     range_chunk,
 )
-from megadump_zarr.store.stats import _SLICE, StatsAccumulator
+from megadump_zarr.store.stats import SLICE_ELEMENTS, StatsAccumulator
 from megadump_zarr.store.writer import WindowWriter
 
 INV = "invocation_000000_forward"
@@ -450,7 +450,7 @@ def _accumulated(rows):
 @pytest.mark.parametrize(
     "dtype", ["float32", "float64", "float16", "bfloat16", "float8_e4m3fn", "int8", "int64", "uint64", "bool"]
 )
-@pytest.mark.parametrize("size", [1, 7, 2048, _SLICE, _SLICE + 3])
+@pytest.mark.parametrize("size", [1, 7, 2048, SLICE_ELEMENTS, SLICE_ELEMENTS + 3])
 def test_row_stats_equal_the_accumulator_bit_for_bit(dtype, size):
     rng = np.random.default_rng(size)
     count = 6 if size > 4096 else 40

@@ -112,7 +112,7 @@ def test_scalar():
 
 
 def test_slicing_and_non_contiguous_inputs(monkeypatch):
-    monkeypatch.setattr(stats_mod, "_SLICE", 7)  # force many slices
+    monkeypatch.setattr(stats_mod, "SLICE_ELEMENTS", 7)  # force many slices
     rng = np.random.default_rng(1)
     data = rng.standard_normal((23, 9)).astype(np.float32)
     data[4, 4] = np.nan
@@ -120,7 +120,7 @@ def test_slicing_and_non_contiguous_inputs(monkeypatch):
     strided = data[:, ::2]
     assert not strided.flags.c_contiguous
     _assert_close(compute_stats(strided), _expected(strided))
-    wide = data.T  # rows of 23 elements > _SLICE
+    wide = data.T  # rows of 23 elements > SLICE_ELEMENTS
     _assert_close(compute_stats(wide), _expected(wide))
 
 

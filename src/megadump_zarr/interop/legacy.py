@@ -123,7 +123,7 @@ def _array(item: PlannedTensor, data: Any) -> ArrayWrite:
 
 # --------------------------------------------------------------------------- progress
 @contextmanager
-def _progress(enabled: bool, total: int, label: str = "converting legacy tensors") -> Iterator[Any]:
+def progress_bar(enabled: bool, total: int, label: str = "converting legacy tensors") -> Iterator[Any]:
     if not enabled:
         yield lambda description=None: None
         return
@@ -201,7 +201,7 @@ def convert_legacy(
     total = sum(window.tensor_count for window in windows)
     with (
         WindowWriter(url, storage_options=options, compressor=compressor, pack=False) as writer,
-        _progress(progress, total) as tick,
+        progress_bar(progress, total) as tick,
     ):
         undo = UndoableWrites(writer)
         try:

@@ -115,7 +115,7 @@ def convert_msprobe(
         FileNotFoundError: ``dump_dir`` is not a directory.
     """
     from megadump_zarr.interop._undo import UndoableWrites
-    from megadump_zarr.interop.legacy import _progress
+    from megadump_zarr.interop.legacy import progress_bar
     from megadump_zarr.store.writer import WindowWriter, window_status
 
     root = Path(dump_dir)
@@ -133,7 +133,7 @@ def convert_msprobe(
     total = sum(w.tensor_count for w in windows)
     with (
         WindowWriter(url, storage_options=options, compressor=compressor, pack=False) as writer,
-        _progress(progress, total, "converting msprobe tensors") as tick,
+        progress_bar(progress, total, "converting msprobe tensors") as tick,
     ):
         undo = UndoableWrites(writer)
         try:

@@ -71,11 +71,11 @@ from typing import Any
 import uuid
 
 from megadump_zarr.store.backend import Backend, Buffer
-from megadump_zarr.store.object_clients import _PART_BYTES, ObjectInfo as ObjectInfo, _Fsspec, _ObstoreS3
+from megadump_zarr.store.object_clients import PART_BYTES, ObjectInfo as ObjectInfo, FsspecClient, ObstoreS3Client
 from megadump_zarr.store.object_clients import s3_config as s3_config
 from megadump_zarr.store.redact import Scrubber, redact_options as redact_options
-from megadump_zarr.store.retry import ObjectStoreError as ObjectStoreError, RetryPolicy as RetryPolicy, _Kind
-from megadump_zarr.store.retry import _status_kind as _status_kind  # noqa: F401 - tests import it from here
+from megadump_zarr.store.retry import ObjectStoreError as ObjectStoreError, RetryPolicy as RetryPolicy, FailureKind
+from megadump_zarr.store.retry import status_kind as status_kind  # noqa: F401 - tests import it from here
 from megadump_zarr.store.retry import default_retry_policy as default_retry_policy
 from megadump_zarr.store.retry import retry_policy as retry_policy
 from megadump_zarr.store.retry import set_default_retry_policy as set_default_retry_policy
@@ -151,7 +151,7 @@ class ObjectStoreBackend(Backend):
             if translated is not None:
                 config, client_options, provider = translated
                 try:
-                    self._client = _ObstoreS3(bucket, config, client_options, provider, self.retry)
+                    self._client = ObstoreS3Client(bucket, config, client_options, provider, self.retry)
                 except Exception as error:  # bad configuration: say which, without secrets
                     raise ValueError(
                         f"cannot open {self.url} with obstore: {self._scrub(str(error))} "
@@ -161,7 +161,7 @@ class ObjectStoreBackend(Backend):
             elif client == "obstore":
                 raise ValueError(f"storage_options {sorted(self._options)} cannot be translated for obstore")
         if self._client is None:
-            self._client = _Fsspec(self.url, self._options)
+            self._client = FsspecClient(self.url, self._options)
             self._base = f"{bucket}/{prefix}" if prefix else bucket
         self.client_name: str = self._client.name
         self._slots = threading.BoundedSemaphore(self.max_concurrency)
@@ -209,15 +209,15 @@ class ObjectStoreBackend(Backend):
                     last = error
             if kind in expect:
                 raise last
-            if kind != _Kind.TRANSIENT or attempt >= policy.attempts:
+            if kind != FailureKind.TRANSIENT or attempt >= policy.attempts:
                 message = self._describe(last)
                 where = self.location(key)
-                if kind == _Kind.TRANSIENT:
+                if kind == FailureKind.TRANSIENT:
                     text = f"{operation} {where} failed after {attempt} attempts; last error: {message}"
                 else:
                     text = f"{operation} {where} failed ({kind}, not retried): {message}"
                 raise ObjectStoreError(
-                    text, operation=operation, location=where, attempts=attempt, transient=kind == _Kind.TRANSIENT
+                    text, operation=operation, location=where, attempts=attempt, transient=kind == FailureKind.TRANSIENT
                 ) from None
             pause = policy.delay(attempt, self._rng)
             log.debug(
@@ -256,7 +256,7 @@ class ObjectStoreBackend(Backend):
         key: str,
         file: str | os.PathLike[str],
         *,
-        part_bytes: int = _PART_BYTES,
+        part_bytes: int = PART_BYTES,
         attributes: Mapping[str, str] | None = None,
     ) -> None:
         """Upload a (large) local file as a multipart upload of ``part_bytes`` parts.
@@ -302,13 +302,13 @@ class ObjectStoreBackend(Backend):
             fn: The request.
         """
         try:
-            return self._call(operation, key, fn, expect=(_Kind.NOT_FOUND,))
+            return self._call(operation, key, fn, expect=(FailureKind.NOT_FOUND,))
         except FileNotFoundError:
             return None
         except ObjectStoreError:
             raise
         except Exception as error:
-            if self._client.kind(error) == _Kind.NOT_FOUND:
+            if self._client.kind(error) == FailureKind.NOT_FOUND:
                 return None
             raise
 
@@ -362,7 +362,7 @@ class ObjectStoreBackend(Backend):
             return
         paths = [self._path(k) for k in keys]
         try:
-            self._call("DELETE", keys[0], lambda: self._client.delete(paths), expect=(_Kind.NOT_FOUND,))
+            self._call("DELETE", keys[0], lambda: self._client.delete(paths), expect=(FailureKind.NOT_FOUND,))
         except FileNotFoundError:
             pass
 
@@ -396,14 +396,14 @@ class ObjectStoreBackend(Backend):
                 "PUT",
                 key,
                 lambda: self._client.put(path, document, create=True),
-                expect=(_Kind.EXISTS, _Kind.UNSUPPORTED),
+                expect=(FailureKind.EXISTS, FailureKind.UNSUPPORTED),
             )
             return
         except ObjectStoreError:
             raise
         except Exception as error:
             kind = self._client.kind(error)
-        if kind == _Kind.EXISTS:
+        if kind == FailureKind.EXISTS:
             current = self.get(key)  # a retried claim whose first attempt landed finds its own token
             if current is not None and _claim_token(current) == token:
                 return

@@ -1,8 +1,8 @@
 """The per-library object-store clients behind :class:`~megadump_zarr.store.object_backend.ObjectStoreBackend`.
 
-``_ObstoreS3`` (obstore's ``S3Store``, the default for ``s3://``) and ``_Fsspec`` (any fsspec file system:
+``ObstoreS3Client`` (obstore's ``S3Store``, the default for ``s3://``) and ``FsspecClient`` (any fsspec file system:
 s3fs, gcsfs, adlfs) offer the same small set of single requests (put, put_file, get, get_attributes, head,
-list, delete) and ``kind(error)``, which classifies an error as one of :class:`_Kind`; they do not retry
+list, delete) and ``kind(error)``, which classifies an error as one of :class:`FailureKind`; they do not retry
 (the backend's one retry loop does). :func:`s3_config` translates s3fs-style ``storage_options`` for
 obstore. See :mod:`megadump_zarr.store.object_backend` for why obstore is the default.
 """
@@ -16,12 +16,12 @@ import os
 from typing import Any
 
 from megadump_zarr.store.backend import Buffer
-from megadump_zarr.store.retry import _TRANSIENT_CODES, RetryPolicy, _Kind, _status_kind
+from megadump_zarr.store.retry import TRANSIENT_CODES, RetryPolicy, FailureKind, status_kind
 
 __all__ = ["ObjectInfo", "s3_config"]
 
 _SINGLE_PUT_LIMIT = 64 << 20  # larger objects go up in parts (S3's single PUT limit is 5 GiB)
-_PART_BYTES = 16 << 20
+PART_BYTES = 16 << 20
 # obstore/reqwest texts of errors in the configuration, not the network (retrying cannot help)
 _CONFIG_ERRORS = (
     "builder error",
@@ -59,7 +59,7 @@ def _etag(value: Any) -> str | None:
 
 
 # ------------------------------------------------------------------------------------------- clients
-class _ObstoreS3:
+class ObstoreS3Client:
     """obstore's ``S3Store`` (one bucket); paths are full keys inside the bucket."""
 
     name = "obstore"
@@ -100,7 +100,7 @@ class _ObstoreS3:
             self._obs.put(self.store, path, data, use_multipart=False, **kwargs)
         else:
             self._obs.put(
-                self.store, path, data, use_multipart=True, chunk_size=_PART_BYTES, max_concurrency=4, **kwargs
+                self.store, path, data, use_multipart=True, chunk_size=PART_BYTES, max_concurrency=4, **kwargs
             )
 
     def put_file(self, path: str, file: str, part_bytes: int, attributes: Mapping[str, str] | None) -> None:
@@ -136,11 +136,11 @@ class _ObstoreS3:
         from obstore import exceptions as ex
 
         if isinstance(error, (ex.AlreadyExistsError, ex.PreconditionError)):
-            return _Kind.EXISTS
+            return FailureKind.EXISTS
         if isinstance(error, FileNotFoundError):
-            return _Kind.NOT_FOUND
+            return FailureKind.NOT_FOUND
         if isinstance(error, ex.NotSupportedError):
-            return _Kind.UNSUPPORTED
+            return FailureKind.UNSUPPORTED
         if isinstance(
             error,
             (
@@ -152,17 +152,17 @@ class _ObstoreS3:
                 TypeError,
             ),
         ):
-            return _Kind.PERMANENT
+            return FailureKind.PERMANENT
         text = str(error)
         if any(marker in text for marker in _CONFIG_ERRORS):
-            return _Kind.PERMANENT  # a client that cannot be built or configured never gets better by retrying
-        by_status = _status_kind(text)
+            return FailureKind.PERMANENT  # a client that cannot be built or configured never gets better by retrying
+        by_status = status_kind(text)
         if by_status is not None:
             return by_status
-        return _Kind.TRANSIENT  # no HTTP status: connection refused/reset/closed, timeouts, DNS hiccups
+        return FailureKind.TRANSIENT  # no HTTP status: connection refused/reset/closed, timeouts, DNS hiccups
 
 
-class _Fsspec:
+class FsspecClient:
     """Any fsspec file system (s3fs, gcsfs, adlfs); paths are ``bucket/key`` strings."""
 
     name = "fsspec"
@@ -219,27 +219,27 @@ class _Fsspec:
 
     def kind(self, error: BaseException) -> str:
         if isinstance(error, (FileExistsError,)):
-            return _Kind.EXISTS
+            return FailureKind.EXISTS
         if isinstance(error, FileNotFoundError):
-            return _Kind.NOT_FOUND
+            return FailureKind.NOT_FOUND
         if isinstance(error, NotImplementedError):
-            return _Kind.UNSUPPORTED
+            return FailureKind.UNSUPPORTED
         if isinstance(error, (PermissionError, ValueError, TypeError, KeyError)):
-            return _Kind.PERMANENT
+            return FailureKind.PERMANENT
         response = getattr(error, "response", None)
         if isinstance(response, Mapping):  # botocore ClientError
             code = str(response.get("Error", {}).get("Code", ""))
             status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            if any(c in code for c in _TRANSIENT_CODES) or (isinstance(status, int) and status >= 500):
-                return _Kind.TRANSIENT
+            if any(c in code for c in TRANSIENT_CODES) or (isinstance(status, int) and status >= 500):
+                return FailureKind.TRANSIENT
             if code in ("PreconditionFailed",) or status == 412:
-                return _Kind.EXISTS
+                return FailureKind.EXISTS
             if isinstance(status, int) and 400 <= status < 500:
-                return _Kind.PERMANENT
+                return FailureKind.PERMANENT
         status = getattr(error, "code", None) or getattr(error, "status", None) or getattr(error, "status_code", None)
         if isinstance(status, int) and 400 <= status < 600:
-            return _status_kind(f"status code {status} {error}") or _Kind.PERMANENT
-        return _status_kind(str(error)) or _Kind.TRANSIENT
+            return status_kind(f"status code {status} {error}") or FailureKind.PERMANENT
+        return status_kind(str(error)) or FailureKind.TRANSIENT
 
 
 # ------------------------------------------------------------------------------------------- options

@@ -31,7 +31,7 @@ from megadump_zarr.store.encoding import NO_COMPRESSION
 from megadump_zarr.store.metadata import dumps, pack_array_document_bytes
 from megadump_zarr.store.pack_plan import PackPlan, PackRecord
 from megadump_zarr.store.packs import COORDINATES_ATTR, PACK_COORDINATES, TASK_DIM, encode_index, shard_rows
-from megadump_zarr.store.stats import _SLICE, StatsAccumulator
+from megadump_zarr.store.stats import SLICE_ELEMENTS, StatsAccumulator
 
 __all__ = ["row_stats", "submit_pack"]
 
@@ -52,10 +52,10 @@ def row_stats(rows: Sequence[np.ndarray]) -> list[dict[str, Any]]:
     """
     dtype = rows[0].dtype
     size = rows[0].size
-    if size > _SLICE:  # the accumulator sums such rows slice by slice: let it
+    if size > SLICE_ELEMENTS:  # the accumulator sums such rows slice by slice: let it
         return [StatsAccumulator(dtype).update(row).result() for row in rows]
     kind = StatsAccumulator(dtype).kind
-    step = max(1, _SLICE // size)
+    step = max(1, SLICE_ELEMENTS // size)
     out: list[dict[str, Any]] = []
     for first in range(0, len(rows), step):
         part = rows[first : first + step]

@@ -2,7 +2,7 @@
 
 :class:`RetryPolicy` says how often and how long to back off; :func:`default_retry_policy` is what new
 backends get when none is passed (:func:`set_default_retry_policy`, or ``with retry_policy(...)`` for a
-block). :func:`_status_kind` classifies an error message by the HTTP status it names, which is shared by
+block). :func:`status_kind` classifies an error message by the HTTP status it names, which is shared by
 every client library (see :mod:`megadump_zarr.store.object_clients`); the retry loop itself lives in
 :class:`~megadump_zarr.store.object_backend.ObjectStoreBackend`.
 """
@@ -23,7 +23,7 @@ _STATUS = re.compile(
     r"status code:? (\d{3})|\b(\d{3}) (?:Service Unavailable|Internal Server Error|Bad Gateway|"
     r"Gateway Timeout|Too Many Requests|Forbidden|Not Found|Precondition Failed|Not Implemented)"
 )
-_TRANSIENT_CODES = (
+TRANSIENT_CODES = (
     "SlowDown",
     "Throttl",
     "RequestTimeout",
@@ -128,7 +128,7 @@ def retry_policy(policy: RetryPolicy | None = None, **changes: Any) -> Iterator[
 
 
 # ------------------------------------------------------------------------------------------- classification
-class _Kind:
+class FailureKind:
     TRANSIENT = "transient"
     PERMANENT = "permanent"
     NOT_FOUND = "not found"
@@ -136,18 +136,18 @@ class _Kind:
     UNSUPPORTED = "unsupported"
 
 
-def _status_kind(text: str) -> str | None:
+def status_kind(text: str) -> str | None:
     """Classify by an HTTP status code found in an error message (None: no status in it)."""
     match = _STATUS.search(text)
     if match is None:
         return None
     status = int(match.group(1) or match.group(2))
     if status >= 500:
-        return _Kind.UNSUPPORTED if status == 501 else _Kind.TRANSIENT
-    if status in (408, 429) or any(code in text for code in _TRANSIENT_CODES):
-        return _Kind.TRANSIENT
+        return FailureKind.UNSUPPORTED if status == 501 else FailureKind.TRANSIENT
+    if status in (408, 429) or any(code in text for code in TRANSIENT_CODES):
+        return FailureKind.TRANSIENT
     if status == 404:
-        return _Kind.NOT_FOUND
+        return FailureKind.NOT_FOUND
     if status == 412:
-        return _Kind.EXISTS
-    return _Kind.PERMANENT
+        return FailureKind.EXISTS
+    return FailureKind.PERMANENT

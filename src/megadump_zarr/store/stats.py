@@ -25,7 +25,7 @@ import numpy as np
 
 __all__ = ["StatsAccumulator", "compute_stats"]
 
-_SLICE = 1 << 18  # elements per float64 working slice (2 MiB: stays in cache across the passes)
+SLICE_ELEMENTS = 1 << 18  # elements per float64 working slice (2 MiB: stays in cache across the passes)
 _NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _ML_FLOATS = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
 
@@ -41,21 +41,21 @@ def _kind(dtype: np.dtype) -> str:
 
 
 def _slices(array: np.ndarray) -> Iterator[np.ndarray]:
-    """Yield 1-D pieces of ``array`` of at most ``_SLICE`` elements, copying only non-contiguous input."""
+    """Yield 1-D pieces of ``array`` of at most ``SLICE_ELEMENTS`` elements, copying only non-contiguous input."""
     if array.flags.c_contiguous:
         flat = array.reshape(-1)
-        for start in range(0, flat.size, _SLICE):
-            yield flat[start : start + _SLICE]
+        for start in range(0, flat.size, SLICE_ELEMENTS):
+            yield flat[start : start + SLICE_ELEMENTS]
         return
     if array.ndim == 0:  # pragma: no cover - 0-d arrays are always contiguous
         yield array.reshape(1)
         return
     row = math.prod(array.shape[1:])
-    if row > _SLICE:
+    if row > SLICE_ELEMENTS:
         for i in range(array.shape[0]):
             yield from _slices(array[i])
         return
-    step = max(1, _SLICE // max(row, 1))
+    step = max(1, SLICE_ELEMENTS // max(row, 1))
     for start in range(0, array.shape[0], step):
         yield np.ascontiguousarray(array[start : start + step]).reshape(-1)
 
@@ -158,7 +158,7 @@ _local = threading.local()
 
 
 def _scratch(dtype: type, values: np.ndarray) -> np.ndarray:
-    """``values`` cast into this thread's reusable buffer of ``dtype`` (at most ``_SLICE`` elements).
+    """``values`` cast into this thread's reusable buffer of ``dtype`` (at most ``SLICE_ELEMENTS`` elements).
 
     Reusing one buffer per thread matters: fresh multi-MiB temporaries in every pool thread cost more
     in page faults than the arithmetic itself.
@@ -166,7 +166,7 @@ def _scratch(dtype: type, values: np.ndarray) -> np.ndarray:
     key = np.dtype(dtype).char
     buffer = getattr(_local, key, None)
     if buffer is None or buffer.size < values.size:
-        buffer = np.empty(max(values.size, _SLICE), dtype=dtype)
+        buffer = np.empty(max(values.size, SLICE_ELEMENTS), dtype=dtype)
         setattr(_local, key, buffer)
     out = buffer[: values.size]
     np.copyto(out, values, casting="unsafe")

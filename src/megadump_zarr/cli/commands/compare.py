@@ -123,7 +123,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-class _Records:
+class RecordsView:
     """A dump seen through a fixed subset of its records (what ``analyse.compare`` reads of a dump);
     everything else (the store, record metadata, its source for workers) is the dump's own."""
 
@@ -166,8 +166,8 @@ def compare_in_order(
 
     total = len(set(records_a["path"]) | set(records_b["path"]))
     result = compare(
-        _Records(a, records_a),
-        _Records(b, records_b),
+        RecordsView(a, records_a),
+        RecordsView(b, records_b),
         rtol=rtol,
         atol=atol,
         fail_fast=fail_fast,

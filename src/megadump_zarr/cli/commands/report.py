@@ -20,7 +20,7 @@ from megadump_zarr.cli.common import (
     open_dump_arg,
     storage_options,
 )
-from megadump_zarr.cli.commands.compare import _Records  # the same record views
+from megadump_zarr.cli.commands.compare import RecordsView  # the same record views
 
 __all__ = ["register"]
 
@@ -93,13 +93,13 @@ def _collect(args: argparse.Namespace, options: dict[str, Any] | None) -> Any:
 
     dump_a = open_dump_arg(args.a, options)
     if args.b is None:
-        data = collect_single(_Records(dump_a, matching_records(dump_a, args)))
+        data = collect_single(RecordsView(dump_a, matching_records(dump_a, args)))
     else:
         dump_b = open_dump_arg(args.b, options)
         records_a, records_b = matching_pair(dump_a, dump_b, args, f"{args.a} or {args.b}")
         data = collect_comparison(
-            _Records(dump_a, records_a),
-            _Records(dump_b, records_b),
+            RecordsView(dump_a, records_a),
+            RecordsView(dump_b, records_b),
             rtol=args.rtol,
             atol=args.atol,
             by=args.by,
