@@ -33,6 +33,7 @@ from megadump_zarr.store.packs import (
 )
 from megadump_zarr.store.stats import SLICE_ELEMENTS, StatsAccumulator
 from megadump_zarr.store.writer import WindowWriter
+from tests._layout import without_digests
 
 INV = "invocation_000000_forward"
 
@@ -271,7 +272,7 @@ def test_records_attributes_and_stats_equal_the_schema6_writers(windows):
         stage = pack.rpartition("/")[0]
         tasks = json.loads((packed / pack / "task_id" / "zarr.json").read_bytes())["attributes"]["tasks"]
         for entry, record in zip(tasks, doc["attributes"]["records"], strict=True):
-            assert record == docs[f"{stage}/{entry['group']}/{name}"]["attributes"]
+            assert record == without_digests(docs[f"{stage}/{entry['group']}/{name}"]["attributes"])
             assert json.dumps(record["stats"]) == json.dumps(
                 docs[f"{stage}/{entry['group']}/{name}"]["attributes"]["stats"]
             )
@@ -320,7 +321,7 @@ def test_expand_pack_is_the_schema6_writers_view(windows):
     assert sorted(view) == sorted(wanted)
     differ = set()
     for path, doc in view.items():
-        expected = wanted[path]
+        doc, expected = without_digests(doc), without_digests(wanted[path])
         if expected["node_type"] == "group" and "consolidated_metadata" in expected and path not in nodes:
             # a virtual task group comes without consolidated metadata (the reader's store adds it)
             assert doc == {k: v for k, v in expected.items() if k != "consolidated_metadata"}, path

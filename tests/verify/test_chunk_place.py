@@ -1,9 +1,9 @@
 """Issue 23 item 8 (reader side): a chunk valid elsewhere but not here is named by plain ``verify`` when its array
 records ``chunkCrc32c`` (``store.chunk_digests``); arrays without it verify as before, with a *not bound* note.
 
-The writer does not record the attribute yet (see the report of branch rel23), so these tests record it the way
-``store.chunk_digests.splice_chunk_digests`` would: from each stored chunk's trailing crc32c, in every copy of the
-array's document.
+The window writer records the attribute itself (the last test); the others also write it the way
+``store.chunk_digests.splice_chunk_digests`` does (from each stored chunk's trailing crc32c, in every copy of the
+array's document), or strip it, to test the reader on its own.
 """
 
 from __future__ import annotations
@@ -120,3 +120,21 @@ def test_the_writer_hook_records_each_sealed_chunks_crc32c() -> None:
     attrs = json.loads(splice_chunk_digests(job, job.attrs_json, True))
     assert job.chunks.count == 4 and attrs["name"] == "x" and digests_of(attrs, 4) == crcs
     assert splice_chunk_digests(job, job.attrs_json, False) == job.attrs_json
+
+
+def test_the_writer_binds_its_chunks_so_plain_verify_names_a_swap(root: Path) -> None:
+    """End to end: the window writer records ``chunkCrc32c`` itself (no injection), and two record chunks
+    swapped, each with a valid crc32c, are named by plain ``verify`` (before the hook, only ``--deep`` could)."""
+    window = root / WINDOW
+    chunks = {}
+    for doc_path in window.rglob("zarr.json"):
+        doc = json.loads(doc_path.read_text())
+        if doc.get("node_type") == "array" and (doc.get("attributes") or {}).get("name"):
+            assert len(doc["attributes"][DIGEST_ATTR]) == 8  # one chunk, recorded by the writer
+            chunks[doc["attributes"]["name"]] = next(p for p in doc_path.parent.iterdir() if p.name != "zarr.json")
+    assert set(chunks) == {"a", "b"} and verify_dump(root).ok
+    a, b = chunks["a"].read_bytes(), chunks["b"].read_bytes()
+    chunks["a"].write_bytes(b)
+    chunks["b"].write_bytes(a)
+    problems = verify_dump(root).problems
+    assert sorted(p.key for p in problems) == sorted(c.relative_to(root).as_posix() for c in chunks.values())

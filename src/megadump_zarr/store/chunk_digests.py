@@ -12,9 +12,8 @@ how readers recognise them) carry none: their chunks are *not bound* (a note, no
 
 Cost: 4 bytes already computed per chunk, and 8 bytes of JSON per chunk in the array's document.
 
-Wiring: ``WindowWriter._chunk`` calls :func:`note_chunk_digest` on each sealed chunk and ``WindowWriter._document``
-calls :func:`splice_chunk_digests` on the attributes (two lines; not yet wired: every record's attributes then
-carry the new field, which the cross-schema and packs-view equality tests compare exactly).
+Wiring: ``WindowWriter._chunk`` calls :func:`note_chunk_digest` on each sealed chunk (when it checksums) and
+``WindowWriter._document`` calls :func:`splice_chunk_digests` on the attributes. Packs record none yet.
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ import numpy as np
 from megadump_zarr.codecs import parse_compressor
 from megadump_zarr.dump.export import InvocationWrite, WindowWrite
 from megadump_zarr.store.backend import Backend, LocalBackend, open_backend
+from megadump_zarr.store.chunk_digests import note_chunk_digest, splice_chunk_digests
 from megadump_zarr.store.encoding import NO_COMPRESSION, RAW_BELOW_BYTES, Encoder, joined
 from megadump_zarr.store.metadata import (
     array_document_bytes,
@@ -310,7 +311,10 @@ class WindowWriter:
                 payload[: stop - start] = piece
         acc = StatsAccumulator(data.dtype).update(piece) if job.stats else None
         raw = _stored_raw(job)
-        return self._seal(self._encoder.encode(payload.reshape(-1).view(np.uint8), data.dtype.itemsize, raw)), acc
+        sealed = self._seal(self._encoder.encode(payload.reshape(-1).view(np.uint8), data.dtype.itemsize, raw))
+        if self.checksum:
+            note_chunk_digest(job, index, sealed)  # chunks bound to their place (store.chunk_digests)
+        return sealed, acc
 
     def _document(self, job: ArrayJob, acc: StatsAccumulator | None) -> bytes:
         """The array's ``zarr.json`` bytes, with statistics spliced into the attributes."""
@@ -320,6 +324,7 @@ class WindowWriter:
                 acc = StatsAccumulator(job.data.dtype)
             sep = b"," if attrs_json != b"{}" else b""
             attrs_json = attrs_json[:-1] + sep + b'"stats":' + dumps(acc.result()) + b"}"
+        attrs_json = splice_chunk_digests(job, attrs_json, self.checksum)
         plan = job.chunks
         return array_document_bytes(
             plan.shape,
