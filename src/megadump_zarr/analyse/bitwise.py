@@ -241,8 +241,8 @@ def _checksum_row(row: dict[str, Any], dump_a: Any, dump_b: Any, row_a: Any, row
     sums, counts = [], []
     for dump, r in ((dump_a, row_a), (dump_b, row_b)):
         checksum = _value(r, "checksum")
-        if checksum is None and _payload(r) and not _truncated(r):
-            checksum = _host_checksum(record_source(_open(dump), str(_value(r, "path")), False))
+        if checksum is None:
+            checksum = payload_checksum(dump, r)
         count = _value(r, "element_count")
         sums.append(None if checksum is None else int(checksum))
         counts.append(int(count) if count is not None else row["elements"])
