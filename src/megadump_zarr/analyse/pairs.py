@@ -384,8 +384,11 @@ def record_source(dump: Any, path: str, truncated: bool) -> Any:
             from megadump_zarr.read.chunks import chunk_rows
 
             key = f"{info.key}/{rel}"
-            guarded = GuardedArray(open_zarr_array(dump.store, key, doc), key, getattr(dump, "root", ""))
-            return chunk_rows(guarded)
+            opened = dump.open_source(dump.record_source(path)) if hasattr(dump, "open_source") else None
+            if opened is None:  # a Dump-like without record sources: its stored array
+                opened = open_zarr_array(dump.store, key, doc)
+            guarded = GuardedArray(opened, key, getattr(dump, "root", ""))
+            return chunk_rows(guarded)  # a packed row keeps its own read (no zarr metadata: no fast path)
     return dump.record_array(path)
 
 
