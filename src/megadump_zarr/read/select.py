@@ -446,7 +446,7 @@ def _name_mask(names: pd.Series, patterns: list[str]) -> np.ndarray:
     equality, which is what fnmatch would say: a set look-up instead of a match per row)."""
     exact = [p for p in patterns if not _GLOB & set(p)]
     globs = [p for p in patterns if _GLOB & set(p)]
-    out = names.isin(exact).to_numpy(dtype=bool) if exact else np.zeros(len(names), dtype=bool)
+    out = names.isin(exact).to_numpy(dtype=bool, copy=True) if exact else np.zeros(len(names), dtype=bool)
     if globs:
         out |= np.array(
             [isinstance(n, str) and any(n == p or fnmatch.fnmatchcase(n, p) for p in globs) for n in names],
