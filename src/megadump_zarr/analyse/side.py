@@ -158,7 +158,8 @@ class DumpSide:
         Args:
             row: A ``records()`` row.
         """
-        return scalar(row.get("payload")) is not False
+        value = scalar(row.get("payload"))
+        return True if value is None else bool(value)
 
     def lineage(self, path: str, row: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The lineage columns of a record (``role``, ``capture_phase``, ``producers``, ``consumers``, ``ports``).
