@@ -10,6 +10,11 @@ The dump-level functions use only three methods of a dump (``megadump_zarr.read.
 * ``record_array(path)``: one record as a lazy DataArray in its logical shape;
 * ``tensor(name, **select)``: a named tensor, L0 array or stitched L1 view, as a lazy DataArray.
 
+:func:`compare` runs one way: each argument opened once as a side (:func:`megadump_zarr.analyse.side.open_side`:
+a dump, named tensors or one array), then the records matched (:mod:`megadump_zarr.analyse.matching`), each
+match made a row or a record pair (:mod:`megadump_zarr.analyse.pairs`, :mod:`megadump_zarr.analyse.summary`,
+:mod:`megadump_zarr.analyse.bitwise`), the pairs' metrics and verdicts computed, and the rows framed.
+
 A ``Dump`` from :func:`megadump_zarr.read.open_dump` is read faster: each record's zarr array
 directly, chunk-aligned, both sides decoded in parallel threads (:mod:`megadump_zarr.analyse.pairs`).
 Arrays are never loaded whole: :mod:`megadump_zarr.analyse.metrics` reads them block by block.
@@ -159,11 +164,13 @@ def compare(
     * two dumps (``Dump`` objects, or paths/URLs opened with ``open_dump``): records are matched by
       their path relative to the dump root (that is, by rank, window, invocation, stage, task,
       io, index and name); a record on one side only gives a ``"missing"`` row. ``select`` filters
-      ``records()`` (any column; a list/tuple/set value means "any of"). Each record pair is one
+      ``records()`` with the record filters of ``Dump.tensor`` and the CLI
+      (:func:`megadump_zarr.read.select.filter_mask`: ``owner=1``, ``core="MIX5"``, ``task="task_000003"``,
+      ...) or by any other column (equality; a list/tuple/set value means "any of"). Each record pair is one
       picklable unit (:func:`megadump_zarr.analyse.pairs.compare_record`) run through
       :func:`megadump_zarr.analyse.parallel.map_ordered`: on a ``distributed`` cluster when a client
       is active, else in local threads.
-    * a dump and a reference: a mapping name → tensor/array (e.g. tensors of an eager PyTorch run) or
+    * a dump and a reference: a mapping name → tensor/array (e.g. a ``state_dict``, tensors of an eager run) or
       an ``xarray.Dataset`` (its data variables). Each name is compared with
       ``dump.tensor(name, **select)`` (``select``: rank, window, invocation, stage, io, kernel, task;
       one value each). A stitched L1 tensor holds only the rows its records captured: the reference
@@ -208,7 +215,8 @@ def compare(
         b: The reference dump, mapping, Dataset or array.
         rtol: Relative tolerance of floating comparisons, replacing the dtype default (finite, >= 0).
         atol: Absolute tolerance of floating comparisons, replacing the dtype default (finite, >= 0).
-        names: Only these tensor names (default: all records, or every name of the reference).
+        names: Only these tensor names (default: all records, or every name of the reference); for the
+            records of two dumps a name may be a shell-style pattern, as ``--name``.
         progress: Show a rich progress bar (True), or a callable run after each compared pair.
         fail_fast: Dumps: compare one record at a time in execution order and stop after the first
             that does not pass (``missing`` included); the rest are left out of the result.
@@ -217,15 +225,17 @@ def compare(
             the device checksum; a pair that cannot be proven equal (no payload, no checksum) is an
             ``error`` row. :func:`~megadump_zarr.analyse.bitwise.bitwise_map` names the tasks and cores
             whose records differ at which steps.
-        **select: Record selection, e.g. ``rank=0, invocation=2, stage="expert_up", io="output"``.
+        **select: Record selection, e.g. ``rank=0, invocation=2, stage="expert_up", io="output"``
+            (None values are ignored).
 
     Returns:
         A DataFrame with columns :data:`RESULT_COLUMNS`.
 
     Raises:
         ValueError: ``rtol`` or ``atol`` is NaN, infinite or negative (the message names it and the value),
-            or given with ``bitwise``.
-        TypeError: ``bitwise`` with something else than two dumps.
+            or given with ``bitwise``; an unknown selection key (the message lists the filters and columns).
+        TypeError: ``bitwise`` with something else than two dumps; a dump as the reference of something
+            else than a dump; a selection without a dump.
     """
     rtol, atol = check_tolerance("rtol", rtol), check_tolerance("atol", atol)
     side_a, side_b = open_side(a), open_side(b)  # each side opened once; later steps ask the side
