@@ -31,17 +31,13 @@ import pandas as pd
 from megadump_zarr.analyse.matching import (
     KEY_COLUMNS,
     RecordMatch,
-    align_reference,
-    common_keys,
     execution_order,
     match_records,
     name_filter,
     record_keys,
-    reference_order,
     scalar,
-    selected_keys,
 )
-from megadump_zarr.analyse.metrics import DEFAULT_BLOCK_BYTES, dtype_name, shape_of
+from megadump_zarr.analyse.metrics import DEFAULT_BLOCK_BYTES
 from megadump_zarr.analyse.pairs import (
     METRIC_COLUMNS,
     RecordPair,
@@ -51,6 +47,7 @@ from megadump_zarr.analyse.pairs import (
     empty_row,
     single_threaded_blas,
 )
+from megadump_zarr.analyse.reference import reference_rows
 from megadump_zarr.analyse.side import DumpSide, ReferenceSide, Side, open_dump_side, open_side
 from megadump_zarr.analyse.summary import is_summary_pair, summary_row
 from megadump_zarr.analyse.verdict import FAILING, check_tolerance
@@ -114,13 +111,6 @@ _STOPPING = FAILING + ("missing",)
 
 
 # ---------------------------------------------------------------------------------------------------- helpers
-def _truncation_note(x: Any) -> str:
-    attrs = getattr(x, "attrs", None) or {}
-    if attrs.get("truncated") or attrs.get("truncatedRecords"):
-        return "truncated record(s): NaN where not captured"
-    return ""
-
-
 def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
     for col in _INT_COLUMNS:
@@ -397,37 +387,6 @@ def _with_payload_checksums(
     return rows[0], rows[1]
 
 
-def _stitched_locator(tensor: Any, records: pd.DataFrame) -> Callable[[tuple[int, ...]], dict[str, Any]] | None:
-    """Worst element → producing task/owner/core, from a stitched L1 tensor's per-row coordinates."""
-    import numpy as np
-
-    if getattr(tensor, "attrs", {}).get("level") != "L1" or not getattr(tensor, "dims", ()):
-        return None
-    dim = tensor.dims[0]
-    coords = {}
-    for name in ("task_id", "owner_id", "core_id"):
-        if name in tensor.coords and tensor.coords[name].dims == (dim,):
-            coords[name] = np.asarray(tensor.coords[name].values)
-    core_types = {}
-    if "task_id" in records.columns and "core_type" in records.columns:
-        for task, core_type in zip(records["task_id"], records["core_type"]):
-            if scalar(task) is not None:
-                core_types[int(task)] = scalar(core_type)
-
-    def locate(index: tuple[int, ...]) -> dict[str, Any]:
-        row = int(index[0])
-        out: dict[str, Any] = {}
-        for name, values in coords.items():
-            value = int(values[row])
-            out[f"worst_{name}"] = value if value >= 0 else None
-        task = out.get("worst_task_id")
-        if task is not None:
-            out["worst_core_type"] = core_types.get(task)
-        return out
-
-    return locate
-
-
 def _compare_dump_reference(
     dump: DumpSide,
     reference: ReferenceSide,
@@ -436,59 +395,14 @@ def _compare_dump_reference(
     progress: bool | Callable[[], None],
     tol: dict[str, Any],
 ) -> pd.DataFrame:
-    """A dump and named tensors, one way: the names in the dump's execution order, each compared with the
-    dump's tensor of that name (``Dump.tensor(name, **select)``)."""
-    records = dump.records(select)
-    ordered, in_dump = reference_order(records, names if names is not None else reference.names())
-    chosen = selected_keys(select)
-    rows: list[dict[str, Any]] = []
-    with _advancer(progress, len(ordered), "comparing tensors") as advance:
-        for name in ordered:
-            mine = records[records["name"] == name]
-            keys = common_keys(mine, name)
-            keys.update({k: v for k, v in chosen.items() if keys[k] is None})
-            ref = reference.get(name)
-            if ref is None:
-                rows.append(empty_row(keys, "missing", "not in the reference"))
-            elif name not in in_dump:
-                rows.append(
-                    empty_row(keys, "missing", "not in the dump", shape_b=shape_of(ref), dtype_b=dtype_name(ref))
-                )
-            else:
-                rows.append(_tensor_row(dump, name, select, keys, ref, mine, tol))
+    """A dump and named tensors (:func:`megadump_zarr.analyse.reference.reference_rows`), in the dump's order."""
+    total, rows = reference_rows(dump, reference, names, select, tol)
+    out: list[dict[str, Any]] = []
+    with _advancer(progress, total, "comparing tensors") as advance:
+        for row in rows:
+            out.append(row)
             advance()
-    return _frame(rows)
-
-
-def _tensor_row(
-    dump: DumpSide,
-    name: str,
-    select: dict[str, Any],
-    keys: dict[str, Any],
-    ref: Any,
-    mine: pd.DataFrame,
-    tol: dict[str, Any],
-) -> dict[str, Any]:
-    """The row of one name a dump and a reference both hold."""
-    try:
-        tensor = dump.tensor(name, **select)
-    except Exception as exc:
-        return compare_pair(keys, _Raising(exc), ref)
-    ref, aligned = align_reference(tensor, ref)
-    return compare_pair(
-        keys, tensor, ref, notes=[aligned, _truncation_note(tensor)], locate=_stitched_locator(tensor, mine), **tol
-    )
-
-
-class _Raising:
-    """An array-like whose reading raises ``exc`` (so :func:`compare_pair` classifies the failure)."""
-
-    def __init__(self, exc: Exception) -> None:
-        self.exc = exc
-
-    @property
-    def shape(self) -> Any:
-        raise self.exc
+    return _frame(out)
 
 
 def _compare_collections(
