@@ -14,8 +14,9 @@ from typing import Any
 
 __all__ = ["WINDOW_KEY", "CheckState", "Problem", "WindowCheck", "short"]
 
-WINDOW_KEY = re.compile(r"^rank_(\d+)/window_(\d+)$")
-"""A window key, ``rank_{r}/window_{wwww}`` (groups: rank, window index)."""
+WINDOW_KEY = re.compile(r"rank_([0-9]+)/window_([0-9]+)")
+"""A window key, ``rank_{r}/window_{wwww}`` (groups: rank, window index); use ``fullmatch`` (``$`` would let a
+trailing newline through, and ``\\d`` other scripts' digits)."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ class CheckState:
         stored_bytes: Bytes of the chunks read.
         partial_records: Records flagged ``partial: true``.
         unbound: Checksummed arrays that record no ``chunkCrc32c`` (a note, not a problem).
+        unchecked: Arrays with chunks but no checksum: decoded only (a note, not a problem).
     """
 
     window: str
@@ -110,6 +112,7 @@ class CheckState:
     stored_bytes: int = 0
     partial_records: int = 0
     unbound: int = 0
+    unchecked: int = 0
 
     def add(self, key: str, what: str) -> None:
         """Add the problem ``what`` at store key ``key``."""

@@ -42,6 +42,7 @@ def verify_window(
     *,
     deep: bool = False,
     tick: Callable[[int], None] | None = None,
+    msprobe: bool = False,
 ) -> WindowCheck:
     """Verify one window of a dump (see the module docstring).
 
@@ -51,6 +52,8 @@ def verify_window(
         window: The window key, ``rank_{r}/window_{wwww}``.
         deep: Also recompute the stored statistics from the data.
         tick: Called with the number of chunk bytes checked, as they are (progress bars).
+        msprobe: ``url`` is an msprobe dump read in place (its statistics are msprobe's, see
+            :func:`megadump_zarr.verify.chunks.stats_tolerance`).
     """
     from megadump_zarr.read.errors import DumpIntegrityError
     from megadump_zarr.read.location import get_bytes, open_location, parse_json
@@ -60,7 +63,7 @@ def verify_window(
     store = open_location(url, dict(storage_options or {})).store
     state = CheckState(window)
     doc_key = f"{window}/zarr.json"
-    match = WINDOW_KEY.match(window)
+    match = WINDOW_KEY.fullmatch(window)
     if match is None or int(match.group(1)) > INT64_MAX or int(match.group(2)) > INT64_MAX:
         state.add(window, "not a window key with rank and window indices within int64 (no writer makes one)")
         return _result(state, "unknown", deep, ())
@@ -104,7 +107,7 @@ def verify_window(
     check_pack_documents(state, store, window)
     check_records_table(state, window, status, attrs, {k: v for k, v in nodes.items() if k in good})
     arrays = {path: nodes[path] for path in good if nodes[path].get("node_type") == "array"}
-    check_chunks(state, store, window, arrays, deep, tick)
+    check_chunks(state, store, window, arrays, deep, tick, msprobe)
     _check_partial(
         state,
         window,
@@ -166,14 +169,17 @@ def _statistics_only_records(groups: dict[str, dict[str, Any]], partial_launches
 
 
 def _result(state: CheckState, status: str, deep: bool, partial: tuple[Any, ...]) -> WindowCheck:
-    notes = (
-        (
-            f"{state.unbound} array(s) not bound: they record no chunkCrc32c (written before it existed, in a "
-            f"pack, or without checksums), so a chunk valid elsewhere cannot be told from theirs",
+    notes = []
+    if state.unchecked:
+        notes.append(
+            f"{state.unchecked} array(s) carry no checksum (no crc32c codec): their chunks were decoded, so damage "
+            f"that still decodes cannot be found"
         )
-        if state.unbound
-        else ()
-    )
+    if state.unbound:
+        notes.append(
+            f"{state.unbound} array(s) not bound: they record no chunkCrc32c (written before it existed, in a "
+            f"pack, or without checksums), so a chunk valid elsewhere cannot be told from theirs"
+        )
     return WindowCheck(
         state.window,
         status,
@@ -185,5 +191,5 @@ def _result(state: CheckState, status: str, deep: bool, partial: tuple[Any, ...]
         partial,
         state.partial_records,
         deep,
-        notes,
+        tuple(notes),
     )
