@@ -157,7 +157,7 @@ def verify_dump(
     if isinstance(url, Dump):
         store = url.store.wrapped if isinstance(url.store, IntegrityStore) else url.store
         report = verify_dump(store, deep=deep, windows=windows, progress=progress)
-        return VerifyReport(url.root, report.windows, report.deep, report.source, report.notes)
+        return VerifyReport(url.root, report.windows, report.deep, report.source, report.notes, report.dump_problems)
     text: Any = url if isinstance(url, Store) else os.fspath(url)
     from megadump_zarr.read.msprobe import msprobe_location
 
