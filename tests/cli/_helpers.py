@@ -68,7 +68,7 @@ def make_salvage_inputs(directory: Path, monkeypatch: pytest.MonkeyPatch, *, pen
     import megadump_zarr.dump.dumper as dumper_module
     from megadump_zarr import TensorDumpConfig, tensor_dump
     from megadump_zarr.demo.model import MoEBlock
-    from megadump_zarr.dump.plan_io import plan_document
+    from megadump_zarr.dump.saved_plans import plan_document
     from megadump_zarr.dump.window import DumpInvocation
     from megadump_zarr.l1 import L1_DUMP_STATUS_BYTE
 

@@ -31,7 +31,7 @@ from megadump_zarr.store.packs import (
     index_nbytes,
     range_chunk,
 )
-from megadump_zarr.store.stats import SLICE_ELEMENTS, StatsAccumulator
+from megadump_zarr.store.tensor_stats import SLICE_ELEMENTS, StatsAccumulator
 from megadump_zarr.store.writer import WindowWriter
 from tests._layout import without_digests
 

@@ -22,9 +22,16 @@ from megadump_zarr.dump.exporter import BackgroundExporter, ExportError
 from megadump_zarr.dump.l0 import L0Tensor, describe_graph_tensors
 from megadump_zarr.dump.l1_plan import PreparedL1Dump, prepare_l1_dump
 from megadump_zarr.dump.limits import check_index, check_inside_root
-from megadump_zarr.dump.plan_io import new_run_id, plan_document, plan_group_bytes, plan_key, plan_prefix, run_prefix
+from megadump_zarr.dump.saved_plans import (
+    new_run_id,
+    plan_document,
+    plan_group_bytes,
+    plan_key,
+    plan_prefix,
+    run_prefix,
+)
 from megadump_zarr.dump.snapshots import decode_l1_dump, salvage_l1_dump, snapshot_tensor
-from megadump_zarr.dump.statistics import (
+from megadump_zarr.dump.statistics_mode import (
     Baseline,
     L0StatisticsCapture,
     PayloadPolicy,
@@ -34,7 +41,7 @@ from megadump_zarr.dump.statistics import (
     prime_expected_checksums,
     salvage_l1_statistics,
 )
-from megadump_zarr.dump.statistics_plan import has_statistics
+from megadump_zarr.dump.statistics_slots import has_statistics
 from megadump_zarr.dump.window import DumpInvocation, build_window
 
 __all__ = ["TensorDumper", "WindowSink"]

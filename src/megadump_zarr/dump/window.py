@@ -15,7 +15,7 @@ from megadump_zarr.dump.export import SCHEMA_VERSION, ArrayWrite, GroupWrite, In
 from megadump_zarr.dump.l0 import L0Tensor
 from megadump_zarr.dump.names import NameTable, safe_name
 from megadump_zarr.dump.snapshots import L0Snapshot, L1Snapshot
-from megadump_zarr.dump.statistics import STATISTICS_GROUP, statistics_table
+from megadump_zarr.dump.statistics_mode import STATISTICS_GROUP, statistics_table
 from megadump_zarr.l1 import L1_ANY_WORKER
 
 __all__ = ["PACK_STORAGE", "DumpInvocation", "build_window"]

@@ -32,7 +32,7 @@ from megadump_zarr.read.documents import (
     optional_str,
     shape_field,
 )
-from megadump_zarr.read.statistics import STATISTICS_COLUMNS, merge_statistics
+from megadump_zarr.read.statistics_table import STATISTICS_COLUMNS, merge_statistics
 from megadump_zarr.read.location import get_json, get_many, list_dir, list_dirs, list_prefix, parse_json
 from megadump_zarr.read.packs import find_view
 

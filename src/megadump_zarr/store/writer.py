@@ -55,10 +55,10 @@ from megadump_zarr.store.metadata import (
 )
 from megadump_zarr.store.pack_writer import submit_pack
 from megadump_zarr.store.packs import PACK_STORAGE
-from megadump_zarr.store.plan import ArrayJob, plan_invocation
-from megadump_zarr.store.stats import StatsAccumulator
+from megadump_zarr.store.nodes import ArrayJob, plan_invocation
+from megadump_zarr.store.tensor_stats import StatsAccumulator
 from megadump_zarr.store.root_index import index_root, strip_index
-from megadump_zarr.store.statistics import STATISTICS_GROUP, statistics_nodes
+from megadump_zarr.store.statistics_table import STATISTICS_GROUP, statistics_nodes
 
 TASK_STORAGE = "array_per_task_record"
 """``stageViewStorage`` of an L1 window written with ``pack=False``: a Zarr group per task (schema 6's layout,
@@ -111,7 +111,7 @@ class WindowWriter:
         storage_options: fsspec options for URL roots.
         compressor: Compressor name (see :mod:`megadump_zarr.codecs`); ``None`` or ``"none"`` stores raw.
         chunk_bytes: Target uncompressed bytes per chunk (whole rows along axis 0).
-        stats: Store ``stats`` (see :mod:`megadump_zarr.store.stats`) in every data array's attributes.
+        stats: Store ``stats`` (see :mod:`megadump_zarr.store.tensor_stats`) in every data array's attributes.
         max_workers: Threads overlapping file-system operations and compression (default
             one per core (at least 2) for local roots, 32 for fsspec roots).
         checksum: End every array's codec chain with ``crc32c`` (a CRC-32C per chunk that zarr-python,
@@ -496,7 +496,7 @@ class WindowSession:
                     self._nodes[f"{plan.name}/{pack.path}/{record.name}"] = ("array", record.document)
 
     def _write_statistics(self, name: str, table: Any) -> None:
-        """Write one invocation's ``statistics`` group (see :mod:`megadump_zarr.store.statistics`)."""
+        """Write one invocation's ``statistics`` group (see :mod:`megadump_zarr.store.statistics_table`)."""
         group = f"{name}/{STATISTICS_GROUP}"
         if any(path == group or path.startswith(group + "/") for path in self._nodes):
             raise ValueError(f"{group!r} is reserved for the statistics table in {self.url}")
@@ -599,7 +599,7 @@ def _leaf_groups(plan: Any) -> dict[str, tuple[bytes, list[ArrayJob]]]:
     (its statistics table may follow), nor is a group holding a pack or a chunked array.
 
     Args:
-        plan: An :class:`~megadump_zarr.store.plan.InvocationPlan`.
+        plan: An :class:`~megadump_zarr.store.nodes.InvocationPlan`.
     """
     excluded = {path.rpartition("/")[0] for path in plan.groups if path}
     for pack in plan.packs:

@@ -20,7 +20,7 @@ window, the store key and what is wrong:
   or array, or two swapped chunk files, are named; arrays without the attribute (older dumps, packs,
   no checksum) are counted in a *not bound* note, not as problems;
 - ``deep``: the statistics stored in each record (``stats``: min, max, mean, l2norm, nanCount, infCount,
-  see :mod:`megadump_zarr.store.stats`) are recomputed from the data and compared (counts, min and max
+  see :mod:`megadump_zarr.store.tensor_stats`) are recomputed from the data and compared (counts, min and max
   exactly; mean and l2norm to a relative 1e-9, the float64 rounding of merging per-chunk sums).
 
 Kept partial launches (``on_error="keep"``): the window attribute ``partialLaunches`` and records with
@@ -686,7 +686,7 @@ def _open(store: Any, key: str, doc: dict[str, Any]) -> Any:
 
 def _check_decode(state: _State, zarray: Any, array_key: str, doc: dict[str, Any], deep: bool) -> None:
     """Decode every chunk (row block by row block); with ``deep`` recompute the statistics."""
-    from megadump_zarr.store.stats import StatsAccumulator
+    from megadump_zarr.store.tensor_stats import StatsAccumulator
 
     shape = tuple(zarray.shape)
     attrs = doc.get("attributes") if isinstance(doc.get("attributes"), dict) else {}

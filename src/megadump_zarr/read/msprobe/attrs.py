@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from megadump_zarr.dump.export import SCHEMA_VERSION
-from megadump_zarr.read.msprobe.plan import Call, Tensor, Window
+from megadump_zarr.read.msprobe.dump_json import Call, Tensor, Window
 
 __all__ = ["invocation_attrs", "invocation_name", "record_attrs", "window_attrs"]
 

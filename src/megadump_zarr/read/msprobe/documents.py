@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from megadump_zarr.read.msprobe.plan import Call, Tensor
+from megadump_zarr.read.msprobe.dump_json import Call, Tensor
 from megadump_zarr.store.metadata import (
     array_document_bytes,
     consolidated_group_bytes,
@@ -66,11 +66,11 @@ def statistics_node(call: Call, components: list[str]) -> tuple[list[tuple[str, 
         components: Its records' names in the invocation group.
 
     Returns:
-        :func:`megadump_zarr.store.statistics.statistics_nodes`'s ``(items, nodes)``.
+        :func:`megadump_zarr.store.statistics_table.statistics_nodes`'s ``(items, nodes)``.
     """
     from megadump_zarr.codecs import parse_compressor
-    from megadump_zarr.read.msprobe.stats import statistics_table
-    from megadump_zarr.store.statistics import statistics_nodes
+    from megadump_zarr.read.msprobe.statistics_table import statistics_table
+    from megadump_zarr.store.statistics_table import statistics_nodes
 
     return statistics_nodes(statistics_table(call.key, call.tensors, components), parse_compressor("default"), True)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from megadump_zarr.read.msprobe.plan import Tensor
+from megadump_zarr.read.msprobe.dump_json import Tensor
 
 __all__ = ["load_tensor"]
 

@@ -42,7 +42,7 @@ from zarr.core.buffer import Buffer, BufferPrototype
 from megadump_zarr.read.msprobe.attrs import invocation_attrs, invocation_name, record_attrs, window_attrs
 from megadump_zarr.read.msprobe.documents import window_documents
 from megadump_zarr.read.msprobe.load import load_tensor
-from megadump_zarr.read.msprobe.plan import Tensor, Window, plan_windows
+from megadump_zarr.read.msprobe.dump_json import Tensor, Window, plan_windows
 
 __all__ = ["MsprobeStore"]
 
