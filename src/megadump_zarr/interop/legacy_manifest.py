@@ -89,7 +89,7 @@ class _Where:
 def _check_sizes(where: _Where, dtype: str, shape: tuple[int, ...], file: Path, field: str = "actualShape") -> None:
     """Refuse a storedDtype the store cannot hold and a shape int64 cannot count (the ``.pt`` file itself
     is checked against the shape once loaded)."""
-    from megadump_zarr.interop._limits import check_declared_bytes, supported_itemsize
+    from megadump_zarr.read.msprobe.limits import check_declared_bytes, supported_itemsize
 
     try:
         itemsize = supported_itemsize(dtype, "storedDtype")
