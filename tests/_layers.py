@@ -2,7 +2,8 @@
 
 Imports go one way along the data path (README, "Code map")::
 
-    leaves (codecs, _version, _parallel, tables) -> l1 -> diagnostics -> runtime -> dump -> store -> read -> verify
+    leaves (codecs, _version, _parallel, tables, tensor_arrays, layout) -> l1 -> diagnostics -> runtime -> dump
+        -> store -> read -> verify
         -> analyse -> replay -> api (the capture composition root) -> demo (the embedded model)
         -> faces (cli, report, engine) and the edge (interop, transfer) -> the package's __init__
 
@@ -25,6 +26,8 @@ RANKS: dict[str, int] = {
     "_version": 0,
     "_parallel": 0,
     "tables": 0,
+    "tensor_arrays": 0,
+    "layout": 0,
     "l1": 1,
     "diagnostics": 2,
     "runtime": 3,

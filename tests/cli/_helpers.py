@@ -132,7 +132,7 @@ def write_named_l0(root: Path, data: dict[str, np.ndarray]) -> None:
         root: The dump root to write.
         data: Record name -> values, in record order.
     """
-    from megadump_zarr.dump.export import ArrayWrite, InvocationWrite, WindowWrite
+    from megadump_zarr.layout.write_model import ArrayWrite, InvocationWrite, WindowWrite
     from megadump_zarr.store.writer import WindowWriter
 
     items = [

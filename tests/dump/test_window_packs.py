@@ -8,7 +8,7 @@ import torch
 from megadump_zarr import TensorDumpConfig, tensor_dump
 from megadump_zarr.demo.model import DemoConfig, MoEBlock
 from megadump_zarr.dump import window as window_module
-from megadump_zarr.dump.export import SCHEMA_VERSION
+from megadump_zarr.layout.write_model import SCHEMA_VERSION
 from megadump_zarr.store import packs
 from tests.dump._dump_helpers import read_json
 

@@ -15,7 +15,7 @@ import pytest
 import xarray as xr
 import zarr
 
-from megadump_zarr.dump.export import ArrayWrite, InvocationWrite, WindowWrite
+from megadump_zarr.layout.write_model import ArrayWrite, InvocationWrite, WindowWrite
 from megadump_zarr.store import backend as backend_mod
 from megadump_zarr.store.chunking import CHUNK_KEY_SEPARATOR
 from megadump_zarr.store.tensor_stats import compute_stats

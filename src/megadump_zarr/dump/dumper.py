@@ -17,11 +17,11 @@ from megadump_zarr.diagnostics import (
     deactivate_session,
 )
 from megadump_zarr.dump.config import TensorDumpConfig
-from megadump_zarr.dump.export import InvocationWrite, WindowWrite
+from megadump_zarr.layout.write_model import InvocationWrite, WindowWrite
 from megadump_zarr.dump.exporter import BackgroundExporter, ExportError
 from megadump_zarr.dump.l0 import L0Tensor, describe_graph_tensors
 from megadump_zarr.dump.l1_plan import PreparedL1Dump, prepare_l1_dump
-from megadump_zarr.dump.limits import check_index, check_inside_root
+from megadump_zarr.layout.limits import check_index, check_inside_root
 from megadump_zarr.dump.saved_plans import (
     new_run_id,
     plan_document,

@@ -25,15 +25,15 @@ import uuid
 
 import torch
 
-from megadump_zarr.dump.arrays import dtype_name, torch_dtype_named
-from megadump_zarr.dump.limits import INT64_LIMIT, check_index
+from megadump_zarr.tensor_arrays import dtype_name, torch_dtype_named
+from megadump_zarr.layout.limits import INT64_LIMIT, check_index
 from megadump_zarr.l1 import L1_DUMP_MAX_RECORDS
 from megadump_zarr.dump.statistics_mode import salvage_l1_statistics
 from megadump_zarr.dump.statistics_slots import has_statistics
 from megadump_zarr.dump.l1_plan import L1RecordPlan, PreparedL1Dump
 from megadump_zarr.dump.snapshots import salvage_l1_dump
 from megadump_zarr.dump.window import DumpInvocation, build_window
-from megadump_zarr.dump.export import WindowWrite
+from megadump_zarr.layout.write_model import WindowWrite
 
 __all__ = [
     "PLAN_SCHEMA",

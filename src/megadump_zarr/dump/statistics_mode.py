@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from megadump_zarr.dump.arrays import dtype_name
-from megadump_zarr.dump.export import StatisticsTable
+from megadump_zarr.tensor_arrays import dtype_name
+from megadump_zarr.layout.write_model import StatisticsTable
 from megadump_zarr.l1.format import L1Statistics
 from megadump_zarr.l1.reader import read_l1_statistics
 from megadump_zarr.runtime.reductions import statistics_slot

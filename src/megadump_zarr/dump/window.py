@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 
 from megadump_zarr._version import __version__
-from megadump_zarr.dump.export import SCHEMA_VERSION, ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
+from megadump_zarr.layout.write_model import SCHEMA_VERSION, ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
 from megadump_zarr.dump.l0 import L0Tensor
-from megadump_zarr.dump.names import NameTable, safe_name
+from megadump_zarr.layout.names import NameTable, safe_name
 from megadump_zarr.dump.snapshots import L0Snapshot, L1Snapshot
 from megadump_zarr.dump.statistics_mode import STATISTICS_GROUP, statistics_table
 from megadump_zarr.l1 import L1_ANY_WORKER

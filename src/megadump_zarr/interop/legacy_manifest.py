@@ -16,8 +16,8 @@ import re
 from typing import Any
 
 from megadump_zarr._version import __version__
-from megadump_zarr.dump.export import SCHEMA_VERSION, GroupWrite
-from megadump_zarr.dump.names import NameTable, safe_name
+from megadump_zarr.layout.write_model import SCHEMA_VERSION, GroupWrite
+from megadump_zarr.layout.names import NameTable, safe_name
 
 __all__ = ["LEGACY_SCHEMA_VERSION", "PlannedTensor", "plan_window", "window_dirs"]
 

@@ -57,8 +57,8 @@ __all__ = ["convert_msprobe", "is_msprobe_dump"]
 
 def _invocations(window: Window, tick: Any) -> Iterator[Any]:
     """The window's invocations, one API call at a time (tensor files are loaded here, one call in memory)."""
-    from megadump_zarr.dump.export import ArrayWrite, InvocationWrite
-    from megadump_zarr.dump.names import NameTable
+    from megadump_zarr.layout.write_model import ArrayWrite, InvocationWrite
+    from megadump_zarr.layout.names import NameTable
 
     for i, call in enumerate(window.calls):
         name = invocation_name(i, call)

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from megadump_zarr.dump.export import InvocationWrite
+from megadump_zarr.layout.write_model import InvocationWrite
 from megadump_zarr.store.chunking import ChunkPlan, plan_chunks
 from megadump_zarr.store.metadata import data_type_name, dumps
 from megadump_zarr.store.pack_groups import PackPlan, plan_packs

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from megadump_zarr.codecs import parse_compressor
-from megadump_zarr.dump.export import InvocationWrite, WindowWrite
+from megadump_zarr.layout.write_model import InvocationWrite, WindowWrite
 from megadump_zarr.store.backend import Backend, LocalBackend, open_backend
 from megadump_zarr.store.chunk_digests import note_chunk_digest, splice_chunk_digests
 from megadump_zarr.store.encoding import NO_COMPRESSION, RAW_BELOW_BYTES, Encoder, joined

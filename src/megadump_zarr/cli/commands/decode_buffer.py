@@ -157,7 +157,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     """Salvage, write the aborted window, list what was pending."""
     import pandas as pd
 
-    from megadump_zarr.dump.limits import check_index, check_inside_root
+    from megadump_zarr.layout.limits import check_index, check_inside_root
     from megadump_zarr.dump.saved_plans import load_plan
     from megadump_zarr.store.writer import WindowWriter
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from megadump_zarr.dump.export import SCHEMA_VERSION
+from megadump_zarr.layout.write_model import SCHEMA_VERSION
 from megadump_zarr.read.msprobe.dump_json import Call, Tensor, Window
 
 __all__ = ["invocation_attrs", "invocation_name", "record_attrs", "window_attrs"]

@@ -78,7 +78,7 @@ def _load_pt(file: Path) -> tuple[np.ndarray, str]:
 
     import torch
 
-    from megadump_zarr.dump.arrays import dtype_name, tensor_to_numpy
+    from megadump_zarr.tensor_arrays import dtype_name, tensor_to_numpy
 
     try:
         with warnings.catch_warnings():

@@ -295,7 +295,7 @@ def _dumps(value: Any) -> bytes:
 
 def _components(name: str, window: Window, call: Any) -> list[str]:
     """The record arrays' names in the invocation group (what convert's ``NameTable`` gives)."""
-    from megadump_zarr.dump.names import NameTable
+    from megadump_zarr.layout.names import NameTable
 
     table = NameTable(f"{name} of {window.source}")
     return [table.add(item.name) for item in call.tensors]
