@@ -43,6 +43,7 @@ from megadump_zarr.dump.statistics_mode import (
 )
 from megadump_zarr.dump.statistics_slots import has_statistics
 from megadump_zarr.dump.window import DumpInvocation, build_window
+from megadump_zarr.layout.paths import window_path
 
 __all__ = ["TensorDumper", "WindowSink"]
 
@@ -521,7 +522,7 @@ class TensorDumper:
                         nbytes = sum(invocation.payload_bytes for invocation in mine)
                         self._exporter.submit(job, nbytes, session.url, (self._window_index, len(ranks)))
                 except BaseException as error:
-                    where = f"Tensor dump window rank_{rank}/window_{self._window_index:04d}"
+                    where = f"Tensor dump window {window_path(rank, self._window_index)}"
                     if not any(
                         where in note or "Tensor dump window" in note for note in getattr(error, "__notes__", ())
                     ):

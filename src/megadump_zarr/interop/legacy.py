@@ -41,6 +41,7 @@ import warnings
 from megadump_zarr.layout.write_model import ArrayWrite, InvocationWrite
 from megadump_zarr.interop._undo import UndoableWrites
 from megadump_zarr.interop.legacy_manifest import LEGACY_SCHEMA_VERSION, PlannedTensor, plan_window, window_dirs
+from megadump_zarr.layout.paths import window_path
 
 __all__ = ["LEGACY_SCHEMA_VERSION", "convert_legacy"]
 
@@ -60,7 +61,7 @@ def _check_representable(window: Any, url: str | os.PathLike[str]) -> None:
         if not isinstance(step, int) or not -INT64_LIMIT <= step < INT64_LIMIT:
             raise ValueError(f"legacy manifest {window.manifest} 'step' must be an int64, got {step!r}")
     if "://" not in os.fspath(url):
-        check_inside_root(url, f"rank_{window.rank}/window_{window.window_index:04d}")
+        check_inside_root(url, window_path(window.rank, window.window_index))
 
 
 # --------------------------------------------------------------------------- loading (untrusted files)

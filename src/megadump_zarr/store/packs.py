@@ -42,6 +42,8 @@ from typing import Any
 import google_crc32c
 import numpy as np
 
+from megadump_zarr.layout.schema import PACK_STORAGE  # re-exported: the format's name for its windows
+
 __all__ = [
     "COORDINATES_ATTR",
     "INDEX_ARRAYS",
@@ -77,8 +79,6 @@ __all__ = [
     "task_array_name",
 ]
 
-PACK_STORAGE = "task_record_packs"
-"""The window attribute ``stageViewStorage`` of a schema-7 L1 window."""
 PACK_PREFIX = "pack_"
 PACK_ATTR = "megadumpPack"  # pack group attribute: the pack format version
 PACK_VERSION = 2

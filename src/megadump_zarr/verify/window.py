@@ -40,12 +40,13 @@ from typing import Any
 
 import numpy as np
 
+from megadump_zarr.layout.paths import WINDOW_PATH
+
 __all__ = ["Problem", "WindowCheck", "verify_window"]
 
 _BATCH = 64  # chunks fetched concurrently
 _MAX_LISTED = 20  # missing chunks listed per array before "and N more"
 _MAX_CHUNKS = 10_000_000
-_WINDOW = re.compile(r"^rank_(\d+)/window_(\d+)$")
 _REL = 1e-9
 
 
@@ -164,7 +165,7 @@ def verify_window(
     store = open_location(url, dict(storage_options or {})).store
     state = _State(window)
     doc_key = f"{window}/zarr.json"
-    match = _WINDOW.match(window)
+    match = WINDOW_PATH.match(window)
     if match is None or int(match.group(1)) > INT64_MAX or int(match.group(2)) > INT64_MAX:
         state.add(window, "not a window key with rank and window indices within int64 (no writer makes one)")
         return _result(state, "unknown", deep, ())
@@ -299,7 +300,7 @@ def _result(state: _State, status: str, deep: bool, partial: tuple[Any, ...]) ->
 
 def _check_manifest(state: _State, window: str, attrs: dict[str, Any], nodes: dict[str, Any]) -> None:
     doc_key = f"{window}/zarr.json"
-    match = _WINDOW.match(window)
+    match = WINDOW_PATH.match(window)
     if match:
         rank, index = int(match.group(1)), int(match.group(2))
         if "windowIndex" in attrs and attrs["windowIndex"] != index:
@@ -573,7 +574,7 @@ def _check_records_table(state: _State, window: str, status: str, attrs: dict[st
     """The fields the records table reads parse (types, int64 ranges)."""
     from megadump_zarr.read.catalog import WindowInfo, records_frame
 
-    match = _WINDOW.match(window)
+    match = WINDOW_PATH.match(window)
     rank, index = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
     try:
         records_frame([(WindowInfo(rank, index, window, status, attrs, nodes), nodes)])

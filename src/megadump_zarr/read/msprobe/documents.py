@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from megadump_zarr.read.msprobe.dump_json import Call, Tensor
+from megadump_zarr.layout.paths import rank_dir, window_path
 from megadump_zarr.store.metadata import (
     array_document_bytes,
     consolidated_group_bytes,
@@ -122,10 +123,8 @@ def rank_and_root_documents(docs: dict[str, bytes], windows: list[tuple[int, int
 
     root_doc = group_document({"megadump_zarr": {"layoutVersion": LAYOUT_VERSION}})
     ranks = sorted({rank for rank, _ in windows})
-    rank_docs = {f"rank_{rank}": group_document({}) for rank in ranks}
-    window_docs = {
-        f"rank_{r}/window_{w:04d}": json.loads(docs[f"rank_{r}/window_{w:04d}/zarr.json"]) for r, w in windows
-    }
+    rank_docs = {rank_dir(rank): group_document({}) for rank in ranks}
+    window_docs = {window_path(r, w): json.loads(docs[f"{window_path(r, w)}/zarr.json"]) for r, w in windows}
     out = index_documents(root_doc, rank_docs, window_docs, {})
     if len(out["zarr.json"]) > INDEX_LIMIT:
         out = {"zarr.json": dumps(root_doc), **{f"{rank}/zarr.json": dumps(doc) for rank, doc in rank_docs.items()}}
