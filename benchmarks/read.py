@@ -33,7 +33,7 @@ import zarr
 from zarr.storage import LocalStore, WrapperStore
 
 from benchmarks._common import start_run, write_json
-from megadump_zarr.dump.export import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
+from megadump_zarr.layout.write_model import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
 from megadump_zarr.read import open_dump
 from megadump_zarr.store.writer import WindowWriter
 

@@ -34,8 +34,8 @@ from benchmarks._common import machine, print_table, scratch_dir, start_run, syn
 from benchmarks.export import make_workload
 from megadump_zarr.dump.l1_plan import PreparedL1Dump
 from megadump_zarr.dump.snapshots import decode_l1_dump
-from megadump_zarr.dump.statistics import PayloadPolicy, complete_l1_statistics
-from megadump_zarr.dump.statistics_plan import layout_records
+from megadump_zarr.dump.statistics_mode import PayloadPolicy, complete_l1_statistics
+from megadump_zarr.dump.statistics_slots import layout_records
 from megadump_zarr.dump.window import DumpInvocation, build_window
 from megadump_zarr.l1 import pack_l1_buffer
 from megadump_zarr.runtime.executor import DeviceWorker

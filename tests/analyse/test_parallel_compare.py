@@ -13,7 +13,7 @@ import pytest
 from megadump_zarr.analyse import compare, pairs
 from megadump_zarr.analyse.metrics import compute_metrics
 from megadump_zarr.analyse.pairs import RecordPair, compare_records, record_source
-from megadump_zarr.dump.export import ArrayWrite, InvocationWrite, WindowWrite
+from megadump_zarr.layout.write_model import ArrayWrite, InvocationWrite, WindowWrite
 from megadump_zarr.read import open_dump
 from megadump_zarr.read.chunks import ChunkRows
 from megadump_zarr.read.errors import DumpIntegrityError

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import torch
 
-from megadump_zarr.dump.statistics import host_checksum
+from megadump_zarr.dump.statistics_mode import host_checksum
 from megadump_zarr.l1 import L1_DUMP_PAYLOAD_BASE, pack_l1_buffer
 from megadump_zarr.l1.reader import read_l1_statistics
 from megadump_zarr.runtime.executor import DeviceWorker
-from megadump_zarr.runtime.statistics import (
+from megadump_zarr.runtime.reductions import (
     BLOCK,
     StatisticsStager,
     dtype_code,

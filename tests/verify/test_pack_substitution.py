@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from megadump_zarr.dump.export import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
+from megadump_zarr.layout.write_model import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
 from megadump_zarr.store.writer import WindowWriter
 from megadump_zarr.verify import verify_dump
 

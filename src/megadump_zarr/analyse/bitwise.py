@@ -88,7 +88,7 @@ def _number(value: Any) -> float | None:
 def _host_checksum(x: Any) -> int:
     """The device checksum of a stored payload, computed on the host (whole array: the words are weighted
     by their global position)."""
-    from megadump_zarr.dump.statistics import host_checksum
+    from megadump_zarr.dump.statistics_mode import host_checksum
 
     block = read_native_block(x, tuple(slice(None) for _ in shape_of(x)))
     return host_checksum(np.ascontiguousarray(block).tobytes())

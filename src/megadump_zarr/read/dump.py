@@ -26,7 +26,7 @@ import xarray as xr
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
-from megadump_zarr.read.statistics import load_tables
+from megadump_zarr.read.statistics_table import load_tables
 from megadump_zarr.read.catalog import (
     DataGroup,
     WindowInfo,
@@ -179,7 +179,7 @@ class Dump:
         (external_input, stage_output, final_output) in ``role``; L1 rows have ``role`` missing.
         ``shape`` is the logical (actual) shape, ``stored_shape`` the stored array's (a truncated
         record stores a flat prefix). ``bytes``/``stored_bytes`` are the logical and stored payload
-        sizes. Statistics are the writer's (over finite elements; see ``megadump_zarr.store.stats``).
+        sizes. Statistics are the writer's (over finite elements; see ``megadump_zarr.store.tensor_stats``).
         ``path`` and ``group`` are relative to the root (pass ``path`` to :meth:`record_array`).
 
         Args:

@@ -34,7 +34,7 @@ from megadump_zarr.l1.format import (
 )
 from megadump_zarr.runtime.abi import RuntimeConfigC
 from megadump_zarr.runtime.compiler import CompiledTask, PreparedRuntime, worker_shard
-from megadump_zarr.runtime.statistics import StatisticsStager, itemsize, statistics_slot, torch_dtype
+from megadump_zarr.runtime.reductions import StatisticsStager, itemsize, statistics_slot, torch_dtype
 
 __all__ = ["DeviceWorker", "Tile", "execute"]
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 import os
-import re
 from typing import Any
 
 from megadump_zarr.verify.window import Problem, WindowCheck, verify_window
+from megadump_zarr.layout.paths import RANK_DIR, WINDOW_DIR
 
 __all__ = ["MSPROBE_NOTE", "SOURCES", "Problem", "VerifyReport", "WindowCheck", "verify_dump", "verify_window"]
 
@@ -32,9 +32,6 @@ MSPROBE_NOTE = (
     "msprobe's own statistics; megadump convert writes a dump with checksums)"
 )
 """The note of every verification of a raw msprobe directory (what could and could not be checked)."""
-
-_RANK = re.compile(r"^rank_(\d+)$")
-_WINDOW = re.compile(r"^window_(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -105,10 +102,10 @@ def window_keys(store: Any) -> list[str]:
     from megadump_zarr.read.location import list_dir, list_dirs
 
     keys = []
-    ranks = [(name, match) for name in list_dir(store, "") if (match := _RANK.match(name))]
+    ranks = [(name, match) for name in list_dir(store, "") if (match := RANK_DIR.match(name))]
     for (rank_name, rank), window_names in zip(ranks, list_dirs(store, [name for name, _ in ranks])):
         for window_name in window_names:  # ranks listed concurrently: one round trip, not one per rank
-            window = _WINDOW.match(window_name)
+            window = WINDOW_DIR.match(window_name)
             if window:
                 keys.append((int(rank.group(1)), int(window.group(1)), f"{rank_name}/{window_name}"))
     return [key for _, _, key in sorted(keys)]

@@ -3,7 +3,7 @@
 A chunk whose codec chain ends with ``crc32c`` has that checksum verified over its stored bytes and is
 bound to its place (:mod:`~megadump_zarr.verify.placement`); a chunk without a checksum must decode.
 With ``deep`` the statistics stored in each record (``stats``: min, max, mean, l2norm, nanCount, infCount,
-see :mod:`megadump_zarr.store.stats`) are recomputed from the data and compared (counts, min and max
+see :mod:`megadump_zarr.store.tensor_stats`) are recomputed from the data and compared (counts, min and max
 exactly; mean and l2norm to a relative 1e-9, the float64 rounding of merging per-chunk sums).
 """
 
@@ -150,7 +150,7 @@ def _check_decode(
     state: CheckState, zarray: Any, array_key: str, doc: dict[str, Any], deep: bool, msprobe: bool
 ) -> None:
     """Decode every chunk (row block by row block); with ``deep`` recompute the statistics."""
-    from megadump_zarr.store.stats import StatsAccumulator
+    from megadump_zarr.store.tensor_stats import StatsAccumulator
 
     shape = tuple(zarray.shape)
     attrs = doc.get("attributes") if isinstance(doc.get("attributes"), dict) else {}

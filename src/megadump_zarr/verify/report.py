@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 import json
-import re
 from typing import Any
+
+from megadump_zarr.layout.paths import WINDOW_PATH
 
 __all__ = ["WINDOW_KEY", "CheckState", "Problem", "WindowCheck", "short"]
 
-WINDOW_KEY = re.compile(r"rank_([0-9]+)/window_([0-9]+)")
-"""A window key, ``rank_{r}/window_{wwww}`` (groups: rank, window index); use ``fullmatch`` (``$`` would let a
-trailing newline through, and ``\\d`` other scripts' digits)."""
+WINDOW_KEY = WINDOW_PATH
+"""A window key, ``rank_{r}/window_{wwww}`` (groups: rank, window index): the layout grammar's."""
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,8 @@ from zarr.core.buffer import Buffer, BufferPrototype
 from megadump_zarr.read.msprobe.attrs import invocation_attrs, invocation_name, record_attrs, window_attrs
 from megadump_zarr.read.msprobe.documents import window_documents
 from megadump_zarr.read.msprobe.load import load_tensor
-from megadump_zarr.read.msprobe.plan import Tensor, Window, plan_windows
+from megadump_zarr.read.msprobe.dump_json import Tensor, Window, plan_windows
+from megadump_zarr.layout.paths import window_path
 
 __all__ = ["MsprobeStore"]
 
@@ -137,7 +138,7 @@ class MsprobeStore(Store):
     def _add_window(self, window: Window) -> None:
         from megadump_zarr.read.msprobe.documents import record_node, statistics_node
 
-        key = f"rank_{window.rank}/window_{window.index:04d}"
+        key = window_path(window.rank, window.index)
         nodes: dict[str, tuple[str, bytes]] = {}
         extra: dict[str, bytes] = {}
         for i, call in enumerate(window.calls):
@@ -295,7 +296,7 @@ def _dumps(value: Any) -> bytes:
 
 def _components(name: str, window: Window, call: Any) -> list[str]:
     """The record arrays' names in the invocation group (what convert's ``NameTable`` gives)."""
-    from megadump_zarr.dump.names import NameTable
+    from megadump_zarr.layout.names import NameTable
 
     table = NameTable(f"{name} of {window.source}")
     return [table.add(item.name) for item in call.tensors]
