@@ -52,6 +52,7 @@ from megadump_zarr.store.metadata import (
     flat_group_bytes,
     group_document,
     plain_group_bytes,
+    stats_bytes,
 )
 from megadump_zarr.store.pack_writer import submit_pack
 from megadump_zarr.layout.paths import rank_dir, window_path
@@ -321,7 +322,7 @@ class WindowWriter:
             if acc is None:
                 acc = StatsAccumulator(job.data.dtype)
             sep = b"," if attrs_json != b"{}" else b""
-            attrs_json = attrs_json[:-1] + sep + b'"stats":' + dumps(acc.result()) + b"}"
+            attrs_json = attrs_json[:-1] + sep + b'"stats":' + stats_bytes(acc.result()) + b"}"
         attrs_json = splice_chunk_digests(job, attrs_json, self.checksum)
         plan = job.chunks
         return array_document_bytes(
@@ -555,14 +556,18 @@ class WindowSession:
         w = self.writer
         data_groups = {path.rpartition("/")[0] for path, (kind, _) in self._nodes.items() if kind == "array"}
         entries: dict[str, list[tuple[str, bytes]]] = defaultdict(list)
-        early = self._early
+        # the data groups whose document is written here (a task group's was written with its arrays)
+        pending = data_groups - self._early
+        window_entries = entries[""]
         for path, (kind, payload) in self._nodes.items():
             flat = flat_group_bytes(payload) if kind == "group" else payload
-            entries[""].append((path, flat))
+            window_entries.append((path, flat))
+            if not pending:  # the tasks layout: every data group was written early, no ancestor to find
+                continue
             cut = path.rfind("/")
             while cut > 0:
                 parent = path[:cut]
-                if parent in data_groups and parent not in early:
+                if parent in pending:
                     entries[parent].append((path[cut + 1 :], flat))
                 cut = path.rfind("/", 0, cut)
         groups = sorted(
