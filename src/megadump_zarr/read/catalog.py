@@ -19,7 +19,6 @@ import math
 import re
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 import pandas as pd
 from zarr.abc.store import Store
@@ -128,7 +127,7 @@ _ITEMSIZE = {
         "float64",
     )
 }
-_ITEMSIZE.update(bfloat16=np.dtype(ml_dtypes.bfloat16).itemsize, float8_e4m3fn=1, float8_e5m2=1)
+_ITEMSIZE.update(bfloat16=2, float8_e4m3fn=1, float8_e5m2=1)  # ml_dtypes not imported for their sizes
 _INT_COLUMNS = (
     "step",
     "task_id",
