@@ -12,6 +12,10 @@ plain array itself:
 * the trailing ``crc32c`` is verified and the chunk decompressed (blosc, zstd, or none) in the calling
   thread, straight into the output block where the chunk lies inside it: C code that releases the GIL,
   so several readers use several cores.
+* a store that can fill a buffer itself (an msprobe dump read in place:
+  :meth:`~megadump_zarr.read.msprobe.store.MsprobeStore.read_chunk_into`, found below the dump's
+  wrapper stores) is asked to read each uncompressed chunk straight into the output block, in the calling
+  thread: no event-loop round trip, no intermediate buffer, one ``preadv`` per chunk.
 
 Only the simplest layout takes this path: a regular grid whose chunks span every axis but the first, the
 codecs ``bytes`` (little endian on a little-endian host), at most one of ``blosc``/``zstd``, and
@@ -117,6 +121,7 @@ class ChunkRows:
         self.fast_reads = 0  # row ranges this path read itself (the rest went through zarr)
         self._lock = threading.Lock()
         self._chunk_bytes = int(np.prod(chunks)) * dtype.itemsize
+        self._direct = _direct_reader(store) if compressor is None and not crc32c else None
 
     def __getstate__(self) -> dict[str, Any]:  # dask may pickle it to a worker: the lock stays behind
         state = dict(self.__dict__)
@@ -171,8 +176,11 @@ class ChunkRows:
 
             return list(await asyncio.gather(*(self.store.get(k, prototype) for k in keys)))
 
-        raws = sync(fetch())
         out = np.empty((stop - start,) + self.shape[1:], dtype=self.dtype)
+        if self._direct is not None:
+            self._read_direct(keys, first, last, start, stop, out)
+            return out
+        raws = sync(fetch())
         for i, raw in zip(range(first, last + 1), raws):
             lo, hi = max(start, i * step), min(stop, (i + 1) * step)
             inside = lo == i * step and hi == (i + 1) * step
@@ -181,6 +189,19 @@ class ChunkRows:
             if not inside:
                 out[lo - start : hi - start] = target[lo - i * step : hi - i * step]
         return out
+
+    def _read_direct(self, keys: list[str], first: int, last: int, start: int, stop: int, out: np.ndarray) -> None:
+        """Chunks ``first..last`` read by the store itself into ``out`` (rows ``start:stop``)."""
+        step = self.chunks[0]
+        for i, key in zip(range(first, last + 1), keys):
+            lo, hi = max(start, i * step), min(stop, (i + 1) * step)
+            inside = lo == i * step and hi == (i + 1) * step
+            target = out[lo - start : hi - start] if inside else np.empty(self.chunks, dtype=self.dtype)
+            dest = target.reshape(-1).view(np.uint8)
+            if dest.size != self._chunk_bytes or not self._direct(key, dest):
+                raise _Fallback("not a stored chunk of the store")
+            if not inside:
+                out[lo - start : hi - start] = target[lo - i * step : hi - i * step]
 
     def _decode(self, raw: Any, target: np.ndarray) -> None:
         """Decode one stored chunk into ``target`` (C-contiguous, exactly one chunk's bytes)."""
@@ -208,3 +229,19 @@ class ChunkRows:
             if data.size != dest.size:
                 raise _Fallback("raw size")
             dest[...] = data
+
+
+def _direct_reader(store: Any) -> Any:
+    """The ``read_chunk_into(key, out) -> bool`` of the innermost store below ``store``'s wrappers (zarr
+    ``WrapperStore``: the integrity checks, the pack view), or None when it has none.
+
+    Args:
+        store: The array's store.
+    """
+    from zarr.storage import WrapperStore
+
+    seen = 0
+    while isinstance(store, WrapperStore) and seen < 8:
+        store, seen = store._store, seen + 1
+    reader = getattr(store, "read_chunk_into", None)
+    return reader if callable(reader) else None
