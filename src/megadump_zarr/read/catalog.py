@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 import math
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 import pandas as pd
 from zarr.abc.store import Store
@@ -124,7 +123,7 @@ _ITEMSIZE = {
         "float64",
     )
 }
-_ITEMSIZE.update(bfloat16=np.dtype(ml_dtypes.bfloat16).itemsize, float8_e4m3fn=1, float8_e5m2=1)
+_ITEMSIZE.update(bfloat16=2, float8_e4m3fn=1, float8_e5m2=1)  # ml_dtypes not imported for their sizes
 _INT_COLUMNS = (
     "step",
     "task_id",

@@ -18,11 +18,10 @@ import asyncio
 import math
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-import xarray as xr
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
@@ -60,6 +59,9 @@ from megadump_zarr.read.truncated import (
     stored_dask,
     truncated_dask,
 )
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 __all__ = ["Dump", "open_dump"]
 
@@ -280,6 +282,8 @@ class Dump:
         return info
 
     def _open_group(self, group: DataGroup) -> xr.Dataset:
+        import xarray as xr
+
         info = self._info(group.key)
         if info.nodes is not None:
             return xr.open_zarr(
@@ -293,6 +297,8 @@ class Dump:
 
     def _manual_dataset(self, info: WindowInfo, rel: str, attrs: dict[str, Any]) -> xr.Dataset:
         """A Dataset of the arrays directly in ``rel`` (torn windows have no group documents)."""
+        import xarray as xr
+
         nodes = self._nodes(info)
         prefix = f"{rel}/" if rel else ""
         variables: dict[str, xr.Variable] = {}
@@ -322,6 +328,8 @@ class Dump:
             include_incomplete: Also include ``aborted`` windows and torn (``writing``) windows; torn
                 ones are built from their arrays' own metadata (their groups have no documents).
         """
+        import xarray as xr
+
         nodes: dict[str, xr.Dataset] = {"/": xr.Dataset(attrs=self.root_attrs)}
         for info in self._scan():
             if not include_incomplete and info.status != "complete":
@@ -409,6 +417,8 @@ class Dump:
         Raises:
             ValueError: ``path`` is not an array of this dump.
         """
+        import xarray as xr
+
         info, rel, doc = self._record(path)
         key = f"{info.key}/{rel}"
         attrs = dict(doc.get("attributes") or {})
