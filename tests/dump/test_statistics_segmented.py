@@ -31,7 +31,17 @@ from megadump_zarr.runtime.statistics import (
 )
 
 FLOATS = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.float8_e4m3fn, torch.float8_e5m2]
-INTS = [torch.bool, torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64]
+INTS = [
+    torch.bool,
+    torch.int8,
+    torch.uint8,
+    torch.int16,
+    torch.uint16,
+    torch.int32,
+    torch.uint32,
+    torch.int64,
+    torch.uint64,
+]
 SPECIALS = [float("nan"), float("inf"), float("-inf"), -0.0, 0.0]
 LENGTHS = st.one_of(st.sampled_from([0, 1, 2, 3, 127, 255, 256, 257, 511, 512, 513]), st.integers(0, 1400))
 
@@ -43,17 +53,24 @@ def make_values(dtype: torch.dtype, length: int, seed: int, special: str) -> tor
     if dtype == torch.bool:
         return base > 0
     if not dtype.is_floating_point:
-        info = torch.iinfo(dtype)
-        wide = (
-            torch.randint(info.min, info.max, (length,), generator=generator, dtype=torch.int64)
-            if dtype == torch.int64
-            else (base * 1000).clamp(info.min, info.max)
-        )
-        return wide.to(dtype)
+        if dtype in (torch.int64, torch.uint64):  # uint64: any 64-bit pattern (its high values wrap as int64)
+            wide = torch.randint(-(2**63), 2**63 - 1, (length,), generator=generator, dtype=torch.int64)
+            values = wide.view(dtype)
+        else:
+            info = torch.iinfo(dtype)
+            values = (base * 1000).clamp(info.min, info.max).to(dtype)
+        if special == "mixed" and length:  # the integer extremes
+            info = torch.iinfo(torch.int64 if dtype == torch.uint64 else dtype)
+            picks = torch.randint(0, length, (max(1, length // 9),), generator=generator)
+            for i, pick in enumerate(picks.tolist()):
+                values.view(torch.int64 if dtype == torch.uint64 else dtype)[pick] = (info.min, info.max)[i % 2]
+        return values
     if special == "all-nan":
         return torch.full((length,), float("nan"), dtype=dtype)
     if special == "zeros":
         return torch.where(base > 0, 0.0, -0.0).to(dtype)
+    if special == "tiny":  # subnormals of the dtype (and zeros where they underflow)
+        return (base * torch.finfo(dtype).smallest_normal / 8).to(dtype)
     values = base.to(dtype)
     if special == "mixed" and length:
         picks = torch.randint(0, length, (max(1, length // 9),), generator=generator)
@@ -123,7 +140,7 @@ def batch(records: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([staged(r) for r in records]) if records else torch.zeros(0, BLOCK)
 
 
-RECORD = st.tuples(LENGTHS, st.integers(0, 2**20), st.sampled_from(["plain", "mixed", "all-nan", "zeros"]))
+RECORD = st.tuples(LENGTHS, st.integers(0, 2**20), st.sampled_from(["plain", "mixed", "all-nan", "zeros", "tiny"]))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -135,6 +152,38 @@ def test_segmented_slots_equal_the_per_record_slot_and_the_definition(dtype, rec
         alone = statistics_slot(v)
         assert torch.equal(slots[i], alone), f"record {i} of {len(values)} ({dtype}, {v.numel()} elements)"
         assert exact(read_l1_statistics(slots[i].numpy())) == expected(v)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dtype=st.sampled_from(FLOATS + INTS), records=st.lists(RECORD, min_size=1, max_size=6))
+def test_the_masked_path_of_other_devices_gives_the_cpu_paths_bits(dtype, records):
+    # CUDA/NPU take the masked path for every row (no host sync); the CPU takes amin/amax and redoes the
+    # rows with NaN, Inf or padding: the two must agree bit for bit
+    values = [make_values(dtype, n, seed, special) for n, seed, special in records]
+    rows, counts = batch(values), [v.numel() for v in values]
+    assert torch.equal(segment_slots(rows, counts, masked=True), segment_slots(rows, counts, masked=False))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.int32, torch.uint64])
+@pytest.mark.parametrize("length", [1, 256, 300, 2048])
+@pytest.mark.parametrize("special", ["plain", "mixed"])
+def test_records_of_one_size_fold_by_reshape_to_the_definition(dtype, length, special):
+    # equal-size records combine their rows by a reshape (no scatter): the same bits as the definition
+    values = [make_values(dtype, length, seed, special) for seed in range(5)]
+    counts = [length] * len(values)
+    for masked in (False, True):
+        slots = segment_slots(batch(values), counts, masked=masked)
+        for i, v in enumerate(values):
+            assert exact(read_l1_statistics(slots[i].numpy())) == expected(v), (i, masked)
+
+
+def test_many_chunks_of_rows_give_every_record_its_own_slot():
+    # more rows than one chunk (127 rows of float32 on CPU), a NaN in the last chunk only
+    values = [make_values(torch.float32, 700, seed, "plain") for seed in range(60)]
+    values[-1][5] = float("nan")
+    slots = segment_slots(batch(values), [v.numel() for v in values])
+    for i, v in enumerate(values):
+        assert exact(read_l1_statistics(slots[i].numpy())) == expected(v), i
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

@@ -2,7 +2,8 @@
 
 :func:`segment_slots` reduces MANY records at once: their bytes lie in one staging buffer of one dtype,
 each record starting at a row of :data:`BLOCK` elements (its last row zero-padded), and one segmented
-pass (row reductions, then ``index_add``/``scatter_reduce`` over the rows of each record) gives every
+pass (row partials, :mod:`megadump_zarr.runtime.statistics_rows`, then a fold of each record's rows: a
+reshape when the records share a size, else ``index_add``/``scatter_reduce``) gives every
 record's 128-byte statistics slot of the L1 Device buffer ABI (layout version 1, see
 :mod:`megadump_zarr.l1.format`) as a ``[records, 128]`` uint8 tensor on the same device.
 :func:`statistics_slot` is the same pass over one record, and :class:`StatisticsStager` collects the
@@ -28,9 +29,9 @@ whether it is reduced alone or with others, on any device with float64):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+import contextlib
 import functools
-from typing import NamedTuple
 
 import torch
 
@@ -43,6 +44,7 @@ from megadump_zarr.l1.format import (
     L1_STATISTICS_LAYOUT_VERSION,
     L1_STATISTICS_SLOT_SIZE,
 )
+from megadump_zarr.runtime.statistics_rows import BLOCK, combine_rows, row_partials
 
 __all__ = [
     "BLOCK",
@@ -54,12 +56,7 @@ __all__ = [
     "torch_dtype",
 ]
 
-BLOCK = 256
-"""Elements per block of the defined summation order (a power of two)."""
 _NO_FLOAT64 = frozenset(("npu", "mps"))
-_INT64_MAX = (1 << 63) - 1
-_INT64_MIN = -(1 << 63)
-_UINT32_DEVICES = frozenset(("cpu", "cuda"))
 
 
 def dtype_code(dtype: torch.dtype) -> int:
@@ -132,197 +129,57 @@ def rows_of(count: int) -> int:
     return -(-count // BLOCK)
 
 
-class _Rows(NamedTuple):
-    """Per-row partial results of one dtype's staging rows."""
-
-    finite: torch.Tensor
-    nan: torch.Tensor
-    lo: torch.Tensor
-    hi: torch.Tensor
-    total: torch.Tensor
-    sumsq: torch.Tensor
-    weighted: torch.Tensor
-    words: torch.Tensor
-
-
-def _block_sum(v: torch.Tensor) -> torch.Tensor:
-    """``[r, BLOCK]`` → ``[r]``: the pairwise sum of each row (element j + element j + h, h halving)."""
-    width = v.shape[1]
-    while width > 1:
-        width //= 2
-        v = v[:, :width] + v[:, width : 2 * width]
-    return v[:, 0]
-
-
-def _words(rows: torch.Tensor) -> torch.Tensor:
-    """``[r, BLOCK]`` values → ``[r, words]`` int64 holding their little-endian u32 words."""
-    words = rows.reshape(rows.shape[0], -1).view(torch.int32)
-    if words.device.type in _UINT32_DEVICES:
-        return words.view(torch.uint32).to(torch.int64)
-    return words.to(torch.int64) & 0xFFFFFFFF
-
-
-def _sums(kept: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Block sums of ``kept`` ([r, BLOCK], the accumulation dtype) and of its squares, in one tree."""
-    both = torch.empty((2,) + tuple(kept.shape), dtype=kept.dtype, device=kept.device)
-    both[0].copy_(kept)
-    torch.mul(kept, kept, out=both[1])
-    summed = _block_sum(both.view(-1, BLOCK))
-    return summed[: kept.shape[0]], summed[kept.shape[0] :]
-
-
-def _clean(x: torch.Tensor) -> bool:
-    """Whether every row of a float chunk is finite (CPU only, where asking costs no device sync): a
-    row's float sum is finite only then, or when it overflows (a false alarm takes the full path)."""
-    return x.device.type == "cpu" and bool(torch.isfinite(x.sum(1)).all())
-
-
-def _chunk(
-    rows: torch.Tensor, valid: torch.Tensor | None, accumulate: torch.dtype, weights: torch.Tensor
-) -> tuple[torch.Tensor, ...]:
-    """Row partials of ``rows`` ([r, BLOCK] of the records' dtype); ``valid``: elements per row when
-    some row is partial (its padding must not count), else None."""
-    words = _words(rows)
-    weighted, word_sum = (words * weights).sum(1), words.sum(1)
-    count = rows.shape[0]
-    zeros = torch.zeros(count, dtype=torch.int64, device=rows.device)
-    full = torch.full_like(zeros, BLOCK) if valid is None else valid
-    if not rows.dtype.is_floating_point:
-        ints = rows.to(torch.int64)
-        if valid is None:
-            lo, hi = ints.amin(1), ints.amax(1)
-        else:
-            mask = torch.arange(BLOCK, device=rows.device)[None, :] < valid[:, None]
-            lo = torch.where(mask, ints, _INT64_MAX).amin(1)
-            hi = torch.where(mask, ints, _INT64_MIN).amax(1)
-        return (full, zeros, lo, hi, *_sums(ints.to(accumulate)), weighted, word_sum)
-    x = rows if rows.dtype in (torch.float32, torch.float64) else rows.to(torch.float32)
-    if valid is None and _clean(x):  # the common case: no NaN, no Inf, no padding
-        lo, hi = x.amin(1).to(accumulate), x.amax(1).to(accumulate)
-        return (full, zeros, lo, hi, *_sums(x.to(accumulate)), weighted, word_sum)
-    finite = x * 0 == 0  # isfinite, cheaper on CPU
-    nan = (x != x).sum(1)
-    kept = torch.where(finite, x, 0).to(accumulate)
-    if valid is not None:
-        finite &= torch.arange(BLOCK, device=rows.device)[None, :] < valid[:, None]
-    lo = torch.where(finite, x, torch.inf).amin(1).to(accumulate)
-    hi = torch.where(finite, x, -torch.inf).amax(1).to(accumulate)
-    return (finite.sum(1), nan, lo, hi, *_sums(kept), weighted, word_sum)
-
-
-def _chunk_rows(rows: torch.Tensor) -> int:
-    """Rows reduced at once: on CPU under torch's parallel grain (32768 elements: each op runs on one
-    thread, its temporaries stay in cache; measured faster than 256 K chunks), elsewhere ~4 M elements."""
-    width = max(BLOCK, rows.shape[1] * rows.element_size() // 4)
-    budget = 32000 if rows.device.type == "cpu" else 1 << 22
-    return max(1, budget // width)
-
-
-def _row_partials(rows: torch.Tensor, valid: torch.Tensor, partial: torch.Tensor, accumulate: torch.dtype) -> _Rows:
-    """Per-row partials of every staging row, a chunk of rows at a time (``partial``: host bool per row)."""
-    words_per_row = BLOCK * rows.element_size() // 4
-    weights = torch.arange(words_per_row, dtype=torch.int64, device=rows.device) * 2 + 1
-    step = _chunk_rows(rows)
-    any_partial = [
-        bool(p) for p in torch.nn.functional.pad(partial, (0, -partial.numel() % step)).view(-1, step).any(1)
-    ]
-    pieces = []
-    for i, start in enumerate(range(0, rows.shape[0], step)):
-        stop = min(start + step, rows.shape[0])
-        pieces.append(_chunk(rows[start:stop], valid[start:stop] if any_partial[i] else None, accumulate, weights))
-    return _Rows(*(torch.cat(column) if len(pieces) > 1 else column[0] for column in zip(*pieces)))
-
-
-def _segment_tree(values: torch.Tensor, lengths: list[int]) -> torch.Tensor:
-    """Each record's block sums (``values``: its sequence after the previous record's, ``lengths`` long)
-    summed on by the block rule until one value is left; ``[records]`` (an empty record gives 0).
-
-    A block of ``L <= BLOCK`` values sums over a width of the next power of two (the rest of the block's
-    padding adds ``+0.0``, which changes no value but the sign of a zero: the caller normalises zeros).
-    """
-    device = values.device
-    while max(lengths, default=0) > 1:
-        width = min(BLOCK, 1 << (max(lengths) - 1).bit_length())
-        blocks = [-(-n // width) for n in lengths]
-        if len(set(lengths)) == 1 and lengths[0] % width == 0:  # records share a size: a reshape
-            grid = values.view(-1, width)
-        else:
-            owner = torch.repeat_interleave(
-                torch.arange(len(lengths), device=device), torch.tensor(lengths, dtype=torch.int64, device=device)
-            )
-            row0 = torch.tensor([0, *blocks], dtype=torch.int64, device=device).cumsum(0)[:-1]
-            first = torch.tensor([0, *lengths], dtype=torch.int64, device=device).cumsum(0)[:-1]
-            position = row0[owner] * width + torch.arange(values.numel(), device=device) - first[owner]
-            grid = torch.zeros(sum(blocks) * width, dtype=values.dtype, device=device)
-            grid[position] = values
-            grid = grid.view(-1, width)
-        values, lengths = _block_sum(grid), blocks
-    out = torch.zeros(len(lengths), dtype=values.dtype, device=device)
-    out[torch.tensor(lengths, device=device) == 1] = values
-    return out + 0.0  # a zero sum is +0.0
-
-
-def _combine(partials: _Rows, blocks: list[int], words_per_row: int) -> tuple[torch.Tensor, ...]:
-    """Per-row partials → per-record ``(n_finite, nan, lo, hi, total, sumsq, checksum)`` (``blocks``:
-    each record's staging rows)."""
-    device = partials.finite.device
-    records = len(blocks)
-    owner = torch.repeat_interleave(
-        torch.arange(records, device=device), torch.tensor(blocks, dtype=torch.int64, device=device)
-    )
-    row0 = torch.tensor([0, *blocks], dtype=torch.int64, device=device).cumsum(0)[:-1]
-
-    def add(column: torch.Tensor) -> torch.Tensor:
-        return torch.zeros(records, dtype=column.dtype, device=device).index_add_(0, owner, column)
-
-    def extreme(column: torch.Tensor, how: str, empty: float | int) -> torch.Tensor:
-        out = torch.full((records,), empty, dtype=column.dtype, device=device)
-        return out.scatter_reduce_(0, owner, column, how, include_self=True)
-
-    floating = partials.lo.dtype.is_floating_point
-    lo = extreme(partials.lo, "amin", torch.inf if floating else _INT64_MAX)
-    hi = extreme(partials.hi, "amax", -torch.inf if floating else _INT64_MIN)
-    if floating:
-        lo, hi = lo + 0.0, hi + 0.0  # -0.0 → +0.0: a zero extreme's sign is not the reduction order's choice
-    local = torch.arange(owner.numel(), device=device) - row0[owner]
-    checksum = add(partials.weighted + local * (2 * words_per_row) * partials.words)  # int64 wraps: mod 2**64
-    return (
-        add(partials.finite),
-        add(partials.nan),
-        lo,
-        hi,
-        _segment_tree(partials.total, blocks),
-        _segment_tree(partials.sumsq, blocks),
-        checksum,
-    )
-
-
 def _row_geometry(counts: list[int]) -> tuple[list[int], torch.Tensor, torch.Tensor]:
-    """(staging rows of each record, elements in each staging row, whether it is a padded last row);
+    """(staging rows of each record, elements in each staging row, indices of the padded last rows);
     the tensors on the host."""
     count = torch.tensor(counts, dtype=torch.int64)
     blocks = (count + BLOCK - 1) // BLOCK
     valid = torch.full((int(blocks.sum()),), BLOCK, dtype=torch.int64)
     used = blocks > 0
     valid[blocks.cumsum(0)[used] - 1] = count[used] - (blocks[used] - 1) * BLOCK
-    return blocks.tolist(), valid, valid < BLOCK
+    return blocks.tolist(), valid, torch.nonzero(valid < BLOCK).view(-1)
 
 
-def segment_slots(rows: torch.Tensor, counts: Sequence[int]) -> torch.Tensor:
+@contextlib.contextmanager
+def _one_thread(device: torch.device) -> Iterator[None]:
+    """On CPU, torch ops on this thread run single-threaded meanwhile: the pass is one core's work in
+    cache-sized ops, and its per-record columns (tens of thousands of elements) would otherwise go
+    parallel, where OpenMP's handoff costs more than the op, and far more on a loaded machine (measured
+    95 against 35 ms of CPU time per 4096-record pass at load average 12 on 2 cores). The previous
+    count is restored."""
+    threads = torch.get_num_threads() if device.type == "cpu" else 1
+    if threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def segment_slots(rows: torch.Tensor, counts: Sequence[int], *, masked: bool | None = None) -> torch.Tensor:
     """The statistics slots of many records of one dtype, in one segmented pass.
 
     Args:
         rows: ``[R, BLOCK]`` values of the records' dtype (a view of the staging buffer): record ``i``
             takes the next ``rows_of(counts[i])`` rows, its elements first, then zero bytes.
         counts: Each record's element count.
+        masked: :func:`~megadump_zarr.runtime.statistics_rows.row_partials`' path (default: by device;
+            both give the same bits).
 
     Returns:
         ``[len(counts), 128]`` uint8 slots on ``rows``' device.
     """
-    counts = [int(n) for n in counts]
+    with _one_thread(rows.device):
+        return _segment_slots(rows, [int(n) for n in counts], masked)
+
+
+def _segment_slots(rows: torch.Tensor, counts: list[int], masked: bool | None) -> torch.Tensor:
+    """:func:`segment_slots` (on the calling thread)."""
     device = rows.device
     records = len(counts)
-    blocks, valid, partial = _row_geometry(counts)
+    blocks, valid, padded = _row_geometry(counts)
     if rows.dim() != 2 or rows.shape[0] != sum(blocks) or rows.shape[1] != BLOCK:
         raise ValueError(
             f"statistics staging holds {tuple(rows.shape)} values, the records need [{sum(blocks)}, {BLOCK}]"
@@ -331,21 +188,14 @@ def segment_slots(rows: torch.Tensor, counts: Sequence[int]) -> torch.Tensor:
     is_float = rows.dtype.is_floating_point
     has64 = _has_float64(device)
     accumulate = torch.float64 if has64 else torch.float32
-    words_per_row = BLOCK * itemsize(rows.dtype) // 4
-    if rows.shape[0]:
-        partials = _row_partials(rows, valid.to(device), partial, accumulate)
-    else:  # only empty records
-        empty = torch.zeros(0, dtype=torch.int64, device=device)
-        fill = torch.zeros(0, dtype=accumulate if is_float else torch.int64, device=device)
-        partials = _Rows(empty, empty, fill, fill, fill.to(accumulate), fill.to(accumulate), empty, empty)
-    n_finite, nan, lo, hi, total, sumsq, checksum = _combine(partials, blocks, words_per_row)
-    if not has64:  # only these [records] results come over to be packed in float64
-        n_finite, nan, lo, hi, total, sumsq, checksum = (
-            t.cpu() for t in (n_finite, nan, lo, hi, total, sumsq, checksum)
-        )
-    pack = n_finite.device
-    count = torch.tensor(counts, dtype=torch.int64, device=pack)
     itembytes = itemsize(rows.dtype)
+    partials = row_partials(rows, valid.to(device), padded.to(device), accumulate, masked=masked)
+    nan, inf, lo, hi, total, sumsq, checksum = combine_rows(partials, blocks, BLOCK * itembytes // 4)
+    if not has64:  # only these [records] results come over to be packed in float64
+        nan, inf, lo, hi, total, sumsq, checksum = (t.cpu() for t in (nan, inf, lo, hi, total, sumsq, checksum))
+    pack = nan.device
+    count = torch.tensor(counts, dtype=torch.int64, device=pack)
+    n_finite = count - nan - inf
     flags = L1_STAT_VALID | (0 if is_float else L1_STAT_INTEGER)
     has_finite = n_finite > 0
     mean = torch.where(has_finite, total.to(torch.float64) / n_finite.clamp(min=1).to(torch.float64), torch.nan)
@@ -361,7 +211,7 @@ def segment_slots(rows: torch.Tensor, counts: Sequence[int]) -> torch.Tensor:
         head,
         count,
         nan,
-        count - n_finite - nan,
+        inf,
         torch.where(has_finite, lo_word, zero),
         torch.where(has_finite, hi_word, zero),
         torch.where(empty, zero, mean.view(torch.int64)),
