@@ -29,8 +29,7 @@ whether it is reduced alone or with others, on any device with float64):
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-import contextlib
+from collections.abc import Mapping, Sequence
 import functools
 
 import torch
@@ -44,7 +43,7 @@ from megadump_zarr.l1.format import (
     L1_STATISTICS_LAYOUT_VERSION,
     L1_STATISTICS_SLOT_SIZE,
 )
-from megadump_zarr.runtime.statistics_rows import BLOCK, combine_rows, row_partials
+from megadump_zarr.runtime.statistics_rows import BLOCK, combine_rows, one_thread, row_partials
 
 __all__ = [
     "BLOCK",
@@ -140,24 +139,6 @@ def _row_geometry(counts: list[int]) -> tuple[list[int], torch.Tensor, torch.Ten
     return blocks.tolist(), valid, torch.nonzero(valid < BLOCK).view(-1)
 
 
-@contextlib.contextmanager
-def _one_thread(device: torch.device) -> Iterator[None]:
-    """On CPU, torch ops on this thread run single-threaded meanwhile: the pass is one core's work in
-    cache-sized ops, and its per-record columns (tens of thousands of elements) would otherwise go
-    parallel, where OpenMP's handoff costs more than the op, and far more on a loaded machine (measured
-    95 against 35 ms of CPU time per 4096-record pass at load average 12 on 2 cores). The previous
-    count is restored."""
-    threads = torch.get_num_threads() if device.type == "cpu" else 1
-    if threads == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def segment_slots(rows: torch.Tensor, counts: Sequence[int], *, masked: bool | None = None) -> torch.Tensor:
     """The statistics slots of many records of one dtype, in one segmented pass.
 
@@ -171,7 +152,7 @@ def segment_slots(rows: torch.Tensor, counts: Sequence[int], *, masked: bool | N
     Returns:
         ``[len(counts), 128]`` uint8 slots on ``rows``' device.
     """
-    with _one_thread(rows.device):
+    with one_thread(rows.device):
         return _segment_slots(rows, [int(n) for n in counts], masked)
 
 
@@ -257,12 +238,13 @@ STAGING_BYTES = 64 << 20
 class _Group:
     """One dtype's staging buffer and the records waiting in it."""
 
-    __slots__ = ("buffer", "row_bytes", "rows", "counts", "tags")
+    __slots__ = ("buffer", "itemsize", "row_bytes", "used", "counts", "tags")
 
-    def __init__(self, buffer: torch.Tensor, row_bytes: int) -> None:
+    def __init__(self, buffer: torch.Tensor, itemsize: int) -> None:
         self.buffer = buffer
-        self.row_bytes = row_bytes
-        self.rows = 0
+        self.itemsize = itemsize
+        self.row_bytes = BLOCK * itemsize
+        self.used = 0
         self.counts: list[int] = []
         self.tags: list[object] = []
 
@@ -271,9 +253,10 @@ class StatisticsStager:
     """Collects records of a launch and reduces them in one segmented pass per dtype.
 
     ``stage`` copies a record's bytes (a device-to-device copy, like a tensor record's) into its dtype's
-    staging buffer, at the next row; ``flush`` reduces every staged record (:func:`segment_slots`) and
-    empties the buffers. A record that would overflow its buffer flushes that dtype first; one larger
-    than the buffer is reduced on its own.
+    staging buffer, at the next row, and zeroes the rest of its last row; ``flush`` reduces every staged
+    record (:func:`segment_slots`) and empties the buffers (they are reused: every staged row is written
+    in full, so nothing needs clearing). A record that would overflow its buffer flushes that dtype
+    first; one larger than the buffer is reduced on its own.
 
     Args:
         device: Where the staging buffers live (the Device buffer's device).
@@ -298,6 +281,15 @@ class StatisticsStager:
         }
         self._groups: dict[torch.dtype, _Group] = {}
 
+    def _group(self, dtype: torch.dtype) -> _Group:
+        """The dtype's group, its buffer allocated on first use (uninitialised: staging writes every row)."""
+        size = itemsize(dtype)
+        rows = self._sizes.get(dtype, self.capacity) // (BLOCK * size)
+        group = self._groups[dtype] = _Group(
+            torch.empty(rows * BLOCK * size, dtype=torch.uint8, device=self.device), size
+        )
+        return group
+
     def stage(self, dtype: torch.dtype, source: torch.Tensor, tag: object) -> list[tuple[list[object], torch.Tensor]]:
         """Stage one record; returns what had to be reduced to make room (``(tags, slots)`` pairs).
 
@@ -306,26 +298,23 @@ class StatisticsStager:
             source: Its bytes (1-D uint8 on the stager's device, whole elements).
             tag: Handed back with its slot.
         """
-        size = itemsize(dtype)
-        count = source.numel() // size
-        need = rows_of(count) * BLOCK * size
-        room = self._sizes.get(dtype, self.capacity)
-        if need > room:
+        group = self._groups.get(dtype) or self._group(dtype)
+        nbytes = source.numel()
+        count = nbytes // group.itemsize
+        need = -(-count // BLOCK) * group.row_bytes
+        buffer = group.buffer
+        if need > buffer.numel():
             values = source.view(dtype) if count else torch.empty(0, dtype=dtype, device=source.device)
             return [([tag], segment_slots(staged(values), [count]))]
         done = []
-        group = self._groups.get(dtype)
-        if group is not None and group.rows * group.row_bytes + need > group.buffer.numel():
+        if group.used + need > buffer.numel():
             done.append(self._reduce(dtype, group))
-        if group is None:
-            rows = room // (BLOCK * size)
-            group = self._groups[dtype] = _Group(
-                torch.zeros(rows * BLOCK * size, dtype=torch.uint8, device=self.device), BLOCK * size
-            )
-        start = group.rows * group.row_bytes
+        start = group.used
         if count:
-            group.buffer[start : start + source.numel()].copy_(source)
-        group.rows += rows_of(count)
+            buffer[start : start + nbytes].copy_(source)
+            if need > nbytes:  # the last row's padding must read as zeros
+                buffer[start + nbytes : start + need].zero_()
+        group.used = start + need
         group.counts.append(count)
         group.tags.append(tag)
         return done
@@ -340,11 +329,9 @@ class StatisticsStager:
 
     @staticmethod
     def _reduce(dtype: torch.dtype, group: _Group) -> tuple[list[object], torch.Tensor]:
-        """Reduce one dtype's staged records, then zero what they used (padding must read as zeros)."""
-        used = group.rows * group.row_bytes
-        rows = group.buffer[:used].view(dtype).view(group.rows, BLOCK)
+        """Reduce one dtype's staged records and empty its buffer."""
+        rows = group.buffer[: group.used].view(dtype).view(-1, BLOCK)
         slots = segment_slots(rows, group.counts)
         tags = group.tags
-        group.buffer[:used].zero_()
-        group.rows, group.counts, group.tags = 0, [], []
+        group.used, group.counts, group.tags = 0, [], []
         return tags, slots

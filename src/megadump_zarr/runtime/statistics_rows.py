@@ -6,11 +6,10 @@ the row's weighted and plain u32-word sums); :func:`combine_rows` folds the rows
 its statistics. The definitions are :mod:`megadump_zarr.runtime.statistics`'; everything here computes
 exactly those bits, on any torch device.
 
-On CPU the chunk is under :data:`GRAIN` elements per op, torch's parallel grain: each op runs on the
-calling thread with its operands in cache (no OpenMP handoff, which on a loaded machine costs more
-than the op), into buffers allocated once per pass. The common row (no NaN, no Inf, no padding) takes
-the cheap path: ``amin``/``amax`` (which propagate NaN and return the infinities, so they also tell
-which rows were not clean), the block sums in place, and the checksum words as a float64 matrix
+On CPU the pass runs on the calling thread (:func:`one_thread`) a chunk of rows at a time, each op's
+operands in cache, into buffers allocated once per pass. The common row (no NaN, no Inf, no padding)
+takes the cheap path: ``amin``/``amax`` (which propagate NaN and return the infinities, so they also
+tell which rows were not clean), the block rule in place, and the checksum words as a float64 matrix
 product; the few rows that hold a non-finite value or a record's padded end are then gathered and
 redone with masks. Elsewhere (CUDA, NPU) every chunk takes the masked path, so nothing waits for the
 host; the two paths give the same bits (tests/dump/test_statistics_segmented.py).
@@ -18,18 +17,21 @@ host; the two paths give the same bits (tests/dump/test_statistics_segmented.py)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+import contextlib
 from typing import NamedTuple
 
 import torch
 
-__all__ = ["BLOCK", "GRAIN", "RowPartials", "block_sum", "combine_rows", "row_partials", "segment_tree"]
+__all__ = ["BLOCK", "TAIL", "RowPartials", "block_sum", "combine_rows", "one_thread", "row_partials", "segment_tree"]
 
 BLOCK = 256
 """Elements per block of the defined summation order (a power of two)."""
-GRAIN = 32768
-"""torch's CPU parallel grain (``at::internal::GRAIN_SIZE``): an op over fewer elements runs on the
-calling thread (a reduction over exactly this many already goes parallel)."""
+TAIL = 16
+"""The block rule's last steps (the partial sums of 16 elements onwards) run once over every row's tail:
+on 16-wide rows they are a few tiny ops per chunk otherwise."""
+_CPU_CHUNK = 1 << 16
+"""Elements per op on CPU: a chunk's float64 tree (1 MiB at this size) stays in L2."""
 _DEVICE_CHUNK = 1 << 22
 """Elements per op elsewhere (a few large kernels rather than many small launches)."""
 _INT64_MAX = (1 << 63) - 1
@@ -79,27 +81,29 @@ def block_sum(v: torch.Tensor) -> torch.Tensor:
     return v[:, 0]
 
 
-def _levels(tree: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The in-place steps of the block rule on ``tree`` ([..., BLOCK]): ``(dst, src)`` views, ``dst += src``."""
-    steps, half = [], BLOCK // 2
-    while half:
+def _levels(tree: torch.Tensor, first: int, last: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """In-place steps of the block rule on ``tree`` ([..., 2 * first]): ``(dst, src)`` views, ``dst += src``,
+    for ``h = first, first / 2, ..., last``."""
+    steps, half = [], first
+    while half >= last:
         steps.append((tree[..., :half], tree[..., half : 2 * half]))
         half //= 2
     return steps
 
 
-def _tree_sums(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Block sums of ``values`` ([k, BLOCK], the accumulation dtype) and of its squares, in one tree."""
+def _tree_tails(values: torch.Tensor) -> torch.Tensor:
+    """The block rule's first steps on ``values`` ([k, BLOCK], the accumulation dtype) and on its squares:
+    ``[2, k, TAIL]`` partial sums (:meth:`_Pass.result` takes the last steps for every row at once)."""
     tree = torch.empty((2,) + tuple(values.shape), dtype=values.dtype, device=values.device)
     tree[0].copy_(values)
     torch.mul(values, values, out=tree[1])
-    for dst, src in _levels(tree):
+    for dst, src in _levels(tree, BLOCK // 2, TAIL):
         dst.add_(src)
-    return tree[0, :, 0], tree[1, :, 0]
+    return tree[:, :, :TAIL]
 
 
 def _masked(rows: torch.Tensor, valid: torch.Tensor | None, accumulate: torch.dtype) -> tuple[torch.Tensor, ...]:
-    """``(lo, hi, nan, inf, total, sumsq)`` of ``rows`` ([k, BLOCK]) by masks: any values, any padding.
+    """``(lo, hi, nan, inf, tails)`` of ``rows`` ([k, BLOCK]) by masks: any values, any padding.
 
     Args:
         rows: The rows, of the records' dtype.
@@ -113,7 +117,7 @@ def _masked(rows: torch.Tensor, valid: torch.Tensor | None, accumulate: torch.dt
         lo = (ints if mask is None else torch.where(mask, ints, _INT64_MAX)).amin(1)
         hi = (ints if mask is None else torch.where(mask, ints, _INT64_MIN)).amax(1)
         zeros = torch.zeros(rows.shape[0], dtype=torch.int64, device=device)
-        return (lo, hi, zeros, zeros, *_tree_sums(ints.to(accumulate)))
+        return (lo, hi, zeros, zeros, _tree_tails(ints.to(accumulate)))
     x = rows if rows.dtype in (torch.float32, torch.float64) else rows.to(torch.float32)
     finite = torch.isfinite(x)
     nan = torch.isnan(x).sum(1)
@@ -124,7 +128,7 @@ def _masked(rows: torch.Tensor, valid: torch.Tensor | None, accumulate: torch.dt
     inf = present - finite.sum(1) - nan
     lo = torch.where(finite, x, torch.inf).amin(1).to(accumulate)
     hi = torch.where(finite, x, -torch.inf).amax(1).to(accumulate)
-    return (lo, hi, nan, inf, *_tree_sums(kept))
+    return (lo, hi, nan, inf, _tree_tails(kept))
 
 
 class _Pass:
@@ -137,7 +141,7 @@ class _Pass:
         self.words_per_row = BLOCK * rows.element_size() // 4
         width = max(BLOCK, self.words_per_row)
         self.cpu = device.type == "cpu"
-        self.chunk = max(1, (GRAIN - 1) // width if self.cpu else _DEVICE_CHUNK // width)
+        self.chunk = max(1, (_CPU_CHUNK if self.cpu else _DEVICE_CHUNK) // width)
         self.native = dtype in _NATIVE_MINMAX
         # min/max are taken in the rows' dtype where torch can, else widened (float8 → float32, uint → int64)
         self.extreme = dtype if self.native else (torch.float32 if dtype.is_floating_point else torch.int64)
@@ -145,7 +149,7 @@ class _Pass:
         self.hi = torch.empty(count, dtype=self.extreme, device=device)
         self.nan = torch.zeros(count, dtype=torch.int64, device=device)
         self.inf = torch.zeros(count, dtype=torch.int64, device=device)
-        self.sums = torch.empty(2, count, dtype=accumulate, device=device)
+        self.tails = torch.empty(2, count, TAIL, dtype=accumulate, device=device)
         # The checksum words as float64: w_j (2 j + 1) < 2**42 and a row's sums < 2**51, so a float64
         # matrix product is exact in any order (BLAS, cuBLAS); without float64, int64 products.
         self.exact_mm = accumulate == torch.float64
@@ -156,7 +160,7 @@ class _Pass:
             self.weights = self.weights.to(torch.float64)
             self.word_buffer = torch.empty(self.chunk, self.words_per_row, dtype=torch.float64, device=device)
         self.tree = torch.empty(2, self.chunk, BLOCK, dtype=accumulate, device=device) if self.cpu else None
-        self.steps = _levels(self.tree) if self.cpu else []
+        self.steps = _levels(self.tree, BLOCK // 2, TAIL) if self.cpu else []
 
     def words(self, start: int, stop: int) -> None:
         """The checksum columns of rows ``start:stop``."""
@@ -180,39 +184,38 @@ class _Pass:
         torch.amax(values, 1, out=self.hi[start:stop])
         count = stop - start
         tree = self.tree if count == self.chunk else self.tree[:, :count]
-        steps = self.steps if count == self.chunk else _levels(tree)
+        steps = self.steps if count == self.chunk else _levels(tree, BLOCK // 2, TAIL)
         # floats: the rows' own values (their widening is exact); integers: as int64 (uint64 wraps)
         tree[0].copy_(values if not rows.dtype.is_floating_point else rows)
         torch.mul(tree[0], tree[0], out=tree[1])
         for dst, src in steps:
             dst.add_(src)
-        self.sums[:, start:stop] = tree[:, :, 0]
+        self.tails[:, start:stop] = tree[:, :, :TAIL]
 
     def masked(self, start: int, stop: int, valid: torch.Tensor | None) -> None:
         """Rows ``start:stop`` by masks (``valid``: their valid elements, None when all are full)."""
-        lo, hi, nan, inf, total, sumsq = _masked(self.rows[start:stop], valid, self.accumulate)
-        self._put(slice(start, stop), lo, hi, nan, inf, total, sumsq)
+        self._put(slice(start, stop), *_masked(self.rows[start:stop], valid, self.accumulate))
 
     def redo(self, index: torch.Tensor, valid: torch.Tensor) -> None:
         """Recompute the rows ``index`` (a few: non-finite values or padding) by masks."""
         for begin in range(0, index.numel(), self.chunk):
             part = index[begin : begin + self.chunk]
-            lo, hi, nan, inf, total, sumsq = _masked(self.rows.index_select(0, part), valid[part], self.accumulate)
-            self._put(part, lo, hi, nan, inf, total, sumsq)
+            self._put(part, *_masked(self.rows.index_select(0, part), valid[part], self.accumulate))
 
     def _put(self, where: slice | torch.Tensor, *columns: torch.Tensor) -> None:
-        lo, hi, nan, inf, total, sumsq = columns
+        lo, hi, nan, inf, tails = columns
         self.lo[where], self.hi[where] = lo.to(self.extreme), hi.to(self.extreme)  # exact: values of the rows
         self.nan[where], self.inf[where] = nan, inf
-        self.sums[0][where], self.sums[1][where] = total, sumsq
+        self.tails[:, where] = tails
 
     def result(self) -> RowPartials:
         floating = self.rows.dtype.is_floating_point
         cast = self.accumulate if floating else torch.int64
         weighted, words = (self.checksums[:, i].to(torch.int64) for i in (0, 1))
-        return RowPartials(
-            self.lo.to(cast), self.hi.to(cast), self.nan, self.inf, self.sums[0], self.sums[1], weighted, words
-        )
+        for dst, src in _levels(self.tails, TAIL // 2, 1):
+            dst.add_(src)
+        total, sumsq = self.tails[:, :, 0].contiguous()
+        return RowPartials(self.lo.to(cast), self.hi.to(cast), self.nan, self.inf, total, sumsq, weighted, words)
 
 
 def row_partials(
@@ -252,6 +255,29 @@ def row_partials(
         if redo.numel():
             work.redo(redo, valid)
     return work.result()
+
+
+@contextlib.contextmanager
+def one_thread(device: torch.device) -> Iterator[None]:
+    """On CPU, torch ops on this thread run single-threaded meanwhile (then the previous count is back).
+
+    The statistics pass is one core's work in cache-sized ops; its per-row and per-record columns (tens of
+    thousands of elements) would otherwise go parallel, where OpenMP's handoff costs more than the op,
+    and far more on a loaded machine (measured: 95 against 35 ms of CPU time per 4096-record pass at
+    load average 12 on 2 cores).
+
+    Args:
+        device: Where the ops run (other devices: nothing changes).
+    """
+    threads = torch.get_num_threads() if device.type == "cpu" else 1
+    if threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def segment_tree(values: torch.Tensor, lengths: list[int]) -> torch.Tensor:
