@@ -305,3 +305,28 @@ def test_the_device_worker_writes_every_slot_of_a_mixed_dtype_launch():
         assert exact(read_l1_statistics(buffer[at : at + 128].numpy())) == expected(piece)
     status = np.frombuffer(bytes(buffer[64 : 64 + 64 * len(spans)].numpy()), dtype=np.uint8).reshape(-1, 64)[:, 28]
     assert status.tolist() == [1] * len(spans)
+
+
+def test_the_device_worker_reads_a_parameter_replaced_or_resized_after_it_was_built():
+    # a statistics record's source view is checked once; a parameter swapped in the list, or given new
+    # memory in place, is read (and checked) again, never through the stale view
+    params = [make_values(torch.float32, 1000, 1, "plain"), make_values(torch.float32, 1000, 2, "plain")]
+    entries = [_stats_entry(i, L1_DUMP_PAYLOAD_BASE + 128 * i, 400 * 4, dtype_code(torch.float32), 0) for i in (0, 1)]
+    buffer = torch.frombuffer(pack_l1_buffer(entries), dtype=torch.uint8).clone()
+    worker = DeviceWorker(buffer, params)
+    params[0] = make_values(torch.float32, 1000, 3, "mixed")  # another tensor in the list
+    params[1].set_(make_values(torch.float32, 1000, 4, "plain"))  # the same tensor over new memory
+    worker.capture(0, 2, None)
+    worker.capture(1, 2, None)
+    worker.flush()
+    for i in (0, 1):
+        at = L1_DUMP_PAYLOAD_BASE + 128 * i
+        assert exact(read_l1_statistics(buffer[at : at + 128].numpy())) == expected(params[i][:400]), i
+
+
+def test_the_device_worker_refuses_a_statistics_source_of_partial_elements_before_any_task():
+    params = [torch.zeros(100, dtype=torch.float32)]
+    entries = [_stats_entry(0, L1_DUMP_PAYLOAD_BASE, 10, dtype_code(torch.float32), 0)]
+    buffer = torch.frombuffer(pack_l1_buffer(entries), dtype=torch.uint8).clone()
+    with pytest.raises(RuntimeError, match=r"refused record 0 \(task 0\): 10 source bytes at offset 0 are not whole"):
+        DeviceWorker(buffer, params)
