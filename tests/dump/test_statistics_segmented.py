@@ -330,3 +330,20 @@ def test_the_device_worker_refuses_a_statistics_source_of_partial_elements_befor
     buffer = torch.frombuffer(pack_l1_buffer(entries), dtype=torch.uint8).clone()
     with pytest.raises(RuntimeError, match=r"refused record 0 \(task 0\): 10 source bytes at offset 0 are not whole"):
         DeviceWorker(buffer, params)
+
+
+def test_a_released_stager_hands_its_cpu_buffer_to_the_next_and_refuses_while_records_wait():
+    values = make_values(torch.float32, 300, 1, "mixed")
+    first = StatisticsStager(torch.device("cpu"), expected={torch.float32: [300, 5]})
+    first.stage(torch.float32, values.view(torch.uint8), "a")
+    with pytest.raises(RuntimeError, match="statistics stager released with 1 records not reduced"):
+        first.release()
+    ((tags, slots),) = first.flush()
+    buffer = first._groups[torch.float32].buffer
+    first.release()
+    second = StatisticsStager(torch.device("cpu"), expected={torch.float32: [300, 5]})
+    short = make_values(torch.float32, 5, 2, "plain")
+    second.stage(torch.float32, short.view(torch.uint8), "b")  # reuses the buffer: stale bytes after it
+    assert second._groups[torch.float32].buffer is buffer
+    ((_, again),) = second.flush()
+    assert torch.equal(slots[0], statistics_slot(values)) and torch.equal(again[0], statistics_slot(short))

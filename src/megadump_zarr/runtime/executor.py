@@ -171,6 +171,7 @@ class DeviceWorker:
         """Reduce the staged statistics records and write their slots and CAPTURED status."""
         with one_thread(self._buffer.device):
             self._write(self._stager.flush())
+        self._stager.release()  # its buffers serve the next launch's worker
 
     def _copy(self, record: L1Record) -> None:
         staged = self._staged.get(record.index)

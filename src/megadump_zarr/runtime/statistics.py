@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 import functools
+import threading
 
 import torch
 
@@ -233,6 +234,34 @@ def statistics_slot(values: torch.Tensor, raw: torch.Tensor | None = None) -> to
 
 STAGING_BYTES = 64 << 20
 """Default staging capacity of a :class:`StatisticsStager` per dtype (bytes on the device)."""
+_SPARE_BYTES = 2 * STAGING_BYTES
+"""CPU staging memory kept for the next launch at most (see :func:`_take`)."""
+_SPARE: dict[int, list[torch.Tensor]] = {}
+_SPARE_LOCK = threading.Lock()
+
+
+def _take(nbytes: int, device: torch.device) -> torch.Tensor:
+    """A staging buffer of ``nbytes``: on CPU one a finished stager handed back when there is one (a fresh
+    one of tens of MiB costs a page fault per 4 KiB on first touch, every launch), else a new one."""
+    if device.type == "cpu":
+        with _SPARE_LOCK:
+            spares = _SPARE.get(nbytes)
+            if spares:
+                return spares.pop()
+    return torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+
+def _give_back(buffer: torch.Tensor) -> None:
+    """Keep a CPU staging buffer for the next stager, within :data:`_SPARE_BYTES` (the oldest go first)."""
+    if buffer.device.type != "cpu":
+        return  # the device's caching allocator reuses its memory already
+    with _SPARE_LOCK:
+        _SPARE.setdefault(buffer.numel(), []).append(buffer)
+        while sum(b.numel() for spares in _SPARE.values() for b in spares) > _SPARE_BYTES:
+            oldest = next(size for size, spares in _SPARE.items() if spares)
+            _SPARE[oldest].pop(0)
+            if not _SPARE[oldest]:
+                del _SPARE[oldest]
 
 
 class _Group:
@@ -285,9 +314,7 @@ class StatisticsStager:
         """The dtype's group, its buffer allocated on first use (uninitialised: staging writes every row)."""
         size = itemsize(dtype)
         rows = self._sizes.get(dtype, self.capacity) // (BLOCK * size)
-        group = self._groups[dtype] = _Group(
-            torch.empty(rows * BLOCK * size, dtype=torch.uint8, device=self.device), size
-        )
+        group = self._groups[dtype] = _Group(_take(rows * BLOCK * size, self.device), size)
         return group
 
     def stage(self, dtype: torch.dtype, source: torch.Tensor, tag: object) -> list[tuple[list[object], torch.Tensor]]:
@@ -322,6 +349,15 @@ class StatisticsStager:
     def flush(self) -> list[tuple[list[object], torch.Tensor]]:
         """Reduce every staged record: ``(tags, slots)`` per dtype, slots ``[len(tags), 128]`` uint8."""
         return [self._reduce(dtype, group) for dtype, group in self._groups.items() if group.tags]
+
+    def release(self) -> None:
+        """Hand the staging buffers back for the next stager (call after the last :meth:`flush`; a later
+        :meth:`stage` takes new ones). Refuses while records wait."""
+        if self.pending():
+            raise RuntimeError(f"statistics stager released with {self.pending()} records not reduced")
+        for group in self._groups.values():
+            _give_back(group.buffer)
+        self._groups = {}
 
     def pending(self) -> int:
         """How many records wait to be reduced."""
