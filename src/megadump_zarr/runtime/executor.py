@@ -13,6 +13,7 @@ from megadump_zarr.l1 import (
     L1_DIAGNOSTIC_MODE,
     L1_DUMP_PHASE_AFTER,
     L1_DUMP_PHASE_BEFORE,
+    L1_DUMP_RECORD_SIZE,
     L1_DUMP_STATUS_BYTE,
     L1_DUMP_STATUS_CAPTURED,
     L1Record,
@@ -232,16 +233,22 @@ class DeviceWorker:
             copied = [i for i, r in enumerate(records) if r.kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR]
             if copied:
                 slots[copied, 4] |= L1_STAT_TENSOR_COPIED
-            first, last = records[0].payload_offset, records[-1].payload_offset
-            if all(r.payload_offset == first + 128 * i for i, r in enumerate(records)):  # packed slots: one copy
-                area = self._buffer[first : last + 128].view(len(records), 128)
+            count = len(records)
+            offsets = [r.payload_offset for r in records]
+            first = offsets[0]
+            if offsets == list(range(first, first + 128 * count, 128)):  # packed slots: one copy
+                area = self._buffer[first : first + 128 * count].view(count, 128)
                 area[:, :L1_STAT_DEVICE_BYTES] = slots[:, :L1_STAT_DEVICE_BYTES]
             else:
-                offsets = torch.tensor([r.payload_offset for r in records], dtype=torch.int64, device=device)
-                index = (offsets[:, None] + torch.arange(L1_STAT_DEVICE_BYTES, device=device)).reshape(-1)
+                at = torch.tensor(offsets, dtype=torch.int64, device=device)
+                index = (at[:, None] + torch.arange(L1_STAT_DEVICE_BYTES, device=device)).reshape(-1)
                 self._buffer[index] = slots[:, :L1_STAT_DEVICE_BYTES].reshape(-1)
-            status = torch.tensor([r.record_offset + L1_DUMP_STATUS_BYTE for r in records], device=device)
-            self._buffer[status] = L1_DUMP_STATUS_CAPTURED
+            status = [r.record_offset + L1_DUMP_STATUS_BYTE for r in records]
+            step = L1_DUMP_RECORD_SIZE
+            if status == list(range(status[0], status[0] + step * count, step)):  # consecutive records: a strided view
+                self._buffer[status[0] : status[0] + step * count : step] = L1_DUMP_STATUS_CAPTURED
+            else:
+                self._buffer[torch.tensor(status, device=device)] = L1_DUMP_STATUS_CAPTURED
 
     def _reduce(self, record: L1Record, source: torch.Tensor) -> None:
         """Kinds 3, 4: write the slot now (and copy the tensor into the pool when its condition holds)."""
