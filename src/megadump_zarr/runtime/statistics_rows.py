@@ -41,7 +41,7 @@ _NATIVE_MINMAX = frozenset(
     (torch.bool, torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
     + (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 )
-"""Dtypes whose ``amin``/``amax`` torch implements on every device (others are widened first: exact)."""
+"""Dtypes whose ``amin``/``amax`` torch implements on CPU (others are widened first, which is exact)."""
 
 
 class RowPartials(NamedTuple):
