@@ -21,7 +21,7 @@ import torch
 from benchmarks._common import machine, print_table, start_run, write_json
 from megadump_zarr.codecs import DEFAULT_COMPRESSOR
 from megadump_zarr.demo.model import DemoConfig, MoEBlock
-from megadump_zarr.dump.arrays import tensor_to_numpy
+from megadump_zarr.tensor_arrays import tensor_to_numpy
 
 CANDIDATES = {
     "zstd-1": lambda size: numcodecs.Zstd(level=1),

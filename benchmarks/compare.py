@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks._common import PeakRss, machine, print_table, scratch_dir, start_run, write_json
-from megadump_zarr.dump.export import ArrayWrite, InvocationWrite, WindowWrite
+from megadump_zarr.layout.write_model import ArrayWrite, InvocationWrite, WindowWrite
 from megadump_zarr.store.writer import WindowWriter
 
 COLUMNS = 1024

@@ -283,12 +283,30 @@ def stored_breakdown(root: Path, records: int) -> dict[str, Any]:
     documents = sum(p.stat().st_size for p in files if p.name == "zarr.json")
     chunks = sum(p.stat().st_size for p in files if p.name != "zarr.json")
     dirs = sum(1 for p in root.rglob("*") if p.is_dir())
+    kinds: dict[str, int] = {}
+    for path in files:
+        if path.name == "zarr.json":
+            kind = _document_kind(path)
+            kinds[kind] = kinds.get(kind, 0) + path.stat().st_size
     return {
         "files_per_record": len(files) / records,
         "dirs_per_record": dirs / records,
         "chunk_bytes_per_record": chunks / records,
         "document_bytes_per_record": documents / records,
+        "document_bytes_per_record_by_kind": {kind: size / records for kind, size in sorted(kinds.items())},
     }
+
+
+def _document_kind(path: Path) -> str:
+    """Which document a ``zarr.json`` is, for :func:`stored_breakdown`: ``window`` (consolidated metadata of
+    the whole window), ``data group`` (a task group: its attributes and consolidated copies of its arrays'
+    documents), ``record array``, ``coordinate array`` (no attributes), or ``other group``."""
+    document = json.loads(path.read_bytes())
+    if path.parent.name.startswith("window_"):
+        return "window"
+    if document.get("node_type") == "array":
+        return "record array" if document.get("attributes") else "coordinate array"
+    return "data group" if document.get("consolidated_metadata") else "other group"
 
 
 def raw(buffer: torch.Tensor, plans: list[L1RecordPlan], root: Path, launches: int = 1) -> None:
@@ -606,7 +624,9 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{entry['workload']}: {key} stores {kept['files_per_record']:.2f} files + {kept['dirs_per_record']:.2f} "
                 f"dirs, {kept['chunk_bytes_per_record']:.0f} chunk bytes + {kept['document_bytes_per_record']:.0f} "
-                f"zarr.json bytes per record"
+                f"zarr.json bytes per record ("
+                + ", ".join(f"{k} {v:.0f}" for k, v in kept["document_bytes_per_record_by_kind"].items())
+                + ")"
             )
     if not args.skip_async:
         p3 = run_async(args.quick, args.dir)

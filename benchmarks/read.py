@@ -33,7 +33,7 @@ import zarr
 from zarr.storage import LocalStore, WrapperStore
 
 from benchmarks._common import start_run, write_json
-from megadump_zarr.dump.export import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
+from megadump_zarr.layout.write_model import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
 from megadump_zarr.read import open_dump
 from megadump_zarr.store.writer import WindowWriter
 
@@ -215,16 +215,16 @@ def _records_window(n_records: int, pack: bool = True) -> WindowWrite:
 
 
 def bench_p5(root: str, repeat: int, n_records: int = 4096) -> list[dict[str, Any]]:
-    """P5: records() of a 4096-record window (cold) vs walking its schema-6 layout with zarr; the window
-    written as schema 7 (task-record packs, read through the pack view) and as schema 6 (a group per task)."""
-    roots = {layout: os.path.join(root, layout) for layout in ("schema 7", "schema 6")}
+    """P5: records() of a 4096-record window (cold) vs walking its tasks layout with zarr; the window written
+    in the tasks layout (the default: a group per task) and in the packs layout (task-record packs)."""
+    roots = {layout: os.path.join(root, layout.replace(" ", "_")) for layout in ("tasks layout", "packs layout")}
     for layout, path in roots.items():
-        with WindowWriter(path, pack=layout == "schema 7") as writer:
-            writer.write_window(_records_window(n_records, pack=layout == "schema 7"))
+        with WindowWriter(path, pack=layout == "packs layout") as writer:
+            writer.write_window(_records_window(n_records, pack=layout == "packs layout"))
 
     def walk() -> int:
         group = zarr.open_group(
-            os.path.join(roots["schema 6"], "rank_0", "window_0000"), mode="r", use_consolidated=False
+            os.path.join(roots["tasks layout"], "rank_0", "window_0000"), mode="r", use_consolidated=False
         )
         return sum(
             1 for _, node in group.members(max_depth=None) if isinstance(node, zarr.Array) and "name" in node.attrs

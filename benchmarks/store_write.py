@@ -28,7 +28,7 @@ import time
 import ml_dtypes
 import numpy as np
 
-from megadump_zarr.dump.export import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
+from megadump_zarr.layout.write_model import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
 from megadump_zarr.store.writer import WindowWriter
 
 INV = "invocation_000000_forward"

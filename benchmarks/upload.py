@@ -38,7 +38,7 @@ import ml_dtypes
 import numpy as np
 
 from benchmarks._common import machine, print_table, start_run, write_json
-from megadump_zarr.dump.export import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
+from megadump_zarr.layout.write_model import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
 from megadump_zarr.store.writer import WindowWriter
 from megadump_zarr.transfer import upload
 

@@ -2,7 +2,8 @@
 
 Imports go one way along the data path (README, "Code map")::
 
-    leaves (codecs, _version, _parallel, tables) -> l1 -> diagnostics -> runtime -> dump -> store -> read -> verify
+    leaves (codecs, _version, _parallel, tables, tensor_arrays, layout) -> l1 -> diagnostics -> runtime -> dump
+        -> store -> read -> verify
         -> analyse -> replay -> api (the capture composition root) -> demo (the embedded model)
         -> faces (cli, report, engine) and the edge (interop, transfer) -> the package's __init__
 
@@ -25,6 +26,8 @@ RANKS: dict[str, int] = {
     "_version": 0,
     "_parallel": 0,
     "tables": 0,
+    "tensor_arrays": 0,
+    "layout": 0,
     "l1": 1,
     "diagnostics": 2,
     "runtime": 3,
@@ -127,6 +130,53 @@ def upward_edges(root: Path) -> list[Edge]:
             if RANKS[target_room] > RANKS[source_room]:
                 edges.append(Edge(rel.as_posix(), target, line))
     return edges
+
+
+FORBIDDEN: dict[str, tuple[frozenset[str], str]] = {
+    "store": (frozenset({"dump"}), "the store takes the write model from layout/, never from the dumper"),
+    "interop": (frozenset({"dump"}), "importers write through layout/ and the store, never through the dumper"),
+    "layout": (frozenset(RANKS) - {"layout", "_version"}, "layout/ is a leaf: stdlib, numpy and _version only"),
+}
+"""Edges the ranks allow but the house does not (issue 25): source room -> (target rooms, why)."""
+
+
+@dataclass(frozen=True, order=True)
+class ForbiddenEdge:
+    """One import that :data:`FORBIDDEN` refuses, whatever the ranks say.
+
+    Args:
+        source: The importing module's path inside the package (``store/writer.py``).
+        target: The imported module (``megadump_zarr.dump.window``).
+        line: The import's line in the source file.
+        why: The rule's reason.
+    """
+
+    source: str
+    target: str
+    line: int
+    why: str
+
+    def __str__(self) -> str:
+        return f"src/{PACKAGE}/{self.source}:{self.line} imports {self.target} (forbidden: {self.why})"
+
+
+def forbidden_edges(root: Path) -> list[ForbiddenEdge]:
+    """Every import in the package under ``root`` that :data:`FORBIDDEN` refuses (lazy ones included).
+
+    Args:
+        root: The package directory (``src/megadump_zarr``).
+    """
+    found: list[ForbiddenEdge] = []
+    for path in sorted(root.rglob("*.py")):
+        module, is_package = _module_of(root, path)
+        rel = path.relative_to(root)
+        targets, why = FORBIDDEN.get(rel.parts[0] if len(rel.parts) > 1 else rel.stem, (frozenset(), ""))
+        if not targets:
+            continue
+        for target, line in _imports(ast.parse(path.read_text(), filename=str(path)), module, is_package):
+            if room_of(target) in targets:
+                found.append(ForbiddenEdge(rel.as_posix(), target, line, why))
+    return found
 
 
 def room_graph(root: Path) -> dict[str, set[str]]:

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from tests._layers import Edge, room_cycles, room_graph, upward_edges
+from tests._layers import Edge, forbidden_edges, room_cycles, room_graph, upward_edges
 
 ROOT = Path(__file__).resolve().parents[1] / "src" / "megadump_zarr"
 
@@ -116,3 +116,31 @@ def test_an_upward_import_added_to_the_real_tree_fails(tmp_path: Path) -> None:
     ]
     cycles = room_cycles(room_graph(copy))  # report reads dumps (through analyse): the new edge closes a loop
     assert len(cycles) == 1 and {"read", "report"} <= set(cycles[0]), cycles
+
+
+def test_no_forbidden_import() -> None:
+    found = [str(edge) for edge in forbidden_edges(ROOT)]
+    assert not found, "imports the house forbids (tests/_layers.py FORBIDDEN):\n" + "\n".join(found)
+
+
+def test_store_or_interop_importing_the_dumper_fails(tmp_path: Path) -> None:
+    import shutil
+
+    copy = tmp_path / "megadump_zarr"
+    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert forbidden_edges(copy) == []
+    for name, line in (
+        ("store/writer.py", "from megadump_zarr.dump.window import build_window"),
+        ("interop/legacy.py", "    from megadump_zarr.dump import config"),
+        ("layout/names.py", "from megadump_zarr.codecs import DEFAULT_COMPRESSOR"),
+    ):
+        target = copy / name
+        lines = target.read_text().splitlines()
+        body = [line] if not line.startswith(" ") else ["def _late():", line]
+        target.write_text("\n".join([*lines, *body, ""]))
+    found = [str(edge) for edge in forbidden_edges(copy)]
+    assert len(found) == 3, found
+    assert found[0].startswith("src/megadump_zarr/interop/legacy.py:") and "imports megadump_zarr.dump " in found[0]
+    assert "src/megadump_zarr/layout/names.py:" in found[1] and "layout/ is a leaf" in found[1]
+    assert "src/megadump_zarr/store/writer.py:" in found[2] and "megadump_zarr.dump.window" in found[2]
+    assert upward_edges(copy) == []  # the ranks alone allow all three: only FORBIDDEN names them

@@ -23,9 +23,6 @@ import sys
 from typing import Any
 import uuid
 
-import dask
-from dask.callbacks import Callback
-
 __all__ = ["active_client", "map_ordered"]
 
 _LABEL_CHARS = 160
@@ -98,6 +95,8 @@ def active_client() -> Any | None:
         pass
     else:  # inside a task: nested work runs right here (more tasks from a busy worker thread could deadlock)
         return None
+    import dask
+
     return _client_of(dask.base.get_scheduler())
 
 
@@ -111,21 +110,30 @@ def _client_of(scheduler: Any) -> Any | None:
 
 
 def _delayed(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+    import dask
+
     call = _Call(fn)
     run = f"megadump-{_name(fn)}-{uuid.uuid4().hex[:12]}"
     task = dask.delayed(call, pure=False, traverse=False)
     return [task(_Item(i, item), dask_key_name=f"{run}-{i}") for i, item in enumerate(items)]
 
 
-class _Progress(Callback):
-    def __init__(self, progress: Callable[[int, int], None], total: int) -> None:
-        super().__init__()
-        self._progress, self._total, self._done = progress, total, 0
+def _progress(progress: Callable[[int, int], None], total: int) -> Any:
+    """A dask callback calling ``progress(done, total)`` after each of our tasks (dask imported on first use:
+    a command-line compare in this process's threads never needs it)."""
+    from dask.callbacks import Callback
 
-    def _posttask(self, key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
-        if isinstance(key, str) and key.startswith("megadump-"):
-            self._done += 1
-            self._progress(self._done, self._total)
+    class _Progress(Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self._done = 0
+
+        def _posttask(self, key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
+            if isinstance(key, str) and key.startswith("megadump-"):
+                self._done += 1
+                progress(self._done, total)
+
+    return _Progress()
 
 
 def map_ordered(
@@ -153,9 +161,11 @@ def map_ordered(
     tasks = _delayed(fn, values)
     client = active_client()
     if client is None:
+        import dask
+
         # inside a task dask would pick the worker's client: keep nested work in this process's threads
         local = {"scheduler": "threads"} if _client_of(dask.base.get_scheduler()) is not None else {}
-        with _Progress(progress, len(values)) if progress is not None else contextlib.nullcontext():
+        with _progress(progress, len(values)) if progress is not None else contextlib.nullcontext():
             return list(dask.compute(*tasks, **local))
     futures = client.compute(tasks)
     try:

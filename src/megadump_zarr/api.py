@@ -8,7 +8,7 @@ from typing import Any
 from megadump_zarr.diagnostics import DiagnosticAction
 from megadump_zarr.dump.config import TensorDumpConfig
 from megadump_zarr.dump.dumper import TensorDumper
-from megadump_zarr.dump.statistics import Baseline
+from megadump_zarr.dump.statistics_mode import Baseline
 from megadump_zarr.store.writer import WindowWriter
 
 __all__ = ["tensor_dump"]
@@ -76,7 +76,7 @@ def _with_payload_checksums(dump: Any, frame: Any) -> Any:
     import numpy as np
     import torch
 
-    from megadump_zarr.dump.statistics import host_checksum
+    from megadump_zarr.dump.statistics_mode import host_checksum
 
     if len(frame) == 0 or frame["checksum"].notna().all():
         return frame

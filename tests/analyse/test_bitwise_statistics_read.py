@@ -13,7 +13,7 @@ from zarr.storage import LocalStore
 from megadump_zarr import TensorDumpConfig, tensor_dump
 from megadump_zarr.demo.model import MoEBlock
 from megadump_zarr.read import open_dump
-from megadump_zarr.read import statistics as st
+from megadump_zarr.read import statistics_table as st
 from megadump_zarr.read.catalog import window_nodes
 from megadump_zarr.read.errors import DumpIntegrityError
 

@@ -176,7 +176,9 @@ def test_selection_and_names_filter_records():
     assert keys_of(result) == [(0, 0, "output"), (0, 1, "output"), (0, 2, "output")]
     result = compare(FakeDump(BASE), FakeDump(BASE), names="h", task_id=[0, 2])
     assert keys_of(result) == [(0, 0, "output"), (0, 2, "input"), (1, 0, "output")]
-    with pytest.raises(ValueError, match="unknown selection"):
+    with pytest.raises(
+        ValueError, match=r"unknown record filter 'colour'; filters: rank, .*, or a records\(\) column: rank, "
+    ):
         compare(FakeDump(BASE), FakeDump(BASE), colour="red")
 
 

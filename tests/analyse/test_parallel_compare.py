@@ -13,7 +13,7 @@ import pytest
 from megadump_zarr.analyse import compare, pairs
 from megadump_zarr.analyse.metrics import compute_metrics
 from megadump_zarr.analyse.pairs import RecordPair, compare_records, record_source
-from megadump_zarr.dump.export import ArrayWrite, InvocationWrite, WindowWrite
+from megadump_zarr.layout.write_model import ArrayWrite, InvocationWrite, WindowWrite
 from megadump_zarr.read import open_dump
 from megadump_zarr.read.chunks import ChunkRows
 from megadump_zarr.read.errors import DumpIntegrityError
@@ -263,3 +263,38 @@ def test_fast_rows_pickle_for_dask_workers(dumps):
         isinstance(copy, ChunkRows) and copy[0 : fast.chunks[0]].tobytes() == fast.guarded[0 : fast.chunks[0]].tobytes()
     )
     assert copy.fast_reads == 1
+
+
+@pytest.mark.parametrize("name", ["f32", "bf16", "row"])
+def test_read_many_fetches_both_sides_with_zarrs_bytes(dumps, name):
+    from megadump_zarr.read.chunks import read_many
+
+    (dump_a, path), (dump_b, _) = _record(dumps[0], name), _record(dumps[1], name)
+    fast_a, fast_b = record_source(dump_a, path, False), record_source(dump_b, path, False)
+    n, step = fast_a.shape[0], fast_a.chunks[0]
+    whole_a, whole_b = fast_a.guarded[...], fast_b.guarded[...]
+    for rows in (slice(0, step), slice(5, 2 * step + 3), slice(2 * step, n)):
+        index = (rows,)
+        got_a, got_b, plain = read_many([(fast_a, index), (fast_b, index), (whole_a, index)])
+        assert got_a.tobytes() == whole_a[rows].tobytes() and got_b.tobytes() == whole_b[rows].tobytes(), rows
+        assert got_a.dtype == whole_a.dtype and got_b.shape == whole_b[rows].shape
+        assert plain.tobytes() == whole_a[rows].tobytes()  # not a ChunkRows: read by indexing
+    assert fast_a.fast_reads == fast_b.fast_reads == 3
+    strided = read_many([(fast_a, (slice(0, n, 2),))])[0]  # no plain row range: zarr's own read
+    assert strided.tobytes() == whole_a[::2].tobytes() and fast_a.fast_reads == 3
+
+
+def test_read_many_falls_back_to_zarr_on_a_corrupt_chunk(tmp_path):
+    from megadump_zarr.read.chunks import read_many
+
+    rng = np.random.default_rng(3)
+    root = _write(tmp_path / "a", {"f32": rng.standard_normal((300, 64), dtype=np.float32)}, "default")
+    dump, path = _record(root, "f32")
+    fast = record_source(dump, path, False)
+    chunk = _chunk_file(root, "f32", 1)
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    chunk.write_bytes(bytes(data))
+    message = _error(lambda: read_many([(fast, (slice(0, 3 * fast.chunks[0]),))]))
+    assert "f32" in message  # zarr's integrity error names the record's chunk, as a plain read does
+    assert fast.fast_reads == 0

@@ -146,5 +146,5 @@ def test_compare_selects_by_owner_and_core_as_dump_tensor_does(clean, tmp_path):
     assert set(zip(by_core.core_type, by_core.core_id)) == {("AIC", 1)} and set(by_core.task_id) == {task}
     assert root_cause(by_core).task_id == task
     assert set(compare(tmp_path / "bad", clean["l1"], owner=[0, 2]).owner_id) == {0, 2}
-    with pytest.raises(ValueError, match="unknown selection 'bogus'"):
+    with pytest.raises(ValueError, match="unknown record filter 'bogus'"):
         compare(tmp_path / "bad", clean["l1"], bogus=1)

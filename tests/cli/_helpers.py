@@ -68,7 +68,7 @@ def make_salvage_inputs(directory: Path, monkeypatch: pytest.MonkeyPatch, *, pen
     import megadump_zarr.dump.dumper as dumper_module
     from megadump_zarr import TensorDumpConfig, tensor_dump
     from megadump_zarr.demo.model import MoEBlock
-    from megadump_zarr.dump.plan_io import plan_document
+    from megadump_zarr.dump.saved_plans import plan_document
     from megadump_zarr.dump.window import DumpInvocation
     from megadump_zarr.l1 import L1_DUMP_STATUS_BYTE
 
@@ -132,7 +132,7 @@ def write_named_l0(root: Path, data: dict[str, np.ndarray]) -> None:
         root: The dump root to write.
         data: Record name -> values, in record order.
     """
-    from megadump_zarr.dump.export import ArrayWrite, InvocationWrite, WindowWrite
+    from megadump_zarr.layout.write_model import ArrayWrite, InvocationWrite, WindowWrite
     from megadump_zarr.store.writer import WindowWriter
 
     items = [

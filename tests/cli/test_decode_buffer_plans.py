@@ -141,7 +141,7 @@ def test_plan_rows_and_source_fields_are_checked(tmp_path, monkeypatch):
     import re
 
     import megadump_zarr.dump.dumper as dumper_module
-    from megadump_zarr.dump.plan_io import salvage_window
+    from megadump_zarr.dump.saved_plans import salvage_window
 
     documents = []
     real = dumper_module.plan_document

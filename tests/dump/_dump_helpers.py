@@ -149,7 +149,7 @@ def to_float(t: torch.Tensor) -> np.ndarray:
 
 def np_of(t: torch.Tensor) -> np.ndarray:
     """Exact numpy view of a tensor (bfloat16 as ml_dtypes.bfloat16)."""
-    from megadump_zarr.dump.arrays import tensor_to_numpy
+    from megadump_zarr.tensor_arrays import tensor_to_numpy
 
     return tensor_to_numpy(t.detach().cpu().contiguous())
 

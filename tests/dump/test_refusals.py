@@ -11,7 +11,7 @@ import pytest
 from megadump_zarr import DiagnosticAction, TensorDumpConfig, tensor_dump
 from megadump_zarr.demo.model import DemoConfig, MoEBlock
 from megadump_zarr.diagnostics import active_session
-from megadump_zarr.dump.limits import check_index, check_inside_root
+from megadump_zarr.layout.limits import check_index, check_inside_root
 
 
 def _block() -> MoEBlock:

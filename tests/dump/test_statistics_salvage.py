@@ -11,8 +11,8 @@ import torch
 from megadump_zarr import DiagnosticAction, TensorDumpConfig, open_dump, tensor_dump
 from megadump_zarr.demo.model import DemoConfig, MoEBlock
 from megadump_zarr.dump.l1_plan import L1RecordPlan, PreparedL1Dump
-from megadump_zarr.dump.plan_io import plan_document, salvage_window
-from megadump_zarr.dump.statistics_plan import layout_records
+from megadump_zarr.dump.saved_plans import plan_document, salvage_window
+from megadump_zarr.dump.statistics_slots import layout_records
 from megadump_zarr.dump.window import DumpInvocation
 from megadump_zarr.l1 import L1_DUMP_PAYLOAD_BASE, L1_DUMP_RECORD_SIZE, L1_DUMP_RECORDS_OFFSET, pack_l1_buffer
 from megadump_zarr.runtime.executor import DeviceWorker

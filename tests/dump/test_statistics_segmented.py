@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import torch
 
-from megadump_zarr.dump.statistics import host_checksum
+from megadump_zarr.dump.statistics_mode import host_checksum
 from megadump_zarr.l1 import L1_DUMP_PAYLOAD_BASE, pack_l1_buffer
 from megadump_zarr.l1.reader import read_l1_statistics
 from megadump_zarr.runtime.executor import DeviceWorker
-from megadump_zarr.runtime.statistics import (
+from megadump_zarr.runtime.reductions import (
     BLOCK,
     StatisticsStager,
     dtype_code,
@@ -31,7 +31,17 @@ from megadump_zarr.runtime.statistics import (
 )
 
 FLOATS = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.float8_e4m3fn, torch.float8_e5m2]
-INTS = [torch.bool, torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64]
+INTS = [
+    torch.bool,
+    torch.int8,
+    torch.uint8,
+    torch.int16,
+    torch.uint16,
+    torch.int32,
+    torch.uint32,
+    torch.int64,
+    torch.uint64,
+]
 SPECIALS = [float("nan"), float("inf"), float("-inf"), -0.0, 0.0]
 LENGTHS = st.one_of(st.sampled_from([0, 1, 2, 3, 127, 255, 256, 257, 511, 512, 513]), st.integers(0, 1400))
 
@@ -43,17 +53,24 @@ def make_values(dtype: torch.dtype, length: int, seed: int, special: str) -> tor
     if dtype == torch.bool:
         return base > 0
     if not dtype.is_floating_point:
-        info = torch.iinfo(dtype)
-        wide = (
-            torch.randint(info.min, info.max, (length,), generator=generator, dtype=torch.int64)
-            if dtype == torch.int64
-            else (base * 1000).clamp(info.min, info.max)
-        )
-        return wide.to(dtype)
+        if dtype in (torch.int64, torch.uint64):  # uint64: any 64-bit pattern (its high values wrap as int64)
+            wide = torch.randint(-(2**63), 2**63 - 1, (length,), generator=generator, dtype=torch.int64)
+            values = wide.view(dtype)
+        else:
+            info = torch.iinfo(dtype)
+            values = (base * 1000).clamp(info.min, info.max).to(dtype)
+        if special == "mixed" and length:  # the integer extremes
+            info = torch.iinfo(torch.int64 if dtype == torch.uint64 else dtype)
+            picks = torch.randint(0, length, (max(1, length // 9),), generator=generator)
+            for i, pick in enumerate(picks.tolist()):
+                values.view(torch.int64 if dtype == torch.uint64 else dtype)[pick] = (info.min, info.max)[i % 2]
+        return values
     if special == "all-nan":
         return torch.full((length,), float("nan"), dtype=dtype)
     if special == "zeros":
         return torch.where(base > 0, 0.0, -0.0).to(dtype)
+    if special == "tiny":  # subnormals of the dtype (and zeros where they underflow)
+        return (base * torch.finfo(dtype).smallest_normal / 8).to(dtype)
     values = base.to(dtype)
     if special == "mixed" and length:
         picks = torch.randint(0, length, (max(1, length // 9),), generator=generator)
@@ -123,7 +140,7 @@ def batch(records: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([staged(r) for r in records]) if records else torch.zeros(0, BLOCK)
 
 
-RECORD = st.tuples(LENGTHS, st.integers(0, 2**20), st.sampled_from(["plain", "mixed", "all-nan", "zeros"]))
+RECORD = st.tuples(LENGTHS, st.integers(0, 2**20), st.sampled_from(["plain", "mixed", "all-nan", "zeros", "tiny"]))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -135,6 +152,38 @@ def test_segmented_slots_equal_the_per_record_slot_and_the_definition(dtype, rec
         alone = statistics_slot(v)
         assert torch.equal(slots[i], alone), f"record {i} of {len(values)} ({dtype}, {v.numel()} elements)"
         assert exact(read_l1_statistics(slots[i].numpy())) == expected(v)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dtype=st.sampled_from(FLOATS + INTS), records=st.lists(RECORD, min_size=1, max_size=6))
+def test_the_masked_path_of_other_devices_gives_the_cpu_paths_bits(dtype, records):
+    # CUDA/NPU take the masked path for every row (no host sync); the CPU takes amin/amax and redoes the
+    # rows with NaN, Inf or padding: the two must agree bit for bit
+    values = [make_values(dtype, n, seed, special) for n, seed, special in records]
+    rows, counts = batch(values), [v.numel() for v in values]
+    assert torch.equal(segment_slots(rows, counts, masked=True), segment_slots(rows, counts, masked=False))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.int32, torch.uint64])
+@pytest.mark.parametrize("length", [1, 256, 300, 2048])
+@pytest.mark.parametrize("special", ["plain", "mixed"])
+def test_records_of_one_size_fold_by_reshape_to_the_definition(dtype, length, special):
+    # equal-size records combine their rows by a reshape (no scatter): the same bits as the definition
+    values = [make_values(dtype, length, seed, special) for seed in range(5)]
+    counts = [length] * len(values)
+    for masked in (False, True):
+        slots = segment_slots(batch(values), counts, masked=masked)
+        for i, v in enumerate(values):
+            assert exact(read_l1_statistics(slots[i].numpy())) == expected(v), (i, masked)
+
+
+def test_many_chunks_of_rows_give_every_record_its_own_slot():
+    # more rows than one chunk (127 rows of float32 on CPU), a NaN in the last chunk only
+    values = [make_values(torch.float32, 700, seed, "plain") for seed in range(60)]
+    values[-1][5] = float("nan")
+    slots = segment_slots(batch(values), [v.numel() for v in values])
+    for i, v in enumerate(values):
+        assert exact(read_l1_statistics(slots[i].numpy())) == expected(v), i
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -256,3 +305,45 @@ def test_the_device_worker_writes_every_slot_of_a_mixed_dtype_launch():
         assert exact(read_l1_statistics(buffer[at : at + 128].numpy())) == expected(piece)
     status = np.frombuffer(bytes(buffer[64 : 64 + 64 * len(spans)].numpy()), dtype=np.uint8).reshape(-1, 64)[:, 28]
     assert status.tolist() == [1] * len(spans)
+
+
+def test_the_device_worker_reads_a_parameter_replaced_or_resized_after_it_was_built():
+    # a statistics record's source view is checked once; a parameter swapped in the list, or given new
+    # memory in place, is read (and checked) again, never through the stale view
+    params = [make_values(torch.float32, 1000, 1, "plain"), make_values(torch.float32, 1000, 2, "plain")]
+    entries = [_stats_entry(i, L1_DUMP_PAYLOAD_BASE + 128 * i, 400 * 4, dtype_code(torch.float32), 0) for i in (0, 1)]
+    buffer = torch.frombuffer(pack_l1_buffer(entries), dtype=torch.uint8).clone()
+    worker = DeviceWorker(buffer, params)
+    params[0] = make_values(torch.float32, 1000, 3, "mixed")  # another tensor in the list
+    params[1].set_(make_values(torch.float32, 1000, 4, "plain"))  # the same tensor over new memory
+    worker.capture(0, 2, None)
+    worker.capture(1, 2, None)
+    worker.flush()
+    for i in (0, 1):
+        at = L1_DUMP_PAYLOAD_BASE + 128 * i
+        assert exact(read_l1_statistics(buffer[at : at + 128].numpy())) == expected(params[i][:400]), i
+
+
+def test_the_device_worker_refuses_a_statistics_source_of_partial_elements_before_any_task():
+    params = [torch.zeros(100, dtype=torch.float32)]
+    entries = [_stats_entry(0, L1_DUMP_PAYLOAD_BASE, 10, dtype_code(torch.float32), 0)]
+    buffer = torch.frombuffer(pack_l1_buffer(entries), dtype=torch.uint8).clone()
+    with pytest.raises(RuntimeError, match=r"refused record 0 \(task 0\): 10 source bytes at offset 0 are not whole"):
+        DeviceWorker(buffer, params)
+
+
+def test_a_released_stager_hands_its_cpu_buffer_to_the_next_and_refuses_while_records_wait():
+    values = make_values(torch.float32, 300, 1, "mixed")
+    first = StatisticsStager(torch.device("cpu"), expected={torch.float32: [300, 5]})
+    first.stage(torch.float32, values.view(torch.uint8), "a")
+    with pytest.raises(RuntimeError, match="statistics stager released with 1 records not reduced"):
+        first.release()
+    ((tags, slots),) = first.flush()
+    buffer = first._groups[torch.float32].buffer
+    first.release()
+    second = StatisticsStager(torch.device("cpu"), expected={torch.float32: [300, 5]})
+    short = make_values(torch.float32, 5, 2, "plain")
+    second.stage(torch.float32, short.view(torch.uint8), "b")  # reuses the buffer: stale bytes after it
+    assert second._groups[torch.float32].buffer is buffer
+    ((_, again),) = second.flush()
+    assert torch.equal(slots[0], statistics_slot(values)) and torch.equal(again[0], statistics_slot(short))

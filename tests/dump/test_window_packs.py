@@ -8,14 +8,15 @@ import torch
 from megadump_zarr import TensorDumpConfig, tensor_dump
 from megadump_zarr.demo.model import DemoConfig, MoEBlock
 from megadump_zarr.dump import window as window_module
-from megadump_zarr.dump.export import SCHEMA_VERSION
+from megadump_zarr.layout import schema
+from megadump_zarr.layout.write_model import SCHEMA_VERSION
 from megadump_zarr.store import packs
 from tests.dump._dump_helpers import read_json
 
 
 def test_pack_storage_names_the_stores_layout():
-    # the dump layer may not import the store: the two spellings of the window attribute must agree
-    assert window_module.PACK_STORAGE == packs.PACK_STORAGE == "task_record_packs"
+    # one spelling of the window attribute, in the layout leaf; the dumper and the store both take it from there
+    assert window_module.PACK_STORAGE is packs.PACK_STORAGE is schema.PACK_STORAGE == "task_record_packs"
     assert SCHEMA_VERSION == 8
 
 

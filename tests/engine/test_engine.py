@@ -205,7 +205,7 @@ def test_disagreeing_axes_and_coordinates_get_their_own_names():
 def test_upcast_decodes_float8_exactly(tmp_path):
     import ml_dtypes
 
-    from megadump_zarr.dump.export import ArrayWrite, InvocationWrite, WindowWrite
+    from megadump_zarr.layout.write_model import ArrayWrite, InvocationWrite, WindowWrite
     from megadump_zarr.store.writer import WindowWriter
 
     e4m3 = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).reshape(16, 16)

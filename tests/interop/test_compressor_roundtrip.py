@@ -16,7 +16,7 @@ import pytest
 import zarr
 
 from megadump_zarr.codecs import _BLOSC_CNAMES, _SHUFFLES, parse_compressor  # the grammar's own lists
-from megadump_zarr.dump.export import ArrayWrite, InvocationWrite, WindowWrite
+from megadump_zarr.layout.write_model import ArrayWrite, InvocationWrite, WindowWrite
 from megadump_zarr.store.writer import WindowWriter
 
 INV = "invocation_000000_forward"

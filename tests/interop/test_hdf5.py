@@ -22,7 +22,7 @@ from zarr.storage import LocalStore, StorePath
 
 from megadump_zarr import TensorDumpConfig, tensor_dump
 from megadump_zarr.demo.model import DemoConfig, MoEBlock
-from megadump_zarr.dump.export import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
+from megadump_zarr.layout.write_model import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
 from megadump_zarr.interop import decode_hdf5_attrs, export_hdf5
 from megadump_zarr.interop import hdf5 as hdf5_module
 from megadump_zarr.read.packs import PackedView

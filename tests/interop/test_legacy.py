@@ -15,9 +15,9 @@ import torch
 import xarray as xr
 import zarr
 
-from megadump_zarr.dump.arrays import tensor_to_numpy
-from megadump_zarr.dump.export import SCHEMA_VERSION
-from megadump_zarr.dump.names import safe_name
+from megadump_zarr.tensor_arrays import tensor_to_numpy
+from megadump_zarr.layout.write_model import SCHEMA_VERSION
+from megadump_zarr.layout.names import safe_name
 from megadump_zarr.interop import convert_legacy
 from megadump_zarr.store.writer import window_status
 from tests.interop._legacy_format import demo_tensors, l0_invocations, l1_invocations, write_rank_window

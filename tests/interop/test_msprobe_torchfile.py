@@ -81,3 +81,17 @@ def test_a_storage_shorter_than_the_pickle_says_is_refused(tmp_path):
             archive.writestr(name, data[:8] if "/data/" in name else data)
     with pytest.raises(ValueError, match="its storage holds 8 bytes, its pickle says 4 float32 elements"):
         read_pt(path)
+
+
+def test_a_rewritten_file_is_parsed_again(tmp_path):
+    path = tmp_path / "t.pt"
+    torch.save(torch.arange(6, dtype=torch.float32), path)
+    first, _ = read_pt(path)
+    assert np.asarray(first).tolist() == [0, 1, 2, 3, 4, 5]
+    again, _ = read_pt(path)  # the parse is reused: same answer
+    assert np.asarray(again).tolist() == [0, 1, 2, 3, 4, 5]
+    replacement = tmp_path / "u.pt"
+    torch.save(torch.arange(10, dtype=torch.int64).reshape(2, 5), replacement)
+    os.replace(replacement, path)  # a new file under the same name: parsed again, never the old layout
+    array, dtype = read_pt(path)
+    assert dtype == "int64" and array.shape == (2, 5) and np.asarray(array).tolist()[1] == [5, 6, 7, 8, 9]

@@ -19,7 +19,7 @@ from megadump_zarr.l1.format import (
 )
 from megadump_zarr.l1.reader import read_l1_statistics
 from megadump_zarr.runtime.executor import DeviceWorker
-from megadump_zarr.runtime.statistics import dtype_code, statistics_slot
+from megadump_zarr.runtime.reductions import dtype_code, statistics_slot
 
 BASE = L1_DUMP_PAYLOAD_BASE
 
@@ -257,7 +257,7 @@ def test_dtype_codes_name_torch_dtypes():
 
 
 def test_devices_without_float64_give_the_same_slot_layout(monkeypatch):
-    import megadump_zarr.runtime.statistics as device_statistics
+    import megadump_zarr.runtime.reductions as device_statistics
 
     values = torch.randn(64, 3, generator=torch.Generator().manual_seed(5))
     values[3, 1] = float("-inf")

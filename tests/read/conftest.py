@@ -20,8 +20,8 @@ from zarr.storage import WrapperStore
 
 from megadump_zarr import TensorDumpConfig, schedule, tensor_dump
 from megadump_zarr.demo.model import DemoConfig, MoEBlock
-from megadump_zarr.dump.export import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
-from megadump_zarr.dump.names import safe_name
+from megadump_zarr.layout.write_model import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
+from megadump_zarr.layout.names import safe_name
 
 L1_STAGES = ("expert_up", "expert_down", "unpermute", "combine", "gather")
 # Every tensor of the two kernels except ``ys``: unpermute reads ys through a data-dependent gather,

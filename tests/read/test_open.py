@@ -143,7 +143,7 @@ def test_memory_root_views(hand):
 
 
 def test_sanitised_names(hand, tmp_path):
-    from megadump_zarr.dump.names import safe_name
+    from megadump_zarr.layout.names import safe_name
 
     stage, name = "expert up/1", "a.b/c d"
     data = np.ones((2, 3), dtype=np.float32)

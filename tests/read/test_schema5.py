@@ -21,7 +21,7 @@ import pytest
 import xarray as xr
 import zarr
 
-from megadump_zarr.dump.export import SCHEMA_VERSION
+from megadump_zarr.layout.write_model import SCHEMA_VERSION
 from megadump_zarr.read import open_dump
 from megadump_zarr.read.catalog import scan_windows, window_nodes
 from tests.read._fixture_checks import assert_records_close, assert_stored_bytes_unchanged, assert_values_close

@@ -107,7 +107,7 @@ def test_the_fixture_is_schema_6_and_the_catalog_lists_its_nodes(stored, level):
 
 @pytest.mark.parametrize("level", LEVELS)
 def test_records_and_values_equal_todays_dump_of_the_same_step(stored, fresh, level):
-    from megadump_zarr.dump.export import SCHEMA_VERSION
+    from megadump_zarr.layout.write_model import SCHEMA_VERSION
 
     assert SCHEMA_VERSION >= 6
     assert _doc(fresh / level / WINDOW)["attributes"]["schemaVersion"] == SCHEMA_VERSION

@@ -136,7 +136,7 @@ def test_stitched_tensors_equal_their_records_and_todays(stored, fresh, level):
 
 @pytest.mark.parametrize("level", LEVELS)
 def test_records_and_values_equal_todays_dump_of_the_same_step(stored, fresh, level):
-    from megadump_zarr.dump.export import SCHEMA_VERSION
+    from megadump_zarr.layout.write_model import SCHEMA_VERSION
 
     assert _doc(fresh / level / WINDOW)["attributes"]["schemaVersion"] == SCHEMA_VERSION >= 7
     old, new = open_dump(stored / level), open_dump(fresh / level)

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from megadump_zarr.dump.export import ArrayWrite, GroupWrite, InvocationWrite
+from megadump_zarr.layout.write_model import ArrayWrite, GroupWrite, InvocationWrite
 from megadump_zarr.interop import export_hdf5
 from megadump_zarr.read import open_dump
 from megadump_zarr.store.writer import WindowWriter

@@ -424,7 +424,7 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     packs = sorted(p.relative_to(window).as_posix() for p in window.glob("*/stages/*/pack_*"))
     assert all(
         len(json.loads((window / p / "task_id" / "zarr.json").read_text())["attributes"]["tasks"]) > 1 for p in packs
-    )  # a one-row pack is never written (pack_plan.MIN_PACK_TASKS)
+    )  # a one-row pack is never written (pack_groups.MIN_PACK_TASKS)
     documents = []  # (node path relative to the window, paths of values inside its document)
     for pack in packs:
         for doc_path in sorted((window / pack).rglob("zarr.json")):

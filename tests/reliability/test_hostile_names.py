@@ -16,7 +16,7 @@ import xarray as xr
 from tests.reliability._helpers import assert_confined, tree_snapshot  # noqa: I001
 
 from megadump_zarr import TensorDumpConfig, tensor_dump
-from megadump_zarr.dump.names import safe_name
+from megadump_zarr.layout.names import safe_name
 from megadump_zarr.read import open_dump
 from megadump_zarr.runtime import Graph, MegaKernel, OperatorNode, SplitSpec, TensorSpec
 

@@ -142,7 +142,7 @@ def test_sigkill_between_final_document_and_its_rename(tmp_path, level):
 def test_torn_window_with_a_cut_array_document_still_lists(tmp_path):
     import numpy as np
 
-    from megadump_zarr.dump.export import ArrayWrite, InvocationWrite
+    from megadump_zarr.layout.write_model import ArrayWrite, InvocationWrite
     from megadump_zarr.store.writer import WindowWriter
 
     root = tmp_path / "dump"
@@ -166,7 +166,7 @@ def test_torn_window_with_a_cut_array_document_still_lists(tmp_path):
 
 
 def _window_write(window: int, invocation: str, attrs: dict, arrays: list):
-    from megadump_zarr.dump.export import InvocationWrite, WindowWrite
+    from megadump_zarr.layout.write_model import InvocationWrite, WindowWrite
 
     return WindowWrite(
         0,

@@ -13,7 +13,7 @@ import pytest
 import xarray as xr
 
 from megadump_zarr.cli.main import main
-from megadump_zarr.dump.export import ArrayWrite, InvocationWrite, WindowWrite
+from megadump_zarr.layout.write_model import ArrayWrite, InvocationWrite, WindowWrite
 from megadump_zarr.read import open_dump
 from megadump_zarr.store.writer import WindowWriter
 from megadump_zarr.transfer import UploadError, UploadOnReady, upload

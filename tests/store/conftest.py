@@ -11,7 +11,7 @@ import uuid
 import numpy as np
 import pytest
 
-from megadump_zarr.dump.export import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
+from megadump_zarr.layout.write_model import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
 
 
 def read_json(path: str | os.PathLike[str]) -> dict:

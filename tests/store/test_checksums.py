@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import zarr
 
-from megadump_zarr.dump.export import ArrayWrite, InvocationWrite, WindowWrite
+from megadump_zarr.layout.write_model import ArrayWrite, InvocationWrite, WindowWrite
 from megadump_zarr.read.dump import open_dump
 from megadump_zarr.store.writer import WindowWriter
 

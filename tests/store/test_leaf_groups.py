@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from megadump_zarr.dump.export import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
+from megadump_zarr.layout.write_model import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
 from megadump_zarr.store.backend import LocalBackend
 from megadump_zarr.store.writer import WindowWriter
 

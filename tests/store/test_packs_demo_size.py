@@ -1,6 +1,6 @@
 """The demo's L1 dump written with ``layout="packs"`` stores no more files and no more bytes than with the
 default tasks layout (issue 21): its expert tiles are ragged (each expert its own row count), and a task whose
-shape is unique in its stage stays a task group (``pack_plan.MIN_PACK_TASKS``) instead of a one-row pack."""
+shape is unique in its stage stays a task group (``pack_groups.MIN_PACK_TASKS``) instead of a one-row pack."""
 
 from __future__ import annotations
 

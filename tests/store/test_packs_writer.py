@@ -19,7 +19,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from megadump_zarr.dump.export import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
+from megadump_zarr.layout.write_model import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
 from megadump_zarr.store.pack_writer import row_stats
 from megadump_zarr.store.packs import (
     PACK_MAX_RECORD_BYTES,
@@ -31,7 +31,7 @@ from megadump_zarr.store.packs import (
     index_nbytes,
     range_chunk,
 )
-from megadump_zarr.store.stats import SLICE_ELEMENTS, StatsAccumulator
+from megadump_zarr.store.tensor_stats import SLICE_ELEMENTS, StatsAccumulator
 from megadump_zarr.store.writer import WindowWriter
 from tests._layout import without_digests
 

@@ -18,7 +18,7 @@ import torch
 
 from megadump_zarr import TensorDumpConfig, open_dump, schedule, tensor_dump
 from megadump_zarr.demo.model import DemoConfig, MoEBlock
-from megadump_zarr.dump.export import ArrayWrite, InvocationWrite, WindowWrite
+from megadump_zarr.layout.write_model import ArrayWrite, InvocationWrite, WindowWrite
 from megadump_zarr.store import root_index
 from megadump_zarr.store.writer import WindowWriter
 

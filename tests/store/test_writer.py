@@ -15,10 +15,10 @@ import pytest
 import xarray as xr
 import zarr
 
-from megadump_zarr.dump.export import ArrayWrite, InvocationWrite, WindowWrite
+from megadump_zarr.layout.write_model import ArrayWrite, InvocationWrite, WindowWrite
 from megadump_zarr.store import backend as backend_mod
 from megadump_zarr.store.chunking import CHUNK_KEY_SEPARATOR
-from megadump_zarr.store.stats import compute_stats
+from megadump_zarr.store.tensor_stats import compute_stats
 from megadump_zarr.store.writer import WindowWriter, window_status
 from tests._moto import KEY, SECRET, moto_s3
 

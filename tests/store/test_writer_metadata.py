@@ -17,7 +17,7 @@ from zarr.codecs import BloscCodec, Crc32cCodec, ZstdCodec
 from zarr.errors import ZarrUserWarning
 
 from megadump_zarr.codecs import parse_compressor
-from megadump_zarr.dump.export import ArrayWrite, InvocationWrite, WindowWrite
+from megadump_zarr.layout.write_model import ArrayWrite, InvocationWrite, WindowWrite
 from megadump_zarr.store import metadata
 from megadump_zarr.store.chunking import CHUNK_KEY_SEPARATOR
 from megadump_zarr.store.writer import WindowWriter

@@ -9,8 +9,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from megadump_zarr.store import stats as stats_mod
-from megadump_zarr.store.stats import StatsAccumulator, compute_stats
+from megadump_zarr.store import tensor_stats as stats_mod
+from megadump_zarr.store.tensor_stats import StatsAccumulator, compute_stats
 
 
 def _expected(values: np.ndarray) -> dict:

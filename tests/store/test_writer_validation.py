@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import zarr
 
-from megadump_zarr.dump.export import ArrayWrite, GroupWrite, InvocationWrite
+from megadump_zarr.layout.write_model import ArrayWrite, GroupWrite, InvocationWrite
 from megadump_zarr.store.writer import WindowWriter
 
 INV = "invocation_000001_forward"

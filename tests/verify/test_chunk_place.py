@@ -106,7 +106,7 @@ def test_the_writer_hook_records_each_sealed_chunks_crc32c() -> None:
     from megadump_zarr.store.chunk_digests import note_chunk_digest, splice_chunk_digests
     from megadump_zarr.store.chunking import plan_chunks
     from megadump_zarr.store.encoding import Encoder, joined
-    from megadump_zarr.store.plan import ArrayJob
+    from megadump_zarr.store.nodes import ArrayJob
 
     data = np.arange(64, dtype=np.float32).reshape(16, 4)
     job = ArrayJob("x", data, ("row", "col"), {"name": "x"}, b'{"name":"x"}', plan_chunks(data.shape, 4, 64), False)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from megadump_zarr import open_dump
-from megadump_zarr.dump.export import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
+from megadump_zarr.layout.write_model import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
 from megadump_zarr.store.writer import WindowWriter
 
 WINDOW = "rank_0/window_0000"

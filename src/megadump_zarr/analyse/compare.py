@@ -10,6 +10,11 @@ The dump-level functions use only three methods of a dump (``megadump_zarr.read.
 * ``record_array(path)``: one record as a lazy DataArray in its logical shape;
 * ``tensor(name, **select)``: a named tensor, L0 array or stitched L1 view, as a lazy DataArray.
 
+:func:`compare` runs one way: each argument opened once as a side (:func:`megadump_zarr.analyse.side.open_side`:
+a dump, named tensors or one array), then the records matched (:mod:`megadump_zarr.analyse.matching`), each
+match made a row or a record pair (:mod:`megadump_zarr.analyse.pairs`, :mod:`megadump_zarr.analyse.summary`,
+:mod:`megadump_zarr.analyse.bitwise`), the pairs' metrics and verdicts computed, and the rows framed.
+
 A ``Dump`` from :func:`megadump_zarr.read.open_dump` is read faster: each record's zarr array
 directly, chunk-aligned, both sides decoded in parallel threads (:mod:`megadump_zarr.analyse.pairs`).
 Arrays are never loaded whole: :mod:`megadump_zarr.analyse.metrics` reads them block by block.
@@ -19,31 +24,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 import contextlib
-import math
 from typing import Any
 
 import pandas as pd
 
 from megadump_zarr.analyse.matching import (
     KEY_COLUMNS,
-    align_reference,
-    clean_select,
-    common_keys,
+    RecordMatch,
     execution_order,
-    filter_records,
-    is_dump,
-    is_reference_collection,
-    merged_order,
+    match_records,
     name_filter,
-    open_side,
     record_keys,
-    record_select,
-    reference_get,
-    reference_names,
     scalar,
 )
-from megadump_zarr.analyse.metrics import DEFAULT_BLOCK_BYTES, dtype_name, shape_of
-from megadump_zarr.analyse.summary import is_summary_pair, summary_row
+from megadump_zarr.analyse.metrics import DEFAULT_BLOCK_BYTES
 from megadump_zarr.analyse.pairs import (
     METRIC_COLUMNS,
     RecordPair,
@@ -53,6 +47,9 @@ from megadump_zarr.analyse.pairs import (
     empty_row,
     single_threaded_blas,
 )
+from megadump_zarr.analyse.reference import reference_rows
+from megadump_zarr.analyse.side import DumpSide, ReferenceSide, Side, open_dump_side, open_side
+from megadump_zarr.analyse.summary import is_summary_pair, summary_row
 from megadump_zarr.analyse.verdict import FAILING, check_tolerance
 
 __all__ = [
@@ -114,13 +111,6 @@ _STOPPING = FAILING + ("missing",)
 
 
 # ---------------------------------------------------------------------------------------------------- helpers
-def _truncation_note(x: Any) -> str:
-    attrs = getattr(x, "attrs", None) or {}
-    if attrs.get("truncated") or attrs.get("truncatedRecords"):
-        return "truncated record(s): NaN where not captured"
-    return ""
-
-
 def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
     for col in _INT_COLUMNS:
@@ -164,11 +154,13 @@ def compare(
     * two dumps (``Dump`` objects, or paths/URLs opened with ``open_dump``): records are matched by
       their path relative to the dump root (that is, by rank, window, invocation, stage, task,
       io, index and name); a record on one side only gives a ``"missing"`` row. ``select`` filters
-      ``records()`` (any column; a list/tuple/set value means "any of"). Each record pair is one
+      ``records()`` with the record filters of ``Dump.tensor`` and the CLI
+      (:func:`megadump_zarr.read.select.filter_mask`: ``owner=1``, ``core="MIX5"``, ``task="task_000003"``,
+      ...) or by any other column (equality; a list/tuple/set value means "any of"). Each record pair is one
       picklable unit (:func:`megadump_zarr.analyse.pairs.compare_record`) run through
       :func:`megadump_zarr.analyse.parallel.map_ordered`: on a ``distributed`` cluster when a client
       is active, else in local threads.
-    * a dump and a reference: a mapping name → tensor/array (e.g. tensors of an eager PyTorch run) or
+    * a dump and a reference: a mapping name → tensor/array (e.g. a ``state_dict``, tensors of an eager run) or
       an ``xarray.Dataset`` (its data variables). Each name is compared with
       ``dump.tensor(name, **select)`` (``select``: rank, window, invocation, stage, io, kernel, task;
       one value each). A stitched L1 tensor holds only the rows its records captured: the reference
@@ -213,7 +205,8 @@ def compare(
         b: The reference dump, mapping, Dataset or array.
         rtol: Relative tolerance of floating comparisons, replacing the dtype default (finite, >= 0).
         atol: Absolute tolerance of floating comparisons, replacing the dtype default (finite, >= 0).
-        names: Only these tensor names (default: all records, or every name of the reference).
+        names: Only these tensor names (default: all records, or every name of the reference); for the
+            records of two dumps a name may be a shell-style pattern, as ``--name``.
         progress: Show a rich progress bar (True), or a callable run after each compared pair.
         fail_fast: Dumps: compare one record at a time in execution order and stop after the first
             that does not pass (``missing`` included); the rest are left out of the result.
@@ -222,39 +215,41 @@ def compare(
             the device checksum; a pair that cannot be proven equal (no payload, no checksum) is an
             ``error`` row. :func:`~megadump_zarr.analyse.bitwise.bitwise_map` names the tasks and cores
             whose records differ at which steps.
-        **select: Record selection, e.g. ``rank=0, invocation=2, stage="expert_up", io="output"``.
+        **select: Record selection, e.g. ``rank=0, invocation=2, stage="expert_up", io="output"``
+            (None values are ignored).
 
     Returns:
         A DataFrame with columns :data:`RESULT_COLUMNS`.
 
     Raises:
         ValueError: ``rtol`` or ``atol`` is NaN, infinite or negative (the message names it and the value),
-            or given with ``bitwise``.
-        TypeError: ``bitwise`` with something else than two dumps.
+            or given with ``bitwise``; an unknown selection key (the message lists the filters and columns).
+        TypeError: ``bitwise`` with something else than two dumps; a dump as the reference of something
+            else than a dump; a selection without a dump.
     """
     rtol, atol = check_tolerance("rtol", rtol), check_tolerance("atol", atol)
-    a, b = open_side(a), open_side(b)
+    side_a, side_b = open_side(a), open_side(b)  # each side opened once; later steps ask the side
     name_list = name_filter(names)
-    select = clean_select(select)
+    select = {k: v for k, v in select.items() if v is not None}
     tol = dict(rtol=rtol, atol=atol)
     if bitwise:
-        return _compare_bitwise(a, b, name_list, select, progress, tol, fail_fast)
-    if is_dump(a) and is_dump(b):
-        return _compare_dumps(a, b, name_list, select, progress, tol, fail_fast)
-    if is_dump(a):
-        if not is_reference_collection(b):
+        return _compare_bitwise(side_a, side_b, name_list, select, progress, tol, fail_fast)
+    if side_a.kind == "dump" and side_b.kind == "dump":
+        return _compare_dumps(side_a, side_b, name_list, select, progress, tol, fail_fast)
+    if side_a.kind == "dump":
+        if side_b.kind != "reference":
             raise TypeError(
-                f"a dump can be compared with a dump, a mapping or an xarray.Dataset, not {type(b).__name__}"
+                f"a dump can be compared with a dump, a mapping or an xarray.Dataset, not {side_b.type_name}"
             )
-        return _compare_dump_reference(a, b, name_list, select, progress, tol)
-    if is_dump(b):
+        return _compare_dump_reference(side_a, side_b, name_list, select, progress, tol)
+    if side_b.kind == "dump":
         raise TypeError("pass the dump under test first and the reference second: compare(dump, reference)")
     if select:
         raise TypeError(f"selection {sorted(select)} only applies to dumps")
-    if is_reference_collection(a) and is_reference_collection(b):
-        return _compare_collections(a, b, name_list, progress, tol)
+    if side_a.kind == "reference" and side_b.kind == "reference":
+        return _compare_collections(side_a, side_b, name_list, progress, tol)
     label = name_list[0] if name_list and len(name_list) == 1 else None
-    return _frame([compare_pair({**dict.fromkeys(KEY_COLUMNS), "name": label}, a, b, **tol)])
+    return _frame([compare_pair({**dict.fromkeys(KEY_COLUMNS), "name": label}, side_a.value, side_b.value, **tol)])
 
 
 def _advancer(progress: bool | Callable[[], None], total: int, description: str) -> Any:
@@ -263,132 +258,85 @@ def _advancer(progress: bool | Callable[[], None], total: int, description: str)
     return _progress(bool(progress), total, description)
 
 
-def _source(dump: Any) -> Any:
-    """What a record unit carries for ``dump``: the dump itself locally, its ``DumpSource`` (URL +
-    storage options) when a distributed cluster runs the units."""
-    try:
-        from megadump_zarr.analyse.parallel import active_client
-    except ImportError:  # pragma: no cover - parallel is part of the package
-        return dump
-    if active_client() is None or not hasattr(dump, "location"):
-        return dump
-    from megadump_zarr.read.source import DumpSource
-
-    return DumpSource.of(dump) or dump
-
-
-def lineage(dump: Any, path: str) -> dict[str, Any]:
-    """The :data:`LINEAGE_COLUMNS` of a record, from its attributes (metadata only)."""
-    attrs: dict[str, Any] = {}
-    if hasattr(dump, "_record"):
-        with contextlib.suppress(Exception):
-            attrs = dump._record(path)[2].get("attributes") or {}
-    producers, consumers, ports = attrs.get("producers"), attrs.get("consumers"), attrs.get("ports")
-    port_pairs = None
-    if isinstance(ports, list):
-        port_pairs = tuple((str(p.get("stage")), str(p.get("io"))) for p in ports if isinstance(p, dict))
-    return {
-        "role": attrs.get("role"),
-        "capture_phase": attrs.get("capturePhase"),
-        "producers": tuple(producers) if isinstance(producers, list) else None,
-        "consumers": tuple(consumers) if isinstance(consumers, list) else None,
-        "ports": port_pairs,
-    }
-
-
 def _run_units(units: list[RecordPair], advance: Callable[[], None]) -> list[dict[str, Any]]:
     """Rows of the record units: on the active ``distributed`` cluster, one task per record
     (:func:`~megadump_zarr.analyse.parallel.map_ordered`), else here with every block of every record in
     one queue for this process's threads (:func:`~megadump_zarr.analyse.pairs.compare_records`)."""
-    try:
-        from megadump_zarr.analyse.parallel import active_client, map_ordered
-    except ImportError:  # pragma: no cover - parallel is part of the package
-        return compare_records(units, advance)
+    from megadump_zarr._parallel import active_client, map_ordered
+
     if active_client() is None or len(units) <= 1:
         return compare_records(units, advance)
     return map_ordered(compare_record, units, progress=lambda done, total: advance())
 
 
 def _compare_dumps(
-    a: Any,
-    b: Any,
+    a: DumpSide,
+    b: DumpSide,
     names: list[str] | None,
     select: dict[str, Any],
     progress: bool | Callable[[], None],
     tol: dict[str, Any],
     fail_fast: bool = False,
 ) -> pd.DataFrame:
-    from megadump_zarr.analyse.records import prefetch_records  # per-window tables on a dask cluster, if active
-
-    prefetch_records(a), prefetch_records(b)
-    ra = execution_order(filter_records(a.records(), record_select(select), names))
-    rb = execution_order(filter_records(b.records(), record_select(select), names))
-    rows_a = {str(row["path"]): row for row in ra.to_dict("records")}
-    rows_b = {str(row["path"]): row for row in rb.to_dict("records")}
-    order = merged_order(list(rows_a), list(rows_b))
-    source_a, source_b = _source(a), _source(b)
-    slots: list[dict[str, Any] | RecordPair] = []
-    for path in order:
-        ra_row, rb_row = rows_a.get(path), rows_b.get(path)
-        present = ra_row if ra_row is not None else rb_row
-        keys = {**record_keys(present), **lineage(a if ra_row is not None else b, path)}
-        if ra_row is None or rb_row is None:
-            side = "a" if ra_row is not None else "b"
-            extra = {}
-            if scalar(present.get("shape")) is not None:
-                extra[f"shape_{side}"] = tuple(int(s) for s in present["shape"])
-            if "dtype" in present:
-                extra[f"dtype_{side}"] = scalar(present["dtype"])
-            slots.append(empty_row(keys, "missing", f"only in dump {side}", **extra))
-        elif is_summary_pair(ra_row, rb_row):  # a side stored statistics only: compare what both know
-            ra_row, rb_row = _with_payload_checksums(a, b, ra_row, rb_row)
-            slots.append(summary_row(keys, ra_row, rb_row, tol["rtol"], tol["atol"]))
-        else:
-            truncated = any(bool(scalar(r.get("truncated"))) for r in (ra_row, rb_row))
-            slots.append(
-                RecordPair(source_a, source_b, path, keys, tol["rtol"], tol["atol"], truncated, DEFAULT_BLOCK_BYTES)
-            )
-    rows: list[dict[str, Any]] = []
-    with _advancer(progress, len(order), "comparing records") as advance, single_threaded_blas():
-        if fail_fast:
-            for slot in slots:
-                if isinstance(slot, RecordPair):
-                    row = compare_record(slot)
-                else:
-                    row = slot
-                rows.append(row)
-                advance()
-                if row["verdict"] in _STOPPING:
-                    break
-        else:
-            units = [s for s in slots if isinstance(s, RecordPair)]
-            done = iter(_run_units(units, advance))
-            for slot in slots:
-                if isinstance(slot, RecordPair):
-                    rows.append(next(done))
-                else:
-                    rows.append(slot)
-                    advance()
+    """Two dumps, one way: match the records by path, make each match a row or a record pair, compare the
+    pairs (metrics and verdict), in execution order."""
+    matches = match_records(a.records(select, names), b.records(select, names))
+    slots = [_record_slot(a, b, match, tol) for match in matches]
+    with _advancer(progress, len(slots), "comparing records") as advance, single_threaded_blas():
+        rows = _stopping_rows(slots, advance) if fail_fast else _all_rows(slots, advance)
     return _frame(rows)
 
 
-def _row_lineage(dump: Any, path: str, row: dict[str, Any]) -> dict[str, Any]:
-    """:func:`lineage` of a record, without a metadata look-up for a statistics-only one (it has no array
-    document: its role and capture phase are in its ``records()`` row, a 1000-step dump holds thousands)."""
-    if scalar(row.get("payload")) is False:
-        return {
-            "role": scalar(row.get("role")),
-            "capture_phase": scalar(row.get("capture_phase")),
-            "producers": None,
-            "consumers": None,
-            "ports": None,
-        }
-    return lineage(dump, path)
+def _record_slot(a: DumpSide, b: DumpSide, match: RecordMatch, tol: dict[str, Any]) -> dict[str, Any] | RecordPair:
+    """A matched record's result row when it needs no element-wise comparison (one side only, statistics
+    only), else its :class:`~megadump_zarr.analyse.pairs.RecordPair`."""
+    present = match.present
+    keys = {**record_keys(present), **(a if match.row_a is not None else b).lineage(match.path)}
+    if match.only is not None:
+        extra = {}
+        if scalar(present.get("shape")) is not None:
+            extra[f"shape_{match.only}"] = tuple(int(s) for s in present["shape"])
+        if "dtype" in present:
+            extra[f"dtype_{match.only}"] = scalar(present["dtype"])
+        return empty_row(keys, "missing", f"only in dump {match.only}", **extra)
+    row_a, row_b = match.row_a, match.row_b
+    if is_summary_pair(row_a, row_b):  # a side stored statistics only: compare what both know
+        row_a, row_b = _with_payload_checksums(a, b, row_a, row_b)
+        return summary_row(keys, row_a, row_b, tol["rtol"], tol["atol"])
+    truncated = any(bool(scalar(r.get("truncated"))) for r in (row_a, row_b))
+    return RecordPair(
+        a.unit_source(), b.unit_source(), match.path, keys, tol["rtol"], tol["atol"], truncated, DEFAULT_BLOCK_BYTES
+    )
+
+
+def _stopping_rows(slots: list[dict[str, Any] | RecordPair], advance: Callable[[], None]) -> list[dict[str, Any]]:
+    """``fail_fast``: one record at a time, up to the first that does not pass."""
+    rows: list[dict[str, Any]] = []
+    for slot in slots:
+        row = compare_record(slot) if isinstance(slot, RecordPair) else slot
+        rows.append(row)
+        advance()
+        if row["verdict"] in _STOPPING:
+            break
+    return rows
+
+
+def _all_rows(slots: list[dict[str, Any] | RecordPair], advance: Callable[[], None]) -> list[dict[str, Any]]:
+    """Every slot's row, the record pairs compared together (:func:`_run_units`)."""
+    done = iter(_run_units([s for s in slots if isinstance(s, RecordPair)], advance))
+    rows: list[dict[str, Any]] = []
+    for slot in slots:
+        if isinstance(slot, RecordPair):
+            rows.append(next(done))
+        else:
+            rows.append(slot)
+            advance()
+    return rows
 
 
 def _compare_bitwise(
-    a: Any,
-    b: Any,
+    a: Side,
+    b: Side,
     names: list[str] | None,
     select: dict[str, Any],
     progress: bool | Callable[[], None],
@@ -398,29 +346,22 @@ def _compare_bitwise(
     """``compare(a, b, bitwise=True)``: every record pair of two dumps by its bits, in execution order."""
     from megadump_zarr.analyse.bitwise import bitwise_row
 
-    if not (is_dump(a) and is_dump(b)):
-        raise TypeError(f"bitwise=True compares two dumps, not {type(a).__name__} and {type(b).__name__}")
+    if a.kind != "dump" or b.kind != "dump":
+        raise TypeError(f"bitwise=True compares two dumps, not {a.type_name} and {b.type_name}")
     given = [name for name, value in tol.items() if value is not None]
     if given:
         raise ValueError(f"bitwise=True compares bits, {' and '.join(given)} do not apply; leave them out")
-    ra = execution_order(filter_records(a.records(), record_select(select), names))
-    rb = execution_order(filter_records(b.records(), record_select(select), names))
-    rows_a = {str(row["path"]): row for row in ra.to_dict("records")}
-    rows_b = {str(row["path"]): row for row in rb.to_dict("records")}
-    order = merged_order(list(rows_a), list(rows_b))
+    matches = match_records(a.records(select, names), b.records(select, names))
     rows: list[dict[str, Any]] = []
-    with _advancer(progress, len(order), "comparing bits") as advance:
-        for path in order:
-            ra_row, rb_row = rows_a.get(path), rows_b.get(path)
-            present = ra_row if ra_row is not None else rb_row
-            keys = {**record_keys(present), **_row_lineage(a if ra_row is not None else b, path, present)}
-            if ra_row is None or rb_row is None:
-                side = "a" if ra_row is not None else "b"
-                row = empty_row(
-                    keys, "missing", f"only in dump {side}", **{f"dtype_{side}": scalar(present.get("dtype"))}
-                )
+    with _advancer(progress, len(matches), "comparing bits") as advance:
+        for match in matches:
+            present = match.present
+            keys = {**record_keys(present), **(a if match.row_a is not None else b).lineage(match.path, present)}
+            if match.only is not None:
+                dtype = {f"dtype_{match.only}": scalar(present.get("dtype"))}
+                row = empty_row(keys, "missing", f"only in dump {match.only}", **dtype)
             else:
-                row = bitwise_row(keys, a, b, ra_row, rb_row)
+                row = bitwise_row(keys, a.value, b.value, match.row_a, match.row_b)
             rows.append(row)
             advance()
             if fail_fast and row["verdict"] in _STOPPING:
@@ -428,128 +369,58 @@ def _compare_bitwise(
     return _frame(rows)
 
 
-def _with_payload_checksums(a: Any, b: Any, ra_row: dict[str, Any], rb_row: dict[str, Any]) -> tuple[Any, Any]:
+def _with_payload_checksums(
+    a: DumpSide, b: DumpSide, ra_row: dict[str, Any], rb_row: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """A mixed pair (one side statistics only, with its device checksum; the other a payload without one):
     the payload side's checksum computed on the host, so equal bits are proven and differing bits are never
     a pass. A payload that cannot be read keeps no checksum (its damage is ``verify``'s to name)."""
     if (scalar(ra_row.get("checksum")) is None) == (scalar(rb_row.get("checksum")) is None):
         return ra_row, rb_row  # both known (compared as they are) or neither (statistics only)
-    from megadump_zarr.analyse.bitwise import payload_checksum
-
     rows = []
-    for dump, row in ((a, ra_row), (b, rb_row)):
+    for side, row in ((a, ra_row), (b, rb_row)):
         try:
-            checksum = payload_checksum(dump, row)
+            checksum = side.payload_checksum(row)
         except Exception:  # noqa: BLE001 - unreadable payload: compared by statistics as before
             checksum = None
         rows.append(row if checksum is None else {**row, "checksum": checksum})
     return rows[0], rows[1]
 
 
-def _stitched_locator(tensor: Any, records: pd.DataFrame) -> Callable[[tuple[int, ...]], dict[str, Any]] | None:
-    """Worst element → producing task/owner/core, from a stitched L1 tensor's per-row coordinates."""
-    import numpy as np
-
-    if getattr(tensor, "attrs", {}).get("level") != "L1" or not getattr(tensor, "dims", ()):
-        return None
-    dim = tensor.dims[0]
-    coords = {}
-    for name in ("task_id", "owner_id", "core_id"):
-        if name in tensor.coords and tensor.coords[name].dims == (dim,):
-            coords[name] = np.asarray(tensor.coords[name].values)
-    core_types = {}
-    if "task_id" in records.columns and "core_type" in records.columns:
-        for task, core_type in zip(records["task_id"], records["core_type"]):
-            if scalar(task) is not None:
-                core_types[int(task)] = scalar(core_type)
-
-    def locate(index: tuple[int, ...]) -> dict[str, Any]:
-        row = int(index[0])
-        out: dict[str, Any] = {}
-        for name, values in coords.items():
-            value = int(values[row])
-            out[f"worst_{name}"] = value if value >= 0 else None
-        task = out.get("worst_task_id")
-        if task is not None:
-            out["worst_core_type"] = core_types.get(task)
-        return out
-
-    return locate
-
-
 def _compare_dump_reference(
-    dump: Any,
-    reference: Any,
+    dump: DumpSide,
+    reference: ReferenceSide,
     names: list[str] | None,
     select: dict[str, Any],
     progress: bool | Callable[[], None],
     tol: dict[str, Any],
 ) -> pd.DataFrame:
-    records = execution_order(filter_records(dump.records(), record_select(select)))
-    wanted = names if names is not None else reference_names(reference)
-    record_names = list(records["name"])
-    first_seen = {}
-    for position, name in enumerate(record_names):
-        first_seen.setdefault(str(name), position)
-    ordered = sorted(wanted, key=lambda n: (first_seen.get(n, math.inf), wanted.index(n)))
-    rows: list[dict[str, Any]] = []
-    with _advancer(progress, len(ordered), "comparing tensors") as advance:
-        for name in ordered:
-            mine = records[records["name"] == name]
-            keys = common_keys(mine, name)
-            for k, v in record_select(select).items():
-                if k in keys and keys[k] is None and not isinstance(v, (list, tuple, set, frozenset, range)):
-                    keys[k] = v
-            ref = reference_get(reference, name)
-            if ref is None:
-                rows.append(empty_row(keys, "missing", "not in the reference"))
-            elif name not in first_seen:
-                rows.append(
-                    empty_row(keys, "missing", "not in the dump", shape_b=shape_of(ref), dtype_b=dtype_name(ref))
-                )
-            else:
-                try:
-                    tensor = dump.tensor(name, **select)
-                except Exception as exc:
-                    rows.append(compare_pair(keys, _Raising(exc), ref))
-                else:
-                    ref, aligned = align_reference(tensor, ref)
-                    rows.append(
-                        compare_pair(
-                            keys,
-                            tensor,
-                            ref,
-                            notes=[aligned, _truncation_note(tensor)],
-                            locate=_stitched_locator(tensor, mine),
-                            **tol,
-                        )
-                    )
+    """A dump and named tensors (:func:`megadump_zarr.analyse.reference.reference_rows`), in the dump's order."""
+    total, rows = reference_rows(dump, reference, names, select, tol)
+    out: list[dict[str, Any]] = []
+    with _advancer(progress, total, "comparing tensors") as advance:
+        for row in rows:
+            out.append(row)
             advance()
-    return _frame(rows)
-
-
-class _Raising:
-    """An array-like whose reading raises ``exc`` (so :func:`compare_pair` classifies the failure)."""
-
-    def __init__(self, exc: Exception) -> None:
-        self.exc = exc
-
-    @property
-    def shape(self) -> Any:
-        raise self.exc
+    return _frame(out)
 
 
 def _compare_collections(
-    a: Any, b: Any, names: list[str] | None, progress: bool | Callable[[], None], tol: dict[str, Any]
+    a: ReferenceSide,
+    b: ReferenceSide,
+    names: list[str] | None,
+    progress: bool | Callable[[], None],
+    tol: dict[str, Any],
 ) -> pd.DataFrame:
+    """Two collections of named tensors, name by name (A's names first, then B's others)."""
     if names is None:
-        names_a, names_b = reference_names(a), reference_names(b)
+        names_a, names_b = a.names(), b.names()
         names = names_a + [n for n in names_b if n not in set(names_a)]
     rows: list[dict[str, Any]] = []
     with _advancer(progress, len(names), "comparing tensors") as advance:
         for name in names:
             keys = {**dict.fromkeys(KEY_COLUMNS), "name": name}
-            xa, xb = reference_get(a, name), reference_get(b, name)
+            xa, xb = a.get(name), b.get(name)
             if xa is None or xb is None:
                 where = "in neither" if xa is None and xb is None else f"only in {'a' if xb is None else 'b'}"
                 rows.append(empty_row(keys, "missing", where))
@@ -596,11 +467,8 @@ def first_nonfinite(dump: Any, **select: Any) -> pd.Series | None:
     Raises:
         ValueError: The selected records carry no statistics (the dump was written with ``stats=False``).
     """
-    from megadump_zarr.analyse.records import prefetch_records  # per-window tables on a dask cluster, if active
-
-    records = execution_order(
-        filter_records(prefetch_records(open_side(dump)).records(), record_select(clean_select(select)))
-    )
+    side = open_dump_side(dump, "first_nonfinite's dump")
+    records = side.records({k: v for k, v in select.items() if v is not None})
     if records.empty:
         return None
     nan = pd.to_numeric(records["nan_count"], errors="coerce")

@@ -1,15 +1,18 @@
-"""The two sides of a comparison: recognising and opening the inputs (dump, path, mapping, Dataset),
-selecting and ordering a dump's records, matching records and names between the sides, and the
-key columns that identify each compared pair.
+"""Matching the two sides of a comparison: a dump's records in execution order, the records of two dumps
+matched by path (:func:`match_records`), the names of a dump and a reference (:func:`reference_order`),
+the key columns that identify each compared pair, and a full-length reference aligned with a stitched L1
+tensor.
 
-Only ``records()``/``tensor()`` results and reference containers are touched here; metrics and
-verdicts are :mod:`megadump_zarr.analyse.compare`'s business.
+What a side is (dump, reference, array) is :mod:`megadump_zarr.analyse.side`'s business; which records a
+selection keeps is :mod:`megadump_zarr.read.select`'s (the one filter engine); metrics and verdicts are
+:mod:`megadump_zarr.analyse.pairs`' and :mod:`megadump_zarr.analyse.verdict`'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-import os
+from dataclasses import dataclass
+import math
 from typing import Any
 
 import numpy as np
@@ -19,21 +22,17 @@ from megadump_zarr.analyse.metrics import shape_of
 
 __all__ = [
     "KEY_COLUMNS",
+    "RecordMatch",
     "align_reference",
-    "clean_select",
     "common_keys",
     "execution_order",
-    "filter_records",
-    "is_dump",
-    "is_reference_collection",
+    "match_records",
     "merged_order",
     "name_filter",
-    "open_side",
     "record_keys",
-    "record_select",
-    "reference_get",
-    "reference_names",
+    "reference_order",
     "scalar",
+    "selected_keys",
 ]
 
 KEY_COLUMNS = (
@@ -56,72 +55,6 @@ KEY_COLUMNS = (
     "path",
 )
 """Columns identifying the compared tensor (None where they do not apply)."""
-
-
-def is_dump(x: Any) -> bool:
-    """Whether ``x`` has the three dump methods this package uses (``records``, ``record_array``, ``tensor``).
-
-    Args:
-        x: Either side of a comparison.
-    """
-    return all(callable(getattr(x, m, None)) for m in ("records", "record_array", "tensor"))
-
-
-def _is_path(x: Any) -> bool:
-    return isinstance(x, (str, os.PathLike))
-
-
-def open_side(x: Any) -> Any:
-    """``x`` itself, or the dump it names when it is a path/URL (opened with ``open_dump``).
-
-    Args:
-        x: Either side of a comparison.
-    """
-    if not _is_path(x):
-        return x
-    try:
-        from megadump_zarr.read import open_dump
-    except ImportError as exc:  # pragma: no cover - depends on the read layer being installed
-        raise ImportError(f"comparing dump paths needs megadump_zarr.read.open_dump: {exc}") from exc
-    return open_dump(x)
-
-
-def is_reference_collection(x: Any) -> bool:
-    """Whether ``x`` is a name → tensor collection (a mapping or an ``xarray.Dataset``).
-
-    Args:
-        x: Either side of a comparison.
-    """
-    import xarray as xr
-
-    return isinstance(x, (Mapping, xr.Dataset))
-
-
-def reference_names(x: Any) -> list[str]:
-    """The tensor names of a reference collection (a Dataset's data variables, a mapping's keys).
-
-    Args:
-        x: A mapping or ``xarray.Dataset``.
-    """
-    import xarray as xr
-
-    if isinstance(x, xr.Dataset):
-        return [str(n) for n in x.data_vars]
-    return [str(n) for n in x]
-
-
-def reference_get(x: Any, name: str) -> Any:
-    """Tensor ``name`` of a reference collection, or None.
-
-    Args:
-        x: A mapping or ``xarray.Dataset``.
-        name: The tensor name.
-    """
-    import xarray as xr
-
-    if isinstance(x, xr.Dataset):
-        return x.data_vars[name] if name in x.data_vars else None
-    return x.get(name)
 
 
 def scalar(value: Any) -> Any:
@@ -149,44 +82,6 @@ def name_filter(names: str | Iterable[str] | None) -> list[str] | None:
     if isinstance(names, str):
         return [names]
     return [str(n) for n in names]
-
-
-def clean_select(select: dict[str, Any]) -> dict[str, Any]:
-    """``select`` without the choices left at None.
-
-    Args:
-        select: Record selection keyword arguments.
-    """
-    return {k: v for k, v in select.items() if v is not None}
-
-
-_READ_FILTERS = ("owner", "core")
-"""Selections that are not ``records()`` columns, read as :func:`megadump_zarr.read.select.filter_mask` reads
-them (the same meaning as ``Dump.tensor(owner=, core=)`` and the CLI's ``--owner``/``--core``)."""
-
-
-def filter_records(records: pd.DataFrame, select: dict[str, Any], names: list[str] | None = None) -> pd.DataFrame:
-    """Rows of ``records`` matching ``select`` (equality, or membership for list/tuple/set/range) and ``names``;
-    ``owner`` (an owner id) and ``core`` (``5`` or ``"MIX5"``) as in ``Dump.tensor``."""
-    mask = pd.Series(True, index=records.index)
-    for key, value in select.items():
-        if key in _READ_FILTERS and key not in records.columns:  # owner=2, core="MIX5" or 5: as Dump.tensor
-            from megadump_zarr.read.select import filter_mask
-
-            mask &= pd.Series(filter_mask(records, key, value), index=records.index)
-            continue
-        if key not in records.columns:
-            raise ValueError(
-                f"unknown selection {key!r}; records() has columns {list(records.columns)} "
-                f"(or {', '.join(_READ_FILTERS)})"
-            )
-        if isinstance(value, (list, tuple, set, frozenset, range)):
-            mask &= records[key].isin(list(value))
-        else:
-            mask &= records[key] == value
-    if names is not None:
-        mask &= records["name"].isin(names)
-    return records[mask.fillna(False).astype(bool)]
 
 
 _PHASES = {"before": 0, "input": 0, "after": 1, "output": 1}
@@ -232,17 +127,24 @@ def execution_order(records: pd.DataFrame) -> pd.DataFrame:
     return records.iloc[np.lexsort(keys)]
 
 
-def record_select(select: dict[str, Any]) -> dict[str, Any]:
-    """``Dump.tensor`` selection arguments as ``records()`` column filters."""
+_LISTS = (list, tuple, set, frozenset, range)
+
+
+def selected_keys(select: Mapping[str, Any]) -> dict[str, Any]:
+    """The key columns a selection names with one value each (``rank=0`` → ``rank``; ``task=3`` → ``task_id``);
+    a dump-vs-reference row takes them where its records leave a key unknown. A list of values, a task
+    group name, an invocation group name and the filters that are no key column (``owner``, ``core``) name none.
+
+    Args:
+        select: The record selection of ``compare`` (None values already left out).
+    """
     out = {}
     for key, value in select.items():
-        if key == "task":
-            key = "task_id" if not isinstance(value, str) else "group"
-            if isinstance(value, str):
-                continue  # a task group name; tensor() resolves it
-        elif key == "invocation" and isinstance(value, str):
-            key = "invocation_name"
-        out[key] = value
+        if isinstance(value, _LISTS) or (key in ("task", "invocation") and isinstance(value, str)):
+            continue
+        column = "task_id" if key == "task" else key
+        if column in KEY_COLUMNS:
+            out[column] = value
     return out
 
 
@@ -326,3 +228,65 @@ def merged_order(keys_a: list[Any], keys_b: list[Any]) -> list[Any]:
         order.append(key)
         order.extend(after.get(key, []))
     return order
+
+
+@dataclass(frozen=True)
+class RecordMatch:
+    """One record path of a dump comparison with its ``records()`` row on each side.
+
+    Args:
+        path: The record path, relative to both dump roots.
+        row_a: Its row in dump A (under test), None when only B has it.
+        row_b: Its row in dump B (reference), None when only A has it.
+    """
+
+    path: str
+    row_a: dict[str, Any] | None
+    row_b: dict[str, Any] | None
+
+    def __post_init__(self) -> None:
+        if self.row_a is None and self.row_b is None:
+            raise ValueError(f"RecordMatch {self.path!r}: row_a and row_b are both None (a record is on a side)")
+
+    @property
+    def present(self) -> dict[str, Any]:
+        """The row of A when A has the record, else B's."""
+        return self.row_a if self.row_a is not None else self.row_b  # type: ignore[return-value]
+
+    @property
+    def only(self) -> str | None:
+        """``"a"`` or ``"b"`` when one side only has the record, None when both have it."""
+        if self.row_a is not None and self.row_b is not None:
+            return None
+        return "a" if self.row_a is not None else "b"
+
+
+def match_records(records_a: pd.DataFrame, records_b: pd.DataFrame) -> list[RecordMatch]:
+    """The records of two dumps matched by path, in A's execution order with B-only records placed after
+    their predecessor in B (:func:`merged_order`).
+
+    Args:
+        records_a: Dump A's selected records, in execution order (:func:`execution_order`).
+        records_b: Dump B's.
+    """
+    rows_a = {str(row["path"]): row for row in records_a.to_dict("records")}
+    rows_b = {str(row["path"]): row for row in records_b.to_dict("records")}
+    return [RecordMatch(path, rows_a.get(path), rows_b.get(path)) for path in merged_order(list(rows_a), list(rows_b))]
+
+
+def reference_order(records: pd.DataFrame, wanted: list[str]) -> tuple[list[str], set[str]]:
+    """The order a dump is compared with a reference in: the wanted names by their first record in
+    execution order, names the dump does not hold last (in the order wanted); and the names it holds.
+
+    Args:
+        records: The dump's selected records, in execution order.
+        wanted: The names to compare.
+    """
+    first_seen: dict[str, int] = {}
+    for position, name in enumerate(records["name"]):
+        first_seen.setdefault(str(name), position)
+    asked: dict[str, int] = {}
+    for position, name in enumerate(wanted):
+        asked.setdefault(name, position)
+    ordered = sorted(wanted, key=lambda n: (first_seen.get(n, math.inf), asked[n]))
+    return ordered, set(first_seen)

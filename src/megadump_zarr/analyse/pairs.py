@@ -435,8 +435,14 @@ class _Job:
 
 def block_metrics(job: _Job, i: int) -> MetricAccumulator:
     """Block ``i`` of a record read from both sides and folded into its own accumulator (any thread)."""
+    from megadump_zarr.read.chunks import ChunkRows, read_many
+
     index = job.blocks[i]
-    block_a, block_b = read_native_block(job.a, index), read_native_block(job.b, index)
+    if isinstance(job.a, ChunkRows) and isinstance(job.b, ChunkRows):  # both sides' chunks fetched in one go
+        stored_a, stored_b = read_many([(job.a, index), (job.b, index)])
+        block_a, block_b = read_native_block(stored_a, ()), read_native_block(stored_b, ())
+    else:
+        block_a, block_b = read_native_block(job.a, index), read_native_block(job.b, index)
     acc = MetricAccumulator(job.shape, rtol=job.plan.rtol, atol=job.plan.atol, exact=job.plan.exact)
     acc.update(block_a, block_b, block_offset(job.shape, index))
     return acc

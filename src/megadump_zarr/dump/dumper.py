@@ -17,14 +17,21 @@ from megadump_zarr.diagnostics import (
     deactivate_session,
 )
 from megadump_zarr.dump.config import TensorDumpConfig
-from megadump_zarr.dump.export import InvocationWrite, WindowWrite
+from megadump_zarr.layout.write_model import InvocationWrite, WindowWrite
 from megadump_zarr.dump.exporter import BackgroundExporter, ExportError
 from megadump_zarr.dump.l0 import L0Tensor, describe_graph_tensors
 from megadump_zarr.dump.l1_plan import PreparedL1Dump, prepare_l1_dump
-from megadump_zarr.dump.limits import check_index, check_inside_root
-from megadump_zarr.dump.plan_io import new_run_id, plan_document, plan_group_bytes, plan_key, plan_prefix, run_prefix
+from megadump_zarr.layout.limits import check_index, check_inside_root
+from megadump_zarr.dump.saved_plans import (
+    new_run_id,
+    plan_document,
+    plan_group_bytes,
+    plan_key,
+    plan_prefix,
+    run_prefix,
+)
 from megadump_zarr.dump.snapshots import decode_l1_dump, salvage_l1_dump, snapshot_tensor
-from megadump_zarr.dump.statistics import (
+from megadump_zarr.dump.statistics_mode import (
     Baseline,
     L0StatisticsCapture,
     PayloadPolicy,
@@ -34,8 +41,9 @@ from megadump_zarr.dump.statistics import (
     prime_expected_checksums,
     salvage_l1_statistics,
 )
-from megadump_zarr.dump.statistics_plan import has_statistics
+from megadump_zarr.dump.statistics_slots import has_statistics
 from megadump_zarr.dump.window import DumpInvocation, build_window
+from megadump_zarr.layout.paths import window_path
 
 __all__ = ["TensorDumper", "WindowSink"]
 
@@ -514,7 +522,7 @@ class TensorDumper:
                         nbytes = sum(invocation.payload_bytes for invocation in mine)
                         self._exporter.submit(job, nbytes, session.url, (self._window_index, len(ranks)))
                 except BaseException as error:
-                    where = f"Tensor dump window rank_{rank}/window_{self._window_index:04d}"
+                    where = f"Tensor dump window {window_path(rank, self._window_index)}"
                     if not any(
                         where in note or "Tensor dump window" in note for note in getattr(error, "__notes__", ())
                     ):

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from megadump_zarr.dump.l1_views import resolve_view, validate_view_bounds
-from megadump_zarr.dump.statistics_plan import buffer_end, layout_records, pool_for, statistics_entry
+from megadump_zarr.dump.statistics_slots import buffer_end, layout_records, pool_for, statistics_entry
 from megadump_zarr.l1 import (
     L1_ANY_WORKER,
     L1_DIAGNOSTIC_MODE,
@@ -83,7 +83,7 @@ class L1RecordPlan:
 
     @property
     def entry(self) -> L1RecordEntry:
-        """The ABI record this plan packs to (statistics records: see ``dump.statistics_plan``)."""
+        """The ABI record this plan packs to (statistics records: see ``dump.statistics_slots``)."""
         if self.kind:
             return statistics_entry(self)
         return L1RecordEntry(

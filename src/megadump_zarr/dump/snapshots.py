@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from megadump_zarr.dump.arrays import dtype_name, numpy_dtype_of, tensor_to_numpy
+from megadump_zarr.tensor_arrays import dtype_name, numpy_dtype_of, tensor_to_numpy
 from megadump_zarr.dump.l1_plan import L1RecordPlan, PreparedL1Dump
 from megadump_zarr.l1 import L1_DUMP_STATUS_CAPTURED, read_l1_buffer
 from megadump_zarr.runtime import GraphTensor

@@ -10,20 +10,20 @@ from typing import Any
 
 import numpy as np
 
-from megadump_zarr._version import __version__
-from megadump_zarr.dump.export import SCHEMA_VERSION, ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
+from megadump_zarr.layout.write_model import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
 from megadump_zarr.dump.l0 import L0Tensor
-from megadump_zarr.dump.names import NameTable, safe_name
+from megadump_zarr.layout.names import NameTable, safe_name
 from megadump_zarr.dump.snapshots import L0Snapshot, L1Snapshot
-from megadump_zarr.dump.statistics import STATISTICS_GROUP, statistics_table
+from megadump_zarr.dump.statistics_mode import STATISTICS_GROUP, statistics_table
 from megadump_zarr.l1 import L1_ANY_WORKER
+from megadump_zarr.layout.manifest import WindowManifest
+from megadump_zarr.layout.paths import invocation_name, task_dir
+from megadump_zarr.layout.schema import CAPTURE_PHASES, L0_STORAGE, PACK_STORAGE
 
 __all__ = ["PACK_STORAGE", "DumpInvocation", "build_window"]
 
-PACK_STORAGE = "task_record_packs"
-"""``stageViewStorage`` of an L1 window: the store may keep small task records in task-record packs (the
-value of ``store.packs.PACK_STORAGE``; the dump layer does not import the store, a test holds them equal).
-The store replaces it with ``"array_per_task_record"`` when it writes a group per task (the default)."""
+# An L1 window says PACK_STORAGE (the store may keep small task records in task-record packs); the store
+# replaces it with TASK_STORAGE when it writes a group per task (the default). Both live in layout.schema.
 
 
 @dataclass
@@ -54,7 +54,7 @@ class DumpInvocation:
     @property
     def name(self) -> str:
         """The invocation's group name."""
-        return f"invocation_{self.invocation_id:06d}_{self.direction}"
+        return invocation_name(self.invocation_id, self.direction)
 
     @property
     def payload_bytes(self) -> int:
@@ -250,7 +250,7 @@ def _l1_invocation(invocation: DumpInvocation) -> InvocationWrite:
         if stage_component not in seen_stages:
             seen_stages.add(stage_component)
             groups.append(GroupWrite(f"stages/{stage_component}", {"stage": first.stage}))
-        task_component = f"task_{first.task_id:06d}"
+        task_component = task_dir(first.task_id)
         if first.worker_id != L1_ANY_WORKER:
             task_component += f"_worker_{first.core_id:03d}"
         path = f"stages/{stage_component}/{task_component}"
@@ -286,7 +286,7 @@ def _l1_invocation(invocation: DumpInvocation) -> InvocationWrite:
     components: dict[tuple[str, int, str], str] = {}  # one safe_name per distinct port, not per record
     for row in invocation.statistics:
         plan = row.plan
-        task_component = f"task_{plan.task_id:06d}"
+        task_component = task_dir(plan.task_id)
         if plan.worker_id != L1_ANY_WORKER:
             task_component += f"_worker_{plan.core_id:03d}"
         port = (plan.io, plan.index, plan.tensor_name)
@@ -335,18 +335,14 @@ def build_window(level: str, rank: int, window_index: int, invocations: list[Dum
     finally:
         if paused:
             gc.enable()
-    attrs = {
-        "schemaVersion": SCHEMA_VERSION,
-        "producer": f"megadump_zarr {__version__}",
-        "level": level,
-        "tensorSerialization": "zarr-v3",
-        "windowIndex": window_index,
-        "capturePhaseSemantics": "task_boundary" if is_l1 else "mega_kernel_boundary",
-        "stageViewStorage": PACK_STORAGE if is_l1 else "array_per_tensor_with_ports",
-        "rank": rank,
-        "invocationCount": len(built),
-        "invocations": [inv.name for inv in built],
+    manifest = WindowManifest(
+        level=level,
+        rank=rank,
+        window_index=window_index,
+        capture_phase=CAPTURE_PHASES[level],
+        storage=PACK_STORAGE if is_l1 else L0_STORAGE,
+        invocations=tuple(inv.name for inv in built),
         # launches that failed and whose CAPTURED records were kept (on_error="keep", decode-buffer)
-        "partialLaunches": [invocation.name for invocation in invocations if invocation.failed],
-    }
-    return WindowWrite(rank, window_index, attrs, built)
+        partial_launches=tuple(invocation.name for invocation in invocations if invocation.failed),
+    )
+    return WindowWrite(rank, window_index, manifest.to_attrs(), built)

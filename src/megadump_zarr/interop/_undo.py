@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from megadump_zarr.layout.paths import rank_dir
+
 __all__ = ["UndoableWrites"]
 
 
@@ -41,7 +43,7 @@ class UndoableWrites:
         """
         from megadump_zarr.store.writer import window_key
 
-        created_rank = rank not in self._ranks and not self.writer.backend.exists(f"rank_{int(rank)}/zarr.json")
+        created_rank = rank not in self._ranks and not self.writer.backend.exists(f"{rank_dir(int(rank))}/zarr.json")
         session = self.writer.begin(rank, window_index, attrs)
         self._windows.append(window_key(rank, window_index))
         if created_rank:
@@ -54,8 +56,8 @@ class UndoableWrites:
         for key in self._windows:
             backend.delete_prefix(key)
         for rank in self._ranks:
-            backend.delete_prefix(f"rank_{rank}/zarr.json")
-            self._remove_empty_dir(f"rank_{rank}")
+            backend.delete_prefix(f"{rank_dir(rank)}/zarr.json")
+            self._remove_empty_dir(rank_dir(rank))
         if not self._root_doc_existed:
             backend.delete_prefix("zarr.json")
             if not self._local_root_existed:

@@ -210,7 +210,9 @@ def _open_window(window_url: str | os.PathLike[str], storage_options: Mapping[st
     except FileNotFoundError:
         raise FileNotFoundError(f"no Zarr window group at {location}") from None
     except Exception as error:  # zarr raises several types for a missing or foreign node
-        raise ValueError(f"cannot open {location} as a Zarr window group: {error}") from None
+        raise ValueError(
+            f"cannot open {location} as a Zarr window group: {_why(location, storage_options, error)}"
+        ) from None
     attrs = group.attrs.asdict()
     if "schemaVersion" not in attrs or "windowIndex" not in attrs:
         raise ValueError(
@@ -220,6 +222,28 @@ def _open_window(window_url: str | os.PathLike[str], storage_options: Mapping[st
     from megadump_zarr.read.integrity import guard_window_group
 
     return guard_window_group(group, location)  # a missing or corrupt chunk of a committed window raises
+
+
+def _why(location: str, storage_options: Mapping[str, Any] | None, error: BaseException) -> str:
+    """Why zarr could not open the group: its document's own fault when it has one (zarr says "pop expected at
+    most 1 argument, got 2" of a ``zarr.json`` that is a JSON list), else zarr's message.
+
+    Args:
+        location: The group's path or URL.
+        storage_options: fsspec options for a URL.
+        error: What zarr raised.
+    """
+    from megadump_zarr.read.location import get_bytes, open_location, parse_json
+
+    try:
+        raw = get_bytes(open_location(location, dict(storage_options or {})).store, "zarr.json")
+        if raw is not None:
+            parse_json(raw, f"{location.rstrip('/')}/zarr.json")
+    except ValueError as plain:  # not JSON, or not a JSON object: named with the file
+        return str(plain)
+    except Exception:  # noqa: BLE001 - the document cannot be read here either: zarr's reason stands
+        pass
+    return str(error)
 
 
 def export_hdf5(

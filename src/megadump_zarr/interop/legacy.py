@@ -38,9 +38,10 @@ import pickle
 from typing import Any
 import warnings
 
-from megadump_zarr.dump.export import ArrayWrite, InvocationWrite
+from megadump_zarr.layout.write_model import ArrayWrite, InvocationWrite
 from megadump_zarr.interop._undo import UndoableWrites
 from megadump_zarr.interop.legacy_manifest import LEGACY_SCHEMA_VERSION, PlannedTensor, plan_window, window_dirs
+from megadump_zarr.layout.paths import window_path
 
 __all__ = ["LEGACY_SCHEMA_VERSION", "convert_legacy"]
 
@@ -48,7 +49,7 @@ __all__ = ["LEGACY_SCHEMA_VERSION", "convert_legacy"]
 def _check_representable(window: Any, url: str | os.PathLike[str]) -> None:
     """Refuse (before anything is written) indices readers cannot represent and a destination window
     that a planted link leads out of a local root."""
-    from megadump_zarr.dump.limits import INT64_LIMIT, check_index, check_inside_root
+    from megadump_zarr.layout.limits import INT64_LIMIT, check_index, check_inside_root
 
     check_index(window.rank, f"legacy manifest {window.manifest} 'rank'")
     check_index(window.window_index, f"legacy manifest {window.manifest} 'windowIndex'")
@@ -60,7 +61,7 @@ def _check_representable(window: Any, url: str | os.PathLike[str]) -> None:
         if not isinstance(step, int) or not -INT64_LIMIT <= step < INT64_LIMIT:
             raise ValueError(f"legacy manifest {window.manifest} 'step' must be an int64, got {step!r}")
     if "://" not in os.fspath(url):
-        check_inside_root(url, f"rank_{window.rank}/window_{window.window_index:04d}")
+        check_inside_root(url, window_path(window.rank, window.window_index))
 
 
 # --------------------------------------------------------------------------- loading (untrusted files)
@@ -68,7 +69,7 @@ def _load_tensor(item: PlannedTensor) -> Any:
     """Load one legacy tensor with torch's restricted unpickler and check it against its metadata."""
     import torch
 
-    from megadump_zarr.dump.arrays import dtype_name, tensor_to_numpy
+    from megadump_zarr.tensor_arrays import dtype_name, tensor_to_numpy
 
     try:
         with warnings.catch_warnings():  # torch warns about pickle protocols it may not support; we report errors

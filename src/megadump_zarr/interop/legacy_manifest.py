@@ -12,22 +12,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import json
 from pathlib import Path, PurePosixPath, PureWindowsPath
-import re
 from typing import Any
 
-from megadump_zarr._version import __version__
-from megadump_zarr.dump.export import SCHEMA_VERSION, GroupWrite
-from megadump_zarr.dump.names import NameTable, safe_name
+from megadump_zarr.layout.write_model import GroupWrite
+from megadump_zarr.layout.names import NameTable, safe_name
+from megadump_zarr.layout.manifest import WindowManifest
+from megadump_zarr.layout.paths import RANK_DIR, TASK_DIR, WINDOW_DIR, invocation_name, task_dir
+from megadump_zarr.layout.schema import CAPTURE_PHASES, L0_STORAGE, LEVELS, TASK_STORAGE
 
 __all__ = ["LEGACY_SCHEMA_VERSION", "PlannedTensor", "plan_window", "window_dirs"]
 
 LEGACY_SCHEMA_VERSION = 4
 
-_LEVELS = ("L0", "L1")
 _DIRECTIONS = ("forward", "backward")
-_TASK_DIR = re.compile(r"^task_(\d+)(?:_worker_(\d+))?$")
-_RANK_DIR = re.compile(r"^rank_(\d+)$")
-_WINDOW_DIR = re.compile(r"^window_(\d+)$")
 _DROPPED_TENSOR_KEYS = ("file", "stats")  # "stats" is the store's own attribute
 
 
@@ -89,7 +86,7 @@ class _Where:
 def _check_sizes(where: _Where, dtype: str, shape: tuple[int, ...], file: Path, field: str = "actualShape") -> None:
     """Refuse a storedDtype the store cannot hold and a shape int64 cannot count (the ``.pt`` file itself
     is checked against the shape once loaded)."""
-    from megadump_zarr.interop._limits import check_declared_bytes, supported_itemsize
+    from megadump_zarr.read.msprobe.limits import check_declared_bytes, supported_itemsize
 
     try:
         itemsize = supported_itemsize(dtype, "storedDtype")
@@ -200,10 +197,10 @@ def window_dirs(legacy_dir: Path) -> list[Path]:
     """
     found = []
     for rank_dir in sorted(legacy_dir.iterdir()):
-        if not _RANK_DIR.match(rank_dir.name) or not rank_dir.is_dir():
+        if not RANK_DIR.match(rank_dir.name) or not rank_dir.is_dir():
             continue
         for window_dir in sorted(rank_dir.iterdir()):
-            if _WINDOW_DIR.match(window_dir.name) and (window_dir / "manifest.json").is_file():
+            if WINDOW_DIR.match(window_dir.name) and (window_dir / "manifest.json").is_file():
                 found.append(window_dir)
     return found
 
@@ -239,10 +236,10 @@ def plan_window(window_dir: Path, legacy_root: Path) -> _Window:
         raise where.at("tensorSerialization").error(
             f"unsupported tensorSerialization {serialization!r}; expected 'torch.save'"
         )
-    level = where.string(manifest, "level", _LEVELS)
+    level = where.string(manifest, "level", LEVELS)
     rank = where.integer(manifest, "rank", minimum=0)
     window_index = where.integer(manifest, "windowIndex", minimum=0)
-    expected = (int(_RANK_DIR.match(window_dir.parent.name).group(1)), int(_WINDOW_DIR.match(window_dir.name).group(1)))
+    expected = (int(RANK_DIR.match(window_dir.parent.name).group(1)), int(WINDOW_DIR.match(window_dir.name).group(1)))
     if (rank, window_index) != expected:
         raise where.error(
             f"manifest says rank {rank} window {window_index} but it lies in {window_dir.parent.name}/{window_dir.name}"
@@ -261,30 +258,27 @@ def plan_window(window_dir: Path, legacy_root: Path) -> _Window:
             raise inv_where.error(f"invocation {invocation.name!r} appears twice")
         names.add(invocation.name)
         invocations.append(invocation)
-    is_l1 = level == "L1"
-    attrs = {
-        "schemaVersion": SCHEMA_VERSION,
-        "producer": f"megadump_zarr {__version__}",
-        "level": level,
-        "tensorSerialization": "zarr-v3",
-        "windowIndex": window_index,
-        "capturePhaseSemantics": manifest.get(
-            "capturePhaseSemantics", "task_boundary" if is_l1 else "mega_kernel_boundary"
-        ),
-        "stageViewStorage": "array_per_task_record" if is_l1 else "array_per_tensor_with_ports",
-        "rank": rank,
-        "invocationCount": len(invocations),
-        "invocations": [inv.name for inv in invocations],
-        "convertedFrom": {
-            "schemaVersion": LEGACY_SCHEMA_VERSION,
-            "path": str(directory),
-            **{
-                key: manifest[key]
-                for key in ("tensorSerialization", "tensorFileLayout", "stageViewStorage")
-                if key in manifest
-            },
+    converted_from = {
+        "schemaVersion": LEGACY_SCHEMA_VERSION,
+        "path": str(directory),
+        **{
+            key: manifest[key]
+            for key in ("tensorSerialization", "tensorFileLayout", "stageViewStorage")
+            if key in manifest
         },
     }
+    try:
+        attrs = WindowManifest(
+            level=level,
+            rank=rank,
+            window_index=window_index,
+            capture_phase=manifest.get("capturePhaseSemantics", CAPTURE_PHASES[level]),
+            storage=TASK_STORAGE if level == "L1" else L0_STORAGE,
+            invocations=tuple(inv.name for inv in invocations),
+            converted_from=converted_from,
+        ).to_attrs()
+    except ValueError as error:  # a manifest value the converted window could not carry (its field named)
+        raise where.error(str(error)) from None
     return _Window(manifest_path, directory, rank, window_index, attrs, invocations)
 
 
@@ -297,7 +291,7 @@ def _invocation_base(entry: Any, where: _Where, rank: int, level: str, payload_k
     where.array(entry, payload_key)
     attrs = {key: value for key, value in entry.items() if key not in ("tasks", "tensors")}
     attrs.update(level=level, rank=rank, launchFailed=False, pendingRecords=[])
-    return f"invocation_{invocation_id:06d}_{direction}", attrs
+    return invocation_name(invocation_id, direction), attrs
 
 
 def _plan_l0_invocation(entry: Any, where: _Where, window_dir: Path, rank: int) -> _Invocation:
@@ -387,7 +381,7 @@ def _plan_l1_invocation(entry: Any, where: _Where, window_dir: Path, rank: int) 
             seen_stages.add(stage_component)
             invocation.groups.append(GroupWrite(f"stages/{stage_component}", {"stage": stage}))
         worker = _worker_of(task, metadata_file, tensors, core_id)
-        task_component = f"task_{task_id:06d}" + (f"_worker_{core_id:03d}" if worker is not None else "")
+        task_component = task_dir(task_id, core_id if worker is not None else None)
         path = f"stages/{stage_component}/{task_component}"
         if path in task_paths:
             raise t_where.error(f"task group {path!r} appears twice in invocation {name}")
@@ -414,7 +408,7 @@ def _worker_of(task: dict[str, Any], metadata_file: str | None, tensors: list[An
     candidates = [metadata_file] + [t.get("file") for t in tensors if isinstance(t, dict)]
     for candidate in candidates:
         if isinstance(candidate, str) and "/" in candidate:
-            match = _TASK_DIR.match(PurePosixPath(candidate).parent.name)
+            match = TASK_DIR.match(PurePosixPath(candidate).parent.name)
             if match:
                 return core_id if match.group(2) is not None else None
     return None

@@ -27,10 +27,10 @@ A module's parameters are *inputs* of its forward, recorded after its arguments 
 invocation whose records (``Module.fc1.Linear.parameters_grad.0.weight``) are *outputs*.
 
 Statistics task (no tensor files): every invocation gets a ``statistics`` table
-(:mod:`.msprobe_stats`: one row per tensor leaf, ``payload`` false, so ``records()`` lists them as
-statistics-only records) holding msprobe's Max/Min/Mean/Norm as min/max/mean/l2norm, and no payload
-arrays. The invocation's ``records`` attribute keeps every record's attributes, msprobe's statistics
-included.
+(:mod:`megadump_zarr.read.msprobe.statistics_table`: one row per tensor leaf, ``payload`` false, so
+``records()`` lists them as statistics-only records) holding msprobe's Max/Min/Mean/Norm as
+min/max/mean/l2norm, and no payload arrays. The invocation's ``records`` attribute keeps every record's
+attributes, msprobe's statistics included.
 
 msprobe directories are untrusted input, handled like the legacy importer's (:mod:`.legacy`): every
 ``data_name`` must be a plain file name that resolves (links included) to a regular file inside its
@@ -49,16 +49,16 @@ from typing import Any
 
 from megadump_zarr.read.msprobe.attrs import invocation_attrs, invocation_name, record_attrs, window_attrs
 from megadump_zarr.read.msprobe.load import load_tensor
-from megadump_zarr.read.msprobe.plan import Window, is_msprobe_dump, plan_windows
-from megadump_zarr.read.msprobe.stats import statistics_table
+from megadump_zarr.read.msprobe.dump_json import Window, is_msprobe_dump, plan_windows
+from megadump_zarr.read.msprobe.statistics_table import statistics_table
 
 __all__ = ["convert_msprobe", "is_msprobe_dump"]
 
 
 def _invocations(window: Window, tick: Any) -> Iterator[Any]:
     """The window's invocations, one API call at a time (tensor files are loaded here, one call in memory)."""
-    from megadump_zarr.dump.export import ArrayWrite, InvocationWrite
-    from megadump_zarr.dump.names import NameTable
+    from megadump_zarr.layout.write_model import ArrayWrite, InvocationWrite
+    from megadump_zarr.layout.names import NameTable
 
     for i, call in enumerate(window.calls):
         name = invocation_name(i, call)

@@ -1,4 +1,4 @@
-"""L1 (task-boundary) dump buffer: the ABI, a validating zero-copy reader and a packer.
+"""L1 (task-boundary) dump buffer: the ABI, a validating zero-copy reader and its writer.
 
 The bottom layer of megadump_zarr; it imports nothing else from the package.
 """
@@ -25,7 +25,7 @@ from megadump_zarr.l1.format import (
     L1RecordEntry,
     align_up,
 )
-from megadump_zarr.l1.packer import pack_l1_buffer, plan_slots
+from megadump_zarr.l1.writer import pack_l1_buffer, plan_slots
 from megadump_zarr.l1.reader import read_l1_buffer, read_l1_header
 
 __all__ = [

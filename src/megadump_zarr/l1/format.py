@@ -60,7 +60,7 @@ offset  type  field
 The device writes bytes 0..87 of a slot and never the host-written bytes 88..103.
 
 This module holds no logic beyond :func:`align_up`; reading lives in
-:mod:`megadump_zarr.l1.reader` and packing in :mod:`megadump_zarr.l1.packer`.
+:mod:`megadump_zarr.l1.reader` and packing in :mod:`megadump_zarr.l1.writer`.
 """
 
 from __future__ import annotations

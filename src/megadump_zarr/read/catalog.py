@@ -16,10 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 import math
-import re
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 import pandas as pd
 from zarr.abc.store import Store
@@ -32,9 +30,10 @@ from megadump_zarr.read.documents import (
     optional_str,
     shape_field,
 )
-from megadump_zarr.read.statistics import STATISTICS_COLUMNS, merge_statistics
+from megadump_zarr.read.statistics_table import STATISTICS_COLUMNS, merge_statistics
 from megadump_zarr.read.location import get_json, get_many, list_dir, list_dirs, list_prefix, parse_json
 from megadump_zarr.read.packs import find_view
+from megadump_zarr.layout.paths import INVOCATION_DIR, RANK_DIR, TASK_DIR, WINDOW_DIR
 
 __all__ = [
     "EXTRA_COLUMNS",
@@ -107,10 +106,6 @@ for every other record."""
 EXTRA_COLUMNS = (*EXTRA_COLUMNS, *STATISTICS_COLUMNS)  # payload, checksum, element_count (read.statistics)
 
 _FINAL = frozenset(("complete", "aborted"))
-_RANK = re.compile(r"^rank_(\d+)$")
-_WINDOW = re.compile(r"^window_(\d+)$")
-_INVOCATION = re.compile(r"^invocation_(\d+)_(.+)$")
-_TASK = re.compile(r"^task_(\d+)(?:_worker_(\d+))?$")
 _ITEMSIZE = {
     name: np.dtype(name).itemsize
     for name in (
@@ -128,7 +123,7 @@ _ITEMSIZE = {
         "float64",
     )
 }
-_ITEMSIZE.update(bfloat16=np.dtype(ml_dtypes.bfloat16).itemsize, float8_e4m3fn=1, float8_e5m2=1)
+_ITEMSIZE.update(bfloat16=2, float8_e4m3fn=1, float8_e5m2=1)  # ml_dtypes not imported for their sizes
 _INT_COLUMNS = (
     "step",
     "task_id",
@@ -214,7 +209,7 @@ def check_root(store: Store, url: str) -> dict[str, Any]:
     doc = get_json(store if view is None else view._store, "zarr.json")
     hint = " (the dump root is the directory that holds rank_*/ groups)"
     if doc is None:
-        if any(_RANK.match(name) for name in list_dir(store, "")):
+        if any(RANK_DIR.match(name) for name in list_dir(store, "")):
             return {}
         raise ValueError(f"{url} is not a megadump_zarr dump root: zarr.json is missing{hint}")
     if doc.get("node_type") != "group" or doc.get("zarr_format") != 3:
@@ -225,7 +220,7 @@ def check_root(store: Store, url: str) -> dict[str, Any]:
             what = "a window group"
         elif "invocationId" in attrs or "taskId" in attrs or "stage" in attrs:
             what = "a data group inside a window"
-        elif any(_WINDOW.match(name) for name in list_dir(store, "")):
+        elif any(WINDOW_DIR.match(name) for name in list_dir(store, "")):
             what = "a rank group"
         else:
             what = None
@@ -248,10 +243,10 @@ def scan_windows(store: Store, cache: dict[str, WindowInfo] | None = None) -> li
     """
     cache = {} if cache is None else cache
     keys: list[tuple[int, int, str]] = []
-    rank_names = [(name, match) for name in list_dir(store, "") if (match := _RANK.match(name))]
+    rank_names = [(name, match) for name in list_dir(store, "") if (match := RANK_DIR.match(name))]
     for (rank_name, rank_match), window_names in zip(rank_names, list_dirs(store, [n for n, _ in rank_names])):
         for window_name in window_names:  # the ranks are listed concurrently: one round trip, not one per rank
-            window_match = _WINDOW.match(window_name)
+            window_match = WINDOW_DIR.match(window_name)
             if window_match:
                 rank, window = int(rank_match.group(1)), int(window_match.group(1))
                 if rank > INT64_MAX or window > INT64_MAX:
@@ -406,7 +401,7 @@ def _group_attrs(nodes: Mapping[str, dict[str, Any]], path: str, window_key: str
 def _invocation_info(name: str, nodes: Mapping[str, dict[str, Any]], window_key: str = "") -> dict[str, Any]:
     attrs = _group_attrs(nodes, name, window_key)
     where = f"{window_key}/{name}/zarr.json" if window_key else f"{name}/zarr.json"
-    match = _INVOCATION.match(name)
+    match = INVOCATION_DIR.match(name)
     fallback = int(match.group(1)) if match else None
     invocation_id = int_field(attrs.get("invocationId", fallback), where, "attributes.invocationId")
     if invocation_id is None and fallback is not None:
@@ -427,7 +422,7 @@ def _task_info(nodes: Mapping[str, dict[str, Any]], group: str, window_key: str)
     task_attrs = _group_attrs(nodes, group, window_key)
     stage_attrs = _group_attrs(nodes, "/".join(parts[:3]), window_key)
     where = f"{window_key}/{group}/zarr.json"
-    match = _TASK.match(parts[3])
+    match = TASK_DIR.match(parts[3])
     owner = task_attrs.get("owner")
     if owner is not None and not isinstance(owner, dict):
         raise ValueError(f"{where}: attributes.owner {str(owner)[:60]!r} is not a JSON object")
@@ -464,7 +459,7 @@ def data_groups(info: WindowInfo, nodes: Mapping[str, dict[str, Any]]) -> list[D
     invocations: dict[str, dict[str, Any]] = {}
     for path, doc in nodes.items():
         parts = path.split("/")
-        if not _INVOCATION.match(parts[0]):
+        if not INVOCATION_DIR.match(parts[0]):
             continue
         inv = invocations.get(parts[0])
         if inv is None:
@@ -478,7 +473,7 @@ def data_groups(info: WindowInfo, nodes: Mapping[str, dict[str, Any]]) -> list[D
             direction=inv["direction"],
             status=info.status,
         )
-        if len(parts) >= 4 and parts[1] == "stages" and _TASK.match(parts[3]):
+        if len(parts) >= 4 and parts[1] == "stages" and TASK_DIR.match(parts[3]):
             group = "/".join(parts[:4])
             if group not in found:
                 stage = _task_info(nodes, group, info.key)["stage"]
@@ -487,7 +482,7 @@ def data_groups(info: WindowInfo, nodes: Mapping[str, dict[str, Any]]) -> list[D
                     key=f"{info.key}/{group}",
                     stage=stage,
                     stage_component=parts[2],
-                    task_id=int(_TASK.match(parts[3]).group(1)),
+                    task_id=int(TASK_DIR.match(parts[3]).group(1)),
                     task_name=parts[3],
                     **common,
                 )

@@ -12,6 +12,10 @@ plain array itself:
 * the trailing ``crc32c`` is verified and the chunk decompressed (blosc, zstd, or none) in the calling
   thread, straight into the output block where the chunk lies inside it: C code that releases the GIL,
   so several readers use several cores.
+* a store that can fill a buffer itself (an msprobe dump read in place:
+  :meth:`~megadump_zarr.read.msprobe.store.MsprobeStore.read_chunk_into`, found below the dump's
+  wrapper stores) is asked to read each uncompressed chunk straight into the output block, in the calling
+  thread: no event-loop round trip, no intermediate buffer, one ``preadv`` per chunk.
 
 Only the simplest layout takes this path: a regular grid whose chunks span every axis but the first, the
 codecs ``bytes`` (little endian on a little-endian host), at most one of ``blosc``/``zstd``, and
@@ -28,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ChunkRows", "chunk_rows"]
+__all__ = ["ChunkRows", "chunk_rows", "read_many"]
 
 
 class _Fallback(Exception):
@@ -117,6 +121,7 @@ class ChunkRows:
         self.fast_reads = 0  # row ranges this path read itself (the rest went through zarr)
         self._lock = threading.Lock()
         self._chunk_bytes = int(np.prod(chunks)) * dtype.itemsize
+        self._direct = _direct_reader(store) if compressor is None and not crc32c else None
 
     def __getstate__(self) -> dict[str, Any]:  # dask may pickle it to a worker: the lock stays behind
         state = dict(self.__dict__)
@@ -155,25 +160,32 @@ class ChunkRows:
         start, stop, _ = first.indices(self.shape[0])
         return (start, stop) if stop > start else None
 
-    def _read(self, start: int, stop: int) -> np.ndarray:
-        from zarr.core.buffer import default_buffer_prototype
-        from zarr.core.sync import sync
-
+    def _keys(self, start: int, stop: int) -> tuple[int, int, list[str]]:
+        """``(first, last, keys)``: the chunks holding rows ``start:stop`` and their store keys."""
         step = self.chunks[0]
         first, last = start // step, (stop - 1) // step
         encode = self.guarded.array.metadata.encode_chunk_key
         prefix = f"{self.key}/" if self.key else ""
-        keys = [f"{prefix}{encode((i,) + (0,) * (self.ndim - 1))}" for i in range(first, last + 1)]
-        prototype = default_buffer_prototype()
+        return first, last, [f"{prefix}{encode((i,) + (0,) * (self.ndim - 1))}" for i in range(first, last + 1)]
 
-        async def fetch() -> list[Any]:
-            import asyncio
+    def _read(self, start: int, stop: int) -> np.ndarray:
+        from zarr.core.sync import sync
 
-            return list(await asyncio.gather(*(self.store.get(k, prototype) for k in keys)))
+        first, last, keys = self._keys(start, stop)
+        if self._direct is not None:
+            out = np.empty((stop - start,) + self.shape[1:], dtype=self.dtype)
+            self._read_direct(keys, first, last, start, stop, out)
+            return out
+        raws = sync(_fetch([(self.store, key) for key in keys]))
+        return self._assemble(start, stop, first, raws)
 
-        raws = sync(fetch())
+    def _assemble(self, start: int, stop: int, first: int, raws: list[Any]) -> np.ndarray:
+        """Rows ``start:stop`` decoded from the stored chunks ``raws`` (chunk ``first`` onwards)."""
+        step = self.chunks[0]
         out = np.empty((stop - start,) + self.shape[1:], dtype=self.dtype)
-        for i, raw in zip(range(first, last + 1), raws):
+        for i, raw in enumerate(raws, start=first):
+            if isinstance(raw, BaseException):
+                raise _Fallback("the chunk's get failed") from raw
             lo, hi = max(start, i * step), min(stop, (i + 1) * step)
             inside = lo == i * step and hi == (i + 1) * step
             target = out[lo - start : hi - start] if inside else np.empty(self.chunks, dtype=self.dtype)
@@ -181,6 +193,19 @@ class ChunkRows:
             if not inside:
                 out[lo - start : hi - start] = target[lo - i * step : hi - i * step]
         return out
+
+    def _read_direct(self, keys: list[str], first: int, last: int, start: int, stop: int, out: np.ndarray) -> None:
+        """Chunks ``first..last`` read by the store itself into ``out`` (rows ``start:stop``)."""
+        step = self.chunks[0]
+        for i, key in zip(range(first, last + 1), keys):
+            lo, hi = max(start, i * step), min(stop, (i + 1) * step)
+            inside = lo == i * step and hi == (i + 1) * step
+            target = out[lo - start : hi - start] if inside else np.empty(self.chunks, dtype=self.dtype)
+            dest = target.reshape(-1).view(np.uint8)
+            if dest.size != self._chunk_bytes or not self._direct(key, dest):
+                raise _Fallback("not a stored chunk of the store")
+            if not inside:
+                out[lo - start : hi - start] = target[lo - i * step : hi - i * step]
 
     def _decode(self, raw: Any, target: np.ndarray) -> None:
         """Decode one stored chunk into ``target`` (C-contiguous, exactly one chunk's bytes)."""
@@ -208,3 +233,68 @@ class ChunkRows:
             if data.size != dest.size:
                 raise _Fallback("raw size")
             dest[...] = data
+
+
+def _direct_reader(store: Any) -> Any:
+    """The ``read_chunk_into(key, out) -> bool`` of the innermost store below ``store``'s wrappers (zarr
+    ``WrapperStore``: the integrity checks, the pack view), or None when it has none.
+
+    Args:
+        store: The array's store.
+    """
+    from zarr.storage import WrapperStore
+
+    seen = 0
+    while isinstance(store, WrapperStore) and seen < 8:
+        store, seen = store._store, seen + 1
+    reader = getattr(store, "read_chunk_into", None)
+    return reader if callable(reader) else None
+
+
+async def _fetch(keys: list[tuple[Any, str]]) -> list[Any]:
+    """Every ``store.get(key)`` at once; a failed get is returned as its exception (its reader falls back)."""
+    import asyncio
+
+    from zarr.core.buffer import default_buffer_prototype
+
+    prototype = default_buffer_prototype()
+    return list(await asyncio.gather(*(store.get(key, prototype) for store, key in keys), return_exceptions=True))
+
+
+def read_many(items: list[tuple[Any, tuple[slice, ...]]]) -> list[Any]:
+    """``x[index]`` of every ``(x, index)``, the chunk fetches of all the :class:`ChunkRows` row ranges among
+    them issued together (one round trip to zarr's event loop, the stores' reads running concurrently),
+    each range decoded in the calling thread. A compare lane reads the same block of both sides this way.
+    Other items, and a range the fast path cannot read, are read by ``x[index]`` (zarr's own errors).
+
+    Args:
+        items: Array-likes and their index tuples.
+    """
+    from zarr.core.sync import sync
+
+    plans: list[tuple[int, int, int, int, int] | None] = []  # (start, stop, first, key offset, key count)
+    keys: list[tuple[Any, str]] = []
+    for x, index in items:
+        rows = x._rows(index) if isinstance(x, ChunkRows) and x._direct is None else None
+        if rows is None:
+            plans.append(None)
+            continue
+        first, _, chunk_keys = x._keys(*rows)
+        plans.append((rows[0], rows[1], first, len(keys), len(chunk_keys)))
+        keys.extend((x.store, key) for key in chunk_keys)
+    raws = sync(_fetch(keys)) if keys else []
+    out: list[Any] = []
+    for (x, index), plan in zip(items, plans):
+        if plan is None:
+            out.append(x[index] if index else x[...])
+            continue
+        start, stop, first, at, count = plan
+        try:
+            block = x._assemble(start, stop, first, raws[at : at + count])
+        except Exception:  # zarr reads it again and raises (or fills) exactly as it would have
+            out.append(x.guarded[index])
+            continue
+        with x._lock:
+            x.fast_reads += 1
+        out.append(block)
+    return out

@@ -18,16 +18,15 @@ import asyncio
 import math
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dask.array as da
 import numpy as np
 import pandas as pd
-import xarray as xr
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
-from megadump_zarr.read.statistics import load_tables
+from megadump_zarr.read.statistics_table import load_tables
 from megadump_zarr.read.catalog import (
     DataGroup,
     WindowInfo,
@@ -62,6 +61,9 @@ from megadump_zarr.read.truncated import (
     stored_dask,
     truncated_dask,
 )
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 __all__ = ["Dump", "open_dump"]
 
@@ -182,7 +184,7 @@ class Dump:
         (external_input, stage_output, final_output) in ``role``; L1 rows have ``role`` missing.
         ``shape`` is the logical (actual) shape, ``stored_shape`` the stored array's (a truncated
         record stores a flat prefix). ``bytes``/``stored_bytes`` are the logical and stored payload
-        sizes. Statistics are the writer's (over finite elements; see ``megadump_zarr.store.stats``).
+        sizes. Statistics are the writer's (over finite elements; see ``megadump_zarr.store.tensor_stats``).
         ``path`` and ``group`` are relative to the root (pass ``path`` to :meth:`record_array`).
 
         Args:
@@ -283,6 +285,8 @@ class Dump:
         return info
 
     def _open_group(self, group: DataGroup) -> xr.Dataset:
+        import xarray as xr
+
         info = self._info(group.key)
         if info.nodes is not None:
             return xr.open_zarr(
@@ -296,6 +300,8 @@ class Dump:
 
     def _manual_dataset(self, info: WindowInfo, rel: str, attrs: dict[str, Any]) -> xr.Dataset:
         """A Dataset of the arrays directly in ``rel`` (torn windows have no group documents)."""
+        import xarray as xr
+
         nodes = self._nodes(info)
         prefix = f"{rel}/" if rel else ""
         variables: dict[str, xr.Variable] = {}
@@ -325,6 +331,8 @@ class Dump:
             include_incomplete: Also include ``aborted`` windows and torn (``writing``) windows; torn
                 ones are built from their arrays' own metadata (their groups have no documents).
         """
+        import xarray as xr
+
         nodes: dict[str, xr.Dataset] = {"/": xr.Dataset(attrs=self.root_attrs)}
         for info in self._scan():
             if not include_incomplete and info.status != "complete":
@@ -451,6 +459,8 @@ class Dump:
         Raises:
             ValueError: ``path`` is not an array of this dump.
         """
+        import xarray as xr
+
         info, rel, doc = self._record(path)
         key = f"{info.key}/{rel}"
         attrs = dict(doc.get("attributes") or {})

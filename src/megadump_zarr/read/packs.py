@@ -61,12 +61,10 @@ from megadump_zarr.store.packs import (
     range_chunk,
     task_array_name,
 )
+from megadump_zarr.layout.paths import RANK_DIR, TASK_DIR, WINDOW_PATH
 
 __all__ = ["PackedView", "base_store", "find_view", "packed_view", "stored_pack_nodes"]
 
-_WINDOW = re.compile(r"^rank_\d+/window_\d+$")
-_RANK = re.compile(r"^rank_\d+$")
-_TASK_NAME = re.compile(r"^task_(\d+)(?:_worker_(\d+))?$")
 _PACK = re.compile(rf"^[^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+")
 _PACK_PATH = re.compile(rf"^([^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+)(?:/|$)")
 _PACK_TASK = re.compile(
@@ -174,7 +172,7 @@ def _check_rows(window: str, pack: str, nodes: dict[str, dict[str, Any]]) -> Non
         and path[len(prefix) :] not in INDEX_ARRAYS
     ]
     for row, entry in enumerate(tasks):
-        match = _TASK_NAME.match(entry["group"])
+        match = TASK_DIR.match(entry["group"])
         if match is None:
             raise ValueError(
                 f"{where}: attributes.tasks[{row}].group {entry['group']!r} is not a task group name "
@@ -480,7 +478,7 @@ class PackedView(WrapperStore[Store]):
         if len(parts) < 3 or not parts[0].startswith("rank_") or not parts[1].startswith("window_"):
             return None
         window = f"{parts[0]}/{parts[1]}"
-        return window if _WINDOW.match(window) else None
+        return window if WINDOW_PATH.match(window) else None
 
     def _index_depth(self, key: str) -> int | None:
         """For the root's and the ranks' documents (which may repeat complete windows): the path
@@ -489,7 +487,7 @@ class PackedView(WrapperStore[Store]):
             return None
         if key == "zarr.json":
             return 2
-        if key.endswith("/zarr.json") and key.count("/") == 1 and _RANK.match(key[: -len("/zarr.json")]):
+        if key.endswith("/zarr.json") and key.count("/") == 1 and RANK_DIR.match(key[: -len("/zarr.json")]):
             return 1
         return None
 

@@ -2,10 +2,11 @@
 invocation, stage, io, kernel, task, owner and core, and the "choose one of" errors when a choice is
 ambiguous.
 
-The record filters (:data:`FILTERS`, :func:`filter_mask`, :func:`select_records`) are what ``Dump.tensor``,
-``Dump.dataset`` and every ``megadump`` command that takes ``--owner``/``--core``/... apply to a
-``records()`` frame; :func:`no_match_message` says, when they match nothing, which filter emptied the
-selection and which values exist there ("no records with owner 9; owners: 0, 1, 2, 3").
+The record filters (:data:`FILTERS`, :func:`filter_mask`, :func:`select_records`) are the one filter engine:
+``Dump.tensor``, ``Dump.dataset``, ``analyse.compare`` and every ``megadump`` command that takes
+``--owner``/``--core``/... apply them to a ``records()`` frame (``compare`` also filters by any other
+``records()`` column, ``columns=True``); :func:`no_match_message` says, when they match nothing, which
+filter emptied the selection and which values exist there ("no records with owner 9; owners: 0, 1, 2, 3").
 
 Everything here works on catalogue metadata (``WindowInfo``, ``DataGroup``, ``records()`` frames);
 nothing reads chunk data.
@@ -379,7 +380,7 @@ def _core_text(core_type: Any, core_id: Any) -> str | None:
     return f"{core_type}{'' if core_id is None or pd.isna(core_id) else int(core_id)}"
 
 
-def filter_mask(frame: pd.DataFrame, key: str, value: Any) -> np.ndarray:
+def filter_mask(frame: pd.DataFrame, key: str, value: Any, *, columns: bool = False) -> np.ndarray:
     """Which rows of a ``records()`` frame one filter keeps.
 
     Values: ``rank``/``window``/``owner``: an int; ``invocation``: an id, or a group name
@@ -389,26 +390,26 @@ def filter_mask(frame: pd.DataFrame, key: str, value: Any) -> np.ndarray:
     ``direction``, ``io``: the value; ``name``: a name, a shell-style pattern, or a list of them (a
     name that equals a pattern matches, so names holding ``*``, ``[`` or ``/`` select themselves).
     A list (or tuple/set) of values for any other key keeps rows matching any of them. A row missing
-    the column's value (an L0 row's owner) never matches.
+    the column's value (an L0 row's owner) never matches. With ``columns``, a key that is no filter but a
+    column of ``frame`` (``task_id``, ``step``, ``path``, ``payload``, ...) keeps the rows whose cell
+    equals the value (or one of a list's values).
 
     Args:
         frame: A ``records()`` frame (or part of one).
-        key: The filter (a key of :data:`FILTERS`).
+        key: The filter (a key of :data:`FILTERS`, or with ``columns`` a column of ``frame``).
         value: The wanted value.
+        columns: Also accept any column of ``frame`` as a key.
 
     Raises:
-        ValueError: An unknown filter key.
+        ValueError: An unknown filter key (the message lists the filters, and with ``columns`` the columns).
     """
     spec = _BY_KEY.get(key)
     if spec is None:
-        raise ValueError(f"unknown record filter {key!r}; filters: {', '.join(_BY_KEY)}")
+        if columns and key in frame.columns:
+            return _cell_mask(frame[key], value)
+        raise ValueError(_unknown(key, frame, columns))
     if key == "name":
-        patterns = [value] if isinstance(value, str) else [str(v) for v in value]
-        names = _column(frame, "name")
-        return np.array(
-            [isinstance(n, str) and any(n == p or fnmatch.fnmatchcase(n, p) for p in patterns) for n in names],
-            dtype=bool,
-        )
+        return _name_mask(_column(frame, "name"), [value] if isinstance(value, str) else [str(v) for v in value])
     if isinstance(value, (list, tuple, set, frozenset, range)):
         out = np.zeros(len(frame), dtype=bool)
         for v in value:
@@ -437,26 +438,63 @@ def filter_mask(frame: pd.DataFrame, key: str, value: Any) -> np.ndarray:
     return _equal(_column(frame, spec.column), value)
 
 
-def _active(select: Mapping[str, Any]) -> list[tuple[RecordFilter, Any]]:
-    unknown = [k for k in select if k not in _BY_KEY]
+_GLOB = frozenset("*?[")
+
+
+def _name_mask(names: pd.Series, patterns: list[str]) -> np.ndarray:
+    """Rows whose name equals a pattern or matches it shell-style (a pattern without ``*?[`` only by
+    equality, which is what fnmatch would say: a set look-up instead of a match per row)."""
+    exact = [p for p in patterns if not _GLOB & set(p)]
+    globs = [p for p in patterns if _GLOB & set(p)]
+    out = names.isin(exact).to_numpy(dtype=bool, copy=True) if exact else np.zeros(len(names), dtype=bool)
+    if globs:
+        out |= np.array(
+            [isinstance(n, str) and any(n == p or fnmatch.fnmatchcase(n, p) for p in globs) for n in names],
+            dtype=bool,
+        )
+    return out
+
+
+def _cell_mask(values: pd.Series, value: Any) -> np.ndarray:
+    """A column that is no filter (``columns=True``): cells equal to ``value``, or to one of a list's values;
+    a missing cell never matches."""
+    if isinstance(value, (list, tuple, set, frozenset, range)):
+        kept = values.isin(list(value))
+    else:
+        kept = values == value
+    return kept.fillna(False).to_numpy(dtype=bool)
+
+
+def _unknown(key: str, frame: pd.DataFrame, columns: bool) -> str:
+    message = f"unknown record filter {key!r}; filters: {', '.join(_BY_KEY)}"
+    return f"{message}, or a records() column: {', '.join(map(str, frame.columns))}" if columns else message
+
+
+def _active(select: Mapping[str, Any], frame: pd.DataFrame, columns: bool = False) -> list[tuple[RecordFilter, Any]]:
+    """The filters ``select`` sets (None: not set), in :data:`FILTERS` order, then the plain columns in the
+    order given (``columns``), each as a :class:`RecordFilter`."""
+    unknown = [k for k in select if k not in _BY_KEY and not (columns and k in frame.columns)]
     if unknown:
-        raise ValueError(f"unknown record filter {unknown[0]!r}; filters: {', '.join(_BY_KEY)}")
-    return [(f, select[f.key]) for f in FILTERS if select.get(f.key) is not None]
+        raise ValueError(_unknown(unknown[0], frame, columns))
+    active = [(f, select[f.key]) for f in FILTERS if select.get(f.key) is not None]
+    plain = [RecordFilter(k, k, k, f"{k} values") for k in select if k not in _BY_KEY and select[k] is not None]
+    return active + [(f, select[f.key]) for f in plain]
 
 
-def select_records(frame: pd.DataFrame, select: Mapping[str, Any]) -> pd.DataFrame:
+def select_records(frame: pd.DataFrame, select: Mapping[str, Any], *, columns: bool = False) -> pd.DataFrame:
     """The rows of ``frame`` that every filter in ``select`` keeps (filters left at None are ignored).
 
     Args:
         frame: A ``records()`` frame.
         select: ``{filter key: value}`` (see :func:`filter_mask`).
+        columns: Also filter by any other column of ``frame`` (equality, or membership for a list).
 
     Raises:
-        ValueError: An unknown filter key.
+        ValueError: An unknown filter key (the message lists the filters, and with ``columns`` the columns).
     """
     mask = np.ones(len(frame), dtype=bool)
-    for spec, value in _active(select):
-        mask &= filter_mask(frame, spec.key, value)
+    for spec, value in _active(select, frame, columns):
+        mask &= filter_mask(frame, spec.key, value, columns=columns)
     return frame[mask]
 
 
@@ -477,6 +515,10 @@ def _existing(frame: pd.DataFrame, spec: RecordFilter) -> list[str]:
             if i is not None and not pd.isna(i)
         }
         return [f"{i} ({n})" for i, n in sorted(values)]
+    if spec.key not in _BY_KEY:  # a plain column (columns=True): its values as written (a cell may be a tuple)
+        return sorted(
+            {str(v) for v in _column(frame, spec.column) if v is not None and not (np.ndim(v) == 0 and pd.isna(v))}
+        )
     values = [v for v in _column(frame, spec.column) if v is not None and not (not isinstance(v, str) and pd.isna(v))]
     if spec.key == "stage":
         return list(dict.fromkeys(str(v) for v in values))  # execution order
@@ -484,7 +526,9 @@ def _existing(frame: pd.DataFrame, spec: RecordFilter) -> list[str]:
     return [str(v) for v in sorted(unique, key=lambda v: (isinstance(v, str), v))]
 
 
-def no_match_message(frame: pd.DataFrame, select: Mapping[str, Any], what: str = "records") -> str | None:
+def no_match_message(
+    frame: pd.DataFrame, select: Mapping[str, Any], what: str = "records", *, columns: bool = False
+) -> str | None:
     """Why ``select`` keeps no row of ``frame``: the first filter (in :data:`FILTERS` order) that leaves
     nothing, and the values its column takes among the rows the filters before it kept.
 
@@ -495,13 +539,14 @@ def no_match_message(frame: pd.DataFrame, select: Mapping[str, Any], what: str =
         frame: A ``records()`` frame.
         select: The filters (see :func:`select_records`).
         what: What the rows are, for the message (``records``, ``records of tensor 'ws'``).
+        columns: Also filter by any other column of ``frame`` (as :func:`select_records`).
     """
     if len(frame) == 0:
         return f"no {what}"
     kept = frame
     before: list[str] = []
-    for spec, value in _active(select):
-        narrowed = kept[filter_mask(kept, spec.key, value)]
+    for spec, value in _active(select, frame, columns):
+        narrowed = kept[filter_mask(kept, spec.key, value, columns=columns)]
         if len(narrowed) == 0:
             existing = _existing(kept, spec)
             among = f" among those with {' and '.join(before)}" if before else ""

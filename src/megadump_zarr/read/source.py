@@ -67,6 +67,10 @@ class DumpSource:
             return cls(str(store.root))
         if isinstance(store, FsspecStore) and "://" in location.url:
             return cls(location.url, dict(location.storage_options or {}))
+        from megadump_zarr.read.msprobe.store import MsprobeStore
+
+        if isinstance(store, MsprobeStore):  # a worker opens the msprobe directory in place, as open_dump did
+            return cls(str(store.root))
         return None
 
     @property

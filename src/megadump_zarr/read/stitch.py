@@ -36,12 +36,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dask.array as da
-from dask.highlevelgraph import HighLevelGraph
 import numpy as np
-import xarray as xr
+
+if TYPE_CHECKING:
+    import dask.array as da
+    import xarray as xr
 
 __all__ = ["Piece", "stitch"]
 
@@ -145,6 +146,9 @@ def _single_block(array: da.Array) -> da.Array:
 def _verified_block(
     primary: da.Array, primary_label: str, dups: list[tuple[da.Array, int, str, tuple[int, int]]], merge: bool
 ) -> da.Array:
+    import dask.array as da
+    from dask.highlevelgraph import HighLevelGraph
+
     primary = _single_block(primary)
     parts = [_single_block(d) for d, _, _, _ in dups]
     token = hashlib.sha1(
@@ -192,6 +196,9 @@ def stitch(
     Raises:
         ValueError: No pieces, or shapes that differ beyond axis 0.
     """
+    import dask.array as da
+    import xarray as xr
+
     pieces = list(pieces)
     _check_pieces(pieces, name)
     pieces.sort(

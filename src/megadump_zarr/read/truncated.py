@@ -19,10 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 import hashlib
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dask.array as da
-from dask.highlevelgraph import HighLevelGraph
 import numpy as np
 import zarr
 from zarr.abc.store import Store
@@ -30,6 +28,9 @@ from zarr.abc.store import Store
 from megadump_zarr.read.documents import open_array_checked
 from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.integrity import GuardedArray
+
+if TYPE_CHECKING:
+    import dask.array as da
 
 __all__ = [
     "MAX_DERIVED_ROWS",
@@ -76,6 +77,7 @@ def stored_dask(array: zarr.Array, key: str, root: str = "") -> da.Array:
         key: Its path (for a stable dask name).
         root: The dump root (for a stable dask name).
     """
+    import dask.array as da
     from megadump_zarr.read.chunks import chunk_rows
 
     chunks = array.chunks if array.ndim else ()
@@ -211,6 +213,9 @@ def truncated_dask(array: zarr.Array, logical_shape: Sequence[int], key: str, ro
         key: Its path (for a stable dask name).
         root: The dump root (for a stable dask name).
     """
+    import dask.array as da
+    from dask.highlevelgraph import HighLevelGraph
+
     shape = tuple(logical_shape)
     check_logical_shape(shape, array.dtype.itemsize, key)
     array = GuardedArray(array, key, root)

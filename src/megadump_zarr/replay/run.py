@@ -30,6 +30,7 @@ from megadump_zarr.replay.references import Reference, resolve_reference
 from megadump_zarr.replay.select import TaskSelection, select_task
 from megadump_zarr.runtime import Tile
 from megadump_zarr.runtime.compiler import CompiledTask
+from megadump_zarr.layout.paths import window_path
 
 __all__ = ["CORRECT", "WRONG", "ReplayResult", "replay"]
 
@@ -361,7 +362,7 @@ def replay(
         rank=rank,
         window=window,
     )
-    window_key = f"rank_{selection.rank}/window_{selection.window:04d}"
+    window_key = window_path(selection.rank, selection.window)
     invocation_attrs = (get_json(dump.store, f"{window_key}/{selection.invocation_name}/zarr.json") or {}).get(
         "attributes"
     ) or {}

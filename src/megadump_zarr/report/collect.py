@@ -346,11 +346,11 @@ def collect_comparison(
         result: A ``compare`` result already computed for ``a`` and ``b`` (skips the comparison).
     """
     from megadump_zarr.analyse import compare
-    from megadump_zarr.analyse.matching import open_side
+    from megadump_zarr.analyse.side import open_side
 
     if by not in ("owner", "core"):
         raise ValueError(f"by must be 'owner' or 'core', got {by!r}")
-    dump_a, dump_b = open_side(a), open_side(b)
+    dump_a, dump_b = open_side(a).value, open_side(b).value  # opened once, here; compare reuses them
     if result is None:
         result = compare(dump_a, dump_b, rtol=rtol, atol=atol, names=names, **(select or {}))
     notes: list[str] = []
@@ -394,13 +394,12 @@ def collect_single(a: Any, *, names: Any = None, select: dict[str, Any] | None =
         names: Only these tensor names.
         select: Record selection, as in ``compare``.
     """
-    from megadump_zarr.analyse.compare import execution_order
-    from megadump_zarr.analyse.matching import clean_select, filter_records, name_filter, open_side, record_select
+    from megadump_zarr.analyse.matching import name_filter
+    from megadump_zarr.analyse.side import open_dump_side
 
-    dump = open_side(a)
-    records = filter_records(dump.records(), record_select(clean_select(dict(select or {}))), name_filter(names))
-    if len(records):
-        records = execution_order(records)
+    side = open_dump_side(a, "the report's dump")
+    dump = side.value
+    records = side.records(dict(select or {}), name_filter(names))  # in execution order
     nan = pd.to_numeric(records.get("nan_count"), errors="coerce") if len(records) else pd.Series(dtype=float)
     inf = pd.to_numeric(records.get("inf_count"), errors="coerce") if len(records) else pd.Series(dtype=float)
     nonfinite = records[(nan.fillna(0) > 0) | (inf.fillna(0) > 0)] if len(records) else records

@@ -13,6 +13,7 @@ from megadump_zarr.l1 import (
     L1_DIAGNOSTIC_MODE,
     L1_DUMP_PHASE_AFTER,
     L1_DUMP_PHASE_BEFORE,
+    L1_DUMP_RECORD_SIZE,
     L1_DUMP_STATUS_BYTE,
     L1_DUMP_STATUS_CAPTURED,
     L1Record,
@@ -34,7 +35,8 @@ from megadump_zarr.l1.format import (
 )
 from megadump_zarr.runtime.abi import RuntimeConfigC
 from megadump_zarr.runtime.compiler import CompiledTask, PreparedRuntime, worker_shard
-from megadump_zarr.runtime.statistics import StatisticsStager, itemsize, statistics_slot, torch_dtype
+from megadump_zarr.runtime.reductions import StatisticsStager, itemsize, statistics_slot, torch_dtype
+from megadump_zarr.runtime.reduction_rows import one_thread
 
 __all__ = ["DeviceWorker", "Tile", "execute"]
 
@@ -104,12 +106,16 @@ class DeviceWorker:
         )
         self._by_task: dict[tuple[int, int], list[L1Record]] = {}
         expected: dict[torch.dtype, list[int]] = {}
+        # kinds 1, 2: the record's source view and dtype, checked once (see _staged_source)
+        self._staged: dict[int, tuple[torch.Tensor, torch.Tensor, int, int, torch.dtype]] = {}
         for record in decoded.records:
-            self._source(record)  # refuse a bad record before any task runs, not at its task's boundary
+            source = self._source(record)  # refuse a bad record before any task runs, not at its task's boundary
             self._by_task.setdefault((record.task_id, record.phase), []).append(record)
             if record.kind != L1_RECORD_KIND_TENSOR and record.kind not in L1_POOL_KINDS:
-                dtype = torch_dtype(record.dtype_code)
+                dtype = self._dtype(record, source)
                 expected.setdefault(dtype, []).append(record.copy_bytes // itemsize(dtype))
+                parameter = self._parameters[record.parameter_position]
+                self._staged[record.index] = (parameter, source, parameter.data_ptr(), parameter.numel(), dtype)
         self._stager = StatisticsStager(buffer.device, expected=expected)
 
     def capture(self, task_id: int, phase: int, worker: int | None, *, first: bool = True, last: bool = True) -> None:
@@ -164,19 +170,39 @@ class DeviceWorker:
 
     def flush(self) -> None:
         """Reduce the staged statistics records and write their slots and CAPTURED status."""
-        self._write(self._stager.flush())
+        with one_thread(self._buffer.device):
+            self._write(self._stager.flush())
+        self._stager.release()  # its buffers serve the next launch's worker
 
     def _copy(self, record: L1Record) -> None:
+        staged = self._staged.get(record.index)
+        if staged is not None:
+            self._stage(record, *self._staged_source(record, staged))
+            return  # its status is written with its slot
         source = self._source(record)
         if record.kind == L1_RECORD_KIND_TENSOR:
             if source.numel():
                 self._buffer[record.payload_offset : record.payload_offset + source.numel()].copy_(source)
-        elif record.kind in L1_POOL_KINDS:
-            self._reduce(record, source)
         else:
-            self._stage(record, source)
-            return  # its status is written with its slot
+            self._reduce(record, source)
         self._buffer[record.record_offset + L1_DUMP_STATUS_BYTE] = L1_DUMP_STATUS_CAPTURED
+
+    def _staged_source(
+        self, record: L1Record, staged: tuple[torch.Tensor, torch.Tensor, int, int, torch.dtype]
+    ) -> tuple[torch.Tensor, torch.dtype]:
+        """A kind 1/2 record's source view and dtype, as checked when the worker was built, while its
+        parameter is the same tensor over the same memory (else checked again, as a tensor record is)."""
+        parameter, source, pointer, numel, dtype = staged
+        current = self._parameters[record.parameter_position]
+        if (
+            current is parameter
+            and current.data_ptr() == pointer
+            and current.numel() == numel
+            and current.is_contiguous()
+        ):
+            return source, dtype
+        source = self._source(record)
+        return source, self._dtype(record, source)
 
     def _dtype(self, record: L1Record, source: torch.Tensor) -> torch.dtype:
         """A statistics record's dtype; refuses a source that is not whole elements of it."""
@@ -189,16 +215,16 @@ class DeviceWorker:
             )
         return dtype
 
-    def _stage(self, record: L1Record, source: torch.Tensor) -> None:
+    def _stage(self, record: L1Record, source: torch.Tensor, dtype: torch.dtype) -> None:
         """Kinds 1, 2: stage the source for the segmented reduction (kind 2 also copies its tensor now)."""
-        dtype = self._dtype(record, source)
         if record.kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR and record.tensor_bytes:
             self._buffer[record.tensor_offset : record.tensor_offset + record.tensor_bytes].copy_(
                 source[: record.tensor_bytes]
             )
         done = self._stager.stage(dtype, source, record)
         if done:
-            self._write(done)
+            with one_thread(self._buffer.device):
+                self._write(done)
 
     def _write(self, done: list[tuple[list[L1Record], torch.Tensor]]) -> None:
         """Write reduced slots (the device's 88 bytes each) and their records' CAPTURED status."""
@@ -207,16 +233,22 @@ class DeviceWorker:
             copied = [i for i, r in enumerate(records) if r.kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR]
             if copied:
                 slots[copied, 4] |= L1_STAT_TENSOR_COPIED
-            first, last = records[0].payload_offset, records[-1].payload_offset
-            if all(r.payload_offset == first + 128 * i for i, r in enumerate(records)):  # packed slots: one copy
-                area = self._buffer[first : last + 128].view(len(records), 128)
+            count = len(records)
+            offsets = [r.payload_offset for r in records]
+            first = offsets[0]
+            if offsets == list(range(first, first + 128 * count, 128)):  # packed slots: one copy
+                area = self._buffer[first : first + 128 * count].view(count, 128)
                 area[:, :L1_STAT_DEVICE_BYTES] = slots[:, :L1_STAT_DEVICE_BYTES]
             else:
-                offsets = torch.tensor([r.payload_offset for r in records], dtype=torch.int64, device=device)
-                index = (offsets[:, None] + torch.arange(L1_STAT_DEVICE_BYTES, device=device)).reshape(-1)
+                at = torch.tensor(offsets, dtype=torch.int64, device=device)
+                index = (at[:, None] + torch.arange(L1_STAT_DEVICE_BYTES, device=device)).reshape(-1)
                 self._buffer[index] = slots[:, :L1_STAT_DEVICE_BYTES].reshape(-1)
-            status = torch.tensor([r.record_offset + L1_DUMP_STATUS_BYTE for r in records], device=device)
-            self._buffer[status] = L1_DUMP_STATUS_CAPTURED
+            status = [r.record_offset + L1_DUMP_STATUS_BYTE for r in records]
+            step = L1_DUMP_RECORD_SIZE
+            if status == list(range(status[0], status[0] + step * count, step)):  # consecutive records: a strided view
+                self._buffer[status[0] : status[0] + step * count : step] = L1_DUMP_STATUS_CAPTURED
+            else:
+                self._buffer[torch.tensor(status, device=device)] = L1_DUMP_STATUS_CAPTURED
 
     def _reduce(self, record: L1Record, source: torch.Tensor) -> None:
         """Kinds 3, 4: write the slot now (and copy the tensor into the pool when its condition holds)."""

@@ -18,13 +18,11 @@ Wiring: ``WindowWriter._chunk`` calls :func:`note_chunk_digest` on each sealed c
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 __all__ = ["DIGEST_ATTR", "digests_of", "note_chunk_digest", "splice_chunk_digests"]
 
 DIGEST_ATTR = "chunkCrc32c"
-_CRC = struct.Struct("<I")
 
 
 def note_chunk_digest(job: Any, index: int, sealed: Any) -> None:
@@ -55,7 +53,8 @@ def splice_chunk_digests(job: Any, attrs_json: bytes, checksum: bool) -> bytes:
     count = job.chunks.count
     if len(crcs) != count:  # a chunk was not sealed here (never happens): record nothing rather than a wrong digest
         return attrs_json
-    text = "".join(f"{_CRC.unpack(crcs[i])[0]:08x}" for i in range(count))
+    # the little-endian bytes reversed are the value's 8 big-endian hex digits, as f"{value:08x}" writes them
+    text = crcs[0][::-1].hex() if count == 1 else "".join(crcs[i][::-1].hex() for i in range(count))
     sep = b"," if attrs_json != b"{}" else b""
     return attrs_json[:-1] + sep + b'"' + DIGEST_ATTR.encode() + b'":"' + text.encode() + b'"}'
 

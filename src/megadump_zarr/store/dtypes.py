@@ -38,16 +38,21 @@ registers the three classes, so either ``_lazy_load()`` or loading the entry
 points with :mod:`importlib.metadata` makes them available.
 
 This module is imported by zarr through the entry points, so it must not import
-anything else from ``megadump_zarr``.
+anything else from ``megadump_zarr``. It does not import ``ml_dtypes`` either (half a second of
+start-up, longer than the rest of ``megadump compare``'s imports on a float32 dump): the classes name
+their ``ml_dtypes`` types through :class:`_MLType`, which imports it when a bfloat16/float8 type is
+first used, and a numpy dtype cannot be an ``ml_dtypes`` one before ``ml_dtypes`` is imported
+(:meth:`_MLDtypesFloat._check_native_dtype`), so matching float32 against the registry imports nothing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 import string
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Self, SupportsFloat, SupportsIndex
 
-import ml_dtypes
 import numpy as np
 from zarr.core.dtype.common import DataTypeValidationError, HasItemSize
 from zarr.core.dtype.npy.common import check_json_float_v2, float_from_json_v2, float_to_json_v3
@@ -60,6 +65,30 @@ if TYPE_CHECKING:
     from zarr.core.dtype.common import DTypeJSON
 
 __all__ = ["BFloat16", "Float8E4M3FN", "Float8E5M2", "dtype_name", "numpy_dtype"]
+
+
+class _MLType:
+    """A class attribute naming an ``ml_dtypes`` type, imported on first use (see the module docstring).
+
+    Args:
+        name: The ``ml_dtypes`` scalar type's name, e.g. ``"bfloat16"``.
+        dtype_class: Give the numpy dtype class (``type(np.dtype(scalar))``, zarr's ``dtype_cls``)
+            instead of the scalar type.
+    """
+
+    def __init__(self, name: str, *, dtype_class: bool = False) -> None:
+        self.name, self.dtype_class = name, dtype_class
+
+    def __set_name__(self, owner: type, attr: str) -> None:
+        self.owner, self.attr = owner, attr
+
+    def __get__(self, obj: object, owner: type | None = None) -> Any:
+        import ml_dtypes
+
+        scalar = getattr(ml_dtypes, self.name)
+        value = type(np.dtype(scalar)) if self.dtype_class else scalar
+        setattr(self.owner, self.attr, value)  # resolved once: later lookups are plain class attributes
+        return value
 
 
 class _MLDtypesFloat:
@@ -78,6 +107,18 @@ class _MLDtypesFloat:
     def item_size(self) -> int:
         """Size of one element in bytes."""
         return np.dtype(self.scalar_type).itemsize
+
+    @classmethod
+    def _check_native_dtype(cls, dtype: Any) -> bool:
+        """Whether ``dtype`` is this type's numpy dtype; False without importing ``ml_dtypes`` when it is
+        not imported yet (no numpy dtype can be one of its types then).
+
+        Args:
+            dtype: A numpy dtype.
+        """
+        if "ml_dtypes" not in sys.modules:
+            return False
+        return type(dtype) is cls.dtype_cls
 
     @classmethod
     def _check_json_v3(cls, data: DTypeJSON) -> bool:
@@ -255,8 +296,8 @@ class BFloat16(_MLDtypesFloat, BaseFloat[Any, Any]):  # type: ignore[misc]
     ``endianness`` (default little) that the ``bytes`` codec writes out.
     """
 
-    dtype_cls = type(np.dtype(ml_dtypes.bfloat16))
-    scalar_type = ml_dtypes.bfloat16
+    dtype_cls = _MLType("bfloat16", dtype_class=True)
+    scalar_type = _MLType("bfloat16")
     _zarr_v3_name = "bfloat16"
 
 
@@ -297,8 +338,8 @@ class Float8E4M3FN(_Float8):
     zarr-extensions one (see the module docstring).
     """
 
-    dtype_cls = type(np.dtype(ml_dtypes.float8_e4m3fn))
-    scalar_type = ml_dtypes.float8_e4m3fn
+    dtype_cls = _MLType("float8_e4m3fn", dtype_class=True)
+    scalar_type = _MLType("float8_e4m3fn")
     _zarr_v3_name = "float8_e4m3fn"
 
 
@@ -309,8 +350,8 @@ class Float8E5M2(_Float8):
     Wraps ``ml_dtypes.float8_e5m2`` (torch ``float8_e5m2``), with NaN and +/-Inf.
     """
 
-    dtype_cls = type(np.dtype(ml_dtypes.float8_e5m2))
-    scalar_type = ml_dtypes.float8_e5m2
+    dtype_cls = _MLType("float8_e5m2", dtype_class=True)
+    scalar_type = _MLType("float8_e5m2")
     _zarr_v3_name = "float8_e5m2"
 
 
@@ -319,23 +360,32 @@ for _cls in (BFloat16, Float8E4M3FN, Float8E5M2):
 del _cls
 
 
-NUMPY_DTYPES: dict[str, np.dtype[Any]] = {
-    name: np.dtype(scalar)
-    for name, scalar in (
-        ("bool", np.bool_),
-        ("uint8", np.uint8),
-        ("int8", np.int8),
-        ("int16", np.int16),
-        ("int32", np.int32),
-        ("int64", np.int64),
-        ("float16", np.float16),
-        ("float32", np.float32),
-        ("float64", np.float64),
-        ("bfloat16", ml_dtypes.bfloat16),
-        ("float8_e4m3fn", ml_dtypes.float8_e4m3fn),
-        ("float8_e5m2", ml_dtypes.float8_e5m2),
-    )
-}
+_PLAIN_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
+_ML_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
+
+
+class _NumpyDtypes(Mapping[str, "np.dtype[Any]"]):
+    """Torch-style name -> numpy dtype; the ``ml_dtypes`` ones are looked up (and ``ml_dtypes`` imported)
+    only when asked for, so a float32 lookup imports nothing."""
+
+    def __getitem__(self, name: str) -> np.dtype[Any]:
+        if name in _PLAIN_DTYPES:
+            return np.dtype(name)
+        if name in _ML_DTYPES:
+            import ml_dtypes
+
+            return np.dtype(getattr(ml_dtypes, name))
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_PLAIN_DTYPES + _ML_DTYPES)
+
+    def __len__(self) -> int:
+        return len(_PLAIN_DTYPES) + len(_ML_DTYPES)
+
+
+NUMPY_DTYPES: Mapping[str, np.dtype[Any]] = _NumpyDtypes()
+"""Every supported dtype by its torch-style name, in a fixed order (a read-only mapping)."""
 
 
 def numpy_dtype(name: str) -> np.dtype[Any]:
@@ -364,7 +414,9 @@ def dtype_name(np_dtype: Any) -> str:
         ValueError: The dtype is not one of the supported ones.
     """
     wanted = np.dtype(np_dtype).newbyteorder("=")
-    for name, candidate in NUMPY_DTYPES.items():
-        if candidate == wanted:
+    # an ml_dtypes dtype exists only once ml_dtypes is imported: without it, the plain names are the candidates
+    names = NUMPY_DTYPES if "ml_dtypes" in sys.modules else _PLAIN_DTYPES
+    for name in names:
+        if NUMPY_DTYPES[name] == wanted:
             return name
     raise ValueError(f"unsupported dtype {wanted!r}; expected one of {list(NUMPY_DTYPES)}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 import functools
 import json
+import math
 from typing import Any
 import unicodedata
 
@@ -41,6 +42,7 @@ __all__ = [
     "group_document",
     "pack_array_document_bytes",
     "plain_group_bytes",
+    "stats_bytes",
 ]
 
 SUPPORTED_DTYPES = (
@@ -183,10 +185,30 @@ def array_document_bytes(
         dimension_names: One name per axis.
         checksum: Chunks carry a ``crc32c`` checksum (see :func:`codecs_for`).
     """
+    if type(shape) is tuple and type(chunks) is tuple and type(dimension_names) is tuple:  # the writer's jobs
+        head, tail = _array_frame(shape, dtype, chunks, compressor, checksum, dimension_names)
+        return head + attributes_json + tail
     head = _array_head(
         tuple(int(d) for d in shape), np.dtype(dtype), tuple(int(c) for c in chunks), compressor, bool(checksum)
     )
     return head + attributes_json + _array_tail(tuple(dimension_names))
+
+
+@functools.lru_cache(maxsize=4096)
+def _array_frame(
+    shape: tuple[Any, ...],
+    dtype: Any,
+    chunks: tuple[Any, ...],
+    compressor: CompressorSpec,
+    checksum: Any,
+    dimension_names: tuple[str, ...],
+) -> tuple[bytes, bytes]:
+    """The encoded document around the attributes, cached on the caller's values as given (a window's
+    arrays mostly share them; :func:`_array_head` normalises them once per distinct key)."""
+    head = _array_head(
+        tuple(int(d) for d in shape), np.dtype(dtype), tuple(int(c) for c in chunks), compressor, bool(checksum)
+    )
+    return head, _array_tail(tuple(dimension_names))
 
 
 def pack_array_document_bytes(
@@ -287,6 +309,35 @@ def dumps(value: Any) -> bytes:
         value: A JSON-serialisable value (numpy scalars and arrays are converted).
     """
     return _ENCODER.encode(value).encode()
+
+
+def _scalar_json(value: Any) -> str:
+    """One JSON scalar as :func:`dumps` writes it (``float.__repr__``, ``NaN``/``Infinity``, ``null``)."""
+    kind = type(value)
+    if kind is float:
+        if value != value:
+            return "NaN"
+        if value in (math.inf, -math.inf):
+            return "Infinity" if value > 0 else "-Infinity"
+        return float.__repr__(value)
+    if kind is int:
+        return int.__repr__(value)
+    if value is None:
+        return "null"
+    return dumps(value).decode()
+
+
+def stats_bytes(stats: Mapping[str, Any]) -> bytes:
+    """A flat object of JSON scalars (an array's ``stats`` attribute) encoded exactly as :func:`dumps` would,
+    without the encoder's per-call set-up (a window of small records encodes thousands of these).
+
+    Args:
+        stats: ``{name: value}``; names other than ASCII letters and digits send the whole object through
+            :func:`dumps`, values other than float, int and ``None`` go through it one by one.
+    """
+    if not all(type(name) is str and name.isascii() and name.isalnum() for name in stats):
+        return dumps(dict(stats))
+    return ("{" + ",".join(f'"{name}":{_scalar_json(value)}' for name, value in stats.items()) + "}").encode()
 
 
 def consolidated_sort_key(path: str) -> tuple[int, str]:

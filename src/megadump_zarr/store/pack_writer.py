@@ -8,7 +8,7 @@ A shard is one job on the writer's pool and one ``put`` (the local backend write
 ``attributes.records`` are the schema-6 record attributes, ``stats`` included, byte for byte.
 
 Statistics are computed for all rows of a shard at once (:func:`row_stats`), along axis 1, with the
-exact arithmetic of :class:`~megadump_zarr.store.stats.StatsAccumulator` (same casts, same reductions
+exact arithmetic of :class:`~megadump_zarr.store.tensor_stats.StatsAccumulator` (same casts, same reductions
 over the same contiguous rows), so they equal the accumulator's per-record results bit for bit; rows
 the vectorised path cannot reproduce exactly (a NaN or Inf, rows longer than one accumulator slice)
 use the accumulator itself.
@@ -29,9 +29,9 @@ import numpy as np
 from megadump_zarr.store.backend import LocalBackend
 from megadump_zarr.store.encoding import NO_COMPRESSION
 from megadump_zarr.store.metadata import dumps, pack_array_document_bytes
-from megadump_zarr.store.pack_plan import PackPlan, PackRecord
+from megadump_zarr.store.pack_groups import PackPlan, PackRecord
 from megadump_zarr.store.packs import COORDINATES_ATTR, PACK_COORDINATES, TASK_DIM, encode_index, shard_rows
-from megadump_zarr.store.stats import SLICE_ELEMENTS, StatsAccumulator
+from megadump_zarr.store.tensor_stats import SLICE_ELEMENTS, StatsAccumulator
 
 __all__ = ["row_stats", "submit_pack"]
 

@@ -7,7 +7,7 @@ the same signature (record names, dtypes, shapes, dimensions and coordinates) as
 
 * ``stages/{stage}/pack_{pppp}/`` — a data group (consolidated metadata of its children, so plain
   ``xr.open_zarr`` opens it), attributes ``{"megadumpPack": 2, "stage": ..., "taskCount": T}`` (only for
-  two or more tasks of one signature: a shape unique in its stage stays a task group, see ``pack_plan``);
+  two or more tasks of one signature: a shape unique in its stage stays a task group, see ``pack_groups``);
 * ``pack/task_id`` — int64 ``(T,)``, dims ``("task",)``: the task ids (format 1, schema 7: ``pack/task``,
   the dimension's index coordinate; readers read both). Its attributes ``{"tasks": [...]}``
   hold one entry per row: ``{"group": "task_000007", "attrs": {...the schema-6 task group
@@ -44,6 +44,8 @@ from typing import Any
 import google_crc32c
 import numpy as np
 
+from megadump_zarr.layout.schema import PACK_STORAGE  # re-exported: the format's name for its windows
+
 __all__ = [
     "COORDINATES_ATTR",
     "INDEX_ARRAYS",
@@ -79,8 +81,6 @@ __all__ = [
     "task_array_name",
 ]
 
-PACK_STORAGE = "task_record_packs"
-"""The window attribute ``stageViewStorage`` of a schema-7 L1 window."""
 PACK_PREFIX = "pack_"
 PACK_ATTR = "megadumpPack"  # pack group attribute: the pack format version
 PACK_VERSION = 2

@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from typing import Any
 
 from megadump_zarr.store.backend import Backend
+from megadump_zarr.layout.paths import RANK_DIR, WINDOW_DIR
 
 __all__ = ["INDEX_LIMIT", "index_root", "strip_index"]
 
@@ -42,8 +42,6 @@ INDEX_LIMIT = 4 << 20
 (``open_dump`` too: measured +0.22 s for an 8.4 MB index of 3 x 4096 records on the 2-core machine, against
 8 ms for a plain root), so a larger index would tax every open; such roots stay plain."""
 
-_RANK = re.compile(r"^rank_(\d+)$")
-_WINDOW = re.compile(r"^window_(\d+)$")
 _ATTEMPTS = 5
 
 
@@ -86,7 +84,7 @@ def _other_nodes(backend: Backend, root: str, storage_options: dict[str, Any] | 
     them under the index as it does without one: ``{relative path: zarr.json document}``."""
     out: dict[str, Any] = {}
     for name in _list_dir(root, storage_options, ""):
-        if _RANK.match(name):
+        if RANK_DIR.match(name):
             continue
         if "://" not in root or root.startswith("file://"):
             base = os.path.join(root.removeprefix("file://"), name)
@@ -121,10 +119,10 @@ def _complete_windows(
     ``known`` windows are complete already (a committed window never changes): not read again.
     """
     out: dict[str, dict[str, Any]] = {}
-    ranks = sorted((n for n in _list_dir(root, storage_options, "") if _RANK.match(n)), key=lambda n: int(n[5:]))
+    ranks = sorted((n for n in _list_dir(root, storage_options, "") if RANK_DIR.match(n)), key=lambda n: int(n[5:]))
     for rank in ranks:
         windows = sorted(
-            (n for n in _list_dir(root, storage_options, rank) if _WINDOW.match(n)), key=lambda n: int(n[7:])
+            (n for n in _list_dir(root, storage_options, rank) if WINDOW_DIR.match(n)), key=lambda n: int(n[7:])
         )
         for window in windows:
             if known is not None and f"{rank}/{window}" in known:

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from megadump_zarr.codecs import parse_compressor
-from megadump_zarr.dump.export import InvocationWrite, WindowWrite
+from megadump_zarr.layout.write_model import InvocationWrite, WindowWrite
 from megadump_zarr.store.backend import Backend, LocalBackend, open_backend
 from megadump_zarr.store.chunk_digests import note_chunk_digest, splice_chunk_digests
 from megadump_zarr.store.encoding import NO_COMPRESSION, RAW_BELOW_BYTES, Encoder, joined
@@ -52,17 +52,16 @@ from megadump_zarr.store.metadata import (
     flat_group_bytes,
     group_document,
     plain_group_bytes,
+    stats_bytes,
 )
 from megadump_zarr.store.pack_writer import submit_pack
-from megadump_zarr.store.packs import PACK_STORAGE
-from megadump_zarr.store.plan import ArrayJob, plan_invocation
-from megadump_zarr.store.stats import StatsAccumulator
+from megadump_zarr.layout.paths import rank_dir, window_path
+from megadump_zarr.layout.schema import PACK_STORAGE, TASK_STORAGE
+from megadump_zarr.store.nodes import ArrayJob, plan_invocation
+from megadump_zarr.store.tensor_stats import StatsAccumulator
 from megadump_zarr.store.root_index import index_root, strip_index
-from megadump_zarr.store.statistics import STATISTICS_GROUP, statistics_nodes
+from megadump_zarr.store.statistics_table import STATISTICS_GROUP, statistics_nodes
 
-TASK_STORAGE = "array_per_task_record"
-"""``stageViewStorage`` of an L1 window written with ``pack=False``: a Zarr group per task (schema 6's layout,
-schema 8's default)."""
 
 __all__ = ["LAYOUT_VERSION", "WindowSession", "WindowWriter", "window_key", "window_status"]
 
@@ -86,7 +85,7 @@ def window_key(rank: int, window_index: int) -> str:
         raise ValueError(f"rank must be a non-negative integer, got {rank!r}")
     if isinstance(window_index, bool) or not isinstance(window_index, (int, np.integer)) or window_index < 0:
         raise ValueError(f"window_index must be a non-negative integer, got {window_index!r}")
-    return f"rank_{int(rank)}/window_{int(window_index):04d}"
+    return window_path(int(rank), int(window_index))
 
 
 def _now() -> str:
@@ -111,7 +110,7 @@ class WindowWriter:
         storage_options: fsspec options for URL roots.
         compressor: Compressor name (see :mod:`megadump_zarr.codecs`); ``None`` or ``"none"`` stores raw.
         chunk_bytes: Target uncompressed bytes per chunk (whole rows along axis 0).
-        stats: Store ``stats`` (see :mod:`megadump_zarr.store.stats`) in every data array's attributes.
+        stats: Store ``stats`` (see :mod:`megadump_zarr.store.tensor_stats`) in every data array's attributes.
         max_workers: Threads overlapping file-system operations and compression (default
             one per core (at least 2) for local roots, 32 for fsspec roots).
         checksum: End every array's codec chain with ``crc32c`` (a CRC-32C per chunk that zarr-python,
@@ -215,7 +214,7 @@ class WindowWriter:
         """Write the root group document (and ``rank_{rank}``'s) where missing."""
         groups = [("zarr.json", dumps(group_document({"megadump_zarr": {"layoutVersion": LAYOUT_VERSION}})))]
         if rank is not None:
-            groups.append((f"rank_{int(rank)}/zarr.json", dumps(group_document({}))))
+            groups.append((f"{rank_dir(int(rank))}/zarr.json", dumps(group_document({}))))
         for group_key, doc in groups:
             if not self.backend.exists(group_key):
                 self.backend.put(group_key, doc, atomic=True)
@@ -269,7 +268,7 @@ class WindowWriter:
             raise FileExistsError(f"Tensor dump window already exists: {url}") from None
         self._ensure_root(rank)
         if int(rank) not in self._unindexed:  # a session is writing: no stale root snapshot meanwhile
-            strip_index(self.backend, (f"rank_{int(rank)}",))
+            strip_index(self.backend, (rank_dir(int(rank)),))
             self._unindexed.add(int(rank))
         self.backend.put(f"{key}/zarr.json", document, atomic=True)
         return WindowSession(self, key, url, attrs)
@@ -323,7 +322,7 @@ class WindowWriter:
             if acc is None:
                 acc = StatsAccumulator(job.data.dtype)
             sep = b"," if attrs_json != b"{}" else b""
-            attrs_json = attrs_json[:-1] + sep + b'"stats":' + dumps(acc.result()) + b"}"
+            attrs_json = attrs_json[:-1] + sep + b'"stats":' + stats_bytes(acc.result()) + b"}"
         attrs_json = splice_chunk_digests(job, attrs_json, self.checksum)
         plan = job.chunks
         return array_document_bytes(
@@ -496,7 +495,7 @@ class WindowSession:
                     self._nodes[f"{plan.name}/{pack.path}/{record.name}"] = ("array", record.document)
 
     def _write_statistics(self, name: str, table: Any) -> None:
-        """Write one invocation's ``statistics`` group (see :mod:`megadump_zarr.store.statistics`)."""
+        """Write one invocation's ``statistics`` group (see :mod:`megadump_zarr.store.statistics_table`)."""
         group = f"{name}/{STATISTICS_GROUP}"
         if any(path == group or path.startswith(group + "/") for path in self._nodes):
             raise ValueError(f"{group!r} is reserved for the statistics table in {self.url}")
@@ -557,14 +556,18 @@ class WindowSession:
         w = self.writer
         data_groups = {path.rpartition("/")[0] for path, (kind, _) in self._nodes.items() if kind == "array"}
         entries: dict[str, list[tuple[str, bytes]]] = defaultdict(list)
-        early = self._early
+        # the data groups whose document is written here (a task group's was written with its arrays)
+        pending = data_groups - self._early
+        window_entries = entries[""]
         for path, (kind, payload) in self._nodes.items():
             flat = flat_group_bytes(payload) if kind == "group" else payload
-            entries[""].append((path, flat))
+            window_entries.append((path, flat))
+            if not pending:  # the tasks layout: every data group was written early, no ancestor to find
+                continue
             cut = path.rfind("/")
             while cut > 0:
                 parent = path[:cut]
-                if parent in data_groups and parent not in early:
+                if parent in pending:
                     entries[parent].append((path[cut + 1 :], flat))
                 cut = path.rfind("/", 0, cut)
         groups = sorted(
@@ -599,7 +602,7 @@ def _leaf_groups(plan: Any) -> dict[str, tuple[bytes, list[ArrayJob]]]:
     (its statistics table may follow), nor is a group holding a pack or a chunked array.
 
     Args:
-        plan: An :class:`~megadump_zarr.store.plan.InvocationPlan`.
+        plan: An :class:`~megadump_zarr.store.nodes.InvocationPlan`.
     """
     excluded = {path.rpartition("/")[0] for path in plan.groups if path}
     for pack in plan.packs:

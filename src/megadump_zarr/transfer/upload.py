@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 import hashlib
 import json
 import os
-import re
 import shutil
 import stat
 import threading
@@ -40,11 +39,10 @@ import time
 from typing import Any
 
 from megadump_zarr.store.object_backend import ObjectInfo, ObjectStoreBackend, RetryPolicy
+from megadump_zarr.layout.paths import RANK_DIR, WINDOW_DIR
 
 __all__ = ["UploadError", "UploadReport", "upload", "upload_windows"]
 
-_RANK = re.compile(r"^rank_(\d+)$")
-_WINDOW = re.compile(r"^window_(\d+)$")
 _COMMITTED = ("complete", "aborted")
 _MD5_KEY = "megadump-md5"
 _READ_BYTES = 8 << 20
@@ -212,13 +210,13 @@ def _shared_files(root: str, ranks: Sequence[str]) -> list[_File]:
 def _windows(root: str) -> list[str]:
     keys = []
     for rank in sorted(os.listdir(root)):
-        if not _RANK.match(rank):
+        if not RANK_DIR.match(rank):
             continue
         _refuse_link(root, os.path.join(root, rank))
         if not os.path.isdir(os.path.join(root, rank)):
             continue
         for window in sorted(os.listdir(os.path.join(root, rank))):
-            if _WINDOW.match(window):
+            if WINDOW_DIR.match(window):
                 _refuse_link(root, os.path.join(root, rank, window))
                 if os.path.isdir(os.path.join(root, rank, window)):
                     keys.append(f"{rank}/{window}")
@@ -523,7 +521,7 @@ def upload_windows(
     keys = _windows(root) if windows is None else [str(w).strip("/") for w in windows]
     for key in keys:
         parts = key.split("/")
-        if len(parts) != 2 or not _RANK.match(parts[0]) or not _WINDOW.match(parts[1]):
+        if len(parts) != 2 or not RANK_DIR.match(parts[0]) or not WINDOW_DIR.match(parts[1]):
             raise ValueError(f"not a window key (rank_R/window_WWWW): {key!r}")
         if not os.path.isdir(os.path.join(root, key)):
             raise ValueError(f"no window {key} below {root}")

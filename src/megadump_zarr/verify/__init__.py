@@ -4,6 +4,10 @@
 on each (see that module for what is checked). With an active ``distributed.Client`` the windows run as
 dask tasks through ``megadump_zarr._parallel.map_ordered`` (each task opens the dump itself from its
 URL and storage options); otherwise in this process, one after another, with a progress callback per chunk.
+
+A raw msprobe directory (read in place, ``megadump_zarr.read.msprobe``) stores no checksums: the report says so
+(:data:`MSPROBE_NOTE`, ``source="msprobe"``), and a tensor file the in-place reader refuses (missing, a size
+or header that disagrees with ``dump.json``, an unsafe file) is a problem of the dump, not bad input.
 """
 
 from __future__ import annotations
@@ -11,15 +15,23 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 import os
-import re
 from typing import Any
 
 from megadump_zarr.verify.window import Problem, WindowCheck, verify_window
+from megadump_zarr.layout.paths import RANK_DIR, WINDOW_DIR
 
-__all__ = ["Problem", "VerifyReport", "WindowCheck", "verify_dump", "verify_window"]
+__all__ = ["MSPROBE_NOTE", "SOURCES", "Problem", "VerifyReport", "WindowCheck", "verify_dump", "verify_window"]
 
-_RANK = re.compile(r"^rank_(\d+)$")
-_WINDOW = re.compile(r"^window_(\d+)$")
+SOURCES = ("zarr", "msprobe")
+"""What a verified root is: a megadump_zarr Zarr dump, or a raw msprobe directory read in place."""
+
+MSPROBE_NOTE = (
+    "an msprobe dump stores no checksums: verify checked that every tensor file its dump.json names is present "
+    "and safe to read, that its size and header match the shape and dtype dump.json declares, and that every "
+    "tensor decodes; a changed byte inside a tensor file cannot be found (--deep compares the data with "
+    "msprobe's own statistics; megadump convert writes a dump with checksums)"
+)
+"""The note of every verification of a raw msprobe directory (what could and could not be checked)."""
 
 
 @dataclass(frozen=True)
@@ -30,16 +42,29 @@ class VerifyReport:
         root: The dump root as given.
         windows: One check per window, ordered by (rank, window); torn windows have ``checked=False``.
         deep: Whether statistics were recomputed.
+        source: One of :data:`SOURCES` (``msprobe``: a raw msprobe directory, which stores no checksums).
+        notes: What the whole verification could not check and why (:data:`MSPROBE_NOTE`); never a problem.
+        dump_problems: Problems of the dump as a whole, before any window (an msprobe tensor file refused);
+            their ``window`` is ``""``.
     """
 
     root: str
     windows: tuple[WindowCheck, ...]
     deep: bool = False
+    source: str = "zarr"
+    notes: tuple[str, ...] = ()
+    dump_problems: tuple[Problem, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise ValueError(f"VerifyReport.source {self.source!r} is not one of {list(SOURCES)}")
+        if not all(isinstance(note, str) for note in self.notes):
+            raise ValueError(f"VerifyReport.notes {self.notes!r} is not a tuple of strings")
 
     @property
     def problems(self) -> list[Problem]:
-        """Every problem, window by window."""
-        return [p for w in self.windows for p in w.problems]
+        """Every problem: the dump's own, then window by window."""
+        return [*self.dump_problems, *(p for w in self.windows for p in w.problems)]
 
     @property
     def ok(self) -> bool:
@@ -53,6 +78,9 @@ class VerifyReport:
             "root": self.root,
             "ok": self.ok,
             "deep": self.deep,
+            "source": self.source,
+            "checksums": self.source != "msprobe",
+            "notes": list(self.notes),
             "windows_checked": len(checked),
             "windows_skipped": len(self.windows) - len(checked),
             "arrays": sum(w.arrays for w in checked),
@@ -60,6 +88,7 @@ class VerifyReport:
             "stored_bytes": sum(w.stored_bytes for w in checked),
             "problems": len(self.problems),
             "partial_windows": [w.window for w in self.windows if w.partial_launches or w.partial_records],
+            "dump_problems": [{"key": p.key, "what": p.what} for p in self.dump_problems],
             "windows": [w.to_dict() for w in self.windows],
         }
 
@@ -73,10 +102,10 @@ def window_keys(store: Any) -> list[str]:
     from megadump_zarr.read.location import list_dir, list_dirs
 
     keys = []
-    ranks = [(name, match) for name in list_dir(store, "") if (match := _RANK.match(name))]
+    ranks = [(name, match) for name in list_dir(store, "") if (match := RANK_DIR.match(name))]
     for (rank_name, rank), window_names in zip(ranks, list_dirs(store, [name for name, _ in ranks])):
         for window_name in window_names:  # ranks listed concurrently: one round trip, not one per rank
-            window = _WINDOW.match(window_name)
+            window = WINDOW_DIR.match(window_name)
             if window:
                 keys.append((int(rank.group(1)), int(window.group(1)), f"{rank_name}/{window_name}"))
     return [key for _, _, key in sorted(keys)]
@@ -85,11 +114,11 @@ def window_keys(store: Any) -> list[str]:
 class _VerifyOne:
     """``verify_window`` of one window key, picklable for dask workers."""
 
-    def __init__(self, url: str, storage_options: Mapping[str, Any] | None, deep: bool) -> None:
-        self.url, self.storage_options, self.deep = url, dict(storage_options or {}), deep
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None, deep: bool, msprobe: bool) -> None:
+        self.url, self.storage_options, self.deep, self.msprobe = url, dict(storage_options or {}), deep, msprobe
 
     def __call__(self, window: str) -> WindowCheck:
-        return verify_window(self.url, self.storage_options, window, deep=self.deep)
+        return verify_window(self.url, self.storage_options, window, deep=self.deep, msprobe=self.msprobe)
 
 
 def verify_dump(
@@ -125,13 +154,21 @@ def verify_dump(
     if isinstance(url, Dump):
         store = url.store.wrapped if isinstance(url.store, IntegrityStore) else url.store
         report = verify_dump(store, deep=deep, windows=windows, progress=progress)
-        return VerifyReport(url.root, report.windows, report.deep)
+        return VerifyReport(url.root, report.windows, report.deep, report.source, report.notes, report.dump_problems)
     text: Any = url if isinstance(url, Store) else os.fspath(url)
     from megadump_zarr.read.msprobe import msprobe_location
 
-    msprobe = None if isinstance(text, Store) else msprobe_location(text)  # read in place: its store, once
+    try:
+        msprobe = None if isinstance(text, Store) else msprobe_location(text)  # read in place: its store, once
+    except ValueError as error:  # an msprobe directory whose files the reader refuses: what verify is for
+        return VerifyReport(text, (), deep, "msprobe", (MSPROBE_NOTE,), (Problem("", text, str(error)),))
     if msprobe is not None:
         text = msprobe.store
+    from megadump_zarr.read.msprobe.store import MsprobeStore
+    from megadump_zarr.read.packs import base_store
+
+    in_place = isinstance(text, Store) and isinstance(base_store(text), MsprobeStore)  # also an open Dump's
+    source, notes = ("msprobe", (MSPROBE_NOTE,)) if in_place else ("zarr", ())
     location = open_location(text, dict(storage_options or {}))
     check_root(location.store, location.url)
     keys = window_keys(location.store) if windows is None else list(windows)
@@ -144,12 +181,12 @@ def verify_dump(
 
         # workers resolve a local path themselves: send it absolute (a remote cluster sees the same mount)
         where = text if not isinstance(text, str) or "://" in text else os.path.abspath(os.path.expanduser(text))
-        results = map_ordered(_VerifyOne(where, storage_options, deep), keys, progress=report)
-        return VerifyReport(location.url, tuple(results), deep)
+        results = map_ordered(_VerifyOne(where, storage_options, deep, in_place), keys, progress=report)
+        return VerifyReport(location.url, tuple(results), deep, source, notes)
     results = []
     for done, key in enumerate(keys):
         tick = (lambda n, _k=key, _d=done: progress(_k, _d, total, n)) if progress is not None else None
-        results.append(verify_window(text, storage_options, key, deep=deep, tick=tick))
+        results.append(verify_window(text, storage_options, key, deep=deep, tick=tick, msprobe=in_place))
         if progress is not None:
             progress(key, done + 1, total, 0)
-    return VerifyReport(location.url, tuple(results), deep)
+    return VerifyReport(location.url, tuple(results), deep, source, notes)

@@ -1,7 +1,7 @@
 """Chunks bound to their place: a checksum-valid chunk must be the one its array recorded for that grid position.
 
 See :mod:`megadump_zarr.store.chunk_digests` for what the writer records (``chunkCrc32c``). Used by
-:func:`megadump_zarr.verify.window.verify_window`'s chunk check, which already holds every chunk's bytes.
+:func:`megadump_zarr.verify.chunks.check_chunks`, which already holds every chunk's bytes.
 """
 
 from __future__ import annotations

@@ -10,18 +10,15 @@ naming the document and field.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
+
+from megadump_zarr.layout.paths import INVOCATION_DIR, PACK_DIR, TASK_DIR
+from megadump_zarr.layout.schema import KNOWN_SCHEMA_VERSIONS
 
 __all__ = ["KNOWN_SCHEMA_VERSIONS", "check_schema"]
 
-KNOWN_SCHEMA_VERSIONS = frozenset({5, 6, 7, 8})
-"""Window ``schemaVersion`` values this verifier knows (the one constant to extend)."""
 
 _DIRECTIONS = ("forward", "backward")
-_INVOCATION = re.compile(r"^invocation_\d+_(.+)$")
-_TASK = re.compile(r"^task_\d+(?:_worker_\d+)?$")
-_PACK = re.compile(r"^pack_\d+$")
 
 
 def _short(value: Any) -> str:
@@ -61,7 +58,7 @@ def check_schema(state: Any, store: Any, window: str, doc: dict[str, Any], nodes
                 f"group {parent!r} holding {path!r} is missing from the "
                 "window's consolidated metadata (a deleted document)",
             )
-        if "/" not in path and _INVOCATION.match(path):
+        if "/" not in path and INVOCATION_DIR.match(path):
             _check_invocation(state, node_key, path, entry, attrs, nodes)
     _check_rank_document(state, store, window)
 
@@ -82,7 +79,7 @@ def _check_invocation(
     attrs = entry.get("attributes")
     if not isinstance(attrs, dict):
         return
-    named = _INVOCATION.match(path).group(1)
+    named = INVOCATION_DIR.match(path).group(2)
     direction = attrs.get("direction")
     if direction is not None and direction not in _DIRECTIONS:
         state.add(key, f"attributes.direction {_short(direction)} is not one of {list(_DIRECTIONS)}")
@@ -108,9 +105,9 @@ def _task_records(invocation: str, nodes: dict[str, Any]) -> int:
         parts = path.split("/")
         if len(parts) != 4 or parts[0] != invocation or parts[1] != "stages" or not isinstance(entry, dict):
             continue
-        if _TASK.match(parts[3]):
+        if TASK_DIR.match(parts[3]):
             count += 1
-        elif _PACK.match(parts[3]):
+        elif PACK_DIR.match(parts[3]):
             tasks = (entry.get("attributes") or {}).get("taskCount")
             count += tasks if type(tasks) is int else 0
     return count

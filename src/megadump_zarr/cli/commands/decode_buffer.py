@@ -97,7 +97,7 @@ PENDING_COLUMNS = (
 
 
 def _is_plan_directory(path: Path) -> bool:
-    from megadump_zarr.dump.plan_io import PLAN_SCHEMA
+    from megadump_zarr.dump.saved_plans import PLAN_SCHEMA
 
     try:
         document = json.loads((path / "zarr.json").read_text(encoding="utf-8"))
@@ -111,7 +111,7 @@ def _is_plan_directory(path: Path) -> bool:
 
 def _salvage(buffer: Any, plan: Any, window: int | None, what: str) -> tuple[Any, list[dict[str, Any]]]:
     """Salvage against one plan; a CliError naming ``what`` when the buffer does not decode against it."""
-    from megadump_zarr.dump.plan_io import salvage_window
+    from megadump_zarr.dump.saved_plans import salvage_window
 
     salvaged, pending = salvage_window(buffer, plan, window_index=window)
     errors = [p["error"] for p in pending if "error" in p]
@@ -122,7 +122,7 @@ def _salvage(buffer: Any, plan: Any, window: int | None, what: str) -> tuple[Any
 
 def _salvage_from_root(args: argparse.Namespace, root: Path, buffer: Any) -> tuple[Any, list[dict[str, Any]], str]:
     """Find the one saved plan below ``root`` that the selectors and the buffer's record table match."""
-    from megadump_zarr.dump.plan_io import find_plans
+    from megadump_zarr.dump.saved_plans import find_plans
 
     invocation: str | int | None = args.invocation
     if isinstance(invocation, str) and invocation.isdigit():
@@ -157,8 +157,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     """Salvage, write the aborted window, list what was pending."""
     import pandas as pd
 
-    from megadump_zarr.dump.limits import check_index, check_inside_root
-    from megadump_zarr.dump.plan_io import load_plan
+    from megadump_zarr.layout.limits import check_index, check_inside_root
+    from megadump_zarr.dump.saved_plans import load_plan
     from megadump_zarr.store.writer import WindowWriter
 
     if args.window is not None:

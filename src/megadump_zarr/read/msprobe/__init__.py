@@ -1,6 +1,6 @@
-"""msprobe (PyPI ``mindstudio-probe``) dumps read in place: the parser of ``dump.json`` (:mod:`.plan`), the
+"""msprobe (PyPI ``mindstudio-probe``) dumps read in place: the parser of ``dump.json`` (:mod:`.dump_json`), the
 safe loader of its tensor files (:mod:`.load`), the attributes a converted dump carries (:mod:`.attrs`,
-:mod:`.stats`) and a read-only zarr store presenting the dump as its conversion would look (:mod:`.store`).
+:mod:`.statistics_table`) and a read-only zarr store presenting the dump as its conversion would look (:mod:`.store`).
 
 :mod:`megadump_zarr.interop.msprobe` writes the same plan as a Zarr dump (``megadump convert``).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from megadump_zarr.read.msprobe.plan import is_msprobe_dump
+from megadump_zarr.read.msprobe.dump_json import is_msprobe_dump
 
 __all__ = ["is_msprobe_dump", "msprobe_location"]
 

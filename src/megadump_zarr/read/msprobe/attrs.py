@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from megadump_zarr.dump.export import SCHEMA_VERSION
-from megadump_zarr.read.msprobe.plan import Call, Tensor, Window
+from megadump_zarr.layout.manifest import WindowManifest
+from megadump_zarr.layout import paths
+from megadump_zarr.layout.schema import MSPROBE_STORAGE
+from megadump_zarr.read.msprobe.dump_json import Call, Tensor, Window
 
 __all__ = ["invocation_attrs", "invocation_name", "record_attrs", "window_attrs"]
 
@@ -19,7 +21,7 @@ def invocation_name(i: int, call: Call) -> str:
         i: The call's position in the window.
         call: The call.
     """
-    return f"invocation_{i:06d}_{call.direction}"
+    return paths.invocation_name(i, call.direction)
 
 
 def invocation_attrs(window: Window, i: int, call: Call) -> dict[str, Any]:
@@ -76,20 +78,13 @@ def record_attrs(window: Window, call: Call, position: int, item: Tensor) -> dic
 
 
 def window_attrs(window: Window) -> dict[str, Any]:
-    from megadump_zarr._version import __version__
-
-    names = [f"invocation_{i:06d}_{c.direction}" for i, c in enumerate(window.calls)]
-    return {
-        "schemaVersion": SCHEMA_VERSION,
-        "producer": f"megadump_zarr {__version__}",
-        "level": "L0",
-        "tensorSerialization": "zarr-v3",
-        "windowIndex": window.index,
-        "capturePhaseSemantics": "api_boundary",
-        "stageViewStorage": "array_per_tensor",
-        "rank": window.rank,
-        "step": window.step,
-        "invocationCount": len(names),
-        "invocations": names,
-        "convertedFrom": {"format": "msprobe", "path": str(window.source.parent), **window.doc},
-    }
+    return WindowManifest(
+        level="L0",
+        rank=window.rank,
+        window_index=window.index,
+        capture_phase="api_boundary",
+        storage=MSPROBE_STORAGE,
+        invocations=tuple(invocation_name(i, call) for i, call in enumerate(window.calls)),
+        step=window.step,
+        converted_from={"format": "msprobe", "path": str(window.source.parent), **window.doc},
+    ).to_attrs()

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from megadump_zarr.read.msprobe.plan import Call, Tensor
+from megadump_zarr.read.msprobe.dump_json import Call, Tensor
+from megadump_zarr.layout.paths import rank_dir, window_path
 from megadump_zarr.store.metadata import (
     array_document_bytes,
     consolidated_group_bytes,
@@ -66,11 +67,11 @@ def statistics_node(call: Call, components: list[str]) -> tuple[list[tuple[str, 
         components: Its records' names in the invocation group.
 
     Returns:
-        :func:`megadump_zarr.store.statistics.statistics_nodes`'s ``(items, nodes)``.
+        :func:`megadump_zarr.store.statistics_table.statistics_nodes`'s ``(items, nodes)``.
     """
     from megadump_zarr.codecs import parse_compressor
-    from megadump_zarr.read.msprobe.stats import statistics_table
-    from megadump_zarr.store.statistics import statistics_nodes
+    from megadump_zarr.read.msprobe.statistics_table import statistics_table
+    from megadump_zarr.store.statistics_table import statistics_nodes
 
     return statistics_nodes(statistics_table(call.key, call.tensors, components), parse_compressor("default"), True)
 
@@ -122,10 +123,8 @@ def rank_and_root_documents(docs: dict[str, bytes], windows: list[tuple[int, int
 
     root_doc = group_document({"megadump_zarr": {"layoutVersion": LAYOUT_VERSION}})
     ranks = sorted({rank for rank, _ in windows})
-    rank_docs = {f"rank_{rank}": group_document({}) for rank in ranks}
-    window_docs = {
-        f"rank_{r}/window_{w:04d}": json.loads(docs[f"rank_{r}/window_{w:04d}/zarr.json"]) for r, w in windows
-    }
+    rank_docs = {rank_dir(rank): group_document({}) for rank in ranks}
+    window_docs = {window_path(r, w): json.loads(docs[f"{window_path(r, w)}/zarr.json"]) for r, w in windows}
     out = index_documents(root_doc, rank_docs, window_docs, {})
     if len(out["zarr.json"]) > INDEX_LIMIT:
         out = {"zarr.json": dumps(root_doc), **{f"{rank}/zarr.json": dumps(doc) for rank, doc in rank_docs.items()}}

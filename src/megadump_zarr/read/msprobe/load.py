@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from megadump_zarr.read.msprobe.plan import Tensor
+from megadump_zarr.read.msprobe.dump_json import Tensor
 
 __all__ = ["load_tensor"]
 
@@ -78,7 +78,7 @@ def _load_pt(file: Path) -> tuple[np.ndarray, str]:
 
     import torch
 
-    from megadump_zarr.dump.arrays import dtype_name, tensor_to_numpy
+    from megadump_zarr.tensor_arrays import dtype_name, tensor_to_numpy
 
     try:
         with warnings.catch_warnings():

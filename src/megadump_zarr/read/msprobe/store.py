@@ -42,7 +42,8 @@ from zarr.core.buffer import Buffer, BufferPrototype
 from megadump_zarr.read.msprobe.attrs import invocation_attrs, invocation_name, record_attrs, window_attrs
 from megadump_zarr.read.msprobe.documents import window_documents
 from megadump_zarr.read.msprobe.load import load_tensor
-from megadump_zarr.read.msprobe.plan import Tensor, Window, plan_windows
+from megadump_zarr.read.msprobe.dump_json import Tensor, Window, plan_windows
+from megadump_zarr.layout.paths import window_path
 
 __all__ = ["MsprobeStore"]
 
@@ -137,7 +138,7 @@ class MsprobeStore(Store):
     def _add_window(self, window: Window) -> None:
         from megadump_zarr.read.msprobe.documents import record_node, statistics_node
 
-        key = f"rank_{window.rank}/window_{window.index:04d}"
+        key = window_path(window.rank, window.index)
         nodes: dict[str, tuple[str, bytes]] = {}
         extra: dict[str, bytes] = {}
         for i, call in enumerate(window.calls):
@@ -185,15 +186,47 @@ class MsprobeStore(Store):
             return memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8))
         row_bytes = data.dtype.itemsize * math.prod(data.shape[1:])
         out = np.zeros(rows * row_bytes, dtype=np.uint8)  # the edge chunk stays padded with the fill value (0)
+        self._fill(item, data, start, stop, row_bytes, out[: (stop - start) * row_bytes])
+        return memoryview(out)
+
+    def read_chunk_into(self, key: str, out: np.ndarray) -> bool:
+        """Chunk ``key``'s bytes read straight into ``out`` in the calling thread (no event loop, no copy):
+        what :meth:`get` returns, for :mod:`megadump_zarr.read.chunks`. False (``out`` untouched) when
+        ``key`` is no tensor chunk or ``out`` is not exactly its size, so the caller reads it through zarr.
+
+        Args:
+            key: A chunk key of this store.
+            out: A C-contiguous uint8 array of one chunk's bytes.
+
+        Raises:
+            ValueError: The tensor file is refused or ends early (as :meth:`get` would raise).
+        """
+        found = self._chunks.get(key)
+        if found is None or out.dtype != np.uint8 or not out.flags.c_contiguous:
+            return False
+        item, (start, stop, rows) = found
+        data = load_tensor(item, mmap=True)  # checked again: dtype, shape, a plain tensor (nothing read yet)
+        if data.ndim == 0:
+            return False
+        row_bytes = data.dtype.itemsize * math.prod(data.shape[1:])
+        if out.size != rows * row_bytes:
+            return False
+        used = (stop - start) * row_bytes
+        self._fill(item, data, start, stop, row_bytes, out[:used])
+        out[used:] = 0  # the edge chunk is padded with the fill value (0)
+        return True
+
+    @staticmethod
+    def _fill(item: Tensor, data: np.ndarray, start: int, stop: int, row_bytes: int, out: np.ndarray) -> None:
+        """Rows ``start:stop`` of ``data`` (the file's tensor, memory-mapped) as little-endian bytes in ``out``."""
         where = _file_offset(data)
         if where is not None and item.file is not None:  # whole rows in one read (kernel readahead, no GIL)
-            _pread_into(item.file, out[: (stop - start) * row_bytes], where + start * row_bytes)
-            return memoryview(out)
+            _pread_into(item.file, out, where + start * row_bytes)
+            return
         piece = np.ascontiguousarray(data[start:stop])
         if piece.dtype.byteorder == ">":
             piece = piece.astype(piece.dtype.newbyteorder("<"))
-        out[: piece.nbytes] = piece.reshape(-1).view(np.uint8)
-        return memoryview(out)
+        out[...] = piece.reshape(-1).view(np.uint8)
 
     # ------------------------------------------------------------------ zarr Store interface
     def __eq__(self, value: object) -> bool:
@@ -295,7 +328,7 @@ def _dumps(value: Any) -> bytes:
 
 def _components(name: str, window: Window, call: Any) -> list[str]:
     """The record arrays' names in the invocation group (what convert's ``NameTable`` gives)."""
-    from megadump_zarr.dump.names import NameTable
+    from megadump_zarr.layout.names import NameTable
 
     table = NameTable(f"{name} of {window.source}")
     return [table.add(item.name) for item in call.tensors]

@@ -23,6 +23,7 @@ import os
 import pickle
 from pathlib import Path
 import struct
+import threading
 import zipfile
 from typing import Any
 
@@ -170,6 +171,38 @@ def _view(file: Path, archive: zipfile.ZipFile, handle: Any) -> tuple[_TensorVie
     return obj, _data_offset(handle, data) if data.file_size else 0
 
 
+_PARSED: OrderedDict[tuple[str, int, int, int, int], tuple[_TensorView, int, int]] = OrderedDict()
+_PARSED_LIMIT = 4096
+_PARSED_LOCK = threading.Lock()
+
+
+def _parsed(file: Path) -> tuple[_TensorView, int, int]:
+    """``(view, data offset, storage bytes)`` of ``file``, parsed once per version of the file.
+
+    In-place reads load a tensor file once per chunk (the file may have changed since the dump was
+    opened); parsing its zip directory and pickle costs ~1 ms, a ``stat`` a few µs. So the parse is kept,
+    keyed by the file's device, inode, size and modification time: a file replaced or rewritten is
+    parsed again, and one that changed without a new size or time is still bounded by the read, which
+    refuses a file ending before the tensor (:func:`.store._pread_into`).
+    """
+    st = os.stat(file)
+    key = (str(file), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    with _PARSED_LOCK:
+        found = _PARSED.get(key)
+        if found is not None:
+            _PARSED.move_to_end(key)
+            return found
+    with open(file, "rb") as handle, zipfile.ZipFile(handle) as archive:
+        view, start = _view(file, archive, handle)
+        info = _member(archive, f"data/{view.storage.key}")
+        size = info.file_size if info is not None else 0
+    with _PARSED_LOCK:
+        _PARSED[key] = (view, start, size)
+        while len(_PARSED) > _PARSED_LIMIT:
+            _PARSED.popitem(last=False)
+    return view, start, size
+
+
 def read_pt(file: str | os.PathLike[str]) -> tuple[np.ndarray, str]:
     """The tensor of a ``torch.save`` file as a memory-mapped numpy array of its exact dtype, and the dtype.
 
@@ -183,11 +216,8 @@ def read_pt(file: str | os.PathLike[str]) -> tuple[np.ndarray, str]:
 
     file = Path(file)
     try:
-        with open(file, "rb") as handle, zipfile.ZipFile(handle) as archive:
-            view, start = _view(file, archive, handle)
-            dtype = np.dtype(NUMPY_DTYPES[view.storage.dtype])
-            info = _member(archive, f"data/{view.storage.key}")
-            size = info.file_size if info is not None else 0
+        view, start, size = _parsed(file)
+        dtype = np.dtype(NUMPY_DTYPES[view.storage.dtype])
     except (zipfile.BadZipFile, OSError, ValueError, KeyError, struct.error) as error:
         raise ValueError(f"refusing msprobe tensor file {file}: it is not a plain tensor file ({error})") from None
     if size != view.storage.numel * dtype.itemsize:

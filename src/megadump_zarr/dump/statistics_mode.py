@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from megadump_zarr.dump.arrays import dtype_name
-from megadump_zarr.dump.export import StatisticsTable
+from megadump_zarr.tensor_arrays import dtype_name
+from megadump_zarr.layout.write_model import StatisticsTable
 from megadump_zarr.l1.format import L1Statistics
 from megadump_zarr.l1.reader import read_l1_statistics
-from megadump_zarr.runtime.statistics import statistics_slot
+from megadump_zarr.runtime.reductions import statistics_slot
 
 __all__ = [
     "STATISTICS_GROUP",
@@ -213,7 +213,7 @@ def _shape_or_none(value: Any) -> tuple[int, ...] | None:
 
 
 def host_checksum(raw: bytes) -> int:
-    """The device checksum (:mod:`megadump_zarr.runtime.statistics`) of raw bytes, on the host:
+    """The device checksum (:mod:`megadump_zarr.runtime.reductions`) of raw bytes, on the host:
     ``sum_i w_i * (2 i + 1) mod 2**64`` over the little-endian u32 words, zero-padded to a multiple of 4.
 
     Args:
@@ -531,7 +531,7 @@ def complete_l1_statistics(invocation: Any, prepared: Any, policy: PayloadPolicy
         policy: The payload policy (None in tensor mode: statistics records are budget fallbacks).
     """
     from megadump_zarr.dump.snapshots import payload_snapshot
-    from megadump_zarr.dump.statistics_plan import decode_statistics_dump
+    from megadump_zarr.dump.statistics_slots import decode_statistics_dump
 
     def keep(plan: Any, stats: L1Statistics) -> bool:
         return policy is not None and policy.keep(
@@ -559,7 +559,7 @@ def salvage_l1_statistics(invocation: Any, prepared: Any) -> list[dict[str, Any]
         prepared: The launch's ``PreparedL1Dump``.
     """
     from megadump_zarr.dump.snapshots import payload_snapshot
-    from megadump_zarr.dump.statistics_plan import salvage_statistics_dump
+    from megadump_zarr.dump.statistics_slots import salvage_statistics_dump
 
     snapshots, decoded, pending = salvage_statistics_dump(prepared, payload_snapshot)
     invocation.l1_snapshots[:] = snapshots

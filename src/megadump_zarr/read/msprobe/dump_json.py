@@ -321,7 +321,7 @@ def plan_windows(root: Path) -> list[Window]:
 
 def _check_rank_step(rank_dir: Path, rank: int, step: int) -> None:
     """Refuse a rank or step directory number that readers cannot represent (before anything is written)."""
-    from megadump_zarr.dump.limits import INT64_LIMIT, check_index
+    from megadump_zarr.layout.limits import INT64_LIMIT, check_index
 
     check_index(rank, f"msprobe directory {rank_dir} 'rank' (its name)")
     check_index(step, f"msprobe directory {rank_dir.parent} 'step' (its name)", limit=INT64_LIMIT)

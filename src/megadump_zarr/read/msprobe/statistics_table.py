@@ -30,7 +30,7 @@ def statistics_table(key: str, tensors: Sequence[Any], names: list[str]) -> Any:
         tensors: The call's tensor leaves (``name``, ``io``, ``dtype``, ``shape``, ``stats``), in record order.
         names: Their component names in the invocation group.
     """
-    from megadump_zarr.dump.export import StatisticsTable
+    from megadump_zarr.layout.write_model import StatisticsTable
 
     n = len(tensors)
 

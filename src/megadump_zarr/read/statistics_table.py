@@ -1,7 +1,7 @@
 """Read the per-invocation statistics tables (``invocation_*/statistics``) into the records table.
 
 A statistics-first dump (``mode="statistics" | "nonfinite" | "diff"``) stores one statistics table per
-invocation (see :mod:`megadump_zarr.store.statistics`). The records table then shows every record:
+invocation (see :mod:`megadump_zarr.store.statistics_table`). The records table then shows every record:
 records whose payload is stored keep their array row (``payload`` True) and gain the device
 ``checksum`` and ``element_count``; statistics-only records get a row of their own with ``payload``
 False, the device statistics, and as ``path`` the array path the payload would have had (which is

@@ -13,9 +13,9 @@ import xarray as xr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import megadump_zarr.dump.names as names_module
+import megadump_zarr.layout.names as names_module
 from megadump_zarr import TensorDumpConfig, tensor_dump
-from megadump_zarr.dump.names import NameTable, safe_name
+from megadump_zarr.layout.names import NameTable, safe_name
 from megadump_zarr.runtime import Graph, MegaKernel, SplitSpec
 from tests.dump._dump_helpers import assert_same, node_attrs, op, open_task, read_array, read_json, spec
 

@@ -1,8 +1,7 @@
 """The dump layer's output contract: plain, graph-free descriptions of one window.
 
-The dump layer builds these from decoded snapshots; the store layer (which may import this module, never
-the reverse) persists them. Nothing here knows
-about graphs, runtimes or torch: arrays are numpy (ml_dtypes for bfloat16/float8), attributes are JSON.
+The dump layer (and the importers in ``interop``) build these; the store layer persists them. Both import
+this leaf; neither imports the other for it. Nothing here knows about graphs, runtimes or torch: arrays are numpy (ml_dtypes for bfloat16/float8), attributes are JSON.
 """
 
 from __future__ import annotations
@@ -13,14 +12,11 @@ from typing import Any
 
 import numpy as np
 
-SCHEMA_VERSION = 8
-"""The window layout every writer stamps on a window (``schemaVersion``): 6 has a crc32c on every chunk and
-consolidated metadata only in the window and data groups; 7 adds task-record packs for small L1 records
-(``stageViewStorage`` ``"task_record_packs"``, see ``store/packs.py``); 8 makes a Zarr group per L1 task the
-default again (``"array_per_task_record"``, what plain ``xr.open_zarr`` opens), packs opt-in
-(``TensorDumpConfig(layout="packs")``); readers read 5, 6, 7 and 8."""
+from megadump_zarr.layout.paths import window_path
+from megadump_zarr.layout.schema import SCHEMA_VERSION
 
-__all__ = ["ArrayWrite", "GroupWrite", "InvocationWrite", "StatisticsTable", "WindowWrite"]
+
+__all__ = ["SCHEMA_VERSION", "ArrayWrite", "GroupWrite", "InvocationWrite", "StatisticsTable", "WindowWrite"]
 
 
 @dataclass(frozen=True)
@@ -120,4 +116,4 @@ class WindowWrite:
     @property
     def path(self) -> str:
         """Relative path of the window group below the dump root."""
-        return f"rank_{self.rank}/window_{self.window_index:04d}"
+        return window_path(self.rank, self.window_index)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from megadump_zarr.codecs import CompressorSpec
-from megadump_zarr.dump.export import StatisticsTable
+from megadump_zarr.layout.write_model import StatisticsTable
 from megadump_zarr.store import chunking
 from megadump_zarr.store.metadata import array_document_bytes, codecs_for, dumps
 

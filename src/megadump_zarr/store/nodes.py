@@ -10,7 +10,7 @@ never leaves a half-written invocation behind:
 - dimensions: one name per axis, no repeated name in one array, and one length per name per group;
 - coordinates: one 1-D array per (group, dimension); two arrays giving different values for it clash.
 
-With ``pack``, packable L1 task groups become task-record packs (see :mod:`.pack_plan`): their groups,
+With ``pack``, packable L1 task groups become task-record packs (see :mod:`.pack_groups`): their groups,
 records and coordinates are validated like any other, then listed in ``InvocationPlan.packs`` instead.
 """
 
@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from megadump_zarr.dump.export import InvocationWrite
+from megadump_zarr.layout.write_model import InvocationWrite
 from megadump_zarr.store.chunking import ChunkPlan, plan_chunks
 from megadump_zarr.store.metadata import data_type_name, dumps
-from megadump_zarr.store.pack_plan import PackPlan, plan_packs
+from megadump_zarr.store.pack_groups import PackPlan, plan_packs
 from megadump_zarr.store.packs import TASK_DIM
 
 __all__ = ["ArrayJob", "InvocationPlan", "check_component", "plan_invocation"]

@@ -2,7 +2,8 @@
 
 :func:`segment_slots` reduces MANY records at once: their bytes lie in one staging buffer of one dtype,
 each record starting at a row of :data:`BLOCK` elements (its last row zero-padded), and one segmented
-pass (row reductions, then ``index_add``/``scatter_reduce`` over the rows of each record) gives every
+pass (row partials, :mod:`megadump_zarr.runtime.reduction_rows`, then a fold of each record's rows: a
+reshape when the records share a size, else ``index_add``/``scatter_reduce``) gives every
 record's 128-byte statistics slot of the L1 Device buffer ABI (layout version 1, see
 :mod:`megadump_zarr.l1.format`) as a ``[records, 128]`` uint8 tensor on the same device.
 :func:`statistics_slot` is the same pass over one record, and :class:`StatisticsStager` collects the
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 import functools
-from typing import NamedTuple
+import threading
 
 import torch
 
@@ -43,6 +44,7 @@ from megadump_zarr.l1.format import (
     L1_STATISTICS_LAYOUT_VERSION,
     L1_STATISTICS_SLOT_SIZE,
 )
+from megadump_zarr.runtime.reduction_rows import BLOCK, combine_rows, one_thread, row_partials
 
 __all__ = [
     "BLOCK",
@@ -54,12 +56,7 @@ __all__ = [
     "torch_dtype",
 ]
 
-BLOCK = 256
-"""Elements per block of the defined summation order (a power of two)."""
 _NO_FLOAT64 = frozenset(("npu", "mps"))
-_INT64_MAX = (1 << 63) - 1
-_INT64_MIN = -(1 << 63)
-_UINT32_DEVICES = frozenset(("cpu", "cuda"))
 
 
 def dtype_code(dtype: torch.dtype) -> int:
@@ -132,197 +129,39 @@ def rows_of(count: int) -> int:
     return -(-count // BLOCK)
 
 
-class _Rows(NamedTuple):
-    """Per-row partial results of one dtype's staging rows."""
-
-    finite: torch.Tensor
-    nan: torch.Tensor
-    lo: torch.Tensor
-    hi: torch.Tensor
-    total: torch.Tensor
-    sumsq: torch.Tensor
-    weighted: torch.Tensor
-    words: torch.Tensor
-
-
-def _block_sum(v: torch.Tensor) -> torch.Tensor:
-    """``[r, BLOCK]`` → ``[r]``: the pairwise sum of each row (element j + element j + h, h halving)."""
-    width = v.shape[1]
-    while width > 1:
-        width //= 2
-        v = v[:, :width] + v[:, width : 2 * width]
-    return v[:, 0]
-
-
-def _words(rows: torch.Tensor) -> torch.Tensor:
-    """``[r, BLOCK]`` values → ``[r, words]`` int64 holding their little-endian u32 words."""
-    words = rows.reshape(rows.shape[0], -1).view(torch.int32)
-    if words.device.type in _UINT32_DEVICES:
-        return words.view(torch.uint32).to(torch.int64)
-    return words.to(torch.int64) & 0xFFFFFFFF
-
-
-def _sums(kept: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Block sums of ``kept`` ([r, BLOCK], the accumulation dtype) and of its squares, in one tree."""
-    both = torch.empty((2,) + tuple(kept.shape), dtype=kept.dtype, device=kept.device)
-    both[0].copy_(kept)
-    torch.mul(kept, kept, out=both[1])
-    summed = _block_sum(both.view(-1, BLOCK))
-    return summed[: kept.shape[0]], summed[kept.shape[0] :]
-
-
-def _clean(x: torch.Tensor) -> bool:
-    """Whether every row of a float chunk is finite (CPU only, where asking costs no device sync): a
-    row's float sum is finite only then, or when it overflows (a false alarm takes the full path)."""
-    return x.device.type == "cpu" and bool(torch.isfinite(x.sum(1)).all())
-
-
-def _chunk(
-    rows: torch.Tensor, valid: torch.Tensor | None, accumulate: torch.dtype, weights: torch.Tensor
-) -> tuple[torch.Tensor, ...]:
-    """Row partials of ``rows`` ([r, BLOCK] of the records' dtype); ``valid``: elements per row when
-    some row is partial (its padding must not count), else None."""
-    words = _words(rows)
-    weighted, word_sum = (words * weights).sum(1), words.sum(1)
-    count = rows.shape[0]
-    zeros = torch.zeros(count, dtype=torch.int64, device=rows.device)
-    full = torch.full_like(zeros, BLOCK) if valid is None else valid
-    if not rows.dtype.is_floating_point:
-        ints = rows.to(torch.int64)
-        if valid is None:
-            lo, hi = ints.amin(1), ints.amax(1)
-        else:
-            mask = torch.arange(BLOCK, device=rows.device)[None, :] < valid[:, None]
-            lo = torch.where(mask, ints, _INT64_MAX).amin(1)
-            hi = torch.where(mask, ints, _INT64_MIN).amax(1)
-        return (full, zeros, lo, hi, *_sums(ints.to(accumulate)), weighted, word_sum)
-    x = rows if rows.dtype in (torch.float32, torch.float64) else rows.to(torch.float32)
-    if valid is None and _clean(x):  # the common case: no NaN, no Inf, no padding
-        lo, hi = x.amin(1).to(accumulate), x.amax(1).to(accumulate)
-        return (full, zeros, lo, hi, *_sums(x.to(accumulate)), weighted, word_sum)
-    finite = x * 0 == 0  # isfinite, cheaper on CPU
-    nan = (x != x).sum(1)
-    kept = torch.where(finite, x, 0).to(accumulate)
-    if valid is not None:
-        finite &= torch.arange(BLOCK, device=rows.device)[None, :] < valid[:, None]
-    lo = torch.where(finite, x, torch.inf).amin(1).to(accumulate)
-    hi = torch.where(finite, x, -torch.inf).amax(1).to(accumulate)
-    return (finite.sum(1), nan, lo, hi, *_sums(kept), weighted, word_sum)
-
-
-def _chunk_rows(rows: torch.Tensor) -> int:
-    """Rows reduced at once: on CPU under torch's parallel grain (32768 elements: each op runs on one
-    thread, its temporaries stay in cache; measured faster than 256 K chunks), elsewhere ~4 M elements."""
-    width = max(BLOCK, rows.shape[1] * rows.element_size() // 4)
-    budget = 32000 if rows.device.type == "cpu" else 1 << 22
-    return max(1, budget // width)
-
-
-def _row_partials(rows: torch.Tensor, valid: torch.Tensor, partial: torch.Tensor, accumulate: torch.dtype) -> _Rows:
-    """Per-row partials of every staging row, a chunk of rows at a time (``partial``: host bool per row)."""
-    words_per_row = BLOCK * rows.element_size() // 4
-    weights = torch.arange(words_per_row, dtype=torch.int64, device=rows.device) * 2 + 1
-    step = _chunk_rows(rows)
-    any_partial = [
-        bool(p) for p in torch.nn.functional.pad(partial, (0, -partial.numel() % step)).view(-1, step).any(1)
-    ]
-    pieces = []
-    for i, start in enumerate(range(0, rows.shape[0], step)):
-        stop = min(start + step, rows.shape[0])
-        pieces.append(_chunk(rows[start:stop], valid[start:stop] if any_partial[i] else None, accumulate, weights))
-    return _Rows(*(torch.cat(column) if len(pieces) > 1 else column[0] for column in zip(*pieces)))
-
-
-def _segment_tree(values: torch.Tensor, lengths: list[int]) -> torch.Tensor:
-    """Each record's block sums (``values``: its sequence after the previous record's, ``lengths`` long)
-    summed on by the block rule until one value is left; ``[records]`` (an empty record gives 0).
-
-    A block of ``L <= BLOCK`` values sums over a width of the next power of two (the rest of the block's
-    padding adds ``+0.0``, which changes no value but the sign of a zero: the caller normalises zeros).
-    """
-    device = values.device
-    while max(lengths, default=0) > 1:
-        width = min(BLOCK, 1 << (max(lengths) - 1).bit_length())
-        blocks = [-(-n // width) for n in lengths]
-        if len(set(lengths)) == 1 and lengths[0] % width == 0:  # records share a size: a reshape
-            grid = values.view(-1, width)
-        else:
-            owner = torch.repeat_interleave(
-                torch.arange(len(lengths), device=device), torch.tensor(lengths, dtype=torch.int64, device=device)
-            )
-            row0 = torch.tensor([0, *blocks], dtype=torch.int64, device=device).cumsum(0)[:-1]
-            first = torch.tensor([0, *lengths], dtype=torch.int64, device=device).cumsum(0)[:-1]
-            position = row0[owner] * width + torch.arange(values.numel(), device=device) - first[owner]
-            grid = torch.zeros(sum(blocks) * width, dtype=values.dtype, device=device)
-            grid[position] = values
-            grid = grid.view(-1, width)
-        values, lengths = _block_sum(grid), blocks
-    out = torch.zeros(len(lengths), dtype=values.dtype, device=device)
-    out[torch.tensor(lengths, device=device) == 1] = values
-    return out + 0.0  # a zero sum is +0.0
-
-
-def _combine(partials: _Rows, blocks: list[int], words_per_row: int) -> tuple[torch.Tensor, ...]:
-    """Per-row partials → per-record ``(n_finite, nan, lo, hi, total, sumsq, checksum)`` (``blocks``:
-    each record's staging rows)."""
-    device = partials.finite.device
-    records = len(blocks)
-    owner = torch.repeat_interleave(
-        torch.arange(records, device=device), torch.tensor(blocks, dtype=torch.int64, device=device)
-    )
-    row0 = torch.tensor([0, *blocks], dtype=torch.int64, device=device).cumsum(0)[:-1]
-
-    def add(column: torch.Tensor) -> torch.Tensor:
-        return torch.zeros(records, dtype=column.dtype, device=device).index_add_(0, owner, column)
-
-    def extreme(column: torch.Tensor, how: str, empty: float | int) -> torch.Tensor:
-        out = torch.full((records,), empty, dtype=column.dtype, device=device)
-        return out.scatter_reduce_(0, owner, column, how, include_self=True)
-
-    floating = partials.lo.dtype.is_floating_point
-    lo = extreme(partials.lo, "amin", torch.inf if floating else _INT64_MAX)
-    hi = extreme(partials.hi, "amax", -torch.inf if floating else _INT64_MIN)
-    if floating:
-        lo, hi = lo + 0.0, hi + 0.0  # -0.0 → +0.0: a zero extreme's sign is not the reduction order's choice
-    local = torch.arange(owner.numel(), device=device) - row0[owner]
-    checksum = add(partials.weighted + local * (2 * words_per_row) * partials.words)  # int64 wraps: mod 2**64
-    return (
-        add(partials.finite),
-        add(partials.nan),
-        lo,
-        hi,
-        _segment_tree(partials.total, blocks),
-        _segment_tree(partials.sumsq, blocks),
-        checksum,
-    )
-
-
 def _row_geometry(counts: list[int]) -> tuple[list[int], torch.Tensor, torch.Tensor]:
-    """(staging rows of each record, elements in each staging row, whether it is a padded last row);
+    """(staging rows of each record, elements in each staging row, indices of the padded last rows);
     the tensors on the host."""
     count = torch.tensor(counts, dtype=torch.int64)
     blocks = (count + BLOCK - 1) // BLOCK
     valid = torch.full((int(blocks.sum()),), BLOCK, dtype=torch.int64)
     used = blocks > 0
     valid[blocks.cumsum(0)[used] - 1] = count[used] - (blocks[used] - 1) * BLOCK
-    return blocks.tolist(), valid, valid < BLOCK
+    return blocks.tolist(), valid, torch.nonzero(valid < BLOCK).view(-1)
 
 
-def segment_slots(rows: torch.Tensor, counts: Sequence[int]) -> torch.Tensor:
+def segment_slots(rows: torch.Tensor, counts: Sequence[int], *, masked: bool | None = None) -> torch.Tensor:
     """The statistics slots of many records of one dtype, in one segmented pass.
 
     Args:
         rows: ``[R, BLOCK]`` values of the records' dtype (a view of the staging buffer): record ``i``
             takes the next ``rows_of(counts[i])`` rows, its elements first, then zero bytes.
         counts: Each record's element count.
+        masked: :func:`~megadump_zarr.runtime.reduction_rows.row_partials`' path (default: by device;
+            both give the same bits).
 
     Returns:
         ``[len(counts), 128]`` uint8 slots on ``rows``' device.
     """
-    counts = [int(n) for n in counts]
+    with one_thread(rows.device):
+        return _segment_slots(rows, [int(n) for n in counts], masked)
+
+
+def _segment_slots(rows: torch.Tensor, counts: list[int], masked: bool | None) -> torch.Tensor:
+    """:func:`segment_slots` (on the calling thread)."""
     device = rows.device
     records = len(counts)
-    blocks, valid, partial = _row_geometry(counts)
+    blocks, valid, padded = _row_geometry(counts)
     if rows.dim() != 2 or rows.shape[0] != sum(blocks) or rows.shape[1] != BLOCK:
         raise ValueError(
             f"statistics staging holds {tuple(rows.shape)} values, the records need [{sum(blocks)}, {BLOCK}]"
@@ -331,21 +170,14 @@ def segment_slots(rows: torch.Tensor, counts: Sequence[int]) -> torch.Tensor:
     is_float = rows.dtype.is_floating_point
     has64 = _has_float64(device)
     accumulate = torch.float64 if has64 else torch.float32
-    words_per_row = BLOCK * itemsize(rows.dtype) // 4
-    if rows.shape[0]:
-        partials = _row_partials(rows, valid.to(device), partial, accumulate)
-    else:  # only empty records
-        empty = torch.zeros(0, dtype=torch.int64, device=device)
-        fill = torch.zeros(0, dtype=accumulate if is_float else torch.int64, device=device)
-        partials = _Rows(empty, empty, fill, fill, fill.to(accumulate), fill.to(accumulate), empty, empty)
-    n_finite, nan, lo, hi, total, sumsq, checksum = _combine(partials, blocks, words_per_row)
-    if not has64:  # only these [records] results come over to be packed in float64
-        n_finite, nan, lo, hi, total, sumsq, checksum = (
-            t.cpu() for t in (n_finite, nan, lo, hi, total, sumsq, checksum)
-        )
-    pack = n_finite.device
-    count = torch.tensor(counts, dtype=torch.int64, device=pack)
     itembytes = itemsize(rows.dtype)
+    partials = row_partials(rows, valid.to(device), padded.to(device), accumulate, masked=masked)
+    nan, inf, lo, hi, total, sumsq, checksum = combine_rows(partials, blocks, BLOCK * itembytes // 4)
+    if not has64:  # only these [records] results come over to be packed in float64
+        nan, inf, lo, hi, total, sumsq, checksum = (t.cpu() for t in (nan, inf, lo, hi, total, sumsq, checksum))
+    pack = nan.device
+    count = torch.tensor(counts, dtype=torch.int64, device=pack)
+    n_finite = count - nan - inf
     flags = L1_STAT_VALID | (0 if is_float else L1_STAT_INTEGER)
     has_finite = n_finite > 0
     mean = torch.where(has_finite, total.to(torch.float64) / n_finite.clamp(min=1).to(torch.float64), torch.nan)
@@ -361,7 +193,7 @@ def segment_slots(rows: torch.Tensor, counts: Sequence[int]) -> torch.Tensor:
         head,
         count,
         nan,
-        count - n_finite - nan,
+        inf,
         torch.where(has_finite, lo_word, zero),
         torch.where(has_finite, hi_word, zero),
         torch.where(empty, zero, mean.view(torch.int64)),
@@ -402,17 +234,46 @@ def statistics_slot(values: torch.Tensor, raw: torch.Tensor | None = None) -> to
 
 STAGING_BYTES = 64 << 20
 """Default staging capacity of a :class:`StatisticsStager` per dtype (bytes on the device)."""
+_SPARE_BYTES = 2 * STAGING_BYTES
+"""CPU staging memory kept for the next launch at most (see :func:`_take`)."""
+_SPARE: dict[int, list[torch.Tensor]] = {}
+_SPARE_LOCK = threading.Lock()
+
+
+def _take(nbytes: int, device: torch.device) -> torch.Tensor:
+    """A staging buffer of ``nbytes``: on CPU one a finished stager handed back when there is one (a fresh
+    one of tens of MiB costs a page fault per 4 KiB on first touch, every launch), else a new one."""
+    if device.type == "cpu":
+        with _SPARE_LOCK:
+            spares = _SPARE.get(nbytes)
+            if spares:
+                return spares.pop()
+    return torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+
+def _give_back(buffer: torch.Tensor) -> None:
+    """Keep a CPU staging buffer for the next stager, within :data:`_SPARE_BYTES` (the oldest go first)."""
+    if buffer.device.type != "cpu":
+        return  # the device's caching allocator reuses its memory already
+    with _SPARE_LOCK:
+        _SPARE.setdefault(buffer.numel(), []).append(buffer)
+        while sum(b.numel() for spares in _SPARE.values() for b in spares) > _SPARE_BYTES:
+            oldest = next(size for size, spares in _SPARE.items() if spares)
+            _SPARE[oldest].pop(0)
+            if not _SPARE[oldest]:
+                del _SPARE[oldest]
 
 
 class _Group:
     """One dtype's staging buffer and the records waiting in it."""
 
-    __slots__ = ("buffer", "row_bytes", "rows", "counts", "tags")
+    __slots__ = ("buffer", "itemsize", "row_bytes", "used", "counts", "tags")
 
-    def __init__(self, buffer: torch.Tensor, row_bytes: int) -> None:
+    def __init__(self, buffer: torch.Tensor, itemsize: int) -> None:
         self.buffer = buffer
-        self.row_bytes = row_bytes
-        self.rows = 0
+        self.itemsize = itemsize
+        self.row_bytes = BLOCK * itemsize
+        self.used = 0
         self.counts: list[int] = []
         self.tags: list[object] = []
 
@@ -421,9 +282,10 @@ class StatisticsStager:
     """Collects records of a launch and reduces them in one segmented pass per dtype.
 
     ``stage`` copies a record's bytes (a device-to-device copy, like a tensor record's) into its dtype's
-    staging buffer, at the next row; ``flush`` reduces every staged record (:func:`segment_slots`) and
-    empties the buffers. A record that would overflow its buffer flushes that dtype first; one larger
-    than the buffer is reduced on its own.
+    staging buffer, at the next row, and zeroes the rest of its last row; ``flush`` reduces every staged
+    record (:func:`segment_slots`) and empties the buffers (they are reused: every staged row is written
+    in full, so nothing needs clearing). A record that would overflow its buffer flushes that dtype
+    first; one larger than the buffer is reduced on its own.
 
     Args:
         device: Where the staging buffers live (the Device buffer's device).
@@ -448,6 +310,13 @@ class StatisticsStager:
         }
         self._groups: dict[torch.dtype, _Group] = {}
 
+    def _group(self, dtype: torch.dtype) -> _Group:
+        """The dtype's group, its buffer allocated on first use (uninitialised: staging writes every row)."""
+        size = itemsize(dtype)
+        rows = self._sizes.get(dtype, self.capacity) // (BLOCK * size)
+        group = self._groups[dtype] = _Group(_take(rows * BLOCK * size, self.device), size)
+        return group
+
     def stage(self, dtype: torch.dtype, source: torch.Tensor, tag: object) -> list[tuple[list[object], torch.Tensor]]:
         """Stage one record; returns what had to be reduced to make room (``(tags, slots)`` pairs).
 
@@ -456,26 +325,23 @@ class StatisticsStager:
             source: Its bytes (1-D uint8 on the stager's device, whole elements).
             tag: Handed back with its slot.
         """
-        size = itemsize(dtype)
-        count = source.numel() // size
-        need = rows_of(count) * BLOCK * size
-        room = self._sizes.get(dtype, self.capacity)
-        if need > room:
+        group = self._groups.get(dtype) or self._group(dtype)
+        nbytes = source.numel()
+        count = nbytes // group.itemsize
+        need = -(-count // BLOCK) * group.row_bytes
+        buffer = group.buffer
+        if need > buffer.numel():
             values = source.view(dtype) if count else torch.empty(0, dtype=dtype, device=source.device)
             return [([tag], segment_slots(staged(values), [count]))]
         done = []
-        group = self._groups.get(dtype)
-        if group is not None and group.rows * group.row_bytes + need > group.buffer.numel():
+        if group.used + need > buffer.numel():
             done.append(self._reduce(dtype, group))
-        if group is None:
-            rows = room // (BLOCK * size)
-            group = self._groups[dtype] = _Group(
-                torch.zeros(rows * BLOCK * size, dtype=torch.uint8, device=self.device), BLOCK * size
-            )
-        start = group.rows * group.row_bytes
+        start = group.used
         if count:
-            group.buffer[start : start + source.numel()].copy_(source)
-        group.rows += rows_of(count)
+            buffer[start : start + nbytes].copy_(source)
+            if need > nbytes:  # the last row's padding must read as zeros
+                buffer[start + nbytes : start + need].zero_()
+        group.used = start + need
         group.counts.append(count)
         group.tags.append(tag)
         return done
@@ -484,17 +350,24 @@ class StatisticsStager:
         """Reduce every staged record: ``(tags, slots)`` per dtype, slots ``[len(tags), 128]`` uint8."""
         return [self._reduce(dtype, group) for dtype, group in self._groups.items() if group.tags]
 
+    def release(self) -> None:
+        """Hand the staging buffers back for the next stager (call after the last :meth:`flush`; a later
+        :meth:`stage` takes new ones). Refuses while records wait."""
+        if self.pending():
+            raise RuntimeError(f"statistics stager released with {self.pending()} records not reduced")
+        for group in self._groups.values():
+            _give_back(group.buffer)
+        self._groups = {}
+
     def pending(self) -> int:
         """How many records wait to be reduced."""
         return sum(len(group.tags) for group in self._groups.values())
 
     @staticmethod
     def _reduce(dtype: torch.dtype, group: _Group) -> tuple[list[object], torch.Tensor]:
-        """Reduce one dtype's staged records, then zero what they used (padding must read as zeros)."""
-        used = group.rows * group.row_bytes
-        rows = group.buffer[:used].view(dtype).view(group.rows, BLOCK)
+        """Reduce one dtype's staged records and empty its buffer."""
+        rows = group.buffer[: group.used].view(dtype).view(-1, BLOCK)
         slots = segment_slots(rows, group.counts)
         tags = group.tags
-        group.buffer[:used].zero_()
-        group.rows, group.counts, group.tags = 0, [], []
+        group.used, group.counts, group.tags = 0, [], []
         return tags, slots

@@ -33,7 +33,7 @@ from megadump_zarr.l1.format import (
     L1Statistics,
 )
 from megadump_zarr.l1.reader import read_l1_pool, read_l1_statistics_many, read_l1_table
-from megadump_zarr.runtime.statistics import dtype_code
+from megadump_zarr.runtime.reductions import dtype_code
 
 __all__ = [
     "L1StatisticsRecord",

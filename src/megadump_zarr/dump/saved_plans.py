@@ -25,15 +25,16 @@ import uuid
 
 import torch
 
-from megadump_zarr.dump.arrays import dtype_name, torch_dtype_named
-from megadump_zarr.dump.limits import INT64_LIMIT, check_index
+from megadump_zarr.tensor_arrays import dtype_name, torch_dtype_named
+from megadump_zarr.layout.limits import INT64_LIMIT, check_index
 from megadump_zarr.l1 import L1_DUMP_MAX_RECORDS
-from megadump_zarr.dump.statistics import salvage_l1_statistics
-from megadump_zarr.dump.statistics_plan import has_statistics
+from megadump_zarr.dump.statistics_mode import salvage_l1_statistics
+from megadump_zarr.dump.statistics_slots import has_statistics
 from megadump_zarr.dump.l1_plan import L1RecordPlan, PreparedL1Dump
 from megadump_zarr.dump.snapshots import salvage_l1_dump
 from megadump_zarr.dump.window import DumpInvocation, build_window
-from megadump_zarr.dump.export import WindowWrite
+from megadump_zarr.layout.write_model import WindowWrite
+from megadump_zarr.layout.paths import RANK_DIR, WINDOW_DIR
 
 __all__ = [
     "PLAN_SCHEMA",
@@ -333,9 +334,8 @@ class SavedPlan:
 
 
 _PLAN_DIR = re.compile(r"^rank_(\d+)_window_(\d+)_(invocation_\d+_[A-Za-z]+)$")
-_OLD_RANK, _OLD_WINDOW, _OLD_FILE = (
-    re.compile(p) for p in (r"^rank_(\d+)$", r"^window_(\d+)$", r"^(invocation_\d+_[A-Za-z]+)\.json$")
-)
+_OLD_RANK, _OLD_WINDOW = RANK_DIR, WINDOW_DIR  # the old layout's plan directories are the dump's own
+_OLD_FILE = re.compile(r"^(invocation_\d+_[A-Za-z]+)\.json$")
 
 
 def find_plans(

@@ -12,7 +12,7 @@ import xarray as xr
 
 from megadump_zarr import TensorDumpConfig, tensor_dump
 from megadump_zarr.demo.model import DemoConfig, MoEBlock
-from megadump_zarr.dump.plan_io import PLAN_SCHEMA, load_plan, records_from_plan, salvage_window
+from megadump_zarr.dump.saved_plans import PLAN_SCHEMA, load_plan, records_from_plan, salvage_window
 from megadump_zarr.store.writer import WindowWriter
 from tests.dump._dump_helpers import open_task
 
@@ -132,7 +132,7 @@ def _fail_expert_down_once(block):
 
 
 def test_a_later_run_never_touches_an_earlier_runs_plan(tmp_path):
-    from megadump_zarr.dump.plan_io import find_plans
+    from megadump_zarr.dump.saved_plans import find_plans
 
     block = MoEBlock(DemoConfig())
     _fail_expert_down_once(block)
@@ -229,7 +229,7 @@ def test_async_export_removes_each_committed_launchs_plan_and_then_the_run_group
 
 def test_a_discarded_failed_launchs_plan_outlives_its_windows_commit(tmp_path):
     from megadump_zarr import DiagnosticAction
-    from megadump_zarr.dump.plan_io import find_plans
+    from megadump_zarr.dump.saved_plans import find_plans
 
     block = MoEBlock(DemoConfig())
     with tensor_dump(_config(tmp_path), schedule=lambda s: DiagnosticAction.RECORD) as dumper:

@@ -1,0 +1,114 @@
+"""Checks of a window's task-record packs (schema 7+): the stored pack documents, and each row's task ids.
+
+The reader's view (:mod:`megadump_zarr.read.packs`) serves the window's schema-6 form, which the document
+checks compare with itself; these compare what plain zarr reads with it, and the checksummed id arrays of
+each pack with the tasks its rows claim to be.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from megadump_zarr.verify.chunks import expected_chunks, open_array
+from megadump_zarr.verify.documents import group_consolidated_agrees, stored_agrees
+from megadump_zarr.verify.report import CheckState
+
+__all__ = ["check_pack_documents"]
+
+
+def check_pack_documents(state: CheckState, store: Any, window: str) -> None:
+    """Schema 7: the stored documents of a window's task-record packs (what plain zarr reads) equal the window
+    document's entries the reader's view is built from (the view serves the window's schema-6 form, which the
+    checks above compare with itself)."""
+    from megadump_zarr.read.location import get_bytes, get_many, parse_json
+    from megadump_zarr.read.packs import base_store, stored_pack_nodes
+
+    base = base_store(store)
+    if base is store:
+        return
+    doc_key = f"{window}/zarr.json"
+    try:
+        stored = parse_json(get_bytes(base, doc_key) or b"{}", doc_key)
+    except ValueError:
+        return  # reported above
+    nodes = stored_pack_nodes(((stored.get("consolidated_metadata") or {}).get("metadata")) or {})
+    paths = sorted(nodes)
+    for path, raw in zip(paths, get_many(base, [f"{window}/{p}/zarr.json" for p in paths])):
+        key = f"{window}/{path}/zarr.json"
+        entry = nodes[path]
+        own = stored_agrees(state, key, raw, entry, "pack")
+        if own is not None and own.get("node_type") == "group":
+            group_consolidated_agrees(state, key, path, own, nodes)
+    _check_pack_rows(state, base, window, nodes)
+
+
+_PACK_LEAF = re.compile(r"^pack_\d+$")
+# The pack arrays whose values name each row's task, and the task attribute each must equal (-1: none).
+_ROW_IDS = (
+    (None, lambda attrs: attrs.get("taskId")),  # None: the pack's task id array (task_id, or schema 7's task)
+    ("owner_id", lambda attrs: attrs["owner"].get("id") if isinstance(attrs.get("owner"), dict) else None),
+    ("core_id", lambda attrs: attrs.get("coreId")),
+)
+
+
+def _check_pack_rows(state: CheckState, base: Any, window: str, nodes: dict[str, Any]) -> None:
+    """Each pack row is the task its ``attributes.tasks`` entry names: the ids stored (checksummed) in the pack's
+    ``task_id`` (schema 7: ``task``), ``owner_id`` and ``core_id`` arrays equal the entry's ``taskId``, ``owner.id`` and ``coreId``.
+
+    The reader's view checks rows against their records' attributes without reading data; two swapped rows of
+    a pack whose records carry no row coordinate agree with those, and only these ids tell them apart (schema
+    6 kept the task id in the group's directory name).
+    """
+    from megadump_zarr.read.location import get_bytes
+    from megadump_zarr.store.packs import TASK_ARRAYS
+
+    for task_path, task_doc in sorted(nodes.items()):
+        pack, _, leaf = task_path.rpartition("/")
+        attributes = task_doc.get("attributes") if isinstance(task_doc, dict) else None
+        tasks = attributes.get("tasks") if isinstance(attributes, dict) else None
+        if leaf not in TASK_ARRAYS or not isinstance(tasks, list) or not _PACK_LEAF.match(pack.rpartition("/")[2]):
+            continue  # a malformed pack is named by the view
+        for name, wanted in _ROW_IDS:
+            name = name or leaf
+            doc = nodes.get(f"{pack}/{name}")
+            key = f"{window}/{pack}/{name}"
+            if not isinstance(doc, dict):
+                state.add(f"{key}/zarr.json", "the pack has no such array (its rows' ids cannot be checked)")
+                continue
+            expected = expected_chunks(doc)
+            if expected is None:
+                continue  # reported by the chunk check
+            try:
+                zarray = open_array(base, key, doc)
+                missing = [f"{key}/{zarray.metadata.encode_chunk_key(c)}" for c in expected]
+                missing = [k for k in missing if get_bytes(base, k) is None]
+                if missing:  # not in the schema-6 view the chunk check walks; absent reads as fill_value
+                    named = [
+                        wanted(t.get("attrs")) if isinstance(t, dict) and isinstance(t.get("attrs"), dict) else None
+                        for t in tasks
+                    ]
+                    if any((-1 if n is None else n) != doc.get("fill_value", 0) for n in named):
+                        for k in missing:
+                            state.add(k, "chunk is missing")
+                    continue
+                stored = np.asarray(zarray[...]).reshape(-1).tolist()
+            except Exception as error:  # a damaged chunk is reported by the chunk check; this names the ids
+                state.add(key, f"the row ids cannot be read: {type(error).__name__}: {error}")
+                continue
+            if len(stored) != len(tasks):
+                state.add(key, f"holds {len(stored)} ids for {len(tasks)} rows of attributes.tasks")
+                continue
+            for row, (entry, value) in enumerate(zip(tasks, stored)):
+                attrs = entry.get("attrs") if isinstance(entry, dict) else None
+                named = wanted(attrs) if isinstance(attrs, dict) else None
+                named = -1 if named is None else named
+                if named != value:
+                    state.add(
+                        key,
+                        f"row {row} holds {name} {value} but attributes.tasks[{row}] names {named}: the "
+                        f"row's records are not the task its entry names",
+                    )
+                    break

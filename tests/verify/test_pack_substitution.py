@@ -1,0 +1,153 @@
+"""Issue 23 item 8 in the packs layout: a pack shard valid elsewhere but not here (copied from another window, or
+swapped with another shard of the same shape), each with a valid crc32c.
+
+``--deep`` names both (the pack's per-row statistics disagree with the data). Plain ``verify`` cannot yet:
+a pack's record arrays record no per-shard digest (the tasks layout's ``chunkCrc32c``, ``store.chunk_digests``),
+and a shard's index crc32c covers only offsets and sizes, the same for every shard of one shape. Binding a
+shard to its place needs the pack format to record it (``store/pack_writer.py`` and ``read/packs.py``, being
+changed by the packs work), so the plain-verify halves are ``xfail(strict=True)``: they turn into failures,
+to be unmarked, the day the format records it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from megadump_zarr.layout.write_model import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
+from megadump_zarr.store.writer import WindowWriter
+from megadump_zarr.verify import verify_dump
+
+NOT_BOUND = (
+    "the packs format records no per-shard digest (store/pack_writer.py, read/packs.py): a shard with a valid "
+    "crc32c copied from another window or swapped with one of the same shape passes plain verify (issue 23.8)"
+)
+PACK = "invocation_000000_forward/stages/s/pack_0000"
+
+
+def _task(task_id: int, base: float) -> tuple[GroupWrite, list[ArrayWrite]]:
+    path = f"stages/s/task_{task_id:06d}"
+    attrs = {
+        "taskId": task_id,
+        "stageTaskIndex": task_id,
+        "stage": "s",
+        "owner": {"label": "expert", "id": task_id},
+        "coreType": "AIV",
+        "coreId": task_id,
+        "workerId": None,
+        "tensorCount": 2,
+        "tileRows": None,
+    }
+    arrays = [
+        ArrayWrite(
+            f"{path}/input_{index:02d}_{name}",
+            np.full((2, 3), sign * (base + task_id), dtype=np.float32),
+            ("row", "col"),
+            {"name": name, "io": "input", "index": index, "paramPosition": index, "capturePhase": "before"},
+        )
+        for index, (name, sign) in enumerate((("w", 1.0), ("v", -1.0)))
+    ]
+    return GroupWrite(path, attrs, task=True), arrays
+
+
+@pytest.fixture
+def hand(tmp_path: Path) -> Path:
+    """Two windows, each one pack of two tasks with two same-shaped record arrays (w, v)."""
+    with WindowWriter(tmp_path / "dump", pack=True) as writer:
+        for window in (0, 1):
+            tasks = [_task(1, 10.0 * window), _task(2, 10.0 * window)]
+            invocation = InvocationWrite(
+                "invocation_000000_forward",
+                {"invocationId": window, "level": "L1"},
+                [GroupWrite("stages/s", {"stage": "s"})] + [g for g, _ in tasks],
+                [a for _, arrays in tasks for a in arrays],
+            )
+            writer.write_window(WindowWrite(0, window, {"schemaVersion": 7, "level": "L1"}, [invocation]))
+    return tmp_path / "dump"
+
+
+def _shard(root: Path, window: int, array: str) -> Path:
+    [shard] = [p for p in (root / f"rank_0/window_{window:04d}" / PACK / array).iterdir() if p.name != "zarr.json"]
+    return shard
+
+
+def _swap(a: Path, b: Path) -> None:
+    first, second = a.read_bytes(), b.read_bytes()
+    a.write_bytes(second)
+    b.write_bytes(first)
+
+
+def test_deep_names_two_swapped_shards(hand: Path) -> None:
+    assert verify_dump(hand).ok
+    _swap(_shard(hand, 0, "input_00_w"), _shard(hand, 0, "input_01_v"))
+    problems = verify_dump(hand, deep=True).problems
+    assert {p.key.rpartition("/")[0].rpartition("/")[2] for p in problems} == {"input_00_w", "input_01_v"}, problems
+    assert all("attributes.stats." in p.what for p in problems)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=NOT_BOUND)
+def test_plain_verify_names_two_swapped_shards(hand: Path) -> None:
+    _swap(_shard(hand, 0, "input_00_w"), _shard(hand, 0, "input_01_v"))
+    assert not verify_dump(hand).ok
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=NOT_BOUND)
+def test_plain_verify_names_a_shard_copied_from_another_window(hand: Path) -> None:
+    shutil.copyfile(_shard(hand, 1, "input_00_w"), _shard(hand, 0, "input_00_w"))
+    assert not verify_dump(hand).ok
+
+
+@pytest.fixture(scope="module")
+def dumped(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real ``TensorDumpConfig(layout="packs")`` L1 dump of two steps (two windows, the same packs)."""
+    from megadump_zarr import TensorDumpConfig, schedule, tensor_dump
+    from megadump_zarr.demo.model import DemoConfig, MoEBlock
+    from tests.reliability._helpers import train_step
+
+    root = tmp_path_factory.mktemp("pack-substitution") / "l1"
+    torch.manual_seed(1)  # the routing decides which tasks share a pack
+    block = MoEBlock(DemoConfig(tokens=32, d_model=8))
+    config = TensorDumpConfig(
+        root, level="L1", kernel_names="moe_experts", stages=("expert_up", "unpermute"), layout="packs"
+    )
+    with tensor_dump(config, schedule(wait=0, warmup=0, active=1, repeat=2)) as dumper:
+        for _ in range(2):
+            train_step(block)
+            dumper.step()
+    return root
+
+
+def _copied_from_window_1(dumped: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the dump whose first pack shard of window 0 that differs from window 1's is window 1's."""
+    root = tmp_path / "l1"
+    shutil.copytree(dumped, root)
+    for shard in sorted((root / "rank_0/window_0000").glob("*/stages/*/pack_*/*/c*")):
+        if shard.parent.name in ("task_id", "owner_id", "core_id") or not shard.is_file():
+            continue
+        inside = shard.relative_to(root / "rank_0/window_0000").parts[1:]  # the invocation's number differs
+        other = next((root / "rank_0/window_0001").glob("/".join(("*", *inside))), shard)
+        doc = json.loads((shard.parent / "zarr.json").read_text())
+        theirs = other.parent / "zarr.json"
+        if other != shard and theirs.is_file() and json.loads(theirs.read_text())["shape"] == doc["shape"]:
+            if other.read_bytes() != shard.read_bytes():
+                shutil.copyfile(other, shard)
+                return root, shard
+    pytest.fail("no pack shard of window 0 with a same-shaped, different one in window 1")
+
+
+def test_deep_names_a_real_shard_copied_from_another_window(dumped: Path, tmp_path: Path) -> None:
+    assert verify_dump(dumped).ok
+    root, shard = _copied_from_window_1(dumped, tmp_path)
+    problems = verify_dump(root, deep=True).problems
+    assert problems and all("attributes.stats." in p.what for p in problems), problems
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=NOT_BOUND)
+def test_plain_verify_names_a_real_shard_copied_from_another_window(dumped: Path, tmp_path: Path) -> None:
+    root, _ = _copied_from_window_1(dumped, tmp_path)
+    assert not verify_dump(root).ok

@@ -1,0 +1,97 @@
+"""``megadump verify``'s lines: a verification's notes are printed (one line each, and in ``--json``), and every
+line is escaped like the other commands' (a value read from the dump can neither forge a line nor be taken for
+rich markup) (issue 23)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+import shutil
+
+import numpy as np
+import pytest
+
+from megadump_zarr.store.writer import WindowWriter
+from tests.cli._helpers import cli_runner
+from tests.read.conftest import HandRecord, hand_window
+
+WINDOW = "rank_0/window_0000"
+UNBOUND = (
+    "array(s) not bound: they record no chunkCrc32c (written before it existed, in a pack, or without checksums), "
+    "so a chunk valid elsewhere cannot be told from theirs"
+)
+UNCHECKED = (
+    "array(s) carry no checksum (no crc32c codec): their chunks were decoded, so damage that still decodes "
+    "cannot be found"
+)
+
+
+def _dump(root: Path, *, checksum: bool = True) -> Path:
+    records = [HandRecord("a", np.arange(8, dtype=np.float32).reshape(4, 2), 0)]
+    with WindowWriter(root, checksum=checksum) as writer:
+        writer.write_window(hand_window({1: records}))
+    return root
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
+    return cli_runner(capsys, monkeypatch, columns=200)
+
+
+def test_a_windows_notes_are_printed_one_line_each(tmp_path: Path, cli) -> None:
+    root = _dump(tmp_path / "dump")
+    result = cli("verify", root)
+    assert result.code == 0, result.out
+    lines = result.out.splitlines()
+    assert lines[0].startswith(f"{WINDOW}: ok (complete;")
+    assert lines[1] == f"  note: 1 {UNBOUND}"  # the row coordinate records no chunkCrc32c
+    assert lines[2].startswith("ok: 1 window(s) checked") and len(lines) == 3
+    [window] = cli("--json", "verify", root).json()["windows"]
+    assert window["notes"] == [f"1 {UNBOUND}"]
+    assert f"note: 1 {UNBOUND}" not in cli("--quiet", "verify", root).out  # notes are not the essential result
+
+
+def test_arrays_without_a_checksum_are_a_note_not_silence(tmp_path: Path, cli) -> None:
+    root = _dump(tmp_path / "dump", checksum=False)
+    result = cli("verify", root)
+    assert result.code == 0, result.out
+    [note] = [line for line in result.out.splitlines() if "note:" in line]
+    assert note.startswith("  note: ") and note.endswith(UNCHECKED)
+    count = int(note.removeprefix("  note: ").split()[0])
+    [window] = cli("--json", "verify", root).json()["windows"]
+    assert count == window["arrays"] >= 2 and window["notes"] == [f"{count} {UNCHECKED}"]
+
+
+def test_a_value_from_the_dump_is_printed_escaped_not_as_markup(tmp_path: Path, cli) -> None:
+    """Before: rich read ``[/bold]`` as a closing tag (an internal MarkupError, exit 2), and a raw ESC or
+    newline in a problem would have reached the terminal."""
+    root = _dump(tmp_path / "dump")
+    document = root / WINDOW / "zarr.json"
+    doc = json.loads(document.read_text())
+    doc["attributes"]["status"] = "[/bold]\x1b[2J\nforged: ok"
+    document.write_text(json.dumps(doc))
+    result = cli("verify", root)
+    assert result.code == 1, result.out + result.err
+    assert "internal error" not in result.err and "\x1b" not in result.out
+    assert result.out.splitlines() == [
+        f"{WINDOW}: 1 problem(s) (unknown)",
+        f"  {WINDOW}/zarr.json: status '[/bold]\\x1b[2J\\nforged: ok' is not one of complete, aborted, writing",
+        "1 problem(s): 1 window(s) checked, 0 not committed, 0 chunks, 0 B",
+    ]
+
+
+def test_a_window_directory_with_a_trailing_newline_is_not_a_window(tmp_path: Path, cli) -> None:
+    """``^window_(\\d+)$`` matches ``window_0001\\n`` (``$`` before a trailing newline), so such a directory
+    was taken for window 1. The layout grammar (``layout.paths``, ``\\Z``, ASCII digits) refuses it: verify,
+    ``ls`` and ``records()`` see window 0 only, and nothing prints the name raw."""
+    from megadump_zarr import open_dump
+
+    root = _dump(tmp_path / "dump")
+    shutil.copytree(root / WINDOW, root / "rank_0" / "window_0001\n")
+    result = cli("verify", root)
+    assert result.code == 0, result.out
+    assert "ok: 1 window(s) checked" in result.out
+    assert "window_0001" not in result.out
+    assert sorted(set(open_dump(root).records()["window"])) == [0]
+    listed = cli("ls", root, "-q")
+    assert listed.code == 0 and "window_0001" not in listed.out
