@@ -1,12 +1,10 @@
 """Issue 23 item 8 in the packs layout: a pack shard valid elsewhere but not here (copied from another window, or
 swapped with another shard of the same shape), each with a valid crc32c.
 
-``--deep`` names both (the pack's per-row statistics disagree with the data). Plain ``verify`` cannot yet:
-a pack's record arrays record no per-shard digest (the tasks layout's ``chunkCrc32c``, ``store.chunk_digests``),
-and a shard's index crc32c covers only offsets and sizes, the same for every shard of one shape. Binding a
-shard to its place needs the pack format to record it (``store/pack_writer.py`` and ``read/packs.py``, being
-changed by the packs work), so the plain-verify halves are ``xfail(strict=True)``: they turn into failures,
-to be unmarked, the day the format records it.
+A shard's index crc32c covers only offsets and sizes, the same for every shard of one shape, and each inner chunk's
+crc32c holds; the pack writer therefore records each shard's digest (``shardCrc32c``, ``store.packs.shard_digest``)
+and plain ``verify`` names the shard whose digest is not the one recorded for its place. ``--deep`` names them too
+(the pack's per-row statistics disagree with the data).
 """
 
 from __future__ import annotations
@@ -20,13 +18,11 @@ import pytest
 import torch
 
 from megadump_zarr.layout.write_model import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
+from megadump_zarr.store import pack_writer
 from megadump_zarr.store.writer import WindowWriter
 from megadump_zarr.verify import verify_dump
 
-NOT_BOUND = (
-    "the packs format records no per-shard digest (store/pack_writer.py, read/packs.py): a shard with a valid "
-    "crc32c copied from another window or swapped with one of the same shape passes plain verify (issue 23.8)"
-)
+ELSEWHERE = "but attributes.shardCrc32c records"
 PACK = "invocation_000000_forward/stages/s/pack_0000"
 
 
@@ -58,7 +54,11 @@ def _task(task_id: int, base: float) -> tuple[GroupWrite, list[ArrayWrite]]:
 @pytest.fixture
 def hand(tmp_path: Path) -> Path:
     """Two windows, each one pack of two tasks with two same-shaped record arrays (w, v)."""
-    with WindowWriter(tmp_path / "dump", pack=True) as writer:
+    return _write_hand(tmp_path / "dump")
+
+
+def _write_hand(root: Path) -> Path:
+    with WindowWriter(root, pack=True) as writer:
         for window in (0, 1):
             tasks = [_task(1, 10.0 * window), _task(2, 10.0 * window)]
             invocation = InvocationWrite(
@@ -68,7 +68,7 @@ def hand(tmp_path: Path) -> Path:
                 [a for _, arrays in tasks for a in arrays],
             )
             writer.write_window(WindowWrite(0, window, {"schemaVersion": 7, "level": "L1"}, [invocation]))
-    return tmp_path / "dump"
+    return root
 
 
 def _shard(root: Path, window: int, array: str) -> Path:
@@ -86,20 +86,48 @@ def test_deep_names_two_swapped_shards(hand: Path) -> None:
     assert verify_dump(hand).ok
     _swap(_shard(hand, 0, "input_00_w"), _shard(hand, 0, "input_01_v"))
     problems = verify_dump(hand, deep=True).problems
-    assert {p.key.rpartition("/")[0].rpartition("/")[2] for p in problems} == {"input_00_w", "input_01_v"}, problems
-    assert all("attributes.stats." in p.what for p in problems)
+    stats = [p for p in problems if "attributes.stats." in p.what]
+    assert {p.key.rpartition("/")[0].rpartition("/")[2] for p in stats} == {"input_00_w", "input_01_v"}, problems
+    assert all(ELSEWHERE in p.what for p in problems if p not in stats), problems
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=NOT_BOUND)
+def _shard_key(root: Path, shard: Path) -> str:
+    return shard.relative_to(root).as_posix()
+
+
 def test_plain_verify_names_two_swapped_shards(hand: Path) -> None:
-    _swap(_shard(hand, 0, "input_00_w"), _shard(hand, 0, "input_01_v"))
-    assert not verify_dump(hand).ok
+    w, v = _shard(hand, 0, "input_00_w"), _shard(hand, 0, "input_01_v")
+    _swap(w, v)
+    problems = verify_dump(hand).problems
+    assert sorted(p.key for p in problems) == sorted([_shard_key(hand, w), _shard_key(hand, v)]), problems
+    assert all(ELSEWHERE in p.what and "a shard valid elsewhere" in p.what for p in problems), problems
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=NOT_BOUND)
 def test_plain_verify_names_a_shard_copied_from_another_window(hand: Path) -> None:
-    shutil.copyfile(_shard(hand, 1, "input_00_w"), _shard(hand, 0, "input_00_w"))
-    assert not verify_dump(hand).ok
+    shard = _shard(hand, 0, "input_00_w")
+    shutil.copyfile(_shard(hand, 1, "input_00_w"), shard)
+    problems = verify_dump(hand).problems
+    assert [p.key for p in problems] == [_shard_key(hand, shard)], problems
+    assert ELSEWHERE in problems[0].what
+
+
+def test_packs_record_one_digest_per_shard_and_are_bound(
+    hand: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer records 8 hex digits per shard and a verified pack window has no "not bound" note; a pack
+    without the attribute (as written before it existed) verifies, its record arrays counted as not bound."""
+    doc = json.loads((_shard(hand, 0, "input_00_w").parent / "zarr.json").read_text())
+    assert len(doc["attributes"]["shardCrc32c"]) == 8, doc["attributes"]
+    report = verify_dump(hand)
+    assert report.ok and all(not w.notes for w in report.windows), report
+    monkeypatch.setattr(pack_writer, "shard_digest", lambda *args: None)  # the writer before shardCrc32c
+    older = _write_hand(tmp_path / "older")
+    doc = json.loads((_shard(older, 0, "input_00_w").parent / "zarr.json").read_text())
+    assert "shardCrc32c" not in doc["attributes"], doc["attributes"]
+    report = verify_dump(older)
+    assert report.ok, report
+    for window in report.windows:  # two tasks of two records each
+        assert any(note.startswith("4 array(s) not bound") for note in window.notes), window.notes
 
 
 @pytest.fixture(scope="module")
@@ -144,10 +172,12 @@ def test_deep_names_a_real_shard_copied_from_another_window(dumped: Path, tmp_pa
     assert verify_dump(dumped).ok
     root, shard = _copied_from_window_1(dumped, tmp_path)
     problems = verify_dump(root, deep=True).problems
-    assert problems and all("attributes.stats." in p.what for p in problems), problems
+    assert any("attributes.stats." in p.what for p in problems), problems
+    assert all("attributes.stats." in p.what or ELSEWHERE in p.what for p in problems), problems
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=NOT_BOUND)
 def test_plain_verify_names_a_real_shard_copied_from_another_window(dumped: Path, tmp_path: Path) -> None:
-    root, _ = _copied_from_window_1(dumped, tmp_path)
-    assert not verify_dump(root).ok
+    root, shard = _copied_from_window_1(dumped, tmp_path)
+    problems = verify_dump(root).problems
+    assert [p.key for p in problems] == [_shard_key(root, shard)], problems
+    assert ELSEWHERE in problems[0].what

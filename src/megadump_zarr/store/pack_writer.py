@@ -5,7 +5,9 @@ every inner chunk is exactly the chunk schema 6 would have stored for that recor
 encoded with the writer's codec, or raw under 256 bytes, then its crc32c), followed by the shard index.
 A shard is one job on the writer's pool and one ``put`` (the local backend writes its parts with
 ``writev``); the job that finishes a record array's last shard writes its document, whose
-``attributes.records`` are the schema-6 record attributes, ``stats`` included, byte for byte.
+``attributes.records`` are the schema-6 record attributes, ``stats`` included, byte for byte, and whose
+``attributes.shardCrc32c`` (:data:`~megadump_zarr.store.packs.SHARD_DIGEST_ATTR`) binds each shard to its
+place (:func:`~megadump_zarr.store.packs.shard_digest`, from the crc32c of its chunks and its index).
 
 Statistics are computed for all rows of a shard at once (:func:`row_stats`), along axis 1, with the
 exact arithmetic of :class:`~megadump_zarr.store.tensor_stats.StatsAccumulator` (same casts, same reductions
@@ -30,7 +32,15 @@ from megadump_zarr.store.backend import LocalBackend
 from megadump_zarr.store.encoding import NO_COMPRESSION
 from megadump_zarr.store.metadata import dumps, pack_array_document_bytes
 from megadump_zarr.store.pack_groups import PackPlan, PackRecord
-from megadump_zarr.store.packs import COORDINATES_ATTR, PACK_COORDINATES, TASK_DIM, encode_index, shard_rows
+from megadump_zarr.store.packs import (
+    COORDINATES_ATTR,
+    PACK_COORDINATES,
+    SHARD_DIGEST_ATTR,
+    TASK_DIM,
+    encode_index,
+    shard_digest,
+    shard_rows,
+)
 from megadump_zarr.store.tensor_stats import SLICE_ELEMENTS, StatsAccumulator
 
 __all__ = ["row_stats", "submit_pack"]
@@ -140,10 +150,11 @@ class _Parts:
         return tuple(self.parts) if self.local else b"".join(self.parts)
 
 
-def _records_json(record: PackRecord, stats: list[dict[str, Any]] | None) -> bytes:
-    """``{"coordinates": "task_id owner_id core_id", "records": [...]}``: the pack's coordinates (so plain
-    xarray shows them along ``task``), then each row's attributes, with ``stats`` spliced in as the schema-6
-    writer does."""
+def _records_json(record: PackRecord, stats: list[dict[str, Any]] | None, crcs: list[int | None]) -> bytes:
+    """``{"coordinates": "task_id owner_id core_id", "records": [...], "shardCrc32c": "..."}``: the pack's
+    coordinates (so plain xarray shows them along ``task``), then each row's attributes, with ``stats`` spliced
+    in as the schema-6 writer does, then each shard's digest in grid order (8 hex digits each; none without
+    checksums, as the tasks layout's ``chunkCrc32c``)."""
     rows = record.attrs_json
     if stats is not None:
         body = dumps(stats)  # one encoding for every row: [{...},{...}]; stats hold numbers and nulls only
@@ -151,7 +162,11 @@ def _records_json(record: PackRecord, stats: list[dict[str, Any]] | None) -> byt
         if len(pieces) != len(rows):  # pragma: no cover - a stats dictionary never holds braces
             raise AssertionError(f"{len(pieces)} statistics for {len(rows)} records")
         rows = [a[:-1] + (b',"stats":{' if a != b"{}" else b'"stats":{') + p + b"}}" for a, p in zip(rows, pieces)]
-    return b"{" + dumps(COORDINATES_ATTR) + b":" + dumps(PACK_COORDINATES) + b',"records":[' + b",".join(rows) + b"]}"
+    head = b"{" + dumps(COORDINATES_ATTR) + b":" + dumps(PACK_COORDINATES) + b',"records":[' + b",".join(rows) + b"]"
+    if any(crc is None for crc in crcs):
+        return head + b"}"
+    digests = "".join(f"{crc:08x}" for crc in crcs).encode()
+    return head + b',"' + SHARD_DIGEST_ATTR.encode() + b'":"' + digests + b'"}'
 
 
 def submit_pack(writer: Any, pack: PackPlan, base: str) -> list[Future[Any]]:
@@ -180,7 +195,7 @@ def _submit_record(writer: Any, record: PackRecord, prefix: str, count: int) -> 
     zeros = ".0" * len(record.shape)
     local = isinstance(writer.backend, LocalBackend)
     lock = threading.Lock()
-    state: dict[str, Any] = {"left": shards, "stats": [None] * shards}
+    state: dict[str, Any] = {"left": shards, "stats": [None] * shards, "crcs": [0] * shards}
 
     def run(index: int) -> None:
         start = index * per_shard
@@ -190,20 +205,24 @@ def _submit_record(writer: Any, record: PackRecord, prefix: str, count: int) -> 
         parts = _Parts(len(rows) * (2 if checksum else 1) + 1, local)
         entries: list[tuple[int, int] | None] = []
         offset = 0
+        crcs: list[bytes] = []
         for row in rows:
             encoded = encode(row.reshape(-1).view(np.uint8), itemsize, raw)
             size = encoded.nbytes if isinstance(encoded, np.ndarray) else len(encoded)
             parts.add(encoded)
             if checksum:
-                parts.add(_CRC.pack(google_crc32c.value(encoded)))
+                crcs.append(_CRC.pack(google_crc32c.value(encoded)))
+                parts.add(crcs[-1])
                 size += 4
             entries.append((offset, size))
             offset += size
         entries.extend([None] * (per_shard - len(rows)))
-        parts.add(encode_index(entries))
+        index_bytes = encode_index(entries)
+        parts.add(index_bytes)
         writer.backend.put(f"{prefix}/c.{index}{zeros}", parts.buffers())
         with lock:
             state["stats"][index] = stats
+            state["crcs"][index] = shard_digest(b"".join(crcs), index_bytes) if checksum else None
             state["left"] -= 1
             last = state["left"] == 0
         if last:
@@ -213,7 +232,7 @@ def _submit_record(writer: Any, record: PackRecord, prefix: str, count: int) -> 
                 record.dtype,
                 (per_shard, *record.shape),
                 NO_COMPRESSION if raw else writer.compressor,
-                _records_json(record, merged),
+                _records_json(record, merged, state["crcs"]),
                 (TASK_DIM, *record.dims),
                 checksum,
             )

@@ -20,7 +20,11 @@ the same signature (record names, dtypes, shapes, dimensions and coordinates) as
   (``(offset, nbytes)`` little-endian uint64 per inner chunk, then its crc32c). Attributes
   ``{"coordinates": "task_id owner_id core_id", "records": [...]}``: the CF ``coordinates`` xarray decodes
   (plain ``xr.open_zarr(pack)`` shows the three id arrays as coordinates along ``task``; format 2), then
-  the schema-6 record attributes (with ``stats``) of each row.
+  the schema-6 record attributes (with ``stats``) of each row, then ``"shardCrc32c"`` (:data:`SHARD_DIGEST_ATTR`;
+  with checksums only): 8 lower-case hex digits per shard in grid order, :func:`shard_digest` (the crc32c of its
+  chunks' crc32c and its index), so ``verify`` tells a shard valid elsewhere (copied from another window, swapped
+  with a same-shaped one) from its own, as the tasks layout's ``chunkCrc32c`` does for chunks
+  (``store.chunk_digests``); packs written before it record none (not bound).
 
 So a stage of 2048 tasks of two 8 KiB records is 8 shard files plus a handful of documents instead of
 22,528 files and directories, and every physical array is a plain Zarr v3 array that zarr-python and
@@ -67,6 +71,7 @@ __all__ = [
     "TASK_ARRAYS",
     "TASK_ARRAY_V1",
     "TASK_DIM",
+    "SHARD_DIGEST_ATTR",
     "RangeSource",
     "ShardSource",
     "decode_index",
@@ -77,6 +82,8 @@ __all__ = [
     "pack_name",
     "range_chunk",
     "shard_rows",
+    "shard_digest",
+    "shard_digest_of",
     "sharded_codecs",
     "task_array_name",
 ]
@@ -104,6 +111,8 @@ PACK_COORDINATES = f"{TASK_ARRAY} {OWNER_ARRAY} {CORE_ARRAY}"
 ``xr.open_zarr(pack)`` shows ``task_id``, ``owner_id`` and ``core_id`` as coordinates along ``task``."""
 TASKS_ATTR = "tasks"
 RECORDS_ATTR = "records"
+SHARD_DIGEST_ATTR = "shardCrc32c"
+"""A record array's attribute binding each shard to its place: :func:`shard_digest` of each, 8 hex digits, grid order."""
 PACK_MAX_RECORD_BYTES = 1 << 20
 """Records up to this size (and the writer's chunk size) are packed; larger ones keep an array each."""
 PACK_SHARD_BYTES = 4 << 20
@@ -188,6 +197,44 @@ def encode_index(entries: list[tuple[int, int] | None]) -> bytes:
             table[i] = entry
     raw = table.tobytes()
     return raw + _CRC.pack(google_crc32c.value(raw))
+
+
+def shard_digest(chunk_crcs: bytes, index: bytes) -> int:
+    """A shard's digest (:data:`SHARD_DIGEST_ATTR`): the crc32c of its inner chunks' stored crc32c (in index
+    order) followed by its index without the index's own crc32c.
+
+    Not the crc32c of the shard's bytes: bytes followed by their own crc32c always have the same crc32c, so a
+    run of checksummed chunks would leave only the index to tell shards apart. Each chunk's crc32c stands
+    for its bytes (``verify`` checks them), so this binds the same bytes without a second pass over them.
+
+    Args:
+        chunk_crcs: The 4 trailing bytes of each inner chunk present, in index order.
+        index: The shard index as stored (:func:`encode_index`).
+    """
+    return google_crc32c.value(chunk_crcs + index[:-4])
+
+
+def shard_digest_of(raw: bytes, count: int, key: str) -> int:
+    """:func:`shard_digest` of the stored shard ``raw`` of ``count`` inner chunks (each ending with its crc32c).
+
+    Args:
+        raw: The shard's bytes.
+        count: Inner chunks per shard.
+        key: The shard's key (for messages).
+
+    Raises:
+        ValueError: The index is damaged, or an entry lies outside the shard.
+    """
+    size = index_nbytes(count)
+    index = raw[len(raw) - size :]
+    crcs = []
+    for entry in decode_index(index, count, key):
+        if entry is not None:
+            offset, nbytes = entry
+            if nbytes < 4 or offset + nbytes > len(raw) - size:
+                raise ValueError(f"{key}: shard index entry {entry} lies outside the shard's chunks")
+            crcs.append(raw[offset + nbytes - 4 : offset + nbytes])
+    return shard_digest(b"".join(crcs), index)
 
 
 def decode_index(raw: bytes, count: int, key: str) -> list[tuple[int, int] | None]:

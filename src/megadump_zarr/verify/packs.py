@@ -1,12 +1,14 @@
 """Checks of a window's task-record packs (schema 7+): the stored pack documents, and each row's task ids.
 
 The reader's view (:mod:`megadump_zarr.read.packs`) serves the window's schema-6 form, which the document
-checks compare with itself; these compare what plain zarr reads with it, and the checksummed id arrays of
-each pack with the tasks its rows claim to be.
+checks compare with itself; these compare what plain zarr reads with it, the checksummed id arrays of
+each pack with the tasks its rows claim to be, and each record shard's bytes with the crc32c its array
+records for that place (``shardCrc32c``, ``store.packs``).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -14,6 +16,7 @@ import numpy as np
 
 from megadump_zarr.verify.chunks import expected_chunks, open_array
 from megadump_zarr.verify.documents import group_consolidated_agrees, stored_agrees
+from megadump_zarr.verify.placement import check_shard, shard_digests
 from megadump_zarr.verify.report import CheckState
 
 __all__ = ["check_pack_documents"]
@@ -43,9 +46,53 @@ def check_pack_documents(state: CheckState, store: Any, window: str) -> None:
         if own is not None and own.get("node_type") == "group":
             group_consolidated_agrees(state, key, path, own, nodes)
     _check_pack_rows(state, base, window, nodes)
+    _check_shards(state, base, window, nodes)
 
 
 _PACK_LEAF = re.compile(r"^pack_\d+$")
+_BATCH = 16  # shards (up to PACK_SHARD_BYTES each, uncompressed) fetched at once
+
+
+def _check_shards(state: CheckState, base: Any, window: str, nodes: dict[str, Any]) -> None:
+    """Each record shard of each pack is the one its array recorded for that place (``shardCrc32c``): a shard
+    with valid inner checksums copied from another window, or swapped with a same-shaped one, is named. The
+    view's record arrays of a pack that records digests are then bound (``state.shard_bound``).
+    """
+    from megadump_zarr.read.location import get_many
+    from megadump_zarr.store.packs import INDEX_ARRAYS, TASK_ARRAYS
+
+    for path, doc in sorted(nodes.items()):
+        pack, _, name = path.rpartition("/")
+        if name in INDEX_ARRAYS or not _PACK_LEAF.match(pack.rpartition("/")[2]) or not isinstance(doc, dict):
+            continue
+        expected = expected_chunks(doc) if doc.get("node_type") == "array" else None
+        if expected is None:
+            continue  # a group, or a grid the chunk check names
+        key = f"{window}/{path}"
+        digests = shard_digests(state, key, doc, len(expected))
+        if digests is None:
+            continue
+        try:
+            zarray = open_array(base, key, doc)
+        except Exception:  # a malformed document is named by the document checks
+            continue
+        keys = [f"{key}/{zarray.metadata.encode_chunk_key(c)}" for c in expected]
+        per_shard = math.prod(zarray.shards) // math.prod(zarray.chunks)  # inner chunks per shard
+        for start in range(0, len(keys), _BATCH):
+            batch = keys[start : start + _BATCH]
+            for shard, raw, recorded in zip(batch, get_many(base, batch), digests[start:]):
+                if raw is not None:  # a missing shard is named by the chunk check (its rows' chunks)
+                    check_shard(state, shard, raw, per_shard, recorded)
+        task_doc = next(
+            (nodes.get(f"{pack}/{t}") for t in TASK_ARRAYS if isinstance(nodes.get(f"{pack}/{t}"), dict)), {}
+        )
+        tasks = (task_doc.get("attributes") or {}).get("tasks")
+        stage = pack.rpartition("/")[0]
+        for entry in tasks if isinstance(tasks, list) else []:
+            if isinstance(entry, dict) and isinstance(entry.get("group"), str):
+                state.shard_bound.add(f"{window}/{stage}/{entry['group']}/{name}")
+
+
 # The pack arrays whose values name each row's task, and the task attribute each must equal (-1: none).
 _ROW_IDS = (
     (None, lambda attrs: attrs.get("taskId")),  # None: the pack's task id array (task_id, or schema 7's task)

@@ -102,6 +102,8 @@ class CheckState:
         stored_bytes: Bytes of the chunks read.
         partial_records: Records flagged ``partial: true``.
         unbound: Checksummed arrays that record no ``chunkCrc32c`` (a note, not a problem).
+        shard_bound: Keys of the view's record arrays bound to their place by their pack shard's ``shardCrc32c``
+            (``verify.packs``): not counted in ``unbound``.
         unchecked: Arrays with chunks but no checksum: decoded only (a note, not a problem).
     """
 
@@ -113,6 +115,7 @@ class CheckState:
     partial_records: int = 0
     unbound: int = 0
     unchecked: int = 0
+    shard_bound: set[str] = field(default_factory=set)
 
     def add(self, key: str, what: str) -> None:
         """Add the problem ``what`` at store key ``key``."""
