@@ -143,12 +143,16 @@ def task_dirs(root: str | os.PathLike[str]) -> list[str]:
     return sorted(found)
 
 
+_DIGESTS = ("chunkCrc32c", "shardCrc32c")
+
+
 def without_digests(value: Any) -> Any:
     """``value`` (a document, attributes, or anything inside) without the ``chunkCrc32c`` chunk digests
-    (``store.chunk_digests``): the tasks-layout writer records them per record array, packs and the stored
-    fixtures of older schemas do not, and comparisons across those layouts compare everything else."""
+    (``store.chunk_digests``) and the packs' ``shardCrc32c`` shard digests (``store.packs``): each layout's
+    writer records its own, the stored fixtures of older schemas neither, and comparisons across those
+    layouts compare everything else."""
     if isinstance(value, dict):
-        return {k: without_digests(v) for k, v in value.items() if k != "chunkCrc32c"}
+        return {k: without_digests(v) for k, v in value.items() if k not in _DIGESTS}
     if isinstance(value, list):
         return [without_digests(v) for v in value]
     return value
