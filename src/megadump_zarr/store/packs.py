@@ -223,7 +223,8 @@ def shard_digest_of(raw: bytes, count: int, key: str) -> int:
         key: The shard's key (for messages).
 
     Raises:
-        ValueError: The index is damaged, or an entry lies outside the shard.
+        ValueError: The index is damaged, an entry lies outside the shard, or a chunk fails its crc32c (named by
+            the chunk check: this digest binds intact chunks to their place).
     """
     size = index_nbytes(count)
     index = raw[len(raw) - size :]
@@ -233,7 +234,10 @@ def shard_digest_of(raw: bytes, count: int, key: str) -> int:
             offset, nbytes = entry
             if nbytes < 4 or offset + nbytes > len(raw) - size:
                 raise ValueError(f"{key}: shard index entry {entry} lies outside the shard's chunks")
-            crcs.append(raw[offset + nbytes - 4 : offset + nbytes])
+            crc = raw[offset + nbytes - 4 : offset + nbytes]
+            if _CRC.pack(google_crc32c.value(raw[offset : offset + nbytes - 4])) != crc:
+                raise ValueError(f"{key}: inner chunk {entry} fails its crc32c")
+            crcs.append(crc)
     return shard_digest(b"".join(crcs), index)
 
 
