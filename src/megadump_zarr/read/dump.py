@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-import re
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,6 +24,7 @@ import pandas as pd
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
+from megadump_zarr.layout.paths import WINDOW_KEY
 from megadump_zarr.read.statistics_table import load_tables
 from megadump_zarr.read.catalog import (
     DataGroup,
@@ -64,8 +64,6 @@ if TYPE_CHECKING:
     import xarray as xr
 
 __all__ = ["Dump", "open_dump"]
-
-_WINDOW_KEY = re.compile(r"^(rank_\d+/window_\d+)/(.+)$")
 
 
 def open_dump(url: str | os.PathLike[str] | Store, storage_options: dict[str, Any] | None = None) -> Dump:
@@ -359,7 +357,7 @@ class Dump:
 
     # ------------------------------------------------------------------ records and tensors
     def _record(self, path: str) -> tuple[WindowInfo, str, dict[str, Any]]:
-        match = _WINDOW_KEY.match(path.strip("/"))
+        match = WINDOW_KEY.match(path.strip("/"))
         if not match:
             raise ValueError(
                 f"{path!r} is not a record path (expected rank_{{r}}/window_{{wwww}}/invocation_.../...; "

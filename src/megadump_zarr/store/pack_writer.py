@@ -29,7 +29,7 @@ import numpy as np
 from megadump_zarr.store.backend import LocalBackend
 from megadump_zarr.store.encoding import NO_COMPRESSION
 from megadump_zarr.store.metadata import dumps, pack_array_document_bytes
-from megadump_zarr.store.pack_groups import PackPlan, PackRecord
+from megadump_zarr.store.pack_groups import PackGroup, PackRecord
 from megadump_zarr.store.packs import COORDINATES_ATTR, PACK_COORDINATES, TASK_DIM, encode_index, shard_rows
 from megadump_zarr.store.tensor_stats import SLICE_ELEMENTS, StatsAccumulator
 
@@ -154,7 +154,7 @@ def _records_json(record: PackRecord, stats: list[dict[str, Any]] | None) -> byt
     return b"{" + dumps(COORDINATES_ATTR) + b":" + dumps(PACK_COORDINATES) + b',"records":[' + b",".join(rows) + b"]}"
 
 
-def submit_pack(writer: Any, pack: PackPlan, base: str) -> list[Future[Any]]:
+def submit_pack(writer: Any, pack: PackGroup, base: str) -> list[Future[Any]]:
     """Write a pack's ``task``/``owner_id``/``core_id`` arrays now, and submit its record shards.
 
     Args:
