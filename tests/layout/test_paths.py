@@ -42,3 +42,22 @@ def test_rank_regex_refuses_near_misses(name: str) -> None:
 def test_builders_refuse_bad_parts(call, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         call()
+
+
+def test_window_key_splits_a_key_below_a_window() -> None:
+    match = paths.WINDOW_KEY.match("rank_3/window_0007/invocation_000042_forward/task_000005/input_0")
+    assert match.groups() == ("rank_3/window_0007", "invocation_000042_forward/task_000005/input_0")
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "rank_3/window_0007",
+        "rank_3/window_0007/",
+        "rank_3/window_0007/x\n",
+        "rank_٣/window_0007/x",
+        "a/rank_3/window_0007/x",
+    ],
+)
+def test_window_key_refuses_near_misses(key: str) -> None:
+    assert paths.WINDOW_KEY.match(key) is None

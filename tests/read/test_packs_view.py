@@ -182,13 +182,9 @@ def test_flipped_byte_in_an_inner_chunk_names_the_virtual_chunk(packed_copy):
     shard.write_bytes(bytes(raw))
     dump = open_dump(packed_copy)
     key = f"{STAGES}/combine/task_000016/output_00_out/c.0.0"
-    stored = f"{STAGES}/combine/pack_0000/output_00_out/c.1.0.0"
-    record = f"{STAGES}/combine/task_000016/output_00_out"  # read natively (read.record_source): names its shard
-    with pytest.raises(
-        DumpIntegrityError, match=f"record {record} is corrupt: row 3 of shard {stored}: crc32c checksum mismatch"
-    ) as info:
-        dump.record_array(record).values
-    assert info.value.key == stored
+    with pytest.raises(DumpIntegrityError, match=f"chunk {key} in .* is corrupt: crc32c checksum mismatch") as info:
+        dump.record_array(f"{STAGES}/combine/task_000016/output_00_out").values
+    assert info.value.key == key
     np.testing.assert_array_equal(
         dump.record_array(f"{STAGES}/combine/task_000015/output_00_out").values.shape, (8, 16)
     )  # exact: integers
@@ -205,14 +201,13 @@ def test_corrupt_index_names_the_shard(packed_copy):
     dump = open_dump(packed_copy)
     key = f"{STAGES}/combine/task_000013/input_01_ws/c.0.0"
     rel = f"{STAGES}/combine/pack_0000/input_01_ws/c.0.0.0"
-    record = f"{STAGES}/combine/task_000013/input_01_ws"
     with pytest.raises(
         DumpIntegrityError,
-        match=f"^record {record} is corrupt: its shard {rel}: shard index checksum "
+        match=f"^shard {rel} of chunk {key} is corrupt: shard index checksum "
         r"mismatch \(stored 0x[0-9a-f]{8}, computed 0x[0-9a-f]{8}\)$",
     ) as info:
-        dump.record_array(record).values
-    assert info.value.key == rel
+        dump.record_array(f"{STAGES}/combine/task_000013/input_01_ws").values
+    assert info.value.key == key
     # verify lists every chunk of the shard (tasks 13 and 14) instead of stopping at the first
     problems = dump.verify().problems
     assert [p.key for p in problems] == [key, key.replace("task_000013", "task_000014")]
@@ -225,9 +220,9 @@ def test_index_entry_outside_the_shard(packed_copy):
     entries = decode_index(raw[-index_nbytes(2) :], 2, "shard")
     entries[0] = (len(raw) + 100, entries[0][1])
     shard.write_bytes(raw[: -index_nbytes(2)] + encode_index(entries))
-    record = f"{STAGES}/combine/task_000013/input_01_ws"  # read natively (read.record_source)
+    key = f"{STAGES}/combine/task_000013/input_01_ws/c.0.0"
     with pytest.raises(
-        DumpIntegrityError, match=f"record {record} is corrupt: shard .*c.0.0.0 index entry 0 .* lies outside"
+        DumpIntegrityError, match=f"chunk {key} is corrupt: shard .*c.0.0.0 index entry 0 .* lies outside"
     ):
         open_dump(packed_copy).record_array(f"{STAGES}/combine/task_000013/input_01_ws").values
 
@@ -238,10 +233,8 @@ def test_absent_index_entry_of_a_committed_window(packed_copy):
     entries = decode_index(raw[-index_nbytes(2) :], 2, "shard")
     entries[1] = None
     shard.write_bytes(raw[: -index_nbytes(2)] + encode_index(entries))
-    record = f"{STAGES}/combine/task_000014/input_01_ws"  # read natively (read.record_source)
-    with pytest.raises(
-        DumpIntegrityError, match=f"record {record} is missing: its window is committed, but shard .* holds no inner"
-    ):
+    key = f"{STAGES}/combine/task_000014/input_01_ws/c.0.0"
+    with pytest.raises(DumpIntegrityError, match=f"chunk {key} is missing: its window is committed, but shard "):
         open_dump(packed_copy).record_array(f"{STAGES}/combine/task_000014/input_01_ws").values
 
 
@@ -249,10 +242,8 @@ def test_deleted_shard_is_a_missing_chunk(packed_copy):
     (packed_copy / STAGES / "combine/pack_0000/output_00_out/c.1.0.0").unlink()
     dump = open_dump(packed_copy)
     key = f"{STAGES}/combine/task_000015/output_00_out/c.0.0"
-    record = f"{STAGES}/combine/task_000015/output_00_out"  # read natively (read.record_source): names its shard
-    with pytest.raises(DumpIntegrityError, match=f"record {record} is missing: its window is committed") as info:
-        dump.record_array(record).values
-    assert info.value.key == f"{STAGES}/combine/pack_0000/output_00_out/c.1.0.0"
+    with pytest.raises(DumpIntegrityError, match=f"chunk {key} in .* is missing: its window is committed"):
+        dump.record_array(f"{STAGES}/combine/task_000015/output_00_out").values
     assert key not in list_prefix(dump.store, f"{WINDOW}/")
     problems = dump.verify().problems
     assert {p.key for p in problems} == {key, key.replace("task_000015", "task_000016")}
@@ -311,17 +302,13 @@ def test_a_record_costs_one_ranged_read_after_its_shards_index(roots, counting_s
     dump.records()
     counter.reads.clear()
     dump.record_array(f"{STAGES}/combine/task_000015/output_00_out").values
-    pack = f"{STAGES}/combine/pack_0000"
-    # read natively (read.record_source): the pack's documents once, the shard index checked (suffix), then
-    # zarr's partial read of the shard (its index, then the inner chunk)
-    documents = [key for key in counter.reads if key.endswith("zarr.json")]
-    assert documents[0] == f"{pack}/output_00_out/zarr.json" and all(
-        k.startswith(f"{pack}/task") for k in documents[1:]
-    )
-    assert counter.reads[len(documents) :] == [shard, shard, shard]
+    assert counter.reads == [shard, shard]  # the index (suffix), then the inner chunk (range)
     counter.reads.clear()
     dump.record_array(f"{STAGES}/combine/task_000016/output_00_out").values
-    assert counter.reads == [shard, shard]  # the checked index and the pack's documents are cached
+    assert counter.reads == [shard]  # the index is cached
+    counter.reads.clear()
+    dump.record_array(f"{STAGES}/combine/task_000015/token").values
+    assert counter.reads == []  # row coordinates are computed from the task's attributes
 
 
 def test_view_is_read_only(roots):
@@ -595,9 +582,7 @@ def test_any_flipped_bit_of_a_shard_is_refused_never_read(roots, tmp_path_factor
                 try:
                     np.testing.assert_array_equal(dump.record_array(path).values, want[path])  # exact: stored bytes
                 except DumpIntegrityError as error:
-                    # read natively (read.record_source): the error names the record and its shard
-                    stored = f"{STAGES}/combine/pack_0000/output_00_out/c.0.0.0"
-                    assert error.key == stored and stored in str(error) and path in str(error)
+                    assert error.key == f"{path}/c.0.0" and error.key in str(error)
                     refused += 1
             assert refused >= 1
         finally:

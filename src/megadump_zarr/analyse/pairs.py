@@ -384,11 +384,8 @@ def record_source(dump: Any, path: str, truncated: bool) -> Any:
             from megadump_zarr.read.chunks import chunk_rows
 
             key = f"{info.key}/{rel}"
-            opened = dump.open_source(dump.record_source(path)) if hasattr(dump, "open_source") else None
-            if opened is None:  # a Dump-like without record sources: its stored array
-                opened = open_zarr_array(dump.store, key, doc)
-            guarded = GuardedArray(opened, key, getattr(dump, "root", ""))
-            return chunk_rows(guarded)  # a packed row keeps its own read (no zarr metadata: no fast path)
+            guarded = GuardedArray(open_zarr_array(dump.store, key, doc), key, getattr(dump, "root", ""))
+            return chunk_rows(guarded)
     return dump.record_array(path)
 
 

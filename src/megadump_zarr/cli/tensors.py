@@ -5,15 +5,14 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 import os
-import re
 from typing import Any
 
 from megadump_zarr.cli.common import CliError, matching_records
+from megadump_zarr.layout.paths import WINDOW_KEY
 from megadump_zarr.cli.render import is_missing
 
 __all__ = ["Selected", "flat_head", "select_tensor"]
 
-_RECORD_PATH = re.compile(r"^rank_\d+/window_\d+/.+")
 _LISTED = 12
 
 
@@ -111,7 +110,7 @@ def select_tensor(dump: Any, selector: str | None, args: argparse.Namespace) -> 
         selector = _name_from_patterns(dump.records(include_incomplete=include), patterns, dump.root)
     names = set(everything["name"].astype(str))
     relative = selector if selector in names else _relative(dump, selector)
-    if relative not in names and (_RECORD_PATH.match(relative) or relative in set(everything["path"])):
+    if relative not in names and (WINDOW_KEY.match(relative) or relative in set(everything["path"])):
         rows = everything[everything["path"] == relative]
         try:
             data = dump.record_array(relative)

@@ -333,6 +333,8 @@ class SavedPlan:
         )
 
 
+# A saved plan's directory name is its own flat grammar (rank, window and invocation in one component), not
+# a path of the dump's layout/paths.py grammar, so its patterns stay here.
 _PLAN_DIR = re.compile(r"^rank_(\d+)_window_(\d+)_(invocation_\d+_[A-Za-z]+)$")
 _OLD_RANK, _OLD_WINDOW = RANK_DIR, WINDOW_DIR  # the old layout's plan directories are the dump's own
 _OLD_FILE = re.compile(r"^(invocation_\d+_[A-Za-z]+)\.json$")

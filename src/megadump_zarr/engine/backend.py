@@ -37,6 +37,7 @@ import xarray as xr
 from xarray.backends import BackendArray
 from xarray.core import indexing
 
+from megadump_zarr.layout.paths import rank_dir, task_dir, window_dir
 from megadump_zarr.read import open_dump
 from megadump_zarr.read.catalog import scan_windows, window_nodes
 from megadump_zarr.read.dump import Dump
@@ -44,7 +45,11 @@ from megadump_zarr.read.dump import Dump
 __all__ = ["open_group_dataset", "open_groups"]
 
 _ML_FLOATS = frozenset(("bfloat16", "float8_e4m3fn", "float8_e5m2"))
-_GROUP = re.compile(r"^(?:rank_(\d+))?(?:/window_(\d+))?(?:/(invocation_\d+_[A-Za-z0-9]+))?(?:/(?:stages/)?([^/]+))?$")
+# The group= selector: a prefix of the dump's path grammar (layout/paths.py), any depth, so its own pattern;
+# anchored and ASCII-digit like the leaf's.
+_GROUP = re.compile(
+    r"^(?:rank_([0-9]+))?(?:/window_([0-9]+))?(?:/(invocation_[0-9]+_[A-Za-z0-9]+))?(?:/(?:stages/)?([^/]+))?\Z"
+)
 _TASK_COORDS = ("task_id", "owner_id", "core_type", "core_id", "worker")
 
 
@@ -196,7 +201,7 @@ def _stacked(name: str, dump: Dump, rows: pd.DataFrame, task_core: dict[int, str
         )
         stacked.attrs = {**arrays[0].attrs, "stackedRecords": len(arrays)}
         return [(name, stacked)]
-    return [(f"{name}.task_{int(t):06d}", a) for t, a in zip(rows["task_id"], arrays)]
+    return [(f"{name}.{task_dir(int(t))}", a) for t, a in zip(rows["task_id"], arrays)]
 
 
 def _payload_rows(rows: pd.DataFrame, attrs: dict[str, Any]) -> tuple[pd.DataFrame, dict[str, Any]]:
@@ -428,9 +433,9 @@ def open_groups(
     for info in cat.windows:
         if (rank_sel is not None and info.rank != rank_sel) or (window_sel is not None and info.window != window_sel):
             continue
-        rank_path = f"/rank_{info.rank}"
+        rank_path = f"/{rank_dir(info.rank)}"
         out.setdefault(rank_path, xr.Dataset())
-        window_path = f"{rank_path}/window_{info.window:04d}"
+        window_path = f"{rank_path}/{window_dir(info.window)}"
         out[window_path] = xr.Dataset(attrs=dict(info.attrs))
         names = info.attrs.get("invocations")
         if not isinstance(names, list):
@@ -441,9 +446,9 @@ def open_groups(
             for rel, ds in _invocation_node(cat, info, str(name), dtype, drop).items():
                 out[f"{window_path}/{name}" + (f"/{rel}" if rel else "")] = ds
     if rank_sel is not None:
-        prefix = f"/rank_{rank_sel}"
+        prefix = f"/{rank_dir(rank_sel)}"
         if window_sel is not None:
-            prefix += f"/window_{window_sel:04d}"
+            prefix += f"/{window_dir(window_sel)}"
         if invocation_sel is not None:
             prefix += f"/{invocation_sel}"
         if stage_sel is not None:

@@ -40,7 +40,7 @@ import warnings
 
 from megadump_zarr.layout.write_model import ArrayWrite, InvocationWrite
 from megadump_zarr.interop._undo import UndoableWrites
-from megadump_zarr.interop.legacy_manifest import LEGACY_SCHEMA_VERSION, PlannedTensor, plan_window, window_dirs
+from megadump_zarr.interop.legacy_manifest import LEGACY_SCHEMA_VERSION, LegacyTensor, read_legacy_window, window_dirs
 from megadump_zarr.layout.paths import window_path
 
 __all__ = ["LEGACY_SCHEMA_VERSION", "convert_legacy"]
@@ -65,7 +65,7 @@ def _check_representable(window: Any, url: str | os.PathLike[str]) -> None:
 
 
 # --------------------------------------------------------------------------- loading (untrusted files)
-def _load_tensor(item: PlannedTensor) -> Any:
+def _load_tensor(item: LegacyTensor) -> Any:
     """Load one legacy tensor with torch's restricted unpickler and check it against its metadata."""
     import torch
 
@@ -117,7 +117,7 @@ def _first_reason(error: BaseException) -> str:
     return lines[-1] if lines else type(error).__name__
 
 
-def _array(item: PlannedTensor, data: Any) -> ArrayWrite:
+def _array(item: LegacyTensor, data: Any) -> ArrayWrite:
     dims = item.dims if item.dims is not None else tuple(f"{item.component}_dim_{i}" for i in range(data.ndim))
     return ArrayWrite(item.path, data, dims, item.attrs)
 
@@ -179,7 +179,7 @@ def convert_legacy(
     if not root.is_dir():
         raise FileNotFoundError(f"legacy dump directory not found: {root}")
     legacy_root = root.resolve(strict=True)
-    windows = [plan_window(directory, legacy_root) for directory in window_dirs(root)]
+    windows = [read_legacy_window(directory, legacy_root) for directory in window_dirs(root)]
     if not windows:
         raise ValueError(f"no legacy windows (rank_*/window_*/manifest.json) found below {root}")
     options = dict(storage_options) if storage_options is not None else None

@@ -1,9 +1,9 @@
 """Legacy (schema version 4) dump metadata: manifest and ``task.json`` validation and safe tensor-file paths.
 
-:func:`plan_window` reads one legacy window's ``manifest.json`` (and the ``task.json`` files it points to),
+:func:`read_legacy_window` reads one legacy window's ``manifest.json`` (and the ``task.json`` files it points to),
 validates schema version, required keys and types, and resolves every ``file`` it names to a regular file
 inside the window directory (relative, no ``..``, no symbolic link escaping it). The result, a
-:class:`_Window` plan, says where each tensor goes and what it must look like; no tensor file is opened here
+:class:`_Window`, says where each tensor goes and what it must look like; no tensor file is opened here
 (loading and writing are :mod:`megadump_zarr.interop.legacy`'s business).
 """
 
@@ -20,7 +20,7 @@ from megadump_zarr.layout.manifest import WindowManifest
 from megadump_zarr.layout.paths import RANK_DIR, TASK_DIR, WINDOW_DIR, invocation_name, task_dir
 from megadump_zarr.layout.schema import CAPTURE_PHASES, L0_STORAGE, LEVELS, TASK_STORAGE
 
-__all__ = ["LEGACY_SCHEMA_VERSION", "PlannedTensor", "plan_window", "window_dirs"]
+__all__ = ["LEGACY_SCHEMA_VERSION", "LegacyTensor", "read_legacy_window", "window_dirs"]
 
 LEGACY_SCHEMA_VERSION = 4
 
@@ -152,9 +152,9 @@ def _confined(window_dir: Path, relative: Any, where: _Where) -> Path:
     return resolved
 
 
-# --------------------------------------------------------------------------- the plan (validated, nothing loaded)
+# --------------------------------------------------------------------------- the window (validated, nothing loaded)
 @dataclass
-class PlannedTensor:
+class LegacyTensor:
     """One tensor file to load, where it goes and what it must look like."""
 
     file: Path
@@ -172,7 +172,7 @@ class _Invocation:
     name: str
     attrs: dict[str, Any]
     groups: list[GroupWrite] = field(default_factory=list)
-    tensors: list[PlannedTensor] = field(default_factory=list)
+    tensors: list[LegacyTensor] = field(default_factory=list)
 
 
 @dataclass
@@ -205,7 +205,7 @@ def window_dirs(legacy_dir: Path) -> list[Path]:
     return found
 
 
-def plan_window(window_dir: Path, legacy_root: Path) -> _Window:
+def read_legacy_window(window_dir: Path, legacy_root: Path) -> _Window:
     """Read and validate one legacy window's metadata and check every tensor file it names.
 
     Args:
@@ -250,9 +250,9 @@ def plan_window(window_dir: Path, legacy_root: Path) -> _Window:
     for i, entry in enumerate(entries):
         inv_where = where.at("invocations").at(i)
         invocation = (
-            _plan_l1_invocation(entry, inv_where, directory, rank)
+            _legacy_l1_invocation(entry, inv_where, directory, rank)
             if level == "L1"
-            else _plan_l0_invocation(entry, inv_where, directory, rank)
+            else _legacy_l0_invocation(entry, inv_where, directory, rank)
         )
         if invocation.name in names:
             raise inv_where.error(f"invocation {invocation.name!r} appears twice")
@@ -294,7 +294,7 @@ def _invocation_base(entry: Any, where: _Where, rank: int, level: str, payload_k
     return invocation_name(invocation_id, direction), attrs
 
 
-def _plan_l0_invocation(entry: Any, where: _Where, window_dir: Path, rank: int) -> _Invocation:
+def _legacy_l0_invocation(entry: Any, where: _Where, window_dir: Path, rank: int) -> _Invocation:
     name, attrs = _invocation_base(entry, where, rank, "L0", "tensors")
     names = NameTable(f"invocation {name} of {where.source}")
     invocation = _Invocation(name, attrs)
@@ -330,7 +330,7 @@ def _plan_l0_invocation(entry: Any, where: _Where, window_dir: Path, rank: int) 
         tensor_attrs["legacyFile"] = tensor["file"]
         _check_sizes(t_where, stored_dtype, actual, file)
         invocation.tensors.append(
-            PlannedTensor(file, tensor["file"], component, tensor_attrs, None, component, actual, stored_dtype)
+            LegacyTensor(file, tensor["file"], component, tensor_attrs, None, component, actual, stored_dtype)
         )
     attrs["tensorCount"] = len(invocation.tensors)
     return invocation
@@ -357,7 +357,7 @@ def _task_entry(task: Any, where: _Where, window_dir: Path) -> tuple[dict[str, A
     return task, where, metadata_file if isinstance(metadata_file, str) else None
 
 
-def _plan_l1_invocation(entry: Any, where: _Where, window_dir: Path, rank: int) -> _Invocation:
+def _legacy_l1_invocation(entry: Any, where: _Where, window_dir: Path, rank: int) -> _Invocation:
     name, attrs = _invocation_base(entry, where, rank, "L1", "tasks")
     stages = NameTable(f"invocation {name} stages of {where.source}")
     invocation = _Invocation(name, attrs)
@@ -393,7 +393,7 @@ def _plan_l1_invocation(entry: Any, where: _Where, window_dir: Path, rank: int) 
         components: set[str] = set()
         for j, tensor in enumerate(tensors):
             invocation.tensors.append(
-                _plan_l1_tensor(tensor, t_where.at("tensors").at(j), window_dir, path, components)
+                _legacy_l1_tensor(tensor, t_where.at("tensors").at(j), window_dir, path, components)
             )
         records += len(tensors)
     attrs.update(taskCount=len(task_paths), recordCount=records)
@@ -414,7 +414,7 @@ def _worker_of(task: dict[str, Any], metadata_file: str | None, tensors: list[An
     return None
 
 
-def _plan_l1_tensor(tensor: Any, where: _Where, window_dir: Path, group: str, components: set[str]) -> PlannedTensor:
+def _legacy_l1_tensor(tensor: Any, where: _Where, window_dir: Path, group: str, components: set[str]) -> LegacyTensor:
     tensor_name = where.string(tensor, "name")
     where.integer(tensor, "paramPosition")
     io = where.string(tensor, "io", ("input", "output"))
@@ -453,6 +453,6 @@ def _plan_l1_tensor(tensor: Any, where: _Where, window_dir: Path, group: str, co
             attrs[key] = value
     attrs["legacyFile"] = tensor["file"]
     dims = (f"{io}_{index:02d}_element",) if truncated and len(stored_shape) == 1 else None
-    return PlannedTensor(
+    return LegacyTensor(
         file, tensor["file"], f"{group}/{component}", attrs, dims, component, stored_shape, stored_dtype
     )

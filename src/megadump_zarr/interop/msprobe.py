@@ -49,7 +49,7 @@ from typing import Any
 
 from megadump_zarr.read.msprobe.attrs import invocation_attrs, invocation_name, record_attrs, window_attrs
 from megadump_zarr.read.msprobe.load import load_tensor
-from megadump_zarr.read.msprobe.dump_json import Window, is_msprobe_dump, plan_windows
+from megadump_zarr.read.msprobe.dump_json import Window, is_msprobe_dump, msprobe_windows
 from megadump_zarr.read.msprobe.statistics_table import statistics_table
 
 __all__ = ["convert_msprobe", "is_msprobe_dump"]
@@ -121,7 +121,7 @@ def convert_msprobe(
     root = Path(dump_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"msprobe dump directory not found: {root}")
-    windows = plan_windows(root)
+    windows = msprobe_windows(root)
     options = dict(storage_options) if storage_options is not None else None
     for window in windows:
         if window_status(url, window.rank, window.index, storage_options=options) is not None:

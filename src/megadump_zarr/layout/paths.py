@@ -17,6 +17,7 @@ __all__ = [
     "RANK_DIR",
     "TASK_DIR",
     "WINDOW_DIR",
+    "WINDOW_KEY",
     "WINDOW_PATH",
     "invocation_name",
     "rank_dir",
@@ -31,6 +32,8 @@ WINDOW_DIR = re.compile(r"^window_([0-9]+)\Z")
 """A window group's name below its rank; group 1 is the window index."""
 WINDOW_PATH = re.compile(r"^rank_([0-9]+)/window_([0-9]+)\Z")
 """A window's path below the dump root; groups: rank, window index."""
+WINDOW_KEY = re.compile(r"^(rank_[0-9]+/window_[0-9]+)/(.+)\Z")
+"""A key below a window (a record path, a chunk key); groups: the window's path, the rest of the key."""
 INVOCATION_DIR = re.compile(r"^invocation_([0-9]+)_(.+)\Z")
 """An invocation group's name; groups: invocation id, direction."""
 TASK_DIR = re.compile(r"^task_([0-9]+)(?:_worker_([0-9]+))?\Z")

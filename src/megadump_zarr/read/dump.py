@@ -17,15 +17,14 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-import re
 from typing import TYPE_CHECKING, Any
 
-import dask.array as da
 import numpy as np
 import pandas as pd
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
+from megadump_zarr.layout.paths import WINDOW_KEY
 from megadump_zarr.read.statistics_table import load_tables
 from megadump_zarr.read.catalog import (
     DataGroup,
@@ -41,7 +40,6 @@ from megadump_zarr.read.documents import check_array_doc, check_attributes, coun
 from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.integrity import CommittedWindows, IntegrityStore, guard_read
 from megadump_zarr.read.location import DumpLocation, open_location, store_path
-from megadump_zarr.read.record_source import PackRow, PackRowArray, RecordSource, ShardIndexes, record_source
 from megadump_zarr.read.select import (
     check_tensor_choice,
     listing,
@@ -66,8 +64,6 @@ if TYPE_CHECKING:
     import xarray as xr
 
 __all__ = ["Dump", "open_dump"]
-
-_WINDOW_KEY = re.compile(r"^(rank_\d+/window_\d+)/(.+)$")
 
 
 def open_dump(url: str | os.PathLike[str] | Store, storage_options: dict[str, Any] | None = None) -> Dump:
@@ -116,7 +112,6 @@ class Dump:
             else IntegrityStore(location.store, CommittedWindows(self._windows), location.url)
         )
         self._frames: dict[str, pd.DataFrame] = {}
-        self._packs = ShardIndexes(location.base)  # packed rows are read natively from the stored store
 
     # ------------------------------------------------------------------ catalogue
     @property
@@ -362,7 +357,7 @@ class Dump:
 
     # ------------------------------------------------------------------ records and tensors
     def _record(self, path: str) -> tuple[WindowInfo, str, dict[str, Any]]:
-        match = _WINDOW_KEY.match(path.strip("/"))
+        match = WINDOW_KEY.match(path.strip("/"))
         if not match:
             raise ValueError(
                 f"{path!r} is not a record path (expected rank_{{r}}/window_{{wwww}}/invocation_.../...; "
@@ -390,45 +385,6 @@ class Dump:
         if dims is not None and not (isinstance(dims, list) and all(isinstance(d, str) for d in dims)):
             raise ValueError(f"{where}: attributes.logicalDims {str(dims)[:60]!r} is not a list of names")
         return info, rel, doc
-
-    def _source(self, info: WindowInfo, rel: str, doc: dict[str, Any]) -> RecordSource:
-        """Where record ``rel`` of window ``info`` is stored: its own array, or a pack row (its records-table
-        ``pack_array``/``pack_row``)."""
-        key = f"{info.key}/{rel}"
-        stored_at = info.pack_rows.get(key) if info.pack_rows else None
-        return record_source(key, doc, stored_at, info.final)
-
-    def open_source(self, source: RecordSource) -> Any:
-        """A record's stored array: its zarr array (read through the dump's integrity checks), or a packed
-        row read natively (:class:`~megadump_zarr.read.record_source.PackRowArray`).
-
-        Args:
-            source: The record's source (:meth:`record_source`).
-        """
-        if isinstance(source, PackRow):
-            return PackRowArray(source, self._packs)
-        return open_zarr_array(self.store, source.key, dict(source.doc))
-
-    def record_source(self, path: str) -> RecordSource:
-        """Where record ``path`` is stored (:mod:`megadump_zarr.read.record_source`).
-
-        Args:
-            path: The record's path relative to the root (the records() ``path`` column).
-
-        Raises:
-            ValueError: ``path`` is not an array of this dump.
-        """
-        info, rel, doc = self._record(path)
-        return self._source(info, rel, doc)
-
-    def _pack_row_coordinate(self, source: PackRow) -> np.ndarray | None:
-        """The global rows of a packed record (its task's row coordinate along its first dimension)."""
-        dims = source.doc.get("dimension_names") or []
-        shape = source.doc.get("shape") or []
-        bounds = self._packs.row_coords(source).get(dims[0]) if dims and shape else None
-        if bounds is None or bounds[1] - bounds[0] != shape[0]:
-            return None
-        return np.arange(bounds[0], bounds[1], dtype=np.int64)
 
     def _row_coordinate(self, info: WindowInfo, rel: str, doc: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
         dims = doc.get("dimension_names") or []
@@ -464,8 +420,7 @@ class Dump:
         info, rel, doc = self._record(path)
         key = f"{info.key}/{rel}"
         attrs = dict(doc.get("attributes") or {})
-        source = self._source(info, rel, doc)
-        array = self.open_source(source)
+        array = open_zarr_array(self.store, key, doc)
         actual = attrs.get("actualShape")
         name = attrs.get("name", rel.rpartition("/")[2])
         if attrs.get("truncated") and isinstance(actual, list):
@@ -481,18 +436,6 @@ class Dump:
             return xr.DataArray(data, dims=dims, coords=xr.Coordinates(coords, indexes={}), name=name, attrs=attrs)
         dims = tuple(doc.get("dimension_names") or (f"dim_{i}" for i in range(array.ndim)))
         coords = {}
-        if isinstance(source, PackRow):  # a packed task's row coordinates are ranges in its pack's documents
-            for axis, dim in enumerate(dims):
-                bounds = self._packs.row_coords(source).get(dim)
-                if bounds is not None and bounds[1] - bounds[0] == array.shape[axis]:
-                    coords[dim] = xr.Variable(dim, da.arange(bounds[0], bounds[1], dtype=np.int64))
-            return xr.DataArray(
-                stored_dask(array, key, self.root),
-                dims=dims,
-                coords=xr.Coordinates(coords, indexes={}),
-                name=name,
-                attrs=attrs,
-            )
         group = rel.rpartition("/")[0]
         nodes = self._nodes(info)
         for axis, dim in enumerate(dims):
@@ -583,11 +526,7 @@ class Dump:
     def _stitched(self, name: str, rows: pd.DataFrame) -> xr.DataArray:
         paths = list(rows["path"])
         records = [self._record(p) for p in paths]
-        sources = [self._source(info, rel, doc) for info, rel, doc in records]
-        coordinate_of = [
-            self._pack_row_coordinate(source) if isinstance(source, PackRow) else self._row_coordinate(info, rel, doc)
-            for (info, rel, doc), source in zip(records, sources)
-        ]
+        coordinate_of = [self._row_coordinate(info, rel, doc) for info, rel, doc in records]
         derived = [
             None if c is not None else _derived_rows(doc.get("attributes") or {}, doc, f"{info.key}/{rel}")
             for (info, rel, doc), c in zip(records, coordinate_of)
@@ -602,20 +541,15 @@ class Dump:
                 f"whole-row slices of the declared tensor, e.g. per-owner weight slices), so they cannot be stitched; "
                 f"pass task= for one task's record or use record_array(path): {listing(unstitchable)}"
             )
-        stored = [c for c in coordinate_of if isinstance(c, tuple)]
-        values = iter(_read_coordinates(self.store, stored))
+        coordinate_values = _read_coordinates(self.store, [c for c in coordinate_of if c is not None])
+        values = iter(coordinate_values)
         pieces = []
-        for row, (info, rel, doc), source, coord, rows_from_attrs in zip(
-            rows.itertuples(), records, sources, coordinate_of, derived
-        ):
+        for row, (info, rel, doc), coord, rows_from_attrs in zip(rows.itertuples(), records, coordinate_of, derived):
             attrs = doc.get("attributes") or {}
             key = f"{info.key}/{rel}"
-            array = self.open_source(source)
+            array = open_zarr_array(self.store, key, doc)
             truncated = bool(attrs.get("truncated")) and isinstance(attrs.get("actualShape"), list)
-            if coord is None:
-                global_rows = _stitch_rows(rows_from_attrs, doc, attrs, key)
-            else:
-                global_rows = next(values) if isinstance(coord, tuple) else coord
+            global_rows = next(values) if coord is not None else _stitch_rows(rows_from_attrs, doc, attrs, key)
             pieces.append(
                 Piece(
                     path=key,

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 import itertools
-import re
 from typing import Any
 
 import numpy as np
@@ -29,6 +28,7 @@ from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import WrapperStore
 
+from megadump_zarr.layout.paths import WINDOW_KEY
 from megadump_zarr.read.errors import DumpIntegrityError
 
 __all__ = [
@@ -45,7 +45,6 @@ __all__ = [
     "window_lookup",
 ]
 
-_WINDOW_PREFIX = re.compile(r"^(rank_\d+/window_\d+)/.+/")
 
 ChunkLookup = Callable[[str], "tuple[str, dict[str, Any]] | None"]
 """``lookup(key) -> (array key, array document)`` when ``key`` lies inside an array of a committed window."""
@@ -210,8 +209,8 @@ class IntegrityStore(WrapperStore[Store]):
         lookup = self._lookup
         if not isinstance(lookup, CommittedWindows) or key.endswith("zarr.json"):
             return
-        match = _WINDOW_PREFIX.match(key)
-        if match is None or lookup.known(match.group(1)):
+        match = WINDOW_KEY.match(key)  # a key inside a node below the window, not the window's own zarr.json
+        if match is None or not match.group(2).rpartition("/")[0] or lookup.known(match.group(1)):
             return
         raw = await self._store.get(f"{match.group(1)}/zarr.json", prototype)
         lookup.learn(match.group(1), None if raw is None else raw.to_bytes())

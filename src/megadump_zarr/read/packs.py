@@ -2,10 +2,8 @@
 
 A schema-7 window stores the small records of a stage as packs (:mod:`megadump_zarr.store.packs`):
 sharded arrays with one row per task. :class:`PackedView` wraps a dump's store and serves, over such a
-window, exactly the key space a schema-6 window of the same records has, so the readers not yet moved to
-the native path (catalogue, ``Dump.dataset``, verify, HDF5 export) read it unchanged. Record payloads
-(``Dump.record_array``/``tensor``, compare, engine, report) are read natively as ``pack_array[pack_row]``
-(:mod:`megadump_zarr.read.record_source`, issue 21), not through this view:
+window, exactly the key space a schema-6 window of the same records has, so every reader (catalogue,
+``Dump``, compare, verify, engine, report, HDF5 export) reads it unchanged:
 
 - ``{window}/zarr.json`` of a committed window: the stored document with every node at or below a pack
   replaced by the pack's schema-6 nodes (:func:`~megadump_zarr.store.packs.expand_pack`: task groups,

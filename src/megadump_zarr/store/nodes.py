@@ -11,7 +11,7 @@ never leaves a half-written invocation behind:
 - coordinates: one 1-D array per (group, dimension); two arrays giving different values for it clash.
 
 With ``pack``, packable L1 task groups become task-record packs (see :mod:`.pack_groups`): their groups,
-records and coordinates are validated like any other, then listed in ``InvocationPlan.packs`` instead.
+records and coordinates are validated like any other, then listed in ``InvocationNodes.packs`` instead.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ import numpy as np
 from megadump_zarr.layout.write_model import InvocationWrite
 from megadump_zarr.store.chunking import ChunkPlan, plan_chunks
 from megadump_zarr.store.metadata import data_type_name, dumps
-from megadump_zarr.store.pack_groups import PackPlan, plan_packs
+from megadump_zarr.store.pack_groups import PackGroup, pack_groups_of
 from megadump_zarr.store.packs import TASK_DIM
 
-__all__ = ["ArrayJob", "InvocationPlan", "check_component", "plan_invocation"]
+__all__ = ["ArrayJob", "InvocationNodes", "check_component", "invocation_nodes"]
 
 
 @dataclass
@@ -57,7 +57,7 @@ class ArrayJob:
 
 
 @dataclass
-class InvocationPlan:
+class InvocationNodes:
     """What to write for one invocation.
 
     Args:
@@ -65,13 +65,13 @@ class InvocationPlan:
         groups: Group path (``""`` = the invocation group) to encoded attributes, parents before children.
         arrays: Arrays (data arrays first, then coordinate arrays).
         packs: Task-record packs (their groups are in ``groups``, their ``task``/``owner_id``/``core_id``
-            arrays in :attr:`PackPlan.aux`, not in ``arrays``).
+            arrays in :attr:`PackGroup.aux`, not in ``arrays``).
     """
 
     name: str
     groups: dict[str, bytes]
     arrays: list[ArrayJob]
-    packs: list[PackPlan] = field(default_factory=list)
+    packs: list[PackGroup] = field(default_factory=list)
 
 
 def check_component(part: str, what: str, path: str) -> None:
@@ -126,9 +126,9 @@ def _normalise(data: Any, path: str, label: Any = None) -> np.ndarray:
     return array
 
 
-def plan_invocation(
+def invocation_nodes(
     invocation: InvocationWrite, *, chunk_bytes: int, stats: bool, pack: bool = False
-) -> InvocationPlan:
+) -> InvocationNodes:
     """Validate an invocation and list its groups and arrays.
 
     Args:
@@ -233,10 +233,10 @@ def plan_invocation(
     encoded = {}
     for path in ordered:
         encoded[path] = _encode_attrs(groups[path], lambda: f"group {label(path)!r}")
-    packs: list[PackPlan] = []
+    packs: list[PackGroup] = []
     packed: set[str] = set()
     if pack:
-        packs, packed = plan_packs(
+        packs, packed = pack_groups_of(
             invocation.groups,
             groups,
             encoded,
@@ -268,7 +268,7 @@ def plan_invocation(
     for (group, dim), (values, _) in coords.items():
         if group not in packed:
             jobs.append(_job(_join(group, dim), values, (dim,), {}, chunk_bytes, False, label))
-    return InvocationPlan(name, encoded, jobs, packs)
+    return InvocationNodes(name, encoded, jobs, packs)
 
 
 def _is_float(values: np.ndarray) -> bool:

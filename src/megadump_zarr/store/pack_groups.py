@@ -39,7 +39,7 @@ from megadump_zarr.store.packs import (
     pack_name,
 )
 
-__all__ = ["MIN_PACK_TASKS", "PackPlan", "PackRecord", "plan_packs"]
+__all__ = ["MIN_PACK_TASKS", "PackGroup", "PackRecord", "pack_groups_of"]
 
 MIN_PACK_TASKS = 2
 """Tasks of one stage and signature below this count stay task groups (a one-row pack costs more files and
@@ -82,7 +82,7 @@ class PackRecord:
 
 
 @dataclass
-class PackPlan:
+class PackGroup:
     """One pack: ``stages/{stage}/pack_{pppp}`` and its arrays.
 
     Args:
@@ -98,7 +98,7 @@ class PackPlan:
     tasks: list[str]
     aux: list[tuple[str, np.ndarray, bytes]]
     records: list[PackRecord]
-    jobs: list[Any] = field(default_factory=list)  # the aux arrays as the writer's ArrayJobs (set by plan_invocation)
+    jobs: list[Any] = field(default_factory=list)  # the aux arrays as the writer's ArrayJobs (set by invocation_nodes)
 
 
 def _optional_int(value: Any) -> int | None | bool:
@@ -118,7 +118,7 @@ def _is_range(values: np.ndarray) -> bool:
     return bool(np.array_equal(values, np.arange(start, start + n, dtype=np.int64)))
 
 
-def plan_packs(
+def pack_groups_of(
     declared: Sequence[Any],
     groups: Mapping[str, Mapping[str, Any]],
     encoded: Mapping[str, bytes],
@@ -128,7 +128,7 @@ def plan_packs(
     chunk_bytes: int,
     encode: Callable[[Mapping[str, Any], str], bytes],
     label: Callable[[str], str],
-) -> tuple[list[PackPlan], set[str]]:
+) -> tuple[list[PackGroup], set[str]]:
     """Group an invocation's packable task groups into packs.
 
     Args:
@@ -210,7 +210,7 @@ def plan_packs(
         )
         builders.setdefault((f"stages/{parts[1]}", signature), []).append((path, int(task_id), owner_id, core_id))
 
-    packs: list[PackPlan] = []
+    packs: list[PackGroup] = []
     packed: set[str] = set()
     numbers: dict[str, int] = {}
     taken = {r[0] for r in records} | {f"{g}/{d}" for g, d in coords}
@@ -237,7 +237,7 @@ def _pack(
     ranges: dict[str, list[tuple[str, int, int]]],
     tasks: list[tuple[str, int, int, int]],
     encode: Callable[[Mapping[str, Any], str], bytes],
-) -> PackPlan:
+) -> PackGroup:
     stage_name = groups.get(stage, {}).get("stage")
     if not isinstance(stage_name, str):
         stage_name = stage.rpartition("/")[2]
@@ -281,4 +281,4 @@ def _pack(
             )
         )
     attrs_json = dumps({PACK_ATTR: PACK_VERSION, "stage": stage_name, "taskCount": count})
-    return PackPlan(path, attrs_json, [t[0] for t in tasks], aux, components)
+    return PackGroup(path, attrs_json, [t[0] for t in tasks], aux, components)

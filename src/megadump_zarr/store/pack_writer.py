@@ -31,7 +31,7 @@ import numpy as np
 from megadump_zarr.store.backend import LocalBackend
 from megadump_zarr.store.encoding import NO_COMPRESSION
 from megadump_zarr.store.metadata import dumps, pack_array_document_bytes
-from megadump_zarr.store.pack_groups import PackPlan, PackRecord
+from megadump_zarr.store.pack_groups import PackGroup, PackRecord
 from megadump_zarr.store.packs import (
     COORDINATES_ATTR,
     PACK_COORDINATES,
@@ -169,7 +169,7 @@ def _records_json(record: PackRecord, stats: list[dict[str, Any]] | None, crcs: 
     return head + b',"' + SHARD_DIGEST_ATTR.encode() + b'":"' + digests + b'"}'
 
 
-def submit_pack(writer: Any, pack: PackPlan, base: str) -> list[Future[Any]]:
+def submit_pack(writer: Any, pack: PackGroup, base: str) -> list[Future[Any]]:
     """Write a pack's ``task``/``owner_id``/``core_id`` arrays now, and submit its record shards.
 
     Args:

@@ -33,9 +33,7 @@ tensorstore read.
 Readers keep the schema-6 view: :func:`expand_pack` turns a pack's documents into the schema-6 nodes
 (task groups, record arrays, row coordinates) and tells where each virtual chunk's bytes are (an inner
 chunk of a shard, byte for byte the schema-6 chunk, checksum included; or a row-index range).
-``read.packs`` serves that view as a Zarr store (for the catalogue, datasets, verify and HDF5 export);
-record payloads are read natively, row ``pack_row`` of ``pack_array`` after a check of its shard's index
-(:func:`decode_index`; ``read.record_source``).
+``read.packs`` serves that view as a Zarr store.
 """
 
 from __future__ import annotations

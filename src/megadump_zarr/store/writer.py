@@ -57,7 +57,7 @@ from megadump_zarr.store.metadata import (
 from megadump_zarr.store.pack_writer import submit_pack
 from megadump_zarr.layout.paths import rank_dir, window_path
 from megadump_zarr.layout.schema import PACK_STORAGE, TASK_STORAGE
-from megadump_zarr.store.nodes import ArrayJob, plan_invocation
+from megadump_zarr.store.nodes import ArrayJob, invocation_nodes
 from megadump_zarr.store.tensor_stats import StatsAccumulator
 from megadump_zarr.store.root_index import index_root, strip_index
 from megadump_zarr.store.statistics_table import STATISTICS_GROUP, statistics_nodes
@@ -419,28 +419,28 @@ class WindowSession:
 
     def _write_invocation(self, invocation: InvocationWrite) -> None:
         w = self.writer
-        plan = plan_invocation(invocation, chunk_bytes=w.chunk_bytes, stats=w.stats, pack=w.pack)
-        if plan.name in self._invocations:
-            raise ValueError(f"invocation {plan.name!r} would collide with invocation {plan.name!r} in {self.url}")
-        self._invocations.add(plan.name)
-        for path, attrs_json in plan.groups.items():
-            self._nodes[f"{plan.name}/{path}" if path else plan.name] = ("group", attrs_json)
+        nodes = invocation_nodes(invocation, chunk_bytes=w.chunk_bytes, stats=w.stats, pack=w.pack)
+        if nodes.name in self._invocations:
+            raise ValueError(f"invocation {nodes.name!r} would collide with invocation {nodes.name!r} in {self.url}")
+        self._invocations.add(nodes.name)
+        for path, attrs_json in nodes.groups.items():
+            self._nodes[f"{nodes.name}/{path}" if path else nodes.name] = ("group", attrs_json)
 
-        base = f"{self.key}/{plan.name}"
+        base = f"{self.key}/{nodes.name}"
         futures: list[Future[Any]] = []
         batch: list[tuple[ArrayJob, str]] = []
         batch_bytes = 0
         try:
-            for pack in plan.packs:
+            for pack in nodes.packs:
                 futures.extend(submit_pack(w, pack, base))
         except BaseException:  # a pack's task array failed: let the submitted shards end, keep what was written
             wait(futures)
-            self._register(plan)
+            self._register(nodes)
             raise
-        leaves = _leaf_groups(plan)
+        leaves = _leaf_groups(nodes)
         for group_batch in _group_batches(leaves):  # whole leaf groups: arrays, then the group's document
-            futures.append(w.pool.submit(self._write_leaf_groups, plan.name, base, group_batch))
-        for job in plan.arrays:
+            futures.append(w.pool.submit(self._write_leaf_groups, nodes.name, base, group_batch))
+        for job in nodes.arrays:
             if job.path.rpartition("/")[0] in leaves:
                 continue
             prefix = f"{base}/{job.path}"
@@ -457,9 +457,9 @@ class WindowSession:
         try:
             _wait_all(futures)  # re-raises the first failure after every task has stopped
         finally:  # arrays that were fully written stay part of the window (an aborted commit keeps them)
-            self._register(plan)
+            self._register(nodes)
         if invocation.statistics is not None:  # statistics-first modes: the invocation's statistics table
-            self._write_statistics(plan.name, invocation.statistics)
+            self._write_statistics(nodes.name, invocation.statistics)
 
     def _write_leaf_groups(self, name: str, base: str, groups: list[tuple[str, bytes, list[ArrayJob]]]) -> None:
         """Write whole leaf data groups (an L1 task group): their arrays as one batch, then each group's
@@ -481,18 +481,18 @@ class WindowSession:
         with self._early_lock:
             self._early.update(f"{name}/{path}" for path, _ in documents)
 
-    def _register(self, plan: Any) -> None:
+    def _register(self, nodes: Any) -> None:
         """List the invocation's fully written arrays (pack arrays included) as window nodes."""
-        for job in plan.arrays:
+        for job in nodes.arrays:
             if job.written:
-                self._nodes[f"{plan.name}/{job.path}"] = ("array", job.document)
-        for pack in plan.packs:
+                self._nodes[f"{nodes.name}/{job.path}"] = ("array", job.document)
+        for pack in nodes.packs:
             for job in pack.jobs:
                 if job.written:
-                    self._nodes[f"{plan.name}/{job.path}"] = ("array", job.document)
+                    self._nodes[f"{nodes.name}/{job.path}"] = ("array", job.document)
             for record in pack.records:
                 if record.written:
-                    self._nodes[f"{plan.name}/{pack.path}/{record.name}"] = ("array", record.document)
+                    self._nodes[f"{nodes.name}/{pack.path}/{record.name}"] = ("array", record.document)
 
     def _write_statistics(self, name: str, table: Any) -> None:
         """Write one invocation's ``statistics`` group (see :mod:`megadump_zarr.store.statistics_table`)."""
@@ -596,22 +596,22 @@ class WindowSession:
         return self.url
 
 
-def _leaf_groups(plan: Any) -> dict[str, tuple[bytes, list[ArrayJob]]]:
-    """The plan's groups that hold only single-chunk arrays of the plan and no other node (an L1 task group
+def _leaf_groups(nodes: Any) -> dict[str, tuple[bytes, list[ArrayJob]]]:
+    """The invocation's groups that hold only single-chunk arrays of ``nodes`` and no other node (an L1 task group
     of the tasks layout): path -> (encoded attributes, arrays). The invocation group itself is never one
     (its statistics table may follow), nor is a group holding a pack or a chunked array.
 
     Args:
-        plan: An :class:`~megadump_zarr.store.nodes.InvocationPlan`.
+        nodes: An :class:`~megadump_zarr.store.nodes.InvocationNodes`.
     """
-    excluded = {path.rpartition("/")[0] for path in plan.groups if path}
-    for pack in plan.packs:
+    excluded = {path.rpartition("/")[0] for path in nodes.groups if path}
+    for pack in nodes.packs:
         excluded.add(pack.path)
         excluded.update(job.path.rpartition("/")[0] for job in pack.jobs)
     leaves: dict[str, tuple[bytes, list[ArrayJob]]] = {}
-    for job in plan.arrays:
+    for job in nodes.arrays:
         parent = job.path.rpartition("/")[0]
-        if not parent or parent in excluded or parent not in plan.groups:
+        if not parent or parent in excluded or parent not in nodes.groups:
             continue
         if job.chunks.count > 1:
             excluded.add(parent)
@@ -619,7 +619,7 @@ def _leaf_groups(plan: Any) -> dict[str, tuple[bytes, list[ArrayJob]]]:
             continue
         entry = leaves.get(parent)
         if entry is None:
-            entry = leaves[parent] = (plan.groups[parent], [])
+            entry = leaves[parent] = (nodes.groups[parent], [])
         entry[1].append(job)
     return leaves
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import re
 from typing import Any
 
-__all__ = ["Call", "Tensor", "Window", "is_msprobe_dump", "plan_windows"]
+__all__ = ["Call", "Tensor", "Window", "is_msprobe_dump", "msprobe_windows"]
 
 _STEP_DIR = re.compile(r"^step(\d+)$")
 _RANK_DIR = re.compile(r"^(rank|proc)(\d*)$")
@@ -217,7 +217,7 @@ def _input_first(entry: dict[str, Any]) -> list[tuple[str, Any]]:
     return [i for i in items if i[0] in _INPUT_FIRST] + [i for i in items if i[0] not in _INPUT_FIRST]
 
 
-def _plan_call(key: str, entry: Any, source: Path, data_dir: Path | None, task: str) -> Call:
+def _msprobe_call(key: str, entry: Any, source: Path, data_dir: Path | None, task: str) -> Call:
     try:
         api, call_index, direction = _parse_call(key)
     except ValueError as error:
@@ -267,7 +267,7 @@ def _plan_call(key: str, entry: Any, source: Path, data_dir: Path | None, task: 
     return call
 
 
-def plan_windows(root: Path) -> list[Window]:
+def msprobe_windows(root: Path) -> list[Window]:
     legacy_root = root.resolve(strict=True)
     ranks_seen: dict[str, None] = {}
     found: list[tuple[int, Path, Path]] = []
@@ -309,7 +309,7 @@ def plan_windows(root: Path) -> list[Window]:
             data_dir = data_dir.resolve(strict=True)
             if not data_dir.is_relative_to(resolved):
                 raise ValueError(f"refusing msprobe {data_dir}: dump_tensor_data is a link out of {resolved}")
-        calls = [_plan_call(key, entry, source, data_dir, task) for key, entry in doc["data"].items()]
+        calls = [_msprobe_call(key, entry, source, data_dir, task) for key, entry in doc["data"].items()]
         key = (rank, step_index[step])
         if key in keys:
             raise ValueError(f"msprobe {keys[key]} and {source} both describe rank {rank} step {step}")

@@ -1,6 +1,6 @@
 """msprobe dumps read in place: a read-only zarr store presenting them as ``megadump convert`` would write them.
 
-:class:`MsprobeStore` parses every ``dump.json`` below an msprobe directory (:func:`.plan.plan_windows`:
+:class:`MsprobeStore` parses every ``dump.json`` below an msprobe directory (:func:`.dump_json.msprobe_windows`:
 validated, every ``data_name`` confined to its ``dump_tensor_data`` directory, nothing loaded) and builds,
 in memory, the documents :func:`~megadump_zarr.interop.msprobe.convert_msprobe` would write: the root and
 rank groups, one window per (rank, step) with the same attributes, one invocation per API call, one array
@@ -42,7 +42,7 @@ from zarr.core.buffer import Buffer, BufferPrototype
 from megadump_zarr.read.msprobe.attrs import invocation_attrs, invocation_name, record_attrs, window_attrs
 from megadump_zarr.read.msprobe.documents import window_documents
 from megadump_zarr.read.msprobe.load import load_tensor
-from megadump_zarr.read.msprobe.dump_json import Tensor, Window, plan_windows
+from megadump_zarr.read.msprobe.dump_json import Tensor, Window, msprobe_windows
 from megadump_zarr.layout.paths import window_path
 
 __all__ = ["MsprobeStore"]
@@ -121,7 +121,7 @@ class MsprobeStore(Store):
         self._chunk_bytes = int(chunk_bytes)
         self._docs: dict[str, bytes] = {}
         self._chunks: dict[str, tuple[Tensor, tuple[int, int, int]]] = {}
-        windows = plan_windows(self.root)
+        windows = msprobe_windows(self.root)
         if validate:
             _validate(windows)
         self._build(windows)
