@@ -131,3 +131,21 @@ def test_bfloat16_truncation_keeps_dtype(hand, tmp_path):
     flat = view.values.astype(np.float32).reshape(-1)
     np.testing.assert_array_equal(flat[:10], logical.astype(np.float32).reshape(-1)[:10])
     assert np.isnan(flat[10:]).all()
+
+
+def test_a_record_marked_truncated_that_is_not_a_flat_prefix_is_named(tmp_path):
+    """``truncated: true`` on a 2-D stored record (a document edit in every copy; issue 23.6's "could not
+    broadcast (32,8) into (32,)", found by the pack document fuzz) names the document and the field."""
+    import pytest
+    import zarr
+
+    from megadump_zarr.read.errors import DumpIntegrityError
+    from megadump_zarr.read.truncated import truncated_dask
+
+    array = zarr.create_array(str(tmp_path / "a"), shape=(4, 8), chunks=(4, 8), dtype="float32")
+    key = "rank_0/window_0000/invocation_000000_forward/stages/s/task_000000/input_00_x"
+    with pytest.raises(
+        DumpIntegrityError, match=r"attributes\.truncated is true, but the record stores a \[4, 8\]"
+    ) as info:
+        truncated_dask(array, [8, 8], key, str(tmp_path))
+    assert info.value.key == f"{key}/zarr.json"

@@ -217,6 +217,12 @@ def truncated_dask(array: zarr.Array, logical_shape: Sequence[int], key: str, ro
     from dask.highlevelgraph import HighLevelGraph
 
     shape = tuple(logical_shape)
+    if array.ndim != 1:  # the writer stores a truncated record as the flat prefix of its elements, always 1-D
+        raise DumpIntegrityError(
+            f"{key}/zarr.json: attributes.truncated is true, but the record stores a {list(array.shape)} array, not "
+            "the 1-D flat prefix a truncated record stores; the document was edited",
+            key=f"{key}/zarr.json",
+        )
     check_logical_shape(shape, array.dtype.itemsize, key)
     array = GuardedArray(array, key, root)
     dtype = logical_dtype(array.dtype)
