@@ -16,7 +16,8 @@ from collections.abc import Mapping
 import math
 from typing import Any
 
-from megadump_zarr.verify.report import WINDOW_KEY, CheckState, short
+from megadump_zarr.layout.paths import WINDOW_PATH
+from megadump_zarr.verify.report import CheckState, short
 
 __all__ = [
     "check_manifest",
@@ -38,7 +39,7 @@ def check_manifest(state: CheckState, window: str, attrs: dict[str, Any], nodes:
         nodes: Its consolidated metadata (path -> document).
     """
     doc_key = f"{window}/zarr.json"
-    match = WINDOW_KEY.fullmatch(window)
+    match = WINDOW_PATH.fullmatch(window)
     if match:
         rank, index = int(match.group(1)), int(match.group(2))
         if "windowIndex" in attrs and attrs["windowIndex"] != index:
@@ -228,7 +229,7 @@ def check_records_table(
     """The fields the records table reads parse (types, int64 ranges)."""
     from megadump_zarr.read.catalog import WindowInfo, records_frame
 
-    match = WINDOW_KEY.fullmatch(window)
+    match = WINDOW_PATH.fullmatch(window)
     rank, index = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
     try:
         records_frame([(WindowInfo(rank, index, window, status, attrs, nodes), nodes)])

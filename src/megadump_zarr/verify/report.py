@@ -11,12 +11,8 @@ from dataclasses import dataclass, field
 import json
 from typing import Any
 
-from megadump_zarr.layout.paths import WINDOW_PATH
 
-__all__ = ["WINDOW_KEY", "CheckState", "Problem", "WindowCheck", "short"]
-
-WINDOW_KEY = WINDOW_PATH
-"""A window key, ``rank_{r}/window_{wwww}`` (groups: rank, window index): the layout grammar's."""
+__all__ = ["CheckState", "Problem", "WindowCheck", "short"]
 
 
 @dataclass(frozen=True)

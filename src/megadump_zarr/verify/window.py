@@ -29,7 +29,8 @@ from typing import Any
 from megadump_zarr.verify.chunks import check_chunks
 from megadump_zarr.verify.documents import check_manifest, check_node_documents, check_records_table
 from megadump_zarr.verify.packs import check_pack_documents
-from megadump_zarr.verify.report import WINDOW_KEY, CheckState, Problem, WindowCheck, short
+from megadump_zarr.layout.paths import WINDOW_PATH
+from megadump_zarr.verify.report import CheckState, Problem, WindowCheck, short
 from megadump_zarr.verify.schema import check_schema
 
 __all__ = ["Problem", "WindowCheck", "verify_window"]
@@ -63,7 +64,7 @@ def verify_window(
     store = open_location(url, dict(storage_options or {})).store
     state = CheckState(window)
     doc_key = f"{window}/zarr.json"
-    match = WINDOW_KEY.fullmatch(window)
+    match = WINDOW_PATH.fullmatch(window)
     if match is None or int(match.group(1)) > INT64_MAX or int(match.group(2)) > INT64_MAX:
         state.add(window, "not a window key with rank and window indices within int64 (no writer makes one)")
         return _result(state, "unknown", deep, ())
