@@ -9,10 +9,8 @@ from pathlib import Path
 import shutil
 
 import numpy as np
-import pytest
 
 from megadump_zarr.store.writer import WindowWriter
-from tests.cli._helpers import cli_runner
 from tests.read.conftest import HandRecord, hand_window
 
 WINDOW = "rank_0/window_0000"
@@ -31,11 +29,6 @@ def _dump(root: Path, *, checksum: bool = True) -> Path:
     with WindowWriter(root, checksum=checksum) as writer:
         writer.write_window(hand_window({1: records}))
     return root
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
-    return cli_runner(capsys, monkeypatch, columns=200)
 
 
 def test_a_windows_notes_are_printed_one_line_each(tmp_path: Path, cli) -> None:

@@ -17,7 +17,6 @@ import pytest
 
 from megadump_zarr import open_dump
 from megadump_zarr.verify import MSPROBE_NOTE, verify_dump
-from tests.cli._helpers import cli_runner
 
 SHAPE = (40, 25)
 
@@ -47,11 +46,6 @@ def _msprobe(root: Path, **leaf: object) -> Path:
     }
     (directory / "dump.json").write_text(json.dumps(document))
     return root
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
-    return cli_runner(capsys, monkeypatch, columns=200)
 
 
 def test_a_whole_msprobe_dump_is_ok_without_checksums_and_says_so(tmp_path: Path, cli) -> None:
