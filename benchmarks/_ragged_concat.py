@@ -19,7 +19,8 @@ stage group ``stages/{stage}`` itself holds:
   task and record, ``{task_group}__{record}``, as the tasks layout would store it.
 
 Each record array's attributes are ``{"coordinates": ..., "records": [per-task record attributes with
-stats]}``. Codecs are the product's (``store.metadata.codecs_for``: bytes little-endian, blosc lz4
+stats]}`` (the CF ``coordinates`` make plain ``xr.open_zarr(stage)`` show the id and bound arrays as
+coordinates; one task's rows: ``ds.set_xindex("slot_task_id").sel(slot_task_id=7)``). Codecs are the product's (``store.metadata.codecs_for``: bytes little-endian, blosc lz4
 bitshuffle, crc32c; uncompressed for a one-chunk array under 256 bytes), chunk keys ``c.0.0`` as the product
 writes them. Ragged arrays are chunked in ``row_chunk`` rows (a fixed row count: zarr 3.1.6 has only the
 regular chunk grid, no rectilinear chunks, so a chunk cannot follow each task's rows), every other array by
@@ -67,12 +68,16 @@ class ConcatWriter:
             (whole rows up to ``chunk_bytes``).
         chunk_bytes: The product writer's chunk size (4 MiB).
         compressor: Compressor name (the product's default).
+        lean: Keep the task ids, row bounds, task attributes and each task's source row range in the stage
+            group's attributes (``tasks``, ``ids``, ``bounds``) instead of arrays: a stage stores its record
+            arrays and the row -> task coordinate only.
     """
 
     root: str
     row_chunk: int = 256
     chunk_bytes: int = 4 << 20
     compressor: str = "default"
+    lean: bool = False
 
     def __post_init__(self) -> None:
         if self.row_chunk < 0:
@@ -135,9 +140,11 @@ class ConcatWriter:
             "owner_id": [-1 if o.get("id") is None else o["id"] for o in owners],
             "core_id": [-1 if t.attrs.get("coreId") is None else t.attrs["coreId"] for t in tasks],
         }
-        tasks_attr = {"tasks": [{"group": t.path.rpartition("/")[2], "attrs": dict(t.attrs)} for t in tasks]}
-        for name, values in ids.items():
-            self._array(node, name, np.asarray(values, np.int64), ("task",), tasks_attr if name == "task_id" else {})
+        entries = [{"group": t.path.rpartition("/")[2], "attrs": dict(t.attrs)} for t in tasks]
+        if not self.lean:
+            for name, values in ids.items():
+                attrs = {"tasks": entries} if name == "task_id" else {}
+                self._array(node, name, np.asarray(values, np.int64), ("task",), attrs)
         bounds: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for name, members in by_name.items():
             first = members[0][1]
@@ -150,10 +157,11 @@ class ConcatWriter:
                 and first.data.ndim >= 1
                 and all(a.data.shape[1:] == first.data.shape[1:] for _, a in members)
             )
-            meta = {"records": [dict(a.attrs, stats=compute_stats(a.data)) for _, a in members]}
+            meta: dict[str, Any] = {"records": [dict(a.attrs, stats=compute_stats(a.data)) for _, a in members]}
             if uniform:
                 data = np.stack([a.data for _, a in members])
-                meta["coordinates"] = "task_id owner_id core_id"
+                if not self.lean:
+                    meta["coordinates"] = "task_id owner_id core_id"
                 self._array(node, name, data, ("task", *first.dims), meta)
             elif ragged:
                 dim = first.dims[0]
@@ -164,14 +172,25 @@ class ConcatWriter:
                         raise ValueError(f"stage {node.path}: record {name!r} has other {dim!r} rows than its peers")
                 else:
                     bounds[dim] = (stop - lengths, stop)
-                    self._row_coordinates(node, dim, members, ids["task_id"], lengths)
-                meta["coordinates"] = f"{dim}_task_id"
+                    self._row_coordinates(node, dim, members, entries, ids["task_id"], lengths)
+                meta["coordinates"] = (
+                    f"{dim}_task_id" if self.lean else f"{dim}_task_id task_id owner_id core_id {dim}_start {dim}_stop"
+                )
                 data = np.concatenate([a.data for _, a in members])
                 self._array(node, name, data, first.dims, meta, row_chunk=self.row_chunk)
             else:
                 for (i, a), record in zip(members, meta["records"]):
                     task = tasks[i].path.rpartition("/")[2]
                     self._array(node, f"{task}__{name}", a.data, a.dims, {"records": [record], "taskIndex": i})
+        if self.lean:  # ids, bounds and task attributes in the stage group's document, no arrays for them
+            node.attrs.update(
+                {
+                    "tasks": entries,
+                    "ids": ids,
+                    "bounds": {d: [start.tolist(), stop.tolist()] for d, (start, stop) in bounds.items()},
+                }
+            )
+            return
         for dim, (start, stop) in bounds.items():
             self._array(node, f"{dim}_start", start, ("task",), {})
             self._array(node, f"{dim}_stop", stop, ("task",), {})
@@ -181,12 +200,19 @@ class ConcatWriter:
         node: zarr.Group,
         dim: str,
         members: list[tuple[int, ArrayWrite]],
+        entries: list[dict[str, Any]],
         task_ids: list[int],
         lengths: np.ndarray,
     ) -> None:
         source = [a.coords.get(dim) for _, a in members]
         if all(s is not None for s in source):
-            self._array(node, dim, np.concatenate(source).astype(np.int64), (dim,), {})
+            values = np.concatenate(source).astype(np.int64)
+            ranges = all(np.array_equal(s, np.arange(s[0], s[0] + len(s))) for s in source if len(s))
+            if self.lean and ranges:  # each task's source rows as [start, stop), as a pack keeps them
+                for entry, s in zip(entries, source):
+                    entry.setdefault("coords", {})[dim] = [int(s[0]), int(s[0]) + len(s)] if len(s) else [0, 0]
+            else:
+                self._array(node, dim, values, (dim,), {})
         per_row = np.repeat(np.asarray(task_ids, np.int64), lengths)
         self._array(node, f"{dim}_task_id", per_row, (dim,), {})
 
@@ -240,12 +266,23 @@ def read_concat_task(root: str, stage: str, name: str, task_id: int) -> np.ndarr
         task_id: The task.
     """
     group = zarr.open_group(LocalStore(root, read_only=True), path=stage, mode="r")
-    i = int(np.flatnonzero(group["task_id"][...] == task_id)[0])
+    lean = "task_id" not in group
+    task_ids = np.asarray(group.attrs["ids"]["task_id"]) if lean else group["task_id"][...]
+    i = int(np.flatnonzero(task_ids == task_id)[0])
     array = group[name]
     dim = array.metadata.dimension_names[0]
     if dim == "task":
         return array[i]
-    return array[int(group[f"{dim}_start"][i]) : int(group[f"{dim}_stop"][i])]
+    start, stop = _bounds(group, dim)
+    return array[int(start[i]) : int(stop[i])]
+
+
+def _bounds(group: zarr.Group, dim: str) -> tuple[np.ndarray, np.ndarray]:
+    """``({dim}_start, {dim}_stop)`` of a stage group (arrays, or the lean layout's attributes)."""
+    if f"{dim}_start" in group:
+        return group[f"{dim}_start"][...], group[f"{dim}_stop"][...]
+    start, stop = group.attrs["bounds"][dim]
+    return np.asarray(start), np.asarray(stop)
 
 
 def concat_records(root: str) -> pd.DataFrame:
@@ -265,7 +302,7 @@ def concat_records(root: str) -> pd.DataFrame:
             for path, stage in window.members(max_depth=None):
                 if not isinstance(stage, zarr.Group) or CONCAT_ATTR not in stage.attrs:
                     continue
-                task_ids = stage["task_id"][...]
+                task_ids = stage["task_id"][...] if "task_id" in stage else np.asarray(stage.attrs["ids"]["task_id"])
                 starts = {}
                 for array_name, array in stage.arrays():
                     records = array.attrs.get("records")
@@ -273,7 +310,7 @@ def concat_records(root: str) -> pd.DataFrame:
                         continue
                     dim = array.metadata.dimension_names[0]
                     if dim != "task" and dim not in starts and "taskIndex" not in array.attrs:
-                        starts[dim] = (stage[f"{dim}_start"][...], stage[f"{dim}_stop"][...])
+                        starts[dim] = _bounds(stage, dim)
                     for i, record in enumerate(records):
                         if "taskIndex" in array.attrs:  # a fallback array: one task's record
                             i = int(array.attrs["taskIndex"])

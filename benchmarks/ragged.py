@@ -17,8 +17,9 @@ zarr-python 3, not product code). Workloads:
 
 Each workload's windows are captured once as the writer receives them (``WindowWrite``) and every layout
 writes the same descriptions: tasks (``WindowWriter()``, the default), packs (``WindowWriter(pack=True)``),
-concat-256 (ragged arrays in chunks of 256 rows) and concat-4MiB (the product's chunk rule: whole rows up to
-4 MiB). Per layout: files, directories and stored bytes below the root (and bytes/payload), files and PUTs
+concat256 (ragged arrays in chunks of 256 rows), concat4m (the product's chunk rule: whole rows up to
+4 MiB) and concat_lean (concat4m with the task ids, row bounds and source row ranges in the stage group's
+attributes: only the record arrays and the row -> task coordinate are arrays). Per layout: files, directories and stored bytes below the root (and bytes/payload), files and PUTs
 (files opened for writing, temporary files included) per record, write seconds (wall and CPU, median of
 ``--repeats`` interleaved runs, each ending with ``os.sync()``), the file-system floor of the layout (its
 files and directories written again with plain ``os`` calls and one ``os.sync()``, ``export.fs_floor``: what
@@ -69,7 +70,7 @@ from megadump_zarr.layout.write_model import WindowWrite
 from megadump_zarr.read import open_dump
 from megadump_zarr.store import writer as store_writer
 
-LAYOUTS = ("tasks", "packs", "concat256", "concat4m")
+LAYOUTS = ("tasks", "packs", "concat256", "concat4m", "concat_lean")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR
 
 
@@ -179,7 +180,9 @@ def write_layout(layout: str, windows: list[WindowWrite], root: Path) -> None:
             for window in windows:
                 writer.write_window(window)
     else:
-        ConcatWriter(str(root), row_chunk=256 if layout == "concat256" else 0).write(windows)
+        ConcatWriter(str(root), row_chunk=256 if layout == "concat256" else 0, lean=layout == "concat_lean").write(
+            windows
+        )
 
 
 def count_puts(layout: str, windows: list[WindowWrite], root: Path) -> int:

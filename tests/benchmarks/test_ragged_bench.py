@@ -1,4 +1,4 @@
-"""``python -m benchmarks.ragged --quick``: every workload reports the four layouts with positive figures, and
+"""``python -m benchmarks.ragged --quick``: every workload reports the five layouts with positive figures, and
 the prototype concatenated layout stores fewer files than the tasks layout (issue 21)."""
 
 from __future__ import annotations
@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
+import xarray as xr
 
 from benchmarks import ragged
 from benchmarks._ragged_concat import ConcatWriter, concat_records, read_concat_task
@@ -26,17 +28,18 @@ def test_quick_run_reports_every_layout_with_positive_figures(tmp_path, capsys):
                 assert row[key] > 0, (workload, row["layout"], key)
             assert row["records_s"] > 0 and row["records"] > 0 and row["bytes_per_payload"] > 0
             assert row["puts"] >= row["files"]  # every stored file was written at least once
-        for concat in ("concat256", "concat4m"):
+        for concat in ("concat256", "concat4m", "concat_lean"):
             assert rows[concat]["files"] < rows["tasks"]["files"], workload
             assert rows[concat]["files_vs_tasks"] == rows[concat]["files"] / rows["tasks"]["files"]
     assert list(tmp_path.glob("megadump-bench-*")) == []  # the scratch dumps are removed
     assert "files/tasks" in capsys.readouterr().out
 
 
-def test_concat_layout_reads_each_task_back(tmp_path):
+@pytest.mark.parametrize("lean", [False, True])
+def test_concat_layout_reads_each_task_back(tmp_path, lean):
     rows = [3, 5, 1, 5]
     window = ragged.synthetic_window(rows, 8)
-    ConcatWriter(str(tmp_path), row_chunk=4).write([window])
+    ConcatWriter(str(tmp_path), row_chunk=4, lean=lean).write([window])
     stage = "rank_0/window_0000/invocation_000000_forward/stages/expert_up"
     data = {a.path: a.data for a in window.invocations[0].arrays}
     for task in range(len(rows)):
@@ -48,3 +51,7 @@ def test_concat_layout_reads_each_task_back(tmp_path):
     shapes = table[table["name"] == "input_00_x"].sort_values("task_id")["shape"].tolist()
     assert shapes == [(r, 8) for r in rows]
     assert np.isfinite(table["l2norm"]).all()
+    ds = xr.open_zarr(tmp_path / stage)  # plain xarray: one task's rows through the row -> task coordinate
+    one = ds.set_xindex("token_task_id").sel(token_task_id=3)["output_00_y"].values
+    assert one.tobytes() == data["stages/expert_up/task_000003/output_00_y"].tobytes()
+    assert ("task_id" in ds.coords) is not lean and ("token" in ds.coords) is not lean
