@@ -110,8 +110,12 @@ def test_ambiguous_and_unstitchable_names(demo_dumps):
         dump.tensor("w_up")
     w_up = dump.tensor("w_up", task=1)
     np.testing.assert_array_equal(_values(w_up), l1.param("moe_experts", 2)[1])
-    with pytest.raises(ValueError, match=r"no tensor 'nope' matches.*tensors: .*xs"):
+    with pytest.raises(ValueError, match=r"no tensor 'nope' matches.*tensors: .*xs") as plain:
         dump.tensor("nope")
+    assert "record_array" not in str(plain.value)
+    path = dump.records()["path"].iloc[0]  # a record path given as a name: the message says how to read it
+    with pytest.raises(ValueError, match=r"no tensor 'rank_0/.*/input_00_\w+' matches.*record_array\(path\)"):
+        dump.tensor(path)
     whole = open_dump(l0.root)
     with pytest.raises(ValueError, match=r"'h' is stored by 2 invocations.*moe_router.*moe_dispatch"):
         whole.tensor("h")

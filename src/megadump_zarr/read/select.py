@@ -248,8 +248,10 @@ def pick_tensor_rows(
         why = no_match_message(pd.concat(named), select, what=f"records of tensor {name!r}")
         raise ValueError(f"{why} (rank {rank} window(s) {windows} of {root})")
     names = sorted({n for info in infos for n in frame_of(info)["name"]})
+    hint = "; a record path is read with record_array(path)" if "/" in str(name) else ""
     raise ValueError(
-        f"no tensor {name!r} matches in rank {rank} window(s) {windows} of {root}; tensors: {listing(names) or 'none'}"
+        f"no tensor {name!r} matches in rank {rank} window(s) {windows} of {root}; tensors: "
+        f"{listing(names) or 'none'}{hint}"
     )
 
 
