@@ -16,6 +16,7 @@ from megadump_zarr.dump.statistics_slots import layout_records
 from megadump_zarr.dump.window import DumpInvocation
 from megadump_zarr.l1 import L1_DUMP_PAYLOAD_BASE, L1_DUMP_RECORD_SIZE, L1_DUMP_RECORDS_OFFSET, pack_l1_buffer
 from megadump_zarr.runtime.executor import DeviceWorker
+from megadump_zarr.verify import verify_dump
 from tests._faults import fail_once_for_owner
 
 
@@ -49,7 +50,7 @@ def test_a_failed_statistics_launch_keeps_its_captured_statistics(tmp_path):
     assert failed["max"].notna().all()
     # salvaged from the failed launch: flagged partial like its arrays would be (QA1 R8), the clean launch not
     assert failed["partial"].all() and len(failed) == 27 and not whole["partial"].any()
-    report = open_dump(tmp_path).verify()
+    report = verify_dump(open_dump(tmp_path))
     (check,) = report.windows
     assert report.ok and check.partial_launches == ("invocation_000000_forward",) and check.partial_records == 27
 

@@ -12,6 +12,7 @@ import shutil
 import pytest
 
 from megadump_zarr import open_dump
+from megadump_zarr.verify import verify_dump
 from tests.read._repack import repack
 
 DATA = Path(__file__).parent / "data" / "schema6" / "l1"
@@ -53,6 +54,6 @@ def test_an_unknown_pack_format_is_refused_naming_the_pack(packed, version):
         .replace("[", r"\["),
     ):
         open_dump(root).records()
-    report = open_dump(root).verify()
+    report = verify_dump(open_dump(root))
     assert not report.ok
     assert any(message in str(problem) for problem in report.problems), report.problems

@@ -27,6 +27,7 @@ from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.location import get_bytes, list_dir, list_prefix, open_location, parse_json
 from megadump_zarr.read.packs import PackedView, base_store, packed_view
 from megadump_zarr.store.packs import decode_index, encode_index, index_nbytes
+from megadump_zarr.verify import verify_dump
 from tests.read._repack import repack, tear
 from tests._layout import without_digests
 
@@ -148,7 +149,7 @@ def test_records_values_and_tensors_equal_the_schema6_ones(roots):
     assert (
         len(result) == 18 and set(result["verdict"]) == {"pass"} and (result["max_abs"] == 0).all()
     )  # exact: stored bytes
-    assert b.verify().ok and b.verify(deep=True).ok
+    assert verify_dump(b).ok and verify_dump(b, deep=True).ok
 
 
 def test_data_groups_open_with_xarray_without_warnings(roots):
@@ -188,7 +189,7 @@ def test_flipped_byte_in_an_inner_chunk_names_the_virtual_chunk(packed_copy):
     np.testing.assert_array_equal(
         dump.record_array(f"{STAGES}/combine/task_000015/output_00_out").values.shape, (8, 16)
     )  # exact: integers
-    report = dump.verify()
+    report = verify_dump(dump)
     (problem,) = report.problems
     assert problem.key == key and problem.what.startswith("corrupt: crc32c checksum mismatch (stored 0x"), problem
 
@@ -209,7 +210,7 @@ def test_corrupt_index_names_the_shard(packed_copy):
         dump.record_array(f"{STAGES}/combine/task_000013/input_01_ws").values
     assert info.value.key == key
     # verify lists every chunk of the shard (tasks 13 and 14) instead of stopping at the first
-    problems = dump.verify().problems
+    problems = verify_dump(dump).problems
     assert [p.key for p in problems] == [key, key.replace("task_000013", "task_000014")]
     assert all(p.what.startswith(f"shard {rel} of chunk ") for p in problems)
 
@@ -245,7 +246,7 @@ def test_deleted_shard_is_a_missing_chunk(packed_copy):
     with pytest.raises(DumpIntegrityError, match=f"chunk {key} in .* is missing: its window is committed"):
         dump.record_array(f"{STAGES}/combine/task_000015/output_00_out").values
     assert key not in list_prefix(dump.store, f"{WINDOW}/")
-    problems = dump.verify().problems
+    problems = verify_dump(dump).problems
     assert {p.key for p in problems} == {key, key.replace("task_000015", "task_000016")}
     assert all(p.what == "chunk is missing" for p in problems)
 
@@ -367,7 +368,7 @@ def test_s3_packed_window_reads(roots):
         np.testing.assert_array_equal(
             dump.record_array(path).values, open_dump(plain).record_array(path).values
         )  # exact: stored bytes
-        assert dump.verify().ok
+        assert verify_dump(dump).ok
 
 
 # --------------------------------------------------------------------------- the writer's packs
@@ -429,7 +430,7 @@ def assert_same_dump(plain: Path, packed: Path) -> None:
         left, right = a.record_array(path), b.record_array(path)
         assert left.dims == right.dims and without_digests(left.attrs) == without_digests(right.attrs), path
         np.testing.assert_array_equal(left.values, right.values)  # exact: one run, two layouts
-    assert b.verify(deep=True).ok
+    assert verify_dump(b, deep=True).ok
 
 
 @pytest.fixture(scope="module")
@@ -525,7 +526,7 @@ def test_malformed_pack_is_named(packed_copy):
     with pytest.raises(DumpIntegrityError, match=f"^{message}$") as info:
         open_dump(packed_copy).records()
     assert info.value.key == key
-    report = open_dump(packed_copy).verify()
+    report = verify_dump(open_dump(packed_copy))
     assert [(p.key, p.what) for p in report.problems] == [(key, message)]
 
 
@@ -639,5 +640,5 @@ def test_verify_names_a_stored_pack_document_that_disagrees_with_the_window(pack
     (packed_copy / rel).write_text(json.dumps(doc))
     dump = open_dump(packed_copy)
     assert dump.records().equals(open_dump(packed_copy).records())  # readers are served the window's copy
-    problems = [(p.key, p.what) for p in dump.verify().problems]
+    problems = [(p.key, p.what) for p in verify_dump(dump).problems]
     assert problems == [(rel, "differs from the window's consolidated metadata in attributes")]

@@ -11,6 +11,7 @@ import pytest
 from megadump_zarr import open_dump
 from megadump_zarr.layout.write_model import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
 from megadump_zarr.store.writer import WindowWriter
+from megadump_zarr.verify import verify_dump
 
 WINDOW = "rank_0/window_0000"
 PACK = "invocation_000000_forward/stages/s/pack_0000"
@@ -69,7 +70,7 @@ def _swap_rows_everywhere(root: Path) -> None:
 
 
 def test_clean_pack_verifies(root: Path) -> None:
-    check = open_dump(root).verify()
+    check = verify_dump(open_dump(root))
     assert check.ok, check.problems
 
 
@@ -77,7 +78,7 @@ def test_swapped_rows_are_named_by_verify(root: Path) -> None:
     _swap_rows_everywhere(root)
     records = open_dump(root).records()  # the documents agree with themselves: the view cannot tell
     assert sorted(records["task_id"]) == [1, 2]
-    problems = open_dump(root).verify().problems
+    problems = verify_dump(open_dump(root)).problems
     keys = {p.key for p in problems}
     assert f"{WINDOW}/{PACK}/task_id" in keys, problems
     assert any("row 0 holds task_id 1 but attributes.tasks[0] names 2" in p.what for p in problems), problems

@@ -92,7 +92,7 @@ def _edit(root: Path, path: str, change: Callable[[dict[str, Any]], None]) -> No
 
 def test_whole_dump_passes(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for level in ("l0", "l1"):
-        report = open_dump(run / level).verify(deep=True)
+        report = verify_dump(open_dump(run / level), deep=True)
         assert report.ok, [str(p) for p in report.problems]
         assert report.windows[0].checked and report.windows[0].arrays > 0
         assert report.windows[0].chunks == report.windows[0].arrays  # demo arrays are one chunk each
