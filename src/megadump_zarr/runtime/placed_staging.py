@@ -4,8 +4,8 @@ The device worker knows every statistics record of a launch (kinds 1 and 2: thei
 count) before the first task runs. :class:`PlacedStager` gives each its own rows in its dtype's staging
 buffer then (records in the order given, each from a row boundary; the last row of a record whose
 count is not a multiple of :data:`~megadump_zarr.runtime.reductions.BLOCK` is zeroed once, and staging
-writes the record's bytes only, so its padding stays zero): staging a record is one device copy into a
-view made in advance and a flag, and :meth:`PlacedStager.flush` reduces each dtype's buffer in one
+writes the record's bytes only, so its padding stays zero): staging a record is one device copy into its
+range and a flag, and :meth:`PlacedStager.flush` reduces each dtype's buffer in one
 :func:`~megadump_zarr.runtime.reductions.segment_slots` pass (the whole buffer when every record was
 staged, else the staged records' rows gathered). A record staged twice before a flush is reduced once,
 with the bytes of its last staging (the slot it would end with either way). The slots are the same
@@ -19,6 +19,7 @@ which reduces whenever its buffer fills.
 from __future__ import annotations
 
 from collections.abc import Sequence
+import itertools
 
 import torch
 
@@ -27,48 +28,44 @@ from megadump_zarr.runtime.reductions import (
     STAGING_BYTES,
     give_back_staging,
     itemsize,
-    rows_of,
     segment_slots,
     take_staging,
 )
 
 __all__ = ["PlacedStager", "Place"]
 
-Place = tuple[list[bool], int, torch.Tensor | None]
-"""Where one record is staged: its dtype group's flags, its index there, the view its bytes go to
-(None for an empty record)."""
+Place = tuple[list[bool], int, torch.Tensor, int, int]
+"""Where one record is staged: its dtype group's flags, its index there, the group's buffer and the
+byte range its bytes go to (no tensor is made per record until it is staged)."""
 
 
 class _Placed:
     """One dtype's buffer, laid out for its records."""
 
-    __slots__ = ("size", "buffer", "rows", "counts", "tags", "first_rows", "staged")
+    __slots__ = ("buffer", "rows", "counts", "tags", "first_rows", "staged", "places")
 
-    def __init__(self, dtype: torch.dtype, counts: list[int], tags: list[object], device: torch.device) -> None:
-        self.size = size = itemsize(dtype)
-        blocks = [rows_of(n) for n in counts]
-        self.buffer = take_staging(sum(blocks) * BLOCK * size, device)
+    def __init__(
+        self, dtype: torch.dtype, counts: list[int], blocks: list[int], tags: list[object], device: torch.device
+    ) -> None:
+        size = itemsize(dtype)
+        row_bytes = BLOCK * size
+        self.buffer = take_staging(sum(blocks) * row_bytes, device)
         self.rows = self.buffer.view(dtype).view(-1, BLOCK)
         self.counts = counts
         self.tags = tags
-        starts = [0]
-        for n in blocks:
-            starts.append(starts[-1] + n)
-        self.first_rows = starts
+        self.first_rows = list(itertools.accumulate(blocks, initial=0))
         self.staged = [False] * len(counts)
-        padded = [starts[k + 1] - 1 for k, n in enumerate(counts) if n % BLOCK]
-        if padded:  # a reused buffer holds stale bytes: the padded last rows must read as zeros
-            self.buffer.view(-1, BLOCK * size).index_fill_(0, torch.tensor(padded, device=device), 0)
-
-    def places(self) -> list[Place]:
-        """Each record's :data:`Place` (views of the buffer, made once)."""
-        size, row_bytes = self.size, BLOCK * self.size
-        out: list[Place] = []
-        for k, count in enumerate(self.counts):
-            start = self.first_rows[k] * row_bytes
-            view = self.buffer[start : start + count * size] if count else None
-            out.append((self.staged, k, view))
-        return out
+        # each record's bytes start at its first row; a record with padding has its last row zeroed now
+        # (a reused buffer holds stale bytes) and never written again
+        padded = [k for k, n in enumerate(counts) if n % BLOCK]
+        if padded:
+            last = torch.tensor([self.first_rows[k + 1] - 1 for k in padded], device=device)
+            self.buffer.view(-1, row_bytes).index_fill_(0, last, 0)
+        flags, buffer = self.staged, self.buffer
+        self.places: list[Place] = [
+            (flags, k, buffer, first * row_bytes, first * row_bytes + n * size)
+            for k, (first, n) in enumerate(zip(self.first_rows, counts))
+        ]
 
     def reduce(self) -> tuple[list[object], torch.Tensor] | None:
         """The staged records' ``(tags, slots)`` (None when none is staged); clears the flags."""
@@ -119,14 +116,20 @@ class PlacedStager:
             by_dtype.setdefault(dtype, []).append(position)
         self._groups: list[_Placed] = []
         self._places: list[Place | None] = [None] * len(records)
+        self.dtypes: frozenset[torch.dtype] = frozenset()
+        """The dtypes whose records are placed."""
+        placed = []
         for dtype, positions in by_dtype.items():
             counts = [int(records[p][1]) for p in positions]
-            if sum(rows_of(n) for n in counts) * BLOCK * itemsize(dtype) > self.capacity:
+            blocks = [-(-n // BLOCK) for n in counts]
+            if sum(blocks) * BLOCK * itemsize(dtype) > self.capacity:
                 continue  # too large to place: staged (and reduced as its buffer fills) elsewhere
-            group = _Placed(dtype, counts, [records[p][2] for p in positions], self.device)
+            group = _Placed(dtype, counts, blocks, [records[p][2] for p in positions], self.device)
             self._groups.append(group)
-            for position, place in zip(positions, group.places()):
+            placed.append(dtype)
+            for position, place in zip(positions, group.places):
                 self._places[position] = place
+        self.dtypes = frozenset(placed)
 
     def place(self, position: int) -> Place | None:
         """Record ``position``'s :data:`Place`, or None when its dtype is not placed (or after :meth:`release`).
@@ -144,9 +147,9 @@ class PlacedStager:
             place: Its :data:`Place`, from :meth:`place`.
             source: Its bytes (1-D uint8 on the stager's device, exactly the record's bytes).
         """
-        flags, index, view = place
-        if view is not None:
-            view.copy_(source)
+        flags, index, buffer, start, stop = place
+        if stop > start:
+            buffer[start:stop].copy_(source)
         flags[index] = True
 
     def pending(self) -> int:
@@ -167,3 +170,4 @@ class PlacedStager:
             give_back_staging(group.buffer)
         self._groups = []
         self._places = [None] * len(self._places)
+        self.dtypes = frozenset()
