@@ -35,10 +35,15 @@ from megadump_zarr.l1.format import (
 )
 from megadump_zarr.runtime.abi import RuntimeConfigC
 from megadump_zarr.runtime.compiler import CompiledTask, PreparedRuntime, worker_shard
+from megadump_zarr.runtime.placed_staging import PlacedStager
 from megadump_zarr.runtime.reductions import StatisticsStager, itemsize, statistics_slot, torch_dtype
 from megadump_zarr.runtime.reduction_rows import one_thread
 
 __all__ = ["DeviceWorker", "Tile", "execute"]
+
+_Staged = tuple[torch.Tensor, torch.Tensor, int, int, torch.dtype, int]
+"""A kind 1/2 record's parameter, source view, the parameter's data pointer and element count when the
+worker was built, the record's dtype and its position among the placed records."""
 
 
 @dataclass(frozen=True)
@@ -82,9 +87,12 @@ class DeviceWorker:
     the device into the record's 128-byte statistics slot; a kind-2 record also gets its source (prefix)
     copied into its tensor slot, and the slot's "tensor copied" flag set. No value leaves the device.
     Kind 1 and 2 records are staged (their bytes copied on the device at the boundary) and reduced
-    together, one segmented pass per dtype, when the staging is full and at :meth:`flush` (which
-    :func:`execute` calls after the last task, also when a task fails); their slots and CAPTURED
-    status are written then. Kinds 3 and 4 decide at the boundary whether to copy: reduced at once.
+    together, one segmented pass per dtype, at :meth:`flush` (which :func:`execute` calls after the
+    last task, also when a task fails); their slots and CAPTURED status are written then. Their rows
+    are laid out when the worker is built (:class:`~megadump_zarr.runtime.placed_staging.PlacedStager`:
+    staging is one copy into a view made then); a dtype whose records exceed the staging capacity goes
+    through a :class:`~megadump_zarr.runtime.reductions.StatisticsStager`, reduced also when it is full.
+    Kinds 3 and 4 decide at the boundary whether to copy: reduced at once.
 
     Args:
         buffer: The Device buffer (uint8 tensor on the kernel's device).
@@ -104,18 +112,25 @@ class DeviceWorker:
         self._pool_offset, self._pool_bytes, self._pool_used, _ = POOL_STRUCT.unpack(
             decoded.data[L1_POOL_HEADER_OFFSET : L1_POOL_HEADER_OFFSET + POOL_STRUCT.size].tobytes()
         )
-        self._by_task: dict[tuple[int, int], list[L1Record]] = {}
+        # per task boundary: (record, None) or, for kinds 1 and 2, (record, its staging: see _stage)
+        self._by_task: dict[tuple[int, int], list[tuple[L1Record, _Staged | None]]] = {}
+        placed: list[tuple[torch.dtype, int, L1Record]] = []
         expected: dict[torch.dtype, list[int]] = {}
-        # kinds 1, 2: the record's source view and dtype, checked once (see _staged_source)
-        self._staged: dict[int, tuple[torch.Tensor, torch.Tensor, int, int, torch.dtype]] = {}
         for record in decoded.records:
             source = self._source(record)  # refuse a bad record before any task runs, not at its task's boundary
-            self._by_task.setdefault((record.task_id, record.phase), []).append(record)
+            staged = None
             if record.kind != L1_RECORD_KIND_TENSOR and record.kind not in L1_POOL_KINDS:
                 dtype = self._dtype(record, source)
-                expected.setdefault(dtype, []).append(record.copy_bytes // itemsize(dtype))
                 parameter = self._parameters[record.parameter_position]
-                self._staged[record.index] = (parameter, source, parameter.data_ptr(), parameter.numel(), dtype)
+                staged = (parameter, source, parameter.data_ptr(), parameter.numel(), dtype, len(placed))
+                count = record.copy_bytes // itemsize(dtype)
+                placed.append((dtype, count, record))
+                expected.setdefault(dtype, []).append(count)
+            self._by_task.setdefault((record.task_id, record.phase), []).append((record, staged))
+        # every staged record has its rows laid out now; a dtype too large for that goes through the stager
+        self._placed = PlacedStager(buffer.device, placed)
+        for dtype in self._placed.dtypes:
+            del expected[dtype]
         self._stager = StatisticsStager(buffer.device, expected=expected)
 
     def capture(self, task_id: int, phase: int, worker: int | None, *, first: bool = True, last: bool = True) -> None:
@@ -129,14 +144,17 @@ class DeviceWorker:
                 are copied there).
             last: Whether this is the last worker to reach the AFTER boundary.
         """
-        for record in self._by_task.get((task_id, phase), ()):
+        for record, staged in self._by_task.get((task_id, phase), ()):
             if worker is not None:
                 if record.worker_id == L1_ANY_WORKER:
                     if (phase == L1_DUMP_PHASE_BEFORE and not first) or (phase == L1_DUMP_PHASE_AFTER and not last):
                         continue
                 elif record.worker_id != worker:
                     continue
-            self._copy(record)
+            if staged is None:
+                self._copy(record)
+            else:
+                self._stage(record, staged)  # its status is written with its slot
 
     def _source(self, record: L1Record) -> torch.Tensor:
         """The record's source bytes as a view of its parameter; refuses what would leave it."""
@@ -171,14 +189,12 @@ class DeviceWorker:
     def flush(self) -> None:
         """Reduce the staged statistics records and write their slots and CAPTURED status."""
         with one_thread(self._buffer.device):
-            self._write(self._stager.flush())
-        self._stager.release()  # its buffers serve the next launch's worker
+            self._write(self._placed.flush() + self._stager.flush())
+        self._placed.release()  # their buffers serve the next launch's worker (later records: the stager)
+        self._stager.release()
 
     def _copy(self, record: L1Record) -> None:
-        staged = self._staged.get(record.index)
-        if staged is not None:
-            self._stage(record, *self._staged_source(record, staged))
-            return  # its status is written with its slot
+        """A tensor record (copied) or a kind 3/4 record (reduced at once); its status CAPTURED."""
         source = self._source(record)
         if record.kind == L1_RECORD_KIND_TENSOR:
             if source.numel():
@@ -186,23 +202,6 @@ class DeviceWorker:
         else:
             self._reduce(record, source)
         self._buffer[record.record_offset + L1_DUMP_STATUS_BYTE] = L1_DUMP_STATUS_CAPTURED
-
-    def _staged_source(
-        self, record: L1Record, staged: tuple[torch.Tensor, torch.Tensor, int, int, torch.dtype]
-    ) -> tuple[torch.Tensor, torch.dtype]:
-        """A kind 1/2 record's source view and dtype, as checked when the worker was built, while its
-        parameter is the same tensor over the same memory (else checked again, as a tensor record is)."""
-        parameter, source, pointer, numel, dtype = staged
-        current = self._parameters[record.parameter_position]
-        if (
-            current is parameter
-            and current.data_ptr() == pointer
-            and current.numel() == numel
-            and current.is_contiguous()
-        ):
-            return source, dtype
-        source = self._source(record)
-        return source, self._dtype(record, source)
 
     def _dtype(self, record: L1Record, source: torch.Tensor) -> torch.dtype:
         """A statistics record's dtype; refuses a source that is not whole elements of it."""
@@ -215,12 +214,31 @@ class DeviceWorker:
             )
         return dtype
 
-    def _stage(self, record: L1Record, source: torch.Tensor, dtype: torch.dtype) -> None:
-        """Kinds 1, 2: stage the source for the segmented reduction (kind 2 also copies its tensor now)."""
+    def _stage(self, record: L1Record, staged: _Staged) -> None:
+        """Kinds 1, 2: stage the source for the segmented reduction (kind 2 also copies its tensor now).
+
+        The source view and dtype were checked when the worker was built; they are used while the
+        record's parameter is the same tensor over the same memory (else it is read and checked again,
+        as a tensor record is).
+        """
+        parameter, source, pointer, numel, dtype, position = staged
+        current = self._parameters[record.parameter_position]
+        if not (
+            current is parameter
+            and current.data_ptr() == pointer
+            and current.numel() == numel
+            and current.is_contiguous()
+        ):
+            source = self._source(record)
+            dtype = self._dtype(record, source)
         if record.kind == L1_RECORD_KIND_STATISTICS_AND_TENSOR and record.tensor_bytes:
             self._buffer[record.tensor_offset : record.tensor_offset + record.tensor_bytes].copy_(
                 source[: record.tensor_bytes]
             )
+        place = self._placed.place(position)
+        if place is not None:
+            self._placed.stage(place, source)  # its rows were laid out when the worker was built
+            return
         done = self._stager.stage(dtype, source, record)
         if done:
             with one_thread(self._buffer.device):

@@ -30,8 +30,9 @@ BLOCK = 256
 TAIL = 16
 """The block rule's last steps (the partial sums of 16 elements onwards) run once over every row's tail:
 on 16-wide rows they are a few tiny ops per chunk otherwise."""
-_CPU_CHUNK = 1 << 16
-"""Elements per op on CPU: a chunk's float64 tree (1 MiB at this size) stays in L2."""
+_CPU_CHUNK = 1 << 17
+"""Elements per op on CPU: a chunk's float64 trees (2 MiB at this size) stay in L2 (measured on the 2-core
+EPYC: 17.6 ms per 4096-record float32 pass against 23.8 at 1 << 16 and 19.0 at 1 << 18)."""
 _DEVICE_CHUNK = 1 << 22
 """Elements per op elsewhere (a few large kernels rather than many small launches)."""
 _INT64_MAX = (1 << 63) - 1
@@ -153,14 +154,15 @@ class _Pass:
         # The checksum words as float64: w_j (2 j + 1) < 2**42 and a row's sums < 2**51, so a float64
         # matrix product is exact in any order (BLAS, cuBLAS); without float64, int64 products.
         self.exact_mm = accumulate == torch.float64
-        self.checksums = torch.empty(count, 2, dtype=torch.float64 if self.exact_mm else torch.int64, device=device)
+        # [2, R]: the weighted and the plain word sums, one row each (the product below writes them so)
+        self.checksums = torch.empty(2, count, dtype=torch.float64 if self.exact_mm else torch.int64, device=device)
         j = torch.arange(self.words_per_row, dtype=torch.int64, device=device)
-        self.weights = torch.stack([2 * j + 1, torch.ones_like(j)], 1)
+        self.weights = torch.stack([2 * j + 1, torch.ones_like(j)], 0)
         if self.exact_mm:
             self.weights = self.weights.to(torch.float64)
             self.word_buffer = torch.empty(self.chunk, self.words_per_row, dtype=torch.float64, device=device)
         self.tree = torch.empty(2, self.chunk, BLOCK, dtype=accumulate, device=device) if self.cpu else None
-        self.steps = _levels(self.tree, BLOCK // 2, TAIL) if self.cpu else []
+        self.steps = _levels(self.tree, BLOCK // 2, 2 * TAIL) if self.cpu else []
 
     def words(self, start: int, stop: int) -> None:
         """The checksum columns of rows ``start:stop``."""
@@ -171,10 +173,11 @@ class _Pass:
         if self.exact_mm:
             buffer = self.word_buffer[: stop - start]
             buffer.copy_(words)
-            torch.mm(buffer, self.weights, out=self.checksums[start:stop])
+            # [2, words] @ [words, rows]: a product with two output rows runs far faster than [rows, 2]
+            torch.mm(self.weights, buffer.t(), out=self.checksums[:, start:stop])
             return
         wide = words.to(torch.int64) if words.dtype == torch.uint32 else words.to(torch.int64) & 0xFFFFFFFF
-        self.checksums[start:stop] = torch.stack([(wide * self.weights[:, 0]).sum(1), wide.sum(1)], 1)
+        self.checksums[:, start:stop] = torch.stack([(wide * self.weights[0]).sum(1), wide.sum(1)], 0)
 
     def clean(self, start: int, stop: int) -> None:
         """Rows ``start:stop`` as if they held no NaN, Inf or padding (CPU; :meth:`redo` fixes the rest)."""
@@ -184,13 +187,13 @@ class _Pass:
         torch.amax(values, 1, out=self.hi[start:stop])
         count = stop - start
         tree = self.tree if count == self.chunk else self.tree[:, :count]
-        steps = self.steps if count == self.chunk else _levels(tree, BLOCK // 2, TAIL)
+        steps = self.steps if count == self.chunk else _levels(tree, BLOCK // 2, 2 * TAIL)
         # floats: the rows' own values (their widening is exact); integers: as int64 (uint64 wraps)
         tree[0].copy_(values if not rows.dtype.is_floating_point else rows)
         torch.mul(tree[0], tree[0], out=tree[1])
         for dst, src in steps:
             dst.add_(src)
-        self.tails[:, start:stop] = tree[:, :, :TAIL]
+        torch.add(tree[..., :TAIL], tree[..., TAIL : 2 * TAIL], out=self.tails[:, start:stop])  # the step h = TAIL
 
     def masked(self, start: int, stop: int, valid: torch.Tensor | None) -> None:
         """Rows ``start:stop`` by masks (``valid``: their valid elements, None when all are full)."""
@@ -211,7 +214,7 @@ class _Pass:
     def result(self) -> RowPartials:
         floating = self.rows.dtype.is_floating_point
         cast = self.accumulate if floating else torch.int64
-        weighted, words = (self.checksums[:, i].to(torch.int64) for i in (0, 1))
+        weighted, words = (self.checksums[i].to(torch.int64) for i in (0, 1))
         for dst, src in _levels(self.tails, TAIL // 2, 1):
             dst.add_(src)
         total, sumsq = self.tails[:, :, 0].contiguous()

@@ -50,9 +50,11 @@ __all__ = [
     "BLOCK",
     "StatisticsStager",
     "dtype_code",
+    "give_back_staging",
     "reference_sum",
     "segment_slots",
     "statistics_slot",
+    "take_staging",
     "torch_dtype",
 ]
 
@@ -235,14 +237,19 @@ def statistics_slot(values: torch.Tensor, raw: torch.Tensor | None = None) -> to
 STAGING_BYTES = 64 << 20
 """Default staging capacity of a :class:`StatisticsStager` per dtype (bytes on the device)."""
 _SPARE_BYTES = 2 * STAGING_BYTES
-"""CPU staging memory kept for the next launch at most (see :func:`_take`)."""
+"""CPU staging memory kept for the next launch at most (see :func:`take_staging`)."""
 _SPARE: dict[int, list[torch.Tensor]] = {}
 _SPARE_LOCK = threading.Lock()
 
 
-def _take(nbytes: int, device: torch.device) -> torch.Tensor:
+def take_staging(nbytes: int, device: torch.device) -> torch.Tensor:
     """A staging buffer of ``nbytes``: on CPU one a finished stager handed back when there is one (a fresh
-    one of tens of MiB costs a page fault per 4 KiB on first touch, every launch), else a new one."""
+    one of tens of MiB costs a page fault per 4 KiB on first touch, every launch), else a new one.
+
+    Args:
+        nbytes: Its size (a spare is reused for this exact size only).
+        device: Where it lives.
+    """
     if device.type == "cpu":
         with _SPARE_LOCK:
             spares = _SPARE.get(nbytes)
@@ -251,8 +258,12 @@ def _take(nbytes: int, device: torch.device) -> torch.Tensor:
     return torch.empty(nbytes, dtype=torch.uint8, device=device)
 
 
-def _give_back(buffer: torch.Tensor) -> None:
-    """Keep a CPU staging buffer for the next stager, within :data:`_SPARE_BYTES` (the oldest go first)."""
+def give_back_staging(buffer: torch.Tensor) -> None:
+    """Keep a CPU staging buffer for the next stager, within :data:`_SPARE_BYTES` (the oldest go first).
+
+    Args:
+        buffer: A buffer of :func:`take_staging` that nothing uses any more.
+    """
     if buffer.device.type != "cpu":
         return  # the device's caching allocator reuses its memory already
     with _SPARE_LOCK:
@@ -314,7 +325,7 @@ class StatisticsStager:
         """The dtype's group, its buffer allocated on first use (uninitialised: staging writes every row)."""
         size = itemsize(dtype)
         rows = self._sizes.get(dtype, self.capacity) // (BLOCK * size)
-        group = self._groups[dtype] = _Group(_take(rows * BLOCK * size, self.device), size)
+        group = self._groups[dtype] = _Group(take_staging(rows * BLOCK * size, self.device), size)
         return group
 
     def stage(self, dtype: torch.dtype, source: torch.Tensor, tag: object) -> list[tuple[list[object], torch.Tensor]]:
@@ -356,7 +367,7 @@ class StatisticsStager:
         if self.pending():
             raise RuntimeError(f"statistics stager released with {self.pending()} records not reduced")
         for group in self._groups.values():
-            _give_back(group.buffer)
+            give_back_staging(group.buffer)
         self._groups = {}
 
     def pending(self) -> int:
