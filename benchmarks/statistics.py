@@ -8,7 +8,7 @@ records (the seed's layout), once as statistics records (the device reduces each
 128-byte slot). Export = decode the Device buffer + build the window + write and commit it with the
 default writer, ending with ``os.sync()``; both modes interleaved, median of the repeats. Targets:
 statistics export time ≤ 5 % of tensor mode, stored bytes ≤ 2 %. Capture (the device worker filling
-the Device buffer, best of the repeats; statistics records are staged and reduced in one segmented
+the Device buffer, best of :data:`CAPTURES` captures per mode, the modes alternating, medians too; statistics records are staged and reduced in one segmented
 pass at ``flush``): statistics mode ≤ tensor mode (aim ≤ 0.5x); printed with per-record µs and the
 process CPU time (steadier than wall time on a loaded machine). ``--device cuda`` runs the capture
 on a GPU (the hook for ``make device-check``).
@@ -88,15 +88,39 @@ def _export(prepared: PreparedL1Dump, root: Path, statistics_mode: bool) -> None
         writer.write_window(build_window("L1", 0, 0, [invocation]))
 
 
-def _best_capture(
-    plans: tuple[Any, ...], parameters: list[torch.Tensor], device: torch.device, repeats: int
-) -> tuple[PreparedL1Dump, dict[str, float]]:
-    """The fastest of ``repeats`` captures (the first also warms the allocator)."""
-    runs = [_filled(plans, parameters, device) for _ in range(max(1, repeats))]
-    return runs[-1][0], min((timing for _, timing in runs), key=lambda t: t["wall"])
+CAPTURES = 15
+"""Captures per mode (``--quick``: 5): a capture takes tens of milliseconds, so the best of a few moved by
+±40 % with another process on the second core; both modes alternate, so drift reaches them alike."""
 
 
-def run_window(count: int, repeats: int, base: str | None, device: torch.device) -> dict[str, Any]:
+def _best_captures(
+    modes: dict[str, tuple[Any, ...]], parameters: list[torch.Tensor], device: torch.device, captures: int
+) -> dict[str, tuple[PreparedL1Dump, dict[str, float]]]:
+    """Each mode's fastest of ``captures`` captures, the modes alternating (the first run of each also warms
+    the allocator); its timing also holds the median wall and CPU seconds.
+
+    Args:
+        modes: Mode name -> its record plans.
+        parameters: The kernel parameters the records read.
+        device: Where the worker runs.
+        captures: Captures per mode.
+    """
+    runs: dict[str, list[tuple[PreparedL1Dump, dict[str, float]]]] = {mode: [] for mode in modes}
+    for _ in range(max(1, captures)):
+        for mode, plans in modes.items():
+            runs[mode].append(_filled(plans, parameters, device))
+    best = {}
+    for mode, done in runs.items():
+        timing = dict(min((t for _, t in done), key=lambda t: t["wall"]))
+        timing["median_wall"] = statistics.median(t["wall"] for _, t in done)
+        timing["median_cpu"] = statistics.median(t["cpu"] for _, t in done)
+        best[mode] = (done[-1][0], timing)
+    return best
+
+
+def run_window(
+    count: int, repeats: int, base: str | None, device: torch.device, captures: int = CAPTURES
+) -> dict[str, Any]:
     """S1: the same window captured and exported in tensor mode and in statistics mode."""
     _, plans = make_workload(count, 8 << 10, torch.float32)
     plans = tuple(plans)
@@ -107,8 +131,8 @@ def run_window(count: int, repeats: int, base: str | None, device: torch.device)
         torch.randn(elements, generator=generator).to(device),
     ]
     config = SimpleNamespace(mode="statistics", on_budget="error", device_memory_budget_mb=512)
-    tensor, tensor_capture = _best_capture(plans, parameters, device, repeats)
-    stats, stats_capture = _best_capture(layout_records(plans, config), parameters, device, repeats)
+    best = _best_captures({"tensor": plans, "statistics": layout_records(plans, config)}, parameters, device, captures)
+    (tensor, tensor_capture), (stats, stats_capture) = best["tensor"], best["statistics"]
     times: dict[str, list[float]] = {"tensor": [], "statistics": []}
     stored: dict[str, int] = {}
     with scratch_dir(base) as scratch:
@@ -143,6 +167,9 @@ def run_window(count: int, repeats: int, base: str | None, device: torch.device)
         "worker_build_tensor_s": tensor_capture["build"],
         "worker_build_statistics_s": stats_capture["build"],
         "capture_cpu_ratio": stats_capture["cpu"] / max(tensor_capture["cpu"], 1e-9),
+        "captures_per_mode": captures,
+        "capture_median_ratio": stats_capture["median_wall"] / tensor_capture["median_wall"],
+        "capture_median_cpu_ratio": stats_capture["median_cpu"] / max(tensor_capture["median_cpu"], 1e-9),
         "capture_statistics_us_per_record": stats_capture["wall"] / count * 1e6,
         "capture_tensor_us_per_record": tensor_capture["wall"] / count * 1e6,
         "export_tensor_us_per_record": med["tensor"] / count * 1e6,
@@ -223,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats or (1 if args.quick else 3)
     steps = args.steps or (150 if args.quick else 1000)
     print(f"machine: {machine()}")
-    window = run_window(512 if args.quick else 4096, repeats, args.dir, torch.device(args.device))
+    captures = 5 if args.quick else CAPTURES
+    window = run_window(512 if args.quick else 4096, repeats, args.dir, torch.device(args.device), captures)
     print_table(
         [window],
         [
@@ -240,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         f"device capture ({window['device']}): tensor {window['capture_tensor_s']:.3f} s "
         f"({window['capture_tensor_us_per_record']:.1f} us/record), statistics {window['capture_statistics_s']:.3f} s "
         f"({window['capture_statistics_us_per_record']:.1f} us/record): {window['capture_ratio']:.2f}x "
-        f"(CPU time {window['capture_cpu_ratio']:.2f}x); export per record: tensor "
+        f"(CPU time {window['capture_cpu_ratio']:.2f}x; medians of {captures}: "
+        f"{window['capture_median_ratio']:.2f}x, CPU {window['capture_median_cpu_ratio']:.2f}x); export per record: tensor "
         f"{window['export_tensor_us_per_record']:.1f} us, statistics {window['export_statistics_us_per_record']:.1f} us; "
         f"Device buffer {window['device_buffer_tensor']} vs {window['device_buffer_statistics']} B"
     )
