@@ -38,7 +38,7 @@ def proxy(moto):
 def test_upload_completes_and_verifies_under_20_percent_faults(proxy, bucket, options, copy_dump, s3_client):
     root = copy_dump("L1")
     proxy.rate = 0.2
-    report = upload(root, f"s3://{bucket}/up", storage_options=s3_options(proxy.endpoint), workers=8)
+    report = upload(root, f"s3://{bucket}/up", storage_options=s3_options(proxy.endpoint), threads=8)
     proxy.rate = 0.0
     assert report.ok and report.windows == ["rank_0/window_0000"]
     assert sum(proxy.counts[k] for k in ("503", "500", "drop", "drop-after")) >= 5, proxy.counts

@@ -29,7 +29,7 @@ def test_chunk_objects_checked_on_s3(
     # combine packs its 4 full tiles (the expert tiles are ragged: task groups)
     run_dump(root, "L1", layout="packs", kernel_names=("moe_experts",), stages=("expert_up", "combine"), owner_ids=None)
     url = f"s3://{bucket}/run"
-    assert upload(root, url, storage_options=options, workers=4).ok
+    assert upload(root, url, storage_options=options, threads=4).ok
     report = verify_dump(url, options, deep=True)
     assert report.ok and report.windows[0].chunks > 0
 

@@ -27,7 +27,7 @@ def remote_files(client, bucket, prefix):
 def test_upload_verify_resume_and_read_back(bucket, options, local_dumps, copy_dump, s3_client):
     root = copy_dump("L0")
     url = f"s3://{bucket}/run1"
-    report = upload(root, url, storage_options=options, workers=8)
+    report = upload(root, url, storage_options=options, threads=8)
     files = local_files(root)
     assert report.ok and report.windows == ["rank_0/window_0000", "rank_0/window_0001"]
     assert report.uploaded_objects == len(files) and report.present_objects == 0
@@ -66,7 +66,7 @@ def test_window_document_goes_last(bucket, options, copy_dump, monkeypatch):
 
     monkeypatch.setattr(ObjectStoreBackend, "put", spy)
     root = copy_dump("L1")
-    upload(root, f"s3://{bucket}/order", storage_options=options, workers=4)
+    upload(root, f"s3://{bucket}/order", storage_options=options, threads=4)
     document = "rank_0/window_0000/zarr.json"
     assert order[-1] == document and order.count(document) == 1
     assert order[:2] == ["zarr.json", "rank_0/zarr.json"] or set(order[:2]) == {"zarr.json", "rank_0/zarr.json"}

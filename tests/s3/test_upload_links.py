@@ -63,7 +63,7 @@ def test_links_are_refused_before_anything_is_sent(
     root = copy_dump("L1")
     link = _plant(root, tmp_path, kind)
     with pytest.raises(ValueError) as info:
-        upload(root, f"s3://{bucket}/run", storage_options=options, workers=2)
+        upload(root, f"s3://{bucket}/run", storage_options=options, threads=2)
     message = str(info.value)
     assert str(link) in message and "symbolic link" in message
     assert all_objects(s3_client, bucket) == {}
@@ -99,7 +99,7 @@ def test_a_fifo_is_refused_not_read(
     fifo = root / WINDOW / "pipe"
     os.mkfifo(fifo)
     with pytest.raises(ValueError, match="is not a regular file"):
-        upload(root, f"s3://{bucket}/run", storage_options=options, workers=2)
+        upload(root, f"s3://{bucket}/run", storage_options=options, threads=2)
     assert all_objects(s3_client, bucket) == {}
 
 
@@ -110,5 +110,5 @@ def test_a_linked_root_itself_is_the_users_choice(
     root = copy_dump("L1")
     alias = tmp_path / "alias"
     alias.symlink_to(root, target_is_directory=True)
-    report = upload(alias, f"s3://{bucket}/run", storage_options=options, workers=2)
+    report = upload(alias, f"s3://{bucket}/run", storage_options=options, threads=2)
     assert report.ok and report.windows == [WINDOW]
