@@ -331,6 +331,15 @@ def floor_template(
         launches: Invocations of the window.
     """
     ours(buffer, plans, root, launches=launches, durable=False)
+    return tree_template(root)
+
+
+def tree_template(root: Path) -> list[tuple[str, bytes | None]]:
+    """The directories (``None``) and files (their bytes) below ``root``, parents first (for :func:`fs_floor`).
+
+    Args:
+        root: A written tree.
+    """
     entries: list[tuple[str, bytes | None]] = []
     for here, dirs, files in os.walk(root):
         rel = os.path.relpath(here, root)

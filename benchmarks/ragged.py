@@ -50,7 +50,7 @@ import xarray as xr
 import zarr.storage._local as zarr_local
 
 from benchmarks._common import cpu_seconds, machine, print_table, scratch_dir, start_run, sync_disk, write_json
-from benchmarks.export import fs_floor
+from benchmarks.export import fs_floor, tree_template
 from benchmarks._ragged_concat import ConcatWriter, concat_records, read_concat_task
 from megadump_zarr import tensor_dump
 from megadump_zarr.demo.model import DemoConfig, MoEBlock
@@ -208,18 +208,6 @@ def count_puts(layout: str, windows: list[WindowWrite], root: Path) -> int:
     return count[0]
 
 
-def file_template(root: Path) -> list[tuple[str, bytes | None]]:
-    """The directories (``None``) and files (their bytes) below ``root``, parents first (for ``fs_floor``)."""
-    entries: list[tuple[str, bytes | None]] = []
-    for here, dirs, files in os.walk(root):
-        rel = os.path.relpath(here, root)
-        if rel != ".":
-            entries.append((rel, None))
-        entries.extend((os.path.join(rel, name), Path(here, name).read_bytes()) for name in sorted(files))
-        dirs.sort()
-    return entries
-
-
 def footprint(root: Path) -> tuple[int, int, int]:
     """``(files, directories, bytes)`` below ``root``."""
     files = [p for p in root.rglob("*") if p.is_file()]
@@ -306,7 +294,7 @@ def run_workload(name: str, windows: list[WindowWrite], repeats: int, scratch: P
             times[layout].append(time.perf_counter() - start)
             cpu[layout].append(sum(cpu_seconds()) - cpu_start)
             if repeat == 0:
-                templates[layout] = file_template(root)
+                templates[layout] = tree_template(root)
         for layout in LAYOUTS:  # the same files and directories with plain os calls: the layout's own cost
             sync_disk()
             start = time.perf_counter()
