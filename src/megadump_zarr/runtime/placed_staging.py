@@ -28,6 +28,7 @@ from megadump_zarr.runtime.reductions import (
     STAGING_BYTES,
     give_back_staging,
     itemsize,
+    rows_of,
     segment_slots,
     take_staging,
 )
@@ -121,7 +122,7 @@ class PlacedStager:
         placed = []
         for dtype, positions in by_dtype.items():
             counts = [int(records[p][1]) for p in positions]
-            blocks = [-(-n // BLOCK) for n in counts]
+            blocks = [rows_of(n) for n in counts]
             if sum(blocks) * BLOCK * itemsize(dtype) > self.capacity:
                 continue  # too large to place: staged (and reduced as its buffer fills) elsewhere
             group = _Placed(dtype, counts, blocks, [records[p][2] for p in positions], self.device)
