@@ -117,6 +117,7 @@ def dump_demo_step(
     fault: dict[str, Any] | None = None,
     weight_bump: float = 0.0,
     stages: tuple[str, ...] = ("expert_up", "expert_down", "combine"),
+    layout: str = "tasks",
 ) -> Fault | None:
     """One forward step of the demo block (default ``DemoConfig``, deterministic) under an L0 or L1 dump.
 
@@ -127,6 +128,7 @@ def dump_demo_step(
             default ``"expert_kernel"``).
         weight_bump: Added to ``w_down[1]`` before the step (a wrong weight, an input of the expert kernel).
         stages: L1 stages to dump.
+        layout: The L1 layout (``"tasks"`` or ``"packs"``).
 
     Returns:
         The injected :class:`Fault`, or None.
@@ -139,7 +141,7 @@ def dump_demo_step(
         with torch.no_grad():
             block.w_down[1] += weight_bump
     config = (
-        TensorDumpConfig(root, level="L1", kernel_names="moe_experts", stages=stages)
+        TensorDumpConfig(root, level="L1", kernel_names="moe_experts", stages=stages, layout=layout)
         if level == "L1"
         else TensorDumpConfig(root, level="L0")
     )

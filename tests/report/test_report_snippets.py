@@ -55,3 +55,38 @@ def test_every_record_snippet_opens_its_group(pair, tmp_path, level):
     for path in sorted(set(records["path"]))[:: max(1, len(records) // 12)]:
         code += _open_snippet(root, path).partition("\n# or:")[0].removeprefix("import xarray as xr\n") + "\n"
     _run(code, tmp_path)
+
+
+def test_packed_record_snippets_open_the_pack_row(tmp_path, cli):
+    """``layout="packs"``: a packed record's snippet opens its pack with plain xarray and takes its row, and
+    gives the record's values; the report page carries the same address for its click-to-copy snippet."""
+    import numpy as np
+
+    from tests._faults import dump_demo_step
+
+    faulty, clean = tmp_path / "faulty", tmp_path / "clean"
+    dump_demo_step(faulty, "L1", fault={"stage": "combine", "start": 8, "delta": 0.5}, layout="packs")
+    dump_demo_step(clean, "L1", layout="packs")
+    dump = open_dump(faulty)
+    records = dump.records()
+    packed = records[records["pack_array"].notna()]
+    assert len(packed), "the demo's combine tiles are packed"
+    code = "import numpy as np\n"
+    for row in packed.itertuples():
+        stored = [row.pack_array, int(row.pack_row)]
+        line = (
+            _open_snippet(str(faulty), row.path, stored).partition("\n# or:")[0].removeprefix("import xarray as xr\n")
+        )
+        assert ".isel(task=" in line and "/pack_" in line, line
+        np.save(tmp_path / f"{row.Index}.npy", dump.record_array(row.path).values)
+        code += f"np.testing.assert_array_equal(({line}).values, np.load({str(tmp_path / f'{row.Index}.npy')!r}))\n"
+    _run("import xarray as xr\n" + code, tmp_path)
+    out = tmp_path / "r.html"
+    cli("report", faulty, clean, "-o", out)
+    page = out.read_text()
+    snippets = [html.unescape(s) for s in _PRE.findall(page)]
+    assert any(".isel(task=" in s for s in snippets), snippets
+    for snippet in snippets:
+        for code in _both_lines(snippet):
+            _run(code, tmp_path)
+    assert '"stored":' in page and str(packed["pack_array"].iloc[0]) in page

@@ -186,10 +186,15 @@ SCRIPT = r"""
     var tr = e.target.closest("tr"); if (!tr) return;
     var r = rows[Number(tr.dataset.order)], root = data.sources.root_a || data.sources.a;
     var path = String(r.path || ""), cut = path.lastIndexOf("/");
+    var stored = (data.stored || {})[path];  // a packed record: its pack array and row (html.py _open_snippet)
+    var pack = stored ? String(stored[0]) : "", at = pack.lastIndexOf("/");
     document.getElementById("open-snippet").textContent =
       "import xarray as xr\n" +
-      "ds = xr.open_zarr(" + JSON.stringify(root + "/" + path.slice(0, cut)) + ")\n" +
-      "da = ds[" + JSON.stringify(path.slice(cut + 1)) + "]\n" +
+      (stored
+        ? "ds = xr.open_zarr(" + JSON.stringify(root + "/" + pack.slice(0, at)) + ")\n" +
+          "da = ds[" + JSON.stringify(pack.slice(at + 1)) + "].isel(task=" + Number(stored[1]) + ")\n"
+        : "ds = xr.open_zarr(" + JSON.stringify(root + "/" + path.slice(0, cut)) + ")\n" +
+          "da = ds[" + JSON.stringify(path.slice(cut + 1)) + "]\n") +
       "# or: xr.open_dataset(" + JSON.stringify(root) + ", engine=\"megadump\", group=" +
       JSON.stringify(engineGroup(path)) + ")";
   });

@@ -116,6 +116,8 @@ class ReportData:
         columns: The table's column names, in order.
         worst: For the worst records, the difference heatmap and histogram.
         notes: Things the reader should know (e.g. analysis functions not available).
+        stored: Record path -> ``[pack array, row]`` of dump A's packed records (``layout="packs"``): where
+            the snippets open them.
     """
 
     kind: str
@@ -130,6 +132,7 @@ class ReportData:
     columns: list[str] = field(default_factory=list)
     worst: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    stored: dict[str, list[Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The report as one JSON-ready mapping."""
@@ -383,6 +386,7 @@ def collect_comparison(
         columns=columns,
         worst=worst_rows,
         notes=notes,
+        stored=_stored(dump_a, result),
     )
 
 
@@ -420,7 +424,20 @@ def collect_single(a: Any, *, names: Any = None, select: dict[str, Any] | None =
         first_nonfinite=_where(first),
         rows=rows,
         columns=columns,
+        stored=_stored(dump, records),
     )
+
+
+def _stored(dump: Any, shown: pd.DataFrame) -> dict[str, list[Any]]:
+    """Where dump ``dump`` stores the packed records among those ``shown``: path -> ``[pack array, row]``."""
+    paths = set(shown["path"].dropna()) if "path" in getattr(shown, "columns", ()) else set()
+    if not paths or not hasattr(dump, "records"):
+        return {}
+    records = dump.records(include_incomplete=True)
+    if "pack_array" not in records.columns:
+        return {}
+    packed = records[records["pack_array"].notna() & records["path"].isin(paths)]
+    return {str(p): [str(a), int(r)] for p, a, r in zip(packed["path"], packed["pack_array"], packed["pack_row"])}
 
 
 def _url(x: Any) -> str:

@@ -323,11 +323,24 @@ def _engine_group(path: str) -> str:
     return "/".join(parts[:5] if len(parts) > 5 and parts[3] == "stages" else parts[:3])
 
 
-def _open_snippet(root: str, path: str) -> str:
+def _open_snippet(root: str, path: str, stored: list[Any] | None = None) -> str:
+    """The lines that open a record with plain xarray, and with the megadump engine.
+
+    Args:
+        root: The dump root.
+        path: The record's path below the root.
+        stored: ``[pack array, row]`` of a packed record (``layout="packs"``): plain xarray opens its pack
+            and takes its row.
+    """
     group, _, array = path.rpartition("/")
     top = _engine_group(path)
+    if stored:
+        pack, _, name = str(stored[0]).rpartition("/")
+        plain = f"xr.open_zarr({json.dumps(root + '/' + pack)})[{json.dumps(name)}].isel(task={int(stored[1])})"
+    else:
+        plain = f"xr.open_zarr({json.dumps(root + '/' + group)})[{json.dumps(array)}]"
     return (
-        f"import xarray as xr\nxr.open_zarr({json.dumps(root + '/' + group)})[{json.dumps(array)}]\n"
+        f"import xarray as xr\n{plain}\n"
         f'# or: xr.open_dataset({json.dumps(root)}, engine="megadump", group={json.dumps(top)})'
     )
 
@@ -341,13 +354,14 @@ def _worst(data: ReportData) -> str:
         where = w["where"]
         title = heatmap_title(where.get("name"), where)  # no "stage" where the record has none (L0)
         sampled = " (strided sample)" if w.get("sampled") else ""
+        path = str(where.get("path", ""))
         parts.append(
             f'<div class="worst" id="worst-{i}"><div><h3>{escape(title)}</h3>{_heatmap(i, w)}'
             f'<div class="colorbar"><span>{escape(_text(-w["limit"]))}</span>'
             f'<canvas class="colorbar-scale" width="160" height="12"></canvas><span>{escape(_text(w["limit"]))}</span>'
             f"<span>A−B{escape(sampled)}, 0 = white</span></div></div>"
             f'<div>{_histogram_svg(w["histogram"])}<p class="mono">{escape(_where_line(where))}</p>'
-            f'<pre class="mono">{escape(_open_snippet(root, str(where.get("path", ""))))}</pre></div></div>'
+            f'<pre class="mono">{escape(_open_snippet(root, path, data.stored.get(path)))}</pre></div></div>'
         )
     return "".join(parts)
 
@@ -357,7 +371,7 @@ def render_html(data: ReportData) -> str:
     payload = data.to_json()
     payload["colormap"] = [list(c) for c in DIVERGING]
     payload["worst"] = [{"shape": w["shape"], "cells": w["cells"]} for w in data.worst]
-    blob = script_json({k: payload[k] for k in ("columns", "rows", "worst", "colormap", "sources")})
+    blob = script_json({k: payload[k] for k in ("columns", "rows", "worst", "colormap", "sources", "stored")})
     if data.kind == "compare":
         cards = _cards(data)
         sections = f"<h2>Error map</h2>{_error_maps(data)}<h2>Worst records</h2>{_worst(data)}"
