@@ -386,7 +386,7 @@ def collect_comparison(
         columns=columns,
         worst=worst_rows,
         notes=notes,
-        stored=_stored(dump_a, result),
+        stored=_stored_of(dump_a, result),
     )
 
 
@@ -424,20 +424,30 @@ def collect_single(a: Any, *, names: Any = None, select: dict[str, Any] | None =
         first_nonfinite=_where(first),
         rows=rows,
         columns=columns,
-        stored=_stored(dump, records),
+        stored=_stored(records),  # the rows just read: no second catalogue walk
     )
 
 
-def _stored(dump: Any, shown: pd.DataFrame) -> dict[str, list[Any]]:
-    """Where dump ``dump`` stores the packed records among those ``shown``: path -> ``[pack array, row]``."""
-    paths = set(shown["path"].dropna()) if "path" in getattr(shown, "columns", ()) else set()
-    if not paths or not hasattr(dump, "records"):
+def _stored(records: pd.DataFrame, shown: pd.DataFrame | None = None) -> dict[str, list[Any]]:
+    """Where the packed records among ``records`` are stored: path -> ``[pack array, row]``.
+
+    Args:
+        records: Records-table rows (``Dump.records()`` columns).
+        shown: Only the records whose ``path`` is in this frame (default: all of ``records``).
+    """
+    if not len(records) or not {"path", "pack_array", "pack_row"} <= set(records.columns):
         return {}
-    records = dump.records(include_incomplete=True)
-    if "pack_array" not in records.columns:
-        return {}
-    packed = records[records["pack_array"].notna() & records["path"].isin(paths)]
+    packed = records[records["pack_array"].notna()]
+    if shown is not None:
+        packed = packed[packed["path"].isin(set(shown["path"].dropna()) if "path" in shown.columns else set())]
     return {str(p): [str(a), int(r)] for p, a, r in zip(packed["path"], packed["pack_array"], packed["pack_row"])}
+
+
+def _stored_of(dump: Any, shown: pd.DataFrame) -> dict[str, list[Any]]:
+    """:func:`_stored` of the records of ``dump`` (a ``Dump``; anything else stores no pack) among ``shown``."""
+    if not hasattr(dump, "records") or "path" not in shown.columns or not len(shown):
+        return {}
+    return _stored(dump.records(include_incomplete=True), shown)
 
 
 def _url(x: Any) -> str:
