@@ -150,6 +150,7 @@ def test_layout_packs_packable_tasks_and_keeps_the_rest(windows):
     pack = stage / "pack_0000"
     assert sorted(p.name for p in pack.iterdir()) == [
         "core_id",
+        "global_token",
         "input_00_x",
         "output_00_y",
         "owner_id",
@@ -158,9 +159,10 @@ def test_layout_packs_packable_tasks_and_keeps_the_rest(windows):
     ]
     assert sorted(p.name for p in (pack / "input_00_x").iterdir()) == ["c.0.0.0", "zarr.json"]  # one shard
     group = json.loads((pack / "zarr.json").read_bytes())
-    assert group["attributes"] == {"megadumpPack": 2, "stage": "up", "taskCount": 5}
+    assert group["attributes"] == {"megadumpPack": 3, "stage": "up", "taskCount": 5}
     assert sorted(group["consolidated_metadata"]["metadata"]) == [
         "core_id",
+        "global_token",
         "input_00_x",
         "output_00_y",
         "owner_id",
@@ -175,6 +177,12 @@ def test_layout_packs_packable_tasks_and_keeps_the_rest(windows):
     import zarr
 
     assert zarr.open_array(str(pack / "task_id"))[:].tolist() == [0, 1, 2, 3, 4]
+    # format 3: each row's global token indices, the stitched tensor's rows [start, stop) of its coords entry
+    global_token = zarr.open_array(str(pack / "global_token"))
+    assert global_token.metadata.dimension_names == ("task", "token")
+    assert global_token.attrs["megadumpRowCoordinate"] == "token"
+    spans = [t["coords"]["token"] for t in task["attributes"]["tasks"]]
+    assert global_token[...].tolist() == [list(range(start, stop)) for start, stop in spans]
     assert zarr.open_array(str(pack / "owner_id"))[:].tolist() == [0, 1, 0, 1, 0]
     assert zarr.open_array(str(stage / "pack_0001" / "task_id"))[:].tolist() == [10, 11]
     down = packed / INV / "stages" / "down" / "pack_0000"
@@ -256,12 +264,20 @@ def test_zarr_tensorstore_and_xarray_read_every_pack_array(windows):
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             dataset = xr.open_zarr(str(pack))
+        tasks = json.loads((pack / "task_id" / "zarr.json").read_bytes())["attributes"]["tasks"]
+        rows = {f"global_{dim}": ("task", dim) for dim in tasks[0]["coords"]}
         assert {name: dataset.coords[name].dims for name in dataset.coords} == {
             "task_id": ("task",),
             "owner_id": ("task",),
             "core_id": ("task",),
+            **rows,
         }  # coordinates, no task index
-        assert {"task_id", "owner_id", "core_id"}.isdisjoint(dataset.data_vars)
+        assert {"task_id", "owner_id", "core_id", *rows}.isdisjoint(dataset.data_vars)
+        stage = pack.relative_to(packed).parent
+        for name, (_, dim) in rows.items():  # a row's global indices: the tasks layout's coordinate, value for value
+            for row, entry in enumerate(tasks):
+                stored = zarr.open_array(str(plain / stage / entry["group"] / dim))[...]
+                assert dataset[name].isel(task=row).values.tolist() == stored.tolist()
 
 
 def test_records_attributes_and_stats_equal_the_schema6_writers(windows):
@@ -494,6 +510,7 @@ def test_fsspec_roots_get_the_same_pack_bytes(windows):
             if "/pack_" in k
             and "/c." in k
             and k.rpartition("/")[0].rpartition("/")[2] not in ("task_id", "owner_id", "core_id")
+            and not k.rpartition("/")[0].rpartition("/")[2].startswith("global_")
         ]
         assert len(shards) == 6
         for key in local:

@@ -57,6 +57,7 @@ from megadump_zarr.store.packs import (
     expand_pack,
     index_nbytes,
     range_chunk,
+    row_coordinate_names,
     task_array_name,
 )
 from megadump_zarr.layout.paths import RANK_DIR, TASK_DIR, WINDOW_PATH
@@ -161,13 +162,14 @@ def _check_rows(window: str, pack: str, nodes: dict[str, dict[str, Any]]) -> Non
     task_name = task_array_name(nodes, pack) or TASK_ARRAY
     where = f"{window}/{pack}/{task_name}/zarr.json" if window else f"{pack}/{task_name}/zarr.json"
     tasks = nodes[prefix + task_name]["attributes"][TASKS_ATTR]
+    skipped = {*INDEX_ARRAYS, *row_coordinate_names(pack, nodes, tasks)}
     records = [
         (path, doc)
         for path, doc in nodes.items()
         if path.startswith(prefix)
         and "/" not in path[len(prefix) :]
         and doc.get("node_type") == "array"
-        and path[len(prefix) :] not in INDEX_ARRAYS
+        and path[len(prefix) :] not in skipped
     ]
     for row, entry in enumerate(tasks):
         match = TASK_DIR.match(entry["group"])

@@ -26,7 +26,6 @@ from megadump_zarr.layout.write_model import InvocationWrite
 from megadump_zarr.store.chunking import ChunkPlan, plan_chunks
 from megadump_zarr.store.metadata import data_type_name, dumps
 from megadump_zarr.store.pack_groups import PackGroup, pack_groups_of
-from megadump_zarr.store.packs import TASK_DIM
 
 __all__ = ["ArrayJob", "InvocationNodes", "check_component", "invocation_nodes"]
 
@@ -254,13 +253,13 @@ def invocation_nodes(
                 ArrayJob(
                     _join(item.path, aux),
                     data,
-                    (TASK_DIM,),
+                    dims,
                     {},
                     attrs_json,
                     plan_chunks(data.shape, data.dtype.itemsize, chunk_bytes),
                     False,
                 )
-                for aux, data, attrs_json in item.aux
+                for aux, data, dims, attrs_json in item.aux
             ]
     for path, data, dims, attrs in pending:
         if not packed or _parent(path) not in packed:

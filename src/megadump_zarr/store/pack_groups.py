@@ -31,12 +31,16 @@ from megadump_zarr.store.packs import (
     CORE_ARRAY,
     INDEX_ARRAYS,
     OWNER_ARRAY,
+    PACK_COORDINATES,
+    ROW_COORDINATE_PREFIX,
     PACK_ATTR,
     PACK_MAX_RECORD_BYTES,
     PACK_VERSION,
     TASK_ARRAY,
     TASK_DIM,
     pack_name,
+    row_coordinate_attrs,
+    row_coordinate_name,
 )
 
 __all__ = ["MIN_PACK_TASKS", "PackGroup", "PackRecord", "pack_groups_of"]
@@ -89,15 +93,18 @@ class PackGroup:
         path: Pack group path relative to the invocation group.
         attrs_json: The pack group's encoded attributes.
         tasks: The packed task groups' paths (relative to the invocation group), in row order.
-        aux: ``(name, data, attrs_json)`` of the ``task``, ``owner_id`` and ``core_id`` arrays.
+        aux: ``(name, data, dims, attrs_json)`` of the ``task_id``, ``owner_id``, ``core_id`` and ``global_{dim}``
+            arrays.
         records: The record components.
+        coordinates: The record arrays' CF ``coordinates`` attribute (the aux arrays, space-separated).
     """
 
     path: str
     attrs_json: bytes
     tasks: list[str]
-    aux: list[tuple[str, np.ndarray, bytes]]
+    aux: list[tuple[str, np.ndarray, tuple[str, ...], bytes]]
     records: list[PackRecord]
+    coordinates: str = PACK_COORDINATES
     jobs: list[Any] = field(default_factory=list)  # the aux arrays as the writer's ArrayJobs (set by invocation_nodes)
 
 
@@ -166,6 +173,7 @@ def pack_groups_of(
             or data.nbytes > limit
             or name in _RESERVED
             or not _RESERVED.isdisjoint(dims)
+            or any(part.startswith(ROW_COORDINATE_PREFIX) for part in (name, *dims))
         ):
             candidates.discard(group)
             continue
@@ -261,10 +269,17 @@ def _pack(
         )
     columns = np.array([t[1:] for t in tasks], dtype=np.int64).reshape(count, 3)
     aux = [
-        (TASK_ARRAY, np.ascontiguousarray(columns[:, 0]), b'{"tasks":[' + b",".join(entries) + b"]}"),
-        (OWNER_ARRAY, np.ascontiguousarray(columns[:, 1]), b"{}"),
-        (CORE_ARRAY, np.ascontiguousarray(columns[:, 2]), b"{}"),
+        (TASK_ARRAY, np.ascontiguousarray(columns[:, 0]), (TASK_DIM,), b'{"tasks":[' + b",".join(entries) + b"]}"),
+        (OWNER_ARRAY, np.ascontiguousarray(columns[:, 1]), (TASK_DIM,), b"{}"),
+        (CORE_ARRAY, np.ascontiguousarray(columns[:, 2]), (TASK_DIM,), b"{}"),
     ]
+    coordinates = [PACK_COORDINATES]
+    for position, (dim, start, stop) in enumerate(ranges.get(first, ())):  # format 3: each row's global indices
+        starts = np.array([ranges[t[0]][position][1] for t in tasks], dtype=np.int64)
+        values = starts[:, None] + np.arange(stop - start, dtype=np.int64)[None, :]
+        name = row_coordinate_name(dim)
+        aux.append((name, values, (TASK_DIM, dim), dumps(row_coordinate_attrs(dim))))
+        coordinates.append(name)
     components = []
     for position, index in enumerate(members[first]):
         name = records[index][0].rpartition("/")[2]
@@ -281,4 +296,4 @@ def _pack(
             )
         )
     attrs_json = dumps({PACK_ATTR: PACK_VERSION, "stage": stage_name, "taskCount": count})
-    return PackGroup(path, attrs_json, [t[0] for t in tasks], aux, components)
+    return PackGroup(path, attrs_json, [t[0] for t in tasks], aux, components, " ".join(coordinates))

@@ -34,7 +34,6 @@ from megadump_zarr.store.metadata import dumps, pack_array_document_bytes
 from megadump_zarr.store.pack_groups import PackGroup, PackRecord
 from megadump_zarr.store.packs import (
     COORDINATES_ATTR,
-    PACK_COORDINATES,
     SHARD_DIGEST_ATTR,
     TASK_DIM,
     encode_index,
@@ -150,9 +149,11 @@ class _Parts:
         return tuple(self.parts) if self.local else b"".join(self.parts)
 
 
-def _records_json(record: PackRecord, stats: list[dict[str, Any]] | None, crcs: list[int | None]) -> bytes:
-    """``{"coordinates": "task_id owner_id core_id", "records": [...], "shardCrc32c": "..."}``: the pack's
-    coordinates (so plain xarray shows them along ``task``), then each row's attributes, with ``stats`` spliced
+def _records_json(
+    record: PackRecord, stats: list[dict[str, Any]] | None, crcs: list[int | None], coordinates: str
+) -> bytes:
+    """``{"coordinates": "task_id owner_id core_id global_token", "records": [...], "shardCrc32c": "..."}``: the
+    pack's coordinates (so plain xarray shows them along ``task``), then each row's attributes, with ``stats`` spliced
     in as the schema-6 writer does, then each shard's digest in grid order (8 hex digits each; none without
     checksums, as the tasks layout's ``chunkCrc32c``)."""
     rows = record.attrs_json
@@ -162,7 +163,7 @@ def _records_json(record: PackRecord, stats: list[dict[str, Any]] | None, crcs: 
         if len(pieces) != len(rows):  # pragma: no cover - a stats dictionary never holds braces
             raise AssertionError(f"{len(pieces)} statistics for {len(rows)} records")
         rows = [a[:-1] + (b',"stats":{' if a != b"{}" else b'"stats":{') + p + b"}}" for a, p in zip(rows, pieces)]
-    head = b"{" + dumps(COORDINATES_ATTR) + b":" + dumps(PACK_COORDINATES) + b',"records":[' + b",".join(rows) + b"]"
+    head = b"{" + dumps(COORDINATES_ATTR) + b":" + dumps(coordinates) + b',"records":[' + b",".join(rows) + b"]"
     if any(crc is None for crc in crcs):
         return head + b"}"
     digests = "".join(f"{crc:08x}" for crc in crcs).encode()
@@ -185,11 +186,11 @@ def submit_pack(writer: Any, pack: PackGroup, base: str) -> list[Future[Any]]:
     writer._write_small([(job, f"{base}/{job.path}") for job in pack.jobs])
     futures: list[Future[Any]] = []
     for record in pack.records:
-        futures.extend(_submit_record(writer, record, f"{prefix}/{record.name}", len(pack.tasks)))
+        futures.extend(_submit_record(writer, record, f"{prefix}/{record.name}", len(pack.tasks), pack.coordinates))
     return futures
 
 
-def _submit_record(writer: Any, record: PackRecord, prefix: str, count: int) -> list[Future[Any]]:
+def _submit_record(writer: Any, record: PackRecord, prefix: str, count: int, coordinates: str) -> list[Future[Any]]:
     per_shard = shard_rows(record.nbytes, count)
     shards = -(-count // per_shard)
     zeros = ".0" * len(record.shape)
@@ -232,7 +233,7 @@ def _submit_record(writer: Any, record: PackRecord, prefix: str, count: int) -> 
                 record.dtype,
                 (per_shard, *record.shape),
                 NO_COMPRESSION if raw else writer.compressor,
-                _records_json(record, merged, state["crcs"]),
+                _records_json(record, merged, state["crcs"], coordinates),
                 (TASK_DIM, *record.dims),
                 checksum,
             )

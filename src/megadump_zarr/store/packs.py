@@ -14,12 +14,17 @@ the same signature (record names, dtypes, shapes, dimensions and coordinates) as
   attributes...}, "coords": {"token": [start, stop], ...}}`` (each schema-6 row coordinate of the task,
   always ``arange(start, stop)``);
 * ``pack/owner_id`` and ``pack/core_id`` — int64 ``(T,)``, dims ``("task",)`` (for xarray users);
+* ``pack/global_{dim}`` (format 3) — int64 ``(T, n)``, dims ``("task", dim)``, one per row coordinate: each row's
+  global indices along ``dim``, ``arange(start, stop)`` of its ``coords`` entry (where the task's rows sit in
+  the stitched tensor), attributes ``{"megadumpRowCoordinate": dim, "long_name": ...}``; ``verify`` checks the
+  values against ``coords``;
 * ``pack/{record}`` (``input_00_x`` ...) — shape ``(T, *record_shape)``, dims ``("task", *record_dims)``,
   Zarr v3 ``sharding_indexed``: inner chunk ``(1, *record_shape)`` whose codec chain is exactly the
   schema-6 record's (bytes, blosc or none, crc32c), shards of ``shard_rows`` tasks, index at the end
   (``(offset, nbytes)`` little-endian uint64 per inner chunk, then its crc32c). Attributes
-  ``{"coordinates": "task_id owner_id core_id", "records": [...]}``: the CF ``coordinates`` xarray decodes
-  (plain ``xr.open_zarr(pack)`` shows the three id arrays as coordinates along ``task``; format 2), then
+  ``{"coordinates": "task_id owner_id core_id global_token", "records": [...]}``: the CF ``coordinates`` xarray
+  decodes (plain ``xr.open_zarr(pack)`` shows the id arrays as coordinates along ``task``, format 2, and the
+  row coordinates, format 3), then
   the schema-6 record attributes (with ``stats``) of each row, then ``"shardCrc32c"`` (:data:`SHARD_DIGEST_ATTR`;
   with checksums only): 8 lower-case hex digits per shard in grid order, :func:`shard_digest` (the crc32c of its
   chunks' crc32c and its index), so ``verify`` tells a shard valid elsewhere (copied from another window, swapped
@@ -64,6 +69,8 @@ __all__ = [
     "PACK_VERSION",
     "PACK_VERSIONS",
     "RECORDS_ATTR",
+    "ROW_COORDINATE_ATTR",
+    "ROW_COORDINATE_PREFIX",
     "TASKS_ATTR",
     "TASK_ARRAY",
     "TASK_ARRAYS",
@@ -79,6 +86,9 @@ __all__ = [
     "is_pack_group",
     "pack_name",
     "range_chunk",
+    "row_coordinate_attrs",
+    "row_coordinate_name",
+    "row_coordinate_names",
     "shard_rows",
     "shard_digest",
     "shard_digest_of",
@@ -88,9 +98,10 @@ __all__ = [
 
 PACK_PREFIX = "pack_"
 PACK_ATTR = "megadumpPack"  # pack group attribute: the pack format version
-PACK_VERSION = 2
-"""The pack format the writer writes: 2 names the task id array ``task_id`` (1, schema 7's: ``task``)."""
-PACK_VERSIONS = (1, 2)
+PACK_VERSION = 3
+"""The pack format the writer writes: 3 stores each row coordinate's global rows as an array along ``task``
+(``global_{dim}``); 2 names the task id array ``task_id`` (1, schema 7's: ``task``)."""
+PACK_VERSIONS = (1, 2, 3)
 """Pack formats readers know."""
 TASK_DIM = "task"
 """The dimension along a pack's rows."""
@@ -103,6 +114,12 @@ OWNER_ARRAY = "owner_id"
 CORE_ARRAY = "core_id"
 INDEX_ARRAYS = (TASK_ARRAY, TASK_ARRAY_V1, OWNER_ARRAY, CORE_ARRAY)
 """A pack's per-row arrays that are not records (a record never takes one of these names)."""
+ROW_COORDINATE_PREFIX = "global_"
+"""Format 3: the pack array ``global_{dim}`` (int64 ``(T, n)``, dims ``("task", dim)``) holds each row's global
+``dim`` indices, ``arange(start, stop)`` of its ``attributes.tasks[row].coords.{dim}`` (the stitched tensor's rows),
+so plain xarray sees where each task's rows sit; a record name or dimension never starts with the prefix."""
+ROW_COORDINATE_ATTR = "megadumpRowCoordinate"
+"""A format-3 row coordinate array's attribute naming its dimension (what tells it from a record array)."""
 COORDINATES_ATTR = "coordinates"
 PACK_COORDINATES = f"{TASK_ARRAY} {OWNER_ARRAY} {CORE_ARRAY}"
 """A format-2 record array's ``coordinates`` attribute (the CF convention xarray decodes): plain
@@ -146,6 +163,47 @@ def task_array_name(nodes: Mapping[str, Any], pack: str) -> str | None:
         if isinstance(doc, dict) and doc.get("node_type") == "array":
             return name
     return None
+
+
+def row_coordinate_name(dim: str) -> str:
+    """The format-3 pack array holding each row's global ``dim`` indices (``global_token``)."""
+    return f"{ROW_COORDINATE_PREFIX}{dim}"
+
+
+def row_coordinate_attrs(dim: str) -> dict[str, str]:
+    """The attributes of a format-3 row coordinate array (its marker and a label for xarray users)."""
+    return {
+        ROW_COORDINATE_ATTR: dim,
+        "long_name": f"global {dim} index in the stitched tensor (each task's rows [start, stop))",
+    }
+
+
+def row_coordinate_names(pack: str, nodes: Mapping[str, Any], tasks: list[Any]) -> dict[str, str]:
+    """A pack's row coordinate arrays among ``nodes``: component -> dimension.
+
+    An array is one when it is named :func:`row_coordinate_name` of a dimension the rows' ``coords`` give and its
+    attributes carry that dimension as :data:`ROW_COORDINATE_ATTR` (an array without the marker is read as a
+    record, and a record without ``records`` is named malformed: never skipped silently).
+
+    Args:
+        pack: The pack group's path relative to the window.
+        nodes: Window nodes (relative path -> document).
+        tasks: The pack's ``attributes.tasks`` entries.
+    """
+    dims = {
+        dim
+        for entry in tasks
+        if isinstance(entry, dict) and isinstance(entry.get("coords"), dict)
+        for dim in entry["coords"]
+    }
+    found = {}
+    for dim in dims:
+        name = row_coordinate_name(str(dim))
+        doc = nodes.get(f"{pack}/{name}")
+        attrs = doc.get("attributes") if isinstance(doc, dict) else None
+        if isinstance(attrs, dict) and attrs.get(ROW_COORDINATE_ATTR) == dim:
+            found[name] = str(dim)
+    return found
 
 
 def shard_rows(record_nbytes: int, tasks: int) -> int:
@@ -363,6 +421,7 @@ def expand_pack(
     virtual: dict[str, dict[str, Any]] = {}
     sources: dict[str, ShardSource | RangeSource] = {}
     groups: list[str] = []
+    row_coordinates = row_coordinate_names(pack, nodes, tasks)  # format 3: values checked by verify
     for row, entry in enumerate(tasks):
         if (
             not isinstance(entry, dict)
@@ -406,7 +465,7 @@ def expand_pack(
                 f"{label}/{component}/zarr.json: node_type {doc.get('node_type')!r} must be 'array' "
                 "(a task-record pack holds arrays only)"
             )
-        if component in INDEX_ARRAYS:
+        if component in INDEX_ARRAYS or component in row_coordinates:
             continue
         _expand_records(label, path, component, doc, groups, virtual, sources)
     return virtual, sources

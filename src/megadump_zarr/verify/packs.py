@@ -1,4 +1,5 @@
-"""Checks of a window's task-record packs (schema 7+): the stored pack documents, and each row's task ids.
+"""Checks of a window's task-record packs (schema 7+): the stored pack documents, each row's task ids and
+(format 3) each row's global row coordinates.
 
 The reader's view (:mod:`megadump_zarr.read.packs`) serves the window's schema-6 form, which the document
 checks compare with itself; these compare what plain zarr reads with it, the checksummed id arrays of
@@ -46,6 +47,7 @@ def check_pack_documents(state: CheckState, store: Any, window: str) -> None:
         if own is not None and own.get("node_type") == "group":
             group_consolidated_agrees(state, key, path, own, nodes)
     _check_pack_rows(state, base, window, nodes)
+    _check_row_coordinates(state, base, window, nodes)
     _check_shards(state, base, window, nodes)
 
 
@@ -159,3 +161,76 @@ def _check_pack_rows(state: CheckState, base: Any, window: str, nodes: dict[str,
                         f"row's records are not the task its entry names",
                     )
                     break
+
+
+def _check_row_coordinates(state: CheckState, base: Any, window: str, nodes: dict[str, Any]) -> None:
+    """Format 3: each pack's ``global_{dim}`` array (what plain xarray shows as the rows' place in the stitched
+    tensor) holds, row by row, ``arange(start, stop)`` of the row's ``attributes.tasks[row].coords.{dim}`` (what
+    the readers place the rows by); a format-3 pack without one of its row coordinate arrays is named.
+    """
+    from megadump_zarr.read.location import get_bytes
+    from megadump_zarr.store.packs import PACK_ATTR, TASK_ARRAYS, row_coordinate_name, row_coordinate_names
+
+    for task_path, task_doc in sorted(nodes.items()):
+        pack, _, leaf = task_path.rpartition("/")
+        attributes = task_doc.get("attributes") if isinstance(task_doc, dict) else None
+        tasks = attributes.get("tasks") if isinstance(attributes, dict) else None
+        if leaf not in TASK_ARRAYS or not isinstance(tasks, list) or not _PACK_LEAF.match(pack.rpartition("/")[2]):
+            continue  # a malformed pack is named by the view
+        bounds = [entry.get("coords") if isinstance(entry, dict) else None for entry in tasks]
+        if not all(isinstance(b, dict) for b in bounds):
+            continue  # named by the view
+        group = nodes.get(pack)
+        version = ((group.get("attributes") or {}) if isinstance(group, dict) else {}).get(PACK_ATTR)
+        found = row_coordinate_names(pack, nodes, tasks)
+        for dim in sorted({dim for b in bounds for dim in b}):
+            name = row_coordinate_name(dim)
+            key = f"{window}/{pack}/{name}"
+            doc = nodes.get(f"{pack}/{name}")
+            if name not in found:
+                if doc is None and type(version) is int and version >= 3:
+                    state.add(
+                        f"{key}/zarr.json", f"the pack has no such array (format {version} stores each row coordinate)"
+                    )
+                continue  # an unmarked array is a record to the view, named there if malformed
+            expected = expected_chunks(doc)
+            if expected is None:
+                continue  # reported by the chunk check
+            try:
+                zarray = open_array(base, key, doc)
+                missing = [f"{key}/{zarray.metadata.encode_chunk_key(c)}" for c in expected]
+                missing = [k for k in missing if get_bytes(base, k) is None]
+                if missing:  # absent reads as fill_value: never compared as if stored
+                    for k in missing:
+                        state.add(k, "chunk is missing")
+                    continue
+                stored = np.asarray(zarray[...])
+            except Exception as error:  # a damaged chunk is reported by the chunk check; this names the array
+                state.add(key, f"the row coordinates cannot be read: {type(error).__name__}: {error}")
+                continue
+            _compare_row_coordinates(state, key, dim, stored, bounds)
+
+
+def _compare_row_coordinates(
+    state: CheckState, key: str, dim: str, stored: np.ndarray, bounds: list[dict[str, Any]]
+) -> None:
+    """Name the first row of ``stored`` (a pack's ``global_{dim}``) that is not ``arange(start, stop)`` of its
+    ``coords`` entry."""
+    for row, entry in enumerate(bounds):
+        span = entry.get(dim)
+        if not isinstance(span, list) or len(span) != 2 or not all(type(v) is int for v in span):
+            state.add(key, f"attributes.tasks[{row}].coords.{dim} {span!r} is not [start, stop] (row {row} unchecked)")
+            return
+        width = span[1] - span[0]
+        if stored.ndim != 2 or stored.shape != (len(bounds), width):
+            state.add(key, f"shape {list(stored.shape)} is not [{len(bounds)}, {width}] (rows, {dim} per row)")
+            return
+        values = stored[row]
+        if not np.array_equal(values, np.arange(span[0], span[1], dtype=np.int64)):
+            shown = f"{int(values[0])}..{int(values[-1])}" if values.size else "nothing"
+            state.add(
+                key,
+                f"row {row} holds {dim} {shown} but attributes.tasks[{row}].coords.{dim} names {span!r}: plain "
+                "xarray would place the task's rows elsewhere than the readers do",
+            )
+            return
