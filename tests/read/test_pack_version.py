@@ -43,9 +43,7 @@ def test_an_unknown_pack_format_is_refused_naming_the_pack(packed, version):
     root, pack = packed
     assert len(open_dump(root).records()) == 18  # format 1 reads
     _set_version(root, pack, version)
-    message = (
-        f"{WINDOW}/{pack}/zarr.json: attributes.megadumpPack {version!r} is not a pack format this reader knows [1, 2, 3]"
-    )
+    message = f"{WINDOW}/{pack}/zarr.json: attributes.megadumpPack {version!r} is not a pack format this reader knows [1, 2, 3]"
     with pytest.raises(
         ValueError,
         match=f"malformed task-record pack: {message}".replace(".", r"\.")
