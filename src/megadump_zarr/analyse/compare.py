@@ -400,7 +400,7 @@ def _compare_dump_reference(
     """A dump and named tensors (:func:`megadump_zarr.analyse.reference.reference_pairs`), in the dump's order,
     every block of every name in the lanes of :func:`~megadump_zarr.analyse.pairs.compare_arrays`."""
     slots = reference_pairs(dump, reference, names, select, tol)
-    with _advancer(progress, len(slots), "comparing tensors") as advance, single_threaded_blas():
+    with _advancer(progress, len(slots), "comparing tensors") as advance:
         rows = compare_arrays(slots, advance)
     return _frame(rows)
 
@@ -426,7 +426,7 @@ def _compare_collections(
             slots.append(empty_row(keys, "missing", where))
         else:
             slots.append(ArrayPair(keys, xa, xb, tol["rtol"], tol["atol"]))
-    with _advancer(progress, len(slots), "comparing tensors") as advance, single_threaded_blas():
+    with _advancer(progress, len(slots), "comparing tensors") as advance:
         rows = compare_arrays(slots, advance)
     return _frame(rows)
 

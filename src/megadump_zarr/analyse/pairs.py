@@ -500,12 +500,13 @@ def _job(plan: PairPlan, a: Any, b: Any, block_bytes: int, locate: Locator | Non
 
 
 def _run(
-    rows: list[dict[str, Any] | _Job], advance: Callable[[], None] | None, threads: int | None
+    rows: list[dict[str, Any] | _Job], advance: Callable[[], None] | None, threads: int | None, one_blas_thread: bool
 ) -> list[dict[str, Any]]:
     """Rows and jobs made rows: every block of every job in one queue for ``threads`` lanes, each job's
     block accumulators merged in block order (:func:`merge_in_order`); a job whose blocks raise gets the
     error of its first failing block in block order, as a one-lane run would. ``advance`` is called once
-    per row (from a lane thread for a job)."""
+    per row (from a lane thread for a job). ``one_blas_thread``: BLAS limited to one thread meanwhile
+    (:func:`single_threaded_blas`), else left as configured."""
     jobs = {k: job for k, job in enumerate(rows) if isinstance(job, _Job)}
     work = [(k, i) for k, job in jobs.items() for i in range(len(job.blocks))]
     if advance is not None:
@@ -537,7 +538,7 @@ def _run(
                 advance()
 
     lanes = max(1, min(threads or _THREADS, len(work)))
-    with single_threaded_blas():
+    with single_threaded_blas() if one_blas_thread else contextlib.nullcontext():
         if lanes == 1 or threading.current_thread().name.startswith("megadump-compare"):
             lane()
         else:
@@ -588,7 +589,7 @@ def compare_records(
             continue
         plan = prepare_pair(pair.keys, xa, xb, rtol=pair.rtol, atol=pair.atol, notes=[note])
         rows.append(_job(plan, xa, xb, pair.block_bytes, _locator(pair.keys)) if plan.compute else plan.row)
-    return _run(rows, advance, threads)
+    return _run(rows, advance, threads, one_blas_thread=True)
 
 
 def compare_arrays(
@@ -605,6 +606,11 @@ def compare_arrays(
     block of every pair is read and folded by the next free lane. A dict in ``pairs`` is a row already made
     (a missing name): it is returned as it is.
 
+    BLAS keeps the threads it is configured with (:func:`compare_records` limits it to one), as
+    :func:`compare_pair` on the calling thread does: a float64 ``dot`` of more than 10 000 elements is split
+    over the BLAS threads, and the split shows in the last bits of the sums (cosine, rmse, euc_dist), so one
+    BLAS thread would change them. Concurrent calls from the lanes split the same way.
+
     Args:
         pairs: The pairs (a dump's tensors against a reference, two collections' tensors), or rows.
         advance: Called once per row (for a compared pair when it is finished, from a lane thread).
@@ -617,4 +623,4 @@ def compare_arrays(
             continue
         plan = prepare_pair(pair.keys, pair.a, pair.b, rtol=pair.rtol, atol=pair.atol, notes=pair.notes)
         rows.append(_job(plan, pair.a, pair.b, pair.block_bytes, pair.locate) if plan.compute else plan.row)
-    return _run(rows, advance, threads)
+    return _run(rows, advance, threads, one_blas_thread=False)
