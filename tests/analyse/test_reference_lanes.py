@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+import threading
 from typing import Any
 
 import ml_dtypes
@@ -288,7 +289,13 @@ def test_a_fault_is_traced_to_its_task_whatever_the_lanes(roots, lanes):
     frames = {n: lanes(n, lambda: compare(roots["l1_fault"], ref, names=["ys"], **select)) for n in LANES}
     _assert_same_frames(frames)
     row = frames[1].iloc[0]
-    assert row.verdict == "fail" and row.worst_owner_id == 1 and row.worst_task_id is not pd.NA
+    records = open_dump(roots["l1_fault"]).records()
+    faulty = records[(records["stage"] == "expert_down") & (records["owner_id"] == 1) & (records["name"] == "ys")]
+    assert len(faulty) == 1
+    assert row.verdict == "fail" and row.worst_owner_id == 1
+    assert (row.worst_task_id, row.worst_core_type, row.worst_core_id) == tuple(
+        faulty.iloc[0][["task_id", "core_type", "core_id"]]
+    )
 
 
 def test_nan_pattern_and_bf16_rows_keep_their_verdicts(roots, lanes):
@@ -373,3 +380,21 @@ def test_two_collections_in_any_lanes(lanes):
             rows.append(empty_row(keys, "missing", f"only in {'a' if name in a else 'b'}"))
     _assert_rows(frames[1], rows)
     assert frames[1]["verdict"].tolist()[:3] == ["fail", "fail", "missing"]
+
+
+def test_the_reference_compare_runs_in_the_lane_pool(roots, lanes, monkeypatch):
+    """With several lanes the blocks are folded on the compare pool's threads, not on the caller's."""
+    seen: set[str] = set()
+    fold = pairs.block_metrics
+
+    def spy(job: Any, i: int) -> Any:
+        seen.add(threading.current_thread().name)
+        return fold(job, i)
+
+    monkeypatch.setattr(pairs, "block_metrics", spy)
+    ref, names, select = _case(roots, "big", "perturbed")
+    lanes(4, lambda: compare(roots["big"], ref, names=names, **select))
+    assert seen and all(name.startswith("megadump-compare") for name in seen), seen
+    seen.clear()
+    lanes(1, lambda: compare(roots["big"], ref, names=names, **select))
+    assert seen == {threading.current_thread().name}
