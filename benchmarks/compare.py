@@ -22,6 +22,10 @@ Measured in one run, median of ``--repeat`` runs each (files warm in the page ca
   per thread, never whole tensors);
 * ``1 lane``: the same compare in one thread (the serial path; its frame must equal the threaded one);
   ``CPU/wall`` above 1 means the threads ran at once;
+* ``eager``: ``compare(dump_a, reference)`` with the reference a mapping name -> numpy array holding side B's
+  tensors in memory (an eager run's tensors), in the block lanes, and ``eager 1 lane`` the same in one thread
+  (the serial path it took before; frames must be equal); ``eager/compare``: its time over the dump-vs-dump
+  compare's (the dump side is read through ``Dump.tensor``'s dask view, chunk-aligned);
 * the CPU seconds (all threads) of read both and of compare, their ratio and MiB per side per CPU
   second, and the load average: on a shared machine the wall times move with the other processes,
   the CPU seconds much less.
@@ -167,6 +171,19 @@ def bench(base: str, side_bytes: int, repeat: int) -> dict[str, Any]:
         finally:
             pairs._THREADS = threads
 
+    names = list(dict.fromkeys(dump_a.records()["name"]))
+    reference = {name: np.asarray(dump_b.tensor(name).values) for name in names}  # the eager run, in memory
+
+    def run_eager() -> Any:
+        return compare(dump_a, reference)
+
+    def run_eager_serial() -> Any:
+        threads, pairs._THREADS = pairs._THREADS, 1
+        try:
+            return compare(dump_a, reference)
+        finally:
+            pairs._THREADS = threads
+
     load_before = os.getloadavg()
     read_both()  # warm the page cache and the catalogues for both contenders
     run_compare()
@@ -181,6 +198,13 @@ def bench(base: str, side_bytes: int, repeat: int) -> dict[str, Any]:
         compare_s, result = _median(run_compare, repeat, compare_cpu)
     serial_s, serial = _median(run_serial, repeat, serial_cpu)
     assert result.equals(serial), "the threaded comparison differs from the one-lane comparison"
+    run_eager()
+    eager_cpu: list[float] = []
+    eager_serial_cpu: list[float] = []
+    eager_s, eager = _median(run_eager, repeat, eager_cpu)
+    eager_serial_s, eager_serial = _median(run_eager_serial, repeat, eager_serial_cpu)
+    assert eager.equals(eager_serial), "the eager-reference compare differs in lanes and in one lane"
+    assert (eager.verdict == "pass").all() and len(eager) == len(names), eager[["name", "verdict", "note"]]
     assert (result.verdict == "pass").all(), result[result.verdict != "pass"][["name", "note"]]
     assert (result.max_abs > 0).all()
     traced = _traced_peak(run_compare)
@@ -192,6 +216,12 @@ def bench(base: str, side_bytes: int, repeat: int) -> dict[str, Any]:
         "read_both_dask_s": dask_s,
         "compare_s": compare_s,
         "compare_serial_s": serial_s,
+        "eager_s": eager_s,
+        "eager_serial_s": eager_serial_s,
+        "eager_serial_over_lanes": eager_serial_s / eager_s,
+        "eager_over_compare": eager_s / compare_s,
+        "eager_cpu_s": eager_cpu[0],
+        "eager_serial_cpu_s": eager_serial_cpu[0],
         "read_mib_s_per_side": mib / read_s,
         "compare_mib_s_per_side": mib / compare_s,
         "ratio": compare_s / read_s,
@@ -263,6 +293,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ("cpu_ratio", "CPU compare/read"),
             ("compare_cpu_per_wall", "compare CPU/wall"),
             ("compare_mib_per_cpu_s", "MiB per side per CPU s"),
+        ],
+    )
+    print_table(
+        [row],
+        [
+            ("eager_s", "eager s"),
+            ("eager_serial_s", "eager 1 lane s"),
+            ("eager_serial_over_lanes", "1 lane/lanes"),
+            ("eager_over_compare", "eager/compare"),
+            ("eager_cpu_s", "eager CPU s"),
+            ("eager_serial_cpu_s", "eager 1 lane CPU s"),
         ],
     )
     print_table(

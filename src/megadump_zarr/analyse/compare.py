@@ -40,14 +40,16 @@ from megadump_zarr.analyse.matching import (
 from megadump_zarr.analyse.metrics import DEFAULT_BLOCK_BYTES
 from megadump_zarr.analyse.pairs import (
     METRIC_COLUMNS,
+    ArrayPair,
     RecordPair,
+    compare_arrays,
     compare_pair,
     compare_record,
     compare_records,
     empty_row,
     single_threaded_blas,
 )
-from megadump_zarr.analyse.reference import reference_rows
+from megadump_zarr.analyse.reference import reference_pairs
 from megadump_zarr.analyse.side import DumpSide, ReferenceSide, Side, open_dump_side, open_side
 from megadump_zarr.analyse.summary import is_summary_pair, summary_row
 from megadump_zarr.analyse.verdict import FAILING, check_tolerance
@@ -395,14 +397,12 @@ def _compare_dump_reference(
     progress: bool | Callable[[], None],
     tol: dict[str, Any],
 ) -> pd.DataFrame:
-    """A dump and named tensors (:func:`megadump_zarr.analyse.reference.reference_rows`), in the dump's order."""
-    total, rows = reference_rows(dump, reference, names, select, tol)
-    out: list[dict[str, Any]] = []
-    with _advancer(progress, total, "comparing tensors") as advance:
-        for row in rows:
-            out.append(row)
-            advance()
-    return _frame(out)
+    """A dump and named tensors (:func:`megadump_zarr.analyse.reference.reference_pairs`), in the dump's order,
+    every block of every name in the lanes of :func:`~megadump_zarr.analyse.pairs.compare_arrays`."""
+    slots = reference_pairs(dump, reference, names, select, tol)
+    with _advancer(progress, len(slots), "comparing tensors") as advance:
+        rows = compare_arrays(slots, advance)
+    return _frame(rows)
 
 
 def _compare_collections(
@@ -412,21 +412,22 @@ def _compare_collections(
     progress: bool | Callable[[], None],
     tol: dict[str, Any],
 ) -> pd.DataFrame:
-    """Two collections of named tensors, name by name (A's names first, then B's others)."""
+    """Two collections of named tensors, name by name (A's names first, then B's others), every block of
+    every name in the lanes of :func:`~megadump_zarr.analyse.pairs.compare_arrays`."""
     if names is None:
         names_a, names_b = a.names(), b.names()
         names = names_a + [n for n in names_b if n not in set(names_a)]
-    rows: list[dict[str, Any]] = []
-    with _advancer(progress, len(names), "comparing tensors") as advance:
-        for name in names:
-            keys = {**dict.fromkeys(KEY_COLUMNS), "name": name}
-            xa, xb = a.get(name), b.get(name)
-            if xa is None or xb is None:
-                where = "in neither" if xa is None and xb is None else f"only in {'a' if xb is None else 'b'}"
-                rows.append(empty_row(keys, "missing", where))
-            else:
-                rows.append(compare_pair(keys, xa, xb, **tol))
-            advance()
+    slots: list[dict[str, Any] | ArrayPair] = []
+    for name in names:
+        keys = {**dict.fromkeys(KEY_COLUMNS), "name": name}
+        xa, xb = a.get(name), b.get(name)
+        if xa is None or xb is None:
+            where = "in neither" if xa is None and xb is None else f"only in {'a' if xb is None else 'b'}"
+            slots.append(empty_row(keys, "missing", where))
+        else:
+            slots.append(ArrayPair(keys, xa, xb, tol["rtol"], tol["atol"]))
+    with _advancer(progress, len(slots), "comparing tensors") as advance:
+        rows = compare_arrays(slots, advance)
     return _frame(rows)
 
 

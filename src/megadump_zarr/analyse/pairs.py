@@ -14,11 +14,15 @@ through :func:`megadump_zarr.analyse.parallel.map_ordered`: its argument carries
 tolerances, so it runs on a dask worker as well as in this process. It reads both records chunk-aligned,
 straight from their zarr arrays, decoding the two sides in parallel threads, and folds block pairs as they
 arrive: at most a few blocks per thread are in memory.
+
+:func:`compare_arrays` runs pairs of array-likes (:class:`ArrayPair`: a dump's tensors against an eager
+reference, two collections' tensors) through the same lanes: row ``k`` has the bits of :func:`compare_pair`
+of pair ``k``, whatever the number of lanes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 import contextlib
 from dataclasses import dataclass, field
@@ -42,8 +46,10 @@ from megadump_zarr.analyse.verdict import dtype_kind, resolve_tolerance, verdict
 
 __all__ = [
     "METRIC_COLUMNS",
+    "ArrayPair",
     "PairPlan",
     "RecordPair",
+    "compare_arrays",
     "compare_pair",
     "compare_record",
     "compare_records",
@@ -418,20 +424,47 @@ def compare_record(pair: RecordPair) -> dict[str, Any]:
 
 
 @dataclass
+class ArrayPair:
+    """Two array-likes to compare in the lanes of :func:`compare_arrays`: what :func:`compare_pair` takes.
+
+    Args:
+        keys: The key columns of its result row.
+        a: The tensor under test (any array-like :mod:`megadump_zarr.analyse.metrics` reads; a dump's lazy
+            DataArray is read block by block, chunk-aligned).
+        b: The reference.
+        rtol: User relative tolerance (floats; None: the dtype default).
+        atol: User absolute tolerance (floats; None: the dtype default).
+        notes: Notes to add (truncation, row alignment).
+        locate: Maps the worst element's logical index to its producing task/owner/core columns.
+        block_bytes: Float64 bytes of one block of one side.
+    """
+
+    keys: dict[str, Any]
+    a: Any
+    b: Any
+    rtol: float | None = None
+    atol: float | None = None
+    notes: tuple[str, ...] = ()
+    locate: Locator | None = None
+    block_bytes: int = DEFAULT_BLOCK_BYTES
+
+
+@dataclass
 class _Job:
-    pair: RecordPair
     a: Any
     b: Any
     plan: PairPlan
     shape: tuple[int, ...]
     blocks: list[tuple[slice, ...]]
+    locate: Locator | None = None
     left: int = 0
+    failed_at: int | None = None  # the first block (in block order) that raised so far
     error: BaseException | None = None
     partials: dict[int, MetricAccumulator] = field(default_factory=dict)
 
 
 def block_metrics(job: _Job, i: int) -> MetricAccumulator:
-    """Block ``i`` of a record read from both sides and folded into its own accumulator (any thread)."""
+    """Block ``i`` of a pair read from both sides and folded into its own accumulator (any thread)."""
     from megadump_zarr.read.chunks import ChunkRows, read_many
 
     index = job.blocks[i]
@@ -455,6 +488,79 @@ def merge_in_order(shape: tuple[int, ...], plan: PairPlan, partials: list[Metric
     return total
 
 
+def _job(plan: PairPlan, a: Any, b: Any, block_bytes: int, locate: Locator | None) -> _Job | dict[str, Any]:
+    """The blocks of a pair to compute (the block plan of :func:`~megadump_zarr.analyse.metrics.compute_metrics`),
+    or its row when they cannot be planned."""
+    try:
+        shape = shape_of(a)
+        blocks = list(iter_blocks(shape, block_bytes, row_chunks(a) or row_chunks(b)))
+    except Exception as exc:
+        return _failed_row(plan.row, exc, plan.notes)
+    return _Job(a, b, plan, shape, blocks, locate, left=len(blocks))
+
+
+def _run(
+    rows: list[dict[str, Any] | _Job], advance: Callable[[], None] | None, threads: int | None, one_blas_thread: bool
+) -> list[dict[str, Any]]:
+    """Rows and jobs made rows: every block of every job in one queue for ``threads`` lanes, each job's
+    block accumulators merged in block order (:func:`merge_in_order`); a job whose blocks raise gets the
+    error of its first failing block in block order, as a one-lane run would. ``advance`` is called once
+    per row (from a lane thread for a job). ``one_blas_thread``: BLAS limited to one thread meanwhile
+    (:func:`single_threaded_blas`), else left as configured."""
+    jobs = {k: job for k, job in enumerate(rows) if isinstance(job, _Job)}
+    work = [(k, i) for k, job in jobs.items() for i in range(len(job.blocks))]
+    if advance is not None:
+        for k, slot in enumerate(rows):
+            if not isinstance(slot, _Job) or not slot.blocks:
+                advance()
+    lock = threading.Lock()
+    queue = iter(work)
+
+    def lane() -> None:
+        while True:
+            with lock:
+                item = next(queue, None)
+            if item is None:
+                break
+            k, i = item
+            job = jobs[k]
+            if job.failed_at is None or i < job.failed_at:  # blocks after a failed one are not needed
+                try:
+                    job.partials[i] = block_metrics(job, i)
+                except Exception as exc:
+                    with lock:
+                        if job.failed_at is None or i < job.failed_at:
+                            job.failed_at, job.error = i, exc
+            with lock:
+                job.left -= 1
+                finished = job.left == 0
+            if finished and advance is not None:
+                advance()
+
+    lanes = max(1, min(threads or _THREADS, len(work)))
+    with single_threaded_blas() if one_blas_thread else contextlib.nullcontext():
+        if lanes == 1 or threading.current_thread().name.startswith("megadump-compare"):
+            lane()
+        else:
+            for future in [_pool().submit(lane) for _ in range(lanes)]:
+                future.result()
+    out: list[dict[str, Any]] = []
+    for slot in rows:
+        if not isinstance(slot, _Job):
+            out.append(slot)
+            continue
+        job = slot
+        if job.error is not None:
+            out.append(_failed_row(job.plan.row, job.error, job.plan.notes))
+            continue
+        try:
+            total = merge_in_order(job.shape, job.plan, [job.partials[i] for i in range(len(job.blocks))])
+            out.append(metrics_row(job.plan.row, total.result(), job.plan.notes, job.locate))
+        except Exception as exc:
+            out.append(_failed_row(job.plan.row, exc, job.plan.notes))
+    return out
+
+
 def compare_records(
     pairs: list[RecordPair], advance: Callable[[], None] | None = None, *, threads: int | None = None
 ) -> list[dict[str, Any]]:
@@ -469,72 +575,52 @@ def compare_records(
 
     Args:
         pairs: The record pairs (their ``a``/``b``: open dumps or ``DumpSource``).
-        advance: Called once per finished record (from a lane thread).
+        advance: Called once per record (for a compared one when it is finished, from a lane thread).
         threads: Lanes (default: one per core, at most 4).
     """
-    rows: list[dict[str, Any] | None] = [None] * len(pairs)
-    jobs: dict[int, _Job] = {}
-    work: list[tuple[int, int]] = []
-    for k, pair in enumerate(pairs):
+    rows: list[dict[str, Any] | _Job] = []
+    for pair in pairs:
         note = "truncated record: NaN where not captured" if pair.truncated else ""
         try:
             xa = record_source(_open(pair.a), pair.path, pair.truncated)
             xb = record_source(_open(pair.b), pair.path, pair.truncated)
         except Exception as exc:
-            rows[k] = _failed_row(empty_row(pair.keys, "error", ""), exc, [])
+            rows.append(_failed_row(empty_row(pair.keys, "error", ""), exc, []))
             continue
         plan = prepare_pair(pair.keys, xa, xb, rtol=pair.rtol, atol=pair.atol, notes=[note])
-        if not plan.compute:
-            rows[k] = plan.row
-            continue
-        shape = shape_of(xa)
-        try:
-            blocks = list(iter_blocks(shape, pair.block_bytes, row_chunks(xa) or row_chunks(xb)))
-        except Exception as exc:
-            rows[k] = _failed_row(plan.row, exc, plan.notes)
-            continue
-        jobs[k] = _Job(pair, xa, xb, plan, shape, blocks, left=len(blocks))
-        work.extend((k, i) for i in range(len(blocks)))
-    for k, job in jobs.items():
-        if not job.blocks and advance is not None:
-            advance()
-    lock = threading.Lock()
-    queue = iter(work)
+        rows.append(_job(plan, xa, xb, pair.block_bytes, _locator(pair.keys)) if plan.compute else plan.row)
+    return _run(rows, advance, threads, one_blas_thread=True)
 
-    def lane() -> None:
-        while True:
-            with lock:
-                item = next(queue, None)
-            if item is None:
-                break
-            k, i = item
-            job = jobs[k]
-            if job.error is None:
-                try:
-                    job.partials[i] = block_metrics(job, i)
-                except Exception as exc:
-                    with lock:
-                        job.error = job.error or exc
-            with lock:
-                job.left -= 1
-                finished = job.left == 0
-            if finished and advance is not None:
-                advance()
 
-    lanes = max(1, min(threads or _THREADS, len(work)))
-    with single_threaded_blas():
-        if lanes == 1 or threading.current_thread().name.startswith("megadump-compare"):
-            lane()
-        else:
-            for future in [_pool().submit(lane) for _ in range(lanes)]:
-                future.result()
-    for k, job in jobs.items():
-        if job.error is not None:
-            rows[k] = _failed_row(job.plan.row, job.error, job.plan.notes)
+def compare_arrays(
+    pairs: Sequence[ArrayPair | dict[str, Any]],
+    advance: Callable[[], None] | None = None,
+    *,
+    threads: int | None = None,
+) -> list[dict[str, Any]]:
+    """The result rows of many pairs of array-likes, in order, through the lanes of :func:`compare_records`;
+    never raises.
+
+    Row ``k`` is :func:`compare_pair` of ``pairs[k]`` (the same bits: the same blocks, folded on their own
+    and merged in block order; ``threads=1`` gives the same bits as any other number of lanes), but every
+    block of every pair is read and folded by the next free lane. A dict in ``pairs`` is a row already made
+    (a missing name): it is returned as it is.
+
+    BLAS keeps the threads it is configured with (:func:`compare_records` limits it to one), as
+    :func:`compare_pair` on the calling thread does: a float64 ``dot`` of more than 10 000 elements is split
+    over the BLAS threads, and the split shows in the last bits of the sums (cosine, rmse, euc_dist), so one
+    BLAS thread would change them. Concurrent calls from the lanes split the same way.
+
+    Args:
+        pairs: The pairs (a dump's tensors against a reference, two collections' tensors), or rows.
+        advance: Called once per row (for a compared pair when it is finished, from a lane thread).
+        threads: Lanes (default: one per core, at most 4).
+    """
+    rows: list[dict[str, Any] | _Job] = []
+    for pair in pairs:
+        if isinstance(pair, dict):
+            rows.append(pair)
             continue
-        try:
-            total = merge_in_order(job.shape, job.plan, [job.partials[i] for i in range(len(job.blocks))])
-            rows[k] = metrics_row(job.plan.row, total.result(), job.plan.notes, _locator(job.pair.keys))
-        except Exception as exc:
-            rows[k] = _failed_row(job.plan.row, exc, job.plan.notes)
-    return [row for row in rows if row is not None]
+        plan = prepare_pair(pair.keys, pair.a, pair.b, rtol=pair.rtol, atol=pair.atol, notes=pair.notes)
+        rows.append(_job(plan, pair.a, pair.b, pair.block_bytes, pair.locate) if plan.compute else plan.row)
+    return _run(rows, advance, threads, one_blas_thread=False)

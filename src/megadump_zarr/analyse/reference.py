@@ -4,6 +4,11 @@ Each name is compared with ``dump.tensor(name, **select)``, in the dump's execut
 tensor holds only the rows its records captured: the reference is taken at those global rows
 (:func:`~megadump_zarr.analyse.matching.align_reference`), and a failing element is traced to the task,
 owner and core that produced it from the tensor's per-row coordinates.
+
+:func:`reference_pairs` opens each name's tensor (lazily: metadata and the row coordinates) and makes it an
+:class:`~megadump_zarr.analyse.pairs.ArrayPair`; :func:`~megadump_zarr.analyse.pairs.compare_arrays` then
+reads every chunk-aligned block of every name in one queue of lanes, the lanes of a dump-against-dump
+comparison, and merges each name's blocks in block order (the bits of :func:`~megadump_zarr.analyse.pairs.compare_pair`).
 """
 
 from __future__ import annotations
@@ -15,20 +20,21 @@ import pandas as pd
 
 from megadump_zarr.analyse.matching import align_reference, common_keys, reference_order, scalar, selected_keys
 from megadump_zarr.analyse.metrics import dtype_name, shape_of
-from megadump_zarr.analyse.pairs import compare_pair, empty_row
+from megadump_zarr.analyse.pairs import ArrayPair, compare_arrays, compare_pair, empty_row
 from megadump_zarr.analyse.side import DumpSide, ReferenceSide
 
-__all__ = ["reference_rows"]
+__all__ = ["reference_pairs", "reference_rows"]
 
 
-def reference_rows(
+def reference_pairs(
     dump: DumpSide,
     reference: ReferenceSide,
     names: list[str] | None,
     select: dict[str, Any],
     tol: dict[str, Any],
-) -> tuple[int, Iterator[dict[str, Any]]]:
-    """A dump compared with named tensors: how many rows, and the rows (made as they are asked for).
+) -> list[dict[str, Any] | ArrayPair]:
+    """A dump compared with named tensors: one slot per row, a row already made (a name one side lacks, a
+    tensor the dump cannot give) or the pair to compare (:func:`~megadump_zarr.analyse.pairs.compare_arrays`).
 
     The names come in the dump's execution order (names it does not hold last), each compared with the
     dump's tensor of that name (``Dump.tensor(name, **select)``); a name one side lacks is a ``missing`` row.
@@ -43,24 +49,47 @@ def reference_rows(
     records = dump.records(select)
     ordered, in_dump = reference_order(records, names if names is not None else reference.names())
     chosen = selected_keys(select)
+    slots: list[dict[str, Any] | ArrayPair] = []
+    for name in ordered:
+        mine = records[records["name"] == name]
+        keys = common_keys(mine, name)
+        keys.update({k: v for k, v in chosen.items() if keys[k] is None})
+        ref = reference.get(name)
+        if ref is None:
+            slots.append(empty_row(keys, "missing", "not in the reference"))
+        elif name not in in_dump:
+            slots.append(empty_row(keys, "missing", "not in the dump", shape_b=shape_of(ref), dtype_b=dtype_name(ref)))
+        else:
+            slots.append(_tensor_pair(dump, name, select, keys, ref, mine, tol))
+    return slots
+
+
+def reference_rows(
+    dump: DumpSide,
+    reference: ReferenceSide,
+    names: list[str] | None,
+    select: dict[str, Any],
+    tol: dict[str, Any],
+) -> tuple[int, Iterator[dict[str, Any]]]:
+    """A dump compared with named tensors: how many rows, and the rows (compared together, in the lanes of
+    :func:`~megadump_zarr.analyse.pairs.compare_arrays`, when the first is asked for).
+
+    Args:
+        dump: The dump under test.
+        reference: The named tensors.
+        names: The names to compare; None: every name of the reference.
+        select: The record selection (None values left out).
+        tol: ``rtol`` and ``atol`` (None: the dtype default).
+    """
+    slots = reference_pairs(dump, reference, names, select, tol)
 
     def rows() -> Iterator[dict[str, Any]]:
-        for name in ordered:
-            mine = records[records["name"] == name]
-            keys = common_keys(mine, name)
-            keys.update({k: v for k, v in chosen.items() if keys[k] is None})
-            ref = reference.get(name)
-            if ref is None:
-                yield empty_row(keys, "missing", "not in the reference")
-            elif name not in in_dump:
-                yield empty_row(keys, "missing", "not in the dump", shape_b=shape_of(ref), dtype_b=dtype_name(ref))
-            else:
-                yield _tensor_row(dump, name, select, keys, ref, mine, tol)
+        yield from compare_arrays(slots)
 
-    return len(ordered), rows()
+    return len(slots), rows()
 
 
-def _tensor_row(
+def _tensor_pair(
     dump: DumpSide,
     name: str,
     select: dict[str, Any],
@@ -68,15 +97,21 @@ def _tensor_row(
     ref: Any,
     mine: pd.DataFrame,
     tol: dict[str, Any],
-) -> dict[str, Any]:
-    """The row of one name a dump and a reference both hold."""
+) -> dict[str, Any] | ArrayPair:
+    """The pair (or the row, when the dump cannot give the tensor) of one name a dump and a reference both hold."""
     try:
         tensor = dump.tensor(name, **select)
     except Exception as exc:
         return compare_pair(keys, _Raising(exc), ref)
     ref, aligned = align_reference(tensor, ref)
-    return compare_pair(
-        keys, tensor, ref, notes=[aligned, _truncation_note(tensor)], locate=_stitched_locator(tensor, mine), **tol
+    return ArrayPair(
+        keys,
+        tensor,
+        ref,
+        tol.get("rtol"),
+        tol.get("atol"),
+        (aligned, _truncation_note(tensor)),
+        _stitched_locator(tensor, mine),
     )
 
 
