@@ -3,7 +3,8 @@
 The reader's view (:mod:`megadump_zarr.read.packs`) serves the window's schema-6 form, which the document
 checks compare with itself; these compare what plain zarr reads with it, the checksummed id arrays of
 each pack with the tasks its rows claim to be, and each record shard's bytes with the crc32c its array
-records for that place (``shardCrc32c``, ``store.packs``).
+records for that place (``shardCrc32c``, ``store.packs``). Each record shard is read once, whole: the chunk check
+takes the view's record chunks from those same bytes (``CheckState.read_chunks``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from megadump_zarr.verify.chunks import expected_chunks, open_array
+from megadump_zarr.verify.chunks import ChunkRead, expected_chunks, open_array
 from megadump_zarr.verify.documents import group_consolidated_agrees, stored_agrees
 from megadump_zarr.verify.placement import check_shard, shard_digests
 from megadump_zarr.verify.report import CheckState
@@ -46,20 +47,41 @@ def check_pack_documents(state: CheckState, store: Any, window: str) -> None:
         if own is not None and own.get("node_type") == "group":
             group_consolidated_agrees(state, key, path, own, nodes)
     _check_pack_rows(state, base, window, nodes)
-    _check_shards(state, base, window, nodes)
+    _check_shards(state, store, base, window, nodes)
 
 
 _PACK_LEAF = re.compile(r"^pack_\d+$")
 _BATCH = 16  # shards (up to PACK_SHARD_BYTES each, uncompressed) fetched at once
 
 
-def _check_shards(state: CheckState, base: Any, window: str, nodes: dict[str, Any]) -> None:
+def _check_shards(state: CheckState, store: Any, base: Any, window: str, nodes: dict[str, Any]) -> None:
     """Each record shard of each pack is the one its array recorded for that place (``shardCrc32c``): a shard
     with valid inner checksums copied from another window, or swapped with a same-shaped one, is named. The
     view's record arrays of a pack that records digests are then bound (``state.shard_bound``).
+
+    Each shard is read once, whole: its digest is checked from those bytes, and the view's record chunks it holds
+    are taken from them too (:meth:`~megadump_zarr.read.packs.PackedView.split_shard`, the view's own reads and
+    messages) and kept for the chunk check as what it needs of each (``state.read_chunks``,
+    :class:`~megadump_zarr.verify.chunks.ChunkRead`), so it reads no shard again.
     """
     from megadump_zarr.read.location import get_many
+    from megadump_zarr.read.packs import find_view
     from megadump_zarr.store.packs import INDEX_ARRAYS, TASK_ARRAYS
+
+    view = find_view(store)
+    held = view.shard_chunks(window) if view is not None else {}  # shard -> the view's chunks it holds
+
+    def read(shards: list[str], recorded: list[int] | None = None, per_shard: int = 0) -> None:
+        """Read each shard once: check its digest, keep what the chunk check needs of its chunks."""
+        for start in range(0, len(shards), _BATCH):
+            batch = shards[start : start + _BATCH]
+            for i, (shard, raw) in enumerate(zip(batch, get_many(base, batch))):
+                if raw is not None and recorded is not None:  # a missing shard is named by the chunk check
+                    check_shard(state, shard, raw, per_shard, recorded[start + i])
+                if view is None or shard not in held:
+                    continue
+                for key, chunk in view.split_shard(window, held.pop(shard), shard, raw):
+                    state.read_chunks[key] = ChunkRead.of(key, chunk) if isinstance(chunk, bytes) else chunk
 
     for path, doc in sorted(nodes.items()):
         pack, _, name = path.rpartition("/")
@@ -77,12 +99,7 @@ def _check_shards(state: CheckState, base: Any, window: str, nodes: dict[str, An
         except Exception:  # a malformed document is named by the document checks
             continue
         keys = [f"{key}/{zarray.metadata.encode_chunk_key(c)}" for c in expected]
-        per_shard = math.prod(zarray.shards) // math.prod(zarray.chunks)  # inner chunks per shard
-        for start in range(0, len(keys), _BATCH):
-            batch = keys[start : start + _BATCH]
-            for shard, raw, recorded in zip(batch, get_many(base, batch), digests[start:]):
-                if raw is not None:  # a missing shard is named by the chunk check (its rows' chunks)
-                    check_shard(state, shard, raw, per_shard, recorded)
+        read(keys, digests, math.prod(zarray.shards) // math.prod(zarray.chunks))  # inner chunks per shard
         task_doc = next(
             (nodes.get(f"{pack}/{t}") for t in TASK_ARRAYS if isinstance(nodes.get(f"{pack}/{t}"), dict)), {}
         )
@@ -91,6 +108,7 @@ def _check_shards(state: CheckState, base: Any, window: str, nodes: dict[str, An
         for entry in tasks if isinstance(tasks, list) else []:
             if isinstance(entry, dict) and isinstance(entry.get("group"), str):
                 state.shard_bound.add(f"{window}/{stage}/{entry['group']}/{name}")
+    read(sorted(held))  # shards of packs that record no digest (written before shardCrc32c)
 
 
 # The pack arrays whose values name each row's task, and the task attribute each must equal (-1: none).
