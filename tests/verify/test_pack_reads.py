@@ -2,7 +2,8 @@
 
 A pack's record shard used to be read whole for its digest (``shardCrc32c``) and again, through the reader's
 view, as one suffix read of its index plus one ranged read per inner chunk. Now the whole shard is read once and
-both checks take their bytes from it. These tests count the reads of a store below the view, and check that
+both checks take their bytes from it (and a pack's row id chunks are read once, not once to see them present and
+again to decode them). These tests count the reads of a store below the view, and check that
 each damage the view names on a per-chunk read is named by verify with the same text (the view's own reads of a
 fresh store are the reference).
 """
@@ -129,6 +130,8 @@ def test_verify_reads_each_shard_once(written: Path, store_kind: type[Counting])
     assert report.windows[0].chunks >= TASKS * len(RECORDS)
     assert {key: store.reads[key] for key in shards} == dict.fromkeys(shards, 1)
     assert {key: store.bytes[key] for key in shards} == shards  # whole, once
+    ids = [key for key in store.reads if re.search(r"/pack_\d+/(task_id|owner_id|core_id)/c[.\d]+$", key)]
+    assert len(ids) == 3 and all(store.reads[key] == 1 for key in ids), store.reads  # the row ids: once too
 
 
 def test_a_clean_pack_dump_from_the_dumper_reads_each_shard_once(tmp_path: Path) -> None:

@@ -127,7 +127,10 @@ def _check_pack_rows(state: CheckState, base: Any, window: str, nodes: dict[str,
     a pack whose records carry no row coordinate agree with those, and only these ids tell them apart (schema
     6 kept the task id in the group's directory name).
     """
-    from megadump_zarr.read.location import get_bytes
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.storage import MemoryStore
+
+    from megadump_zarr.read.location import get_many
     from megadump_zarr.store.packs import TASK_ARRAYS
 
     for task_path, task_doc in sorted(nodes.items()):
@@ -148,8 +151,9 @@ def _check_pack_rows(state: CheckState, base: Any, window: str, nodes: dict[str,
                 continue  # reported by the chunk check
             try:
                 zarray = open_array(base, key, doc)
-                missing = [f"{key}/{zarray.metadata.encode_chunk_key(c)}" for c in expected]
-                missing = [k for k in missing if get_bytes(base, k) is None]
+                chunks = [f"{key}/{zarray.metadata.encode_chunk_key(c)}" for c in expected]
+                raws = get_many(base, chunks)  # read once: the ids decode from these bytes
+                missing = [k for k, raw in zip(chunks, raws) if raw is None]
                 if missing:  # not in the schema-6 view the chunk check walks; absent reads as fill_value
                     named = [
                         wanted(t.get("attrs")) if isinstance(t, dict) and isinstance(t.get("attrs"), dict) else None
@@ -159,7 +163,10 @@ def _check_pack_rows(state: CheckState, base: Any, window: str, nodes: dict[str,
                         for k in missing:
                             state.add(k, "chunk is missing")
                     continue
-                stored = np.asarray(zarray[...]).reshape(-1).tolist()
+                held = MemoryStore(
+                    {k: default_buffer_prototype().buffer.from_bytes(raw) for k, raw in zip(chunks, raws)}
+                )
+                stored = np.asarray(open_array(held, key, doc)[...]).reshape(-1).tolist()
             except Exception as error:  # a damaged chunk is reported by the chunk check; this names the ids
                 state.add(key, f"the row ids cannot be read: {type(error).__name__}: {error}")
                 continue
