@@ -12,7 +12,9 @@ window, exactly the key space a schema-6 window of the same records has, so ever
   arrays (so plain ``xr.open_zarr(consolidated=True)`` opens it); ``{array}/zarr.json``: its document.
 - a record chunk: the shard's inner chunk, byte for byte the schema-6 chunk (checksum included), read
   with one ranged read after the shard's index (one suffix read per shard, cached); a row-coordinate
-  chunk: ``arange(start, stop)`` computed from the task's attributes.
+  chunk: ``arange(start, stop)`` computed from the task's attributes. A caller holding a whole shard (``verify``
+  reads each once) takes its virtual chunks from those bytes with :meth:`PackedView.split_shard`: the same
+  bytes, ``None`` or errors as those reads.
 - listings of a packed window show the virtual keys and every stored key that is not a pack's; the
   pack keys themselves stay readable. Everything outside packed windows passes through unchanged.
 
@@ -346,6 +348,63 @@ def _finish(window: str, state: _Window) -> _Window:
     ]
     state.packed = True
     return state
+
+
+def _corrupt_index(shard: str, key: str, error: ValueError) -> DumpIntegrityError:
+    """A shard index that does not decode, named for the virtual chunk ``key`` read through it."""
+    why = str(error).removeprefix(f"{shard}: ")
+    return DumpIntegrityError(f"shard {shard} of chunk {key} is corrupt: {why}", key=key)
+
+
+def _entry(
+    shard: str,
+    entries: list[tuple[int, int] | None],
+    size: int | None,
+    source: ShardSource,
+    key: str,
+    final: bool,
+) -> tuple[int, int] | None:
+    """``(offset, nbytes)`` of a virtual chunk's inner chunk in its shard; ``None``: absent from a torn window's.
+
+    Args:
+        shard: The shard's key.
+        entries: Its decoded index.
+        size: Its stored size, when known.
+        source: The virtual chunk's source.
+        key: The virtual chunk's key.
+        final: Its window is committed (an absent inner chunk is then damage).
+
+    Raises:
+        DumpIntegrityError: Absent from a committed window's shard, or an entry outside the shard.
+    """
+    entry = entries[source.slot]
+    if entry is None:
+        if final:
+            raise DumpIntegrityError(
+                f"chunk {key} is missing: its window is committed, but shard {shard} holds no inner chunk {source.slot}",
+                key=key,
+            )
+        return None
+    offset, nbytes = entry
+    limit = None if size is None else size - index_nbytes(source.count)
+    if nbytes == 0 or (limit is not None and offset + nbytes > limit):
+        raise DumpIntegrityError(
+            f"chunk {key} is corrupt: shard {shard} index entry {source.slot} "
+            f"(offset {offset}, {nbytes} bytes) lies outside the shard's "
+            f"{'data' if limit is None else f'{limit} data bytes'}",
+            key=key,
+        )
+    return entry
+
+
+def _short_read(shard: str, source: ShardSource, entry: tuple[int, int], got: int, key: str) -> DumpIntegrityError:
+    """An inner chunk whose ranged read came back short: its index entry reaches past the shard's end."""
+    offset, nbytes = entry
+    return DumpIntegrityError(
+        f"chunk {key} is corrupt: shard {shard} index entry {source.slot} "
+        f"(offset {offset}, {nbytes} bytes) lies outside the shard (read {got} bytes)",
+        key=key,
+    )
 
 
 def _slice(data: bytes, byte_range: ByteRequest | None) -> bytes:
@@ -700,10 +759,9 @@ class PackedView(WrapperStore[Store]):
             try:
                 entries = decode_index(value.to_bytes(), count, shard)
             except ValueError as error:
-                why = str(error).removeprefix(f"{shard}: ")
-                raise DumpIntegrityError(f"shard {shard} of chunk {key} is corrupt: {why}", key=key) from None
+                raise _corrupt_index(shard, key, error) from None
             size = None
-            if type(self._store).getsize is not Store.getsize:  # a stat or a HEAD; the base class reads it all
+            if self._sized():
                 try:
                     size = await self._store.getsize(shard)
                 except (FileNotFoundError, NotImplementedError):
@@ -722,36 +780,87 @@ class PackedView(WrapperStore[Store]):
         if found is None:
             return None
         entries, size = found
-        entry = entries[source.slot]
+        entry = _entry(shard, entries, size, source, key, state.final)
         if entry is None:
-            if state.final:
-                raise DumpIntegrityError(
-                    f"chunk {key} is missing: its window is committed, but shard {shard} holds no "
-                    f"inner chunk {source.slot}",
-                    key=key,
-                )
             return None
         offset, nbytes = entry
-        end = offset + nbytes
-        limit = None if size is None else size - index_nbytes(source.count)
-        if nbytes == 0 or (limit is not None and end > limit):
-            raise DumpIntegrityError(
-                f"chunk {key} is corrupt: shard {shard} index entry {source.slot} "
-                f"(offset {offset}, {nbytes} bytes) lies outside the shard's "
-                f"{'data' if limit is None else f'{limit} data bytes'}",
-                key=key,
-            )
-        value = await self._store.get(shard, default_buffer_prototype(), RangeByteRequest(offset, end))
+        value = await self._store.get(shard, default_buffer_prototype(), RangeByteRequest(offset, offset + nbytes))
         if value is None:
             return None
         data = value.to_bytes()
         if len(data) != nbytes:
-            raise DumpIntegrityError(
-                f"chunk {key} is corrupt: shard {shard} index entry {source.slot} "
-                f"(offset {offset}, {nbytes} bytes) lies outside the shard (read {len(data)} bytes)",
-                key=key,
-            )
+            raise _short_read(shard, source, entry, len(data), key)
         return data
+
+    def _sized(self) -> bool:
+        """Whether the store tells a shard's size cheaply (a stat or a HEAD; the base class reads it all)."""
+        return type(self._store).getsize is not Store.getsize
+
+    def shard_chunks(self, window: str) -> dict[str, list[tuple[str, ShardSource]]]:
+        """Where a window's packed record chunks are stored: shard key -> ``(virtual chunk key, source)`` of each
+        of its inner chunks the view serves, keys relative to the view's root (``{}``: the window holds no pack).
+
+        Args:
+            window: The window key.
+        """
+        from zarr.core.sync import sync
+
+        state = self._cached(window)
+        if state is None:
+            state = sync(self._window_state(window))
+        prefix = self._prefix(window)
+        found: dict[str, list[tuple[str, ShardSource]]] = defaultdict(list)
+        for rel, source in state.sources.items() if state.packed else ():
+            if isinstance(source, ShardSource):
+                found[f"{prefix}{source.shard}"].append((f"{prefix}{rel}", source))
+        return dict(found)
+
+    def split_shard(
+        self, window: str, chunks: list[tuple[str, ShardSource]], shard: str, raw: bytes | None
+    ) -> list[tuple[str, bytes | DumpIntegrityError | None]]:
+        """The virtual record chunks of one shard taken from its whole stored bytes (one read of it), each as a
+        read of it through the view returns it (:meth:`shard_chunks` tells them): its bytes, ``None`` (no
+        shard, or an absent inner chunk of a torn window), or the :class:`DumpIntegrityError` that read raises,
+        with the same text (a damaged index, an index entry outside the shard, a row a committed window's
+        shard does not hold).
+
+        Args:
+            window: The window key.
+            chunks: ``(virtual chunk key, source)`` of the shard's inner chunks (:meth:`shard_chunks`).
+            shard: The shard's key relative to the view's root.
+            raw: The shard's stored bytes (``None``: absent).
+        """
+        from zarr.core.sync import sync
+
+        if raw is None:
+            return [(key, None) for key, _ in chunks]
+        final = (self._cached(window) or sync(self._window_state(window))).final
+        size = len(raw) if self._sized() else None
+        split: list[tuple[str, bytes | DumpIntegrityError | None]] = []
+        decoded: dict[int, list[tuple[int, int] | None] | ValueError] = {}
+        for key, source in chunks:
+            count = source.count
+            if count not in decoded:
+                try:  # the view's suffix read of the index, from the same bytes
+                    decoded[count] = decode_index(raw[max(0, len(raw) - index_nbytes(count)) :], count, shard)
+                except ValueError as error:
+                    decoded[count] = error
+            entries = decoded[count]
+            if isinstance(entries, ValueError):
+                split.append((key, _corrupt_index(shard, key, entries)))
+                continue
+            try:
+                entry = _entry(shard, entries, size, source, key, final)
+            except DumpIntegrityError as error:
+                split.append((key, error))
+                continue
+            if entry is None:
+                split.append((key, None))
+                continue
+            offset, nbytes = entry
+            data = raw[offset : offset + nbytes]  # the view's ranged read
+            split.append((key, data if len(data) == nbytes else _short_read(shard, source, entry, len(data), key)))
+        return split
 
     async def get_partial_values(
         self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]

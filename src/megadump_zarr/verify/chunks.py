@@ -1,7 +1,9 @@
 """Checks of a window's chunks: every chunk the grid implies is there, its checksum holds, it is in its place.
 
 A chunk whose codec chain ends with ``crc32c`` has that checksum verified over its stored bytes and is
-bound to its place (:mod:`~megadump_zarr.verify.placement`); a chunk without a checksum must decode.
+bound to its place (:mod:`~megadump_zarr.verify.placement`); a chunk without a checksum must decode. A pack's
+record chunks were read with their whole shard by :mod:`~megadump_zarr.verify.packs` (what the checks need of each
+is in ``state.read_chunks``): they are checked from those bytes, not read again.
 With ``deep`` the statistics stored in each record (``stats``: min, max, mean, l2norm, nanCount, infCount,
 see :mod:`megadump_zarr.store.tensor_stats`) are recomputed from the data and compared (counts, min and max
 exactly; mean and l2norm to a relative 1e-9, the float64 rounding of merging per-chunk sums).
@@ -10,6 +12,7 @@ exactly; mean and l2norm to a relative 1e-9, the float64 rounding of merging per
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 import itertools
 import math
 from typing import Any
@@ -19,7 +22,7 @@ import numpy as np
 from megadump_zarr.verify.placement import check_place, placement
 from megadump_zarr.verify.report import CheckState, short
 
-__all__ = ["check_chunks", "expected_chunks", "open_array", "stats_tolerance"]
+__all__ = ["ChunkRead", "check_chunks", "expected_chunks", "open_array", "stats_tolerance"]
 
 _BATCH = 64  # chunks fetched concurrently
 _MAX_LISTED = 20  # missing chunks listed per array before "and N more"
@@ -68,9 +71,9 @@ def check_chunks(
         msprobe: The window is an msprobe dump read in place: its statistics are msprobe's own, computed in
             the tensor's dtype, so ``deep`` compares mean and l2norm to that rounding (:func:`stats_tolerance`).
     """
-    from megadump_zarr.read.integrity import has_crc32c, verify_crc32c
+    from megadump_zarr.read.integrity import has_crc32c
     from megadump_zarr.read.errors import DumpIntegrityError
-    from megadump_zarr.read.location import get_many, list_prefix
+    from megadump_zarr.read.location import list_prefix
 
     present = set(list_prefix(store, f"{window}/"))
     for path in sorted(arrays):
@@ -95,11 +98,10 @@ def check_chunks(
         bad = False
         for start in range(0, len(keys), _BATCH):
             batch = keys[start : start + _BATCH]
-            try:
-                raws: list[Any] = get_many(store, batch)
-            except DumpIntegrityError:  # a pack's shard index is corrupt (read.packs): name each chunk it fails
-                raws = [_get_or_problem(store, key) for key in batch]
-            for key, raw in zip(batch, raws):
+            fetch = [k for k in batch if k not in state.read_chunks]  # a pack's: read with its shard
+            fetched = dict(zip(fetch, _get_many(store, fetch)))
+            for key in batch:
+                raw = state.read_chunks.pop(key) if key not in fetched else fetched[key]
                 state.chunks += 1
                 if isinstance(raw, DumpIntegrityError):
                     state.add(key, str(raw).removeprefix(f"chunk {key} is ").strip())
@@ -109,21 +111,62 @@ def check_chunks(
                     state.add(key, "chunk is missing")
                     bad = True
                     continue
-                state.stored_bytes += len(raw)
+                read = raw if isinstance(raw, ChunkRead) else ChunkRead.of(key, raw, checksum)
+                state.stored_bytes += read.nbytes
                 if tick is not None:
-                    tick(len(raw))
+                    tick(read.nbytes)
                 if checksum:
-                    try:
-                        verify_crc32c(key, np.frombuffer(raw, dtype=np.uint8))
-                    except DumpIntegrityError as error:
-                        state.add(key, str(error).removeprefix(f"chunk {key} is ").strip())
+                    if read.error is not None:
+                        state.add(key, str(read.error).removeprefix(f"chunk {key} is ").strip())
                         bad = True
                         continue
-                    bad = check_place(state, key, raw, place) or bad
+                    bad = check_place(state, key, read.tail, place) or bad
         if bad or missing:
             continue
         if not checksum or deep:
             _check_decode(state, zarray, array_key, doc, deep, msprobe)
+
+
+@dataclass(frozen=True)
+class ChunkRead:
+    """What the chunk check needs of a stored chunk's bytes, so they need not be kept (a pack's record chunks are
+    read with their whole shard before the chunk check, ``verify.packs``).
+
+    Args:
+        nbytes: Its stored size.
+        tail: Its last 4 bytes (its crc32c when it carries one; all of it when shorter).
+        error: What :func:`~megadump_zarr.read.integrity.verify_crc32c` raised on it (``None``: it holds, or
+            was not checked).
+    """
+
+    nbytes: int
+    tail: bytes
+    error: Exception | None = None
+
+    @classmethod
+    def of(cls, key: str, raw: Any, checksum: bool = True) -> ChunkRead:
+        """The summary of chunk ``key``'s stored bytes ``raw`` (its trailing crc32c checked with ``checksum``)."""
+        from megadump_zarr.read.errors import DumpIntegrityError
+        from megadump_zarr.read.integrity import verify_crc32c
+
+        error = None
+        if checksum:
+            try:
+                verify_crc32c(key, np.frombuffer(raw, dtype=np.uint8))
+            except DumpIntegrityError as failed:
+                error = failed
+        return cls(len(raw), bytes(raw[-4:]), error)
+
+
+def _get_many(store: Any, keys: list[str]) -> list[Any]:
+    """The chunks' bytes (``None`` when absent), or for each the integrity error reading it raised."""
+    from megadump_zarr.read.errors import DumpIntegrityError
+    from megadump_zarr.read.location import get_many
+
+    try:
+        return get_many(store, keys)
+    except DumpIntegrityError:  # a pack's shard index is corrupt (read.packs): name each chunk it fails
+        return [_get_or_problem(store, key) for key in keys]
 
 
 def _get_or_problem(store: Any, key: str) -> Any:

@@ -4,7 +4,8 @@
 The reader's view (:mod:`megadump_zarr.read.packs`) serves the window's schema-6 form, which the document
 checks compare with itself; these compare what plain zarr reads with it, the checksummed id arrays of
 each pack with the tasks its rows claim to be, and each record shard's bytes with the crc32c its array
-records for that place (``shardCrc32c``, ``store.packs``).
+records for that place (``shardCrc32c``, ``store.packs``). Each record shard is read once, whole: the chunk check
+takes the view's record chunks from those same bytes (``CheckState.read_chunks``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from megadump_zarr.verify.chunks import expected_chunks, open_array
+from megadump_zarr.verify.chunks import ChunkRead, expected_chunks, open_array
 from megadump_zarr.verify.documents import group_consolidated_agrees, stored_agrees
 from megadump_zarr.verify.placement import check_shard, shard_digests
 from megadump_zarr.verify.report import CheckState
@@ -48,20 +49,41 @@ def check_pack_documents(state: CheckState, store: Any, window: str) -> None:
             group_consolidated_agrees(state, key, path, own, nodes)
     _check_pack_rows(state, base, window, nodes)
     _check_row_coordinates(state, base, window, nodes)
-    _check_shards(state, base, window, nodes)
+    _check_shards(state, store, base, window, nodes)
 
 
 _PACK_LEAF = re.compile(r"^pack_\d+$")
 _BATCH = 16  # shards (up to PACK_SHARD_BYTES each, uncompressed) fetched at once
 
 
-def _check_shards(state: CheckState, base: Any, window: str, nodes: dict[str, Any]) -> None:
+def _check_shards(state: CheckState, store: Any, base: Any, window: str, nodes: dict[str, Any]) -> None:
     """Each record shard of each pack is the one its array recorded for that place (``shardCrc32c``): a shard
     with valid inner checksums copied from another window, or swapped with a same-shaped one, is named. The
     view's record arrays of a pack that records digests are then bound (``state.shard_bound``).
+
+    Each shard is read once, whole: its digest is checked from those bytes, and the view's record chunks it holds
+    are taken from them too (:meth:`~megadump_zarr.read.packs.PackedView.split_shard`, the view's own reads and
+    messages) and kept for the chunk check as what it needs of each (``state.read_chunks``,
+    :class:`~megadump_zarr.verify.chunks.ChunkRead`), so it reads no shard again.
     """
     from megadump_zarr.read.location import get_many
+    from megadump_zarr.read.packs import find_view
     from megadump_zarr.store.packs import INDEX_ARRAYS, TASK_ARRAYS
+
+    view = find_view(store)
+    held = view.shard_chunks(window) if view is not None else {}  # shard -> the view's chunks it holds
+
+    def read(shards: list[str], recorded: list[int] | None = None, per_shard: int = 0) -> None:
+        """Read each shard once: check its digest, keep what the chunk check needs of its chunks."""
+        for start in range(0, len(shards), _BATCH):
+            batch = shards[start : start + _BATCH]
+            for i, (shard, raw) in enumerate(zip(batch, get_many(base, batch))):
+                if raw is not None and recorded is not None:  # a missing shard is named by the chunk check
+                    check_shard(state, shard, raw, per_shard, recorded[start + i])
+                if view is None or shard not in held:
+                    continue
+                for key, chunk in view.split_shard(window, held.pop(shard), shard, raw):
+                    state.read_chunks[key] = ChunkRead.of(key, chunk) if isinstance(chunk, bytes) else chunk
 
     for path, doc in sorted(nodes.items()):
         pack, _, name = path.rpartition("/")
@@ -79,12 +101,7 @@ def _check_shards(state: CheckState, base: Any, window: str, nodes: dict[str, An
         except Exception:  # a malformed document is named by the document checks
             continue
         keys = [f"{key}/{zarray.metadata.encode_chunk_key(c)}" for c in expected]
-        per_shard = math.prod(zarray.shards) // math.prod(zarray.chunks)  # inner chunks per shard
-        for start in range(0, len(keys), _BATCH):
-            batch = keys[start : start + _BATCH]
-            for shard, raw, recorded in zip(batch, get_many(base, batch), digests[start:]):
-                if raw is not None:  # a missing shard is named by the chunk check (its rows' chunks)
-                    check_shard(state, shard, raw, per_shard, recorded)
+        read(keys, digests, math.prod(zarray.shards) // math.prod(zarray.chunks))  # inner chunks per shard
         task_doc = next(
             (nodes.get(f"{pack}/{t}") for t in TASK_ARRAYS if isinstance(nodes.get(f"{pack}/{t}"), dict)), {}
         )
@@ -93,6 +110,7 @@ def _check_shards(state: CheckState, base: Any, window: str, nodes: dict[str, An
         for entry in tasks if isinstance(tasks, list) else []:
             if isinstance(entry, dict) and isinstance(entry.get("group"), str):
                 state.shard_bound.add(f"{window}/{stage}/{entry['group']}/{name}")
+    read(sorted(held))  # shards of packs that record no digest (written before shardCrc32c)
 
 
 # The pack arrays whose values name each row's task, and the task attribute each must equal (-1: none).
@@ -103,6 +121,24 @@ _ROW_IDS = (
 )
 
 
+def _read_whole(base: Any, key: str, doc: dict[str, Any], expected: list[tuple[int, ...]]) -> tuple[list[str], Any]:
+    """A small pack array (row ids, row coordinates) read once: ``(missing chunk keys, None)``, or ``([], values)``
+    decoded from the bytes just read (crc32c checked by zarr; raises on a damaged chunk)."""
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.storage import MemoryStore
+
+    from megadump_zarr.read.location import get_many
+
+    zarray = open_array(base, key, doc)
+    chunks = [f"{key}/{zarray.metadata.encode_chunk_key(c)}" for c in expected]
+    raws = get_many(base, chunks)
+    missing = [k for k, raw in zip(chunks, raws) if raw is None]
+    if missing:
+        return missing, None
+    held = MemoryStore({k: default_buffer_prototype().buffer.from_bytes(raw) for k, raw in zip(chunks, raws)})
+    return [], np.asarray(open_array(held, key, doc)[...])
+
+
 def _check_pack_rows(state: CheckState, base: Any, window: str, nodes: dict[str, Any]) -> None:
     """Each pack row is the task its ``attributes.tasks`` entry names: the ids stored (checksummed) in the pack's
     ``task_id`` (schema 7: ``task``), ``owner_id`` and ``core_id`` arrays equal the entry's ``taskId``, ``owner.id`` and ``coreId``.
@@ -111,7 +147,6 @@ def _check_pack_rows(state: CheckState, base: Any, window: str, nodes: dict[str,
     a pack whose records carry no row coordinate agree with those, and only these ids tell them apart (schema
     6 kept the task id in the group's directory name).
     """
-    from megadump_zarr.read.location import get_bytes
     from megadump_zarr.store.packs import TASK_ARRAYS
 
     for task_path, task_doc in sorted(nodes.items()):
@@ -131,9 +166,7 @@ def _check_pack_rows(state: CheckState, base: Any, window: str, nodes: dict[str,
             if expected is None:
                 continue  # reported by the chunk check
             try:
-                zarray = open_array(base, key, doc)
-                missing = [f"{key}/{zarray.metadata.encode_chunk_key(c)}" for c in expected]
-                missing = [k for k in missing if get_bytes(base, k) is None]
+                missing, values = _read_whole(base, key, doc, expected)
                 if missing:  # not in the schema-6 view the chunk check walks; absent reads as fill_value
                     named = [
                         wanted(t.get("attrs")) if isinstance(t, dict) and isinstance(t.get("attrs"), dict) else None
@@ -143,7 +176,7 @@ def _check_pack_rows(state: CheckState, base: Any, window: str, nodes: dict[str,
                         for k in missing:
                             state.add(k, "chunk is missing")
                     continue
-                stored = np.asarray(zarray[...]).reshape(-1).tolist()
+                stored = values.reshape(-1).tolist()
             except Exception as error:  # a damaged chunk is reported by the chunk check; this names the ids
                 state.add(key, f"the row ids cannot be read: {type(error).__name__}: {error}")
                 continue
@@ -168,7 +201,6 @@ def _check_row_coordinates(state: CheckState, base: Any, window: str, nodes: dic
     tensor) holds, row by row, ``arange(start, stop)`` of the row's ``attributes.tasks[row].coords.{dim}`` (what
     the readers place the rows by); a format-3 pack without one of its row coordinate arrays is named.
     """
-    from megadump_zarr.read.location import get_bytes
     from megadump_zarr.store.packs import PACK_ATTR, TASK_ARRAYS, row_coordinate_name, row_coordinate_names
 
     for task_path, task_doc in sorted(nodes.items()):
@@ -197,14 +229,11 @@ def _check_row_coordinates(state: CheckState, base: Any, window: str, nodes: dic
             if expected is None:
                 continue  # reported by the chunk check
             try:
-                zarray = open_array(base, key, doc)
-                missing = [f"{key}/{zarray.metadata.encode_chunk_key(c)}" for c in expected]
-                missing = [k for k in missing if get_bytes(base, k) is None]
+                missing, stored = _read_whole(base, key, doc, expected)
                 if missing:  # absent reads as fill_value: never compared as if stored
                     for k in missing:
                         state.add(k, "chunk is missing")
                     continue
-                stored = np.asarray(zarray[...])
             except Exception as error:  # a damaged chunk is reported by the chunk check; this names the array
                 state.add(key, f"the row coordinates cannot be read: {type(error).__name__}: {error}")
                 continue

@@ -1,8 +1,8 @@
 """Chunks bound to their place: a checksum-valid chunk must be the one its array recorded for that grid position.
 
 See :mod:`megadump_zarr.store.chunk_digests` for what the writer records (``chunkCrc32c``). Used by
-:func:`megadump_zarr.verify.chunks.check_chunks`, which already holds every chunk's bytes. A pack's record
-arrays bind whole shards instead (``shardCrc32c``, ``store.packs``; :func:`check_shard`, used by
+:func:`megadump_zarr.verify.chunks.check_chunks`, which holds every chunk's bytes (a pack's as read with its whole
+shard). A pack's record arrays bind whole shards instead (``shardCrc32c``, ``store.packs``; :func:`check_shard`, used by
 ``verify.packs``): the view's record arrays they hold are then bound, not counted as unbound.
 """
 

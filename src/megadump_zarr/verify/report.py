@@ -101,6 +101,8 @@ class CheckState:
         shard_bound: Keys of the view's record arrays bound to their place by their pack shard's ``shardCrc32c``
             (``verify.packs``): not counted in ``unbound``.
         unchecked: Arrays with chunks but no checksum: decoded only (a note, not a problem).
+        read_chunks: The view's record chunks already read with their whole pack shard (``verify.packs``), by key:
+            what the chunk check needs of each (``verify.chunks.ChunkRead``), so no shard is read twice.
     """
 
     window: str
@@ -112,6 +114,7 @@ class CheckState:
     unbound: int = 0
     unchecked: int = 0
     shard_bound: set[str] = field(default_factory=set)
+    read_chunks: dict[str, Any] = field(default_factory=dict)
 
     def add(self, key: str, what: str) -> None:
         """Add the problem ``what`` at store key ``key``."""
