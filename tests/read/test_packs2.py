@@ -1,0 +1,244 @@
+"""The reader keeps reading pack format 2 (``layout="packs"`` dumps of window schemaVersion 8, ``megadumpPack: 2``).
+
+``tests/read/data/packs2`` holds an L1 dump of one demo step in the packs layout stored by the pack-format-2
+writer (commit 9d7f66c, see its README): two four-row packs whose rows carry row coordinates but no
+``global_{dim}`` arrays (format 3 added them), and ragged tasks kept as task groups. Its files hash to the list
+stored with it (``SHA256SUMS``); the fixture read through the public API (records and the pack rows they name,
+record arrays, stitched tensors, compare with itself, verify, the CLI) agrees with itself and with zarr-python
+and xarray reading the same stored bytes, exactly. The same step dumped by today's writer, in either layout,
+gives the same records, tensors and a passing compare: integers and metadata exactly, floats within float32
+tolerance (the fixture's were computed elsewhere).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+import runpy
+import shutil
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+import zarr
+
+from megadump_zarr import compare, open_dump
+from megadump_zarr.read.location import open_location
+from megadump_zarr.verify import verify_dump
+from tests.cli._helpers import cli_runner
+from tests.read._fixture_checks import assert_dataarray_close, assert_records_close, assert_stored_bytes_unchanged
+
+DATA = Path(__file__).parent / "data" / "packs2"
+LEVELS = ("l1",)
+LAYOUTS = ("packs", "tasks")
+WINDOW = Path("rank_0") / "window_0000"
+STAGES = WINDOW / "invocation_000000_forward" / "stages"
+RECORDS = 33
+# The fixture's packs (one per stage, ``pack_0000``): the task id of each row, and the row coordinates of its rows.
+PACK_TASKS = {"unpermute": [8, 9, 10, 11], "combine": [13, 14, 15, 16]}
+PACK_COORDS = {"unpermute": {"slot", "token"}, "combine": {"token"}}
+# The task groups left unpacked: ragged expert tiles, and each packed stage's clipped last tile.
+TASK_GROUPS = {"expert_up": [0, 1, 2, 3], "unpermute": [12], "combine": [17]}
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory) -> Path:
+    """A copy of the stored pack-format-2 dump (the reader never writes, but the fixture stays pristine)."""
+    return Path(
+        shutil.copytree(
+            DATA,
+            tmp_path_factory.mktemp("packs2"),
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns("*.py", "*.md", "SHA256SUMS"),
+        )
+    )
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory) -> dict[str, Path]:
+    """The same demo step dumped by today's writer in each layout (the fixture's own generator, today's code)."""
+    write = runpy.run_path(str(DATA / "generate.py"))["write"]
+    bases = {}
+    for layout in LAYOUTS:
+        bases[layout] = tmp_path_factory.mktemp(f"today-{layout}")
+        write(bases[layout], layout)
+    return bases
+
+
+def _doc(path: Path) -> dict:
+    return json.loads((path / "zarr.json").read_bytes())
+
+
+def test_the_stored_bytes_match_the_checksums_stored_with_the_fixture():
+    assert assert_stored_bytes_unchanged(DATA, LEVELS) == 78
+
+
+def test_the_fixture_is_schema_8_with_format_2_packs_and_no_global_arrays(stored):
+    window = _doc(stored / "l1" / WINDOW)["attributes"]
+    assert window["schemaVersion"] == 8 and window["status"] == "complete"
+    assert window["stageViewStorage"] == "task_record_packs"
+    stages = stored / "l1" / STAGES
+    assert sorted(p.name for p in stages.iterdir() if p.is_dir()) == ["combine", "expert_up", "unpermute"]
+    for stage in TASK_GROUPS:
+        children = sorted(p.name for p in (stages / stage).iterdir() if p.is_dir())
+        groups = [f"task_{t:06d}" for t in TASK_GROUPS[stage]]
+        assert children == (["pack_0000"] if stage in PACK_TASKS else []) + groups
+    for stage, tasks in PACK_TASKS.items():
+        pack = stages / stage / "pack_0000"
+        assert _doc(pack)["attributes"] == {"megadumpPack": 2, "stage": stage, "taskCount": len(tasks)}
+        arrays = sorted(p.name for p in pack.iterdir() if p.is_dir())
+        assert {"task_id", "owner_id", "core_id"} <= set(arrays) and "task" not in arrays
+        assert not [a for a in arrays if a.startswith("global_")], arrays  # format 3's row-coordinate arrays
+        ids = zarr.open_array(str(pack / "task_id"), mode="r")
+        assert ids[...].tolist() == tasks  # exact: integers
+        rows = ids.attrs["tasks"]
+        assert [row["group"] for row in rows] == [f"task_{t:06d}" for t in tasks]
+        assert all(set(row["coords"]) == PACK_COORDS[stage] for row in rows)  # rows with row coordinates
+        assert [row["coords"]["token"] for row in rows] == [[0, 8], [8, 16], [16, 24], [24, 32]]
+        for name in set(arrays) - {"task_id", "owner_id", "core_id"}:
+            assert _doc(pack / name)["attributes"]["coordinates"] == "task_id owner_id core_id", name
+
+
+def test_records_read_with_their_pack_arrays_and_rows(stored):
+    records = open_dump(stored / "l1").records()
+    assert len(records) == RECORDS and set(records["status"]) == {"complete"}
+    assert sorted(set(records["task_id"])) == [0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]
+    assert all(g.rpartition("/")[2] == f"task_{t:06d}" for g, t in zip(records["group"], records["task_id"]))
+    assert set(records["name"]) == {"xs", "ws", "ys", "inverse_order", "out"}
+    assert records["pack_row"].dtype == np.int64
+    packed = records["pack_array"].notna()
+    assert int(packed.sum()) == 20
+    for row in records.itertuples():
+        tasks = PACK_TASKS.get(row.stage, [])
+        if row.task_id in tasks:  # exact: names and integers
+            array = f"{(STAGES / row.stage / 'pack_0000').as_posix()}/{row.path.rpartition('/')[2]}"
+            assert (row.pack_array, row.pack_row) == (array, tasks.index(row.task_id)), row.path
+        else:
+            assert pd.isna(row.pack_array) and row.pack_row == -1, row.path
+
+
+def test_record_arrays_equal_zarr_reading_the_stored_pack_rows_and_carry_their_stored_stats(stored):
+    root = stored / "l1"
+    dump = open_dump(root)
+    records = dump.records()
+    view = open_location(root).store
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for row in records.itertuples():
+            values = dump.record_array(row.path).values
+            if pd.isna(row.pack_array):  # a task group's array, as stored
+                on_disk = zarr.open_array(str(root / row.path), mode="r")[...]
+            else:  # the row of the pack array the records name
+                on_disk = zarr.open_array(str(root / row.pack_array), mode="r")[row.pack_row]
+            np.testing.assert_array_equal(values, on_disk, err_msg=row.path)  # exact: stored bytes
+            through_view = zarr.open_array(zarr.storage.StorePath(view, row.path), mode="r")[...]
+            np.testing.assert_array_equal(values, through_view, err_msg=row.path)  # exact: stored bytes
+            assert values.dtype == np.dtype(row.dtype) and values.shape == tuple(row.shape), row.path
+            if values.dtype.kind == "f":  # stats stored by the writer, recomputed here: tolerance
+                assert np.isclose(values.min(), row.min, rtol=1e-6) and np.isclose(values.max(), row.max, rtol=1e-6)
+                assert np.isclose(values.mean(dtype=np.float64), row.mean, rtol=1e-5, atol=1e-6), row.path
+            else:  # exact: integers
+                assert values.min() == row.min and values.max() == row.max, row.path
+
+
+def test_plain_xarray_opens_a_format_2_pack_with_its_ids_as_coordinates(stored):
+    root = stored / "l1"
+    dump = open_dump(root)
+    records = dump.records()
+    for stage, tasks in PACK_TASKS.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            ds = xr.open_zarr(root / STAGES / stage / "pack_0000", consolidated=True, chunks=None)
+        assert set(ds.coords) == {"task_id", "owner_id", "core_id"}  # no global_{dim}: format 2
+        assert all(ds[c].dims == ("task",) for c in ds.coords)
+        assert ds.attrs["megadumpPack"] == 2 and ds.sizes["task"] == len(tasks)
+        assert ds["task_id"].values.tolist() == tasks  # exact: integers
+        rows = records[records["pack_array"].str.startswith(f"{(STAGES / stage).as_posix()}/pack_0000/", na=False)]
+        assert len(rows) == len(tasks) * len(ds.data_vars)
+        for row in rows.itertuples():
+            var = row.pack_array.rpartition("/")[2]
+            assert int(ds["task_id"][row.pack_row]) == row.task_id
+            assert int(ds["core_id"][row.pack_row]) == row.core_id
+            np.testing.assert_array_equal(
+                ds[var].isel(task=row.pack_row).values, dump.record_array(row.path).values
+            )  # exact: stored bytes
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_stitched_tensors_equal_their_records_and_todays(stored, fresh, layout):
+    old, new = open_dump(stored / "l1"), open_dump(fresh[layout] / "l1")
+    records = old.records()
+    keys = ["stage", "io", "name"]
+    selections = records[keys].drop_duplicates().to_dict("records")
+    assert len(selections) == 7
+    for select in selections:
+        name = select.pop("name")
+        tensor = old.tensor(name, **select).load()
+        rows = records[
+            (records["name"] == name) & (records["stage"] == select["stage"]) & (records["io"] == select["io"])
+        ]
+        for path in rows["path"]:  # each record is its rows of the tensor
+            record = old.record_array(path).load()
+            dim = record.dims[0]
+            np.testing.assert_array_equal(
+                tensor.sel({dim: record[dim].values}).values, record.values, err_msg=path
+            )  # exact: stored bytes
+        assert_dataarray_close(tensor, new.tensor(name, **select).load(), f"{name} {select}")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_records_and_values_equal_todays_dump_of_the_same_step(stored, fresh, layout):
+    from megadump_zarr.layout.write_model import SCHEMA_VERSION
+    from megadump_zarr.store.packs import PACK_VERSION
+
+    today = fresh[layout] / "l1"
+    window = _doc(today / WINDOW)["attributes"]
+    assert window["schemaVersion"] == SCHEMA_VERSION >= 8
+    if layout == "packs":  # today's packs are a newer format than the fixture's, with its row-coordinate arrays
+        assert PACK_VERSION > 2
+        for stage in PACK_TASKS:
+            pack = today / STAGES / stage / "pack_0000"
+            assert _doc(pack)["attributes"]["megadumpPack"] == PACK_VERSION
+            assert {f"global_{dim}" for dim in PACK_COORDS[stage]} <= {p.name for p in pack.iterdir()}
+    old, new = open_dump(stored / "l1"), open_dump(today)
+    a, b = old.records(), new.records()
+    assert len(a) == len(b) == RECORDS
+    assert_records_close(a, b)
+    if layout == "packs":  # the same tasks packed in the same rows
+        pd.testing.assert_frame_equal(a[["pack_array", "pack_row"]], b[["pack_array", "pack_row"]])
+    else:
+        assert b["pack_array"].isna().all() and (b["pack_row"] == -1).all()
+    for path in a["path"]:
+        assert_dataarray_close(old.record_array(path).load(), new.record_array(path).load(), path)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_compare_of_the_fixture_with_itself_and_with_todays_dump(stored, fresh, layout):
+    itself = compare(stored / "l1", stored / "l1")
+    assert len(itself) == RECORDS and set(itself["verdict"]) == {"pass"}
+    assert (itself["max_abs"] == 0).all() and (itself["cosine"] == 1).all()  # exact: stored bytes
+    today = compare(stored / "l1", fresh[layout] / "l1")
+    assert len(today) == RECORDS and set(today["verdict"]) == {"pass"}
+    assert (today["dtype_a"] == today["dtype_b"]).all() and set(today["dtype_a"]) == {"float32", "int64"}
+    floats = today["dtype_a"] == "float32"
+    assert (today.loc[floats, "max_abs"] <= 1e-5).all(), today.loc[today["max_abs"] > 1e-5, ["path", "max_abs"]]
+    assert (today.loc[~floats, "max_abs"] == 0).all() and (today["mismatches"] == 0).all()  # exact: integers
+
+
+def test_verify_and_the_cli_pass_on_the_fixture(stored, fresh, capsys, monkeypatch):
+    dump = open_dump(stored / "l1")
+    assert verify_dump(dump).ok and verify_dump(dump, deep=True).ok
+    run = cli_runner(capsys, monkeypatch)
+    verified = run("verify", "--deep", stored / "l1")
+    assert verified.code == 0, verified.out + verified.err
+    assert verified.out.splitlines()[-1].startswith("ok: 1 window(s) checked, 0 not committed")
+    listed = run("ls", stored / "l1")
+    assert listed.code == 0, listed.out + listed.err
+    assert listed.err.startswith(f"{RECORDS} records"), listed.err
+    assert all(path in listed.out for path in dump.records()["path"]), listed.out  # packed records by their paths
+    for layout in LAYOUTS:
+        compared = run("compare", stored / "l1", fresh[layout] / "l1")
+        assert compared.code == 0, compared.out + compared.err
+        assert f"PASS: all {RECORDS} records pass" in compared.out
