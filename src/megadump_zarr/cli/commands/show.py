@@ -48,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "show",
         help="stats and the first values of one tensor",
-        description="Show one tensor: where it is stored, dtype and shape, statistics (the stored stats of a "
+        description="Show one tensor: where it is stored (a packed record: its pack array and row), dtype and shape, statistics (the stored stats of a "
         "single record; computed from the data for a stitched tensor) and its first N values in C "
         "order (truncated records read NaN where nothing was captured). JSON: NaN is null, "
         'infinities are "inf"/"-inf".',
@@ -127,6 +127,9 @@ def describe(selected: Selected) -> dict[str, Any]:
             status=row.get("status"),
             note=row.get("note"),
         )
+        pack_array = row.get("pack_array")
+        if not is_missing(pack_array):  # layout="packs": where the record's bytes are (a row of a pack array)
+            info.update(pack_array=str(pack_array), pack_row=int(row.get("pack_row")))
         stats = _stored_stats(row)
         if all(v is None for v in stats.values()):
             stats, source = tensor_stats(data), "computed"
@@ -169,6 +172,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     table.add_row("tensor", Text(safe_text(str(info["name"]))))
     if "path" in info:
         table.add_row("record", Text(safe_text(str(info["path"]))))
+        if "pack_array" in info:
+            table.add_row(
+                "stored", Text(safe_text(f"{info['pack_array']} row {info['pack_row']} (a task-record pack)"))
+            )
     else:
         paths = info["paths"]
         table.add_row(
