@@ -18,7 +18,7 @@ window, exactly the key space a schema-6 window of the same records has, so ever
 - listings of a packed window show the virtual keys and every stored key that is not a pack's; the
   pack keys themselves stay readable. Everything outside packed windows passes through unchanged.
 
-A committed window's expansion is built from its document alone (one ``get``, kept while the stored
+A committed window's expansion (:mod:`megadump_zarr.read.pack_nodes`) is built from its document alone (one ``get``, kept while the stored
 document bytes stay the same); a torn window's is built from a listing and the packs' own documents.
 
 Damage is named: a shard index whose checksum fails, an index entry outside its shard, or a row of a
@@ -34,7 +34,6 @@ import asyncio
 from collections import OrderedDict, defaultdict
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-import math
 import re
 from typing import Any, TypeVar
 
@@ -45,38 +44,30 @@ from zarr.storage import WrapperStore
 
 from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.location import parse_json
+from megadump_zarr.read.pack_nodes import (
+    MARKER,
+    PACK_DOC,
+    PACK_PATH,
+    expand_packs,
+    index_document,
+    replace_packs,
+)
 from megadump_zarr.store.metadata import consolidated_sort_key, dumps
 from megadump_zarr.store.packs import (
-    INDEX_ARRAYS,
-    PACK_PREFIX,
-    RECORDS_ATTR,
-    TASK_ARRAY,
     TASK_ARRAYS,
-    TASKS_ATTR,
     RangeSource,
     ShardSource,
     decode_index,
-    expand_pack,
     index_nbytes,
     range_chunk,
-    row_coordinate_names,
-    task_array_name,
 )
-from megadump_zarr.layout.paths import RANK_DIR, TASK_DIR, WINDOW_PATH
+from megadump_zarr.layout.paths import RANK_DIR, WINDOW_PATH
 
-__all__ = ["PackedView", "base_store", "find_view", "packed_view", "stored_pack_nodes"]
+__all__ = ["PackedView", "base_store", "find_view", "packed_view"]
 
-_PACK = re.compile(rf"^[^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+")
-_PACK_PATH = re.compile(rf"^([^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+)(?:/|$)")
-_PACK_TASK = re.compile(
-    rf"^([^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+)/(?:{'|'.join(map(re.escape, TASK_ARRAYS))})$"
-)
-_PACK_DOC = re.compile(rf"^([^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+)/[^/]+/zarr\.json$")
-_MARKER = f"/{PACK_PREFIX}".encode()  # no window document without it holds a pack
 _CONSOLIDATED = re.compile(rb'"consolidated_metadata"\s*:\s*\{')
 _COMMITTED = re.compile(rb'"status"\s*:\s*"(?:complete|aborted)"')
 _FINAL = ("complete", "aborted")
-_EMPTY_CONSOLIDATED = {"kind": "inline", "must_understand": False, "metadata": {}}
 _PACKED_WINDOWS = 8  # expansions kept (a 4096-record window's: ~20 MB of documents and dicts)
 _PLAIN_WINDOWS = 65536  # windows known to hold no pack (a few bytes each)
 _INDEXES = 256  # shard indexes kept
@@ -137,200 +128,6 @@ def _looks_committed(raw: bytes) -> bool:
     """A fast test that a document without pack names is a committed window's (no parse needed; compact or
     indented JSON, as schema 5's zarr-python wrote it)."""
     return _CONSOLIDATED.search(raw) is not None and _COMMITTED.search(raw) is not None
-
-
-def _flat_group(node: dict[str, Any]) -> dict[str, Any]:
-    """A task group's entry in its window's consolidated metadata (``store.metadata.flat_group_bytes``)."""
-    return {
-        "attributes": node.get("attributes", {}),
-        "zarr_format": 3,
-        "consolidated_metadata": dict(_EMPTY_CONSOLIDATED, metadata={}),
-        "node_type": "group",
-    }
-
-
-def _check_rows(window: str, pack: str, nodes: dict[str, dict[str, Any]]) -> None:
-    """What schema 6 kept in directory names and checksummed coordinate chunks, checked in a pack's documents
-    (no data read): each row's group name agrees with its ``taskId``/``workerId``, and each row coordinate
-    ``[start, stop)`` with the records along that dimension — their length, and the rows the writer derives
-    from a whole-row slice's ``sourceOffsetBytes`` (``dump.window``'s rule; a swapped row fails it too).
-
-    Raises:
-        ValueError: Naming the task document, the row and the field (``expand_pack`` has checked the shapes).
-    """
-    from megadump_zarr.read.catalog import itemsize
-
-    prefix = f"{pack}/"
-    task_name = task_array_name(nodes, pack) or TASK_ARRAY
-    where = f"{window}/{pack}/{task_name}/zarr.json" if window else f"{pack}/{task_name}/zarr.json"
-    tasks = nodes[prefix + task_name]["attributes"][TASKS_ATTR]
-    skipped = {*INDEX_ARRAYS, *row_coordinate_names(pack, nodes, tasks)}
-    records = [
-        (path, doc)
-        for path, doc in nodes.items()
-        if path.startswith(prefix)
-        and "/" not in path[len(prefix) :]
-        and doc.get("node_type") == "array"
-        and path[len(prefix) :] not in skipped
-    ]
-    for row, entry in enumerate(tasks):
-        match = TASK_DIR.match(entry["group"])
-        if match is None:
-            raise ValueError(
-                f"{where}: attributes.tasks[{row}].group {entry['group']!r} is not a task group name "
-                "(task_NNNNNN or task_NNNNNN_worker_NNN)"
-            )
-        stored = entry["attrs"].get("taskId")  # the catalogue reads the id from the name when taskId is absent
-        if stored is not None and stored != int(match.group(1)):
-            raise ValueError(
-                f"{where}: attributes.tasks[{row}].attrs.taskId {stored!r} disagrees with its group {entry['group']!r}"
-            )
-        for dim, (start, stop) in (entry.get("coords") or {}).items():
-            for path, doc in records:
-                dims = doc.get("dimension_names") or []
-                record = doc["attributes"][RECORDS_ATTR][row]
-                name = path[len(prefix) :]
-                if dim in dims[2:]:
-                    raise ValueError(
-                        f"{where}: attributes.tasks[{row}].coords.{dim} names a dimension of its record "
-                        f"{name} that is not its first: only row coordinates are stored"
-                    )
-                if len(dims) < 2 or dims[1] != dim or not isinstance(record, dict) or record.get("truncated"):
-                    continue
-                if stop - start != doc["shape"][1]:
-                    raise ValueError(
-                        f"{where}: attributes.tasks[{row}].coords.{dim} {[start, stop]!r} holds "
-                        f"{stop - start} rows, its record {name} {doc['shape'][1]}"
-                    )
-                first = _first_row(record, doc["shape"][1:], itemsize(doc.get("data_type")))
-                if first is not None and first != start:
-                    raise ValueError(
-                        f"{where}: attributes.tasks[{row}].coords.{dim} {[start, stop]!r} disagrees with "
-                        f"its record {name}, which starts at row {first} (sourceOffsetBytes)"
-                    )
-
-
-def _first_row(attrs: dict[str, Any], shape: list[int], size: int) -> int | None:
-    """The first global row of a whole-row slice of its declared tensor (``None``: not one)."""
-    actual, declared, offset = attrs.get("actualShape"), attrs.get("declaredShape"), attrs.get("sourceOffsetBytes")
-    if (
-        not isinstance(actual, list)
-        or not isinstance(declared, list)
-        or not actual
-        or len(actual) != len(declared)
-        or list(actual[1:]) != list(declared[1:])
-        or list(actual) != list(shape)
-        or type(offset) is not int
-    ):
-        return None
-    row_bytes = math.prod(int(d) for d in actual[1:]) * size
-    if row_bytes <= 0 or offset % row_bytes:
-        return None
-    return offset // row_bytes
-
-
-def _expand(
-    window: str, packs: dict[str, dict[str, dict[str, Any]]], strict: bool
-) -> tuple[dict[str, dict[str, Any]], dict[str, ShardSource | RangeSource]]:
-    """The schema-6 nodes and chunk sources of some packs (pack path -> its nodes)."""
-    virtual: dict[str, dict[str, Any]] = {}
-    sources: dict[str, ShardSource | RangeSource] = {}
-    for pack in sorted(packs):
-        try:
-            nodes, chunks = expand_pack(pack, packs[pack], window)
-            _check_rows(window, pack, packs[pack])
-        except ValueError as error:
-            if not strict:
-                continue  # a torn window's pack cut short: not part of the window yet
-            task_name = task_array_name(packs[pack], pack) or TASK_ARRAY
-            key = f"{window}/{pack}/{task_name}/zarr.json" if window else f"{pack}/{task_name}/zarr.json"
-            raise DumpIntegrityError(f"malformed task-record pack: {error}", key=key) from None
-        clash = next((path for path in nodes if path in virtual), None)
-        if clash is not None:
-            if not strict:
-                continue
-            raise DumpIntegrityError(
-                f"{window}/{pack}: task group {clash} is also in another pack", key=f"{window}/{clash}"
-            )
-        virtual.update(nodes)
-        sources.update(chunks)
-    return virtual, sources
-
-
-def _replace_packs(
-    nodes: dict[str, Any], window: str, strict: bool
-) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, ShardSource | RangeSource]] | None:
-    """``nodes`` (relative to a window) with every node at or below a pack replaced by the packs' schema-6
-    nodes (task groups as flat consolidated entries); ``None`` when it holds no pack.
-
-    Returns:
-        ``(nodes in zarr's order, virtual nodes, chunk sources)``.
-    """
-    packs: dict[str, dict[str, dict[str, Any]]] = {}
-    for path, node in nodes.items():
-        match = _PACK_TASK.match(path)
-        if match and isinstance(node, dict) and node.get("node_type") == "array":
-            packs[match.group(1)] = {}
-    if not packs:
-        return None
-    kept: dict[str, Any] = {}
-    for path, node in nodes.items():
-        match = _PACK_PATH.match(path) if _PACK.match(path) else None
-        if match is None:
-            kept[path] = node
-        elif match.group(1) in packs and isinstance(node, dict):
-            packs[match.group(1)][path] = node
-    virtual, sources = _expand(window, packs, strict)
-    clash = next((path for path in virtual if path in kept), None)
-    if clash is not None:
-        where = f"{window}/{clash}" if window else clash
-        raise DumpIntegrityError(f"{where} is both stored and in a task-record pack", key=where)
-    for path, node in virtual.items():
-        kept[path] = _flat_group(node) if node.get("node_type") == "group" else node
-    return {path: kept[path] for path in sorted(kept, key=consolidated_sort_key)}, virtual, sources
-
-
-def _index_document(raw: bytes, key: str, depth: int) -> bytes:
-    """A root or rank document whose consolidated metadata repeats complete windows (``store.root_index``),
-    with each window's packs replaced by their schema-6 nodes.
-
-    Args:
-        raw: The stored document.
-        key: Its key, for messages.
-        depth: Path components of a window key inside it (2 in the root's, 1 in a rank's).
-    """
-    if _MARKER not in raw:
-        return raw
-    doc = parse_json(raw, key)
-    consolidated = doc.get("consolidated_metadata")
-    nodes = consolidated.get("metadata") if isinstance(consolidated, dict) else None
-    if not isinstance(nodes, dict):
-        return raw
-    windows: dict[str, dict[str, Any]] = defaultdict(dict)
-    for path in nodes:
-        parts = path.split("/", depth)
-        if len(parts) > depth and _PACK.match(parts[depth]):
-            windows["/".join(parts[:depth])] = {}
-    if not windows:
-        return raw
-    out: dict[str, Any] = {}
-    for path, node in nodes.items():
-        parts = path.split("/", depth)
-        window = "/".join(parts[:depth])
-        if window in windows and len(parts) > depth:
-            windows[window][parts[depth]] = node
-        else:
-            out[path] = node
-    for window, inner in windows.items():
-        replaced = _replace_packs(inner, window, strict=False)
-        for path, node in (replaced[0] if replaced else inner).items():
-            out[f"{window}/{path}"] = node
-    document = dict(doc)
-    document["consolidated_metadata"] = {
-        **consolidated,
-        "metadata": {p: out[p] for p in sorted(out, key=consolidated_sort_key)},
-    }
-    return dumps(document)
 
 
 def _finish(window: str, state: _Window) -> _Window:
@@ -586,13 +383,13 @@ class PackedView(WrapperStore[Store]):
         """The expansion of a committed window from its document alone; ``None`` when it is torn."""
         if raw is None:
             return None
-        if _MARKER not in raw:
+        if MARKER not in raw:
             return _Window(_stamp(raw), True) if _looks_committed(raw) else None
         found = _committed_nodes(raw, self._doc_key(window))
         if found is None:
             return None
         doc, nodes = found
-        replaced = _replace_packs(nodes, window, strict=True)
+        replaced = replace_packs(nodes, window, strict=True)
         if replaced is None:
             return _Window(_stamp(raw), True)
         metadata, virtual, sources = replaced
@@ -609,7 +406,7 @@ class PackedView(WrapperStore[Store]):
         docs: list[tuple[str, str]] = []
         for key in physical:
             rel = key[len(prefix) :]
-            match = _PACK_DOC.match(rel) if rel.endswith("/zarr.json") else None
+            match = PACK_DOC.match(rel) if rel.endswith("/zarr.json") else None
             if match is not None:
                 docs.append((match.group(1), rel))
         packs_with_task = {pack for pack, rel in docs if rel in {f"{pack}/{name}/zarr.json" for name in TASK_ARRAYS}}
@@ -632,7 +429,7 @@ class PackedView(WrapperStore[Store]):
                 packs[pack][rel[: -len("/zarr.json")]] = parse_json(value.to_bytes(), f"{prefix}{rel}")
             except ValueError:
                 continue  # cut short by the kill that tore the window: not part of it
-        virtual, sources = _expand(window, packs, strict=False)
+        virtual, sources = expand_packs(window, packs, strict=False)
         if not virtual:
             return _Window(stamp, False, pack_docs=names)
         return _finish(window, _Window(stamp, False, virtual=virtual, sources=sources, pack_docs=names))
@@ -678,12 +475,12 @@ class PackedView(WrapperStore[Store]):
             if value is None:
                 return None
             raw = value.to_bytes()
-            if _MARKER not in raw:
+            if MARKER not in raw:
                 return value if byte_range is None else prototype.buffer.from_bytes(_slice(raw, byte_range))
             stamp = _stamp(raw)
             cached = self._index_docs.get(key)
             if cached is None or cached[0] != stamp:
-                cached = self._index_docs[key] = (stamp, _index_document(raw, key, depth))
+                cached = self._index_docs[key] = (stamp, index_document(raw, key, depth))
                 while len(self._index_docs) > _INDEX_DOCS:
                     self._index_docs.popitem(last=False)
             return prototype.buffer.from_bytes(_slice(cached[1], byte_range))
@@ -960,7 +757,7 @@ class PackedView(WrapperStore[Store]):
         """A packed window's keys: stored keys outside its packs, then the virtual ones."""
         prefix = self._prefix(window)
         cut = len(prefix)
-        keys = [key for key in physical if not _PACK_PATH.match(key[cut:])]
+        keys = [key for key in physical if not PACK_PATH.match(key[cut:])]
         keys.extend(state.doc_keys)
         present = set(physical)
         keys.extend(chunk for chunk, shard in state.chunk_keys if shard is None or shard in present)
@@ -1053,13 +850,3 @@ def base_store(store: Store) -> Store:
     """
     view = find_view(store)
     return store if view is None else view._store
-
-
-def stored_pack_nodes(nodes: dict[str, Any]) -> dict[str, Any]:
-    """The nodes at or below a pack among a stored window document's consolidated nodes (what the view
-    replaces; verify compares their own documents with them).
-
-    Args:
-        nodes: Consolidated nodes, paths relative to the window.
-    """
-    return {path: node for path, node in nodes.items() if _PACK.match(path) and _PACK_PATH.match(path)}

@@ -29,7 +29,8 @@ def check_pack_documents(state: CheckState, store: Any, window: str) -> None:
     document's entries the reader's view is built from (the view serves the window's schema-6 form, which the
     checks above compare with itself)."""
     from megadump_zarr.read.location import get_bytes, get_many, parse_json
-    from megadump_zarr.read.packs import base_store, stored_pack_nodes
+    from megadump_zarr.read.pack_nodes import stored_pack_nodes
+    from megadump_zarr.read.packs import base_store
 
     base = base_store(store)
     if base is store:

@@ -1,0 +1,267 @@
+"""A packed window's schema-6 nodes, from its documents alone (no data is read).
+
+A task-record pack (:mod:`megadump_zarr.store.packs`) stands for the task groups, record arrays and row
+coordinates schema 6 stored for its rows. :func:`replace_packs` turns a window's nodes (its consolidated
+metadata, or a torn window's listed documents) into those schema-6 nodes, with the source of every virtual
+chunk (an inner chunk of a shard, or a row range), and checks each row against what schema 6 kept in
+directory names and checksummed coordinate chunks (:func:`check_rows`); :func:`index_document` does the same
+for the windows a root or rank document repeats (``store.root_index``). The pack view
+(:class:`megadump_zarr.read.packs.PackedView`) serves the result as a store.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+import math
+import re
+from typing import Any
+
+from megadump_zarr.layout.paths import TASK_DIR
+from megadump_zarr.read.errors import DumpIntegrityError
+from megadump_zarr.read.location import parse_json
+from megadump_zarr.store.metadata import consolidated_sort_key, dumps
+from megadump_zarr.store.packs import (
+    INDEX_ARRAYS,
+    PACK_PREFIX,
+    RECORDS_ATTR,
+    TASK_ARRAY,
+    TASK_ARRAYS,
+    TASKS_ATTR,
+    RangeSource,
+    ShardSource,
+    expand_pack,
+    row_coordinate_names,
+    task_array_name,
+)
+
+__all__ = [
+    "MARKER",
+    "PACK",
+    "PACK_DOC",
+    "PACK_PATH",
+    "PACK_TASK",
+    "check_rows",
+    "expand_packs",
+    "flat_group",
+    "index_document",
+    "replace_packs",
+    "stored_pack_nodes",
+]
+
+PACK = re.compile(rf"^[^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+")
+"""A path (relative to a window) at or below a pack."""
+PACK_PATH = re.compile(rf"^([^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+)(?:/|$)")
+"""The pack a path (relative to a window) is at or below (group 1)."""
+PACK_TASK = re.compile(
+    rf"^([^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+)/(?:{'|'.join(map(re.escape, TASK_ARRAYS))})$"
+)
+"""A pack's task id array (group 1: the pack)."""
+PACK_DOC = re.compile(rf"^([^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+)/[^/]+/zarr\.json$")
+"""The document of an array of a pack (group 1: the pack)."""
+MARKER = f"/{PACK_PREFIX}".encode()
+"""No window document without these bytes holds a pack."""
+_EMPTY_CONSOLIDATED = {"kind": "inline", "must_understand": False, "metadata": {}}
+
+
+def flat_group(node: dict[str, Any]) -> dict[str, Any]:
+    """A task group's entry in its window's consolidated metadata (``store.metadata.flat_group_bytes``)."""
+    return {
+        "attributes": node.get("attributes", {}),
+        "zarr_format": 3,
+        "consolidated_metadata": dict(_EMPTY_CONSOLIDATED, metadata={}),
+        "node_type": "group",
+    }
+
+
+def check_rows(window: str, pack: str, nodes: dict[str, dict[str, Any]]) -> None:
+    """What schema 6 kept in directory names and checksummed coordinate chunks, checked in a pack's documents
+    (no data read): each row's group name agrees with its ``taskId``/``workerId``, and each row coordinate
+    ``[start, stop)`` with the records along that dimension — their length, and the rows the writer derives
+    from a whole-row slice's ``sourceOffsetBytes`` (``dump.window``'s rule; a swapped row fails it too).
+
+    Raises:
+        ValueError: Naming the task document, the row and the field (``expand_pack`` has checked the shapes).
+    """
+    from megadump_zarr.read.catalog import itemsize
+
+    prefix = f"{pack}/"
+    task_name = task_array_name(nodes, pack) or TASK_ARRAY
+    where = f"{window}/{pack}/{task_name}/zarr.json" if window else f"{pack}/{task_name}/zarr.json"
+    tasks = nodes[prefix + task_name]["attributes"][TASKS_ATTR]
+    skipped = {*INDEX_ARRAYS, *row_coordinate_names(pack, nodes, tasks)}
+    records = [
+        (path, doc)
+        for path, doc in nodes.items()
+        if path.startswith(prefix)
+        and "/" not in path[len(prefix) :]
+        and doc.get("node_type") == "array"
+        and path[len(prefix) :] not in skipped
+    ]
+    for row, entry in enumerate(tasks):
+        match = TASK_DIR.match(entry["group"])
+        if match is None:
+            raise ValueError(
+                f"{where}: attributes.tasks[{row}].group {entry['group']!r} is not a task group name "
+                "(task_NNNNNN or task_NNNNNN_worker_NNN)"
+            )
+        stored = entry["attrs"].get("taskId")  # the catalogue reads the id from the name when taskId is absent
+        if stored is not None and stored != int(match.group(1)):
+            raise ValueError(
+                f"{where}: attributes.tasks[{row}].attrs.taskId {stored!r} disagrees with its group {entry['group']!r}"
+            )
+        for dim, (start, stop) in (entry.get("coords") or {}).items():
+            for path, doc in records:
+                dims = doc.get("dimension_names") or []
+                record = doc["attributes"][RECORDS_ATTR][row]
+                name = path[len(prefix) :]
+                if dim in dims[2:]:
+                    raise ValueError(
+                        f"{where}: attributes.tasks[{row}].coords.{dim} names a dimension of its record "
+                        f"{name} that is not its first: only row coordinates are stored"
+                    )
+                if len(dims) < 2 or dims[1] != dim or not isinstance(record, dict) or record.get("truncated"):
+                    continue
+                if stop - start != doc["shape"][1]:
+                    raise ValueError(
+                        f"{where}: attributes.tasks[{row}].coords.{dim} {[start, stop]!r} holds "
+                        f"{stop - start} rows, its record {name} {doc['shape'][1]}"
+                    )
+                first = _first_row(record, doc["shape"][1:], itemsize(doc.get("data_type")))
+                if first is not None and first != start:
+                    raise ValueError(
+                        f"{where}: attributes.tasks[{row}].coords.{dim} {[start, stop]!r} disagrees with "
+                        f"its record {name}, which starts at row {first} (sourceOffsetBytes)"
+                    )
+
+
+def _first_row(attrs: dict[str, Any], shape: list[int], size: int) -> int | None:
+    """The first global row of a whole-row slice of its declared tensor (``None``: not one)."""
+    actual, declared, offset = attrs.get("actualShape"), attrs.get("declaredShape"), attrs.get("sourceOffsetBytes")
+    if (
+        not isinstance(actual, list)
+        or not isinstance(declared, list)
+        or not actual
+        or len(actual) != len(declared)
+        or list(actual[1:]) != list(declared[1:])
+        or list(actual) != list(shape)
+        or type(offset) is not int
+    ):
+        return None
+    row_bytes = math.prod(int(d) for d in actual[1:]) * size
+    if row_bytes <= 0 or offset % row_bytes:
+        return None
+    return offset // row_bytes
+
+
+def expand_packs(
+    window: str, packs: dict[str, dict[str, dict[str, Any]]], strict: bool
+) -> tuple[dict[str, dict[str, Any]], dict[str, ShardSource | RangeSource]]:
+    """The schema-6 nodes and chunk sources of some packs (pack path -> its nodes)."""
+    virtual: dict[str, dict[str, Any]] = {}
+    sources: dict[str, ShardSource | RangeSource] = {}
+    for pack in sorted(packs):
+        try:
+            nodes, chunks = expand_pack(pack, packs[pack], window)
+            check_rows(window, pack, packs[pack])
+        except ValueError as error:
+            if not strict:
+                continue  # a torn window's pack cut short: not part of the window yet
+            task_name = task_array_name(packs[pack], pack) or TASK_ARRAY
+            key = f"{window}/{pack}/{task_name}/zarr.json" if window else f"{pack}/{task_name}/zarr.json"
+            raise DumpIntegrityError(f"malformed task-record pack: {error}", key=key) from None
+        clash = next((path for path in nodes if path in virtual), None)
+        if clash is not None:
+            if not strict:
+                continue
+            raise DumpIntegrityError(
+                f"{window}/{pack}: task group {clash} is also in another pack", key=f"{window}/{clash}"
+            )
+        virtual.update(nodes)
+        sources.update(chunks)
+    return virtual, sources
+
+
+def replace_packs(
+    nodes: dict[str, Any], window: str, strict: bool
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, ShardSource | RangeSource]] | None:
+    """``nodes`` (relative to a window) with every node at or below a pack replaced by the packs' schema-6
+    nodes (task groups as flat consolidated entries); ``None`` when it holds no pack.
+
+    Returns:
+        ``(nodes in zarr's order, virtual nodes, chunk sources)``.
+    """
+    packs: dict[str, dict[str, dict[str, Any]]] = {}
+    for path, node in nodes.items():
+        match = PACK_TASK.match(path)
+        if match and isinstance(node, dict) and node.get("node_type") == "array":
+            packs[match.group(1)] = {}
+    if not packs:
+        return None
+    kept: dict[str, Any] = {}
+    for path, node in nodes.items():
+        match = PACK_PATH.match(path) if PACK.match(path) else None
+        if match is None:
+            kept[path] = node
+        elif match.group(1) in packs and isinstance(node, dict):
+            packs[match.group(1)][path] = node
+    virtual, sources = expand_packs(window, packs, strict)
+    clash = next((path for path in virtual if path in kept), None)
+    if clash is not None:
+        where = f"{window}/{clash}" if window else clash
+        raise DumpIntegrityError(f"{where} is both stored and in a task-record pack", key=where)
+    for path, node in virtual.items():
+        kept[path] = flat_group(node) if node.get("node_type") == "group" else node
+    return {path: kept[path] for path in sorted(kept, key=consolidated_sort_key)}, virtual, sources
+
+
+def index_document(raw: bytes, key: str, depth: int) -> bytes:
+    """A root or rank document whose consolidated metadata repeats complete windows (``store.root_index``),
+    with each window's packs replaced by their schema-6 nodes.
+
+    Args:
+        raw: The stored document.
+        key: Its key, for messages.
+        depth: Path components of a window key inside it (2 in the root's, 1 in a rank's).
+    """
+    if MARKER not in raw:
+        return raw
+    doc = parse_json(raw, key)
+    consolidated = doc.get("consolidated_metadata")
+    nodes = consolidated.get("metadata") if isinstance(consolidated, dict) else None
+    if not isinstance(nodes, dict):
+        return raw
+    windows: dict[str, dict[str, Any]] = defaultdict(dict)
+    for path in nodes:
+        parts = path.split("/", depth)
+        if len(parts) > depth and PACK.match(parts[depth]):
+            windows["/".join(parts[:depth])] = {}
+    if not windows:
+        return raw
+    out: dict[str, Any] = {}
+    for path, node in nodes.items():
+        parts = path.split("/", depth)
+        window = "/".join(parts[:depth])
+        if window in windows and len(parts) > depth:
+            windows[window][parts[depth]] = node
+        else:
+            out[path] = node
+    for window, inner in windows.items():
+        replaced = replace_packs(inner, window, strict=False)
+        for path, node in (replaced[0] if replaced else inner).items():
+            out[f"{window}/{path}"] = node
+    document = dict(doc)
+    document["consolidated_metadata"] = {
+        **consolidated,
+        "metadata": {p: out[p] for p in sorted(out, key=consolidated_sort_key)},
+    }
+    return dumps(document)
+
+
+def stored_pack_nodes(nodes: dict[str, Any]) -> dict[str, Any]:
+    """The nodes at or below a pack among a stored window document's consolidated nodes (what the view
+    replaces; verify compares their own documents with them).
+
+    Args:
+        nodes: Consolidated nodes, paths relative to the window.
+    """
+    return {path: node for path, node in nodes.items() if PACK.match(path) and PACK_PATH.match(path)}
