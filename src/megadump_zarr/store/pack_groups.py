@@ -5,7 +5,8 @@ A task group (``GroupWrite.task``) is packable when it sits directly below ``sta
 
 * a record: not empty, at least 1-D, at most ``min(PACK_MAX_RECORD_BYTES, chunk_bytes)`` bytes (so schema 6
   stores it as one chunk of the record's own shape), no dimension named ``task``, ``task_id``, ``owner_id``
-  or ``core_id`` and not itself named like a pack's own arrays; or
+  or ``core_id``, not itself named like a pack's own arrays, and neither its name nor a dimension starting
+  with ``global_`` (format 3's row coordinate arrays, ``global_{dim}``); or
 * a 1-D int64 row coordinate whose values are exactly ``arange(start, stop)`` and that fits one chunk,
 
 and its attributes give an integer ``taskId`` (``owner.id`` and ``coreId``: an integer or ``None``).
