@@ -29,6 +29,8 @@ from megadump_zarr.store.packs import decode_index, encode_index, index_nbytes
 from megadump_zarr.store.writer import WindowWriter
 from megadump_zarr.verify import verify_dump
 
+from tests._tasks import task_attrs
+
 WINDOW = "rank_0/window_0000"
 PACK = f"{WINDOW}/invocation_000000_forward/stages/s/pack_0000"
 RECORDS = ("input_00_w", "input_01_v")
@@ -63,17 +65,7 @@ class SizedCounting(Counting):
 
 def _task(task_id: int) -> tuple[GroupWrite, list[ArrayWrite]]:
     path = f"stages/s/task_{task_id:06d}"
-    attrs = {
-        "taskId": task_id,
-        "stageTaskIndex": task_id,
-        "stage": "s",
-        "owner": {"label": "expert", "id": task_id},
-        "coreType": "AIV",
-        "coreId": task_id,
-        "workerId": None,
-        "tensorCount": 2,
-        "tileRows": None,
-    }
+    attrs = task_attrs(task_id)
     arrays = [
         ArrayWrite(
             f"{path}/{name}",

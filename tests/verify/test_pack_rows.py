@@ -13,23 +13,15 @@ from megadump_zarr.layout.write_model import ArrayWrite, GroupWrite, InvocationW
 from megadump_zarr.store.writer import WindowWriter
 from megadump_zarr.verify import verify_dump
 
+from tests._tasks import task_attrs
+
 WINDOW = "rank_0/window_0000"
 PACK = "invocation_000000_forward/stages/s/pack_0000"
 
 
 def _task(task_id: int, owner: int, core: int) -> tuple[GroupWrite, ArrayWrite]:
     path = f"stages/s/task_{task_id:06d}"
-    attrs = {
-        "taskId": task_id,
-        "stageTaskIndex": task_id,
-        "stage": "s",
-        "owner": {"label": "expert", "id": owner},
-        "coreType": "AIV",
-        "coreId": core,
-        "workerId": None,
-        "tensorCount": 1,
-        "tileRows": None,
-    }
+    attrs = task_attrs(task_id, owner=owner, core=core, tensors=1)
     data = np.full((2, 3), float(task_id), dtype=np.float32)  # no row coordinate: a per-owner weight slice
     record = {"name": "w", "io": "input", "index": 0, "paramPosition": 0, "capturePhase": "before"}
     return GroupWrite(path, attrs, task=True), ArrayWrite(f"{path}/input_00_w", data, ("row", "col"), record)

@@ -22,23 +22,15 @@ from megadump_zarr.store import pack_writer
 from megadump_zarr.store.writer import WindowWriter
 from megadump_zarr.verify import verify_dump
 
+from tests._tasks import task_attrs
+
 ELSEWHERE = "but attributes.shardCrc32c records"
 PACK = "invocation_000000_forward/stages/s/pack_0000"
 
 
 def _task(task_id: int, base: float) -> tuple[GroupWrite, list[ArrayWrite]]:
     path = f"stages/s/task_{task_id:06d}"
-    attrs = {
-        "taskId": task_id,
-        "stageTaskIndex": task_id,
-        "stage": "s",
-        "owner": {"label": "expert", "id": task_id},
-        "coreType": "AIV",
-        "coreId": task_id,
-        "workerId": None,
-        "tensorCount": 2,
-        "tileRows": None,
-    }
+    attrs = task_attrs(task_id)
     arrays = [
         ArrayWrite(
             f"{path}/input_{index:02d}_{name}",

@@ -13,17 +13,17 @@ comparison, and merges each name's blocks in block order (the bits of :func:`~me
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
 
 from megadump_zarr.analyse.matching import align_reference, common_keys, reference_order, scalar, selected_keys
 from megadump_zarr.analyse.metrics import dtype_name, shape_of
-from megadump_zarr.analyse.pairs import ArrayPair, compare_arrays, compare_pair, empty_row
+from megadump_zarr.analyse.pairs import ArrayPair, compare_pair, empty_row
 from megadump_zarr.analyse.side import DumpSide, ReferenceSide
 
-__all__ = ["reference_pairs", "reference_rows"]
+__all__ = ["reference_pairs"]
 
 
 def reference_pairs(
@@ -62,31 +62,6 @@ def reference_pairs(
         else:
             slots.append(_tensor_pair(dump, name, select, keys, ref, mine, tol))
     return slots
-
-
-def reference_rows(
-    dump: DumpSide,
-    reference: ReferenceSide,
-    names: list[str] | None,
-    select: dict[str, Any],
-    tol: dict[str, Any],
-) -> tuple[int, Iterator[dict[str, Any]]]:
-    """A dump compared with named tensors: how many rows, and the rows (compared together, in the lanes of
-    :func:`~megadump_zarr.analyse.pairs.compare_arrays`, when the first is asked for).
-
-    Args:
-        dump: The dump under test.
-        reference: The named tensors.
-        names: The names to compare; None: every name of the reference.
-        select: The record selection (None values left out).
-        tol: ``rtol`` and ``atol`` (None: the dtype default).
-    """
-    slots = reference_pairs(dump, reference, names, select, tol)
-
-    def rows() -> Iterator[dict[str, Any]]:
-        yield from compare_arrays(slots)
-
-    return len(slots), rows()
 
 
 def _tensor_pair(

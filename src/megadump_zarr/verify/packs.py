@@ -122,6 +122,21 @@ _ROW_IDS = (
 )
 
 
+def _packs_with_tasks(nodes: dict[str, Any]) -> list[tuple[str, str, list[Any]]]:
+    """``(pack, task id array name, attributes.tasks)`` of each pack among ``nodes`` whose task id array lists its
+    rows (a malformed pack is named by the view), in path order."""
+    from megadump_zarr.store.packs import TASK_ARRAYS
+
+    found = []
+    for task_path, task_doc in sorted(nodes.items()):
+        pack, _, leaf = task_path.rpartition("/")
+        attributes = task_doc.get("attributes") if isinstance(task_doc, dict) else None
+        tasks = attributes.get("tasks") if isinstance(attributes, dict) else None
+        if leaf in TASK_ARRAYS and isinstance(tasks, list) and _PACK_LEAF.match(pack.rpartition("/")[2]):
+            found.append((pack, leaf, tasks))
+    return found
+
+
 def _read_whole(base: Any, key: str, doc: dict[str, Any], expected: list[tuple[int, ...]]) -> tuple[list[str], Any]:
     """A small pack array (row ids, row coordinates) read once: ``(missing chunk keys, None)``, or ``([], values)``
     decoded from the bytes just read (crc32c checked by zarr; raises on a damaged chunk)."""
@@ -148,14 +163,7 @@ def _check_pack_rows(state: CheckState, base: Any, window: str, nodes: dict[str,
     a pack whose records carry no row coordinate agree with those, and only these ids tell them apart (schema
     6 kept the task id in the group's directory name).
     """
-    from megadump_zarr.store.packs import TASK_ARRAYS
-
-    for task_path, task_doc in sorted(nodes.items()):
-        pack, _, leaf = task_path.rpartition("/")
-        attributes = task_doc.get("attributes") if isinstance(task_doc, dict) else None
-        tasks = attributes.get("tasks") if isinstance(attributes, dict) else None
-        if leaf not in TASK_ARRAYS or not isinstance(tasks, list) or not _PACK_LEAF.match(pack.rpartition("/")[2]):
-            continue  # a malformed pack is named by the view
+    for pack, leaf, tasks in _packs_with_tasks(nodes):
         for name, wanted in _ROW_IDS:
             name = name or leaf
             doc = nodes.get(f"{pack}/{name}")
@@ -202,14 +210,9 @@ def _check_row_coordinates(state: CheckState, base: Any, window: str, nodes: dic
     tensor) holds, row by row, ``arange(start, stop)`` of the row's ``attributes.tasks[row].coords.{dim}`` (what
     the readers place the rows by); a format-3 pack without one of its row coordinate arrays is named.
     """
-    from megadump_zarr.store.packs import PACK_ATTR, TASK_ARRAYS, row_coordinate_name, row_coordinate_names
+    from megadump_zarr.store.packs import PACK_ATTR, row_coordinate_name, row_coordinate_names
 
-    for task_path, task_doc in sorted(nodes.items()):
-        pack, _, leaf = task_path.rpartition("/")
-        attributes = task_doc.get("attributes") if isinstance(task_doc, dict) else None
-        tasks = attributes.get("tasks") if isinstance(attributes, dict) else None
-        if leaf not in TASK_ARRAYS or not isinstance(tasks, list) or not _PACK_LEAF.match(pack.rpartition("/")[2]):
-            continue  # a malformed pack is named by the view
+    for pack, _, tasks in _packs_with_tasks(nodes):
         bounds = [entry.get("coords") if isinstance(entry, dict) else None for entry in tasks]
         if not all(isinstance(b, dict) for b in bounds):
             continue  # named by the view
