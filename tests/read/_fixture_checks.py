@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+import shutil
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,19 @@ def file_digests(root: Path) -> dict[str, str]:
         for p in sorted(root.rglob("*"))
         if p.is_file() and p.name != SUMS
     }
+
+
+def copy_stored(data: Path, dest: Path) -> Path:
+    """A working copy of the stored dumps in ``data`` (their files only: no generator, README or SHA256SUMS), so a
+    test reads them while the fixture stays pristine.
+
+    Args:
+        data: The fixture directory.
+        dest: An existing (empty) directory to copy into.
+    """
+    return Path(
+        shutil.copytree(data, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.py", "*.md", "SHA256SUMS"))
+    )
 
 
 def write_sums(root: Path, levels: tuple[str, ...]) -> None:

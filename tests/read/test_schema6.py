@@ -15,7 +15,6 @@ import json
 import os
 from pathlib import Path
 import runpy
-import shutil
 import warnings
 
 import numpy as np
@@ -27,6 +26,7 @@ from megadump_zarr import compare, open_dump
 from megadump_zarr.read.catalog import scan_windows, window_nodes
 from tests.cli._helpers import cli_runner
 from tests.read._fixture_checks import (
+    copy_stored,
     assert_dataarray_close,
     assert_records_close,
     assert_stored_bytes_unchanged,
@@ -42,14 +42,7 @@ RECORDS = {"l0": 18, "l1": 18}
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory) -> Path:
     """A copy of the stored schema-6 dumps (the reader never writes, but the fixture stays pristine)."""
-    return Path(
-        shutil.copytree(
-            DATA,
-            tmp_path_factory.mktemp("schema6"),
-            dirs_exist_ok=True,
-            ignore=shutil.ignore_patterns("*.py", "*.md", "SHA256SUMS"),
-        )
-    )
+    return copy_stored(DATA, tmp_path_factory.mktemp("schema6"))
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 import runpy
-import shutil
 import warnings
 
 import numpy as np
@@ -25,7 +24,12 @@ from megadump_zarr import compare, open_dump
 from megadump_zarr.read.location import open_location
 from megadump_zarr.verify import verify_dump
 from tests.cli._helpers import cli_runner
-from tests.read._fixture_checks import assert_dataarray_close, assert_records_close, assert_stored_bytes_unchanged
+from tests.read._fixture_checks import (
+    copy_stored,
+    assert_dataarray_close,
+    assert_records_close,
+    assert_stored_bytes_unchanged,
+)
 
 DATA = Path(__file__).parent / "data" / "schema7"
 LEVELS = ("l0", "l1")
@@ -39,14 +43,7 @@ PACK_TASKS = {"combine": [[13, 14, 15, 16], [17]], "expert_up": [[0], [1], [2], 
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory) -> Path:
     """A copy of the stored schema-7 dumps (the reader never writes, but the fixture stays pristine)."""
-    return Path(
-        shutil.copytree(
-            DATA,
-            tmp_path_factory.mktemp("schema7"),
-            dirs_exist_ok=True,
-            ignore=shutil.ignore_patterns("*.py", "*.md", "SHA256SUMS"),
-        )
-    )
+    return copy_stored(DATA, tmp_path_factory.mktemp("schema7"))
 
 
 @pytest.fixture(scope="module")
