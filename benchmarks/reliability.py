@@ -581,7 +581,7 @@ def verify_root(root: str | os.PathLike[str], committed: dict[str, str]) -> Kill
 
     from megadump_zarr.read import open_dump
 
-    def logical(key: str) -> bytes:  # a key of the schema-6 key space, read through the dump's pack view
+    def stored(key: str) -> bytes:  # a stored key, read through the dump's integrity checks
         buffer = sync(dump.store.get(key, default_buffer_prototype()))
         if buffer is None:
             raise FileNotFoundError(f"no {key} below {root}")
@@ -615,9 +615,10 @@ def verify_root(root: str | os.PathLike[str], committed: dict[str, str]) -> Kill
             continue
         result.complete += 1
         window_path = os.path.join(root, *key.split("/"))
-        try:  # the committed window document (schema 7: as the pack view serves it, packs expanded to task groups)
-            window_doc = json.loads(logical(f"{key}/zarr.json"))
-            nodes = window_doc["consolidated_metadata"]["metadata"]
+        try:  # the committed window document, and its nodes as the readers describe them (packs: their task groups)
+            window_doc = json.loads(stored(f"{key}/zarr.json"))
+            info = dump._info(key)
+            nodes = info.nodes
             invocations = window_doc["attributes"]["invocations"]
         except (OSError, ValueError, KeyError, TypeError) as error:
             result.problems.append(f"{window_path}: complete, but its window document is unusable: {error!r}")
@@ -641,7 +642,7 @@ def verify_root(root: str | os.PathLike[str], committed: dict[str, str]) -> Kill
                 )
         per_array: dict[str, str] = {}
         sampled = 0
-        try:  # what plain zarr sees on disk (packs are plain sharded arrays), then the logical view of every chunk
+        try:  # what plain zarr sees on disk (packs are plain sharded arrays); packed records are read by row
             zarr.open_group(window_path, mode="r").members(max_depth=None)
             members = dict(zarr.open_group(dump.store, path=key, mode="r").members(max_depth=None))
         except Exception as error:  # noqa: BLE001 - any failure to open is the finding
@@ -651,11 +652,15 @@ def verify_root(root: str | os.PathLike[str], committed: dict[str, str]) -> Kill
             if doc.get("node_type") != "array":
                 continue
             array_key = f"{key}/{rel}"
-            try:  # each array's own document (what zarr.open_array(path) reads) must exist and agree
-                own_doc = json.loads(logical(f"{array_key}/zarr.json"))
-                if own_doc.get("shape") != doc.get("shape") or own_doc.get("data_type") != doc.get("data_type"):
-                    raise ValueError(f"its zarr.json disagrees with the consolidated metadata: {own_doc} vs {doc}")
-                values = members[rel][...]
+            try:  # each stored array's own document (what zarr.open_array(path) reads) must exist and agree
+                packed = None if info.packs is None else info.packs.array(dump.store, rel, doc)
+                if packed is not None:  # a packed record (its pack row) or a packed task's row coordinate
+                    values = np.asarray(packed[...])
+                else:
+                    own_doc = json.loads(stored(f"{array_key}/zarr.json"))
+                    if own_doc.get("shape") != doc.get("shape") or own_doc.get("data_type") != doc.get("data_type"):
+                        raise ValueError(f"its zarr.json disagrees with the consolidated metadata: {own_doc} vs {doc}")
+                    values = members[rel][...]
             except Exception as error:  # noqa: BLE001 - any failure to read is the finding
                 result.problems.append(f"{window_path}: array {rel} of a complete window is unreadable: {error!r}")
                 continue

@@ -1,8 +1,8 @@
 """Where a record's bytes are on disk, whatever the window layout (schema-6 task groups or schema-7 packs).
 
-Tests that perturb, corrupt or delete stored data by hand need the physical place of a record; readers
-see the schema-6 key space either way (``read.packs``), so tests name records by their logical path
-(the ``records()["path"]`` column) and find the physical place here::
+Tests that perturb, corrupt or delete stored data by hand need the physical place of a record; readers name a
+record by its task group path in either layout (``read.pack_rows`` reads a packed one by row), so tests name
+records by that path (the ``records()["path"]`` column) and find the physical place here::
 
     from tests._layout import record_chunk, stored_record
 

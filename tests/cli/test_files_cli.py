@@ -18,7 +18,6 @@ import zarr
 from zarr.storage import LocalStore, StorePath
 
 from megadump_zarr.read import open_dump
-from megadump_zarr.read.packs import PackedView
 from megadump_zarr.store.writer import window_status
 from tests.cli._helpers import assert_input_error, make_salvage_inputs
 
@@ -165,9 +164,9 @@ def test_convert_input_errors(cli, tmp_path):
 
 
 # --------------------------------------------------------------------------- export-hdf5
-def _view(window: Path) -> PackedView:
-    """The window as readers (and the export) see it: schema 7's task-record packs as schema-6 task groups."""
-    return PackedView(LocalStore(window, read_only=True), "")
+def _view(window: Path) -> LocalStore:
+    """The window as plain zarr reads it (the demo's default layout: a group per task)."""
+    return LocalStore(window, read_only=True)
 
 
 def _groups_with_arrays(window: Path) -> list[str]:

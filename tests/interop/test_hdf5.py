@@ -25,7 +25,6 @@ from megadump_zarr.demo.model import DemoConfig, MoEBlock
 from megadump_zarr.layout.write_model import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
 from megadump_zarr.interop import decode_hdf5_attrs, export_hdf5
 from megadump_zarr.interop import hdf5 as hdf5_module
-from megadump_zarr.read.packs import PackedView
 from megadump_zarr.store.writer import WindowWriter
 
 WIDENED = {"float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"}
@@ -111,9 +110,9 @@ def assert_netcdf4_reads(h5_path: Path) -> int:
     return len(ours)
 
 
-def _view(window: Path) -> PackedView:
-    """The window as readers (and the export) see it: schema 7's task-record packs as schema-6 task groups."""
-    return PackedView(LocalStore(window, read_only=True), "")
+def _view(window: Path) -> LocalStore:
+    """The window as plain zarr reads it (the demo's default layout: a group per task)."""
+    return LocalStore(window, read_only=True)
 
 
 def data_groups(window: Path) -> list[str]:
@@ -473,3 +472,42 @@ def test_a_zero_chunk_shape_is_refused_naming_the_document(tmp_path: Path) -> No
     assert result.returncode == 2, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "chunk_shape [0, 0]" in errors[0] and "Traceback" not in result.stderr
+
+
+def test_a_packed_window_exports_a_group_per_task(tmp_path: Path) -> None:
+    """``layout="packs"``: each pack row is exported as its task's group, read from its row: the same groups,
+    variables, values and attributes as the tasks layout of the same step (the pack arrays themselves are not
+    exported)."""
+    from tests._faults import dump_demo_step
+    from tests._layout import without_digests
+
+    window = Path("rank_0") / "window_0000"
+    dump_demo_step(tmp_path / "tasks", "L1")
+    dump_demo_step(tmp_path / "packs", "L1", layout="packs")
+    assert list((tmp_path / "packs" / window).rglob("pack_0000")), "the demo's combine tiles are packed"
+    files = [export_hdf5(tmp_path / name / window, tmp_path / f"{name}.h5") for name in ("tasks", "packs")]
+
+    def contents(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+        groups: dict[str, Any] = {}
+        arrays: dict[str, Any] = {}
+        with h5py.File(path, "r") as f:
+
+            def visit(name: str, obj: Any) -> None:
+                attrs = without_digests(decode_hdf5_attrs(obj.attrs))
+                if isinstance(obj, h5py.Group):
+                    groups[name] = attrs
+                else:
+                    arrays[name] = (obj.dtype, obj.shape, obj[...].tobytes(), attrs)
+
+            f.visititems(visit)
+        return groups, arrays
+
+    (tasks_groups, tasks_arrays), (packs_groups, packs_arrays) = map(contents, files)
+    assert not any("pack_" in name for name in packs_groups)
+    assert sum("/task_" in name for name in packs_groups) >= 4
+    assert packs_groups == tasks_groups
+    assert packs_arrays.keys() == tasks_arrays.keys()
+    for name, (dtype, shape, data, attrs) in tasks_arrays.items():
+        assert packs_arrays[name][:2] == (dtype, shape), name
+        assert packs_arrays[name][2] == data, name  # exact: one deterministic step, two layouts
+        assert packs_arrays[name][3] == attrs, name

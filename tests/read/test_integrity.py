@@ -18,7 +18,7 @@ import pytest
 from megadump_zarr import open_dump
 from megadump_zarr.cli.main import main
 from megadump_zarr.read.errors import DumpIntegrityError
-from megadump_zarr.read.location import list_prefix, open_location
+from tests._layout import record_chunk
 
 
 @pytest.fixture(scope="module")
@@ -94,9 +94,9 @@ def test_truncated_l1_chunk(dump_copy: Path) -> None:
     root = dump_copy / "l1"
     records = open_dump(root).records()
     row = records[records["stored_bytes"] > 0].iloc[0]
-    view = open_location(root).store
-    key = sorted(k for k in list_prefix(view, f"{row['path']}/") if not k.endswith("zarr.json"))[0]
-    (root / view.stored_key(key)).unlink()  # the chunk file, or the pack shard that holds it (schema 7)
+    span = record_chunk(root, row["path"])  # the chunk file, or the pack shard that holds it (packs layout)
+    key = f"{row['path']}/{span.file.name}" if span.whole_file else f"{row['path']}/c" + ".0" * len(row["stored_shape"])
+    span.file.unlink()
     with pytest.raises(DumpIntegrityError, match=f"chunk {re.escape(key)} in .* is missing"):
         open_dump(root).record_array(row["path"]).values
 

@@ -1,6 +1,6 @@
 """A pack whose group says another pack format (``megadumpPack`` not 1, 2 or 3) is refused, never read as format 1.
 
-The pack view finds packs by name; before the check a future pack format (or an edited attribute) was read
+The readers find packs by name; before the check a future pack format (or an edited attribute) was read
 with this reader's rules, silently."""
 
 from __future__ import annotations

@@ -6,10 +6,9 @@ import math
 
 import numpy as np
 import pandas as pd
-import zarr
 
 from megadump_zarr.read import EXTRA_COLUMNS, RECORD_COLUMNS, open_dump
-from megadump_zarr.read.location import open_location
+from tests._layout import stored_record
 
 REQUIRED = [
     "rank",
@@ -127,9 +126,9 @@ def test_l1_counts_and_task_columns(demo_dumps):
 
 
 def _stored(root, path) -> np.ndarray:
-    # through the pack view: a schema-7 record may be a row of a task-record pack
-    array = zarr.open_array(open_location(root).store, path=path, mode="r")
-    return np.asarray(array[...]).astype(np.float64)
+    # where its bytes are: its own array, or its row of a task-record pack
+    array, index = stored_record(root, path)
+    return np.asarray(array[index]).astype(np.float64)
 
 
 def test_stats_equal_numpy(demo_dumps):

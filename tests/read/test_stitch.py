@@ -61,7 +61,7 @@ def test_expert_hidden_activations_only_l1_sees(demo_dumps):
 def test_sel_owner_returns_that_experts_rows(demo_dumps, counting_store):
     run = demo_dumps["l1"]
     counts = run.param("moe_experts", 1)
-    store = counting_store(open_location(run.root).store)  # counts the schema-6 keys the pack view serves
+    store = counting_store(open_location(run.root).store)  # counts the stored keys read (tasks layout)
     dump = open_dump(store)
     hidden = dump.tensor("ws", stage="expert_up")
     data_reads = [k for k in store.chunk_reads() if "/output_00_ws/" in k]

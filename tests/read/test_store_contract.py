@@ -1,7 +1,7 @@
 """zarr-python's own store contract (``zarr.testing.store.StoreTests``), its read part, over the project's
-read stores: :class:`~megadump_zarr.read.integrity.IntegrityStore` and :class:`~megadump_zarr.read.packs.PackedView`.
+read store: :class:`~megadump_zarr.read.integrity.IntegrityStore`.
 
-Both wrap the dump's store and are read-only faces of it, so the contract's write tests are left out
+It wraps the dump's store and is a read face of it, so the contract's write tests are left out
 (``test_set`` and the like are ``None`` below, which pytest does not collect) and the data a read test needs
 is seeded into the wrapped store: the contract's own ``self.set`` writes there, and so do the
 ``store.set``/``store._set_many`` calls its listing tests make (through :class:`_Seeded`, which only adds
@@ -27,7 +27,6 @@ from zarr.storage import MemoryStore
 from zarr.testing.store import StoreTests
 
 from megadump_zarr.read.integrity import IntegrityStore
-from megadump_zarr.read.packs import PackedView
 
 WRITE_TESTS = (
     "test_set",
@@ -144,16 +143,3 @@ class TestIntegrityStore(ReadStoreTests):
 
     async def test_pickles_to_an_equal_reader(self, store: Any) -> None:
         pytest.skip("an IntegrityStore holds its catalogue's lookup (a closure): it is rebuilt, not pickled")
-
-
-@_synced
-class TestPackedView(ReadStoreTests):
-    store_cls = PackedView
-    read_only = True
-
-    async def test_writes_are_refused(self, store: Any) -> None:
-        data = self.buffer_cls.from_bytes(b"x")
-        view = PackedView(store._store)
-        for write in (view.set("k", data), view.delete("k"), view.set_if_not_exists("k", data), view.clear()):
-            with pytest.raises(ValueError, match=r"is read-only: a dump is read through it, never written"):
-                await write

@@ -227,7 +227,7 @@ def test_the_checker_is_not_vacuous(tmp_path, monkeypatch):
 
 
 def test_the_checker_is_not_vacuous_over_packs(tmp_path, monkeypatch):
-    """verify_root reads a schema-7 L1 window through the pack view: a flipped byte of a packed record (an inner
+    """verify_root reads a packed L1 window's records by row: a flipped byte of a packed record (an inner
     chunk of a shard) and a removed pack array are reported, the pristine window passes."""
     import shutil
 

@@ -73,7 +73,8 @@ def test_xarray_opens_a_task_group_over_s3_without_warnings(bucket, options, s3_
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         packed = xr.open_zarr(f"{url}/{pack}", storage_options=options).load()  # the physical data group
-        logical = xr.open_zarr(dump.store, group=group).load()  # the schema-6 task group, through the view
+        record = records.loc[records["group"] == group].iloc[0]
+        logical = dump.dataset(invocation=int(record["invocation"]), stage=record["stage"], task=task).load()
         stitched = xr.open_dataset(url, engine="megadump", group=stage_dir, storage_options=options).load()
     assert int(packed["task_id"][row]) == int(records.loc[records["group"] == group, "task_id"].iloc[0])
     assert len(logical.data_vars) > 0 and len(stitched.data_vars) > 0

@@ -9,12 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import zarr
 
 from megadump_zarr.cli.main import main
 from megadump_zarr.read import open_dump
 from megadump_zarr.read.errors import DumpIntegrityError
-from megadump_zarr.read.packs import find_view
 from megadump_zarr.store.packs import decode_index, index_nbytes
 from megadump_zarr.transfer import upload
 from megadump_zarr.verify import verify_dump
@@ -35,20 +33,26 @@ def test_chunk_objects_checked_on_s3(
 
     dump = open_dump(url, storage_options=options)
     records = dump.records()
-    path = str(records.loc[records["pack_array"].notna(), "path"].iloc[0])
-    view = find_view(dump.store)
-    assert view is not None
+    packed = records[records["pack_array"].notna()]
+    assert len(packed), "the demo's combine records are packed"
+    row = packed.iloc[0]
+    path = str(row["path"])
+    pack_doc = json.loads(s3_client.get_object(Bucket=bucket, Key=f"run/{row['pack_array']}/zarr.json")["Body"].read())
+    per_shard = pack_doc["chunk_grid"]["configuration"]["chunk_shape"][0]  # rows (one inner chunk each) per shard
+    zeros = ".0" * (len(pack_doc["shape"]) - 1)
 
-    def chunk_key(record: str) -> str:  # the record's (first) chunk in the key space readers see
-        array = zarr.open_array(dump.store, path=record, mode="r")
-        return f"{record}/{array.metadata.encode_chunk_key((0,) * array.ndim)}"
+    def shard_of(pack_array: str, pack_row: int) -> str:  # the object holding a packed record's bytes
+        return f"{pack_array}/c.{int(pack_row) // per_shard}{zeros}"
 
-    key = chunk_key(path)
-    stored = view.stored_key(key)  # the object holding its bytes: its chunk object, or its pack's shard (schema 7)
-    assert stored is not None and stored != key, f"{key} is not packed: the demo's L1 records are"
+    key = f"{path}/c{zeros}"  # the record's one chunk, as readers name it
+    stored = shard_of(row["pack_array"], row["pack_row"])
     object_key = f"run/{stored}"
     body = s3_client.get_object(Bucket=bucket, Key=object_key)["Body"].read()
-    shared = sorted(k for k in map(chunk_key, records["path"]) if view.stored_key(k) == stored)  # rows of that shard
+    shared = sorted(  # the records whose rows that shard holds
+        f"{p}/c{zeros}"
+        for p, a, r in zip(packed["path"], packed["pack_array"], packed["pack_row"])
+        if shard_of(a, r) == stored
+    )
 
     s3_client.delete_object(Bucket=bucket, Key=object_key)
     with pytest.raises(DumpIntegrityError, match="is missing") as info:

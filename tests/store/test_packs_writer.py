@@ -329,7 +329,7 @@ def test_expand_pack_is_the_schema6_writers_view(windows):
                 values = np.arange(source.start, source.stop, dtype=np.int64)
                 if source.stop - source.start < 32:
                     assert range_chunk(source) == stored, key
-                else:  # schema 6 compressed coordinates of 32 rows or more; the view stores them raw
+                else:  # schema 6 compressed coordinates of 32 rows or more; the readers compute them
                     import zarr
 
                     assert zarr.open_array(str(plain / key.rpartition("/")[0]))[...].tolist() == values.tolist()

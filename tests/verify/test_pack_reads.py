@@ -23,7 +23,8 @@ from zarr.storage import LocalStore, WrapperStore
 from megadump_zarr.layout.write_model import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
 from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.integrity import verify_crc32c
-from megadump_zarr.read.location import get_bytes, open_location
+from megadump_zarr.read.catalog import window_info
+from megadump_zarr.read.location import get_bytes
 from megadump_zarr.store import pack_writer, packs
 from megadump_zarr.store.packs import decode_index, encode_index, index_nbytes
 from megadump_zarr.store.writer import WindowWriter
@@ -187,10 +188,12 @@ DAMAGE = {
 
 
 def _view_says(root: Path, store_kind: type[Counting], key: str) -> str | None:
-    """What the chunk check says of virtual chunk ``key`` read alone through a fresh view (the reference)."""
-    store = open_location(store_kind(LocalStore(str(root), read_only=True))).store
+    """What the chunk check says of record chunk ``key`` read alone by a fresh reader (the reference): the
+    readers' index check and ranged read of its row's inner chunk (``read.pack_rows``)."""
+    store = store_kind(LocalStore(str(root), read_only=True))
+    info = window_info(WINDOW, get_bytes(store, f"{WINDOW}/zarr.json"))
     try:
-        raw = get_bytes(store, key)
+        raw = info.packs.read_chunk(store, key[len(WINDOW) + 1 :])
     except DumpIntegrityError as error:
         return str(error).removeprefix(f"chunk {key} is ").strip()
     if raw is None:

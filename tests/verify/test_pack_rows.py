@@ -68,7 +68,7 @@ def test_clean_pack_verifies(root: Path) -> None:
 
 def test_swapped_rows_are_named_by_verify(root: Path) -> None:
     _swap_rows_everywhere(root)
-    records = open_dump(root).records()  # the documents agree with themselves: the view cannot tell
+    records = open_dump(root).records()  # the documents agree with themselves: the readers cannot tell
     assert sorted(records["task_id"]) == [1, 2]
     problems = verify_dump(open_dump(root)).problems
     keys = {p.key for p in problems}

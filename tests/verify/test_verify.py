@@ -18,7 +18,6 @@ from zarr.storage import LocalStore
 
 from megadump_zarr import open_dump
 from megadump_zarr.cli.main import main
-from megadump_zarr.read.packs import PackedView
 from megadump_zarr.verify import verify_dump
 from tests._layout import pack_of, record_chunk
 
@@ -52,8 +51,10 @@ def _record(root: Path, name: str = "x") -> str:
 
 
 def _logical(root: Path, path: str) -> zarr.Array:
-    """The record at logical ``path`` as readers see it (schema-6 key space, packed or not)."""
-    return zarr.open_array(PackedView(LocalStore(root, read_only=True)), path=path, mode="r")
+    """The metadata of the record at ``path`` as readers describe it (its own document, or its row's in a pack):
+    a zarr array of its document, for its chunk keys and codecs (never read)."""
+    _, _, doc = open_dump(root)._record(path)
+    return zarr.Array.from_dict(zarr.storage.StorePath(LocalStore(root, read_only=True), path), doc)
 
 
 def _edit(root: Path, path: str, change: Callable[[dict[str, Any]], None]) -> None:

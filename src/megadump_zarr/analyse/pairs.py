@@ -371,8 +371,8 @@ def _open(source: Any) -> Any:
 
 
 def record_source(dump: Any, path: str, truncated: bool) -> Any:
-    """Record ``path`` of ``dump`` as an array-like for :func:`compare_pair`: its stored zarr array (read
-    chunk by chunk through the dump's integrity checks; chunk-aligned row blocks of a plain layout decoded
+    """Record ``path`` of ``dump`` as an array-like for :func:`compare_pair`: its stored zarr array, or its
+    pack row (read chunk by chunk through the dump's integrity checks; chunk-aligned row blocks of a plain layout decoded
     in the calling thread, :mod:`megadump_zarr.read.chunks`), or the logical-shape view of a truncated record.
 
     Args:
@@ -382,7 +382,6 @@ def record_source(dump: Any, path: str, truncated: bool) -> Any:
     """
     if not truncated and hasattr(dump, "_record") and hasattr(dump, "store"):
         from megadump_zarr.read.integrity import GuardedArray
-        from megadump_zarr.read.truncated import open_zarr_array
 
         info, rel, doc = dump._record(path)
         attrs = doc.get("attributes") or {}
@@ -390,7 +389,7 @@ def record_source(dump: Any, path: str, truncated: bool) -> Any:
             from megadump_zarr.read.chunks import chunk_rows
 
             key = f"{info.key}/{rel}"
-            guarded = GuardedArray(open_zarr_array(dump.store, key, doc), key, getattr(dump, "root", ""))
+            guarded = GuardedArray(dump._array(info, rel, doc), key, getattr(dump, "root", ""))
             return chunk_rows(guarded)
     return dump.record_array(path)
 

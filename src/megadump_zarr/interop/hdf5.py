@@ -340,47 +340,77 @@ def _hierarchy(group: Any) -> tuple[dict[str, dict[str, Any]], dict[str, list[tu
 
     A committed window answers from its consolidated metadata. A torn window (status ``"writing"``: group
     documents are only written at commit) is listed from the store: every ``zarr.json`` below it, groups
-    without a document implied (empty attributes) by the arrays under them.
+    without a document implied (empty attributes) by the arrays under them. A window's task-record packs
+    are exported as the task groups they hold, one HDF5 group per row, each record read from its row
+    (:mod:`megadump_zarr.read.pack_rows`).
     """
     import zarr
 
-    groups: dict[str, dict[str, Any]] = {"": group.attrs.asdict()}
-    arrays: dict[str, list[tuple[str, Any]]] = {}
-    if group.metadata.consolidated_metadata is not None:
-        members = sorted(group.members(max_depth=None), key=lambda item: (item[0].count("/"), item[0]))
-        for path, node in members:
-            if isinstance(node, zarr.Group):
-                groups[path] = node.attrs.asdict()
-            else:
-                parent, _, name = path.rpartition("/")
-                arrays.setdefault(parent, []).append((name, node))
-        return groups, arrays
-
-    from megadump_zarr.read.location import get_many, list_prefix, parse_json
+    from megadump_zarr.read.location import get_json, get_many, list_prefix, parse_json
+    from megadump_zarr.read.pack_rows import expand_torn, expand_window
 
     prefix = f"{group.path}/" if group.path else ""
-    keys = [k for k in list_prefix(group.store, prefix) if k.endswith("/zarr.json") and k != f"{prefix}zarr.json"]
-    documents = {key[len(prefix) : -len("/zarr.json")]: raw for key, raw in zip(keys, get_many(group.store, keys))}
+    groups: dict[str, dict[str, Any]] = {"": group.attrs.asdict()}
+    arrays: dict[str, list[tuple[str, Any]]] = {}
+    committed = group.metadata.consolidated_metadata is not None
+    if committed:
+        consolidated = (get_json(group.store, f"{prefix}zarr.json") or {}).get("consolidated_metadata") or {}
+        nodes = dict(consolidated.get("metadata") or {})
+        expanded = expand_window(group.path, nodes)
+        if expanded is None:
+            members = sorted(group.members(max_depth=None), key=lambda item: (item[0].count("/"), item[0]))
+            for path, node in members:
+                if isinstance(node, zarr.Group):
+                    groups[path] = node.attrs.asdict()
+                else:
+                    parent, _, name = path.rpartition("/")
+                    arrays.setdefault(parent, []).append((name, node))
+            return groups, arrays
+    else:
+        keys = [k for k in list_prefix(group.store, prefix) if k.endswith("/zarr.json") and k != f"{prefix}zarr.json"]
+        nodes = {
+            key[len(prefix) : -len("/zarr.json")]: parse_json(raw, key)
+            for key, raw in zip(keys, get_many(group.store, keys))
+            if raw is not None
+        }
+        expanded = expand_torn(group.path, nodes)
+    packs = None
+    if expanded is not None:
+        nodes, packs = expanded
     found: dict[str, dict[str, Any]] = {}
-    for path in sorted(documents, key=lambda p: (p.count("/"), p)):
-        raw = documents[path]
-        if raw is None:
-            continue
-        doc = parse_json(raw, f"{prefix}{path}/zarr.json")
+    for path in sorted(nodes, key=lambda p: (p.count("/"), p)):
+        doc = nodes[path]
         if doc.get("node_type") == "group":
             found[path] = doc.get("attributes") or {}
         elif doc.get("node_type") == "array":
             parent, _, name = path.rpartition("/")
-            arrays.setdefault(parent, []).append((name, zarr.open_array(group.store_path / path, mode="r")))
-    for parent in list(arrays):
-        parts = parent.split("/") if parent else []
-        for depth in range(1, len(parts) + 1):
-            found.setdefault("/".join(parts[:depth]), {})
+            array = zarr.Array.from_dict(group.store_path / path, doc)
+            stored = None if packs is None else packs.array(group.store, path, doc)
+            arrays.setdefault(parent, []).append((name, array if stored is None else _PackedArray(array, stored)))
+    if not committed:
+        for parent in list(arrays):
+            parts = parent.split("/") if parent else []
+            for depth in range(1, len(parts) + 1):
+                found.setdefault("/".join(parts[:depth]), {})
     for path in sorted(found, key=lambda p: (p.count("/"), p)):
         groups[path] = found[path]
     for members in arrays.values():
         members.sort(key=lambda item: item[0])
     return groups, arrays
+
+
+class _PackedArray:
+    """A packed record (or a packed task's row coordinate) as the export sees an array: its document's
+    metadata, read from where it is stored (its pack row)."""
+
+    def __init__(self, array: Any, stored: Any) -> None:
+        self._array, self._stored = array, stored
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._array, name)
+
+    def __getitem__(self, selection: Any) -> Any:
+        return self._stored[selection]
 
 
 def _producer() -> str:

@@ -32,7 +32,8 @@ from megadump_zarr.read.documents import (
 )
 from megadump_zarr.read.statistics_table import STATISTICS_COLUMNS, merge_statistics
 from megadump_zarr.read.location import get_json, get_many, list_dir, list_dirs, list_prefix, parse_json
-from megadump_zarr.read.packs import find_view
+from megadump_zarr.read.pack_nodes import MARKER
+from megadump_zarr.read.pack_rows import PackedWindow, expand_torn, expand_window
 from megadump_zarr.layout.paths import INVOCATION_DIR, RANK_DIR, TASK_DIR, WINDOW_DIR
 
 __all__ = [
@@ -163,6 +164,8 @@ class WindowInfo:
         nodes: Consolidated metadata (flat relative path -> document), or ``None`` for a torn window.
         damaged: Keys of a torn window's documents that were cut short (skipped when listing).
         pack_rows: Record path (relative to the root) -> ``(pack array path, row)`` of its packed records.
+        packs: Where its packed records are stored (``None``: it holds no task-record pack); ``nodes`` then
+            describe them as task groups, record arrays and row coordinates (:mod:`megadump_zarr.read.pack_rows`).
     """
 
     rank: int
@@ -173,6 +176,7 @@ class WindowInfo:
     nodes: dict[str, dict[str, Any]] | None = None
     damaged: list[str] = field(default_factory=list)
     pack_rows: dict[str, tuple[str, int]] = field(default_factory=dict)
+    packs: PackedWindow | None = None
 
     @property
     def level(self) -> str | None:
@@ -203,10 +207,7 @@ def check_root(store: Store, url: str) -> dict[str, Any]:
         ValueError: Naming ``url`` and what is missing (no root ``zarr.json``, not a group, no
             ``megadump_zarr`` attribute), with a hint when ``url`` is a rank, window or data group.
     """
-    # the stored document: a pack view would rebuild the complete windows it may repeat (store.root_index)
-    # for attributes alone
-    view = find_view(store)
-    doc = get_json(store if view is None else view._store, "zarr.json")
+    doc = get_json(store, "zarr.json")
     hint = " (the dump root is the directory that holds rank_*/ groups)"
     if doc is None:
         if any(RANK_DIR.match(name) for name in list_dir(store, "")):
@@ -257,12 +258,8 @@ def scan_windows(store: Store, cache: dict[str, WindowInfo] | None = None) -> li
                 keys.append((rank, window, f"{rank_name}/{window_name}"))
     keys.sort()
     missing = [key for _, _, key in keys if key not in cache or not cache[key].final]
-    view = find_view(store)
     for key, raw in zip(missing, get_many(store, [f"{key}/zarr.json" for key in missing])):
-        # a pack view hands over the window document it just built, decoded (no second json.loads)
-        cache[key] = window_info(key, raw, None if view is None or raw is None else view.take_document(key, raw))
-        if view is not None and cache[key].final:
-            cache[key].pack_rows = view.pack_rows(key)
+        cache[key] = window_info(key, raw)
     for rank, window, key in keys:
         cache[key].rank, cache[key].window = rank, window
     return [cache[key] for _, _, key in keys]
@@ -298,7 +295,18 @@ def window_info(key: str, raw: bytes | None, doc: dict[str, Any] | None = None) 
         status = "writing"  # a torn window whose status was edited: not committed, whatever it says
     if status == "writing" or not isinstance(nodes, dict):
         nodes = None
-    return WindowInfo(rank, window, key, status, attrs, nodes)
+    info = WindowInfo(rank, window, key, status, attrs, nodes)
+    if nodes is not None and MARKER in raw:
+        _take_packs(info, expand_window(key, nodes))
+    return info
+
+
+def _take_packs(info: WindowInfo, expanded: tuple[dict[str, Any], PackedWindow] | None) -> None:
+    """Describe a window's packed records as task groups, record arrays and row coordinates (``info.nodes``)
+    and keep where they are stored (``info.packs``, ``info.pack_rows``)."""
+    if expanded is not None:
+        info.nodes, info.packs = expanded
+        info.pack_rows = info.packs.pack_rows()
 
 
 def commit_evidence_problem(attrs: Mapping[str, Any], nodes: Any) -> str | None:
@@ -352,8 +360,11 @@ def window_nodes(store: Store, info: WindowInfo) -> dict[str, dict[str, Any]]:
             nodes[key[len(prefix) : -len("/zarr.json")]] = parse_json(raw, key)
         except ValueError:
             info.damaged.append(key)  # torn mid-write: the node never finished, so it is not part of the window
-    view = find_view(store)
-    info.pack_rows = {} if view is None else view.pack_rows(info.key)
+    expanded = expand_torn(info.key, nodes)
+    if expanded is None:
+        return nodes
+    nodes, info.packs = expanded
+    info.pack_rows = info.packs.pack_rows()
     return nodes
 
 

@@ -7,8 +7,9 @@ read ran on that thread). :class:`ChunkRows` reads a chunk-aligned row range ``x
 plain array itself:
 
 * the chunk bytes of the range come from the dump's store in one ``get`` per chunk, all issued at once
-  (the store stack is the dump's own: pack view, :class:`~megadump_zarr.read.integrity.IntegrityStore`,
-  so a missing chunk of a committed window is refused exactly as for zarr);
+  (the store stack is the dump's own, :class:`~megadump_zarr.read.integrity.IntegrityStore`, so a missing
+  chunk of a committed window is refused exactly as for zarr); a packed record's one chunk is a ranged read
+  of its shard, after the shard index check (:mod:`megadump_zarr.read.pack_rows`);
 * the trailing ``crc32c`` is verified and the chunk decompressed (blosc, zstd, or none) in the calling
   thread, straight into the output block where the chunk lies inside it: C code that releases the GIL,
   so several readers use several cores.
@@ -69,9 +70,14 @@ def chunk_rows(guarded: Any) -> Any:
     (reads metadata only: a few attribute lookups).
 
     Args:
-        guarded: A :class:`~megadump_zarr.read.integrity.GuardedArray` of a zarr v3 array.
+        guarded: A :class:`~megadump_zarr.read.integrity.GuardedArray` of a zarr v3 array, or of a packed record
+            (:class:`~megadump_zarr.read.pack_rows.RowArray`: its one chunk is its row's inner chunk).
     """
+    from megadump_zarr.read.pack_rows import RowArray
+
     array = getattr(guarded, "array", None)
+    if isinstance(array, RowArray):
+        return _row_chunks(guarded, array)
     try:
         metadata, store_path = array.metadata, array.store_path
         dtype = np.dtype(guarded.dtype)
@@ -90,18 +96,35 @@ def chunk_rows(guarded: Any) -> Any:
     return ChunkRows(guarded, store_path.store, store_path.path, dtype, shape, chunks, plan[0], plan[1])
 
 
+def _row_chunks(guarded: Any, row: Any) -> Any:
+    """A packed record's :class:`ChunkRows`: its one chunk is read with one ranged read of its shard."""
+    from types import SimpleNamespace
+
+    dtype, shape = np.dtype(row.dtype), tuple(int(s) for s in row.shape)
+    if not shape or 0 in shape or dtype.hasobject or dtype.fields is not None or dtype.kind in "OSU":
+        return guarded
+    codecs = getattr(row.pack.metadata, "codecs", None) or ()
+    inner = getattr(codecs[0], "codecs", None) if len(codecs) == 1 else None
+    plan = None if inner is None else _codec_plan(SimpleNamespace(codecs=inner), dtype.itemsize)
+    if plan is None:
+        return guarded
+    return ChunkRows(guarded, row.store, row.key, dtype, shape, shape, plan[0], plan[1], locate=row.locate)
+
+
 class ChunkRows:
     """A record array whose chunk-aligned row slices are read and decoded here (see the module docstring).
 
     Args:
         guarded: The record's :class:`~megadump_zarr.read.integrity.GuardedArray` (every other read).
-        store: The store the array lives in (the dump's stack: pack view, integrity checks).
+        store: The store the array lives in (the dump's stack: integrity checks).
         key: The array's key in that store.
         dtype: Its numpy dtype.
         shape: Its shape.
         chunks: Its chunk shape (spanning every axis but the first).
         compressor: ``"blosc"``, ``"zstd"`` or None.
         crc32c: The chunks end with a crc32c checksum.
+        locate: For a packed record (one chunk): ``locate() -> (shard key, offset, nbytes)`` of its inner chunk,
+            index checked (``None``: absent, read by zarr).
     """
 
     def __init__(
@@ -114,14 +137,15 @@ class ChunkRows:
         chunks: tuple[int, ...],
         compressor: str | None,
         crc32c: bool,
+        locate: Any = None,
     ) -> None:
-        self.guarded, self.store, self.key = guarded, store, key
+        self.guarded, self.store, self.key, self.locate = guarded, store, key, locate
         self.dtype, self.shape, self.ndim, self.chunks = dtype, shape, len(shape), chunks
         self.compressor, self.crc32c = compressor, crc32c
         self.fast_reads = 0  # row ranges this path read itself (the rest went through zarr)
         self._lock = threading.Lock()
         self._chunk_bytes = int(np.prod(chunks)) * dtype.itemsize
-        self._direct = _direct_reader(store) if compressor is None and not crc32c else None
+        self._direct = _direct_reader(store) if compressor is None and not crc32c and locate is None else None
 
     def __getstate__(self) -> dict[str, Any]:  # dask may pickle it to a worker: the lock stays behind
         state = dict(self.__dict__)
@@ -160,23 +184,33 @@ class ChunkRows:
         start, stop, _ = first.indices(self.shape[0])
         return (start, stop) if stop > start else None
 
-    def _keys(self, start: int, stop: int) -> tuple[int, int, list[str]]:
-        """``(first, last, keys)``: the chunks holding rows ``start:stop`` and their store keys."""
+    def _keys(self, start: int, stop: int) -> tuple[int, int, list[tuple[Any, str, Any]]]:
+        """``(first, last, requests)``: the chunks holding rows ``start:stop`` and their reads, ``(store, key,
+        byte range or None)`` each (a packed record's: a range of its shard)."""
         step = self.chunks[0]
         first, last = start // step, (stop - 1) // step
+        if self.locate is not None:
+            from zarr.abc.store import RangeByteRequest
+
+            found = self.locate()
+            if found is None:
+                raise _Fallback("an absent inner chunk of a torn window")
+            shard, offset, nbytes = found
+            return first, last, [(self.store, shard, RangeByteRequest(offset, offset + nbytes))]
         encode = self.guarded.array.metadata.encode_chunk_key
         prefix = f"{self.key}/" if self.key else ""
-        return first, last, [f"{prefix}{encode((i,) + (0,) * (self.ndim - 1))}" for i in range(first, last + 1)]
+        keys = [f"{prefix}{encode((i,) + (0,) * (self.ndim - 1))}" for i in range(first, last + 1)]
+        return first, last, [(self.store, key, None) for key in keys]
 
     def _read(self, start: int, stop: int) -> np.ndarray:
         from zarr.core.sync import sync
 
-        first, last, keys = self._keys(start, stop)
+        first, last, requests = self._keys(start, stop)
         if self._direct is not None:
             out = np.empty((stop - start,) + self.shape[1:], dtype=self.dtype)
-            self._read_direct(keys, first, last, start, stop, out)
+            self._read_direct([key for _, key, _ in requests], first, last, start, stop, out)
             return out
-        raws = sync(_fetch([(self.store, key) for key in keys]))
+        raws = sync(_fetch(requests))
         return self._assemble(start, stop, first, raws)
 
     def _assemble(self, start: int, stop: int, first: int, raws: list[Any]) -> np.ndarray:
@@ -237,7 +271,7 @@ class ChunkRows:
 
 def _direct_reader(store: Any) -> Any:
     """The ``read_chunk_into(key, out) -> bool`` of the innermost store below ``store``'s wrappers (zarr
-    ``WrapperStore``: the integrity checks, the pack view), or None when it has none.
+    ``WrapperStore``: the integrity checks), or None when it has none.
 
     Args:
         store: The array's store.
@@ -251,14 +285,19 @@ def _direct_reader(store: Any) -> Any:
     return reader if callable(reader) else None
 
 
-async def _fetch(keys: list[tuple[Any, str]]) -> list[Any]:
-    """Every ``store.get(key)`` at once; a failed get is returned as its exception (its reader falls back)."""
+async def _fetch(requests: list[tuple[Any, str, Any]]) -> list[Any]:
+    """Every ``store.get(key, byte_range)`` at once; a failed get is returned as its exception (its reader falls
+    back)."""
     import asyncio
 
     from zarr.core.buffer import default_buffer_prototype
 
     prototype = default_buffer_prototype()
-    return list(await asyncio.gather(*(store.get(key, prototype) for store, key in keys), return_exceptions=True))
+    return list(
+        await asyncio.gather(
+            *(store.get(key, prototype, byte_range) for store, key, byte_range in requests), return_exceptions=True
+        )
+    )
 
 
 def read_many(items: list[tuple[Any, tuple[slice, ...]]]) -> list[Any]:
@@ -273,15 +312,19 @@ def read_many(items: list[tuple[Any, tuple[slice, ...]]]) -> list[Any]:
     from zarr.core.sync import sync
 
     plans: list[tuple[int, int, int, int, int] | None] = []  # (start, stop, first, key offset, key count)
-    keys: list[tuple[Any, str]] = []
+    keys: list[tuple[Any, str, Any]] = []
     for x, index in items:
         rows = x._rows(index) if isinstance(x, ChunkRows) and x._direct is None else None
+        if rows is not None:
+            try:
+                first, _, requests = x._keys(*rows)
+            except Exception:  # a packed record whose index check fails or finds no chunk: zarr's read says so
+                rows = None
         if rows is None:
             plans.append(None)
             continue
-        first, _, chunk_keys = x._keys(*rows)
-        plans.append((rows[0], rows[1], first, len(keys), len(chunk_keys)))
-        keys.extend((x.store, key) for key in chunk_keys)
+        plans.append((rows[0], rows[1], first, len(keys), len(requests)))
+        keys.extend(requests)
     raws = sync(_fetch(keys)) if keys else []
     out: list[Any] = []
     for (x, index), plan in zip(items, plans):

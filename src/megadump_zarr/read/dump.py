@@ -40,6 +40,7 @@ from megadump_zarr.read.documents import check_array_doc, check_attributes, coun
 from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.integrity import CommittedWindows, IntegrityStore, guard_read
 from megadump_zarr.read.location import DumpLocation, open_location, store_path
+from megadump_zarr.read.pack_rows import is_packed_array
 from megadump_zarr.read.select import (
     check_tensor_choice,
     listing,
@@ -156,6 +157,15 @@ class Dump:
 
     def _nodes(self, info: WindowInfo) -> dict[str, dict[str, Any]]:
         return window_nodes(self.store, info)
+
+    def _array(self, info: WindowInfo, rel: str, doc: dict[str, Any]) -> Any:
+        """The stored array of node ``rel`` of a window: a zarr array, or where a packed record or row
+        coordinate is stored (``(pack array, row)``, :mod:`megadump_zarr.read.pack_rows`)."""
+        if info.packs is not None:
+            packed = info.packs.array(self.store, rel, doc, self.root)
+            if packed is not None:
+                return packed
+        return open_zarr_array(self.store, f"{info.key}/{rel}", doc)
 
     def _window_frame(self, info: WindowInfo) -> pd.DataFrame:
         cached = self._frames.get(info.key)
@@ -283,7 +293,7 @@ class Dump:
         import xarray as xr
 
         info = self._info(group.key)
-        if info.nodes is not None:
+        if info.nodes is not None and info.packs is None:
             return xr.open_zarr(
                 store_path(self.store, group.key),
                 consolidated=True,
@@ -294,7 +304,8 @@ class Dump:
         return self._manual_dataset(info, group.key[len(info.key) + 1 :], {})
 
     def _manual_dataset(self, info: WindowInfo, rel: str, attrs: dict[str, Any]) -> xr.Dataset:
-        """A Dataset of the arrays directly in ``rel`` (torn windows have no group documents)."""
+        """A Dataset of the arrays directly in ``rel``, from the window's nodes (torn windows have no group
+        documents; a packed window's task groups are not stored as groups)."""
         import xarray as xr
 
         nodes = self._nodes(info)
@@ -306,7 +317,7 @@ class Dump:
                 continue
             name = path[len(prefix) :]
             key = f"{info.key}/{path}"
-            array = open_zarr_array(self.store, key, doc)
+            array = self._array(info, path, doc)
             dims = tuple(doc.get("dimension_names") or (f"{name}_dim_{i}" for i in range(array.ndim)))
             variable = xr.Variable(dims, stored_dask(array, key, self.root), attrs=doc.get("attributes") or {})
             (coords if dims == (name,) else variables)[name] = variable
@@ -334,7 +345,7 @@ class Dump:
                 continue
             rank_path = f"/rank_{info.rank}"
             nodes.setdefault(rank_path, xr.Dataset())
-            if info.nodes is not None:
+            if info.nodes is not None and info.packs is None:
                 window_tree = xr.open_datatree(
                     store_path(self.store, info.key),
                     engine="zarr",
@@ -348,7 +359,10 @@ class Dump:
                     nodes[path] = node.to_dataset(inherit=False)
             else:
                 nodes[f"/{info.key}"] = xr.Dataset(attrs=info.attrs)
-                parents = {p.rpartition("/")[0] for p, d in self._nodes(info).items() if d.get("node_type") == "array"}
+                members = self._nodes(info)
+                parents = {p.rpartition("/")[0] for p, d in members.items() if d.get("node_type") == "array"}
+                if info.nodes is not None:  # committed (a packed window): every group, with its attributes
+                    parents |= {p for p, d in members.items() if d.get("node_type") == "group"}
                 for rel in sorted(parents):
                     nodes[f"/{info.key}/{rel}" if rel else f"/{info.key}"] = self._manual_dataset(
                         info, rel, info.attrs if not rel else {}
@@ -386,7 +400,7 @@ class Dump:
             raise ValueError(f"{where}: attributes.logicalDims {str(dims)[:60]!r} is not a list of names")
         return info, rel, doc
 
-    def _row_coordinate(self, info: WindowInfo, rel: str, doc: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    def _row_coordinate(self, info: WindowInfo, rel: str, doc: dict[str, Any]) -> tuple[str, Any] | None:
         dims = doc.get("dimension_names") or []
         if not dims:
             return None
@@ -397,7 +411,7 @@ class Dump:
             return None
         if list(coord.get("shape", [])) != [doc["shape"][0]]:
             return None
-        return f"{info.key}/{coord_rel}", coord
+        return f"{info.key}/{coord_rel}", self._array(info, coord_rel, coord)
 
     def record_array(self, path: str) -> xr.DataArray:
         """One record as a lazy ``DataArray`` in its logical shape.
@@ -420,7 +434,7 @@ class Dump:
         info, rel, doc = self._record(path)
         key = f"{info.key}/{rel}"
         attrs = dict(doc.get("attributes") or {})
-        array = open_zarr_array(self.store, key, doc)
+        array = self._array(info, rel, doc)
         actual = attrs.get("actualShape")
         name = attrs.get("name", rel.rpartition("/")[2])
         if attrs.get("truncated") and isinstance(actual, list):
@@ -449,9 +463,7 @@ class Dump:
                 and list(coord.get("shape", [])) == [array.shape[axis]]
             ):
                 coord_key = f"{info.key}/{coord_rel}"
-                coords[dim] = xr.Variable(
-                    dim, stored_dask(open_zarr_array(self.store, coord_key, coord), coord_key, self.root)
-                )
+                coords[dim] = xr.Variable(dim, stored_dask(self._array(info, coord_rel, coord), coord_key, self.root))
         return xr.DataArray(
             stored_dask(array, key, self.root),
             dims=dims,
@@ -547,7 +559,7 @@ class Dump:
         for row, (info, rel, doc), coord, rows_from_attrs in zip(rows.itertuples(), records, coordinate_of, derived):
             attrs = doc.get("attributes") or {}
             key = f"{info.key}/{rel}"
-            array = open_zarr_array(self.store, key, doc)
+            array = self._array(info, rel, doc)
             truncated = bool(attrs.get("truncated")) and isinstance(attrs.get("actualShape"), list)
             global_rows = next(values) if coord is not None else _stitch_rows(rows_from_attrs, doc, attrs, key)
             pieces.append(
@@ -682,11 +694,13 @@ def _stitch_rows(extent: tuple[int, int], doc: dict[str, Any], attrs: dict[str, 
     return np.arange(start, start + count, dtype=np.int64)
 
 
-def _read_coordinates(store: Store, coords: list[tuple[str, dict[str, Any]]]) -> list[np.ndarray]:
-    """Read several small coordinate arrays concurrently."""
+def _read_coordinates(store: Store, coords: list[tuple[str, Any]]) -> list[np.ndarray]:
+    """Read several small coordinate arrays concurrently (a packed task's are computed: nothing to read)."""
     if not coords:
         return []
-    arrays = [open_zarr_array(store, key, doc) for key, doc in coords]
+    if any(is_packed_array(array) for _, array in coords):
+        return [np.asarray(guard_read(array, key, lambda a=array: a[...])) for key, array in coords]
+    arrays = [array for _, array in coords]
 
     async def run() -> list[Any]:
         return list(await asyncio.gather(*(a._async_array.getitem(slice(None)) for a in arrays)))

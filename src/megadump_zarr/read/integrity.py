@@ -11,10 +11,10 @@ wraps the dump's store and, for a chunk key of an array of a committed window:
   call, the same one zarr makes again on decode), so a mismatch names the key and both checksums.
 
 Keys of torn (``writing``) windows, documents and anything outside a committed window pass through
-unchanged. Readers stack it over the pack view (:class:`~megadump_zarr.read.packs.PackedView`), so a
-schema-7 window is checked key by key in its schema-6 form: a packed record's chunk is its shard's inner
-chunk, checked against the crc32c it carries, and a missing shard is a missing chunk of every row. :func:`guard_read` turns a codec failure of an array read (chunks written without a
-checksum) into the same error, naming the chunk that fails.
+unchanged. A packed record is read by row (:mod:`megadump_zarr.read.pack_rows`), after its own check of its
+shard's index: an absent row of a committed window is refused there, naming the record's chunk and the shard.
+:func:`guard_read` turns a codec failure of an array read (chunks written without a checksum) into the same
+error, naming the chunk that fails.
 """
 
 from __future__ import annotations
@@ -361,10 +361,11 @@ class CommittedWindows:
 
 
 def guard_window_group(group: Any, url: str = "") -> Any:
-    """The same zarr window group, reopened over a pack view (:class:`~megadump_zarr.read.packs.PackedView`:
-    schema-7 packs read as schema-6 task groups) and, when the window is committed, an :class:`IntegrityStore`.
+    """The same zarr window group, reopened over an :class:`IntegrityStore` when the window is committed.
 
-    For readers that open one window directly with zarr (``export-hdf5``) rather than through ``open_dump``.
+    For readers that open one window directly with zarr (``export-hdf5``) rather than through ``open_dump``; its
+    packed records are read by row (:mod:`megadump_zarr.read.pack_rows`), whose index check refuses what is
+    missing.
 
     Args:
         group: A ``zarr.Group`` of a window (``rank_{r}/window_{wwww}``).
@@ -373,12 +374,10 @@ def guard_window_group(group: Any, url: str = "") -> Any:
     import zarr
 
     from megadump_zarr.read.location import get_json
-    from megadump_zarr.read.packs import PackedView
 
     window = group.path
-    view = group.store if isinstance(group.store, PackedView) else PackedView(group.store, window)
     prefix = f"{window}/" if window else ""
-    doc = get_json(view, f"{prefix}zarr.json") or {}
+    doc = get_json(group.store, f"{prefix}zarr.json") or {}
     attrs = doc.get("attributes")
     consolidated = doc.get("consolidated_metadata")
     nodes = consolidated.get("metadata") if isinstance(consolidated, Mapping) else None
@@ -387,11 +386,11 @@ def guard_window_group(group: Any, url: str = "") -> Any:
         or attrs.get("status") not in ("complete", "aborted")
         or not isinstance(nodes, Mapping)
     ):
-        return zarr.open_group(view, path=window, mode="r", zarr_format=3)
+        return group
     depth = len(window.split("/")) if window else 0
 
     def windows(key: str) -> Mapping[str, dict[str, Any]] | None:
         return nodes if key == window else None
 
-    store = IntegrityStore(view, window_lookup(windows, depth), url)
+    store = IntegrityStore(group.store, window_lookup(windows, depth), url)
     return zarr.open_group(store, path=window, mode="r", zarr_format=3)

@@ -5,9 +5,8 @@ and ``file://`` URLs, ``FsspecStore`` for ``s3://``, ``memory://``, ... URLs), s
 example one that counts chunk reads) sees every byte the reader asks for. JSON documents are fetched
 with one ``get`` each, concurrently when there are several.
 
-The store is served through :class:`megadump_zarr.read.packs.PackedView`, so a schema-7 window's
-task-record packs read as the schema-6 task groups every reader knows; ``DumpLocation.base`` is the
-stored store below it (what workers re-open, what sizes on disk are measured on).
+The store is the stored one: a window's task-record packs are read where they are, row by row
+(:mod:`megadump_zarr.read.pack_rows`).
 """
 
 from __future__ import annotations
@@ -46,7 +45,7 @@ class DumpLocation:
     """A dump root opened for reading.
 
     Args:
-        store: Read-only zarr store whose root is the dump root (a ``PackedView`` over the stored one).
+        store: Read-only zarr store whose root is the dump root.
         url: The root as the user gave it (path or URL), for messages and ``repr``.
         storage_options: The options it was opened with (kept so that workers can re-open the same root;
             never shown in ``repr``).
@@ -56,16 +55,9 @@ class DumpLocation:
     url: str
     storage_options: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
-    @property
-    def base(self) -> Store:
-        """The stored store below the pack view (a ``LocalStore``, ``FsspecStore`` or the ``Store`` given)."""
-        from megadump_zarr.read.packs import base_store
-
-        return base_store(self.store)
-
 
 def open_location(url: str | os.PathLike[str] | Store, storage_options: dict[str, Any] | None = None) -> DumpLocation:
-    """Open a dump root as a read-only zarr store (served through a pack view, see the module docstring).
+    """Open a dump root as a read-only zarr store.
 
     Args:
         url: A local directory, a ``file://`` URL, any fsspec URL (``s3://bucket/prefix``,
@@ -76,10 +68,8 @@ def open_location(url: str | os.PathLike[str] | Store, storage_options: dict[str
     Raises:
         ValueError: A local path that does not exist or is not a directory.
     """
-    from megadump_zarr.read.packs import packed_view
-
     if isinstance(url, Store):
-        return DumpLocation(packed_view(url), str(url))
+        return DumpLocation(url, str(url))
     text = os.fspath(url)
     if text.startswith("file://"):
         text = text[len("file://") :]
@@ -88,7 +78,7 @@ def open_location(url: str | os.PathLike[str] | Store, storage_options: dict[str
         if not os.path.isdir(path):
             what = "does not exist" if not os.path.exists(path) else "is not a directory"
             raise ValueError(f"{text} is not a megadump_zarr dump root: the path {what}")
-        return DumpLocation(packed_view(LocalStore(path, read_only=True)), text)
+        return DumpLocation(LocalStore(path, read_only=True), text)
     options = dict(storage_options or {})
     if text.split("://", 1)[0].lower() in ("s3", "s3a"):
         _check_s3(options)
@@ -98,7 +88,7 @@ def open_location(url: str | os.PathLike[str] | Store, storage_options: dict[str
         # ranges): two requests per document and chunk, for chunks far below its 50 MiB block size
         fs_options.setdefault("max_concurrency", 1)
     store = FsspecStore.from_url(text.rstrip("/"), storage_options=fs_options, read_only=True)
-    return DumpLocation(packed_view(store), text, options)
+    return DumpLocation(store, text, options)
 
 
 def _check_s3(options: dict[str, Any]) -> None:

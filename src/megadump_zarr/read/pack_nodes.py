@@ -1,25 +1,22 @@
-"""A packed window's schema-6 nodes, from its documents alone (no data is read).
+"""A packed window's task groups, record arrays and row coordinates, from its documents alone (no data is read).
 
 A task-record pack (:mod:`megadump_zarr.store.packs`) stands for the task groups, record arrays and row
 coordinates schema 6 stored for its rows. :func:`replace_packs` turns a window's nodes (its consolidated
 metadata, or a torn window's listed documents) into those schema-6 nodes, with the source of every virtual
 chunk (an inner chunk of a shard, or a row range), and checks each row against what schema 6 kept in
-directory names and checksummed coordinate chunks (:func:`check_rows`); :func:`index_document` does the same
-for the windows a root or rank document repeats (``store.root_index``). The pack view
-(:class:`megadump_zarr.read.packs.PackedView`) serves the result as a store.
+directory names and checksummed coordinate chunks (:func:`check_rows`). The catalogue describes a packed
+window's records with the result, and :mod:`megadump_zarr.read.pack_rows` reads each where it is stored.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 import math
 import re
 from typing import Any
 
 from megadump_zarr.layout.paths import TASK_DIR
 from megadump_zarr.read.errors import DumpIntegrityError
-from megadump_zarr.read.location import parse_json
-from megadump_zarr.store.metadata import consolidated_sort_key, dumps
+from megadump_zarr.store.metadata import consolidated_sort_key
 from megadump_zarr.store.packs import (
     INDEX_ARRAYS,
     PACK_PREFIX,
@@ -43,7 +40,6 @@ __all__ = [
     "check_rows",
     "expand_packs",
     "flat_group",
-    "index_document",
     "replace_packs",
     "stored_pack_nodes",
 ]
@@ -214,51 +210,8 @@ def replace_packs(
     return {path: kept[path] for path in sorted(kept, key=consolidated_sort_key)}, virtual, sources
 
 
-def index_document(raw: bytes, key: str, depth: int) -> bytes:
-    """A root or rank document whose consolidated metadata repeats complete windows (``store.root_index``),
-    with each window's packs replaced by their schema-6 nodes.
-
-    Args:
-        raw: The stored document.
-        key: Its key, for messages.
-        depth: Path components of a window key inside it (2 in the root's, 1 in a rank's).
-    """
-    if MARKER not in raw:
-        return raw
-    doc = parse_json(raw, key)
-    consolidated = doc.get("consolidated_metadata")
-    nodes = consolidated.get("metadata") if isinstance(consolidated, dict) else None
-    if not isinstance(nodes, dict):
-        return raw
-    windows: dict[str, dict[str, Any]] = defaultdict(dict)
-    for path in nodes:
-        parts = path.split("/", depth)
-        if len(parts) > depth and PACK.match(parts[depth]):
-            windows["/".join(parts[:depth])] = {}
-    if not windows:
-        return raw
-    out: dict[str, Any] = {}
-    for path, node in nodes.items():
-        parts = path.split("/", depth)
-        window = "/".join(parts[:depth])
-        if window in windows and len(parts) > depth:
-            windows[window][parts[depth]] = node
-        else:
-            out[path] = node
-    for window, inner in windows.items():
-        replaced = replace_packs(inner, window, strict=False)
-        for path, node in (replaced[0] if replaced else inner).items():
-            out[f"{window}/{path}"] = node
-    document = dict(doc)
-    document["consolidated_metadata"] = {
-        **consolidated,
-        "metadata": {p: out[p] for p in sorted(out, key=consolidated_sort_key)},
-    }
-    return dumps(document)
-
-
 def stored_pack_nodes(nodes: dict[str, Any]) -> dict[str, Any]:
-    """The nodes at or below a pack among a stored window document's consolidated nodes (what the view
+    """The nodes at or below a pack among a stored window document's consolidated nodes (what the expansion
     replaces; verify compares their own documents with them).
 
     Args:

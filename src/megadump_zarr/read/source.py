@@ -62,7 +62,7 @@ class DumpSource:
         from zarr.storage import FsspecStore, LocalStore
 
         location = dump.location
-        store = location.base  # the stored store below the pack view
+        store = location.store
         if isinstance(store, LocalStore):
             return cls(str(store.root))
         if isinstance(store, FsspecStore) and "://" in location.url:

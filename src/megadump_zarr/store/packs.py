@@ -35,10 +35,10 @@ So a stage of 2048 tasks of two 8 KiB records is 8 shard files plus a handful of
 22,528 files and directories, and every physical array is a plain Zarr v3 array that zarr-python and
 tensorstore read.
 
-Readers keep the schema-6 view: :func:`expand_pack` turns a pack's documents into the schema-6 nodes
-(task groups, record arrays, row coordinates) and tells where each virtual chunk's bytes are (an inner
-chunk of a shard, byte for byte the schema-6 chunk, checksum included; or a row-index range).
-``read.packs`` serves that view as a Zarr store.
+Readers describe a pack's records as the tasks layout stores them: :func:`expand_pack` turns a pack's documents
+into their task groups, record arrays and row coordinates and tells where each record's chunk is (an inner
+chunk of a shard, byte for byte the tasks layout's chunk, checksum included; or a row-index range), and
+``read.pack_rows`` reads each record as its row of the pack array.
 """
 
 from __future__ import annotations

@@ -165,9 +165,8 @@ def verify_dump(
     if msprobe is not None:
         text = msprobe.store
     from megadump_zarr.read.msprobe.store import MsprobeStore
-    from megadump_zarr.read.packs import base_store
 
-    in_place = isinstance(text, Store) and isinstance(base_store(text), MsprobeStore)  # also an open Dump's
+    in_place = isinstance(text, MsprobeStore)  # read in place (also an open Dump's)
     source, notes = ("msprobe", (MSPROBE_NOTE,)) if in_place else ("zarr", ())
     location = open_location(text, dict(storage_options or {}))
     check_root(location.store, location.url)

@@ -58,6 +58,7 @@ def check_chunks(
     deep: bool,
     tick: Callable[[int], None] | None,
     msprobe: bool = False,
+    packs: Any = None,
 ) -> None:
     """Every chunk of every array is present, its crc32c holds and it is in its place; the rest must decode.
 
@@ -70,6 +71,9 @@ def check_chunks(
         tick: Called with the number of chunk bytes checked.
         msprobe: The window is an msprobe dump read in place: its statistics are msprobe's own, computed in
             the tensor's dtype, so ``deep`` compares mean and l2norm to that rounding (:func:`stats_tolerance`).
+        packs: The window's :class:`~megadump_zarr.read.pack_rows.PackedWindow` (``None``: it holds no pack): a
+            packed record's chunk is its row's inner chunk, read with its shard (``state.read_chunks``), and it
+            is decoded where it is stored.
     """
     from megadump_zarr.read.integrity import has_crc32c
     from megadump_zarr.read.errors import DumpIntegrityError
@@ -87,12 +91,12 @@ def check_chunks(
         zarray = open_array(store, array_key, doc)
         keys = [f"{array_key}/{zarray.metadata.encode_chunk_key(c)}" for c in expected]
         place = placement(state, array_key, doc, keys)
-        missing = [k for k in keys if k not in present]
+        missing = [k for k in keys if k not in present and k not in state.read_chunks]
         for k in missing[:_MAX_LISTED]:
             state.add(k, "chunk is missing")
         if len(missing) > _MAX_LISTED:
             state.add(array_key, f"and {len(missing) - _MAX_LISTED} more chunks are missing")
-        keys = [k for k in keys if k in present]
+        keys = [k for k in keys if k in present or k in state.read_chunks]
         checksum = has_crc32c(doc)
         state.unchecked += 0 if checksum or not keys else 1
         bad = False
@@ -124,7 +128,8 @@ def check_chunks(
         if bad or missing:
             continue
         if not checksum or deep:
-            _check_decode(state, zarray, array_key, doc, deep, msprobe)
+            stored = None if packs is None else packs.array(store, path, doc)
+            _check_decode(state, zarray, array_key, doc, deep, msprobe, stored)
 
 
 @dataclass(frozen=True)
@@ -165,7 +170,7 @@ def _get_many(store: Any, keys: list[str]) -> list[Any]:
 
     try:
         return get_many(store, keys)
-    except DumpIntegrityError:  # a pack's shard index is corrupt (read.packs): name each chunk it fails
+    except DumpIntegrityError:  # a damaged read: name each chunk it fails
         return [_get_or_problem(store, key) for key in keys]
 
 
@@ -190,9 +195,26 @@ def open_array(store: Any, key: str, doc: dict[str, Any]) -> Any:
 
 
 def _check_decode(
-    state: CheckState, zarray: Any, array_key: str, doc: dict[str, Any], deep: bool, msprobe: bool
+    state: CheckState,
+    zarray: Any,
+    array_key: str,
+    doc: dict[str, Any],
+    deep: bool,
+    msprobe: bool,
+    stored: Any = None,
 ) -> None:
-    """Decode every chunk (row block by row block); with ``deep`` recompute the statistics."""
+    """Decode every chunk (row block by row block); with ``deep`` recompute the statistics.
+
+    Args:
+        state: The window's check state.
+        zarray: The array (its metadata names chunks).
+        array_key: Its key.
+        doc: Its document.
+        deep: Recompute the statistics.
+        msprobe: An msprobe dump read in place (:func:`stats_tolerance`).
+        stored: Where a packed record is stored (its pack row, read instead of ``zarray``).
+    """
+    reader = zarray if stored is None else stored
     from megadump_zarr.store.tensor_stats import StatsAccumulator
 
     shape = tuple(zarray.shape)
@@ -205,7 +227,7 @@ def _check_decode(
     step = zarray.chunks[0] if shape else 1
     for start in range(0, shape[0] if shape else 1, step):
         try:
-            block = zarray[start : start + step] if shape else zarray[...]
+            block = reader[start : start + step] if shape else reader[...]
         except Exception as error:  # a codec failure of a chunk without a checksum
             chunk = zarray.metadata.encode_chunk_key((start // step,) + (0,) * (len(shape) - 1)) if shape else "c"
             state.add(

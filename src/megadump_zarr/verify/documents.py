@@ -73,27 +73,41 @@ def strip_consolidated(doc: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if k != "consolidated_metadata"}
 
 
-def check_node_documents(state: CheckState, store: Any, window: str, nodes: dict[str, Any]) -> list[str]:
-    """Each node's own document exists, parses and equals its consolidated entry; returns the good paths."""
+def check_node_documents(
+    state: CheckState, store: Any, window: str, nodes: dict[str, Any], packed: Mapping[str, Any] | None = None
+) -> list[str]:
+    """Each node's own document exists, parses and equals its consolidated entry; returns the good paths.
+
+    Args:
+        state: The window's check state.
+        store: The dump's store.
+        window: The window key.
+        nodes: Its nodes (path relative to the window -> consolidated entry).
+        packed: The nodes a task-record pack stands for (no document of their own: their pack's are checked,
+            :mod:`megadump_zarr.verify.packs`).
+    """
     from megadump_zarr.read.documents import open_array_checked
     from megadump_zarr.read.location import get_many
 
+    packed = packed or {}
     good: list[str] = []
     paths = sorted(nodes)
     for start in range(0, len(paths), 256):
         batch = paths[start : start + 256]
-        raws = get_many(store, [f"{window}/{p}/zarr.json" for p in batch])
-        for path, raw in zip(batch, raws):
+        stored = [p for p in batch if p not in packed]
+        raws = dict(zip(stored, get_many(store, [f"{window}/{p}/zarr.json" for p in stored])))
+        for path in batch:
             key = f"{window}/{path}/zarr.json"
             entry = nodes[path]
             if not isinstance(entry, dict) or entry.get("node_type") not in ("group", "array"):
                 state.add(f"{window}/zarr.json", f"consolidated entry {path!r} is not a group or array document")
                 continue
-            own = stored_agrees(state, key, raw, entry, "node")
-            if own is None:
-                continue
-            if entry["node_type"] == "group" and not group_consolidated_agrees(state, key, path, own, nodes):
-                continue
+            if path not in packed:
+                own = stored_agrees(state, key, raws[path], entry, "node")
+                if own is None:
+                    continue
+                if entry["node_type"] == "group" and not group_consolidated_agrees(state, key, path, own, nodes):
+                    continue
             if entry["node_type"] == "array":
                 try:
                     open_array_checked(store, f"{window}/{path}", entry)

@@ -1,11 +1,12 @@
 """Checks of a window's task-record packs (schema 7+): the stored pack documents, each row's task ids and
 (format 3) each row's global row coordinates.
 
-The reader's view (:mod:`megadump_zarr.read.packs`) serves the window's schema-6 form, which the document
-checks compare with itself; these compare what plain zarr reads with it, the checksummed id arrays of
-each pack with the tasks its rows claim to be, and each record shard's bytes with the crc32c its array
-records for that place (``shardCrc32c``, ``store.packs``). Each record shard is read once, whole: the chunk check
-takes the view's record chunks from those same bytes (``CheckState.read_chunks``).
+The readers describe a packed window's records as task groups, record arrays and row coordinates built from
+the window document (:mod:`megadump_zarr.read.pack_rows`), which the document checks check; these compare the
+packs' own documents (what plain zarr reads) with the window document, the checksummed id arrays of each pack
+with the tasks its rows claim to be, and each record shard's bytes with the crc32c its array records for that
+place (``shardCrc32c``, ``store.packs``). Each record shard is read once, whole: the chunk check takes each
+record's chunk (its row's inner chunk) from those same bytes (``CheckState.read_chunks``).
 """
 
 from __future__ import annotations
@@ -24,23 +25,21 @@ from megadump_zarr.verify.report import CheckState
 __all__ = ["check_pack_documents"]
 
 
-def check_pack_documents(state: CheckState, store: Any, window: str) -> None:
-    """Schema 7: the stored documents of a window's task-record packs (what plain zarr reads) equal the window
-    document's entries the reader's view is built from (the view serves the window's schema-6 form, which the
-    checks above compare with itself)."""
-    from megadump_zarr.read.location import get_bytes, get_many, parse_json
-    from megadump_zarr.read.pack_nodes import stored_pack_nodes
-    from megadump_zarr.read.packs import base_store
+def check_pack_documents(state: CheckState, base: Any, window: str, stored: dict[str, Any], packs: Any) -> None:
+    """Schema 7+: the stored documents of a window's task-record packs (what plain zarr reads) equal the window
+    document's entries the readers are built from; each row's ids and row coordinates; each shard, read once.
 
-    base = base_store(store)
-    if base is store:
-        return
-    doc_key = f"{window}/zarr.json"
-    try:
-        stored = parse_json(get_bytes(base, doc_key) or b"{}", doc_key)
-    except ValueError:
-        return  # reported above
-    nodes = stored_pack_nodes(((stored.get("consolidated_metadata") or {}).get("metadata")) or {})
+    Args:
+        state: The window's check state.
+        base: The dump's store.
+        window: The window key.
+        stored: The window document's consolidated nodes, as stored.
+        packs: The window's :class:`~megadump_zarr.read.pack_rows.PackedWindow`.
+    """
+    from megadump_zarr.read.location import get_many
+    from megadump_zarr.read.pack_nodes import stored_pack_nodes
+
+    nodes = stored_pack_nodes(stored)
     paths = sorted(nodes)
     for path, raw in zip(paths, get_many(base, [f"{window}/{p}/zarr.json" for p in paths])):
         key = f"{window}/{path}/zarr.json"
@@ -50,29 +49,34 @@ def check_pack_documents(state: CheckState, store: Any, window: str) -> None:
             group_consolidated_agrees(state, key, path, own, nodes)
     _check_pack_rows(state, base, window, nodes)
     _check_row_coordinates(state, base, window, nodes)
-    _check_shards(state, store, base, window, nodes)
+    _check_shards(state, packs, base, window, nodes)
 
 
 _PACK_LEAF = re.compile(r"^pack_\d+$")
 _BATCH = 16  # shards (up to PACK_SHARD_BYTES each, uncompressed) fetched at once
 
 
-def _check_shards(state: CheckState, store: Any, base: Any, window: str, nodes: dict[str, Any]) -> None:
+def _check_shards(state: CheckState, packs: Any, base: Any, window: str, nodes: dict[str, Any]) -> None:
     """Each record shard of each pack is the one its array recorded for that place (``shardCrc32c``): a shard
     with valid inner checksums copied from another window, or swapped with a same-shaped one, is named. The
-    view's record arrays of a pack that records digests are then bound (``state.shard_bound``).
+    record arrays of a pack that records digests are then bound (``state.shard_bound``).
 
-    Each shard is read once, whole: its digest is checked from those bytes, and the view's record chunks it holds
-    are taken from them too (:meth:`~megadump_zarr.read.packs.PackedView.split_shard`, the view's own reads and
-    messages) and kept for the chunk check as what it needs of each (``state.read_chunks``,
-    :class:`~megadump_zarr.verify.chunks.ChunkRead`), so it reads no shard again.
+    Each shard is read once, whole: its digest is checked from those bytes, and the record chunks it holds are
+    taken from them too (:meth:`~megadump_zarr.read.pack_rows.PackedWindow.split_shard`: the readers' own
+    index checks and messages) and kept for the chunk check as what it needs of each (``state.read_chunks``,
+    :class:`~megadump_zarr.verify.chunks.ChunkRead`), so it reads no shard again. A row coordinate's chunk is
+    computed (:func:`~megadump_zarr.store.packs.range_chunk`), as the readers compute it.
     """
     from megadump_zarr.read.location import get_many
-    from megadump_zarr.read.packs import find_view
-    from megadump_zarr.store.packs import INDEX_ARRAYS, TASK_ARRAYS
+    from megadump_zarr.read.pack_rows import sized_store
+    from megadump_zarr.store.packs import INDEX_ARRAYS, TASK_ARRAYS, RangeSource, range_chunk
 
-    view = find_view(store)
-    held = view.shard_chunks(window) if view is not None else {}  # shard -> the view's chunks it holds
+    held = packs.shard_chunks()  # shard -> the record chunks it holds
+    sized = sized_store(base) is not None
+    for rel, source in packs.sources.items():
+        if isinstance(source, RangeSource):
+            key = f"{window}/{rel}"
+            state.read_chunks[key] = ChunkRead.of(key, range_chunk(source))
 
     def read(shards: list[str], recorded: list[int] | None = None, per_shard: int = 0) -> None:
         """Read each shard once: check its digest, keep what the chunk check needs of its chunks."""
@@ -81,9 +85,9 @@ def _check_shards(state: CheckState, store: Any, base: Any, window: str, nodes: 
             for i, (shard, raw) in enumerate(zip(batch, get_many(base, batch))):
                 if raw is not None and recorded is not None:  # a missing shard is named by the chunk check
                     check_shard(state, shard, raw, per_shard, recorded[start + i])
-                if view is None or shard not in held:
+                if shard not in held:
                     continue
-                for key, chunk in view.split_shard(window, held.pop(shard), shard, raw):
+                for key, chunk in packs.split_shard(held.pop(shard), shard, raw, sized):
                     state.read_chunks[key] = ChunkRead.of(key, chunk) if isinstance(chunk, bytes) else chunk
 
     for path, doc in sorted(nodes.items()):
@@ -124,7 +128,7 @@ _ROW_IDS = (
 
 def _packs_with_tasks(nodes: dict[str, Any]) -> list[tuple[str, str, list[Any]]]:
     """``(pack, task id array name, attributes.tasks)`` of each pack among ``nodes`` whose task id array lists its
-    rows (a malformed pack is named by the view), in path order."""
+    rows (a malformed pack is named by the readers' expansion), in path order."""
     from megadump_zarr.store.packs import TASK_ARRAYS
 
     found = []
@@ -159,7 +163,7 @@ def _check_pack_rows(state: CheckState, base: Any, window: str, nodes: dict[str,
     """Each pack row is the task its ``attributes.tasks`` entry names: the ids stored (checksummed) in the pack's
     ``task_id`` (schema 7: ``task``), ``owner_id`` and ``core_id`` arrays equal the entry's ``taskId``, ``owner.id`` and ``coreId``.
 
-    The reader's view checks rows against their records' attributes without reading data; two swapped rows of
+    The readers' expansion checks rows against their records' attributes without reading data; two swapped rows of
     a pack whose records carry no row coordinate agree with those, and only these ids tell them apart (schema
     6 kept the task id in the group's directory name).
     """
@@ -176,7 +180,7 @@ def _check_pack_rows(state: CheckState, base: Any, window: str, nodes: dict[str,
                 continue  # reported by the chunk check
             try:
                 missing, values = _read_whole(base, key, doc, expected)
-                if missing:  # not in the schema-6 view the chunk check walks; absent reads as fill_value
+                if missing:  # not among the records the chunk check walks; absent reads as fill_value
                     named = [
                         wanted(t.get("attrs")) if isinstance(t, dict) and isinstance(t.get("attrs"), dict) else None
                         for t in tasks
@@ -215,7 +219,7 @@ def _check_row_coordinates(state: CheckState, base: Any, window: str, nodes: dic
     for pack, _, tasks in _packs_with_tasks(nodes):
         bounds = [entry.get("coords") if isinstance(entry, dict) else None for entry in tasks]
         if not all(isinstance(b, dict) for b in bounds):
-            continue  # named by the view
+            continue  # named by the readers' expansion
         group = nodes.get(pack)
         version = ((group.get("attributes") or {}) if isinstance(group, dict) else {}).get(PACK_ATTR)
         found = row_coordinate_names(pack, nodes, tasks)
@@ -228,7 +232,7 @@ def _check_row_coordinates(state: CheckState, base: Any, window: str, nodes: dic
                     state.add(
                         f"{key}/zarr.json", f"the pack has no such array (format {version} stores each row coordinate)"
                     )
-                continue  # an unmarked array is a record to the view, named there if malformed
+                continue  # an unmarked array is a record to the readers, named there if malformed
             expected = expected_chunks(doc)
             if expected is None:
                 continue  # reported by the chunk check

@@ -3,7 +3,7 @@
 See :mod:`megadump_zarr.store.chunk_digests` for what the writer records (``chunkCrc32c``). Used by
 :func:`megadump_zarr.verify.chunks.check_chunks`, which holds every chunk's bytes (a pack's as read with its whole
 shard). A pack's record arrays bind whole shards instead (``shardCrc32c``, ``store.packs``; :func:`check_shard`, used by
-``verify.packs``): the view's record arrays they hold are then bound, not counted as unbound.
+``verify.packs``): the packed record arrays they hold are then bound, not counted as unbound.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def shard_digests(state: Any, array_key: str, doc: dict[str, Any], count: int) -
 
     attrs = doc.get("attributes")
     if not isinstance(attrs, dict) or SHARD_DIGEST_ATTR not in attrs:
-        return None  # written before packs recorded it: the view's record arrays count as not bound
+        return None  # written before packs recorded it: its packed record arrays count as not bound
     text = attrs[SHARD_DIGEST_ATTR]
     try:
         if not isinstance(text, str) or len(text) != 8 * count:

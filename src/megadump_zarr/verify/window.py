@@ -10,7 +10,9 @@ window, the store key and what is wrong:
 - documents (:mod:`~megadump_zarr.verify.documents`): the manifest agrees with itself, every node's own
   document equals its consolidated entry, record attributes agree with their arrays, the records-table
   fields parse; the schema (:mod:`~megadump_zarr.verify.schema`): kinds, versions, level, direction;
-- packs (:mod:`~megadump_zarr.verify.packs`): stored pack documents and each row's task ids;
+- packs (:mod:`~megadump_zarr.verify.packs`): stored pack documents, each row's task ids and row coordinates,
+  each shard read once; the packed records themselves are checked as the readers describe them (their
+  documents against the pack's, their chunks where their rows are);
 - chunks (:mod:`~megadump_zarr.verify.chunks`): every chunk present, its crc32c holds, it is bound to its
   place (``chunkCrc32c``, :mod:`~megadump_zarr.verify.placement`); arrays without the attribute (older
   dumps, packs, no checksum) are counted in a *not bound* note, not as problems;
@@ -58,6 +60,8 @@ def verify_window(
     """
     from megadump_zarr.read.errors import DumpIntegrityError
     from megadump_zarr.read.location import get_bytes, open_location, parse_json
+    from megadump_zarr.read.pack_nodes import MARKER
+    from megadump_zarr.read.pack_rows import expand_window
 
     from megadump_zarr.read.documents import INT64_MAX
 
@@ -68,11 +72,7 @@ def verify_window(
     if match is None or int(match.group(1)) > INT64_MAX or int(match.group(2)) > INT64_MAX:
         state.add(window, "not a window key with rank and window indices within int64 (no writer makes one)")
         return _result(state, "unknown", deep, ())
-    try:
-        raw = get_bytes(store, doc_key)
-    except DumpIntegrityError as error:  # a malformed task-record pack: the reader's view cannot be built
-        state.add(error.key or doc_key, str(error))
-        return _result(state, "unknown", deep, ())
+    raw = get_bytes(store, doc_key)
     if raw is None:
         return WindowCheck(window, "writing", False)
     try:
@@ -102,13 +102,22 @@ def verify_window(
     if not isinstance(nodes, dict):
         state.add(doc_key, "a committed window has no consolidated metadata (consolidated_metadata.metadata)")
         return _result(state, status, deep, partial_launches)
+    stored, packs = nodes, None
+    try:  # the packed records, as the readers describe them (task groups, record arrays, row coordinates)
+        expanded = expand_window(window, nodes) if MARKER in raw else None
+    except DumpIntegrityError as error:  # a malformed task-record pack: the readers cannot place its rows
+        state.add(error.key or doc_key, str(error))
+        return _result(state, "unknown", deep, ())
+    if expanded is not None:
+        nodes, packs = expanded
     check_manifest(state, window, attrs, nodes)
     check_schema(state, store, window, doc, nodes)
-    good = check_node_documents(state, store, window, nodes)
-    check_pack_documents(state, store, window)
+    good = check_node_documents(state, store, window, nodes, {} if packs is None else packs.virtual)
+    if packs is not None:
+        check_pack_documents(state, store, window, stored, packs)
     check_records_table(state, window, status, attrs, {k: v for k, v in nodes.items() if k in good})
     arrays = {path: nodes[path] for path in good if nodes[path].get("node_type") == "array"}
-    check_chunks(state, store, window, arrays, deep, tick, msprobe)
+    check_chunks(state, store, window, arrays, deep, tick, msprobe, packs)
     _check_partial(
         state,
         window,

@@ -51,7 +51,7 @@ def _disk_bytes(dump: Any, window_path: str) -> int | None:
     """Bytes on disk below a window of a local dump (None for URL roots)."""
     from zarr.storage import LocalStore
 
-    store = dump.location.base  # the stored store (dump.store is wrapped by the pack view and integrity checks)
+    store = dump.location.store  # the stored store (dump.store is wrapped by the integrity checks)
     if not isinstance(store, LocalStore):
         return None
     root = store.root

@@ -40,6 +40,5 @@ def msprobe_location(url: Any) -> Any:
         return None
     from megadump_zarr.read.location import DumpLocation
     from megadump_zarr.read.msprobe.store import MsprobeStore
-    from megadump_zarr.read.packs import packed_view
 
-    return DumpLocation(packed_view(MsprobeStore(path)), text)
+    return DumpLocation(MsprobeStore(path), text)

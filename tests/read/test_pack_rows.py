@@ -1,9 +1,10 @@
-"""Schema-7 task-record packs read as schema 6 through ``read.packs.PackedView``.
+"""Task-record packs read where they are stored: each packed record is row ``r`` of its pack's array
+(``read.pack_rows``).
 
 The stored schema-6 L1 fixture (``tests/read/data/schema6/l1``, real demo records) is repacked by hand
 with zarr-python (``tests/read/_repack.py``: sharded record arrays, the task array with per-row
-attributes, a window document listing the packs); the view over the packed copy must serve the schema-6
-window key for key — documents, chunk bytes, listings — and every reader must read it like the original.
+attributes, a window document listing the packs); every reader must read the packed copy like the
+original (records, values, tensors, datasets, compare, verify), and name each damage of a shard.
 """
 
 from __future__ import annotations
@@ -24,8 +25,7 @@ from zarr.storage import LocalStore
 
 from megadump_zarr import compare, open_dump
 from megadump_zarr.read.errors import DumpIntegrityError
-from megadump_zarr.read.location import get_bytes, list_dir, list_prefix, open_location, parse_json
-from megadump_zarr.read.packs import PackedView, base_store, packed_view
+from megadump_zarr.read.location import get_bytes
 from megadump_zarr.store.packs import decode_index, encode_index, index_nbytes
 from megadump_zarr.verify import verify_dump
 from tests.read._repack import repack, tear
@@ -81,59 +81,6 @@ def test_the_packed_copy_is_packed(roots):
     assert f"{STAGES}/expert_up/{KEPT.rpartition('/')[2]}/input_00_xs/c.0.0" in files
 
 
-def test_every_schema6_key_reads_back_the_same(roots):
-    """Chunks byte for byte, documents as parsed JSON (window document: same entries, same order)."""
-    plain, packed, _ = roots
-    view = open_location(packed).store
-    assert isinstance(view, PackedView)
-    keys = [k for k in _files(plain) if k.startswith(WINDOW + "/")]
-    assert len(keys) == 68
-    for key in keys:
-        want = (plain / key).read_bytes()
-        got = get_bytes(view, key)
-        assert got is not None, key
-        if key.endswith("zarr.json"):
-            mine, theirs = parse_json(got, key), parse_json(want, key)
-            assert mine == theirs, key
-            if key == f"{WINDOW}/zarr.json":
-                assert list(mine["consolidated_metadata"]["metadata"]) == list(
-                    theirs["consolidated_metadata"]["metadata"]
-                )
-        else:
-            assert got == want, key
-
-
-def test_listing_shows_the_schema6_keys_and_hides_the_packs(roots):
-    plain, packed, _ = roots
-    view = open_location(packed).store
-    want = sorted(k for k in _files(plain))
-    assert sorted(list_prefix(view, "")) == want
-    assert sorted(list_prefix(view, f"{WINDOW}/")) == [k for k in want if k.startswith(f"{WINDOW}/")]
-    task = f"{STAGES}/combine/task_000014/"
-    assert sorted(list_prefix(view, task)) == [k for k in want if k.startswith(task)]
-    assert list_dir(view, f"{STAGES}/combine") == [
-        "task_000013",
-        "task_000014",
-        "task_000015",
-        "task_000016",
-        "task_000017",
-        "zarr.json",
-    ]
-    assert list_dir(view, f"{STAGES}/expert_up") == [
-        "task_000000",
-        "task_000001",
-        "task_000002",
-        "task_000003",
-        "zarr.json",
-    ]
-    assert list_dir(view, f"{STAGES}/combine/task_000013") == ["input_01_ws", "output_00_out", "token", "zarr.json"]
-    assert list_dir(view, "rank_0") == ["window_0000", "zarr.json"]
-    # the pack keys stay readable
-    pack_doc = get_bytes(view, f"{STAGES}/combine/pack_0000/zarr.json")
-    assert json.loads(pack_doc)["attributes"]["megadumpPack"] == 1
-    assert zarr.open_array(view, path=f"{STAGES}/combine/pack_0000/task", mode="r")[...].tolist() == [13, 14, 15, 16]
-
-
 def test_records_values_and_tensors_equal_the_schema6_ones(roots):
     plain, packed, _ = roots
     a, b = open_dump(plain), open_dump(packed)
@@ -154,14 +101,17 @@ def test_records_values_and_tensors_equal_the_schema6_ones(roots):
 
 def test_data_groups_open_with_xarray_without_warnings(roots):
     plain, packed, _ = roots
-    view = open_location(packed).store
-    group = f"{STAGES}/combine/task_000015"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        ds = xr.open_zarr(zarr.storage.StorePath(view, group), consolidated=True, chunks=None)
-        want = xr.open_zarr(plain / group, consolidated=True, chunks=None)
+        want = xr.open_zarr(
+            plain / STAGES / "combine/task_000015", consolidated=True, chunks=None, create_default_indexes=False
+        )
+        ds = open_dump(packed).dataset(stage="combine", task=15)  # the task's rows of its pack
         xr.testing.assert_identical(ds.load(), want.load())  # exact: stored bytes
         tree = open_dump(packed).tree()
+        xr.testing.assert_identical(
+            tree[f"{STAGES}/combine/task_000015"].to_dataset().load(), want.load()
+        )  # exact: stored bytes
     assert set(tree[f"{STAGES}/combine"].children) == {
         "task_000013",
         "task_000014",
@@ -245,7 +195,6 @@ def test_deleted_shard_is_a_missing_chunk(packed_copy):
     key = f"{STAGES}/combine/task_000015/output_00_out/c.0.0"
     with pytest.raises(DumpIntegrityError, match=f"chunk {key} in .* is missing: its window is committed"):
         dump.record_array(f"{STAGES}/combine/task_000015/output_00_out").values
-    assert key not in list_prefix(dump.store, f"{WINDOW}/")
     problems = verify_dump(dump).problems
     assert {p.key for p in problems} == {key, key.replace("task_000015", "task_000016")}
     assert all(p.what == "chunk is missing" for p in problems)
@@ -271,14 +220,14 @@ def test_torn_packed_window_reads_like_a_torn_schema6_window(roots, tmp_path):
         a.tensor("out", window=0).values, b.tensor("out", window=0).values
     )  # exact: stored bytes
     assert get_bytes(b.store, f"{WINDOW}/zarr.json") == (torn_packed / WINDOW / "zarr.json").read_bytes()
-    # committing it (the writer's last step) is seen by the same view
+    # committing it (the writer's last step) is seen by the same reader
     shutil.rmtree(torn_packed)
     shutil.copytree(packed, torn_packed)
     assert list(b.windows()["status"]) == ["complete"]
     pd.testing.assert_frame_equal(_same(b.records()), _same(open_dump(plain).records()))  # exact: stored bytes
 
 
-def test_pickled_view_reads_the_same(roots):
+def test_pickled_rows_read_the_same(roots):
     _, packed, _ = roots
     dump = open_dump(packed)
     path = f"{STAGES}/combine/task_000014/output_00_out"
@@ -286,9 +235,10 @@ def test_pickled_view_reads_the_same(roots):
     clone = pickle.loads(pickle.dumps(dump.store))
     assert clone == dump.store
     np.testing.assert_array_equal(open_dump(clone).record_array(path).values, want)  # exact: stored bytes
-    view = open_location(packed).store
-    assert pickle.loads(pickle.dumps(view)) == view and repr(view).startswith("PackedView(LocalStore(")
-    assert packed_view(view) is view and isinstance(base_store(view), LocalStore)
+    info, rel, doc = dump._record(path)
+    row = pickle.loads(pickle.dumps(dump._array(info, rel, doc)))  # (pack array, row), its caches left behind
+    assert (row.array_key, row.row) == (f"{STAGES}/combine/pack_0000/output_00_out", 1)
+    np.testing.assert_array_equal(row[...], want)  # exact: stored bytes
     # what a distributed worker receives: the dask graph, with the store inside
     cloudpickle = pytest.importorskip("cloudpickle")
     lazy = open_dump(packed).record_array(path).data
@@ -310,44 +260,6 @@ def test_a_record_costs_one_ranged_read_after_its_shards_index(roots, counting_s
     counter.reads.clear()
     dump.record_array(f"{STAGES}/combine/task_000015/token").values
     assert counter.reads == []  # row coordinates are computed from the task's attributes
-
-
-def test_view_is_read_only(roots):
-    _, packed, _ = roots
-    view = open_location(packed).store
-    assert view.read_only and not view.supports_writes
-    with pytest.raises(ValueError, match="is read-only"):
-        zarr.core.sync.sync(view.set("x", zarr.core.buffer.default_buffer_prototype().buffer.from_bytes(b"1")))
-    with pytest.raises(ValueError, match="is read-only"):
-        zarr.core.sync.sync(view.delete("zarr.json"))
-
-
-def test_byte_ranges_and_exists(roots):
-    plain, packed, _ = roots
-    from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.sync import sync
-
-    view = open_location(packed).store
-    key = f"{STAGES}/combine/task_000013/output_00_out/c.0.0"
-    want = (plain / key).read_bytes()
-    proto = default_buffer_prototype()
-    got = sync(
-        view.get_partial_values(
-            proto,
-            [
-                (key, RangeByteRequest(2, 9)),
-                (key, OffsetByteRequest(5)),
-                (key, SuffixByteRequest(4)),
-                (f"{WINDOW}/zarr.json", None),
-            ],
-        )
-    )
-    assert [g.to_bytes() for g in got[:3]] == [want[2:9], want[5:], want[-4:]]
-    assert parse_json(got[3].to_bytes(), "w") == parse_json((plain / WINDOW / "zarr.json").read_bytes(), "w")
-    assert sync(view.exists(key)) and sync(view.exists(f"{STAGES}/combine/task_000013/zarr.json"))
-    assert not sync(view.exists(f"{STAGES}/combine/task_000013/nothing/c.0.0"))
-    assert sync(view.exists(f"{STAGES}/combine/pack_0000/zarr.json"))
 
 
 def test_s3_packed_window_reads(roots):
@@ -372,58 +284,9 @@ def test_s3_packed_window_reads(roots):
 
 
 # --------------------------------------------------------------------------- the writer's packs
-def _normal(doc, coordinate_codecs: bool = True):
-    """A document without commit times and the window's ``stageViewStorage`` (it names the layout written,
-    which differs by design) (and, for long row coordinates, without codecs: schema 6 compresses a coordinate
-    of 32 rows or more, the view serves it raw)."""
-    if isinstance(doc, dict):
-        out = {
-            k: _normal(v, coordinate_codecs)
-            for k, v in doc.items()
-            if k not in ("createdAt", "committedAt", "stageViewStorage", "chunkCrc32c")
-        }
-        if (
-            doc.get("node_type") == "array"
-            and doc.get("attributes") == {}
-            and len(doc.get("shape", [])) == 1
-            and doc["shape"][0] >= 32
-        ):
-            out.pop("codecs")
-        return out
-    if isinstance(doc, list):
-        return [_normal(v, coordinate_codecs) for v in doc]
-    return doc
-
-
-def _long_coordinate(view, key: str) -> bool:
-    doc = json.loads(get_bytes(view, f"{key.rpartition('/')[0]}/zarr.json"))
-    return doc.get("attributes") == {} and len(doc["shape"]) == 1 and doc["shape"][0] >= 32
-
-
-def assert_same_schema6_view(plain: Path, packed: Path) -> int:
-    """The view over ``packed`` (written with ``pack=True``) serves every key of ``plain`` (``pack=False``):
-    same listing, same documents, same chunk bytes (long row coordinates: same values). Returns the keys
-    compared."""
-    a, b = open_location(plain).store, open_location(packed).store
-    keys = sorted(list_prefix(a, ""))
-    assert sorted(list_prefix(b, "")) == keys
-    assert any("/pack_" in f for f in _files(packed)) and not any("/pack_" in k for k in keys)
-    for key in keys:
-        mine, theirs = get_bytes(b, key), get_bytes(a, key)
-        assert mine is not None, key
-        if key.endswith("zarr.json"):
-            assert _normal(parse_json(mine, key)) == _normal(parse_json(theirs, key)), key
-        elif mine != theirs:
-            assert _long_coordinate(a, key), key
-            array = key.rpartition("/")[0]
-            np.testing.assert_array_equal(
-                zarr.open_array(b, path=array, mode="r")[...],  # exact: stored bytes
-                zarr.open_array(a, path=array, mode="r")[...],
-            )
-    return len(keys)
-
-
-def assert_same_dump(plain: Path, packed: Path) -> None:
+def assert_same_dump(plain: Path, packed: Path) -> int:
+    """Both layouts of one run read the same: records, record arrays (dims, attributes, values), every task
+    group's dataset; the packed one verifies. Returns the task groups compared."""
     a, b = open_dump(plain), open_dump(packed)
     pd.testing.assert_frame_equal(_same(a.records()), _same(b.records()))  # exact: one run, two layouts
     for path in a.records()["path"]:
@@ -431,6 +294,19 @@ def assert_same_dump(plain: Path, packed: Path) -> None:
         assert left.dims == right.dims and without_digests(left.attrs) == without_digests(right.attrs), path
         np.testing.assert_array_equal(left.values, right.values)  # exact: one run, two layouts
     assert verify_dump(b, deep=True).ok
+    assert any("/pack_" in f for f in _files(packed))
+    groups = a.records().dropna(subset=["task_id"]).drop_duplicates("group")
+    for row in groups.itertuples():
+        select = {"invocation": int(row.invocation), "stage": row.stage, "task": row.group.rpartition("/")[2]}
+        left, right = a.dataset(**select).load(), b.dataset(**select).load()
+        assert dict(left.sizes) == dict(right.sizes) and set(left.coords) == set(right.coords), row.group
+        for name, variable in left.variables.items():  # bytes: bfloat16 has no NaN-aware equality in xarray
+            other = right.variables[name]
+            assert variable.dims == other.dims and variable.dtype == other.dtype, (row.group, name)
+            assert variable.values.tobytes() == other.values.tobytes(), (row.group, name)  # exact: one run
+            assert without_digests(variable.attrs) == without_digests(other.attrs), (row.group, name)
+        assert without_digests(left.attrs) == without_digests(right.attrs), row.group
+    return len(groups)
 
 
 @pytest.fixture(scope="module")
@@ -454,13 +330,12 @@ def demo_pair(tmp_path_factory) -> tuple[Path, Path]:
     return base / "plain", base / "packed"
 
 
-def test_the_writers_packs_read_as_its_schema6_layout(demo_pair):
+def test_the_writers_packs_read_as_its_tasks_layout(demo_pair):
     plain, packed = demo_pair
-    assert assert_same_schema6_view(plain, packed) > 300
-    assert_same_dump(plain, packed)
+    assert assert_same_dump(plain, packed) > 8
 
 
-def test_bench_window_of_several_shards_reads_as_schema6(tmp_path, monkeypatch):
+def test_bench_window_of_several_shards_reads_as_its_tasks_layout(tmp_path, monkeypatch):
     """The export benchmark's window (bf16 tiles, 2 KiB records), shards of 8 records."""
     import torch
 
@@ -472,11 +347,10 @@ def test_bench_window_of_several_shards_reads_as_schema6(tmp_path, monkeypatch):
     ours(buffer, plans, tmp_path / "packed", pack=True, durable=False)
     shards = [f for f in _files(tmp_path / "packed") if "/pack_" in f and "/c." in f and "/task/" not in f]
     assert len(shards) >= 12, shards
-    assert assert_same_schema6_view(tmp_path / "plain", tmp_path / "packed") > 96 * 2
-    assert_same_dump(tmp_path / "plain", tmp_path / "packed")
+    assert assert_same_dump(tmp_path / "plain", tmp_path / "packed") == 48
 
 
-def test_the_writers_torn_packed_window_reads_like_its_torn_schema6_one(tmp_path):
+def test_the_writers_torn_packed_window_reads_like_its_torn_tasks_one(tmp_path):
     """The writer killed after its invocations, before the commit: the same records and values."""
     import torch
 
@@ -507,8 +381,6 @@ def test_the_writers_torn_packed_window_reads_like_its_torn_schema6_one(tmp_path
         np.testing.assert_array_equal(
             a.record_array(path).values, b.record_array(path).values
         )  # exact: one run, two layouts
-    listed = list_prefix(b.store, f"{WINDOW}/")
-    assert listed and not any("/pack_" in key for key in listed)
 
 
 def test_malformed_pack_is_named(packed_copy):

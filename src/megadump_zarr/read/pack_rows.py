@@ -1,0 +1,506 @@
+"""Packed records read where they are stored: row ``r`` of a task-record pack's array, ``(array, row)``.
+
+A schema-7/8 window stores the small records of a stage as task-record packs (:mod:`megadump_zarr.store.packs`):
+sharded arrays with one row per task, one inner chunk per row. The catalogue describes each packed record
+from the window document alone (:func:`expand_window`: its task group, its record array document and its row
+coordinates, :mod:`megadump_zarr.read.pack_nodes`), and :class:`PackedWindow` keeps where each one is stored.
+Nothing serves a virtual key space: a reader opens the record as :class:`RowArray`, row ``r`` of the stored
+pack array, which zarr's own sharding codec reads (``zarr.open_array(pack)[r]``; the compare fast path, which
+decodes chunks itself, reads the same inner chunk with one ranged read, :meth:`RowArray.inner_chunk`). A row
+coordinate is computed from the task's ``coords`` entry (:class:`RangeArray`).
+
+Never silent zeros: zarr reads an absent inner chunk as the fill value, so before a row of a committed window
+is read its shard's index is checked (one suffix read per shard, kept): a missing shard, a shard index whose
+checksum fails, an entry outside its shard, or a row the shard does not hold raises
+:class:`~megadump_zarr.read.errors.DumpIntegrityError` naming the record's chunk and the shard. An inner chunk
+whose crc32c fails is named with both checksums, as a schema-6 chunk is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+import threading
+from typing import Any
+
+import numpy as np
+from zarr.abc.store import RangeByteRequest, Store, SuffixByteRequest
+
+from megadump_zarr.read.errors import DumpIntegrityError
+from megadump_zarr.read.pack_nodes import PACK, PACK_PATH, expand_packs, replace_packs, stored_pack_nodes
+from megadump_zarr.store.packs import TASK_ARRAYS, RangeSource, ShardSource, decode_index, index_nbytes
+
+__all__ = [
+    "PackedWindow",
+    "RangeArray",
+    "RowArray",
+    "expand_torn",
+    "expand_window",
+    "is_packed_array",
+    "sized_store",
+]
+
+_Index = tuple[list[tuple[int, int] | None], int | None]
+
+
+def _corrupt_index(shard: str, key: str, error: ValueError) -> DumpIntegrityError:
+    """A shard index that does not decode, named for the record chunk ``key`` read through it."""
+    why = str(error).removeprefix(f"{shard}: ")
+    return DumpIntegrityError(f"shard {shard} of chunk {key} is corrupt: {why}", key=key)
+
+
+def _entry(
+    shard: str, entries: list[tuple[int, int] | None], size: int | None, source: ShardSource, key: str, final: bool
+) -> tuple[int, int] | None:
+    """``(offset, nbytes)`` of a record chunk's inner chunk in its shard; ``None``: absent from a torn window's.
+
+    Args:
+        shard: The shard's key.
+        entries: Its decoded index.
+        size: Its stored size, when known.
+        source: The record chunk's source.
+        key: The record chunk's key (``{record}/c.0.0``).
+        final: Its window is committed (an absent inner chunk is then damage).
+
+    Raises:
+        DumpIntegrityError: Absent from a committed window's shard, or an entry outside the shard.
+    """
+    entry = entries[source.slot]
+    if entry is None:
+        if final:
+            raise DumpIntegrityError(
+                f"chunk {key} is missing: its window is committed, but shard {shard} holds no inner chunk {source.slot}",
+                key=key,
+            )
+        return None
+    offset, nbytes = entry
+    limit = None if size is None else size - index_nbytes(source.count)
+    if nbytes == 0 or (limit is not None and offset + nbytes > limit):
+        raise DumpIntegrityError(
+            f"chunk {key} is corrupt: shard {shard} index entry {source.slot} "
+            f"(offset {offset}, {nbytes} bytes) lies outside the shard's "
+            f"{'data' if limit is None else f'{limit} data bytes'}",
+            key=key,
+        )
+    return entry
+
+
+def _short_read(shard: str, source: ShardSource, entry: tuple[int, int], got: int, key: str) -> DumpIntegrityError:
+    """An inner chunk whose ranged read came back short: its index entry reaches past the shard's end."""
+    offset, nbytes = entry
+    return DumpIntegrityError(
+        f"chunk {key} is corrupt: shard {shard} index entry {source.slot} "
+        f"(offset {offset}, {nbytes} bytes) lies outside the shard (read {got} bytes)",
+        key=key,
+    )
+
+
+def sized_store(store: Store) -> Store | None:
+    """The store to ask a shard's size when it tells it cheaply (a stat or a HEAD; the base class reads the
+    whole value), below the dump's integrity checks; ``None`` when it does not.
+
+    Args:
+        store: The dump's store.
+    """
+    from megadump_zarr.read.integrity import IntegrityStore
+
+    inner = store.wrapped if isinstance(store, IntegrityStore) else store
+    return inner if type(inner).getsize is not Store.getsize else None
+
+
+@dataclass
+class PackedWindow:
+    """Where a window's packed records are stored (the catalogue's, with its window's expanded nodes).
+
+    Args:
+        window: The window key (``rank_0/window_0000``; ``""`` when the store's root is the window).
+        final: The window is committed: an absent inner chunk is damage, not a row still being written.
+        sources: Record or row-coordinate chunk key, relative to the window -> where its bytes are.
+        packs: Stored pack array path relative to the window -> its stored document.
+        virtual: The packs' task groups, record arrays and row coordinates (path relative to the window).
+    """
+
+    window: str
+    final: bool
+    sources: dict[str, ShardSource | RangeSource]
+    packs: dict[str, dict[str, Any]]
+    virtual: dict[str, dict[str, Any]]
+    _indexes: dict[str, _Index] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:  # shipped to dask workers: caches stay behind
+        state = dict(self.__dict__)
+        state["_indexes"], state["_lock"] = {}, None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def _key(self, rel: str) -> str:
+        return f"{self.window}/{rel}" if self.window else rel
+
+    def pack_rows(self) -> dict[str, tuple[str, int]]:
+        """Record path (relative to the root) -> ``(pack array path, row)``: the records table's ``pack_array``
+        and ``pack_row``."""
+        found: dict[str, tuple[str, int]] = {}
+        for rel, source in self.sources.items():
+            if isinstance(source, ShardSource):
+                array, _, chunk = source.shard.rpartition("/")
+                found[self._key(rel.rpartition("/")[0])] = (
+                    self._key(array),
+                    int(chunk.split(".")[1]) * source.count + source.slot,
+                )
+        return found
+
+    def shard_chunks(self) -> dict[str, list[tuple[str, ShardSource]]]:
+        """Shard key -> ``(record chunk key, source)`` of each inner chunk it holds, keys relative to the root."""
+        found: dict[str, list[tuple[str, ShardSource]]] = {}
+        for rel, source in self.sources.items():
+            if isinstance(source, ShardSource):
+                found.setdefault(self._key(source.shard), []).append((self._key(rel), source))
+        return found
+
+    def source(self, rel: str) -> ShardSource | RangeSource | None:
+        """Where chunk ``rel`` (relative to the window) of a packed record or row coordinate is."""
+        return self.sources.get(rel)
+
+    def array(self, store: Store, rel: str, doc: dict[str, Any], root: str = "") -> RowArray | RangeArray | None:
+        """The stored form of node ``rel`` (relative to the window) when it is a packed record (a
+        :class:`RowArray`) or a row coordinate (a :class:`RangeArray`); ``None`` for a stored array.
+
+        Args:
+            store: The dump's store.
+            rel: The node's path relative to the window.
+            doc: Its document (the catalogue's).
+            root: The dump root, for messages.
+        """
+        if rel not in self.virtual:
+            return None
+        zeros = ".0" * len(doc.get("shape") or [])
+        source = self.sources.get(f"{rel}/c{zeros}")
+        shape = tuple(int(s) for s in doc.get("shape") or ())
+        if isinstance(source, ShardSource):
+            array, _, chunk = source.shard.rpartition("/")
+            row = int(chunk.split(".")[1]) * source.count + source.slot
+            return RowArray(self, store, self._key(array), self.packs[array], row, self._key(rel), shape, root)
+        if source is None and (not shape or 0 in shape):
+            return RangeArray(0, 0)
+        if isinstance(source, RangeSource):
+            return RangeArray(source.start, source.stop)
+        return None
+
+    # ------------------------------------------------------------------ the shard index check
+    def index(self, store: Store, shard: str, count: int, key: str) -> _Index | None:
+        """A shard's decoded index and size (kept); ``None``: no shard.
+
+        Args:
+            store: The dump's store.
+            shard: The shard's key relative to the root.
+            count: Inner chunks per shard.
+            key: The record chunk read through it, for messages.
+        """
+        cached = self._indexes.get(shard)
+        if cached is not None and len(cached[0]) == count:
+            return cached
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.sync import sync
+
+        async def read() -> tuple[Any, int | None]:
+            value = await store.get(shard, default_buffer_prototype(), SuffixByteRequest(index_nbytes(count)))
+            size, sizes = None, sized_store(store)
+            if value is not None and sizes is not None:
+                try:
+                    size = await sizes.getsize(shard)
+                except (FileNotFoundError, NotImplementedError):
+                    size = None
+            return value, size
+
+        value, size = sync(read())
+        if value is None:
+            return None
+        try:
+            entries = decode_index(value.to_bytes(), count, shard)
+        except ValueError as error:
+            raise _corrupt_index(shard, key, error) from None
+        found = (entries, size)
+        with self._lock:
+            self._indexes[shard] = found
+        return found
+
+    def locate(self, store: Store, rel: str, where: str = "") -> tuple[str, int, int] | None:
+        """``(shard key, offset, nbytes)`` of record chunk ``rel`` (relative to the window), its shard index
+        checked; ``None``: absent from a torn window.
+
+        Args:
+            store: The dump's store.
+            rel: The record chunk's key relative to the window (``.../task_000001/output_00_y/c.0.0``).
+            where: `` in ROOT`` for messages.
+
+        Raises:
+            DumpIntegrityError: See the module docstring.
+        """
+        source = self.sources[rel]
+        assert isinstance(source, ShardSource)
+        key, shard = self._key(rel), self._key(source.shard)
+        found = self.index(store, shard, source.count, key)
+        if found is None:
+            if self.final:
+                raise DumpIntegrityError(
+                    f"chunk {key}{where} is missing: its window is committed, but its shard {shard} is missing",
+                    key=key,
+                )
+            return None
+        entry = _entry(shard, found[0], found[1], source, key, self.final)
+        return None if entry is None else (shard, entry[0], entry[1])
+
+    def split_shard(
+        self, chunks: list[tuple[str, ShardSource]], shard: str, raw: bytes | None, sized: bool
+    ) -> list[tuple[str, bytes | DumpIntegrityError | None]]:
+        """The record chunks of one shard taken from its whole stored bytes (one read of it), each as
+        :meth:`locate` and a ranged read give it: its bytes, ``None`` (no shard, or an absent inner chunk of a
+        torn window), or the :class:`DumpIntegrityError` they raise, with the same text.
+
+        Args:
+            chunks: ``(record chunk key, source)`` of the shard's inner chunks (:meth:`shard_chunks`).
+            shard: The shard's key relative to the root.
+            raw: The shard's stored bytes (``None``: absent).
+            sized: The store tells sizes (the entries are then checked against the shard's size).
+        """
+        if raw is None:
+            return [(key, None) for key, _ in chunks]
+        size = len(raw) if sized else None
+        split: list[tuple[str, bytes | DumpIntegrityError | None]] = []
+        decoded: dict[int, list[tuple[int, int] | None] | ValueError] = {}
+        for key, source in chunks:
+            count = source.count
+            if count not in decoded:
+                try:  # the suffix read of the index, from the same bytes
+                    decoded[count] = decode_index(raw[max(0, len(raw) - index_nbytes(count)) :], count, shard)
+                except ValueError as error:
+                    decoded[count] = error
+            entries = decoded[count]
+            if isinstance(entries, ValueError):
+                split.append((key, _corrupt_index(shard, key, entries)))
+                continue
+            try:
+                entry = _entry(shard, entries, size, source, key, self.final)
+            except DumpIntegrityError as error:
+                split.append((key, error))
+                continue
+            if entry is None:
+                split.append((key, None))
+                continue
+            offset, nbytes = entry
+            data = raw[offset : offset + nbytes]  # the ranged read
+            split.append((key, data if len(data) == nbytes else _short_read(shard, source, entry, len(data), key)))
+        return split
+
+    def read_chunk(self, store: Store, rel: str, where: str = "") -> bytes | None:
+        """The stored bytes of record chunk ``rel`` (its inner chunk, checksum included): one ranged read after
+        the index check; ``None``: absent from a torn window.
+
+        Args:
+            store: The dump's store.
+            rel: The record chunk's key relative to the window.
+            where: `` in ROOT`` for messages.
+        """
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.sync import sync
+
+        found = self.locate(store, rel, where)
+        if found is None:
+            return None
+        shard, offset, nbytes = found
+        value = sync(store.get(shard, default_buffer_prototype(), RangeByteRequest(offset, offset + nbytes)))
+        source = self.sources[rel]
+        assert isinstance(source, ShardSource)
+        if value is None:
+            if self.final:
+                raise DumpIntegrityError(
+                    f"chunk {self._key(rel)}{where} is missing: its shard {shard} is gone", key=self._key(rel)
+                )
+            return None
+        data = value.to_bytes()
+        if len(data) != nbytes:
+            raise _short_read(shard, source, (offset, nbytes), len(data), self._key(rel))
+        return data
+
+
+def _open_pack(store: Store, key: str, doc: dict[str, Any]) -> Any:
+    from megadump_zarr.read.documents import open_array_checked
+
+    return open_array_checked(store, key, doc)
+
+
+class RowArray:
+    """Row ``row`` of a stored pack array: one packed record, read by zarr's sharding codec after the index check.
+
+    Shape, dtype and chunks are the record's (one chunk: the row's inner chunk). Reads return numpy arrays.
+
+    Args:
+        packs: The window's :class:`PackedWindow`.
+        store: The dump's store.
+        array: The pack array's key relative to the root.
+        doc: The pack array's stored document.
+        row: The record's row in it.
+        key: The record's path (relative to the root), for messages.
+        shape: The record's shape.
+        root: The dump root, for messages.
+    """
+
+    def __init__(
+        self,
+        packs: PackedWindow,
+        store: Store,
+        array: str,
+        doc: dict[str, Any],
+        row: int,
+        key: str,
+        shape: tuple[int, ...],
+        root: str = "",
+    ) -> None:
+        self.packs, self.store, self.array_key, self.doc, self.row, self.key, self.root = (
+            packs,
+            store,
+            array,
+            doc,
+            row,
+            key,
+            root,
+        )
+        self.pack = _open_pack(store, array, doc)
+        self.shape, self.ndim, self.dtype = shape, len(shape), self.pack.dtype
+        self.chunks = shape if all(shape) else tuple(max(1, s) for s in shape)
+        self.chunk_key = f"{key}/c{'.0' * len(shape)}"
+        self._rel = self.chunk_key[len(packs.window) + 1 :] if packs.window else self.chunk_key
+        self._checked = False
+
+    def __repr__(self) -> str:
+        return f"<RowArray {self.array_key} row {self.row}: {self.key}>"
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("pack", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.pack = _open_pack(self.store, self.array_key, self.doc)
+
+    @property
+    def _where(self) -> str:
+        return f" in {self.root}" if self.root else ""
+
+    def check(self) -> bool:
+        """Check the row's entry in its shard index (once); ``False``: absent from a torn window's shard."""
+        if self._checked:
+            return True
+        present = self.packs.locate(self.store, self._rel, self._where) is not None
+        self._checked = present
+        return present
+
+    def locate(self) -> tuple[str, int, int] | None:
+        """``(shard key, offset, nbytes)`` of the row's inner chunk, index checked (``None``: absent, torn)."""
+        return self.packs.locate(self.store, self._rel, self._where)
+
+    def inner_chunk(self) -> bytes | None:
+        """The row's stored inner chunk (the record's chunk, checksum included), index checked."""
+        return self.packs.read_chunk(self.store, self._rel, self._where)
+
+    def __getitem__(self, selection: Any) -> Any:
+        if not isinstance(selection, tuple):
+            selection = (selection,)
+        if not self.check():
+            empty = np.full(self.shape, self.pack.fill_value, dtype=self.dtype)
+            return empty[selection]
+        try:
+            return self.pack[(self.row, *selection)]
+        except (RuntimeError, ValueError, TypeError, EOFError) as error:
+            self._diagnose()
+            raise error
+
+    def get_block_selection(self, coords: tuple[int, ...]) -> Any:
+        """The record's chunk (it has one: ``coords`` are zeros)."""
+        return self[...]
+
+    def _diagnose(self) -> None:
+        """A read failed in a codec: check the row's inner chunk's crc32c, naming it (raises on a mismatch)."""
+        from megadump_zarr.read.integrity import has_crc32c, verify_crc32c
+
+        inner = (self.doc.get("codecs") or [{}])[0].get("configuration") or {}
+        if not has_crc32c({"codecs": inner.get("codecs")}):
+            return
+        data = self.inner_chunk()
+        if data is not None:
+            verify_crc32c(self.chunk_key, np.frombuffer(data, dtype=np.uint8), self._where)
+
+
+class RangeArray:
+    """A packed task's row coordinate: int64 ``arange(start, stop)`` from its ``coords`` entry (nothing read)."""
+
+    def __init__(self, start: int, stop: int) -> None:
+        self.start, self.stop = start, stop
+        self.shape, self.ndim, self.dtype = (stop - start,), 1, np.dtype(np.int64)
+        self.chunks = (max(1, stop - start),)
+
+    def __getitem__(self, selection: Any) -> Any:
+        return np.arange(self.start, self.stop, dtype=np.int64)[selection]
+
+    def get_block_selection(self, coords: tuple[int, ...]) -> Any:
+        return self[...]
+
+
+def is_packed_array(array: Any) -> bool:
+    """Whether ``array`` is a packed record or computed row coordinate (not a zarr array)."""
+    return isinstance(array, (RowArray, RangeArray))
+
+
+def expand_window(key: str, nodes: Mapping[str, Any], final: bool = True) -> tuple[dict[str, Any], PackedWindow] | None:
+    """A committed window's consolidated nodes with every pack replaced by its task groups, record arrays and
+    row coordinates, and where those are stored; ``None`` when the window holds no pack.
+
+    Args:
+        key: The window key.
+        nodes: Its consolidated nodes (path relative to the window -> document).
+        final: The window is committed.
+
+    Raises:
+        DumpIntegrityError: A malformed pack (naming its document and field), or a task group both stored
+            and packed.
+    """
+    stored = stored_pack_nodes(dict(nodes))
+    replaced = replace_packs(dict(nodes), key, strict=True)
+    if replaced is None:
+        return None
+    metadata, virtual, sources = replaced
+    packs = {path: doc for path, doc in stored.items() if isinstance(doc, dict) and doc.get("node_type") == "array"}
+    return metadata, PackedWindow(key, final, sources, packs, virtual)
+
+
+def expand_torn(key: str, nodes: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], PackedWindow] | None:
+    """A torn window's listed documents (path relative to the window -> document) with its packs replaced, as
+    :func:`expand_window` does; a pack cut short by the kill that tore the window is left out (its rows are
+    not part of the window yet). ``None`` when it holds no pack.
+
+    Args:
+        key: The window key.
+        nodes: Its listed documents.
+    """
+    packs: dict[str, dict[str, dict[str, Any]]] = {}
+    for path, doc in nodes.items():
+        match = PACK_PATH.match(path) if PACK.match(path) else None
+        if match is not None:
+            packs.setdefault(match.group(1), {})[path] = doc
+    packs = {
+        pack: docs
+        for pack, docs in packs.items()
+        if any(f"{pack}/{name}" in docs for name in TASK_ARRAYS)  # a pack whose task array is not written yet
+    }
+    if not packs:
+        return None
+    virtual, sources = expand_packs(key, packs, strict=False)
+    kept = {path: doc for path, doc in nodes.items() if not any(path == p or path.startswith(f"{p}/") for p in packs)}
+    stored = {path: doc for docs in packs.values() for path, doc in docs.items() if doc.get("node_type") == "array"}
+    kept.update(virtual)
+    return kept, PackedWindow(key, False, sources, stored, virtual)
