@@ -126,11 +126,12 @@ class PackedWindow:
     packs: dict[str, dict[str, Any]]
     virtual: dict[str, dict[str, Any]]
     _indexes: dict[str, _Index] = field(default_factory=dict, repr=False)
+    _opened: dict[str, tuple[Store, Any]] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __getstate__(self) -> dict[str, Any]:  # shipped to dask workers: caches stay behind
         state = dict(self.__dict__)
-        state["_indexes"], state["_lock"] = {}, None
+        state["_indexes"], state["_opened"], state["_lock"] = {}, {}, None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -139,6 +140,18 @@ class PackedWindow:
 
     def _key(self, rel: str) -> str:
         return f"{self.window}/{rel}" if self.window else rel
+
+    def open_pack(self, store: Store, array: str, doc: dict[str, Any]) -> Any:
+        """The zarr array of stored pack array ``array`` (key relative to the root), opened once per store (its
+        document parsed once for all its rows)."""
+        opened = self._opened.get(array)
+        if opened is not None and opened[0] is store:
+            return opened[1]
+        from megadump_zarr.read.documents import open_array_checked
+
+        zarray = open_array_checked(store, array, doc)
+        self._opened[array] = (store, zarray)
+        return zarray
 
     def pack_rows(self) -> dict[str, tuple[str, int]]:
         """Record path (relative to the root) -> ``(pack array path, row)``: the records table's ``pack_array``
@@ -327,12 +340,6 @@ class PackedWindow:
         return data
 
 
-def _open_pack(store: Store, key: str, doc: dict[str, Any]) -> Any:
-    from megadump_zarr.read.documents import open_array_checked
-
-    return open_array_checked(store, key, doc)
-
-
 class RowArray:
     """Row ``row`` of a stored pack array: one packed record, read by zarr's sharding codec after the index check.
 
@@ -369,7 +376,7 @@ class RowArray:
             key,
             root,
         )
-        self.pack = _open_pack(store, array, doc)
+        self.pack = packs.open_pack(store, array, doc)
         self.shape, self.ndim, self.dtype = shape, len(shape), self.pack.dtype
         self.chunks = shape if all(shape) else tuple(max(1, s) for s in shape)
         self.chunk_key = f"{key}/c{'.0' * len(shape)}"
@@ -386,7 +393,7 @@ class RowArray:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self.pack = _open_pack(self.store, self.array_key, self.doc)
+        self.pack = self.packs.open_pack(self.store, self.array_key, self.doc)
 
     @property
     def _where(self) -> str:
