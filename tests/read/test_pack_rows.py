@@ -200,6 +200,19 @@ def test_deleted_shard_is_a_missing_chunk(packed_copy):
     assert all(p.what == "chunk is missing" for p in problems)
 
 
+def test_plain_zarr_through_the_dumps_store_refuses_a_missing_shard(packed_copy):
+    """The dump's integrity checks know a committed window's pack arrays too: zarr reading a pack through
+    ``dump.store`` (as its sharding codec does under a row read) refuses a deleted shard, never zeros."""
+    shard = f"{STAGES}/combine/pack_0000/output_00_out/c.1.0.0"  # tasks 15 and 16
+    (packed_copy / shard).unlink()
+    dump = open_dump(packed_copy)
+    dump.records()
+    pack = zarr.open_array(dump.store, path=f"{STAGES}/combine/pack_0000/output_00_out", mode="r")
+    assert pack[0].shape == (8, 16)  # rows of another shard read
+    with pytest.raises(DumpIntegrityError, match=f"chunk {re.escape(shard)} in .* is missing: its window is committed"):
+        pack[2]
+
+
 def test_torn_packed_window_reads_like_a_torn_schema6_window(roots, tmp_path):
     plain, packed, _ = roots
     torn_plain = Path(shutil.copytree(plain, tmp_path / "plain"))

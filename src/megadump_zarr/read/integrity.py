@@ -354,7 +354,8 @@ class CommittedWindows:
         info = self.infos.get(window)
         if info is None or not getattr(info, "final", False):
             return None
-        return info.nodes
+        packs = getattr(info, "packs", None)
+        return info.nodes if packs is None else packs.checked_nodes(info.nodes)
 
     def __call__(self, key: str) -> tuple[str, dict[str, Any]] | None:
         return window_lookup(self._nodes)(key)
