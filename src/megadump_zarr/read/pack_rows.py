@@ -196,6 +196,9 @@ class PackedWindow:
         """The stored form of node ``rel`` (relative to the window) when it is a packed record (a
         :class:`RowArray`) or a row coordinate (a :class:`RangeArray`); ``None`` for a stored array.
 
+        Raises:
+            DumpIntegrityError: A packed node the expansion gave no place (none does; never a silent fill).
+
         Args:
             store: The dump's store.
             rel: The node's path relative to the window.
@@ -215,7 +218,8 @@ class PackedWindow:
             return RangeArray(0, 0)
         if isinstance(source, RangeSource):
             return RangeArray(source.start, source.stop)
-        return None
+        key = self._key(rel)  # a pack's node with no stored place: never read as fill values from a virtual key
+        raise DumpIntegrityError(f"{key}: a packed node with no place in its pack (shape {list(shape)})", key=key)
 
     # ------------------------------------------------------------------ the shard index check
     def index(self, store: Store, shard: str, count: int, key: str) -> _Index | None:
