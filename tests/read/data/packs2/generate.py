@@ -6,7 +6,7 @@ Run with the pack-format-2 writer (window schemaVersion 8, ``TensorDumpConfig(la
     mkdir /tmp/p2 && git archive 9d7f66c | tar -x -C /tmp/p2
     PYTHONPATH=/tmp/p2/src .venv/bin/python tests/read/data/packs2/generate.py OUT
 
-and copy ``OUT/l1`` here. ``tests/read/test_packs2.py`` also runs this script with today's code (``write``,
+and copy ``OUT/l1`` here. ``tests/read/test_pack_formats.py`` also runs this script with today's code (``write``,
 both layouts) to make the fresh dumps the fixture is compared with.
 """
 

@@ -1,13 +1,14 @@
-"""The reader keeps reading pack format 2 (``layout="packs"`` dumps of window schemaVersion 8, ``megadumpPack: 2``).
+"""The reader keeps reading pack formats 2 and 3 (``layout="packs"`` dumps of window schemaVersion 8,
+``megadumpPack: 2`` and ``3``), each on a dump stored by its writer.
 
-``tests/read/data/packs2`` holds an L1 dump of one demo step in the packs layout stored by the pack-format-2
-writer (commit 9d7f66c, see its README): two four-row packs whose rows carry row coordinates but no
-``global_{dim}`` arrays (format 3 added them), and ragged tasks kept as task groups. Its files hash to the list
-stored with it (``SHA256SUMS``); the fixture read through the public API (records and the pack rows they name,
-record arrays, stitched tensors, compare with itself, verify, the CLI) agrees with itself and with zarr-python
-and xarray reading the same stored bytes, exactly. The same step dumped by today's writer, in either layout,
-gives the same records, tensors and a passing compare: integers and metadata exactly, floats within float32
-tolerance (the fixture's were computed elsewhere).
+``tests/read/data/packs2`` (commit 9d7f66c) and ``tests/read/data/packs3`` (commit 21ee36a) each hold an L1 dump
+of one demo step in the packs layout (see their READMEs): two four-row packs whose rows carry row coordinates
+(format 3 also stores them as ``global_{dim}`` arrays, format 2 does not), and ragged tasks kept as task groups.
+Their files hash to the lists stored with them (``SHA256SUMS``); each fixture read through the public API
+(records and the pack rows they name, record arrays, stitched tensors, compare with itself, verify, the CLI)
+agrees with itself and with zarr-python and xarray reading the same stored bytes, exactly. The same step
+dumped by today's writer, in either layout, gives the same records, tensors and a passing compare: integers
+and metadata exactly, floats within float32 tolerance (the fixtures' were computed elsewhere).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from tests.read._fixture_checks import (
     assert_stored_bytes_unchanged,
 )
 
-DATA = Path(__file__).parent / "data" / "packs2"
+DATA = {2: Path(__file__).parent / "data" / "packs2", 3: Path(__file__).parent / "data" / "packs3"}
+FILES = {2: 78, 3: 84}  # stored files of each fixture (format 3 adds a global_{dim} array per row coordinate)
 LEVELS = ("l1",)
 LAYOUTS = ("packs", "tasks")
 WINDOW = Path("rank_0") / "window_0000"
@@ -46,16 +48,22 @@ PACK_COORDS = {"unpermute": {"slot", "token"}, "combine": {"token"}}
 TASK_GROUPS = {"expert_up": [0, 1, 2, 3], "unpermute": [12], "combine": [17]}
 
 
+@pytest.fixture(scope="module", params=sorted(DATA), ids=[f"format{f}" for f in sorted(DATA)])
+def pack_format(request) -> int:
+    """The pack format of the stored fixture under test."""
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def stored(tmp_path_factory) -> Path:
-    """A copy of the stored pack-format-2 dump (the reader never writes, but the fixture stays pristine)."""
-    return copy_stored(DATA, tmp_path_factory.mktemp("packs2"))
+def stored(pack_format, tmp_path_factory) -> Path:
+    """A copy of the stored dump of ``pack_format`` (the reader never writes, but the fixture stays pristine)."""
+    return copy_stored(DATA[pack_format], tmp_path_factory.mktemp(f"packs{pack_format}"))
 
 
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory) -> dict[str, Path]:
-    """The same demo step dumped by today's writer in each layout (the fixture's own generator, today's code)."""
-    write = runpy.run_path(str(DATA / "generate.py"))["write"]
+    """The same demo step dumped by today's writer in each layout (the fixtures' own generator, today's code)."""
+    write = runpy.run_path(str(DATA[3] / "generate.py"))["write"]
     bases = {}
     for layout in LAYOUTS:
         bases[layout] = tmp_path_factory.mktemp(f"today-{layout}")
@@ -67,11 +75,12 @@ def _doc(path: Path) -> dict:
     return json.loads((path / "zarr.json").read_bytes())
 
 
-def test_the_stored_bytes_match_the_checksums_stored_with_the_fixture():
-    assert assert_stored_bytes_unchanged(DATA, LEVELS) == 78
+@pytest.mark.parametrize("pack_format", sorted(DATA))
+def test_the_stored_bytes_match_the_checksums_stored_with_the_fixture(pack_format):
+    assert assert_stored_bytes_unchanged(DATA[pack_format], LEVELS) == FILES[pack_format]
 
 
-def test_the_fixture_is_schema_8_with_format_2_packs_and_no_global_arrays(stored):
+def test_the_fixture_is_schema_8_with_its_format_of_packs(stored, pack_format):
     window = _doc(stored / "l1" / WINDOW)["attributes"]
     assert window["schemaVersion"] == 8 and window["status"] == "complete"
     assert window["stageViewStorage"] == "task_record_packs"
@@ -83,18 +92,25 @@ def test_the_fixture_is_schema_8_with_format_2_packs_and_no_global_arrays(stored
         assert children == (["pack_0000"] if stage in PACK_TASKS else []) + groups
     for stage, tasks in PACK_TASKS.items():
         pack = stages / stage / "pack_0000"
-        assert _doc(pack)["attributes"] == {"megadumpPack": 2, "stage": stage, "taskCount": len(tasks)}
+        assert _doc(pack)["attributes"] == {"megadumpPack": pack_format, "stage": stage, "taskCount": len(tasks)}
         arrays = sorted(p.name for p in pack.iterdir() if p.is_dir())
         assert {"task_id", "owner_id", "core_id"} <= set(arrays) and "task" not in arrays
-        assert not [a for a in arrays if a.startswith("global_")], arrays  # format 3's row-coordinate arrays
+        globals_ = sorted(a for a in arrays if a.startswith("global_"))  # format 3's row-coordinate arrays
+        assert globals_ == ([] if pack_format == 2 else sorted(f"global_{dim}" for dim in PACK_COORDS[stage]))
         ids = zarr.open_array(str(pack / "task_id"), mode="r")
         assert ids[...].tolist() == tasks  # exact: integers
         rows = ids.attrs["tasks"]
         assert [row["group"] for row in rows] == [f"task_{t:06d}" for t in tasks]
         assert all(set(row["coords"]) == PACK_COORDS[stage] for row in rows)  # rows with row coordinates
         assert [row["coords"]["token"] for row in rows] == [[0, 8], [8, 16], [16, 24], [24, 32]]
-        for name in set(arrays) - {"task_id", "owner_id", "core_id"}:
-            assert _doc(pack / name)["attributes"]["coordinates"] == "task_id owner_id core_id", name
+        for name in set(arrays) - {"task_id", "owner_id", "core_id"} - set(globals_):
+            assert _doc(pack / name)["attributes"]["coordinates"] == " ".join(
+                ["task_id", "owner_id", "core_id", *globals_]
+            ), name
+        for name in globals_:  # each row's global indices: arange(start, stop) of its coords entry
+            dim = name.removeprefix("global_")
+            values = zarr.open_array(str(pack / name), mode="r")[...]
+            assert values.tolist() == [list(range(*row["coords"][dim])) for row in rows]  # exact: integers
 
 
 def test_records_read_with_their_pack_arrays_and_rows(stored):
@@ -136,7 +152,7 @@ def test_record_arrays_equal_zarr_reading_the_stored_pack_rows_and_carry_their_s
                 assert values.min() == row.min and values.max() == row.max, row.path
 
 
-def test_plain_xarray_opens_a_format_2_pack_with_its_ids_as_coordinates(stored):
+def test_plain_xarray_opens_a_pack_with_its_ids_as_coordinates(stored, pack_format):
     root = stored / "l1"
     dump = open_dump(root)
     records = dump.records()
@@ -144,12 +160,20 @@ def test_plain_xarray_opens_a_format_2_pack_with_its_ids_as_coordinates(stored):
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             ds = xr.open_zarr(root / STAGES / stage / "pack_0000", consolidated=True, chunks=None)
-        assert set(ds.coords) == {"task_id", "owner_id", "core_id"}  # no global_{dim}: format 2
-        assert all(ds[c].dims == ("task",) for c in ds.coords)
-        assert ds.attrs["megadumpPack"] == 2 and ds.sizes["task"] == len(tasks)
+        row_coordinates = set() if pack_format == 2 else {f"global_{dim}" for dim in PACK_COORDS[stage]}
+        assert set(ds.coords) == {"task_id", "owner_id", "core_id"} | row_coordinates  # format 2: no global_{dim}
+        assert all(ds[c].dims[0] == "task" for c in ds.coords)
+        assert ds.attrs["megadumpPack"] == pack_format and ds.sizes["task"] == len(tasks)
         assert ds["task_id"].values.tolist() == tasks  # exact: integers
         rows = records[records["pack_array"].str.startswith(f"{(STAGES / stage).as_posix()}/pack_0000/", na=False)]
         assert len(rows) == len(tasks) * len(ds.data_vars)
+        for name in row_coordinates:  # the rows' place in the stitched tensor: the task's own coordinate
+            dim = name.removeprefix("global_")
+            for row in rows.drop_duplicates("task_id").itertuples():
+                own = dump.dataset(stage=stage, task=int(row.task_id))
+                np.testing.assert_array_equal(
+                    ds[name].isel(task=row.pack_row).values, own[dim].values
+                )  # exact: integers
         for row in rows.itertuples():
             var = row.pack_array.rpartition("/")[2]
             assert int(ds["task_id"][row.pack_row]) == row.task_id
@@ -182,15 +206,15 @@ def test_stitched_tensors_equal_their_records_and_todays(stored, fresh, layout):
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_records_and_values_equal_todays_dump_of_the_same_step(stored, fresh, layout):
+def test_records_and_values_equal_todays_dump_of_the_same_step(stored, fresh, layout, pack_format):
     from megadump_zarr.layout.write_model import SCHEMA_VERSION
     from megadump_zarr.store.packs import PACK_VERSION
 
     today = fresh[layout] / "l1"
     window = _doc(today / WINDOW)["attributes"]
     assert window["schemaVersion"] == SCHEMA_VERSION >= 8
-    if layout == "packs":  # today's packs are a newer format than the fixture's, with its row-coordinate arrays
-        assert PACK_VERSION > 2
+    if layout == "packs":  # today's packs are the fixture's format or newer, with its row-coordinate arrays
+        assert PACK_VERSION >= max(pack_format, 3)
         for stage in PACK_TASKS:
             pack = today / STAGES / stage / "pack_0000"
             assert _doc(pack)["attributes"]["megadumpPack"] == PACK_VERSION
