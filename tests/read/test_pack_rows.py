@@ -273,6 +273,11 @@ def test_a_record_costs_one_ranged_read_after_its_shards_index(roots, counting_s
     counter.reads.clear()
     dump.record_array(f"{STAGES}/combine/task_000015/token").values
     assert counter.reads == []  # row coordinates are computed from the task's attributes
+    info, rel, doc = dump._record(f"{STAGES}/combine/task_000016/output_00_out")
+    row = dump._array(info, rel, doc)  # the pack row itself (truncated views, verify --deep, export-hdf5 read it)
+    counter.reads.clear()
+    assert row[2:5, 3].shape == (3,) and row[...].shape == (8, 16)
+    assert counter.reads == [shard, shard]  # one ranged read of the inner chunk per read, the index cached
 
 
 def test_s3_packed_window_reads(roots):

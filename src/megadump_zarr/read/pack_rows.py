@@ -403,6 +403,7 @@ class RowArray:
         self.chunk_key = f"{key}/c{'.0' * len(shape)}"
         self._rel = self.chunk_key[len(packs.window) + 1 :] if packs.window else self.chunk_key
         self._checked = False
+        self._reader: Any = None  # the fast path's reader of the row (read.chunks.ChunkRows), once made
 
     def __repr__(self) -> str:
         return f"<RowArray {self.array_key} row {self.row}: {self.key}>"
@@ -410,6 +411,7 @@ class RowArray:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state.pop("pack", None)
+        state["_reader"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -442,6 +444,9 @@ class RowArray:
         if not self.check():
             empty = np.full(self.shape, self.pack.fill_value, dtype=self.dtype)
             return empty[selection]
+        whole = self._whole()
+        if whole is not None:
+            return whole[selection]
         try:
             return self.pack[(self.row, *selection)]
         except (RuntimeError, ValueError, TypeError, EOFError) as error:
@@ -451,6 +456,23 @@ class RowArray:
     def get_block_selection(self, coords: tuple[int, ...]) -> Any:
         """The record's chunk (it has one: ``coords`` are zeros)."""
         return self[...]
+
+    def _whole(self) -> np.ndarray | None:
+        """The whole record by the fast path (one ranged read of its inner chunk, checked and decoded here, as
+        :mod:`megadump_zarr.read.chunks` reads a plain chunk); ``None`` when it cannot (other codecs, or a chunk
+        that fails: zarr then reads it, and says why). Zarr's own read of a row costs a second read of the shard
+        index, each time."""
+        from megadump_zarr.read.chunks import ChunkRows, chunk_rows
+        from megadump_zarr.read.integrity import GuardedArray
+
+        if self._reader is None:
+            self._reader = chunk_rows(GuardedArray(self, self.key, self.root))
+        if not isinstance(self._reader, ChunkRows):
+            return None
+        try:
+            return self._reader._read(0, self.shape[0])
+        except Exception:  # noqa: BLE001 - zarr reads it again and raises (or fills) exactly as it would have
+            return None
 
     def _diagnose(self) -> None:
         """A read failed in a codec: check the row's inner chunk's crc32c, naming it (raises on a mismatch)."""
