@@ -73,7 +73,7 @@ def chunk_rows(guarded: Any) -> Any:
         guarded: A :class:`~megadump_zarr.read.integrity.GuardedArray` of a zarr v3 array, or of a packed record
             (:class:`~megadump_zarr.read.pack_rows.RowArray`: its one chunk is its row's inner chunk).
     """
-    from megadump_zarr.read.pack_rows import RowArray
+    from megadump_zarr.read.pack_arrays import RowArray
 
     array = getattr(guarded, "array", None)
     if isinstance(array, RowArray):

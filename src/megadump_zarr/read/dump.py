@@ -40,7 +40,7 @@ from megadump_zarr.read.documents import check_array_doc, check_attributes, coun
 from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.integrity import CommittedWindows, IntegrityStore, guard_read
 from megadump_zarr.read.location import DumpLocation, open_location, store_path
-from megadump_zarr.read.pack_rows import is_packed_array
+from megadump_zarr.read.pack_arrays import is_packed_array
 from megadump_zarr.read.select import (
     check_tensor_choice,
     listing,

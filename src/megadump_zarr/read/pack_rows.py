@@ -4,10 +4,11 @@ A schema-7/8 window stores the small records of a stage as task-record packs (:m
 sharded arrays with one row per task, one inner chunk per row. The catalogue describes each packed record
 from the window document alone (:func:`expand_window`: its task group, its record array document and its row
 coordinates, :mod:`megadump_zarr.read.pack_nodes`), and :class:`PackedWindow` keeps where each one is stored.
-Nothing serves a virtual key space: a reader opens the record as :class:`RowArray`, row ``r`` of the stored
-pack array, which zarr's own sharding codec reads (``zarr.open_array(pack)[r]``; the compare fast path, which
-decodes chunks itself, reads the same inner chunk with one ranged read, :meth:`RowArray.inner_chunk`). A row
-coordinate is computed from the task's ``coords`` entry (:class:`RangeArray`).
+Nothing serves a virtual key space: a reader opens the record as
+:class:`~megadump_zarr.read.pack_arrays.RowArray`, row ``r`` of the stored pack array (what
+``zarr.open_array(pack)[r]`` reads: the fast path reads the same inner chunk with one ranged read, zarr's own
+sharding codec is the fallback), and a row coordinate as :class:`~megadump_zarr.read.pack_arrays.RangeArray`,
+computed from the task's ``coords`` entry (:meth:`PackedWindow.array`).
 
 Never silent zeros: zarr reads an absent inner chunk as the fill value, so before a row of a committed window
 is read its shard's index is checked (one suffix read per shard, kept): a missing shard, a shard index whose
@@ -23,22 +24,13 @@ from dataclasses import dataclass, field
 import threading
 from typing import Any
 
-import numpy as np
 from zarr.abc.store import RangeByteRequest, Store, SuffixByteRequest
 
 from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.pack_nodes import PACK, PACK_PATH, expand_packs, replace_packs, stored_pack_nodes
 from megadump_zarr.store.packs import TASK_ARRAYS, RangeSource, ShardSource, decode_index, index_nbytes
 
-__all__ = [
-    "PackedWindow",
-    "RangeArray",
-    "RowArray",
-    "expand_torn",
-    "expand_window",
-    "is_packed_array",
-    "sized_store",
-]
+__all__ = ["PackedWindow", "expand_torn", "expand_window", "sized_store"]
 
 _Index = tuple[list[tuple[int, int] | None], int | None]
 
@@ -192,7 +184,7 @@ class PackedWindow:
         """Where chunk ``rel`` (relative to the window) of a packed record or row coordinate is."""
         return self.sources.get(rel)
 
-    def array(self, store: Store, rel: str, doc: dict[str, Any], root: str = "") -> RowArray | RangeArray | None:
+    def array(self, store: Store, rel: str, doc: dict[str, Any], root: str = "") -> Any:
         """The stored form of node ``rel`` (relative to the window) when it is a packed record (a
         :class:`RowArray`) or a row coordinate (a :class:`RangeArray`); ``None`` for a stored array.
 
@@ -205,6 +197,8 @@ class PackedWindow:
             doc: Its document (the catalogue's).
             root: The dump root, for messages.
         """
+        from megadump_zarr.read.pack_arrays import RangeArray, RowArray
+
         if rel not in self.virtual:
             return None
         zeros = ".0" * len(doc.get("shape") or [])
@@ -359,151 +353,6 @@ class PackedWindow:
         if len(data) != nbytes:
             raise _short_read(shard, source, (offset, nbytes), len(data), self._key(rel))
         return data
-
-
-class RowArray:
-    """Row ``row`` of a stored pack array: one packed record, read by zarr's sharding codec after the index check.
-
-    Shape, dtype and chunks are the record's (one chunk: the row's inner chunk). Reads return numpy arrays.
-
-    Args:
-        packs: The window's :class:`PackedWindow`.
-        store: The dump's store.
-        array: The pack array's key relative to the root.
-        doc: The pack array's stored document.
-        row: The record's row in it.
-        key: The record's path (relative to the root), for messages.
-        shape: The record's shape.
-        root: The dump root, for messages.
-    """
-
-    def __init__(
-        self,
-        packs: PackedWindow,
-        store: Store,
-        array: str,
-        doc: dict[str, Any],
-        row: int,
-        key: str,
-        shape: tuple[int, ...],
-        root: str = "",
-    ) -> None:
-        self.packs, self.store, self.array_key, self.doc, self.row, self.key, self.root = (
-            packs,
-            store,
-            array,
-            doc,
-            row,
-            key,
-            root,
-        )
-        self.pack = packs.open_pack(store, array, doc)
-        self.shape, self.ndim, self.dtype = shape, len(shape), self.pack.dtype
-        self.chunks = shape if all(shape) else tuple(max(1, s) for s in shape)
-        self.chunk_key = f"{key}/c{'.0' * len(shape)}"
-        self._rel = self.chunk_key[len(packs.window) + 1 :] if packs.window else self.chunk_key
-        self._checked = False
-        self._reader: Any = None  # the fast path's reader of the row (read.chunks.ChunkRows), once made
-
-    def __repr__(self) -> str:
-        return f"<RowArray {self.array_key} row {self.row}: {self.key}>"
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state.pop("pack", None)
-        state["_reader"] = None
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self.pack = self.packs.open_pack(self.store, self.array_key, self.doc)
-
-    @property
-    def _where(self) -> str:
-        return f" in {self.root}" if self.root else ""
-
-    def check(self) -> bool:
-        """Check the row's entry in its shard index (once); ``False``: absent from a torn window's shard."""
-        if self._checked:
-            return True
-        present = self.packs.locate(self.store, self._rel, self._where) is not None
-        self._checked = present
-        return present
-
-    def locate(self) -> tuple[str, int, int] | None:
-        """``(shard key, offset, nbytes)`` of the row's inner chunk, index checked (``None``: absent, torn)."""
-        return self.packs.locate(self.store, self._rel, self._where)
-
-    def inner_chunk(self) -> bytes | None:
-        """The row's stored inner chunk (the record's chunk, checksum included), index checked."""
-        return self.packs.read_chunk(self.store, self._rel, self._where)
-
-    def __getitem__(self, selection: Any) -> Any:
-        if not isinstance(selection, tuple):
-            selection = (selection,)
-        if not self.check():
-            empty = np.full(self.shape, self.pack.fill_value, dtype=self.dtype)
-            return empty[selection]
-        whole = self._whole()
-        if whole is not None:
-            return whole[selection]
-        try:
-            return self.pack[(self.row, *selection)]
-        except (RuntimeError, ValueError, TypeError, EOFError) as error:
-            self._diagnose()
-            raise error
-
-    def get_block_selection(self, coords: tuple[int, ...]) -> Any:
-        """The record's chunk (it has one: ``coords`` are zeros)."""
-        return self[...]
-
-    def _whole(self) -> np.ndarray | None:
-        """The whole record by the fast path (one ranged read of its inner chunk, checked and decoded here, as
-        :mod:`megadump_zarr.read.chunks` reads a plain chunk); ``None`` when it cannot (other codecs, or a chunk
-        that fails: zarr then reads it, and says why). Zarr's own read of a row costs a second read of the shard
-        index, each time."""
-        from megadump_zarr.read.chunks import ChunkRows, chunk_rows
-        from megadump_zarr.read.integrity import GuardedArray
-
-        if self._reader is None:
-            self._reader = chunk_rows(GuardedArray(self, self.key, self.root))
-        if not isinstance(self._reader, ChunkRows):
-            return None
-        try:
-            return self._reader._read(0, self.shape[0])
-        except Exception:  # noqa: BLE001 - zarr reads it again and raises (or fills) exactly as it would have
-            return None
-
-    def _diagnose(self) -> None:
-        """A read failed in a codec: check the row's inner chunk's crc32c, naming it (raises on a mismatch)."""
-        from megadump_zarr.read.integrity import has_crc32c, verify_crc32c
-
-        inner = (self.doc.get("codecs") or [{}])[0].get("configuration") or {}
-        if not has_crc32c({"codecs": inner.get("codecs")}):
-            return
-        data = self.inner_chunk()
-        if data is not None:
-            verify_crc32c(self.chunk_key, np.frombuffer(data, dtype=np.uint8), self._where)
-
-
-class RangeArray:
-    """A packed task's row coordinate: int64 ``arange(start, stop)`` from its ``coords`` entry (nothing read)."""
-
-    def __init__(self, start: int, stop: int) -> None:
-        self.start, self.stop = start, stop
-        self.shape, self.ndim, self.dtype = (stop - start,), 1, np.dtype(np.int64)
-        self.chunks = (max(1, stop - start),)
-
-    def __getitem__(self, selection: Any) -> Any:
-        return np.arange(self.start, self.stop, dtype=np.int64)[selection]
-
-    def get_block_selection(self, coords: tuple[int, ...]) -> Any:
-        return self[...]
-
-
-def is_packed_array(array: Any) -> bool:
-    """Whether ``array`` is a packed record or computed row coordinate (not a zarr array)."""
-    return isinstance(array, (RowArray, RangeArray))
 
 
 def expand_window(key: str, nodes: Mapping[str, Any], final: bool = True) -> tuple[dict[str, Any], PackedWindow] | None:

@@ -1,0 +1,166 @@
+"""A packed record as an array: row ``r`` of its pack's stored array (:class:`RowArray`), and a packed task's row
+coordinate computed from its ``coords`` entry (:class:`RangeArray`).
+
+Both answer what the readers ask of a zarr array (``shape``, ``dtype``, ``chunks``, basic selections, the one
+block); where a row is stored and the check of its shard's index are :mod:`megadump_zarr.read.pack_rows`'.
+A row is read by the fast path where its codecs allow (one ranged read of its inner chunk, checksum checked and
+decoded in the calling thread, :mod:`megadump_zarr.read.chunks`), else by zarr's sharding codec, whose errors
+are named: a crc32c mismatch of the inner chunk with both checksums, as a chunk of the tasks layout.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from zarr.abc.store import Store
+
+if TYPE_CHECKING:
+    from megadump_zarr.read.pack_rows import PackedWindow
+
+__all__ = ["RangeArray", "RowArray", "is_packed_array"]
+
+
+class RowArray:
+    """Row ``row`` of a stored pack array: one packed record, read by zarr's sharding codec after the index check.
+
+    Shape, dtype and chunks are the record's (one chunk: the row's inner chunk). Reads return numpy arrays.
+
+    Args:
+        packs: The window's :class:`PackedWindow`.
+        store: The dump's store.
+        array: The pack array's key relative to the root.
+        doc: The pack array's stored document.
+        row: The record's row in it.
+        key: The record's path (relative to the root), for messages.
+        shape: The record's shape.
+        root: The dump root, for messages.
+    """
+
+    def __init__(
+        self,
+        packs: PackedWindow,
+        store: Store,
+        array: str,
+        doc: dict[str, Any],
+        row: int,
+        key: str,
+        shape: tuple[int, ...],
+        root: str = "",
+    ) -> None:
+        self.packs, self.store, self.array_key, self.doc, self.row, self.key, self.root = (
+            packs,
+            store,
+            array,
+            doc,
+            row,
+            key,
+            root,
+        )
+        self.pack = packs.open_pack(store, array, doc)
+        self.shape, self.ndim, self.dtype = shape, len(shape), self.pack.dtype
+        self.chunks = shape if all(shape) else tuple(max(1, s) for s in shape)
+        self.chunk_key = f"{key}/c{'.0' * len(shape)}"
+        self._rel = self.chunk_key[len(packs.window) + 1 :] if packs.window else self.chunk_key
+        self._checked = False
+        self._reader: Any = None  # the fast path's reader of the row (read.chunks.ChunkRows), once made
+
+    def __repr__(self) -> str:
+        return f"<RowArray {self.array_key} row {self.row}: {self.key}>"
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("pack", None)
+        state["_reader"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.pack = self.packs.open_pack(self.store, self.array_key, self.doc)
+
+    @property
+    def _where(self) -> str:
+        return f" in {self.root}" if self.root else ""
+
+    def check(self) -> bool:
+        """Check the row's entry in its shard index (once); ``False``: absent from a torn window's shard."""
+        if self._checked:
+            return True
+        present = self.packs.locate(self.store, self._rel, self._where) is not None
+        self._checked = present
+        return present
+
+    def locate(self) -> tuple[str, int, int] | None:
+        """``(shard key, offset, nbytes)`` of the row's inner chunk, index checked (``None``: absent, torn)."""
+        return self.packs.locate(self.store, self._rel, self._where)
+
+    def inner_chunk(self) -> bytes | None:
+        """The row's stored inner chunk (the record's chunk, checksum included), index checked."""
+        return self.packs.read_chunk(self.store, self._rel, self._where)
+
+    def __getitem__(self, selection: Any) -> Any:
+        if not isinstance(selection, tuple):
+            selection = (selection,)
+        if not self.check():
+            empty = np.full(self.shape, self.pack.fill_value, dtype=self.dtype)
+            return empty[selection]
+        whole = self._whole()
+        if whole is not None:
+            return whole[selection]
+        try:
+            return self.pack[(self.row, *selection)]
+        except (RuntimeError, ValueError, TypeError, EOFError) as error:
+            self._diagnose()
+            raise error
+
+    def get_block_selection(self, coords: tuple[int, ...]) -> Any:
+        """The record's chunk (it has one: ``coords`` are zeros)."""
+        return self[...]
+
+    def _whole(self) -> np.ndarray | None:
+        """The whole record by the fast path (one ranged read of its inner chunk, checked and decoded here, as
+        :mod:`megadump_zarr.read.chunks` reads a plain chunk); ``None`` when it cannot (other codecs, or a chunk
+        that fails: zarr then reads it, and says why). Zarr's own read of a row costs a second read of the shard
+        index, each time."""
+        from megadump_zarr.read.chunks import ChunkRows, chunk_rows
+        from megadump_zarr.read.integrity import GuardedArray
+
+        if self._reader is None:
+            self._reader = chunk_rows(GuardedArray(self, self.key, self.root))
+        if not isinstance(self._reader, ChunkRows):
+            return None
+        try:
+            return self._reader._read(0, self.shape[0])
+        except Exception:  # noqa: BLE001 - zarr reads it again and raises (or fills) exactly as it would have
+            return None
+
+    def _diagnose(self) -> None:
+        """A read failed in a codec: check the row's inner chunk's crc32c, naming it (raises on a mismatch)."""
+        from megadump_zarr.read.integrity import has_crc32c, verify_crc32c
+
+        inner = (self.doc.get("codecs") or [{}])[0].get("configuration") or {}
+        if not has_crc32c({"codecs": inner.get("codecs")}):
+            return
+        data = self.inner_chunk()
+        if data is not None:
+            verify_crc32c(self.chunk_key, np.frombuffer(data, dtype=np.uint8), self._where)
+
+
+class RangeArray:
+    """A packed task's row coordinate: int64 ``arange(start, stop)`` from its ``coords`` entry (nothing read)."""
+
+    def __init__(self, start: int, stop: int) -> None:
+        self.start, self.stop = start, stop
+        self.shape, self.ndim, self.dtype = (stop - start,), 1, np.dtype(np.int64)
+        self.chunks = (max(1, stop - start),)
+
+    def __getitem__(self, selection: Any) -> Any:
+        return np.arange(self.start, self.stop, dtype=np.int64)[selection]
+
+    def get_block_selection(self, coords: tuple[int, ...]) -> Any:
+        return self[...]
+
+
+def is_packed_array(array: Any) -> bool:
+    """Whether ``array`` is a packed record or computed row coordinate (not a zarr array)."""
+    return isinstance(array, (RowArray, RangeArray))
