@@ -22,12 +22,13 @@ __all__ = ["RangeArray", "RowArray", "is_packed_array"]
 
 
 class RowArray:
-    """Row ``row`` of a stored pack array: one packed record, read by zarr's sharding codec after the index check.
+    """Row ``row`` of a stored pack array: one packed record, read after its shard's index check (the fast path's one
+    ranged read of its inner chunk, else zarr's sharding codec).
 
     Shape, dtype and chunks are the record's (one chunk: the row's inner chunk). Reads return numpy arrays.
 
     Args:
-        packs: The window's :class:`PackedWindow`.
+        packs: The window's :class:`~megadump_zarr.read.pack_rows.PackedWindow`.
         store: The dump's store.
         array: The pack array's key relative to the root.
         doc: The pack array's stored document.
@@ -48,15 +49,8 @@ class RowArray:
         shape: tuple[int, ...],
         root: str = "",
     ) -> None:
-        self.packs, self.store, self.array_key, self.doc, self.row, self.key, self.root = (
-            packs,
-            store,
-            array,
-            doc,
-            row,
-            key,
-            root,
-        )
+        self.packs, self.store, self.array_key, self.doc = packs, store, array, doc
+        self.row, self.key, self.root = row, key, root
         self.pack = packs.open_pack(store, array, doc)
         self.shape, self.ndim, self.dtype = shape, len(shape), self.pack.dtype
         self.chunks = shape if all(shape) else tuple(max(1, s) for s in shape)

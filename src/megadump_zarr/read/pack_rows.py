@@ -105,6 +105,13 @@ def _below_checks(store: Store) -> Store:
     return store.wrapped if isinstance(store, IntegrityStore) else store
 
 
+def _pack_row(source: ShardSource) -> tuple[str, int]:
+    """``(pack array path, row)`` of a record chunk's inner chunk (one row per inner chunk; shard ``c.{i}.0...``
+    holds rows ``i * count`` onwards), the path relative to the window."""
+    array, _, chunk = source.shard.rpartition("/")
+    return array, int(chunk.split(".")[1]) * source.count + source.slot
+
+
 @dataclass
 class PackedWindow:
     """Where a window's packed records are stored (the catalogue's, with its window's expanded nodes).
@@ -165,11 +172,8 @@ class PackedWindow:
         found: dict[str, tuple[str, int]] = {}
         for rel, source in self.sources.items():
             if isinstance(source, ShardSource):
-                array, _, chunk = source.shard.rpartition("/")
-                found[self._key(rel.rpartition("/")[0])] = (
-                    self._key(array),
-                    int(chunk.split(".")[1]) * source.count + source.slot,
-                )
+                array, row = _pack_row(source)
+                found[self._key(rel.rpartition("/")[0])] = (self._key(array), row)
         return found
 
     def shard_chunks(self) -> dict[str, list[tuple[str, ShardSource]]]:
@@ -180,22 +184,19 @@ class PackedWindow:
                 found.setdefault(self._key(source.shard), []).append((self._key(rel), source))
         return found
 
-    def source(self, rel: str) -> ShardSource | RangeSource | None:
-        """Where chunk ``rel`` (relative to the window) of a packed record or row coordinate is."""
-        return self.sources.get(rel)
-
     def array(self, store: Store, rel: str, doc: dict[str, Any], root: str = "") -> Any:
         """The stored form of node ``rel`` (relative to the window) when it is a packed record (a
-        :class:`RowArray`) or a row coordinate (a :class:`RangeArray`); ``None`` for a stored array.
-
-        Raises:
-            DumpIntegrityError: A packed node the expansion gave no place (none does; never a silent fill).
+        :class:`~megadump_zarr.read.pack_arrays.RowArray`) or a row coordinate (a
+        :class:`~megadump_zarr.read.pack_arrays.RangeArray`); ``None`` for a stored array.
 
         Args:
             store: The dump's store.
             rel: The node's path relative to the window.
             doc: Its document (the catalogue's).
             root: The dump root, for messages.
+
+        Raises:
+            DumpIntegrityError: A packed node the expansion gave no place (none does; never a silent fill).
         """
         from megadump_zarr.read.pack_arrays import RangeArray, RowArray
 
@@ -205,8 +206,7 @@ class PackedWindow:
         source = self.sources.get(f"{rel}/c{zeros}")
         shape = tuple(int(s) for s in doc.get("shape") or ())
         if isinstance(source, ShardSource):
-            array, _, chunk = source.shard.rpartition("/")
-            row = int(chunk.split(".")[1]) * source.count + source.slot
+            array, row = _pack_row(source)
             return RowArray(self, store, self._key(array), self.packs[array], row, self._key(rel), shape, root)
         if source is None and (not shape or 0 in shape):
             return RangeArray(0, 0)
