@@ -347,3 +347,46 @@ def test_a_released_stager_hands_its_cpu_buffer_to_the_next_and_refuses_while_re
     assert second._groups[torch.float32].buffer is buffer
     ((_, again),) = second.flush()
     assert torch.equal(slots[0], statistics_slot(values)) and torch.equal(again[0], statistics_slot(short))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dtype=st.sampled_from(FLOATS + INTS), records=st.lists(RECORD, min_size=1, max_size=6))
+def test_every_cpu_op_size_gives_the_same_bits(dtype, records):
+    # the process times its first large passes at each candidate op size and keeps the fastest: which one it
+    # keeps must not change a bit (each staging row is reduced on its own); small sizes split the rows the most
+    from megadump_zarr.runtime import reduction_rows
+
+    values = [make_values(dtype, n, seed, special) for n, seed, special in records]
+    rows, counts = batch(values), [v.numel() for v in values]
+    saved = reduction_rows._CHOICE.chosen
+    try:
+        slots = []
+        for size in (BLOCK, 4 * BLOCK, *reduction_rows._CPU_CHUNKS):
+            reduction_rows._CHOICE.chosen = size
+            slots.append(segment_slots(rows, counts))
+    finally:
+        reduction_rows._CHOICE.chosen = saved
+    assert all(torch.equal(s, slots[0]) for s in slots[1:])
+    for i, v in enumerate(values):
+        assert exact(read_l1_statistics(slots[0][i].numpy())) == expected(v)
+
+
+def test_the_op_size_is_chosen_by_timing_the_first_large_passes(monkeypatch):
+    from megadump_zarr.runtime import reduction_rows
+
+    choice = reduction_rows._ChunkChoice()
+    monkeypatch.setattr(reduction_rows, "_CHOICE", choice)
+    small = torch.zeros(8, BLOCK)
+    segment_slots(small, [small.numel()])  # too small to time: the default size, nothing recorded
+    assert choice.chosen is None and choice.size(small.numel()) == reduction_rows._CPU_CHUNK
+    large = torch.randn(reduction_rows._TIMED_ELEMENTS // BLOCK, BLOCK)
+    tried = []
+    for _ in range(len(reduction_rows._CPU_CHUNKS) * reduction_rows._TRIES):
+        tried.append(choice.size(large.numel()))
+        segment_slots(large, [BLOCK] * large.shape[0])
+    assert sorted(tried) == sorted(reduction_rows._CPU_CHUNKS * reduction_rows._TRIES)  # each tried, in turn
+    assert choice.chosen in reduction_rows._CPU_CHUNKS and choice.size(1) == choice.chosen
+    masked_only = reduction_rows._ChunkChoice()
+    monkeypatch.setattr(reduction_rows, "_CHOICE", masked_only)
+    segment_slots(large, [BLOCK] * large.shape[0], masked=True)  # the masked path does not time the cheap one's
+    assert all(not times for times in masked_only._timed.values())

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 import contextlib
+import threading
+import time
 from typing import NamedTuple
 
 import torch
@@ -31,8 +33,16 @@ TAIL = 16
 """The block rule's last steps (the partial sums of 16 elements onwards) run once over every row's tail:
 on 16-wide rows they are a few tiny ops per chunk otherwise."""
 _CPU_CHUNK = 1 << 17
-"""Elements per op on CPU: a chunk's float64 trees (2 MiB at this size) stay in L2 (measured on the 2-core
-EPYC: 17.6 ms per 4096-record float32 pass against 23.8 at 1 << 16 and 19.0 at 1 << 18)."""
+"""Elements per op on CPU before a size is chosen (:class:`_ChunkChoice`; measured on the 2-core EPYC: 17.6 ms
+per 4096-record float32 pass against 23.8 at 1 << 16 and 19.0 at 1 << 18)."""
+_CPU_CHUNKS = (1 << 15, 1 << 16, 1 << 17)
+"""The CPU op sizes a process tries. Which is fastest depends on the machine's caches: 1 << 17 on the 2-core EPYC
+of stop 30; 1 << 15 on the 2-core Xeon of 2026-12 (2 MiB L2 a core: 29.4 ms per pass against 30.4 at 1 << 16
+and 34.5 at 1 << 17). The bits do not depend on it: every row is reduced on its own."""
+_TIMED_ELEMENTS = 1 << 20
+"""Passes smaller than this are not timed for the choice (their per-op overheads would decide it)."""
+_TRIES = 2
+"""Timed passes per candidate size before the fastest is kept."""
 _DEVICE_CHUNK = 1 << 22
 """Elements per op elsewhere (a few large kernels rather than many small launches)."""
 _INT64_MAX = (1 << 63) - 1
@@ -132,17 +142,54 @@ def _masked(rows: torch.Tensor, valid: torch.Tensor | None, accumulate: torch.dt
     return (lo, hi, nan, inf, _tree_tails(kept))
 
 
-class _Pass:
-    """The output columns and reusable buffers of one pass over ``R`` rows of one dtype."""
+class _ChunkChoice:
+    """The CPU op size of this process's passes: the first large passes try each of :data:`_CPU_CHUNKS`
+    (:data:`_TRIES` each, timed per element), then the fastest is kept. Thread-safe."""
 
-    def __init__(self, rows: torch.Tensor, accumulate: torch.dtype) -> None:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._timed: dict[int, list[float]] = {size: [] for size in _CPU_CHUNKS}
+        self.chosen: int | None = None
+
+    def size(self, elements: int) -> int:
+        """The op size for a pass over ``elements`` values."""
+        if self.chosen is not None:
+            return self.chosen
+        if elements < _TIMED_ELEMENTS:
+            return _CPU_CHUNK
+        with self._lock:
+            return min(_CPU_CHUNKS, key=lambda size: len(self._timed[size]))
+
+    def record(self, size: int, elements: int, seconds: float) -> None:
+        """A pass over ``elements`` values took ``seconds`` at op size ``size``."""
+        if self.chosen is not None or elements < _TIMED_ELEMENTS or size not in self._timed:
+            return
+        with self._lock:
+            self._timed[size].append(seconds / elements)
+            if all(len(times) >= _TRIES for times in self._timed.values()):
+                self.chosen = min(_CPU_CHUNKS, key=lambda size: min(self._timed[size]))
+
+
+_CHOICE = _ChunkChoice()
+
+
+class _Pass:
+    """The output columns and reusable buffers of one pass over ``R`` rows of one dtype.
+
+    Args:
+        rows: ``[R, BLOCK]`` staging rows.
+        accumulate: The sums' dtype.
+        op_size: Elements per op (CPU: :class:`_ChunkChoice`'s; elsewhere :data:`_DEVICE_CHUNK`).
+    """
+
+    def __init__(self, rows: torch.Tensor, accumulate: torch.dtype, op_size: int) -> None:
         device, count, dtype = rows.device, rows.shape[0], rows.dtype
         self.rows = rows
         self.accumulate = accumulate
         self.words_per_row = BLOCK * rows.element_size() // 4
         width = max(BLOCK, self.words_per_row)
         self.cpu = device.type == "cpu"
-        self.chunk = max(1, (_CPU_CHUNK if self.cpu else _DEVICE_CHUNK) // width)
+        self.chunk = max(1, op_size // width)
         self.native = dtype in _NATIVE_MINMAX
         # min/max are taken in the rows' dtype where torch can, else widened (float8 → float32, uint → int64)
         self.extreme = dtype if self.native else (torch.float32 if dtype.is_floating_point else torch.int64)
@@ -228,6 +275,7 @@ def row_partials(
     accumulate: torch.dtype,
     *,
     masked: bool | None = None,
+    op_size: int | None = None,
 ) -> RowPartials:
     """Per-row partial statistics of every staging row, in one pass.
 
@@ -238,8 +286,15 @@ def row_partials(
         accumulate: The sums' dtype (float64; float32 on devices without it).
         masked: Take the masked path for every row (default: on every device but the CPU). Both paths
             give the same bits; tests set it.
+        op_size: Elements per op (default: on CPU the process's choice, :class:`_ChunkChoice`, timed on its
+            first large passes; elsewhere :data:`_DEVICE_CHUNK`). Every size gives the same bits; tests set it.
     """
-    work = _Pass(rows, accumulate)
+    cpu = rows.device.type == "cpu"
+    elements = rows.numel()
+    chosen = op_size is None and cpu
+    size = op_size or (_CHOICE.size(elements) if cpu else _DEVICE_CHUNK)
+    started = time.perf_counter()
+    work = _Pass(rows, accumulate, size)
     use_masks = (not work.cpu) if masked is None else masked
     padded_any = padded.numel() > 0
     for start in range(0, rows.shape[0], work.chunk):
@@ -257,7 +312,10 @@ def row_partials(
                 redo = torch.unique(torch.cat([padded, unclean]))
         if redo.numel():
             work.redo(redo, valid)
-    return work.result()
+    result = work.result()
+    if chosen and not use_masks:  # the cheap path's passes choose the size it runs at
+        _CHOICE.record(size, elements, time.perf_counter() - started)
+    return result
 
 
 @contextlib.contextmanager
