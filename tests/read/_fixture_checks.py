@@ -153,3 +153,36 @@ def assert_records_close(stored: pd.DataFrame, fresh: pd.DataFrame) -> None:
     exact = [c for c in stored.columns if c not in floats]
     pd.testing.assert_frame_equal(stored[exact], fresh[exact])
     pd.testing.assert_frame_equal(stored[floats], fresh[floats], check_exact=False, rtol=1e-5, atol=1e-6)
+
+
+def assert_records_read_as_stored(root: Path) -> Any:
+    """Every record of the dump at ``root`` reads exactly as zarr-python reads its stored bytes (its own array, or
+    the row of the pack array the records name), in its dtype and shape, and carries the statistics the writer
+    stored (floats within tolerance: recomputed here; integers exactly). Warnings are errors.
+
+    Returns:
+        The opened dump.
+    """
+    import warnings
+
+    import zarr
+
+    from megadump_zarr import open_dump
+
+    dump = open_dump(root)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for row in dump.records().itertuples():
+            values = dump.record_array(row.path).values
+            if pd.isna(row.pack_array):  # a task group's array, as stored
+                on_disk = zarr.open_array(str(root / row.path), mode="r")[...]
+            else:  # the row of the pack array the records name
+                on_disk = zarr.open_array(str(root / row.pack_array), mode="r")[row.pack_row]
+            np.testing.assert_array_equal(values, on_disk, err_msg=row.path)  # exact: stored bytes
+            assert values.dtype == np.dtype(row.dtype) and values.shape == tuple(row.shape), row.path
+            if values.dtype.kind == "f":  # stats stored by the writer, recomputed here: tolerance
+                assert np.isclose(values.min(), row.min, rtol=1e-6) and np.isclose(values.max(), row.max, rtol=1e-6)
+                assert np.isclose(values.mean(dtype=np.float64), row.mean, rtol=1e-5, atol=1e-6), row.path
+            else:  # exact: integers
+                assert values.min() == row.min and values.max() == row.max, row.path
+    return dump

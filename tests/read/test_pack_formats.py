@@ -31,6 +31,7 @@ from tests.read._fixture_checks import (
     copy_stored,
     assert_dataarray_close,
     assert_records_close,
+    assert_records_read_as_stored,
     assert_stored_bytes_unchanged,
 )
 
@@ -132,24 +133,7 @@ def test_records_read_with_their_pack_arrays_and_rows(stored):
 
 
 def test_record_arrays_equal_zarr_reading_the_stored_pack_rows_and_carry_their_stored_stats(stored):
-    root = stored / "l1"
-    dump = open_dump(root)
-    records = dump.records()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        for row in records.itertuples():
-            values = dump.record_array(row.path).values
-            if pd.isna(row.pack_array):  # a task group's array, as stored
-                on_disk = zarr.open_array(str(root / row.path), mode="r")[...]
-            else:  # the row of the pack array the records name
-                on_disk = zarr.open_array(str(root / row.pack_array), mode="r")[row.pack_row]
-            np.testing.assert_array_equal(values, on_disk, err_msg=row.path)  # exact: stored bytes
-            assert values.dtype == np.dtype(row.dtype) and values.shape == tuple(row.shape), row.path
-            if values.dtype.kind == "f":  # stats stored by the writer, recomputed here: tolerance
-                assert np.isclose(values.min(), row.min, rtol=1e-6) and np.isclose(values.max(), row.max, rtol=1e-6)
-                assert np.isclose(values.mean(dtype=np.float64), row.mean, rtol=1e-5, atol=1e-6), row.path
-            else:  # exact: integers
-                assert values.min() == row.min and values.max() == row.max, row.path
+    assert_records_read_as_stored(stored / "l1")
 
 
 def test_plain_xarray_opens_a_pack_with_its_ids_as_coordinates(stored, pack_format):

@@ -17,7 +17,6 @@ import warnings
 
 import numpy as np
 import pytest
-import pandas as pd
 import zarr
 
 from megadump_zarr import compare, open_dump
@@ -27,6 +26,7 @@ from tests.read._fixture_checks import (
     copy_stored,
     assert_dataarray_close,
     assert_records_close,
+    assert_records_read_as_stored,
     assert_stored_bytes_unchanged,
 )
 
@@ -90,22 +90,9 @@ def test_records_read_with_the_old_layouts_groups(stored, level):
 
 @pytest.mark.parametrize("level", LEVELS)
 def test_record_arrays_equal_zarr_reading_the_stored_bytes_and_carry_their_stored_stats(stored, level):
-    root = stored / level
-    dump = open_dump(root)
-    records = dump.records()
+    dump = assert_records_read_as_stored(stored / level)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        for row in records.itertuples():
-            values = dump.record_array(row.path).values
-            if pd.isna(row.pack_array):  # a task group's array, as stored
-                on_disk = zarr.open_array(str(root / row.path), mode="r")[...]
-            else:  # the row of the pack array the records name
-                on_disk = zarr.open_array(str(root / row.pack_array), mode="r")[row.pack_row]
-            np.testing.assert_array_equal(values, on_disk, err_msg=row.path)  # exact: stored bytes
-            assert values.dtype == np.dtype(row.dtype) and values.shape == tuple(row.shape), row.path
-            if values.dtype.kind == "f":  # stats stored by the writer, recomputed here: tolerance
-                assert np.isclose(values.min(), row.min, rtol=1e-6) and np.isclose(values.max(), row.max, rtol=1e-6)
-                assert np.isclose(values.mean(dtype=np.float64), row.mean, rtol=1e-5, atol=1e-6), row.path
         if level == "l1":
             group = str(STAGES / "combine" / "task_000015")
             ds = dump.dataset(stage="combine", task=15)
