@@ -347,6 +347,7 @@ def _hierarchy(group: Any) -> tuple[dict[str, dict[str, Any]], dict[str, list[tu
     import zarr
 
     from megadump_zarr.read.location import get_json, get_many, list_prefix, parse_json
+    from megadump_zarr.read.pack_nodes import PACK
     from megadump_zarr.read.pack_rows import expand_torn, expand_window
 
     prefix = f"{group.path}/" if group.path else ""
@@ -354,9 +355,12 @@ def _hierarchy(group: Any) -> tuple[dict[str, dict[str, Any]], dict[str, list[tu
     arrays: dict[str, list[tuple[str, Any]]] = {}
     committed = group.metadata.consolidated_metadata is not None
     if committed:
-        consolidated = (get_json(group.store, f"{prefix}zarr.json") or {}).get("consolidated_metadata") or {}
-        nodes = dict(consolidated.get("metadata") or {})
-        expanded = expand_window(group.path, nodes)
+        expanded = None
+        if any(PACK.match(path) for path in group.metadata.consolidated_metadata.flattened_metadata):
+            # a window holding a pack: its documents as stored, expanded to the task groups its rows stand for
+            consolidated = (get_json(group.store, f"{prefix}zarr.json") or {}).get("consolidated_metadata") or {}
+            nodes = dict(consolidated.get("metadata") or {})
+            expanded = expand_window(group.path, nodes)
         if expanded is None:
             members = sorted(group.members(max_depth=None), key=lambda item: (item[0].count("/"), item[0]))
             for path, node in members:
