@@ -399,7 +399,8 @@ def expand_torn(key: str, nodes: dict[str, dict[str, Any]]) -> tuple[dict[str, A
     if not packs:
         return None
     virtual, sources = expand_packs(key, packs, strict=False)
-    kept = {path: doc for path, doc in nodes.items() if not any(path == p or path.startswith(f"{p}/") for p in packs)}
+    taken = {path for docs in packs.values() for path in docs}
+    kept = {path: doc for path, doc in nodes.items() if path not in taken}
     stored = {path: doc for docs in packs.values() for path, doc in docs.items() if doc.get("node_type") == "array"}
     kept.update(virtual)
     return kept, PackedWindow(key, False, sources, stored, virtual)
