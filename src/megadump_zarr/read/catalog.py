@@ -297,16 +297,20 @@ def window_info(key: str, raw: bytes | None, doc: dict[str, Any] | None = None) 
         nodes = None
     info = WindowInfo(rank, window, key, status, attrs, nodes)
     if nodes is not None and MARKER in raw:
-        _take_packs(info, expand_window(key, nodes))
+        info.nodes = _take_packs(info, nodes, expand_window(key, nodes))
     return info
 
 
-def _take_packs(info: WindowInfo, expanded: tuple[dict[str, Any], PackedWindow] | None) -> None:
-    """Describe a window's packed records as task groups, record arrays and row coordinates (``info.nodes``)
-    and keep where they are stored (``info.packs``, ``info.pack_rows``)."""
-    if expanded is not None:
-        info.nodes, info.packs = expanded
-        info.pack_rows = info.packs.pack_rows()
+def _take_packs(
+    info: WindowInfo, nodes: dict[str, dict[str, Any]], expanded: tuple[dict[str, Any], PackedWindow] | None
+) -> dict[str, dict[str, Any]]:
+    """A window's nodes with its packed records described as task groups, record arrays and row coordinates
+    (``nodes`` when it holds no pack); where they are stored goes to ``info.packs`` and ``info.pack_rows``."""
+    if expanded is None:
+        return nodes
+    nodes, info.packs = expanded
+    info.pack_rows = info.packs.pack_rows()
+    return nodes
 
 
 def commit_evidence_problem(attrs: Mapping[str, Any], nodes: Any) -> str | None:
@@ -360,12 +364,7 @@ def window_nodes(store: Store, info: WindowInfo) -> dict[str, dict[str, Any]]:
             nodes[key[len(prefix) : -len("/zarr.json")]] = parse_json(raw, key)
         except ValueError:
             info.damaged.append(key)  # torn mid-write: the node never finished, so it is not part of the window
-    expanded = expand_torn(info.key, nodes)
-    if expanded is None:
-        return nodes
-    nodes, info.packs = expanded
-    info.pack_rows = info.packs.pack_rows()
-    return nodes
+    return _take_packs(info, nodes, expand_torn(info.key, nodes))
 
 
 @dataclass(frozen=True)

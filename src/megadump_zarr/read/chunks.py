@@ -71,7 +71,7 @@ def chunk_rows(guarded: Any) -> Any:
 
     Args:
         guarded: A :class:`~megadump_zarr.read.integrity.GuardedArray` of a zarr v3 array, or of a packed record
-            (:class:`~megadump_zarr.read.pack_rows.RowArray`: its one chunk is its row's inner chunk).
+            (:class:`~megadump_zarr.read.pack_arrays.RowArray`: its one chunk is its row's inner chunk).
     """
     from megadump_zarr.read.pack_arrays import RowArray
 
