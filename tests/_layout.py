@@ -23,7 +23,7 @@ from typing import Any
 
 import zarr
 
-from megadump_zarr.store.packs import TASK_ARRAYS, TASKS_ATTR, decode_index, index_nbytes
+from megadump_zarr.store.packs import TASK_ARRAYS, decode_index, index_nbytes
 
 __all__ = ["ChunkSpan", "pack_of", "record_chunk", "stored_record", "task_dirs"]
 
@@ -37,15 +37,20 @@ def pack_of(root: str | os.PathLike[str], group: str) -> tuple[Path, int] | None
     stage = Path(root) / Path(group).parent
     name = Path(group).name
     for pack in sorted(stage.glob("pack_*")):
-        task_doc = next(
-            (pack / name / "zarr.json" for name in TASK_ARRAYS if (pack / name / "zarr.json").is_file()), None
-        )
-        if task_doc is None:
+        if not any((pack / name / "zarr.json").is_file() for name in TASK_ARRAYS):
             continue
-        for row, entry in enumerate(_read_json(task_doc)["attributes"][TASKS_ATTR]):
+        for row, entry in enumerate(_tasks(pack)):
             if entry["group"] == name:
                 return pack, row
     return None
+
+
+def _tasks(pack: Path) -> list[Any]:
+    """A stored pack's task entries (format 4: rebuilt from ``row_fields``; formats 1-3: ``attributes.tasks``)."""
+    from tests._packs import stored_rows
+
+    window = next(a for a in pack.parents if a.name.startswith("window_"))
+    return stored_rows(window, pack.relative_to(window).as_posix())[0]
 
 
 def stored_record(root: str | os.PathLike[str], path: str) -> tuple[zarr.Array, Any]:
@@ -139,7 +144,7 @@ def task_dirs(root: str | os.PathLike[str]) -> list[str]:
     )
     for task_doc in task_docs:
         stage = task_doc.parent.parent.parent.relative_to(root).as_posix()
-        found += [f"{stage}/{entry['group']}" for entry in _read_json(task_doc)["attributes"][TASKS_ATTR]]
+        found += [f"{stage}/{entry['group']}" for entry in _tasks(task_doc.parent.parent)]
     return sorted(found)
 
 

@@ -14,6 +14,7 @@ import torch
 
 from megadump_zarr.diagnostics import LaunchContext
 from megadump_zarr.runtime import Graph, MegaKernel, OperatorNode, SplitSpec, TensorSpec, compile_runtime
+from tests._packs import readable_nodes, stored_rows
 
 
 # --------------------------------------------------------------------------- store helpers
@@ -38,7 +39,7 @@ def _pack_view(path: Path) -> tuple[Path, dict[str, dict[str, Any]], dict[str, A
     virtual: dict[str, dict[str, Any]] = {}
     sources: dict[str, Any] = {}
     for pack in sorted(p for p in stage.glob("pack_*") if p.is_dir()):
-        nodes = {d.parent.relative_to(window).as_posix(): json.loads(d.read_bytes()) for d in pack.glob("*/zarr.json")}
+        nodes = readable_nodes(window, pack.relative_to(window).as_posix())
         more, where = expand_pack(pack.relative_to(window).as_posix(), nodes)
         virtual |= more
         sources |= where
@@ -77,8 +78,8 @@ def pack_row(path: str | Path) -> tuple[Path, int]:
     assert stage is not None, path
     task = path if path.parent == stage else next(a for a in path.parents if a.parent == stage)
     for pack in sorted(p for p in stage.glob("pack_*") if p.is_dir()):
-        name = "task_id" if (pack / "task_id" / "zarr.json").is_file() else "task"  # pack format 2, or 1 (schema 7)
-        tasks = read_json(pack / name / "zarr.json")["attributes"]["tasks"]
+        window = next(a for a in pack.parents if a.name.startswith("window_"))
+        tasks = stored_rows(window, pack.relative_to(window).as_posix())[0]
         for row, entry in enumerate(tasks):
             if entry["group"] == task.name:
                 return pack, row

@@ -19,6 +19,7 @@ from megadump_zarr import TensorDumpConfig, tensor_dump
 from megadump_zarr.demo.model import DemoConfig, MoEBlock
 from megadump_zarr.runtime import MegaKernel
 from tests.dump._dump_helpers import open_task, read_json
+from tests._packs import stored_rows
 
 BF16 = DemoConfig(dtype=torch.bfloat16)
 
@@ -92,14 +93,15 @@ def test_plain_interpreter_reads_bfloat16_task_record_packs(tmp_path, monkeypatc
         assert got["input_01_expert_counts"]["dtype"] == "int64"
         assert got["coords"]["slot"] == list(range(rows.start, rows.stop))
     got = data[str(pack)]
-    tasks = read_json(pack / "task_id" / "zarr.json")["attributes"]["tasks"]
+    window = next(a for a in pack.parents if a.name.startswith("window_"))
+    tasks = stored_rows(window, pack.relative_to(window).as_posix())[0]
     assert len(tasks) == 4
     assert got["coords"]["task_id"] == [t["attrs"]["taskId"] for t in tasks]
     assert got["coords"]["owner_id"] == [
         -1 if t["attrs"]["owner"]["id"] is None else t["attrs"]["owner"]["id"] for t in tasks
     ]
     assert got["coords"]["core_id"] == [t["attrs"]["coreId"] for t in tasks]
-    assert {"task_id", "owner_id", "core_id"}.isdisjoint(name for name in got if name != "coords")
+    assert {"task_id", "owner_id", "core_id", "row_fields"}.isdisjoint(name for name in got if name != "coords")
     assert all(var["dims"][0] == "task" for name, var in got.items() if name != "coords")
 
 

@@ -1,4 +1,4 @@
-"""A pack whose group says another pack format (``megadumpPack`` not 1, 2 or 3) is refused, never read as format 1.
+"""A pack whose group says another pack format (``megadumpPack`` not 1 to 4) is refused, never read as format 1.
 
 The readers find packs by name; before the check a future pack format (or an edited attribute) was read
 with this reader's rules, silently."""
@@ -38,12 +38,12 @@ def packed(tmp_path) -> tuple[Path, str]:
     return tmp_path / "packed", packs[0]
 
 
-@pytest.mark.parametrize("version", [4, None, "1"])
+@pytest.mark.parametrize("version", [5, None, "1"])
 def test_an_unknown_pack_format_is_refused_naming_the_pack(packed, version):
     root, pack = packed
     assert len(open_dump(root).records()) == 18  # format 1 reads
     _set_version(root, pack, version)
-    message = f"{WINDOW}/{pack}/zarr.json: attributes.megadumpPack {version!r} is not a pack format this reader knows [1, 2, 3]"
+    message = f"{WINDOW}/{pack}/zarr.json: attributes.megadumpPack {version!r} is not a pack format this reader knows [1, 2, 3, 4]"
     with pytest.raises(
         ValueError,
         match=f"malformed task-record pack: {message}".replace(".", r"\.")

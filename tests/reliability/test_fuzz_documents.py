@@ -32,6 +32,7 @@ import pytest
 from megadump_zarr.cli.main import main
 from megadump_zarr.read import open_dump
 from megadump_zarr.verify import verify_dump
+from tests._packs import stored_rows
 
 ALLOWED = (ValueError, FileNotFoundError, OSError)
 FAST = settings(
@@ -422,9 +423,7 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         dumper.step()
     window = root / PACK_WINDOW
     packs = sorted(p.relative_to(window).as_posix() for p in window.glob("*/stages/*/pack_*"))
-    assert all(
-        len(json.loads((window / p / "task_id" / "zarr.json").read_text())["attributes"]["tasks"]) > 1 for p in packs
-    )  # a one-row pack is never written (pack_groups.MIN_PACK_TASKS)
+    assert all(len(stored_rows(window, p)[0]) > 1 for p in packs)  # never a one-row pack (pack_groups.MIN_PACK_TASKS)
     documents = []  # (node path relative to the window, paths of values inside its document)
     for pack in packs:
         for doc_path in sorted((window / pack).rglob("zarr.json")):
@@ -537,40 +536,32 @@ def _pack_case(packed: dict[str, Any], rel: str, field: tuple[Any, ...], value: 
             holder.write_bytes(raw)
 
 
+_F = ("attributes", "megadumpRowFields")  # format 4: each row's varying attributes are row_fields' columns
+
+
 @pytest.mark.parametrize("where", ["every", "window", "own"])
 @pytest.mark.parametrize(
     ("node", "field", "value", "expected"),
     [
-        ("task_id", ("attributes", "tasks"), lambda h, k: h[k].pop(), "error"),
-        ("task_id", ("attributes", "tasks", 0, "group"), "../../etc", "error"),
-        ("task_id", ("attributes", "tasks", 0, "group"), "task_000009", "error"),  # another row's group
-        ("task_id", ("attributes", "tasks", 0, "coords", "token"), [8, 0], "error"),
+        ("row_fields", (*_F, "tasks", "columns"), lambda h, k: h[k].pop(), "error"),  # a row bound left null
+        ("row_fields", (*_F, "tasks", "columns", 0, "format", 0), "../../", "error"),  # group names
+        ("row_fields", (*_F, "records"), lambda h, k: h[k].pop("input_00_ys"), "error"),
+        ("row_fields", ("attributes", "tableCrc32c"), "00000000", "error"),
+        ("row_fields", ("shape",), [4, 3], "error"),
         ("task_id", ("shape",), [3], "error"),
-        ("input_00_ys", ("attributes", "records"), lambda h, k: h[k].pop(), "error"),
         ("input_00_ys", ("shape",), [5, 8, 8], "error"),
         ("input_00_ys", ("codecs", 0, "configuration", "chunk_shape", 0), 2, "error"),
         ("input_00_ys", ("codecs", 0, "configuration", "index_location"), "start", "error"),
         ("input_00_ys", ("data_type",), "int32", "verify"),  # same itemsize: decodes; storedDtype disagrees
-        ("input_00_ys", ("attributes", "records", 0, "storedShape"), [1], "verify"),
-        ("input_00_ys", ("attributes", "records", 1, "storedDtype"), "int32", "verify"),
-        ("input_00_ys", ("attributes", "records", 0, "note"), "edited", "read"),
+        ("row_fields", (*_F, "records", "input_00_ys", "template", "storedShape"), [1], "verify"),
+        ("row_fields", (*_F, "records", "input_00_ys", "template", "storedDtype"), "int32", "verify"),
+        ("row_fields", (*_F, "records", "input_00_ys", "template", "note"), "edited", "read"),
         (
-            "task_id",
-            ("attributes", "tasks", 0, "coords"),
+            "row_fields",
+            (*_F, "tasks", "template", "coords"),
             lambda h, k: h[k].update(bogus=[0, 3]),
             "verify",
-        ),  # no such dim: a format-3 pack stores no global_bogus array, which verify names
-        # checked by the readers' expansion (read.pack_nodes): group names against taskId, row coordinates against the records
-        (
-            "task_id",
-            ("attributes", "tasks"),
-            _swap_rows,
-            "error",
-        ),  # the rows' coordinates then disagree with their records
-        ("task_id", ("attributes", "tasks", 0, "group"), "task_000099", "error"),
-        ("task_id", ("attributes", "tasks", 0, "attrs", "taskId"), 77, "error"),
-        ("task_id", ("attributes", "tasks", 0, "coords", "token"), [0, 9], "error"),  # 9 rows for a record of 8
-        ("task_id", ("attributes", "tasks", 0, "coords", "token"), [1, 9], "error"),  # right length, wrong rows
+        ),  # no such dim: the pack stores no global_bogus array, which verify names
     ],
 )
 def test_pack_document_mutations(
@@ -584,10 +575,44 @@ def test_pack_document_mutations(
     assert outcome == ("verify" if where == "own" or (where == "window" and expected == "read") else expected)
 
 
+def _first_task(edit: Any) -> Any:
+    return lambda tasks, records: edit(tasks[0])
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        _first_task(lambda t: t.update(group="../../etc")),
+        _first_task(lambda t: t.update(group="task_000099")),
+        _first_task(lambda t: t["attrs"].update(taskId=77)),
+        _first_task(lambda t: t["coords"].update(token=[8, 0])),
+        _first_task(lambda t: t["coords"].update(token=[0, 9])),  # 9 rows for a record of 8
+        _first_task(lambda t: t["coords"].update(token=[1, 9])),  # right length, wrong rows
+        lambda tasks, records: tasks.__setitem__(0, dict(tasks[0], group=tasks[1]["group"])),  # another row's group
+        lambda tasks, records: tasks.__setitem__(slice(0, 2), tasks[1::-1]),  # coordinates then disagree with records
+    ],
+    ids=["traversal", "group", "taskId", "reversed", "longer", "shifted", "twice", "swapped"],
+)
+def test_pack_row_edits(packed: dict[str, Any], edit: Any) -> None:
+    """Row values edited consistently (row_fields' chunk, its crc32c and every copy of its document): what the
+    readers check of each row (group names against taskId, row coordinates against the records) refuses them."""
+    from tests._packs import edit_rows
+
+    window = packed["root"] / PACK_WINDOW
+    pack = _unpermute(packed)
+    originals = {p: p.read_bytes() for p in [*window.rglob("zarr.json"), *(window / pack).rglob("c.0.0")]}
+    try:
+        edit_rows(window, pack, edit)
+        assert _pack_outcome(packed["root"], packed["pristine"], cli=True) == "error"
+    finally:
+        for holder, raw in originals.items():
+            holder.write_bytes(raw)
+
+
 # Not checked (the reader reads no data to build its view): the order of rows against the pack's task array
 # (a swap of rows without row coordinates), and task attributes other than taskId/workerId (schema 6 kept those
 # in unchecksummed group documents too).
-_UNCHECKED = ("attrs",)  # fields of attributes.tasks[i] whose mutation may read as a different records table
+_UNCHECKED = ("attrs",)  # fields of a task row whose mutation may read as a different records table
 
 
 def _pack_choice(packed: dict[str, Any]) -> st.SearchStrategy[tuple[str, tuple[Any, ...]]]:
@@ -610,7 +635,8 @@ def test_pack_document_fuzz(packed: dict[str, Any]) -> None:
     )
     def run(choice: tuple[str, tuple[Any, ...]], value: Any, where: str, cli: bool) -> None:
         rel, field = choice
-        gap = field[:2] == ("attributes", "tasks") and (len(field) < 4 or field[3] in _UNCHECKED)
+        # the tasks' spec: its template's attrs, or a column (which may be retargeted to an attribute)
+        gap = field[:3] == (*_F, "tasks") and (len(field) < 5 or field[3] == "columns" or field[4] in _UNCHECKED)
         originals = _mutate_pack(root, rel, field, value, where)
         try:
             _pack_outcome(root, packed["pristine"], values_checked=not gap, cli=cli)
@@ -627,8 +653,9 @@ def test_stored_pack_documents_that_disagree_with_the_window_are_named(packed: d
     """verify compares the stored pack documents (what plain zarr reads) with the window document the reader's view
     is built from, as schema 6 compared every node's document with its consolidated entry."""
     root = packed["root"]
-    rel = f"{_unpermute(packed)}/input_00_ys"
-    originals = _mutate_pack(root, rel, ("attributes", "records", 0, "note"), "edited behind the window's back", where)
+    rel = f"{_unpermute(packed)}/row_fields"
+    field = (*_F, "records", "input_00_ys", "template", "note")
+    originals = _mutate_pack(root, rel, field, "edited behind the window's back", where)
     try:
         problems = verify_dump(open_dump(root)).problems
         assert problems and all("pack_" in p.key or "differs" in p.what for p in problems), problems

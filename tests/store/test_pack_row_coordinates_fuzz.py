@@ -5,7 +5,6 @@ ok; a record named or dimensioned ``global_*`` keeps its task group."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 import shutil
 import tempfile
@@ -20,6 +19,8 @@ from megadump_zarr import open_dump
 from megadump_zarr.layout.write_model import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
 from megadump_zarr.store.writer import WindowWriter
 from megadump_zarr.verify import verify_dump
+from megadump_zarr.store.packs import PACK_VERSION
+from tests._packs import stored_rows
 
 INV = "invocation_000000_forward"
 
@@ -80,11 +81,11 @@ def test_global_rows_are_the_tasks_layouts_coordinates(invocation):
         )
         assert (packs == []) == reserved  # a global_* record or dimension is never packed; the rest always is
         for pack in packs:
-            tasks = json.loads((pack / "task_id" / "zarr.json").read_bytes())["attributes"]["tasks"]
+            tasks = stored_rows(packed, pack.relative_to(packed).as_posix())[0]
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
                 dataset = xr.open_zarr(str(pack))
-            assert dataset.attrs["megadumpPack"] == 3
+            assert dataset.attrs["megadumpPack"] == PACK_VERSION
             for dim in tasks[0]["coords"]:
                 name = f"global_{dim}"
                 assert name in dataset.coords and dataset[name].dims == ("task", dim)

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from megadump_zarr.layout.write_model import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
+from megadump_zarr.store.pack_fields import hydrate_pack
 from megadump_zarr.store.pack_writer import row_stats
 from megadump_zarr.store.packs import (
     PACK_MAX_RECORD_BYTES,
@@ -34,6 +35,7 @@ from megadump_zarr.store.packs import (
 from megadump_zarr.store.tensor_stats import SLICE_ELEMENTS, StatsAccumulator
 from megadump_zarr.store.writer import WindowWriter
 from tests._layout import without_digests
+from tests._packs import readable_nodes, stored_rows
 
 INV = "invocation_000000_forward"
 
@@ -154,22 +156,24 @@ def test_layout_packs_packable_tasks_and_keeps_the_rest(windows):
         "input_00_x",
         "output_00_y",
         "owner_id",
+        "row_fields",
         "task_id",
         "zarr.json",
     ]
     assert sorted(p.name for p in (pack / "input_00_x").iterdir()) == ["c.0.0.0", "zarr.json"]  # one shard
     group = json.loads((pack / "zarr.json").read_bytes())
-    assert group["attributes"] == {"megadumpPack": 3, "stage": "up", "taskCount": 5}
+    assert group["attributes"] == {"megadumpPack": 4, "stage": "up", "taskCount": 5}
     assert sorted(group["consolidated_metadata"]["metadata"]) == [
         "core_id",
         "global_token",
         "input_00_x",
         "output_00_y",
         "owner_id",
+        "row_fields",
         "task_id",
     ]
-    task = json.loads((pack / "task_id" / "zarr.json").read_bytes())
-    assert task["attributes"]["tasks"][2] == {
+    tasks = stored_rows(packed, f"{INV}/stages/up/pack_0000")[0]
+    assert tasks[2] == {
         "group": "task_000002",
         "attrs": _attrs(2, "up", owner=0),
         "coords": {"token": [80, 120]},
@@ -181,7 +185,7 @@ def test_layout_packs_packable_tasks_and_keeps_the_rest(windows):
     global_token = zarr.open_array(str(pack / "global_token"))
     assert global_token.metadata.dimension_names == ("task", "token")
     assert global_token.attrs["megadumpRowCoordinate"] == "token"
-    spans = [t["coords"]["token"] for t in task["attributes"]["tasks"]]
+    spans = [t["coords"]["token"] for t in tasks]
     assert global_token[...].tolist() == [list(range(start, stop)) for start, stop in spans]
     assert zarr.open_array(str(pack / "owner_id"))[:].tolist() == [0, 1, 0, 1, 0]
     assert zarr.open_array(str(stage / "pack_0001" / "task_id"))[:].tolist() == [10, 11]
@@ -252,7 +256,7 @@ def test_zarr_tensorstore_and_xarray_read_every_pack_array(windows):
     packed, plain = windows
     for path, doc in _pack_arrays(packed).items():
         pack, _, name = path.rpartition("/")
-        tasks = json.loads((packed / pack / "task_id" / "zarr.json").read_bytes())["attributes"]["tasks"]
+        tasks = stored_rows(packed, pack)[0]
         stage = pack.rpartition("/")[0]
         expected = np.stack([zarr.open_array(str(plain / stage / t["group"] / name))[...] for t in tasks])
         got = zarr.open_array(str(packed / path), mode="r")[...]
@@ -264,15 +268,16 @@ def test_zarr_tensorstore_and_xarray_read_every_pack_array(windows):
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             dataset = xr.open_zarr(str(pack))
-        tasks = json.loads((pack / "task_id" / "zarr.json").read_bytes())["attributes"]["tasks"]
+        tasks = stored_rows(packed, pack.relative_to(packed).as_posix())[0]
         rows = {f"global_{dim}": ("task", dim) for dim in tasks[0]["coords"]}
         assert {name: dataset.coords[name].dims for name in dataset.coords} == {
             "task_id": ("task",),
             "owner_id": ("task",),
             "core_id": ("task",),
+            "row_fields": ("task", "field"),
             **rows,
         }  # coordinates, no task index
-        assert {"task_id", "owner_id", "core_id", *rows}.isdisjoint(dataset.data_vars)
+        assert {"task_id", "owner_id", "core_id", "row_fields", *rows}.isdisjoint(dataset.data_vars)
         stage = pack.relative_to(packed).parent
         for name, (_, dim) in rows.items():  # a row's global indices: the tasks layout's coordinate, value for value
             for row, entry in enumerate(tasks):
@@ -286,19 +291,15 @@ def test_records_attributes_and_stats_equal_the_schema6_writers(windows):
     for path, doc in _pack_arrays(packed).items():
         pack, _, name = path.rpartition("/")
         stage = pack.rpartition("/")[0]
-        tasks = json.loads((packed / pack / "task_id" / "zarr.json").read_bytes())["attributes"]["tasks"]
-        for entry, record in zip(tasks, doc["attributes"]["records"], strict=True):
+        tasks, records = stored_rows(packed, pack)
+        for entry, record in zip(tasks, records[name], strict=True):
             assert record == without_digests(docs[f"{stage}/{entry['group']}/{name}"]["attributes"])
             assert json.dumps(record["stats"]) == json.dumps(
                 docs[f"{stage}/{entry['group']}/{name}"]["attributes"]["stats"]
             )
-    nan_row = json.loads((packed / INV / "stages/up/pack_0000/input_00_x/zarr.json").read_bytes())["attributes"][
-        "records"
-    ][2]
+    nan_row = stored_rows(packed, f"{INV}/stages/up/pack_0000")[1]["input_00_x"][2]
     assert (nan_row["stats"]["nanCount"], nan_row["stats"]["infCount"]) == (1, 1)
-    y = json.loads((packed / INV / "stages/up/pack_0000/output_00_y/zarr.json").read_bytes())["attributes"]["records"][
-        0
-    ]
+    y = stored_rows(packed, f"{INV}/stages/up/pack_0000")[1]["output_00_y"][0]
     assert list(y)[-1] == "stats" and isinstance(y["stats"]["min"], int)  # the writer's stats replace the given ones
 
 
@@ -311,7 +312,9 @@ def _shard_chunk(window: Path, source: ShardSource) -> bytes:
 
 def test_expand_pack_is_the_schema6_writers_view(windows):
     packed, plain = windows
-    nodes = {path: doc for path, doc in _documents(packed).items()}
+    nodes = _documents(packed)
+    for pack in [p for p in nodes if p.rpartition("/")[2].startswith("pack_")]:
+        nodes |= readable_nodes(packed, pack)  # format 4: the rows' lists rebuilt from row_fields
     wanted = _documents(plain)
     view: dict[str, dict] = {path: doc for path, doc in nodes.items() if "/pack_" not in path}
     chunks = 0
@@ -364,12 +367,7 @@ def test_torn_window_keeps_pack_arrays_readable(tmp_path):
     for name in ("task_id", "owner_id", "core_id", "input_00_x", "output_00_y"):
         assert (pack / name / "zarr.json").is_file()
     window = tmp_path / "rank_0" / "window_0000"
-    nodes = {
-        p.parent.relative_to(window).as_posix(): json.loads(p.read_bytes())
-        for p in window.rglob("zarr.json")
-        if p.parent != window
-    }
-    virtual, _ = expand_pack(f"{INV}/stages/up/pack_0000", nodes)
+    virtual, _ = expand_pack(f"{INV}/stages/up/pack_0000", readable_nodes(window, f"{INV}/stages/up/pack_0000"))
     assert f"{INV}/{_task('up', 4)}/output_00_y" in virtual
 
 
@@ -415,8 +413,8 @@ def test_only_packable_tasks_are_packed(tmp_path):
         "task_000004",
         "task_000006",
     ]
-    task_doc = json.loads((stage / "pack_0000" / "task_id" / "zarr.json").read_text())
-    assert [entry["group"] for entry in task_doc["attributes"]["tasks"]] == ["task_000000", "task_000005"]
+    tasks = stored_rows(window, f"{INV}/stages/s/pack_0000")[0]
+    assert [entry["group"] for entry in tasks] == ["task_000000", "task_000005"]
     pair = [0, 5]
     small = _write(
         tmp_path / "b",
@@ -456,7 +454,7 @@ def test_many_tasks_split_into_shards_with_an_absent_tail(tmp_path):
     import zarr
 
     assert zarr.open_array(str(array))[...].tobytes() == data.tobytes()
-    assert "stats" not in json.loads((array / "zarr.json").read_bytes())["attributes"]["records"][0]
+    assert "stats" not in stored_rows(window, f"{INV}/stages/s/pack_0000")[1]["input_00_x"][0]
 
 
 # --------------------------------------------------------------------------- vectorised statistics
@@ -509,7 +507,7 @@ def test_fsspec_roots_get_the_same_pack_bytes(windows):
             for k in local
             if "/pack_" in k
             and "/c." in k
-            and k.rpartition("/")[0].rpartition("/")[2] not in ("task_id", "owner_id", "core_id")
+            and k.rpartition("/")[0].rpartition("/")[2] not in ("task_id", "owner_id", "core_id", "row_fields")
             and not k.rpartition("/")[0].rpartition("/")[2].startswith("global_")
         ]
         assert len(shards) == 6
@@ -540,7 +538,8 @@ def test_a_failed_shard_aborts_the_window_and_keeps_what_was_written(tmp_path):
     pack = f"{INV}/stages/up/pack_0000"
     assert f"{pack}/task_id" in listed and f"{pack}/output_00_y" in listed and f"{pack}/input_00_x" not in listed
     assert not (window / pack / "input_00_x" / "zarr.json").exists()
-    virtual, _ = expand_pack(pack, listed)
+    chunk = window / pack / "row_fields" / "c.0.0"  # written for the record arrays that were
+    virtual, _ = expand_pack(pack, hydrate_pack(pack, listed, chunk.read_bytes(), "task_id", pack))
     assert f"{INV}/{_task('up', 0)}/output_00_y" in virtual and f"{INV}/{_task('up', 0)}/input_00_x" not in virtual
 
 

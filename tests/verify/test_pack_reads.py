@@ -23,7 +23,7 @@ from zarr.storage import LocalStore, WrapperStore
 from megadump_zarr.layout.write_model import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
 from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.integrity import verify_crc32c
-from megadump_zarr.read.catalog import window_info
+from megadump_zarr.read.catalog import store_fetch, window_info
 from megadump_zarr.read.location import get_bytes
 from megadump_zarr.store import pack_writer, packs
 from megadump_zarr.store.packs import decode_index, encode_index, index_nbytes
@@ -37,7 +37,7 @@ PACK = f"{WINDOW}/invocation_000000_forward/stages/s/pack_0000"
 RECORDS = ("input_00_w", "input_01_v")
 TASKS = 6
 ROWS = 2  # records per shard: 3 shards per record array
-_SHARD = re.compile(r"/pack_\d+/(?!task_id/|task/|owner_id/|core_id/)[^/]+/c[.\d]+$")
+_SHARD = re.compile(r"/pack_\d+/(?!task_id/|task/|owner_id/|core_id/|row_fields/)[^/]+/c[.\d]+$")
 
 
 class Counting(WrapperStore):
@@ -123,8 +123,8 @@ def test_verify_reads_each_shard_once(written: Path, store_kind: type[Counting])
     assert report.windows[0].chunks >= TASKS * len(RECORDS)
     assert {key: store.reads[key] for key in shards} == dict.fromkeys(shards, 1)
     assert {key: store.bytes[key] for key in shards} == shards  # whole, once
-    ids = [key for key in store.reads if re.search(r"/pack_\d+/(task_id|owner_id|core_id)/c[.\d]+$", key)]
-    assert len(ids) == 3 and all(store.reads[key] == 1 for key in ids), store.reads  # the row ids: once too
+    ids = [key for key in store.reads if re.search(r"/pack_\d+/(task_id|owner_id|core_id|row_fields)/c[.\d]+$", key)]
+    assert len(ids) == 4 and all(store.reads[key] == 1 for key in ids), store.reads  # the row ids and fields: once too
 
 
 def test_a_clean_pack_dump_from_the_dumper_reads_each_shard_once(tmp_path: Path) -> None:
@@ -191,7 +191,7 @@ def _view_says(root: Path, store_kind: type[Counting], key: str) -> str | None:
     """What the chunk check says of record chunk ``key`` read alone by a fresh reader (the reference): the
     readers' index check and ranged read of its row's inner chunk (``read.pack_rows``)."""
     store = store_kind(LocalStore(str(root), read_only=True))
-    info = window_info(WINDOW, get_bytes(store, f"{WINDOW}/zarr.json"))
+    info = window_info(WINDOW, get_bytes(store, f"{WINDOW}/zarr.json"), fetch=store_fetch(store))
     try:
         raw = info.packs.read_chunk(store, key[len(WINDOW) + 1 :])
     except DumpIntegrityError as error:

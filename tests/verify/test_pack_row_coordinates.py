@@ -15,6 +15,9 @@ import warnings
 import numpy as np
 import pytest
 
+from megadump_zarr.store.packs import PACK_VERSION
+from tests._packs import stored_rows
+
 from megadump_zarr import open_dump
 from megadump_zarr.verify import verify_dump
 from tests._faults import dump_demo_step
@@ -51,8 +54,8 @@ def test_plain_xarray_on_a_pack_shows_each_rows_global_rows_as_the_tasks_layout_
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             dataset = xr.open_zarr(str(pack))
-        assert dataset.attrs["megadumpPack"] == 3
-        entries = json.loads((pack / "task_id" / "zarr.json").read_bytes())["attributes"]["tasks"]
+        assert dataset.attrs["megadumpPack"] == PACK_VERSION
+        entries = stored_rows(pack.parents[3], pack.relative_to(pack.parents[3]).as_posix())[0]
         dims = list(entries[0]["coords"])
         assert dims, pack
         for dim in dims:
@@ -81,10 +84,7 @@ def test_swapped_global_rows_are_a_verify_problem(packed):
     values[[1, 2]] = values[[2, 1]]
     array[...] = values  # written through zarr: the chunk's crc32c is valid
     report = verify_dump(open_dump(packed))
-    spans = [
-        e["coords"]["token"]
-        for e in json.loads((packed / WINDOW / PACK / "task_id" / "zarr.json").read_bytes())["attributes"]["tasks"]
-    ]
+    spans = [e["coords"]["token"] for e in stored_rows(packed / WINDOW, PACK)[0]]
     shown = f"{values[1][0]}..{values[1][-1]}"
     assert [str(p) for p in report.problems] == [
         f"{WINDOW}/{PACK}/global_token: row 1 holds token {shown} but attributes.tasks[1].coords.token names "
@@ -110,12 +110,12 @@ def _drop_node(root: Path, node: str) -> None:
         doc_path.write_text(json.dumps(doc))
 
 
-def test_a_format3_pack_without_its_row_coordinate_array_is_a_verify_problem(packed):
+def test_a_pack_without_its_row_coordinate_array_is_a_verify_problem(packed):
     _drop_node(packed, f"{PACK}/global_token")
     assert len(open_dump(packed).records())  # the readers place rows by coords
     report = verify_dump(open_dump(packed))
     assert [str(p) for p in report.problems] == [
-        f"{WINDOW}/{PACK}/global_token/zarr.json: the pack has no such array (format 3 stores each row coordinate)"
+        f"{WINDOW}/{PACK}/global_token/zarr.json: the pack has no such array (format 4 stores each row coordinate)"
     ]
 
 

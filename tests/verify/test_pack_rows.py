@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +12,7 @@ from megadump_zarr.layout.write_model import ArrayWrite, GroupWrite, InvocationW
 from megadump_zarr.store.writer import WindowWriter
 from megadump_zarr.verify import verify_dump
 
+from tests._packs import edit_rows
 from tests._tasks import task_attrs
 
 WINDOW = "rank_0/window_0000"
@@ -43,22 +43,13 @@ def root(tmp_path: Path) -> Path:
 
 
 def _swap_rows_everywhere(root: Path) -> None:
-    """Swap the two entries of the pack's attributes.tasks in every copy (the task array's document, the pack
-    group's consolidated metadata, the window document): consistent documents, rows naming the wrong task."""
-    window = root / WINDOW
-    copies = [
-        (window / PACK / "task_id" / "zarr.json", ()),
-        (window / PACK / "zarr.json", ("consolidated_metadata", "metadata", "task_id")),
-        (window / "zarr.json", ("consolidated_metadata", "metadata", f"{PACK}/task_id")),
-    ]
-    for file, inside in copies:
-        doc = json.loads(file.read_text())
-        node = doc
-        for part in inside:
-            node = node[part]
-        tasks = node["attributes"]["tasks"]
+    """Swap the two rows' task attributes in every copy (the pack's documents and its row_fields chunk):
+    consistent documents, rows naming the wrong task."""
+
+    def swap(tasks: list, records: dict) -> None:
         tasks[0], tasks[1] = tasks[1], tasks[0]
-        file.write_text(json.dumps(doc))
+
+    edit_rows(root / WINDOW, PACK, swap)
 
 
 def test_clean_pack_verifies(root: Path) -> None:

@@ -348,6 +348,7 @@ def _hierarchy(group: Any) -> tuple[dict[str, dict[str, Any]], dict[str, list[tu
 
     from megadump_zarr.read.location import get_json, get_many, list_prefix, parse_json
     from megadump_zarr.read.pack_nodes import PACK
+    from megadump_zarr.read.catalog import store_fetch
     from megadump_zarr.read.pack_rows import expand_torn, expand_window
 
     prefix = f"{group.path}/" if group.path else ""
@@ -360,7 +361,7 @@ def _hierarchy(group: Any) -> tuple[dict[str, dict[str, Any]], dict[str, list[tu
             # a window holding a pack: its documents as stored, expanded to the task groups its rows stand for
             consolidated = (get_json(group.store, f"{prefix}zarr.json") or {}).get("consolidated_metadata") or {}
             nodes = dict(consolidated.get("metadata") or {})
-            expanded = expand_window(group.path, nodes)
+            expanded = expand_window(group.path, nodes, store_fetch(group.store))
         if expanded is None:
             members = sorted(group.members(max_depth=None), key=lambda item: (item[0].count("/"), item[0]))
             for path, node in members:
@@ -377,7 +378,7 @@ def _hierarchy(group: Any) -> tuple[dict[str, dict[str, Any]], dict[str, list[tu
             for key, raw in zip(keys, get_many(group.store, keys))
             if raw is not None
         }
-        expanded = expand_torn(group.path, nodes)
+        expanded = expand_torn(group.path, nodes, store_fetch(group.store))
     packs = None
     if expanded is not None:
         nodes, packs = expanded

@@ -32,7 +32,7 @@ from megadump_zarr.read.documents import (
 )
 from megadump_zarr.read.statistics_table import STATISTICS_COLUMNS, merge_statistics
 from megadump_zarr.read.location import get_json, get_many, list_dir, list_dirs, list_prefix, parse_json
-from megadump_zarr.read.pack_nodes import MARKER
+from megadump_zarr.read.pack_nodes import MARKER, Fetch, window_fields_keys
 from megadump_zarr.read.pack_rows import PackedWindow, expand_torn, expand_window
 from megadump_zarr.layout.paths import INVOCATION_DIR, RANK_DIR, TASK_DIR, WINDOW_DIR
 
@@ -258,20 +258,39 @@ def scan_windows(store: Store, cache: dict[str, WindowInfo] | None = None) -> li
                 keys.append((rank, window, f"{rank_name}/{window_name}"))
     keys.sort()
     missing = [key for _, _, key in keys if key not in cache or not cache[key].final]
-    for key, raw in zip(missing, get_many(store, [f"{key}/zarr.json" for key in missing])):
-        cache[key] = window_info(key, raw)
+    raws = get_many(store, [f"{key}/zarr.json" for key in missing])
+    # every packed window's row_fields chunks in one concurrent batch (an object store: one round trip, not one
+    # per window); a key not prefetched (a document that does not parse is named by window_info) is read then
+    wanted = [
+        k for key, raw in zip(missing, raws) if raw is not None and MARKER in raw for k in window_fields_keys(key, raw)
+    ]
+    held = dict(zip(wanted, get_many(store, wanted)))
+
+    def fetch(keys: list[str]) -> list[bytes | None]:
+        rest = [k for k in keys if k not in held]
+        held.update(zip(rest, get_many(store, rest)))
+        return [held[k] for k in keys]
+
+    for key, raw in zip(missing, raws):
+        cache[key] = window_info(key, raw, fetch=fetch)
     for rank, window, key in keys:
         cache[key].rank, cache[key].window = rank, window
     return [cache[key] for _, _, key in keys]
 
 
-def window_info(key: str, raw: bytes | None, doc: dict[str, Any] | None = None) -> WindowInfo:
+def store_fetch(store: Store) -> Fetch:
+    """Reads keys of ``store`` concurrently (what a packed window's expansion reads: ``row_fields`` chunks)."""
+    return lambda keys: get_many(store, keys)
+
+
+def window_info(key: str, raw: bytes | None, doc: dict[str, Any] | None = None, *, fetch: Fetch) -> WindowInfo:
     """What a window's ``zarr.json`` says (status, groups), read from its raw bytes.
 
     Args:
         key: The window key (``rank_0/window_0003``).
         raw: The window document's bytes (``None``: not written yet, so the window is ``writing``).
         doc: The document already parsed from ``raw``, if it was.
+        fetch: Reads keys of the dump (a format-4 pack's ``row_fields`` chunk, :func:`store_fetch`).
     """
     rank_name, window_name = key.split("/")
     rank, window = int(rank_name[5:]), int(window_name[7:])
@@ -297,7 +316,7 @@ def window_info(key: str, raw: bytes | None, doc: dict[str, Any] | None = None) 
         nodes = None
     info = WindowInfo(rank, window, key, status, attrs, nodes)
     if nodes is not None and MARKER in raw:
-        info.nodes = _take_packs(info, nodes, expand_window(key, nodes))
+        info.nodes = _take_packs(info, nodes, expand_window(key, nodes, fetch))
     return info
 
 
@@ -364,7 +383,7 @@ def window_nodes(store: Store, info: WindowInfo) -> dict[str, dict[str, Any]]:
             nodes[key[len(prefix) : -len("/zarr.json")]] = parse_json(raw, key)
         except ValueError:
             info.damaged.append(key)  # torn mid-write: the node never finished, so it is not part of the window
-    return _take_packs(info, nodes, expand_torn(info.key, nodes))
+    return _take_packs(info, nodes, expand_torn(info.key, nodes, store_fetch(store)))
 
 
 @dataclass(frozen=True)

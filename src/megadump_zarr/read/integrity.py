@@ -19,6 +19,7 @@ error, naming the chunk that fails.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable, Mapping
 import itertools
 from typing import Any
@@ -30,6 +31,7 @@ from zarr.storage import WrapperStore
 
 from megadump_zarr.layout.paths import WINDOW_KEY
 from megadump_zarr.read.errors import DumpIntegrityError
+from megadump_zarr.read.pack_nodes import MARKER, window_fields_keys
 
 __all__ = [
     "ChunkLookup",
@@ -213,7 +215,11 @@ class IntegrityStore(WrapperStore[Store]):
         if match is None or not match.group(2).rpartition("/")[0] or lookup.known(match.group(1)):
             return
         raw = await self._store.get(f"{match.group(1)}/zarr.json", prototype)
-        lookup.learn(match.group(1), None if raw is None else raw.to_bytes())
+        data = None if raw is None else raw.to_bytes()
+        keys = window_fields_keys(match.group(1), data) if data is not None and MARKER in data else []
+        values = await asyncio.gather(*(self._store.get(k, prototype) for k in keys))
+        fetched = {k: None if v is None else v.to_bytes() for k, v in zip(keys, values)}
+        lookup.learn(match.group(1), data, lambda wanted: [fetched.get(k) for k in wanted])
 
     async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
         value = await self._store.get(key, prototype, byte_range)
@@ -337,12 +343,18 @@ class CommittedWindows:
         """Whether the window's status is known (scanned by the dump, or learned by :meth:`learn`)."""
         return window in self.infos or window in self.not_final
 
-    def learn(self, window: str, raw: bytes | None) -> None:
-        """Record a window document read by the store itself (a reader that did not scan it, e.g. the engine)."""
+    def learn(self, window: str, raw: bytes | None, fetch: Any) -> None:
+        """Record a window document read by the store itself (a reader that did not scan it, e.g. the engine).
+
+        Args:
+            window: The window key.
+            raw: Its document (``None``: absent).
+            fetch: Reads keys of the dump (its packs' ``row_fields`` chunks, read with the document).
+        """
         from megadump_zarr.read.catalog import window_info
 
         try:
-            info = window_info(window, raw)
+            info = window_info(window, raw, fetch=fetch)
         except ValueError:
             info = None
         if info is not None and info.final:

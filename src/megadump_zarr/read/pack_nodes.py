@@ -10,6 +10,8 @@ window's records with the result, and :mod:`megadump_zarr.read.pack_rows` reads 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+import json
 import math
 import re
 from typing import Any
@@ -17,9 +19,18 @@ from typing import Any
 from megadump_zarr.layout.paths import TASK_DIR
 from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.store.metadata import consolidated_sort_key
+from megadump_zarr.store.pack_fields import (
+    FIELDS_ARRAY,
+    FieldsChunkError,
+    fields_chunk_key,
+    hydrate_pack,
+    is_fields_pack,
+)
 from megadump_zarr.store.packs import (
     INDEX_ARRAYS,
+    PACK_ATTR,
     PACK_PREFIX,
+    PACK_VERSIONS,
     RECORDS_ATTR,
     TASK_ARRAY,
     TASK_ARRAYS,
@@ -32,6 +43,7 @@ from megadump_zarr.store.packs import (
 )
 
 __all__ = [
+    "Fetch",
     "MARKER",
     "PACK",
     "PACK_DOC",
@@ -39,6 +51,8 @@ __all__ = [
     "PACK_TASK",
     "check_rows",
     "expand_packs",
+    "fields_keys",
+    "window_fields_keys",
     "flat_group",
     "replace_packs",
     "stored_pack_nodes",
@@ -149,20 +163,91 @@ def _first_row(attrs: dict[str, Any], shape: list[int], size: int) -> int | None
     return offset // row_bytes
 
 
+Fetch = Callable[[list[str]], list["bytes | None"]]
+"""Reads keys (relative to the root) concurrently, ``None`` for an absent one: a format-4 pack's ``row_fields``
+chunk is the one datum a pack's expansion reads (:mod:`megadump_zarr.store.pack_fields`)."""
+
+
+def fields_keys(window: str, packs: dict[str, dict[str, dict[str, Any]]]) -> dict[str, str]:
+    """The ``row_fields`` chunk key (relative to the root) of each format-4 pack among ``packs``."""
+    root = f"{window}/" if window else ""
+    return {pack: root + fields_chunk_key(pack) for pack in sorted(packs) if is_fields_pack(pack, packs[pack])}
+
+
+def window_fields_keys(window: str, raw: bytes) -> list[str]:
+    """The ``row_fields`` chunk keys (relative to the root) a committed window document's packs need
+    (``[]`` when it does not parse: the catalogue names that)."""
+    try:
+        nodes = json.loads(raw)["consolidated_metadata"]["metadata"]
+        packs = {
+            path.rpartition("/")[0]: nodes for path in nodes if path.endswith(f"/{FIELDS_ARRAY}") and PACK.match(path)
+        }
+        return list(fields_keys(window, packs).values())
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return []
+
+
+def _hydrated(
+    window: str, pack: str, docs: dict[str, dict[str, Any]], raw: bytes | None, fields: bool
+) -> dict[str, dict[str, Any]]:
+    """A pack's documents with format 4's rows put back as format 3's lists (``docs`` for older formats).
+
+    Raises:
+        DumpIntegrityError: ``row_fields`` is malformed, missing from a format-4 pack, or its chunk is absent,
+            damaged or another pack's (the key names its document or chunk).
+    """
+    label = f"{window}/{pack}" if window else pack
+    key = f"{label}/{FIELDS_ARRAY}/zarr.json"
+    try:
+        if not fields:
+            version = ((docs.get(pack) or {}).get("attributes") or {}).get(PACK_ATTR)
+            if (
+                type(version) is int and version in PACK_VERSIONS and version >= 4
+            ):  # an unknown one: expand_pack names it
+                raise ValueError(f"{key}: a format-{version} pack keeps each row's attributes there; it is missing")
+            return docs
+        return hydrate_pack(pack, docs, raw, task_array_name(docs, pack) or TASK_ARRAY, label)
+    except FieldsChunkError as error:
+        raise DumpIntegrityError(f"malformed task-record pack: {error}", key=fields_chunk_key(label)) from None
+    except ValueError as error:
+        raise DumpIntegrityError(f"malformed task-record pack: {error}", key=key) from None
+
+
 def expand_packs(
-    window: str, packs: dict[str, dict[str, dict[str, Any]]], strict: bool
-) -> tuple[dict[str, dict[str, Any]], dict[str, ShardSource | RangeSource]]:
-    """The schema-6 nodes and chunk sources of some packs (pack path -> its nodes)."""
+    window: str, packs: dict[str, dict[str, dict[str, Any]]], strict: bool, fetch: Fetch
+) -> tuple[dict[str, dict[str, Any]], dict[str, ShardSource | RangeSource], dict[str, dict[str, Any]]]:
+    """The schema-6 nodes, chunk sources and format-3 documents of some packs (pack path -> its nodes).
+
+    Returns:
+        ``(virtual nodes, chunk sources, rows)``: ``rows`` holds each expanded pack's documents with its rows'
+        attributes as format 3's lists (``attributes.tasks``, ``attributes.records``; a format-4 pack's rebuilt
+        from ``row_fields``), for the checks that compare rows.
+
+    Args:
+        window: The window key.
+        packs: Each pack's nodes (paths relative to the window).
+        strict: A malformed pack raises (a committed window); else it is left out (a torn window's pack cut short).
+        fetch: Reads the format-4 packs' ``row_fields`` chunks (one batch).
+    """
     virtual: dict[str, dict[str, Any]] = {}
     sources: dict[str, ShardSource | RangeSource] = {}
+    rows: dict[str, dict[str, Any]] = {}
+    keys = fields_keys(window, packs)
+    chunks = dict(zip(keys, fetch(list(keys.values())))) if keys else {}
     for pack in sorted(packs):
         try:
-            nodes, chunks = expand_pack(pack, packs[pack], window)
-            check_rows(window, pack, packs[pack])
+            docs = _hydrated(window, pack, packs[pack], chunks.get(pack), pack in keys)
+        except DumpIntegrityError:
+            if not strict:
+                continue
+            raise
+        try:
+            nodes, chunks_of = expand_pack(pack, docs, window)
+            check_rows(window, pack, docs)
         except ValueError as error:
             if not strict:
                 continue  # a torn window's pack cut short: not part of the window yet
-            task_name = task_array_name(packs[pack], pack) or TASK_ARRAY
+            task_name = task_array_name(docs, pack) or TASK_ARRAY
             key = f"{window}/{pack}/{task_name}/zarr.json" if window else f"{pack}/{task_name}/zarr.json"
             raise DumpIntegrityError(f"malformed task-record pack: {error}", key=key) from None
         clash = next((path for path in nodes if path in virtual), None)
@@ -173,18 +258,19 @@ def expand_packs(
                 f"{window}/{pack}: task group {clash} is also in another pack", key=f"{window}/{clash}"
             )
         virtual.update(nodes)
-        sources.update(chunks)
-    return virtual, sources
+        sources.update(chunks_of)
+        rows.update(docs)
+    return virtual, sources, rows
 
 
 def replace_packs(
-    nodes: dict[str, Any], window: str, strict: bool
-) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, ShardSource | RangeSource]] | None:
+    nodes: dict[str, Any], window: str, strict: bool, fetch: Fetch
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, ShardSource | RangeSource], dict[str, Any]] | None:
     """``nodes`` (relative to a window) with every node at or below a pack replaced by the packs' schema-6
     nodes (task groups as flat consolidated entries); ``None`` when it holds no pack.
 
     Returns:
-        ``(nodes in zarr's order, virtual nodes, chunk sources)``.
+        ``(nodes in zarr's order, virtual nodes, chunk sources, the packs' format-3 documents)``.
     """
     packs: dict[str, dict[str, dict[str, Any]]] = {}
     for path, node in nodes.items():
@@ -200,14 +286,14 @@ def replace_packs(
             kept[path] = node
         elif match.group(1) in packs and isinstance(node, dict):
             packs[match.group(1)][path] = node
-    virtual, sources = expand_packs(window, packs, strict)
+    virtual, sources, rows = expand_packs(window, packs, strict, fetch)
     clash = next((path for path in virtual if path in kept), None)
     if clash is not None:
         where = f"{window}/{clash}" if window else clash
         raise DumpIntegrityError(f"{where} is both stored and in a task-record pack", key=where)
     for path, node in virtual.items():
         kept[path] = flat_group(node) if node.get("node_type") == "group" else node
-    return {path: kept[path] for path in sorted(kept, key=consolidated_sort_key)}, virtual, sources
+    return {path: kept[path] for path in sorted(kept, key=consolidated_sort_key)}, virtual, sources, rows
 
 
 def stored_pack_nodes(nodes: dict[str, Any]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from typing import Any
 from zarr.abc.store import RangeByteRequest, Store, SuffixByteRequest
 
 from megadump_zarr.read.errors import DumpIntegrityError
-from megadump_zarr.read.pack_nodes import PACK, PACK_PATH, expand_packs, replace_packs, stored_pack_nodes
+from megadump_zarr.read.pack_nodes import PACK, PACK_PATH, Fetch, expand_packs, replace_packs, stored_pack_nodes
 from megadump_zarr.store.packs import TASK_ARRAYS, RangeSource, ShardSource, decode_index, index_nbytes
 
 __all__ = ["PackedWindow", "expand_torn", "expand_window", "sized_store"]
@@ -122,6 +122,8 @@ class PackedWindow:
         sources: Record or row-coordinate chunk key, relative to the window -> where its bytes are.
         packs: Stored pack array path relative to the window -> its stored document.
         virtual: The packs' task groups, record arrays and row coordinates (path relative to the window).
+        rows: The packs' documents with their rows' attributes as format 3's lists (a format-4 pack's rebuilt
+            from ``row_fields``: ``pack_nodes.expand_packs``), for verify's row checks.
     """
 
     window: str
@@ -129,6 +131,7 @@ class PackedWindow:
     sources: dict[str, ShardSource | RangeSource]
     packs: dict[str, dict[str, Any]]
     virtual: dict[str, dict[str, Any]]
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
     _indexes: dict[str, _Index] = field(default_factory=dict, repr=False)
     _opened: dict[str, tuple[Store, Any]] = field(default_factory=dict, repr=False)
     _checked_nodes: dict[str, dict[str, Any]] | None = field(default=None, repr=False)
@@ -355,13 +358,16 @@ class PackedWindow:
         return data
 
 
-def expand_window(key: str, nodes: Mapping[str, Any], final: bool = True) -> tuple[dict[str, Any], PackedWindow] | None:
+def expand_window(
+    key: str, nodes: Mapping[str, Any], fetch: Fetch, final: bool = True
+) -> tuple[dict[str, Any], PackedWindow] | None:
     """A committed window's consolidated nodes with every pack replaced by its task groups, record arrays and
     row coordinates, and where those are stored; ``None`` when the window holds no pack.
 
     Args:
         key: The window key.
         nodes: Its consolidated nodes (path relative to the window -> document).
+        fetch: Reads keys relative to the root (a format-4 pack's ``row_fields`` chunk).
         final: The window is committed.
 
     Raises:
@@ -369,15 +375,15 @@ def expand_window(key: str, nodes: Mapping[str, Any], final: bool = True) -> tup
             and packed.
     """
     stored = stored_pack_nodes(dict(nodes))
-    replaced = replace_packs(dict(nodes), key, strict=True)
+    replaced = replace_packs(dict(nodes), key, strict=True, fetch=fetch)
     if replaced is None:
         return None
-    metadata, virtual, sources = replaced
+    metadata, virtual, sources, rows = replaced
     packs = {path: doc for path, doc in stored.items() if isinstance(doc, dict) and doc.get("node_type") == "array"}
-    return metadata, PackedWindow(key, final, sources, packs, virtual)
+    return metadata, PackedWindow(key, final, sources, packs, virtual, rows)
 
 
-def expand_torn(key: str, nodes: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], PackedWindow] | None:
+def expand_torn(key: str, nodes: dict[str, dict[str, Any]], fetch: Fetch) -> tuple[dict[str, Any], PackedWindow] | None:
     """A torn window's listed documents (path relative to the window -> document) with its packs replaced, as
     :func:`expand_window` does; a pack cut short by the kill that tore the window is left out (its rows are
     not part of the window yet). ``None`` when it holds no pack.
@@ -385,6 +391,7 @@ def expand_torn(key: str, nodes: dict[str, dict[str, Any]]) -> tuple[dict[str, A
     Args:
         key: The window key.
         nodes: Its listed documents.
+        fetch: Reads keys relative to the root (a format-4 pack's ``row_fields`` chunk).
     """
     packs: dict[str, dict[str, dict[str, Any]]] = {}
     for path, doc in nodes.items():
@@ -398,9 +405,9 @@ def expand_torn(key: str, nodes: dict[str, dict[str, Any]]) -> tuple[dict[str, A
     }
     if not packs:
         return None
-    virtual, sources = expand_packs(key, packs, strict=False)
+    virtual, sources, rows = expand_packs(key, packs, strict=False, fetch=fetch)
     taken = {path for docs in packs.values() for path in docs}
     kept = {path: doc for path, doc in nodes.items() if path not in taken}
     stored = {path: doc for docs in packs.values() for path, doc in docs.items() if doc.get("node_type") == "array"}
     kept.update(virtual)
-    return kept, PackedWindow(key, False, sources, stored, virtual)
+    return kept, PackedWindow(key, False, sources, stored, virtual, rows)

@@ -4,8 +4,8 @@ A task group (``GroupWrite.task``) is packable when it sits directly below ``sta
 ``task_*``, has no sub-groups, holds at least one record and every array directly in it is either
 
 * a record: not empty, at least 1-D, at most ``min(PACK_MAX_RECORD_BYTES, chunk_bytes)`` bytes (so schema 6
-  stores it as one chunk of the record's own shape), no dimension named ``task``, ``task_id``, ``owner_id``
-  or ``core_id``, not itself named like a pack's own arrays, and neither its name nor a dimension starting
+  stores it as one chunk of the record's own shape), no dimension named ``task``, ``field``, ``task_id``,
+  ``owner_id``, ``core_id`` or ``row_fields``, not itself named like a pack's own arrays, and neither its name nor a dimension starting
   with ``global_`` (format 3's row coordinate arrays, ``global_{dim}``); or
 * a 1-D int64 row coordinate whose values are exactly ``arange(start, stop)`` and that fits one chunk,
 
@@ -28,6 +28,7 @@ import numpy as np
 
 from megadump_zarr.store.encoding import RAW_BELOW_BYTES
 from megadump_zarr.store.metadata import dumps
+from megadump_zarr.store.pack_fields import FIELDS_ARRAY, FIELDS_DIM
 from megadump_zarr.store.packs import (
     CORE_ARRAY,
     INDEX_ARRAYS,
@@ -50,7 +51,7 @@ MIN_PACK_TASKS = 2
 """Tasks of one stage and signature below this count stay task groups (a one-row pack costs more files and
 bytes than the group it would replace: 3 index arrays, a pack group and shard indexes)."""
 
-_RESERVED = frozenset((*INDEX_ARRAYS, TASK_DIM))
+_RESERVED = frozenset((*INDEX_ARRAYS, TASK_DIM, FIELDS_DIM))
 
 
 @dataclass
@@ -97,7 +98,10 @@ class PackGroup:
         aux: ``(name, data, dims, attrs_json)`` of the ``task_id``, ``owner_id``, ``core_id`` and ``global_{dim}``
             arrays.
         records: The record components.
-        coordinates: The record arrays' CF ``coordinates`` attribute (the aux arrays, space-separated).
+        coordinates: The record arrays' CF ``coordinates`` attribute (the aux arrays and ``row_fields``,
+            space-separated).
+        task_rows: Each row's task entry (``{"group", "attrs", "coords"}``), encoded as one JSON list: format 4
+            keeps its varying numbers in ``row_fields`` (:mod:`.pack_fields`), written with the last record.
     """
 
     path: str
@@ -106,7 +110,11 @@ class PackGroup:
     aux: list[tuple[str, np.ndarray, tuple[str, ...], bytes]]
     records: list[PackRecord]
     coordinates: str = PACK_COORDINATES
+    task_rows: bytes = b"[]"
     jobs: list[Any] = field(default_factory=list)  # the aux arrays as the writer's ArrayJobs (set by invocation_nodes)
+    fields_document: bytes | None = field(default=None, repr=False)  # row_fields' zarr.json, set by the writer
+    fields_written: bool = False  # set once row_fields' chunk and zarr.json are stored
+    join: Any = field(default=None, repr=False)  # the writer's row_fields join (pack_writer._PackJoin)
 
 
 def _optional_int(value: Any) -> int | None | bool:
@@ -270,7 +278,7 @@ def _pack(
         )
     columns = np.array([t[1:] for t in tasks], dtype=np.int64).reshape(count, 3)
     aux = [
-        (TASK_ARRAY, np.ascontiguousarray(columns[:, 0]), (TASK_DIM,), b'{"tasks":[' + b",".join(entries) + b"]}"),
+        (TASK_ARRAY, np.ascontiguousarray(columns[:, 0]), (TASK_DIM,), b"{}"),
         (OWNER_ARRAY, np.ascontiguousarray(columns[:, 1]), (TASK_DIM,), b"{}"),
         (CORE_ARRAY, np.ascontiguousarray(columns[:, 2]), (TASK_DIM,), b"{}"),
     ]
@@ -281,6 +289,7 @@ def _pack(
         name = row_coordinate_name(dim)
         aux.append((name, values, (TASK_DIM, dim), dumps(row_coordinate_attrs(dim))))
         coordinates.append(name)
+    coordinates.append(FIELDS_ARRAY)
     components = []
     for position, index in enumerate(members[first]):
         name = records[index][0].rpartition("/")[2]
@@ -297,4 +306,12 @@ def _pack(
             )
         )
     attrs_json = dumps({PACK_ATTR: PACK_VERSION, "stage": stage_name, "taskCount": count})
-    return PackGroup(path, attrs_json, [t[0] for t in tasks], aux, components, " ".join(coordinates))
+    return PackGroup(
+        path,
+        attrs_json,
+        [t[0] for t in tasks],
+        aux,
+        components,
+        " ".join(coordinates),
+        b"[" + b",".join(entries) + b"]",
+    )

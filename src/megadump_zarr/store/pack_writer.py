@@ -5,9 +5,10 @@ every inner chunk is exactly the chunk schema 6 would have stored for that recor
 encoded with the writer's codec, or raw under 256 bytes, then its crc32c), followed by the shard index.
 A shard is one job on the writer's pool and one ``put`` (the local backend writes its parts with
 ``writev``); the job that finishes a record array's last shard writes its document, whose
-``attributes.records`` are the schema-6 record attributes, ``stats`` included, byte for byte, and whose
 ``attributes.shardCrc32c`` (:data:`~megadump_zarr.store.packs.SHARD_DIGEST_ATTR`) binds each shard to its
-place (:func:`~megadump_zarr.store.packs.shard_digest`, from the crc32c of its chunks and its index).
+place (:func:`~megadump_zarr.store.packs.shard_digest`, from the crc32c of its chunks and its index). The job
+that finishes the pack's last record array then writes ``row_fields`` (:mod:`.pack_fields`): each row's task
+attributes and schema-6 record attributes, ``stats`` included, value for value, as columns along ``task``.
 
 Statistics are computed for all rows of a shard at once (:func:`row_stats`), along axis 1, with the
 exact arithmetic of :class:`~megadump_zarr.store.tensor_stats.StatsAccumulator` (same casts, same reductions
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import Future
+import json
 import math
 import struct
 import threading
@@ -30,7 +32,15 @@ import numpy as np
 
 from megadump_zarr.store.backend import LocalBackend
 from megadump_zarr.store.encoding import NO_COMPRESSION
-from megadump_zarr.store.metadata import dumps, pack_array_document_bytes
+from megadump_zarr.store.metadata import array_document_bytes, dumps, pack_array_document_bytes
+from megadump_zarr.store.pack_fields import (
+    FIELDS_ARRAY,
+    FIELDS_DIM,
+    column_names,
+    encode_rows,
+    encode_table,
+    fields_attributes,
+)
 from megadump_zarr.store.pack_groups import PackGroup, PackRecord
 from megadump_zarr.store.packs import (
     COORDINATES_ATTR,
@@ -149,13 +159,8 @@ class _Parts:
         return tuple(self.parts) if self.local else b"".join(self.parts)
 
 
-def _records_json(
-    record: PackRecord, stats: list[dict[str, Any]] | None, crcs: list[int | None], coordinates: str
-) -> bytes:
-    """``{"coordinates": "task_id owner_id core_id global_token", "records": [...], "shardCrc32c": "..."}``: the
-    pack's coordinates (so plain xarray shows them along ``task``), then each row's attributes, with ``stats`` spliced
-    in as the schema-6 writer does, then each shard's digest in grid order (8 hex digits each; none without
-    checksums, as the tasks layout's ``chunkCrc32c``)."""
+def _record_rows(record: PackRecord, stats: list[dict[str, Any]] | None) -> bytes:
+    """Each row's attributes as one JSON list, with ``stats`` spliced in as the schema-6 writer does."""
     rows = record.attrs_json
     if stats is not None:
         body = dumps(stats)  # one encoding for every row: [{...},{...}]; stats hold numbers and nulls only
@@ -163,15 +168,47 @@ def _records_json(
         if len(pieces) != len(rows):  # pragma: no cover - a stats dictionary never holds braces
             raise AssertionError(f"{len(pieces)} statistics for {len(rows)} records")
         rows = [a[:-1] + (b',"stats":{' if a != b"{}" else b'"stats":{') + p + b"}}" for a, p in zip(rows, pieces)]
-    head = b"{" + dumps(COORDINATES_ATTR) + b":" + dumps(coordinates) + b',"records":[' + b",".join(rows) + b"]"
+    return b"[" + b",".join(rows) + b"]"
+
+
+def _record_attributes(coordinates: str, crcs: list[int | None]) -> bytes:
+    """``{"coordinates": "task_id owner_id core_id global_token row_fields", "shardCrc32c": "..."}``: the pack's
+    coordinates (so plain xarray shows them along ``task``), then each shard's digest in grid order (8 hex digits
+    each; none without checksums, as the tasks layout's ``chunkCrc32c``)."""
+    head = b"{" + dumps(COORDINATES_ATTR) + b":" + dumps(coordinates)
     if any(crc is None for crc in crcs):
         return head + b"}"
     digests = "".join(f"{crc:08x}" for crc in crcs).encode()
     return head + b',"' + SHARD_DIGEST_ATTR.encode() + b'":"' + digests + b'"}'
 
 
+def _write_fields(writer: Any, pack: PackGroup, prefix: str, rows: dict[str, bytes]) -> None:
+    """Write ``row_fields``: its chunk, then its document (:mod:`.pack_fields`)."""
+    count = len(pack.tasks)
+    columns: list[list[float]] = []
+    specs = {"tasks": encode_rows(json.loads(pack.task_rows), columns), "records": {}}
+    for record in pack.records:
+        if record.name in rows:  # (after a failure, the record arrays that were written)
+            specs["records"][record.name] = encode_rows(json.loads(rows[record.name]), columns)
+    chunk = encode_table(columns, count)
+    if columns:
+        writer.backend.put(f"{prefix}/{FIELDS_ARRAY}/c.0.0", chunk)
+    document = array_document_bytes(
+        (count, len(columns)),
+        np.dtype("<f8"),
+        (max(1, count), max(1, len(columns))),
+        NO_COMPRESSION,
+        dumps(fields_attributes(specs, column_names(specs), chunk)),
+        (TASK_DIM, FIELDS_DIM),
+        True,
+    )
+    writer.backend.put(f"{prefix}/{FIELDS_ARRAY}/zarr.json", document)
+    pack.fields_document = document
+    pack.fields_written = True
+
+
 def submit_pack(writer: Any, pack: PackGroup, base: str) -> list[Future[Any]]:
-    """Write a pack's ``task``/``owner_id``/``core_id`` arrays now, and submit its record shards.
+    """Write a pack's ``task_id``/``owner_id``/``core_id`` arrays now, and submit its record shards.
 
     Args:
         writer: The :class:`~megadump_zarr.store.writer.WindowWriter`.
@@ -179,18 +216,52 @@ def submit_pack(writer: Any, pack: PackGroup, base: str) -> list[Future[Any]]:
         base: Key of the invocation group.
 
     Returns:
-        The shard jobs; the job finishing a record array's last shard writes its document and marks it written.
+        The shard jobs; the job finishing a record array's last shard writes its document and marks it written,
+        and the job finishing the pack's last record writes ``row_fields`` (each row's varying attributes).
     """
     prefix = f"{base}/{pack.path}"
-    # the task array first: a reader of a torn window can expand whatever record arrays follow it
+    # the task array first: a reader of a torn window expands a pack once its row_fields is written too
     writer._write_small([(job, f"{base}/{job.path}") for job in pack.jobs])
     futures: list[Future[Any]] = []
+    joined = pack.join = _PackJoin(writer, pack, prefix)
     for record in pack.records:
-        futures.extend(_submit_record(writer, record, f"{prefix}/{record.name}", len(pack.tasks), pack.coordinates))
+        futures.extend(
+            _submit_record(writer, record, f"{prefix}/{record.name}", len(pack.tasks), pack.coordinates, joined)
+        )
     return futures
 
 
-def _submit_record(writer: Any, record: PackRecord, prefix: str, count: int, coordinates: str) -> list[Future[Any]]:
+class _PackJoin:
+    """Collects each record array's rows; the last one writes the pack's ``row_fields``."""
+
+    def __init__(self, writer: Any, pack: PackGroup, prefix: str) -> None:
+        self.writer, self.pack, self.prefix = writer, pack, prefix
+        self.rows: dict[str, bytes] = {}
+        self.lock = threading.Lock()
+        self.claimed = False
+
+    def _claim(self) -> bool:
+        with self.lock:
+            claimed, self.claimed = self.claimed, True
+        return not claimed
+
+    def done(self, name: str, rows: bytes) -> None:
+        with self.lock:
+            self.rows[name] = rows
+            last = len(self.rows) == len(self.pack.records)
+        if last and self._claim():
+            _write_fields(self.writer, self.pack, self.prefix, dict(self.rows))
+
+    def finish(self) -> None:
+        """After a failed shard (every job has ended): write ``row_fields`` for the record arrays that were
+        written, so the aborted window keeps their rows readable."""
+        if self._claim():
+            _write_fields(self.writer, self.pack, self.prefix, dict(self.rows))
+
+
+def _submit_record(
+    writer: Any, record: PackRecord, prefix: str, count: int, coordinates: str, joined: _PackJoin
+) -> list[Future[Any]]:
     per_shard = shard_rows(record.nbytes, count)
     shards = -(-count // per_shard)
     zeros = ".0" * len(record.shape)
@@ -233,12 +304,13 @@ def _submit_record(writer: Any, record: PackRecord, prefix: str, count: int, coo
                 record.dtype,
                 (per_shard, *record.shape),
                 NO_COMPRESSION if raw else writer.compressor,
-                _records_json(record, merged, state["crcs"], coordinates),
+                _record_attributes(coordinates, state["crcs"]),
                 (TASK_DIM, *record.dims),
                 checksum,
             )
             writer.backend.put(f"{prefix}/zarr.json", document)
             record.document = document
             record.written = True
+            joined.done(record.name, _record_rows(record, merged))
 
     return [writer.pool.submit(run, index) for index in range(shards)]

@@ -6,37 +6,42 @@ stores the tasks of one stage whose records all fit in one chunk (``PACK_MAX_REC
 the same signature (record names, dtypes, shapes, dimensions and coordinates) as one **pack**:
 
 * ``stages/{stage}/pack_{pppp}/`` — a data group (consolidated metadata of its children, so plain
-  ``xr.open_zarr`` opens it), attributes ``{"megadumpPack": 2, "stage": ..., "taskCount": T}`` (only for
+  ``xr.open_zarr`` opens it), attributes ``{"megadumpPack": 4, "stage": ..., "taskCount": T}`` (only for
   two or more tasks of one signature: a shape unique in its stage stays a task group, see ``pack_groups``);
 * ``pack/task_id`` — int64 ``(T,)``, dims ``("task",)``: the task ids (format 1, schema 7: ``pack/task``,
-  the dimension's index coordinate; readers read both). Its attributes ``{"tasks": [...]}``
-  hold one entry per row: ``{"group": "task_000007", "attrs": {...the schema-6 task group
-  attributes...}, "coords": {"token": [start, stop], ...}}`` (each schema-6 row coordinate of the task,
-  always ``arange(start, stop)``);
+  the dimension's index coordinate; readers read both). Each row's task entry is
+  ``{"group": "task_000007", "attrs": {...the schema-6 task group attributes...}, "coords": {"token": [start,
+  stop], ...}}`` (each schema-6 row coordinate of the task, always ``arange(start, stop)``): format 4 keeps the
+  entries in ``row_fields``; formats 1-3 kept them as the list ``attributes.tasks`` of this array;
 * ``pack/owner_id`` and ``pack/core_id`` — int64 ``(T,)``, dims ``("task",)`` (for xarray users);
 * ``pack/global_{dim}`` (format 3) — int64 ``(T, n)``, dims ``("task", dim)``, one per row coordinate: each row's
   global indices along ``dim``, ``arange(start, stop)`` of its ``coords`` entry (where the task's rows sit in
   the stitched tensor), attributes ``{"megadumpRowCoordinate": dim, "long_name": ...}``; ``verify`` checks the
   values against ``coords``;
+* ``pack/row_fields`` (format 4) — float64 ``(T, C)``, dims ``("task", "field")``: each row's varying task and
+  record attributes (ids, statistics, offsets, ...) as columns, what the rows share stored once in its
+  attributes (:mod:`.pack_fields`);
 * ``pack/{record}`` (``input_00_x`` ...) — shape ``(T, *record_shape)``, dims ``("task", *record_dims)``,
   Zarr v3 ``sharding_indexed``: inner chunk ``(1, *record_shape)`` whose codec chain is exactly the
   schema-6 record's (bytes, blosc or none, crc32c), shards of ``shard_rows`` tasks, index at the end
   (``(offset, nbytes)`` little-endian uint64 per inner chunk, then its crc32c). Attributes
-  ``{"coordinates": "task_id owner_id core_id global_token", "records": [...]}``: the CF ``coordinates`` xarray
-  decodes (plain ``xr.open_zarr(pack)`` shows the id arrays as coordinates along ``task``, format 2, and the
-  row coordinates, format 3), then
-  the schema-6 record attributes (with ``stats``) of each row, then ``"shardCrc32c"`` (:data:`SHARD_DIGEST_ATTR`;
-  with checksums only): 8 lower-case hex digits per shard in grid order, :func:`shard_digest` (the crc32c of its
-  chunks' crc32c and its index), so ``verify`` tells a shard valid elsewhere (copied from another window, swapped
-  with a same-shaped one) from its own, as the tasks layout's ``chunkCrc32c`` does for chunks
-  (``store.chunk_digests``); packs written before it record none (not bound).
+  ``{"coordinates": "task_id owner_id core_id global_token row_fields", "shardCrc32c": ...}``: the CF
+  ``coordinates`` xarray decodes (plain ``xr.open_zarr(pack)`` shows the id arrays as coordinates along
+  ``task``, format 2, the row coordinates, format 3, and ``row_fields``, format 4), then ``"shardCrc32c"``
+  (:data:`SHARD_DIGEST_ATTR`; with checksums only): 8 lower-case hex digits per shard in grid order,
+  :func:`shard_digest` (the crc32c of its chunks' crc32c and its index), so ``verify`` tells a shard valid
+  elsewhere (copied from another window, swapped with a same-shaped one) from its own, as the tasks layout's
+  ``chunkCrc32c`` does for chunks (``store.chunk_digests``); packs written before it record none (not bound).
+  Each row's schema-6 record attributes (``stats`` included) are in ``row_fields`` (format 4; formats 1-3: the
+  list ``attributes.records`` of this array).
 
 So a stage of 2048 tasks of two 8 KiB records is 8 shard files plus a handful of documents instead of
 22,528 files and directories, and every physical array is a plain Zarr v3 array that zarr-python and
 tensorstore read.
 
-Readers describe a pack's records as the tasks layout stores them: :func:`expand_pack` turns a pack's documents
-into their task groups, record arrays and row coordinates and tells where each record's chunk is (an inner
+Readers describe a pack's records as the tasks layout stores them: a format-4 pack's rows are first put back as
+format 3's lists (``pack_fields.hydrate_pack``, from its one ``row_fields`` chunk), then :func:`expand_pack` turns a
+pack's documents into their task groups, record arrays and row coordinates and tells where each record's chunk is (an inner
 chunk of a shard, byte for byte the tasks layout's chunk, checksum included; or a row-index range), and
 ``read.pack_rows`` reads each record as its row of the pack array.
 """
@@ -52,6 +57,7 @@ import google_crc32c
 import numpy as np
 
 from megadump_zarr.layout.schema import PACK_STORAGE  # re-exported: the format's name for its windows
+from megadump_zarr.store.pack_fields import FIELDS_ARRAY
 
 __all__ = [
     "COORDINATES_ATTR",
@@ -98,10 +104,11 @@ __all__ = [
 
 PACK_PREFIX = "pack_"
 PACK_ATTR = "megadumpPack"  # pack group attribute: the pack format version
-PACK_VERSION = 3
-"""The pack format the writer writes: 3 stores each row coordinate's global rows as an array along ``task``
-(``global_{dim}``); 2 names the task id array ``task_id`` (1, schema 7's: ``task``)."""
-PACK_VERSIONS = (1, 2, 3)
+PACK_VERSION = 4
+"""The pack format the writer writes: 4 keeps each row's varying attributes in ``row_fields``
+(:mod:`.pack_fields`) instead of JSON lists; 3 stores each row coordinate's global rows as an array along
+``task`` (``global_{dim}``); 2 names the task id array ``task_id`` (1, schema 7's: ``task``)."""
+PACK_VERSIONS = (1, 2, 3, 4)
 """Pack formats readers know."""
 TASK_DIM = "task"
 """The dimension along a pack's rows."""
@@ -112,7 +119,7 @@ TASK_ARRAY_V1 = "task"
 TASK_ARRAYS = (TASK_ARRAY, TASK_ARRAY_V1)
 OWNER_ARRAY = "owner_id"
 CORE_ARRAY = "core_id"
-INDEX_ARRAYS = (TASK_ARRAY, TASK_ARRAY_V1, OWNER_ARRAY, CORE_ARRAY)
+INDEX_ARRAYS = (TASK_ARRAY, TASK_ARRAY_V1, OWNER_ARRAY, CORE_ARRAY, FIELDS_ARRAY)
 """A pack's per-row arrays that are not records (a record never takes one of these names)."""
 ROW_COORDINATE_PREFIX = "global_"
 """Format 3: the pack array ``global_{dim}`` (int64 ``(T, n)``, dims ``("task", dim)``) holds each row's global

@@ -47,6 +47,7 @@ def check_pack_documents(state: CheckState, base: Any, window: str, stored: dict
         own = stored_agrees(state, key, raw, entry, "pack")
         if own is not None and own.get("node_type") == "group":
             group_consolidated_agrees(state, key, path, own, nodes)
+    nodes = {**nodes, **packs.rows}  # format 4: each row's attributes rebuilt from row_fields (checked there)
     _check_pack_rows(state, base, window, nodes)
     _check_row_coordinates(state, base, window, nodes)
     _check_shards(state, packs, base, window, nodes)

@@ -61,6 +61,7 @@ def verify_window(
     from megadump_zarr.read.errors import DumpIntegrityError
     from megadump_zarr.read.location import get_bytes, open_location, parse_json
     from megadump_zarr.read.pack_nodes import MARKER
+    from megadump_zarr.read.catalog import store_fetch
     from megadump_zarr.read.pack_rows import expand_window
 
     from megadump_zarr.read.documents import INT64_MAX
@@ -104,7 +105,7 @@ def verify_window(
         return _result(state, status, deep, partial_launches)
     stored, packs = nodes, None
     try:  # the packed records, as the readers describe them (task groups, record arrays, row coordinates)
-        expanded = expand_window(window, nodes) if MARKER in raw else None
+        expanded = expand_window(window, nodes, store_fetch(store)) if MARKER in raw else None
     except DumpIntegrityError as error:  # a malformed task-record pack: the readers cannot place its rows
         state.add(error.key or doc_key, str(error))
         return _result(state, "unknown", deep, ())
