@@ -1,9 +1,11 @@
-"""The reader keeps reading pack formats 2 and 3 (``layout="packs"`` dumps of window schemaVersion 8,
-``megadumpPack: 2`` and ``3``), each on a dump stored by its writer.
+"""The reader keeps reading pack formats 2, 3 and 4 (``layout="packs"`` dumps of window schemaVersion 8,
+``megadumpPack: 2``, ``3`` and ``4``), each on a dump stored by its writer.
 
-``tests/read/data/packs2`` (commit 9d7f66c) and ``tests/read/data/packs3`` (commit 21ee36a) each hold an L1 dump
-of one demo step in the packs layout (see their READMEs): two four-row packs whose rows carry row coordinates
-(format 3 also stores them as ``global_{dim}`` arrays, format 2 does not), and ragged tasks kept as task groups.
+``tests/read/data/packs2`` (commit 9d7f66c), ``tests/read/data/packs3`` (commit 21ee36a) and
+``tests/read/data/packs4`` (commit bc9d41c) each hold an L1 dump of one demo step in the packs layout (see their
+READMEs): two four-row packs whose rows carry row coordinates (formats 3 and 4 also store them as ``global_{dim}``
+arrays, format 2 does not; format 4 keeps each row's attributes in ``row_fields``, not JSON lists), and ragged
+tasks kept as task groups.
 Their files hash to the lists stored with them (``SHA256SUMS``); each fixture read through the public API
 (records and the pack rows they name, record arrays, stitched tensors, compare with itself, verify, the CLI)
 agrees with itself and with zarr-python and xarray reading the same stored bytes, exactly. The same step
@@ -26,6 +28,7 @@ import zarr
 
 from megadump_zarr import compare, open_dump
 from megadump_zarr.verify import verify_dump
+from tests._packs import stored_rows
 from tests.cli._helpers import cli_runner
 from tests.read._fixture_checks import (
     copy_stored,
@@ -35,8 +38,8 @@ from tests.read._fixture_checks import (
     assert_stored_bytes_unchanged,
 )
 
-DATA = {2: Path(__file__).parent / "data" / "packs2", 3: Path(__file__).parent / "data" / "packs3"}
-FILES = {2: 78, 3: 84}  # stored files of each fixture (format 3 adds a global_{dim} array per row coordinate)
+DATA = {f: Path(__file__).parent / "data" / f"packs{f}" for f in (2, 3, 4)}
+FILES = {2: 78, 3: 84, 4: 88}  # stored files (format 3 adds a global_{dim} array per row coordinate, 4 row_fields)
 LEVELS = ("l1",)
 LAYOUTS = ("packs", "tasks")
 WINDOW = Path("rank_0") / "window_0000"
@@ -100,13 +103,15 @@ def test_the_fixture_is_schema_8_with_its_format_of_packs(stored, pack_format):
         assert globals_ == ([] if pack_format == 2 else sorted(f"global_{dim}" for dim in PACK_COORDS[stage]))
         ids = zarr.open_array(str(pack / "task_id"), mode="r")
         assert ids[...].tolist() == tasks  # exact: integers
-        rows = ids.attrs["tasks"]
+        assert ("row_fields" in arrays) == (pack_format >= 4) and ("tasks" in ids.attrs) == (pack_format < 4)
+        rows = stored_rows(stored / "l1" / WINDOW, pack.relative_to(stored / "l1" / WINDOW).as_posix())[0]
         assert [row["group"] for row in rows] == [f"task_{t:06d}" for t in tasks]
         assert all(set(row["coords"]) == PACK_COORDS[stage] for row in rows)  # rows with row coordinates
         assert [row["coords"]["token"] for row in rows] == [[0, 8], [8, 16], [16, 24], [24, 32]]
-        for name in set(arrays) - {"task_id", "owner_id", "core_id"} - set(globals_):
+        fields = ["row_fields"] if pack_format >= 4 else []
+        for name in set(arrays) - {"task_id", "owner_id", "core_id", *fields} - set(globals_):
             assert _doc(pack / name)["attributes"]["coordinates"] == " ".join(
-                ["task_id", "owner_id", "core_id", *globals_]
+                ["task_id", "owner_id", "core_id", *globals_, *fields]
             ), name
         for name in globals_:  # each row's global indices: arange(start, stop) of its coords entry
             dim = name.removeprefix("global_")
@@ -145,7 +150,8 @@ def test_plain_xarray_opens_a_pack_with_its_ids_as_coordinates(stored, pack_form
             warnings.simplefilter("error")
             ds = xr.open_zarr(root / STAGES / stage / "pack_0000", consolidated=True, chunks=None)
         row_coordinates = set() if pack_format == 2 else {f"global_{dim}" for dim in PACK_COORDS[stage]}
-        assert set(ds.coords) == {"task_id", "owner_id", "core_id"} | row_coordinates  # format 2: no global_{dim}
+        fields = {"row_fields"} if pack_format >= 4 else set()  # format 4: each row's attributes, (task, field)
+        assert set(ds.coords) == {"task_id", "owner_id", "core_id"} | row_coordinates | fields
         assert all(ds[c].dims[0] == "task" for c in ds.coords)
         assert ds.attrs["megadumpPack"] == pack_format and ds.sizes["task"] == len(tasks)
         assert ds["task_id"].values.tolist() == tasks  # exact: integers
