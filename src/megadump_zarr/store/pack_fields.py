@@ -81,13 +81,11 @@ def is_fields_pack(pack: str, nodes: Mapping[str, Any]) -> bool:
     return isinstance(attrs, dict) and FIELDS_ATTR in attrs
 
 
-def _same(values: Sequence[Any]) -> bool:
+def _same_scalar(values: Sequence[Any]) -> bool:
+    """Every value is the first, of its type (``1``, ``1.0`` and ``True`` differ; a NaN is never the same)."""
     first = values[0]
     kind = type(first)
-    if kind in (int, float, str, bool) or first is None:
-        return all(type(v) is kind and v == first for v in values)
-    encoded = json.dumps(first)
-    return all(type(v) is kind and json.dumps(v) == encoded for v in values)
+    return kind not in (dict, list) and all(type(v) is kind and v == first for v in values)
 
 
 def _numeric(values: Sequence[Any]) -> tuple[str, bool] | None:
@@ -141,16 +139,20 @@ def encode_rows(rows: Sequence[Any], columns: list[list[Any]]) -> dict[str, Any]
     template = json.loads(json.dumps(rows[0]))
 
     def walk(values: Sequence[Any], path: list[Any], holder: Any, key: Any) -> None:
-        if _same(values):
-            return
+        # containers of one shape are walked into (a shared one ends as shared leaves); scalars compared by type
         first = values[0]
-        if type(first) is dict and all(type(v) is dict and list(v) == list(first) for v in values):
-            for name in first:
-                walk([v[name] for v in values], [*path, name], holder[key], name)
-            return
-        if type(first) is list and all(type(v) is list and len(v) == len(first) for v in values):
-            for index in range(len(first)):
-                walk([v[index] for v in values], [*path, index], holder[key], index)
+        if type(first) is dict:
+            keys = tuple(first)
+            if all(type(v) is dict and tuple(v) == keys for v in values):
+                for name in keys:
+                    walk([v[name] for v in values], [*path, name], holder[key], name)
+                return
+        elif type(first) is list:
+            if all(type(v) is list and len(v) == len(first) for v in values):
+                for index in range(len(first)):
+                    walk([v[index] for v in values], [*path, index], holder[key], index)
+                return
+        elif _same_scalar(values):
             return
         holder[key] = None
         numeric = _numeric(values)

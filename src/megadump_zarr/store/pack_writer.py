@@ -182,14 +182,31 @@ def _record_attributes(coordinates: str, crcs: list[int | None]) -> bytes:
     return head + b',"' + SHARD_DIGEST_ATTR.encode() + b'":"' + digests + b'"}'
 
 
-def _write_fields(writer: Any, pack: PackGroup, prefix: str, rows: dict[str, bytes]) -> None:
-    """Write ``row_fields``: its chunk, then its document (:mod:`.pack_fields`)."""
+Encoded = tuple[dict[str, Any], list[list[float]]]
+"""A spec and its own columns (numbered from 0): :func:`encode_rows` of one JSON list of rows."""
+
+
+def _encoded(rows_json: bytes) -> Encoded:
+    columns: list[list[float]] = []
+    return encode_rows(json.loads(rows_json), columns), columns
+
+
+def _write_fields(writer: Any, pack: PackGroup, prefix: str, tasks: Encoded, rows: dict[str, Encoded]) -> None:
+    """Write ``row_fields``: its chunk, then its document (:mod:`.pack_fields`). Each part was encoded on its own
+    (the tasks at submit, each record array by the job that finished it); here their columns are numbered in
+    one table, the tasks' first, then the record arrays' in the pack's order."""
     count = len(pack.tasks)
     columns: list[list[float]] = []
-    specs = {"tasks": encode_rows(json.loads(pack.task_rows), columns), "records": {}}
-    for record in pack.records:
-        if record.name in rows:  # (after a failure, the record arrays that were written)
-            specs["records"][record.name] = encode_rows(json.loads(rows[record.name]), columns)
+    specs: dict[str, Any] = {"tasks": None, "records": {}}
+    parts = [("tasks", tasks)] + [(r.name, rows[r.name]) for r in pack.records if r.name in rows]
+    for name, (spec, own) in parts:  # (after a failure, only the record arrays that were written)
+        base = len(columns)
+        spec = dict(spec, columns=[dict(c, column=c["column"] + base) if "column" in c else c for c in spec["columns"]])
+        columns.extend(own)
+        if name == "tasks":
+            specs["tasks"] = spec
+        else:
+            specs["records"][name] = spec
     chunk = encode_table(columns, count)
     if columns:
         writer.backend.put(f"{prefix}/{FIELDS_ARRAY}/c.0.0", chunk)
@@ -228,35 +245,47 @@ def submit_pack(writer: Any, pack: PackGroup, base: str) -> list[Future[Any]]:
         futures.extend(
             _submit_record(writer, record, f"{prefix}/{record.name}", len(pack.tasks), pack.coordinates, joined)
         )
+    joined.tasks()
     return futures
 
 
 class _PackJoin:
-    """Collects each record array's rows; the last one writes the pack's ``row_fields``."""
+    """Collects each record array's encoded rows; the last one writes the pack's ``row_fields``."""
 
     def __init__(self, writer: Any, pack: PackGroup, prefix: str) -> None:
         self.writer, self.pack, self.prefix = writer, pack, prefix
-        self.rows: dict[str, bytes] = {}
+        self.rows: dict[str, Encoded] = {}
         self.lock = threading.Lock()
         self.claimed = False
+        self._tasks: Encoded | None = None
+        self._tasks_lock = threading.Lock()
+
+    def tasks(self) -> Encoded:
+        """The task rows encoded once: by the submitting thread while the shards are written, or by whichever job
+        needs them first."""
+        with self._tasks_lock:
+            if self._tasks is None:
+                self._tasks = _encoded(self.pack.task_rows)
+            return self._tasks
 
     def _claim(self) -> bool:
         with self.lock:
             claimed, self.claimed = self.claimed, True
         return not claimed
 
-    def done(self, name: str, rows: bytes) -> None:
+    def done(self, name: str, rows_json: bytes) -> None:
+        encoded = _encoded(rows_json)  # in the job that finished the record array, beside the other shards
         with self.lock:
-            self.rows[name] = rows
+            self.rows[name] = encoded
             last = len(self.rows) == len(self.pack.records)
         if last and self._claim():
-            _write_fields(self.writer, self.pack, self.prefix, dict(self.rows))
+            _write_fields(self.writer, self.pack, self.prefix, self.tasks(), dict(self.rows))
 
     def finish(self) -> None:
         """After a failed shard (every job has ended): write ``row_fields`` for the record arrays that were
         written, so the aborted window keeps their rows readable."""
         if self._claim():
-            _write_fields(self.writer, self.pack, self.prefix, dict(self.rows))
+            _write_fields(self.writer, self.pack, self.prefix, self.tasks(), dict(self.rows))
 
 
 def _submit_record(
