@@ -31,6 +31,7 @@ from megadump_zarr.read.documents import (
     shape_field,
 )
 from megadump_zarr.read.statistics_table import STATISTICS_COLUMNS, merge_statistics
+from megadump_zarr.read.integrity import below_checks
 from megadump_zarr.read.location import get_json, get_many, list_dir, list_dirs, list_prefix, parse_json
 from megadump_zarr.read.pack_nodes import MARKER, Fetch, window_fields_keys
 from megadump_zarr.read.pack_rows import PackedWindow, expand_torn, expand_window
@@ -264,11 +265,12 @@ def scan_windows(store: Store, cache: dict[str, WindowInfo] | None = None) -> li
     wanted = [
         k for key, raw in zip(missing, raws) if raw is not None and MARKER in raw for k in window_fields_keys(key, raw)
     ]
-    held = dict(zip(wanted, get_many(store, wanted)))
+    read = store_fetch(store)
+    held = dict(zip(wanted, read(wanted)))
 
     def fetch(keys: list[str]) -> list[bytes | None]:
         rest = [k for k in keys if k not in held]
-        held.update(zip(rest, get_many(store, rest)))
+        held.update(zip(rest, read(rest)))
         return [held[k] for k in keys]
 
     for key, raw in zip(missing, raws):
@@ -279,8 +281,11 @@ def scan_windows(store: Store, cache: dict[str, WindowInfo] | None = None) -> li
 
 
 def store_fetch(store: Store) -> Fetch:
-    """Reads keys of ``store`` concurrently (what a packed window's expansion reads: ``row_fields`` chunks)."""
-    return lambda keys: get_many(store, keys)
+    """Reads keys of ``store`` concurrently, below its integrity checks (what a packed window's expansion reads:
+    ``row_fields`` chunks, which it checks itself: their crc32c and the ``tableCrc32c`` binding them to their
+    pack). Through the checks, each chunk would first make the store expand its window again to look it up."""
+    inner = below_checks(store)
+    return lambda keys: get_many(inner, keys)
 
 
 def window_info(key: str, raw: bytes | None, doc: dict[str, Any] | None = None, *, fetch: Fetch) -> WindowInfo:

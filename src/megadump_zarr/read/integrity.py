@@ -151,6 +151,12 @@ def window_lookup(windows: Callable[[str], Mapping[str, dict[str, Any]] | None],
     return lookup
 
 
+def below_checks(store: Store) -> Store:
+    """The dump's store below its integrity checks (what reads that check what they read themselves use: a
+    pack's shard index, its ``row_fields`` chunk)."""
+    return store.wrapped if isinstance(store, IntegrityStore) else store
+
+
 class IntegrityStore(WrapperStore[Store]):
     """A read-only store wrapper that refuses missing and corrupt chunks of committed windows.
 

@@ -27,6 +27,7 @@ from typing import Any
 from zarr.abc.store import RangeByteRequest, Store, SuffixByteRequest
 
 from megadump_zarr.read.errors import DumpIntegrityError
+from megadump_zarr.read.integrity import below_checks
 from megadump_zarr.read.pack_nodes import PACK, PACK_PATH, Fetch, expand_packs, replace_packs, stored_pack_nodes
 from megadump_zarr.store.packs import TASK_ARRAYS, RangeSource, ShardSource, decode_index, index_nbytes
 
@@ -94,15 +95,8 @@ def sized_store(store: Store) -> Store | None:
     Args:
         store: The dump's store.
     """
-    inner = _below_checks(store)
+    inner = below_checks(store)
     return inner if type(inner).getsize is not Store.getsize else None
-
-
-def _below_checks(store: Store) -> Store:
-    """The dump's store below its integrity checks (:class:`~megadump_zarr.read.integrity.IntegrityStore`)."""
-    from megadump_zarr.read.integrity import IntegrityStore
-
-    return store.wrapped if isinstance(store, IntegrityStore) else store
 
 
 def _pack_row(source: ShardSource) -> tuple[str, int]:
@@ -235,7 +229,7 @@ class PackedWindow:
         from zarr.core.sync import sync
 
         # below the dump's integrity checks, which would name only the shard: the check names the record too
-        stored = _below_checks(store)
+        stored = below_checks(store)
 
         async def read() -> tuple[Any, int | None]:
             value = await stored.get(shard, default_buffer_prototype(), SuffixByteRequest(index_nbytes(count)))
