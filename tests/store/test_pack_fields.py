@@ -275,3 +275,20 @@ def test_records_read_each_row_fields_chunk_once_and_the_window_document_once(pa
     assert chunks == {f"{pack}/{FIELDS_ARRAY}/c.0.0": 1 for pack in packs} and len(packs) >= 2
     assert store.reads[f"{WINDOW}/zarr.json"] == 1
     assert not [key for key in store.reads if "/c." in key and f"/{FIELDS_ARRAY}/" not in key]  # no other chunk
+
+
+def test_a_row_fields_shape_that_disagrees_with_the_task_ids_is_named(packed, tmp_path):
+    root = _copy(packed, tmp_path)
+    for doc_path, key in (
+        (root / WINDOW / PACK / FIELDS_ARRAY / "zarr.json", None),
+        (root / WINDOW / PACK / "zarr.json", FIELDS_ARRAY),
+        (root / WINDOW / "zarr.json", f"{PACK}/{FIELDS_ARRAY}"),
+    ):
+        doc = json.loads(doc_path.read_text())
+        node = doc if key is None else doc["consolidated_metadata"]["metadata"][key]
+        node["shape"][0] = 4
+        doc_path.write_text(json.dumps(doc))
+    with pytest.raises(
+        DumpIntegrityError, match=r"row_fields/zarr\.json: shape \[4, \d+\] does not hold the rows of task_id"
+    ):
+        open_dump(root).records()

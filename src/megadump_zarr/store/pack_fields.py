@@ -247,8 +247,11 @@ def decode_rows(spec: Any, table: np.ndarray, count: int, where: str) -> list[An
     """
     if not isinstance(spec, dict) or "template" not in spec or not isinstance(spec.get("columns"), list):
         raise ValueError(f"{where} must be an object with 'template' and a 'columns' list")
-    template = json.dumps(spec["template"])
-    rows = json.loads("[" + ",".join([template] * count) + "]") if count else []
+    try:
+        template = json.dumps(spec["template"])
+        rows = json.loads("[" + ",".join([template] * count) + "]") if count else []
+    except (RecursionError, ValueError, TypeError) as error:
+        raise ValueError(f"{where}.template cannot be copied: {type(error).__name__}") from None
     for position, column in enumerate(spec["columns"]):
         at = f"{where}.columns[{position}]"
         if not isinstance(column, dict):
@@ -373,6 +376,9 @@ def hydrate_pack(
     if doc.get("codecs") != _TABLE_CODECS:
         raise ValueError(f"{where}: codecs {doc.get('codecs')!r} are not {_TABLE_CODECS!r} (one raw chunk)")
     count, width = shape
+    task_shape = (nodes.get(f"{pack}/{task_name}") or {}).get("shape")
+    if isinstance(task_shape, list) and task_shape != [count]:
+        raise ValueError(f"{where}: shape {shape!r} does not hold the rows of {task_name} (shape {task_shape!r})")
     attrs = doc["attributes"]
     specs = attrs[FIELDS_ATTR]
     if not isinstance(specs, dict) or not isinstance(specs.get("records"), dict) or "tasks" not in specs:
