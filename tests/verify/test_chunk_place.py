@@ -65,8 +65,8 @@ def test_unbound_arrays_verify_with_a_note(root: Path) -> None:
     assert report.ok
     (note,) = report.windows[0].notes
     assert note.endswith(
-        "array(s) not bound: they record no chunkCrc32c (written before it existed, in a pack, or "
-        "without checksums), so a chunk valid elsewhere cannot be told from theirs"
+        "array(s) not bound: they record no chunkCrc32c (coordinate arrays, and arrays or packs written before it "
+        "existed or without checksums), so a chunk valid elsewhere cannot be told from theirs"
     )
     assert report.to_dict()["windows"][0]["notes"] == [note]
 

@@ -15,8 +15,8 @@ from tests.read.conftest import HandRecord, hand_window
 
 WINDOW = "rank_0/window_0000"
 UNBOUND = (
-    "array(s) not bound: they record no chunkCrc32c (written before it existed, in a pack, or without checksums), "
-    "so a chunk valid elsewhere cannot be told from theirs"
+    "array(s) not bound: they record no chunkCrc32c (coordinate arrays, and arrays or packs written before it "
+    "existed or without checksums), so a chunk valid elsewhere cannot be told from theirs"
 )
 UNCHECKED = (
     "array(s) carry no checksum (no crc32c codec): their chunks were decoded, so damage that still decodes "

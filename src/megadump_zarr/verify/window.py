@@ -188,8 +188,8 @@ def _result(state: CheckState, status: str, deep: bool, partial: tuple[Any, ...]
         )
     if state.unbound:
         notes.append(
-            f"{state.unbound} array(s) not bound: they record no chunkCrc32c (written before it existed, in a "
-            f"pack, or without checksums), so a chunk valid elsewhere cannot be told from theirs"
+            f"{state.unbound} array(s) not bound: they record no chunkCrc32c (coordinate arrays, and arrays or packs "
+            f"written before it existed or without checksums), so a chunk valid elsewhere cannot be told from theirs"
         )
     return WindowCheck(
         state.window,
