@@ -292,3 +292,21 @@ def test_a_row_fields_shape_that_disagrees_with_the_task_ids_is_named(packed, tm
         DumpIntegrityError, match=r"row_fields/zarr\.json: shape \[4, \d+\] does not hold the rows of task_id"
     ):
         open_dump(root).records()
+
+
+def test_a_row_fields_without_columns_is_refused_not_expanded(packed, tmp_path):
+    """With no column, no stored byte would bound the row count a document claims (never a hang or an OOM)."""
+    root = _copy(packed, tmp_path)
+    for doc_path, key in (
+        (root / WINDOW / PACK / FIELDS_ARRAY / "zarr.json", None),
+        (root / WINDOW / PACK / "zarr.json", FIELDS_ARRAY),
+        (root / WINDOW / "zarr.json", f"{PACK}/{FIELDS_ARRAY}"),
+    ):
+        doc = json.loads(doc_path.read_text())
+        node = doc if key is None else doc["consolidated_metadata"]["metadata"][key]
+        node["shape"][1] = 0
+        doc_path.write_text(json.dumps(doc))
+    with pytest.raises(
+        DumpIntegrityError, match=r"row_fields/zarr\.json: shape \[5, 0\] holds no column for its 5 rows"
+    ):
+        open_dump(root).records()

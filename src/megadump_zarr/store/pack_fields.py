@@ -376,6 +376,8 @@ def hydrate_pack(
     if doc.get("codecs") != _TABLE_CODECS:
         raise ValueError(f"{where}: codecs {doc.get('codecs')!r} are not {_TABLE_CODECS!r} (one raw chunk)")
     count, width = shape
+    if count > 1 and not width:  # rows differ (their task ids): without a column, nothing bounds the row count
+        raise ValueError(f"{where}: shape {shape!r} holds no column for its {count} rows")
     task_shape = (nodes.get(f"{pack}/{task_name}") or {}).get("shape")
     if isinstance(task_shape, list) and task_shape != [count]:
         raise ValueError(f"{where}: shape {shape!r} does not hold the rows of {task_name} (shape {task_shape!r})")
