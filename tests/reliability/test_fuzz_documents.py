@@ -560,8 +560,8 @@ _F = ("attributes", "megadumpRowFields")  # format 4: each row's varying attribu
             "row_fields",
             (*_F, "tasks", "template", "coords"),
             lambda h, k: h[k].update(bogus=[0, 3]),
-            "verify",
-        ),  # no such dim: the pack stores no global_bogus array, which verify names
+            "error",
+        ),  # no record has such a dim: nothing stored bounds its length, so the expansion refuses it
     ],
 )
 def test_pack_document_mutations(

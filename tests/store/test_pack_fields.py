@@ -310,3 +310,18 @@ def test_a_row_fields_without_columns_is_refused_not_expanded(packed, tmp_path):
         DumpIntegrityError, match=r"row_fields/zarr\.json: shape \[5, 0\] holds no column for its 5 rows"
     ):
         open_dump(root).records()
+
+
+def test_a_row_coordinate_of_no_record_is_refused_not_computed(packed, tmp_path):
+    """A row bound naming a dimension none of the records has: nothing stored bounds its length, so it is refused
+    before any reader (verify computes every row coordinate) would build ``arange`` of it."""
+    root = _copy(packed, tmp_path)
+
+    def bogus(tasks, records):
+        tasks[0]["coords"]["bogus"] = [0, 10**12]
+
+    edit_rows(root / WINDOW, PACK, bogus)
+    with pytest.raises(DumpIntegrityError, match=r"coords\.bogus is the first dimension of none of its records"):
+        open_dump(root).records()
+    problems = verify_dump(open_dump(root)).problems
+    assert problems and all("first dimension of none" in p.what for p in problems)

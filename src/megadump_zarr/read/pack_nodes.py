@@ -120,6 +120,12 @@ def check_rows(window: str, pack: str, nodes: dict[str, dict[str, Any]]) -> None
                 f"{where}: attributes.tasks[{row}].attrs.taskId {stored!r} disagrees with its group {entry['group']!r}"
             )
         for dim, (start, stop) in (entry.get("coords") or {}).items():
+            if not any(
+                len(doc.get("dimension_names") or []) > 1 and doc["dimension_names"][1] == dim for _, doc in records
+            ):
+                raise ValueError(  # a coordinate of no record: its length is bounded by nothing stored
+                    f"{where}: attributes.tasks[{row}].coords.{dim} is the first dimension of none of its records"
+                )
             for path, doc in records:
                 dims = doc.get("dimension_names") or []
                 record = doc["attributes"][RECORDS_ATTR][row]
