@@ -325,3 +325,20 @@ def test_a_row_coordinate_of_no_record_is_refused_not_computed(packed, tmp_path)
         open_dump(root).records()
     problems = verify_dump(open_dump(root)).problems
     assert problems and all("first dimension of none" in p.what for p in problems)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=_rows())
+def test_the_text_built_rows_are_the_set_ones(rows):
+    """decode_rows builds the rows as one JSON text where it can (fast) and by setting each value otherwise: the
+    two give the same rows, value for value and key order included."""
+    from megadump_zarr.store.pack_fields import _column_values, _rows_by_setting, _rows_by_text
+
+    columns: list[list[float]] = []
+    spec = json.loads(json.dumps(encode_rows(rows, columns)))
+    table = np.array(columns, dtype="<f8").reshape(len(columns), len(rows)).T if columns else np.zeros((len(rows), 0))
+    parts = [(c["path"], _column_values(c, table, len(rows), "w")) for c in spec["columns"]]
+    fast = _rows_by_text(spec["template"], parts, len(rows))
+    slow = _rows_by_setting(spec["template"], parts, len(rows), "w")
+    assert _text(slow) == _text(rows)
+    assert fast is None or _text(fast) == _text(slow)
