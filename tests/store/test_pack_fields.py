@@ -342,3 +342,18 @@ def test_the_text_built_rows_are_the_set_ones(rows):
     slow = _rows_by_setting(spec["template"], parts, len(rows), "w")
     assert _text(slow) == _text(rows)
     assert fast is None or _text(fast) == _text(slow)
+
+
+def test_a_truncated_records_row_bounds_are_held_to_its_length(packed, tmp_path):
+    """A row marked truncated skips the sourceOffsetBytes check, never the length: nothing else bounds it."""
+    root = _copy(packed, tmp_path)
+
+    def hostile(tasks, records):
+        for rows in records.values():
+            rows[0]["truncated"] = True
+        dim = next(iter(tasks[0]["coords"]))
+        tasks[0]["coords"][dim] = [0, 10**12]
+
+    edit_rows(root / WINDOW, PACK, hostile)
+    with pytest.raises(DumpIntegrityError, match=r"\[0, 1000000000000\] holds 1000000000000 rows, its record"):
+        open_dump(root).records()

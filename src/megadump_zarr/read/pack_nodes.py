@@ -135,13 +135,15 @@ def check_rows(window: str, pack: str, nodes: dict[str, dict[str, Any]]) -> None
                         f"{where}: attributes.tasks[{row}].coords.{dim} names a dimension of its record "
                         f"{name} that is not its first: only row coordinates are stored"
                     )
-                if len(dims) < 2 or dims[1] != dim or not isinstance(record, dict) or record.get("truncated"):
+                if len(dims) < 2 or dims[1] != dim:
                     continue
-                if stop - start != doc["shape"][1]:
+                if stop - start != doc["shape"][1]:  # every record along it, truncated ones too: the bound
                     raise ValueError(
                         f"{where}: attributes.tasks[{row}].coords.{dim} {[start, stop]!r} holds "
                         f"{stop - start} rows, its record {name} {doc['shape'][1]}"
                     )
+                if not isinstance(record, dict) or record.get("truncated"):
+                    continue
                 first = _first_row(record, doc["shape"][1:], itemsize(doc.get("data_type")))
                 if first is not None and first != start:
                     raise ValueError(
