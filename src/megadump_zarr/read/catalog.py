@@ -260,11 +260,10 @@ def scan_windows(store: Store, cache: dict[str, WindowInfo] | None = None) -> li
     keys.sort()
     missing = [key for _, _, key in keys if key not in cache or not cache[key].final]
     raws = get_many(store, [f"{key}/zarr.json" for key in missing])
+    docs = {key: _parsed(key, raw) for key, raw in zip(missing, raws) if raw is not None and MARKER in raw}
     # every packed window's row_fields chunks in one concurrent batch (an object store: one round trip, not one
     # per window); a key not prefetched (a document that does not parse is named by window_info) is read then
-    wanted = [
-        k for key, raw in zip(missing, raws) if raw is not None and MARKER in raw for k in window_fields_keys(key, raw)
-    ]
+    wanted = [k for key, doc in docs.items() for k in window_fields_keys(key, doc)]
     read = store_fetch(store)
     held = dict(zip(wanted, read(wanted)))
 
@@ -274,10 +273,19 @@ def scan_windows(store: Store, cache: dict[str, WindowInfo] | None = None) -> li
         return [held[k] for k in keys]
 
     for key, raw in zip(missing, raws):
-        cache[key] = window_info(key, raw, fetch=fetch)
+        cache[key] = window_info(key, raw, docs.get(key), fetch=fetch)
     for rank, window, key in keys:
         cache[key].rank, cache[key].window = rank, window
     return [cache[key] for _, _, key in keys]
+
+
+def _parsed(key: str, raw: bytes) -> dict[str, Any] | None:
+    """A window document parsed once, for the ``row_fields`` prefetch and ``window_info`` (``None``: it does not
+    parse, which ``window_info`` then names)."""
+    try:
+        return parse_json(raw, f"{key}/zarr.json")
+    except ValueError:
+        return None
 
 
 def store_fetch(store: Store) -> Fetch:

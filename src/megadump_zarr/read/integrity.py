@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Mapping
+import contextlib
 import itertools
 from typing import Any
 
@@ -31,6 +32,7 @@ from zarr.storage import WrapperStore
 
 from megadump_zarr.layout.paths import WINDOW_KEY
 from megadump_zarr.read.errors import DumpIntegrityError
+from megadump_zarr.read.location import parse_json
 from megadump_zarr.read.pack_nodes import MARKER, window_fields_keys
 
 __all__ = [
@@ -222,10 +224,14 @@ class IntegrityStore(WrapperStore[Store]):
             return
         raw = await self._store.get(f"{match.group(1)}/zarr.json", prototype)
         data = None if raw is None else raw.to_bytes()
-        keys = window_fields_keys(match.group(1), data) if data is not None and MARKER in data else []
+        doc = None
+        if data is not None and MARKER in data:
+            with contextlib.suppress(ValueError):  # a document that does not parse: window_info names it
+                doc = parse_json(data, f"{match.group(1)}/zarr.json")
+        keys = window_fields_keys(match.group(1), doc) if doc is not None else []
         values = await asyncio.gather(*(self._store.get(k, prototype) for k in keys))
         fetched = {k: None if v is None else v.to_bytes() for k, v in zip(keys, values)}
-        lookup.learn(match.group(1), data, lambda wanted: [fetched.get(k) for k in wanted])
+        lookup.learn(match.group(1), data, lambda wanted: [fetched.get(k) for k in wanted], doc)
 
     async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
         value = await self._store.get(key, prototype, byte_range)
@@ -349,18 +355,19 @@ class CommittedWindows:
         """Whether the window's status is known (scanned by the dump, or learned by :meth:`learn`)."""
         return window in self.infos or window in self.not_final
 
-    def learn(self, window: str, raw: bytes | None, fetch: Any) -> None:
+    def learn(self, window: str, raw: bytes | None, fetch: Any, doc: dict[str, Any] | None = None) -> None:
         """Record a window document read by the store itself (a reader that did not scan it, e.g. the engine).
 
         Args:
             window: The window key.
             raw: Its document (``None``: absent).
             fetch: Reads keys of the dump (its packs' ``row_fields`` chunks, read with the document).
+            doc: The document already parsed from ``raw``, if it was.
         """
         from megadump_zarr.read.catalog import window_info
 
         try:
-            info = window_info(window, raw, fetch=fetch)
+            info = window_info(window, raw, doc, fetch=fetch)
         except ValueError:
             info = None
         if info is not None and info.final:

@@ -11,7 +11,6 @@ window's records with the result, and :mod:`megadump_zarr.read.pack_rows` reads 
 from __future__ import annotations
 
 from collections.abc import Callable
-import json
 import math
 import re
 from typing import Any
@@ -182,16 +181,21 @@ def fields_keys(window: str, packs: dict[str, dict[str, dict[str, Any]]]) -> dic
     return {pack: root + fields_chunk_key(pack) for pack in sorted(packs) if is_fields_pack(pack, packs[pack])}
 
 
-def window_fields_keys(window: str, raw: bytes) -> list[str]:
+def window_fields_keys(window: str, doc: Any) -> list[str]:
     """The ``row_fields`` chunk keys (relative to the root) a committed window document's packs need
-    (``[]`` when it does not parse: the catalogue names that)."""
+    (``[]`` when it holds no consolidated metadata: the catalogue names that).
+
+    Args:
+        window: The window key.
+        doc: The window document, parsed (the catalogue parses it once, for this and for ``window_info``).
+    """
     try:
-        nodes = json.loads(raw)["consolidated_metadata"]["metadata"]
+        nodes = doc["consolidated_metadata"]["metadata"]
         packs = {
             path.rpartition("/")[0]: nodes for path in nodes if path.endswith(f"/{FIELDS_ARRAY}") and PACK.match(path)
         }
         return list(fields_keys(window, packs).values())
-    except (ValueError, TypeError, KeyError, AttributeError):
+    except (TypeError, KeyError, AttributeError):
         return []
 
 
