@@ -72,7 +72,7 @@ def stored_rows(window: Path, pack: str) -> Rows:
     return tasks, records
 
 
-def _write_everywhere(window: Path, pack: str, component: str, edit: Callable[[dict[str, Any]], None]) -> None:
+def edit_document(window: Path, pack: str, component: str, edit: Callable[[dict[str, Any]], None]) -> None:
     """Apply ``edit`` to a pack array's document in all three copies: its own, the pack group's consolidated
     metadata and the window's."""
     copies = [
@@ -104,11 +104,9 @@ def edit_rows(window: Path, pack: str, edit: Callable[[list[Any], dict[str, list
     edit(tasks, records)
     nodes = _nodes(window, pack)
     if f"{pack}/{FIELDS_ARRAY}" not in nodes:  # formats 1-3: the lists themselves
-        _write_everywhere(
-            window, pack, _task_name(nodes, pack), lambda n: n["attributes"].__setitem__(TASKS_ATTR, tasks)
-        )
+        edit_document(window, pack, _task_name(nodes, pack), lambda n: n["attributes"].__setitem__(TASKS_ATTR, tasks))
         for name, rows in records.items():
-            _write_everywhere(window, pack, name, lambda n, rows=rows: n["attributes"].__setitem__(RECORDS_ATTR, rows))
+            edit_document(window, pack, name, lambda n, rows=rows: n["attributes"].__setitem__(RECORDS_ATTR, rows))
         return
     columns: list[list[float]] = []
     specs = {"tasks": encode_rows(tasks, columns), "records": {}}
@@ -123,5 +121,5 @@ def edit_rows(window: Path, pack: str, edit: Callable[[list[Any], dict[str, list
         node["shape"] = [len(tasks), len(columns)]
         node["chunk_grid"]["configuration"]["chunk_shape"] = [max(1, len(tasks)), max(1, len(columns))]
 
-    _write_everywhere(window, pack, FIELDS_ARRAY, rewrite)
+    edit_document(window, pack, FIELDS_ARRAY, rewrite)
     assert FIELDS_ATTR in attributes

@@ -28,7 +28,7 @@ from megadump_zarr.store.pack_fields import (
 )
 from megadump_zarr.store.writer import WindowWriter
 from megadump_zarr.verify import verify_dump
-from tests._packs import edit_rows, stored_rows
+from tests._packs import edit_document, edit_rows, stored_rows
 from tests.store.test_packs_writer import INV, _write, mixed_invocation
 
 WINDOW = "rank_0/window_0000"
@@ -279,15 +279,7 @@ def test_records_read_each_row_fields_chunk_once_and_the_window_document_once(pa
 
 def test_a_row_fields_shape_that_disagrees_with_the_task_ids_is_named(packed, tmp_path):
     root = _copy(packed, tmp_path)
-    for doc_path, key in (
-        (root / WINDOW / PACK / FIELDS_ARRAY / "zarr.json", None),
-        (root / WINDOW / PACK / "zarr.json", FIELDS_ARRAY),
-        (root / WINDOW / "zarr.json", f"{PACK}/{FIELDS_ARRAY}"),
-    ):
-        doc = json.loads(doc_path.read_text())
-        node = doc if key is None else doc["consolidated_metadata"]["metadata"][key]
-        node["shape"][0] = 4
-        doc_path.write_text(json.dumps(doc))
+    edit_document(root / WINDOW, PACK, FIELDS_ARRAY, lambda node: node["shape"].__setitem__(0, 4))
     with pytest.raises(
         DumpIntegrityError, match=r"row_fields/zarr\.json: shape \[4, \d+\] does not hold the rows of task_id"
     ):
@@ -297,15 +289,7 @@ def test_a_row_fields_shape_that_disagrees_with_the_task_ids_is_named(packed, tm
 def test_a_row_fields_without_columns_is_refused_not_expanded(packed, tmp_path):
     """With no column, no stored byte would bound the row count a document claims (never a hang or an OOM)."""
     root = _copy(packed, tmp_path)
-    for doc_path, key in (
-        (root / WINDOW / PACK / FIELDS_ARRAY / "zarr.json", None),
-        (root / WINDOW / PACK / "zarr.json", FIELDS_ARRAY),
-        (root / WINDOW / "zarr.json", f"{PACK}/{FIELDS_ARRAY}"),
-    ):
-        doc = json.loads(doc_path.read_text())
-        node = doc if key is None else doc["consolidated_metadata"]["metadata"][key]
-        node["shape"][1] = 0
-        doc_path.write_text(json.dumps(doc))
+    edit_document(root / WINDOW, PACK, FIELDS_ARRAY, lambda node: node["shape"].__setitem__(1, 0))
     with pytest.raises(
         DumpIntegrityError, match=r"row_fields/zarr\.json: shape \[5, 0\] holds no column for its 5 rows"
     ):
