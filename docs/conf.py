@@ -46,6 +46,7 @@ autodoc_default_options = {"members": True, "undoc-members": False, "show-inheri
 autosummary_generate = False
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
+napoleon_use_ivar = True
 
 html_theme = "furo"
 html_title = f"megadump_zarr {release}"
