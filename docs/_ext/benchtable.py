@@ -36,8 +36,9 @@ def load_result(path: Path) -> dict[str, Any]:
     if not isinstance(run, dict) or not isinstance(run.get("date"), str):
         raise ValueError(f"{path}: 'run' must hold a 'date' string")
     for key in ("load_average_before", "load_average_after"):
-        if not isinstance(run.get(key), list) or not run[key]:
-            raise ValueError(f"{path}: 'run' must hold {key!r} (a list of load averages)")
+        loads = run.get(key)
+        if not isinstance(loads, list) or not loads or not all(x is None or isinstance(x, (int, float)) for x in loads):
+            raise ValueError(f"{path}: 'run' must hold {key!r} (a list of load averages, null where not recorded)")
     if not isinstance(document["entries"], list) or not all(isinstance(e, dict) for e in document["entries"]):
         raise ValueError(f"{path}: 'entries' must be a list of objects")
     return document
@@ -68,7 +69,11 @@ def caption(document: dict[str, Any]) -> str:
     """When, where and how loaded: ``2026-12-06T03:30:00+00:00 · machine · load 0.48 → 1.24``."""
     run = document["run"]
     parts = [run["date"], document["machine"]]
-    parts.append(f"load average (1 min) {run['load_average_before'][0]} → {run['load_average_after'][0]}")
+    before, after = run["load_average_before"][0], run["load_average_after"][0]
+    if before is None or after is None:
+        parts.append("load average not recorded")
+    else:
+        parts.append(f"load average (1 min) {before} → {after}")
     if document.get("command"):
         parts.append(document["command"])
     return " · ".join(str(part) for part in parts)
@@ -111,11 +116,13 @@ class BenchmarkTables(SphinxDirective):
         documents = []
         for path in paths:
             self.env.note_dependency(str(path))
-            documents.append(load_result(path))
+            document = load_result(path)
+            document.setdefault("title", path.stem)
+            documents.append(document)
         documents.sort(key=lambda document: document["run"]["date"], reverse=True)
         out: list[nodes.Node] = []
         for document in documents:
-            out.append(nodes.rubric(text=document.get("title", "benchmark")))
+            out.append(nodes.rubric(text=document["title"]))
             out.append(nodes.paragraph(text=caption(document)))
             if document.get("note"):
                 out.append(nodes.paragraph(text=document["note"]))
