@@ -37,6 +37,7 @@ source_suffix = {".md": "markdown"}
 root_doc = "index"
 exclude_patterns = ["_build", "benchmarks/*.json"]
 
+smartquotes = False  # keep "--json" and "--only" as typed, not as dashes
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 
