@@ -1,7 +1,7 @@
 """The README's numbers are produced by the code they describe: the quickstart runs as printed and prints what
 the README shows; `megadump compare test gold --by owner` on its dumps gives the figures quoted. The README stays
 short, says what `megadump --help` says about exit statuses, names only commands that exist, links only pages
-that exist, and its quickstart is the documentation's.
+that exist, and its quickstart is the documentation's; the documentation's compare rules are `compare --help`'s.
 
 Integers and names are compared exactly; floats within 1e-3 relative (the README rounds them to 4 digits,
 and one ulp differs between CPUs)."""
@@ -118,3 +118,11 @@ def test_the_quickstart_is_the_documentations() -> None:
     page = (REPO / "docs" / "quickstart.md").read_text()
     first = re.search(r"```python\n(.*?)```", page, re.S).group(1)
     assert first == _block("## Quickstart", "python")
+
+
+def test_the_compare_rules_page_prints_what_compare_help_prints() -> None:
+    from megadump_zarr.analyse.verdict import RULES_TEXT
+
+    page = (REPO / "docs" / "reference" / "compare-rules.md").read_text()
+    shown = re.search(r"```text\n(verdict rules.*?)```", page, re.S).group(1)
+    assert shown.rstrip("\n") == RULES_TEXT
