@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow bench device-check venv clean browser lint format
+.PHONY: demo test test-slow bench device-check venv clean browser lint format docs
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -47,6 +47,11 @@ test: $(STAMP) browser lint
 	$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider
 	ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider $(FIXTURE_TESTS)
 
+# The documentation site (Sphinx + MyST, docs/) with warnings as errors; `make test` builds it too
+# (tests/docs/test_docs_build.py) and runs every Python block of every page (tests/docs/test_code_blocks.py).
+docs: $(STAMP)
+	$(BIN)/python -m sphinx -W --keep-going -b html docs docs/_build/html
+
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider -m slow
 
@@ -67,4 +72,4 @@ device-check: $(STAMP)
 	@$(BIN)/python -m benchmarks.device_check
 
 clean:
-	rm -rf $(VENV) megadump-demo*
+	rm -rf $(VENV) megadump-demo* docs/_build

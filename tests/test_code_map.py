@@ -1,4 +1,4 @@
-"""The README's code map names the real tree: every sub-package and module of ``src/megadump_zarr``, and
+"""The code map (docs/reference/code-map.md) names the real tree: every sub-package and module of ``src/megadump_zarr``, and
 nothing that is not there (a new, moved or renamed file fails here until the map says so)."""
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ ROOT = REPO / "src" / "megadump_zarr"
 
 
 def _mapped() -> list[str]:
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Code map\n") :]
-    block = re.search(r"```text\n(.*?)```", section, re.S).group(1)
+    page = (REPO / "docs" / "reference" / "code-map.md").read_text()
+    block = re.search(r"```text\n(.*?)```", page, re.S).group(1)
     return [line.split()[0] for line in block.splitlines() if line.strip()]
 
 
@@ -28,5 +27,5 @@ def _tree() -> list[str]:
 def test_the_code_map_names_every_file_once() -> None:
     mapped = _mapped()
     assert len(mapped) == len(set(mapped)), sorted(name for name in mapped if mapped.count(name) > 1)
-    assert sorted(set(_tree()) - set(mapped)) == [], "add these to the README's code map"
-    assert sorted(set(mapped) - set(_tree())) == [], "these are in the README's code map but not in the tree"
+    assert sorted(set(_tree()) - set(mapped)) == [], "add these to docs/reference/code-map.md"
+    assert sorted(set(mapped) - set(_tree())) == [], "these are in docs/reference/code-map.md but not in the tree"

@@ -24,7 +24,7 @@ registers its replay source, ``Dump.verify()`` is deprecated and looks ``verify_
 def test_no_new_upward_import() -> None:
     edges = upward_edges(ROOT)
     new = [str(edge) for edge in edges if (edge.source, edge.target) not in KNOWN]
-    assert not new, "imports against the layers (README, Code map):\n" + "\n".join(new)
+    assert not new, "imports against the layers (docs/reference/code-map.md):\n" + "\n".join(new)
 
 
 def test_known_edges_are_still_there() -> None:

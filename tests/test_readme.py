@@ -1,5 +1,7 @@
-"""The README's numbers are produced by the code they describe (issue 22): the quickstart runs as printed and
-prints what the README shows; `megadump compare test gold --by owner` on its dumps gives the figures quoted.
+"""The README's numbers are produced by the code they describe: the quickstart runs as printed and prints what
+the README shows; `megadump compare test gold --by owner` on its dumps gives the figures quoted. The README stays
+short, says what `megadump --help` says about exit statuses, names only commands that exist, links only pages
+that exist, and its quickstart is the documentation's; the documentation's compare rules are `compare --help`'s.
 
 Integers and names are compared exactly; floats within 1e-3 relative (the README rounds them to 4 digits,
 and one ulp differs between CPUs)."""
@@ -12,7 +14,8 @@ import re
 import subprocess
 import sys
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text()
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?(e[-+]?\d+)?$")
 
 
@@ -78,3 +81,48 @@ def test_the_line_matcher_can_fail() -> None:
     assert not _same_line("x 5 ys", "x 4 ys")
     assert not _matches(["a 1", "b 2"], ["a 1", "c 2"])
     assert _matches(["a 1", "z", "b 2"], ["a 1", "...", "b 2"])
+
+
+def test_the_readme_is_short() -> None:
+    assert len(README.splitlines()) <= 300
+
+
+def test_the_exit_status_is_the_one_help_prints() -> None:
+    from megadump_zarr.cli.main import EXIT_RULE
+
+    assert EXIT_RULE in README.splitlines()
+    assert EXIT_RULE in (REPO / "docs" / "reference" / "cli.md").read_text().splitlines()
+
+
+def test_the_readme_names_only_commands_that_exist() -> None:
+    from megadump_zarr.cli.main import build_parser
+
+    commands = set(build_parser()._subparsers._group_actions[0].choices)
+    listed = _block("## The command line", "text")
+    named = set()
+    for line in listed.splitlines():
+        words = line.split("  ")[0].split()
+        named.update(word for word in words[1:] if word != "|" and word.islower() and not word.startswith("-"))
+    named -= {"a", "b", "root", "dump", "buffer"}
+    assert named and named <= commands, sorted(named - commands)
+
+
+def test_the_readme_links_pages_that_exist() -> None:
+    links = re.findall(r"\]\(((?:docs/|CHANGELOG)[^)#]*)", README)
+    assert len(links) > 10
+    missing = [link for link in links if not (REPO / link).exists()]
+    assert missing == []
+
+
+def test_the_quickstart_is_the_documentations() -> None:
+    page = (REPO / "docs" / "quickstart.md").read_text()
+    first = re.search(r"```python\n(.*?)```", page, re.S).group(1)
+    assert first == _block("## Quickstart", "python")
+
+
+def test_the_compare_rules_page_prints_what_compare_help_prints() -> None:
+    from megadump_zarr.analyse.verdict import RULES_TEXT
+
+    page = (REPO / "docs" / "reference" / "compare-rules.md").read_text()
+    shown = re.search(r"```text\n(verdict rules.*?)```", page, re.S).group(1)
+    assert shown.rstrip("\n") == RULES_TEXT

@@ -1,16 +1,20 @@
 """megadump_zarr: dump MegaKernel tensors (L0 kernel boundary, L1 task boundary) into Zarr v3, read them with xarray.
 
-Public API::
+Public API (``__all__``; stable and documented in the API reference)::
 
-    TensorDumpConfig, tensor_dump, schedule, DiagnosticAction   # capture
-    open_dump, compare, first_divergence, root_cause            # read and analyse
-    replay                                                      # run one dumped task again
+    TensorDumpConfig, tensor_dump, schedule, DiagnosticAction        # capture
+    open_dump, Dump, DumpIntegrityError, verify_dump, VerifyReport    # read and check
+    compare, first_divergence, root_cause, first_nonfinite, error_map # analyse
+    plot_diff                                                         # look
+    replay, ReplayResult, register_reference                          # run one dumped task again
 
-Everything else is imported on first use: zarr loads ``megadump_zarr.store.dtypes`` in every interpreter
+The reference runtime a kernel is written on is ``megadump_zarr.runtime`` (its own ``__all__``). Every
+other module is private to its layer.
+
+Everything is imported on first use: zarr loads ``megadump_zarr.store.dtypes`` in every interpreter
 that reads a dump (see ``store/zarr_plugin.py``), and that must not pull in torch, xarray or pandas; importing
 the package registers those data types with zarr and nothing more.
 """
-
 from __future__ import annotations
 
 from importlib import import_module
@@ -24,14 +28,23 @@ from megadump_zarr._version import __version__ as __version__
 
 __all__ = [
     "DiagnosticAction",
+    "Dump",
+    "DumpIntegrityError",
+    "ReplayResult",
     "TensorDumpConfig",
+    "VerifyReport",
     "compare",
+    "error_map",
     "first_divergence",
+    "first_nonfinite",
     "open_dump",
+    "plot_diff",
+    "register_reference",
     "replay",
     "root_cause",
     "schedule",
     "tensor_dump",
+    "verify_dump",
 ]
 
 _PUBLIC = {
@@ -40,10 +53,19 @@ _PUBLIC = {
     "TensorDumpConfig": "megadump_zarr.dump.config",
     "tensor_dump": "megadump_zarr.api",
     "open_dump": "megadump_zarr.read",
+    "Dump": "megadump_zarr.read",
+    "DumpIntegrityError": "megadump_zarr.read.errors",
+    "verify_dump": "megadump_zarr.verify",
+    "VerifyReport": "megadump_zarr.verify",
     "compare": "megadump_zarr.analyse",
+    "error_map": "megadump_zarr.analyse",
     "first_divergence": "megadump_zarr.analyse",
+    "first_nonfinite": "megadump_zarr.analyse",
     "root_cause": "megadump_zarr.analyse",
+    "plot_diff": "megadump_zarr.analyse.plot",
     "replay": "megadump_zarr.replay",
+    "ReplayResult": "megadump_zarr.replay",
+    "register_reference": "megadump_zarr.replay",
 }
 
 

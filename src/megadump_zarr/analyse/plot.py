@@ -292,7 +292,7 @@ def plot_diff(
         b: The reference, same shape.
         ax: Axes to draw on (default: a new pyplot figure).
         max_size: Most cells per side.
-        title: Title (default: :func:`heatmap_title` with ``A − B``, the largest |difference| and shape).
+        title: Title (default: :func:`heatmap_title` with ``A − B``, the largest ``|A − B|`` and shape).
         colorbar: Add a colour bar.
         label: Colour bar label (default: ``A − B``).
         where: ``window``/``invocation``/``step``/``stage``/``kernel`` for the title.

@@ -110,7 +110,7 @@ class TensorDumpConfig:
         compressor: Codec name (see ``megadump_zarr.codecs``): ``"default"``, ``"none"``,
             ``"zstd-3"``, ``"blosc-lz4"``, ...
         chunk_bytes: Target bytes per chunk (chunks hold whole rows).
-        on_error: ``"discard"`` drops an unfinished window on an exception (the seed's behaviour);
+        on_error: ``"discard"`` drops an unfinished window on an exception;
             ``"keep"`` commits what was captured with status ``"aborted"``.
         stats: Store min, max, mean, L2 norm, NaN and Inf counts per tensor.
         async_export: Export windows on a background thread (the step only waits when the queue is
@@ -120,7 +120,7 @@ class TensorDumpConfig:
             (a Zarr group per run, keyed by the dumper's ``run_id``; each launch's plan is removed once
             its window is committed, and never another run's), so a Device buffer saved from a hung
             launch can still be decoded with ``megadump decode-buffer``.
-        mode: What each selected record stores. ``"tensor"`` (default, the seed's): the payload.
+        mode: What each selected record stores. ``"tensor"`` (default): the payload.
             ``"statistics"``: min, max, mean, L2 norm, NaN/Inf/element counts and a content checksum,
             computed on the device (no payload crosses to the host), in the invocation's
             ``statistics`` table. ``"nonfinite"``: statistics for every record, payloads only for
@@ -134,12 +134,12 @@ class TensorDumpConfig:
             a window that reads as complete after a crash has all its bytes. ``False`` skips the
             syncs (scratch runs). Object stores are durable per write; nothing extra is done there.
         on_budget: What an L1 launch does when its Device buffer would exceed
-            ``device_memory_budget_mb``: ``"error"`` raises the seed's ``MemoryError``;
+            ``device_memory_budget_mb``: ``"error"`` raises ``MemoryError``;
             ``"statistics"`` stores statistics instead of the payload for the records that do not fit.
             In ``nonfinite``/``diff`` the device copies the tensors it keeps into a pool bounded by the
             budget (a tensor that does not fit keeps its statistics only, counted in the statistics
             group's ``poolFull`` attribute), so these modes never raise for the budget.
-        layout: How L1 task groups are stored. ``"tasks"`` (default, schema 8): a Zarr group per task
+        layout: How L1 task groups are stored. ``"tasks"`` (default): a Zarr group per task
             (``stages/{stage}/task_{tttttt}``) holding its record arrays and row coordinates, which plain
             ``xr.open_zarr`` opens. ``"packs"``: the small records of a stage's tasks share task-record
             packs (``stages/{stage}/pack_{pppp}``, fewer files; read through ``open_dump``).

@@ -605,10 +605,7 @@ class Dump:
 
     # ------------------------------------------------------------------ integrity
     def verify(self, *, deep: bool = False) -> Any:
-        """Deprecated (goes in the next release): ``megadump_zarr.verify.verify_dump(dump, deep=...)``.
-
-        The read layer ranks below ``verify`` (issue 25), so the method no longer imports it: it warns and
-        looks ``verify_dump`` up at run time, for one release.
+        """Deprecated: use ``megadump_zarr.verify_dump(dump, deep=...)``; this method warns and calls it.
 
         Args:
             deep: Also recompute every record's stored statistics from its data and compare.

@@ -1,5 +1,14 @@
-"""The reference MegaKernel runtime: graph, ABI, compiler, executor with L1 device worker, kernel."""
+"""The reference MegaKernel runtime, and the launch protocol every runtime implements.
 
+Public API (what ``__all__`` lists, documented in the API reference): the graph a kernel is written in
+(``Graph``, ``OperatorNode``, ``TensorSpec``, ``SplitSpec``, ``Tile``), the kernel (``MegaKernel``,
+``megakernel_apply``), the native ABI (``RuntimeConfigC``, ``TaskDescC``, ``TensorDescC``, ``TaskAiCoreType``),
+the compiler and executor (``compile_runtime``, ``PreparedRuntime``, ``execute``, ``DeviceWorker``), and the
+launch protocol another runtime follows to take part in dumps (``LaunchContext``, ``LaunchArguments``,
+``DiagnosticCall``, ``active_session``).
+"""
+
+from megadump_zarr.diagnostics import DiagnosticCall, LaunchArguments, LaunchContext, active_session
 from megadump_zarr.runtime.accumulation import AccumulationOrder, accumulate, split_k_matmul
 from megadump_zarr.runtime.abi import RuntimeConfigC, TaskAiCoreType, TaskDescC, TensorDescC
 from megadump_zarr.runtime.compiler import PreparedRuntime, compile_runtime, shard_view_resolver, worker_shard
@@ -17,8 +26,11 @@ from megadump_zarr.runtime.kernel import MegaKernel, megakernel_apply
 __all__ = [
     "AccumulationOrder",
     "DeviceWorker",
+    "DiagnosticCall",
     "Graph",
     "GraphTensor",
+    "LaunchArguments",
+    "LaunchContext",
     "MegaKernel",
     "OperatorNode",
     "PreparedRuntime",
@@ -30,6 +42,7 @@ __all__ = [
     "TensorSpec",
     "Tile",
     "accumulate",
+    "active_session",
     "compile_runtime",
     "execute",
     "megakernel_apply",
