@@ -3,8 +3,10 @@
 Public API::
 
     TensorDumpConfig, tensor_dump, schedule, DiagnosticAction   # capture
+    RecorderConfig                                              # flight recorder (TensorDumpConfig(recorder=))
     open_dump, compare, first_divergence, root_cause            # read and analyse
     replay                                                      # run one dumped task again
+    watch                                                       # follow a dump while it is written
 
 Everything else is imported on first use: zarr loads ``megadump_zarr.store.dtypes`` in every interpreter
 that reads a dump (see ``store/zarr_plugin.py``), and that must not pull in torch, xarray or pandas; importing
@@ -24,6 +26,7 @@ from megadump_zarr._version import __version__ as __version__
 
 __all__ = [
     "DiagnosticAction",
+    "RecorderConfig",
     "TensorDumpConfig",
     "compare",
     "first_divergence",
@@ -32,18 +35,21 @@ __all__ = [
     "root_cause",
     "schedule",
     "tensor_dump",
+    "watch",
 ]
 
 _PUBLIC = {
     "DiagnosticAction": "megadump_zarr.diagnostics",
     "schedule": "megadump_zarr.diagnostics",
     "TensorDumpConfig": "megadump_zarr.dump.config",
+    "RecorderConfig": "megadump_zarr.dump.recorder_config",
     "tensor_dump": "megadump_zarr.api",
     "open_dump": "megadump_zarr.read",
     "compare": "megadump_zarr.analyse",
     "first_divergence": "megadump_zarr.analyse",
     "root_cause": "megadump_zarr.analyse",
     "replay": "megadump_zarr.replay",
+    "watch": "megadump_zarr.analyse.watch",
 }
 
 

@@ -8,6 +8,7 @@ second process can follow the dump while it is written.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 import math
 from typing import Any
 
@@ -54,7 +55,15 @@ def recorder(**fields: Any) -> RecorderConfig:
     return RecorderConfig(**base)
 
 
-def run(root: Any, *, steps: int = STEPS, poison: bool = True, storage_options: Any = None, **fields: Any) -> None:
+def run(
+    root: Any,
+    *,
+    steps: int = STEPS,
+    poison: bool = True,
+    storage_options: Any = None,
+    on_step: Callable[[int], None] | None = None,
+    **fields: Any,
+) -> None:
     """Run the scenario into ``root``.
 
     Args:
@@ -62,6 +71,7 @@ def run(root: Any, *, steps: int = STEPS, poison: bool = True, storage_options: 
         steps: Steps to run.
         poison: Inject the NaN and the blow-up (False: the clean run, same inputs).
         storage_options: Object-store options.
+        on_step: Called after each finished step with its number (a test pauses the writer there).
         fields: ``RecorderConfig`` fields replacing the scenario's.
     """
     torch.set_num_threads(1)
@@ -87,6 +97,8 @@ def run(root: Any, *, steps: int = STEPS, poison: bool = True, storage_options: 
                 block.w_down[BLOW_EXPERT] *= GROWTH
             block(x0 * (1.0 + 0.05 * math.sin(0.7 * step)))  # inputs change every step; the routing does not
             dumper.step()
+            if on_step is not None:
+                on_step(step)
 
 
 def main() -> None:
