@@ -205,6 +205,11 @@ class TensorDumper:
 
     last_manifest_paths = last_window_paths
 
+    @property
+    def recorder(self) -> FlightRecorder | None:
+        """The flight recorder (``config.recorder``; its ring's steps and bytes), or None."""
+        return self._recorder
+
     def __enter__(self) -> TensorDumper:
         # A second session is refused before anything touches the output root (no directory created);
         # then an unwritable root is refused, before any launch is slowed by captures it cannot keep.
