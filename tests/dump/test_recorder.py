@@ -179,3 +179,22 @@ def test_the_window_says_what_fired_with_replicas(tmp_path):
     assert attrs["recorderTrigger"]["kind"] == "predicate" and attrs["recorderTrigger"]["step"] == 9
     assert attrs["recorderSteps"] == [9] and attrs["recorderPart"] == "trigger"
     assert attrs["recorderReplicas"] == ["w_*"] and attrs["status"] == "complete"
+
+
+def test_async_export_commits_the_same_windows_as_sync(tmp_path):
+    fields = dict(ring_steps=2, after_steps=1, nonfinite=False, norm_k=None, predicate=_at_nine)
+    torch.set_num_threads(1)
+    for name, background in (("sync", False), ("async", True)):
+        block = MoEBlock(DEMO)
+        x0 = block.make_input()
+        config = TensorDumpConfig(
+            tmp_path / name, level="L1", kernel_names="moe_experts", stages=STAGES, durable=False,
+            async_export=background, recorder=RecorderConfig(**fields),
+        )  # fmt: skip
+        with tensor_dump(config) as dumper:
+            for step in range(12):
+                block(x0 * (1.0 + 0.01 * step))
+                dumper.step()
+    assert _steps(tmp_path / "sync") == _steps(tmp_path / "async") == {0: [7, 8, 9], 1: [10]}
+    a, b = open_dump(tmp_path / "sync").records(), open_dump(tmp_path / "async").records()
+    assert list(a["path"]) == list(b["path"]) and list(a["l2norm"]) == list(b["l2norm"])
