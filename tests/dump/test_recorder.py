@@ -198,3 +198,18 @@ def test_async_export_commits_the_same_windows_as_sync(tmp_path):
     assert _steps(tmp_path / "sync") == _steps(tmp_path / "async") == {0: [7, 8, 9], 1: [10]}
     a, b = open_dump(tmp_path / "sync").records(), open_dump(tmp_path / "async").records()
     assert list(a["path"]) == list(b["path"]) and list(a["l2norm"]) == list(b["l2norm"])
+
+
+def test_triggers_that_raise_disarm_the_recorder_and_the_steps_go_on(tmp_path, caplog, monkeypatch):
+    from megadump_zarr.dump import triggers
+
+    def broken(*args, **kwargs):
+        raise FloatingPointError("broken baseline")
+
+    monkeypatch.setattr(triggers.TriggerSet, "evaluate", broken)
+    with caplog.at_level(logging.ERROR, logger="megadump_zarr.recorder"):
+        dumper = _run(tmp_path / "broken", steps=4, ring_steps=2)
+    assert dumper.step_num == 4 and not dumper.is_capture_enabled()
+    assert [r.getMessage() for r in caplog.records] == [
+        "flight recorder: the triggers raised FloatingPointError('broken baseline') at step 0; the recorder is disarmed"
+    ]

@@ -353,8 +353,9 @@ class TensorDumper:
                 errors[:0] = self._collect(self._exporter)
             if self._recorder is not None:  # the recorder never stops the step: it logs its failures
                 for error in errors:
-                    self._recorder.commit_failed(error)
-                errors = []
+                    if isinstance(error, Exception):
+                        self._recorder.commit_failed(error)
+                errors = [error for error in errors if not isinstance(error, Exception)]  # Ctrl-C still stops
         _raise_all(errors)
 
     def _record_step(self) -> None:

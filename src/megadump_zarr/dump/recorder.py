@@ -127,10 +127,15 @@ class FlightRecorder:
             return []
         invocations = list(invocations)
         commits: list[Commit] = []
-        rows = step_rows(invocations)
         in_after = self._after_left > 0
         armed = not in_after and step > self._quiet_until and self._may_fire()
-        firing = self.triggers.evaluate(step, rows, armed=armed)
+        try:
+            firing = self.triggers.evaluate(step, step_rows(invocations), armed=armed)
+        except Exception as error:  # noqa: BLE001 - a broken trigger never stops the kernel
+            LOG.error("flight recorder: the triggers raised %r at step %d; the recorder is disarmed", error, step)
+            self.armed = False
+            self._clear_ring()
+            return []
         record = _Step(step, invocations, sum(i.payload_bytes for i in invocations))
         if in_after:
             self._after.append(record)
