@@ -8,6 +8,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 import torch
 
 from megadump_zarr import TensorDumpConfig, open_dump, tensor_dump
@@ -213,3 +215,38 @@ def test_triggers_that_raise_disarm_the_recorder_and_the_steps_go_on(tmp_path, c
     assert [r.getMessage() for r in caplog.records] == [
         "flight recorder: the triggers raised FloatingPointError('broken baseline') at step 0; the recorder is disarmed"
     ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    norms=st.lists(st.lists(st.floats(0.5, 2.0, allow_nan=False), min_size=3, max_size=3), min_size=1, max_size=30),
+    k=st.floats(0.5, 6.0),
+)
+def test_the_norm_baseline_matches_a_plain_median_and_mad_per_record(norms, k):
+    """The vectorised ring (cursor wrap-around, several records per step) against ``statistics.median``
+    over each record's own last N norms."""
+    import statistics
+
+    history, minimum, floor = 5, 3, 0.01
+    triggers = _triggers(nonfinite=False, norm_k=k, norm_history=history, norm_min_history=minimum, norm_floor=floor)
+    past = {name: [] for name in "abc"}
+    for step, values in enumerate(norms):
+        rows = [_row(name, value) for name, value in zip("abc", values)]
+        fired = triggers.evaluate(step, rows, armed=True)
+        expected = None
+        for name, value in zip("abc", values):
+            recent = past[name][-history:]
+            if len(recent) >= minimum:
+                median = statistics.median(recent)
+                mad = statistics.median([abs(v - median) for v in recent])
+                limit = k * max(1.4826 * mad, floor * abs(median))
+                margin = abs(abs(value - median) - limit)
+                assume(margin > 1e-9 * max(1.0, limit))  # a value on the boundary may go either way
+                if expected is None and abs(value - median) > limit:
+                    expected = (name, limit)
+            past[name].append(value)
+        if expected is None:
+            assert fired is None
+        else:
+            assert fired is not None and fired.row.name == expected[0]
+            assert fired.threshold == pytest.approx(expected[1], rel=1e-9)
