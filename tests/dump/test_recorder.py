@@ -250,3 +250,34 @@ def test_the_norm_baseline_matches_a_plain_median_and_mad_per_record(norms, k):
         else:
             assert fired is not None and fired.row.name == expected[0]
             assert fired.threshold == pytest.approx(expected[1], rel=1e-9)
+
+
+def test_the_recorder_at_l0_keeps_tensors_and_fires_on_a_nan(tmp_path):
+    torch.set_num_threads(1)
+    block = MoEBlock(DEMO)
+    x0 = block.make_input()
+    recorder = RecorderConfig(ring_steps=2, norm_k=None, spill_dir=tmp_path / "scratch")
+    config = TensorDumpConfig(tmp_path / "l0", level="L0", kernel_names="moe_experts", durable=False,
+                              recorder=recorder)  # fmt: skip
+    with tensor_dump(config) as dumper:
+        for step in range(8):
+            x = x0.clone()
+            if step == 5:
+                x[3, 1] = float("inf")
+            block(x)
+            dumper.step()
+    dump = open_dump(tmp_path / "l0")
+    attrs = json.loads((tmp_path / "l0" / "rank_0" / "window_0000" / "zarr.json").read_text())["attributes"]
+    trigger = attrs["recorderTrigger"]
+    assert (trigger["kind"], trigger["step"], trigger["record"], trigger["stage"], trigger["core"]) == (
+        "nonfinite",
+        5,
+        "xs",
+        None,
+        None,
+    )  # fmt: skip  (xs, the normalised tokens, is parameter 0: the first record holding the NaN the Inf made)
+    records = dump.records()
+    assert sorted(set(records["step"])) == [3, 4, 5]
+    x_row = records[(records["name"] == "x") & (records["step"] == 5)].iloc[0]
+    assert int(x_row["inf_count"]) == 1
+    assert np.isinf(dump.record_array(x_row["path"]).values[3, 1])  # the tensor itself, read back from the spill
