@@ -3,10 +3,12 @@
 Public API (``__all__``; stable and documented in the API reference)::
 
     TensorDumpConfig, tensor_dump, schedule, DiagnosticAction        # capture
+    RecorderConfig                                                    # flight recorder (TensorDumpConfig(recorder=))
     open_dump, Dump, DumpIntegrityError, verify_dump, VerifyReport    # read and check
     compare, first_divergence, root_cause, first_nonfinite, error_map # analyse
     plot_diff                                                         # look
     replay, ReplayResult, register_reference                          # run one dumped task again
+    watch                                                             # follow a dump while it is written
 
 The reference runtime a kernel is written on is ``megadump_zarr.runtime`` (its own ``__all__``). Every
 other module is private to its layer.
@@ -30,6 +32,7 @@ __all__ = [
     "DiagnosticAction",
     "Dump",
     "DumpIntegrityError",
+    "RecorderConfig",
     "ReplayResult",
     "TensorDumpConfig",
     "VerifyReport",
@@ -45,12 +48,14 @@ __all__ = [
     "schedule",
     "tensor_dump",
     "verify_dump",
+    "watch",
 ]
 
 _PUBLIC = {
     "DiagnosticAction": "megadump_zarr.diagnostics",
     "schedule": "megadump_zarr.diagnostics",
     "TensorDumpConfig": "megadump_zarr.dump.config",
+    "RecorderConfig": "megadump_zarr.dump.recorder_config",
     "tensor_dump": "megadump_zarr.api",
     "open_dump": "megadump_zarr.read",
     "Dump": "megadump_zarr.read",
@@ -66,6 +71,7 @@ _PUBLIC = {
     "replay": "megadump_zarr.replay",
     "ReplayResult": "megadump_zarr.replay",
     "register_reference": "megadump_zarr.replay",
+    "watch": "megadump_zarr.analyse.watch",
 }
 
 

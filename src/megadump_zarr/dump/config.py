@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 from megadump_zarr.codecs import parse_compressor
+from megadump_zarr.dump.recorder_config import RecorderConfig
 
 __all__ = ["TensorDumpConfig"]
 
@@ -143,6 +144,10 @@ class TensorDumpConfig:
             (``stages/{stage}/task_{tttttt}``) holding its record arrays and row coordinates, which plain
             ``xr.open_zarr`` opens. ``"packs"``: the small records of a stage's tasks share task-record
             packs (``stages/{stage}/pack_{pppp}``, fewer files; read through ``open_dump``).
+        recorder: A flight recorder (:class:`~megadump_zarr.dump.recorder_config.RecorderConfig`): every
+            selected step is captured with its device statistics (L1: statistics and tensor in one record)
+            and kept in a bounded ring; windows are committed only when a trigger fires (the schedule then
+            only says which steps are captured). Requires ``mode="tensor"``; no L1 plan is saved.
     """
 
     output_dir: str | Path
@@ -175,6 +180,7 @@ class TensorDumpConfig:
     baseline_storage_options: Mapping[str, Any] | None = field(default=None, repr=False)  # may hold credentials
     on_budget: str = "error"
     layout: str = "tasks"
+    recorder: RecorderConfig | None = None
 
     def __post_init__(self) -> None:
         """Validate every field and normalise the collection filters."""
@@ -256,6 +262,12 @@ class TensorDumpConfig:
             raise ValueError(f"baseline_storage_options is only used with mode='diff', got mode={self.mode!r}")
         if options is not None:
             object.__setattr__(self, "baseline_storage_options", dict(options))
+        if self.recorder is not None and not isinstance(self.recorder, RecorderConfig):
+            raise TypeError(f"recorder must be a RecorderConfig or None, got {type(self.recorder).__name__}")
+        if self.recorder is not None and self.mode != "tensor":
+            raise ValueError(
+                f"recorder keeps tensors and their statistics itself: it requires mode='tensor', got mode={self.mode!r}"
+            )
 
     @property
     def is_remote(self) -> bool:

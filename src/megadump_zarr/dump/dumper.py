@@ -21,6 +21,7 @@ from megadump_zarr.layout.write_model import InvocationWrite, WindowWrite
 from megadump_zarr.dump.exporter import BackgroundExporter, ExportError
 from megadump_zarr.dump.l0 import L0Tensor, describe_graph_tensors
 from megadump_zarr.dump.l1_plan import PreparedL1Dump, prepare_l1_dump
+from megadump_zarr.dump.recorder import Commit, FlightRecorder
 from megadump_zarr.layout.limits import check_index, check_inside_root
 from megadump_zarr.dump.saved_plans import (
     new_run_id,
@@ -179,6 +180,8 @@ class TensorDumper:
         self._saved_plans: set[str] = set()
         self._run_group_saved = False
         self._deferred: list[BaseException] = []  # dump failures before a launch: raised at step() or exit
+        # the flight recorder decides which steps become windows (dump/recorder.py)
+        self._recorder = None if config.recorder is None else FlightRecorder(config.recorder)
 
     @property
     def step_num(self) -> int:
@@ -202,6 +205,11 @@ class TensorDumper:
 
     last_manifest_paths = last_window_paths
 
+    @property
+    def recorder(self) -> FlightRecorder | None:
+        """The flight recorder (``config.recorder``; its ring's steps and bytes), or None."""
+        return self._recorder
+
     def __enter__(self) -> TensorDumper:
         # A second session is refused before anything touches the output root (no directory created);
         # then an unwritable root is refused, before any launch is slowed by captures it cannot keep.
@@ -221,7 +229,9 @@ class TensorDumper:
     def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
         pending: BaseException | None = exc_value
         try:
-            if exc_type is None:
+            if self._recorder is not None:
+                self._close_recorder()
+            elif exc_type is None:
                 errors: list[BaseException] = []
                 if self._invocations:
                     try:
@@ -327,7 +337,9 @@ class TensorDumper:
         next_action = self._action_for_step(self._step + 1)
         errors: list[BaseException] = []
         try:
-            if self._action is DiagnosticAction.RECORD_AND_SAVE:
+            if self._recorder is not None:
+                self._record_step()
+            elif self._action is DiagnosticAction.RECORD_AND_SAVE:
                 self._finalize_window()
             elif self._action is DiagnosticAction.RECORD and next_action not in _RECORDING:
                 self._finalize_window()
@@ -339,7 +351,41 @@ class TensorDumper:
             self._action = next_action
             if self._exporter is not None:
                 errors[:0] = self._collect(self._exporter)
+            if self._recorder is not None:  # the recorder never stops the step: it logs its failures
+                for error in errors:
+                    if isinstance(error, Exception):
+                        self._recorder.commit_failed(error)
+                errors = [error for error in errors if not isinstance(error, Exception)]  # Ctrl-C still stops
         _raise_all(errors)
+
+    def _record_step(self) -> None:
+        """Flight recorder: hand the finished step to the recorder and commit the windows it asks for."""
+        assert self._recorder is not None
+        invocations, self._invocations = self._invocations, []
+        for commit in self._recorder.end_step(self._step, invocations):
+            self._commit_recorded(commit)
+
+    def _commit_recorded(self, commit: Commit) -> None:
+        """Commit one recorder window; a failure is logged by the recorder, never raised into the step."""
+        assert self._recorder is not None
+        self._invocations = list(commit.invocations)
+        try:
+            self._finalize_window(extra_attrs=commit.attrs)
+        except Exception as error:  # noqa: BLE001 - a full disk or a store error never stops the kernel
+            self._recorder.commit_failed(error)
+        else:
+            self._recorder.commit_succeeded()
+
+    def _close_recorder(self) -> None:
+        """The session ends: a step launched since the last ``step()`` is taken as a step, then the after-steps
+        of a pending trigger are committed (the ring itself is dropped)."""
+        assert self._recorder is not None
+        if self._invocations:
+            self._record_step()
+        for commit in self._recorder.close():
+            self._commit_recorded(commit)
+        for error in self._take_deferred():
+            self._recorder.commit_failed(error)
 
     def _action_for_step(self, step: int) -> DiagnosticAction:
         if self._schedule is None:
@@ -350,8 +396,8 @@ class TensorDumper:
         return action
 
     def is_capture_enabled(self) -> bool:
-        """Whether this step collects Tensor values (WARMUP copies nothing)."""
-        return self._action in _RECORDING
+        """Whether this step collects Tensor values (WARMUP copies nothing; nor a disarmed flight recorder)."""
+        return self._action in _RECORDING and (self._recorder is None or self._recorder.capturing)
 
     def prepare_call(self, context: LaunchContext) -> DiagnosticCall:
         """Plan one launch: ordinary arguments when it is not selected, else a capturing call.
@@ -381,7 +427,9 @@ class TensorDumper:
                 int(task.task_id): (task.start, task.stop) for task in getattr(runtime, "tasks", ())
             }
             invocation.operator_source = operator_source(runtime.graph)
-            if self.config.save_plans:  # lets `megadump decode-buffer` salvage a buffer saved from a hung launch
+            if (
+                self.config.save_plans and self._recorder is None
+            ):  # lets `megadump decode-buffer` salvage a buffer saved from a hung launch
                 self._try_save_plan(prepared, invocation)
             arguments.runtime_config = prepared.runtime_config
             arguments.diagnostic_buffer = prepared.buffer
@@ -494,8 +542,13 @@ class TensorDumper:
     def _keep(self, invocation: DumpInvocation) -> None:
         self._invocations.append(invocation)
 
-    def _finalize_window(self, status: str = "complete") -> None:
-        """Export the window's invocations per rank, release them, and advance the window index."""
+    def _finalize_window(self, status: str = "complete", extra_attrs: dict[str, Any] | None = None) -> None:
+        """Export the window's invocations per rank, release them, and advance the window index.
+
+        Args:
+            status: The window's final status.
+            extra_attrs: More window attributes (the flight recorder's ``recorderTrigger``, ...).
+        """
         if not self._invocations:
             self._last_paths = ()
             self._window_index += 1
@@ -510,6 +563,7 @@ class TensorDumper:
                     check_index(rank, "rank")
                     check_index(self._window_index, "window index")
                     window = build_window(self.config.level, rank, self._window_index, mine)
+                    window.attrs.update(extra_attrs or {})
                     if not self.config.is_remote:  # a planted rank_R or window link is refused, nothing written
                         check_inside_root(self.config.output_dir, window.path)
                     # The claim is synchronous, so an existing window fails here, on the step thread.

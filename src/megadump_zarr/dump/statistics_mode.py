@@ -37,6 +37,8 @@ __all__ = [
 
 STATISTICS_GROUP = "statistics"
 """Name of the statistics table's group inside each invocation group."""
+RECORDER_POLICY = "recorder"
+"""The flight recorder's payload policy: statistics for every record, every payload kept."""
 
 
 @dataclass(frozen=True)
@@ -238,7 +240,8 @@ class PayloadPolicy:
     """Which records keep their payload, for the config's mode.
 
     Args:
-        mode: ``statistics``, ``nonfinite`` or ``diff`` (``tensor`` keeps every payload).
+        mode: ``statistics``, ``nonfinite``, ``diff`` or :data:`RECORDER_POLICY` (keeps every payload,
+            as ``tensor`` does, with every record's statistics).
         baseline: The baseline (``diff`` only); its records are loaded here, so a missing baseline
             fails when the dumper is entered, before any launch.
     """
@@ -476,7 +479,8 @@ def payload_policy(config: Any, baseline: Baseline | None) -> PayloadPolicy | No
         baseline: The injected baseline (``diff`` only).
     """
     if config.mode == "tensor":
-        return None
+        # the flight recorder keeps every payload and needs every record's statistics
+        return None if getattr(config, "recorder", None) is None else PayloadPolicy(RECORDER_POLICY)
     return PayloadPolicy(config.mode, baseline)
 
 

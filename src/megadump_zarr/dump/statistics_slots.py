@@ -126,7 +126,8 @@ def layout_records(records: tuple[Any, ...], config: Any) -> tuple[Any, ...]:
         config: The dump config.
     """
     budget = config.device_memory_budget_mb * 1024 * 1024
-    wanted = _WANTS_TENSOR[config.mode]
+    recording = getattr(config, "recorder", None) is not None  # the flight recorder: statistics and tensor
+    wanted = L1_RECORD_KIND_STATISTICS_AND_TENSOR if recording else _WANTS_TENSOR[config.mode]
     fallback = config.on_budget == "statistics"
     if wanted == L1_RECORD_KIND_TENSOR and (not fallback or buffer_end(records) <= budget):
         return records
