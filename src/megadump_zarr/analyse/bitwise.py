@@ -211,6 +211,7 @@ def _differing_row(
     if where:
         note = note.replace("bytes differ ", f"bytes differ {where}", 1)
     a, b = _number(va), _number(vb)
+    exact = _integer_gap(va, vb)
     row.update(
         verdict=verdict_,
         note=note,
@@ -221,7 +222,9 @@ def _differing_row(
         worst_b=b,
         allclose=False,
     )
-    if a is not None and b is not None and np.isfinite(a) and np.isfinite(b):
+    if exact is not None:
+        row.update(max_abs=float(exact))
+    elif a is not None and b is not None and np.isfinite(a) and np.isfinite(b):
         row.update(max_abs=abs(a - b))
     if row.get("level") == "L1" or row.get("task_id") is not None:
         row.update(
@@ -231,6 +234,13 @@ def _differing_row(
             worst_core_id=row.get("core_id"),
         )
     return row
+
+
+def _integer_gap(va: Any, vb: Any) -> int | None:
+    """``|a - b|`` of two integer (or bool) values in integer arithmetic; None for other values."""
+    if isinstance(va, (int, np.integer, np.bool_)) and isinstance(vb, (int, np.integer, np.bool_)):
+        return abs(int(va) - int(vb))
+    return None
 
 
 def _digest_row(row: dict[str, Any], dump_a: Any, dump_b: Any, row_a: Any, row_b: Any) -> dict[str, Any]:
