@@ -221,3 +221,14 @@ def test_every_stored_dtype_has_a_code():
         digest_of_bytes(b"", "complex64", 0)
     with pytest.raises(ValueError, match="3 bytes are not 1 float32 elements"):
         digest_of_bytes(b"abc", "float32", 1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("name", list(DTYPES))
+def test_cuda_gives_the_cpu_digest(name):
+    counts = [0, 1, 255, 256, 257, 5000]
+    records = [random_bits(name, n, seed=n + 7) for n in counts]
+    rows = torch.cat([staged(r) for r in records])
+    cpu = [read_l1_statistics(s).digest for s in segment_slots(rows, counts).numpy()]
+    cuda = [read_l1_statistics(s).digest for s in segment_slots(rows.cuda(), counts).cpu().numpy()]
+    assert cuda == cpu == [host_digest(r) for r in records]

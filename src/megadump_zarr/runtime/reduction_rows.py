@@ -186,9 +186,8 @@ class _Pass:
         self.rows = rows
         self.accumulate = accumulate
         self.words_per_row = BLOCK * rows.element_size() // 8
-        width = BLOCK
         self.cpu = device.type == "cpu"
-        self.chunk = max(1, op_size // width)
+        self.chunk = max(1, op_size // BLOCK)
         self.native = dtype in _NATIVE_MINMAX
         # min/max are taken in the rows' dtype where torch can, else widened (float8 → float32, uint → int64)
         self.extreme = dtype if self.native else (torch.float32 if dtype.is_floating_point else torch.int64)
