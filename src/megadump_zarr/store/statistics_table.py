@@ -2,8 +2,8 @@
 
 Layout (inside ``invocation_{iiiiii}_{direction}/``)::
 
-    statistics/                 group, attrs: statisticsLayout 2, digestAlgorithm, recordCount, payloadCount,
-                                coordinates
+    statistics/                 group, attrs: statisticsLayout 2, digestAlgorithm (absent with ``digests:
+                                false``: placeholders), recordCount, payloadCount, coordinates
       stage task_id owner_id core_type core_id worker io index name shape dtype path payload
                                 coordinates, dims ("record",): text as Zarr v3 ``string`` (vlen-utf8),
                                 ids int64 (-1 = none), shape as JSON text ("[4, 8]"), payload bool
@@ -27,6 +27,7 @@ from megadump_zarr.codecs import CompressorSpec
 from megadump_zarr.layout.digest import DIGEST_ALGORITHM
 from megadump_zarr.layout.statistics import (
     DIGEST_ALGORITHM_ATTRIBUTE,
+    DIGESTS_ATTRIBUTE,
     STATISTICS_GROUP,
     STATISTICS_LAYOUT_ATTRIBUTE,
     STATISTICS_LAYOUT_VERSION,
@@ -142,7 +143,7 @@ def statistics_nodes(
         nodes[name] = ("array", document)
     group_attrs = {
         STATISTICS_LAYOUT_ATTRIBUTE: STATISTICS_LAYOUT_VERSION,
-        DIGEST_ALGORITHM_ATTRIBUTE: DIGEST_ALGORITHM,
+        **({} if table.attrs.get(DIGESTS_ATTRIBUTE) is False else {DIGEST_ALGORITHM_ATTRIBUTE: DIGEST_ALGORITHM}),
         "coordinates": list(table.coords),
         "variables": list(table.variables),
         **dict(table.attrs),
