@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+from hypothesis import given, settings, strategies as st
 import pytest
 import torch
 
@@ -203,3 +204,28 @@ def test_positive_against_negative_infinity_in_statistics_mode_fails(tmp_path):
     inputs = result[result["name"] == "a"]
     assert list(inputs["verdict"]) == ["fail"] and NON_FINITE_NOTE in inputs["note"].iloc[0]
     assert main(["compare", "--accept-within-stats", str(tmp_path / "plus"), str(tmp_path / "minus")]) == 1
+
+
+statistic = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True, width=64))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    dtype=st.sampled_from(["float32", "bfloat16", "float8_e4m3fn", "int64", "uint8", "bool"]),
+    stats_a=st.tuples(statistic, statistic, statistic, statistic),
+    stats_b=st.tuples(statistic, statistic, statistic, statistic),
+    counts=st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 3), st.integers(0, 3)),
+    digests=st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1)).filter(lambda d: d[0] != d[1]),
+    tolerance=st.sampled_from([None, 1e30]),
+)
+def test_different_digests_never_pass(dtype, stats_a, stats_b, counts, digests, tolerance):
+    names = ("min", "max", "mean", "l2norm")
+    a = row(dtype=dtype, digest=digests[0], nan_count=counts[0], inf_count=counts[1], **dict(zip(names, stats_a)))
+    b = row(dtype=dtype, digest=digests[1], nan_count=counts[2], inf_count=counts[3], **dict(zip(names, stats_b)))
+    result = summary_row({"name": "x"}, a, b, tolerance, tolerance)
+    assert result["verdict"] in ("fail", "differs_within_stats")
+    assert result["note"].startswith(f"summary: statistics only in a and b; digest differs ({digests[0]:#018x}")
+    if result["verdict"] == "differs_within_stats":
+        assert dtype in ("float32", "bfloat16", "float8_e4m3fn") and not any(counts)
+    same = summary_row({"name": "x"}, a, {**a, "payload": True, "digest": digests[0]})
+    assert (same["verdict"], same["note"]) == ("pass", "summary: statistics only in a; digests equal")
