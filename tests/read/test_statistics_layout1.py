@@ -4,9 +4,11 @@ keep) still reads, with no digest: nothing is proven equal by it."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from megadump_zarr import TensorDumpConfig, compare, open_dump, tensor_dump
@@ -61,3 +63,15 @@ def test_a_layout_1_table_reads_without_digests(tmp_path):
     }
     plain = compare(tmp_path / "a", tmp_path / "a")
     assert set(plain["note"]) == {"summary: statistics only in a and b; statistics within tolerance"}
+
+
+def test_a_table_of_an_unknown_layout_is_refused_naming_it(tmp_path):
+    dump(tmp_path / "a")
+    for document in (tmp_path / "a").rglob("zarr.json"):
+        document.write_text(re.sub(r'"statisticsLayout":\s*2', '"statisticsLayout": 3', document.read_text()))
+    with pytest.raises(
+        ValueError,
+        match=r"statistics table rank_0/window_0000/invocation_\w+/statistics has "
+        r"statisticsLayout 3; this reader reads 1, 2",
+    ):
+        open_dump(tmp_path / "a").records()

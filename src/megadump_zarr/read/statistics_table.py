@@ -31,6 +31,7 @@ from megadump_zarr.layout.statistics import (
     LEGACY_CHECKSUM_COLUMN,
     STATISTICS_GROUP,
     STATISTICS_LAYOUT_ATTRIBUTE,
+    STATISTICS_LAYOUT_VERSIONS,
 )
 
 __all__ = ["STATISTICS_COLUMNS", "load_tables", "merge_statistics"]
@@ -103,11 +104,19 @@ def load_tables(
         nodes: The window's nodes (see ``read.catalog.window_nodes``).
 
     Raises:
-        ValueError: A table is missing a column, or its columns differ in length (naming the group).
+        ValueError: A table of an unknown layout, missing a column, or whose columns differ in length (naming
+            the group).
     """
     groups = _table_groups(nodes)
     wanted = []
     for path in groups:
+        layout = (nodes[path].get("attributes") or {}).get(STATISTICS_LAYOUT_ATTRIBUTE)
+        if isinstance(layout, bool) or layout not in STATISTICS_LAYOUT_VERSIONS:
+            known = ", ".join(str(v) for v in sorted(STATISTICS_LAYOUT_VERSIONS))
+            raise ValueError(
+                f"statistics table {window_key}/{path} has {STATISTICS_LAYOUT_ATTRIBUTE} {layout!r}; this reader "
+                f"reads {known}"
+            )
         for name in _table_columns(nodes[path].get("attributes") or {}):
             doc = nodes.get(f"{path}/{name}")
             if not isinstance(doc, dict) or doc.get("node_type") != "array":
