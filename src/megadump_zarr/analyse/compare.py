@@ -187,7 +187,7 @@ def compare(
           statistics only        digests equal: pass; digests differ: fail (integer, bool; floats holding
                                  NaN/Inf), or for finite floats differs_within_stats when every statistic
                                  is within tolerance (exit 1 unless --accept-within-stats), else fail;
-                                 no digest on a side: the statistics alone, never more than that
+                                 no digest on a side (msprobe, layout 1): judged by the statistics alone
         default tolerances (two float dtypes: the looser one's; --rtol/--atol replace them):
           dtype            rtol      atol
           float64          1e-07     1e-07
