@@ -17,6 +17,7 @@ Everything is imported on first use: zarr loads ``megadump_zarr.store.dtypes`` i
 that reads a dump (see ``store/zarr_plugin.py``), and that must not pull in torch, xarray or pandas; importing
 the package registers those data types with zarr and nothing more.
 """
+
 from __future__ import annotations
 
 from importlib import import_module

@@ -55,7 +55,7 @@ def _baseline(config: TensorDumpConfig) -> Baseline | None:
         from megadump_zarr.read import open_dump
 
         dump = open_dump(config.baseline, storage_options=config.baseline_storage_options)
-        return _with_payload_checksums(dump, dump.records())
+        return _with_payload_digests(dump, dump.records())
 
     def tolerance(dtype: str) -> tuple[float, float]:
         from megadump_zarr.analyse.verdict import tolerance_for
@@ -65,8 +65,8 @@ def _baseline(config: TensorDumpConfig) -> Baseline | None:
     return Baseline(url, records, tolerance)
 
 
-def _with_payload_checksums(dump: Any, frame: Any) -> Any:
-    """A tensor-mode baseline's records carry no checksum: compute it from each whole stored payload
+def _with_payload_digests(dump: Any, frame: Any) -> Any:
+    """A tensor-mode baseline's records carry no digest: compute it from each whole stored payload
     (truncated or partial records keep none, so the diff keeps their payloads).
 
     Args:
@@ -74,26 +74,25 @@ def _with_payload_checksums(dump: Any, frame: Any) -> Any:
         frame: Its records table.
     """
     import numpy as np
-    import torch
 
-    from megadump_zarr.dump.statistics_mode import host_checksum
+    from megadump_zarr.layout.digest import DIGEST_ITEMSIZES, digest_of_array
+    from megadump_zarr.layout.statistics import DIGEST_COLUMN
 
-    if len(frame) == 0 or frame["checksum"].notna().all():
+    if len(frame) == 0 or frame[DIGEST_COLUMN].notna().all():
         return frame
     frame = frame.copy()
     for i in np.flatnonzero(
-        frame["checksum"].isna().to_numpy()
+        frame[DIGEST_COLUMN].isna().to_numpy()
         & frame["payload"].to_numpy()
         & ~frame["truncated"].to_numpy()
         & ~frame["partial"].to_numpy()
     ):
         row = frame.iloc[i]
-        raw = np.ascontiguousarray(dump.record_array(row["path"]).values).tobytes()
-        itemsize = getattr(torch, str(row["dtype"]), None)
-        itemsize = itemsize.itemsize if isinstance(itemsize, torch.dtype) else None
+        values = np.asarray(dump.record_array(row["path"]).values)
         count = int(np.prod(row["shape"], dtype=np.int64))
-        if itemsize is None or len(raw) != count * itemsize:
-            continue  # the stored bytes are not the device's bytes: no checksum, the payload is kept
-        frame.iat[i, frame.columns.get_loc("checksum")] = host_checksum(raw)
+        dtype = str(row["dtype"])
+        if dtype not in DIGEST_ITEMSIZES or values.size != count or values.nbytes != count * DIGEST_ITEMSIZES[dtype]:
+            continue  # the stored values are not the device's elements: no digest, the payload is kept
+        frame.iat[i, frame.columns.get_loc(DIGEST_COLUMN)] = digest_of_array(values, dtype)
         frame.iat[i, frame.columns.get_loc("element_count")] = count
     return frame

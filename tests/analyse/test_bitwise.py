@@ -65,7 +65,7 @@ def test_runs_without_the_option_are_bitwise_identical(dumps):
     result = compare(dumps["plain"], dumps["plain2"], bitwise=True)
     assert len(result) == 2 * len(EXPERTS) * STEPS
     assert set(result["verdict"]) == {"pass"}
-    assert set(result["note"]) == {"bitwise: statistics only in a and b; checksums equal"}
+    assert set(result["note"]) == {"bitwise: statistics only in a and b; digests equal"}
 
 
 def test_the_seeds_give_different_orders_to_every_expert_down_task():
@@ -83,7 +83,7 @@ def test_a_worker_dependent_order_fails_bitwise_in_that_stage_only(dumps):
     assert len(up) == len(down) == len(EXPERTS) * STEPS
     assert set(up["verdict"]) == {"pass"}
     assert set(down["verdict"]) == {"fail"}
-    assert all(n.startswith("bitwise: statistics only in a and b; checksum differs (0x") for n in down["note"])
+    assert all(n.startswith("bitwise: statistics only in a and b; digest differs (0x") for n in down["note"])
     # the default comparison is within tolerance: only the bits tell the two runs apart
     assert not compare(dumps["seed0"], dumps["seed1"])["verdict"].isin(["fail"]).any()
 
@@ -122,13 +122,14 @@ def test_bitwise_map_refuses_an_unknown_by(dumps):
 
 def test_payloads_compare_by_their_bits(dumps):
     same = compare(dumps["tensor"], dumps["tensor"], bitwise=True)
-    assert set(same["verdict"]) == {"pass"} and set(same["note"]) == {"bitwise: bits equal"}
+    assert set(same["verdict"]) == {"pass"}
+    assert set(same["note"]) == {f"bitwise: bytes equal ({n} elements)" for n in same["elements"]}
     differs = compare(dumps["tensor_seed0"], dumps["tensor_seed1"], bitwise=True)
     down = differs[differs["stage"] == "expert_down"]
     assert set(down["verdict"]) == {"fail"}
     first = down.iloc[0]
     assert first["note"].startswith(
-        f"bitwise: bits differ in {int(first['mismatches'])} of {int(first['elements'])} elements, first at ("
+        f"bitwise: bytes differ in {int(first['mismatches'])} of {int(first['elements'])} elements, first at ("
     )
     assert 0 < int(first["mismatches"]) <= int(first["elements"])
     assert first["worst_a"] != first["worst_b"] and abs(first["worst_a"] - first["worst_b"]) < 1e-5
@@ -136,11 +137,11 @@ def test_payloads_compare_by_their_bits(dumps):
     assert set(differs.loc[differs["stage"] == "expert_up", "verdict"]) == {"pass"}
 
 
-def test_a_payload_is_checksummed_against_a_statistics_side(dumps):
-    """Tensor-mode A against statistics-mode B of the same run: the host checksum of A's payload is B's device checksum."""
+def test_a_payload_is_digested_against_a_statistics_side(dumps):
+    """Tensor-mode A against statistics-mode B of the same run: the host digest of A's payload is B's device digest."""
     result = compare(dumps["tensor"], dumps["plain"], bitwise=True)
     assert set(result["verdict"]) == {"pass"}
-    assert set(result["note"]) == {"bitwise: statistics only in b; checksums equal"}
+    assert set(result["note"]) == {"bitwise: statistics only in b; digests equal"}
     other = compare(dumps["tensor_seed0"], dumps["seed1"], bitwise=True)
     assert set(other.loc[other["stage"] == "expert_down", "verdict"]) == {"fail"}
 
@@ -174,22 +175,22 @@ def test_bfloat16_payloads_compare_bitwise(tmp_path):
     assert "fail" in set(compare(a, b, bitwise=True)["verdict"])
 
 
-def test_a_record_without_payload_or_checksum_is_not_a_pass():
+def test_a_record_without_payload_or_digest_is_not_a_pass():
     row = {
         "dtype": "float32",
         "shape": (2, 3),
         "payload": False,
-        "checksum": None,
+        "digest": None,
         "element_count": 6,
         "path": "rank_0/window_0000/x",
     }
     keys = {"name": "x", "path": "rank_0/window_0000/x"}
-    result = bitwise_row(keys, None, None, row, {**row, "checksum": 7})
+    result = bitwise_row(keys, None, None, row, {**row, "digest": 7})
     assert result["verdict"] == "error"
-    assert result["note"] == ("bitwise: statistics only in a and b; no checksum in a: the bits cannot be proven equal")
-    both = bitwise_row(keys, None, None, {**row, "checksum": 7}, {**row, "checksum": 7})
-    assert (both["verdict"], both["note"]) == ("pass", "bitwise: statistics only in a and b; checksums equal")
-    counts = bitwise_row(keys, None, None, {**row, "checksum": 7}, {**row, "checksum": 7, "element_count": 5})
+    assert result["note"] == ("bitwise: statistics only in a and b; no digest in a: the bits cannot be proven equal")
+    both = bitwise_row(keys, None, None, {**row, "digest": 7}, {**row, "digest": 7})
+    assert (both["verdict"], both["note"]) == ("pass", "bitwise: statistics only in a and b; digests equal")
+    counts = bitwise_row(keys, None, None, {**row, "digest": 7}, {**row, "digest": 7, "element_count": 5})
     assert (counts["verdict"], counts["note"]) == (
         "fail",
         "bitwise: statistics only in a and b; element counts differ (6 vs 5)",

@@ -61,7 +61,7 @@ def test_the_one_pass_read_gives_what_zarr_reads(tmp_path):
 
 
 def _chunk(root: Path) -> Path:
-    [chunk] = sorted(root.glob("rank_0/window_0000/invocation_000001_*/statistics/checksum/c.0"))
+    [chunk] = sorted(root.glob("rank_0/window_0000/invocation_000001_*/statistics/digest/c.0"))
     return chunk
 
 
@@ -71,12 +71,12 @@ def test_a_corrupt_statistics_chunk_is_refused_naming_it(tmp_path):
     data = bytearray(chunk.read_bytes())
     data[len(data) // 2] ^= 0x01
     chunk.write_bytes(bytes(data))
-    with pytest.raises(DumpIntegrityError, match="statistics/checksum/c.0"):
+    with pytest.raises(DumpIntegrityError, match="statistics/digest/c.0"):
         open_dump(root).records()
 
 
 def test_a_missing_statistics_chunk_is_refused_naming_it(tmp_path):
     root = write(tmp_path / "d")
     _chunk(root).unlink()
-    with pytest.raises(DumpIntegrityError, match="statistics/checksum/c.0 .*is missing"):
+    with pytest.raises(DumpIntegrityError, match="statistics/digest/c.0 .*is missing"):
         open_dump(root).records()

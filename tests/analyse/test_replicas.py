@@ -45,7 +45,7 @@ def test_the_first_rank_and_step_that_diverge_are_named(two_ranks):
     assert found is not None
     assert (found.rank, found.reference_rank, found.step) == (1, 0, DRIFT_STEP)
     assert (found.row["name"], found.row["stage"], found.row["io"]) == ("w_up", "expert_up", "input")
-    assert found.differs == ("checksum", "mean", "l2norm")  # one element moved: not the max, not the min
+    assert found.differs == ("digest", "mean", "l2norm")  # one element moved: not the max, not the min
     # the activations differ too from that step, but only the named replicas are compared
     assert replica_divergence(open_dump(two_ranks), ["x*", "counts"]) is None
 

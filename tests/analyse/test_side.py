@@ -144,7 +144,7 @@ def test_dump_side_records_filters_and_orders(roots):
         side.records({"colour": "red"})
 
 
-def test_dump_side_payload_lineage_and_checksum(roots):
+def test_dump_side_payload_lineage_and_digest(roots):
     tensor_side, stats_side = open_side(roots["l1"]), open_side(roots["stats"])
     stats_row = stats_side.records({"stage": "expert_down", "io": "output"}).iloc[0].to_dict()
     tensor_row = tensor_side.records({"stage": "expert_down", "io": "output"}).iloc[0].to_dict()
@@ -167,9 +167,9 @@ def test_dump_side_payload_lineage_and_checksum(roots):
         "ports": (("combine", "output"),),
     }
     assert l0.lineage("rank_0/window_0000/not_a_record") == dict.fromkeys(lineage)  # unreadable: none
-    # the host checksum of the payload equals the device checksum the statistics run stored
-    assert tensor_side.payload_checksum(tensor_row) == int(stats_row["checksum"])
-    assert stats_side.payload_checksum(stats_row) is None  # no payload to checksum
+    # the host digest of the payload equals the device digest the statistics run stored
+    assert tensor_side.payload_digest(tensor_row) == int(stats_row["digest"])
+    assert stats_side.payload_digest(stats_row) is None  # no payload to digest
     assert tensor_side.unit_source() is tensor_side.value  # no dask cluster: the dump itself
 
 

@@ -63,7 +63,7 @@ def test_by_core_names_the_cores_of_the_stage_and_the_steps(cli, roots):
     assert {r["steps"] for r in bad} == {f"0-{STEPS - 1}"} and {r["differing"] for r in bad} == {STEPS}
     assert {r["stage"] for r in rows if not r["differing"]} == {"expert_up"}
     assert document["root_cause"]["stage"] == "expert_down"
-    assert document["first_divergence"]["note"].startswith("bitwise: statistics only in a and b; checksum differs (0x")
+    assert document["first_divergence"]["note"].startswith("bitwise: statistics only in a and b; digest differs (0x")
 
 
 def test_by_task_table_lists_the_tasks(cli, roots):
@@ -130,7 +130,7 @@ def test_format_msprobe_csv_with_bitwise_fails_the_differing_records(cli, roots)
     result = cli("compare", roots["seed0"], roots["seed1"], "--bitwise", "--format", "msprobe-csv")
     assert result.code == 1
     frame = pd.read_csv(io.StringIO(result.out))
-    down = frame[frame["megadump note"].str.contains("checksum differs")]
+    down = frame[frame["megadump note"].str.contains("digest differs")]
     assert len(down) == 4 * STEPS and set(down["Result"]) == {"error"} and set(down["megadump verdict"]) == {"fail"}
 
 
@@ -149,5 +149,7 @@ def test_bitwise_on_tensor_dumps_of_the_demo(cli, demo_pair):
     result = cli("compare", a, b, "--bitwise", "--json")
     assert result.code == 0
     document = json.loads(result.out)
-    assert {r["note"] for r in document["results"]} == {"bitwise: bits equal"}
+    assert {r["note"] for r in document["results"]} == {
+        f"bitwise: bytes equal ({r['elements']} elements)" for r in document["results"]
+    }
     assert torch.__version__  # the demo ran on this torch: same bits run to run

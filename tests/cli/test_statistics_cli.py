@@ -44,7 +44,7 @@ def test_ls_marks_statistics_only_records(cli, roots):
     assert "stats only" not in next(line for line in lines if "task_000002" in line)
     rows = json.loads(cli("ls", roots["nonfinite"], "--json").out)
     assert [r["payload"] for r in rows] == [False, False, True, False]
-    assert all(isinstance(r["checksum"], int) for r in rows)
+    assert all(isinstance(r["digest"], int) for r in rows)
 
 
 def test_stats_shows_statistics_only_records(cli, roots):

@@ -1,5 +1,5 @@
 """``mode="diff"`` keeps a payload whenever its bits differ from the baseline's, even when every statistic
-is equal (two swapped elements), the baseline is tensor-mode (no stored checksum), or the same bytes are
+is equal (two swapped elements), the baseline is tensor-mode (no stored digest), or the same bytes are
 another tensor (reshaped, or int32 read as float32)."""
 
 from __future__ import annotations
@@ -56,10 +56,10 @@ def test_swapped_elements_keep_their_payload(tmp_path, capsys, level, dtype, bas
     first = records[records["payload"]].iloc[0]
     stored = open_dump(tmp_path / "diff").record_array(first["path"]).values
     assert stored.reshape(-1)[0] in (16, 32)  # the swapped element itself is on disk
-    # an identical run keeps nothing: the checksums prove every record equal
+    # an identical run keeps nothing: the digests prove every record equal
     dump_copy(tmp_path / "same", base_tensor(dtype), "diff", level, baseline=tmp_path / "base")
     assert not any(kept(tmp_path / "same").values())
-    capsys.readouterr()  # compare sees the swap: a payload against a payload, or checksums against statistics
+    capsys.readouterr()  # compare sees the swap: a payload against a payload, or digests against statistics
     assert main(["compare", str(tmp_path / "diff"), str(tmp_path / "base")]) == 1
     assert "FAIL" in capsys.readouterr().out
 
@@ -90,7 +90,7 @@ def test_reinterpreted_bytes_keep_the_payload(tmp_path, level):
 @pytest.mark.parametrize(
     "dtype, verdict", [(torch.float32, "differs_within_stats"), (torch.int64, "fail"), (torch.bool, "fail")]
 )
-def test_statistics_only_pair_with_other_checksums_never_passes(tmp_path, capsys, dtype, verdict):
+def test_statistics_only_pair_with_other_digests_never_passes(tmp_path, capsys, dtype, verdict):
     a = base_tensor(dtype) if dtype != torch.bool else (base_tensor() % 2 == 0)
     dump_copy(tmp_path / "base", a, "statistics")
     dump_copy(tmp_path / "test", swapped(a), "statistics")
@@ -101,13 +101,13 @@ def test_statistics_only_pair_with_other_checksums_never_passes(tmp_path, capsys
     document = json.loads(capsys.readouterr().out)
     verdicts = {row["name"]: row["verdict"] for row in document["results"]}
     assert verdicts["a"] == verdict and document["verdict"] == "fail"
-    assert "checksums differ" in next(r["note"] for r in document["results"] if r["name"] == "a")
+    assert "digest differs" in next(r["note"] for r in document["results"] if r["name"] == "a")
     accepted = main(["compare", "--accept-within-stats", str(tmp_path / "test"), str(tmp_path / "base")])
     out = capsys.readouterr().out
     if verdict == "differs_within_stats":
         assert accepted == 0 and "differs_within_stats accepted" in out
     else:
-        assert accepted == 1 and "FAIL" in out  # an exact dtype's differing checksum is a failure
+        assert accepted == 1 and "FAIL" in out  # an exact dtype's differing digest is a failure
     same = main(["compare", str(tmp_path / "base"), str(tmp_path / "base")])
     assert same == 0 and "PASS: all" in capsys.readouterr().out
 
@@ -119,4 +119,4 @@ def test_compare_help_names_the_flag(capsys):
         assert exit_.code in (0, None)
     text = " ".join(capsys.readouterr().out.split())
     assert "--accept-within-stats exit 0 on differs_within_stats" in text
-    assert "floats differs_within_stats when every statistic is within tolerance" in text
+    assert "finite floats differs_within_stats when every statistic is within tolerance" in text

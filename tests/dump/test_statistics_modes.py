@@ -14,15 +14,13 @@ from megadump_zarr import TensorDumpConfig, open_dump, tensor_dump
 from megadump_zarr.demo.model import DemoConfig, MoEBlock
 from megadump_zarr.diagnostics import active_session
 from megadump_zarr.l1 import L1_DUMP_PAYLOAD_BASE, align_up
+from megadump_zarr.layout.digest import digest_of_array
 
 EXPERT_STAGES = ["expert_up", "expert_down", "unpermute", "combine"]
 
 
-def checksum_reference(raw: bytes) -> int:
-    padded = raw + bytes(-len(raw) % 4)
-    words = np.frombuffer(padded, dtype="<u4").astype(np.uint64)
-    weights = np.arange(words.size, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
-    return int(np.sum(words * weights, dtype=np.uint64))
+def digest_reference(values: np.ndarray, dtype: str) -> int:
+    return digest_of_array(np.ascontiguousarray(values), dtype)
 
 
 def run(out: Path, mode: str = "tensor", *, poison=None, steps: int = 2, level: str = "L1", config=None, **fields):
@@ -127,7 +125,7 @@ def test_l1_statistics_equal_the_tensor_mode_dump(tmp_path):
         assert s["mean"] == pytest.approx(expected["mean"], rel=1e-9, abs=1e-12)
         assert s["l2norm"] == pytest.approx(expected["l2norm"], rel=1e-9)
         assert s["min"] == a["min"] and s["max"] == a["max"]  # the writer's host statistics agree exactly
-        assert s["checksum"] == checksum_reference(np.ascontiguousarray(values).tobytes())
+        assert s["digest"] == digest_reference(values, s["dtype"])
         assert (s["dtype"], s["shape"], s["stage"], s["task_id"], s["owner_id"]) == (
             a["dtype"],
             a["shape"],
@@ -164,7 +162,7 @@ def test_l0_statistics_equal_the_tensor_mode_dump(tmp_path):
             assert s[key] == expected[key], (a["name"], key)
         assert s["mean"] == pytest.approx(expected["mean"], rel=1e-9, abs=1e-12)
         assert s["l2norm"] == pytest.approx(expected["l2norm"], rel=1e-9)
-        assert s["checksum"] == checksum_reference(np.ascontiguousarray(values).tobytes())
+        assert s["digest"] == digest_reference(values, s["dtype"])
         assert s["path"] == a["path"]
 
 
@@ -219,16 +217,16 @@ def test_diff_at_l0_keeps_only_the_tensors_that_changed(tmp_path, baseline_mode)
     dump = run(tmp_path / "diff", "diff", poison=bump_expert_1, baseline=tmp_path / "base", level="L0", steps=1)
     perturbed = run(tmp_path / "stats", "statistics", poison=bump_expert_1, level="L0", steps=1).records()
     rb, records = base.records(), dump.records()
-    expected = [name for name, a, b in zip(rb["name"], perturbed["checksum"], run_checksums(base, rb)) if a != b]
+    expected = [name for name, a, b in zip(rb["name"], perturbed["digest"], run_digests(base, rb)) if a != b]
     kept = records[records["payload"]]
     assert len(records) == len(rb) > 5 and "w_up" in expected and list(kept["name"]) == expected
     assert len(expected) < len(records)  # inputs the perturbation does not reach are statistics only
 
 
-def run_checksums(dump, records):
-    if records["checksum"].notna().all():
-        return list(records["checksum"])
-    return [checksum_reference(np.ascontiguousarray(dump.record_array(p).values).tobytes()) for p in records["path"]]
+def run_digests(dump, records):
+    if records["digest"].notna().all():
+        return list(records["digest"])
+    return [digest_reference(dump.record_array(p).values, d) for p, d in zip(records["path"], records["dtype"])]
 
 
 # --------------------------------------------------------------------------- budget
@@ -253,7 +251,7 @@ def test_budget_fallback_stores_statistics_for_what_does_not_fit(tmp_path):
 def test_budget_fallback_keeps_the_seed_layout_when_everything_fits(tmp_path):
     a = run(tmp_path / "a", stages="expert_up", steps=1).records()
     b = run(tmp_path / "b", stages="expert_up", steps=1, on_budget="statistics").records()
-    assert b["payload"].all() and b["checksum"].isna().all() and list(a["path"]) == list(b["path"])
+    assert b["payload"].all() and b["digest"].isna().all() and list(a["path"]) == list(b["path"])
 
 
 def test_max_bytes_per_tensor_caps_kept_payloads_not_statistics(tmp_path):
@@ -273,7 +271,7 @@ def test_bfloat16_statistics(tmp_path):
     for (_, a), (_, s) in zip(tensor.records().iterrows(), stats.records().iterrows()):
         values = tensor.record_array(a["path"]).values
         assert s["dtype"] == "bfloat16" and s["max"] == float(values.astype(np.float64).max())
-        assert s["checksum"] == checksum_reference(np.ascontiguousarray(values).tobytes())
+        assert s["digest"] == digest_reference(values, s["dtype"])
 
 
 def test_statistics_mode_fits_a_budget_the_payloads_would_not(tmp_path):
@@ -297,7 +295,7 @@ def test_the_device_copies_only_what_is_kept(tmp_path):
     kept = kept[kept["payload"]]
     attrs = table_attrs(tmp_path / "nf")
     assert attrs["tensorPoolUsed"] == sum(align_up(b) for b in kept["bytes"]) and attrs["poolFull"] == 0
-    # diff with a statistics baseline: the device compares checksums, copying only the perturbed task's
+    # diff with a statistics baseline: the device compares digests, copying only the perturbed task's
     run(tmp_path / "base", "statistics", stages="expert_up", io="output", steps=1)
     diff = run(
         tmp_path / "diff",

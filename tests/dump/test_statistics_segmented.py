@@ -3,7 +3,7 @@ the per-record slot and the written-out definition (same machine, same run: bit 
 
 The definition is spelled out here in plain Python (``reference``): counts, min/max over finite values
 (a zero extreme is +0.0), the pairwise block-sum order of ``runtime.statistics.reference_sum`` for the
-sum and the sum of squares, and the u32-word checksum of ``dump.statistics.host_checksum``.
+sum and the sum of squares, and the record digest of ``layout.digest.digest_of_bytes``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from megadump_zarr.dump.statistics_mode import host_checksum
+from megadump_zarr.layout.digest import digest_of_bytes
 from megadump_zarr.l1 import L1_DUMP_PAYLOAD_BASE, pack_l1_buffer
 from megadump_zarr.l1.reader import read_l1_statistics
 from megadump_zarr.runtime.executor import DeviceWorker
@@ -105,7 +105,17 @@ def reference(values: torch.Tensor) -> tuple:
         l2 = torch.sqrt(torch.tensor(reference_sum([v * v for v in kept]), dtype=torch.float64)).item()
     else:
         lo = hi = mean = l2 = None
-    return (len(numbers), nan, inf, lo, hi, mean, l2, host_checksum(raw), len(raw))
+    return (
+        len(numbers),
+        nan,
+        inf,
+        lo,
+        hi,
+        mean,
+        l2,
+        digest_of_bytes(raw, str(dtype).removeprefix("torch."), len(numbers)),
+        len(raw),
+    )
 
 
 def _bits(value):
@@ -124,7 +134,7 @@ def exact(stats) -> tuple:
             stats.max,
             stats.mean,
             stats.l2norm,
-            stats.checksum,
+            stats.digest,
             stats.byte_count,
         )
     )

@@ -151,7 +151,7 @@ def test_statistics_dumps_that_differ_do_not_pass_on_placeholder_checksums(mspro
     dump_json.write_text(json.dumps(doc))
     convert_msprobe(msprobe_dumps["stats"], tmp_path / "a")
     convert_msprobe(changed, tmp_path / "b")
-    assert open_dump(tmp_path / "a").records()["checksum"].isna().all()  # unknown, not 0
+    assert open_dump(tmp_path / "a").records()["digest"].isna().all()  # unknown, not 0
     same = compare(tmp_path / "a", tmp_path / "a")
     assert (same["verdict"] == "pass").all() and same["note"].str.endswith("statistics within tolerance").all()
     result = compare(tmp_path / "b", tmp_path / "a")

@@ -1,11 +1,10 @@
-"""The Device buffer ABI's statistics records (version 3) and statistics slot (layout 1), byte by byte."""
+"""The Device buffer ABI's statistics records (version 3) and statistics slot (layout 2), byte by byte."""
 
 from __future__ import annotations
 
 import re
 import struct
 
-import numpy as np
 import pytest
 import torch
 
@@ -17,6 +16,7 @@ from megadump_zarr.l1.format import (
     L1_STATISTICS_SLOT_SIZE,
     STATISTICS_STRUCT,
 )
+from megadump_zarr.layout.digest import digest_of_bytes
 from megadump_zarr.l1.reader import read_l1_statistics
 from megadump_zarr.runtime.executor import DeviceWorker
 from megadump_zarr.runtime.reductions import dtype_code, statistics_slot
@@ -155,11 +155,9 @@ def test_partial_read_needs_only_the_statistics_prefix():
     assert read_l1_buffer(prefix, partial=True).records[0].tensor_bytes == 4096
 
 
-def checksum_reference(raw: bytes) -> int:
-    padded = raw + bytes(-len(raw) % 4)
-    words = np.frombuffer(padded, dtype="<u4").astype(np.uint64)
-    weights = np.arange(words.size, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
-    return int(np.sum(words * weights, dtype=np.uint64))
+def digest_reference(values: torch.Tensor) -> int:
+    raw = values.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    return digest_of_bytes(raw, str(values.dtype).removeprefix("torch."), values.numel())
 
 
 def test_device_worker_writes_the_statistics_slot_field_by_field():
@@ -182,7 +180,7 @@ def test_device_worker_writes_the_statistics_slot_field_by_field():
     worker.flush()  # kind 1/2 slots are written by the segmented pass
     slot = bytes(buffer[BASE : BASE + 128].numpy())
     version, flags = struct.unpack_from("<II", slot, 0)
-    assert (version, flags) == (1, 1 | 4 | 8)  # valid, has a finite element, tensor copied
+    assert (version, flags) == (2, 1 | 4 | 8)  # valid, has a finite element, tensor copied
     assert struct.unpack_from("<QQQ", slot, 8) == (6, 1, 1)
     assert struct.unpack_from("<dddd", slot, 32) == (
         -2.0,
@@ -190,13 +188,13 @@ def test_device_worker_writes_the_statistics_slot_field_by_field():
         (1.5 - 2.0 + 4.0 + 0.25) / 4,
         (1.5**2 + 4.0 + 16.0 + 0.0625) ** 0.5,
     )
-    assert struct.unpack_from("<QQ", slot, 64) == (checksum_reference(values.numpy().tobytes()), 24)
+    assert struct.unpack_from("<QQ", slot, 64) == (digest_reference(values), 24)
     assert slot[80:] == bytes(48)
     assert (
         bytes(buffer[BASE + 128 : BASE + 140].numpy()) == values.numpy().tobytes()[:12]
     )  # prefix into the tensor slot
     assert buffer[64 + 28].item() == 1  # CAPTURED
-    assert STATISTICS_STRUCT.unpack(slot)[9] == checksum_reference(values.numpy().tobytes())
+    assert STATISTICS_STRUCT.unpack(slot)[9] == digest_reference(values)
 
 
 @pytest.mark.parametrize(
@@ -215,7 +213,7 @@ def test_device_worker_writes_the_statistics_slot_field_by_field():
         torch.float8_e4m3fn,
     ],
 )
-def test_slot_statistics_and_checksum_for_every_dtype(dtype):
+def test_slot_statistics_and_digest_for_every_dtype(dtype):
     generator = torch.Generator().manual_seed(3)
     base = torch.randn(7, 5, generator=generator) * 20
     values = base > 0 if dtype == torch.bool else base.to(dtype)
@@ -230,20 +228,21 @@ def test_slot_statistics_and_checksum_for_every_dtype(dtype):
         if values.element_size() == 1
         else values.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
     )
-    assert stats.checksum == checksum_reference(raw) and stats.byte_count == len(raw)
+    assert stats.digest == digest_reference(values) and stats.byte_count == len(raw)
     assert isinstance(stats.min, int) == (not dtype.is_floating_point)
 
 
-def test_checksum_sees_a_single_bit_and_an_empty_tensor():
+def test_digest_sees_a_single_bit_and_an_empty_tensor():
     values = torch.arange(1000, dtype=torch.float32)
     flipped = values.clone()
     flipped.view(torch.int32)[999] ^= 1
     assert (
-        read_l1_statistics(statistics_slot(values).numpy()).checksum
-        != read_l1_statistics(statistics_slot(flipped).numpy()).checksum
+        read_l1_statistics(statistics_slot(values).numpy()).digest
+        != read_l1_statistics(statistics_slot(flipped).numpy()).digest
     )
     empty = read_l1_statistics(statistics_slot(torch.empty(0)).numpy())
-    assert (empty.element_count, empty.min, empty.mean, empty.checksum) == (0, None, None, 0)
+    assert (empty.element_count, empty.min, empty.mean) == (0, None, None)
+    assert empty.digest == digest_of_bytes(b"", "float32", 0) != 0
 
 
 def test_all_nan_has_no_finite_statistics():
@@ -264,7 +263,7 @@ def test_devices_without_float64_give_the_same_slot_layout(monkeypatch):
     exact = read_l1_statistics(statistics_slot(values).numpy())
     monkeypatch.setattr(device_statistics, "_has_float64", lambda device: False)  # NPU/MPS: float32 reductions
     narrow = read_l1_statistics(statistics_slot(values).numpy())
-    assert (narrow.min, narrow.max, narrow.inf_count, narrow.checksum) == (exact.min, exact.max, 1, exact.checksum)
+    assert (narrow.min, narrow.max, narrow.inf_count, narrow.digest) == (exact.min, exact.max, 1, exact.digest)
     assert narrow.mean == pytest.approx(exact.mean, rel=1e-5) and narrow.l2norm == pytest.approx(exact.l2norm, rel=1e-6)
     ints = read_l1_statistics(statistics_slot(torch.arange(-5, 7, dtype=torch.int32)).numpy())
     assert (ints.min, ints.max, ints.mean) == (-5, 6, 0.5)
@@ -332,9 +331,9 @@ def pooled_worker(values: list[torch.Tensor], kind: int, pool_bytes: int, expect
         offset += v.numel()
     pool_offset = BASE + 128 * len(values)
     buffer = torch.frombuffer(pack_l1_buffer(entries, pool=(pool_offset, pool_bytes)), dtype=torch.uint8).clone()
-    for i, checksum in enumerate(expected or []):
-        if checksum is not None:
-            buffer[BASE + 128 * i + 88 : BASE + 128 * i + 96] = torch.tensor([checksum], dtype=torch.int64).view(
+    for i, digest in enumerate(expected or []):
+        if digest is not None:
+            buffer[BASE + 128 * i + 88 : BASE + 128 * i + 96] = torch.tensor([digest], dtype=torch.int64).view(
                 torch.uint8
             )
             buffer[BASE + 128 * i + 96] = 1
@@ -362,17 +361,17 @@ def test_a_full_pool_keeps_statistics_and_says_so():
     assert slots[1].nan_count == 16  # the statistics are there all the same
 
 
-def signed(checksum: int) -> int:
-    return checksum - (1 << 64) if checksum >= 1 << 63 else checksum
+def signed(digest: int) -> int:
+    return digest - (1 << 64) if digest >= 1 << 63 else digest
 
 
-def test_the_device_copies_only_tensors_whose_checksum_changed():
+def test_the_device_copies_only_tensors_whose_digest_changed():
     values = [torch.arange(16.0), torch.arange(16.0) + 1, torch.arange(16.0) + 2]
-    reference = [read_l1_statistics(statistics_slot(v).numpy()).checksum for v in values]
+    reference = [read_l1_statistics(statistics_slot(v).numpy()).digest for v in values]
     expected = [signed(reference[0]), signed(reference[1] ^ 1), None]  # same, changed, no baseline
     buffer, slots, pool = pooled_worker(values, 4, 4096, expected)
     assert [s.tensor_copied for s in slots] == [False, True, True]
-    assert [s.checksum for s in slots] == reference
+    assert [s.digest for s in slots] == reference
     assert bytes(buffer[BASE + 88 : BASE + 97].numpy()) == struct.pack(
         "<qB", expected[0], 1
     )  # the device left it alone

@@ -49,7 +49,7 @@ ds = xr.open_zarr(sys.argv[1])
 print(json.dumps({"dims": dict(ds.sizes), "coords": sorted(ds.coords), "vars": sorted(ds.data_vars),
                   "stage": [str(s) for s in ds["stage"].values], "task_id": ds["task_id"].values.tolist(),
                   "name": [str(s) for s in ds["name"].values], "max": ds["max"].values.tolist(),
-                  "checksum": [int(c) for c in ds["checksum"].values], "payload": ds["payload"].values.tolist(),
+                  "digest": [int(c) for c in ds["digest"].values], "payload": ds["payload"].values.tolist(),
                   }))
 """
 
@@ -83,22 +83,22 @@ def test_plain_xarray_opens_the_statistics_group(dumps):
         ]
     )
     assert found["vars"] == sorted(
-        ["element_count", "nan_count", "inf_count", "min", "max", "mean", "l2norm", "checksum"]
+        ["element_count", "nan_count", "inf_count", "min", "max", "mean", "l2norm", "digest"]
     )
     records = dumps["statistics"].records()
     mine = records[records["invocation"] == 0]
     assert found["dims"] == {"record": len(mine)}
     assert found["stage"] == list(mine["stage"]) and found["task_id"] == list(mine["task_id"])
     assert found["name"] == list(mine["name"]) and found["max"] == list(mine["max"])
-    assert found["checksum"] == [int(c) for c in mine["checksum"]] and not any(found["payload"])
+    assert found["digest"] == [int(c) for c in mine["digest"]] and not any(found["payload"])
 
 
 def test_records_columns_for_every_mode(dumps):
     tensor, stats, nonfinite = (dumps[k].records() for k in ("tensor", "statistics", "nonfinite"))
     assert list(stats.columns) == list(tensor.columns)
-    assert list(stats.columns[-3:]) == ["payload", "checksum", "element_count"]
-    assert stats["payload"].dtype == bool and str(stats["checksum"].dtype) == "UInt64"
-    assert tensor["payload"].all() and tensor["checksum"].isna().all()
+    assert list(stats.columns[-3:]) == ["payload", "digest", "element_count"]
+    assert stats["payload"].dtype == bool and str(stats["digest"].dtype) == "UInt64"
+    assert tensor["payload"].all() and tensor["digest"].isna().all()
     assert (tensor["element_count"] == [int(np.prod(s)) for s in tensor["shape"]]).all()
     assert (stats["stored_bytes"] == 0).all() and (stats["stored_shape"] == ()).all()
     assert list(stats["bytes"]) == list(tensor["bytes"]) and list(stats["capture_phase"]) == list(
@@ -110,7 +110,7 @@ def test_records_columns_for_every_mode(dumps):
         tensor[["stage", "task_id", "owner_id", "core_type", "core_id", "io", "index", "name"]].itertuples(index=False)
     )
     kept = nonfinite[nonfinite["payload"]]
-    assert len(kept) > 0 and kept["checksum"].notna().all()  # a kept payload gets the device checksum too
+    assert len(kept) > 0 and kept["digest"].notna().all()  # a kept payload gets the device digest too
     assert set(kept["owner_id"].dropna()) == {2}
 
 

@@ -3,9 +3,10 @@
 :func:`bitwise_row` gives the result row of one matched record pair of two dumps, under the rules of
 :data:`megadump_zarr.analyse.verdict.BITWISE_RULES_TEXT`: metadata first (dtype names, logical shapes),
 then the stored bytes when both sides stored a payload (read block by block, compared as unsigned words,
-so NaNs with identical bits are equal and ``-0.0`` differs from ``0.0``), else the device content checksum
-of the statistics table (a side with a payload is checksummed on the host with the device's algorithm).
-A pair that cannot be proven equal (no payload and no checksum) is an ``error`` row, never a pass.
+so NaNs with identical bits are equal and ``-0.0`` differs from ``0.0``; the note says "bytes"), else the
+record digests of the statistics table (:mod:`megadump_zarr.layout.digest`; a side with a payload is
+digested on the host from its stored bytes; the note says "digest"). Nothing else proves bits equal: a
+pair without bytes or a digest on a side is an ``error`` row ("cannot be proven equal"), never a pass.
 
 :func:`bitwise_map` folds a bitwise result over windows and steps: per stage and task (or core), how
 many records are not reproducible and at which steps, the report of ``megadump compare --bitwise --by``.
@@ -22,7 +23,9 @@ from megadump_zarr.analyse.matching import scalar
 from megadump_zarr.analyse.metrics import DEFAULT_BLOCK_BYTES, iter_blocks, read_native_block, row_chunks, shape_of
 from megadump_zarr.analyse.pairs import empty_row, record_source
 from megadump_zarr.analyse.side import DumpSide
-from megadump_zarr.analyse.verdict import bitwise_checksum_verdict, bitwise_metadata_verdict, bitwise_payload_verdict
+from megadump_zarr.analyse.verdict import bitwise_digest_verdict, bitwise_metadata_verdict, bitwise_payload_verdict
+from megadump_zarr.layout.digest import DIGEST_ITEMSIZES, digest_of_array
+from megadump_zarr.layout.statistics import DIGEST_COLUMN
 
 __all__ = ["BITWISE_BY_KEYS", "bitwise_map", "bitwise_row"]
 
@@ -85,26 +88,26 @@ def _number(value: Any) -> float | None:
         return None
 
 
-def _host_checksum(x: Any) -> int:
-    """The device checksum of a stored payload, computed on the host (whole array: the words are weighted
-    by their global position)."""
-    from megadump_zarr.dump.statistics_mode import host_checksum
+def _host_digest(x: Any, dtype: str) -> int | None:
+    """The record digest of a stored payload, computed on the host from its stored elements (the whole
+    array); None when its stored elements are not of ``dtype``'s width (not the device's bytes)."""
+    block = np.asarray(read_native_block(x, tuple(slice(None) for _ in shape_of(x))))
+    if dtype not in DIGEST_ITEMSIZES or block.dtype.itemsize != DIGEST_ITEMSIZES[dtype]:
+        return None
+    return digest_of_array(block, dtype)
 
-    block = read_native_block(x, tuple(slice(None) for _ in shape_of(x)))
-    return host_checksum(np.ascontiguousarray(block).tobytes())
 
-
-def payload_checksum(dump: Any, row: Any) -> int | None:
-    """The device checksum of a record's stored payload, computed on the host; ``None`` when the record
-    stored no payload, is truncated (the checksum covers the whole tensor) or already carries one.
+def payload_digest(dump: Any, row: Any) -> int | None:
+    """The record digest of a record's stored payload, computed on the host; ``None`` when the record
+    stored no payload, is truncated (the digest covers the whole tensor) or already carries one.
 
     Args:
         dump: The record's dump (or a source that opens it).
         row: Its records-table row.
     """
-    if _value(row, "checksum") is not None or not DumpSide.holds_payload(row) or _truncated(row):
+    if _value(row, DIGEST_COLUMN) is not None or not DumpSide.holds_payload(row) or _truncated(row):
         return None
-    return _host_checksum(record_source(_open(dump), str(_value(row, "path")), False))
+    return _host_digest(record_source(_open(dump), str(_value(row, "path")), False), str(_value(row, "dtype")))
 
 
 def _failure(row: dict[str, Any], exc: BaseException) -> dict[str, Any]:
@@ -131,7 +134,7 @@ def bitwise_row(keys: dict[str, Any], dump_a: Any, dump_b: Any, row_a: Any, row_
         keys: The key (and lineage) columns of the row.
         dump_a: Dump A (under test), open.
         dump_b: Dump B (reference), open.
-        row_a: The record's ``records()`` row in A (dtype, shape, payload, checksum, element_count, ...).
+        row_a: The record's ``records()`` row in A (dtype, shape, payload, digest, element_count, ...).
         row_b: Its row in B.
     """
     dtype_a, dtype_b = str(_value(row_a, "dtype")), str(_value(row_b, "dtype"))
@@ -156,7 +159,7 @@ def bitwise_row(keys: dict[str, Any], dump_a: Any, dump_b: Any, row_a: Any, row_
     try:
         if DumpSide.holds_payload(row_a) and DumpSide.holds_payload(row_b):
             return _payload_row(row, dump_a, dump_b, row_a, row_b, shape_a, elements)
-        return _checksum_row(row, dump_a, dump_b, row_a, row_b)
+        return _digest_row(row, dump_a, dump_b, row_a, row_b)
     except Exception as exc:  # one unreadable record must not abort the comparison
         return _failure(row, exc)
 
@@ -168,18 +171,18 @@ def _truncated(row: Any) -> bool:
 def _payload_row(
     row: dict[str, Any], dump_a: Any, dump_b: Any, row_a: Any, row_b: Any, shape: tuple[int, ...], elements: int
 ) -> dict[str, Any]:
-    """Both payloads stored: compare their bits (a truncated side: by checksum when both are known)."""
+    """Both payloads stored: compare their bytes (a truncated side: by digest when both are known)."""
     path = str(_value(row_a, "path"))
     if _truncated(row_a) or _truncated(row_b):
-        if _value(row_a, "checksum") is not None and _value(row_b, "checksum") is not None:
-            return _checksum_row(row, dump_a, dump_b, row_a, row_b)
+        if _value(row_a, DIGEST_COLUMN) is not None and _value(row_b, DIGEST_COLUMN) is not None:
+            return _digest_row(row, dump_a, dump_b, row_a, row_b)
         xa, xb = dump_a.record_array(path), dump_b.record_array(path)
         count, first, va, vb = _differing(xa, xb, shape)
         if count:
             return _differing_row(row, count, first, va, vb, shape, elements, "in the captured part ")
         row.update(
             verdict="error",
-            note="bitwise: truncated record, the captured bits are equal but the rest was "
+            note="bitwise: truncated record, the captured bytes are equal but the rest was "
             "not captured: the bits cannot be proven equal",
         )
         return row
@@ -206,8 +209,9 @@ def _differing_row(
     index = tuple(int(i) for i in np.unravel_index(first, shape)) if shape and first is not None else ()
     verdict_, note = bitwise_payload_verdict(count, elements, index)
     if where:
-        note = note.replace("bits differ ", f"bits differ {where}", 1)
+        note = note.replace("bytes differ ", f"bytes differ {where}", 1)
     a, b = _number(va), _number(vb)
+    exact = _integer_gap(va, vb)
     row.update(
         verdict=verdict_,
         note=note,
@@ -218,7 +222,9 @@ def _differing_row(
         worst_b=b,
         allclose=False,
     )
-    if a is not None and b is not None and np.isfinite(a) and np.isfinite(b):
+    if exact is not None:
+        row.update(max_abs=float(exact))
+    elif a is not None and b is not None and np.isfinite(a) and np.isfinite(b):
         row.update(max_abs=abs(a - b))
     if row.get("level") == "L1" or row.get("task_id") is not None:
         row.update(
@@ -230,19 +236,26 @@ def _differing_row(
     return row
 
 
-def _checksum_row(row: dict[str, Any], dump_a: Any, dump_b: Any, row_a: Any, row_b: Any) -> dict[str, Any]:
-    """A side stored statistics only: compare content checksums (a payload side is checksummed here)."""
+def _integer_gap(va: Any, vb: Any) -> int | None:
+    """``|a - b|`` of two integer (or bool) values in integer arithmetic; None for other values."""
+    if isinstance(va, (int, np.integer, np.bool_)) and isinstance(vb, (int, np.integer, np.bool_)):
+        return abs(int(va) - int(vb))
+    return None
+
+
+def _digest_row(row: dict[str, Any], dump_a: Any, dump_b: Any, row_a: Any, row_b: Any) -> dict[str, Any]:
+    """A side stored statistics only: compare record digests (a payload side is digested here)."""
     only = [side for side, r in (("a", row_a), ("b", row_b)) if not DumpSide.holds_payload(r)]
     sides = f"statistics only in {' and '.join(only)}" if only else "truncated record"
-    sums, counts = [], []
+    digests, counts = [], []
     for dump, r in ((dump_a, row_a), (dump_b, row_b)):
-        checksum = _value(r, "checksum")
-        if checksum is None:
-            checksum = payload_checksum(dump, r)
+        digest = _value(r, DIGEST_COLUMN)
+        if digest is None:
+            digest = payload_digest(dump, r)
         count = _value(r, "element_count")
-        sums.append(None if checksum is None else int(checksum))
+        digests.append(None if digest is None else int(digest))
         counts.append(int(count) if count is not None else row["elements"])
-    verdict_, note = bitwise_checksum_verdict(sums[0], sums[1], counts[0], counts[1], sides)
+    verdict_, note = bitwise_digest_verdict(digests[0], digests[1], counts[0], counts[1], sides)
     row.update(verdict=verdict_, note=note, allclose=verdict_ == "pass" if verdict_ != "error" else None)
     if verdict_ == "pass":
         row.update(mismatches=0, max_abs=0.0, max_rel=0.0)
@@ -270,7 +283,7 @@ def bitwise_map(result: pd.DataFrame, by: str = "task") -> pd.DataFrame:
     ranks, windows, invocations and steps, per kernel, stage and ``by`` keys.
 
     Columns: ``kernel``, ``stage``, the :data:`BITWISE_BY_KEYS` of ``by``, ``records`` (compared),
-    ``differing`` (records that do not pass: bits, checksum, shape or dtype differ, or not provable),
+    ``differing`` (records that do not pass: bytes, digest, shape or dtype differ, or not provable),
     ``steps_differing`` (how many distinct steps hold one), ``steps`` (those steps as ranges, ``0-3, 7``),
     ``first_step`` and ``worst_name`` (a differing tensor's name). Rows with a differing record come
     first (most differing first), then the reproducible ones, each in execution order.

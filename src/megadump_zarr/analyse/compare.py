@@ -28,6 +28,7 @@ from typing import Any
 
 import pandas as pd
 
+from megadump_zarr.layout.statistics import DIGEST_COLUMN
 from megadump_zarr.analyse.matching import (
     KEY_COLUMNS,
     RecordMatch,
@@ -183,9 +184,10 @@ def compare(
           kinds differ           dtype_mismatch (int vs float, bool vs int); not compared
           shapes differ          shape_mismatch; not compared
           one side only          missing;   unreadable chunk: missing_data (note names the key)
-          statistics only        checksums equal: pass; checksums differ: fail (integer, bool), or for
-                                 floats differs_within_stats when every statistic is within tolerance
-                                 (exit 1 unless --accept-within-stats), else fail
+          statistics only        digests equal: pass; digests differ: fail (integer, bool; floats holding
+                                 NaN/Inf), or for finite floats differs_within_stats when every statistic
+                                 is within tolerance (exit 1 unless --accept-within-stats), else fail;
+                                 no digest on a side (msprobe, layout 1): judged by the statistics alone
         default tolerances (two float dtypes: the looser one's; --rtol/--atol replace them):
           dtype            rtol      atol
           float64          1e-07     1e-07
@@ -214,7 +216,7 @@ def compare(
             that does not pass (``missing`` included); the rest are left out of the result.
         bitwise: Two dumps only: a determinism check, any differing bit fails (no tolerance; see
             :mod:`megadump_zarr.analyse.bitwise`): the stored bytes where both sides hold a payload, else
-            the device checksum; a pair that cannot be proven equal (no payload, no checksum) is an
+            the record digests; a pair that cannot be proven equal (no payload, no digest) is an
             ``error`` row. :func:`~megadump_zarr.analyse.bitwise.bitwise_map` names the tasks and cores
             whose records differ at which steps.
         **select: Record selection, e.g. ``rank=0, invocation=2, stage="expert_up", io="output"``
@@ -303,7 +305,7 @@ def _record_slot(a: DumpSide, b: DumpSide, match: RecordMatch, tol: dict[str, An
         return empty_row(keys, "missing", f"only in dump {match.only}", **extra)
     row_a, row_b = match.row_a, match.row_b
     if is_summary_pair(row_a, row_b):  # a side stored statistics only: compare what both know
-        row_a, row_b = _with_payload_checksums(a, b, row_a, row_b)
+        row_a, row_b = _with_payload_digests(a, b, row_a, row_b)
         return summary_row(keys, row_a, row_b, tol["rtol"], tol["atol"])
     truncated = any(bool(scalar(r.get("truncated"))) for r in (row_a, row_b))
     return RecordPair(
@@ -371,21 +373,21 @@ def _compare_bitwise(
     return _frame(rows)
 
 
-def _with_payload_checksums(
+def _with_payload_digests(
     a: DumpSide, b: DumpSide, ra_row: dict[str, Any], rb_row: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A mixed pair (one side statistics only, with its device checksum; the other a payload without one):
-    the payload side's checksum computed on the host, so equal bits are proven and differing bits are never
-    a pass. A payload that cannot be read keeps no checksum (its damage is ``verify``'s to name)."""
-    if (scalar(ra_row.get("checksum")) is None) == (scalar(rb_row.get("checksum")) is None):
+    """A mixed pair (one side statistics only, with its device digest; the other a payload without one):
+    the payload side's digest computed on the host, so equal bits are proven and differing bits are never
+    a pass. A payload that cannot be read keeps no digest (its damage is ``verify``'s to name)."""
+    if (scalar(ra_row.get(DIGEST_COLUMN)) is None) == (scalar(rb_row.get(DIGEST_COLUMN)) is None):
         return ra_row, rb_row  # both known (compared as they are) or neither (statistics only)
     rows = []
     for side, row in ((a, ra_row), (b, rb_row)):
         try:
-            checksum = side.payload_checksum(row)
+            digest = side.payload_digest(row)
         except Exception:  # noqa: BLE001 - unreadable payload: compared by statistics as before
-            checksum = None
-        rows.append(row if checksum is None else {**row, "checksum": checksum})
+            digest = None
+        rows.append(row if digest is None else {**row, DIGEST_COLUMN: digest})
     return rows[0], rows[1]
 
 

@@ -52,7 +52,9 @@ keeps several float32 accumulators: measured relative error of a 64 Ki-element s
 is looser, ~n/16 * 2**-24); the elementwise rules and ``max_rel`` work on ``|d|`` in float32 and
 ``max_abs`` is exact (the difference at the worst position recomputed in float64). A piece holding
 NaN/Inf, or overflowing float32, takes the float64 path. *Integers and bools* are compared in float64
-(metrics exact below 2**53); their mismatch count compares the integers themselves. *float64 inputs*
+(sums exact below 2**53); their mismatch count compares the integers themselves, and ``max_abs`` (with
+the worst index) is the integer difference computed in integer arithmetic (``2**53 + 1`` against
+``2**53`` differs by 1, which float64 would round to 0). *float64 inputs*
 keep float64 throughout with sums rescaled by the running maximum, as LAPACK's ``nrm2`` does, so that
 neither huge nor tiny values overflow or underflow.
 """
@@ -354,8 +356,23 @@ class MetricAccumulator:
                 self.mismatches += count
                 i = int(np.argmax(differ))
                 self._mismatch_at(base + i, (float(a[i]), float(b[i])))
+        integral = self.exact and _integer_difference(a[:0], b[:0]) is not None
+        before = (self.worst, self.worst_at, self.worst_values)
         for start in range(0, a.size, PIECE):
             self._piece(a[start : start + PIECE], b[start : start + PIECE], base + start)
+        if integral:  # the worst difference in integer arithmetic, not float64's rounding of it
+            self.worst, self.worst_at, self.worst_values = before
+            self._integer_worst(a, b, base)
+
+    def _integer_worst(self, a: np.ndarray, b: np.ndarray, base: int) -> None:
+        """Fold the largest exact ``|a - b|`` of an integer block pair into the worst difference."""
+        d = _integer_difference(a, b)
+        if d is None or d.size == 0:
+            return
+        i = int(np.argmax(d))
+        dmax = int(d[i])
+        if dmax > self.worst:
+            self.worst, self.worst_at, self.worst_values = float(dmax), base + i, (float(a[i]), float(b[i]))
 
     def _mismatch_at(self, flat: int, values: tuple[float, float] | None = None) -> None:
         if self.first_mismatch is None or flat < self.first_mismatch:
@@ -703,6 +720,26 @@ class MetricAccumulator:
 _SCRATCH = threading.local()
 
 _NARROW_NAMES = ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3b11fnuz")
+
+
+def _integer_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """``|a - b|`` as uint64, exact, for integer or bool arrays (None for other dtypes, and for int64
+    against uint64, whose difference may not fit)."""
+    kinds = {a.dtype.kind, b.dtype.kind}
+    if not kinds <= {"i", "u", "b"}:
+        return None
+    wide_unsigned = [x.dtype.kind == "u" and x.dtype.itemsize == 8 for x in (a, b)]
+    if any(wide_unsigned) and not all(wide_unsigned):
+        return None
+    if all(wide_unsigned):
+        ua, ub = a, b
+        ge = a >= b
+    else:
+        ia, ib = a.astype(np.int64, copy=False), b.astype(np.int64, copy=False)
+        ua, ub = ia.view(np.uint64), ib.view(np.uint64)
+        ge = ia >= ib
+    with np.errstate(over="ignore"):
+        return np.where(ge, ua - ub, ub - ua)  # mod 2**64, and the true difference is below 2**64
 
 
 def _narrow_float(dtype: np.dtype) -> bool:

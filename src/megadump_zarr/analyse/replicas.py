@@ -3,8 +3,7 @@ compared across ranks step by step.
 
 A record's place across ranks is its step, kernel, direction, stage, task id, port and name (and its order
 among equal places within the step). The lowest rank seen at a place is the reference; another rank
-diverges when its content digest (the statistics table's ``digest`` or ``checksum``, where both sides have
-one) or any statistic (dtype, shape, NaN/Inf counts, min, max, mean, L2 norm; exactly) differs.
+diverges when its content digest (the statistics table's ``digest``, where both sides have one) or any statistic (dtype, shape, NaN/Inf counts, min, max, mean, L2 norm; exactly) differs.
 """
 
 from __future__ import annotations
@@ -17,11 +16,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from megadump_zarr.layout.statistics import DIGEST_COLUMN
+
 __all__ = ["ReplicaDivergence", "ReplicaTracker", "replica_divergence"]
 
 _PLACE = ("step", "kernel", "direction", "stage", "task_id", "io", "index", "name")
 _STATISTICS = ("dtype", "shape", "nan_count", "inf_count", "min", "max", "mean", "l2norm")
-_DIGESTS = ("digest", "checksum")
+_DIGESTS = (DIGEST_COLUMN,)
 
 
 @dataclass(frozen=True)

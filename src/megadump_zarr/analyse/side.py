@@ -7,7 +7,7 @@ kind, its records, its tensors), never the object it was given:
   msprobe dump directory included) or anything with the three dump methods ``records()``,
   ``record_array(path)`` and ``tensor(name, **select)`` (a records view, a test double). It gives the
   records table filtered by the one filter engine (:func:`megadump_zarr.read.select.select_records`) in
-  execution order, whether a record holds its payload or statistics only, the payload's host checksum,
+  execution order, whether a record holds its payload or statistics only, the payload's host digest,
   a record's lineage, and the source a record unit carries to a worker.
 * :class:`ReferenceSide`: named tensors, a mapping name → tensor (a ``state_dict``, the tensors of an
   eager run) or an ``xarray.Dataset`` (its data variables).
@@ -196,10 +196,10 @@ class DumpSide:
             "ports": port_pairs,
         }
 
-    def payload_checksum(self, row: Mapping[str, Any]) -> int | None:
-        """The device checksum of a record's stored payload, computed on the host; None when the record has
-        no payload, is truncated or already carries a checksum
-        (:func:`~megadump_zarr.analyse.bitwise.payload_checksum`).
+    def payload_digest(self, row: Mapping[str, Any]) -> int | None:
+        """The record digest of a record's stored payload, computed on the host; None when the record has
+        no payload, is truncated or already carries a digest
+        (:func:`~megadump_zarr.analyse.bitwise.payload_digest`).
 
         Args:
             row: The record's ``records()`` row.
@@ -207,9 +207,9 @@ class DumpSide:
         Raises:
             Exception: The payload cannot be read (what the read layer raises).
         """
-        from megadump_zarr.analyse.bitwise import payload_checksum
+        from megadump_zarr.analyse.bitwise import payload_digest
 
-        return payload_checksum(self.value, row)
+        return payload_digest(self.value, row)
 
 
 # ---------------------------------------------------------------------------------------------------- reference

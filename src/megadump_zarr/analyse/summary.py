@@ -1,16 +1,19 @@
 """Summary comparison: a record pair where at least one side stored statistics only (``payload`` False).
 
 Without both payloads there is no element-wise comparison; what can be compared is what both sides
-know: dtype, shape, NaN/Inf counts, element count, the device checksum and the statistics over
-finite elements. Rules:
+know: dtype, shape, NaN/Inf counts, element count, the record digest (:mod:`megadump_zarr.layout.digest`)
+and the statistics over finite elements. Rules:
 
 * dtypes of different kinds → ``dtype_mismatch``; shapes that differ → ``shape_mismatch``;
-* both checksums known and equal (and the element counts) → ``pass``: the bytes are identical;
-* integers and bools: checksums differ → ``fail``; a side without a checksum (a tensor-mode dump) is
-  compared by its statistics, exactly;
-* floats: NaN or Inf counts differ → ``fail``; min, max, mean and L2 norm each within
-  ``atol + rtol * |b|`` (the per-dtype tolerances of :mod:`megadump_zarr.analyse.verdict`, or the
-  caller's) → ``pass``, else ``fail`` naming the statistics beyond tolerance.
+* both digests known and equal (and the element counts) → ``pass``: the bytes are identical;
+* both digests known and different: never a pass. Integers and bools → ``fail``; floats holding NaN or
+  Inf on a side → ``fail`` (the statistics cover finite elements only, so they cannot show that the
+  non-finite elements agree: ``+inf`` against ``-inf`` keeps every one of them); other floats →
+  ``fail`` naming the statistics beyond tolerance, or ``differs_within_stats`` when all are within;
+* a side without a digest (msprobe statistics, a table of layout 1): compared by its statistics alone:
+  NaN or Inf counts differ → ``fail``; min, max, mean and L2 norm each within ``atol + rtol * |b|``
+  (the per-dtype tolerances of :mod:`megadump_zarr.analyse.verdict`, or the caller's; exact for
+  integers) → ``pass``, else ``fail`` naming the statistics beyond tolerance.
 
 ``max_abs``/``max_rel`` are then the largest absolute/relative difference among those statistics
 (not among elements), and ``note`` starts with ``summary:`` so a reader can tell the two apart.
@@ -23,6 +26,7 @@ from typing import Any
 
 from megadump_zarr.analyse.pairs import empty_row
 from megadump_zarr.analyse.verdict import WITHIN_STATS, kinds_compatible, resolve_tolerance
+from megadump_zarr.layout.statistics import DIGEST_COLUMN
 
 __all__ = ["SUMMARY_STATISTICS", "is_summary_pair", "summary_row"]
 
@@ -109,33 +113,55 @@ def summary_row(
     extra.update(rtol=rtol_, atol=atol_)
     mismatch = sum(abs((counts[f"{k}_a"] or 0) - (counts[f"{k}_b"] or 0)) for k in ("nan", "inf"))
     extra["nonfinite_mismatch"] = mismatch
-    checksum_a, checksum_b = _value(row_a, "checksum"), _value(row_b, "checksum")
+    digest_a, digest_b = _value(row_a, DIGEST_COLUMN), _value(row_b, DIGEST_COLUMN)
     same_count = _int(row_a, "element_count") == _int(row_b, "element_count")
-    if checksum_a is not None and checksum_b is not None:
-        if int(checksum_a) == int(checksum_b) and same_count:
-            return empty_row(
-                keys,
-                "pass",
-                f"summary: {sides}; checksums equal",
-                **extra,
-                max_abs=0.0,
-                max_rel=0.0,
-                allclose=True,
-                mismatches=0,
-            )
-        if exact:
-            return empty_row(
-                keys,
-                "fail",
-                f"summary: {sides}; checksums differ ({int(checksum_a):#018x} vs {int(checksum_b):#018x})",
-                **extra,
-                allclose=False,
-            )
+    proven = digest_a is not None and digest_b is not None
+    if proven and int(digest_a) == int(digest_b) and same_count:
+        return empty_row(
+            keys,
+            "pass",
+            f"summary: {sides}; digests equal",
+            **extra,
+            max_abs=0.0,
+            max_rel=0.0,
+            allclose=True,
+            mismatches=0,
+        )
+    if proven and exact:
+        note = f"summary: {sides}; digest differs ({int(digest_a):#018x} vs {int(digest_b):#018x})"
+        return empty_row(keys, "fail", note, **extra, allclose=False)
     reasons = []
     if mismatch:
         reasons.append(
             f"NaN/Inf counts differ ({counts['nan_a']}/{counts['inf_a']} vs {counts['nan_b']}/{counts['inf_b']})"
         )
+    max_abs, max_rel, beyond = _statistics_beyond(row_a, row_b, rtol_, atol_)
+    if beyond:
+        reasons.append(f"{', '.join(beyond)} beyond rtol={rtol_:g}, atol={atol_:g}")
+    within = "; ".join(reasons) if reasons else "statistics within tolerance"
+    if not proven:
+        verdict_ = "fail" if reasons else "pass"
+        return empty_row(
+            keys,
+            verdict_,
+            f"summary: {sides}; {within}",
+            **extra,
+            max_abs=max_abs,
+            max_rel=max_rel,
+            allclose=not reasons,
+        )
+    # the bits differ: never a pass; within tolerance only where every element is finite on both sides
+    nonfinite = any((value or 0) != 0 for value in counts.values())
+    if nonfinite and not reasons:
+        within = "statistics within tolerance, but the record holds NaN/Inf, which they do not describe"
+    verdict_ = "fail" if reasons or nonfinite else WITHIN_STATS
+    note = f"summary: {sides}; digest differs ({int(digest_a):#018x} vs {int(digest_b):#018x}), {within}"
+    return empty_row(keys, verdict_, note, **extra, max_abs=max_abs, max_rel=max_rel, allclose=not reasons)
+
+
+def _statistics_beyond(row_a: Any, row_b: Any, rtol: float, atol: float) -> tuple[float, float, list[str]]:
+    """``(max_abs, max_rel, names beyond tolerance)`` of the pair's statistics (a statistic known on one
+    side only, or non-finite on a side and not equal, is beyond)."""
     max_abs = max_rel = 0.0
     beyond = []
     for name in SUMMARY_STATISTICS:
@@ -144,22 +170,17 @@ def summary_row(
             if (a is None) != (b is None):
                 beyond.append(name)
             continue
-        diff = abs(float(a) - float(b))
+        a, b = float(a), float(b)
+        if not (math.isfinite(a) and math.isfinite(b)):
+            if a != b:
+                beyond.append(name)
+            continue
+        diff = abs(a - b)
         max_abs = max(max_abs, diff)
-        if float(b) != 0:
-            max_rel = max(max_rel, diff / abs(float(b)))
+        if b != 0:
+            max_rel = max(max_rel, diff / abs(b))
         elif diff:
             max_rel = math.inf
-        if diff > atol_ + rtol_ * abs(float(b)):
+        if diff > atol + rtol * abs(b):
             beyond.append(name)
-    if beyond:
-        reasons.append(f"{', '.join(beyond)} beyond rtol={rtol_:g}, atol={atol_:g}")
-    verdict_ = "fail" if reasons else "pass"
-    note = f"summary: {sides}; " + ("; ".join(reasons) if reasons else "statistics within tolerance")
-    if not reasons and checksum_a is not None and checksum_b is not None:  # the bits differ: never a pass
-        verdict_ = WITHIN_STATS
-        note = (
-            f"summary: {sides}; checksums differ ({int(checksum_a):#018x} vs {int(checksum_b):#018x}), "
-            "statistics within tolerance"
-        )
-    return empty_row(keys, verdict_, note, **extra, max_abs=max_abs, max_rel=max_rel, allclose=not reasons)
+    return max_abs, max_rel, beyond

@@ -40,7 +40,7 @@ __all__ = [
     "RULES_TEXT",
     "TOLERANCES",
     "VERDICTS",
-    "bitwise_checksum_verdict",
+    "bitwise_digest_verdict",
     "bitwise_metadata_verdict",
     "bitwise_payload_verdict",
     "check_tolerance",
@@ -84,9 +84,11 @@ VERDICTS = (
 )
 FAILING = ("fail", "differs_within_stats", "shape_mismatch", "dtype_mismatch", "missing_data", "error")
 WITHIN_STATS = "differs_within_stats"
-"""A statistics-only float pair whose checksums differ (the bits differ) while every statistic is within
-tolerance: not a pass (swapped elements keep every statistic), not a proven failure either; ``megadump
-compare`` exits 1 on it unless ``--accept-within-stats``."""
+"""A statistics-only float pair whose digests differ (the bits differ) while every element is finite on
+both sides and every statistic is within tolerance: not a pass (swapped elements keep every statistic),
+not a proven failure either; ``megadump compare`` exits 1 on it unless ``--accept-within-stats``. A pair
+holding NaN or Inf is never this (the statistics cover finite elements only: ``+inf`` against ``-inf``
+keeps all of them), it fails."""
 """Verdicts of a pair that was found on both sides and does not pass (``missing`` is separate)."""
 
 _KIND_NAMES = {"b": "bool", "i": "integer", "u": "integer", "f": "float", "c": "complex"}
@@ -101,9 +103,10 @@ def _rules_text() -> str:
         "  kinds differ           dtype_mismatch (int vs float, bool vs int); not compared",
         "  shapes differ          shape_mismatch; not compared",
         "  one side only          missing;   unreadable chunk: missing_data (note names the key)",
-        "  statistics only        checksums equal: pass; checksums differ: fail (integer, bool), or for",
-        "                         floats differs_within_stats when every statistic is within tolerance",
-        "                         (exit 1 unless --accept-within-stats), else fail",
+        "  statistics only        digests equal: pass; digests differ: fail (integer, bool; floats holding",
+        "                         NaN/Inf), or for finite floats differs_within_stats when every statistic",
+        "                         is within tolerance (exit 1 unless --accept-within-stats), else fail;",
+        "                         no digest on a side (msprobe, layout 1): judged by the statistics alone",
         "default tolerances (two float dtypes: the looser one's; --rtol/--atol replace them):",
         "  dtype            rtol      atol",
     ]
@@ -249,13 +252,14 @@ RULES_TEXT = _rules_text()
 BITWISE_RULES_TEXT = """\
 --bitwise rules (a determinism check: any differing bit fails, no tolerance):
   dtype names differ     dtype_mismatch (float32 vs bfloat16 too);  shapes differ: shape_mismatch
-  both payloads stored   the stored bytes are compared: one differing bit fails ("bits differ"),
-                         NaN with the same bits is equal; equal bytes pass ("bits equal")
-  no payload on a side   the device checksum (statistics dumps): equal checksums and element counts
-                         pass ("checksums equal"), else fail ("checksum differs"); a side with a
-                         payload is checksummed on the host first
-  nothing to prove it    no payload and no checksum on a side, or a truncated record without
-                         checksums: error ("cannot be proven equal"), never a pass"""
+  both payloads stored   the stored bytes are compared: one differing bit fails ("bytes differ in k
+                         of n elements"), NaN with the same bits is equal; equal bytes pass
+                         ("bytes equal")
+  no payload on a side   the record digests (a 64-bit position-sensitive hash of the bytes, dtype and
+                         element count): equal digests pass ("digests equal"), else fail ("digest
+                         differs (0x... vs 0x...)"); a side with a payload is digested on the host
+  nothing to prove it    no payload and no digest on a side, or a truncated record without
+                         digests: error ("cannot be proven equal"), never a pass"""
 """The ``--bitwise`` rule table of ``megadump compare --help``."""
 
 
@@ -278,30 +282,30 @@ def bitwise_metadata_verdict(dtype_a: str, dtype_b: str, shape_a: Any, shape_b: 
     return None
 
 
-def bitwise_checksum_verdict(
-    checksum_a: int | None, checksum_b: int | None, count_a: int | None, count_b: int | None, sides: str
+def bitwise_digest_verdict(
+    digest_a: int | None, digest_b: int | None, count_a: int | None, count_b: int | None, sides: str
 ) -> tuple[str, str]:
-    """The ``--bitwise`` verdict of a pair compared by content checksum (a side stored no payload).
+    """The ``--bitwise`` verdict of a pair compared by record digest (a side stored no payload).
 
     Args:
-        checksum_a: A's device checksum (None: not known).
-        checksum_b: B's.
+        digest_a: A's record digest (:mod:`megadump_zarr.layout.digest`; None: not known).
+        digest_b: B's.
         count_a: A's element count (None: not known).
         count_b: B's.
         sides: What the note says about the sides (``"statistics only in a"``).
 
     Returns:
-        ``("pass", note)`` for equal checksums and counts, ``("fail", note)`` when they differ, and
-        ``("error", note)`` when a checksum is missing: equality cannot be proven, so never a pass.
+        ``("pass", note)`` for equal digests and counts, ``("fail", note)`` when they differ, and
+        ``("error", note)`` when a digest is missing: equality cannot be proven, so never a pass.
     """
-    missing = [side for side, value in (("a", checksum_a), ("b", checksum_b)) if value is None]
+    missing = [side for side, value in (("a", digest_a), ("b", digest_b)) if value is None]
     if missing:
-        return "error", (f"bitwise: {sides}; no checksum in {' and '.join(missing)}: the bits cannot be proven equal")
+        return "error", (f"bitwise: {sides}; no digest in {' and '.join(missing)}: the bits cannot be proven equal")
     if count_a != count_b:
         return "fail", f"bitwise: {sides}; element counts differ ({count_a} vs {count_b})"
-    if int(checksum_a) != int(checksum_b):  # type: ignore[arg-type]
-        return "fail", f"bitwise: {sides}; checksum differs ({int(checksum_a):#018x} vs {int(checksum_b):#018x})"  # type: ignore[arg-type]
-    return "pass", f"bitwise: {sides}; checksums equal"
+    if int(digest_a) != int(digest_b):  # type: ignore[arg-type]
+        return "fail", f"bitwise: {sides}; digest differs ({int(digest_a):#018x} vs {int(digest_b):#018x})"  # type: ignore[arg-type]
+    return "pass", f"bitwise: {sides}; digests equal"
 
 
 def bitwise_payload_verdict(differing: int, elements: int, first: Any) -> tuple[str, str]:
@@ -313,8 +317,8 @@ def bitwise_payload_verdict(differing: int, elements: int, first: Any) -> tuple[
         first: Logical index of the first differing element (C order), or None.
 
     Returns:
-        ``("pass", "bitwise: bits equal")`` or ``("fail", "bitwise: bits differ ...")``.
+        ``("pass", "bitwise: bytes equal ...")`` or ``("fail", "bitwise: bytes differ in k of n ...")``.
     """
     if differing:
-        return "fail", f"bitwise: bits differ in {differing} of {elements} elements, first at {_index_text(first)}"
-    return "pass", "bitwise: bits equal"
+        return "fail", f"bitwise: bytes differ in {differing} of {elements} elements, first at {_index_text(first)}"
+    return "pass", f"bitwise: bytes equal ({elements} elements)"

@@ -122,7 +122,7 @@ class TensorDumpConfig:
             its window is committed, and never another run's), so a Device buffer saved from a hung
             launch can still be decoded with ``megadump decode-buffer``.
         mode: What each selected record stores. ``"tensor"`` (default): the payload.
-            ``"statistics"``: min, max, mean, L2 norm, NaN/Inf/element counts and a content checksum,
+            ``"statistics"``: min, max, mean, L2 norm, NaN/Inf/element counts and a digest of the bytes,
             computed on the device (no payload crosses to the host), in the invocation's
             ``statistics`` table. ``"nonfinite"``: statistics for every record, payloads only for
             records holding NaN or Inf. ``"diff"``: statistics for every record, payloads only where

@@ -39,7 +39,7 @@ from megadump_zarr.dump.statistics_mode import (
     complete_l1_statistics,
     l0_key_function,
     payload_policy,
-    prime_expected_checksums,
+    prime_expected_digests,
     salvage_l1_statistics,
 )
 from megadump_zarr.dump.statistics_slots import has_statistics
@@ -421,7 +421,7 @@ class TensorDumper:
             )
             invocation = self._new_invocation(runtime, context.direction, device)
             invocation.device_buffer_bytes = prepared.total_bytes
-            prime_expected_checksums(prepared, invocation, self._policy)  # mode="diff": the device compares
+            prime_expected_digests(prepared, invocation, self._policy)  # mode="diff": the device compares
             # what `megadump_zarr.replay` needs to run a task again: its tile rows and the operators' source
             invocation.task_rows = {
                 int(task.task_id): (task.start, task.stop) for task in getattr(runtime, "tasks", ())

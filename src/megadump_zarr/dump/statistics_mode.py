@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from megadump_zarr.tensor_arrays import dtype_name
+from megadump_zarr.layout.statistics import DIGEST_COLUMN, STATISTICS_GROUP
 from megadump_zarr.layout.write_model import StatisticsTable
 from megadump_zarr.l1.format import L1Statistics
 from megadump_zarr.l1.reader import read_l1_statistics
@@ -35,8 +36,6 @@ __all__ = [
     "statistics_table",
 ]
 
-STATISTICS_GROUP = "statistics"
-"""Name of the statistics table's group inside each invocation group."""
 RECORDER_POLICY = "recorder"
 """The flight recorder's payload policy: statistics for every record, every payload kept."""
 
@@ -151,7 +150,7 @@ def record_key(
 
 
 def _baseline_index(frame: Any) -> dict[tuple[Any, ...], dict[str, Any]]:
-    """Baseline records table → ``{record_key: {checksum, element_count, nan/inf counts, min, max, mean,
+    """Baseline records table → ``{record_key: {digest, element_count, nan/inf counts, min, max, mean,
     l2norm, dtype}}``."""
     index: dict[tuple[Any, ...], dict[str, Any]] = {}
     if len(frame) == 0:
@@ -186,10 +185,10 @@ def _baseline_index(frame: Any) -> dict[tuple[Any, ...], dict[str, Any]]:
             columns["index"][i],
             columns["name"][i],
         )
-        checksums = get("checksum")
+        digests = get(DIGEST_COLUMN)
         counts = get("element_count")
         index[key] = {
-            "checksum": None if checksums is None or _missing(checksums[i]) else int(checksums[i]),
+            "digest": None if digests is None or _missing(digests[i]) else int(digests[i]),
             "element_count": None if counts is None or _missing(counts[i]) else int(counts[i]),
             "nan_count": _int_or_none(columns["nan_count"][i]),
             "inf_count": _int_or_none(columns["inf_count"][i]),
@@ -212,20 +211,6 @@ def _shape_or_none(value: Any) -> tuple[int, ...] | None:
         return tuple(int(d) for d in value)
     except (TypeError, ValueError):
         return None
-
-
-def host_checksum(raw: bytes) -> int:
-    """The device checksum (:mod:`megadump_zarr.runtime.reductions`) of raw bytes, on the host:
-    ``sum_i w_i * (2 i + 1) mod 2**64`` over the little-endian u32 words, zero-padded to a multiple of 4.
-
-    Args:
-        raw: The tensor's bytes (C order).
-    """
-    padded = bytes(raw) + bytes(-len(raw) % 4)
-    words = np.frombuffer(padded, dtype="<u4").astype(np.uint64)
-    weights = np.arange(words.size, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
-    with np.errstate(over="ignore"):
-        return int(np.sum(words * weights, dtype=np.uint64))
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -262,10 +247,10 @@ class PayloadPolicy:
                 raise ValueError(f"mode='diff' baseline {baseline.url} holds no records")
             self._tolerance = baseline.tolerance
 
-    def expected_checksum(
+    def expected_digest(
         self, key: tuple[Any, ...], dtype: str | None = None, shape: tuple[int, ...] | None = None
     ) -> int | None:
-        """The baseline's checksum of a record (None when the baseline has none for it, or when the
+        """The baseline's digest of a record (None when the baseline has none for it, or when the
         record's dtype or shape differs from the baseline's: the same bytes are then a different tensor,
         so the device must copy it).
 
@@ -277,13 +262,13 @@ class PayloadPolicy:
         base = self._index.get(key)
         if base is None or (dtype is not None and _other_layout(base, dtype, shape)):
             return None
-        return base["checksum"]
+        return base["digest"]
 
     def keep(self, key: tuple[Any, ...], dtype: str, stats: L1Statistics, shape: tuple[int, ...] | None = None) -> bool:
         """Whether a record with these device statistics keeps its payload.
 
         In ``diff`` mode a payload is dropped only when the baseline proves the bits equal: same dtype,
-        same shape, same element count and the same checksum. Any other record keeps its payload
+        same shape, same element count and the same digest. Any other record keeps its payload
         (equal statistics do not mean equal tensors: two swapped elements keep min/max/mean/L2); the
         float tolerance could only add records to those, and every record not proven equal is kept already.
 
@@ -302,9 +287,9 @@ class PayloadPolicy:
         base = self._index.get(key)
         if base is None or _other_layout(base, dtype, shape):
             return True  # nothing to compare with, or another tensor: keep the evidence
-        if base["checksum"] is None or base["element_count"] is None:
+        if base["digest"] is None or base["element_count"] is None:
             return True  # the bits cannot be proven equal
-        return base["checksum"] != stats.checksum or base["element_count"] != stats.element_count
+        return base["digest"] != stats.digest or base["element_count"] != stats.element_count
 
 
 def _other_layout(base: dict[str, Any], dtype: str, shape: tuple[int, ...] | None) -> bool:
@@ -466,7 +451,7 @@ def statistics_table(rows: list[StatisticsRow], attrs: Mapping[str, Any] | None 
         "max": np.array([_float(x.max) for x in s], dtype=np.float64),
         "mean": np.array([_float(x.mean) for x in s], dtype=np.float64),
         "l2norm": np.array([_float(x.l2norm) for x in s], dtype=np.float64),
-        "checksum": np.array([x.checksum for x in s], dtype=np.uint64),
+        DIGEST_COLUMN: np.array([x.digest for x in s], dtype=np.uint64),
     }
     return StatisticsTable(coords, variables, dict(attrs or {}))
 
@@ -571,10 +556,10 @@ def salvage_l1_statistics(invocation: Any, prepared: Any) -> list[dict[str, Any]
     return pending
 
 
-def prime_expected_checksums(prepared: Any, invocation: Any, policy: PayloadPolicy | None) -> int:
-    """``mode="diff"``: write the baseline's checksum of each record into its statistics slot before the
-    launch, so the device copies only the tensors whose checksum differs (kind 4). One host-to-device
-    copy of the statistics area. Returns how many records got an expected checksum.
+def prime_expected_digests(prepared: Any, invocation: Any, policy: PayloadPolicy | None) -> int:
+    """``mode="diff"``: write the baseline's digest of each record into its statistics slot before the
+    launch, so the device copies only the tensors whose digest differs (kind 4). One host-to-device
+    copy of the statistics area. Returns how many records got an expected digest.
 
     Args:
         prepared: The launch's ``PreparedL1Dump`` (its buffer not launched yet).
@@ -597,9 +582,9 @@ def prime_expected_checksums(prepared: Any, invocation: Any, policy: PayloadPoli
     area = np.zeros(stop - start, dtype=np.uint8)
     primed = 0
     for plan in users:
-        expected = policy.expected_checksum(_l1_key(invocation, plan), dtype_name(plan.dtype), tuple(plan.actual_shape))
+        expected = policy.expected_digest(_l1_key(invocation, plan), dtype_name(plan.dtype), tuple(plan.actual_shape))
         if expected is None:
-            continue  # no baseline checksum: the device copies it (the host decides from the statistics)
+            continue  # no baseline digest: the device copies it (the host decides from the statistics)
         at = plan.payload_offset - start
         area[at + L1_STAT_EXPECTED_BYTE : at + L1_STAT_EXPECTED_BYTE + 8] = np.frombuffer(
             int(expected).to_bytes(8, "little"), dtype=np.uint8

@@ -17,7 +17,7 @@ copying 128 bytes of the tensor into a statistics slot). At record byte 40, ``st
 
 * ``kind``: 0 tensor (the seed's record; the five other words are 0), 1 statistics,
   2 statistics and tensor, 3 statistics and the tensor if it holds NaN/Inf, 4 statistics and the
-  tensor if its checksum differs from the expected one;
+  tensor if its digest differs from the expected one;
 * ``dtype_code``: the element type the device reduces over (:data:`L1_DTYPE_CODES`);
 * ``source_bytes_low``, ``source_bytes_high``: bytes of the source range the statistics cover (u64);
 * ``tensor_offset``, ``tensor_bytes``: kind 2: a second 64-byte-aligned slot into which the
@@ -32,7 +32,7 @@ its slot says so), reserved. The pool is what bounds the Device memory of the co
 holds only the tensors actually copied.
 
 For kinds 1 to 4, ``payload_offset``/``payload_bytes`` name a 128-byte statistics slot that the
-device fills at the task boundary (statistics layout version 1, little-endian,
+device fills at the task boundary (statistics layout version 2, little-endian,
 ``struct "<IIQQQ8s8sddQQQQI28x"``):
 
 ====== ====== ===============================================================================
@@ -48,12 +48,12 @@ offset  type  field
 40      8 B   max over finite elements
 48      f64   mean over finite elements
 56      f64   L2 norm over finite elements, ``sqrt(sum(x*x))``
-64      u64   checksum: ``sum_i w_i * (2 i + 1) mod 2**64`` over the little-endian u32 words
-              ``w_i`` of the source bytes (zero-padded to a multiple of 4)
+64      u64   digest of the source bytes, dtype and element count (:mod:`megadump_zarr.layout.digest`:
+              a position-sensitive 64-bit hash)
 72      u64   byte count covered (equals the record's source bytes)
 80      u64   kinds 3/4: offset of the copied tensor in the pool (device-written; 0 when not copied)
-88      u64   kind 4: the expected checksum (host-written before the launch)
-96      u32   kind 4: 1 when an expected checksum is given (host-written; 0: copy unconditionally)
+88      u64   kind 4: the expected digest (host-written before the launch)
+96      u32   kind 4: 1 when an expected digest is given (host-written; 0: copy unconditionally)
 100     28 B  reserved, zero
 ====== ====== ===============================================================================
 
@@ -171,7 +171,7 @@ L1_RECORD_KIND_STATISTICS_AND_TENSOR = 2
 L1_RECORD_KIND_STATISTICS_TENSOR_IF_NONFINITE = 3
 """Record kind: statistics slot; the tensor (prefix) copied into the pool only when it holds NaN or Inf."""
 L1_RECORD_KIND_STATISTICS_TENSOR_IF_CHANGED = 4
-"""Record kind: statistics slot; the tensor copied into the pool only when its checksum differs from the
+"""Record kind: statistics slot; the tensor copied into the pool only when its digest differs from the
 expected one the host wrote into the slot (or when none was given)."""
 L1_RECORD_KINDS = frozenset(
     {
@@ -206,13 +206,13 @@ RECORD_EXTENSION_FIELDS = (
     "tensor_bytes",
 )
 
-L1_STATISTICS_LAYOUT_VERSION = 1
-"""Version of the statistics slot layout (word 0 of the slot)."""
+L1_STATISTICS_LAYOUT_VERSION = 2
+"""Version of the statistics slot layout (word 0 of the slot); readers refuse any other."""
 L1_STATISTICS_SLOT_SIZE = 128
 """Bytes of one statistics slot (``payload_bytes`` of a kind 1 or 2 record)."""
 STATISTICS_STRUCT = struct.Struct("<IIQQQ8s8sddQQQQI28x")
 """Statistics slot layout: version, flags, element_count, nan_count, inf_count, min, max, mean, l2norm,
-checksum, byte_count, tensor_offset, expected_checksum, expected_present, 28 reserved bytes."""
+digest, byte_count, tensor_offset, expected_digest, expected_present, 28 reserved bytes."""
 L1_STAT_VALID = 1
 L1_STAT_INTEGER = 2
 L1_STAT_HAS_FINITE = 4
@@ -378,7 +378,7 @@ class L1Record(L1RecordEntry):
 
 
 class L1Statistics(NamedTuple):
-    """A decoded statistics slot (layout version 1; see the module docstring). A named tuple: one is
+    """A decoded statistics slot (layout version 2; see the module docstring). A named tuple: one is
     made per record of every statistics launch, so it must be cheap to build.
 
     Args:
@@ -390,7 +390,7 @@ class L1Statistics(NamedTuple):
         max: maximum over finite elements, None when there is none.
         mean: mean over finite elements, None when there is none.
         l2norm: L2 norm over finite elements, None when there is none.
-        checksum: the content checksum (u64).
+        digest: the record digest (u64, :mod:`megadump_zarr.layout.digest`).
         byte_count: bytes covered.
         tensor_offset: kinds 3/4: where the device copied the tensor in the pool (0 when it did not).
     """
@@ -403,7 +403,7 @@ class L1Statistics(NamedTuple):
     max: int | float | None
     mean: float | None
     l2norm: float | None
-    checksum: int
+    digest: int
     byte_count: int
     tensor_offset: int = 0
 

@@ -440,7 +440,7 @@ STATISTICS_DTYPE = np.dtype(
             "max_i",
             "mean",
             "l2norm",
-            "checksum",
+            "digest",
             "byte_count",
             "min_f",
             "max_f",
@@ -523,7 +523,7 @@ def read_l1_statistics_many(data: np.ndarray, offsets: np.ndarray) -> list[L1Sta
             highs,
             means,
             l2s,
-            slots["checksum"].tolist(),
+            slots["digest"].tolist(),
             slots["byte_count"].tolist(),
             slots["tensor_offset"].tolist(),
         )

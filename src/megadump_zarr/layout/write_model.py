@@ -68,7 +68,7 @@ class StatisticsTable:
             io, index, name, shape, dtype, path, payload), one entry per record; text columns are
             object arrays of ``str``.
         variables: 1-D statistics columns (element_count, nan_count, inf_count, min, max, mean, l2norm,
-            checksum), numeric.
+            digest), numeric (:mod:`megadump_zarr.layout.statistics`).
         attrs: Group attributes.
     """
 

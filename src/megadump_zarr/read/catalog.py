@@ -36,6 +36,7 @@ from megadump_zarr.read.location import get_json, get_many, list_dir, list_dirs,
 from megadump_zarr.read.pack_nodes import MARKER, Fetch, window_fields_keys
 from megadump_zarr.read.pack_rows import PackedWindow, expand_torn, expand_window
 from megadump_zarr.layout.paths import INVOCATION_DIR, RANK_DIR, TASK_DIR, WINDOW_DIR
+from megadump_zarr.layout.statistics import DIGEST_COLUMN
 
 __all__ = [
     "EXTRA_COLUMNS",
@@ -105,7 +106,7 @@ record stored in a task-record pack (``layout="packs"``), the pack's record arra
 to the root) and the record's row in it (``pack_row``); missing (``None``, NaN once frames are joined) and -1
 for every other record."""
 
-EXTRA_COLUMNS = (*EXTRA_COLUMNS, *STATISTICS_COLUMNS)  # payload, checksum, element_count (read.statistics)
+EXTRA_COLUMNS = (*EXTRA_COLUMNS, *STATISTICS_COLUMNS)  # payload, digest, element_count (read.statistics)
 
 _FINAL = frozenset(("complete", "aborted"))
 _ITEMSIZE = {
@@ -625,7 +626,7 @@ def _window_rows(info: WindowInfo, nodes: Mapping[str, dict[str, Any]], columns:
         row["invocation_name"].append(parts[0])
         row["group"].append(f"{info.key}/{group}")
         row["payload"].append(True)
-        row["checksum"].append(None)  # the device checksum comes from a statistics table, when there is one
+        row[DIGEST_COLUMN].append(None)  # the device digest comes from a statistics table, when there is one
         row["element_count"].append(math.prod(shape))
         row["partial"].append(attrs.get("partial") is True)  # salvaged from a failed launch (on_error="keep")
         stored_at = info.pack_rows.get(row["path"][-1]) if info.pack_rows else None
@@ -668,8 +669,8 @@ def records_frame(
     ``shape``/``stored_shape`` are tuples; ``path`` and ``group`` are relative to the dump root.
 
     Statistics-first dumps: ``payload`` is False for a statistics-only record (its row comes from the
-    invocation's statistics table), ``checksum`` is the device content checksum (``UInt64``, missing for
-    tensor-mode records), ``element_count`` the logical element count.
+    invocation's statistics table), ``digest`` is the device record digest (``UInt64``, :mod:`megadump_zarr.layout.digest`; missing
+    for tensor-mode records and for statistics tables of layout 1), ``element_count`` the logical element count.
 
     Args:
         windows: ``(window, nodes)`` pairs (see :func:`window_nodes`).
@@ -692,7 +693,7 @@ def records_frame(
             data[name] = np.array(values, dtype=np.int64)
         elif name == "invocation":
             data[name] = pd.array(values, dtype="Int64")
-        elif name == "checksum":
+        elif name == DIGEST_COLUMN:
             data[name] = pd.array(values, dtype="UInt64")
         elif name == "element_count":
             data[name] = pd.array(values, dtype="Int64")

@@ -3,9 +3,10 @@
 A statistics-first dump (``mode="statistics" | "nonfinite" | "diff"``) stores one statistics table per
 invocation (see :mod:`megadump_zarr.store.statistics_table`). The records table then shows every record:
 records whose payload is stored keep their array row (``payload`` True) and gain the device
-``checksum`` and ``element_count``; statistics-only records get a row of their own with ``payload``
+``digest`` (:mod:`megadump_zarr.layout.digest`) and ``element_count``; statistics-only records get a row of their own with ``payload``
 False, the device statistics, and as ``path`` the array path the payload would have had (which is
-what matches them with the other side of a comparison).
+what matches them with the other side of a comparison). A layout-1 table (a ``checksum`` column, a
+weighted word sum that proves nothing) is read with no digest.
 
 Reading a table costs one small chunk per column; committed windows are read once and cached by the
 caller with the rest of the window's rows.
@@ -24,10 +25,18 @@ import numpy as np
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
+from megadump_zarr.layout.statistics import (
+    DIGEST_COLUMN,
+    DIGESTS_ATTRIBUTE,
+    LEGACY_CHECKSUM_COLUMN,
+    STATISTICS_GROUP,
+    STATISTICS_LAYOUT_ATTRIBUTE,
+    STATISTICS_LAYOUT_VERSIONS,
+)
+
 __all__ = ["STATISTICS_COLUMNS", "load_tables", "merge_statistics"]
 
-STATISTICS_GROUP = "statistics"
-STATISTICS_COLUMNS = ("payload", "checksum", "element_count")
+STATISTICS_COLUMNS = ("payload", DIGEST_COLUMN, "element_count")
 """Columns the records table gains (after the other extra columns)."""
 _COLUMNS = (
     "stage",
@@ -51,7 +60,7 @@ _COLUMNS = (
     "max",
     "mean",
     "l2norm",
-    "checksum",
+    DIGEST_COLUMN,
 )
 _ITEMSIZE = {
     "bool": 1,
@@ -79,7 +88,7 @@ def _table_groups(nodes: Mapping[str, dict[str, Any]]) -> list[str]:
         parts = path.split("/")
         if len(parts) == 2 and parts[1] == STATISTICS_GROUP and doc.get("node_type") == "group":
             attrs = doc.get("attributes") or {}
-            if isinstance(attrs, dict) and "statisticsLayout" in attrs:
+            if isinstance(attrs, dict) and STATISTICS_LAYOUT_ATTRIBUTE in attrs:
                 found.append(path)
     return sorted(found)
 
@@ -95,12 +104,20 @@ def load_tables(
         nodes: The window's nodes (see ``read.catalog.window_nodes``).
 
     Raises:
-        ValueError: A table is missing a column, or its columns differ in length (naming the group).
+        ValueError: A table of an unknown layout, missing a column, or whose columns differ in length (naming
+            the group).
     """
     groups = _table_groups(nodes)
     wanted = []
     for path in groups:
-        for name in _COLUMNS:
+        layout = (nodes[path].get("attributes") or {}).get(STATISTICS_LAYOUT_ATTRIBUTE)
+        if isinstance(layout, bool) or layout not in STATISTICS_LAYOUT_VERSIONS:
+            known = ", ".join(str(v) for v in sorted(STATISTICS_LAYOUT_VERSIONS))
+            raise ValueError(
+                f"statistics table {window_key}/{path} has {STATISTICS_LAYOUT_ATTRIBUTE} {layout!r}; this reader "
+                f"reads {known}"
+            )
+        for name in _table_columns(nodes[path].get("attributes") or {}):
             doc = nodes.get(f"{path}/{name}")
             if not isinstance(doc, dict) or doc.get("node_type") != "array":
                 raise ValueError(f"statistics table {window_key}/{path} has no column {name!r}")
@@ -108,12 +125,14 @@ def load_tables(
     values = iter(_read_columns(store, wanted))
     tables = []
     for path in groups:
-        columns: dict[str, list[Any]] = {name: next(values) for name in _COLUMNS}
+        attrs = nodes[path].get("attributes") or {}
+        columns: dict[str, list[Any]] = {name: next(values) for name in _table_columns(attrs)}
         lengths = {len(v) for v in columns.values()}
         if len(lengths) > 1:
             raise ValueError(f"statistics table {window_key}/{path} has columns of different lengths")
-        if not _has_checksums(nodes[path].get("attributes") or {}):  # e.g. msprobe statistics: placeholders
-            columns["checksum"] = [None] * len(columns["checksum"])
+        if not _has_digests(attrs):  # layout 1, or placeholders (e.g. msprobe statistics)
+            columns.pop(LEGACY_CHECKSUM_COLUMN, None)
+            columns[DIGEST_COLUMN] = [None] * len(columns["name"])
         invocation_name = path.split("/")[0]
         # a launch that failed and was kept (on_error="keep"): every record it holds is salvaged, like its arrays
         columns["partial"] = [_launch_failed(nodes, invocation_name)] * len(columns["name"])
@@ -240,10 +259,22 @@ def _read_with_zarr(store: Store, wanted: list[tuple[str, dict[str, Any]]]) -> l
     return [np.asarray(v).tolist() for v in sync(run())]
 
 
-def _has_checksums(attrs: Mapping[str, Any]) -> bool:
-    """Whether a table's ``checksum`` column holds content checksums (``"checksums": false`` says it does not;
-    tables converted from msprobe before that attribute existed are known by their ``source``)."""
-    return attrs.get("checksums") is not False and attrs.get("source") != "msprobe statistics task"
+def _table_columns(attrs: Mapping[str, Any]) -> tuple[str, ...]:
+    """The columns to read of a table with these group attributes (layout 1: ``checksum`` for ``digest``)."""
+    if attrs.get(STATISTICS_LAYOUT_ATTRIBUTE) == 1:
+        return (*_COLUMNS[:-1], LEGACY_CHECKSUM_COLUMN)
+    return _COLUMNS
+
+
+def _has_digests(attrs: Mapping[str, Any]) -> bool:
+    """Whether a table's ``digest`` column holds record digests: not in layout 1 (its ``checksum`` proves
+    nothing), nor where ``"digests": false`` says so (msprobe statistics, which are also known by their
+    ``source``)."""
+    return (
+        attrs.get(STATISTICS_LAYOUT_ATTRIBUTE) != 1
+        and attrs.get(DIGESTS_ATTRIBUTE) is not False
+        and attrs.get("source") != "msprobe statistics task"
+    )
 
 
 def _launch_failed(nodes: Mapping[str, dict[str, Any]], invocation_name: str) -> bool:
@@ -252,7 +283,7 @@ def _launch_failed(nodes: Mapping[str, dict[str, Any]], invocation_name: str) ->
     return isinstance(attrs, dict) and attrs.get("launchFailed") is True
 
 
-def _checksum(value: Any) -> int | None:
+def _digest(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
@@ -288,7 +319,7 @@ def merge_statistics(
             path = f"{window_key}/{invocation_name}/{table['path'][i]}"
             row = by_path.get(path)
             if table["payload"][i] and row is not None:
-                columns["checksum"][row] = _checksum(table["checksum"][i])
+                columns[DIGEST_COLUMN][row] = _digest(table[DIGEST_COLUMN][i])
                 columns["element_count"][row] = int(table["element_count"][i])
                 continue
             _append(columns, inv, table, i, path, status, invocation_name, window_key)
@@ -346,7 +377,7 @@ def _append(
         param_position=_none(table["param_position"][i]),
         group=path.rsplit("/", 1)[0],
         payload=False,
-        checksum=_checksum(table["checksum"][i]),
+        digest=_digest(table[DIGEST_COLUMN][i]),
         element_count=int(table["element_count"][i]),
         partial=bool(table.get("partial", [False] * (i + 1))[i]),
     )

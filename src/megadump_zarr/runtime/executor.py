@@ -273,7 +273,7 @@ class DeviceWorker:
         dtype = self._dtype(record, source)
         values = source.view(dtype) if source.numel() else torch.empty(0, dtype=dtype, device=source.device)
         slot = self._maybe_pool(record, source, statistics_slot(values, source))
-        # the device's part of the slot only: bytes 88.. hold what the host wrote (kind 4's expected checksum)
+        # the device's part of the slot only: bytes 88.. hold what the host wrote (kind 4's expected digest)
         self._buffer[record.payload_offset : record.payload_offset + L1_STAT_DEVICE_BYTES].copy_(
             slot[:L1_STAT_DEVICE_BYTES]
         )

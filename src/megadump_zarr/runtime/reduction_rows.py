@@ -2,15 +2,15 @@
 
 :func:`row_partials` reads ``[R, BLOCK]`` staging rows once, a chunk of rows at a time, and gives per-row
 partial statistics (min, max, NaN and Inf counts, the block sums of the values and of their squares,
-the row's weighted and plain u32-word sums); :func:`combine_rows` folds the rows of each record into
-its statistics. The definitions are :mod:`megadump_zarr.runtime.reductions`'; everything here computes
+the row's digest sum, :mod:`megadump_zarr.runtime.digest`); :func:`combine_rows` folds the rows of each
+record into its statistics. The definitions are :mod:`megadump_zarr.runtime.reductions`'; everything here computes
 exactly those bits, on any torch device.
 
 On CPU the pass runs on the calling thread (:func:`one_thread`) a chunk of rows at a time, each op's
 operands in cache, into buffers allocated once per pass. The common row (no NaN, no Inf, no padding)
 takes the cheap path: ``amin``/``amax`` (which propagate NaN and return the infinities, so they also
-tell which rows were not clean), the block rule in place, and the checksum words as a float64 matrix
-product; the few rows that hold a non-finite value or a record's padded end are then gathered and
+tell which rows were not clean), the block rule in place, and the digest's words in the same chunk;
+the few rows that hold a non-finite value or a record's padded end are then gathered and
 redone with masks. Elsewhere (CUDA, NPU) every chunk takes the masked path, so nothing waits for the
 host; the two paths give the same bits (tests/dump/test_statistics_segmented.py).
 """
@@ -24,6 +24,8 @@ import time
 from typing import NamedTuple
 
 import torch
+
+from megadump_zarr.runtime.digest import RowDigests, record_sums
 
 __all__ = ["BLOCK", "TAIL", "RowPartials", "block_sum", "combine_rows", "one_thread", "row_partials", "segment_tree"]
 
@@ -47,7 +49,6 @@ _DEVICE_CHUNK = 1 << 22
 """Elements per op elsewhere (a few large kernels rather than many small launches)."""
 _INT64_MAX = (1 << 63) - 1
 _INT64_MIN = -(1 << 63)
-_UINT32_DEVICES = frozenset(("cpu", "cuda"))
 _NATIVE_MINMAX = frozenset(
     (torch.bool, torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
     + (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -65,8 +66,7 @@ class RowPartials(NamedTuple):
         inf: Inf count (int64).
         total: Block sum of the values (non-finite ones as +0.0), the accumulation dtype.
         sumsq: Block sum of their squares.
-        weighted: ``sum_j w_j (2 j + 1)`` over the row's u32 words ``w_j`` (int64, mod 2**64).
-        words: ``sum_j w_j`` (int64).
+        digest: The row's digest sum (int64, mod 2**64; :class:`~megadump_zarr.runtime.digest.RowDigests`).
     """
 
     lo: torch.Tensor
@@ -75,8 +75,7 @@ class RowPartials(NamedTuple):
     inf: torch.Tensor
     total: torch.Tensor
     sumsq: torch.Tensor
-    weighted: torch.Tensor
-    words: torch.Tensor
+    digest: torch.Tensor
 
 
 def block_sum(v: torch.Tensor) -> torch.Tensor:
@@ -186,10 +185,9 @@ class _Pass:
         device, count, dtype = rows.device, rows.shape[0], rows.dtype
         self.rows = rows
         self.accumulate = accumulate
-        self.words_per_row = BLOCK * rows.element_size() // 4
-        width = max(BLOCK, self.words_per_row)
+        self.words_per_row = BLOCK * rows.element_size() // 8
         self.cpu = device.type == "cpu"
-        self.chunk = max(1, op_size // width)
+        self.chunk = max(1, op_size // BLOCK)
         self.native = dtype in _NATIVE_MINMAX
         # min/max are taken in the rows' dtype where torch can, else widened (float8 → float32, uint → int64)
         self.extreme = dtype if self.native else (torch.float32 if dtype.is_floating_point else torch.int64)
@@ -198,33 +196,14 @@ class _Pass:
         self.nan = torch.zeros(count, dtype=torch.int64, device=device)
         self.inf = torch.zeros(count, dtype=torch.int64, device=device)
         self.tails = torch.empty(2, count, TAIL, dtype=accumulate, device=device)
-        # The checksum words as float64: w_j (2 j + 1) < 2**42 and a row's sums < 2**51, so a float64
-        # matrix product is exact in any order (BLAS, cuBLAS); without float64, int64 products.
-        self.exact_mm = accumulate == torch.float64
-        # [2, R]: the weighted and the plain word sums, one row each (the product below writes them so)
-        self.checksums = torch.empty(2, count, dtype=torch.float64 if self.exact_mm else torch.int64, device=device)
-        j = torch.arange(self.words_per_row, dtype=torch.int64, device=device)
-        self.weights = torch.stack([2 * j + 1, torch.ones_like(j)], 0)
-        if self.exact_mm:
-            self.weights = self.weights.to(torch.float64)
-            self.word_buffer = torch.empty(self.chunk, self.words_per_row, dtype=torch.float64, device=device)
+        self.digests = RowDigests(count, self.words_per_row, self.chunk, device)
         self.tree = torch.empty(2, self.chunk, BLOCK, dtype=accumulate, device=device) if self.cpu else None
         self.steps = _levels(self.tree, BLOCK // 2, 2 * TAIL) if self.cpu else []
 
     def words(self, start: int, stop: int) -> None:
-        """The checksum columns of rows ``start:stop``."""
+        """The digest sums of rows ``start:stop`` (their bytes as u64 words)."""
         rows = self.rows[start:stop]
-        words = rows.reshape(stop - start, -1).view(torch.int32)
-        if words.device.type in _UINT32_DEVICES:
-            words = words.view(torch.uint32)
-        if self.exact_mm:
-            buffer = self.word_buffer[: stop - start]
-            buffer.copy_(words)
-            # [2, words] @ [words, rows]: a product with two output rows runs far faster than [rows, 2]
-            torch.mm(self.weights, buffer.t(), out=self.checksums[:, start:stop])
-            return
-        wide = words.to(torch.int64) if words.dtype == torch.uint32 else words.to(torch.int64) & 0xFFFFFFFF
-        self.checksums[:, start:stop] = torch.stack([(wide * self.weights[0]).sum(1), wide.sum(1)], 0)
+        self.digests.add(start, stop, rows.view(torch.uint8).view(torch.int64))
 
     def clean(self, start: int, stop: int) -> None:
         """Rows ``start:stop`` as if they held no NaN, Inf or padding (CPU; :meth:`redo` fixes the rest)."""
@@ -261,11 +240,10 @@ class _Pass:
     def result(self) -> RowPartials:
         floating = self.rows.dtype.is_floating_point
         cast = self.accumulate if floating else torch.int64
-        weighted, words = (self.checksums[i].to(torch.int64) for i in (0, 1))
         for dst, src in _levels(self.tails, TAIL // 2, 1):
             dst.add_(src)
         total, sumsq = self.tails[:, :, 0].contiguous()
-        return RowPartials(self.lo.to(cast), self.hi.to(cast), self.nan, self.inf, total, sumsq, weighted, words)
+        return RowPartials(self.lo.to(cast), self.hi.to(cast), self.nan, self.inf, total, sumsq, self.digests.sums)
 
 
 def row_partials(
@@ -312,6 +290,7 @@ def row_partials(
                 redo = torch.unique(torch.cat([padded, unclean]))
         if redo.numel():
             work.redo(redo, valid)
+    work.digests.unpad(padded, valid, rows.element_size())
     result = work.result()
     if chosen and not use_masks:  # the cheap path's passes choose the size it runs at
         _CHOICE.record(size, elements, time.perf_counter() - started)
@@ -376,13 +355,13 @@ def segment_tree(values: torch.Tensor, lengths: list[int]) -> torch.Tensor:
     return out + 0.0
 
 
-def combine_rows(partials: RowPartials, blocks: Sequence[int], words_per_row: int) -> tuple[torch.Tensor, ...]:
-    """Per-row partials → per-record ``(nan, inf, lo, hi, total, sumsq, checksum)``.
+def combine_rows(partials: RowPartials, blocks: Sequence[int]) -> tuple[torch.Tensor, ...]:
+    """Per-row partials → per-record ``(nan, inf, lo, hi, total, sumsq, digest_sum)`` (the digest's ``S``:
+    :func:`~megadump_zarr.runtime.digest.finish` makes the digest of it).
 
     Args:
         partials: From :func:`row_partials`.
         blocks: Each record's staging rows.
-        words_per_row: u32 words in one staging row.
     """
     blocks = list(blocks)
     device = partials.lo.device
@@ -395,11 +374,10 @@ def combine_rows(partials: RowPartials, blocks: Sequence[int], words_per_row: in
         def fold(column: torch.Tensor) -> torch.Tensor:
             return column.view(records, width)
 
-        local = torch.arange(width, device=device)[None, :]
         nan, inf = fold(partials.nan).sum(1), fold(partials.inf).sum(1)
         lo, hi = fold(partials.lo).amin(1), fold(partials.hi).amax(1)
-        terms = fold(partials.weighted) + local * (2 * words_per_row) * fold(partials.words)
-        checksum = terms.sum(1)  # int64 wraps: mod 2**64
+        local = torch.arange(width, device=device).repeat(records)
+        digest = record_sums(partials.digest, local, None, records)
     else:
         owner = torch.repeat_interleave(
             torch.arange(records, device=device), torch.tensor(blocks, dtype=torch.int64, device=device)
@@ -417,7 +395,7 @@ def combine_rows(partials: RowPartials, blocks: Sequence[int], words_per_row: in
         lo = extreme(partials.lo, "amin", torch.inf if floating else _INT64_MAX)
         hi = extreme(partials.hi, "amax", -torch.inf if floating else _INT64_MIN)
         local = torch.arange(owner.numel(), device=device) - row0[owner]
-        checksum = add(partials.weighted + local * (2 * words_per_row) * partials.words)
+        digest = record_sums(partials.digest, local, owner, records)
     if floating:
         lo, hi = lo + 0.0, hi + 0.0  # -0.0 → +0.0: a zero extreme's sign is not the reduction order's choice
     return (
@@ -427,5 +405,5 @@ def combine_rows(partials: RowPartials, blocks: Sequence[int], words_per_row: in
         hi,
         segment_tree(partials.total, blocks),
         segment_tree(partials.sumsq, blocks),
-        checksum,
+        digest,
     )

@@ -4,12 +4,12 @@
 each record starting at a row of :data:`BLOCK` elements (its last row zero-padded), and one segmented
 pass (row partials, :mod:`megadump_zarr.runtime.reduction_rows`, then a fold of each record's rows: a
 reshape when the records share a size, else ``index_add``/``scatter_reduce``) gives every
-record's 128-byte statistics slot of the L1 Device buffer ABI (layout version 1, see
+record's 128-byte statistics slot of the L1 Device buffer ABI (layout version 2, see
 :mod:`megadump_zarr.l1.format`) as a ``[records, 128]`` uint8 tensor on the same device.
 :func:`statistics_slot` is the same pass over one record, and :class:`StatisticsStager` collects the
 records of a launch for the device worker. Nothing synchronises with the host.
 
-Definitions (statistics layout 1; the sums' order is defined, so a record's slot is the same bit for bit
+Definitions (statistics layout 2; the sums' order is defined, so a record's slot is the same bit for bit
 whether it is reduced alone or with others, on any device with float64):
 
 - NaN and Inf are counted; min, max, mean and L2 norm are over the finite elements; integers and bools
@@ -22,9 +22,9 @@ whether it is reduced alone or with others, on any device with float64):
   is left (an empty record sums to 0); a zero sum is ``+0.0``. ``mean = sum / n_finite``,
   ``l2 = torch.sqrt(sumsq)`` (the device's float64 sqrt, not necessarily correctly rounded). :func:`reference_sum` spells the rule out in Python. Earlier builds summed in
   torch's own order: their slots read the same; their mean and L2 may differ in the last bits.
-- The checksum is ``sum_i w_i * (2 i + 1) mod 2**64`` over the little-endian u32 words ``w_i`` of the raw
-  bytes (zero-padded to a multiple of 4): integer arithmetic, the same on every device and in every
-  reduction order; changing any single word changes it.
+- The digest is :mod:`megadump_zarr.layout.digest`'s (a position-sensitive 64-bit hash of the raw bytes,
+  the dtype and the element count, computed by :mod:`megadump_zarr.runtime.digest` in the same pass):
+  integer arithmetic mod ``2**64``, the same on every device and in every reduction order.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from megadump_zarr.l1.format import (
     L1_STATISTICS_LAYOUT_VERSION,
     L1_STATISTICS_SLOT_SIZE,
 )
+from megadump_zarr.runtime.digest import finish
 from megadump_zarr.runtime.reduction_rows import BLOCK, combine_rows, one_thread, row_partials
 
 __all__ = [
@@ -174,9 +175,10 @@ def _segment_slots(rows: torch.Tensor, counts: list[int], masked: bool | None) -
     accumulate = torch.float64 if has64 else torch.float32
     itembytes = itemsize(rows.dtype)
     partials = row_partials(rows, valid.to(device), padded.to(device), accumulate, masked=masked)
-    nan, inf, lo, hi, total, sumsq, checksum = combine_rows(partials, blocks, BLOCK * itembytes // 4)
+    nan, inf, lo, hi, total, sumsq, digest_sum = combine_rows(partials, blocks)
+    digest = finish(digest_sum, torch.tensor(counts, dtype=torch.int64, device=device), dtype_code(rows.dtype))
     if not has64:  # only these [records] results come over to be packed in float64
-        nan, inf, lo, hi, total, sumsq, checksum = (t.cpu() for t in (nan, inf, lo, hi, total, sumsq, checksum))
+        nan, inf, lo, hi, total, sumsq, digest = (t.cpu() for t in (nan, inf, lo, hi, total, sumsq, digest))
     pack = nan.device
     count = torch.tensor(counts, dtype=torch.int64, device=pack)
     n_finite = count - nan - inf
@@ -200,7 +202,7 @@ def _segment_slots(rows: torch.Tensor, counts: list[int], masked: bool | None) -
         torch.where(has_finite, hi_word, zero),
         torch.where(empty, zero, mean.view(torch.int64)),
         torch.where(empty, zero, l2.view(torch.int64)),
-        checksum,
+        digest,
         count * itembytes,
     ]
     slots = torch.stack(words + [zero] * 6, dim=1).view(torch.uint8)

@@ -2,14 +2,15 @@
 
 Layout (inside ``invocation_{iiiiii}_{direction}/``)::
 
-    statistics/                 group, attrs: statisticsLayout 1, recordCount, payloadCount, coordinates
+    statistics/                 group, attrs: statisticsLayout 2, digestAlgorithm (absent with ``digests:
+                                false``: placeholders), recordCount, payloadCount, coordinates
       stage task_id owner_id core_type core_id worker io index name shape dtype path payload
                                 coordinates, dims ("record",): text as Zarr v3 ``string`` (vlen-utf8),
                                 ids int64 (-1 = none), shape as JSON text ("[4, 8]"), payload bool
                                 (whether the record's payload array is stored at ``path``)
       element_count nan_count inf_count    int64
       min max mean l2norm                  float64 over finite elements (NaN = no finite element)
-      checksum                             uint64 (see megadump_zarr.l1.format: u32 words, odd weights)
+      digest                               uint64, the record digest (megadump_zarr.layout.digest)
 
 Every array is one chunk (beside its ``zarr.json``, "." chunk keys), compressed like the payloads and
 sealed with ``crc32c`` when the writer seals chunks. The data variables carry the CF ``coordinates``
@@ -23,14 +24,20 @@ from typing import Any
 import numpy as np
 
 from megadump_zarr.codecs import CompressorSpec
+from megadump_zarr.layout.digest import DIGEST_ALGORITHM
+from megadump_zarr.layout.statistics import (
+    DIGEST_ALGORITHM_ATTRIBUTE,
+    DIGESTS_ATTRIBUTE,
+    STATISTICS_GROUP,
+    STATISTICS_LAYOUT_ATTRIBUTE,
+    STATISTICS_LAYOUT_VERSION,
+)
 from megadump_zarr.layout.write_model import StatisticsTable
 from megadump_zarr.store import chunking
 from megadump_zarr.store.metadata import array_document_bytes, codecs_for, dumps
 
 __all__ = ["STATISTICS_GROUP", "STATISTICS_LAYOUT_VERSION", "statistics_nodes"]
 
-STATISTICS_GROUP = "statistics"
-STATISTICS_LAYOUT_VERSION = 1
 _DIMS = ("record",)
 
 
@@ -135,7 +142,8 @@ def statistics_nodes(
         items.append((f"{name}/zarr.json", document))
         nodes[name] = ("array", document)
     group_attrs = {
-        "statisticsLayout": STATISTICS_LAYOUT_VERSION,
+        STATISTICS_LAYOUT_ATTRIBUTE: STATISTICS_LAYOUT_VERSION,
+        **({} if table.attrs.get(DIGESTS_ATTRIBUTE) is False else {DIGEST_ALGORITHM_ATTRIBUTE: DIGEST_ALGORITHM}),
         "coordinates": list(table.coords),
         "variables": list(table.variables),
         **dict(table.attrs),

@@ -40,7 +40,7 @@ execution order) and the root cause (first failing record whose own task's or st
 order (inputs before outputs, tasks in order) and the rest are skipped. --by owner|core|task prints
 verdict counts and worst errors per stage, invocation and owner (core, task) instead of the records.
 --bitwise is a determinism check: any differing bit fails, by the stored bytes, else (statistics
-dumps) by the device checksum; a record that cannot be proven equal is an error, never a pass; no
+dumps) by the record digests; a record that cannot be proven equal is an error, never a pass; no
 --rtol/--atol. With --by task|core over many steps it names the tasks or cores whose records are
 not reproducible run to run and the steps where they differ (rules below).
 --format msprobe-csv writes msprobe's compare CSV (its columns, then ours) to stdout, or to
@@ -84,7 +84,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--bitwise",
         action="store_true",
-        help="determinism check: any differing bit fails (stored bytes, else the device checksum "
+        help="determinism check: any differing bit fails (stored bytes, else the record digests "
         "of statistics dumps; not provable: error); no tolerances",
     )
     parser.add_argument("--fail-fast", "-x", action="store_true", help="stop at the first failing record")
@@ -92,7 +92,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--accept-within-stats",
         action="store_true",
-        help="exit 0 on differs_within_stats: statistics-only float records whose checksums "
+        help="exit 0 on differs_within_stats: statistics-only finite float records whose digests "
         "differ (the bits differ) but whose statistics are within tolerance",
     )
     parser.add_argument(

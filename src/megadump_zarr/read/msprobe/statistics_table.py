@@ -2,7 +2,7 @@
 
 msprobe records no NaN/Inf counts: they are 0 when all four statistics are finite (msprobe's torch
 reductions run over every element, so a NaN or Inf would show) or the dtype is integral or bool, else
-unknown (``-1``); the element count is the shape's product; the checksum is 0 (none, ``checksums``
+unknown (``-1``); the element count is the shape's product; the digest is 0 (none, ``digests``
 false in the table's attributes).
 """
 
@@ -82,8 +82,8 @@ def statistics_table(key: str, tensors: Sequence[Any], names: list[str]) -> Any:
         "max": column("Max"),
         "mean": column("Mean"),
         "l2norm": np.abs(column("Norm")),
-        "checksum": np.zeros(n, dtype=np.uint64),  # msprobe has none: "checksums": False tells readers
+        "digest": np.zeros(n, dtype=np.uint64),  # msprobe has none: "digests": False tells readers
     }
     return StatisticsTable(
-        coords, variables, {"source": "msprobe statistics task", "msprobeCall": key, "checksums": False}
+        coords, variables, {"source": "msprobe statistics task", "msprobeCall": key, "digests": False}
     )
