@@ -30,6 +30,8 @@ import os
 import threading
 from typing import Any
 
+import numpy as np
+
 from megadump_zarr.analyse.metrics import (
     DEFAULT_BLOCK_BYTES,
     MetricAccumulator,
@@ -343,12 +345,14 @@ class RecordPair:
     Args:
         a: Where dump A (under test) lives.
         b: Where dump B (the reference) lives.
-        path: The record's path relative to both roots.
+        path: A's record path relative to its root.
         keys: The key columns of its result row.
         rtol: User relative tolerance (None: dtype default).
         atol: User absolute tolerance (None: dtype default).
         truncated: Either side's record is truncated (read through its logical-shape view).
         block_bytes: Float64 bytes of one block of one side.
+        path_b: B's record path (None: the same as ``path``); records pair by step, so it differs from A's
+            when the dumps number their windows or invocations differently, or steps are paired explicitly.
     """
 
     a: Any
@@ -359,6 +363,7 @@ class RecordPair:
     atol: float | None = None
     truncated: bool = False
     block_bytes: int = DEFAULT_BLOCK_BYTES
+    path_b: str | None = None
 
     @property
     def label(self) -> str:
@@ -578,17 +583,93 @@ def compare_records(
         threads: Lanes (default: one per core, at most 4).
     """
     rows: list[dict[str, Any] | _Job] = []
+    partial: dict[int, tuple[int, ...]] = {}  # row -> logical shape of a pair compared on its stored prefix
     for pair in pairs:
         note = "truncated record: NaN where not captured" if pair.truncated else ""
         try:
-            xa = record_source(_open(pair.a), pair.path, pair.truncated)
-            xb = record_source(_open(pair.b), pair.path, pair.truncated)
+            prefixes = _stored_prefixes(pair) if pair.truncated else None
+            if prefixes is not None:
+                xa, xb, note, logical = prefixes
+                if logical is not None:
+                    partial[len(rows)] = logical
+            else:
+                xa = record_source(_open(pair.a), pair.path, pair.truncated)
+                xb = record_source(_open(pair.b), pair.path_b or pair.path, pair.truncated)
         except Exception as exc:
             rows.append(_failed_row(empty_row(pair.keys, "error", ""), exc, []))
             continue
+        if isinstance(xa, dict):  # the logical shapes differ: a row already
+            rows.append(xa)
+            continue
         plan = prepare_pair(pair.keys, xa, xb, rtol=pair.rtol, atol=pair.atol, notes=[note])
         rows.append(_job(plan, xa, xb, pair.block_bytes, _locator(pair.keys)) if plan.compute else plan.row)
-    return _run(rows, advance, threads, one_blas_thread=True)
+    out = _run(rows, advance, threads, one_blas_thread=True)
+    for k, logical in partial.items():
+        _as_partial(out[k], logical)
+    return out
+
+
+def _stored_view(dump: Any, path: str) -> tuple[Any, tuple[int, ...], int, str]:
+    """A record's stored array (read through the dump's integrity checks), its logical shape, how many of its
+    elements are stored (a truncated record: its flat prefix) and its original dtype."""
+    from megadump_zarr.read.integrity import GuardedArray
+
+    info, rel, doc = dump._record(path)
+    attrs = doc.get("attributes") or {}
+    array = GuardedArray(dump._array(info, rel, doc), f"{info.key}/{rel}", getattr(dump, "root", ""))
+    stored = tuple(int(d) for d in array.shape)
+    actual = attrs.get("actualShape")
+    if attrs.get("truncated") and isinstance(actual, list):
+        return array, tuple(int(d) for d in actual), int(np.prod(stored, dtype=np.int64)), str(array.dtype)
+    return array, stored, int(np.prod(stored, dtype=np.int64)), str(array.dtype)
+
+
+def _stored_prefixes(pair: RecordPair) -> tuple[Any, Any, str, tuple[int, ...] | None] | None:
+    """A pair with a truncated side, as the elements both sides stored: ``(a, b, note, logical shape)`` with
+    ``a``/``b`` flat views of the same length (:class:`~megadump_zarr.read.truncated.FlatPrefix`), or a
+    ``shape_mismatch`` row as ``a`` when the logical shapes differ. None for dumps that are not read from a
+    store (their NaN-padded views are compared instead)."""
+    from megadump_zarr.read.truncated import FlatPrefix
+
+    dump_a, dump_b = _open(pair.a), _open(pair.b)
+    if not all(hasattr(d, "_record") and hasattr(d, "_array") for d in (dump_a, dump_b)):
+        return None
+    array_a, shape_a, stored_a, dtype_a = _stored_view(dump_a, pair.path)
+    array_b, shape_b, stored_b, dtype_b = _stored_view(dump_b, pair.path_b or pair.path)
+    if shape_a != shape_b:
+        row = empty_row(
+            pair.keys, "shape_mismatch", f"shape {_shape_text(shape_a)} vs {_shape_text(shape_b)}; not compared"
+        )
+        row.update(shape_a=shape_a, shape_b=shape_b, dtype_a=dtype_a, dtype_b=dtype_b)
+        return row, None, "", None
+    total = int(np.prod(shape_a, dtype=np.int64))
+    elements = min(stored_a, stored_b, total)
+    return FlatPrefix(array_a, elements), FlatPrefix(array_b, elements), _partial_note(shape_a, elements), shape_a
+
+
+def _partial_note(shape: tuple[int, ...], elements: int) -> str:
+    """``compared 128 of 8192 rows (65536 of 4194304 elements) ...``: how much of a truncated pair was compared."""
+    total = int(np.prod(shape, dtype=np.int64))
+    if elements >= total:
+        return "truncated record whose stored prefix holds every element: compared whole"
+    row = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
+    rows = f"{elements // row if row else shape[0]} of {shape[0]} rows ({elements} of {total} elements)"
+    return f"compared {rows if shape else f'{elements} of {total} elements'}; the rest was not stored (max_bytes_per_tensor)"
+
+
+def _as_partial(row: dict[str, Any], logical: tuple[int, ...]) -> None:
+    """A row compared on a flat prefix: its shapes and worst index in the logical shape, and ``pass`` on part of
+    the elements made ``pass_partial``."""
+    from megadump_zarr.analyse.verdict import PARTIAL
+
+    row.update(shape_a=logical, shape_b=logical)
+    for column in ("worst_index", "first_mismatch"):
+        value = row.get(column)
+        if value is not None and logical:
+            flat = value[0] if isinstance(value, tuple | list) else value
+            row[column] = tuple(int(i) for i in np.unravel_index(int(flat), logical))
+    if row.get("verdict") == "pass" and (row.get("elements") or 0) < int(np.prod(logical, dtype=np.int64)):
+        row["verdict"] = PARTIAL
 
 
 def compare_arrays(
