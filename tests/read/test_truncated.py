@@ -84,12 +84,17 @@ def test_stitched_truncated_outputs(truncated_dump):
     dump = open_dump(run.root)
     out = dump.tensor("out")
     expected = run.param("moe_experts", 9)
-    assert out.shape == expected.shape and out.attrs["truncatedRecords"] == 4 and out.attrs["missingRows"] == 0
+    assert out.shape == expected.shape and out.attrs["truncatedRecords"] == 4
+    # 32 of each tile's 64 rows were stored: 128 rows captured, 128 NaN padding, and the mask says which
+    assert (out.attrs["capturedRows"], out.attrs["missingRows"]) == (128, 128)
     values = out.values.astype(np.float64)
+    mask = out.coords["captured"].values
+    assert mask.dtype == bool and int(mask.sum()) == 128
     for tile in range(4):
         captured = slice(tile * 64, tile * 64 + 32)
         np.testing.assert_array_equal(values[captured], expected[captured])
         assert np.isnan(values[tile * 64 + 32 : (tile + 1) * 64]).all()
+        assert mask[captured].all() and not mask[tile * 64 + 32 : (tile + 1) * 64].any()
     one = dump.tensor("xs", stage="expert_up").sel(owner_id=1)
     counts = run.param("moe_experts", 1)
     assert one.sizes["slot"] == counts[1]
