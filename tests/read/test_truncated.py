@@ -154,3 +154,30 @@ def test_a_record_marked_truncated_that_is_not_a_flat_prefix_is_named(tmp_path):
     ) as info:
         truncated_dask(array, [8, 8], key, str(tmp_path))
     assert info.value.key == f"{key}/zarr.json"
+
+
+def test_record_array_marks_the_captured_rows(truncated_dump):
+    dump = open_dump(truncated_dump.root)
+    records = dump.records()
+    counts = truncated_dump.param("moe_experts", 1)
+    for expert in range(4):
+        view = dump.record_array(_record(records, "expert_up", "xs", expert)["path"])
+        mask = view.coords["captured"]
+        # 512 stored elements of 16 per row: 32 whole rows; plain xarray shows the mask beside the data
+        assert mask.dims == ("slot",) and mask.dtype == bool and int(mask.values.sum()) == 32
+        assert mask.values[:32].all() and not mask.values[32:].any()
+        assert (view.attrs["capturedRows"], view.attrs["missingRows"]) == (32, int(counts[expert]) - 32)
+        assert "captured" in repr(view)
+        assert np.isnan(view.where(~view.captured).values[32:]).all()
+
+
+def test_records_say_what_the_statistics_cover(truncated_dump, tmp_path):
+    from tests._truncated import write
+
+    truncated = open_dump(truncated_dump.root).records()
+    assert set(truncated["stats_scope"]) == {"prefix"}
+    row = _record(truncated, "expert_up", "xs", 0)
+    stored = truncated_dump.param("moe_experts", 0)[: int(truncated_dump.param("moe_experts", 1)[0])]
+    assert row["max"] == float(stored.reshape(-1)[:512].max())  # the prefix's, as the scope says
+    whole = open_dump(write(tmp_path / "whole", cap=None)).records()
+    assert set(whole["stats_scope"]) == {"whole"}
