@@ -4,6 +4,7 @@ each task's 2048 rows stored, 128 of 8192 in all); imported as ``tests._truncate
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -25,10 +26,11 @@ def source(change: str | None = None) -> torch.Tensor:
     return a
 
 
-def write(root: Path, change: str | None = None, cap: int | None = CAP) -> Path:
-    """One L1 window of ``b = a * 2`` over 4 tasks, each record capped at ``cap`` bytes (None: whole)."""
+def write(root: Path, change: str | None = None, cap: int | None = CAP, **options: Any) -> Path:
+    """One L1 window of ``b = a * 2`` over 4 tasks, each record capped at ``cap`` bytes (None: whole);
+    ``options``: more ``TensorDumpConfig`` fields (``mode="statistics"``)."""
     kernel = MegaKernel(copy_rows_graph(rows=ROWS, cols=COLS, tile_rows=TILE), name="trunc")
-    config = TensorDumpConfig(root, level="L1", stages="copy", max_bytes_per_tensor=cap)
+    config = TensorDumpConfig(root, level="L1", stages="copy", max_bytes_per_tensor=cap, **options)
     with tensor_dump(config):
         kernel.launch([source(change), torch.zeros(ROWS, COLS)])
     return root

@@ -43,3 +43,10 @@ def test_a_whole_record_against_a_truncated_one_is_partial(dumps, tmp_path):
     result = compare(dumps["same"], whole)
     assert set(result["verdict"]) == {"pass_partial"} and all(n.startswith(NOTE) for n in result["note"])
     assert ROWS == 4 * TILE
+
+
+def test_prefix_statistics_are_not_compared_with_whole_ones(dumps, tmp_path):
+    statistics = write(tmp_path / "stats", cap=None, mode="statistics")
+    result = compare(dumps["same"], statistics)
+    assert set(result["verdict"]) == {"error"}
+    assert all("statistics cover its stored prefix only" in n for n in result["note"])

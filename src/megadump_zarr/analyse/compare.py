@@ -361,6 +361,13 @@ def _record_slot(a: DumpSide, b: DumpSide, match: RecordMatch, tol: dict[str, An
             extra[f"dtype_{match.only}"] = scalar(present["dtype"])
         return empty_row(keys, "missing", f"only in dump {match.only}", **extra)
     row_a, row_b = match.row_a, match.row_b
+    if is_summary_pair(row_a, row_b) and any(scalar(r.get("stats_scope")) == "prefix" for r in (row_a, row_b)):
+        return empty_row(
+            keys,
+            "error",
+            "one side stored statistics only, the other a truncated payload whose statistics cover its stored "
+            "prefix only (max_bytes_per_tensor): nothing both sides know can be compared",
+        )
     if is_summary_pair(row_a, row_b):  # a side stored statistics only: compare what both know
         row_a, row_b = _with_payload_checksums(a, b, row_a, row_b)
         return summary_row(keys, row_a, row_b, tol["rtol"], tol["atol"])
