@@ -94,6 +94,7 @@ _STATS_COLUMNS = (
     "nan_count",
     "inf_count",
     "truncated",
+    "stats_scope",
     "path",
 )
 _PASSING = ("pass",)
