@@ -423,7 +423,9 @@ class Dump:
         (see :mod:`megadump_zarr.read.truncated`): dims from ``logicalDims``, else ``row``, ``dim_1``, ... (the writer keeps no
         dimension names for truncated records), captured elements present and NaN elsewhere, reading
         only the stored chunks that the selected rows need; its ``row`` coordinate holds global row
-        indices when the record is a whole-row slice of its declared tensor.
+        indices when the record is a whole-row slice of its declared tensor, its boolean ``captured``
+        coordinate is True for the rows stored whole, and ``attrs`` ``capturedRows``/``missingRows``
+        count them.
 
         Args:
             path: The record's path relative to the root (the records() ``path`` column).
@@ -501,7 +503,9 @@ class Dump:
         ``core_type``/``core_id``/``worker`` per row and ``da.sel(owner_id=k)`` selects owner ``k``'s rows.
         ``owner=``/``core=`` stitch only the records of that owner or core: exactly its rows, each with
         its own task, owner and core coordinates (rows another owner also captured are not borrowed).
-        Truncated records (L0 or L1) are given in logical shape, NaN where not captured.
+        Truncated records (L0 or L1) are given in logical shape, NaN where not captured; the
+        ``captured`` coordinate along axis 0 is True for the rows stored whole, and ``attrs``
+        ``capturedRows``/``missingRows`` count those rows and the others against the declared length.
 
         Args:
             name: The tensor's logical name (the records() ``name`` column).

@@ -11,7 +11,10 @@ views) cannot be stitched.
 The result is ordered by global row, one entry per distinct row:
 
 - rows no task captured are *absent* (the global-index coordinate shows the gaps; ``attrs``
-  ``missingRows`` counts them against the declared length);
+  ``missingRows`` counts them against the declared length, together with the NaN-padded rows of
+  truncated records);
+- when a truncated record takes part, a boolean coordinate ``captured`` says which rows hold stored values
+  only (True) and which are NaN padding past a stored prefix, in whole or in part (False);
 - rows captured by several records (an input every task reads, such as a whole routing table, or
   broadcast workers) are taken from the first record in (first row, task id, worker, path) order, and
   the other copies are checked against it *when the data is computed*: bitwise equality, or, when a
