@@ -78,6 +78,7 @@ def test_compare_perturbed_copy_fails_and_names_the_tensor(cli, demo, perturbed)
     assert report["root_cause"]["path"] == path and "every input of task 1" in report["root_cause"]["root_reason"]
     assert set(report["counts"]) == {
         "pass",
+        "pass_partial",
         "fail",
         "differs_within_stats",
         "shape_mismatch",

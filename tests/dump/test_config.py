@@ -173,10 +173,17 @@ def test_max_bytes_value(tmp_path, value):
 
 
 def test_budget_and_max_bytes_accept_positive_ints(tmp_path):
-    config = make(tmp_path, device_memory_budget_mb=1, max_bytes_per_tensor=1)
+    config = make(tmp_path, level="L1", stages="s", device_memory_budget_mb=1, max_bytes_per_tensor=1)
     assert (config.device_memory_budget_mb, config.max_bytes_per_tensor) == (1, 1)
     assert make(tmp_path).device_memory_budget_mb == 512
     assert make(tmp_path).max_bytes_per_tensor is None
+
+
+@pytest.mark.parametrize("level", ["L0", "l0"])
+def test_l0_refuses_max_bytes_per_tensor(tmp_path, level):
+    # L0 copies whole kernel-boundary tensors to the host: a cap it would not apply is refused when built
+    with pytest.raises(ValueError, match=re.escape("max_bytes_per_tensor=65536 caps L1 task records; level='L0'")):
+        make(tmp_path, level=level, max_bytes_per_tensor=65536)
 
 
 # --------------------------------------------------------------------------- normalisation

@@ -916,6 +916,20 @@ def test_record_count_limit_full_launch_decodes():
         assert s.data.tolist() == [float(r.task_id + 1000 * r.index)]
 
 
+def test_budget_error_names_the_ways_out():
+    a = spec("a", (262144,), 0)
+    graph = Graph([op("big", (a,), (spec("b", (1,), 1),), lambda t: None)])
+    with pytest.raises(MemoryError) as raised:
+        prepare(graph, [torch.zeros(262144), torch.zeros(1)], device_memory_budget_mb=1, io="input")
+    message = str(raised.value)
+    budget = (1 << 20) - L1_DUMP_PAYLOAD_BASE  # what is left for payloads under a 1 MiB budget, one record
+    assert (
+        f"store a prefix of each of the 1 records with max_bytes_per_tensor= (about {budget // 64 * 64} bytes"
+        in message
+    )
+    assert 'keep statistics instead of the payloads that do not fit with on_budget="statistics"' in message
+
+
 def test_device_memory_budget():
     a = spec("a", (262144,), 0)  # exactly 1 MiB of float32
     graph = Graph([op("big", (a,), (spec("b", (1,), 1),), lambda t: None)])

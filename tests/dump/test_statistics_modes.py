@@ -262,6 +262,8 @@ def test_max_bytes_per_tensor_caps_kept_payloads_not_statistics(tmp_path):
     kept = records[records["payload"]]
     assert list(kept["stored_bytes"]) == [64, 64] and kept["truncated"].all()
     assert (kept["element_count"] == [math.prod(s) for s in kept["shape"]]).all()  # statistics cover the whole tensor
+    assert set(kept["stats_scope"]) == {"whole"}  # the device's statistics, not the stored prefix's
+    assert (kept["nan_count"] > 0).all()  # the whole tensor's NaN (the prefix of 64 bytes may hold none)
 
 
 def test_bfloat16_statistics(tmp_path):

@@ -223,3 +223,21 @@ def test_hostile_directories_are_refused_with_one_error_line(msprobe_dumps, tmp_
         errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and message in errors[0] and "Traceback" not in result.stderr
     assert not _MARKER.exists()  # no code ran
+
+
+def test_in_place_steps_pair_by_step_not_by_position(msprobe_dumps, tmp_path):
+    """A run whose step 1 holds the golden step 0's tensors (the lag bug) fails at step 1; positions would pass it."""
+    golden = msprobe_dumps["golden"]
+    lagged, reference = tmp_path / "lagged", tmp_path / "reference"
+    shutil.copytree(golden / "step0", lagged / "step1")  # the lag: step 1 sees step 0's data
+    shutil.copytree(golden / "step1", lagged / "step2")
+    for step in ("step0", "step1"):
+        shutil.copytree(golden / step, reference / step)
+    result = compare(lagged, reference)
+    compared = result[result["verdict"] != "missing"]
+    assert (compared["verdict"] == "fail").sum() > 0  # by position: every record passes
+    assert set(compared["step"]) == set(compared["step_b"]) == {1}
+    pairing = result.attrs["pairing"]
+    assert (pairing["only_a"], pairing["only_b"]) == ([2], [0])
+    explicit = compare(lagged, reference, pair={1: 0, 2: 1})
+    assert set(explicit["verdict"]) == {"pass"}

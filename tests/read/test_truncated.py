@@ -84,12 +84,17 @@ def test_stitched_truncated_outputs(truncated_dump):
     dump = open_dump(run.root)
     out = dump.tensor("out")
     expected = run.param("moe_experts", 9)
-    assert out.shape == expected.shape and out.attrs["truncatedRecords"] == 4 and out.attrs["missingRows"] == 0
+    assert out.shape == expected.shape and out.attrs["truncatedRecords"] == 4
+    # 32 of each tile's 64 rows were stored: 128 rows captured, 128 NaN padding, and the mask says which
+    assert (out.attrs["capturedRows"], out.attrs["missingRows"]) == (128, 128)
     values = out.values.astype(np.float64)
+    mask = out.coords["captured"].values
+    assert mask.dtype == bool and int(mask.sum()) == 128
     for tile in range(4):
         captured = slice(tile * 64, tile * 64 + 32)
         np.testing.assert_array_equal(values[captured], expected[captured])
         assert np.isnan(values[tile * 64 + 32 : (tile + 1) * 64]).all()
+        assert mask[captured].all() and not mask[tile * 64 + 32 : (tile + 1) * 64].any()
     one = dump.tensor("xs", stage="expert_up").sel(owner_id=1)
     counts = run.param("moe_experts", 1)
     assert one.sizes["slot"] == counts[1]
@@ -149,3 +154,30 @@ def test_a_record_marked_truncated_that_is_not_a_flat_prefix_is_named(tmp_path):
     ) as info:
         truncated_dask(array, [8, 8], key, str(tmp_path))
     assert info.value.key == f"{key}/zarr.json"
+
+
+def test_record_array_marks_the_captured_rows(truncated_dump):
+    dump = open_dump(truncated_dump.root)
+    records = dump.records()
+    counts = truncated_dump.param("moe_experts", 1)
+    for expert in range(4):
+        view = dump.record_array(_record(records, "expert_up", "xs", expert)["path"])
+        mask = view.coords["captured"]
+        # 512 stored elements of 16 per row: 32 whole rows; plain xarray shows the mask beside the data
+        assert mask.dims == ("slot",) and mask.dtype == bool and int(mask.values.sum()) == 32
+        assert mask.values[:32].all() and not mask.values[32:].any()
+        assert (view.attrs["capturedRows"], view.attrs["missingRows"]) == (32, int(counts[expert]) - 32)
+        assert "captured" in repr(view)
+        assert np.isnan(view.where(~view.captured).values[32:]).all()
+
+
+def test_records_say_what_the_statistics_cover(truncated_dump, tmp_path):
+    from tests._truncated import write
+
+    truncated = open_dump(truncated_dump.root).records()
+    assert set(truncated["stats_scope"]) == {"prefix"}
+    row = _record(truncated, "expert_up", "xs", 0)
+    stored = truncated_dump.param("moe_experts", 0)[: int(truncated_dump.param("moe_experts", 1)[0])]
+    assert row["max"] == float(stored.reshape(-1)[:512].max())  # the prefix's, as the scope says
+    whole = open_dump(write(tmp_path / "whole", cap=None)).records()
+    assert set(whole["stats_scope"]) == {"whole"}

@@ -95,3 +95,11 @@ def test_report_of_dumps_in_s3(fault_pair: Any, cli: Any, tmp_path: Path) -> Non
     s3_rows = [(r["path"], r["verdict"]) for r in _embedded(page)["rows"]]
     local_rows = [(r["path"], r["verdict"]) for r in _embedded((tmp_path / "local.html").read_text())["rows"]]
     assert s3_rows == local_rows
+
+
+def test_single_report_says_what_truncated_statistics_cover(tmp_path):
+    from megadump_zarr.report import collect_single
+    from tests._truncated import write
+
+    data = collect_single(write(tmp_path / "t"))
+    assert "stats_scope" in data.columns and {row["stats_scope"] for row in data.rows} == {"prefix"}

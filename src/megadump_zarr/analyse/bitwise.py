@@ -172,11 +172,11 @@ def _payload_row(
     row: dict[str, Any], dump_a: Any, dump_b: Any, row_a: Any, row_b: Any, shape: tuple[int, ...], elements: int
 ) -> dict[str, Any]:
     """Both payloads stored: compare their bytes (a truncated side: by digest when both are known)."""
-    path = str(_value(row_a, "path"))
+    path, path_b = str(_value(row_a, "path")), str(_value(row_b, "path"))  # pairs by step: B's path may differ
     if _truncated(row_a) or _truncated(row_b):
         if _value(row_a, DIGEST_COLUMN) is not None and _value(row_b, DIGEST_COLUMN) is not None:
             return _digest_row(row, dump_a, dump_b, row_a, row_b)
-        xa, xb = dump_a.record_array(path), dump_b.record_array(path)
+        xa, xb = dump_a.record_array(path), dump_b.record_array(path_b)
         count, first, va, vb = _differing(xa, xb, shape)
         if count:
             return _differing_row(row, count, first, va, vb, shape, elements, "in the captured part ")
@@ -187,7 +187,7 @@ def _payload_row(
         )
         return row
     xa = record_source(_open(dump_a), path, False)
-    xb = record_source(_open(dump_b), path, False)
+    xb = record_source(_open(dump_b), path_b, False)
     count, first, va, vb = _differing(xa, xb, shape_of(xa))
     if count:
         return _differing_row(row, count, first, va, vb, shape, elements)

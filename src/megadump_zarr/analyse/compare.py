@@ -22,7 +22,7 @@ Arrays are never loaded whole: :mod:`megadump_zarr.analyse.metrics` reads them b
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 import contextlib
 from typing import Any
 
@@ -31,9 +31,12 @@ import pandas as pd
 from megadump_zarr.layout.statistics import DIGEST_COLUMN
 from megadump_zarr.analyse.matching import (
     KEY_COLUMNS,
+    PAIR_COLUMNS,
     RecordMatch,
+    StepPairing,
+    check_pair,
     execution_order,
-    match_records,
+    match_by_identity,
     name_filter,
     record_keys,
     scalar,
@@ -53,7 +56,7 @@ from megadump_zarr.analyse.pairs import (
 from megadump_zarr.analyse.reference import reference_pairs
 from megadump_zarr.analyse.side import DumpSide, ReferenceSide, Side, open_dump_side, open_side
 from megadump_zarr.analyse.summary import is_summary_pair, summary_row
-from megadump_zarr.analyse.verdict import FAILING, check_tolerance
+from megadump_zarr.analyse.verdict import FAILING, PARTIAL, check_tolerance
 
 __all__ = [
     "KEY_COLUMNS",
@@ -70,7 +73,7 @@ LINEAGE_COLUMNS = ("role", "capture_phase", "producers", "consumers", "ports")
 its ports ``((stage, io), ...)`` in graph order; L1: the capture phase);
 :func:`megadump_zarr.analyse.rootcause.root_cause` reads them."""
 
-RESULT_COLUMNS = KEY_COLUMNS + METRIC_COLUMNS + LINEAGE_COLUMNS
+RESULT_COLUMNS = KEY_COLUMNS + PAIR_COLUMNS + METRIC_COLUMNS + LINEAGE_COLUMNS
 """Columns of :func:`compare`'s DataFrame, in order."""
 
 _INT_COLUMNS = (
@@ -78,6 +81,7 @@ _INT_COLUMNS = (
     "window",
     "invocation",
     "step",
+    "step_b",
     "task_id",
     "worker",
     "owner_id",
@@ -148,6 +152,8 @@ def compare(
     progress: bool | Callable[[], None] = False,
     fail_fast: bool = False,
     bitwise: bool = False,
+    pair: Mapping[int, int] | Iterable[tuple[int, int]] | None = None,
+    accept_partial: bool = False,
     **select: Any,
 ) -> pd.DataFrame:
     """Compare tensors of ``a`` (under test) with ``b`` (reference); one row per tensor pair.
@@ -155,8 +161,11 @@ def compare(
     Accepted pairs:
 
     * two dumps (``Dump`` objects, or paths/URLs opened with ``open_dump``): records are matched by
-      their path relative to the dump root (that is, by rank, window, invocation, stage, task,
-      io, index and name); a record on one side only gives a ``"missing"`` row. ``select`` filters
+      identity (:func:`~megadump_zarr.analyse.matching.match_by_identity`): rank, step, kernel, direction,
+      the invocation's order within its step, then stage, task, io, index and name; never by the position
+      of a window. A record on one side only gives a ``"missing"`` row; a step present on one side only
+      gives ``"missing"`` rows whose note names it (``result.attrs["pairing"]`` lists the steps paired and
+      those on one side only). ``pair={1: 0}`` compares A's step 1 with B's step 0 explicitly. ``select`` filters
       ``records()`` with the record filters of ``Dump.tensor`` and the CLI
       (:func:`megadump_zarr.read.select.filter_mask`: ``owner=1``, ``core="MIX5"``, ``task="task_000003"``,
       ...) or by any other column (equality; a list/tuple/set value means "any of"). Each record pair is one
@@ -187,7 +196,10 @@ def compare(
           statistics only        digests equal: pass; digests differ: fail (integer, bool; floats holding
                                  NaN/Inf), or for finite floats differs_within_stats when every statistic
                                  is within tolerance (exit 1 unless --accept-within-stats), else fail;
-                                 no digest on a side (msprobe, layout 1): judged by the statistics alone
+                                 no digest on a side (msprobe): judged by the statistics alone
+          truncated record       compared on the elements both sides stored (max_bytes_per_tensor):
+                                 pass_partial (note: compared N of M rows; exit 1 unless
+                                 --accept-partial), or fail
         default tolerances (two float dtypes: the looser one's; --rtol/--atol replace them):
           dtype            rtol      atol
           float64          1e-07     1e-07
@@ -197,7 +209,7 @@ def compare(
           float8_e4m3fn    0.125     0.125
           float8_e5m2      0.25      0.25
 
-    ``verdict`` is one of ``pass``, ``fail``, ``differs_within_stats``, ``shape_mismatch``, ``dtype_mismatch``, ``missing_data``,
+    ``verdict`` is one of ``pass``, ``pass_partial``, ``fail``, ``differs_within_stats``, ``shape_mismatch``, ``dtype_mismatch``, ``missing_data``,
     ``error`` and ``missing``; ``note`` says why. Failing rows carry ``worst_index`` (logical index of
     the largest ``|a - b|``), ``worst_a``/``worst_b`` and, for L1 records and stitched L1 tensors, the
     task, owner and core that produced that element (``worst_task_id``, ``worst_owner_id``,
@@ -219,6 +231,11 @@ def compare(
             the record digests; a pair that cannot be proven equal (no payload, no digest) is an
             ``error`` row. :func:`~megadump_zarr.analyse.bitwise.bitwise_map` names the tasks and cores
             whose records differ at which steps.
+        pair: Two dumps: ``{step of A: step of B}`` to compare different steps (default: each step with
+            the same step of B; a step on one side only is ``missing``).
+        accept_partial: A pair compared on the stored part of a truncated record only
+            (``max_bytes_per_tensor``) is ``pass_partial`` (its note says how much was compared; not a
+            pass); True makes it ``pass``, its note still saying how much was compared.
         **select: Record selection, e.g. ``rank=0, invocation=2, stage="expert_up", io="output"``
             (None values are ignored).
 
@@ -236,10 +253,15 @@ def compare(
     name_list = name_filter(names)
     select = {k: v for k, v in select.items() if v is not None}
     tol = dict(rtol=rtol, atol=atol)
+    steps = check_pair(pair)
+    if steps and (side_a.kind != "dump" or side_b.kind != "dump"):
+        raise TypeError(f"pair= pairs the steps of two dumps, not of {side_a.type_name} and {side_b.type_name}")
     if bitwise:
-        return _compare_bitwise(side_a, side_b, name_list, select, progress, tol, fail_fast)
+        return _compare_bitwise(side_a, side_b, name_list, select, progress, tol, fail_fast, steps)
     if side_a.kind == "dump" and side_b.kind == "dump":
-        return _compare_dumps(side_a, side_b, name_list, select, progress, tol, fail_fast)
+        return _accepted(
+            _compare_dumps(side_a, side_b, name_list, select, progress, tol, fail_fast, steps), accept_partial
+        )
     if side_a.kind == "dump":
         if side_b.kind != "reference":
             raise TypeError(
@@ -273,6 +295,41 @@ def _run_units(units: list[RecordPair], advance: Callable[[], None]) -> list[dic
     return map_ordered(compare_record, units, progress=lambda done, total: advance())
 
 
+def _accepted(result: pd.DataFrame, accept_partial: bool) -> pd.DataFrame:
+    """``accept_partial``: ``pass_partial`` rows become ``pass`` (their note keeps how much was compared)."""
+    if accept_partial and len(result):
+        partial = result["verdict"] == PARTIAL
+        if partial.any():
+            result.loc[partial, "note"] = [f"partial comparison accepted; {n}" for n in result.loc[partial, "note"]]
+            result.loc[partial, "verdict"] = "pass"
+    return result
+
+
+def _noted(rows: list[dict[str, Any]], matches: list[RecordMatch]) -> list[dict[str, Any]]:
+    """Each row with its match's pairing notes appended (rows come in match order, maybe fewer)."""
+    for row, match in zip(rows, matches):
+        if match.notes:
+            row["note"] = "; ".join([n for n in (row.get("note") or "",) if n] + list(match.notes))
+    return rows
+
+
+def _with_pairing(frame: pd.DataFrame, pairing: StepPairing) -> pd.DataFrame:
+    frame.attrs["pairing"] = pairing.to_dict()
+    line = pairing.line()
+    if line:
+        frame.attrs["pairing"]["line"] = line
+    return frame
+
+
+def _match_keys(match: RecordMatch, lineage: dict[str, Any]) -> dict[str, Any]:
+    """The key columns of a match's row: its present record's and its lineage, plus B's step and path."""
+    keys = {**record_keys(match.present), **lineage}
+    row_b = match.row_b
+    keys["step_b"] = None if row_b is None else scalar(row_b.get("step"))
+    keys["path_b"] = match.path_b
+    return keys
+
+
 def _compare_dumps(
     a: DumpSide,
     b: DumpSide,
@@ -281,21 +338,23 @@ def _compare_dumps(
     progress: bool | Callable[[], None],
     tol: dict[str, Any],
     fail_fast: bool = False,
+    steps: dict[int, int] | None = None,
 ) -> pd.DataFrame:
-    """Two dumps, one way: match the records by path, make each match a row or a record pair, compare the
-    pairs (metrics and verdict), in execution order."""
-    matches = match_records(a.records(select, names), b.records(select, names))
+    """Two dumps, one way: match the records by identity (step, kernel, direction, order in the step, path
+    in the invocation), make each match a row or a record pair, compare the pairs (metrics and verdict),
+    in execution order."""
+    matches, pairing = match_by_identity(a.records(select, names), b.records(select, names), steps)
     slots = [_record_slot(a, b, match, tol) for match in matches]
     with _advancer(progress, len(slots), "comparing records") as advance, single_threaded_blas():
         rows = _stopping_rows(slots, advance) if fail_fast else _all_rows(slots, advance)
-    return _frame(rows)
+    return _with_pairing(_frame(_noted(rows, matches)), pairing)
 
 
 def _record_slot(a: DumpSide, b: DumpSide, match: RecordMatch, tol: dict[str, Any]) -> dict[str, Any] | RecordPair:
     """A matched record's result row when it needs no element-wise comparison (one side only, statistics
     only), else its :class:`~megadump_zarr.analyse.pairs.RecordPair`."""
     present = match.present
-    keys = {**record_keys(present), **(a if match.row_a is not None else b).lineage(match.path)}
+    keys = _match_keys(match, (a if match.row_a is not None else b).lineage(match.path))
     if match.only is not None:
         extra = {}
         if scalar(present.get("shape")) is not None:
@@ -304,12 +363,27 @@ def _record_slot(a: DumpSide, b: DumpSide, match: RecordMatch, tol: dict[str, An
             extra[f"dtype_{match.only}"] = scalar(present["dtype"])
         return empty_row(keys, "missing", f"only in dump {match.only}", **extra)
     row_a, row_b = match.row_a, match.row_b
+    if is_summary_pair(row_a, row_b) and any(scalar(r.get("stats_scope")) == "prefix" for r in (row_a, row_b)):
+        return empty_row(
+            keys,
+            "error",
+            "one side stored statistics only, the other a truncated payload whose statistics cover its stored "
+            "prefix only (max_bytes_per_tensor): nothing both sides know can be compared",
+        )
     if is_summary_pair(row_a, row_b):  # a side stored statistics only: compare what both know
         row_a, row_b = _with_payload_digests(a, b, row_a, row_b)
         return summary_row(keys, row_a, row_b, tol["rtol"], tol["atol"])
     truncated = any(bool(scalar(r.get("truncated"))) for r in (row_a, row_b))
     return RecordPair(
-        a.unit_source(), b.unit_source(), match.path, keys, tol["rtol"], tol["atol"], truncated, DEFAULT_BLOCK_BYTES
+        a.unit_source(),
+        b.unit_source(),
+        match.path,
+        keys,
+        tol["rtol"],
+        tol["atol"],
+        truncated,
+        DEFAULT_BLOCK_BYTES,
+        path_b=match.path_b,
     )
 
 
@@ -346,6 +420,7 @@ def _compare_bitwise(
     progress: bool | Callable[[], None],
     tol: dict[str, Any],
     fail_fast: bool,
+    steps: dict[int, int] | None = None,
 ) -> pd.DataFrame:
     """``compare(a, b, bitwise=True)``: every record pair of two dumps by its bits, in execution order."""
     from megadump_zarr.analyse.bitwise import bitwise_row
@@ -355,12 +430,12 @@ def _compare_bitwise(
     given = [name for name, value in tol.items() if value is not None]
     if given:
         raise ValueError(f"bitwise=True compares bits, {' and '.join(given)} do not apply; leave them out")
-    matches = match_records(a.records(select, names), b.records(select, names))
+    matches, pairing = match_by_identity(a.records(select, names), b.records(select, names), steps)
     rows: list[dict[str, Any]] = []
     with _advancer(progress, len(matches), "comparing bits") as advance:
         for match in matches:
             present = match.present
-            keys = {**record_keys(present), **(a if match.row_a is not None else b).lineage(match.path, present)}
+            keys = _match_keys(match, (a if match.row_a is not None else b).lineage(match.path, present))
             if match.only is not None:
                 dtype = {f"dtype_{match.only}": scalar(present.get("dtype"))}
                 row = empty_row(keys, "missing", f"only in dump {match.only}", **dtype)
@@ -370,7 +445,7 @@ def _compare_bitwise(
             advance()
             if fail_fast and row["verdict"] in _STOPPING:
                 break
-    return _frame(rows)
+    return _with_pairing(_frame(_noted(rows, matches)), pairing)
 
 
 def _with_payload_digests(

@@ -18,6 +18,10 @@ arrive: at most a few blocks per thread are in memory.
 :func:`compare_arrays` runs pairs of array-likes (:class:`ArrayPair`: a dump's tensors against an eager
 reference, two collections' tensors) through the same lanes: row ``k`` has the bits of :func:`compare_pair`
 of pair ``k``, whatever the number of lanes.
+
+A pair with a truncated side (``max_bytes_per_tensor``) is compared on the elements both sides stored
+(:func:`stored_prefixes`: flat views of the same length, with a note saying how much is compared); a pass there
+is ``pass_partial`` (:func:`as_partial`), never ``pass``: what was not stored was not compared.
 """
 
 from __future__ import annotations
@@ -26,9 +30,12 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 import contextlib
 from dataclasses import dataclass, field
+import math
 import os
 import threading
 from typing import Any
+
+import numpy as np
 
 from megadump_zarr.analyse.metrics import (
     DEFAULT_BLOCK_BYTES,
@@ -42,7 +49,7 @@ from megadump_zarr.analyse.metrics import (
     row_chunks,
     shape_of,
 )
-from megadump_zarr.analyse.verdict import dtype_kind, resolve_tolerance, verdict
+from megadump_zarr.analyse.verdict import PARTIAL, dtype_kind, resolve_tolerance, verdict
 
 __all__ = [
     "METRIC_COLUMNS",
@@ -55,8 +62,12 @@ __all__ = [
     "compare_records",
     "empty_row",
     "metrics_row",
+    "Prefixes",
+    "as_partial",
+    "partial_note",
     "prepare_pair",
     "record_source",
+    "stored_prefixes",
     "single_threaded_blas",
 ]
 
@@ -343,12 +354,14 @@ class RecordPair:
     Args:
         a: Where dump A (under test) lives.
         b: Where dump B (the reference) lives.
-        path: The record's path relative to both roots.
+        path: A's record path relative to its root.
         keys: The key columns of its result row.
         rtol: User relative tolerance (None: dtype default).
         atol: User absolute tolerance (None: dtype default).
         truncated: Either side's record is truncated (read through its logical-shape view).
         block_bytes: Float64 bytes of one block of one side.
+        path_b: B's record path (None: the same as ``path``); records pair by step, so it differs from A's
+            when the dumps number their windows or invocations differently, or steps are paired explicitly.
     """
 
     a: Any
@@ -359,6 +372,7 @@ class RecordPair:
     atol: float | None = None
     truncated: bool = False
     block_bytes: int = DEFAULT_BLOCK_BYTES
+    path_b: str | None = None
 
     @property
     def label(self) -> str:
@@ -392,6 +406,105 @@ def record_source(dump: Any, path: str, truncated: bool) -> Any:
             guarded = GuardedArray(dump._array(info, rel, doc), key, getattr(dump, "root", ""))
             return chunk_rows(guarded)
     return dump.record_array(path)
+
+
+# ---------------------------------------------------------------------------------------------------- truncated pairs
+@dataclass(frozen=True)
+class Prefixes:
+    """Both sides of a truncated pair as the elements both stored.
+
+    Args:
+        a: A's stored elements, flat (the first ``elements`` in C order).
+        b: B's, as many.
+        note: How much is compared (:func:`partial_note`).
+        shape_a: A's logical shape (``actualShape``).
+        shape_b: B's logical shape (the pair is a ``shape_mismatch`` when it differs from A's).
+        dtype_a: A's stored dtype.
+        dtype_b: B's stored dtype.
+    """
+
+    a: Any
+    b: Any
+    note: str
+    shape_a: tuple[int, ...]
+    shape_b: tuple[int, ...]
+    dtype_a: str
+    dtype_b: str
+
+
+def _stored_view(dump: Any, path: str) -> tuple[Any, tuple[int, ...], int, str]:
+    """A record's stored array (read through the dump's integrity checks), its logical shape, how many of its
+    elements are stored and its stored dtype."""
+    from megadump_zarr.read.integrity import GuardedArray
+
+    info, rel, doc = dump._record(path)
+    attrs = doc.get("attributes") or {}
+    array = GuardedArray(dump._array(info, rel, doc), f"{info.key}/{rel}", getattr(dump, "root", ""))
+    stored = tuple(int(d) for d in array.shape)
+    actual = attrs.get("actualShape")
+    logical = tuple(int(d) for d in actual) if attrs.get("truncated") and isinstance(actual, list) else stored
+    return array, logical, math.prod(stored), str(array.dtype)
+
+
+def stored_prefixes(dump_a: Any, dump_b: Any, path_a: str, path_b: str | None = None) -> Prefixes | None:
+    """Record ``path_a`` of A and ``path_b`` of B (default: ``path_a``) as the elements both stored, or None for
+    dumps that are not read from a store (without ``_record``/``_array``: their NaN-padded views are compared).
+
+    Args:
+        dump_a: The dump under test (an open ``Dump``).
+        dump_b: The reference dump.
+        path_a: A's record path.
+        path_b: B's record path.
+    """
+    from megadump_zarr.read.truncated import FlatPrefix
+
+    if not all(hasattr(d, "_record") and hasattr(d, "_array") for d in (dump_a, dump_b)):
+        return None
+    array_a, shape_a, stored_a, dtype_a = _stored_view(dump_a, path_a)
+    array_b, shape_b, stored_b, dtype_b = _stored_view(dump_b, path_b or path_a)
+    if shape_a != shape_b:
+        return Prefixes(None, None, "", shape_a, shape_b, dtype_a, dtype_b)
+    elements = min(stored_a, stored_b, math.prod(shape_a))
+    a, b = FlatPrefix(array_a, elements), FlatPrefix(array_b, elements)
+    return Prefixes(a, b, partial_note(shape_a, elements), shape_a, shape_b, dtype_a, dtype_b)
+
+
+def partial_note(shape: tuple[int, ...], elements: int) -> str:
+    """How much of a truncated pair is compared: ``compared 32 of 2048 rows (16384 of 1048576 elements); ...``.
+
+    Args:
+        shape: The logical shape.
+        elements: The elements compared (the first, in C order).
+    """
+    total = math.prod(shape)
+    if elements >= total:
+        return "truncated record whose stored prefix holds every element: compared whole"
+    per_row = math.prod(shape[1:])
+    rows = elements // per_row if per_row else shape[0]
+    return (
+        f"compared {rows} of {shape[0]} rows ({elements} of {total} elements); "
+        "the rest was not stored (max_bytes_per_tensor)"
+    )
+
+
+def as_partial(row: dict[str, Any], logical: tuple[int, ...]) -> None:
+    """A row compared on flat prefixes, put back in the logical shape: its shapes, its worst and first mismatch
+    index (flat positions made logical indices), and a pass on part of the elements made ``pass_partial``.
+
+    Args:
+        row: The compared row (updated in place).
+        logical: The logical shape of both sides.
+    """
+    if row.get("verdict") in ("shape_mismatch", "dtype_mismatch"):
+        return
+    row.update(shape_a=logical, shape_b=logical)
+    for column in ("worst_index", "first_mismatch"):
+        value = row.get(column)
+        if value is not None and logical:
+            flat = value[0] if isinstance(value, tuple | list) else value
+            row[column] = tuple(int(i) for i in np.unravel_index(int(flat), logical))
+    if row.get("verdict") == "pass" and (row.get("elements") or 0) < math.prod(logical):
+        row["verdict"] = PARTIAL
 
 
 def _locator(keys: dict[str, Any]) -> Locator:
@@ -578,17 +691,36 @@ def compare_records(
         threads: Lanes (default: one per core, at most 4).
     """
     rows: list[dict[str, Any] | _Job] = []
+    partial: dict[int, tuple[int, ...]] = {}  # row -> logical shape of a pair compared on its stored prefix
     for pair in pairs:
         note = "truncated record: NaN where not captured" if pair.truncated else ""
         try:
-            xa = record_source(_open(pair.a), pair.path, pair.truncated)
-            xb = record_source(_open(pair.b), pair.path, pair.truncated)
+            prefixes = stored_prefixes(_open(pair.a), _open(pair.b), pair.path, pair.path_b) if pair.truncated else None
+            if prefixes is None:
+                xa = record_source(_open(pair.a), pair.path, pair.truncated)
+                xb = record_source(_open(pair.b), pair.path_b or pair.path, pair.truncated)
+            else:
+                xa, xb, note = prefixes.a, prefixes.b, prefixes.note
         except Exception as exc:
             rows.append(_failed_row(empty_row(pair.keys, "error", ""), exc, []))
             continue
+        if prefixes is not None and prefixes.shape_a != prefixes.shape_b:  # logical shapes differ: not compared
+            text = f"shape {_shape_text(prefixes.shape_a)} vs {_shape_text(prefixes.shape_b)}; not compared"
+            shapes = dict(shape_a=prefixes.shape_a, shape_b=prefixes.shape_b)
+            rows.append(
+                empty_row(
+                    pair.keys, "shape_mismatch", text, **shapes, dtype_a=prefixes.dtype_a, dtype_b=prefixes.dtype_b
+                )
+            )
+            continue
+        if prefixes is not None:
+            partial[len(rows)] = prefixes.shape_a
         plan = prepare_pair(pair.keys, xa, xb, rtol=pair.rtol, atol=pair.atol, notes=[note])
         rows.append(_job(plan, xa, xb, pair.block_bytes, _locator(pair.keys)) if plan.compute else plan.row)
-    return _run(rows, advance, threads, one_blas_thread=True)
+    out = _run(rows, advance, threads, one_blas_thread=True)
+    for k, logical in partial.items():
+        as_partial(out[k], logical)
+    return out
 
 
 def compare_arrays(

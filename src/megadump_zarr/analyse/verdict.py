@@ -37,6 +37,7 @@ __all__ = [
     "FAILING",
     "WITHIN_STATS",
     "MAX_ABS_SMALL",
+    "PARTIAL",
     "RULES_TEXT",
     "TOLERANCES",
     "VERDICTS",
@@ -74,6 +75,7 @@ float32 golden errs by up to 0.015 where the result is near 0)."""
 
 VERDICTS = (
     "pass",
+    "pass_partial",
     "fail",
     "differs_within_stats",
     "shape_mismatch",
@@ -83,6 +85,11 @@ VERDICTS = (
     "missing",
 )
 FAILING = ("fail", "differs_within_stats", "shape_mismatch", "dtype_mismatch", "missing_data", "error")
+PARTIAL = "pass_partial"
+"""A pair compared on part of its elements only (a truncated record: the stored prefix of both sides) that
+passes there: not a pass, what was not stored was not compared; its note says how much was compared
+(``compared 128 of 8192 rows``). ``megadump compare`` exits 1 on it unless ``--accept-partial``
+(``compare(..., accept_partial=True)`` makes it ``pass``)."""
 WITHIN_STATS = "differs_within_stats"
 """A statistics-only float pair whose digests differ (the bits differ) while every element is finite on
 both sides and every statistic is within tolerance: not a pass (swapped elements keep every statistic),
@@ -106,7 +113,10 @@ def _rules_text() -> str:
         "  statistics only        digests equal: pass; digests differ: fail (integer, bool; floats holding",
         "                         NaN/Inf), or for finite floats differs_within_stats when every statistic",
         "                         is within tolerance (exit 1 unless --accept-within-stats), else fail;",
-        "                         no digest on a side (msprobe, layout 1): judged by the statistics alone",
+        "                         no digest on a side (msprobe): judged by the statistics alone",
+        "  truncated record       compared on the elements both sides stored (max_bytes_per_tensor):",
+        "                         pass_partial (note: compared N of M rows; exit 1 unless",
+        "                         --accept-partial), or fail",
         "default tolerances (two float dtypes: the looser one's; --rtol/--atol replace them):",
         "  dtype            rtol      atol",
     ]

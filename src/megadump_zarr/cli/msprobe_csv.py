@@ -127,10 +127,11 @@ def msprobe_frame(
     rows = []
     for _, r in result.iterrows():
         path = str(r["path"])
-        a, b = stats_a.get(path, {}), stats_b.get(path, {})
+        path_b = str(r["path_b"]) if _known(r.get("path_b")) else path  # B's record of the pair (paired by step)
+        a, b = stats_a.get(path, {}), stats_b.get(path_b, {})
         present_a, present_b = (
             _known(r.get("dtype_a")) and path in stats_a,
-            _known(r.get("dtype_b")) and path in stats_b,
+            _known(r.get("dtype_b")) and path_b in stats_b,
         )
         row: dict[str, Any] = {
             "NPU Name": r["name"] if present_a else N_A,

@@ -105,8 +105,10 @@ class TensorDumpConfig:
         core_ids: Core-local worker IDs.
         io: L1 ports to capture: ``input``, ``output`` or both.
         device_memory_budget_mb: Most Device memory one L1 launch may use for its buffer.
-        max_bytes_per_tensor: Per-record byte cap; a capped Tensor is stored as a flattened prefix of
-            whole elements and marked truncated.
+        max_bytes_per_tensor: Per-record byte cap of an L1 dump; a capped Tensor is stored as a flattened
+            prefix of whole elements and marked truncated. Refused with ``level="L0"``: L0 copies whole
+            kernel-boundary tensors to the host, outside the Device buffer, and replay and references need
+            them whole (select fewer with ``tensor_names``/``roles``, or use ``mode="statistics"``).
         storage_options: Options for the object store (fsspec/obstore), never written to the dump.
         compressor: Codec name (see ``megadump_zarr.codecs``): ``"default"``, ``"none"``,
             ``"zstd-3"``, ``"blosc-lz4"``, ...
@@ -201,6 +203,13 @@ class TensorDumpConfig:
         io = _string_filter(self.io, name="io", allowed=_VALID_IO)
         _positive_int(self.device_memory_budget_mb, name="device_memory_budget_mb")
         _positive_int(self.max_bytes_per_tensor, name="max_bytes_per_tensor", optional=True)
+        if level == "L0" and self.max_bytes_per_tensor is not None:
+            raise ValueError(
+                f"max_bytes_per_tensor={self.max_bytes_per_tensor} caps L1 task records; level='L0' stores whole "
+                "kernel-boundary tensors (copied to the host, not through the Device buffer) and would write "
+                "them uncapped: leave max_bytes_per_tensor out, select fewer L0 tensors with tensor_names= or "
+                "roles=, or use mode='statistics'"
+            )
         if level == "L1" and all(
             value is None for value in (stages, task_ids, stage_task_indices, owner_ids, tensor_names)
         ):

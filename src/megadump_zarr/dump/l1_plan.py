@@ -373,6 +373,19 @@ def build_record_plans(
     return tuple(builder.records)
 
 
+def _budget_ways_out(records: Any, config: Any, budget_bytes: int) -> str:
+    """The ways to fit an L1 launch within the Device memory budget, for the ``MemoryError``."""
+    count = max(1, len(records))
+    per_record = (budget_bytes - L1_DUMP_PAYLOAD_BASE) // count // 64 * 64  # payload slots are 64-byte aligned
+    fits = f"about {per_record} bytes each fit this budget" if per_record >= 64 else "a cap stores a prefix"
+    return (
+        f"store a prefix of each of the {len(records)} records with max_bytes_per_tensor= ({fits}; the "
+        "records are then truncated), keep statistics instead of the "
+        'payloads that do not fit with on_budget="statistics", select fewer records (stages, task_ids, owner_ids, '
+        "io), or raise device_memory_budget_mb"
+    )
+
+
 def prepare_l1_dump(
     runtime: Any, graph: Any, parameters: Sequence[Any], config: Any, *, rank: int, device: Any
 ) -> PreparedL1Dump:
@@ -397,7 +410,8 @@ def prepare_l1_dump(
     if total_bytes > budget_bytes:
         raise MemoryError(
             f"L1 dump requires {total_bytes} Device bytes, exceeding "
-            f"device_memory_budget_mb={config.device_memory_budget_mb} ({budget_bytes} bytes)"
+            f"device_memory_budget_mb={config.device_memory_budget_mb} ({budget_bytes} bytes); "
+            f"{_budget_ways_out(records, config, budget_bytes)}"
         )
     packed = pack_l1_buffer([record.entry for record in records], pool=pool)
     # Only the header and record table carry information before the launch; the payload area is zeros,

@@ -35,6 +35,7 @@ from megadump_zarr.read.integrity import below_checks
 from megadump_zarr.read.location import get_json, get_many, list_dir, list_dirs, list_prefix, parse_json
 from megadump_zarr.read.pack_nodes import MARKER, Fetch, window_fields_keys
 from megadump_zarr.read.pack_rows import PackedWindow, expand_torn, expand_window
+from megadump_zarr.read.truncated import stats_scope
 from megadump_zarr.layout.paths import INVOCATION_DIR, RANK_DIR, TASK_DIR, WINDOW_DIR
 from megadump_zarr.layout.statistics import DIGEST_COLUMN
 
@@ -98,13 +99,16 @@ EXTRA_COLUMNS = (
     "partial",
     "pack_array",
     "pack_row",
+    "stats_scope",
 )
 """Columns that follow the required ones: L0 role, capture phase, window status, ABI parameter position,
 the record's note, the invocation group's name, the data group's path (relative to the root),
 ``partial`` (True for a record salvaged from a launch that failed, kept with ``on_error="keep"``) and, for a
 record stored in a task-record pack (``layout="packs"``), the pack's record array (``pack_array``, relative
 to the root) and the record's row in it (``pack_row``); missing (``None``, NaN once frames are joined) and -1
-for every other record."""
+for every other record; ``stats_scope``: what ``min``/``max``/``mean``/``l2norm``/``nan_count``/``inf_count``
+cover, ``"whole"`` (every element of the tensor), ``"prefix"`` (a truncated record without device statistics:
+its stored elements only) or None (no statistics)."""
 
 EXTRA_COLUMNS = (*EXTRA_COLUMNS, *STATISTICS_COLUMNS)  # payload, digest, element_count (read.statistics)
 
@@ -573,6 +577,7 @@ def _window_rows(info: WindowInfo, nodes: Mapping[str, dict[str, Any]], columns:
         stats = attrs.get("stats") or {}
         if not isinstance(stats, dict):
             raise ValueError(f"{where}: attributes.stats {str(stats)[:60]!r} is not a JSON object")
+        columns["stats_scope"].append(stats_scope(attrs, bool(stats)))
         nan_count = count_field(stats.get("nanCount"), where, "attributes.stats.nanCount")
         inf_count = count_field(stats.get("infCount"), where, "attributes.stats.infCount")
         name = attrs["name"]

@@ -53,6 +53,8 @@ from megadump_zarr.read.select import (
 )
 from megadump_zarr.read.stitch import Piece, stitch
 from megadump_zarr.read.truncated import (
+    captured_mask,
+    captured_rows,
     check_padded_rows,
     logical_dims,
     open_zarr_array,
@@ -421,7 +423,9 @@ class Dump:
         (see :mod:`megadump_zarr.read.truncated`): dims from ``logicalDims``, else ``row``, ``dim_1``, ... (the writer keeps no
         dimension names for truncated records), captured elements present and NaN elsewhere, reading
         only the stored chunks that the selected rows need; its ``row`` coordinate holds global row
-        indices when the record is a whole-row slice of its declared tensor.
+        indices when the record is a whole-row slice of its declared tensor, its boolean ``captured``
+        coordinate is True for the rows stored whole, and ``attrs`` ``capturedRows``/``missingRows``
+        count them.
 
         Args:
             path: The record's path relative to the root (the records() ``path`` column).
@@ -446,6 +450,10 @@ class Dump:
             rows = _derived_rows(attrs, doc, key)
             if rows is not None:  # a lazy range: no allocation per logical row
                 coords[dims[0]] = xr.Variable(dims[0], _row_range(rows, data.chunks[0] if data.ndim else ()))
+            if data.ndim:  # True where a row holds stored values only: NaN there is the tensor's own
+                coords["captured"] = xr.Variable(dims[0], captured_mask(actual, int(array.shape[0]), data.chunks[0]))
+                attrs["capturedRows"] = captured_rows(actual, int(array.shape[0]))
+                attrs["missingRows"] = int(actual[0]) - attrs["capturedRows"]
             attrs["capturedElements"] = int(array.shape[0])
             return xr.DataArray(data, dims=dims, coords=xr.Coordinates(coords, indexes={}), name=name, attrs=attrs)
         dims = tuple(doc.get("dimension_names") or (f"dim_{i}" for i in range(array.ndim)))
@@ -495,7 +503,9 @@ class Dump:
         ``core_type``/``core_id``/``worker`` per row and ``da.sel(owner_id=k)`` selects owner ``k``'s rows.
         ``owner=``/``core=`` stitch only the records of that owner or core: exactly its rows, each with
         its own task, owner and core coordinates (rows another owner also captured are not borrowed).
-        Truncated records (L0 or L1) are given in logical shape, NaN where not captured.
+        Truncated records (L0 or L1) are given in logical shape, NaN where not captured; the
+        ``captured`` coordinate along axis 0 is True for the rows stored whole, and ``attrs``
+        ``capturedRows``/``missingRows`` count those rows and the others against the declared length.
 
         Args:
             name: The tensor's logical name (the records() ``name`` column).
@@ -562,6 +572,7 @@ class Dump:
             array = self._array(info, rel, doc)
             truncated = bool(attrs.get("truncated")) and isinstance(attrs.get("actualShape"), list)
             global_rows = next(values) if coord is not None else _stitch_rows(rows_from_attrs, doc, attrs, key)
+            whole = captured_rows(attrs["actualShape"], int(array.shape[0])) if truncated else None
             pieces.append(
                 Piece(
                     path=key,
@@ -576,11 +587,14 @@ class Dump:
                     core_type="" if not isinstance(row.core_type, str) else row.core_type,
                     worker=_int_or(row.worker),
                     truncated=truncated,
+                    captured=None if whole is None else np.arange(len(global_rows)) < whole,
                 )
             )
         first = rows.iloc[0]
         declared = (records[0][2].get("attributes") or {}).get("declaredShape")
-        captured = len(np.unique(np.concatenate([p.rows for p in pieces]))) if pieces else 0
+        # a row counts as captured when some record stored every element of it (NaN padding is not captured)
+        held = [p.rows if p.captured is None else p.rows[p.captured] for p in pieces]
+        captured = len(np.unique(np.concatenate(held))) if pieces else 0
         attrs = {
             "name": name,
             "level": "L1",

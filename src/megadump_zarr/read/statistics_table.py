@@ -321,8 +321,19 @@ def merge_statistics(
             if table["payload"][i] and row is not None:
                 columns[DIGEST_COLUMN][row] = _digest(table[DIGEST_COLUMN][i])
                 columns["element_count"][row] = int(table["element_count"][i])
+                if columns["truncated"][row]:  # the payload is a prefix; the device's statistics cover it whole
+                    _whole_statistics(columns, row, table, i)
                 continue
             _append(columns, inv, table, i, path, status, invocation_name, window_key)
+
+
+def _whole_statistics(columns: dict[str, list[Any]], row: int, table: dict[str, list[Any]], i: int) -> None:
+    """A truncated payload's statistics replaced by the device's statistics of the whole tensor."""
+    for name in ("min", "max", "mean", "l2norm"):
+        columns[name][row] = _float(table[name][i])
+    columns["nan_count"][row] = int(table["nan_count"][i])
+    columns["inf_count"][row] = int(table["inf_count"][i])
+    columns["stats_scope"][row] = "whole"
 
 
 def _append(
@@ -380,6 +391,7 @@ def _append(
         digest=_digest(table[DIGEST_COLUMN][i]),
         element_count=int(table["element_count"][i]),
         partial=bool(table.get("partial", [False] * (i + 1))[i]),
+        stats_scope="whole",  # the device's statistics of every element
     )
     for name, value in values.items():
         columns[name].append(value)

@@ -11,7 +11,10 @@ views) cannot be stitched.
 The result is ordered by global row, one entry per distinct row:
 
 - rows no task captured are *absent* (the global-index coordinate shows the gaps; ``attrs``
-  ``missingRows`` counts them against the declared length);
+  ``missingRows`` counts them against the declared length, together with the NaN-padded rows of
+  truncated records);
+- when a truncated record takes part, a boolean coordinate ``captured`` says which rows hold stored values
+  only (True) and which are NaN padding past a stored prefix, in whole or in part (False);
 - rows captured by several records (an input every task reads, such as a whole routing table, or
   broadcast workers) are taken from the first record in (first row, task id, worker, path) order, and
   the other copies are checked against it *when the data is computed*: bitwise equality, or, when a
@@ -64,6 +67,8 @@ class Piece:
         worker: Worker id (``-1`` for any worker).
         truncated: Whether the record is a truncated (NaN-padded) view.
         core_type: Core type (``AIC``/``AIV``/``MIX``; empty when unknown).
+        captured: Per row of a truncated record, whether every element of the row was stored
+            (``None``: every row was).
     """
 
     path: str
@@ -77,6 +82,7 @@ class Piece:
     truncated: bool = False
     core_type: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+    captured: np.ndarray | None = None
 
 
 def _common_dtype(pieces: Sequence[Piece]) -> np.dtype:
@@ -213,10 +219,11 @@ def stitch(
     dims = tuple(dims)
 
     rows = np.concatenate([p.rows.astype(np.int64) for p in pieces])
+    stored = np.concatenate([np.ones(p.rows.shape[0], bool) if p.captured is None else p.captured for p in pieces])
     owner = np.concatenate([np.full(p.rows.shape[0], i, dtype=np.int64) for i, p in enumerate(pieces)])
     local = np.concatenate([np.arange(p.rows.shape[0], dtype=np.int64) for p in pieces])
     order = np.lexsort((owner, rows))
-    rows, owner, local = rows[order], owner[order], local[order]
+    rows, owner, local, stored = rows[order], owner[order], local[order], stored[order]
     unique_rows, first = np.unique(rows, return_index=True)
     is_primary = np.zeros(rows.shape[0], dtype=bool)
     is_primary[first] = True
@@ -288,5 +295,9 @@ def stitch(
         "core_id": (dims[0], per_row("core_id")),
         "worker": (dims[0], per_row("worker")),
     }
+    if any(p.captured is not None for p in pieces):  # a truncated record: which rows hold stored values only
+        captured = np.zeros(unique_rows.shape[0], dtype=bool)
+        np.logical_or.at(captured, np.searchsorted(unique_rows, rows), stored)
+        coords["captured"] = (dims[0], captured)
     out = xr.DataArray(result, dims=dims, coords=coords, name=name, attrs=dict(attrs or {}))
     return out.set_xindex("owner_id")

@@ -8,6 +8,13 @@ Dtypes: float records keep their dtype (float16/32/64, bfloat16 and both float8 
 NaN). Integer and bool records cannot hold NaN, so their truncated views are promoted to ``float64``
 (exact for integers up to 2**53 in magnitude); ``attrs["promotedFrom"]`` names the stored dtype.
 
+What was captured: :func:`captured_rows` counts the rows whose every element was stored, and the view
+carries a boolean ``captured`` coordinate along its first dimension (:func:`captured_mask`): True where a row
+holds stored values only, False where any of its elements is NaN padding. A NaN in a ``captured`` row is a
+NaN the tensor held. A record's statistics (``attributes.stats``) are those of the stored prefix: the
+records table says so in its ``stats_scope`` column (:func:`stats_scope`). :class:`FlatPrefix` reads the
+first elements of any array in C order, flat (what a partial comparison compares).
+
 Laziness: the view is cut into row blocks (axis 0, every other axis whole) of about one stored chunk
 each. The task of a block reads only the flat range ``[start, stop)`` it covers, with zarr's own
 indexing (``zarr.Array[start:stop]``), so selecting a few rows (``.isel(row=slice(0, 8))``) reads at
@@ -37,17 +44,103 @@ __all__ = [
     "MAX_LOGICAL_BYTES",
     "MAX_NAN_BLOCKS",
     "ROWS_PER_STORED_ELEMENT",
+    "FlatPrefix",
+    "captured_mask",
+    "captured_rows",
     "check_logical_shape",
     "check_padded_rows",
     "logical_dims",
     "logical_dtype",
     "open_zarr_array",
     "record_dask",
+    "stats_scope",
     "stored_dask",
     "truncated_dask",
 ]
 
 _ML_FLOATS = frozenset(("bfloat16", "float8_e4m3fn", "float8_e5m2"))
+
+
+def captured_rows(logical_shape: Sequence[int], stored_elements: int) -> int:
+    """Rows of a truncated record whose every element was stored (a row cut by the prefix does not count).
+
+    Args:
+        logical_shape: ``actualShape`` of the record.
+        stored_elements: Elements its flat prefix holds.
+    """
+    shape = tuple(int(d) for d in logical_shape)
+    if not shape:
+        return 0
+    row = math.prod(shape[1:])
+    if row == 0:
+        return shape[0]
+    return min(shape[0], max(0, int(stored_elements)) // row)
+
+
+def captured_mask(logical_shape: Sequence[int], stored_elements: int, chunks: Sequence[int] | None = None) -> Any:
+    """Per row of a truncated record's view, whether every element of the row was stored (lazy, dask).
+
+    Args:
+        logical_shape: ``actualShape`` of the record (at least one dimension).
+        stored_elements: Elements its flat prefix holds.
+        chunks: Row chunks of the view (default: one block).
+    """
+    import dask.array as da
+
+    rows = int(logical_shape[0])
+    whole = captured_rows(logical_shape, stored_elements)
+    return da.arange(rows, chunks=tuple(chunks) if chunks else max(1, rows)) < whole
+
+
+def stats_scope(attrs: dict[str, Any], has_stats: bool) -> str | None:
+    """What a record's stored statistics cover: ``"prefix"`` (a truncated record: its stored elements
+    only), ``"whole"`` (every element), or None (no statistics).
+
+    Args:
+        attrs: The record's attributes.
+        has_stats: Whether the record carries statistics.
+    """
+    if not has_stats:
+        return None
+    return "prefix" if attrs.get("truncated") else "whole"
+
+
+class FlatPrefix:
+    """The first ``elements`` elements of an array in C order, as a 1-D array-like read block by block
+    (a truncated record's stored prefix, or the same elements of a whole record).
+
+    Args:
+        source: An array-like with ``shape``, ``dtype`` and ``__getitem__`` on row slices (a zarr array).
+        elements: How many elements (at most the source's size).
+    """
+
+    def __init__(self, source: Any, elements: int) -> None:
+        self.source = source
+        self.source_shape = tuple(int(d) for d in source.shape)
+        size = math.prod(self.source_shape)
+        if not 0 <= int(elements) <= size:
+            raise ValueError(f"FlatPrefix.elements must be within 0..{size}, got {elements!r}")
+        self.shape = (int(elements),)
+        self.dtype = source.dtype
+        self.ndim = 1
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        key = index[0] if isinstance(index, tuple) and index else index
+        if isinstance(key, tuple) and not key or key is Ellipsis:
+            key = slice(None)
+        if not isinstance(key, slice):
+            raise TypeError(f"FlatPrefix reads slices, got {index!r}")
+        start, stop, step = key.indices(self.shape[0])
+        if step != 1:
+            raise TypeError(f"FlatPrefix reads contiguous slices, got step {step}")
+        if stop <= start:
+            return np.empty(0, dtype=self.dtype)
+        if len(self.source_shape) <= 1:
+            return np.asarray(self.source[start:stop]).reshape(-1)
+        row = math.prod(self.source_shape[1:])
+        first, last = start // row, -(-stop // row)
+        block = np.asarray(self.source[first:last]).reshape(-1)
+        return block[start - first * row : stop - first * row]
 
 
 def open_zarr_array(store: Store, key: str, doc: dict[str, Any]) -> zarr.Array:

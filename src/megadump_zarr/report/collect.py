@@ -94,6 +94,7 @@ _STATS_COLUMNS = (
     "nan_count",
     "inf_count",
     "truncated",
+    "stats_scope",
     "path",
 )
 _PASSING = ("pass",)
@@ -270,7 +271,8 @@ def _strided(da: Any, max_size: int) -> tuple[np.ndarray, tuple[int, int], tuple
 
 def _open_pair(dump_a: Any, dump_b: Any, row: pd.Series) -> tuple[Any, Any]:
     path = str(row["path"])
-    return dump_a.record_array(path), dump_b.record_array(path)
+    path_b = row.get("path_b")  # records pair by step: B's record may sit at another path
+    return dump_a.record_array(path), dump_b.record_array(str(path_b) if isinstance(path_b, str) else path)
 
 
 def _worst(dump_a: Any, dump_b: Any, result: pd.DataFrame, limit: int) -> tuple[list[dict[str, Any]], list[str]]:
@@ -334,6 +336,8 @@ def collect_comparison(
     by: str = "owner",
     worst: int = WORST_RECORDS,
     result: pd.DataFrame | None = None,
+    pair: Any = None,
+    accept_partial: bool = False,
 ) -> ReportData:
     """Compare dump ``a`` with dump ``b`` and gather what the report shows.
 
@@ -347,6 +351,8 @@ def collect_comparison(
         by: Error-map columns: ``"owner"`` or ``"core"``.
         worst: How many worst records get a difference heatmap.
         result: A ``compare`` result already computed for ``a`` and ``b`` (skips the comparison).
+        pair: ``{step of A: step of B}``, as in ``compare`` (default: each step with the same step).
+        accept_partial: As in ``compare``: truncated records that pass on their stored part pass.
     """
     from megadump_zarr.analyse import compare
     from megadump_zarr.analyse.side import open_side
@@ -355,8 +361,18 @@ def collect_comparison(
         raise ValueError(f"by must be 'owner' or 'core', got {by!r}")
     dump_a, dump_b = open_side(a).value, open_side(b).value  # opened once, here; compare reuses them
     if result is None:
-        result = compare(dump_a, dump_b, rtol=rtol, atol=atol, names=names, **(select or {}))
-    notes: list[str] = []
+        result = compare(
+            dump_a,
+            dump_b,
+            rtol=rtol,
+            atol=atol,
+            names=names,
+            pair=pair,
+            accept_partial=accept_partial,
+            **(select or {}),
+        )
+    steps = (result.attrs.get("pairing") or {}).get("line")
+    notes: list[str] = [steps] if steps else []
     counts = {str(v): int(n) for v, n in result["verdict"].value_counts(sort=False).items()}
     failing = int((~result["verdict"].isin(_PASSING)).sum())
     summary = {

@@ -26,15 +26,28 @@ from megadump_zarr.cli.common import (
 from megadump_zarr.cli.compare_table import compare_table
 from megadump_zarr.cli.render import print_fitted, safe_text
 
-__all__ = ["compare_in_order", "register"]
+__all__ = ["compare_in_order", "register", "step_pair"]
 
-_FAILING = ("fail", "differs_within_stats", "shape_mismatch", "dtype_mismatch", "missing_data", "error", "missing")
+_FAILING = (
+    "fail",
+    "differs_within_stats",
+    "pass_partial",
+    "shape_mismatch",
+    "dtype_mismatch",
+    "missing_data",
+    "error",
+    "missing",
+)
 _DESCRIPTION = """\
-Compare the records of dump A with those of dump B, matched by their path below the root (rank,
-window, invocation, stage, task, port, name), in execution order, with megadump_zarr.analyse.compare
+Compare the records of dump A with those of dump B, matched by identity (rank, step, kernel,
+direction, the invocation's order within its step, then stage, task, port, name; never by the
+position of a window), in execution order, with megadump_zarr.analyse.compare
 (exact for integers, tolerances by dtype for floats; cosine, max abs/rel error, RMSE as msprobe).
+A step present in one dump only is named on one line and its records are missing; --pair A_STEP:B_STEP
+(repeatable) compares A's step A_STEP with B's step B_STEP explicitly.
 Exit status 1 when any record does not pass (fail, differs_within_stats, shape_mismatch,
-dtype_mismatch, missing_data, error) or is missing on one side. The summary names the first divergence (first failing record in
+dtype_mismatch, missing_data, error), is missing on one side, or was compared on the stored part of a
+truncated record only (pass_partial, unless --accept-partial). The summary names the first divergence (first failing record in
 execution order) and the root cause (first failing record whose own task's or stage's inputs pass).
 --fail-fast stops after the first such record: records are compared one at a time in execution
 order (inputs before outputs, tasks in order) and the rest are skipped. --by owner|core|task prints
@@ -96,6 +109,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "differ (the bits differ) but whose statistics are within tolerance",
     )
     parser.add_argument(
+        "--accept-partial",
+        action="store_true",
+        help="exit 0 on pass_partial: truncated records (max_bytes_per_tensor) that pass on the "
+        "elements both dumps stored (the note says how many rows were compared)",
+    )
+    parser.add_argument(
+        "--pair",
+        action="append",
+        metavar="A_STEP:B_STEP",
+        type=step_pair,
+        help="compare step A_STEP of dump A with step B_STEP of dump B (repeatable; default: "
+        "each step with the same step)",
+    )
+    parser.add_argument(
         "--format",
         dest="output_format",
         choices=("table", "msprobe-csv"),
@@ -121,6 +148,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_cluster_flags(parser)
     add_output_flags(parser)
     parser.set_defaults(handler=run)
+
+
+def step_pair(text: str) -> tuple[int, int]:
+    """``--pair A_STEP:B_STEP`` as ``(a, b)``."""
+    a, sep, b = text.partition(":")
+    if not sep or not a.strip().isdigit() or not b.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected A_STEP:B_STEP (two step numbers), got {text!r}")
+    return int(a), int(b)
 
 
 class RecordsView:
@@ -155,16 +190,18 @@ def compare_in_order(
     fail_fast: bool,
     advance: Any = None,
     bitwise: bool = False,
+    pair: Any = None,
 ) -> tuple[Any, int, bool]:
     """Compare the given records of two dumps in execution order with ``megadump_zarr.analyse.compare``
-    (``bitwise``: any differing bit fails, see ``megadump_zarr.analyse.bitwise``).
+    (``bitwise``: any differing bit fails, see ``megadump_zarr.analyse.bitwise``; ``pair``: steps of A
+    compared with other steps of B, ``{a: b}``).
 
     Returns:
         ``(result frame, records to compare, stopped early)``.
     """
     from megadump_zarr.analyse import compare
 
-    total = len(set(records_a["path"]) | set(records_b["path"]))
+    total = _record_total(records_a, records_b, pair)
     result = compare(
         RecordsView(a, records_a),
         RecordsView(b, records_b),
@@ -173,8 +210,16 @@ def compare_in_order(
         fail_fast=fail_fast,
         progress=advance if advance is not None else False,
         bitwise=bitwise,
+        pair=pair,
     )
     return result, total, bool(fail_fast and len(result) < total)
+
+
+def _record_total(records_a: Any, records_b: Any, pair: Any) -> int:
+    """How many rows a comparison of these records gives (records paired by identity, one side only)."""
+    from megadump_zarr.analyse.matching import execution_order, match_records
+
+    return len(match_records(execution_order(records_a), execution_order(records_b), pair))
 
 
 _LOCATION_KEYS = (
@@ -204,15 +249,18 @@ def _where_row(row: Any, extra: tuple[str, ...] = ()) -> dict[str, Any] | None:
     return {k: to_jsonable(row.get(k)) for k in (*_LOCATION_KEYS, *extra)}
 
 
-def _summary(result: Any, total: int, stopped: bool, accept_within_stats: bool = False) -> dict[str, Any]:
+def _summary(
+    result: Any, total: int, stopped: bool, accept_within_stats: bool = False, accept_partial: bool = False
+) -> dict[str, Any]:
     from megadump_zarr.analyse import first_divergence, root_cause
     from megadump_zarr.analyse.verdict import VERDICTS
 
     counts = {v: int((result["verdict"] == v).sum()) for v in VERDICTS}
-    failing = (
-        result["verdict"].isin([v for v in _FAILING if not (accept_within_stats and v == "differs_within_stats")]).any()
-    )
+    accepted = {"differs_within_stats": accept_within_stats, "pass_partial": accept_partial}
+    failing = result["verdict"].isin([v for v in _FAILING if not accepted.get(v)]).any()
+    pairing = dict(getattr(result, "attrs", {}).get("pairing") or {})
     return {
+        "pairing": pairing,
         "verdict": "fail" if failing else "pass",
         "compared": len(result),
         "total": total,
@@ -239,10 +287,21 @@ def _place(where: dict[str, Any]) -> str:
 
 def _summary_line(summary: dict[str, Any]) -> str:
     counts = summary["counts"]
-    if summary["verdict"] == "pass" and counts.get("differs_within_stats"):
+    steps = (summary.get("pairing") or {}).get("line")
+    line = _verdict_line(summary, counts)
+    return line if not steps else f"{escape(safe_text(steps))}\n{line}"
+
+
+def _verdict_line(summary: dict[str, Any], counts: dict[str, int]) -> str:
+    accepted = [
+        f"{counts[v]} {v} accepted ({flag})"
+        for v, flag in (("differs_within_stats", "--accept-within-stats"), ("pass_partial", "--accept-partial"))
+        if counts.get(v)
+    ]
+    if summary["verdict"] == "pass" and accepted:
         return (
-            f"[bold green]PASS[/bold green]: {counts['pass']} pass, {counts['differs_within_stats']} "
-            f"differs_within_stats accepted (--accept-within-stats) of {summary['compared']} compared"
+            f"[bold green]PASS[/bold green]: {counts['pass']} pass, {', '.join(accepted)} "
+            f"of {summary['compared']} compared"
         )
     if summary["verdict"] == "pass" and summary.get("bitwise"):
         return f"[bold green]PASS[/bold green]: all {summary['compared']} records bitwise identical"
@@ -334,6 +393,8 @@ def _check_flags(args: argparse.Namespace, ctx: Context) -> None:
             raise CliError(f"--bitwise compares bits: {' and '.join(given)} do not apply, leave them out")
         if args.accept_within_stats:
             raise CliError("--bitwise compares bits: --accept-within-stats does not apply, leave it out")
+        if getattr(args, "accept_partial", False):
+            raise CliError("--bitwise compares bits: --accept-partial does not apply, leave it out")
     fmt, output = getattr(args, "output_format", "table"), getattr(args, "output", None)
     if output is not None and fmt != "msprobe-csv":
         raise CliError("--output FILE goes with --format msprobe-csv (the table is written to stdout)")
@@ -352,10 +413,13 @@ def _compare(
     args: argparse.Namespace, ctx: Context, dump_a: Any, dump_b: Any, records_a: Any, records_b: Any
 ) -> tuple[Any, int, bool]:
     """Run the comparison, with a progress bar on stderr unless ``--quiet``."""
-    options = dict(rtol=args.rtol, atol=args.atol, fail_fast=args.fail_fast, bitwise=getattr(args, "bitwise", False))
+    pair = list(args.pair) if getattr(args, "pair", None) else None
+    options = dict(
+        rtol=args.rtol, atol=args.atol, fail_fast=args.fail_fast, bitwise=getattr(args, "bitwise", False), pair=pair
+    )
     if not ctx.progress:
         return compare_in_order(dump_a, dump_b, records_a, records_b, **options)
-    total = len(set(records_a["path"]) | set(records_b["path"]))
+    total = _record_total(records_a, records_b, pair)
     with Progress(
         TextColumn("comparing records"),
         BarColumn(),
@@ -395,7 +459,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     dump_a, dump_b = open_dump_arg(args.a, options), open_dump_arg(args.b, options)
     records_a, records_b = matching_pair(dump_a, dump_b, args, f"{args.a} or {args.b}")
     result, total, stopped = _compare(args, ctx, dump_a, dump_b, records_a, records_b)
-    summary = _summary(result, total, stopped, getattr(args, "accept_within_stats", False))
+    summary = _summary(
+        result, total, stopped, getattr(args, "accept_within_stats", False), getattr(args, "accept_partial", False)
+    )
     bitwise = bool(getattr(args, "bitwise", False))
     summary["bitwise"] = bitwise
     code = EXIT_CHECK_FAILED if summary["verdict"] == "fail" else EXIT_OK

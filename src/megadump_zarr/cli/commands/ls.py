@@ -18,7 +18,7 @@ from megadump_zarr.cli.common import (
 )
 from megadump_zarr.cli.render import Column, cell, fit_table, is_missing, print_fitted, safe_text
 
-__all__ = ["register", "selected_records"]
+__all__ = ["register", "selected_records", "truncated_cell"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,8 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "ls",
         help="list the stored tensors (records), filtered",
         description="List the records of a dump (one per stored tensor) from metadata only, filtered by the "
-        "options below. --json gives every column of Dump.records(); --quiet prints only the record "
-        "paths (what 'show' and 'plot' take as SELECTOR).",
+        "options below. --json gives every column of Dump.records() (stats_scope says whether a record's "
+        "statistics cover its stored prefix only); --quiet prints only the record paths (what 'show' and "
+        "'plot' take as SELECTOR). 'trunc' shows how many rows a truncated record stored (max_bytes_per_tensor).",
     )
     parser.add_argument("path", metavar="PATH", help="dump root: directory or URL")
     add_filters(parser)
@@ -62,6 +63,28 @@ def _port(row: Any) -> str:
 _PORT = {"input": "in", "output": "out"}
 
 
+def truncated_cell(row: Any) -> str:
+    """``no``, or how much of a truncated record was stored: ``4/16 rows`` (whole rows of its logical shape),
+    ``5/16 el`` when not one row was stored whole."""
+    truncated = row.get("truncated")
+    if is_missing(truncated) or not bool(truncated):
+        return "no"
+    shape, stored = row.get("shape"), row.get("stored_shape")
+    if not isinstance(shape, tuple | list) or not shape or not isinstance(stored, tuple | list):
+        return "yes"
+    elements = 1
+    for d in stored:
+        elements *= int(d)
+    per_row = 1
+    for d in shape[1:]:
+        per_row *= int(d)
+    rows = elements // per_row if per_row else int(shape[0])
+    if rows == 0:
+        total = per_row * int(shape[0])
+        return f"{elements}/{total} el"
+    return f"{min(rows, int(shape[0]))}/{int(shape[0])} rows"
+
+
 def _kernel(row: Any) -> str:
     kernel = row.get("kernel")
     if is_missing(kernel):
@@ -92,7 +115,7 @@ COLUMNS = (
     Column(
         "size", lambda r: r.get("bytes"), justify="right", fmt=lambda v: "" if is_missing(v) else human_bytes(v), drop=7
     ),
-    Column("trunc", key="truncated", hoist=True, drop=1),
+    Column("trunc", truncated_cell, key="truncated", hoist=True, drop=1),
     Column(
         "stored",
         lambda r: "stats only" if r.get("payload") is False or r.get("payload") == False else "",  # noqa: E712

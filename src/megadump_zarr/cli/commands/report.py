@@ -20,7 +20,7 @@ from megadump_zarr.cli.common import (
     open_dump_arg,
     storage_options,
 )
-from megadump_zarr.cli.commands.compare import RecordsView  # the same record views
+from megadump_zarr.cli.commands.compare import RecordsView, step_pair  # the same record views and --pair
 
 __all__ = ["register"]
 
@@ -36,7 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "the per-record table (sortable, filterable, failures first), the A-B heatmap and error "
         "histogram of the worst records, and how to open each record with xarray. Without B: the "
         "dump's statistics and its NaN/Inf records. Exit status 1 when a record does not pass "
-        "(or, without B, holds NaN/Inf); an existing output is kept unless --overwrite.",
+        "(or, without B, holds NaN/Inf); an existing output is kept unless --overwrite. Records pair by step "
+        "(--pair A_STEP:B_STEP pairs other steps).",
     )
     parser.add_argument("a", metavar="A", help="dump under test (root directory or URL)")
     parser.add_argument("b", metavar="B", nargs="?", help="reference dump (root directory or URL)")
@@ -46,6 +47,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--by", choices=("owner", "core"), default="owner", help="error-map columns (default owner)")
     parser.add_argument(
         "--worst", type=int, default=6, metavar="N", help="worst records with a heatmap and histogram (default 6)"
+    )
+    parser.add_argument(
+        "--pair",
+        action="append",
+        metavar="A_STEP:B_STEP",
+        type=step_pair,
+        help="compare step A_STEP of A with step B_STEP of B (repeatable), as in 'megadump compare'",
+    )
+    parser.add_argument(
+        "--accept-partial",
+        action="store_true",
+        help="truncated records that pass on the elements both dumps stored pass (as in 'megadump compare')",
     )
     add_filters(parser)
     add_storage_options(parser)
@@ -104,6 +117,8 @@ def _collect(args: argparse.Namespace, options: dict[str, Any] | None) -> Any:
             atol=args.atol,
             by=args.by,
             worst=args.worst,
+            pair=list(args.pair) if args.pair else None,
+            accept_partial=args.accept_partial,
         )
     data.sources["a"], data.sources["root_a"] = args.a, str(dump_a.root)
     if args.b is not None:

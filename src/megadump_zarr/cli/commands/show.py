@@ -107,6 +107,18 @@ def _stored_stats(row: Any) -> dict[str, Any]:
     return {k: (None if is_missing(row.get(k)) else row.get(k)) for k in _STATS}
 
 
+def _captured_stats(data: Any) -> dict[str, Any]:
+    """:func:`tensor_stats` of the rows a truncated view holds stored values in (its ``captured`` coordinate),
+    so NaN padding is not counted as NaN."""
+    import numpy as np
+
+    captured = data.coords.get("captured") if hasattr(data, "coords") else None
+    if captured is None or not data.ndim:
+        return tensor_stats(data)
+    mask = np.asarray(captured.values, dtype=bool)
+    return tensor_stats(data.isel({data.dims[0]: np.flatnonzero(mask)}))
+
+
 def describe(selected: Selected) -> dict[str, Any]:
     """What ``show`` reports, JSON-ready apart from numpy values."""
     data = selected.data
@@ -130,11 +142,14 @@ def describe(selected: Selected) -> dict[str, Any]:
         pack_array = row.get("pack_array")
         if not is_missing(pack_array):  # layout="packs": where the record's bytes are (a row of a pack array)
             info.update(pack_array=str(pack_array), pack_row=int(row.get("pack_row")))
+        if info["truncated"]:
+            info.update(captured_rows=attrs.get("capturedRows"), missing_rows=attrs.get("missingRows"))
         stats = _stored_stats(row)
         if all(v is None for v in stats.values()):
-            stats, source = tensor_stats(data), "computed"
+            stats, source = _captured_stats(data), "computed"
         else:
-            source = "stored"
+            scope = row.get("stats_scope")
+            source = "stored, prefix only" if scope == "prefix" else "stored"
     else:
         info.update(
             paths=[str(p) for p in selected.records["path"]],
@@ -143,7 +158,7 @@ def describe(selected: Selected) -> dict[str, Any]:
             missing_rows=attrs.get("missingRows"),
             truncated_records=attrs.get("truncatedRecords"),
         )
-        stats, source = tensor_stats(data), "computed"
+        stats, source = _captured_stats(data), "computed"
     if selected.notes:
         info["notes"] = list(selected.notes)
     info["stats_source"] = source
@@ -190,7 +205,22 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     table.add_row("dtype", info["dtype"])
     table.add_row("shape", f"{shape_text(info['shape'])}  dims ({', '.join(info['dims'])})")
     if info.get("truncated"):
-        table.add_row("truncated", f"yes: stored {shape_text(info.get('stored_shape'))} (NaN where not captured)")
+        rows = (
+            f", {info['captured_rows']} of {info['shape'][0]} rows whole"
+            if info.get("captured_rows") is not None and info["shape"]
+            else ""
+        )
+        table.add_row(
+            "truncated",
+            f"yes: stored {shape_text(info.get('stored_shape'))} elements{rows} (max_bytes_per_tensor); "
+            "NaN past them, coordinate 'captured' False there",
+        )
+    elif info.get("truncated_records"):
+        table.add_row(
+            "truncated",
+            f"{info['truncated_records']} of its records (max_bytes_per_tensor): rows not stored are NaN, "
+            "coordinate 'captured' False there; stats over the captured rows",
+        )
     if info.get("status") not in (None, "complete"):
         table.add_row("window", f"[red]{info['status']}[/red]")
     if info.get("note"):

@@ -7,6 +7,7 @@ from typing import Any
 
 from megadump_zarr.cli.cluster import add_cluster_flags
 from megadump_zarr.cli.common import EXIT_OK, Context, add_filters, add_output_flags, add_storage_options
+from megadump_zarr.cli.commands.ls import truncated_cell
 from megadump_zarr.cli.render import Column, fit_table, is_missing, location, location_parts, print_fitted
 
 __all__ = ["register"]
@@ -26,6 +27,7 @@ JSON_COLUMNS = (
     "dtype",
     "shape",
     "truncated",
+    "stats_scope",
     "min",
     "max",
     "mean",
@@ -44,7 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="per-tensor min/max/mean/L2 norm/NaN/Inf from the stored stats",
         description="Per-record statistics written with the dump (min, max, mean and L2 norm over finite "
         "elements; NaN and Inf counts). Reads metadata only, never tensor data. Rows holding NaN or "
-        "Inf are highlighted; --nonfinite shows only those.",
+        "Inf are highlighted; --nonfinite shows only those. The 'stats of' column says what the statistics "
+        "cover: 'whole' (every element) or 'prefix' (a truncated record's stored elements only).",
     )
     parser.add_argument("path", metavar="PATH", help="dump root: directory or URL")
     parser.add_argument("--nonfinite", action="store_true", help="only records whose stats count a NaN or Inf")
@@ -53,6 +56,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_cluster_flags(parser)
     add_output_flags(parser)
     parser.set_defaults(handler=run)
+
+
+def _scope(row: Any) -> str:
+    """What a record's statistics cover: ``whole``, ``prefix`` (the stored elements of a truncated record)."""
+    scope = row.get("stats_scope")
+    return "" if is_missing(scope) else str(scope)
 
 
 def _nonfinite(row: Any) -> bool:
@@ -70,7 +79,8 @@ COLUMNS = (
     Column("l2norm", justify="right", drop=1),
     Column("nan", key="nan_count", justify="right", hoist=True),
     Column("inf", key="inf_count", justify="right", hoist=True),
-    Column("trunc", key="truncated", hoist=True, drop=4),
+    Column("stats of", _scope, key="stats_scope", hoist=True),
+    Column("trunc", truncated_cell, key="truncated", hoist=True, drop=4),
 )
 
 
@@ -97,10 +107,17 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         ctx.err.print("[yellow]warning:[/yellow] these records carry no statistics (dump written with stats=False)")
     flags = [_nonfinite(row) for _, row in records.iterrows()]
     first = records.iloc[sorted(range(len(records)), key=lambda i: not flags[i])]  # NaN/Inf first, then the rest
+    prefix = int((records["stats_scope"] == "prefix").sum()) if "stats_scope" in records.columns else 0
+    columns = COLUMNS if prefix else [c for c in COLUMNS if c.key != "stats_scope"]
     print_fitted(
         ctx.console,
-        fit_table(first, COLUMNS, width=ctx.console.width, row_style=lambda r: "red" if _nonfinite(r) else None),
+        fit_table(first, columns, width=ctx.console.width, row_style=lambda r: "red" if _nonfinite(r) else None),
     )
     bad = sum(flags)
+    if prefix:
+        ctx.note(
+            f"{prefix} truncated record{'s' if prefix != 1 else ''} (stats of prefix): statistics of the stored "
+            "elements only, not of the whole tensor (max_bytes_per_tensor)"
+        )
     ctx.note(f"{len(records)} records, {bad} with NaN/Inf")
     return EXIT_OK
