@@ -10,7 +10,7 @@ and the statistics over finite elements. Rules:
   Inf on a side → ``fail`` (the statistics cover finite elements only, so they cannot show that the
   non-finite elements agree: ``+inf`` against ``-inf`` keeps every one of them); other floats →
   ``fail`` naming the statistics beyond tolerance, or ``differs_within_stats`` when all are within;
-* a side without a digest (msprobe statistics, a table of layout 1): compared by its statistics alone:
+* a side without a digest (msprobe statistics): compared by its statistics alone:
   NaN or Inf counts differ → ``fail``; min, max, mean and L2 norm each within ``atol + rtol * |b|``
   (the per-dtype tolerances of :mod:`megadump_zarr.analyse.verdict`, or the caller's; exact for
   integers) → ``pass``, else ``fail`` naming the statistics beyond tolerance.

@@ -2,9 +2,7 @@
 
 One table per invocation of a statistics-first dump (``invocation_*/statistics``, written by
 :mod:`megadump_zarr.store.statistics_table`, read by :mod:`megadump_zarr.read.statistics_table`). The
-``digest`` column holds each record's digest (:mod:`megadump_zarr.layout.digest`); tables of layout 1
-held a ``checksum`` column instead (a weighted word sum, which two swapped elements can keep): readers
-read those tables with no digest, so nothing is ever proven equal by it.
+``digest`` column holds each record's digest (:mod:`megadump_zarr.layout.digest`).
 """
 
 from __future__ import annotations
@@ -13,7 +11,6 @@ __all__ = [
     "DIGESTS_ATTRIBUTE",
     "DIGEST_ALGORITHM_ATTRIBUTE",
     "DIGEST_COLUMN",
-    "LEGACY_CHECKSUM_COLUMN",
     "STATISTICS_GROUP",
     "STATISTICS_LAYOUT_ATTRIBUTE",
     "STATISTICS_LAYOUT_VERSION",
@@ -27,12 +24,10 @@ STATISTICS_LAYOUT_ATTRIBUTE = "statisticsLayout"
 """Group attribute naming the table's layout version."""
 STATISTICS_LAYOUT_VERSION = 2
 """The layout every writer stamps: the ``digest`` column."""
-STATISTICS_LAYOUT_VERSIONS = frozenset({1, 2})
-"""Layouts the readers read (1: a ``checksum`` column, read as no digest)."""
+STATISTICS_LAYOUT_VERSIONS = frozenset({STATISTICS_LAYOUT_VERSION})
+"""Layouts the readers read: the one every writer stamps."""
 DIGEST_COLUMN = "digest"
 """The record digest column (uint64) of a layout-2 table, and the records table's column of it."""
-LEGACY_CHECKSUM_COLUMN = "checksum"
-"""A layout-1 table's column in the digest's place; it proves nothing and is not read as a digest."""
 DIGESTS_ATTRIBUTE = "digests"
 """Group attribute: ``false`` when the digest column holds placeholders (a source that has no digests)."""
 DIGEST_ALGORITHM_ATTRIBUTE = "digestAlgorithm"

@@ -675,7 +675,7 @@ def records_frame(
 
     Statistics-first dumps: ``payload`` is False for a statistics-only record (its row comes from the
     invocation's statistics table), ``digest`` is the device record digest (``UInt64``, :mod:`megadump_zarr.layout.digest`; missing
-    for tensor-mode records and for statistics tables of layout 1), ``element_count`` the logical element count.
+    for tensor-mode records), ``element_count`` the logical element count.
 
     Args:
         windows: ``(window, nodes)`` pairs (see :func:`window_nodes`).

@@ -5,8 +5,7 @@ invocation (see :mod:`megadump_zarr.store.statistics_table`). The records table 
 records whose payload is stored keep their array row (``payload`` True) and gain the device
 ``digest`` (:mod:`megadump_zarr.layout.digest`) and ``element_count``; statistics-only records get a row of their own with ``payload``
 False, the device statistics, and as ``path`` the array path the payload would have had (which is
-what matches them with the other side of a comparison). A layout-1 table (a ``checksum`` column, a
-weighted word sum that proves nothing) is read with no digest.
+what matches them with the other side of a comparison).
 
 Reading a table costs one small chunk per column; committed windows are read once and cached by the
 caller with the rest of the window's rows.
@@ -28,7 +27,6 @@ from zarr.core.sync import sync
 from megadump_zarr.layout.statistics import (
     DIGEST_COLUMN,
     DIGESTS_ATTRIBUTE,
-    LEGACY_CHECKSUM_COLUMN,
     STATISTICS_GROUP,
     STATISTICS_LAYOUT_ATTRIBUTE,
     STATISTICS_LAYOUT_VERSIONS,
@@ -117,7 +115,7 @@ def load_tables(
                 f"statistics table {window_key}/{path} has {STATISTICS_LAYOUT_ATTRIBUTE} {layout!r}; this reader "
                 f"reads {known}"
             )
-        for name in _table_columns(nodes[path].get("attributes") or {}):
+        for name in _COLUMNS:
             doc = nodes.get(f"{path}/{name}")
             if not isinstance(doc, dict) or doc.get("node_type") != "array":
                 raise ValueError(f"statistics table {window_key}/{path} has no column {name!r}")
@@ -126,12 +124,11 @@ def load_tables(
     tables = []
     for path in groups:
         attrs = nodes[path].get("attributes") or {}
-        columns: dict[str, list[Any]] = {name: next(values) for name in _table_columns(attrs)}
+        columns: dict[str, list[Any]] = {name: next(values) for name in _COLUMNS}
         lengths = {len(v) for v in columns.values()}
         if len(lengths) > 1:
             raise ValueError(f"statistics table {window_key}/{path} has columns of different lengths")
-        if not _has_digests(attrs):  # layout 1, or placeholders (e.g. msprobe statistics)
-            columns.pop(LEGACY_CHECKSUM_COLUMN, None)
+        if not _has_digests(attrs):  # placeholders (msprobe statistics)
             columns[DIGEST_COLUMN] = [None] * len(columns["name"])
         invocation_name = path.split("/")[0]
         # a launch that failed and was kept (on_error="keep"): every record it holds is salvaged, like its arrays
@@ -259,22 +256,10 @@ def _read_with_zarr(store: Store, wanted: list[tuple[str, dict[str, Any]]]) -> l
     return [np.asarray(v).tolist() for v in sync(run())]
 
 
-def _table_columns(attrs: Mapping[str, Any]) -> tuple[str, ...]:
-    """The columns to read of a table with these group attributes (layout 1: ``checksum`` for ``digest``)."""
-    if attrs.get(STATISTICS_LAYOUT_ATTRIBUTE) == 1:
-        return (*_COLUMNS[:-1], LEGACY_CHECKSUM_COLUMN)
-    return _COLUMNS
-
-
 def _has_digests(attrs: Mapping[str, Any]) -> bool:
-    """Whether a table's ``digest`` column holds record digests: not in layout 1 (its ``checksum`` proves
-    nothing), nor where ``"digests": false`` says so (msprobe statistics, which are also known by their
-    ``source``)."""
-    return (
-        attrs.get(STATISTICS_LAYOUT_ATTRIBUTE) != 1
-        and attrs.get(DIGESTS_ATTRIBUTE) is not False
-        and attrs.get("source") != "msprobe statistics task"
-    )
+    """Whether a table's ``digest`` column holds record digests: not where ``"digests": false`` says so
+    (msprobe statistics, which are also known by their ``source``)."""
+    return attrs.get(DIGESTS_ATTRIBUTE) is not False and attrs.get("source") != "msprobe statistics task"
 
 
 def _launch_failed(nodes: Mapping[str, dict[str, Any]], invocation_name: str) -> bool:
