@@ -35,7 +35,7 @@ from typing import Any
 from megadump_zarr.store.backend import Backend
 from megadump_zarr.layout.paths import RANK_DIR, WINDOW_DIR
 
-__all__ = ["INDEX_LIMIT", "index_root", "strip_index"]
+__all__ = ["INDEX_LIMIT", "index_root", "plain_document", "strip_index"]
 
 INDEX_LIMIT = 4 << 20
 """Largest root document (bytes) written with consolidated metadata. Every reader parses the root document
@@ -73,10 +73,10 @@ def _list_dir(root: str, storage_options: dict[str, Any] | None, prefix: str) ->
 
     fs, path = fsspec.core.url_to_fs(root, **(storage_options or {}))
     try:
-        found = fs.ls(f"{path.rstrip('/')}/{prefix}".rstrip("/"), detail=False, refresh=True)
+        found = fs.ls(f"{path.rstrip('/')}/{prefix}".rstrip("/"), detail=True, refresh=True)
     except FileNotFoundError:
         return []
-    return sorted({str(p).rstrip("/").rpartition("/")[2] for p in found})
+    return sorted({str(p["name"]).rstrip("/").rpartition("/")[2] for p in found if p.get("type") == "directory"})
 
 
 def _other_nodes(backend: Backend, root: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
@@ -232,3 +232,18 @@ def strip_index(backend: Backend, ranks: list[str] | tuple[str, ...] = ()) -> No
         doc = _read(backend, key)
         if doc is not None and doc.get("consolidated_metadata") is not None:
             backend.put(key, _dumps(_plain(doc)), atomic=True)
+
+
+def plain_document(raw: bytes) -> bytes | None:
+    """A group document's bytes without its consolidated metadata (``None``: not a group document).
+
+    Args:
+        raw: The ``zarr.json`` bytes.
+    """
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(doc, dict) or doc.get("node_type") != "group":
+        return None
+    return _dumps(_plain(doc))
