@@ -437,12 +437,16 @@ class _Uploader:
             document = _File(document_key, os.path.join(self.root, key, "zarr.json"), 0)
             info = _regular(self.root, document.path)
             document.size, document.identity = info.st_size, (info.st_dev, info.st_ino)
-            remote = self.backend.head(document_key)
+            try:
+                remote = self.backend.head(document_key)
+                same = remote is None or self._same(document, self._digest(document)[0], remote)
+            except Exception as error:  # this window cannot be checked: it is not sent (no conflict known)
+                with self._lock:
+                    self.report.failed[key] = f"{type(error).__name__}: {error}"
+                continue
             if remote is None:
                 adding = True
-                continue
-            digest, _ = self._digest(document)
-            if not self._same(document, digest, remote):
+            elif not same:
                 conflicts[key] = (
                     "conflict: the remote window document differs from the local one (another dump at this URL?)"
                 )
@@ -649,7 +653,7 @@ def upload_windows(
                 for key in keys:
                     uploader.report.failed[key] = f"{type(error).__name__}: {error}"
             else:
-                keys_to_send = list(keys)
+                keys_to_send = [key for key in keys if key not in uploader.report.failed]
         # A few windows at once keep the pool busy across each window's verify / document round trips.
         with ThreadPoolExecutor(min(4, max(len(keys), 1)), thread_name_prefix="megadump-upload-window") as windows_pool:
             futures = {key: windows_pool.submit(uploader.upload_window, key) for key in keys_to_send}
