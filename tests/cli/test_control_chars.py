@@ -62,7 +62,7 @@ def test_compare_escapes_names_in_table_and_summary(cli, dumps):
     rows = _rows_by_name(result.out)
     assert [line.split()[0] for line in rows["a\x1b[31mb"]] == ["fail", "first", "root"]
     assert all(len(rows[n]) == 1 and rows[n][0].split()[0] == "pass" for n in ("x\ny", "p\rq", "ok"))
-    assert "first divergence: a\\x1b[31mb (fail) at w0 i0 k" in result.out.splitlines()
+    assert "first divergence: a\\x1b[31mb (fail) at r0 w0 i0 k" in result.out.splitlines()
 
 
 def test_show_escapes_the_name(cli, dumps):
