@@ -158,11 +158,16 @@ def _check_sizes(source: Path, where: str, dtype: str, shape: tuple[int, ...], f
 
     itemsize = supported_itemsize(dtype, f"msprobe {source} at {where}.dtype")
     npy = file is not None and file.suffix == ".npy"
-    # a .pt archive is checked when loaded (torch reads its storages by their stored size, and a payload
-    # that is no tensor is better named as such); np.load would allocate what a .npy header declares
+    # np.load would allocate what a .npy header declares; a .pt archive's view of its storage is checked
+    # here too (zip directory and pickle only, no torch): an expanded tensor's 1-element storage may
+    # declare 256 GiB
     check_declared_bytes(shape, itemsize, f"msprobe {source} at {where}.shape", file if npy else None)
     if npy:
         check_npy_header(file)
+    elif file is not None and file.suffix == ".pt" and file.is_file():
+        from megadump_zarr.read.msprobe.torchfile import check_pt
+
+        check_pt(file)
 
 
 def _confined_file(data_dir: Path, name: Any, source: Path, where: str) -> Path:
