@@ -236,3 +236,29 @@ def test_every_slice_or_transpose_of_a_tensor_is_accepted_and_reads_like_torch(t
     torch.save(view, path)
     array, _ = read_pt(path)
     assert np.array_equal(array, view.numpy())
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    stored=st.lists(st.integers(0, 6), min_size=1, max_size=3),
+    declared=st.lists(st.integers(0, 2**40), min_size=1, max_size=3),
+)
+def test_a_npy_header_declaring_more_than_its_file_holds_is_refused(tmp_path, stored, declared):
+    from megadump_zarr.read.msprobe.limits import check_npy_header
+
+    path = tmp_path / "a.npy"
+    np.save(path, np.zeros(stored, np.float32))
+    header = np.lib.format.header_data_from_array_1_0(np.zeros(0, np.float32))
+    header["shape"] = tuple(declared)
+    with open(path, "rb") as handle:
+        np.lib.format.read_magic(handle)
+        np.lib.format.read_array_header_1_0(handle)
+        data = handle.read()
+    with open(path, "wb") as handle:
+        np.lib.format.write_array_header_1_0(handle, header)
+        handle.write(data)
+    if int(np.prod(declared, dtype=object)) * 4 > len(data):
+        with pytest.raises(ValueError, match="its .npy header declares shape"):
+            check_npy_header(path)
+    else:
+        check_npy_header(path)
