@@ -183,7 +183,8 @@ def compare(
           kinds differ           dtype_mismatch (int vs float, bool vs int); not compared
           shapes differ          shape_mismatch; not compared
           one side only          missing;   unreadable chunk: missing_data (note names the key)
-          statistics only        checksums equal: pass; checksums differ: fail (integer, bool), or for
+          statistics only        msprobe md5 on both sides: equal pass, differing fail;
+                                 checksums equal: pass; checksums differ: fail (integer, bool), or for
                                  floats differs_within_stats when every statistic is within tolerance
                                  (exit 1 unless --accept-within-stats), else fail
         default tolerances (two float dtypes: the looser one's; --rtol/--atol replace them):

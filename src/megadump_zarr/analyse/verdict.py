@@ -41,6 +41,7 @@ __all__ = [
     "TOLERANCES",
     "VERDICTS",
     "bitwise_checksum_verdict",
+    "bitwise_md5_verdict",
     "bitwise_metadata_verdict",
     "bitwise_payload_verdict",
     "check_tolerance",
@@ -101,7 +102,8 @@ def _rules_text() -> str:
         "  kinds differ           dtype_mismatch (int vs float, bool vs int); not compared",
         "  shapes differ          shape_mismatch; not compared",
         "  one side only          missing;   unreadable chunk: missing_data (note names the key)",
-        "  statistics only        checksums equal: pass; checksums differ: fail (integer, bool), or for",
+        "  statistics only        msprobe md5 on both sides: equal pass, differing fail;",
+        "                         checksums equal: pass; checksums differ: fail (integer, bool), or for",
         "                         floats differs_within_stats when every statistic is within tolerance",
         "                         (exit 1 unless --accept-within-stats), else fail",
         "default tolerances (two float dtypes: the looser one's; --rtol/--atol replace them):",
@@ -302,6 +304,23 @@ def bitwise_checksum_verdict(
     if int(checksum_a) != int(checksum_b):  # type: ignore[arg-type]
         return "fail", f"bitwise: {sides}; checksum differs ({int(checksum_a):#018x} vs {int(checksum_b):#018x})"  # type: ignore[arg-type]
     return "pass", f"bitwise: {sides}; checksums equal"
+
+
+def bitwise_md5_verdict(md5_a: str, md5_b: str, sides: str) -> tuple[str, str]:
+    """The ``--bitwise`` verdict of a pair whose two sides carry msprobe's ``md5`` digest (``summary_mode:
+    "md5"``: the CRC32 of the tensor's bytes).
+
+    Args:
+        md5_a: A's digest.
+        md5_b: B's.
+        sides: What the note says about the sides (``"statistics only in a and b"``).
+
+    Returns:
+        ``("pass", note)`` when the digests are equal ("md5 equal"), ``("fail", note)`` when they differ.
+    """
+    if md5_a == md5_b:
+        return "pass", f"bitwise: {sides}; md5 equal (msprobe's digest of the bytes)"
+    return "fail", f"bitwise: {sides}; md5 differs (msprobe's digest of the bytes)"
 
 
 def bitwise_payload_verdict(differing: int, elements: int, first: Any) -> tuple[str, str]:

@@ -626,6 +626,7 @@ def _window_rows(info: WindowInfo, nodes: Mapping[str, dict[str, Any]], columns:
         row["group"].append(f"{info.key}/{group}")
         row["payload"].append(True)
         row["checksum"].append(None)  # the device checksum comes from a statistics table, when there is one
+        row["md5"].append(None)  # msprobe's digest: statistics-only rows of its statistics tables only
         row["element_count"].append(math.prod(shape))
         row["partial"].append(attrs.get("partial") is True)  # salvaged from a failed launch (on_error="keep")
         stored_at = info.pack_rows.get(row["path"][-1]) if info.pack_rows else None
@@ -669,7 +670,8 @@ def records_frame(
 
     Statistics-first dumps: ``payload`` is False for a statistics-only record (its row comes from the
     invocation's statistics table), ``checksum`` is the device content checksum (``UInt64``, missing for
-    tensor-mode records), ``element_count`` the logical element count.
+    tensor-mode records), ``element_count`` the logical element count, ``md5`` msprobe's digest of a
+    statistics-only record (``summary_mode: "md5"``; None elsewhere).
 
     Args:
         windows: ``(window, nodes)`` pairs (see :func:`window_nodes`).

@@ -24,11 +24,14 @@ import numpy as np
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
-__all__ = ["STATISTICS_COLUMNS", "load_tables", "merge_statistics"]
+__all__ = ["MSPROBE_MD5", "STATISTICS_COLUMNS", "load_tables", "merge_statistics"]
 
 STATISTICS_GROUP = "statistics"
-STATISTICS_COLUMNS = ("payload", "checksum", "element_count")
-"""Columns the records table gains (after the other extra columns)."""
+STATISTICS_COLUMNS = ("payload", "checksum", "element_count", "md5")
+"""Columns the records table gains (after the other extra columns). ``md5`` is msprobe's per-tensor digest
+(``summary_mode: "md5"``; despite the name, the CRC32 of the tensor's bytes as 8 hex digits), None elsewhere."""
+MSPROBE_MD5 = "msprobeMd5"
+"""A statistics table's attribute: msprobe's ``md5`` digest of each row (a string, or null), in row order."""
 _COLUMNS = (
     "stage",
     "task_id",
@@ -112,8 +115,10 @@ def load_tables(
         lengths = {len(v) for v in columns.values()}
         if len(lengths) > 1:
             raise ValueError(f"statistics table {window_key}/{path} has columns of different lengths")
-        if not _has_checksums(nodes[path].get("attributes") or {}):  # e.g. msprobe statistics: placeholders
+        attrs = nodes[path].get("attributes") or {}
+        if not _has_checksums(attrs):  # e.g. msprobe statistics: placeholders
             columns["checksum"] = [None] * len(columns["checksum"])
+        columns["md5"] = _digests(attrs.get(MSPROBE_MD5), len(columns["name"]))
         invocation_name = path.split("/")[0]
         # a launch that failed and was kept (on_error="keep"): every record it holds is salvaged, like its arrays
         columns["partial"] = [_launch_failed(nodes, invocation_name)] * len(columns["name"])
@@ -246,6 +251,13 @@ def _has_checksums(attrs: Mapping[str, Any]) -> bool:
     return attrs.get("checksums") is not False and attrs.get("source") != "msprobe statistics task"
 
 
+def _digests(value: Any, rows: int) -> list[str | None]:
+    """msprobe's digests of a table's rows (:data:`MSPROBE_MD5`); all None unless one string or null per row."""
+    if not isinstance(value, list) or len(value) != rows:
+        return [None] * rows
+    return [v if isinstance(v, str) and v else None for v in value]
+
+
 def _launch_failed(nodes: Mapping[str, dict[str, Any]], invocation_name: str) -> bool:
     """Whether the invocation's group says its launch failed (``launchFailed: true``)."""
     attrs = (nodes.get(invocation_name) or {}).get("attributes")
@@ -348,6 +360,7 @@ def _append(
         payload=False,
         checksum=_checksum(table["checksum"][i]),
         element_count=int(table["element_count"][i]),
+        md5=table["md5"][i] if "md5" in table else None,
         partial=bool(table.get("partial", [False] * (i + 1))[i]),
     )
     for name, value in values.items():

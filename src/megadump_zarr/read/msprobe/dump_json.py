@@ -151,6 +151,9 @@ def _shape(source: Path, where: str, value: Any) -> tuple[int, ...]:
     return tuple(value)
 
 
+_HEX_DIGEST = re.compile(r"^[0-9A-Fa-f]{1,64}\Z")
+
+
 def _check_sizes(source: Path, where: str, dtype: str, shape: tuple[int, ...], file: Path | None) -> None:
     """Refuse (before anything is loaded or written) a dtype the store cannot hold, a shape whose byte size
     int64 cannot count, and a tensor file smaller than the shape it (or its .npy header) declares."""
@@ -266,6 +269,11 @@ def _msprobe_call(key: str, entry: Any, source: Path, data_dir: Path | None, tas
             shape = _shape(source, where, leaf.get("shape"))
             _check_sizes(source, where, dtype.removeprefix("torch."), shape, file)
             stats = {k: leaf.get(k) for k in ("Max", "Min", "Mean", "Norm") if k in leaf}
+            if leaf.get("md5") is not None:  # summary_mode "md5": the CRC32 of the bytes, 8 hex digits
+                digest = leaf["md5"]
+                if not isinstance(digest, str) or not _HEX_DIGEST.match(digest):
+                    raise _fail(source, where, f"'md5' must be a hexadecimal digest, got {str(digest)[:80]!r}")
+                stats["md5"] = digest.lower()
             attrs = {"requiresGrad": leaf.get("requires_grad")} if "requires_grad" in leaf else {}
             attrs["msprobeKey"] = _PARAM_GRAD if grads else io_key
             call.tensors.append(Tensor(name, io, arg, dtype.removeprefix("torch."), shape, stats, file, attrs))
