@@ -82,8 +82,8 @@ def test_l0_root_cause_summary_names_the_stage_that_wrote_it(clean, tmp_path, ca
     cli = cli_runner(capsys, monkeypatch, columns=120)
     result = cli("compare", tmp_path / "bad", clean["l0"])
     assert result.code == 1
-    assert "root cause: ys (fail) at w0 i2 moe_experts, written by stage expert_down" in result.out.splitlines()
-    assert "first divergence: ws (fail) at w0 i2 moe_experts" in result.out.splitlines()  # not the root cause
+    assert "root cause: ys (fail) at r0 w0 i2 moe_experts, written by stage expert_down" in result.out.splitlines()
+    assert "first divergence: ws (fail) at r0 w0 i2 moe_experts" in result.out.splitlines()  # not the root cause
     report = cli("compare", tmp_path / "bad", clean["l0"], "--json").json()
     assert (report["root_cause"]["stage"], report["root_cause"]["root_stage"]) == (None, "expert_down")
 

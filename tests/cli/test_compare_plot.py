@@ -58,7 +58,7 @@ def test_compare_perturbed_copy_fails_and_names_the_tensor(cli, demo, perturbed)
     assert result.code == 1, result.err
     assert "FAIL: 1 fail" in result.out
     lines = result.out.splitlines()
-    place = "w0 i2 moe_experts expert_up t1 out[0] owner 1 core MIX1"
+    place = "r0 w0 i2 moe_experts expert_up t1 out[0] owner 1 core MIX1"
     assert f"first divergence: ws (fail) at {place}" in lines
     assert f"root cause: ws (fail) at {place}" in lines
     assert lines[-1] == f"root cause path: {path}"
@@ -96,11 +96,10 @@ def test_compare_summary_lines_fold_under_themselves_on_a_narrow_console(cli, de
     copy, path = perturbed
     monkeypatch.setenv("COLUMNS", "80")
     lines = cli("compare", copy, demo.roots["L1"]).out.splitlines()
-    place = "w0 i2 moe_experts expert_up t1 out[0] owner 1 core MIX1"
-    folded = f"first divergence: ws (fail) at {place}"  # 84 characters
-    at = lines.index(folded[: folded.rindex(" ", 0, 81)])
-    assert lines[at + 1].startswith("    ") and f"{lines[at]} {lines[at + 1].strip()}" == folded
-    assert f"root cause: ws (fail) at {place}" in lines  # 80 characters: one line
+    place = "r0 w0 i2 moe_experts expert_up t1 out[0] owner 1 core MIX1"
+    for folded in (f"first divergence: ws (fail) at {place}", f"root cause: ws (fail) at {place}"):  # 87, 83 chars
+        at = lines.index(folded[: folded.rindex(" ", 0, 81)])
+        assert lines[at + 1].startswith("    ") and f"{lines[at]} {lines[at + 1].strip()}" == folded
     assert lines[-1] == f"root cause path: {path}"  # the SELECTOR stays whole
 
 
@@ -297,3 +296,26 @@ def test_plot_functions_downsample_huge_tensors():
     assert one_d.shape == (1, 5)
     with pytest.raises(ValueError, match="scalar"):
         heatmap_values(np.float32(1.0))
+
+
+def test_every_rank_is_labelled_in_compare_tables_rank_0_too(cli, tmp_path):
+    from megadump_zarr.layout.write_model import ArrayWrite, InvocationWrite, WindowWrite
+    from megadump_zarr.store.writer import WindowWriter
+
+    for side, delta in (("a", 0.0), ("b", 1.0)):
+        with WindowWriter(tmp_path / side) as writer:
+            for rank in (0, 1):
+                attrs = {"invocationId": 0, "step": 0, "direction": "forward", "kernelName": "k", "level": "L0"}
+                data = np.full((4, 3), rank + delta, np.float32)
+                inv = InvocationWrite(
+                    "invocation_000000_forward",
+                    {**attrs, "rank": rank},
+                    [],
+                    [ArrayWrite("x", data, ("r", "c"), {"name": "x"})],
+                )
+                meta = {"schemaVersion": 5, "level": "L0", "windowIndex": 0, "rank": rank}
+                writer.write_window(WindowWrite(rank, 0, meta, [inv]))
+    result = cli("compare", tmp_path / "a", tmp_path / "b")
+    rows = [line for line in result.out.splitlines() if line.startswith("fail ")]
+    assert len(rows) == 2, result.out
+    assert any(" r0 " in f" {row} " for row in rows) and any(" r1 " in f" {row} " for row in rows), rows

@@ -62,7 +62,7 @@ def test_compare_escapes_names_in_table_and_summary(cli, dumps):
     rows = _rows_by_name(result.out)
     assert [line.split()[0] for line in rows["a\x1b[31mb"]] == ["fail", "first", "root"]
     assert all(len(rows[n]) == 1 and rows[n][0].split()[0] == "pass" for n in ("x\ny", "p\rq", "ok"))
-    assert "first divergence: a\\x1b[31mb (fail) at w0 i0 k" in result.out.splitlines()
+    assert "first divergence: a\\x1b[31mb (fail) at r0 w0 i0 k" in result.out.splitlines()
 
 
 def test_show_escapes_the_name(cli, dumps):
@@ -78,3 +78,97 @@ def test_show_escapes_the_name(cli, dumps):
 def test_json_keeps_the_names_exact(cli, dumps):
     rows = json.loads(cli("ls", dumps[0], "--json").out)
     assert [r["name"] for r in rows] == list(NAMES)
+
+
+# --------------------------------------------------------------------------- spreadsheet formulas, terminals
+HOSTILE = ("=2+5+cmd|' -C calc'!A0", "a\x1b]0;pwn\x07b", "r\u202eevil", "-x", "@SUM(1)", "\tt", "ok;=1+1", "＝1")
+
+
+@pytest.fixture(scope="module")
+def formula_dumps(tmp_path_factory) -> tuple[Path, Path]:
+    base = tmp_path_factory.mktemp("formula")
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 3  # negative statistics: numbers, never neutralised
+    write_named_l0(base / "a", dict.fromkeys(HOSTILE, x))
+    write_named_l0(base / "b", {name: x + (1 if k < 2 else 0) for k, name in enumerate(HOSTILE)})
+    return base / "a", base / "b"
+
+
+def _csv_cells(text: str) -> list[str]:
+    import csv
+    import io
+
+    return [cell for row in csv.reader(io.StringIO(text)) for cell in row]
+
+
+def test_msprobe_csv_neutralises_formula_cells_and_keeps_numbers(cli, formula_dumps, tmp_path):
+    import pandas as pd
+
+    out = tmp_path / "c.csv"
+    result = cli("compare", formula_dumps[0], formula_dumps[1], "--format", "msprobe-csv", "-o", out)
+    assert result.code == 1, result.err
+    cells = _csv_cells(out.read_text())
+    assert not [c for c in cells if c[:1] in ("=", "+", "@", "\t", "\r", "＝") and not _is_number(c)], cells
+    assert not [c for c in cells if c.startswith("-") and not _is_number(c)], cells
+    names = set(pd.read_csv(out)["NPU Name"])
+    assert {"'=2+5+cmd|' -C calc'!A0", "'-x", "'@SUM(1)", "'\tt", "ok;'=1+1", "'＝1"} <= names
+    assert "a\x1b]0;pwn\x07b" in names  # a file gets the names exactly (no terminal)
+    frame = pd.read_csv(out)
+    assert frame["NPU min"].dtype.kind == "f" and (frame["NPU min"] == -3.0).sum() == len(HOSTILE)
+    assert "-3.0" in cells
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def test_neutral_cell_matches_msprobes_patterns():
+    from hypothesis import given, strategies as st
+
+    from megadump_zarr.cli.msprobe_csv import neutral_cell
+
+    blacklist = __import__("re").compile(r"^[＋－＝％＠\+\-=%@\t\r]|;[＋－＝％＠\+\-=%@]")  # msprobe's + tab, CR
+
+    @given(st.text(alphabet=st.sampled_from("=+-@%;\t\r1.e aA＝－"), max_size=8) | st.floats().map(str))
+    def check(text):
+        out = neutral_cell(text)
+        if _is_number(text):
+            assert out == text
+        else:
+            assert out.startswith("'") or not blacklist.search(out)
+            assert not __import__("re").search(r";[＋－＝％＠\+\-=%@]", out)
+            assert out.replace("'", "") == text.replace("'", "")
+
+    check()
+    assert neutral_cell(-1.5) == -1.5 and neutral_cell("-1.5") == "-1.5" and neutral_cell("-inf") == "-inf"
+
+
+def test_msprobe_csv_to_a_terminal_escapes_control_characters(formula_dumps):
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    leader, follower = pty.openpty()
+    args = ["compare", str(formula_dumps[0]), str(formula_dumps[1]), "--format", "msprobe-csv"]
+    proc = subprocess.Popen([sys.executable, "-m", "megadump_zarr.cli.main", *args], stdout=follower, stderr=follower)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    proc.wait(timeout=120)
+    os.close(leader)
+    shown = b"".join(chunks).decode()
+    assert proc.returncode == 1, shown
+    # the terminal gets our own colours and progress bar, never a name's raw escape, bell or bidi override
+    assert "\x1b]0;pwn" not in shown and "\u202e" not in shown and "\x07" not in shown, repr(shown)
+    assert "a\\x1b]0;pwn\\x07b" in shown and "r\\u202eevil" in shown

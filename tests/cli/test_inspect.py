@@ -229,3 +229,31 @@ def test_info_marks_torn_and_aborted_windows(cli, demo, tmp_path):
     hint = cli("ls", root, "--window", "3")
     assert hint.code == 2 and "no records with window 3; windows: 0" in hint.err
     assert "--include-incomplete" in hint.err and "window_0003 (writing)" in hint.err
+
+
+def test_info_line_of_a_window_torn_inside_an_invocation_reads_cleanly(cli, demo, tmp_path):
+    import shutil
+
+    from megadump_zarr.layout.write_model import ArrayWrite, InvocationWrite
+    from megadump_zarr.store.writer import WindowWriter
+
+    root = tmp_path / "l0"
+    shutil.copytree(demo.roots["L0"], root)
+    attrs = {"invocationId": 0, "step": 9, "direction": "forward", "kernelName": "k", "level": "L0", "rank": 0}
+    inv = InvocationWrite(
+        "invocation_000000_forward",
+        attrs,
+        [],
+        [ArrayWrite("x", np.ones((4, 3), np.float32), ("r", "c"), {"name": "x"})],
+    )
+    writer = WindowWriter(root)
+    writer.begin(0, 7, {"schemaVersion": 5, "level": "L0", "rank": 0, "windowIndex": 7}).write_invocation(inv)
+    result = cli("info", root)  # the process "died" here: arrays written, no group documents, no commit
+    assert result.code == 0, result.err
+    torn = result.out[result.out.index("window 0007") :]
+    assert "None" not in torn and "nan" not in torn, torn
+    assert "committed never (torn, or still being written)" in torn
+    assert "invocation_000000_forward  kernel ?  step ?  1 records" in torn
+    (window,) = [w for w in cli("info", root, "--json").json()["windows"] if w["window"] == 7]
+    assert window["committed_at"] is None and window["invocation_list"][0]["kernel"] is None
+    writer.close()

@@ -71,7 +71,8 @@ def _run(root: Path, *, async_export: bool, callback_raises_on=(), settle: bool 
         if any(p in callback_raises_on for p in paths):
             raise RuntimeError(f"callback refused {paths}")
 
-    config = TensorDumpConfig(root, kernel_names="moe_router", async_export=async_export)
+    # on_error="keep": a failed window stays, as "aborted", so both exports' statuses can be compared
+    config = TensorDumpConfig(root, kernel_names="moe_router", async_export=async_export, on_error="keep")
     try:
         with tensor_dump(config, schedule=_schedule, on_dump_ready=on_ready) as dumper:
             for _ in range(_STEPS):

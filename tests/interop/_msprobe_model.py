@@ -1,6 +1,7 @@
 """Run msprobe's PrecisionDebugger on a tiny torch model on CPU (a child process: msprobe patches torch).
 
-Usage: python _msprobe_model.py TASK DUMP_PATH [PERTURB [HIDDEN [STEPS [LEVEL]]]]. Writes
+Usage: python _msprobe_model.py TASK DUMP_PATH (TASK: tensor, statistics, or md5: statistics with
+``summary_mode: "md5"``) [PERTURB [HIDDEN [STEPS [LEVEL]]]]. Writes
 DUMP_PATH/step{N}/proc{PID}/... PERTURB is added to one weight of the last layer (the "target" side of a
 comparison); HIDDEN sizes the model (the peer benchmark uses a large one). LEVEL is msprobe's level; given,
 the run uses the ``Embedded`` model (an embedding and two linear layers, PERTURB added
@@ -45,13 +46,15 @@ def main() -> None:
     hidden = int(sys.argv[4]) if len(sys.argv) > 4 else 16
     steps = int(sys.argv[5]) if len(sys.argv) > 5 else 2
     level = sys.argv[6] if len(sys.argv) > 6 else "L1"
+    summary = "md5" if task == "md5" else "statistics"  # TASK "md5": the statistics task, summary_mode "md5"
+    task = "statistics" if task == "md5" else task
     config = {
         "task": task,
         "dump_path": out,
         "rank": [],
         "step": [],
         "level": level,
-        "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics"},
+        "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": summary},
         "tensor": {"scope": [], "list": [], "data_mode": ["all"]},
     }
     with open(out + ".config.json", "w") as handle:

@@ -200,10 +200,26 @@ def _big_npy_header(directory, leaf):
     leaf["data_name"] = "big.npy"
 
 
+def _expanded(directory, leaf):
+    """A 1.8 KB torch.save file whose one-element storage stands, by stride 0, for 2**36 floats (256 GiB)."""
+    import torch
+
+    torch.save(torch.full((1,), 0.5).expand(2**36), directory / "dump_tensor_data" / leaf["data_name"])
+    leaf.update(shape=[2**36])
+
+
+def _overlapping(directory, leaf):
+    import torch
+
+    torch.save(torch.as_strided(torch.arange(16.0), (3, 8), (1, 1)), directory / "dump_tensor_data" / leaf["data_name"])
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
         (lambda d, leaf: leaf.update(data_name="../../step1/x.pt"), "data_name must be a plain file name"),
+        (_expanded, "cannot hold its tensor (size [68719476736], stride [0], offset 0) densely"),
+        (_overlapping, "densely: its strides overlap"),
         (_code_pickle, "it is not a plain tensor file (File is not a zip file)"),
         (_code_in_archive, "it names the global posix.system, which a plain tensor file does not"),
         (lambda d, leaf: leaf.update(shape=[4, 8]), "holds shape [3, 8], dump.json says [4, 8]"),
@@ -241,3 +257,18 @@ def test_in_place_steps_pair_by_step_not_by_position(msprobe_dumps, tmp_path):
     assert (pairing["only_a"], pairing["only_b"]) == ([2], [0])
     explicit = compare(lagged, reference, pair={1: 0, 2: 1})
     assert set(explicit["verdict"]) == {"pass"}
+
+
+def test_an_expanded_tensor_file_is_refused_by_every_command_in_one_line(msprobe_dumps, tmp_path):
+    source = _hostile(msprobe_dumps, tmp_path, _expanded)
+    # verify reports what it refuses as a problem of the dump (exit 1), naming the file
+    result = subprocess.run([*CLI, "verify", str(source)], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stdout + result.stderr
+    assert "has stride 0" in result.stdout and "Functional.linear.0.forward.input.0.pt" in result.stdout
+    commands = (["convert", str(source), str(tmp_path / "z")], ["stats", str(source)], ["info", str(source)])
+    for args in commands:
+        result = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120, check=False)
+        assert result.returncode == 2, args + [result.stdout[-2000:] + result.stderr]
+        errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and "has stride 0" in errors[0] and "Traceback" not in result.stderr, args
+        assert "Functional.linear.0.forward.input.0.pt" in errors[0]

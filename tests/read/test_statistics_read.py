@@ -96,7 +96,8 @@ def test_plain_xarray_opens_the_statistics_group(dumps):
 def test_records_columns_for_every_mode(dumps):
     tensor, stats, nonfinite = (dumps[k].records() for k in ("tensor", "statistics", "nonfinite"))
     assert list(stats.columns) == list(tensor.columns)
-    assert list(stats.columns[-3:]) == ["payload", "digest", "element_count"]
+    assert list(stats.columns[-4:]) == ["payload", "digest", "element_count", "md5"]
+    assert stats["md5"].isna().all()  # msprobe's digest: its statistics dumps only
     assert stats["payload"].dtype == bool and str(stats["digest"].dtype) == "UInt64"
     assert tensor["payload"].all() and tensor["digest"].isna().all()
     assert (tensor["element_count"] == [int(np.prod(s)) for s in tensor["shape"]]).all()

@@ -72,12 +72,13 @@ def _committed(digests: dict[str, dict[str, str]], root: Path, windows: list[int
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("level", ["L0", "L1"])
 @pytest.mark.parametrize("transient", [False, True], ids=["disk-stays-full", "one-failure"])
-def test_enospc_during_export_is_a_clean_oserror(tmp_path, monkeypatch, level, transient):
+@pytest.mark.parametrize("on_error", ["discard", "keep"])
+def test_enospc_during_export_is_a_clean_oserror(tmp_path, monkeypatch, level, transient, on_error):
     root = tmp_path / "dump"
     digests = spy_store_inputs(monkeypatch)
     failing = FailingPut(monkeypatch, transient=transient)
     block = MoEBlock(DemoConfig(tokens=16, d_model=8))
-    with tensor_dump(_config(root, level), schedule(wait=0, warmup=0, active=1)) as dumper:
+    with tensor_dump(_config(root, level, on_error=on_error), schedule(wait=0, warmup=0, active=1)) as dumper:
         train_step(block)
         dumper.step()  # window 0: fine
         train_step(block)
@@ -91,17 +92,25 @@ def test_enospc_during_export_is_a_clean_oserror(tmp_path, monkeypatch, level, t
     assert type(error) is OSError and error.errno == errno.ENOSPC
     assert "No space left on device" in str(error)
     notes = getattr(error, "__notes__", [])
-    if transient:  # the abort commit could write: the window is marked aborted
-        assert window_status(root, 0, 1) == "aborted" and notes == [
-            f"while exporting Tensor dump window {root}/rank_0/window_0001"
+    window = f"{root}/rank_0/window_0001"
+    if on_error == "discard":  # the default: nothing of the failed window stays (removing needs no space)
+        assert window_status(root, 0, 1) is None and not (root / "rank_0" / "window_0001").exists()
+        assert notes == [
+            f"while exporting Tensor dump window {window}",
+            f"{window} was discarded (on_error='discard'): nothing of it was kept",
         ]
+        statuses = ["complete"]
+    elif transient:  # the abort commit could write: the window is marked aborted
+        assert window_status(root, 0, 1) == "aborted" and notes == [f"while exporting Tensor dump window {window}"]
+        statuses = ["complete", "aborted"]
     else:  # the abort commit failed too: the window stays "writing" and the note says so
         assert window_status(root, 0, 1) == "writing"
         assert any("as aborted also failed" in note and "window_0001" in note for note in notes), notes
+        statuses = ["complete", "writing"]
     result = verify_root(root, _committed(digests, root, [0]))  # window 0 is intact
     assert result.problems == [] and result.committed == 1 and result.complete == 1
     dump = open_dump(root)
-    assert list(dump.windows()["status"]) == ["complete", "aborted" if transient else "writing"]
+    assert list(dump.windows()["status"]) == statuses
     assert set(dump.records()["window"]) == {0}
 
 
@@ -124,7 +133,7 @@ def test_enospc_in_background_export_is_an_export_error_naming_the_window(tmp_pa
     assert isinstance(error, RuntimeError)
     assert "rank_0/window_0001" in str(error) and "No space left on device" in str(error)
     assert isinstance(error.__cause__, OSError) and error.__cause__.errno == errno.ENOSPC
-    assert window_status(root, 0, 1) == "writing"
+    assert window_status(root, 0, 1) is None  # discarded (the default on_error)
     result = verify_root(root, _committed(digests, root, [0]))
     assert result.problems == [] and result.committed == 1
 
@@ -145,7 +154,8 @@ def test_dumper_recovers_after_a_failed_export(tmp_path, monkeypatch):
         for _ in range(2):
             train_step(block)
             dumper.step()
-    assert [window_status(root, 0, w) for w in range(4)] == ["complete", "aborted", "complete", "complete"]
+    # on_error="discard" (the default): the failed window is gone, the later ones are whole
+    assert [window_status(root, 0, w) for w in range(4)] == ["complete", None, "complete", "complete"]
 
 
 @pytest.mark.timeout(60)
@@ -189,11 +199,11 @@ def test_real_full_tmpfs(tmp_path, monkeypatch):
         assert error.errno == errno.ENOSPC, repr(error)
         assert len(committed) >= 1
         failed = len(committed)
-        assert window_status(root, 0, failed) in ("writing", "aborted")
+        assert window_status(root, 0, failed) is None  # discarded (the default on_error)
         result = verify_root(root, _committed(digests, root, committed))
         assert result.problems == [] and result.committed == len(committed)
         statuses = list(open_dump(root).windows()["status"])
-        assert statuses[:failed] == ["complete"] * failed and statuses[failed] != "complete"
+        assert statuses == ["complete"] * failed
 
 
 # --------------------------------------------------------------------------- unwritable output roots

@@ -67,7 +67,8 @@ def test_plan_failure_surfaces_at_exit_without_step(tmp_path):
 
 
 def test_plan_failure_alone_keeps_the_window(tmp_path):
-    """Only the plan store is full: the kernel runs, the window is still written, step() raises ENOSPC."""
+    """Only the plan store is full: the kernel runs, the window is committed complete, and step() does not
+    raise for the plan: it warns, naming the window and that its commit stands."""
 
     class PlanStoreFull(WindowWriter):
         def put_sidecar(self, key: str, data: bytes) -> str:
@@ -86,8 +87,12 @@ def test_plan_failure_alone_keeps_the_window(tmp_path):
     )
     with d:
         out = launch(kernel)
-        with pytest.raises(OSError) as raised:
+        with pytest.warns(RuntimeWarning, match="saving an L1 plan failed") as caught:
             d.step()
-    assert raised.value.errno == errno.ENOSPC and torch.equal(out, expected)
+    assert torch.equal(out, expected)
+    (warning,) = [w for w in caught if "L1 plan" in str(w.message)]
+    text = str(warning.message)
+    assert "No space left on device" in text and "rank_0/window_0000" in text and "its commit stands" in text
+    assert open_dump(out_dir).windows()["status"].tolist() == ["complete"]
     records = open_dump(out_dir).records()
     assert len(records) > 0 and not list(out_dir.glob(".plans_*"))

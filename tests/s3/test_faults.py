@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pandas as pd
+import boto3
 import pytest
 
 from megadump_zarr.read import open_dump
@@ -78,7 +79,10 @@ def test_direct_write_under_faults_commits_or_is_visibly_incomplete(proxy, bucke
 def test_failed_chunk_writes_leave_the_window_visibly_not_complete(proxy, bucket, options):
     url = f"s3://{bucket}/chunks-fail"
     proxy.predicate = lambda method, path: (
-        method == "PUT" and not path.split("?")[0].endswith("zarr.json") and not_probe(method, path)
+        method == "PUT"
+        and not path.split("?")[0].endswith("zarr.json")
+        and "/.session-" not in path
+        and not_probe(method, path)
     )
     proxy.rate = 1.0
     start = time.perf_counter()
@@ -89,6 +93,31 @@ def test_failed_chunk_writes_leave_the_window_visibly_not_complete(proxy, bucket
     message = str(info.value)
     assert "failed after 3 attempts" in message and f"{url}/rank_0/window_0000/" in message
     assert SECRET not in message
+    assert "was discarded (on_error='discard')" in " ".join(getattr(info.value, "__notes__", ()))
+    proxy.rate = 0.0
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=options["endpoint_url"],
+        aws_access_key_id=options["key"],
+        aws_secret_access_key=options["secret"],
+        region_name="us-east-1",
+    )
+    left = s3.list_objects_v2(Bucket=bucket, Prefix="chunks-fail/rank_0/window_0000/").get("Contents", [])
+    assert left == []  # on_error="discard": nothing of the window stays, not even an "aborted" document
+
+
+def test_failed_chunk_writes_with_on_error_keep_commit_the_window_aborted(proxy, bucket, options):
+    url = f"s3://{bucket}/chunks-keep"
+    proxy.predicate = lambda method, path: (
+        method == "PUT"
+        and not path.split("?")[0].endswith("zarr.json")
+        and "/.session-" not in path
+        and not_probe(method, path)
+    )
+    proxy.rate = 1.0
+    with retry_policy(attempts=3):
+        with pytest.raises(ObjectStoreError):
+            run_dump(url, "L0", storage_options=s3_options(proxy.endpoint), on_error="keep")
     proxy.rate = 0.0
     dump = open_dump(url, storage_options=options)
     assert list(dump.windows()["status"]) == ["aborted"]  # the writer committed what it had as aborted
@@ -106,8 +135,8 @@ def test_all_requests_failing_raises_a_clear_error_quickly(proxy, bucket):
     assert elapsed < 20, elapsed
     error = info.value
     assert error.attempts == 4 and error.transient
-    text = str(error)
-    assert "failed after 4 attempts; last error:" in text and f"s3://{bucket}/down/rank_0/window_0000/zarr.json" in text
+    text = str(error) + " ".join(getattr(error, "__notes__", ()))
+    assert "failed after 4 attempts; last error:" in text and f"s3://{bucket}/down/rank_0/window_0000" in text
     assert any(word in text for word in ("503", "500", "error sending request", "connection")), text
     assert SECRET not in text and SECRET not in repr(error) and SECRET not in "".join(getattr(error, "__notes__", []))
 

@@ -15,6 +15,7 @@ import xarray as xr
 from megadump_zarr.cli.main import main
 from megadump_zarr.layout.write_model import ArrayWrite, InvocationWrite, WindowWrite
 from megadump_zarr.read import open_dump
+from megadump_zarr.store.root_index import plain_document
 from megadump_zarr.store.writer import WindowWriter
 from megadump_zarr.transfer import UploadError, UploadOnReady, upload
 from tests.s3.conftest import SECRET, all_objects, local_files, run_dump
@@ -31,7 +32,10 @@ def test_upload_verify_resume_and_read_back(bucket, options, local_dumps, copy_d
     files = local_files(root)
     assert report.ok and report.windows == ["rank_0/window_0000", "rank_0/window_0001"]
     assert report.uploaded_objects == len(files) and report.present_objects == 0
-    assert report.uploaded_bytes == sum(len(v) for v in files.values())
+    shared = ("zarr.json", "rank_0/zarr.json")  # sent plain, then indexed from what is remote
+    assert report.uploaded_bytes == sum(len(v) for k, v in files.items() if k not in shared) + sum(
+        len(plain_document(files[k])) for k in shared
+    )
     assert report.verified_objects == len(files)
     assert remote_files(s3_client, bucket, "run1/") == files
     remote, local = open_dump(url, storage_options=options), open_dump(root)
@@ -50,7 +54,8 @@ def test_upload_verify_resume_and_read_back(bucket, options, local_dumps, copy_d
     s3_client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": f"run1/{k}"} for k in lost]})
     s3_client.put_object(Bucket=bucket, Key=f"run1/{lost[0]}", Body=b"stale")  # same key, wrong content
     resumed = upload(root, url, storage_options=options)
-    assert resumed.uploaded_objects == len(lost) and resumed.ok
+    # the lost objects, and the root and rank documents (plain while a window is added, then indexed again)
+    assert resumed.uploaded_objects == len(lost) + 2 and resumed.ok
     assert remote_files(s3_client, bucket, "run1/") == files
 
 
@@ -68,8 +73,9 @@ def test_window_document_goes_last(bucket, options, copy_dump, monkeypatch):
     root = copy_dump("L1")
     upload(root, f"s3://{bucket}/order", storage_options=options, threads=4)
     document = "rank_0/window_0000/zarr.json"
-    assert order[-1] == document and order.count(document) == 1
-    assert order[:2] == ["zarr.json", "rank_0/zarr.json"] or set(order[:2]) == {"zarr.json", "rank_0/zarr.json"}
+    # plain root and rank first, the window's objects, its document last, then the index rebuilt (rank, root)
+    assert set(order[:2]) == {"zarr.json", "rank_0/zarr.json"}
+    assert order[-3:] == [document, "rank_0/zarr.json", "zarr.json"] and order.count(document) == 1
 
 
 def test_writing_window_skipped_and_delete_local(bucket, options, copy_dump, s3_client):
@@ -98,10 +104,76 @@ def test_conflicting_remote_window_is_not_touched(bucket, options, copy_dump, s3
     with pytest.raises(UploadError, match="conflict") as info:
         upload(root, f"s3://{bucket}/c", storage_options=options)
     assert list(info.value.report.failed) == ["rank_0/window_0000"]
-    assert set(remote_files(s3_client, bucket, "c/")) == {
-        "zarr.json",
-        "rank_0/zarr.json",
-        "rank_0/window_0000/zarr.json",
+    # checked before the first write: the root and rank documents were not written either
+    assert remote_files(s3_client, bucket, "c/") == {"rank_0/window_0000/zarr.json": b'{"other": true}'}
+
+
+def _cli_flags(options):
+    return [
+        "-S",
+        f"endpoint_url={options['endpoint_url']}",
+        "-S",
+        f"key={options['key']}",
+        "-S",
+        f"secret={options['secret']}",
+    ]
+
+
+def test_uploading_another_dump_over_a_dump_changes_no_remote_byte(bucket, options, copy_dump, s3_client, capsys):
+    url = f"s3://{bucket}/b"
+    there, other = copy_dump("L0"), copy_dump("L1")  # both hold rank_0/window_0000, with different contents
+    upload(there, url, storage_options=options)
+    before = remote_files(s3_client, bucket, "b/")
+    assert b"consolidated_metadata" in before["zarr.json"]
+    with pytest.raises(UploadError, match="conflict") as info:
+        upload(other, url, storage_options=options)
+    assert remote_files(s3_client, bucket, "b/") == before  # every key and every byte
+    assert info.value.report.uploaded_objects == 0 and info.value.report.windows == []
+    assert "rank_0/window_0000" in info.value.report.failed
+
+    code = main(["upload", str(other), url, *_cli_flags(options), "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 1 and "conflict" in err and "nothing was written" in err + out
+    assert remote_files(s3_client, bucket, "b/") == before
+    # plain xarray of the remote root still shows the dump that is there, whole
+    tree = xr.open_datatree(url, engine="zarr", storage_options=options)
+    assert {node.path for node in tree.subtree if node.path.count("/") == 2} == {
+        "/rank_0/window_0000",
+        "/rank_0/window_0001",
+    }
+
+
+def test_a_remote_root_with_other_attributes_is_a_conflict(bucket, options, copy_dump, s3_client):
+    root = copy_dump("L0")
+    foreign = {"zarr_format": 3, "node_type": "group", "attributes": {"other_tool": {"v": 1}}}
+    s3_client.put_object(Bucket=bucket, Key="f/zarr.json", Body=json.dumps(foreign).encode())
+    before = remote_files(s3_client, bucket, "f/")
+    with pytest.raises(UploadError, match="conflict: the remote zarr.json differs") as info:
+        upload(root, f"s3://{bucket}/f", storage_options=options)
+    assert remote_files(s3_client, bucket, "f/") == before
+    assert set(info.value.report.skipped) == {"rank_0/window_0000", "rank_0/window_0001"}
+
+
+def test_a_later_upload_of_another_rank_reindexes_the_remote_root(bucket, options, copy_dump, s3_client, tmp_path):
+    url = f"s3://{bucket}/j"
+    upload(copy_dump("L0"), url, storage_options=options)
+    rank1 = tmp_path / "rank1"
+    with WindowWriter(rank1) as writer:
+        data = np.arange(6, dtype=np.float32).reshape(2, 3)
+        inv = InvocationWrite(
+            "invocation_000000_forward",
+            {"invocationId": 0, "step": 0, "direction": "forward", "kernelName": "k", "level": "L0", "rank": 1},
+            [],
+            [ArrayWrite("x", data, ("row", "col"), {"name": "x"})],
+        )
+        writer.write_window(WindowWrite(1, 0, {"schemaVersion": 5, "level": "L0", "windowIndex": 0, "rank": 1}, [inv]))
+        writer.index_root()  # the local root's index lists rank 1 only
+    upload(rank1, url, storage_options=options)
+    listed = json.loads(remote_files(s3_client, bucket, "j/")["zarr.json"])["consolidated_metadata"]["metadata"]
+    assert {k for k in listed if k.count("/") == 1} == {
+        "rank_0/window_0000",
+        "rank_0/window_0001",
+        "rank_1/window_0000",
     }
 
 

@@ -8,6 +8,7 @@ each complete window on its own shows.
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import textwrap
@@ -140,9 +141,10 @@ def test_a_later_writer_of_another_rank_keeps_the_first_ranks_windows(tmp_path):
     first, second = WindowWriter(root), WindowWriter(root)
     first.write_window(_window(0, 0, 1.0))
     second.write_window(_window(1, 0, 2.0))
-    assert first.index_root()  # sees both committed windows
+    assert not first.index_root()  # the second is still writing: no index that would miss its next windows
+    assert "consolidated_metadata" not in _doc(root)
     second.write_window(_window(1, 1, 3.0))
-    assert second.index_root()
+    assert second.index_root()  # the last session to end indexes every committed window
     listed = {k for k in _doc(root)["consolidated_metadata"]["metadata"] if k.count("/") == 1}
     assert listed == {"rank_0/window_0000", "rank_1/window_0000", "rank_1/window_0001"}
     first.close()
@@ -176,3 +178,39 @@ def test_convert_indexes_the_root(tmp_path):
     convert_legacy(tmp_path / "src", tmp_path / "z")
     assert "consolidated_metadata" in _doc(tmp_path / "z")
     _trees(tmp_path / "z")
+
+
+def test_an_index_written_while_a_session_registers_is_dropped(tmp_path, monkeypatch):
+    root = tmp_path / "dump"
+    first, second = WindowWriter(root), WindowWriter(root)
+    first.write_window(_window(0, 0, 1.0))
+    original = root_index._complete_windows
+    calls = []
+
+    def late_session(*args, **kwargs):  # a second session registers between the indexer's two checks
+        found = original(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 1:
+            second.begin(1, 0, {"schemaVersion": 5, "level": "L0", "windowIndex": 0, "rank": 1})
+        return found
+
+    monkeypatch.setattr(root_index, "_complete_windows", late_session)
+    assert not first.index_root()
+    assert "consolidated_metadata" not in _doc(root)
+    monkeypatch.undo()
+    second.close()  # ends the session without indexing: its marker goes
+    assert not list(root.glob(".session-*"))
+
+
+def test_a_dead_sessions_marker_on_this_host_is_removed_and_others_wait_for_force(tmp_path):
+    root = tmp_path / "dump"
+    with WindowWriter(root) as writer:
+        writer.write_window(_window(0, 0, 1.0))
+        dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+        (root / ".session-dead.json").write_text(json.dumps({"host": socket.gethostname(), "pid": int(dead.stdout)}))
+        (root / ".session-far.json").write_text(json.dumps({"host": "another-host", "pid": 1}))
+        assert not writer.index_root()  # the other host's session may still write
+        assert sorted(p.name for p in root.glob(".session-*")) == [".session-far.json"]
+        assert root_index.index_root(writer.backend, str(root), force=True)
+    assert not list(root.glob(".session-*"))
+    assert "rank_0/window_0000" in _doc(root)["consolidated_metadata"]["metadata"]

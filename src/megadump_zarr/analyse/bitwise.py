@@ -23,9 +23,14 @@ from megadump_zarr.analyse.matching import scalar
 from megadump_zarr.analyse.metrics import DEFAULT_BLOCK_BYTES, iter_blocks, read_native_block, row_chunks, shape_of
 from megadump_zarr.analyse.pairs import empty_row, record_source
 from megadump_zarr.analyse.side import DumpSide
-from megadump_zarr.analyse.verdict import bitwise_digest_verdict, bitwise_metadata_verdict, bitwise_payload_verdict
+from megadump_zarr.analyse.verdict import (
+    bitwise_digest_verdict,
+    bitwise_md5_verdict,
+    bitwise_metadata_verdict,
+    bitwise_payload_verdict,
+)
 from megadump_zarr.layout.digest import DIGEST_ITEMSIZES, digest_of_array
-from megadump_zarr.layout.statistics import DIGEST_COLUMN
+from megadump_zarr.layout.statistics import DIGEST_COLUMN, MD5_COLUMN
 
 __all__ = ["BITWISE_BY_KEYS", "bitwise_map", "bitwise_row"]
 
@@ -247,6 +252,13 @@ def _digest_row(row: dict[str, Any], dump_a: Any, dump_b: Any, row_a: Any, row_b
     """A side stored statistics only: compare record digests (a payload side is digested here)."""
     only = [side for side, r in (("a", row_a), ("b", row_b)) if not DumpSide.holds_payload(r)]
     sides = f"statistics only in {' and '.join(only)}" if only else "truncated record"
+    md5_a, md5_b = _value(row_a, MD5_COLUMN), _value(row_b, MD5_COLUMN)
+    if isinstance(md5_a, str) and isinstance(md5_b, str):  # msprobe summary_mode "md5" on both sides
+        verdict_, note = bitwise_md5_verdict(md5_a, md5_b, sides)
+        row.update(verdict=verdict_, note=note, allclose=verdict_ == "pass")
+        if verdict_ == "pass":
+            row.update(mismatches=0, max_abs=0.0, max_rel=0.0)
+        return row
     digests, counts = [], []
     for dump, r in ((dump_a, row_a), (dump_b, row_b)):
         digest = _value(r, DIGEST_COLUMN)

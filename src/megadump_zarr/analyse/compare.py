@@ -196,7 +196,8 @@ def compare(
           statistics only        digests equal: pass; digests differ: fail (integer, bool; floats holding
                                  NaN/Inf), or for finite floats differs_within_stats when every statistic
                                  is within tolerance (exit 1 unless --accept-within-stats), else fail;
-                                 no digest on a side (msprobe): judged by the statistics alone
+                                 msprobe md5 on both sides: equal pass, differing fail; no digest on a
+                                 side (msprobe without md5): judged by the statistics alone
           truncated record       compared on the elements both sides stored (max_bytes_per_tensor):
                                  pass_partial (note: compared N of M rows; exit 1 unless
                                  --accept-partial), or fail

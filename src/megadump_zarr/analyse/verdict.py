@@ -42,6 +42,7 @@ __all__ = [
     "TOLERANCES",
     "VERDICTS",
     "bitwise_digest_verdict",
+    "bitwise_md5_verdict",
     "bitwise_metadata_verdict",
     "bitwise_payload_verdict",
     "check_tolerance",
@@ -113,7 +114,8 @@ def _rules_text() -> str:
         "  statistics only        digests equal: pass; digests differ: fail (integer, bool; floats holding",
         "                         NaN/Inf), or for finite floats differs_within_stats when every statistic",
         "                         is within tolerance (exit 1 unless --accept-within-stats), else fail;",
-        "                         no digest on a side (msprobe): judged by the statistics alone",
+        "                         msprobe md5 on both sides: equal pass, differing fail; no digest on a",
+        "                         side (msprobe without md5): judged by the statistics alone",
         "  truncated record       compared on the elements both sides stored (max_bytes_per_tensor):",
         "                         pass_partial (note: compared N of M rows; exit 1 unless",
         "                         --accept-partial), or fail",
@@ -316,6 +318,23 @@ def bitwise_digest_verdict(
     if int(digest_a) != int(digest_b):  # type: ignore[arg-type]
         return "fail", f"bitwise: {sides}; digest differs ({int(digest_a):#018x} vs {int(digest_b):#018x})"  # type: ignore[arg-type]
     return "pass", f"bitwise: {sides}; digests equal"
+
+
+def bitwise_md5_verdict(md5_a: str, md5_b: str, sides: str) -> tuple[str, str]:
+    """The ``--bitwise`` verdict of a pair whose two sides carry msprobe's ``md5`` digest (``summary_mode:
+    "md5"``: the CRC32 of the tensor's bytes).
+
+    Args:
+        md5_a: A's digest.
+        md5_b: B's.
+        sides: What the note says about the sides (``"statistics only in a and b"``).
+
+    Returns:
+        ``("pass", note)`` when the digests are equal ("md5 equal"), ``("fail", note)`` when they differ.
+    """
+    if md5_a == md5_b:
+        return "pass", f"bitwise: {sides}; md5 equal (msprobe's digest of the bytes)"
+    return "fail", f"bitwise: {sides}; md5 differs (msprobe's digest of the bytes)"
 
 
 def bitwise_payload_verdict(differing: int, elements: int, first: Any) -> tuple[str, str]:

@@ -20,11 +20,12 @@ from __future__ import annotations
 import csv
 import math
 import os
+import re
 from typing import Any, TextIO
 
 import pandas as pd
 
-__all__ = ["MEGADUMP_COLUMNS", "MSPROBE_COLUMNS", "msprobe_frame", "write_msprobe_csv"]
+__all__ = ["MEGADUMP_COLUMNS", "MSPROBE_COLUMNS", "msprobe_frame", "neutral_cell", "write_msprobe_csv"]
 
 MSPROBE_COLUMNS = (
     "NPU Name",
@@ -165,10 +166,60 @@ def msprobe_frame(
     return pd.DataFrame(rows, columns=[*MSPROBE_COLUMNS, *MEGADUMP_COLUMNS])
 
 
+_FORMULA = re.compile(r"^[\t\r＋－＝％＠+\-=%@]")
+"""A cell a spreadsheet would run as a formula: msprobe's ``CSV_BLACK_LIST`` first characters (``+ - = % @``
+and their full-width forms) plus tab and CR (OWASP's list)."""
+_FORMULA_AFTER_SEMICOLON = re.compile(r";(?=[＋－＝％＠+\-=%@])")
+"""msprobe's second pattern: a formula character right after ``;`` (a cell split at ``;`` by a locale)."""
+
+
+def neutral_cell(value: Any) -> Any:
+    """A CSV cell no spreadsheet runs as a formula: a text cell starting like one gets a leading ``'``
+    (and one after each ``;`` that precedes a formula character). Numbers, and text that is a number
+    (``-1.5``, ``+2``, ``-inf``), stay as they are.
+
+    msprobe's own writer (``msprobe.core.common.file_utils.write_csv(malicious_check=True)``) uses the same
+    patterns to refuse such a value; a compare result is still worth reading, so it is neutralised instead.
+
+    Args:
+        value: A cell of :func:`msprobe_frame`.
+    """
+    if not isinstance(value, str):
+        return value
+    try:
+        float(value)
+    except ValueError:
+        pass
+    else:
+        return value
+    if _FORMULA.match(value):
+        value = "'" + value
+    return _FORMULA_AFTER_SEMICOLON.sub(";'", value)
+
+
+def _safe_frame(frame: pd.DataFrame, terminal: bool) -> pd.DataFrame:
+    """Every text cell neutralised (:func:`neutral_cell`) and, for a terminal, its control characters escaped."""
+    from megadump_zarr.cli.render import safe_text
+
+    def cell(value: Any) -> Any:
+        value = neutral_cell(value)
+        return safe_text(value) if terminal and isinstance(value, str) else value
+
+    out = frame.copy()
+    for column in out.columns:
+        if not pd.api.types.is_numeric_dtype(out[column]) and not pd.api.types.is_bool_dtype(out[column]):
+            out[column] = out[column].map(cell)
+    return out
+
+
 def write_msprobe_csv(
     path: str | os.PathLike[str] | TextIO, frame: pd.DataFrame, *, flag: str = "--csv-msprobe"
 ) -> None:
     """Write ``frame`` (:func:`msprobe_frame`) as CSV (floats at full precision, ``N/A`` as msprobe writes it).
+
+    Text cells that would start a spreadsheet formula are neutralised (:func:`neutral_cell`); written to a
+    terminal, control characters of names (ESC, CR, bidi overrides) are shown escaped (``\\x1b``), as every
+    table is. A file or a pipe gets the names exactly.
 
     Args:
         path: The CSV file to write (an existing file is refused, never overwritten), or an open text
@@ -176,8 +227,11 @@ def write_msprobe_csv(
         flag: The option that named the file, for the message.
     """
     if hasattr(path, "write"):
+        isatty = getattr(path, "isatty", None)
+        frame = _safe_frame(frame, terminal=bool(isatty and isatty()))
         frame.to_csv(path, index=False, quoting=csv.QUOTE_MINIMAL, lineterminator="\n")
         return
+    frame = _safe_frame(frame, terminal=False)
     try:
         with open(path, "x", newline="", encoding="utf-8") as handle:  # type: ignore[arg-type]
             frame.to_csv(handle, index=False, quoting=csv.QUOTE_MINIMAL)

@@ -113,7 +113,7 @@ def location_parts(row: Any, *, kernel_with_stage: bool = True) -> list[tuple[st
         return None if is_missing(value) else value
 
     parts = []
-    if get("rank") not in (None, 0):
+    if get("rank") is not None:  # every rank named, rank 0 too (a table hoists a rank all rows share)
         parts.append(("rank", f"r{get('rank')}"))
     if get("window") is not None:
         parts.append(("window", f"w{get('window')}"))

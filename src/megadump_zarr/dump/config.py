@@ -113,8 +113,10 @@ class TensorDumpConfig:
         compressor: Codec name (see ``megadump_zarr.codecs``): ``"default"``, ``"none"``,
             ``"zstd-3"``, ``"blosc-lz4"``, ...
         chunk_bytes: Target bytes per chunk (chunks hold whole rows).
-        on_error: ``"discard"`` drops an unfinished window on an exception;
-            ``"keep"`` commits what was captured with status ``"aborted"``.
+        on_error: ``"discard"`` drops an unfinished window on an exception, in the user's code or in the
+            store while the window is written (nothing of it stays; if removing it fails too, it stays
+            ``"writing"``, which every reader treats as torn); ``"keep"`` commits what was captured with
+            status ``"aborted"``.
         stats: Store min, max, mean, L2 norm, NaN and Inf counts per tensor.
         async_export: Export windows on a background thread (the step only waits when the queue is
             full); False exports on the step thread.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 import json
+import warnings
 from pathlib import Path
 import threading
 from typing import Any, Protocol
@@ -56,9 +57,9 @@ class WindowSession(Protocol):
 
     url: str
 
-    def write_all(self, invocations: Iterable[InvocationWrite], status: str = "complete") -> str:
-        """Persist every invocation, then the window's final status last (``"aborted"`` if one failed,
-        re-raising); return the window's path or URL."""
+    def write_all(self, invocations: Iterable[InvocationWrite], status: str = "complete", *, on_error: str) -> str:
+        """Persist every invocation, then the window's final status last (on a failure: ``"aborted"`` with
+        ``on_error="keep"``, removed with ``"discard"``; re-raising); return the window's path or URL."""
 
 
 class WindowSink(Protocol):
@@ -182,6 +183,7 @@ class TensorDumper:
         self._deferred: list[BaseException] = []  # dump failures before a launch: raised at step() or exit
         # the flight recorder decides which steps become windows (dump/recorder.py)
         self._recorder = None if config.recorder is None else FlightRecorder(config.recorder)
+        self._plan_failures: list[tuple[str, OSError]] = []  # (window, error): warned at step() or exit
 
     @property
     def step_num(self) -> int:
@@ -239,12 +241,14 @@ class TensorDumper:
                     except BaseException as error:
                         errors.append(error)
                 errors[:0] = self._take_deferred()
+                self._settle_plan_failures(errors)
                 if errors:
                     pending = errors[0]
                     _raise_all(errors)
             else:
                 for error in self._take_deferred():
                     exc_value.add_note(f"also failed: {error!r}")
+                self._settle_plan_failures([exc_value])
                 if self.config.on_error == "keep" and self._invocations:
                     self._finalize_window(status="aborted")
                 self._invocations.clear()
@@ -356,6 +360,7 @@ class TensorDumper:
                     if isinstance(error, Exception):
                         self._recorder.commit_failed(error)
                 errors = [error for error in errors if not isinstance(error, Exception)]  # Ctrl-C still stops
+            self._settle_plan_failures(errors)
         _raise_all(errors)
 
     def _record_step(self) -> None:
@@ -491,7 +496,34 @@ class TensorDumper:
                 f"while saving the L1 plan of {invocation.name} (rank {invocation.rank}, window "
                 f"{self._window_index}) under {self.config.output_dir}; the kernel ran without it"
             )
-            self._deferred.append(error)
+            self._plan_failures.append((window_path(invocation.rank, self._window_index), error))
+
+    def _settle_plan_failures(self, errors: list[BaseException]) -> None:
+        """Report the plans that could not be saved: as notes on the first error when one is raised anyway,
+        else as one ``RuntimeWarning`` each, never as an error of their own. A plan only lets
+        ``megadump decode-buffer`` salvage a hung launch; the launch ran and its window is written as usual,
+        so a window that committed stays committed and ``step()`` does not fail for it.
+
+        Args:
+            errors: The errors about to be raised (the first one gets the notes).
+        """
+        failures, self._plan_failures = self._plan_failures, []
+        for window, error in failures:
+            text = f"{error!r}" + "".join(f"; {note}" for note in getattr(error, "__notes__", ()))
+            if errors:
+                errors[0].add_note(f"also failed: {text}")
+            else:
+                fate = (
+                    "is written as usual and its commit stands"
+                    if self._exporter is None
+                    else "is exported as usual in the background (a failure of that export is raised on its own)"
+                )
+                warnings.warn(
+                    f"saving an L1 plan failed: {text}. The window {window} under {self.config.output_dir} {fate}; "
+                    "a saved plan only serves `megadump decode-buffer` for a hung launch",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
 
     def _take_deferred(self) -> list[BaseException]:
         errors, self._deferred = self._deferred, []
@@ -530,7 +562,7 @@ class TensorDumper:
         """Write and commit one window, then drop its launches' saved L1 plans (no longer needed)."""
 
         def job() -> str:
-            url = session.write_all(window.invocations, status)
+            url = session.write_all(window.invocations, status, on_error=self.config.on_error)
             self._remove_plans(plans)
             return url
 

@@ -53,6 +53,7 @@ class UndoableWrites:
     def undo(self) -> None:
         """Delete every window begun, the rank/root documents created, and empty directories made."""
         backend = self.writer.backend
+        self.writer.close()  # ends its writing session: its marker goes before the root is tidied
         for key in self._windows:
             backend.delete_prefix(key)
         for rank in self._ranks:

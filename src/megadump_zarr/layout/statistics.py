@@ -11,6 +11,8 @@ __all__ = [
     "DIGESTS_ATTRIBUTE",
     "DIGEST_ALGORITHM_ATTRIBUTE",
     "DIGEST_COLUMN",
+    "MD5_COLUMN",
+    "MSPROBE_MD5",
     "STATISTICS_GROUP",
     "STATISTICS_LAYOUT_ATTRIBUTE",
     "STATISTICS_LAYOUT_VERSION",
@@ -34,3 +36,8 @@ DIGEST_ALGORITHM_ATTRIBUTE = "digestAlgorithm"
 """Group attribute naming the digest's construction (:data:`megadump_zarr.layout.digest.DIGEST_ALGORITHM`)."""
 STATISTICS_VARIABLES = ("element_count", "nan_count", "inf_count", "min", "max", "mean", "l2norm", DIGEST_COLUMN)
 """The statistics columns of a layout-2 table, in order."""
+MD5_COLUMN = "md5"
+"""The records table's column of msprobe's per-tensor digest (``summary_mode: "md5"``; despite the name, the
+CRC32 of the tensor's bytes as 8 hex digits), None elsewhere."""
+MSPROBE_MD5 = "msprobeMd5"
+"""A statistics table's attribute: msprobe's ``md5`` digest of each row (a string, or null), in row order."""

@@ -37,7 +37,7 @@ from megadump_zarr.read.pack_nodes import MARKER, Fetch, window_fields_keys
 from megadump_zarr.read.pack_rows import PackedWindow, expand_torn, expand_window
 from megadump_zarr.read.truncated import stats_scope
 from megadump_zarr.layout.paths import INVOCATION_DIR, RANK_DIR, TASK_DIR, WINDOW_DIR
-from megadump_zarr.layout.statistics import DIGEST_COLUMN
+from megadump_zarr.layout.statistics import DIGEST_COLUMN, MD5_COLUMN
 
 __all__ = [
     "EXTRA_COLUMNS",
@@ -632,6 +632,7 @@ def _window_rows(info: WindowInfo, nodes: Mapping[str, dict[str, Any]], columns:
         row["group"].append(f"{info.key}/{group}")
         row["payload"].append(True)
         row[DIGEST_COLUMN].append(None)  # the device digest comes from a statistics table, when there is one
+        row[MD5_COLUMN].append(None)  # msprobe's digest: statistics-only rows of its statistics tables only
         row["element_count"].append(math.prod(shape))
         row["partial"].append(attrs.get("partial") is True)  # salvaged from a failed launch (on_error="keep")
         stored_at = info.pack_rows.get(row["path"][-1]) if info.pack_rows else None
@@ -675,7 +676,8 @@ def records_frame(
 
     Statistics-first dumps: ``payload`` is False for a statistics-only record (its row comes from the
     invocation's statistics table), ``digest`` is the device record digest (``UInt64``, :mod:`megadump_zarr.layout.digest`; missing
-    for tensor-mode records), ``element_count`` the logical element count.
+    for tensor-mode records), ``element_count`` the logical element count, ``md5`` msprobe's digest of a
+    statistics-only record (``summary_mode: "md5"``; None elsewhere).
 
     Args:
         windows: ``(window, nodes)`` pairs (see :func:`window_nodes`).

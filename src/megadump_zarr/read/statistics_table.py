@@ -27,6 +27,8 @@ from zarr.core.sync import sync
 from megadump_zarr.layout.statistics import (
     DIGEST_COLUMN,
     DIGESTS_ATTRIBUTE,
+    MD5_COLUMN,
+    MSPROBE_MD5,
     STATISTICS_GROUP,
     STATISTICS_LAYOUT_ATTRIBUTE,
     STATISTICS_LAYOUT_VERSIONS,
@@ -34,7 +36,7 @@ from megadump_zarr.layout.statistics import (
 
 __all__ = ["STATISTICS_COLUMNS", "load_tables", "merge_statistics"]
 
-STATISTICS_COLUMNS = ("payload", DIGEST_COLUMN, "element_count")
+STATISTICS_COLUMNS = ("payload", DIGEST_COLUMN, "element_count", MD5_COLUMN)
 """Columns the records table gains (after the other extra columns)."""
 _COLUMNS = (
     "stage",
@@ -130,6 +132,7 @@ def load_tables(
             raise ValueError(f"statistics table {window_key}/{path} has columns of different lengths")
         if not _has_digests(attrs):  # placeholders (msprobe statistics)
             columns[DIGEST_COLUMN] = [None] * len(columns["name"])
+        columns[MD5_COLUMN] = _digests(attrs.get(MSPROBE_MD5), len(columns["name"]))
         invocation_name = path.split("/")[0]
         # a launch that failed and was kept (on_error="keep"): every record it holds is salvaged, like its arrays
         columns["partial"] = [_launch_failed(nodes, invocation_name)] * len(columns["name"])
@@ -262,6 +265,13 @@ def _has_digests(attrs: Mapping[str, Any]) -> bool:
     return attrs.get(DIGESTS_ATTRIBUTE) is not False and attrs.get("source") != "msprobe statistics task"
 
 
+def _digests(value: Any, rows: int) -> list[str | None]:
+    """msprobe's digests of a table's rows (:data:`MSPROBE_MD5`); all None unless one string or null per row."""
+    if not isinstance(value, list) or len(value) != rows:
+        return [None] * rows
+    return [v if isinstance(v, str) and v else None for v in value]
+
+
 def _launch_failed(nodes: Mapping[str, dict[str, Any]], invocation_name: str) -> bool:
     """Whether the invocation's group says its launch failed (``launchFailed: true``)."""
     attrs = (nodes.get(invocation_name) or {}).get("attributes")
@@ -375,6 +385,7 @@ def _append(
         payload=False,
         digest=_digest(table[DIGEST_COLUMN][i]),
         element_count=int(table["element_count"][i]),
+        md5=table["md5"][i] if "md5" in table else None,
         partial=bool(table.get("partial", [False] * (i + 1))[i]),
         stats_scope="whole",  # the device's statistics of every element
     )

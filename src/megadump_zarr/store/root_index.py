@@ -11,14 +11,22 @@ each rank group likewise carries its own windows.
 
 When: :func:`index_root` runs when a writer's session ends (the dumper's exit, ``convert``), not at every
 commit: the root document is as large as all window documents together, so rewriting it per commit
-would cost quadratic bytes. While a session writes, the root and its rank carry *no* consolidated
-metadata (:func:`strip_index`, at the writer's first ``begin``): a plain-xarray reader then lists the
-store (correct, with xarray's warning) rather than a stale snapshot. Only ``complete`` windows are
-listed, so plain xarray shows exactly the committed windows. Concurrent writers (ranks of one job)
-each index at their end; an index is rebuilt until the set of complete windows it lists equals the
-store's after writing, so the last writer to finish leaves every window it saw committed listed.
-Between one rank's end and a later rank's end the root shows the first one's view (windows the other
-rank committed since are missing until it ends). Our own reader never reads this metadata (it lists
+would cost quadratic bytes. Only ``complete`` windows are listed, so plain xarray shows exactly the
+committed windows.
+
+Never a silently partial index. Every writing session registers itself with a marker
+(``.session-<host>-<pid>-<id>.json`` at the root, :func:`open_session`) *before* it drops the index from the root and its rank
+(:func:`strip_index`, at the writer's first ``begin``), and removes it when it ends
+(:func:`close_session`, just before indexing). :func:`index_root` writes an index only when no other
+session is registered, and checks again after writing: if a session registered meanwhile, the index is
+dropped again. Either the late session sees the index when it strips (its marker came after the
+indexer's second check) or the indexer sees its marker (it came before): no interleaving leaves an index
+that misses a window committed by a live session. A session that crashes or is killed leaves its
+marker, so the root stays without an index (plain xarray lists the store, every committed window, and
+warns that the root has no consolidated metadata) until a later session on the same root ends and finds
+the marker stale: one written on this host by a process that no longer runs. Markers of other hosts
+are never presumed dead; :func:`index_root` with ``force=True`` removes them once the job is known to be
+over. Our own reader never reads this metadata (it lists
 windows), so it is only ever about plain zarr/xarray.
 
 Roots whose index would exceed :data:`INDEX_LIMIT` bytes are left without one (plain xarray warns and
@@ -28,14 +36,25 @@ else left plain.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 import json
 import os
+import socket
 from typing import Any
+import uuid
 
 from megadump_zarr.store.backend import Backend
-from megadump_zarr.layout.paths import RANK_DIR, WINDOW_DIR
+from megadump_zarr.layout.paths import RANK_DIR, SESSION_MARKER, WINDOW_DIR
 
-__all__ = ["INDEX_LIMIT", "index_root", "strip_index"]
+__all__ = [
+    "INDEX_LIMIT",
+    "close_session",
+    "index_root",
+    "live_sessions",
+    "open_session",
+    "plain_document",
+    "strip_index",
+]
 
 INDEX_LIMIT = 4 << 20
 """Largest root document (bytes) written with consolidated metadata. Every reader parses the root document
@@ -73,10 +92,10 @@ def _list_dir(root: str, storage_options: dict[str, Any] | None, prefix: str) ->
 
     fs, path = fsspec.core.url_to_fs(root, **(storage_options or {}))
     try:
-        found = fs.ls(f"{path.rstrip('/')}/{prefix}".rstrip("/"), detail=False, refresh=True)
+        found = fs.ls(f"{path.rstrip('/')}/{prefix}".rstrip("/"), detail=True, refresh=True)
     except FileNotFoundError:
         return []
-    return sorted({str(p).rstrip("/").rpartition("/")[2] for p in found})
+    return sorted({str(p["name"]).rstrip("/").rpartition("/")[2] for p in found if p.get("type") == "directory"})
 
 
 def _other_nodes(backend: Backend, root: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
@@ -178,18 +197,121 @@ def _read(backend: Backend, key: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) and doc.get("node_type") == "group" else None
 
 
-def index_root(backend: Backend, root: str, storage_options: dict[str, Any] | None = None) -> bool:
+def open_session(backend: Backend) -> str:
+    """Register a writing session at the root (a hidden ``.session-*.json`` marker); returns its key.
+
+    Args:
+        backend: The writer's backend.
+    """
+    host = "".join(c if c.isalnum() or c in "._-" else "_" for c in socket.gethostname())
+    key = f".session-{host}-{os.getpid()}-{uuid.uuid4().hex[:12]}.json"
+    marker = {"host": socket.gethostname(), "pid": os.getpid(), "startedAt": datetime.now(UTC).isoformat()}
+    backend.put(key, json.dumps(marker).encode(), atomic=True)
+    return key
+
+
+def close_session(backend: Backend, key: str) -> None:
+    """Remove a session's marker (the session has ended).
+
+    Args:
+        backend: The writer's backend.
+        key: What :func:`open_session` returned.
+    """
+    backend.delete_prefix(key)
+
+
+def _list_files(root: str, storage_options: dict[str, Any] | None, prefix: str) -> list[str]:
+    """File names directly below ``prefix`` of the root (local directory, or an fsspec listing)."""
+    if "://" not in root or root.startswith("file://"):
+        path = os.path.join(root.removeprefix("file://"), prefix)
+        try:
+            return sorted(entry.name for entry in os.scandir(path) if entry.is_file(follow_symlinks=False))
+        except OSError:
+            return []
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(root, **(storage_options or {}))
+    try:
+        found = fs.ls(f"{path.rstrip('/')}/{prefix}".rstrip("/"), detail=True, refresh=True)
+    except FileNotFoundError:
+        return []
+    return sorted(str(p["name"]).rstrip("/").rpartition("/")[2] for p in found if p.get("type") != "directory")
+
+
+def _dead_here(raw: bytes | None) -> bool:
+    """Whether a marker was written on this host by a process that no longer runs."""
+    try:
+        marker = json.loads(raw) if raw is not None else None
+    except (ValueError, UnicodeDecodeError):
+        return False
+    if not isinstance(marker, dict) or marker.get("host") != socket.gethostname():
+        return False
+    pid = marker.get("pid")
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        return False
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists, not ours to signal
+        return False
+    return False
+
+
+def live_sessions(
+    backend: Backend, root: str, storage_options: dict[str, Any] | None = None, *, force: bool = False
+) -> list[str]:
+    """The keys of the sessions registered at the root, after removing the ones known to be dead.
+
+    Args:
+        backend: The root's backend.
+        root: The dump root (path or URL), for listing.
+        storage_options: fsspec options of a URL root.
+        force: Remove every marker (the caller knows that no session writes any more).
+    """
+    live = []
+    for key in _list_files(os.fspath(root), storage_options, ""):
+        if not SESSION_MARKER.match(key):
+            continue
+        if force or _dead_here(backend.get(key)):
+            backend.delete_prefix(key)
+        else:
+            live.append(key)
+    return live
+
+
+def _ranks_below(root: str, storage_options: dict[str, Any] | None) -> list[str]:
+    return [n for n in _list_dir(root, storage_options, "") if RANK_DIR.match(n)]
+
+
+def index_root(
+    backend: Backend, root: str, storage_options: dict[str, Any] | None = None, *, force: bool = False
+) -> bool:
     """Give the root and every rank group consolidated metadata of the complete windows (see the module).
+
+    No index is written while another session is registered at the root (the root and rank groups are
+    left plain instead); an index written while a session registered is dropped again.
 
     Args:
         backend: The writer's backend for ``root``.
         root: The dump root (path or URL), for listing.
         storage_options: fsspec options of a URL root.
+        force: Remove every session marker first (the job is over; markers of killed sessions on other
+            hosts are never removed otherwise).
 
     Returns:
-        Whether an index was written (False: nothing to index, too large, or the root cannot be listed).
+        Whether an index was written (False: a session is writing, nothing to index, too large, or the root
+        cannot be listed).
     """
     root = os.fspath(root)
+    try:
+        if live_sessions(backend, root, storage_options, force=force):
+            strip_index(backend, _ranks_below(root, storage_options))
+            return False
+    except Exception:  # noqa: BLE001 - an unlistable root keeps its plain documents
+        return False
     known: dict[str, dict[str, Any]] = {}
     for _ in range(_ATTEMPTS):
         try:
@@ -214,13 +336,18 @@ def index_root(backend: Backend, root: str, storage_options: dict[str, Any] | No
                 backend.put(key, data, atomic=True)
         backend.put("zarr.json", documents["zarr.json"], atomic=True)  # the root last: it lists the ranks
         try:
+            if live_sessions(backend, root, storage_options):  # one registered while this index was built
+                strip_index(backend, _ranks_below(root, storage_options))
+                return False
             after = _complete_windows(backend, root, storage_options, known=windows)
-        except Exception:  # noqa: BLE001
-            return True
+        except Exception:  # noqa: BLE001 - cannot tell whether the index is whole: drop it
+            strip_index(backend, ranks)
+            return False
         if set(after) == set(windows):
             return True
         known = after
-    return True
+    strip_index(backend, ranks)  # the windows kept changing: no index rather than a stale one
+    return False
 
 
 def strip_index(backend: Backend, ranks: list[str] | tuple[str, ...] = ()) -> None:
@@ -232,3 +359,18 @@ def strip_index(backend: Backend, ranks: list[str] | tuple[str, ...] = ()) -> No
         doc = _read(backend, key)
         if doc is not None and doc.get("consolidated_metadata") is not None:
             backend.put(key, _dumps(_plain(doc)), atomic=True)
+
+
+def plain_document(raw: bytes) -> bytes | None:
+    """A group document's bytes without its consolidated metadata (``None``: not a group document).
+
+    Args:
+        raw: The ``zarr.json`` bytes.
+    """
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(doc, dict) or doc.get("node_type") != "group":
+        return None
+    return _dumps(_plain(doc))

@@ -21,8 +21,9 @@ Protocol:
 3. ``commit`` writes each group's ``zarr.json`` below the window with inline consolidated metadata of
    its descendants, then the window ``zarr.json`` last, atomically, with the final status. Every data
    group then opens with plain ``xr.open_zarr(path)`` (no consolidated-metadata warning). The root and
-   rank groups are shared by concurrent writers: they carry consolidated metadata only between sessions
-   (``index_root`` at a session's end, dropped at a writer's first ``begin``; see ``store/root_index.py``).
+   rank groups are shared by concurrent writers: they carry consolidated metadata only while no session
+   writes (a session registers a marker at its first ``begin``, then drops the index; ``index_root`` at
+   its end indexes when no other session is registered; see ``store/root_index.py``).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ from megadump_zarr.layout.paths import rank_dir, window_path
 from megadump_zarr.layout.schema import PACK_STORAGE, TASK_STORAGE
 from megadump_zarr.store.nodes import ArrayJob, invocation_nodes
 from megadump_zarr.store.tensor_stats import StatsAccumulator
-from megadump_zarr.store.root_index import index_root, strip_index
+from megadump_zarr.store.root_index import close_session, index_root, open_session, strip_index
 from megadump_zarr.store.statistics_table import STATISTICS_GROUP, statistics_nodes
 
 
@@ -147,6 +148,7 @@ class WindowWriter:
         self.backend: Backend = open_backend(root, storage_options)
         self._root_url, self._storage_options = os.fspath(root), storage_options
         self._unindexed: set[int] = set()  # ranks whose root/rank index this writer has dropped (store.root_index)
+        self._session: str | None = None  # this writer's session marker while it writes (store.root_index)
         self._sidecars = False
         self.durable = bool(durable)
         if isinstance(self.backend, LocalBackend):
@@ -181,11 +183,13 @@ class WindowWriter:
             return self._pool
 
     def close(self) -> None:
-        """Stop the worker threads (the writer can still be used; a new pool is made on demand)."""
+        """Stop the worker threads and remove the session marker (the writer can still be used: a new pool
+        is made and a new session registered on demand)."""
         with self._pool_lock:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True)
+        self._end_session()
 
     def index_root(self) -> bool:
         """Give the root and rank groups consolidated metadata of the complete windows, so plain
@@ -195,9 +199,17 @@ class WindowWriter:
         Returns:
             Whether an index was written.
         """
-        if not self._unindexed and not self._sidecars:  # this writer added nothing to list
+        self._end_session()
+        added, self._unindexed = bool(self._unindexed or self._sidecars), set()
+        if not added:  # this writer added nothing to list
             return False
         return index_root(self.backend, self._root_url, self._storage_options)
+
+    def _end_session(self) -> None:
+        """Remove this writer's session marker (it writes no more until its next ``begin``)."""
+        session, self._session = self._session, None
+        if session is not None:
+            close_session(self.backend, session)
 
     def __enter__(self) -> WindowWriter:
         return self
@@ -263,9 +275,18 @@ class WindowWriter:
         if attrs.get("level") == "L1":  # the layout this writer stores the window's task groups in
             attrs["stageViewStorage"] = PACK_STORAGE if self.pack else TASK_STORAGE
         document = dumps(group_document(attrs))  # validates the attributes before claiming
+        opened = self._session is None
+        if opened:  # registered before any index is dropped (see store.root_index)
+            try:
+                self._session = open_session(self.backend)
+            except BaseException as error:
+                error.add_note(f"while registering the writing session of Tensor dump window {url}")
+                raise
         try:
             self.backend.claim(key)
         except FileExistsError:
+            if opened:  # nothing was written: the session ends as it began
+                self._end_session()
             raise FileExistsError(f"Tensor dump window already exists: {url}") from None
         self._ensure_root(rank)
         if int(rank) not in self._unindexed:  # a session is writing: no stale root snapshot meanwhile
@@ -523,30 +544,52 @@ class WindowSession:
         for path, node in nodes.items():
             self._nodes[f"{group}/{path}" if path else group] = node
 
-    def write_all(self, invocations: Iterable[InvocationWrite], status: str = "complete") -> str:
-        """Write every invocation and commit; if one fails, commit what was written as ``"aborted"``
-        and re-raise.
+    def write_all(
+        self, invocations: Iterable[InvocationWrite], status: str = "complete", *, on_error: str = "keep"
+    ) -> str:
+        """Write every invocation and commit; if writing fails, keep or drop what was written, and re-raise.
 
         Args:
             invocations: The window's invocations.
             status: Final status when all were written.
+            on_error: ``"keep"`` commits what was written as ``"aborted"``; ``"discard"`` removes the window
+                (nothing of it stays; when the removal fails too, the window stays ``"writing"``, which
+                every reader treats as torn, and the error's notes say so).
 
         Returns:
             The window group's path (local) or URL.
         """
         if status not in _STATUSES:
             raise ValueError(f"status must be one of {list(_STATUSES)}, got {status!r}")
+        if on_error not in ("keep", "discard"):
+            raise ValueError(f"on_error must be 'keep' or 'discard', got {on_error!r}")
         try:
             for invocation in invocations:
                 self.write_invocation(invocation)
+            return self.commit(status)
         except BaseException as error:
             error.add_note(f"while exporting Tensor dump window {self.url}")
-            try:
-                self.commit("aborted")
-            except Exception as commit_error:  # keep the original error; note the failed commit
-                error.add_note(f"committing {self.url} as aborted also failed: {commit_error!r}")
+            if on_error == "discard":
+                self._discard(error)
+            elif self.status == "writing":
+                try:
+                    self.commit("aborted")
+                except Exception as commit_error:  # keep the original error; note the failed commit
+                    error.add_note(f"committing {self.url} as aborted also failed: {commit_error!r}")
             raise
-        return self.commit(status)
+
+    def _discard(self, error: BaseException) -> None:
+        """Remove the failed window (``on_error="discard"``), noting on ``error`` what became of it."""
+        try:
+            self.writer.backend.delete_prefix(self.key)
+        except Exception as remove_error:  # noqa: BLE001 - keep the original error; note this one
+            error.add_note(
+                f"discarding {self.url} (on_error='discard') also failed: {remove_error!r}; it stays 'writing' "
+                "(torn), which readers never show as committed"
+            )
+        else:
+            self.status = "discarded"
+            error.add_note(f"{self.url} was discarded (on_error='discard'): nothing of it was kept")
 
     def commit(self, status: str = "complete") -> str:
         """Write every group document, then the window document, last.

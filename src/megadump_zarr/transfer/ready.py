@@ -10,6 +10,7 @@ import threading
 from typing import Any
 
 from megadump_zarr.store.object_backend import ObjectStoreBackend, RetryPolicy, redact_options
+from megadump_zarr.store.root_index import index_root
 from megadump_zarr.transfer.upload import UploadError, UploadReport, upload_windows
 
 __all__ = ["UploadOnReady"]
@@ -27,7 +28,8 @@ class UploadOnReady:
 
     Failures never raise inside the dumper's callback; they are collected and raised, as one
     :class:`~megadump_zarr.transfer.UploadError`, by :meth:`wait` and :meth:`close` (also on leaving a
-    ``with`` block). ``reports`` holds one :class:`UploadReport` per finished upload.
+    ``with`` block). ``reports`` holds one :class:`UploadReport` per finished upload. The remote root's
+    consolidated index is rebuilt once, by :meth:`close`, from what is remote.
 
     Args:
         url: Destination dump root (``s3://bucket/prefix``).
@@ -91,7 +93,13 @@ class UploadOnReady:
         if self._backend is None:
             self._backend = ObjectStoreBackend(self.url, self._options, retry=self._retry, max_concurrency=self.workers)
         report = upload_windows(
-            root, self.url, keys, threads=self.workers, delete_local=self.delete_local, backend=self._backend
+            root,
+            self.url,
+            keys,
+            threads=self.workers,
+            delete_local=self.delete_local,
+            backend=self._backend,
+            index=False,
         )
         with self._lock:
             self.reports.append(report)
@@ -125,7 +133,10 @@ class UploadOnReady:
         """Wait for every queued upload, stop the thread; raise :class:`UploadError` on any failure."""
         self._closed = True
         try:
-            return self.wait()
+            reports = self.wait()
+            if self._backend is not None and any(r.uploaded_objects for r in reports):
+                index_root(self._backend, self.url, self._options)  # once, not per window (store.root_index)
+            return reports
         finally:
             self._executor.shutdown(wait=True)
             if self._backend is not None:

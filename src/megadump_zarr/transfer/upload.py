@@ -1,10 +1,20 @@
 """Upload a local dump to an object store: committed windows only, parallel, resumable, verified.
 
-Order. The root ``zarr.json`` and each ``rank_{r}/zarr.json`` go first (uploaded when absent or
-different). Then, per window, every object except the window's own ``zarr.json``; the window prefix is
-re-listed and every object checked; only then is the window ``zarr.json`` uploaded (and checked). A
+Plan. Before the first write, every object the upload would write is checked against the store (read
+only): each committed window's remote document, and the root and rank ``zarr.json``. A remote window
+document that differs from the local one, or a remote root or rank document whose attributes differ (the
+consolidated index aside), is a conflict: another dump lives at this URL, the upload is refused and
+nothing remote changes (the conflicting keys are in ``report.failed``, every other window in
+``report.skipped``).
+
+Order. The root ``zarr.json`` and each ``rank_{r}/zarr.json`` go first, plain (without consolidated
+metadata), where absent remotely or where the remote one carries an index that would not list the windows
+about to be added. Then, per window, every object except the window's own ``zarr.json``; the window prefix
+is re-listed and every object checked; only then is the window ``zarr.json`` uploaded (and checked). A
 window interrupted half-way therefore has no window document remotely and readers see it as torn
-(``writing``), never as complete.
+(``writing``), never as complete. Last, the remote root's consolidated index is rebuilt from what is
+remote (:func:`megadump_zarr.store.root_index.index_root`), so plain ``xr.open_datatree(url)`` shows every
+window committed there, never the local root's view.
 
 Which windows. Those whose local ``zarr.json`` says ``complete`` or ``aborted``. A window still
 ``writing`` (being written, or its writer died) is skipped with a note in the report; hidden files
@@ -20,8 +30,7 @@ one request per object. MD5 guards against corruption in transit and against sta
 an adversary; it is what S3 itself uses for ``Content-MD5``.
 
 Resume. Running the same upload again lists each window prefix, skips every object that is already the
-same, and uploads nothing when the dump is already there. A remote window document that differs from
-the local one (another dump written to the same URL) is a conflict: that window is not touched.
+same, and uploads nothing when the dump is already there.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ import time
 from typing import Any
 
 from megadump_zarr.store.object_backend import ObjectInfo, ObjectStoreBackend, RetryPolicy
+from megadump_zarr.store.root_index import index_root, plain_document
 from megadump_zarr.layout.paths import RANK_DIR, WINDOW_DIR
 
 __all__ = ["UploadError", "UploadReport", "upload", "upload_windows"]
@@ -337,6 +347,7 @@ class _Uploader:
         self.report = UploadReport(backend.url)
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="megadump-upload")
+        self._present_shared: list[int] = []  # sizes of the remote root and rank documents left as they are
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -403,13 +414,75 @@ class _Uploader:
         with self._lock:
             self.report.verified_objects += len(sent)
 
+    # -- the plan: nothing is written before every object to write is checked ---------------------------
+    def plan(self, keys: Sequence[str], ranks: Sequence[str]) -> tuple[dict[str, str], list[tuple[str, bytes]]]:
+        """Check every object the upload would write against the store, writing nothing.
+
+        Args:
+            keys: The window keys to upload.
+            ranks: Their rank directories.
+
+        Returns:
+            The conflicts (object key -> reason; empty: the upload may write) and the root and rank group
+            documents to write (``(key, bytes)``: absent remotely, or remotely indexed while windows are
+            about to be added, so the remote index never lists fewer windows than are committed).
+        """
+        conflicts: dict[str, str] = {}
+        adding = False
+        for key in keys:
+            status = _read_status(os.path.join(self.root, key, "zarr.json"))
+            if status not in _COMMITTED:
+                continue
+            document_key = f"{key}/zarr.json"
+            document = _File(document_key, os.path.join(self.root, key, "zarr.json"), 0)
+            info = _regular(self.root, document.path)
+            document.size, document.identity = info.st_size, (info.st_dev, info.st_ino)
+            try:
+                remote = self.backend.head(document_key)
+                same = remote is None or self._same(document, self._digest(document)[0], remote)
+            except Exception as error:  # this window cannot be checked: it is not sent (no conflict known)
+                with self._lock:
+                    self.report.failed[key] = f"{type(error).__name__}: {error}"
+                continue
+            if remote is None:
+                adding = True
+            elif not same:
+                conflicts[key] = (
+                    "conflict: the remote window document differs from the local one (another dump at this URL?)"
+                )
+        writes: list[tuple[str, bytes]] = []
+        for file in _shared_files(self.root, ranks):
+            with _open_scanned(file) as handle:
+                local_raw = handle.read()
+            local = plain_document(local_raw)
+            if local is None:
+                raise ValueError(f"refusing to upload {self.root}: {file.key} is not a Zarr group document")
+            remote_raw = self.backend.get(file.key)
+            if remote_raw is None:
+                writes.append((file.key, local))
+            elif plain_document(remote_raw) != local:
+                conflicts[file.key] = (
+                    f"conflict: the remote {file.key} differs from the local one (another dump at this URL?)"
+                )
+            elif adding and remote_raw != local:  # an index that would not list the windows added now
+                writes.append((file.key, local))
+            else:
+                self._present_shared.append(len(remote_raw))
+        return conflicts, writes
+
     # -- shared group documents ----------------------------------------------------------------------
-    def upload_shared(self, ranks: Sequence[str]) -> None:
-        """Root and rank group documents (absent or different ones)."""
-        files = _shared_files(self.root, ranks)
-        remote = {f.key: self.backend.head(f.key) for f in files}
-        sent = self._send_all(files, {k: v for k, v in remote.items() if v is not None})
-        self._verify(sent, {f.key: info for f in files if (info := self.backend.head(f.key)) is not None})
+    def upload_shared(self, writes: Sequence[tuple[str, bytes]]) -> None:
+        """Write the root and rank group documents of the plan (plain: the index is rebuilt at the end)."""
+        for size in self._present_shared:
+            self._count("present", size)
+        for key, data in writes:
+            self.backend.put(key, data, attributes={_MD5_KEY: hashlib.md5(data, usedforsecurity=False).hexdigest()})
+            self._count("uploaded", len(data))
+        bad = [key for key, data in writes if self.backend.get(key) != data]
+        if bad:
+            raise OSError(f"verification failed for {len(bad)} object(s) at {self.backend.url}: {', '.join(bad)}")
+        with self._lock:
+            self.report.verified_objects += len(writes)
 
     # -- one window -----------------------------------------------------------------------------------
     def upload_window(self, key: str) -> None:
@@ -493,6 +566,27 @@ def _threads_of(threads: int, workers: int | None) -> int:
     return threads
 
 
+def _refuse(report: UploadReport, keys: Sequence[str], conflicts: Mapping[str, str]) -> None:
+    """Record a refused upload: the conflicts as failures, every other window as not uploaded."""
+    report.failed.update(
+        {key: f"{reason}; the upload was refused, nothing was written" for key, reason in conflicts.items()}
+    )
+    where = ", ".join(sorted(conflicts)[:3]) + (f", ... ({len(conflicts) - 3} more)" if len(conflicts) > 3 else "")
+    for key in keys:
+        if key not in conflicts:
+            report.skipped[key] = f"not uploaded: the destination conflicts at {where}; nothing was written"
+
+
+def _reindex(
+    report: UploadReport, backend: ObjectStoreBackend, url: str, storage_options: Mapping[str, Any] | None
+) -> None:
+    """Rebuild the remote root's index from what is remote (``store.root_index``); a failure leaves it plain."""
+    try:
+        index_root(backend, url.rstrip("/"), dict(storage_options or {}))
+    except Exception as error:  # noqa: BLE001 - the windows are uploaded; plain readers list the store
+        report.skipped["zarr.json"] = f"root index not rebuilt ({type(error).__name__}: {error}); plain readers list"
+
+
 def upload_windows(
     local_root: str | os.PathLike[str],
     url: str,
@@ -507,11 +601,13 @@ def upload_windows(
     part_bytes: int = 16 << 20,
     backend: ObjectStoreBackend | None = None,
     workers: int | None = None,
+    index: bool = True,
 ) -> UploadReport:
     """Like :func:`upload`, for chosen windows only (``["rank_0/window_0003", ...]``; ``None``: all).
 
     Returns the report without raising for failed windows (see ``report.failed``). ``workers`` is the
-    deprecated name of ``threads``.
+    deprecated name of ``threads``; ``index=False`` leaves the remote root plain after adding windows
+    (:class:`~megadump_zarr.transfer.UploadOnReady` indexes once, when it closes).
     """
     threads = _threads_of(threads, workers)
     if part_bytes < 5 << 20:
@@ -542,14 +638,22 @@ def upload_windows(
         progress=bar,
     )
     try:
+        keys_to_send: list[str] = []
         try:
-            uploader.upload_shared(ranks)
-        except Exception as error:  # without the root and rank documents no window is readable: all fail
-            for key in keys:
-                uploader.report.failed[key] = f"{type(error).__name__}: {error}"
-            keys_to_send: list[str] = []
+            conflicts, writes = uploader.plan(keys, ranks)
+        except Exception as error:  # the store cannot be read: nothing was written
+            conflicts, writes = {key: f"{type(error).__name__}: {error}" for key in keys}, []
+        if conflicts:
+            _refuse(uploader.report, keys, conflicts)
+            writes = []
         else:
-            keys_to_send = list(keys)
+            try:
+                uploader.upload_shared(writes)
+            except Exception as error:  # without the root and rank documents no window is readable: all fail
+                for key in keys:
+                    uploader.report.failed[key] = f"{type(error).__name__}: {error}"
+            else:
+                keys_to_send = [key for key in keys if key not in uploader.report.failed]
         # A few windows at once keep the pool busy across each window's verify / document round trips.
         with ThreadPoolExecutor(min(4, max(len(keys), 1)), thread_name_prefix="megadump-upload-window") as windows_pool:
             futures = {key: windows_pool.submit(uploader.upload_window, key) for key in keys_to_send}
@@ -557,6 +661,8 @@ def upload_windows(
                 error = future.exception()
                 if error is not None:
                     uploader.report.failed[key] = f"{type(error).__name__}: {error}"
+        if index and (writes or uploader.report.uploaded_objects):
+            _reindex(uploader.report, backend, url, storage_options)
     finally:
         uploader.close()
         bar.close()
@@ -601,7 +707,8 @@ def upload(
     Raises:
         ValueError: ``local_root`` is not a dump root, or ``url`` is not an object-store URL.
         UploadError: Some committed window could not be uploaded or verified (``error.report`` has details);
-            every other window was still uploaded.
+            every other window was still uploaded. A conflict (another dump at ``url``) refuses the whole
+            upload before anything is written: the remote bytes are unchanged.
     """
     report = upload_windows(
         local_root,

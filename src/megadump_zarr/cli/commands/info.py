@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -103,8 +104,8 @@ def summarise(dump: Any) -> dict[str, Any]:
                     {
                         "name": name,
                         "invocation": None if pd.isna(first["invocation"]) else int(first["invocation"]),
-                        "kernel": first["kernel"],
-                        "direction": first["direction"],
+                        "kernel": _present(first["kernel"]),
+                        "direction": _present(first["direction"]),
                         "step": None if pd.isna(first["step"]) else int(first["step"]),
                         "records": len(group),
                         "tasks": int(group["group"].nunique()) if group["io"].notna().any() else 0,
@@ -121,8 +122,8 @@ def summarise(dump: Any) -> dict[str, Any]:
                 "status": w.status,
                 "level": w.level,
                 "invocations": int(w.invocations),
-                "created_at": w.created_at,
-                "committed_at": w.committed_at,
+                "created_at": _present(w.created_at),
+                "committed_at": _present(w.committed_at),
                 "salvaged": bool(attrs.get("salvaged", False)),
                 "records": len(mine),
                 "raw_bytes": raw,
@@ -133,6 +134,17 @@ def summarise(dump: Any) -> dict[str, Any]:
             }
         )
     return {"root": dump.root, "windows": out}
+
+
+def _present(value: Any) -> Any:
+    """``value``, or ``None`` where the dump does not say (a missing attribute read as ``None`` or NaN).
+
+    Args:
+        value: A window's or invocation's attribute as the catalogue holds it.
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value
 
 
 def _ratio(value: float | None) -> str:
@@ -174,6 +186,8 @@ def _tree(summary: dict[str, Any]) -> Tree:
                 text.append(f", {human_bytes(w['disk_bytes'])} on disk")
             text.append(f", ratio {_ratio(w['ratio'])}")
             created, committed = w["created_at"], w["committed_at"]
+            if committed is None and status == "writing":
+                committed = "never (torn, or still being written)"
             text.append(f"\ncreated {created or '—'}, committed {committed or '—'}", style="dim")
             node = branch.add(text)
             for inv in w["invocation_list"][:_INVOCATIONS_SHOWN]:
@@ -182,7 +196,8 @@ def _tree(summary: dict[str, Any]) -> Tree:
                     tasks += f", {inv['statistics_only']} statistics only"
                 node.add(
                     Text(
-                        f"{inv['name']}  {inv['kernel']}  step {inv['step']}  {inv['records']} records{tasks}, "
+                        f"{inv['name']}  {inv['kernel'] or 'kernel ?'}  "
+                        f"step {'?' if inv['step'] is None else inv['step']}  {inv['records']} records{tasks}, "
                         f"{human_bytes(inv['raw_bytes'])}"
                     )
                 )

@@ -151,6 +151,9 @@ def _shape(source: Path, where: str, value: Any) -> tuple[int, ...]:
     return tuple(value)
 
 
+_HEX_DIGEST = re.compile(r"^[0-9A-Fa-f]{1,64}\Z")
+
+
 def _check_sizes(source: Path, where: str, dtype: str, shape: tuple[int, ...], file: Path | None) -> None:
     """Refuse (before anything is loaded or written) a dtype the store cannot hold, a shape whose byte size
     int64 cannot count, and a tensor file smaller than the shape it (or its .npy header) declares."""
@@ -158,11 +161,16 @@ def _check_sizes(source: Path, where: str, dtype: str, shape: tuple[int, ...], f
 
     itemsize = supported_itemsize(dtype, f"msprobe {source} at {where}.dtype")
     npy = file is not None and file.suffix == ".npy"
-    # a .pt archive is checked when loaded (torch reads its storages by their stored size, and a payload
-    # that is no tensor is better named as such); np.load would allocate what a .npy header declares
+    # np.load would allocate what a .npy header declares; a .pt archive's view of its storage is checked
+    # here too (zip directory and pickle only, no torch): an expanded tensor's 1-element storage may
+    # declare 256 GiB
     check_declared_bytes(shape, itemsize, f"msprobe {source} at {where}.shape", file if npy else None)
     if npy:
         check_npy_header(file)
+    elif file is not None and file.suffix == ".pt" and file.is_file():
+        from megadump_zarr.read.msprobe.torchfile import check_pt
+
+        check_pt(file)
 
 
 def _confined_file(data_dir: Path, name: Any, source: Path, where: str) -> Path:
@@ -261,6 +269,11 @@ def _msprobe_call(key: str, entry: Any, source: Path, data_dir: Path | None, tas
             shape = _shape(source, where, leaf.get("shape"))
             _check_sizes(source, where, dtype.removeprefix("torch."), shape, file)
             stats = {k: leaf.get(k) for k in ("Max", "Min", "Mean", "Norm") if k in leaf}
+            if leaf.get("md5") is not None:  # summary_mode "md5": the CRC32 of the bytes, 8 hex digits
+                digest = leaf["md5"]
+                if not isinstance(digest, str) or not _HEX_DIGEST.match(digest):
+                    raise _fail(source, where, f"'md5' must be a hexadecimal digest, got {str(digest)[:80]!r}")
+                stats["md5"] = digest.lower()
             attrs = {"requiresGrad": leaf.get("requires_grad")} if "requires_grad" in leaf else {}
             attrs["msprobeKey"] = _PARAM_GRAD if grads else io_key
             call.tensors.append(Tensor(name, io, arg, dtype.removeprefix("torch."), shape, stats, file, attrs))

@@ -3,7 +3,8 @@
 msprobe records no NaN/Inf counts: they are 0 when all four statistics are finite (msprobe's torch
 reductions run over every element, so a NaN or Inf would show) or the dtype is integral or bool, else
 unknown (``-1``); the element count is the shape's product; the digest is 0 (none, ``digests``
-false in the table's attributes).
+false in the table's attributes). msprobe's ``md5`` digests (``summary_mode: "md5"``) go in the table's
+``msprobeMd5`` attribute, one per row.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from megadump_zarr.layout.statistics import MSPROBE_MD5
 
 __all__ = ["statistics_table"]
 
@@ -84,6 +87,8 @@ def statistics_table(key: str, tensors: Sequence[Any], names: list[str]) -> Any:
         "l2norm": np.abs(column("Norm")),
         "digest": np.zeros(n, dtype=np.uint64),  # msprobe has none: "digests": False tells readers
     }
-    return StatisticsTable(
-        coords, variables, {"source": "msprobe statistics task", "msprobeCall": key, "digests": False}
-    )
+    attrs: dict[str, Any] = {"source": "msprobe statistics task", "msprobeCall": key, "digests": False}
+    digests = [t.stats.get("md5") for t in tensors]
+    if any(d is not None for d in digests):  # summary_mode "md5": msprobe's digest per row, read as records' md5
+        attrs[MSPROBE_MD5] = digests
+    return StatisticsTable(coords, variables, attrs)

@@ -11,8 +11,10 @@ used). Importing torch costs a command-line compare more than a second; this cos
 ~150-byte pickle per file.
 
 Refused (``ValueError`` naming the file): anything that is not such an archive, a pickle naming any
-other global (a pickle that would run code), a compressed or missing storage, a storage smaller than
-the tensor's view of it, a big-endian archive, more than one tensor or anything but a tensor.
+other global (a pickle that would run code), a compressed or missing storage, a storage that does not
+hold the tensor densely (stride 0 as ``expand`` writes, overlapping strides, a storage smaller than the
+view, an offset past its end: the declared shape could otherwise stand for far more bytes than the file
+holds), a big-endian archive, more than one tensor or anything but a tensor.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["read_pt"]
+__all__ = ["check_pt", "read_pt"]
 
 _PICKLE_LIMIT = 1 << 20  # one tensor's data.pkl is ~150 bytes
 _STORAGES = {
@@ -203,18 +205,37 @@ def _parsed(file: Path) -> tuple[_TensorView, int, int]:
     return view, start, size
 
 
-def read_pt(file: str | os.PathLike[str]) -> tuple[np.ndarray, str]:
-    """The tensor of a ``torch.save`` file as a memory-mapped numpy array of its exact dtype, and the dtype.
+def _dense_problem(view: _TensorView) -> str | None:
+    """Why the storage does not hold the view's elements densely, or ``None`` when it does.
 
-    Args:
-        file: The ``.pt`` file.
-
-    Raises:
-        ValueError: The file is refused (see the module docstring), naming it.
+    Densely: every element of the declared shape has bytes of its own in the storage -- no stride 0 (an
+    expanded or broadcast tensor), no two elements on the same bytes (overlapping strides), nothing past
+    the storage's end. Then the shape's element count is at most the storage's, which the file holds, so
+    whatever reads the tensor is bounded by the file's size. A non-contiguous view that does not overlap
+    (``tensor[:, 2:5]``, what msprobe writes for a sliced dump) is dense in this sense and accepted.
     """
+    numel = view.storage.numel
+    if view.offset > numel:
+        return f"its storage offset {view.offset} lies past the end of its storage of {numel} elements"
+    if 0 in view.size:
+        return None
+    dims = sorted((s, n) for n, s in zip(view.size, view.stride) if n != 1)
+    reach = 0  # the furthest element, relative to the offset, of the dimensions seen so far
+    for stride, size in dims:
+        if stride == 0:
+            return f"a dimension of size {size} has stride 0 (an expanded tensor: one element stands for {size})"
+        if stride <= reach:
+            return f"its strides overlap (stride {stride} within the {reach + 1} elements an inner dimension spans)"
+        reach += (size - 1) * stride
+    if view.offset + reach >= numel:
+        return f"it reaches element {view.offset + reach}, past the end of its storage of {numel} elements"
+    return None
+
+
+def _checked(file: Path) -> tuple[_TensorView, int, int, np.dtype]:
+    """Parse ``file`` and refuse it unless its storage holds its tensor densely; ``(view, start, size, dtype)``."""
     from megadump_zarr.store.dtypes import NUMPY_DTYPES
 
-    file = Path(file)
     try:
         view, start, size = _parsed(file)
         dtype = np.dtype(NUMPY_DTYPES[view.storage.dtype])
@@ -225,13 +246,45 @@ def read_pt(file: str | os.PathLike[str]) -> tuple[np.ndarray, str]:
             f"refusing msprobe tensor file {file}: its storage holds {size} bytes, its pickle says "
             f"{view.storage.numel} {dtype.name} elements"
         )
-    count = int(np.prod(view.size, dtype=np.int64)) if view.size else 1
-    if count and view.offset + sum((n - 1) * s for n, s in zip(view.size, view.stride)) >= max(view.storage.numel, 1):
+    problem = _dense_problem(view)
+    if problem is not None:
         raise ValueError(
-            f"refusing msprobe tensor file {file}: its tensor (size {list(view.size)}, stride "
-            f"{list(view.stride)}, offset {view.offset}) reaches past its storage of "
-            f"{view.storage.numel} elements"
+            f"refusing msprobe tensor file {file}: its stored bytes cannot hold its tensor (size {list(view.size)}, "
+            f"stride {list(view.stride)}, offset {view.offset}) densely: {problem}"
         )
+    return view, start, size, dtype
+
+
+def check_pt(file: str | os.PathLike[str]) -> tuple[tuple[int, ...], str]:
+    """Refuse a ``torch.save`` file that is not a plain tensor its stored bytes hold densely (see
+    :func:`read_pt`); reads its zip directory and ~150-byte pickle only (kept for the later read).
+
+    Args:
+        file: The ``.pt`` file.
+
+    Returns:
+        The tensor's shape and dtype name.
+
+    Raises:
+        ValueError: The file is refused, naming it and why.
+    """
+    view, _, _, _ = _checked(Path(file))
+    return tuple(view.size), view.storage.dtype
+
+
+def read_pt(file: str | os.PathLike[str]) -> tuple[np.ndarray, str]:
+    """The tensor of a ``torch.save`` file as a memory-mapped numpy array of its exact dtype, and the dtype.
+
+    Args:
+        file: The ``.pt`` file.
+
+    Raises:
+        ValueError: The file is refused (see the module docstring), naming it: also when its storage does not
+            hold the tensor densely (stride 0, overlapping strides, an offset or extent past the storage).
+    """
+    file = Path(file)
+    view, start, size, dtype = _checked(file)
+    count = int(np.prod(view.size, dtype=np.int64)) if view.size else 1
     if not count or not size:
         return np.zeros(view.size, dtype=dtype), view.storage.dtype
     mapped = np.memmap(file, dtype=np.uint8, mode="r", offset=start, shape=(size,)).view(dtype)
