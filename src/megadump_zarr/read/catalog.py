@@ -33,9 +33,11 @@ from megadump_zarr.read.documents import (
 from megadump_zarr.read.statistics_table import STATISTICS_COLUMNS, merge_statistics
 from megadump_zarr.read.integrity import below_checks
 from megadump_zarr.read.location import get_json, get_many, list_dir, list_dirs, list_prefix, parse_json
-from megadump_zarr.read.pack_nodes import MARKER, Fetch, window_fields_keys
+from megadump_zarr.read.errors import FormatVersionError
+from megadump_zarr.read.pack_nodes import Fetch, is_packed, window_fields_keys
 from megadump_zarr.read.pack_rows import PackedWindow, expand_torn, expand_window
 from megadump_zarr.layout.paths import INVOCATION_DIR, RANK_DIR, TASK_DIR, WINDOW_DIR
+from megadump_zarr.layout.schema import PACK_STORAGE, STORAGE_ATTR, format_problem
 
 __all__ = [
     "EXTRA_COLUMNS",
@@ -45,6 +47,7 @@ __all__ = [
     "window_info",
     "check_root",
     "data_groups",
+    "is_packed",
     "itemsize",
     "records_frame",
     "scan_windows",
@@ -260,10 +263,10 @@ def scan_windows(store: Store, cache: dict[str, WindowInfo] | None = None) -> li
     keys.sort()
     missing = [key for _, _, key in keys if key not in cache or not cache[key].final]
     raws = get_many(store, [f"{key}/zarr.json" for key in missing])
-    docs = {key: _parsed(key, raw) for key, raw in zip(missing, raws) if raw is not None and MARKER in raw}
+    docs = {key: _parsed(key, raw) for key, raw in zip(missing, raws) if raw is not None}
     # every packed window's row_fields chunks in one concurrent batch (an object store: one round trip, not one
     # per window); a key not prefetched (a document that does not parse is named by window_info) is read then
-    wanted = [k for key, doc in docs.items() for k in window_fields_keys(key, doc)]
+    wanted = [k for key, doc in docs.items() if is_packed(doc) for k in window_fields_keys(key, doc)]
     read = store_fetch(store)
     held = dict(zip(wanted, read(wanted)))
 
@@ -312,6 +315,9 @@ def window_info(key: str, raw: bytes | None, doc: dict[str, Any] | None = None, 
     where = f"{key}/zarr.json"
     doc = parse_json(raw, where) if doc is None else doc
     attrs = check_attributes(doc, where)
+    problem = format_problem(attrs, key)
+    if problem is not None:
+        raise FormatVersionError(problem)
     status = attrs.get("status")
     if status not in ("complete", "aborted", "writing"):
         status = "writing"
@@ -328,7 +334,7 @@ def window_info(key: str, raw: bytes | None, doc: dict[str, Any] | None = None, 
     if status == "writing" or not isinstance(nodes, dict):
         nodes = None
     info = WindowInfo(rank, window, key, status, attrs, nodes)
-    if nodes is not None and MARKER in raw:
+    if nodes is not None and attrs.get(STORAGE_ATTR) == PACK_STORAGE:
         info.nodes = _take_packs(info, nodes, expand_window(key, nodes, fetch))
     return info
 
@@ -396,6 +402,8 @@ def window_nodes(store: Store, info: WindowInfo) -> dict[str, dict[str, Any]]:
             nodes[key[len(prefix) : -len("/zarr.json")]] = parse_json(raw, key)
         except ValueError:
             info.damaged.append(key)  # torn mid-write: the node never finished, so it is not part of the window
+    if info.attrs.get(STORAGE_ATTR) != PACK_STORAGE:
+        return nodes
     return _take_packs(info, nodes, expand_torn(info.key, nodes, store_fetch(store)))
 
 

@@ -81,12 +81,16 @@ def open_dump(url: str | os.PathLike[str] | Store, storage_options: dict[str, An
     Raises:
         ValueError: ``url`` is not a dump root; the message names it and what is missing. An msprobe
             directory whose ``dump.json`` is invalid or unsafe (naming the file and field).
+        FormatVersionError: A window of another format than
+            :data:`~megadump_zarr.layout.schema.FORMAT_VERSION` (naming it and both versions).
     """
     from megadump_zarr.read.msprobe import msprobe_location
 
     location = msprobe_location(url) or open_location(url, storage_options)
     attrs = check_root(location.store, location.url)
-    return Dump(location, attrs)
+    dump = Dump(location, attrs)
+    dump._scan()  # a window of another format is refused here, with the version found and the one supported
+    return dump
 
 
 def _int_or(value: Any, default: int = -1) -> int:

@@ -33,7 +33,7 @@ from zarr.storage import WrapperStore
 from megadump_zarr.layout.paths import WINDOW_KEY
 from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.location import parse_json
-from megadump_zarr.read.pack_nodes import MARKER, window_fields_keys
+from megadump_zarr.read.pack_nodes import is_packed, window_fields_keys
 
 __all__ = [
     "ChunkLookup",
@@ -225,10 +225,10 @@ class IntegrityStore(WrapperStore[Store]):
         raw = await self._store.get(f"{match.group(1)}/zarr.json", prototype)
         data = None if raw is None else raw.to_bytes()
         doc = None
-        if data is not None and MARKER in data:
+        if data is not None:
             with contextlib.suppress(ValueError):  # a document that does not parse: window_info names it
                 doc = parse_json(data, f"{match.group(1)}/zarr.json")
-        keys = window_fields_keys(match.group(1), doc) if doc is not None else []
+        keys = window_fields_keys(match.group(1), doc) if is_packed(doc) else []
         values = await asyncio.gather(*(self._store.get(k, prototype) for k in keys))
         fetched = {k: None if v is None else v.to_bytes() for k, v in zip(keys, values)}
         lookup.learn(match.group(1), data, lambda wanted: [fetched.get(k) for k in wanted], doc)

@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from megadump_zarr.layout.paths import TASK_DIR
+from megadump_zarr.layout.schema import PACK_STORAGE, STORAGE_ATTR
 from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.store.metadata import consolidated_sort_key
 from megadump_zarr.store.pack_fields import (
@@ -43,7 +44,7 @@ from megadump_zarr.store.packs import (
 
 __all__ = [
     "Fetch",
-    "MARKER",
+    "is_packed",
     "PACK",
     "PACK_DOC",
     "PACK_PATH",
@@ -67,9 +68,17 @@ PACK_TASK = re.compile(
 """A pack's task id array (group 1: the pack)."""
 PACK_DOC = re.compile(rf"^([^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+)/[^/]+/zarr\.json$")
 """The document of an array of a pack (group 1: the pack)."""
-MARKER = f"/{PACK_PREFIX}".encode()
-"""No window document without these bytes holds a pack."""
 _EMPTY_CONSOLIDATED = {"kind": "inline", "must_understand": False, "metadata": {}}
+
+
+def is_packed(doc: Any) -> bool:
+    """Whether a parsed window document's manifest names the packs layout (what readers dispatch on).
+
+    Args:
+        doc: The window document, parsed (``None``: it did not parse).
+    """
+    attrs = doc.get("attributes") if isinstance(doc, dict) else None
+    return isinstance(attrs, dict) and attrs.get(STORAGE_ATTR) == PACK_STORAGE
 
 
 def flat_group(node: dict[str, Any]) -> dict[str, Any]:

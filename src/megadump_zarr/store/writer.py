@@ -57,7 +57,15 @@ from megadump_zarr.store.metadata import (
 from megadump_zarr.store.pack_fields import FIELDS_ARRAY
 from megadump_zarr.store.pack_writer import submit_pack
 from megadump_zarr.layout.paths import rank_dir, window_path
-from megadump_zarr.layout.schema import PACK_STORAGE, TASK_STORAGE
+from megadump_zarr.layout.schema import (
+    FORMAT_ATTR,
+    FORMAT_VERSION,
+    L0_STORAGE,
+    PACK_STORAGE,
+    STORAGE_ATTR,
+    STORAGE_KINDS,
+    TASK_STORAGE,
+)
 from megadump_zarr.store.nodes import ArrayJob, invocation_nodes
 from megadump_zarr.store.tensor_stats import StatsAccumulator
 from megadump_zarr.store.root_index import index_root, strip_index
@@ -260,8 +268,11 @@ class WindowWriter:
         attrs = dict(attrs)
         attrs.pop("committedAt", None)
         attrs.update(status="writing", createdAt=_now())
-        if attrs.get("level") == "L1":  # the layout this writer stores the window's task groups in
-            attrs["stageViewStorage"] = PACK_STORAGE if self.pack else TASK_STORAGE
+        attrs[FORMAT_ATTR] = FORMAT_VERSION  # the format this writer writes, whatever the caller said
+        if attrs.get("level") == "L1" or self.pack:  # the layout this writer stores the window's task groups in
+            attrs[STORAGE_ATTR] = PACK_STORAGE if self.pack else TASK_STORAGE
+        elif attrs.get(STORAGE_ATTR) not in STORAGE_KINDS:
+            attrs[STORAGE_ATTR] = L0_STORAGE if attrs.get("level") == "L0" else TASK_STORAGE
         document = dumps(group_document(attrs))  # validates the attributes before claiming
         try:
             self.backend.claim(key)
