@@ -34,7 +34,7 @@ from megadump_zarr.read.statistics_table import STATISTICS_COLUMNS, merge_statis
 from megadump_zarr.read.integrity import below_checks
 from megadump_zarr.read.location import get_json, get_many, list_dir, list_dirs, list_prefix, parse_json
 from megadump_zarr.read.errors import FormatVersionError
-from megadump_zarr.read.pack_nodes import Fetch, is_packed, window_fields_keys
+from megadump_zarr.read.pack_nodes import Fetch, is_packed, window_column_keys
 from megadump_zarr.read.pack_rows import PackedWindow, expand_torn, expand_window
 from megadump_zarr.layout.paths import INVOCATION_DIR, RANK_DIR, TASK_DIR, WINDOW_DIR
 from megadump_zarr.layout.schema import PACK_STORAGE, STORAGE_ATTR, format_problem
@@ -264,9 +264,9 @@ def scan_windows(store: Store, cache: dict[str, WindowInfo] | None = None) -> li
     missing = [key for _, _, key in keys if key not in cache or not cache[key].final]
     raws = get_many(store, [f"{key}/zarr.json" for key in missing])
     docs = {key: _parsed(key, raw) for key, raw in zip(missing, raws) if raw is not None}
-    # every packed window's row_fields chunks in one concurrent batch (an object store: one round trip, not one
+    # every packed window's per-task arrays in one concurrent batch (an object store: one round trip, not one
     # per window); a key not prefetched (a document that does not parse is named by window_info) is read then
-    wanted = [k for key, doc in docs.items() if is_packed(doc) for k in window_fields_keys(key, doc)]
+    wanted = [k for key, doc in docs.items() if is_packed(doc) for k in window_column_keys(key, doc)]
     read = store_fetch(store)
     held = dict(zip(wanted, read(wanted)))
 
@@ -283,7 +283,7 @@ def scan_windows(store: Store, cache: dict[str, WindowInfo] | None = None) -> li
 
 
 def _parsed(key: str, raw: bytes) -> dict[str, Any] | None:
-    """A window document parsed once, for the ``row_fields`` prefetch and ``window_info`` (``None``: it does not
+    """A window document parsed once, for the prefetch of its packs' arrays and ``window_info`` (``None``: it does not
     parse, which ``window_info`` then names)."""
     try:
         return parse_json(raw, f"{key}/zarr.json")
@@ -293,7 +293,7 @@ def _parsed(key: str, raw: bytes) -> dict[str, Any] | None:
 
 def store_fetch(store: Store) -> Fetch:
     """Reads keys of ``store`` concurrently, below its integrity checks (what a packed window's expansion reads:
-    ``row_fields`` chunks, which it checks itself: their crc32c and the ``tableCrc32c`` binding them to their
+    per-task arrays, which it checks itself: their crc32c and the ``chunkCrc32c`` binding them to their
     pack). Through the checks, each chunk would first make the store expand its window again to look it up."""
     inner = below_checks(store)
     return lambda keys: get_many(inner, keys)
@@ -306,7 +306,7 @@ def window_info(key: str, raw: bytes | None, doc: dict[str, Any] | None = None, 
         key: The window key (``rank_0/window_0003``).
         raw: The window document's bytes (``None``: not written yet, so the window is ``writing``).
         doc: The document already parsed from ``raw``, if it was.
-        fetch: Reads keys of the dump (a format-4 pack's ``row_fields`` chunk, :func:`store_fetch`).
+        fetch: Reads keys of the dump (its packs' per-task arrays, :func:`store_fetch`).
     """
     rank_name, window_name = key.split("/")
     rank, window = int(rank_name[5:]), int(window_name[7:])

@@ -54,7 +54,6 @@ from megadump_zarr.store.metadata import (
     plain_group_bytes,
     stats_bytes,
 )
-from megadump_zarr.store.pack_fields import FIELDS_ARRAY
 from megadump_zarr.store.pack_writer import submit_pack
 from megadump_zarr.layout.paths import rank_dir, window_path
 from megadump_zarr.layout.schema import (
@@ -382,17 +381,6 @@ class WindowWriter:
         return [self.pool.submit(run, index) for index in job.chunks]
 
 
-def _finish_packs(packs: list[Any]) -> None:
-    """After a failure, once every job has ended: write each pack's ``row_fields`` for the record arrays that
-    were written (best effort: the first failure is the one raised)."""
-    for pack in packs:
-        if pack.join is not None and not pack.fields_written:
-            try:
-                pack.join.finish()
-            except Exception:  # noqa: BLE001 - the pack's rows stay unreadable; the original error is raised
-                pass
-
-
 class WindowSession:
     """One claimed window being written. Not thread-safe: one thread drives a session.
 
@@ -456,9 +444,8 @@ class WindowSession:
         try:
             for pack in nodes.packs:
                 futures.extend(submit_pack(w, pack, base))
-        except BaseException:  # a pack's task array failed: let the submitted shards end, keep what was written
+        except BaseException:  # a pack's arrays failed: let the submitted shards end, keep what was written
             wait(futures)
-            _finish_packs(nodes.packs)
             self._register(nodes)
             raise
         leaves = _leaf_groups(nodes)
@@ -480,9 +467,6 @@ class WindowSession:
             futures.append(w.pool.submit(w._write_small, batch))
         try:
             _wait_all(futures)  # re-raises the first failure after every task has stopped
-        except BaseException:
-            _finish_packs(nodes.packs)
-            raise
         finally:  # arrays that were fully written stay part of the window (an aborted commit keeps them)
             self._register(nodes)
         if invocation.statistics is not None:  # statistics-first modes: the invocation's statistics table
@@ -514,14 +498,12 @@ class WindowSession:
             if job.written:
                 self._nodes[f"{nodes.name}/{job.path}"] = ("array", job.document)
         for pack in nodes.packs:
-            for job in pack.jobs:
-                if job.written:
-                    self._nodes[f"{nodes.name}/{job.path}"] = ("array", job.document)
+            for column in [*pack.columns, *(r.stats for r in pack.records if r.stats is not None)]:
+                if column.written:
+                    self._nodes[f"{nodes.name}/{pack.path}/{column.name}"] = ("array", column.document)
             for record in pack.records:
                 if record.written:
                     self._nodes[f"{nodes.name}/{pack.path}/{record.name}"] = ("array", record.document)
-            if pack.fields_written:
-                self._nodes[f"{nodes.name}/{pack.path}/{FIELDS_ARRAY}"] = ("array", pack.fields_document)
 
     def _write_statistics(self, name: str, table: Any) -> None:
         """Write one invocation's ``statistics`` group (see :mod:`megadump_zarr.store.statistics_table`)."""
@@ -636,7 +618,6 @@ def _leaf_groups(nodes: Any) -> dict[str, tuple[bytes, list[ArrayJob]]]:
     excluded = {path.rpartition("/")[0] for path in nodes.groups if path}
     for pack in nodes.packs:
         excluded.add(pack.path)
-        excluded.update(job.path.rpartition("/")[0] for job in pack.jobs)
     leaves: dict[str, tuple[bytes, list[ArrayJob]]] = {}
     for job in nodes.arrays:
         parent = job.path.rpartition("/")[0]
