@@ -25,7 +25,7 @@ import zarr
 
 from megadump_zarr.store.packs import decode_index, index_nbytes
 
-__all__ = ["ChunkSpan", "pack_of", "record_chunk", "stored_record", "task_dirs"]
+__all__ = ["ChunkSpan", "pack_of", "record_chunk", "stored_record", "task_dirs", "tear"]
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -159,3 +159,23 @@ def without_digests(value: Any) -> Any:
     if isinstance(value, list):
         return [without_digests(v) for v in value]
     return value
+
+
+def tear(root: Path, window: str = "rank_0/window_0000") -> None:
+    """Make a committed window look torn as the writer leaves it when killed before its commit: status
+    ``writing``, no consolidated metadata, no group documents except each pack's (its attributes, written with
+    its arrays, without consolidated metadata)."""
+    wdir = Path(root) / window
+    doc = json.loads((wdir / "zarr.json").read_bytes())
+    nodes = doc.pop("consolidated_metadata")["metadata"]
+    doc["attributes"]["status"] = "writing"
+    doc["attributes"].pop("committedAt", None)
+    for path, node in nodes.items():
+        if node["node_type"] != "group":
+            continue
+        if path.rpartition("/")[2].startswith("pack_"):
+            own = {"attributes": node["attributes"], "zarr_format": 3, "node_type": "group"}
+            (wdir / path / "zarr.json").write_text(json.dumps(own))
+        else:
+            (wdir / path / "zarr.json").unlink(missing_ok=True)
+    (wdir / "zarr.json").write_text(json.dumps(doc))

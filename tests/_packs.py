@@ -116,3 +116,18 @@ def write_column(window: Path, pack: str, name: str, values: Any) -> None:
         node["attributes"]["chunkCrc32c"] = f"{crc:08x}"
 
     edit_document(window, pack, name, rewrite)
+
+
+def expanded(window: Path, pack: str) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """``(virtual nodes, chunk sources)``: the task groups, record arrays and row coordinates a stored pack's rows
+    stand for, as the readers build them (``store.packs.expand_pack``).
+
+    Args:
+        window: The window directory.
+        pack: The pack's path relative to it.
+    """
+    from megadump_zarr.store.packs import expand_pack
+
+    nodes = _nodes(window, pack)
+    rows, _ = decode_pack(pack, nodes, _chunks(window, pack, nodes), pack)
+    return expand_pack(pack, nodes, rows.tasks, rows.records)

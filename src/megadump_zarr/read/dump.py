@@ -37,7 +37,7 @@ from megadump_zarr.read.catalog import (
     window_nodes,
 )
 from megadump_zarr.read.documents import check_array_doc, check_attributes, count_field, shape_field
-from megadump_zarr.read.errors import DumpIntegrityError
+from megadump_zarr.read.errors import DumpIntegrityError, FormatVersionError
 from megadump_zarr.read.integrity import CommittedWindows, IntegrityStore, guard_read
 from megadump_zarr.read.location import DumpLocation, open_location, store_path
 from megadump_zarr.read.pack_arrays import is_packed_array
@@ -89,7 +89,12 @@ def open_dump(url: str | os.PathLike[str] | Store, storage_options: dict[str, An
     location = msprobe_location(url) or open_location(url, storage_options)
     attrs = check_root(location.store, location.url)
     dump = Dump(location, attrs)
-    dump._scan()  # a window of another format is refused here, with the version found and the one supported
+    try:  # a window of another format is refused here, with the version found and the one supported
+        dump._scan()
+    except FormatVersionError:
+        raise
+    except ValueError:  # damage is named where it is read (records(), verify), never at open
+        pass
     return dump
 
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from megadump_zarr.store.backend import LocalBackend
 from megadump_zarr.store.encoding import NO_COMPRESSION
-from megadump_zarr.store.metadata import array_document_bytes, dumps, pack_array_document_bytes
+from megadump_zarr.store.metadata import array_document_bytes, dumps, pack_array_document_bytes, plain_group_bytes
 from megadump_zarr.layout.packs import (
     COORDINATES_ATTR,
     RECORD_ATTRIBUTES_ATTR,
@@ -242,7 +242,10 @@ def submit_pack(writer: Any, pack: PackGroup, base: str) -> list[Future[Any]]:
     prefix = f"{base}/{pack.path}"
     if writer.stats and pack.records and not any(c.name == STATISTIC_ARRAY for c in pack.columns):
         pack.columns.append(PackColumn(STATISTIC_ARRAY, np.asarray(STATISTICS), (STATISTIC_DIM,)))
-    items = [item for column in pack.columns for item in _column_items(column, prefix, writer.checksum)]
+    # the group's attributes first (what the rows share: a torn window's pack reads with them), its arrays along
+    # task next; the commit rewrites the group's document with its consolidated metadata
+    items = [(f"{prefix}/zarr.json", plain_group_bytes(pack.attrs_json))]
+    items += [item for column in pack.columns for item in _column_items(column, prefix, writer.checksum)]
     writer.backend.put_many(items)
     for column in pack.columns:
         column.written = True
