@@ -65,7 +65,7 @@ def test_torn_window_records_name_their_pack_rows(tmp_path):
     from megadump_zarr.store.writer import WindowWriter
 
     writer = WindowWriter(tmp_path, durable=False, pack=True)
-    session = writer.begin(0, 0, {"schemaVersion": 7})
+    session = writer.begin(0, 0, {"level": "L1"})
     session.write_invocation(mixed_invocation())
     writer.close()  # never committed: the window stays "writing"
     records = open_dump(tmp_path).records(include_incomplete=True)

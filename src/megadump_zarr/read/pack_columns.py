@@ -263,6 +263,11 @@ def _tasks(
             continue
         if columns[name].dtype.kind != "i":
             raise ValueError(f"{label}/{name}/zarr.json: data_type must be int64")
+        if bool(np.any(columns[name] < NONE)):
+            row = int(np.argmax(columns[name] < NONE))
+            raise ValueError(
+                f"{label}/{name}: row {row} holds {int(columns[name][row])}, not an id (>= 0) or {NONE} (none)"
+            )
         values[name] = _int_or_none(columns[name])
         for row, value in zip(attrs, values[name]):
             holder = row
