@@ -445,7 +445,7 @@ def test_a_task_count_that_is_not_the_packs_rows_is_refused(packed_copy):
         ),
         ("task_id", [13, 14, 15], "task_id/zarr.json", "shape [3] does not hold the pack's 4 rows"),
         ("task_id", [13, 14, 15, 14], "task_id", "task group 'task_000014' appears twice"),
-        ("task_id", [13, 14, 15, -5], "task_id", "row 3 holds task -5, worker None, core 0: not a task group's ids"),
+        ("task_id", [13, 14, 15, -5], "task_id", "row 3 holds -5, not an id (>= 0) or -1 (none)"),
     ],
 )
 def test_consistently_edited_row_values_are_refused(packed_copy, column, values, key, why):
