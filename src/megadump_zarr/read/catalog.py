@@ -24,6 +24,7 @@ from zarr.abc.store import Store
 
 from megadump_zarr.read.documents import (
     INT64_MAX,
+    itemsize,
     check_attributes,
     count_field,
     int_field,
@@ -111,24 +112,6 @@ for every other record."""
 EXTRA_COLUMNS = (*EXTRA_COLUMNS, *STATISTICS_COLUMNS)  # payload, checksum, element_count (read.statistics)
 
 _FINAL = frozenset(("complete", "aborted"))
-_ITEMSIZE = {
-    name: np.dtype(name).itemsize
-    for name in (
-        "bool",
-        "int8",
-        "int16",
-        "int32",
-        "int64",
-        "uint8",
-        "uint16",
-        "uint32",
-        "uint64",
-        "float16",
-        "float32",
-        "float64",
-    )
-}
-_ITEMSIZE.update(bfloat16=2, float8_e4m3fn=1, float8_e5m2=1)  # ml_dtypes not imported for their sizes
 _INT_COLUMNS = (
     "step",
     "task_id",
@@ -144,15 +127,6 @@ _INT_COLUMNS = (
     "stored_bytes",
 )
 _FLOAT_COLUMNS = ("min", "max", "mean", "l2norm")
-
-
-def itemsize(data_type: str) -> int:
-    """Bytes per element of a stored Zarr ``data_type`` (0 when unknown).
-
-    Args:
-        data_type: The array document's ``data_type`` (``float32``, ``bfloat16``, ...).
-    """
-    return _ITEMSIZE.get(data_type, 0) if isinstance(data_type, str) else 0
 
 
 @dataclass

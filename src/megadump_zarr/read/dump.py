@@ -34,6 +34,7 @@ from megadump_zarr.read.catalog import (
     itemsize,
     records_frame,
     scan_windows,
+    window_info,
     window_nodes,
 )
 from megadump_zarr.read.documents import check_array_doc, check_attributes, count_field, shape_field
@@ -119,7 +120,7 @@ class Dump:
         self._store = (
             location.store
             if isinstance(location.store, IntegrityStore)
-            else IntegrityStore(location.store, CommittedWindows(self._windows), location.url)
+            else IntegrityStore(location.store, CommittedWindows(self._windows, window_info), location.url)
         )
         self._frames: dict[str, pd.DataFrame] = {}
 

@@ -345,10 +345,13 @@ class CommittedWindows:
     Args:
         infos: Window key -> ``WindowInfo`` (the ``Dump``'s own cache, shared: windows scanned later
             count too). Only committed (``final``) windows with consolidated nodes are checked.
+        describe: Turns a window document into its ``WindowInfo`` (the catalogue's ``window_info``, given by the
+            dump that owns the catalogue: this layer reads no catalogue of its own).
     """
 
-    def __init__(self, infos: dict[str, Any]) -> None:
+    def __init__(self, infos: dict[str, Any], describe: Callable[..., Any]) -> None:
         self.infos = infos
+        self.describe = describe
         self.not_final: set[str] = set()  # windows whose document was read and is not committed (or unreadable)
 
     def known(self, window: str) -> bool:
@@ -364,10 +367,8 @@ class CommittedWindows:
             fetch: Reads keys of the dump (its packs' per-task arrays, read with the document).
             doc: The document already parsed from ``raw``, if it was.
         """
-        from megadump_zarr.read.catalog import window_info
-
         try:
-            info = window_info(window, raw, doc, fetch=fetch)
+            info = self.describe(window, raw, doc, fetch=fetch)
         except ValueError:
             info = None
         if info is not None and info.final:

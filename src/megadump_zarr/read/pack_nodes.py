@@ -18,6 +18,7 @@ from typing import Any
 
 from megadump_zarr.layout.packs import PACK_PREFIX, TASK_ARRAY
 from megadump_zarr.layout.schema import PACK_STORAGE, STORAGE_ATTR
+from megadump_zarr.read.documents import itemsize
 from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.pack_columns import ColumnChunkError, PackRows, column_keys, decode_pack
 from megadump_zarr.store.metadata import consolidated_sort_key
@@ -81,7 +82,6 @@ def check_rows(label: str, pack: str, nodes: dict[str, dict[str, Any]], rows: Pa
     Raises:
         ValueError: Naming the array, the row and the field.
     """
-    from megadump_zarr.read.catalog import itemsize
     from megadump_zarr.layout.packs import offset_array, row_bound_arrays
 
     records = [(name, nodes[f"{pack}/{name}"], attrs) for name, attrs in rows.records.items()]
