@@ -217,7 +217,7 @@ def test_plain_zarr_through_the_dumps_store_refuses_a_missing_shard(packed_copy)
         pack[2]
 
 
-def test_torn_packed_window_reads_like_a_torn_schema6_window(roots, tmp_path):
+def test_torn_packed_window_reads_like_a_torn_tasks_window(roots, tmp_path):
     plain, packed, _ = roots
     torn_plain = Path(shutil.copytree(plain, tmp_path / "plain"))
     torn_packed = Path(shutil.copytree(packed, tmp_path / "packed"))

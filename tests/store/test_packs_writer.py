@@ -293,7 +293,7 @@ def test_zarr_tensorstore_and_xarray_read_every_pack_array(windows):
                 assert dataset["statistic"].values.tolist() == ["min", "max", "mean", "l2norm", "nanCount", "infCount"]
 
 
-def test_records_attributes_and_stats_equal_the_schema6_writers(windows):
+def test_records_attributes_and_stats_equal_the_tasks_writers(windows):
     packed, plain = windows
     docs = _documents(plain)
     for path, doc in _pack_arrays(packed).items():
@@ -318,7 +318,7 @@ def _shard_chunk(window: Path, source: ShardSource) -> bytes:
     return shard[entry[0] : entry[0] + entry[1]]
 
 
-def test_expand_pack_is_the_schema6_writers_view(windows):
+def test_expand_pack_is_the_tasks_writers_view(windows):
     packed, plain = windows
     nodes = _documents(packed)
     wanted = _documents(plain)
@@ -377,7 +377,7 @@ def test_torn_window_keeps_pack_arrays_readable(tmp_path):
     assert f"{INV}/{_task('up', 4)}/output_00_y" in virtual
 
 
-def test_pack_false_writes_schema6_task_groups(windows):
+def test_pack_false_writes_task_groups(windows):
     _, plain = windows
     stage = plain / INV / "stages" / "up"
     assert sorted(p.name for p in stage.iterdir() if p.is_dir()) == [
