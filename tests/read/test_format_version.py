@@ -77,11 +77,13 @@ def test_another_format_is_refused_at_open_naming_both_versions(tmp_path, capsys
     assert err == [f"error: {WINDOW}: {says}"]
 
 
-def test_verify_names_a_window_of_another_format(tmp_path):
+def test_verify_refuses_a_window_of_another_format(tmp_path, capsys):
     from megadump_zarr.verify import verify_dump
 
     root = _dump(tmp_path / "d")
     _set_version(root, 8)
-    report = verify_dump(root)
-    assert not report.ok
-    assert any("format 8 was written by a pre-release" in p.what for p in report.problems), report.problems
+    with pytest.raises(FormatVersionError, match="format 8 was written by a pre-release"):
+        verify_dump(root)
+    assert main(["verify", str(root)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "this version reads format 9 only" in err[0]

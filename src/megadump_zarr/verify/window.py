@@ -86,9 +86,10 @@ def verify_window(
         state.add(doc_key, f"attributes {short(attrs)} is not a JSON object")
         return _result(state, "unknown", deep, ())
     problem = format_problem(attrs, window)
-    if problem is not None:  # another format: nothing below is read as this one
-        state.add(doc_key, problem)
-        return _result(state, "unknown", deep, ())
+    if problem is not None:  # another format: refused, as open_dump refuses it (the command line exits 2)
+        from megadump_zarr.read.errors import FormatVersionError
+
+        raise FormatVersionError(problem)
     status = attrs.get("status")
     if status == "writing":
         return WindowCheck(window, "writing", False)
