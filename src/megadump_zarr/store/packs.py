@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+import functools
 import struct
 from typing import Any
 
@@ -228,6 +229,13 @@ _KEY_ENCODING = {"name": "default", "configuration": {"separator": "."}}
 
 
 def _coordinate_doc(dim: str, length: int) -> dict[str, Any]:
+    """A row coordinate's document (its nested parts shared by every coordinate of one dimension and length:
+    documents are read, never changed)."""
+    return dict(_coordinate_template(dim, length))
+
+
+@functools.lru_cache(maxsize=1024)
+def _coordinate_template(dim: str, length: int) -> dict[str, Any]:
     return {
         "shape": [length],
         "data_type": "int64",
