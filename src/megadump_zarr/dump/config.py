@@ -139,7 +139,7 @@ class TensorDumpConfig:
             In ``nonfinite``/``diff`` the device copies the tensors it keeps into a pool bounded by the
             budget (a tensor that does not fit keeps its statistics only, counted in the statistics
             group's ``poolFull`` attribute), so these modes never raise for the budget.
-        layout: How L1 task groups are stored. ``"tasks"`` (default, schema 8): a Zarr group per task
+        layout: How L1 task groups are stored. ``"tasks"`` (default): a Zarr group per task
             (``stages/{stage}/task_{tttttt}``) holding its record arrays and row coordinates, which plain
             ``xr.open_zarr`` opens. ``"packs"``: the small records of a stage's tasks share task-record
             packs (``stages/{stage}/pack_{pppp}``, fewer files; read through ``open_dump``).

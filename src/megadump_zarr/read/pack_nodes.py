@@ -235,8 +235,8 @@ def expand_packs(
 def replace_packs(
     nodes: dict[str, Any], window: str, strict: bool, fetch: Fetch
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, ShardSource | RangeSource]] | None:
-    """``nodes`` (relative to a window) with every node at or below a pack replaced by the packs' schema-6
-    nodes (task groups as flat consolidated entries); ``None`` when it holds no pack.
+    """``nodes`` (relative to a window) with every node at or below a pack replaced by the task groups,
+    record arrays and row coordinates their rows stand for (task groups as flat consolidated entries); ``None`` when it holds no pack.
 
     Returns:
         ``(nodes in zarr's order, virtual nodes, chunk sources)``.

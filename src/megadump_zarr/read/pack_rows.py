@@ -14,7 +14,7 @@ Never silent zeros: zarr reads an absent inner chunk as the fill value, so befor
 is read its shard's index is checked (one suffix read per shard, kept): a missing shard, a shard index whose
 checksum fails, an entry outside its shard, or a row the shard does not hold raises
 :class:`~megadump_zarr.read.errors.DumpIntegrityError` naming the record's chunk and the shard. An inner chunk
-whose crc32c fails is named with both checksums, as a schema-6 chunk is.
+whose crc32c fails is named with both checksums, as a tasks-layout chunk is.
 """
 
 from __future__ import annotations

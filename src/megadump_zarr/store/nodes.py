@@ -134,7 +134,7 @@ def invocation_nodes(
         invocation: The invocation to persist.
         chunk_bytes: Chunk size target for :func:`plan_chunks`.
         stats: Whether data arrays get statistics.
-        pack: Store packable task groups as task-record packs (schema 7).
+        pack: Store packable task groups as task-record packs.
 
     Raises:
         ValueError: Bad path component, collision, dimension-length clash or coordinate clash.

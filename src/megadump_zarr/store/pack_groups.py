@@ -238,7 +238,7 @@ def pack_groups_of(
         return [], set()
     for path in groups:
         parent = path.rpartition("/")[0]
-        if parent in candidates:  # a task group with a sub-group stays a schema-6 group
+        if parent in candidates:  # a task group with a sub-group stays a task group
             candidates.discard(parent)
     limit = min(PACK_MAX_RECORD_BYTES, int(chunk_bytes))
     members: dict[str, list[int]] = {}

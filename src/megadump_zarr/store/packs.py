@@ -97,7 +97,7 @@ def sharded_codecs(inner_shape: list[int], inner_codecs: list[dict[str, Any]]) -
 
     Args:
         inner_shape: ``[1, *record_shape]``.
-        inner_codecs: The record's own codec chain (schema 6's).
+        inner_codecs: The record's own codec chain (the tasks layout's).
     """
     return [
         {

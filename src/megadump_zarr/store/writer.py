@@ -7,7 +7,7 @@ Layout below the dump root (all Zarr v3; see DESIGN.md "Store layout")::
     rank_{r}/window_{wwww}/          window group: attrs + status/createdAt/committedAt
         invocation_.../              invocation group (InvocationWrite.attrs)
             <groups>/ <arrays>       GroupWrite / ArrayWrite paths, coordinates as sibling arrays
-            stages/{s}/pack_{pppp}/  schema 7: the stage's small task records as task-record packs
+            stages/{s}/pack_{pppp}/  packs layout: the stage's small task records as task-record packs
                                      (``store/packs.py``; ``pack=False`` keeps a group per task)
 
 Protocol:
@@ -130,7 +130,7 @@ class WindowWriter:
             Object stores acknowledge writes once durable: nothing extra is done for them.
         pack: Store the small records of L1 task groups (``GroupWrite.task``) as task-record packs, one
             sharded array per stage, signature and record (opt-in, ``TensorDumpConfig(layout="packs")``,
-            see :mod:`.packs`); ``False`` (the default, schema 8) writes a group per task and an array per
+            see :mod:`.packs`); ``False`` (the default) writes a group per task and an array per
             record, a group plain ``xr.open_zarr`` opens. An L1 window's ``stageViewStorage`` records which.
     """
 
