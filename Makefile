@@ -32,7 +32,7 @@ browser:
 
 # The stored-fixture tests again under another CPU capability and one thread: a fresh run's floats then differ
 # from the fixture's by an ulp, as on another machine, so a bit-for-bit float promise fails here too.
-FIXTURE_TESTS := tests/read/test_schema5.py tests/read/test_schema6.py tests/read/test_schema7.py tests/read/test_pack_formats.py
+FIXTURE_TESTS := tests/read/test_fixtures.py
 
 # Pyflakes' rules (undefined names, unused imports, redefinitions) and ruff's formatter (check only) on every
 # Python file; the layer contract itself is a test (tests/test_layers.py). `make format` rewrites the files.

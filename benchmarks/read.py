@@ -37,7 +37,7 @@ import zarr
 from zarr.storage import LocalStore, WrapperStore
 
 from benchmarks._common import start_run, write_json
-from megadump_zarr.layout.write_model import SCHEMA_VERSION, ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
+from megadump_zarr.layout.write_model import FORMAT_VERSION, ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
 from megadump_zarr.read import open_dump
 from megadump_zarr.store.writer import WindowWriter
 
@@ -215,7 +215,7 @@ def _records_window(n_records: int, pack: bool = True) -> WindowWrite:
         groups,
         arrays,
     )
-    attrs = {"schemaVersion": SCHEMA_VERSION, "level": "L1", "windowIndex": 0, "invocations": [invocation.name]}
+    attrs = {"schemaVersion": FORMAT_VERSION, "level": "L1", "windowIndex": 0, "invocations": [invocation.name]}
     return WindowWrite(0, 0, attrs, [invocation])
 
 

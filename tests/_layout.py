@@ -23,9 +23,9 @@ from typing import Any
 
 import zarr
 
-from megadump_zarr.store.packs import TASK_ARRAYS, decode_index, index_nbytes
+from megadump_zarr.store.packs import decode_index, index_nbytes
 
-__all__ = ["ChunkSpan", "pack_of", "record_chunk", "stored_record", "task_dirs"]
+__all__ = ["ChunkSpan", "pack_of", "record_chunk", "stored_record", "task_dirs", "tear"]
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -37,7 +37,7 @@ def pack_of(root: str | os.PathLike[str], group: str) -> tuple[Path, int] | None
     stage = Path(root) / Path(group).parent
     name = Path(group).name
     for pack in sorted(stage.glob("pack_*")):
-        if not any((pack / name / "zarr.json").is_file() for name in TASK_ARRAYS):
+        if not (pack / "task_id" / "zarr.json").is_file():
             continue
         for row, entry in enumerate(_tasks(pack)):
             if entry["group"] == name:
@@ -46,7 +46,7 @@ def pack_of(root: str | os.PathLike[str], group: str) -> tuple[Path, int] | None
 
 
 def _tasks(pack: Path) -> list[Any]:
-    """A stored pack's task entries (format 4: rebuilt from ``row_fields``; formats 1-3: ``attributes.tasks``)."""
+    """A stored pack's task entries, decoded from its arrays along ``task``."""
     from tests._packs import stored_rows
 
     window = next(a for a in pack.parents if a.name.startswith("window_"))
@@ -139,9 +139,7 @@ def task_dirs(root: str | os.PathLike[str]) -> list[str]:
     """Logical task group paths (relative to ``root``) of every L1 task stored below it, packed or not."""
     root = Path(root)
     found = [p.relative_to(root).as_posix() for p in root.glob("rank_*/window_*/*/stages/*/task_*") if p.is_dir()]
-    task_docs = (
-        doc for name in TASK_ARRAYS for doc in root.glob(f"rank_*/window_*/*/stages/*/pack_*/{name}/zarr.json")
-    )
+    task_docs = root.glob("rank_*/window_*/*/stages/*/pack_*/task_id/zarr.json")
     for task_doc in task_docs:
         stage = task_doc.parent.parent.parent.relative_to(root).as_posix()
         found += [f"{stage}/{entry['group']}" for entry in _tasks(task_doc.parent.parent)]
@@ -161,3 +159,23 @@ def without_digests(value: Any) -> Any:
     if isinstance(value, list):
         return [without_digests(v) for v in value]
     return value
+
+
+def tear(root: Path, window: str = "rank_0/window_0000") -> None:
+    """Make a committed window look torn as the writer leaves it when killed before its commit: status
+    ``writing``, no consolidated metadata, no group documents except each pack's (its attributes, written with
+    its arrays, without consolidated metadata)."""
+    wdir = Path(root) / window
+    doc = json.loads((wdir / "zarr.json").read_bytes())
+    nodes = doc.pop("consolidated_metadata")["metadata"]
+    doc["attributes"]["status"] = "writing"
+    doc["attributes"].pop("committedAt", None)
+    for path, node in nodes.items():
+        if node["node_type"] != "group":
+            continue
+        if path.rpartition("/")[2].startswith("pack_"):
+            own = {"attributes": node["attributes"], "zarr_format": 3, "node_type": "group"}
+            (wdir / path / "zarr.json").write_text(json.dumps(own))
+        else:
+            (wdir / path / "zarr.json").unlink(missing_ok=True)
+    (wdir / "zarr.json").write_text(json.dumps(doc))

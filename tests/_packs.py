@@ -1,8 +1,8 @@
-"""A stored pack's rows as format 3 spelled them, and edits of them written back in its own format.
+"""A stored pack's arrays along ``task`` and its rows, and edits of them written back as the writer writes them.
 
-Format 4 (``store.pack_fields``) keeps each row's task and record attributes in the ``row_fields`` array;
-formats 1-3 keep them as ``attributes.tasks`` / ``attributes.records`` lists in three documents. Tests that
-read or damage rows use these two helpers, so each test says what it changes, not how a format stores it.
+A pack (``store.packs``) keeps what each task group holds for its task as plain arrays along ``task`` (ids, row
+bounds, offsets, statistics), each one raw chunk whose crc32c its document records (``chunkCrc32c``). Tests
+that read or damage rows use these helpers, so each test says what it changes, not how the format stores it.
 """
 
 from __future__ import annotations
@@ -10,18 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 import json
 from pathlib import Path
+import struct
 from typing import Any
 
-from megadump_zarr.store.pack_fields import (
-    FIELDS_ARRAY,
-    FIELDS_ATTR,
-    column_names,
-    encode_rows,
-    encode_table,
-    fields_attributes,
-    hydrate_pack,
-)
-from megadump_zarr.store.packs import RECORDS_ATTR, TASK_ARRAYS, TASKS_ATTR
+import google_crc32c
+import numpy as np
+
+from megadump_zarr.read.pack_columns import column_keys, decode_pack
 
 Rows = tuple[list[Any], dict[str, list[Any]]]
 
@@ -34,52 +29,55 @@ def _nodes(window: Path, pack: str) -> dict[str, dict[str, Any]]:
     return nodes
 
 
-def _task_name(nodes: dict[str, Any], pack: str) -> str:
-    return next(name for name in TASK_ARRAYS if f"{pack}/{name}" in nodes)
+def _chunks(window: Path, pack: str, nodes: dict[str, Any]) -> dict[str, bytes | None]:
+    found = {}
+    for name, key in column_keys(pack, nodes).items():
+        file = window / key
+        found[name] = file.read_bytes() if file.is_file() else None
+    return found
 
 
-def readable_nodes(window: Path, pack: str) -> dict[str, dict[str, Any]]:
-    """A stored pack's documents (path relative to the window), a format-4 pack's rows put back as format 3's
-    lists: what ``store.packs.expand_pack`` takes.
+def stored_columns(window: Path, pack: str) -> dict[str, np.ndarray]:
+    """Every array of a stored pack that is not a record, decoded (component -> values).
+
+    Args:
+        window: The window directory.
+        pack: The pack's path relative to it (``invocation_000000_forward/stages/s/pack_0000``).
+    """
+    nodes = _nodes(window, pack)
+    return {
+        name: np.array(values)
+        for name, values in decode_pack(pack, nodes, _chunks(window, pack, nodes), pack)[1].items()
+    }
+
+
+def stored_rows(window: Path, pack: str) -> Rows:
+    """``(tasks, {record: rows})`` of a stored pack: each row's ``{"group", "attrs", "coords"}`` and each record's
+    attributes per row, as the readers decode them.
 
     Args:
         window: The window directory.
         pack: The pack's path relative to it.
     """
     nodes = _nodes(window, pack)
-    if f"{pack}/{FIELDS_ARRAY}" in nodes:
-        chunk = window / pack / FIELDS_ARRAY / "c.0.0"
-        nodes = hydrate_pack(
-            pack, nodes, chunk.read_bytes() if chunk.is_file() else None, _task_name(nodes, pack), pack
-        )
-    return nodes
-
-
-def stored_rows(window: Path, pack: str) -> Rows:
-    """``(tasks, {record: rows})`` of a stored pack, as format 3's ``attributes.tasks``/``attributes.records``.
-
-    Args:
-        window: The window directory.
-        pack: The pack's path relative to it (``invocation_000000_forward/stages/s/pack_0000``).
-    """
-    nodes = readable_nodes(window, pack)
-    tasks = nodes[f"{pack}/{_task_name(nodes, pack)}"]["attributes"][TASKS_ATTR]
-    records = {
-        path.rpartition("/")[2]: doc["attributes"][RECORDS_ATTR]
-        for path, doc in nodes.items()
-        if path != pack and RECORDS_ATTR in (doc.get("attributes") or {})
-    }
-    return tasks, records
+    rows, _ = decode_pack(pack, nodes, _chunks(window, pack, nodes), pack)
+    return rows.tasks, rows.records
 
 
 def edit_document(window: Path, pack: str, component: str, edit: Callable[[dict[str, Any]], None]) -> None:
     """Apply ``edit`` to a pack array's document in all three copies: its own, the pack group's consolidated
-    metadata and the window's."""
-    copies = [
-        (window / pack / component / "zarr.json", ()),
-        (window / pack / "zarr.json", ("consolidated_metadata", "metadata", component)),
-        (window / "zarr.json", ("consolidated_metadata", "metadata", f"{pack}/{component}")),
-    ]
+    metadata and the window's (``component`` ``""``: the pack group's own document and the window's copy)."""
+    if component:
+        copies = [
+            (window / pack / component / "zarr.json", ()),
+            (window / pack / "zarr.json", ("consolidated_metadata", "metadata", component)),
+            (window / "zarr.json", ("consolidated_metadata", "metadata", f"{pack}/{component}")),
+        ]
+    else:
+        copies = [
+            (window / pack / "zarr.json", ()),
+            (window / "zarr.json", ("consolidated_metadata", "metadata", pack)),
+        ]
     for file, inside in copies:
         if not file.is_file():
             continue
@@ -92,34 +90,44 @@ def edit_document(window: Path, pack: str, component: str, edit: Callable[[dict[
             file.write_text(json.dumps(doc))
 
 
-def edit_rows(window: Path, pack: str, edit: Callable[[list[Any], dict[str, list[Any]]], None]) -> None:
-    """Edit a stored pack's rows consistently (every copy of every document, and format 4's chunk).
+def write_column(window: Path, pack: str, name: str, values: Any) -> None:
+    """Overwrite one per-task array of a stored pack consistently, as the writer would have written it: its raw
+    chunk with a valid crc32c, and the ``chunkCrc32c`` and shape in every copy of its document.
 
     Args:
         window: The window directory.
         pack: The pack's path relative to it.
-        edit: Changes ``(tasks, {record: rows})`` in place.
+        name: The array (``task_id``, ``token_start``, ``input_00_x_offset``, ...).
+        values: Its new values (the array's dtype).
     """
-    tasks, records = stored_rows(window, pack)
-    edit(tasks, records)
-    nodes = _nodes(window, pack)
-    if f"{pack}/{FIELDS_ARRAY}" not in nodes:  # formats 1-3: the lists themselves
-        edit_document(window, pack, _task_name(nodes, pack), lambda n: n["attributes"].__setitem__(TASKS_ATTR, tasks))
-        for name, rows in records.items():
-            edit_document(window, pack, name, lambda n, rows=rows: n["attributes"].__setitem__(RECORDS_ATTR, rows))
-        return
-    columns: list[list[float]] = []
-    specs = {"tasks": encode_rows(tasks, columns), "records": {}}
-    for name, rows in records.items():
-        specs["records"][name] = encode_rows(rows, columns)
-    chunk = encode_table(columns, len(tasks))
-    (window / pack / FIELDS_ARRAY / "c.0.0").write_bytes(chunk)
-    attributes = fields_attributes(specs, column_names(specs), chunk)
+    doc = json.loads((window / pack / name / "zarr.json").read_text())
+    dtype = {"int64": "<i8", "float64": "<f8"}.get(doc["data_type"]) if isinstance(doc["data_type"], str) else None
+    data = np.ascontiguousarray(
+        np.asarray(values, dtype=dtype or f"<U{doc['data_type']['configuration']['length_bytes'] // 4}")
+    )
+    raw = data.tobytes()
+    crc = google_crc32c.value(raw)
+    key = "c" + ".0" * data.ndim
+    (window / pack / name / key).write_bytes(raw + struct.pack("<I", crc))
 
     def rewrite(node: dict[str, Any]) -> None:
-        node["attributes"] = attributes
-        node["shape"] = [len(tasks), len(columns)]
-        node["chunk_grid"]["configuration"]["chunk_shape"] = [max(1, len(tasks)), max(1, len(columns))]
+        node["shape"] = list(data.shape)
+        node["chunk_grid"]["configuration"]["chunk_shape"] = [max(1, d) for d in data.shape]
+        node["attributes"]["chunkCrc32c"] = f"{crc:08x}"
 
-    edit_document(window, pack, FIELDS_ARRAY, rewrite)
-    assert FIELDS_ATTR in attributes
+    edit_document(window, pack, name, rewrite)
+
+
+def expanded(window: Path, pack: str) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """``(virtual nodes, chunk sources)``: the task groups, record arrays and row coordinates a stored pack's rows
+    stand for, as the readers build them (``store.packs.expand_pack``).
+
+    Args:
+        window: The window directory.
+        pack: The pack's path relative to it.
+    """
+    from megadump_zarr.store.packs import expand_pack
+
+    nodes = _nodes(window, pack)
+    rows, _ = decode_pack(pack, nodes, _chunks(window, pack, nodes), pack)
+    return expand_pack(pack, nodes, rows.tasks, rows.records)

@@ -14,13 +14,13 @@ import torch
 
 from megadump_zarr.diagnostics import LaunchContext
 from megadump_zarr.runtime import Graph, MegaKernel, OperatorNode, SplitSpec, TensorSpec, compile_runtime
-from tests._packs import readable_nodes, stored_rows
+from tests._packs import expanded, stored_rows
 
 
 # --------------------------------------------------------------------------- store helpers
-# Schema 7 stores a stage's small task records as task-record packs; these helpers read a node path of the
-# schema-6 view (stages/{stage}/task_.../input_00_x) from its physical document or, in a packed stage, from
-# the pack's expansion (store.packs.expand_pack: the writer's contract with the readers).
+# The packs layout stores a stage's small task records as task-record packs; these helpers read a node path of
+# the tasks layout's view (stages/{stage}/task_.../input_00_x) from its physical document or, in a packed stage,
+# from the pack's expansion (store.packs.expand_pack: the writer's contract with the readers).
 def _stage_of(path: Path) -> Path | None:
     for stage in (path, *path.parents):
         if stage.parent.name == "stages":
@@ -30,8 +30,6 @@ def _stage_of(path: Path) -> Path | None:
 
 def _pack_view(path: Path) -> tuple[Path, dict[str, dict[str, Any]], dict[str, Any]] | None:
     """``(window, virtual nodes, chunk sources)`` of the packs of the stage holding ``path``, or None."""
-    from megadump_zarr.store.packs import expand_pack
-
     stage = _stage_of(path)
     window = next((a for a in path.parents if a.name.startswith("window_")), None)
     if stage is None or window is None:
@@ -39,8 +37,7 @@ def _pack_view(path: Path) -> tuple[Path, dict[str, dict[str, Any]], dict[str, A
     virtual: dict[str, dict[str, Any]] = {}
     sources: dict[str, Any] = {}
     for pack in sorted(p for p in stage.glob("pack_*") if p.is_dir()):
-        nodes = readable_nodes(window, pack.relative_to(window).as_posix())
-        more, where = expand_pack(pack.relative_to(window).as_posix(), nodes)
+        more, where = expanded(window, pack.relative_to(window).as_posix())
         virtual |= more
         sources |= where
     return window, virtual, sources

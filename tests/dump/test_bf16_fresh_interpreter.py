@@ -101,7 +101,7 @@ def test_plain_interpreter_reads_bfloat16_task_record_packs(tmp_path, monkeypatc
         -1 if t["attrs"]["owner"]["id"] is None else t["attrs"]["owner"]["id"] for t in tasks
     ]
     assert got["coords"]["core_id"] == [t["attrs"]["coreId"] for t in tasks]
-    assert {"task_id", "owner_id", "core_id", "row_fields"}.isdisjoint(name for name in got if name != "coords")
+    assert {"task_id", "owner_id", "core_id", "task_id_stats"}.isdisjoint(name for name in got if name != "coords")
     assert all(var["dims"][0] == "task" for name, var in got.items() if name != "coords")
 
 

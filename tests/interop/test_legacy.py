@@ -16,7 +16,7 @@ import xarray as xr
 import zarr
 
 from megadump_zarr.tensor_arrays import tensor_to_numpy
-from megadump_zarr.layout.write_model import SCHEMA_VERSION
+from megadump_zarr.layout.write_model import FORMAT_VERSION
 from megadump_zarr.layout.names import safe_name
 from megadump_zarr.interop import convert_legacy
 from megadump_zarr.store.writer import window_status
@@ -75,7 +75,7 @@ def test_l1_round_trip(tmp_path: Path, legacy: dict[str, Any]) -> None:
     attrs = zarr.open_group(str(window), mode="r").attrs.asdict()
     assert attrs["status"] == "complete"
     assert (
-        attrs["schemaVersion"] == SCHEMA_VERSION == 8 and attrs["stageViewStorage"] == "array_per_task_record"
+        attrs["schemaVersion"] == FORMAT_VERSION == 9 and attrs["stageViewStorage"] == "array_per_task_record"
     )  # task groups (the default layout)
     assert attrs["convertedFrom"]["schemaVersion"] == 4
     assert attrs["convertedFrom"]["path"] == str(legacy["l1_manifest"].parent.resolve())

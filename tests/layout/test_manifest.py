@@ -9,7 +9,7 @@ import pytest
 
 from megadump_zarr._version import __version__
 from megadump_zarr.layout.manifest import WindowManifest
-from megadump_zarr.layout.schema import PACK_STORAGE, SCHEMA_VERSION, STORAGE_KINDS
+from megadump_zarr.layout.schema import PACK_STORAGE, FORMAT_VERSION, STORAGE_KINDS
 
 
 def _l1(**changes):
@@ -27,7 +27,7 @@ def _l1(**changes):
 
 def test_to_attrs_is_the_dumpers_window_document_key_for_key_in_order() -> None:
     assert list(_l1().to_attrs().items()) == [
-        ("schemaVersion", SCHEMA_VERSION),
+        ("schemaVersion", FORMAT_VERSION),
         ("producer", f"megadump_zarr {__version__}"),
         ("level", "L1"),
         ("tensorSerialization", "zarr-v3"),

@@ -1,4 +1,4 @@
-"""Checks shared by the stored-fixture tests (``tests/read/test_schema*.py``); imported as ``tests.read._fixture_checks``.
+"""Checks shared by the stored-fixture tests (``tests/read/test_fixtures.py``); imported as ``tests.read._fixture_checks``.
 
 A fixture's floats were computed on another machine: a fresh run of the same step may differ from them
 by an ulp (another CPU capability, another thread count, another BLAS). So stored bytes are checked
@@ -144,8 +144,7 @@ def assert_records_close(stored: pd.DataFrame, fresh: pd.DataFrame) -> None:
         fresh: ``records()`` of today's run.
     """
     assert list(stored.columns) == list(fresh.columns)
-    # where a record's bytes are (a pack's array and row, or none) is the layout's, not the record's: a schema-7
-    # fixture is all packs, today's default layout is a group per task
+    # where a record's bytes are (a pack's array and row, or none) is the layout's, not the record's
     layout = ["pack_array", "pack_row"]
     stored = stored.drop(columns=layout).reset_index(drop=True)
     fresh = fresh.drop(columns=layout).reset_index(drop=True)

@@ -28,18 +28,19 @@ def test_integers_are_exact():
 
 
 def test_a_changed_missing_or_extra_stored_file_fails(tmp_path):
-    root = Path(shutil.copytree(Path(__file__).parent / "data" / "schema7", tmp_path / "s7"))
-    assert assert_stored_bytes_unchanged(root, ("l0", "l1")) == 115
-    chunk = next(p for p in sorted((root / "l1").rglob("c*")) if p.is_file() and p.name != "zarr.json")
+    root = Path(shutil.copytree(Path(__file__).parent / "data" / "format9", tmp_path / "f9"))
+    levels = ("l0", "tasks", "packs")
+    assert assert_stored_bytes_unchanged(root, levels) == len((root / "SHA256SUMS").read_text().splitlines())
+    chunk = next(p for p in sorted((root / "tasks").rglob("c*")) if p.is_file() and p.name != "zarr.json")
     raw = bytearray(chunk.read_bytes())
     raw[-1] ^= 1
     chunk.write_bytes(bytes(raw))
     with pytest.raises(AssertionError, match="changed"):
-        assert_stored_bytes_unchanged(root, ("l0", "l1"))
+        assert_stored_bytes_unchanged(root, levels)
     chunk.unlink()
     with pytest.raises(AssertionError):
-        assert_stored_bytes_unchanged(root, ("l0", "l1"))
-    write_sums(root, ("l0", "l1"))
+        assert_stored_bytes_unchanged(root, levels)
+    write_sums(root, levels)
     (root / "l0" / "extra").write_bytes(b"x")
     with pytest.raises(AssertionError, match="extra"):
-        assert_stored_bytes_unchanged(root, ("l0", "l1"))
+        assert_stored_bytes_unchanged(root, levels)

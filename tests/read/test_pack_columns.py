@@ -14,8 +14,6 @@ import zarr
 from megadump_zarr import open_dump
 from tests.store.test_packs_writer import INV, _write, mixed_invocation
 
-SCHEMA7 = Path(__file__).parent / "data" / "schema7" / "l1"
-
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory) -> Path:
@@ -63,21 +61,11 @@ def test_task_layout_records_have_no_pack(tmp_path):
     assert records["pack_array"].isna().all() and (records["pack_row"] == -1).all()
 
 
-def test_schema7_fixture_records_name_their_pack_rows():
-    records = open_dump(SCHEMA7).records()
-    assert records["pack_array"].notna().any()
-    packed = records[records["pack_array"].notna()]
-    for task_id, array, row in zip(packed["task_id"], packed["pack_array"], packed["pack_row"]):
-        ids = zarr.open_array(str(SCHEMA7 / array.rpartition("/")[0] / "task"), mode="r")[...]  # format 1: ``task``
-        assert int(ids[int(row)]) == int(task_id), array
-    _check_rows_read_back(SCHEMA7, packed)
-
-
 def test_torn_window_records_name_their_pack_rows(tmp_path):
     from megadump_zarr.store.writer import WindowWriter
 
     writer = WindowWriter(tmp_path, durable=False, pack=True)
-    session = writer.begin(0, 0, {"schemaVersion": 7})
+    session = writer.begin(0, 0, {"level": "L1"})
     session.write_invocation(mixed_invocation())
     writer.close()  # never committed: the window stays "writing"
     records = open_dump(tmp_path).records(include_incomplete=True)

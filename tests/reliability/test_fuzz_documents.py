@@ -536,32 +536,31 @@ def _pack_case(packed: dict[str, Any], rel: str, field: tuple[Any, ...], value: 
             holder.write_bytes(raw)
 
 
-_F = ("attributes", "megadumpRowFields")  # format 4: each row's varying attributes are row_fields' columns
+_R = ("attributes", "recordAttributes")  # what every row of a record array holds alike
 
 
 @pytest.mark.parametrize("where", ["every", "window", "own"])
 @pytest.mark.parametrize(
     ("node", "field", "value", "expected"),
     [
-        ("row_fields", (*_F, "tasks", "columns"), lambda h, k: h[k].pop(), "error"),  # a row bound left null
-        ("row_fields", (*_F, "tasks", "columns", 0, "format", 0), "../../", "error"),  # group names
-        ("row_fields", (*_F, "records"), lambda h, k: h[k].pop("input_00_ys"), "error"),
-        ("row_fields", ("attributes", "tableCrc32c"), "00000000", "error"),
-        ("row_fields", ("shape",), [4, 3], "error"),
         ("task_id", ("shape",), [3], "error"),
+        ("task_id", ("attributes", "chunkCrc32c"), "00000000", "error"),
+        ("token_start", ("shape",), [3], "error"),
+        ("token_stop", ("chunk_grid", "configuration", "chunk_shape"), [2], "error"),
+        ("input_00_ys_offset", ("data_type",), "float64", "error"),
+        ("input_00_ys_stats", ("shape",), [4, 5], "error"),
+        ("statistic", ("data_type", "configuration", "length_bytes"), 16, "error"),
+        ("core_type", ("codecs",), [], "error"),
+        ("", ("attributes", "taskCount"), 7, "error"),
+        ("", ("attributes", "taskAttributes"), lambda h, k: h.pop(k), "error"),
         ("input_00_ys", ("shape",), [5, 8, 8], "error"),
         ("input_00_ys", ("codecs", 0, "configuration", "chunk_shape", 0), 2, "error"),
         ("input_00_ys", ("codecs", 0, "configuration", "index_location"), "start", "error"),
         ("input_00_ys", ("data_type",), "int32", "verify"),  # same itemsize: decodes; storedDtype disagrees
-        ("row_fields", (*_F, "records", "input_00_ys", "template", "storedShape"), [1], "verify"),
-        ("row_fields", (*_F, "records", "input_00_ys", "template", "storedDtype"), "int32", "verify"),
-        ("row_fields", (*_F, "records", "input_00_ys", "template", "note"), "edited", "read"),
-        (
-            "row_fields",
-            (*_F, "tasks", "template", "coords"),
-            lambda h, k: h[k].update(bogus=[0, 3]),
-            "error",
-        ),  # no record has such a dim: nothing stored bounds its length, so the expansion refuses it
+        ("input_00_ys", (*_R, "storedShape"), [1], "verify"),
+        ("input_00_ys", (*_R, "storedDtype"), "int32", "verify"),
+        ("input_00_ys", (*_R, "note"), "edited", "read"),
+        ("input_00_ys", _R, lambda h, k: h.pop(k), "error"),  # a record array without it is no array of a pack
     ],
 )
 def test_pack_document_mutations(
@@ -570,49 +569,56 @@ def test_pack_document_mutations(
     """Mutations of a multi-row pack's documents the reader must refuse (or verify name), or read correctly. The
     reader serves a committed window from the window document alone: a pack's own documents edited behind its
     back read as the pristine window, and verify names them (they disagree with the window's copy)."""
-    outcome = _pack_case(packed, f"{_unpermute(packed)}/{node}", field, value, where)
+    rel = f"{_unpermute(packed)}/{node}" if node else _unpermute(packed)
+    outcome = _pack_case(packed, rel, field, value, where)
     # verify compares the stored pack documents with the window's copy: an edit of one side only is named
     assert outcome == ("verify" if where == "own" or (where == "window" and expected == "read") else expected)
 
 
-def _first_task(edit: Any) -> Any:
-    return lambda tasks, records: edit(tasks[0])
+def _row_edit(name: str, edit: Any) -> Any:
+    """An edit of the pack array ``name``'s values (a list along ``task``), written back consistently."""
+    return name, edit
+
+
+def _first(change: Any) -> Any:
+    return lambda values: [change(values[0]), *values[1:]]
 
 
 @pytest.mark.parametrize(
-    "edit",
+    ("name", "edit"),
     [
-        _first_task(lambda t: t.update(group="../../etc")),
-        _first_task(lambda t: t.update(group="task_000099")),
-        _first_task(lambda t: t["attrs"].update(taskId=77)),
-        _first_task(lambda t: t["coords"].update(token=[8, 0])),
-        _first_task(lambda t: t["coords"].update(token=[0, 9])),  # 9 rows for a record of 8
-        _first_task(lambda t: t["coords"].update(token=[1, 9])),  # right length, wrong rows
-        lambda tasks, records: tasks.__setitem__(0, dict(tasks[0], group=tasks[1]["group"])),  # another row's group
-        lambda tasks, records: tasks.__setitem__(slice(0, 2), tasks[1::-1]),  # coordinates then disagree with records
+        _row_edit("task_id", lambda v: [v[1], *v[1:]]),  # another row's task: its group twice
+        _row_edit("task_id", _first(lambda _: -1)),  # no task
+        _row_edit("core_id", _first(lambda _: -7)),  # no core
+        _row_edit("token_stop", _first(lambda _: 0)),  # reversed bounds
+        _row_edit("token_stop", _first(lambda x: x + 1)),  # 9 rows for a record of 8
+        _row_edit("token_stop", _first(lambda _: 10**12)),  # unbounded rows: never allocated
+        _row_edit("token_start", lambda v: [v[1], v[0], *v[2:]]),  # swapped starts: lengths and offsets disagree
+        _row_edit("output_00_ws_offset", lambda v: [v[1], *v[1:]]),  # the rows sourceOffsetBytes says: another's
     ],
-    ids=["traversal", "group", "taskId", "reversed", "longer", "shifted", "twice", "swapped"],
+    ids=["twice", "no-task", "no-core", "reversed", "longer", "unbounded", "swapped", "offset"],
 )
-def test_pack_row_edits(packed: dict[str, Any], edit: Any) -> None:
-    """Row values edited consistently (row_fields' chunk, its crc32c and every copy of its document): what the
-    readers check of each row (group names against taskId, row coordinates against the records) refuses them."""
-    from tests._packs import edit_rows
+def test_pack_row_edits(packed: dict[str, Any], name: str, edit: Any) -> None:
+    """Row values edited consistently (the array's chunk, its crc32c and every copy of its document): what the
+    readers check of each row (ids naming one task group each, row bounds against the records' length and
+    ``sourceOffsetBytes``) refuses them."""
+    from tests._packs import stored_columns, write_column
 
     window = packed["root"] / PACK_WINDOW
     pack = _unpermute(packed)
-    originals = {p: p.read_bytes() for p in [*window.rglob("zarr.json"), *(window / pack).rglob("c.0.0")]}
+    files = [*window.rglob("zarr.json"), *(window / pack).rglob("c*")]
+    originals = {p: p.read_bytes() for p in files if p.is_file()}
     try:
-        edit_rows(window, pack, edit)
+        write_column(window, pack, name, edit(stored_columns(window, pack)[name].tolist()))
         assert _pack_outcome(packed["root"], packed["pristine"], cli=True) == "error"
     finally:
         for holder, raw in originals.items():
             holder.write_bytes(raw)
 
 
-# Not checked (the reader reads no data to build its view): the order of rows against the pack's task array
-# (a swap of rows without row coordinates), and task attributes other than taskId/workerId (schema 6 kept those
-# in unchecksummed group documents too).
-_UNCHECKED = ("attrs",)  # fields of a task row whose mutation may read as a different records table
+# Not checked: what every row holds alike (taskAttributes, recordAttributes: the tasks layout kept those in
+# unchecksummed group and array documents too) may read as a different records table.
+_UNCHECKED = ("taskAttributes", "recordAttributes")
 
 
 def _pack_choice(packed: dict[str, Any]) -> st.SearchStrategy[tuple[str, tuple[Any, ...]]]:
@@ -635,8 +641,7 @@ def test_pack_document_fuzz(packed: dict[str, Any]) -> None:
     )
     def run(choice: tuple[str, tuple[Any, ...]], value: Any, where: str, cli: bool) -> None:
         rel, field = choice
-        # the tasks' spec: its template's attrs, or a column (which may be retargeted to an attribute)
-        gap = field[:3] == (*_F, "tasks") and (len(field) < 5 or field[3] == "columns" or field[4] in _UNCHECKED)
+        gap = len(field) > 1 and field[0] == "attributes" and field[1] in _UNCHECKED
         originals = _mutate_pack(root, rel, field, value, where)
         try:
             _pack_outcome(root, packed["pristine"], values_checked=not gap, cli=cli)
@@ -653,8 +658,8 @@ def test_stored_pack_documents_that_disagree_with_the_window_are_named(packed: d
     """verify compares the stored pack documents (what plain zarr reads) with the window document the reader's view
     is built from, as schema 6 compared every node's document with its consolidated entry."""
     root = packed["root"]
-    rel = f"{_unpermute(packed)}/row_fields"
-    field = (*_F, "records", "input_00_ys", "template", "note")
+    rel = f"{_unpermute(packed)}/input_00_ys"
+    field = (*_R, "note")
     originals = _mutate_pack(root, rel, field, "edited behind the window's back", where)
     try:
         problems = verify_dump(open_dump(root)).problems
@@ -669,7 +674,6 @@ def test_stored_pack_documents_that_disagree_with_the_window_are_named(packed: d
 SCHEMA_MUTATIONS = [
     ("window", ("node_type",), "array", "node_type 'array' is not 'group'"),
     ("window", ("zarr_format",), 2, "zarr_format 2 is not 3"),
-    ("window", ("attributes", "schemaVersion"), 99, "attributes.schemaVersion 99 is not a known schema version"),
     ("invocation", ("attributes", "direction"), "sideways", "attributes.direction 'sideways' is not one of"),
     ("invocation", ("attributes", "level"), "L0", "attributes.level 'L0' disagrees with the window's 'L1'"),
     ("invocation", ("attributes", "taskCount"), 99, "attributes.taskCount 99 disagrees with the"),

@@ -30,7 +30,7 @@ def _tasks(count: int, *, chunked: int | None = None) -> InvocationWrite:
 
 
 def _window(invocation: InvocationWrite) -> WindowWrite:
-    return WindowWrite(0, 0, {"level": "L1", "schemaVersion": 8}, [invocation])
+    return WindowWrite(0, 0, {"level": "L1"}, [invocation])
 
 
 class _Recording(LocalBackend):

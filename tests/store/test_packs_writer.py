@@ -1,9 +1,10 @@
-"""Schema 7's writer: small L1 task records stored as task-record packs (see ``store/packs.py``).
+"""The packs layout's writer: small L1 task records stored as task-record packs (see ``store/packs.py``).
 
 The promises held here: a pack's documents are zarr-python's own; zarr-python, tensorstore and plain
-``xr.open_zarr`` read every pack array bit-exactly; statistics equal the accumulator's; and the schema-6
-view of a pack (``expand_pack``) is, node for node and chunk byte for chunk byte, what the schema-6 writer
-(``WindowWriter(pack=False)``) stores for the same invocation.
+``xr.open_zarr`` read every pack array bit-exactly, the per-task values as coordinates along ``task``;
+statistics equal the accumulator's; and the task groups a pack's rows stand for (``expand_pack``) are, node for
+node and chunk byte for chunk byte, what the tasks layout's writer (``WindowWriter(pack=False)``) stores for the
+same invocation.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import numpy as np
 import pytest
 
 from megadump_zarr.layout.write_model import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
-from megadump_zarr.store.pack_fields import hydrate_pack
 from megadump_zarr.store.pack_writer import row_stats
 from megadump_zarr.store.packs import (
     PACK_MAX_RECORD_BYTES,
@@ -28,14 +28,13 @@ from megadump_zarr.store.packs import (
     RangeSource,
     ShardSource,
     decode_index,
-    expand_pack,
     index_nbytes,
     range_chunk,
 )
 from megadump_zarr.store.tensor_stats import SLICE_ELEMENTS, StatsAccumulator
 from megadump_zarr.store.writer import WindowWriter
 from tests._layout import without_digests
-from tests._packs import readable_nodes, stored_rows
+from tests._packs import expanded, stored_columns, stored_rows
 
 INV = "invocation_000000_forward"
 
@@ -44,7 +43,7 @@ def _task(stage: str, task_id: int, worker: int | None = None) -> str:
     return f"stages/{stage}/task_{task_id:06d}" + ("" if worker is None else f"_worker_{worker:03d}")
 
 
-def _attrs(task_id: int, stage: str, owner: int | None = 3, core: int | None = 1) -> dict:
+def _attrs(task_id: int, stage: str, owner: int | None = 3, core: int | None = 1, worker: int | None = None) -> dict:
     return {
         "taskId": task_id,
         "stageTaskIndex": task_id,
@@ -52,7 +51,7 @@ def _attrs(task_id: int, stage: str, owner: int | None = 3, core: int | None = 1
         "owner": {"label": "expert", "id": owner},
         "coreType": "AIV",
         "coreId": core,
-        "workerId": None,
+        "workerId": worker,
         "tensorCount": 2,
         "tileRows": None,
     }
@@ -77,7 +76,7 @@ def mixed_invocation(seed: int = 0) -> InvocationWrite:
                 f"{path}/input_00_x",
                 x,
                 ("token", "hidden"),
-                {"name": "x", "io": "input", "index": 0, "note": f"task {t}"},
+                {"name": "x", "io": "input", "index": 0, "note": "tile", "sourceOffsetBytes": 40 * 16 * 4 * t},
                 {"token": rows},
             )
         )
@@ -92,7 +91,7 @@ def mixed_invocation(seed: int = 0) -> InvocationWrite:
         )
     for t in (10, 11):
         path = _task("up", t, worker=t - 9)
-        groups.append(GroupWrite(path, _attrs(t, "up"), task=True))
+        groups.append(GroupWrite(path, _attrs(t, "up", core=t - 9, worker=7), task=True))
         arrays.append(
             ArrayWrite(
                 f"{path}/input_00_w",
@@ -126,7 +125,7 @@ def mixed_invocation(seed: int = 0) -> InvocationWrite:
 
 def _write(root: Path, pack: bool, invocation: InvocationWrite | None = None, **options) -> Path:
     with WindowWriter(root, pack=pack, durable=False, **options) as writer:
-        writer.write_window(WindowWrite(0, 0, {"schemaVersion": 7}, [invocation or mixed_invocation()]))
+        writer.write_window(WindowWrite(0, 0, {"level": "L1"}, [invocation or mixed_invocation()]))
     return root / "rank_0" / "window_0000"
 
 
@@ -150,28 +149,33 @@ def test_layout_packs_packable_tasks_and_keeps_the_rest(windows):
     assert sorted(p.name for p in stage.iterdir()) == ["pack_0000", "pack_0001", "task_000020", "zarr.json"]
     assert sorted(p.name for p in (packed / INV / "stages" / "down").iterdir()) == ["pack_0000", "zarr.json"]
     pack = stage / "pack_0000"
-    assert sorted(p.name for p in pack.iterdir()) == [
+    arrays = [
         "core_id",
-        "global_token",
+        "core_type",
         "input_00_x",
+        "input_00_x_offset",
+        "input_00_x_stats",
         "output_00_y",
+        "output_00_y_stats",
         "owner_id",
-        "row_fields",
+        "stage_task_index",
+        "statistic",
         "task_id",
-        "zarr.json",
+        "tile_row_start",
+        "tile_row_stop",
+        "token_start",
+        "token_stop",
+        "worker_id",
     ]
+    assert sorted(p.name for p in pack.iterdir()) == [*arrays, "zarr.json"]
     assert sorted(p.name for p in (pack / "input_00_x").iterdir()) == ["c.0.0.0", "zarr.json"]  # one shard
     group = json.loads((pack / "zarr.json").read_bytes())
-    assert group["attributes"] == {"megadumpPack": 4, "stage": "up", "taskCount": 5}
-    assert sorted(group["consolidated_metadata"]["metadata"]) == [
-        "core_id",
-        "global_token",
-        "input_00_x",
-        "output_00_y",
-        "owner_id",
-        "row_fields",
-        "task_id",
-    ]
+    assert group["attributes"] == {
+        "stage": "up",
+        "taskCount": 5,
+        "taskAttributes": {"stage": "up", "owner": {"label": "expert"}, "tensorCount": 2},
+    }
+    assert sorted(group["consolidated_metadata"]["metadata"]) == arrays
     tasks = stored_rows(packed, f"{INV}/stages/up/pack_0000")[0]
     assert tasks[2] == {
         "group": "task_000002",
@@ -181,14 +185,15 @@ def test_layout_packs_packable_tasks_and_keeps_the_rest(windows):
     import zarr
 
     assert zarr.open_array(str(pack / "task_id"))[:].tolist() == [0, 1, 2, 3, 4]
-    # format 3: each row's global token indices, the stitched tensor's rows [start, stop) of its coords entry
-    global_token = zarr.open_array(str(pack / "global_token"))
-    assert global_token.metadata.dimension_names == ("task", "token")
-    assert global_token.attrs["megadumpRowCoordinate"] == "token"
-    spans = [t["coords"]["token"] for t in tasks]
-    assert global_token[...].tolist() == [list(range(start, stop)) for start, stop in spans]
+    # each row's token bounds: the stitched tensor's rows [start, stop)
+    assert zarr.open_array(str(pack / "token_start"))[:].tolist() == [0, 40, 80, 120, 160]
+    assert zarr.open_array(str(pack / "token_stop"))[:].tolist() == [40, 80, 120, 160, 200]
+    assert zarr.open_array(str(pack / "input_00_x_offset"))[:].tolist() == [2560 * t for t in range(5)]
+    assert zarr.open_array(str(pack / "core_type"))[:].tolist() == ["AIV"] * 5
+    assert zarr.open_array(str(pack / "worker_id"))[:].tolist() == [-1] * 5
     assert zarr.open_array(str(pack / "owner_id"))[:].tolist() == [0, 1, 0, 1, 0]
     assert zarr.open_array(str(stage / "pack_0001" / "task_id"))[:].tolist() == [10, 11]
+    assert zarr.open_array(str(stage / "pack_0001" / "worker_id"))[:].tolist() == [7, 7]
     down = packed / INV / "stages" / "down" / "pack_0000"
     assert zarr.open_array(str(down / "owner_id"))[:].tolist() == [-1, -1, -1]
     assert zarr.open_array(str(down / "core_id"))[:].tolist() == [-1, -1, -1]
@@ -269,23 +274,26 @@ def test_zarr_tensorstore_and_xarray_read_every_pack_array(windows):
             warnings.simplefilter("error")
             dataset = xr.open_zarr(str(pack))
         tasks = stored_rows(packed, pack.relative_to(packed).as_posix())[0]
-        rows = {f"global_{dim}": ("task", dim) for dim in tasks[0]["coords"]}
-        assert {name: dataset.coords[name].dims for name in dataset.coords} == {
-            "task_id": ("task",),
-            "owner_id": ("task",),
-            "core_id": ("task",),
-            "row_fields": ("task", "field"),
-            **rows,
-        }  # coordinates, no task index
-        assert {"task_id", "owner_id", "core_id", "row_fields", *rows}.isdisjoint(dataset.data_vars)
+        bounds = {f"{dim}_{end}" for dim in tasks[0]["coords"] for end in ("start", "stop")}
+        per_task = {"task_id", "stage_task_index", "owner_id", "core_id", "worker_id", "core_type"}
+        per_task |= {"tile_row_start", "tile_row_stop"} | bounds
+        assert {name: dataset.coords[name].dims for name in dataset.coords if name != "statistic"} == {
+            name: ("task",) for name in per_task
+        }  # the per-task values are coordinates along task, no task index
+        assert per_task.isdisjoint(dataset.data_vars)
         stage = pack.relative_to(packed).parent
-        for name, (_, dim) in rows.items():  # a row's global indices: the tasks layout's coordinate, value for value
+        for dim in tasks[0]["coords"]:  # a row's bounds: the tasks layout's coordinate, value for value
             for row, entry in enumerate(tasks):
                 stored = zarr.open_array(str(plain / stage / entry["group"] / dim))[...]
-                assert dataset[name].isel(task=row).values.tolist() == stored.tolist()
+                start, stop = int(dataset[f"{dim}_start"][row]), int(dataset[f"{dim}_stop"][row])
+                assert list(range(start, stop)) == stored.tolist()
+        for name in dataset.data_vars:  # statistics along (task, statistic), the statistic coordinate naming them
+            if name.endswith("_stats"):
+                assert dataset[name].dims == ("task", "statistic")
+                assert dataset["statistic"].values.tolist() == ["min", "max", "mean", "l2norm", "nanCount", "infCount"]
 
 
-def test_records_attributes_and_stats_equal_the_schema6_writers(windows):
+def test_records_attributes_and_stats_equal_the_tasks_writers(windows):
     packed, plain = windows
     docs = _documents(plain)
     for path, doc in _pack_arrays(packed).items():
@@ -310,17 +318,14 @@ def _shard_chunk(window: Path, source: ShardSource) -> bytes:
     return shard[entry[0] : entry[0] + entry[1]]
 
 
-def test_expand_pack_is_the_schema6_writers_view(windows):
+def test_expand_pack_is_the_tasks_writers_view(windows):
     packed, plain = windows
     nodes = _documents(packed)
-    for pack in [p for p in nodes if p.rpartition("/")[2].startswith("pack_")]:
-        nodes |= readable_nodes(packed, pack)  # format 4: the rows' lists rebuilt from row_fields
     wanted = _documents(plain)
     view: dict[str, dict] = {path: doc for path, doc in nodes.items() if "/pack_" not in path}
     chunks = 0
     for pack in sorted(p for p, d in nodes.items() if p.rpartition("/")[2].startswith("pack_")):
-        # the pack group's own document is not needed (a torn window has none)
-        virtual, sources = expand_pack(pack, {k: v for k, v in nodes.items() if k != pack})
+        virtual, sources = expanded(packed, pack)
         view |= virtual
         for key, source in sources.items():
             stored = (plain / key).read_bytes()
@@ -359,19 +364,20 @@ def test_expand_pack_is_the_schema6_writers_view(windows):
 
 def test_torn_window_keeps_pack_arrays_readable(tmp_path):
     writer = WindowWriter(tmp_path, durable=False, pack=True)
-    session = writer.begin(0, 0, {"schemaVersion": 7})
+    session = writer.begin(0, 0, {"level": "L1"})
     session.write_invocation(mixed_invocation())
     writer.close()
     pack = tmp_path / "rank_0" / "window_0000" / INV / "stages" / "up" / "pack_0000"
-    assert not (pack / "zarr.json").exists()  # the group document waits for the commit
-    for name in ("task_id", "owner_id", "core_id", "input_00_x", "output_00_y"):
+    group = json.loads((pack / "zarr.json").read_bytes())  # its attributes; the commit adds its consolidated metadata
+    assert "consolidated_metadata" not in group and group["attributes"]["taskCount"] == 5
+    for name in ("task_id", "owner_id", "core_id", "input_00_x", "output_00_y", "input_00_x_stats"):
         assert (pack / name / "zarr.json").is_file()
     window = tmp_path / "rank_0" / "window_0000"
-    virtual, _ = expand_pack(f"{INV}/stages/up/pack_0000", readable_nodes(window, f"{INV}/stages/up/pack_0000"))
+    virtual, _ = expanded(window, f"{INV}/stages/up/pack_0000")
     assert f"{INV}/{_task('up', 4)}/output_00_y" in virtual
 
 
-def test_pack_false_writes_schema6_task_groups(windows):
+def test_pack_false_writes_task_groups(windows):
     _, plain = windows
     stage = plain / INV / "stages" / "up"
     assert sorted(p.name for p in stage.iterdir() if p.is_dir()) == [
@@ -455,6 +461,7 @@ def test_many_tasks_split_into_shards_with_an_absent_tail(tmp_path):
 
     assert zarr.open_array(str(array))[...].tobytes() == data.tobytes()
     assert "stats" not in stored_rows(window, f"{INV}/stages/s/pack_0000")[1]["input_00_x"][0]
+    assert "input_00_x_stats" not in stored_columns(window, f"{INV}/stages/s/pack_0000")
 
 
 # --------------------------------------------------------------------------- vectorised statistics
@@ -497,7 +504,7 @@ def test_fsspec_roots_get_the_same_pack_bytes(windows):
     fs = fsspec.filesystem("memory")
     try:
         with WindowWriter(url, durable=False, pack=True) as writer:
-            writer.write_window(WindowWrite(0, 0, {"schemaVersion": 7}, [mixed_invocation()]))
+            writer.write_window(WindowWrite(0, 0, {"level": "L1"}, [mixed_invocation()]))
         base = "/packs-writer-test/rank_0/window_0000/"
         remote = {path[len(base) :]: fs.cat_file(path) for path in fs.find(base)}
         local = {p.relative_to(packed).as_posix(): p.read_bytes() for p in packed.rglob("*") if p.is_file()}
@@ -507,8 +514,8 @@ def test_fsspec_roots_get_the_same_pack_bytes(windows):
             for k in local
             if "/pack_" in k
             and "/c." in k
-            and k.rpartition("/")[0].rpartition("/")[2] not in ("task_id", "owner_id", "core_id", "row_fields")
-            and not k.rpartition("/")[0].rpartition("/")[2].startswith("global_")
+            and k.rpartition("/")[0].rpartition("/")[2].startswith(("input", "output"))
+            and not k.rpartition("/")[0].endswith(("_stats", "_offset"))
         ]
         assert len(shards) == 6
         for key in local:
@@ -529,7 +536,7 @@ def test_a_failed_shard_aborts_the_window_and_keeps_what_was_written(tmp_path):
 
     writer.backend.put = put
     with pytest.raises(OSError, match="No space left"):
-        writer.write_window(WindowWrite(0, 0, {"schemaVersion": 7}, [mixed_invocation()]))
+        writer.write_window(WindowWrite(0, 0, {"level": "L1"}, [mixed_invocation()]))
     writer.close()
     window = tmp_path / "rank_0" / "window_0000"
     doc = json.loads((window / "zarr.json").read_bytes())
@@ -538,9 +545,14 @@ def test_a_failed_shard_aborts_the_window_and_keeps_what_was_written(tmp_path):
     pack = f"{INV}/stages/up/pack_0000"
     assert f"{pack}/task_id" in listed and f"{pack}/output_00_y" in listed and f"{pack}/input_00_x" not in listed
     assert not (window / pack / "input_00_x" / "zarr.json").exists()
-    chunk = window / pack / "row_fields" / "c.0.0"  # written for the record arrays that were
-    virtual, _ = expand_pack(pack, hydrate_pack(pack, listed, chunk.read_bytes(), "task_id", pack))
+    from megadump_zarr import open_dump
+
+    records = open_dump(tmp_path).records(
+        include_incomplete=True
+    )  # the aborted window keeps the record arrays that were written
+    virtual = {path.partition("/window_0000/")[2] for path in records["path"]}
     assert f"{INV}/{_task('up', 0)}/output_00_y" in virtual and f"{INV}/{_task('up', 0)}/input_00_x" not in virtual
+    assert f"{pack}/input_00_x_stats" not in listed  # written with its record array's document
 
 
 @settings(max_examples=60, deadline=None)

@@ -59,7 +59,7 @@ def _write_hand(root: Path) -> Path:
                 [GroupWrite("stages/s", {"stage": "s"})] + [g for g, _ in tasks],
                 [a for _, arrays in tasks for a in arrays],
             )
-            writer.write_window(WindowWrite(0, window, {"schemaVersion": 7, "level": "L1"}, [invocation]))
+            writer.write_window(WindowWrite(0, window, {"level": "L1"}, [invocation]))
     return root
 
 

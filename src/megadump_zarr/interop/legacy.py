@@ -9,7 +9,7 @@ The predecessor wrote one directory per rank window::
 
 :func:`convert_legacy` writes each window into the Zarr layout of ``DESIGN.md`` ("Store layout") with the
 same group paths, array names and attribute names the dumper itself writes (see
-``megadump_zarr.dump.window``), window ``schemaVersion`` ``SCHEMA_VERSION`` (with a group per task: converted
+``megadump_zarr.dump.window``), window ``schemaVersion`` ``FORMAT_VERSION`` (with a group per task: converted
 tasks are not packed) and ``convertedFrom`` naming the source.
 
 Legacy directories are untrusted input:

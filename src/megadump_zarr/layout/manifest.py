@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from megadump_zarr.layout.paths import INVOCATION_DIR
-from megadump_zarr.layout.schema import LEVELS, PRODUCER, SCHEMA_VERSION, STORAGE_KINDS, TENSOR_SERIALIZATION
+from megadump_zarr.layout.schema import LEVELS, PRODUCER, FORMAT_VERSION, STORAGE_KINDS, TENSOR_SERIALIZATION
 
 __all__ = ["WindowManifest"]
 
@@ -81,7 +81,7 @@ class WindowManifest:
     step: int | None = None
     partial_launches: tuple[str, ...] | None = None
     converted_from: Mapping[str, Any] | None = None
-    schema_version: int = SCHEMA_VERSION
+    schema_version: int = FORMAT_VERSION
     producer: str = PRODUCER
     tensor_serialization: str = TENSOR_SERIALIZATION
     extra: Mapping[str, Any] = field(default_factory=dict)

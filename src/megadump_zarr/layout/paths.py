@@ -40,7 +40,7 @@ INVOCATION_DIR = re.compile(r"^invocation_([0-9]+)_(.+)\Z")
 TASK_DIR = re.compile(r"^task_([0-9]+)(?:_worker_([0-9]+))?\Z")
 """An L1 task group's name; groups: task id, worker (core) id or ``None``."""
 PACK_DIR = re.compile(r"^pack_([0-9]+)\Z")
-"""A task-record pack's name (schema 7); group 1 is the pack number."""
+"""A task-record pack's name (the packs layout); group 1 is the pack number."""
 SESSION_MARKER = re.compile(r"^\.session-[A-Za-z0-9._-]+\.json\Z")
 """A writing session's marker at the dump root (hidden; a small JSON ``{"host", "pid", "startedAt"}``);
 while one is there the root carries no consolidated index."""

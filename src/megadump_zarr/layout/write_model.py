@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 
 from megadump_zarr.layout.paths import window_path
-from megadump_zarr.layout.schema import SCHEMA_VERSION
+from megadump_zarr.layout.schema import FORMAT_VERSION
 
 
-__all__ = ["SCHEMA_VERSION", "ArrayWrite", "GroupWrite", "InvocationWrite", "StatisticsTable", "WindowWrite"]
+__all__ = ["FORMAT_VERSION", "ArrayWrite", "GroupWrite", "InvocationWrite", "StatisticsTable", "WindowWrite"]
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from zarr.abc.store import Store
 
 from megadump_zarr.read.documents import (
     INT64_MAX,
+    itemsize,
     check_attributes,
     count_field,
     int_field,
@@ -33,10 +34,12 @@ from megadump_zarr.read.documents import (
 from megadump_zarr.read.statistics_table import STATISTICS_COLUMNS, merge_statistics
 from megadump_zarr.read.integrity import below_checks
 from megadump_zarr.read.location import get_json, get_many, list_dir, list_dirs, list_prefix, parse_json
-from megadump_zarr.read.pack_nodes import MARKER, Fetch, window_fields_keys
+from megadump_zarr.read.errors import FormatVersionError
+from megadump_zarr.read.pack_nodes import Fetch, is_packed, window_column_keys
 from megadump_zarr.read.pack_rows import PackedWindow, expand_torn, expand_window
 from megadump_zarr.read.truncated import stats_scope
 from megadump_zarr.layout.paths import INVOCATION_DIR, RANK_DIR, TASK_DIR, WINDOW_DIR
+from megadump_zarr.layout.schema import PACK_STORAGE, STORAGE_ATTR, format_problem
 from megadump_zarr.layout.statistics import DIGEST_COLUMN, MD5_COLUMN
 
 __all__ = [
@@ -47,6 +50,7 @@ __all__ = [
     "window_info",
     "check_root",
     "data_groups",
+    "is_packed",
     "itemsize",
     "records_frame",
     "scan_windows",
@@ -113,24 +117,6 @@ its stored elements only) or None (no statistics)."""
 EXTRA_COLUMNS = (*EXTRA_COLUMNS, *STATISTICS_COLUMNS)  # payload, digest, element_count (read.statistics)
 
 _FINAL = frozenset(("complete", "aborted"))
-_ITEMSIZE = {
-    name: np.dtype(name).itemsize
-    for name in (
-        "bool",
-        "int8",
-        "int16",
-        "int32",
-        "int64",
-        "uint8",
-        "uint16",
-        "uint32",
-        "uint64",
-        "float16",
-        "float32",
-        "float64",
-    )
-}
-_ITEMSIZE.update(bfloat16=2, float8_e4m3fn=1, float8_e5m2=1)  # ml_dtypes not imported for their sizes
 _INT_COLUMNS = (
     "step",
     "task_id",
@@ -146,15 +132,6 @@ _INT_COLUMNS = (
     "stored_bytes",
 )
 _FLOAT_COLUMNS = ("min", "max", "mean", "l2norm")
-
-
-def itemsize(data_type: str) -> int:
-    """Bytes per element of a stored Zarr ``data_type`` (0 when unknown).
-
-    Args:
-        data_type: The array document's ``data_type`` (``float32``, ``bfloat16``, ...).
-    """
-    return _ITEMSIZE.get(data_type, 0) if isinstance(data_type, str) else 0
 
 
 @dataclass
@@ -265,10 +242,10 @@ def scan_windows(store: Store, cache: dict[str, WindowInfo] | None = None) -> li
     keys.sort()
     missing = [key for _, _, key in keys if key not in cache or not cache[key].final]
     raws = get_many(store, [f"{key}/zarr.json" for key in missing])
-    docs = {key: _parsed(key, raw) for key, raw in zip(missing, raws) if raw is not None and MARKER in raw}
-    # every packed window's row_fields chunks in one concurrent batch (an object store: one round trip, not one
+    docs = {key: _parsed(key, raw) for key, raw in zip(missing, raws) if raw is not None}
+    # every packed window's per-task arrays in one concurrent batch (an object store: one round trip, not one
     # per window); a key not prefetched (a document that does not parse is named by window_info) is read then
-    wanted = [k for key, doc in docs.items() for k in window_fields_keys(key, doc)]
+    wanted = [k for key, doc in docs.items() if is_packed(doc) for k in window_column_keys(key, doc)]
     read = store_fetch(store)
     held = dict(zip(wanted, read(wanted)))
 
@@ -285,7 +262,7 @@ def scan_windows(store: Store, cache: dict[str, WindowInfo] | None = None) -> li
 
 
 def _parsed(key: str, raw: bytes) -> dict[str, Any] | None:
-    """A window document parsed once, for the ``row_fields`` prefetch and ``window_info`` (``None``: it does not
+    """A window document parsed once, for the prefetch of its packs' arrays and ``window_info`` (``None``: it does not
     parse, which ``window_info`` then names)."""
     try:
         return parse_json(raw, f"{key}/zarr.json")
@@ -295,7 +272,7 @@ def _parsed(key: str, raw: bytes) -> dict[str, Any] | None:
 
 def store_fetch(store: Store) -> Fetch:
     """Reads keys of ``store`` concurrently, below its integrity checks (what a packed window's expansion reads:
-    ``row_fields`` chunks, which it checks itself: their crc32c and the ``tableCrc32c`` binding them to their
+    per-task arrays, which it checks itself: their crc32c and the ``chunkCrc32c`` binding them to their
     pack). Through the checks, each chunk would first make the store expand its window again to look it up."""
     inner = below_checks(store)
     return lambda keys: get_many(inner, keys)
@@ -308,7 +285,7 @@ def window_info(key: str, raw: bytes | None, doc: dict[str, Any] | None = None, 
         key: The window key (``rank_0/window_0003``).
         raw: The window document's bytes (``None``: not written yet, so the window is ``writing``).
         doc: The document already parsed from ``raw``, if it was.
-        fetch: Reads keys of the dump (a format-4 pack's ``row_fields`` chunk, :func:`store_fetch`).
+        fetch: Reads keys of the dump (its packs' per-task arrays, :func:`store_fetch`).
     """
     rank_name, window_name = key.split("/")
     rank, window = int(rank_name[5:]), int(window_name[7:])
@@ -317,6 +294,9 @@ def window_info(key: str, raw: bytes | None, doc: dict[str, Any] | None = None, 
     where = f"{key}/zarr.json"
     doc = parse_json(raw, where) if doc is None else doc
     attrs = check_attributes(doc, where)
+    problem = format_problem(attrs, key)
+    if problem is not None:
+        raise FormatVersionError(problem)
     status = attrs.get("status")
     if status not in ("complete", "aborted", "writing"):
         status = "writing"
@@ -333,7 +313,7 @@ def window_info(key: str, raw: bytes | None, doc: dict[str, Any] | None = None, 
     if status == "writing" or not isinstance(nodes, dict):
         nodes = None
     info = WindowInfo(rank, window, key, status, attrs, nodes)
-    if nodes is not None and MARKER in raw:
+    if nodes is not None and attrs.get(STORAGE_ATTR) == PACK_STORAGE:
         info.nodes = _take_packs(info, nodes, expand_window(key, nodes, fetch))
     return info
 
@@ -401,6 +381,8 @@ def window_nodes(store: Store, info: WindowInfo) -> dict[str, dict[str, Any]]:
             nodes[key[len(prefix) : -len("/zarr.json")]] = parse_json(raw, key)
         except ValueError:
             info.damaged.append(key)  # torn mid-write: the node never finished, so it is not part of the window
+    if info.attrs.get(STORAGE_ATTR) != PACK_STORAGE:
+        return nodes
     return _take_packs(info, nodes, expand_torn(info.key, nodes, store_fetch(store)))
 
 

@@ -73,10 +73,8 @@ def chunk_rows(guarded: Any) -> Any:
         guarded: A :class:`~megadump_zarr.read.integrity.GuardedArray` of a zarr v3 array, or of a packed record
             (:class:`~megadump_zarr.read.pack_arrays.RowArray`: its one chunk is its row's inner chunk).
     """
-    from megadump_zarr.read.pack_arrays import RowArray
-
     array = getattr(guarded, "array", None)
-    if isinstance(array, RowArray):
+    if getattr(array, "pack_row", False):  # a RowArray: a packed record
         return _row_chunks(guarded, array)
     try:
         metadata, store_path = array.metadata, array.store_path

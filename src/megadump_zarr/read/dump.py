@@ -34,10 +34,11 @@ from megadump_zarr.read.catalog import (
     itemsize,
     records_frame,
     scan_windows,
+    window_info,
     window_nodes,
 )
 from megadump_zarr.read.documents import check_array_doc, check_attributes, count_field, shape_field
-from megadump_zarr.read.errors import DumpIntegrityError
+from megadump_zarr.read.errors import DumpIntegrityError, FormatVersionError
 from megadump_zarr.read.integrity import CommittedWindows, IntegrityStore, guard_read
 from megadump_zarr.read.location import DumpLocation, open_location, store_path
 from megadump_zarr.read.pack_arrays import is_packed_array
@@ -83,12 +84,21 @@ def open_dump(url: str | os.PathLike[str] | Store, storage_options: dict[str, An
     Raises:
         ValueError: ``url`` is not a dump root; the message names it and what is missing. An msprobe
             directory whose ``dump.json`` is invalid or unsafe (naming the file and field).
+        FormatVersionError: A window of another format than
+            :data:`~megadump_zarr.layout.schema.FORMAT_VERSION` (naming it and both versions).
     """
     from megadump_zarr.read.msprobe import msprobe_location
 
     location = msprobe_location(url) or open_location(url, storage_options)
     attrs = check_root(location.store, location.url)
-    return Dump(location, attrs)
+    dump = Dump(location, attrs)
+    try:  # a window of another format is refused here, with the version found and the one supported
+        dump._scan()
+    except FormatVersionError:
+        raise
+    except ValueError:  # damage is named where it is read (records(), verify), never at open
+        pass
+    return dump
 
 
 def _int_or(value: Any, default: int = -1) -> int:
@@ -112,7 +122,7 @@ class Dump:
         self._store = (
             location.store
             if isinstance(location.store, IntegrityStore)
-            else IntegrityStore(location.store, CommittedWindows(self._windows), location.url)
+            else IntegrityStore(location.store, CommittedWindows(self._windows, window_info), location.url)
         )
         self._frames: dict[str, pd.DataFrame] = {}
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["DumpIntegrityError"]
+__all__ = ["DumpIntegrityError", "FormatVersionError"]
 
 
 class DumpIntegrityError(ValueError):
@@ -25,3 +25,10 @@ class DumpIntegrityError(ValueError):
     def __init__(self, message: str, *, key: str | None = None) -> None:
         super().__init__(message)
         self.key = key
+
+
+class FormatVersionError(ValueError):
+    """A window of a format this version does not read (the message names the window, the version found and the
+    one supported); the command line exits 2."""
+
+    exit_code = 2

@@ -33,7 +33,7 @@ from zarr.storage import WrapperStore
 from megadump_zarr.layout.paths import WINDOW_KEY
 from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.location import parse_json
-from megadump_zarr.read.pack_nodes import MARKER, window_fields_keys
+from megadump_zarr.read.pack_nodes import is_packed, window_column_keys
 
 __all__ = [
     "ChunkLookup",
@@ -155,7 +155,7 @@ def window_lookup(windows: Callable[[str], Mapping[str, dict[str, Any]] | None],
 
 def below_checks(store: Store) -> Store:
     """The dump's store below its integrity checks (what reads that check what they read themselves use: a
-    pack's shard index, its ``row_fields`` chunk)."""
+    pack's shard index, its per-task arrays)."""
     return store.wrapped if isinstance(store, IntegrityStore) else store
 
 
@@ -225,10 +225,10 @@ class IntegrityStore(WrapperStore[Store]):
         raw = await self._store.get(f"{match.group(1)}/zarr.json", prototype)
         data = None if raw is None else raw.to_bytes()
         doc = None
-        if data is not None and MARKER in data:
+        if data is not None:
             with contextlib.suppress(ValueError):  # a document that does not parse: window_info names it
                 doc = parse_json(data, f"{match.group(1)}/zarr.json")
-        keys = window_fields_keys(match.group(1), doc) if doc is not None else []
+        keys = window_column_keys(match.group(1), doc) if is_packed(doc) else []
         values = await asyncio.gather(*(self._store.get(k, prototype) for k in keys))
         fetched = {k: None if v is None else v.to_bytes() for k, v in zip(keys, values)}
         lookup.learn(match.group(1), data, lambda wanted: [fetched.get(k) for k in wanted], doc)
@@ -345,10 +345,13 @@ class CommittedWindows:
     Args:
         infos: Window key -> ``WindowInfo`` (the ``Dump``'s own cache, shared: windows scanned later
             count too). Only committed (``final``) windows with consolidated nodes are checked.
+        describe: Turns a window document into its ``WindowInfo`` (the catalogue's ``window_info``, given by the
+            dump that owns the catalogue: this layer reads no catalogue of its own).
     """
 
-    def __init__(self, infos: dict[str, Any]) -> None:
+    def __init__(self, infos: dict[str, Any], describe: Callable[..., Any]) -> None:
         self.infos = infos
+        self.describe = describe
         self.not_final: set[str] = set()  # windows whose document was read and is not committed (or unreadable)
 
     def known(self, window: str) -> bool:
@@ -361,13 +364,11 @@ class CommittedWindows:
         Args:
             window: The window key.
             raw: Its document (``None``: absent).
-            fetch: Reads keys of the dump (its packs' ``row_fields`` chunks, read with the document).
+            fetch: Reads keys of the dump (its packs' per-task arrays, read with the document).
             doc: The document already parsed from ``raw``, if it was.
         """
-        from megadump_zarr.read.catalog import window_info
-
         try:
-            info = window_info(window, raw, doc, fetch=fetch)
+            info = self.describe(window, raw, doc, fetch=fetch)
         except ValueError:
             info = None
         if info is not None and info.final:

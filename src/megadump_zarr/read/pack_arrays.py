@@ -10,13 +10,10 @@ are named: a crc32c mismatch of the inner chunk with both checksums, as a chunk 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from zarr.abc.store import Store
-
-if TYPE_CHECKING:
-    from megadump_zarr.read.pack_rows import PackedWindow
 
 __all__ = ["RangeArray", "RowArray", "is_packed_array"]
 
@@ -38,9 +35,12 @@ class RowArray:
         root: The dump root, for messages.
     """
 
+    pack_row = True
+    """What the chunk reader recognises a packed record by (``read.chunks.chunk_rows``)."""
+
     def __init__(
         self,
-        packs: PackedWindow,
+        packs: Any,
         store: Store,
         array: str,
         doc: dict[str, Any],

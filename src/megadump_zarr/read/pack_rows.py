@@ -1,6 +1,6 @@
 """Packed records read where they are stored: row ``r`` of a task-record pack's array, ``(array, row)``.
 
-A schema-7/8 window stores the small records of a stage as task-record packs (:mod:`megadump_zarr.store.packs`):
+A window of the packs layout stores the small records of a stage as task-record packs (:mod:`megadump_zarr.store.packs`):
 sharded arrays with one row per task, one inner chunk per row. The catalogue describes each packed record
 from the window document alone (:func:`expand_window`: its task group, its record array document and its row
 coordinates, :mod:`megadump_zarr.read.pack_nodes`), and :class:`PackedWindow` keeps where each one is stored.
@@ -14,7 +14,7 @@ Never silent zeros: zarr reads an absent inner chunk as the fill value, so befor
 is read its shard's index is checked (one suffix read per shard, kept): a missing shard, a shard index whose
 checksum fails, an entry outside its shard, or a row the shard does not hold raises
 :class:`~megadump_zarr.read.errors.DumpIntegrityError` naming the record's chunk and the shard. An inner chunk
-whose crc32c fails is named with both checksums, as a schema-6 chunk is.
+whose crc32c fails is named with both checksums, as a tasks-layout chunk is.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from zarr.abc.store import RangeByteRequest, Store, SuffixByteRequest
 from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.integrity import below_checks
 from megadump_zarr.read.pack_nodes import PACK, PACK_PATH, Fetch, expand_packs, replace_packs, stored_pack_nodes
-from megadump_zarr.store.packs import TASK_ARRAYS, RangeSource, ShardSource, decode_index, index_nbytes
+from megadump_zarr.layout.packs import TASK_ARRAY
+from megadump_zarr.store.packs import RangeSource, ShardSource, decode_index, index_nbytes
 
 __all__ = ["PackedWindow", "expand_torn", "expand_window", "sized_store"]
 
@@ -116,8 +117,6 @@ class PackedWindow:
         sources: Record or row-coordinate chunk key, relative to the window -> where its bytes are.
         packs: Stored pack array path relative to the window -> its stored document.
         virtual: The packs' task groups, record arrays and row coordinates (path relative to the window).
-        rows: The packs' documents with their rows' attributes as format 3's lists (a format-4 pack's rebuilt
-            from ``row_fields``: ``pack_nodes.expand_packs``), for verify's row checks.
     """
 
     window: str
@@ -125,7 +124,6 @@ class PackedWindow:
     sources: dict[str, ShardSource | RangeSource]
     packs: dict[str, dict[str, Any]]
     virtual: dict[str, dict[str, Any]]
-    rows: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
     _indexes: dict[str, _Index] = field(default_factory=dict, repr=False)
     _opened: dict[str, tuple[Store, Any]] = field(default_factory=dict, repr=False)
     _checked_nodes: dict[str, dict[str, Any]] | None = field(default=None, repr=False)
@@ -361,7 +359,7 @@ def expand_window(
     Args:
         key: The window key.
         nodes: Its consolidated nodes (path relative to the window -> document).
-        fetch: Reads keys relative to the root (a format-4 pack's ``row_fields`` chunk).
+        fetch: Reads keys relative to the root (its packs' arrays along ``task``).
         final: The window is committed.
 
     Raises:
@@ -372,9 +370,9 @@ def expand_window(
     replaced = replace_packs(dict(nodes), key, strict=True, fetch=fetch)
     if replaced is None:
         return None
-    metadata, virtual, sources, rows = replaced
+    metadata, virtual, sources = replaced
     packs = {path: doc for path, doc in stored.items() if isinstance(doc, dict) and doc.get("node_type") == "array"}
-    return metadata, PackedWindow(key, final, sources, packs, virtual, rows)
+    return metadata, PackedWindow(key, final, sources, packs, virtual)
 
 
 def expand_torn(key: str, nodes: dict[str, dict[str, Any]], fetch: Fetch) -> tuple[dict[str, Any], PackedWindow] | None:
@@ -385,7 +383,7 @@ def expand_torn(key: str, nodes: dict[str, dict[str, Any]], fetch: Fetch) -> tup
     Args:
         key: The window key.
         nodes: Its listed documents.
-        fetch: Reads keys relative to the root (a format-4 pack's ``row_fields`` chunk).
+        fetch: Reads keys relative to the root (its packs' arrays along ``task``).
     """
     packs: dict[str, dict[str, dict[str, Any]]] = {}
     for path, doc in nodes.items():
@@ -395,13 +393,13 @@ def expand_torn(key: str, nodes: dict[str, dict[str, Any]], fetch: Fetch) -> tup
     packs = {
         pack: docs
         for pack, docs in packs.items()
-        if any(f"{pack}/{name}" in docs for name in TASK_ARRAYS)  # a pack whose task array is not written yet
+        if f"{pack}/{TASK_ARRAY}" in docs  # a pack whose task array is not written yet
     }
     if not packs:
         return None
-    virtual, sources, rows = expand_packs(key, packs, strict=False, fetch=fetch)
+    virtual, sources = expand_packs(key, packs, strict=False, fetch=fetch)
     taken = {path for docs in packs.values() for path in docs}
     kept = {path: doc for path, doc in nodes.items() if path not in taken}
     stored = {path: doc for docs in packs.values() for path, doc in docs.items() if doc.get("node_type") == "array"}
     kept.update(virtual)
-    return kept, PackedWindow(key, False, sources, stored, virtual, rows)
+    return kept, PackedWindow(key, False, sources, stored, virtual)

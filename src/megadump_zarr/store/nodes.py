@@ -63,8 +63,8 @@ class InvocationNodes:
         name: Invocation group name.
         groups: Group path (``""`` = the invocation group) to encoded attributes, parents before children.
         arrays: Arrays (data arrays first, then coordinate arrays).
-        packs: Task-record packs (their groups are in ``groups``, their ``task``/``owner_id``/``core_id``
-            arrays in :attr:`PackGroup.aux`, not in ``arrays``).
+        packs: Task-record packs (their groups are in ``groups``, their arrays in :class:`PackGroup`, not in
+            ``arrays``).
     """
 
     name: str
@@ -134,7 +134,7 @@ def invocation_nodes(
         invocation: The invocation to persist.
         chunk_bytes: Chunk size target for :func:`plan_chunks`.
         stats: Whether data arrays get statistics.
-        pack: Store packable task groups as task-record packs (schema 7).
+        pack: Store packable task groups as task-record packs.
 
     Raises:
         ValueError: Bad path component, collision, dimension-length clash or coordinate clash.
@@ -249,18 +249,6 @@ def invocation_nodes(
             del encoded[path]
         for item in packs:
             encoded[item.path] = item.attrs_json
-            item.jobs = [
-                ArrayJob(
-                    _join(item.path, aux),
-                    data,
-                    dims,
-                    {},
-                    attrs_json,
-                    plan_chunks(data.shape, data.dtype.itemsize, chunk_bytes),
-                    False,
-                )
-                for aux, data, dims, attrs_json in item.aux
-            ]
     for path, data, dims, attrs in pending:
         if not packed or _parent(path) not in packed:
             jobs.append(_job(path, data, dims, attrs, chunk_bytes, stats, label))

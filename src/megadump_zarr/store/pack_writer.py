@@ -1,14 +1,13 @@
-"""Writing task-record packs (schema 7): one backend put per shard, then the record array's ``zarr.json``.
+"""Writing task-record packs: the pack's arrays along ``task``, then one backend put per record shard.
 
-Each shard of a pack's record array (see :mod:`megadump_zarr.store.packs`) holds ``shard_rows`` records:
-every inner chunk is exactly the chunk schema 6 would have stored for that record (the record's bytes,
-encoded with the writer's codec, or raw under 256 bytes, then its crc32c), followed by the shard index.
-A shard is one job on the writer's pool and one ``put`` (the local backend writes its parts with
-``writev``); the job that finishes a record array's last shard writes its document, whose
-``attributes.shardCrc32c`` (:data:`~megadump_zarr.store.packs.SHARD_DIGEST_ATTR`) binds each shard to its
-place (:func:`~megadump_zarr.store.packs.shard_digest`, from the crc32c of its chunks and its index). The job
-that finishes the pack's last record array then writes ``row_fields`` (:mod:`.pack_fields`): each row's task
-attributes and schema-6 record attributes, ``stats`` included, value for value, as columns along ``task``.
+A pack's per-task arrays (ids, row bounds, offsets, the ``statistic`` coordinate; see
+:mod:`megadump_zarr.store.packs`) are written first, each one raw chunk and its ``zarr.json`` recording the
+chunk's crc32c (``chunkCrc32c``). Each shard of a pack's record array then holds ``shard_rows`` records: every
+inner chunk is exactly the chunk the tasks layout would have stored for that record (the record's bytes,
+encoded with the writer's codec, or raw under 256 bytes, then its crc32c), followed by the shard index. A shard
+is one job on the writer's pool and one ``put`` (the local backend writes its parts with ``writev``); the job
+that finishes a record array's last shard writes its statistics array (``{record}_stats``), then its document,
+whose ``attributes.shardCrc32c`` binds each shard to its place.
 
 Statistics are computed for all rows of a shard at once (:func:`row_stats`), along axis 1, with the
 exact arithmetic of :class:`~megadump_zarr.store.tensor_stats.StatsAccumulator` (same casts, same reductions
@@ -21,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import Future
-import json
 import math
 import struct
 import threading
@@ -32,24 +30,19 @@ import numpy as np
 
 from megadump_zarr.store.backend import LocalBackend
 from megadump_zarr.store.encoding import NO_COMPRESSION
-from megadump_zarr.store.metadata import array_document_bytes, dumps, pack_array_document_bytes
-from megadump_zarr.store.pack_fields import (
-    FIELDS_ARRAY,
-    FIELDS_DIM,
-    column_names,
-    encode_rows,
-    encode_table,
-    fields_attributes,
-)
-from megadump_zarr.store.pack_groups import PackGroup, PackRecord
-from megadump_zarr.store.packs import (
+from megadump_zarr.store.metadata import array_document_bytes, dumps, pack_array_document_bytes, plain_group_bytes
+from megadump_zarr.layout.packs import (
     COORDINATES_ATTR,
-    SHARD_DIGEST_ATTR,
+    RECORD_ATTRIBUTES_ATTR,
+    STATISTIC_ARRAY,
+    STATISTIC_DIM,
+    STATISTICS,
     TASK_DIM,
-    encode_index,
-    shard_digest,
-    shard_rows,
+    stats_array,
 )
+from megadump_zarr.store.chunk_digests import DIGEST_ATTR
+from megadump_zarr.store.pack_groups import PackColumn, PackGroup, PackRecord
+from megadump_zarr.store.packs import SHARD_DIGEST_ATTR, encode_index, shard_digest, shard_rows
 from megadump_zarr.store.tensor_stats import SLICE_ELEMENTS, StatsAccumulator
 
 __all__ = ["row_stats", "submit_pack"]
@@ -159,73 +152,83 @@ class _Parts:
         return tuple(self.parts) if self.local else b"".join(self.parts)
 
 
-def _record_rows(record: PackRecord, stats: list[dict[str, Any]] | None) -> bytes:
-    """Each row's attributes as one JSON list, with ``stats`` spliced in as the schema-6 writer does."""
-    rows = record.attrs_json
-    if stats is not None:
-        body = dumps(stats)  # one encoding for every row: [{...},{...}]; stats hold numbers and nulls only
-        pieces = body[2:-2].split(b"},{")
-        if len(pieces) != len(rows):  # pragma: no cover - a stats dictionary never holds braces
-            raise AssertionError(f"{len(pieces)} statistics for {len(rows)} records")
-        rows = [a[:-1] + (b',"stats":{' if a != b"{}" else b'"stats":{') + p + b"}}" for a, p in zip(rows, pieces)]
-    return b"[" + b",".join(rows) + b"]"
-
-
-def _record_attributes(coordinates: str, crcs: list[int | None]) -> bytes:
-    """``{"coordinates": "task_id owner_id core_id global_token row_fields", "shardCrc32c": "..."}``: the pack's
-    coordinates (so plain xarray shows them along ``task``), then each shard's digest in grid order (8 hex digits
-    each; none without checksums, as the tasks layout's ``chunkCrc32c``)."""
-    head = b"{" + dumps(COORDINATES_ATTR) + b":" + dumps(coordinates)
+def _record_attributes(pack: PackGroup, record: PackRecord, crcs: list[int | None]) -> bytes:
+    """``{"coordinates": "task_id ...", "recordAttributes": {...}, "shardCrc32c": "..."}``: the pack's per-task
+    arrays (so plain xarray shows them along ``task``), what every row holds alike, then each shard's digest in
+    grid order (8 hex digits each; none without checksums, as the tasks layout's ``chunkCrc32c``)."""
+    head = (
+        b"{"
+        + dumps(COORDINATES_ATTR)
+        + b":"
+        + dumps(pack.coordinates)
+        + b","
+        + dumps(RECORD_ATTRIBUTES_ATTR)
+        + b":"
+        + dumps(record.shared)
+    )
     if any(crc is None for crc in crcs):
         return head + b"}"
     digests = "".join(f"{crc:08x}" for crc in crcs).encode()
     return head + b',"' + SHARD_DIGEST_ATTR.encode() + b'":"' + digests + b'"}'
 
 
-Encoded = tuple[dict[str, Any], list[list[float]]]
-"""A spec and its own columns (numbered from 0): :func:`encode_rows` of one JSON list of rows."""
+def _column_chunk(data: np.ndarray, checksum: bool) -> tuple[bytes, bytes]:
+    """``(stored chunk, attributes JSON)`` of a pack array that is not a record: its raw bytes, then their crc32c,
+    recorded in its attributes (``chunkCrc32c``) to bind the chunk to its place."""
+    raw = np.ascontiguousarray(data).tobytes()
+    if not checksum:
+        return raw, b"{}"
+    crc = google_crc32c.value(raw)
+    return raw + _CRC.pack(crc), b'{"' + DIGEST_ATTR.encode() + b'":"' + f"{crc:08x}".encode() + b'"}'
 
 
-def _encoded(rows_json: bytes) -> Encoded:
-    columns: list[list[float]] = []
-    return encode_rows(json.loads(rows_json), columns), columns
+def _text_document(column: PackColumn, attrs_json: bytes, checksum: bool) -> bytes:
+    """The ``zarr.json`` of a text array along one dimension (Zarr's ``fixed_length_utf32``), one raw chunk."""
+    shape = list(column.data.shape)
+    codecs: list[dict[str, Any]] = [{"name": "bytes", "configuration": {"endian": "little"}}]
+    if checksum:
+        codecs.append({"name": "crc32c"})
+    head = {
+        "shape": shape,
+        "data_type": {"name": "fixed_length_utf32", "configuration": {"length_bytes": column.data.dtype.itemsize}},
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [max(1, d) for d in shape]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "."}},
+        "fill_value": "",
+        "codecs": codecs,
+    }
+    tail = {
+        "dimension_names": list(column.dims),
+        "zarr_format": 3,
+        "node_type": "array",
+        "storage_transformers": [],
+    }
+    return dumps(head)[:-1] + b',"attributes":' + attrs_json + b"," + dumps(tail)[1:]
 
 
-def _write_fields(writer: Any, pack: PackGroup, prefix: str, tasks: Encoded, rows: dict[str, Encoded]) -> None:
-    """Write ``row_fields``: its chunk, then its document (:mod:`.pack_fields`). Each part was encoded on its own
-    (the tasks at submit, each record array by the job that finished it); here their columns are numbered in
-    one table, the tasks' first, then the record arrays' in the pack's order."""
-    count = len(pack.tasks)
-    columns: list[list[float]] = []
-    specs: dict[str, Any] = {"tasks": None, "records": {}}
-    parts = [("tasks", tasks)] + [(r.name, rows[r.name]) for r in pack.records if r.name in rows]
-    for name, (spec, own) in parts:  # (after a failure, only the record arrays that were written)
-        base = len(columns)
-        spec = dict(spec, columns=[dict(c, column=c["column"] + base) if "column" in c else c for c in spec["columns"]])
-        columns.extend(own)
-        if name == "tasks":
-            specs["tasks"] = spec
-        else:
-            specs["records"][name] = spec
-    chunk = encode_table(columns, count)
-    if columns:
-        writer.backend.put(f"{prefix}/{FIELDS_ARRAY}/c.0.0", chunk)
-    document = array_document_bytes(
-        (count, len(columns)),
-        np.dtype("<f8"),
-        (max(1, count), max(1, len(columns))),
-        NO_COMPRESSION,
-        dumps(fields_attributes(specs, column_names(specs), chunk)),
-        (TASK_DIM, FIELDS_DIM),
-        True,
-    )
-    writer.backend.put(f"{prefix}/{FIELDS_ARRAY}/zarr.json", document)
-    pack.fields_document = document
-    pack.fields_written = True
+def _column_items(column: PackColumn, prefix: str, checksum: bool) -> list[tuple[str, Any]]:
+    """The backend items of one pack array that is not a record: its chunk, then its document."""
+    chunk, attrs_json = _column_chunk(column.data, checksum)
+    if column.data.dtype.kind == "U":
+        column.document = _text_document(column, attrs_json, checksum)
+    else:
+        shape = tuple(int(d) for d in column.data.shape)
+        column.document = array_document_bytes(
+            shape, column.data.dtype, tuple(max(1, d) for d in shape), NO_COMPRESSION, attrs_json, column.dims, checksum
+        )
+    key = "c" + "".join(".0" for _ in column.data.shape)
+    return [(f"{prefix}/{column.name}/{key}", chunk), (f"{prefix}/{column.name}/zarr.json", column.document)]
+
+
+def _stats_column(record: PackRecord, stats: list[dict[str, Any]]) -> PackColumn:
+    """``{record}_stats``: each row's statistics as float64 ``(task, statistic)`` (``null``: NaN)."""
+    table = np.array(
+        [[math.nan if row[key] is None else row[key] for key in STATISTICS] for row in stats], dtype="<f8"
+    ).reshape(len(stats), len(STATISTICS))
+    return PackColumn(stats_array(record.name), table, (TASK_DIM, STATISTIC_DIM))
 
 
 def submit_pack(writer: Any, pack: PackGroup, base: str) -> list[Future[Any]]:
-    """Write a pack's ``task_id``/``owner_id``/``core_id`` arrays now, and submit its record shards.
+    """Write a pack's arrays along ``task`` now, and submit its record shards.
 
     Args:
         writer: The :class:`~megadump_zarr.store.writer.WindowWriter`.
@@ -233,64 +236,27 @@ def submit_pack(writer: Any, pack: PackGroup, base: str) -> list[Future[Any]]:
         base: Key of the invocation group.
 
     Returns:
-        The shard jobs; the job finishing a record array's last shard writes its document and marks it written,
-        and the job finishing the pack's last record writes ``row_fields`` (each row's varying attributes).
+        The shard jobs; the job finishing a record array's last shard writes its statistics array and its
+        document, and marks it written.
     """
     prefix = f"{base}/{pack.path}"
-    # the task array first: a reader of a torn window expands a pack once its row_fields is written too
-    writer._write_small([(job, f"{base}/{job.path}") for job in pack.jobs])
+    if writer.stats and pack.records and not any(c.name == STATISTIC_ARRAY for c in pack.columns):
+        pack.columns.append(PackColumn(STATISTIC_ARRAY, np.asarray(STATISTICS), (STATISTIC_DIM,)))
+    # the group's attributes first (what the rows share: a torn window's pack reads with them), its arrays along
+    # task next; the commit rewrites the group's document with its consolidated metadata
+    items = [(f"{prefix}/zarr.json", plain_group_bytes(pack.attrs_json))]
+    items += [item for column in pack.columns for item in _column_items(column, prefix, writer.checksum)]
+    writer.backend.put_many(items)
+    for column in pack.columns:
+        column.written = True
     futures: list[Future[Any]] = []
-    joined = pack.join = _PackJoin(writer, pack, prefix)
     for record in pack.records:
-        futures.extend(
-            _submit_record(writer, record, f"{prefix}/{record.name}", len(pack.tasks), pack.coordinates, joined)
-        )
-    joined.tasks()
+        futures.extend(_submit_record(writer, pack, record, f"{prefix}/{record.name}", prefix))
     return futures
 
 
-class _PackJoin:
-    """Collects each record array's encoded rows; the last one writes the pack's ``row_fields``."""
-
-    def __init__(self, writer: Any, pack: PackGroup, prefix: str) -> None:
-        self.writer, self.pack, self.prefix = writer, pack, prefix
-        self.rows: dict[str, Encoded] = {}
-        self.lock = threading.Lock()
-        self.claimed = False
-        self._tasks: Encoded | None = None
-        self._tasks_lock = threading.Lock()
-
-    def tasks(self) -> Encoded:
-        """The task rows encoded once: by the submitting thread while the shards are written, or by whichever job
-        needs them first."""
-        with self._tasks_lock:
-            if self._tasks is None:
-                self._tasks = _encoded(self.pack.task_rows)
-            return self._tasks
-
-    def _claim(self) -> bool:
-        with self.lock:
-            claimed, self.claimed = self.claimed, True
-        return not claimed
-
-    def done(self, name: str, rows_json: bytes) -> None:
-        encoded = _encoded(rows_json)  # in the job that finished the record array, beside the other shards
-        with self.lock:
-            self.rows[name] = encoded
-            last = len(self.rows) == len(self.pack.records)
-        if last and self._claim():
-            _write_fields(self.writer, self.pack, self.prefix, self.tasks(), dict(self.rows))
-
-    def finish(self) -> None:
-        """After a failed shard (every job has ended): write ``row_fields`` for the record arrays that were
-        written, so the aborted window keeps their rows readable."""
-        if self._claim():
-            _write_fields(self.writer, self.pack, self.prefix, self.tasks(), dict(self.rows))
-
-
-def _submit_record(
-    writer: Any, record: PackRecord, prefix: str, count: int, coordinates: str, joined: _PackJoin
-) -> list[Future[Any]]:
+def _submit_record(writer: Any, pack: PackGroup, record: PackRecord, key: str, prefix: str) -> list[Future[Any]]:
+    count = len(pack.tasks)
     per_shard = shard_rows(record.nbytes, count)
     shards = -(-count // per_shard)
     zeros = ".0" * len(record.shape)
@@ -320,26 +286,28 @@ def _submit_record(
         entries.extend([None] * (per_shard - len(rows)))
         index_bytes = encode_index(entries)
         parts.add(index_bytes)
-        writer.backend.put(f"{prefix}/c.{index}{zeros}", parts.buffers())
+        writer.backend.put(f"{key}/c.{index}{zeros}", parts.buffers())
         with lock:
             state["stats"][index] = stats
             state["crcs"][index] = shard_digest(b"".join(crcs), index_bytes) if checksum else None
             state["left"] -= 1
             last = state["left"] == 0
         if last:
-            merged = None if not writer.stats else [s for part in state["stats"] for s in part]
+            if writer.stats:  # the statistics array before the record's document: a torn window's record has both
+                record.stats = _stats_column(record, [s for part in state["stats"] for s in part])
+                writer.backend.put_many(_column_items(record.stats, prefix, checksum))
+                record.stats.written = True
             document = pack_array_document_bytes(
                 (count, *record.shape),
                 record.dtype,
                 (per_shard, *record.shape),
                 NO_COMPRESSION if raw else writer.compressor,
-                _record_attributes(coordinates, state["crcs"]),
+                _record_attributes(pack, record, state["crcs"]),
                 (TASK_DIM, *record.dims),
                 checksum,
             )
-            writer.backend.put(f"{prefix}/zarr.json", document)
+            writer.backend.put(f"{key}/zarr.json", document)
             record.document = document
             record.written = True
-            joined.done(record.name, _record_rows(record, merged))
 
     return [writer.pool.submit(run, index) for index in range(shards)]

@@ -1,138 +1,74 @@
-"""Task-record packs: how schema 7 stores the small records of an L1 stage, and how they read back.
+"""Task-record packs: the shards of a pack's record arrays, and the task groups a pack's rows stand for.
 
-Schema 6 gave every L1 task a group, every record an array and every row coordinate an array: 11
-file-system operations for a task of two records, the whole cost of a window of small tiles. Schema 7
-stores the tasks of one stage whose records all fit in one chunk (``PACK_MAX_RECORD_BYTES``) and have
-the same signature (record names, dtypes, shapes, dimensions and coordinates) as one **pack**:
+The tasks layout gives every L1 task a group, every record an array and every row coordinate an array: 11
+file-system operations for a task of two records, the whole cost of a window of small tiles. The packs layout
+stores the tasks of one stage whose records all fit in one chunk (``PACK_MAX_RECORD_BYTES``) and share a
+signature as one **pack** ``stages/{stage}/pack_{pppp}/`` (names: :mod:`megadump_zarr.layout.packs`):
 
-* ``stages/{stage}/pack_{pppp}/`` — a data group (consolidated metadata of its children, so plain
-  ``xr.open_zarr`` opens it), attributes ``{"megadumpPack": 4, "stage": ..., "taskCount": T}`` (only for
-  two or more tasks of one signature: a shape unique in its stage stays a task group, see ``pack_groups``);
-* ``pack/task_id`` — int64 ``(T,)``, dims ``("task",)``: the task ids (format 1, schema 7: ``pack/task``,
-  the dimension's index coordinate; readers read both). Each row's task entry is
-  ``{"group": "task_000007", "attrs": {...the schema-6 task group attributes...}, "coords": {"token": [start,
-  stop], ...}}`` (each schema-6 row coordinate of the task, always ``arange(start, stop)``): format 4 keeps the
-  entries in ``row_fields``; formats 1-3 kept them as the list ``attributes.tasks`` of this array;
-* ``pack/owner_id`` and ``pack/core_id`` — int64 ``(T,)``, dims ``("task",)`` (for xarray users);
-* ``pack/global_{dim}`` (format 3) — int64 ``(T, n)``, dims ``("task", dim)``, one per row coordinate: each row's
-  global indices along ``dim``, ``arange(start, stop)`` of its ``coords`` entry (where the task's rows sit in
-  the stitched tensor), attributes ``{"megadumpRowCoordinate": dim, "long_name": ...}``; ``verify`` checks the
-  values against ``coords``;
-* ``pack/row_fields`` (format 4) — float64 ``(T, C)``, dims ``("task", "field")``: each row's varying task and
-  record attributes (ids, statistics, offsets, ...) as columns, what the rows share stored once in its
-  attributes (:mod:`.pack_fields`);
-* ``pack/{record}`` (``input_00_x`` ...) — shape ``(T, *record_shape)``, dims ``("task", *record_dims)``,
-  Zarr v3 ``sharding_indexed``: inner chunk ``(1, *record_shape)`` whose codec chain is exactly the
-  schema-6 record's (bytes, blosc or none, crc32c), shards of ``shard_rows`` tasks, index at the end
-  (``(offset, nbytes)`` little-endian uint64 per inner chunk, then its crc32c). Attributes
-  ``{"coordinates": "task_id owner_id core_id global_token row_fields", "shardCrc32c": ...}``: the CF
-  ``coordinates`` xarray decodes (plain ``xr.open_zarr(pack)`` shows the id arrays as coordinates along
-  ``task``, format 2, the row coordinates, format 3, and ``row_fields``, format 4), then ``"shardCrc32c"``
-  (:data:`SHARD_DIGEST_ATTR`; with checksums only): 8 lower-case hex digits per shard in grid order,
-  :func:`shard_digest` (the crc32c of its chunks' crc32c and its index), so ``verify`` tells a shard valid
-  elsewhere (copied from another window, swapped with a same-shaped one) from its own, as the tasks layout's
-  ``chunkCrc32c`` does for chunks (``store.chunk_digests``); packs written before it record none (not bound).
-  Each row's schema-6 record attributes (``stats`` included) are in ``row_fields`` (format 4; formats 1-3: the
-  list ``attributes.records`` of this array).
+* the pack group: attributes ``stage``, ``taskCount`` and ``taskAttributes`` (what every task holds alike), and
+  consolidated metadata of its arrays (plain ``xr.open_zarr(pack)`` opens it);
+* per task, int64 arrays along ``task``: ``task_id``, ``stage_task_index``, ``owner_id``, ``core_id``,
+  ``worker_id`` (``-1``: ``null``), ``tile_row_start``/``tile_row_stop``, ``core_type`` (text), and
+  ``{dim}_start``/``{dim}_stop`` per row coordinate (each task's rows ``[start, stop)`` in the stitched tensor);
+* per record: ``{record}`` (below), ``{record}_offset`` (int64 along ``task``: ``sourceOffsetBytes``) and
+  ``{record}_stats`` (float64 ``(task, statistic)``, with the ``statistic`` coordinate naming its columns);
+* every array that is not a record is one raw chunk (``bytes`` + ``crc32c``) whose crc32c its document records
+  as ``chunkCrc32c`` (binding it to its place, as the tasks layout's arrays);
+* ``{record}`` (``input_00_x`` ...) — shape ``(T, *record_shape)``, dims ``("task", *record_dims)``, Zarr v3
+  ``sharding_indexed``: inner chunk ``(1, *record_shape)`` whose codec chain is exactly the tasks layout's
+  record chunk (bytes, blosc or none, crc32c), shards of ``shard_rows`` tasks, index at the end (``(offset,
+  nbytes)`` little-endian uint64 per inner chunk, then its crc32c). Attributes: ``coordinates`` (the per-task
+  arrays, so plain xarray shows them as coordinates along ``task``), ``recordAttributes`` (what every row
+  holds alike) and ``shardCrc32c`` (:data:`SHARD_DIGEST_ATTR`, with checksums only): 8 lower-case hex digits
+  per shard in grid order, :func:`shard_digest`, binding each shard to its place.
 
-So a stage of 2048 tasks of two 8 KiB records is 8 shard files plus a handful of documents instead of
-22,528 files and directories, and every physical array is a plain Zarr v3 array that zarr-python and
-tensorstore read.
+So a stage of 2048 tasks of two 8 KiB records is 8 shard files plus a handful of small arrays instead of
+22,528 files and directories, and every array is a plain Zarr v3 array that zarr-python and tensorstore read.
 
-Readers describe a pack's records as the tasks layout stores them: a format-4 pack's rows are first put back as
-format 3's lists (``pack_fields.hydrate_pack``, from its one ``row_fields`` chunk), then :func:`expand_pack` turns a
-pack's documents into their task groups, record arrays and row coordinates and tells where each record's chunk is (an inner
-chunk of a shard, byte for byte the tasks layout's chunk, checksum included; or a row-index range), and
-``read.pack_rows`` reads each record as its row of the pack array.
+Readers describe a pack's rows as the task groups they stand for: :func:`expand_pack` turns a pack's documents
+and its decoded per-task values (``read.pack_columns``) into task groups, record arrays and row coordinates,
+and tells where each record's chunk is (an inner chunk of a shard, byte for byte the tasks layout's chunk,
+checksum included; or a row-index range).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+import functools
 import struct
 from typing import Any
 
 import google_crc32c
 import numpy as np
 
-from megadump_zarr.layout.schema import PACK_STORAGE  # re-exported: the format's name for its windows
-from megadump_zarr.store.pack_fields import FIELDS_ARRAY
+from megadump_zarr.layout.packs import COORDINATES_ATTR, PACK_PREFIX, TASK_DIM, pack_name
+from megadump_zarr.layout.schema import PACK_STORAGE  # re-exported: the layout's name for its windows
 
 __all__ = [
     "COORDINATES_ATTR",
-    "INDEX_ARRAYS",
     "INDEX_CODECS",
     "NO_CHUNK",
-    "OWNER_ARRAY",
-    "CORE_ARRAY",
-    "PACK_ATTR",
-    "PACK_COORDINATES",
     "PACK_MAX_RECORD_BYTES",
     "PACK_PREFIX",
     "PACK_SHARD_BYTES",
     "PACK_STORAGE",
-    "PACK_VERSION",
-    "PACK_VERSIONS",
-    "RECORDS_ATTR",
-    "ROW_COORDINATE_ATTR",
-    "ROW_COORDINATE_PREFIX",
-    "TASKS_ATTR",
-    "TASK_ARRAY",
-    "TASK_ARRAYS",
-    "TASK_ARRAY_V1",
-    "TASK_DIM",
     "SHARD_DIGEST_ATTR",
+    "TASK_DIM",
     "RangeSource",
     "ShardSource",
     "decode_index",
     "encode_index",
     "expand_pack",
     "index_nbytes",
-    "is_pack_group",
     "pack_name",
     "range_chunk",
-    "row_coordinate_attrs",
-    "row_coordinate_name",
-    "row_coordinate_names",
     "shard_rows",
     "shard_digest",
     "shard_digest_of",
     "sharded_codecs",
-    "task_array_name",
 ]
 
-PACK_PREFIX = "pack_"
-PACK_ATTR = "megadumpPack"  # pack group attribute: the pack format version
-PACK_VERSION = 4
-"""The pack format the writer writes: 4 keeps each row's varying attributes in ``row_fields``
-(:mod:`.pack_fields`) instead of JSON lists; 3 stores each row coordinate's global rows as an array along
-``task`` (``global_{dim}``); 2 names the task id array ``task_id`` (1, schema 7's: ``task``)."""
-PACK_VERSIONS = (1, 2, 3, 4)
-"""Pack formats readers know."""
-TASK_DIM = "task"
-"""The dimension along a pack's rows."""
-TASK_ARRAY = "task_id"
-"""The task id array of a format-2 pack (dims ``("task",)``: a coordinate, not the dimension's index)."""
-TASK_ARRAY_V1 = "task"
-"""The task id array of a format-1 pack (schema 7; the ``task`` dimension's index coordinate)."""
-TASK_ARRAYS = (TASK_ARRAY, TASK_ARRAY_V1)
-OWNER_ARRAY = "owner_id"
-CORE_ARRAY = "core_id"
-INDEX_ARRAYS = (TASK_ARRAY, TASK_ARRAY_V1, OWNER_ARRAY, CORE_ARRAY, FIELDS_ARRAY)
-"""A pack's per-row arrays that are not records (a record never takes one of these names)."""
-ROW_COORDINATE_PREFIX = "global_"
-"""Format 3: the pack array ``global_{dim}`` (int64 ``(T, n)``, dims ``("task", dim)``) holds each row's global
-``dim`` indices, ``arange(start, stop)`` of its ``attributes.tasks[row].coords.{dim}`` (the stitched tensor's rows),
-so plain xarray sees where each task's rows sit; a record name or dimension never starts with the prefix."""
-ROW_COORDINATE_ATTR = "megadumpRowCoordinate"
-"""A format-3 row coordinate array's attribute naming its dimension (what tells it from a record array)."""
-COORDINATES_ATTR = "coordinates"
-PACK_COORDINATES = f"{TASK_ARRAY} {OWNER_ARRAY} {CORE_ARRAY}"
-"""A format-2 record array's ``coordinates`` attribute (the CF convention xarray decodes): plain
-``xr.open_zarr(pack)`` shows ``task_id``, ``owner_id`` and ``core_id`` as coordinates along ``task``."""
-TASKS_ATTR = "tasks"
-RECORDS_ATTR = "records"
 SHARD_DIGEST_ATTR = "shardCrc32c"
 """A record array's attribute binding each shard to its place: :func:`shard_digest` of each, 8 hex digits, grid order."""
 PACK_MAX_RECORD_BYTES = 1 << 20
@@ -144,73 +80,6 @@ before its one write; two are in flight on two cores); readers take the shard sh
 NO_CHUNK = 2**64 - 1
 INDEX_CODECS: list[dict[str, Any]] = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]
 _CRC = struct.Struct("<I")
-
-
-def pack_name(index: int) -> str:
-    """The group name of a stage's ``index``-th pack (``pack_0000``)."""
-    return f"{PACK_PREFIX}{int(index):04d}"
-
-
-def is_pack_group(doc: Mapping[str, Any] | None) -> bool:
-    """Whether a group document is a pack's (of a format this reader knows, ``PACK_VERSIONS``)."""
-    attrs = (doc or {}).get("attributes")
-    version = attrs.get(PACK_ATTR) if isinstance(attrs, dict) else None
-    return type(version) is int and version in PACK_VERSIONS
-
-
-def task_array_name(nodes: Mapping[str, Any], pack: str) -> str | None:
-    """The component holding a pack's task ids among ``nodes`` (``task_id``, or schema 7's ``task``), if any.
-
-    Args:
-        nodes: Window nodes (relative path -> document).
-        pack: The pack group's path relative to the window.
-    """
-    for name in TASK_ARRAYS:
-        doc = nodes.get(f"{pack}/{name}")
-        if isinstance(doc, dict) and doc.get("node_type") == "array":
-            return name
-    return None
-
-
-def row_coordinate_name(dim: str) -> str:
-    """The format-3 pack array holding each row's global ``dim`` indices (``global_token``)."""
-    return f"{ROW_COORDINATE_PREFIX}{dim}"
-
-
-def row_coordinate_attrs(dim: str) -> dict[str, str]:
-    """The attributes of a format-3 row coordinate array (its marker and a label for xarray users)."""
-    return {
-        ROW_COORDINATE_ATTR: dim,
-        "long_name": f"global {dim} index in the stitched tensor (each task's rows [start, stop))",
-    }
-
-
-def row_coordinate_names(pack: str, nodes: Mapping[str, Any], tasks: list[Any]) -> dict[str, str]:
-    """A pack's row coordinate arrays among ``nodes``: component -> dimension.
-
-    An array is one when it is named :func:`row_coordinate_name` of a dimension the rows' ``coords`` give and its
-    attributes carry that dimension as :data:`ROW_COORDINATE_ATTR` (an array without the marker is read as a
-    record, and a record without ``records`` is named malformed: never skipped silently).
-
-    Args:
-        pack: The pack group's path relative to the window.
-        nodes: Window nodes (relative path -> document).
-        tasks: The pack's ``attributes.tasks`` entries.
-    """
-    dims = {
-        dim
-        for entry in tasks
-        if isinstance(entry, dict) and isinstance(entry.get("coords"), dict)
-        for dim in entry["coords"]
-    }
-    found = {}
-    for dim in dims:
-        name = row_coordinate_name(str(dim))
-        doc = nodes.get(f"{pack}/{name}")
-        attrs = doc.get("attributes") if isinstance(doc, dict) else None
-        if isinstance(attrs, dict) and attrs.get(ROW_COORDINATE_ATTR) == dim:
-            found[name] = str(dim)
-    return found
 
 
 def shard_rows(record_nbytes: int, tasks: int) -> int:
@@ -228,7 +97,7 @@ def sharded_codecs(inner_shape: list[int], inner_codecs: list[dict[str, Any]]) -
 
     Args:
         inner_shape: ``[1, *record_shape]``.
-        inner_codecs: The record's own codec chain (schema 6's).
+        inner_codecs: The record's own codec chain (the tasks layout's).
     """
     return [
         {
@@ -360,6 +229,13 @@ _KEY_ENCODING = {"name": "default", "configuration": {"separator": "."}}
 
 
 def _coordinate_doc(dim: str, length: int) -> dict[str, Any]:
+    """A row coordinate's document (its nested parts shared by every coordinate of one dimension and length:
+    documents are read, never changed)."""
+    return dict(_coordinate_template(dim, length))
+
+
+@functools.lru_cache(maxsize=1024)
+def _coordinate_template(dim: str, length: int) -> dict[str, Any]:
     return {
         "shape": [length],
         "data_type": "int64",
@@ -375,28 +251,21 @@ def _coordinate_doc(dim: str, length: int) -> dict[str, Any]:
     }
 
 
-def _list_field(doc: Mapping[str, Any], name: str, where: str, length: int) -> list[Any]:
-    value = (doc.get("attributes") or {}).get(name)
-    if not isinstance(value, list) or len(value) != length:
-        got = (
-            "missing"
-            if value is None
-            else f"{type(value).__name__} of {len(value) if isinstance(value, list) else '?'}"
-        )
-        raise ValueError(f"{where}: attributes.{name} must be a list of {length} entries, got {got}")
-    return value
-
-
 def expand_pack(
-    pack: str, nodes: Mapping[str, dict[str, Any]], where: str = ""
+    pack: str,
+    nodes: Mapping[str, dict[str, Any]],
+    tasks: list[dict[str, Any]],
+    records: Mapping[str, list[dict[str, Any]]],
+    where: str = "",
 ) -> tuple[dict[str, dict[str, Any]], dict[str, ShardSource | RangeSource]]:
-    """The schema-6 view of one pack.
+    """The task groups, record arrays and row coordinates one pack's rows stand for.
 
     Args:
         pack: The pack group's path relative to the window (``invocation_.../stages/{stage}/pack_0000``).
-        nodes: Window nodes (relative path -> document) holding at least the pack's ``task`` array and its
-            record arrays (the pack group document itself is not needed: a torn window has none; when present,
-            its ``megadumpPack`` must be 1).
+        nodes: Window nodes (relative path -> document) holding at least the pack's record arrays.
+        tasks: Each row's ``{"group": name, "attrs": task attributes, "coords": {dim: [start, stop]}}``, decoded
+            from the pack's arrays along ``task`` (``read.pack_columns``).
+        records: Record component -> each row's record attributes (decoded likewise).
         where: Window key, for messages.
 
     Returns:
@@ -408,73 +277,23 @@ def expand_pack(
         ValueError: A malformed pack (the message names the document and field).
     """
     stage = pack.rpartition("/")[0]
-    prefix = f"{pack}/"
-    task_name = task_array_name(nodes, pack) or TASK_ARRAY
-    task_doc = nodes.get(prefix + task_name)
     label = f"{where}/{pack}" if where else pack
-    if not isinstance(task_doc, dict) or not isinstance(task_doc.get("shape"), list) or len(task_doc["shape"]) != 1:
-        raise ValueError(f"{label}/{task_name}/zarr.json: a pack needs a 1-D task array")
-    count = task_doc["shape"][0]
-    if not isinstance(count, int) or count < 0:
-        raise ValueError(f"{label}/{task_name}/zarr.json: shape {task_doc['shape']!r} is not a row count")
-    tasks = _list_field(task_doc, TASKS_ATTR, f"{label}/{task_name}/zarr.json", count)
-    group_doc = nodes.get(pack)
-    if group_doc is not None and not is_pack_group(group_doc):  # a newer pack format must not read as this one
-        version = (group_doc.get("attributes") or {}).get(PACK_ATTR) if isinstance(group_doc, dict) else None
-        raise ValueError(
-            f"{label}/zarr.json: attributes.{PACK_ATTR} {version!r} is not a pack format this reader "
-            f"knows {list(PACK_VERSIONS)}"
-        )
     virtual: dict[str, dict[str, Any]] = {}
     sources: dict[str, ShardSource | RangeSource] = {}
     groups: list[str] = []
-    row_coordinates = row_coordinate_names(pack, nodes, tasks)  # format 3: values checked by verify
     for row, entry in enumerate(tasks):
-        if (
-            not isinstance(entry, dict)
-            or not isinstance(entry.get("group"), str)
-            or not isinstance(entry.get("attrs"), dict)
-        ):
-            raise ValueError(f"{label}/{task_name}/zarr.json: attributes.tasks[{row}] must hold 'group' and 'attrs'")
-        name = entry["group"]
-        if not name or "/" in name or name in (".", "..") or not name.startswith("task_"):
-            raise ValueError(
-                f"{label}/{task_name}/zarr.json: attributes.tasks[{row}].group {name!r} is not a task group name"
-            )
-        group = f"{stage}/{name}"
+        group = f"{stage}/{entry['group']}"
         if group in virtual:
-            raise ValueError(f"{label}/{task_name}/zarr.json: task group {name!r} appears twice")
+            raise ValueError(f"{label}/task_id: task group {entry['group']!r} appears twice")
         groups.append(group)
         virtual[group] = {"attributes": entry["attrs"], "zarr_format": 3, "node_type": "group"}
-        coords = entry.get("coords") or {}
-        if not isinstance(coords, dict):
-            raise ValueError(f"{label}/{task_name}/zarr.json: attributes.tasks[{row}].coords must be an object")
-        for dim, bounds in coords.items():
-            if (
-                not isinstance(bounds, list)
-                or len(bounds) != 2
-                or not all(isinstance(b, int) and not isinstance(b, bool) for b in bounds)
-                or bounds[1] < bounds[0]
-            ):
-                raise ValueError(
-                    f"{label}/{task_name}/zarr.json: attributes.tasks[{row}].coords.{dim} {bounds!r} "
-                    f"is not [start, stop]"
-                )
-            virtual[f"{group}/{dim}"] = _coordinate_doc(dim, bounds[1] - bounds[0])
-            if bounds[1] > bounds[0]:
-                sources[f"{group}/{dim}/c.0"] = RangeSource(bounds[0], bounds[1])
-    for path, doc in nodes.items():
-        if not path.startswith(prefix) or "/" in path[len(prefix) :]:
-            continue
-        component = path[len(prefix) :]
-        if doc.get("node_type") != "array":  # a pack holds arrays only: skipping one would drop its records silently
-            raise ValueError(
-                f"{label}/{component}/zarr.json: node_type {doc.get('node_type')!r} must be 'array' "
-                "(a task-record pack holds arrays only)"
-            )
-        if component in INDEX_ARRAYS or component in row_coordinates:
-            continue
-        _expand_records(label, path, component, doc, groups, virtual, sources)
+        for dim, (start, stop) in entry["coords"].items():
+            virtual[f"{group}/{dim}"] = _coordinate_doc(dim, stop - start)
+            if stop > start:
+                sources[f"{group}/{dim}/c.0"] = RangeSource(start, stop)
+    for component, rows in records.items():
+        path = f"{pack}/{component}"
+        _expand_records(label, path, component, nodes[path], rows, groups, virtual, sources)
     return virtual, sources
 
 
@@ -483,6 +302,7 @@ def _expand_records(
     path: str,
     component: str,
     doc: dict[str, Any],
+    records: list[dict[str, Any]],
     groups: list[str],
     virtual: dict[str, dict[str, Any]],
     sources: dict[str, ShardSource | RangeSource],
@@ -491,7 +311,6 @@ def _expand_records(
     shape = doc.get("shape")
     if not isinstance(shape, list) or len(shape) < 2 or shape[0] != len(groups):
         raise ValueError(f"{where}: shape {shape!r} must be [{len(groups)}, *record_shape]")
-    records = _list_field(doc, RECORDS_ATTR, where, len(groups))
     codecs = doc.get("codecs")
     try:
         (sharding,) = codecs
@@ -515,8 +334,6 @@ def _expand_records(
     record_dims = list(dims[1:]) if isinstance(dims, list) and len(dims) == len(shape) else None
     zeros = ".0" * len(record_shape)
     for row, (group, attrs) in enumerate(zip(groups, records)):
-        if not isinstance(attrs, dict):
-            raise ValueError(f"{where}: attributes.records[{row}] is not a JSON object")
         node: dict[str, Any] = {
             "shape": list(record_shape),
             "data_type": doc.get("data_type"),

@@ -7,7 +7,7 @@ Layout below the dump root (all Zarr v3; see DESIGN.md "Store layout")::
     rank_{r}/window_{wwww}/          window group: attrs + status/createdAt/committedAt
         invocation_.../              invocation group (InvocationWrite.attrs)
             <groups>/ <arrays>       GroupWrite / ArrayWrite paths, coordinates as sibling arrays
-            stages/{s}/pack_{pppp}/  schema 7: the stage's small task records as task-record packs
+            stages/{s}/pack_{pppp}/  packs layout: the stage's small task records as task-record packs
                                      (``store/packs.py``; ``pack=False`` keeps a group per task)
 
 Protocol:
@@ -55,10 +55,17 @@ from megadump_zarr.store.metadata import (
     plain_group_bytes,
     stats_bytes,
 )
-from megadump_zarr.store.pack_fields import FIELDS_ARRAY
 from megadump_zarr.store.pack_writer import submit_pack
 from megadump_zarr.layout.paths import rank_dir, window_path
-from megadump_zarr.layout.schema import PACK_STORAGE, TASK_STORAGE
+from megadump_zarr.layout.schema import (
+    FORMAT_ATTR,
+    FORMAT_VERSION,
+    L0_STORAGE,
+    PACK_STORAGE,
+    STORAGE_ATTR,
+    STORAGE_KINDS,
+    TASK_STORAGE,
+)
 from megadump_zarr.store.nodes import ArrayJob, invocation_nodes
 from megadump_zarr.store.tensor_stats import StatsAccumulator
 from megadump_zarr.store.root_index import close_session, index_root, open_session, strip_index
@@ -124,7 +131,7 @@ class WindowWriter:
             Object stores acknowledge writes once durable: nothing extra is done for them.
         pack: Store the small records of L1 task groups (``GroupWrite.task``) as task-record packs, one
             sharded array per stage, signature and record (opt-in, ``TensorDumpConfig(layout="packs")``,
-            see :mod:`.packs`); ``False`` (the default, schema 8) writes a group per task and an array per
+            see :mod:`.packs`); ``False`` (the default) writes a group per task and an array per
             record, a group plain ``xr.open_zarr`` opens. An L1 window's ``stageViewStorage`` records which.
     """
 
@@ -272,8 +279,11 @@ class WindowWriter:
         attrs = dict(attrs)
         attrs.pop("committedAt", None)
         attrs.update(status="writing", createdAt=_now())
-        if attrs.get("level") == "L1":  # the layout this writer stores the window's task groups in
-            attrs["stageViewStorage"] = PACK_STORAGE if self.pack else TASK_STORAGE
+        attrs[FORMAT_ATTR] = FORMAT_VERSION  # the format this writer writes, whatever the caller said
+        if attrs.get("level") == "L1" or self.pack:  # the layout this writer stores the window's task groups in
+            attrs[STORAGE_ATTR] = PACK_STORAGE if self.pack else TASK_STORAGE
+        elif attrs.get(STORAGE_ATTR) not in STORAGE_KINDS:
+            attrs[STORAGE_ATTR] = L0_STORAGE if attrs.get("level") == "L0" else TASK_STORAGE
         document = dumps(group_document(attrs))  # validates the attributes before claiming
         opened = self._session is None
         if opened:  # registered before any index is dropped (see store.root_index)
@@ -392,17 +402,6 @@ class WindowWriter:
         return [self.pool.submit(run, index) for index in job.chunks]
 
 
-def _finish_packs(packs: list[Any]) -> None:
-    """After a failure, once every job has ended: write each pack's ``row_fields`` for the record arrays that
-    were written (best effort: the first failure is the one raised)."""
-    for pack in packs:
-        if pack.join is not None and not pack.fields_written:
-            try:
-                pack.join.finish()
-            except Exception:  # noqa: BLE001 - the pack's rows stay unreadable; the original error is raised
-                pass
-
-
 class WindowSession:
     """One claimed window being written. Not thread-safe: one thread drives a session.
 
@@ -466,9 +465,8 @@ class WindowSession:
         try:
             for pack in nodes.packs:
                 futures.extend(submit_pack(w, pack, base))
-        except BaseException:  # a pack's task array failed: let the submitted shards end, keep what was written
+        except BaseException:  # a pack's arrays failed: let the submitted shards end, keep what was written
             wait(futures)
-            _finish_packs(nodes.packs)
             self._register(nodes)
             raise
         leaves = _leaf_groups(nodes)
@@ -490,9 +488,6 @@ class WindowSession:
             futures.append(w.pool.submit(w._write_small, batch))
         try:
             _wait_all(futures)  # re-raises the first failure after every task has stopped
-        except BaseException:
-            _finish_packs(nodes.packs)
-            raise
         finally:  # arrays that were fully written stay part of the window (an aborted commit keeps them)
             self._register(nodes)
         if invocation.statistics is not None:  # statistics-first modes: the invocation's statistics table
@@ -524,14 +519,12 @@ class WindowSession:
             if job.written:
                 self._nodes[f"{nodes.name}/{job.path}"] = ("array", job.document)
         for pack in nodes.packs:
-            for job in pack.jobs:
-                if job.written:
-                    self._nodes[f"{nodes.name}/{job.path}"] = ("array", job.document)
+            for column in [*pack.columns, *(r.stats for r in pack.records if r.stats is not None)]:
+                if column.written:
+                    self._nodes[f"{nodes.name}/{pack.path}/{column.name}"] = ("array", column.document)
             for record in pack.records:
                 if record.written:
                     self._nodes[f"{nodes.name}/{pack.path}/{record.name}"] = ("array", record.document)
-            if pack.fields_written:
-                self._nodes[f"{nodes.name}/{pack.path}/{FIELDS_ARRAY}"] = ("array", pack.fields_document)
 
     def _write_statistics(self, name: str, table: Any) -> None:
         """Write one invocation's ``statistics`` group (see :mod:`megadump_zarr.store.statistics_table`)."""
@@ -668,7 +661,6 @@ def _leaf_groups(nodes: Any) -> dict[str, tuple[bytes, list[ArrayJob]]]:
     excluded = {path.rpartition("/")[0] for path in nodes.groups if path}
     for pack in nodes.packs:
         excluded.add(pack.path)
-        excluded.update(job.path.rpartition("/")[0] for job in pack.jobs)
     leaves: dict[str, tuple[bytes, list[ArrayJob]]] = {}
     for job in nodes.arrays:
         parent = job.path.rpartition("/")[0]

@@ -1,7 +1,7 @@
 """Schema checks of a committed window's documents that readers rely on (issue 23.4).
 
-Each document's kind (``node_type``), ``zarr_format``, the window's ``schemaVersion`` (one of
-:data:`KNOWN_SCHEMA_VERSIONS`), the invocations' ``level``/``rank`` (the window's), ``direction``
+Each document's kind (``node_type``), ``zarr_format``, the window's format version and layout
+(:func:`~megadump_zarr.layout.schema.format_problem`), the invocations' ``level``/``rank`` (the window's), ``direction``
 (``forward``/``backward``, as the group name says) and ``taskCount`` (the task records below it), every
 consolidated node's parent being a listed group, and the rank group document. Each finding is a problem
 naming the document and field.
@@ -13,9 +13,9 @@ import json
 from typing import Any
 
 from megadump_zarr.layout.paths import INVOCATION_DIR, PACK_DIR, TASK_DIR
-from megadump_zarr.layout.schema import KNOWN_SCHEMA_VERSIONS
+from megadump_zarr.layout.schema import format_problem
 
-__all__ = ["KNOWN_SCHEMA_VERSIONS", "check_schema"]
+__all__ = ["check_schema"]
 
 
 _DIRECTIONS = ("forward", "backward")
@@ -39,12 +39,9 @@ def check_schema(state: Any, store: Any, window: str, doc: dict[str, Any], nodes
     key = f"{window}/zarr.json"
     attrs = doc.get("attributes") or {}
     _check_kind(state, key, doc, "group")
-    version = attrs.get("schemaVersion")
-    if type(version) is not int or version not in KNOWN_SCHEMA_VERSIONS:
-        state.add(
-            key,
-            f"attributes.schemaVersion {_short(version)} is not a known schema version {sorted(KNOWN_SCHEMA_VERSIONS)}",
-        )
+    problem = format_problem(attrs, "attributes")
+    if problem is not None:
+        state.add(key, problem)
     for path, entry in nodes.items():
         if not isinstance(entry, dict):
             continue  # named by the node check

@@ -32,6 +32,7 @@ from megadump_zarr.verify.chunks import check_chunks
 from megadump_zarr.verify.documents import check_manifest, check_node_documents, check_records_table
 from megadump_zarr.verify.packs import check_pack_documents
 from megadump_zarr.layout.paths import WINDOW_PATH
+from megadump_zarr.layout.schema import format_problem
 from megadump_zarr.verify.report import CheckState, Problem, WindowCheck, short
 from megadump_zarr.verify.schema import check_schema
 
@@ -60,8 +61,7 @@ def verify_window(
     """
     from megadump_zarr.read.errors import DumpIntegrityError
     from megadump_zarr.read.location import get_bytes, open_location, parse_json
-    from megadump_zarr.read.pack_nodes import MARKER
-    from megadump_zarr.read.catalog import store_fetch
+    from megadump_zarr.read.catalog import is_packed, store_fetch
     from megadump_zarr.read.pack_rows import expand_window
 
     from megadump_zarr.read.documents import INT64_MAX
@@ -85,6 +85,11 @@ def verify_window(
     if not isinstance(attrs, dict):
         state.add(doc_key, f"attributes {short(attrs)} is not a JSON object")
         return _result(state, "unknown", deep, ())
+    problem = format_problem(attrs, window)
+    if problem is not None:  # another format: refused, as open_dump refuses it (the command line exits 2)
+        from megadump_zarr.read.errors import FormatVersionError
+
+        raise FormatVersionError(problem)
     status = attrs.get("status")
     if status == "writing":
         return WindowCheck(window, "writing", False)
@@ -105,7 +110,7 @@ def verify_window(
         return _result(state, status, deep, partial_launches)
     stored, packs = nodes, None
     try:  # the packed records, as the readers describe them (task groups, record arrays, row coordinates)
-        expanded = expand_window(window, nodes, store_fetch(store)) if MARKER in raw else None
+        expanded = expand_window(window, nodes, store_fetch(store)) if is_packed(doc) else None
     except DumpIntegrityError as error:  # a malformed task-record pack: the readers cannot place its rows
         state.add(error.key or doc_key, str(error))
         return _result(state, "unknown", deep, ())
