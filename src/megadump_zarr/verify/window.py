@@ -30,6 +30,7 @@ from typing import Any
 
 from megadump_zarr.verify.chunks import check_chunks
 from megadump_zarr.verify.documents import check_manifest, check_node_documents, check_records_table
+from megadump_zarr.verify.inventory import check_listed_arrays, check_stored_chunks, load_inventory
 from megadump_zarr.verify.packs import check_pack_documents
 from megadump_zarr.layout.paths import WINDOW_PATH
 from megadump_zarr.verify.report import CheckState, Problem, WindowCheck, short
@@ -118,7 +119,12 @@ def verify_window(
         check_pack_documents(state, store, window, stored, packs)
     check_records_table(state, window, status, attrs, {k: v for k, v in nodes.items() if k in good})
     arrays = {path: nodes[path] for path in good if nodes[path].get("node_type") == "array"}
+    if not msprobe:
+        load_inventory(state, store, window, attrs)
+        check_listed_arrays(state, window, stored)
     check_chunks(state, store, window, arrays, deep, tick, msprobe, packs)
+    if not msprobe:
+        check_stored_chunks(state, store, window, stored, set(arrays))
     _check_partial(
         state,
         window,
