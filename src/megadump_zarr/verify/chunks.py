@@ -124,8 +124,6 @@ def check_chunks(
                     bad = True
                     continue
                 read = raw if isinstance(raw, ChunkRead) else ChunkRead.of(key, raw, checksum)
-                if listed is not None and read.digest is not None:
-                    bad = check_chunk_digest(state, window, path, grid_index[key], key, read.digest) or bad
                 state.stored_bytes += read.nbytes
                 if tick is not None:
                     tick(read.nbytes)
@@ -134,7 +132,10 @@ def check_chunks(
                         state.add(key, str(read.error).removeprefix(f"chunk {key} is ").strip())
                         bad = True
                         continue
-                    bad = check_place(state, key, read.tail, place) or bad
+                    if listed is None:  # the inventory binds it otherwise (one problem per chunk)
+                        bad = check_place(state, key, read.tail, place) or bad
+                if listed is not None and read.digest is not None:  # a whole chunk: is it this place's?
+                    bad = check_chunk_digest(state, window, path, grid_index[key], key, read.digest) or bad
         if bad or missing:
             continue
         if not checksum or deep:
