@@ -123,6 +123,8 @@ def check_chunks(
                     state.add(key, "chunk is missing")
                     bad = True
                     continue
+                if key in state.keep and not isinstance(raw, ChunkRead):
+                    state.kept[key] = raw
                 read = raw if isinstance(raw, ChunkRead) else ChunkRead.of(key, raw, checksum)
                 state.stored_bytes += read.nbytes
                 if tick is not None:

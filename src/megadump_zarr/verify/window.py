@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from megadump_zarr.verify.chunks import check_chunks
+from megadump_zarr.verify.bindings import check_bindings, check_coordinate_values
 from megadump_zarr.verify.documents import check_manifest, check_node_documents, check_records_table
 from megadump_zarr.verify.inventory import check_listed_arrays, check_stored_chunks, load_inventory
 from megadump_zarr.verify.packs import check_pack_documents
@@ -122,9 +123,11 @@ def verify_window(
     if not msprobe:
         load_inventory(state, store, window, attrs)
         check_listed_arrays(state, window, stored)
+    wanted = [] if msprobe else check_bindings(state, window, stored, nodes, {} if packs is None else packs.virtual)
     check_chunks(state, store, window, arrays, deep, tick, msprobe, packs)
     if not msprobe:
         check_stored_chunks(state, store, window, stored, set(arrays))
+        check_coordinate_values(state, store, window, nodes, wanted)
     _check_partial(
         state,
         window,
