@@ -140,11 +140,9 @@ def test_export_hdf5_refuses_and_leaves_nothing(
 
 
 def test_corrupt_coordinate_chunk_of_a_stitched_tensor(dump_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """tensor() reads the small global-row coordinate arrays while stitching: a damaged one is named too.
-
-    A schema-7 pack stores no row coordinates (they are computed from its task attributes), so the
-    stored schema-6 dump is damaged here."""
-    root = Path(shutil.copytree(Path(__file__).parent / "data" / "schema6" / "l1", dump_copy / "schema6"))
+    """tensor() reads the small global-row coordinate arrays while stitching: a damaged one is named too (the demo's
+    L1 dump is in the tasks layout, where each task group stores its row coordinates)."""
+    root = dump_copy / "l1"
     records = open_dump(root).records()
     row = records[(records["name"] == "xs") & (records["stage"] == "expert_up")].iloc[0]
     group = root / row["group"]

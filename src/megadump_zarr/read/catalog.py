@@ -31,6 +31,7 @@ from megadump_zarr.read.documents import (
     shape_field,
 )
 from megadump_zarr.read.statistics_table import STATISTICS_COLUMNS, merge_statistics
+from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.integrity import below_checks
 from megadump_zarr.read.location import get_json, get_many, list_dir, list_dirs, list_prefix, parse_json
 from megadump_zarr.read.pack_nodes import MARKER, Fetch, window_fields_keys
@@ -470,6 +471,12 @@ def _task_info(nodes: Mapping[str, dict[str, Any]], group: str, window_key: str)
         raise ValueError(f"{where}: attributes.owner {str(owner)[:60]!r} is not a JSON object")
     owner = owner or {}
     stage = task_attrs.get("stage", stage_attrs.get("stage", parts[2]))
+    stored_id = task_attrs.get("taskId")
+    if match is not None and stored_id is not None and stored_id != int(match.group(1)):
+        raise DumpIntegrityError(  # the name is the task's place; an id edited in every copy must not move it
+            f"{where}: attributes.taskId {str(stored_id)[:40]} disagrees with its group's name {parts[3]!r}",
+            key=where,
+        )
     return {
         "stage": optional_str(stage, where, "attributes.stage"),
         "task_id": int_field(
