@@ -98,13 +98,18 @@ EXTRA_COLUMNS = (
     "partial",
     "pack_array",
     "pack_row",
+    "zarr_group",
+    "variable",
 )
 """Columns that follow the required ones: L0 role, capture phase, window status, ABI parameter position,
 the record's note, the invocation group's name, the data group's path (relative to the root),
 ``partial`` (True for a record salvaged from a launch that failed, kept with ``on_error="keep"``) and, for a
 record stored in a task-record pack (``layout="packs"``), the pack's record array (``pack_array``, relative
 to the root) and the record's row in it (``pack_row``); missing (``None``, NaN once frames are joined) and -1
-for every other record."""
+for every other record. Where its stored values open with plain xarray: ``zarr_group``, the group (relative to
+the root) that ``xr.open_zarr`` opens, and ``variable``, the variable in it
+(``xr.open_zarr(f"{root}/{zarr_group}")[variable]``, then ``.isel(task=pack_row)`` for a packed record); missing
+for a record that stores no payload (statistics-first modes)."""
 
 EXTRA_COLUMNS = (*EXTRA_COLUMNS, *STATISTICS_COLUMNS)  # payload, checksum, element_count (read.statistics)
 
@@ -638,6 +643,9 @@ def _window_rows(info: WindowInfo, nodes: Mapping[str, dict[str, Any]], columns:
         stored_at = info.pack_rows.get(row["path"][-1]) if info.pack_rows else None
         row["pack_array"].append(None if stored_at is None else stored_at[0])
         row["pack_row"].append(-1 if stored_at is None else stored_at[1])
+        opened = row["path"][-1] if stored_at is None else stored_at[0]  # the array plain xarray shows
+        row["zarr_group"].append(opened.rpartition("/")[0])
+        row["variable"].append(opened.rpartition("/")[2])
 
 
 _NO_TASK = dict.fromkeys(
