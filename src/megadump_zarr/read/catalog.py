@@ -31,6 +31,7 @@ from megadump_zarr.read.documents import (
     shape_field,
 )
 from megadump_zarr.read.statistics_table import STATISTICS_COLUMNS, merge_statistics
+from megadump_zarr.read.bindings import task_count_mismatches
 from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.integrity import below_checks
 from megadump_zarr.read.location import get_json, get_many, list_dir, list_dirs, list_prefix, parse_json
@@ -335,6 +336,12 @@ def window_info(key: str, raw: bytes | None, doc: dict[str, Any] | None = None, 
         nodes = None
     info = WindowInfo(rank, window, key, status, attrs, nodes)
     if nodes is not None and MARKER in raw:
+        for group, count, name, rows in task_count_mismatches(nodes):  # a pack's rows are its tasks
+            raise DumpIntegrityError(
+                f"{key}/{group}/zarr.json: attributes.taskCount {str(count)[:40]} disagrees with the {rows} rows of "
+                f"{name} along task",
+                key=f"{key}/{group}/zarr.json",
+            )
         info.nodes = _take_packs(info, nodes, expand_window(key, nodes, fetch))
     return info
 

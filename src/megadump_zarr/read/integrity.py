@@ -182,6 +182,44 @@ class IntegrityStore(WrapperStore[Store]):
     def _with_store(self, store: Store) -> IntegrityStore:
         return type(self)(store, self._lookup, self._url, self._inventories)
 
+    def check_read(self, key: str, data: bytes) -> None:
+        """Check a whole chunk that a fast path read below this store (its bytes ``data``) as a ``get`` would.
+
+        Args:
+            key: The chunk's key relative to the root.
+            data: Its stored bytes.
+
+        Raises:
+            DumpIntegrityError: It is corrupt, or not its place's (the window inventory).
+        """
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.sync import sync
+
+        if self._lookup(key) is None:
+            return
+        prototype = default_buffer_prototype()
+        sync(self._learn_inventory(key, prototype))
+        self._check(key, prototype.buffer.from_bytes(data), None)
+
+    def check_whole(self, key: str) -> None:
+        """Read the whole chunk ``key`` (a pack's shard, whose rows are read by byte range, which the inventory
+        cannot bind) and refuse it as a whole-chunk ``get`` would (once per key).
+
+        Args:
+            key: The chunk's key relative to the root.
+
+        Raises:
+            DumpIntegrityError: It is missing, corrupt, or not its place's (the window inventory).
+        """
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.sync import sync
+
+        checked = self.__dict__.setdefault("_whole_checked", set())
+        if key in checked or self._lookup(key) is None:
+            return
+        sync(self.get(key, default_buffer_prototype()))
+        checked.add(key)
+
     def _window_of(self, key: str) -> str:
         """The window key of a key inside a committed window's array (the lookup's first components)."""
         depth = getattr(self._lookup, "depth", 2)
@@ -390,9 +428,8 @@ class CommittedWindows:
 
     def stored(self, window: str, path: str) -> bool:
         """Whether the array at ``path`` below ``window`` is stored (not a pack's record described as an array)."""
-        info = self.infos.get(window)
-        nodes = getattr(info, "nodes", None)
-        return not isinstance(nodes, Mapping) or path in nodes
+        packs = getattr(self.infos.get(window), "packs", None)
+        return packs is None or path not in packs.virtual
 
     def known(self, window: str) -> bool:
         """Whether the window's status is known (scanned by the dump, or learned by :meth:`learn`)."""

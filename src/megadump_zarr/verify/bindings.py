@@ -198,23 +198,10 @@ def _check_task_ids(state: CheckState, window: str, nodes: dict[str, Any]) -> No
 
 
 def _check_task_counts(state: CheckState, window: str, stored: dict[str, Any]) -> None:
-    for path, doc in stored.items():
-        attrs = doc.get("attributes") if isinstance(doc, dict) else None
-        if not isinstance(attrs, dict) or "taskCount" not in attrs or doc.get("node_type") != "group":
-            continue
-        count = attrs["taskCount"]
-        prefix = f"{path}/"
-        for array_path, array in stored.items():
-            if not array_path.startswith(prefix) or "/" in array_path[len(prefix) :]:
-                continue
-            dims = array.get("dimension_names") if isinstance(array, dict) else None
-            shape = array.get("shape") if isinstance(array, dict) else None
-            if not isinstance(dims, list) or not dims or dims[0] != "task" or not isinstance(shape, list):
-                continue
-            if count != shape[0]:
-                state.add(
-                    f"{window}/{path}/zarr.json",
-                    f"attributes.taskCount {short(count)} disagrees with the {shape[0]} rows of "
-                    f"{array_path[len(prefix) :]} along task",
-                )
-                break
+    from megadump_zarr.read.bindings import task_count_mismatches
+
+    for group, count, name, rows in task_count_mismatches(stored):
+        state.add(
+            f"{window}/{group}/zarr.json",
+            f"attributes.taskCount {short(count)} disagrees with the {rows} rows of {name} along task",
+        )
