@@ -154,9 +154,14 @@ def check_stored_chunks(state: CheckState, store: Any, window: str, stored: dict
             )
         for start in range(0, len(keys), _BATCH):
             batch = keys[start : start + _BATCH]
-            for offset, (key, raw) in enumerate(zip(batch, get_many(store, batch))):
-                if raw is None:
+            fetch = [k for k in batch if k not in state.digested]  # a pack's: read whole by the pack checks
+            fetched = dict(zip(fetch, get_many(store, fetch)))
+            for offset, key in enumerate(batch):
+                if key in state.digested:
+                    digest = state.digested[key]
+                elif fetched[key] is None:
                     state.add(key, "chunk is missing")
                     continue
-                digest, _ = chunk_digest(raw)
+                else:
+                    digest, _ = chunk_digest(fetched[key])
                 check_chunk_digest(state, window, path, start + offset, key, digest)

@@ -68,6 +68,7 @@ def _check_shards(state: CheckState, packs: Any, base: Any, window: str, nodes: 
     :class:`~megadump_zarr.verify.chunks.ChunkRead`), so it reads no shard again. A row coordinate's chunk is
     computed (:func:`~megadump_zarr.store.packs.range_chunk`), as the readers compute it.
     """
+    from megadump_zarr.layout.inventory import chunk_digest
     from megadump_zarr.read.location import get_many
     from megadump_zarr.read.pack_rows import sized_store
     from megadump_zarr.store.packs import INDEX_ARRAYS, TASK_ARRAYS, RangeSource, range_chunk
@@ -85,6 +86,8 @@ def _check_shards(state: CheckState, packs: Any, base: Any, window: str, nodes: 
         for start in range(0, len(shards), _BATCH):
             batch = shards[start : start + _BATCH]
             for i, (shard, raw) in enumerate(zip(batch, get_many(base, batch))):
+                if raw is not None:  # its window-inventory digest, from the same bytes (``verify.inventory``)
+                    state.digested[shard] = chunk_digest(raw)[0]
                 if raw is not None and recorded is not None:  # a missing shard is named by the chunk check
                     check_shard(state, shard, raw, per_shard, recorded[start + i])
                 if shard not in held:
@@ -143,9 +146,12 @@ def _packs_with_tasks(nodes: dict[str, Any]) -> list[tuple[str, str, list[Any]]]
     return found
 
 
-def _read_whole(base: Any, key: str, doc: dict[str, Any], expected: list[tuple[int, ...]]) -> tuple[list[str], Any]:
+def _read_whole(
+    base: Any, key: str, doc: dict[str, Any], expected: list[tuple[int, ...]], digested: dict[str, int] | None = None
+) -> tuple[list[str], Any]:
     """A small pack array (row ids, row coordinates) read once: ``(missing chunk keys, None)``, or ``([], values)``
-    decoded from the bytes just read (crc32c checked by zarr; raises on a damaged chunk)."""
+    decoded from the bytes just read (crc32c checked by zarr; raises on a damaged chunk); each chunk's inventory
+    digest is kept in ``digested`` (``CheckState.digested``)."""
     from zarr.core.buffer import default_buffer_prototype
     from zarr.storage import MemoryStore
 
@@ -154,6 +160,10 @@ def _read_whole(base: Any, key: str, doc: dict[str, Any], expected: list[tuple[i
     zarray = open_array(base, key, doc)
     chunks = [f"{key}/{zarray.metadata.encode_chunk_key(c)}" for c in expected]
     raws = get_many(base, chunks)
+    if digested is not None:
+        from megadump_zarr.layout.inventory import chunk_digest
+
+        digested.update((k, chunk_digest(raw)[0]) for k, raw in zip(chunks, raws) if raw is not None)
     missing = [k for k, raw in zip(chunks, raws) if raw is None]
     if missing:
         return missing, None
@@ -181,7 +191,7 @@ def _check_pack_rows(state: CheckState, base: Any, window: str, nodes: dict[str,
             if expected is None:
                 continue  # reported by the chunk check
             try:
-                missing, values = _read_whole(base, key, doc, expected)
+                missing, values = _read_whole(base, key, doc, expected, state.digested)
                 if missing:  # not among the records the chunk check walks; absent reads as fill_value
                     named = [
                         wanted(t.get("attrs")) if isinstance(t, dict) and isinstance(t.get("attrs"), dict) else None
@@ -239,7 +249,7 @@ def _check_row_coordinates(state: CheckState, base: Any, window: str, nodes: dic
             if expected is None:
                 continue  # reported by the chunk check
             try:
-                missing, stored = _read_whole(base, key, doc, expected)
+                missing, stored = _read_whole(base, key, doc, expected, state.digested)
                 if missing:  # absent reads as fill_value: never compared as if stored
                     for k in missing:
                         state.add(k, "chunk is missing")
