@@ -51,6 +51,9 @@ class ChunkDigests:
 
 def _grid_position(name: str) -> tuple[int, ...] | None:
     """The grid coordinates of chunk key ``name`` (relative to its array), or ``None`` when it is not one."""
+    parts = name[2:].split(".") if name.startswith("c.") and name.isascii() else None
+    if parts and all(p.isdigit() for p in parts):
+        return tuple(int(p) for p in parts)
     match = _COORDS.match(name)
     if match is None:
         return None
@@ -67,6 +70,13 @@ def inventory_bytes(arrays: Mapping[str, bytes], digests: Mapping[str, int]) -> 
     """
     by_array: dict[str, list[tuple[tuple[int, ...], int]]] = {path: [] for path in arrays}
     for key, digest in digests.items():
+        path, _, name = key.rpartition("/")
+        bucket = by_array.get(path)  # "."-separated chunk keys (the writer's): the array is the parent
+        if bucket is not None:
+            position = _grid_position(name)
+            if position is not None:
+                bucket.append((position, digest))
+            continue
         cut = key.rfind("/")
         while cut > 0:  # the nearest enclosing array ("/"-separated chunk keys have several components)
             path = key[:cut]
@@ -78,6 +88,6 @@ def inventory_bytes(arrays: Mapping[str, bytes], digests: Mapping[str, int]) -> 
             cut = key.rfind("/", 0, cut)
     entries: dict[str, tuple[str, list[int | None]]] = {}
     for path, document in arrays.items():
-        chunks = sorted(by_array[path])
+        chunks = by_array[path] if len(by_array[path]) < 2 else sorted(by_array[path])
         entries[path] = (metadata_digest(document), [digest for _, digest in chunks])
     return encode_inventory(entries)
