@@ -232,8 +232,16 @@ class IntegrityStore(WrapperStore[Store]):
         window = self._window_of(key)
         if self._inventories.known(window):
             return
-        raw = await self._store.get(f"{window}/{INVENTORY_FILE}" if window else INVENTORY_FILE, prototype)
-        self._inventories.learn(window, None if raw is None else raw.to_bytes())
+        pending = self._inventories.pending  # concurrent first reads of one window share one read of it
+        fetch = pending.get(window)
+        if fetch is None:
+            fetch = pending[window] = asyncio.ensure_future(
+                self._store.get(f"{window}/{INVENTORY_FILE}" if window else INVENTORY_FILE, prototype)
+            )
+        raw = await fetch
+        if not self._inventories.known(window):
+            self._inventories.learn(window, None if raw is None else raw.to_bytes())
+        pending.pop(window, None)
 
     @property
     def wrapped(self) -> Store:

@@ -54,6 +54,12 @@ class Inventories:
         self._url = url
         self._windows: dict[str, Mapping[str, InventoryEntry] | DumpIntegrityError] = {}
         self._documents: dict[str, str] = {}  # array key -> its checked document digest
+        self.pending: dict[str, Any] = {}  # window -> the read of its inventory in flight (the integrity store's)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["pending"] = {}  # reads in flight belong to this process's event loop
+        return state
 
     def known(self, window: str) -> bool:
         """Whether the window's inventory was read."""
