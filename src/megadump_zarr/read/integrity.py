@@ -287,7 +287,7 @@ class IntegrityStore(WrapperStore[Store]):
             index = grid_index(*grid, coords) if grid is not None and coords is not None else None
             window = self._window_of(key)
             stored = getattr(self._lookup, "stored", lambda w, p: True)(window, array_key[len(window) + 1 :])
-            self._inventories.check(window, array_key, doc, key, index, digest, stored)
+            self._inventories.check(window, array_key, doc, key, index, digest, stored, trailing)
         return value
 
     async def _learn(self, key: str, prototype: BufferPrototype) -> None:

@@ -97,6 +97,7 @@ class Inventories:
         index: int | None,
         digest: int,
         stored: bool = True,
+        trailing: bool = True,
     ) -> None:
         """Refuse a chunk that is not its place's (or whose array or document is not its writer's).
 
@@ -107,6 +108,8 @@ class Inventories:
             chunk_key: The chunk's key.
             index: Its position in the grid's C order (``None``: not a chunk of the grid).
             digest: Its digest (:func:`~megadump_zarr.layout.inventory.chunk_digest` of its stored bytes).
+            trailing: The digest is the chunk's own valid trailing crc32c (its bytes are whole; otherwise a changed
+                byte and a chunk from elsewhere look alike).
             stored: Whether the array is stored (a pack's records, described as arrays of their own, are not: their
                 chunks lie in the pack's arrays, whose whole shards the inventory binds).
 
@@ -142,8 +145,12 @@ class Inventories:
             raise DumpIntegrityError(
                 f"chunk {chunk_key}{self._where()} of array {array_key} has digest {digest:08x}, but the window "
                 + (
-                    f"inventory records {recorded:08x} for this place: a chunk from elsewhere (another task, window "
-                    "or dump)"
+                    f"inventory records {recorded:08x} for this place: "
+                    + (
+                        "a chunk from elsewhere (another task, window or dump)"
+                        if trailing
+                        else "it is corrupt, or a chunk from elsewhere (another task, window or dump)"
+                    )
                     if recorded >= 0
                     else "inventory lists no such chunk"
                 ),

@@ -90,10 +90,15 @@ class RowArray:
         inventory cannot bind; the integrity store checks each shard once)."""
         located = self.packs.locate(self.store, self._rel, self._where)
         if located is not None:
+            from megadump_zarr.read.errors import DumpIntegrityError
             from megadump_zarr.read.integrity import IntegrityStore
 
             if isinstance(self.store, IntegrityStore):
-                self.store.check_whole(located[0])
+                try:
+                    self.store.check_whole(located[0])
+                except DumpIntegrityError:
+                    self._diagnose()  # the row's own chunk, named, when its checksum fails: damage, not a move
+                    raise
         return located
 
     def inner_chunk(self) -> bytes | None:
@@ -144,7 +149,7 @@ class RowArray:
         inner = (self.doc.get("codecs") or [{}])[0].get("configuration") or {}
         if not has_crc32c({"codecs": inner.get("codecs")}):
             return
-        data = self.inner_chunk()
+        data = self.packs.read_chunk(self.store, self._rel, self._where)
         if data is not None:
             verify_crc32c(self.chunk_key, np.frombuffer(data, dtype=np.uint8), self._where)
 
