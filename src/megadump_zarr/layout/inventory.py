@@ -14,9 +14,10 @@ its ``zarr.json``::
   changes it.
 - the **chunk digests**: 8 lower-case hex digits per stored chunk (a whole shard, for a sharded array), in the
   grid's C order. A chunk's digest is a function of its stored bytes alone (:func:`chunk_digest`): the
-  crc32c of all of them, except when they end with the crc32c of what precedes (every chunk of an array whose
-  codec chain ends with ``crc32c``; the crc32c over such bytes is the constant :data:`CRC32C_RESIDUE`), whose
-  digest is that trailing crc32c. One crc32c pass per chunk gives both the checksum check and the digest.
+  trailing crc32c when they end with the crc32c of what precedes (every chunk of an array whose codec chain
+  ends with ``crc32c``; the crc32c over such bytes is the constant :data:`CRC32C_RESIDUE`, which is how one
+  crc32c pass tells, and checks, it); otherwise the first 32 bits of the BLAKE2b of all of them (a sharded
+  array's shard: a crc32c over parts that each end with their own crc32c depends on their lengths only).
   ``--------`` marks a chunk its writer did not store. A chunk moved from another task, window or dump carries
   its own digest, not the one recorded for this place.
 
@@ -89,7 +90,7 @@ def chunk_digest(data: Any) -> tuple[int, bool]:
 
     Returns:
         ``(digest, trailing)``: with ``trailing``, the digest is the chunk's trailing crc32c; otherwise the
-        crc32c of all its bytes.
+        first 32 bits of the BLAKE2b of all its bytes.
     """
     import google_crc32c
     import numpy as np
@@ -100,8 +101,11 @@ def chunk_digest(data: Any) -> tuple[int, bool]:
     for view in views:
         if view.size:
             crc = google_crc32c.extend(crc, view)
-    if crc != CRC32C_RESIDUE:
-        return int(crc), False
+    if crc != CRC32C_RESIDUE:  # a hash, not the crc: a crc over self-checksummed parts depends on their lengths only
+        digest = hashlib.blake2b(digest_size=4)
+        for view in views:
+            digest.update(view)
+        return int.from_bytes(digest.digest(), "big"), False
     tail = b"".join(bytes(v) for v in views[-2:])[-4:] if len(views) > 1 else bytes(views[0][-4:])
     return int.from_bytes(tail, "little"), True
 

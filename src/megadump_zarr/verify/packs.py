@@ -88,7 +88,7 @@ def _check_shards(state: CheckState, packs: Any, base: Any, window: str, nodes: 
             for i, (shard, raw) in enumerate(zip(batch, get_many(base, batch))):
                 if raw is not None:  # its window-inventory digest, from the same bytes (``verify.inventory``)
                     state.digested[shard] = chunk_digest(raw)[0]
-                if raw is not None and recorded is not None:  # a missing shard is named by the chunk check
+                if raw is not None and recorded is not None and state.inventory is None:  # else: the inventory binds it
                     check_shard(state, shard, raw, per_shard, recorded[start + i])
                 if shard not in held:
                     continue

@@ -107,12 +107,14 @@ def verify_window(
         return _result(state, status, deep, partial_launches)
     stored, packs = nodes, None
     try:  # the packed records, as the readers describe them (task groups, record arrays, row coordinates)
-        expanded = expand_window(window, nodes, store_fetch(store)) if MARKER in raw else None
+        expanded = expand_window(window, nodes, _digesting(store_fetch(store), state)) if MARKER in raw else None
     except DumpIntegrityError as error:  # a malformed task-record pack: the readers cannot place its rows
         state.add(error.key or doc_key, str(error))
         return _result(state, "unknown", deep, ())
     if expanded is not None:
         nodes, packs = expanded
+    if not msprobe:  # first: what the inventory binds, the pack checks leave to it
+        load_inventory(state, store, window, attrs)
     check_manifest(state, window, attrs, nodes)
     check_schema(state, store, window, doc, nodes)
     good = check_node_documents(state, store, window, nodes, {} if packs is None else packs.virtual)
@@ -121,7 +123,6 @@ def verify_window(
     check_records_table(state, window, status, attrs, {k: v for k, v in nodes.items() if k in good})
     arrays = {path: nodes[path] for path in good if nodes[path].get("node_type") == "array"}
     if not msprobe:
-        load_inventory(state, store, window, attrs)
         check_listed_arrays(state, window, stored)
     wanted = [] if msprobe else check_bindings(state, window, stored, nodes, {} if packs is None else packs.virtual)
     check_chunks(state, store, window, arrays, deep, tick, msprobe, packs)
@@ -137,6 +138,21 @@ def verify_window(
         {path: nodes[path] for path in good if nodes[path].get("node_type") == "group"},
     )
     return _result(state, status, deep, partial_launches)
+
+
+def _digesting(fetch: Callable[[list[str]], list[Any]], state: CheckState) -> Callable[[list[str]], list[Any]]:
+    """``fetch`` that also keeps each chunk's inventory digest (``state.digested``): what the pack expansion reads
+    (a pack's ``row_fields``) is not read again by :func:`~megadump_zarr.verify.inventory.check_stored_chunks`."""
+    from megadump_zarr.layout.inventory import chunk_digest
+
+    def fetched(keys: list[str]) -> list[Any]:
+        values = fetch(keys)
+        for key, value in zip(keys, values):
+            if value is not None:
+                state.digested[key] = chunk_digest(value)[0]
+        return values
+
+    return fetched
 
 
 def _check_partial(
