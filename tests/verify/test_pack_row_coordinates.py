@@ -88,7 +88,10 @@ def test_swapped_global_rows_are_a_verify_problem(packed):
     shown = f"{values[1][0]}..{values[1][-1]}"
     assert [str(p) for p in report.problems] == [
         f"{WINDOW}/{PACK}/global_token: row 1 holds token {shown} but attributes.tasks[1].coords.token names "
-        f"{spans[1]!r}: plain xarray would place the task's rows elsewhere than the readers do"
+        f"{spans[1]!r}: plain xarray would place the task's rows elsewhere than the readers do",
+        f"{WINDOW}/{PACK}/global_token/c.0.0: chunk has digest {_digest(packed, 'global_token/c.0.0')} but the "
+        f"window inventory records {_listed(packed, 'global_token')} for this place: a chunk from elsewhere "
+        "(another task, window or dump, or swapped with another)",
     ]
     # the readers place rows by coords: the records table still reads right
     assert len(open_dump(packed).records()) == 52
@@ -98,6 +101,18 @@ def test_a_missing_global_row_chunk_is_a_verify_problem(packed):
     (packed / WINDOW / PACK / "global_token" / "c.0.0").unlink()
     report = verify_dump(open_dump(packed))
     assert [str(p) for p in report.problems] == [f"{WINDOW}/{PACK}/global_token/c.0.0: chunk is missing"]
+
+
+def _digest(root: Path, chunk: str) -> str:
+    """A stored chunk's inventory digest (``layout.inventory.chunk_digest``), as 8 hex digits."""
+    from megadump_zarr.layout.inventory import chunk_digest
+
+    return f"{chunk_digest((root / WINDOW / PACK / chunk).read_bytes())[0]:08x}"
+
+
+def _listed(root: Path, array: str) -> str:
+    """The digest the window inventory lists for the array's one chunk."""
+    return json.loads((root / WINDOW / "inventory.json").read_text())["arrays"][f"{PACK}/{array}"][1]
 
 
 def _drop_node(root: Path, node: str) -> None:
@@ -115,7 +130,8 @@ def test_a_pack_without_its_row_coordinate_array_is_a_verify_problem(packed):
     assert len(open_dump(packed).records())  # the readers place rows by coords
     report = verify_dump(open_dump(packed))
     assert [str(p) for p in report.problems] == [
-        f"{WINDOW}/{PACK}/global_token/zarr.json: the pack has no such array (format 4 stores each row coordinate)"
+        f"{WINDOW}/{PACK}/global_token/zarr.json: the pack has no such array (format 4 stores each row coordinate)",
+        f"{WINDOW}/{PACK}/global_token: array is in the window inventory but the window does not hold it",
     ]
 
 
