@@ -157,6 +157,8 @@ def check_stored_chunks(state: CheckState, store: Any, window: str, stored: dict
             fetch = [k for k in batch if k not in state.digested]  # a pack's: read whole by the pack checks
             fetched = dict(zip(fetch, get_many(store, fetch)))
             for offset, key in enumerate(batch):
+                if key in state.damaged:
+                    continue
                 if key in state.digested:
                     digest = state.digested[key]
                 elif fetched[key] is None:  # named by the chunk check and the pack checks, as the readers name it

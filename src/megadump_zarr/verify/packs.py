@@ -93,7 +93,10 @@ def _check_shards(state: CheckState, packs: Any, base: Any, window: str, nodes: 
                 if shard not in held:
                     continue
                 for key, chunk in packs.split_shard(held.pop(shard), shard, raw, sized):
-                    state.read_chunks[key] = ChunkRead.of(key, chunk) if isinstance(chunk, bytes) else chunk
+                    summary = ChunkRead.of(key, chunk) if isinstance(chunk, bytes) else chunk
+                    state.read_chunks[key] = summary
+                    if not isinstance(summary, ChunkRead) or summary.error is not None:
+                        state.damaged.add(shard)  # named by its rows, as the readers name it: not also as moved
 
     for path, doc in sorted(nodes.items()):
         pack, _, name = path.rpartition("/")

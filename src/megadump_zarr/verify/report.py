@@ -103,6 +103,7 @@ class CheckState:
         unchecked: Arrays with chunks but no checksum: decoded only (a note, not a problem).
         digested: Window-inventory digests of the chunks the pack checks read whole (``verify.packs``), by key,
             so that ``verify.inventory`` reads none of them again.
+        damaged: Pack shards whose rows the pack checks found damaged (named there, not again as moved).
         keep: Chunk keys whose bytes the chunk check keeps in ``kept`` (row coordinates, ``verify.bindings``).
         kept: Those chunks' bytes, by key.
         inventory: The window inventory's entries by array path (``verify.inventory``; ``None``: not loaded).
@@ -122,6 +123,7 @@ class CheckState:
     read_chunks: dict[str, Any] = field(default_factory=dict)
     inventory: dict[str, Any] | None = None
     digested: dict[str, int] = field(default_factory=dict)
+    damaged: set[str] = field(default_factory=set)
     keep: set[str] = field(default_factory=set)
     kept: dict[str, Any] = field(default_factory=dict)
 
