@@ -22,10 +22,20 @@ from pathlib import Path
 from typing import Any
 
 import zarr
+from zarr.storage import LocalStore, WrapperStore
 
 from megadump_zarr.store.packs import decode_index, index_nbytes
 
-__all__ = ["ChunkSpan", "pack_of", "record_chunk", "stored_record", "task_dirs", "tear"]
+__all__ = [
+    "ChunkSpan",
+    "document_in_inventory",
+    "pack_of",
+    "record_chunk",
+    "record_in_inventory",
+    "stored_record",
+    "task_dirs",
+    "tear",
+]
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -53,22 +63,96 @@ def _tasks(pack: Path) -> list[Any]:
     return stored_rows(window, pack.relative_to(window).as_posix())[0]
 
 
+class _Reinventoried(WrapperStore):
+    """A local store whose chunk writes are recorded in their window's inventory, as the writer of a run that
+    stored those values would have recorded them (``layout.inventory``)."""
+
+    def __init__(self, store: Any, root: Path) -> None:
+        super().__init__(store)
+        self._root = root
+
+    def _with_store(self, store: Any) -> _Reinventoried:
+        return type(self)(store, self._root)
+
+    async def set(self, key: str, value: Any) -> None:
+        await self._store.set(key, value)
+        if not key.endswith("zarr.json"):
+            record_in_inventory(self._root, key, value.to_bytes())
+
+
+def record_in_inventory(root: str | os.PathLike[str], key: str, data: bytes) -> None:
+    """Record chunk ``key``'s new bytes ``data`` in its window's inventory (and the inventory's digest in the window
+    document), as the writer of those bytes would have.
+
+    Args:
+        root: Dump root (local).
+        key: The chunk's key relative to the root (``rank_0/window_0000/.../c.0.0``).
+        data: Its stored bytes.
+    """
+    from megadump_zarr.layout.inventory import (
+        INVENTORY_DIGEST_ATTR,
+        INVENTORY_FILE,
+        chunk_digest,
+        inventory_digest,
+    )
+
+    window = Path(root) / "/".join(key.split("/")[:2])
+    array, _, name = key.partition("/")[2].partition("/")[2].rpartition("/")
+    doc = _read_json(window / array / "zarr.json")
+    counts = [-(-s // c) for s, c in zip(doc["shape"], doc["chunk_grid"]["configuration"]["chunk_shape"])]
+    index = 0
+    for coord, count in zip((int(p) for p in name[2:].split(".")) if name != "c" else (), counts):
+        index = index * count + coord
+    inventory = _read_json(window / INVENTORY_FILE)
+    meta, digests = inventory["arrays"][array]
+    digests = digests[: 8 * index] + f"{chunk_digest(data)[0]:08x}" + digests[8 * index + 8 :]
+    inventory["arrays"][array] = [meta, digests]
+    encoded = json.dumps(inventory, separators=(",", ":")).encode()
+    (window / INVENTORY_FILE).write_bytes(encoded)
+    window_doc = _read_json(window / "zarr.json")
+    window_doc["attributes"][INVENTORY_DIGEST_ATTR] = inventory_digest(encoded)
+    (window / "zarr.json").write_text(json.dumps(window_doc))
+
+
+def document_in_inventory(root: str | os.PathLike[str], array: str) -> None:
+    """Record array ``array``'s edited document in its window's inventory (and the inventory's digest in the
+    window document): a forger who rewrites the inventory too, so only checks beyond it can refuse the edit.
+
+    Args:
+        root: Dump root (local).
+        array: The array's path relative to the root (``rank_0/window_0000/.../output_00_big``).
+    """
+    from megadump_zarr.layout.inventory import INVENTORY_DIGEST_ATTR, INVENTORY_FILE, inventory_digest, metadata_digest
+
+    window = Path(root) / "/".join(array.split("/")[:2])
+    rel = array.split("/", 2)[2]
+    inventory = _read_json(window / INVENTORY_FILE)
+    inventory["arrays"][rel][0] = metadata_digest(_read_json(window / rel / "zarr.json"))
+    encoded = json.dumps(inventory, separators=(",", ":")).encode()
+    (window / INVENTORY_FILE).write_bytes(encoded)
+    window_doc = _read_json(window / "zarr.json")
+    window_doc["attributes"][INVENTORY_DIGEST_ATTR] = inventory_digest(encoded)
+    (window / "zarr.json").write_text(json.dumps(window_doc))
+
+
 def stored_record(root: str | os.PathLike[str], path: str) -> tuple[zarr.Array, Any]:
-    """The stored zarr array holding the record at logical ``path`` and the record's index in it.
+    """The stored zarr array holding the record at logical ``path`` and the record's index in it; what is written
+    through it is recorded in its window's inventory (a run that stored other values).
 
     Args:
         root: Dump root (local).
         path: The record's path relative to the root (``rank_0/window_0000/.../task_000001/output_00_ys``).
     """
+    store = _Reinventoried(LocalStore(str(root)), Path(root))
     direct = Path(root) / path
     if (direct / "zarr.json").is_file():
-        return zarr.open_array(str(direct), mode="r+"), ...
+        return zarr.open_array(store, path=path, mode="r+"), ...
     group, _, component = path.rpartition("/")
     found = pack_of(root, group)
     if found is None:
         raise FileNotFoundError(f"no stored array and no pack holds record {path} below {root}")
     pack, row = found
-    return zarr.open_array(str(pack / component), mode="r+"), row
+    return zarr.open_array(store, path=(pack / component).relative_to(root).as_posix(), mode="r+"), row
 
 
 @dataclass(frozen=True)

@@ -210,7 +210,7 @@ def drop_record(root: Path, path: str) -> None:
     every task of the demo), so that exactly this record goes.
     """
     array, index = stored_record(root, path)
-    stored = Path(array.store.root)
+    stored = Path(root) / array.path
     assert index is ... or array.shape[0] == 1, f"{stored} holds {array.shape[0]} rows, not only {path}'s"
     for parent in stored.relative_to(root).parents:
         document_path = root / parent / "zarr.json"

@@ -145,8 +145,13 @@ class CountingStore(WrapperStore):
         return await self._store.get_partial_values(prototype, key_ranges)
 
     def chunk_reads(self, prefix: str = "") -> list[str]:
-        """Keys read that are chunks (not ``zarr.json``), optionally below ``prefix``."""
-        return [k for k in self.reads if not k.endswith("zarr.json") and k.startswith(prefix)]
+        """Keys read that are chunks (not ``zarr.json``, nor a window's ``inventory.json``), optionally below
+        ``prefix``."""
+        return [
+            k
+            for k in self.reads
+            if not k.endswith("zarr.json") and not k.endswith("/inventory.json") and k.startswith(prefix)
+        ]
 
 
 @pytest.fixture

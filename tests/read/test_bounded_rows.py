@@ -22,6 +22,7 @@ import pytest
 import xarray  # noqa: F401
 
 from megadump_zarr import open_dump
+from tests._layout import document_in_inventory
 from megadump_zarr.cli.main import main
 from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.truncated import MAX_DERIVED_ROWS, MAX_NAN_BLOCKS
@@ -40,7 +41,8 @@ def tiny(hand: Any, tmp_path: Path) -> Path:
 
 
 def _edit_everywhere(root: Path, rows: int, *, declared: bool) -> int:
-    """Set actualShape (and fullBytes, and declaredShape when asked) of record ``big`` in every copy; returns copies."""
+    """Set actualShape (and fullBytes, and declaredShape when asked) of record ``big`` in every copy, the window
+    inventory included; returns the copies edited."""
     copies = 0
 
     def walk(node: Any) -> None:
@@ -58,6 +60,8 @@ def _edit_everywhere(root: Path, rows: int, *, declared: bool) -> int:
         doc = json.loads(document.read_text())
         walk(doc)
         document.write_text(json.dumps(doc))
+    for array in root.rglob("output_00_big/zarr.json"):  # the forger rewrites the window inventory too
+        document_in_inventory(root, array.parent.relative_to(root).as_posix())
     return copies
 
 

@@ -140,9 +140,9 @@ def test_export_hdf5_refuses_and_leaves_nothing(
 
 
 def test_corrupt_coordinate_chunk_of_a_stitched_tensor(dump_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """tensor() reads the small global-row coordinate arrays while stitching: a damaged one is named too (the
-    tasks layout stores one per task)."""
-    root = Path(shutil.copytree(Path(__file__).parent / "data" / "format9" / "tasks", dump_copy / "tasks"))
+    """tensor() reads the small global-row coordinate arrays while stitching: a damaged one is named too (the demo's
+    L1 dump is in the tasks layout, where each task group stores its row coordinates)."""
+    root = dump_copy / "l1"
     records = open_dump(root).records()
     row = records[(records["name"] == "xs") & (records["stage"] == "expert_up")].iloc[0]
     group = root / row["group"]

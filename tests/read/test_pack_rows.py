@@ -40,9 +40,9 @@ SHARD = "c.0.0.0"
 
 
 def _same(records: pd.DataFrame) -> pd.DataFrame:
-    """A records table without the columns that say where a record's bytes are (a pack's array and row):
+    """A records table without the columns that say where a record's bytes are (a pack's array and row, the group and variable that open it):
     they are the layout's, not the record's (``tests/read/test_pack_columns.py`` checks them)."""
-    return records.drop(columns=["pack_array", "pack_row"])
+    return records.drop(columns=["pack_array", "pack_row", "zarr_group", "variable"])
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +129,10 @@ def _unbound(dataset: xr.Dataset) -> xr.Dataset:
     return dataset
 
 
-def test_flipped_byte_in_an_inner_chunk_names_the_virtual_chunk(packed_copy):
+def test_flipped_byte_in_an_inner_chunk_refuses_the_shard_and_verify_names_the_task(packed_copy):
+    """A flipped byte in one row's inner chunk: that row is refused (its own crc32c, or its shard's inventory
+    digest), every other row of the shard is refused naming the shard (readers check a shard whole against the
+    window inventory), and verify names the damaged row's chunk by its own crc32c."""
     shard = packed_copy / STAGES / f"combine/pack_0000/output_00_out/{SHARD}"
     raw = bytearray(shard.read_bytes())
     index = decode_index(bytes(raw[-index_nbytes(4) :]), 4, "shard")
@@ -137,16 +140,18 @@ def test_flipped_byte_in_an_inner_chunk_names_the_virtual_chunk(packed_copy):
     raw[offset + nbytes // 2] ^= 0xFF
     shard.write_bytes(bytes(raw))
     dump = open_dump(packed_copy)
+    shard_key = f"{STAGES}/combine/pack_0000/output_00_out/{SHARD}"
     key = f"{STAGES}/combine/task_000016/output_00_out/c.0.0"
-    with pytest.raises(DumpIntegrityError, match=f"chunk {key} in .* is corrupt: crc32c checksum mismatch") as info:
+    with pytest.raises(DumpIntegrityError, match="is corrupt: crc32c checksum mismatch|has digest") as info:
         dump.record_array(f"{STAGES}/combine/task_000016/output_00_out").values
-    assert info.value.key == key
-    np.testing.assert_array_equal(
-        dump.record_array(f"{STAGES}/combine/task_000015/output_00_out").values.shape, (8, 16)
-    )  # exact: integers
+    assert info.value.key in (key, shard_key)
+    with pytest.raises(DumpIntegrityError, match=f"chunk {shard_key} in .* has digest") as info:
+        dump.record_array(f"{STAGES}/combine/task_000015/output_00_out").values  # its shard is not the one written
+    assert info.value.key == shard_key
     report = verify_dump(dump)
-    (problem,) = report.problems
-    assert problem.key == key and problem.what.startswith("corrupt: crc32c checksum mismatch (stored 0x"), problem
+    assert any(
+        p.key == key and p.what.startswith("corrupt: crc32c checksum mismatch (stored 0x") for p in report.problems
+    )
 
 
 def test_corrupt_index_names_the_shard(packed_copy):
@@ -262,7 +267,7 @@ def test_pickled_rows_read_the_same(roots):
     np.testing.assert_array_equal(cloudpickle.loads(cloudpickle.dumps(lazy)).compute(), want)  # exact: stored bytes
 
 
-def test_a_record_costs_one_ranged_read_after_its_shards_index(roots, counting_store):
+def test_a_record_costs_one_ranged_read_after_its_shard_is_checked(roots, counting_store):
     _, packed, _ = roots
     counter = counting_store(LocalStore(packed, read_only=True))
     dump = open_dump(counter)
@@ -270,10 +275,12 @@ def test_a_record_costs_one_ranged_read_after_its_shards_index(roots, counting_s
     dump.records()
     counter.reads.clear()
     dump.record_array(f"{STAGES}/combine/task_000015/output_00_out").values
-    assert counter.reads == [shard, shard]  # the index (suffix), then the inner chunk (range)
+    # the index (suffix), the inner chunk (range), then once per process the window inventory and the whole shard
+    # (checked against the inventory's digest)
+    assert counter.reads == [shard, shard, f"{WINDOW}/inventory.json", shard]
     counter.reads.clear()
     dump.record_array(f"{STAGES}/combine/task_000016/output_00_out").values
-    assert counter.reads == [shard]  # the index is cached
+    assert counter.reads == [shard]  # the index and the shard's check are cached
     counter.reads.clear()
     dump.record_array(f"{STAGES}/combine/task_000015/token").values
     assert counter.reads == []  # row coordinates are computed from the task's attributes
@@ -523,7 +530,9 @@ def test_any_flipped_bit_of_a_shard_is_refused_never_read(roots, tmp_path_factor
                 try:
                     np.testing.assert_array_equal(dump.record_array(path).values, want[path])  # exact: stored bytes
                 except DumpIntegrityError as error:
-                    assert error.key == f"{path}/c.0.0" and error.key in str(error)
+                    # the shard is checked whole (window inventory), or the row's own chunk by its crc32c
+                    shard_key = f"{STAGES}/combine/pack_0000/output_00_out/{SHARD}"
+                    assert error.key in (f"{path}/c.0.0", shard_key) and error.key in str(error)
                     refused += 1
             assert refused >= 1
         finally:

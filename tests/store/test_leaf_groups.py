@@ -78,7 +78,8 @@ def test_task_group_document_follows_its_arrays_and_commit_skips_it(tmp_path):
             for f in ("zarr.json", "c.0.0" if a != "token" else "c.0")
         )
     after = backend.keys[len(before_commit) :]
-    assert sorted(after) == [
+    assert sorted(after) == [  # the commit: group documents, the window inventory, the window document last
+        "rank_0/window_0000/inventory.json",
         f"{base}/zarr.json",
         "rank_0/window_0000/invocation_000000_forward/stages/zarr.json",
         "rank_0/window_0000/invocation_000000_forward/zarr.json",

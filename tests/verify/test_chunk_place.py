@@ -1,9 +1,6 @@
-"""Issue 23 item 8 (reader side): a chunk valid elsewhere but not here is named by plain ``verify`` when its array
-records ``chunkCrc32c`` (``store.chunk_digests``); arrays without it verify as before, with a *not bound* note.
-
-The window writer records the attribute itself (the last test); the others also write it the way
-``store.chunk_digests.splice_chunk_digests`` does (from each stored chunk's trailing crc32c, in every copy of the
-array's document), or strip it, to test the reader on its own.
+"""A chunk valid elsewhere but not here is named by plain ``verify``: the window inventory
+(``layout.inventory``) binds every chunk to its place; ``chunkCrc32c`` (``store.chunk_digests``) is what a window
+without an inventory could still bind, with a *not bound* note for the rest.
 """
 
 from __future__ import annotations
@@ -34,53 +31,36 @@ def root(tmp_path: Path) -> Path:
     return tmp_path / "dump"
 
 
-def _record_digests(root: Path) -> dict[str, Path]:
-    """Write chunkCrc32c into every copy of each data array's document; returns name -> its chunk file."""
-    window = root / WINDOW
-    chunks: dict[str, Path] = {}
-    digests: dict[str, str] = {}
-    for doc_path in window.rglob("zarr.json"):
-        doc = json.loads(doc_path.read_text())
-        if doc.get("node_type") == "array" and (doc.get("attributes") or {}).get("name"):
-            chunk = next(p for p in doc_path.parent.iterdir() if p.name != "zarr.json")
-            chunks[doc["attributes"]["name"]] = chunk
-            digests[doc_path.parent.relative_to(window).as_posix()] = (
-                f"{int.from_bytes(chunk.read_bytes()[-4:], 'little'):08x}"
-            )
-    for doc_path in window.rglob("zarr.json"):
-        doc = json.loads(doc_path.read_text())
-        rel = doc_path.parent.relative_to(window).as_posix()
-        if rel in digests:
-            doc["attributes"][DIGEST_ATTR] = digests[rel]
-        base = "" if rel == "." else rel + "/"
-        for sub, entry in ((doc.get("consolidated_metadata") or {}).get("metadata") or {}).items():
-            if base + sub in digests:
-                entry["attributes"][DIGEST_ATTR] = digests[base + sub]
-        doc_path.write_text(json.dumps(doc))
-    return chunks
-
-
-def test_unbound_arrays_verify_with_a_note(root: Path) -> None:
+def test_a_fresh_dump_is_bound_everywhere(root: Path) -> None:
+    """The window inventory binds every array (coordinates too): no *not bound* note on a healthy dump."""
     report = verify_dump(root)
-    assert report.ok
-    (note,) = report.windows[0].notes
-    assert note.endswith(
-        "array(s) not bound: they record no chunkCrc32c (coordinate arrays, and arrays or packs written before it "
-        "existed or without checksums), so a chunk valid elsewhere cannot be told from theirs"
-    )
-    assert report.to_dict()["windows"][0]["notes"] == [note]
+    assert report.ok and report.windows[0].notes == () and report.to_dict()["windows"][0]["notes"] == []
+
+
+def test_without_an_inventory_unbound_arrays_verify_with_a_note(root: Path) -> None:
+    from megadump_zarr.verify.placement import placement
+    from megadump_zarr.verify.report import CheckState
+
+    state = CheckState(WINDOW)
+    doc = {"codecs": [{"name": "bytes"}, {"name": "crc32c"}], "attributes": {}}
+    assert placement(state, f"{WINDOW}/x", doc, [f"{WINDOW}/x/c.0"]) is None and state.unbound == 1
+    state.inventory = {}
+    assert placement(state, f"{WINDOW}/y", doc, [f"{WINDOW}/y/c.0"]) is None and state.unbound == 1
 
 
 def test_swapped_chunks_each_with_a_valid_crc_are_named(root: Path) -> None:
-    chunks = _record_digests(root)
-    before = verify_dump(root)
-    assert before.ok and before.windows[0].notes[0].startswith("1 array(s) not bound")  # the row coordinate
+    chunks = {}
+    for doc_path in (root / WINDOW).rglob("zarr.json"):
+        doc = json.loads(doc_path.read_text())
+        if doc.get("node_type") == "array" and (doc.get("attributes") or {}).get("name"):
+            chunks[doc["attributes"]["name"]] = next(p for p in doc_path.parent.iterdir() if p.name != "zarr.json")
+    assert verify_dump(root).ok
     a, b = chunks["a"].read_bytes(), chunks["b"].read_bytes()
     chunks["a"].write_bytes(b)
     chunks["b"].write_bytes(a)
     problems = verify_dump(root).problems
     assert sorted(p.key for p in problems) == sorted(f"{c.relative_to(root).as_posix()}" for c in chunks.values())
-    assert all("attributes.chunkCrc32c records" in p.what and "a chunk valid elsewhere" in p.what for p in problems)
+    assert all("the window inventory records" in p.what and "a chunk from elsewhere" in p.what for p in problems)
 
 
 def test_malformed_digest_attribute_is_a_problem() -> None:

@@ -160,9 +160,10 @@ def test_attributes_against_the_array(run: Path) -> None:
 
     _edit(root, path, change)
     problems = verify_dump(root).problems
-    assert [p.key for p in problems] == [f"{path}/zarr.json"]
+    assert [p.key for p in problems] == [f"{path}/zarr.json"] * 2
     assert problems[0].what.startswith("attributes.storedBytes ")
     assert "disagrees with shape" in problems[0].what
+    assert "the window inventory records" in problems[1].what  # edited in every copy: not its writer's document
 
 
 def test_deep_recomputes_statistics(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -173,8 +174,9 @@ def test_deep_recomputes_statistics(run: Path, capsys: pytest.CaptureFixture[str
         doc["attributes"]["stats"]["max"] = 1234.5
 
     _edit(root, path, change)
-    assert verify_dump(root).ok  # the documents agree; only the data can tell
-    (problem,) = verify_dump(root, deep=True).problems
+    (edited,) = verify_dump(root).problems  # the documents agree; the inventory tells the edit
+    assert edited.key == f"{path}/zarr.json" and "the document was edited (in every copy)" in edited.what
+    problem = verify_dump(root, deep=True).problems[-1]  # the data tell what is wrong with it
     assert problem.key == f"{path}/zarr.json"
     assert problem.what.startswith("attributes.stats.max is 1234.5 but the data give ")
     assert _cli(capsys, "verify", root, "--deep")[0] == 1
@@ -211,6 +213,7 @@ def test_partial_launches_are_reported(run: Path, capsys: pytest.CaptureFixture[
         doc["attributes"]["partial"] = True
 
     _edit(root, path, flag)
+    _reinventory(root, path)  # as its writer would have listed it: only the partial flag is checked here
     (problem,) = verify_dump(root).problems  # flagged record, but the window lists no partial launch
     assert problem.key == f"{path}/zarr.json"
     assert "1 record(s) are flagged partial outside the window's partialLaunches" in problem.what
@@ -229,6 +232,22 @@ def test_partial_launches_are_reported(run: Path, capsys: pytest.CaptureFixture[
     code, out, _ = _cli(capsys, "verify", root)
     assert code == 0 and "holds 1 salvaged partial launch(es) (1 partial record(s))" in out
     assert json.loads(_cli(capsys, "verify", root, "--json")[1])["partial_windows"] == [WINDOW]
+
+
+def _reinventory(root: Path, path: str) -> None:
+    """Record the edited document of the array at ``path`` in its window's inventory, as a self-consistent forger
+    (or its own writer) would, and the inventory's digest in the window document."""
+    from megadump_zarr.layout.inventory import INVENTORY_DIGEST_ATTR, INVENTORY_FILE, inventory_digest, metadata_digest
+
+    window = root / WINDOW
+    doc = json.loads((window / "zarr.json").read_text())
+    below = path[len(WINDOW) + 1 :]
+    inventory = json.loads((window / INVENTORY_FILE).read_text())
+    inventory["arrays"][below][0] = metadata_digest(doc["consolidated_metadata"]["metadata"][below])
+    data = json.dumps(inventory, separators=(",", ":")).encode()
+    (window / INVENTORY_FILE).write_bytes(data)
+    doc["attributes"][INVENTORY_DIGEST_ATTR] = inventory_digest(data)
+    (window / "zarr.json").write_text(json.dumps(doc))
 
 
 def test_not_a_dump_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

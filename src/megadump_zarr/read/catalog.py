@@ -32,6 +32,7 @@ from megadump_zarr.read.documents import (
     shape_field,
 )
 from megadump_zarr.read.statistics_table import STATISTICS_COLUMNS, merge_statistics
+from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.integrity import below_checks
 from megadump_zarr.read.location import get_json, get_many, list_dir, list_dirs, list_prefix, parse_json
 from megadump_zarr.read.errors import FormatVersionError
@@ -104,6 +105,8 @@ EXTRA_COLUMNS = (
     "pack_array",
     "pack_row",
     "stats_scope",
+    "zarr_group",
+    "variable",
 )
 """Columns that follow the required ones: L0 role, capture phase, window status, ABI parameter position,
 the record's note, the invocation group's name, the data group's path (relative to the root),
@@ -112,7 +115,10 @@ record stored in a task-record pack (``layout="packs"``), the pack's record arra
 to the root) and the record's row in it (``pack_row``); missing (``None``, NaN once frames are joined) and -1
 for every other record; ``stats_scope``: what ``min``/``max``/``mean``/``l2norm``/``nan_count``/``inf_count``
 cover, ``"whole"`` (every element of the tensor), ``"prefix"`` (a truncated record without device statistics:
-its stored elements only) or None (no statistics)."""
+its stored elements only) or None (no statistics). Where its stored values open with plain xarray: ``zarr_group``, the group (relative to
+the root) that ``xr.open_zarr`` opens, and ``variable``, the variable in it
+(``xr.open_zarr(f"{root}/{zarr_group}")[variable]``, then ``.isel(task=pack_row)`` for a packed record); missing
+for a record that stores no payload (statistics-first modes)."""
 
 EXTRA_COLUMNS = (*EXTRA_COLUMNS, *STATISTICS_COLUMNS)  # payload, digest, element_count (read.statistics)
 
@@ -457,6 +463,12 @@ def _task_info(nodes: Mapping[str, dict[str, Any]], group: str, window_key: str)
         raise ValueError(f"{where}: attributes.owner {str(owner)[:60]!r} is not a JSON object")
     owner = owner or {}
     stage = task_attrs.get("stage", stage_attrs.get("stage", parts[2]))
+    stored_id = task_attrs.get("taskId")
+    if match is not None and stored_id is not None and stored_id != int(match.group(1)):
+        raise DumpIntegrityError(  # the name is the task's place; an id edited in every copy must not move it
+            f"{where}: attributes.taskId {str(stored_id)[:40]} disagrees with its group's name {parts[3]!r}",
+            key=where,
+        )
     return {
         "stage": optional_str(stage, where, "attributes.stage"),
         "task_id": int_field(
@@ -620,6 +632,9 @@ def _window_rows(info: WindowInfo, nodes: Mapping[str, dict[str, Any]], columns:
         stored_at = info.pack_rows.get(row["path"][-1]) if info.pack_rows else None
         row["pack_array"].append(None if stored_at is None else stored_at[0])
         row["pack_row"].append(-1 if stored_at is None else stored_at[1])
+        opened = row["path"][-1] if stored_at is None else stored_at[0]  # the array plain xarray shows
+        row["zarr_group"].append(opened.rpartition("/")[0])
+        row["variable"].append(opened.rpartition("/")[2])
 
 
 _NO_TASK = dict.fromkeys(

@@ -583,6 +583,8 @@ class Dump:
             truncated = bool(attrs.get("truncated")) and isinstance(attrs.get("actualShape"), list)
             global_rows = next(values) if coord is not None else _stitch_rows(rows_from_attrs, doc, attrs, key)
             whole = captured_rows(attrs["actualShape"], int(array.shape[0])) if truncated else None
+            if coord is not None and not truncated:
+                _check_row_coordinate(coord[0], global_rows, _derived_rows(attrs, doc, key), key)
             pieces.append(
                 Piece(
                     path=key,
@@ -696,6 +698,29 @@ def _derived_rows(attrs: dict[str, Any], doc: dict[str, Any], key: str = "") -> 
             key=f"{key}/zarr.json",
         )
     return start, int(actual[0])
+
+
+def _check_row_coordinate(coord_key: str, values: np.ndarray, derived: tuple[int, int] | None, key: str) -> None:
+    """A stored row coordinate is int64 and holds the rows its record's ``sourceOffsetBytes`` gives (the writer's
+    rule); a coordinate moved in from another task, or retyped, places no row.
+
+    Raises:
+        DumpIntegrityError: Naming the coordinate and its record.
+    """
+    if values.dtype != np.int64:
+        raise DumpIntegrityError(
+            f"{coord_key}: the row coordinate of {key} is {values.dtype}, not int64: the document was edited",
+            key=f"{coord_key}/zarr.json",
+        )
+    if derived is None:
+        return
+    start, count = derived
+    if values.shape != (count,) or not np.array_equal(values, np.arange(start, start + count, dtype=np.int64)):
+        raise DumpIntegrityError(
+            f"{coord_key}: the row coordinate of {key} does not hold rows {start}..{start + count - 1} "
+            f"(attributes.sourceOffsetBytes): it was moved or edited",
+            key=coord_key,
+        )
 
 
 def _row_range(extent: tuple[int, int], chunks: tuple[int, ...]) -> Any:

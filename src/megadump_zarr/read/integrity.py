@@ -30,8 +30,10 @@ from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import WrapperStore
 
+from megadump_zarr.layout.inventory import INVENTORY_FILE, chunk_digest
 from megadump_zarr.layout.paths import WINDOW_KEY
 from megadump_zarr.read.errors import DumpIntegrityError
+from megadump_zarr.read.inventory import Inventories, grid_index
 from megadump_zarr.read.location import parse_json
 from megadump_zarr.read.pack_nodes import is_packed, window_column_keys
 
@@ -150,6 +152,7 @@ def window_lookup(windows: Callable[[str], Mapping[str, dict[str, Any]] | None],
                 return array_key, doc
         return None
 
+    lookup.depth = depth  # type: ignore[attr-defined]
     return lookup
 
 
@@ -168,13 +171,77 @@ class IntegrityStore(WrapperStore[Store]):
         url: The dump root as given, for messages.
     """
 
-    def __init__(self, store: Store, lookup: ChunkLookup | None = None, url: str = "") -> None:
+    def __init__(
+        self, store: Store, lookup: ChunkLookup | None = None, url: str = "", inventories: Inventories | None = None
+    ) -> None:
         super().__init__(store)
         self._lookup = lookup or (lambda key: None)
         self._url = url
+        self._inventories = inventories if inventories is not None else Inventories(url)
 
     def _with_store(self, store: Store) -> IntegrityStore:
-        return type(self)(store, self._lookup, self._url)
+        return type(self)(store, self._lookup, self._url, self._inventories)
+
+    def check_read(self, key: str, data: bytes) -> None:
+        """Check a whole chunk that a fast path read below this store (its bytes ``data``) as a ``get`` would.
+
+        Args:
+            key: The chunk's key relative to the root.
+            data: Its stored bytes.
+
+        Raises:
+            DumpIntegrityError: It is corrupt, or not its place's (the window inventory).
+        """
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.sync import sync
+
+        if self._lookup(key) is None:
+            return
+        prototype = default_buffer_prototype()
+        sync(self._learn_inventory(key, prototype))
+        self._check(key, prototype.buffer.from_bytes(data), None)
+
+    def check_whole(self, key: str) -> None:
+        """Read the whole chunk ``key`` (a pack's shard, whose rows are read by byte range, which the inventory
+        cannot bind) and refuse it as a whole-chunk ``get`` would (once per key).
+
+        Args:
+            key: The chunk's key relative to the root.
+
+        Raises:
+            DumpIntegrityError: It is missing, corrupt, or not its place's (the window inventory).
+        """
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.sync import sync
+
+        checked = self.__dict__.setdefault("_whole_checked", set())
+        if key in checked or self._lookup(key) is None:
+            return
+        sync(self.get(key, default_buffer_prototype()))
+        checked.add(key)
+
+    def _window_of(self, key: str) -> str:
+        """The window key of a key inside a committed window's array (the lookup's first components)."""
+        depth = getattr(self._lookup, "depth", 2)
+        return "/".join(key.split("/")[:depth])
+
+    async def _learn_inventory(self, key: str, prototype: BufferPrototype) -> None:
+        """Read the window inventory of a chunk key of a committed window (once per window)."""
+        if self._lookup(key) is None:
+            return
+        window = self._window_of(key)
+        if self._inventories.known(window):
+            return
+        pending = self._inventories.pending  # concurrent first reads of one window share one read of it
+        fetch = pending.get(window)
+        if fetch is None:
+            fetch = pending[window] = asyncio.ensure_future(
+                self._store.get(f"{window}/{INVENTORY_FILE}" if window else INVENTORY_FILE, prototype)
+            )
+        raw = await fetch
+        if not self._inventories.known(window):
+            self._inventories.learn(window, None if raw is None else raw.to_bytes())
+        pending.pop(window, None)
 
     @property
     def wrapped(self) -> Store:
@@ -210,8 +277,17 @@ class IntegrityStore(WrapperStore[Store]):
                     key=key,
                 )
             return value
-        if byte_range is None and has_crc32c(doc):
-            verify_crc32c(key, value.as_numpy_array(), self._where())
+        if byte_range is None:  # a whole chunk: one crc32c pass for its checksum and its inventory digest
+            data = value.as_numpy_array()
+            digest, trailing = chunk_digest(data) if data.size else (0, False)
+            if has_crc32c(doc) and not trailing:
+                verify_crc32c(key, data, self._where())
+            coords = _coords(doc, name)
+            grid = chunk_grid(doc)
+            index = grid_index(*grid, coords) if grid is not None and coords is not None else None
+            window = self._window_of(key)
+            stored = getattr(self._lookup, "stored", lambda w, p: True)(window, array_key[len(window) + 1 :])
+            self._inventories.check(window, array_key, doc, key, index, digest, stored, trailing)
         return value
 
     async def _learn(self, key: str, prototype: BufferPrototype) -> None:
@@ -236,6 +312,8 @@ class IntegrityStore(WrapperStore[Store]):
     async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
         value = await self._store.get(key, prototype, byte_range)
         await self._learn(key, prototype)
+        if value is not None and byte_range is None:
+            await self._learn_inventory(key, prototype)
         return self._check(key, value, byte_range)
 
     async def get_partial_values(
@@ -243,8 +321,10 @@ class IntegrityStore(WrapperStore[Store]):
     ) -> list[Buffer | None]:
         key_ranges = list(key_ranges)
         values = await self._store.get_partial_values(prototype, key_ranges)
-        for key, _ in key_ranges:
+        for (key, byte_range), value in zip(key_ranges, values):
             await self._learn(key, prototype)
+            if value is not None and byte_range is None:
+                await self._learn_inventory(key, prototype)
         return [self._check(key, value, byte_range) for (key, byte_range), value in zip(key_ranges, values)]
 
 
@@ -349,10 +429,18 @@ class CommittedWindows:
             dump that owns the catalogue: this layer reads no catalogue of its own).
     """
 
+    depth = 2
+    """Path components of a window key below the dump root."""
+
     def __init__(self, infos: dict[str, Any], describe: Callable[..., Any]) -> None:
         self.infos = infos
         self.describe = describe
         self.not_final: set[str] = set()  # windows whose document was read and is not committed (or unreadable)
+
+    def stored(self, window: str, path: str) -> bool:
+        """Whether the array at ``path`` below ``window`` is stored (not a pack's record described as an array)."""
+        packs = getattr(self.infos.get(window), "packs", None)
+        return packs is None or path not in packs.virtual
 
     def known(self, window: str) -> bool:
         """Whether the window's status is known (scanned by the dump, or learned by :meth:`learn`)."""

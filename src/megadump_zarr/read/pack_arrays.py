@@ -80,16 +80,30 @@ class RowArray:
         """Check the row's entry in its shard index (once); ``False``: absent from a torn window's shard."""
         if self._checked:
             return True
-        present = self.packs.locate(self.store, self._rel, self._where) is not None
+        present = self.locate() is not None
         self._checked = present
         return present
 
     def locate(self) -> tuple[str, int, int] | None:
-        """``(shard key, offset, nbytes)`` of the row's inner chunk, index checked (``None``: absent, torn)."""
-        return self.packs.locate(self.store, self._rel, self._where)
+        """``(shard key, offset, nbytes)`` of the row's inner chunk, index checked (``None``: absent, torn); its
+        shard is checked whole against the window inventory first (rows are read by byte range, which the
+        inventory cannot bind; the integrity store checks each shard once)."""
+        located = self.packs.locate(self.store, self._rel, self._where)
+        if located is not None:
+            from megadump_zarr.read.errors import DumpIntegrityError
+            from megadump_zarr.read.integrity import IntegrityStore
+
+            if isinstance(self.store, IntegrityStore):
+                try:
+                    self.store.check_whole(located[0])
+                except DumpIntegrityError:
+                    self._diagnose()  # the row's own chunk, named, when its checksum fails: damage, not a move
+                    raise
+        return located
 
     def inner_chunk(self) -> bytes | None:
         """The row's stored inner chunk (the record's chunk, checksum included), index checked."""
+        self.locate()
         return self.packs.read_chunk(self.store, self._rel, self._where)
 
     def __getitem__(self, selection: Any) -> Any:
@@ -135,7 +149,7 @@ class RowArray:
         inner = (self.doc.get("codecs") or [{}])[0].get("configuration") or {}
         if not has_crc32c({"codecs": inner.get("codecs")}):
             return
-        data = self.inner_chunk()
+        data = self.packs.read_chunk(self.store, self._rel, self._where)
         if data is not None:
             verify_crc32c(self.chunk_key, np.frombuffer(data, dtype=np.uint8), self._where)
 

@@ -150,7 +150,14 @@ def _read_columns(store: Store, wanted: list[tuple[str, dict[str, Any]]]) -> lis
         return []
     plans = [_plain_plan(doc) for _, doc in wanted]
     keys = [f"{key}/{plan[0]}" for (key, _), plan in zip(wanted, plans) if plan is not None]
-    fetched = iter(_local_chunks(store, keys) or _store_chunks(store, keys))
+    from megadump_zarr.read.integrity import IntegrityStore
+
+    chunks = _local_chunks(store, keys)
+    if chunks is not None and isinstance(store, IntegrityStore):  # read below it: checked as its get would
+        for key, raw in zip(keys, chunks):
+            if raw is not None:
+                store.check_read(key, raw)
+    fetched = iter(chunks or _store_chunks(store, keys))
     values: list[list[Any] | None] = []
     for (key, doc), plan in zip(wanted, plans):
         raw = next(fetched) if plan is not None else None

@@ -15,7 +15,7 @@ can be added later without touching the writer.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 import contextlib
 import ctypes
 import functools
@@ -39,6 +39,10 @@ class Backend(ABC):
     Args:
         url: The root as given (local path or URL); used to build user-facing locations.
     """
+
+    observer: Callable[[str, Buffer], None] | None = None
+    """Called as ``observer(key, data)`` after each successful ``put`` and each item of ``put_many`` (the window
+    writer's chunk digests, ``store.window_inventory``); ``None``: nobody listens."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -197,6 +201,8 @@ class LocalBackend(Backend):
         if self._sync == "fsync":
             with self._lock:
                 self._dirty.add(parent)
+        if self.observer is not None:
+            self.observer(key, data)
 
     def put_many(self, items: Sequence[tuple[str, Buffer]]) -> None:
         """Store every pair with one ``open`` + ``write``/``writev`` + ``close`` each (:meth:`put`'s
@@ -223,6 +229,9 @@ class LocalBackend(Backend):
                 _write_all(fd, data)
             finally:
                 os.close(fd)
+        if self.observer is not None:
+            for key, data in items:
+                self.observer(key, data)
 
     def barrier(self, prefix: str) -> None:
         """Make every file and directory written below ``prefix``, and the directories above it, durable.
@@ -430,12 +439,17 @@ class FsspecBackend(Backend):
 
     def put(self, key: str, data: Buffer, *, atomic: bool = False) -> None:
         self.fs.pipe_file(self._path(key), _as_bytes(data))
+        if self.observer is not None:
+            self.observer(key, data)
 
     def put_many(self, items: Sequence[tuple[str, Buffer]]) -> None:
         if len(items) == 1:
             self.put(*items[0])
         elif items:
             self.fs.pipe({self._path(key): _as_bytes(data) for key, data in items})
+            if self.observer is not None:
+                for key, data in items:
+                    self.observer(key, data)
 
     def exists(self, key: str) -> bool:
         return bool(self.fs.exists(self._path(key)))

@@ -250,6 +250,8 @@ class ObjectStoreBackend(Backend):
         payload = data if isinstance(data, bytes) else memoryview(data).cast("B")
         path = self._path(key)
         self._call("PUT", key, lambda: self._client.put(path, payload, attributes=attributes))
+        if self.observer is not None:
+            self.observer(key, data)
 
     def put_file(
         self,

@@ -70,6 +70,8 @@ from megadump_zarr.store.nodes import ArrayJob, invocation_nodes
 from megadump_zarr.store.tensor_stats import StatsAccumulator
 from megadump_zarr.store.root_index import close_session, index_root, open_session, strip_index
 from megadump_zarr.store.statistics_table import STATISTICS_GROUP, statistics_nodes
+from megadump_zarr.store.window_inventory import ChunkDigests, inventory_bytes
+from megadump_zarr.layout.inventory import INVENTORY_DIGEST_ATTR, INVENTORY_FILE, inventory_digest
 
 
 __all__ = ["LAYOUT_VERSION", "WindowSession", "WindowWriter", "window_key", "window_status"]
@@ -180,6 +182,7 @@ class WindowWriter:
         )
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+        self._chunk_digests = ChunkDigests()  # every chunk written, for the window inventory
 
     @property
     def pool(self) -> ThreadPoolExecutor:
@@ -299,6 +302,7 @@ class WindowWriter:
                 self._end_session()
             raise FileExistsError(f"Tensor dump window already exists: {url}") from None
         self._ensure_root(rank)
+        self.backend.observer = self._chunk_digests  # (again: a backend swapped in after construction listens too)
         if int(rank) not in self._unindexed:  # a session is writing: no stale root snapshot meanwhile
             strip_index(self.backend, (rank_dir(int(rank)),))
             self._unindexed.add(int(rank))
@@ -639,6 +643,7 @@ class WindowSession:
         _wait_all(
             [w.pool.submit(write_groups, groups[i : i + _BATCH_ARRAYS]) for i in range(0, len(groups), _BATCH_ARRAYS)]
         )
+        self._write_inventory()
         self.attrs.update(status=status, committedAt=_now())
         window_document = consolidated_group_bytes(dumps(self.attrs), entries[""])
         if w.durable:  # every byte of the window is on disk before the status says it is whole
@@ -648,6 +653,14 @@ class WindowSession:
             w.backend.put(f"{self.key}/zarr.json", window_document, atomic=True)
         self.status = status
         return self.url
+
+    def _write_inventory(self) -> None:
+        """Write the window inventory (``layout.inventory``) of every array listed, and note its digest in the
+        window's attributes (the window document, written next, carries it)."""
+        arrays = {path: payload for path, (kind, payload) in self._nodes.items() if kind == "array"}
+        data = inventory_bytes(arrays, self.writer._chunk_digests.take(self.key))
+        self.writer.backend.put(f"{self.key}/{INVENTORY_FILE}", data)
+        self.attrs[INVENTORY_DIGEST_ATTR] = inventory_digest(data)
 
 
 def _leaf_groups(nodes: Any) -> dict[str, tuple[bytes, list[ArrayJob]]]:

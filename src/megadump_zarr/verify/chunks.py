@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from megadump_zarr.verify.inventory import check_chunk_digest
 from megadump_zarr.verify.placement import check_place, placement
 from megadump_zarr.verify.report import CheckState, short
 
@@ -90,6 +91,13 @@ def check_chunks(
             continue
         zarray = open_array(store, array_key, doc)
         keys = [f"{array_key}/{zarray.metadata.encode_chunk_key(c)}" for c in expected]
+        grid_index = {k: i for i, k in enumerate(keys)}
+        listed = (state.inventory or {}).get(path)
+        if listed is not None and len(listed.chunks) != len(keys):
+            state.add(
+                f"{array_key}/zarr.json",
+                f"its grid has {len(keys)} chunk(s) but the window inventory lists {len(listed.chunks)}",
+            )
         place = placement(state, array_key, doc, keys)
         missing = [k for k in keys if k not in present and k not in state.read_chunks]
         for k in missing[:_MAX_LISTED]:
@@ -98,7 +106,7 @@ def check_chunks(
             state.add(array_key, f"and {len(missing) - _MAX_LISTED} more chunks are missing")
         keys = [k for k in keys if k in present or k in state.read_chunks]
         checksum = has_crc32c(doc)
-        state.unchecked += 0 if checksum or not keys else 1
+        state.unchecked += 0 if checksum or not keys or listed is not None else 1  # the inventory binds it
         bad = False
         for start in range(0, len(keys), _BATCH):
             batch = keys[start : start + _BATCH]
@@ -115,6 +123,8 @@ def check_chunks(
                     state.add(key, "chunk is missing")
                     bad = True
                     continue
+                if key in state.keep and not isinstance(raw, ChunkRead):
+                    state.kept[key] = raw
                 read = raw if isinstance(raw, ChunkRead) else ChunkRead.of(key, raw, checksum)
                 state.stored_bytes += read.nbytes
                 if tick is not None:
@@ -124,7 +134,10 @@ def check_chunks(
                         state.add(key, str(read.error).removeprefix(f"chunk {key} is ").strip())
                         bad = True
                         continue
-                    bad = check_place(state, key, read.tail, place) or bad
+                    if listed is None:  # the inventory binds it otherwise (one problem per chunk)
+                        bad = check_place(state, key, read.tail, place) or bad
+                if listed is not None and read.digest is not None:  # a whole chunk: is it this place's?
+                    bad = check_chunk_digest(state, window, path, grid_index[key], key, read.digest) or bad
         if bad or missing:
             continue
         if not checksum or deep:
@@ -142,25 +155,30 @@ class ChunkRead:
         tail: Its last 4 bytes (its crc32c when it carries one; all of it when shorter).
         error: What :func:`~megadump_zarr.read.integrity.verify_crc32c` raised on it (``None``: it holds, or
             was not checked).
+        digest: Its digest (:func:`megadump_zarr.layout.inventory.chunk_digest`, the same crc32c pass that checks
+            its checksum; ``None``: not computed).
     """
 
     nbytes: int
     tail: bytes
     error: Exception | None = None
+    digest: int | None = None
 
     @classmethod
     def of(cls, key: str, raw: Any, checksum: bool = True) -> ChunkRead:
         """The summary of chunk ``key``'s stored bytes ``raw`` (its trailing crc32c checked with ``checksum``)."""
+        from megadump_zarr.layout.inventory import chunk_digest
         from megadump_zarr.read.errors import DumpIntegrityError
         from megadump_zarr.read.integrity import verify_crc32c
 
         error = None
-        if checksum:
+        digest, trailing = chunk_digest(raw) if len(raw) else (0, False)
+        if checksum and not trailing:  # one crc32c pass said the checksum fails: name how
             try:
                 verify_crc32c(key, np.frombuffer(raw, dtype=np.uint8))
             except DumpIntegrityError as failed:
                 error = failed
-        return cls(len(raw), bytes(raw[-4:]), error)
+        return cls(len(raw), bytes(raw[-4:]), error, digest)
 
 
 def _get_many(store: Any, keys: list[str]) -> list[Any]:

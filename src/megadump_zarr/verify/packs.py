@@ -62,6 +62,7 @@ def _check_shards(state: CheckState, packs: Any, base: Any, window: str, nodes: 
     :class:`~megadump_zarr.verify.chunks.ChunkRead`), so it reads no shard again. A row coordinate's chunk is
     computed (:func:`~megadump_zarr.store.packs.range_chunk`), as the readers compute it.
     """
+    from megadump_zarr.layout.inventory import chunk_digest
     from megadump_zarr.read.location import get_many
     from megadump_zarr.read.pack_rows import sized_store
     from megadump_zarr.read.pack_columns import is_record
@@ -84,12 +85,17 @@ def _check_shards(state: CheckState, packs: Any, base: Any, window: str, nodes: 
         for start in range(0, len(shards), _BATCH):
             batch = shards[start : start + _BATCH]
             for i, (shard, raw) in enumerate(zip(batch, get_many(base, batch))):
-                if raw is not None and recorded is not None:  # a missing shard is named by the chunk check
+                if raw is not None:  # its window-inventory digest, from the same bytes (``verify.inventory``)
+                    state.digested[shard] = chunk_digest(raw)[0]
+                if raw is not None and recorded is not None and state.inventory is None:  # else: the inventory binds it
                     check_shard(state, shard, raw, per_shard, recorded[start + i])
                 if shard not in held:
                     continue
                 for key, chunk in packs.split_shard(held.pop(shard), shard, raw, sized):
-                    state.read_chunks[key] = ChunkRead.of(key, chunk) if isinstance(chunk, bytes) else chunk
+                    summary = ChunkRead.of(key, chunk) if isinstance(chunk, bytes) else chunk
+                    state.read_chunks[key] = summary
+                    if not isinstance(summary, ChunkRead) or summary.error is not None:
+                        state.damaged.add(shard)  # named by its rows, as the readers name it: not also as moved
 
     for path, doc in sorted(nodes.items()):
         pack, _, name = path.rpartition("/")

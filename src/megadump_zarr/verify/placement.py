@@ -29,8 +29,9 @@ def placement(state: Any, array_key: str, doc: dict[str, Any], keys: list[str]) 
     if isinstance(digests, str):
         state.add(f"{array_key}/zarr.json", digests)
         return None
-    if digests is None:
-        state.unbound += 1 if has_crc32c(doc) and keys and array_key not in state.shard_bound else 0
+    if digests is None:  # bound by the window inventory when there is one (``verify.inventory``)
+        bound = state.inventory is not None or array_key in state.shard_bound
+        state.unbound += 1 if has_crc32c(doc) and keys and not bound else 0
         return None
     return dict(zip(keys, digests))
 

@@ -101,6 +101,12 @@ class CheckState:
         shard_bound: Keys of the packed record arrays bound to their place by their pack shard's ``shardCrc32c``
             (``verify.packs``): not counted in ``unbound``.
         unchecked: Arrays with chunks but no checksum: decoded only (a note, not a problem).
+        digested: Window-inventory digests of the chunks the pack checks read whole (``verify.packs``), by key,
+            so that ``verify.inventory`` reads none of them again.
+        damaged: Pack shards whose rows the pack checks found damaged (named there, not again as moved).
+        keep: Chunk keys whose bytes the chunk check keeps in ``kept`` (row coordinates, ``verify.bindings``).
+        kept: Those chunks' bytes, by key.
+        inventory: The window inventory's entries by array path (``verify.inventory``; ``None``: not loaded).
         read_chunks: The packed records' chunks already read with their whole pack shard (``verify.packs``), by key:
             what the chunk check needs of each (``verify.chunks.ChunkRead``), so no shard is read twice.
     """
@@ -115,6 +121,11 @@ class CheckState:
     unchecked: int = 0
     shard_bound: set[str] = field(default_factory=set)
     read_chunks: dict[str, Any] = field(default_factory=dict)
+    inventory: dict[str, Any] | None = None
+    digested: dict[str, int] = field(default_factory=dict)
+    damaged: set[str] = field(default_factory=set)
+    keep: set[str] = field(default_factory=set)
+    kept: dict[str, Any] = field(default_factory=dict)
 
     def add(self, key: str, what: str) -> None:
         """Add the problem ``what`` at store key ``key``."""

@@ -29,7 +29,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from megadump_zarr.verify.chunks import check_chunks
+from megadump_zarr.verify.bindings import check_bindings, check_coordinate_values
 from megadump_zarr.verify.documents import check_manifest, check_node_documents, check_records_table
+from megadump_zarr.verify.inventory import check_listed_arrays, check_stored_chunks, load_inventory
 from megadump_zarr.verify.packs import check_pack_documents
 from megadump_zarr.layout.paths import WINDOW_PATH
 from megadump_zarr.layout.schema import format_problem
@@ -110,12 +112,14 @@ def verify_window(
         return _result(state, status, deep, partial_launches)
     stored, packs = nodes, None
     try:  # the packed records, as the readers describe them (task groups, record arrays, row coordinates)
-        expanded = expand_window(window, nodes, store_fetch(store)) if is_packed(doc) else None
+        expanded = expand_window(window, nodes, _digesting(store_fetch(store), state)) if is_packed(doc) else None
     except DumpIntegrityError as error:  # a malformed task-record pack: the readers cannot place its rows
         state.add(error.key or doc_key, str(error))
         return _result(state, "unknown", deep, ())
     if expanded is not None:
         nodes, packs = expanded
+    if not msprobe:  # first: what the inventory binds, the pack checks leave to it
+        load_inventory(state, store, window, attrs)
     check_manifest(state, window, attrs, nodes)
     check_schema(state, store, window, doc, nodes)
     good = check_node_documents(state, store, window, nodes, {} if packs is None else packs.virtual)
@@ -123,7 +127,13 @@ def verify_window(
         check_pack_documents(state, store, window, stored, packs)
     check_records_table(state, window, status, attrs, {k: v for k, v in nodes.items() if k in good})
     arrays = {path: nodes[path] for path in good if nodes[path].get("node_type") == "array"}
+    if not msprobe:
+        check_listed_arrays(state, window, stored)
+    wanted = [] if msprobe else check_bindings(state, window, stored, nodes, {} if packs is None else packs.virtual)
     check_chunks(state, store, window, arrays, deep, tick, msprobe, packs)
+    if not msprobe:
+        check_stored_chunks(state, store, window, stored, set(arrays))
+        check_coordinate_values(state, store, window, nodes, wanted)
     _check_partial(
         state,
         window,
@@ -133,6 +143,21 @@ def verify_window(
         {path: nodes[path] for path in good if nodes[path].get("node_type") == "group"},
     )
     return _result(state, status, deep, partial_launches)
+
+
+def _digesting(fetch: Callable[[list[str]], list[Any]], state: CheckState) -> Callable[[list[str]], list[Any]]:
+    """``fetch`` that also keeps each chunk's inventory digest (``state.digested``): what the pack expansion reads
+    (a pack's ``row_fields``) is not read again by :func:`~megadump_zarr.verify.inventory.check_stored_chunks`."""
+    from megadump_zarr.layout.inventory import chunk_digest
+
+    def fetched(keys: list[str]) -> list[Any]:
+        values = fetch(keys)
+        for key, value in zip(keys, values):
+            if value is not None:
+                state.digested[key] = chunk_digest(value)[0]
+        return values
+
+    return fetched
 
 
 def _check_partial(

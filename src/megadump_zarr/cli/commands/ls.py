@@ -17,6 +17,7 @@ from megadump_zarr.cli.common import (
     storage_options,
 )
 from megadump_zarr.cli.render import Column, cell, fit_table, is_missing, print_fitted, safe_text
+from megadump_zarr.read.open_snippet import record_snippet
 
 __all__ = ["register", "selected_records", "truncated_cell"]
 
@@ -27,9 +28,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "ls",
         help="list the stored tensors (records), filtered",
         description="List the records of a dump (one per stored tensor) from metadata only, filtered by the "
-        "options below. --json gives every column of Dump.records() (stats_scope says whether a record's "
-        "statistics cover its stored prefix only); --quiet prints only the record paths (what 'show' and "
-        "'plot' take as SELECTOR). 'trunc' shows how many rows a truncated record stored (max_bytes_per_tensor).",
+        "options below, each with the line of Python that opens its stored values with plain xarray "
+        "(xr.open_zarr(GROUP)[VARIABLE], .isel(task=ROW) for a record stored in a task-record pack). --json gives "
+        "every column of Dump.records() (stats_scope says whether a record's statistics cover its stored prefix "
+        "only); --quiet prints only the record paths (what 'show' and 'plot' take as SELECTOR). 'trunc' shows how "
+        "many rows a truncated record stored (max_bytes_per_tensor).",
     )
     parser.add_argument("path", metavar="PATH", help="dump root: directory or URL")
     add_filters(parser)
@@ -138,7 +141,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         for path in records["path"]:
             ctx.console.print(safe_text(str(path)), highlight=False, markup=False, soft_wrap=True)
         return EXIT_OK
-    columns = list(COLUMNS)
+    root = str(dump.root)
+    columns = [*COLUMNS, Column("open with xarray", lambda r: record_snippet(root, r) or "", key="zarr_group")]
     if records["rank"].nunique() <= 1:
         columns = [c for c in columns if c.key != "rank"]
     if not args.include_incomplete:
@@ -151,7 +155,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             fitted.below.append(f"columns left out to fit {ctx.console.width} columns: {', '.join(fitted.dropped)}")
     print_fitted(ctx.console, fitted)
     shown = "path" in fitted.headings
-    hint = "" if shown else " (record paths: --quiet, or a wider console)"
+    hint = "" if shown else " (record paths, what show and plot take: --quiet, or a wider console)"
     ctx.note(
         f"{len(records)} record{'s' if len(records) != 1 else ''}, "
         f"{human_bytes(float(records['bytes'].fillna(0).sum()))} logical{hint}"

@@ -21,6 +21,8 @@ from megadump_zarr.cli.common import (
 from megadump_zarr.cli.render import cell, is_missing, safe_text, shape_text
 from megadump_zarr.cli.tensors import Selected, flat_head, select_tensor
 
+from megadump_zarr.read.open_snippet import record_snippet
+
 __all__ = ["register", "tensor_stats"]
 
 _STATS = ("min", "max", "mean", "l2norm", "nan_count", "inf_count")
@@ -119,8 +121,13 @@ def _captured_stats(data: Any) -> dict[str, Any]:
     return tensor_stats(data.isel({data.dims[0]: np.flatnonzero(mask)}))
 
 
-def describe(selected: Selected) -> dict[str, Any]:
-    """What ``show`` reports, JSON-ready apart from numpy values."""
+def describe(selected: Selected, root: str = ".") -> dict[str, Any]:
+    """What ``show`` reports, JSON-ready apart from numpy values.
+
+    Args:
+        selected: The selected tensor.
+        root: The dump root (for the line that opens a record with plain xarray).
+    """
     data = selected.data
     attrs = data.attrs
     info: dict[str, Any] = {
@@ -144,6 +151,9 @@ def describe(selected: Selected) -> dict[str, Any]:
             info.update(pack_array=str(pack_array), pack_row=int(row.get("pack_row")))
         if info["truncated"]:
             info.update(captured_rows=attrs.get("capturedRows"), missing_rows=attrs.get("missingRows"))
+        snippet = record_snippet(root, row)
+        if snippet is not None:  # the line that opens its stored values with plain xarray
+            info["open_with"] = snippet
         stats = _stored_stats(row)
         if all(v is None for v in stats.values()):
             stats, source = _captured_stats(data), "computed"
@@ -151,7 +161,9 @@ def describe(selected: Selected) -> dict[str, Any]:
             scope = row.get("stats_scope")
             source = "stored, prefix only" if scope == "prefix" else "stored"
     else:
+        snippets = [record_snippet(root, r) for _, r in selected.records.iterrows()]
         info.update(
+            open_with=[s for s in snippets if s is not None],
             paths=[str(p) for p in selected.records["path"]],
             records=attrs.get("records"),
             captured_rows=attrs.get("capturedRows"),
@@ -174,7 +186,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         raise CliError(f"--head must not be negative, got {args.head}")
     dump = open_dump_arg(args.path, storage_options(args))
     selected = select_tensor(dump, args.selector, args)
-    info = describe(selected)
+    info = describe(selected, str(dump.root))
     head = _as_float(flat_head(selected.data, args.head))
     info["head"] = head.tolist()
     if ctx.json:
@@ -202,6 +214,12 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
                 else ""
             ),
         )
+    open_with = info.get("open_with")
+    if isinstance(open_with, str):
+        table.add_row("open with", Text(safe_text(open_with)))
+    elif open_with:
+        more = f"  (and {len(open_with) - 1} more records: megadump ls)" if len(open_with) > 1 else ""
+        table.add_row("open with", Text(safe_text(open_with[0] + more)))
     table.add_row("dtype", info["dtype"])
     table.add_row("shape", f"{shape_text(info['shape'])}  dims ({', '.join(info['dims'])})")
     if info.get("truncated"):

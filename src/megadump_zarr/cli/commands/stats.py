@@ -9,6 +9,7 @@ from megadump_zarr.cli.cluster import add_cluster_flags
 from megadump_zarr.cli.common import EXIT_OK, Context, add_filters, add_output_flags, add_storage_options
 from megadump_zarr.cli.commands.ls import truncated_cell
 from megadump_zarr.cli.render import Column, fit_table, is_missing, location, location_parts, print_fitted
+from megadump_zarr.read.open_snippet import record_snippet
 
 __all__ = ["register"]
 
@@ -36,6 +37,9 @@ JSON_COLUMNS = (
     "inf_count",
     "status",
     "path",
+    "zarr_group",
+    "variable",
+    "pack_row",
 )
 
 
@@ -105,13 +109,19 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         return EXIT_OK
     if records["min"].isna().all() and records["nan_count"].isna().all():
         ctx.err.print("[yellow]warning:[/yellow] these records carry no statistics (dump written with stats=False)")
+    root = str(dump.root)
     flags = [_nonfinite(row) for _, row in records.iterrows()]
     first = records.iloc[sorted(range(len(records)), key=lambda i: not flags[i])]  # NaN/Inf first, then the rest
     prefix = int((records["stats_scope"] == "prefix").sum()) if "stats_scope" in records.columns else 0
     columns = COLUMNS if prefix else [c for c in COLUMNS if c.key != "stats_scope"]
     print_fitted(
         ctx.console,
-        fit_table(first, columns, width=ctx.console.width, row_style=lambda r: "red" if _nonfinite(r) else None),
+        fit_table(
+            first,
+            [*columns, Column("open with xarray", lambda r: record_snippet(root, r) or "", key="zarr_group", drop=5)],
+            width=ctx.console.width,
+            row_style=lambda r: "red" if _nonfinite(r) else None,
+        ),
     )
     bad = sum(flags)
     if prefix:
