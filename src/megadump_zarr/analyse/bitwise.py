@@ -18,10 +18,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from megadump_zarr.analyse.matching import scalar
+from megadump_zarr.analyse.matching import holds_payload, scalar
 from megadump_zarr.analyse.metrics import DEFAULT_BLOCK_BYTES, iter_blocks, read_native_block, row_chunks, shape_of
 from megadump_zarr.analyse.pairs import empty_row, record_source
-from megadump_zarr.analyse.side import DumpSide
 from megadump_zarr.analyse.verdict import bitwise_checksum_verdict, bitwise_metadata_verdict, bitwise_payload_verdict
 
 __all__ = ["BITWISE_BY_KEYS", "bitwise_map", "bitwise_row"]
@@ -102,7 +101,7 @@ def payload_checksum(dump: Any, row: Any) -> int | None:
         dump: The record's dump (or a source that opens it).
         row: Its records-table row.
     """
-    if _value(row, "checksum") is not None or not DumpSide.holds_payload(row) or _truncated(row):
+    if _value(row, "checksum") is not None or not holds_payload(row) or _truncated(row):
         return None
     return _host_checksum(record_source(_open(dump), str(_value(row, "path")), False))
 
@@ -154,7 +153,7 @@ def bitwise_row(keys: dict[str, Any], dump_a: Any, dump_b: Any, row_a: Any, row_
     elements = int(np.prod(shape_a)) if shape_a else 1
     row.update(elements=elements, rtol=0.0, atol=0.0)
     try:
-        if DumpSide.holds_payload(row_a) and DumpSide.holds_payload(row_b):
+        if holds_payload(row_a) and holds_payload(row_b):
             return _payload_row(row, dump_a, dump_b, row_a, row_b, shape_a, elements)
         return _checksum_row(row, dump_a, dump_b, row_a, row_b)
     except Exception as exc:  # one unreadable record must not abort the comparison
@@ -232,7 +231,7 @@ def _differing_row(
 
 def _checksum_row(row: dict[str, Any], dump_a: Any, dump_b: Any, row_a: Any, row_b: Any) -> dict[str, Any]:
     """A side stored statistics only: compare content checksums (a payload side is checksummed here)."""
-    only = [side for side, r in (("a", row_a), ("b", row_b)) if not DumpSide.holds_payload(r)]
+    only = [side for side, r in (("a", row_a), ("b", row_b)) if not holds_payload(r)]
     sides = f"statistics only in {' and '.join(only)}" if only else "truncated record"
     sums, counts = [], []
     for dump, r in ((dump_a, row_a), (dump_b, row_b)):

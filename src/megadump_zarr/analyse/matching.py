@@ -26,6 +26,7 @@ __all__ = [
     "align_reference",
     "common_keys",
     "execution_order",
+    "holds_payload",
     "match_records",
     "merged_order",
     "name_filter",
@@ -69,6 +70,17 @@ def scalar(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value
+
+
+def holds_payload(row: Mapping[str, Any]) -> bool:
+    """Whether a ``records()`` row stored its payload (False: statistics only; a table without the
+    ``payload`` column is a tensor-mode dump, every record has one).
+
+    Args:
+        row: A ``records()`` row.
+    """
+    value = scalar(row.get("payload"))
+    return True if value is None else bool(value)
 
 
 def name_filter(names: str | Iterable[str] | None) -> list[str] | None:

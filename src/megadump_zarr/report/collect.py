@@ -170,13 +170,6 @@ def _table(frame: pd.DataFrame, columns: tuple[str, ...]) -> tuple[list[str], li
 
 
 # ------------------------------------------------------------------------------------------- analysis
-def _analysis(name: str) -> Any:
-    """A function of ``megadump_zarr.analyse`` by name, or None where this version has none."""
-    from megadump_zarr import analyse
-
-    return getattr(analyse, name, None)
-
-
 def _error_maps(result: pd.DataFrame, by: str) -> list[dict[str, Any]]:
     """Per invocation, a stage × owner (or core) grid of ``analyse.errormap.error_map``'s worst relative
     error and failing counts; empty where the records have no owners (or cores), e.g. L0."""
@@ -348,7 +341,8 @@ def collect_comparison(
         worst: How many worst records get a difference heatmap.
         result: A ``compare`` result already computed for ``a`` and ``b`` (skips the comparison).
     """
-    from megadump_zarr.analyse import compare
+    from megadump_zarr.analyse.compare import compare, first_divergence
+    from megadump_zarr.analyse.rootcause import root_cause
     from megadump_zarr.analyse.side import open_side
 
     if by not in ("owner", "core"):
@@ -367,10 +361,6 @@ def collect_comparison(
         "rtol": to_jsonable(rtol),
         "atol": to_jsonable(atol),
     }
-    first = _analysis("first_divergence")
-    root = _analysis("root_cause")
-    if root is None:
-        notes.append("root cause analysis is not available in this version of megadump_zarr")
     worst_rows, worst_notes = _worst(dump_a, dump_b, result, worst)
     notes.extend(worst_notes)
     columns, rows = _table(failures_first(result), _TABLE_COLUMNS)
@@ -379,8 +369,8 @@ def collect_comparison(
         title=f"megadump report: {_url(a)} vs {_url(b)}",
         sources={"a": _url(a), "b": _url(b), "root_a": _root(dump_a), "root_b": _root(dump_b)},
         summary=summary,
-        first_divergence=_where(first(result)) if first is not None else None,
-        root_cause=_with_replay(_where(root(result)) if root is not None else None, dump_a),
+        first_divergence=_where(first_divergence(result)),
+        root_cause=_with_replay(_where(root_cause(result)), dump_a),
         error_maps=_error_maps(result, by),
         rows=rows,
         columns=columns,
