@@ -6,7 +6,6 @@ whose weight is not split and on the demo model."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -14,35 +13,10 @@ import torch
 import xarray as xr
 
 from megadump_zarr import TensorDumpConfig, open_dump, tensor_dump
-from megadump_zarr.runtime import Graph, MegaKernel, SplitSpec
-from tests.dump._dump_helpers import op, spec
 
-M, K, N, TILE = 32, 16, 8, 8
+from tests._mlp import K, M, N, TILE, matmul_gelu
+
 _TASK_COORDS = {"task_id", "owner_id", "core_type", "core_id", "worker"}
-
-
-def _matmul_gelu() -> MegaKernel:
-    x = spec("x", (M, K), 0, dims=("token", "k"))
-    w = spec("w", (K, N), 1, dims=("k", "n"))
-    h = spec("h", (M, N), 2, dims=("token", "n"))
-    y = spec("y", (M, N), 3, dims=("token", "n"))
-
-    def matmul(t: Any) -> None:
-        t.params[2][t.rows] = t.params[0][t.rows] @ t.params[1]
-
-    def gelu(t: Any) -> None:
-        t.params[3][t.rows] = torch.nn.functional.gelu(t.params[2][t.rows])
-
-    rows = SplitSpec(((0, 0),), (0,))  # input 0 and output 0 split along axis 0; w (input 1) is read whole
-    return MegaKernel(
-        Graph(
-            [
-                op("matmul", (x, w), (h,), matmul, core="cube", split=rows, tile_rows=TILE),
-                op("gelu", (h,), (y,), gelu, split=rows, tile_rows=TILE),
-            ]
-        ),
-        name="mlp",
-    )
 
 
 @pytest.fixture(scope="module", params=["tasks", "packs"])
@@ -53,7 +27,7 @@ def mlp(
     torch.manual_seed(0)
     params = {"x": torch.randn(M, K), "w": torch.randn(K, N), "h": torch.zeros(M, N), "y": torch.zeros(M, N)}
     with tensor_dump(TensorDumpConfig(root, level="L1", stages=("matmul", "gelu"), layout=request.param)):
-        _matmul_gelu().launch(list(params.values()))
+        matmul_gelu().launch(list(params.values()))
     return root, params
 
 
