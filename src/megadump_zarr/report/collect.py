@@ -210,25 +210,19 @@ def _table(frame: pd.DataFrame, columns: tuple[str, ...]) -> tuple[list[str], li
 
 
 # ------------------------------------------------------------------------------------------- analysis
-_BY_FALLBACK = {"owner": ("owner", "core", "task"), "core": ("core", "task")}
-"""The columns an error map tries, in order, for each ``by``: records without owners are mapped by core,
-records without cores by task."""
-
-
 def _error_maps(result: pd.DataFrame, by: str) -> list[dict[str, Any]]:
     """Per invocation, a stage × owner grid of ``analyse.errormap.error_map``'s worst relative error and
     failing counts; by core where the records have no owners, by task where they have no cores either
-    (each map's ``by`` says which, ``asked`` what was asked); empty where they have no stage (L0).
+    (``analyse.errormap.mapped_by``; each map's ``by`` says which, ``asked`` what was asked); empty where
+    they have no stage (L0).
 
     Args:
         result: The compare result.
         by: ``"owner"`` or ``"core"``.
     """
-    for used in _BY_FALLBACK[by]:
-        maps = _error_maps_by(result, used)
-        if maps:
-            return [m | {"asked": by} for m in maps]
-    return []
+    from megadump_zarr.analyse.errormap import mapped_by
+
+    return [m | {"asked": by} for m in _error_maps_by(result, mapped_by(result, by))]
 
 
 def _error_maps_by(result: pd.DataFrame, by: str) -> list[dict[str, Any]]:
