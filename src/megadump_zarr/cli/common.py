@@ -20,6 +20,7 @@ from typing import Any
 
 from rich.console import Console
 
+from megadump_zarr.store.option_keys import check_storage_options
 from megadump_zarr.tables import to_jsonable  # shared with the report (issue 25)
 
 __all__ = [
@@ -175,7 +176,18 @@ def storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
             raise CliError(f"-S {key}: expected a string, got {shown}")
         if key in _OPTION_BOOLS and not isinstance(value, bool):
             raise CliError(f"-S {key}: expected true or false, got {str(value)[:40]!r}")
+    for url in _urls(args):
+        try:
+            check_storage_options(url, options)
+        except ValueError as error:
+            raise CliError(str(error)) from None
     return options
+
+
+def _urls(args: argparse.Namespace) -> list[str]:
+    """The URL arguments of a command (dump roots, upload targets): what ``-S`` options are for."""
+    values = [v for value in vars(args).values() for v in (value if isinstance(value, list) else [value])]
+    return [str(v) for v in values if isinstance(v, (str, os.PathLike)) and "://" in str(v)]
 
 
 def _invocation(text: str) -> int | str:

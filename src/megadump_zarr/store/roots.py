@@ -7,6 +7,7 @@ from typing import Any
 
 from megadump_zarr.store.backend import Backend, FsspecBackend, LocalBackend
 from megadump_zarr.store.object_backend import OBJECT_STORE_SCHEMES, ObjectStoreBackend
+from megadump_zarr.store.option_keys import check_storage_options
 
 __all__ = ["open_backend"]
 
@@ -17,8 +18,12 @@ def open_backend(root: str | os.PathLike[str], storage_options: dict[str, Any] |
     Args:
         root: Local path, ``file://`` URL (both local), or any other fsspec URL.
         storage_options: fsspec options (ignored for local roots).
+
+    Raises:
+        ValueError: A storage option the root's file system does not take (named, with the closest one).
     """
     text = os.fspath(root)
+    check_storage_options(text, storage_options)
     if "://" not in text:
         return LocalBackend(text)
     if text.startswith("file://"):
