@@ -60,21 +60,17 @@ def _record_digests(root: Path) -> dict[str, Path]:
     return chunks
 
 
-def test_unbound_arrays_verify_with_a_note(root: Path) -> None:
+def test_row_coordinates_need_no_digest_and_make_no_note(root: Path) -> None:
     report = verify_dump(root)
     assert report.ok
-    (note,) = report.windows[0].notes
-    assert note.endswith(
-        "array(s) not bound: they record no chunkCrc32c (coordinate arrays, and arrays or packs written before it "
-        "existed or without checksums), so a chunk valid elsewhere cannot be told from theirs"
-    )
-    assert report.to_dict()["windows"][0]["notes"] == [note]
+    assert report.windows[0].notes == ()  # the row coordinate is bound by its values (verify.row_coordinates)
+    assert report.to_dict()["windows"][0]["notes"] == []
 
 
 def test_swapped_chunks_each_with_a_valid_crc_are_named(root: Path) -> None:
     chunks = _record_digests(root)
     before = verify_dump(root)
-    assert before.ok and before.windows[0].notes[0].startswith("1 array(s) not bound")  # the row coordinate
+    assert before.ok and not before.windows[0].notes
     a, b = chunks["a"].read_bytes(), chunks["b"].read_bytes()
     chunks["a"].write_bytes(b)
     chunks["b"].write_bytes(a)

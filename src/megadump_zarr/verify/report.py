@@ -98,8 +98,9 @@ class CheckState:
         stored_bytes: Bytes of the chunks read.
         partial_records: Records flagged ``partial: true``.
         unbound: Checksummed arrays that record no ``chunkCrc32c`` (a note, not a problem).
-        shard_bound: Keys of the packed record arrays bound to their place by their pack shard's ``shardCrc32c``
-            (``verify.packs``): not counted in ``unbound``.
+        shard_bound: Keys of the arrays bound to their place otherwise: packed record arrays by their pack shard's
+            ``shardCrc32c`` (``verify.packs``), row coordinates by their values (``verify.row_coordinates``):
+            not counted in ``unbound``.
         unchecked: Arrays with chunks but no checksum: decoded only (a note, not a problem).
         read_chunks: The packed records' chunks already read with their whole pack shard (``verify.packs``), by key:
             what the chunk check needs of each (``verify.chunks.ChunkRead``), so no shard is read twice.

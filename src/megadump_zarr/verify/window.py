@@ -16,6 +16,8 @@ window, the store key and what is wrong:
 - chunks (:mod:`~megadump_zarr.verify.chunks`): every chunk present, its crc32c holds, it is bound to its
   place (``chunkCrc32c``, :mod:`~megadump_zarr.verify.placement`); arrays without the attribute (older
   dumps, packs, no checksum) are counted in a *not bound* note, not as problems;
+- row coordinates (:mod:`~megadump_zarr.verify.row_coordinates`): a task group's coordinate holds the rows
+  its records' ``sourceOffsetBytes`` give (bound by value: never in the *not bound* note);
 - ``deep``: the statistics stored in each record are recomputed from the data and compared.
 
 Kept partial launches (``on_error="keep"``): the window attribute ``partialLaunches`` and records with
@@ -33,6 +35,7 @@ from megadump_zarr.verify.documents import check_manifest, check_node_documents,
 from megadump_zarr.verify.packs import check_pack_documents
 from megadump_zarr.layout.paths import WINDOW_PATH
 from megadump_zarr.verify.report import CheckState, Problem, WindowCheck, short
+from megadump_zarr.verify.row_coordinates import check_row_coordinates, row_coordinates
 from megadump_zarr.verify.schema import check_schema
 
 __all__ = ["Problem", "WindowCheck", "verify_window"]
@@ -118,7 +121,10 @@ def verify_window(
         check_pack_documents(state, store, window, stored, packs)
     check_records_table(state, window, status, attrs, {k: v for k, v in nodes.items() if k in good})
     arrays = {path: nodes[path] for path in good if nodes[path].get("node_type") == "array"}
+    coordinates = row_coordinates(store, window, arrays, set() if packs is None else set(packs.virtual))
+    state.shard_bound.update(f"{window}/{path}" for path in coordinates)  # bound by their values
     check_chunks(state, store, window, arrays, deep, tick, msprobe, packs)
+    check_row_coordinates(state, store, window, coordinates, arrays)
     _check_partial(
         state,
         window,
@@ -188,8 +194,8 @@ def _result(state: CheckState, status: str, deep: bool, partial: tuple[Any, ...]
         )
     if state.unbound:
         notes.append(
-            f"{state.unbound} array(s) not bound: they record no chunkCrc32c (coordinate arrays, and arrays or packs "
-            f"written before it existed or without checksums), so a chunk valid elsewhere cannot be told from theirs"
+            f"{state.unbound} array(s) not bound: they record no chunkCrc32c (arrays or packs written before it "
+            f"existed or without checksums), so a chunk valid elsewhere cannot be told from theirs"
         )
     return WindowCheck(
         state.window,
