@@ -20,6 +20,7 @@ from typing import Any
 
 from rich.console import Console
 
+from megadump_zarr.layout.sizes import human_bytes as human_bytes
 from megadump_zarr.store.option_keys import check_storage_options
 from megadump_zarr.tables import to_jsonable  # shared with the report (issue 25)
 
@@ -505,18 +506,6 @@ def read_error(path: str, options: dict[str, Any] | None, error: BaseException) 
 
 
 # ---------------------------------------------------------------------------------------------- output
-def human_bytes(n: float | None) -> str:
-    """``1536`` → ``1.5 KiB``."""
-    if n is None:
-        return "—"
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
 @contextlib.contextmanager
 def progress_on_stderr(ctx: Context) -> Iterator[bool]:
     """Route progress bars that library code draws on rich's global console to stderr.
