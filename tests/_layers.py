@@ -8,7 +8,9 @@ Imports go one way along the data path (README, "Code map")::
         -> faces (cli, report, engine) and the edge (interop, transfer) -> the package's __init__
 
 A module may import a module of its own rank or below. Every import counts, the ones inside functions
-too (a lazy import is still a dependency). ``tests/test_layers.py`` runs :func:`upward_edges` over
+too (a lazy import is still a dependency). :func:`file_graph` is the same walk between files, with literal
+``importlib.import_module("...")``/``__import__("...")`` calls counted as imports: ``tests/test_layers.py``
+refuses any cycle between two files and any upward edge between files. ``tests/test_layers.py`` runs :func:`upward_edges` over
 ``src/megadump_zarr`` against the list of edges that were already there when the rule began
 (issue 25 removes them); a new upward edge fails the suite naming the importing file and line.
 """
