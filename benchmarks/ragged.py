@@ -85,11 +85,11 @@ def captured_windows() -> Iterator[list[WindowWrite]]:
         session.captured = WindowWrite(rank, window_index, copy.deepcopy(attrs))
         return session
 
-    def write_all_hook(self: Any, invocations: Any, status: str = "complete") -> str:
+    def write_all_hook(self: Any, invocations: Any, status: str = "complete", **options: Any) -> str:
         invocations = list(invocations)
         self.captured.invocations.extend(copy.deepcopy(invocations))
         windows.append(self.captured)
-        return write_all(self, invocations, status)
+        return write_all(self, invocations, status, **options)
 
     store_writer.WindowWriter.begin, store_writer.WindowSession.write_all = begin_hook, write_all_hook
     try:

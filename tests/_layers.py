@@ -8,7 +8,9 @@ Imports go one way along the data path (README, "Code map")::
         -> faces (cli, report, engine) and the edge (interop, transfer) -> the package's __init__
 
 A module may import a module of its own rank or below. Every import counts, the ones inside functions
-too (a lazy import is still a dependency). ``tests/test_layers.py`` runs :func:`upward_edges` over
+too (a lazy import is still a dependency). :func:`file_graph` is the same walk between files, with literal
+``importlib.import_module("...")``/``__import__("...")`` calls counted as imports: ``tests/test_layers.py``
+refuses any cycle between two files and any upward edge between files. ``tests/test_layers.py`` runs :func:`upward_edges` over
 ``src/megadump_zarr`` against the list of edges that were already there when the rule began
 (issue 25 removes them); a new upward edge fails the suite naming the importing file and line.
 """
@@ -287,3 +289,158 @@ def private_imports(root: Path) -> list[PrivateImport]:
                 if alias.name.startswith("_") and not alias.name.startswith("__"):
                     found.append(PrivateImport(path.relative_to(root).as_posix(), target, alias.name, node.lineno))
     return found
+
+
+# --- files -----------------------------------------------------------------------------------------------
+
+_DYNAMIC_IMPORTERS = frozenset({"import_module", "__import__"})
+"""Call names whose string-literal first argument is an import (``importlib.import_module("...")``)."""
+
+
+def _dynamic_imports(tree: ast.AST) -> list[tuple[str, int]]:
+    """Every ``import_module("x")``/``importlib.import_module("x")``/``__import__("x")`` with a literal name.
+
+    Args:
+        tree: The parsed source.
+    """
+    found: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        first = node.args[0]
+        if name in _DYNAMIC_IMPORTERS and isinstance(first, ast.Constant) and isinstance(first.value, str):
+            found.append((first.value, node.lineno))
+    return [(name, line) for name, line in found if name == PACKAGE or name.startswith(PACKAGE + ".")]
+
+
+def _module_files(root: Path) -> dict[str, str]:
+    """Dotted module name -> file path inside the package (``megadump_zarr.read`` -> ``read/__init__.py``).
+
+    Args:
+        root: The package directory (``src/megadump_zarr``).
+    """
+    return {_module_of(root, path)[0]: path.relative_to(root).as_posix() for path in sorted(root.rglob("*.py"))}
+
+
+def _file_targets(tree: ast.AST, module: str, is_package: bool, files: dict[str, str]) -> list[tuple[str, int]]:
+    """The files of the package that one parsed source imports by name, with the line.
+
+    ``from a.b import c`` reaches ``a/b/c.py`` when that is a module, else ``a/b/__init__.py`` (or ``a/b.py``);
+    a package's ``__init__`` that Python runs on the way to a sub-module is not counted (it is not named),
+    except the package root's: ``from megadump_zarr import x`` names the root and counts as importing it.
+
+    Args:
+        tree: The parsed source.
+        module: The source's own dotted name (for relative imports).
+        is_package: Whether the source is a package's ``__init__``.
+        files: From :func:`_module_files`.
+    """
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    named: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            named += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                target = ".".join(base[: len(base) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target == PACKAGE:  # `from megadump_zarr import x` runs the root's __init__ for `x`
+                named.append((PACKAGE, node.lineno))
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                named.append((sub if sub in files else target, node.lineno))
+    named += _dynamic_imports(tree)
+    return [(files[name], line) for name, line in named if name in files]
+
+
+def file_graph(root: Path) -> dict[str, dict[str, int]]:
+    """Which files each file of the package imports (lazy, ``TYPE_CHECKING`` and literal ``importlib`` ones too).
+
+    Args:
+        root: The package directory (``src/megadump_zarr``).
+
+    Returns:
+        source file -> {imported file: first line that imports it}; a file's import of itself is left out.
+    """
+    files = _module_files(root)
+    graph: dict[str, dict[str, int]] = {}
+    for path in sorted(root.rglob("*.py")):
+        module, is_package = _module_of(root, path)
+        source = path.relative_to(root).as_posix()
+        edges = graph.setdefault(source, {})
+        for target, line in _file_targets(ast.parse(path.read_text(), filename=str(path)), module, is_package, files):
+            if target != source:
+                edges.setdefault(target, line)
+    return graph
+
+
+def file_cycles(graph: dict[str, dict[str, int]]) -> list[tuple[str, ...]]:
+    """The strongly connected groups of more than one file (each a cycle of imports), sorted.
+
+    Args:
+        graph: From :func:`file_graph`.
+    """
+    return room_cycles({source: set(targets) for source, targets in graph.items()})
+
+
+def cycle_path(graph: dict[str, dict[str, int]], group: tuple[str, ...]) -> str:
+    """One closed walk through a cycle's files with the import lines (``a.py:3 -> b.py:7 -> a.py``).
+
+    Args:
+        graph: From :func:`file_graph`.
+        group: One group from :func:`file_cycles`.
+    """
+    members = set(group)
+    start = group[0]
+    # Breadth-first from start's successors back to start, inside the group: the shortest loop through it.
+    previous: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        nxt: list[str] = []
+        for node in frontier:
+            for target in sorted(graph.get(node, {})):
+                if target in members and target not in previous:
+                    previous[target] = node
+                    nxt.append(target)
+        if start in previous:
+            break
+        frontier = nxt
+    walk = [start]
+    node = previous[start]
+    while node != start:
+        walk.append(node)
+        node = previous[node]
+    walk.append(start)
+    walk.reverse()
+    steps = [f"{a}:{graph[a][b]}" for a, b in zip(walk, walk[1:])]
+    return " -> ".join([*steps, walk[-1]])
+
+
+def file_rank(path: str) -> int:
+    """The layer rank of a file inside the package (``read/dump.py`` -> the rank of ``read``).
+
+    Args:
+        path: The file's path inside the package.
+    """
+    parts = path.removesuffix(".py").split("/")
+    room = parts[0] if len(parts) > 1 else parts[0]
+    if room not in RANKS:
+        raise ValueError(f"{path}: room {room!r} has no rank in tests/_layers.py RANKS")
+    return RANKS[room]
+
+
+def upward_file_edges(graph: dict[str, dict[str, int]]) -> list[str]:
+    """Every import between files (dynamic literal ones included) whose target ranks above its source.
+
+    Args:
+        graph: From :func:`file_graph`.
+    """
+    return [
+        f"src/{PACKAGE}/{source}:{line} imports {target} (a higher layer)"
+        for source, targets in sorted(graph.items())
+        for target, line in sorted(targets.items())
+        if file_rank(target) > file_rank(source)
+    ]

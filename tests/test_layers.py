@@ -12,13 +12,22 @@ import textwrap
 
 import pytest
 
-from tests._layers import Edge, forbidden_edges, room_cycles, room_graph, upward_edges
+from tests._layers import (
+    Edge,
+    cycle_path,
+    file_cycles,
+    file_graph,
+    forbidden_edges,
+    room_cycles,
+    room_graph,
+    upward_edges,
+    upward_file_edges,
+)
 
 ROOT = Path(__file__).resolve().parents[1] / "src" / "megadump_zarr"
 
 KNOWN: set[tuple[str, str]] = set()
-"""Upward edges still allowed (issue 25 emptied it: ``_parallel`` and ``tables`` are leaves, the demo
-registers its replay source, ``Dump.verify()`` is deprecated and looks ``verify_dump`` up at run time)."""
+"""Upward edges still allowed between rooms (none: keep it empty)."""
 
 
 def test_no_new_upward_import() -> None:
@@ -144,3 +153,74 @@ def test_store_or_interop_importing_the_dumper_fails(tmp_path: Path) -> None:
     assert "src/megadump_zarr/layout/names.py:" in found[1] and "layout/ is a leaf" in found[1]
     assert "src/megadump_zarr/store/writer.py:" in found[2] and "megadump_zarr.dump.window" in found[2]
     assert upward_edges(copy) == []  # the ranks alone allow all three: only FORBIDDEN names them
+
+
+# --- files ---------------------------------------------------------------------------------------------
+
+
+def test_no_import_cycle_between_files() -> None:
+    graph = file_graph(ROOT)
+    found = [f"{', '.join(group)}: {cycle_path(graph, group)}" for group in file_cycles(graph)]
+    assert not found, "import cycles between files (file:line of each import):\n" + "\n".join(found)
+
+
+def test_no_upward_import_between_files() -> None:
+    found = upward_file_edges(file_graph(ROOT))
+    assert not found, "imports against the layers:\n" + "\n".join(found)
+
+
+def test_nothing_inside_imports_the_package_root() -> None:
+    graph = file_graph(ROOT)
+    found = sorted(
+        f"src/megadump_zarr/{source}:{targets['__init__.py']}"
+        for source, targets in graph.items()
+        if "__init__.py" in targets
+    )
+    assert not found, "the package root is the top: nothing in it imports it:\n" + "\n".join(found)
+
+
+def test_a_file_cycle_is_found_through_lazy_and_importlib_imports(tmp_path: Path) -> None:
+    root = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "store/__init__.py": "",
+            "store/a.py": "from megadump_zarr.store.b import f\n",
+            "store/b.py": "def f():\n    from . import c\n",
+            "store/c.py": "import importlib\n\ndef g():\n    return importlib.import_module('megadump_zarr.store.a')\n",
+            "store/d.py": "from megadump_zarr.store import a\n",
+        },
+    )
+    graph = file_graph(root)
+    assert file_cycles(graph) == [("store/a.py", "store/b.py", "store/c.py")]
+    assert cycle_path(graph, ("store/a.py", "store/b.py", "store/c.py")) == (
+        "store/a.py:1 -> store/b.py:2 -> store/c.py:4 -> store/a.py"
+    )
+
+
+def test_a_dunder_import_upward_is_named(tmp_path: Path) -> None:
+    root = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "read/__init__.py": "",
+            "read/dump.py": "def verify(self):\n    return __import__('megadump_zarr.verify').verify\n",
+            "verify/__init__.py": "from megadump_zarr import __version__\n",
+        },
+    )
+    assert upward_file_edges(file_graph(root)) == [
+        "src/megadump_zarr/read/dump.py:2 imports verify/__init__.py (a higher layer)",
+        "src/megadump_zarr/verify/__init__.py:1 imports __init__.py (a higher layer)",
+    ]
+
+
+def test_a_from_import_of_the_root_counts_as_importing_it(tmp_path: Path) -> None:
+    root = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "analyse/__init__.py": "",
+            "report/__init__.py": "def f():\n    from megadump_zarr import analyse\n",
+        },
+    )
+    assert file_graph(root)["report/__init__.py"] == {"__init__.py": 2, "analyse/__init__.py": 2}

@@ -57,3 +57,24 @@ def test_bad_by_and_empty_result():
     assert empty.empty and list(empty.columns) == list(error_map_columns("core"))
     l0 = error_map(compare([1.0, 2.0], [1.0, 2.5]), by="owner")
     assert l0.records.tolist() == [1] and l0.fail.tolist() == [1] and math.isclose(l0.max_abs[0], 0.5)
+
+
+def test_mapped_by_falls_back_to_cores_then_tasks():
+    from megadump_zarr.analyse.errormap import mapped_by
+
+    staged = pd.DataFrame(
+        {
+            "stage": ["s", "s"],
+            "owner_id": [None, None],
+            "core_type": ["AIV", "AIV"],
+            "core_id": [0, 1],
+            "task_id": [0, 1],
+        }
+    )
+    assert mapped_by(staged, "owner") == "core" and mapped_by(staged, "core") == "core"
+    no_cores = staged.assign(core_type=None, core_id=None)
+    assert mapped_by(no_cores, "owner") == "task" and mapped_by(no_cores, "core") == "task"
+    assert mapped_by(staged.assign(owner_id=[3, None]), "owner") == "owner"
+    assert mapped_by(staged.assign(stage=None), "owner") == "owner"  # L0: nothing to fall back to
+    with pytest.raises(ValueError, match="by must be one of owner, core, task, got 'expert'"):
+        mapped_by(staged, "expert")

@@ -4,6 +4,7 @@ even when the virtual environment is not activated."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 import shlex
 import subprocess
@@ -63,6 +64,9 @@ def test_demo_prints_a_task_group_and_commands_that_run(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
+    (sizes,) = [line for line in lines if " tensors; " in line]
+    assert re.search(r"KiB logical, [\d.]+ KiB on disk \(compression \d+\.\d\d×\)$", sizes), sizes
+    assert "ratio" not in result.stdout  # one word for the one ratio (layout.sizes)
     (hint,) = [line.strip() for line in lines if "xr.open_zarr" in line]
     assert "d/l1/rank_0/window_0000/invocation_000000_forward/stages/expert_up/task_000000" in hint
     assert "pack_" not in hint

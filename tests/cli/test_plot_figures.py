@@ -288,3 +288,17 @@ def test_a_title_without_a_stage_names_the_kernel_never_a_bare_stage(stage):
 
     title = heatmap_title("ys", {"window": 0, "invocation": 2, "step": 0, "stage": stage, "kernel": "moe_experts"})
     assert title == "ys · window 0 · invocation 2 · step 0 · kernel moe_experts"
+
+
+def test_error_map_of_a_kernel_without_owners_is_by_core(cli, tmp_path, figures):
+    from tests._mlp import dump_pair
+
+    a, b = dump_pair(tmp_path / "mlp")
+    out = tmp_path / "errormap.png"
+    result = cli("plot", a, "--diff", b, "--kind", "errormap", "-o", out, "--json")
+    assert result.code == 0, result.err
+    assert "these records have no owners: the error map is by core" in result.err
+    report = result.json()
+    assert report["by"] == "core" and report["stages"] == ["matmul", "gelu"]
+    assert np.asarray(report["failures"]).sum() == 4  # x and h of task 3, h and y of task 7
+    _png(out)

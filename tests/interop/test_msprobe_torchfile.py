@@ -38,7 +38,9 @@ def test_same_values_dtype_and_shape_as_torch_load(tmp_path, name, tensor):
     expected = torch.load(path, weights_only=True).detach()
     assert dtype == str(expected.dtype).removeprefix("torch.") and array.shape == tuple(expected.shape)
     flat = expected.contiguous().reshape(-1)
-    assert np.asarray(array).tobytes() == (flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+    assert np.asarray(array).tobytes() == (
+        flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+    )  # exact: stored bytes
     assert not array.flags.writeable or array.size == 0
 
 
@@ -151,7 +153,7 @@ def test_the_handmade_archive_reads_like_torch(tmp_path):
     path = _view_file(tmp_path / "v.pt", 24, 2, (3, 4), (6, 1))
     expected = torch.load(path, weights_only=True)
     array, dtype = read_pt(path)
-    assert dtype == "float32" and np.array_equal(array, expected.numpy())
+    assert dtype == "float32" and np.array_equal(array, expected.numpy())  # exact: stored bytes
 
 
 @pytest.mark.parametrize(
@@ -235,7 +237,7 @@ def test_every_slice_or_transpose_of_a_tensor_is_accepted_and_reads_like_torch(t
     path = tmp_path / "s.pt"
     torch.save(view, path)
     array, _ = read_pt(path)
-    assert np.array_equal(array, view.numpy())
+    assert np.array_equal(array, view.numpy())  # exact: stored bytes
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

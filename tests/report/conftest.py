@@ -33,3 +33,11 @@ def fault_pair(tmp_path_factory: pytest.TempPathFactory) -> Any:
 def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
     """``cli(*args)`` runs ``main([...])`` in-process at 120 columns and returns a ``Result``."""
     return cli_runner(capsys, monkeypatch, columns=120)
+
+
+@pytest.fixture(scope="session")
+def ownerless_pair(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``(a, b)`` L1 roots of a matmul + GELU kernel without owners; ``a``'s rows 24..31 of ``x`` differ."""
+    from tests._mlp import dump_pair
+
+    return dump_pair(tmp_path_factory.mktemp("ownerless"))

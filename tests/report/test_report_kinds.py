@@ -42,7 +42,7 @@ def test_l0_report(cli: Any, tmp_path: Path) -> None:
     expected = analyse.root_cause(analyse.compare(tmp_path / "faulty", tmp_path / "clean"))
     assert result.json()["root_cause"]["path"] == expected["path"]
     page = out.read_text(encoding="utf-8")
-    assert "No L1 owner/core grid" in page  # L0 records have no owners: said, not drawn empty
+    assert "No stage grid: these records have no L1 stage" in page  # L0 records: said, not drawn empty
     assert _embedded(page)["worst"], "failing L0 tensors get a difference heatmap"
 
 

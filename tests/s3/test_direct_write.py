@@ -11,7 +11,7 @@ import pytest
 import xarray as xr
 
 from megadump_zarr.read import open_dump
-from megadump_zarr.store.backend import open_backend
+from megadump_zarr.store.roots import open_backend
 from megadump_zarr.store.object_backend import ObjectStoreBackend, ObjectStoreError
 from megadump_zarr.store.writer import WindowWriter, window_status
 from tests.s3.conftest import SECRET, all_objects, run_dump

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from megadump_zarr.layout.write_model import ArrayWrite, InvocationWrite, WindowWrite
-from megadump_zarr.store.backend import FsspecBackend, LocalBackend, open_backend
+from megadump_zarr.store.backend import FsspecBackend, LocalBackend
+from megadump_zarr.store.roots import open_backend
 from megadump_zarr.store.chunking import CHUNK_KEY_SEPARATOR, chunk_shape, plan_chunks
 from megadump_zarr.store.writer import WindowWriter
 

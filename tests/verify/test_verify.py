@@ -1,4 +1,4 @@
-"""``megadump verify`` / ``Dump.verify()``: a whole dump passes; each kind of damage is named (window, key, what).
+"""``megadump verify`` / ``verify_dump(dump)``: a whole dump passes; each kind of damage is named (window, key, what).
 
 A real demo run (one L0 and one L1 window, two steps) is copied per test and damaged on disk.
 """

@@ -19,10 +19,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from megadump_zarr.analyse.matching import scalar
+from megadump_zarr.analyse.matching import holds_payload, scalar
 from megadump_zarr.analyse.metrics import DEFAULT_BLOCK_BYTES, iter_blocks, read_native_block, row_chunks, shape_of
 from megadump_zarr.analyse.pairs import empty_row, record_source
-from megadump_zarr.analyse.side import DumpSide
 from megadump_zarr.analyse.verdict import (
     bitwise_digest_verdict,
     bitwise_md5_verdict,
@@ -110,7 +109,7 @@ def payload_digest(dump: Any, row: Any) -> int | None:
         dump: The record's dump (or a source that opens it).
         row: Its records-table row.
     """
-    if _value(row, DIGEST_COLUMN) is not None or not DumpSide.holds_payload(row) or _truncated(row):
+    if _value(row, DIGEST_COLUMN) is not None or not holds_payload(row) or _truncated(row):
         return None
     return _host_digest(record_source(_open(dump), str(_value(row, "path")), False), str(_value(row, "dtype")))
 
@@ -162,7 +161,7 @@ def bitwise_row(keys: dict[str, Any], dump_a: Any, dump_b: Any, row_a: Any, row_
     elements = int(np.prod(shape_a)) if shape_a else 1
     row.update(elements=elements, rtol=0.0, atol=0.0)
     try:
-        if DumpSide.holds_payload(row_a) and DumpSide.holds_payload(row_b):
+        if holds_payload(row_a) and holds_payload(row_b):
             return _payload_row(row, dump_a, dump_b, row_a, row_b, shape_a, elements)
         return _digest_row(row, dump_a, dump_b, row_a, row_b)
     except Exception as exc:  # one unreadable record must not abort the comparison
@@ -250,7 +249,7 @@ def _integer_gap(va: Any, vb: Any) -> int | None:
 
 def _digest_row(row: dict[str, Any], dump_a: Any, dump_b: Any, row_a: Any, row_b: Any) -> dict[str, Any]:
     """A side stored statistics only: compare record digests (a payload side is digested here)."""
-    only = [side for side, r in (("a", row_a), ("b", row_b)) if not DumpSide.holds_payload(r)]
+    only = [side for side, r in (("a", row_a), ("b", row_b)) if not holds_payload(r)]
     sides = f"statistics only in {' and '.join(only)}" if only else "truncated record"
     md5_a, md5_b = _value(row_a, MD5_COLUMN), _value(row_b, MD5_COLUMN)
     if isinstance(md5_a, str) and isinstance(md5_b, str):  # msprobe summary_mode "md5" on both sides

@@ -9,6 +9,8 @@ Each row counts the verdicts of the records in its group and keeps the worst err
 ``max_abs`` and ``max_rel``) and where the worst relative error is (``worst_name``, ``worst_path``). A
 kernel engineer sees at a glance which expert on which core drifts; the CLI prints it with
 ``megadump compare A B --by owner|core|task`` and ``megadump plot --kind errormap`` draws it.
+:func:`mapped_by` says what a map asked by owner is drawn by when the records have no owners (cores, then
+tasks).
 
 Groups come in execution order (the order their first record appears in the result). L0 records
 (no stage, owner or core) form one group per invocation with those keys missing.
@@ -24,7 +26,7 @@ import pandas as pd
 from megadump_zarr.analyse.matching import scalar
 from megadump_zarr.analyse.verdict import FAILING, VERDICTS
 
-__all__ = ["BY_KEYS", "error_map", "error_map_columns"]
+__all__ = ["BY_FALLBACK", "BY_KEYS", "error_map", "error_map_columns", "mapped_by"]
 
 BY_KEYS: dict[str, tuple[str, ...]] = {
     "owner": ("owner_id",),
@@ -34,6 +36,39 @@ BY_KEYS: dict[str, tuple[str, ...]] = {
 """The key columns of each ``by``."""
 
 _GROUP = ("rank", "window", "invocation", "kernel", "stage")
+
+BY_FALLBACK: dict[str, tuple[str, ...]] = {
+    "owner": ("owner", "core", "task"),
+    "core": ("core", "task"),
+    "task": ("task",),
+}
+"""What an error map asked ``by`` one thing is drawn by, in order of preference: records without owners are
+mapped by core, records without cores by task."""
+
+_IDENTITY = {"owner": "owner_id", "core": "core_id", "task": "task_id"}
+
+
+def mapped_by(result: pd.DataFrame, by: str) -> str:
+    """The first of :data:`BY_FALLBACK` ``[by]`` that some staged (L1) record of ``result`` has a key for;
+    ``by`` itself where none has (an L0 result).
+
+    Args:
+        result: A :func:`~megadump_zarr.analyse.compare` result.
+        by: ``"owner"``, ``"core"`` or ``"task"``.
+
+    Raises:
+        ValueError: ``by`` is not one of them.
+    """
+    if by not in BY_FALLBACK:
+        raise ValueError(f"by must be one of {', '.join(BY_FALLBACK)}, got {by!r}")
+    if result is None or not len(result) or "stage" not in result.columns:
+        return by
+    staged = result[result["stage"].notna()]
+    for candidate in BY_FALLBACK[by]:
+        column = _IDENTITY[candidate]
+        if column in staged.columns and staged[column].notna().any():
+            return candidate
+    return by
 
 
 def error_map_columns(by: str) -> tuple[str, ...]:

@@ -32,6 +32,7 @@ __all__ = [
     "check_pair",
     "common_keys",
     "execution_order",
+    "holds_payload",
     "match_by_identity",
     "match_records",
     "merged_order",
@@ -81,6 +82,17 @@ def scalar(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value
+
+
+def holds_payload(row: Mapping[str, Any]) -> bool:
+    """Whether a ``records()`` row stored its payload (False: statistics only; a table without the
+    ``payload`` column is a tensor-mode dump, every record has one).
+
+    Args:
+        row: A ``records()`` row.
+    """
+    value = scalar(row.get("payload"))
+    return True if value is None else bool(value)
 
 
 def name_filter(names: str | Iterable[str] | None) -> list[str] | None:

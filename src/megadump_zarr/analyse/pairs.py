@@ -507,20 +507,49 @@ def as_partial(row: dict[str, Any], logical: tuple[int, ...]) -> None:
         row["verdict"] = PARTIAL
 
 
-def _locator(keys: dict[str, Any]) -> Locator:
-    """An L1 record comes from one task: its worst element's producer is the record's own task/owner/core."""
+def _locator(keys: dict[str, Any], dump: Any = None, path: str | None = None) -> Locator:
+    """An L1 record comes from one task: its worst element's producer is the record's own task/owner/core,
+    and its ``worst_index`` is given in the whole tensor's coordinates (the record's global row along
+    axis 0, read from its row coordinate when ``dump`` and ``path`` are given and it has one).
+
+    Args:
+        keys: The record's key columns.
+        dump: Dump A (under test), to read the record's row coordinate.
+        path: The record's path.
+    """
 
     def locate(index: tuple[int, ...]) -> dict[str, Any]:
         if keys.get("level") != "L1":
             return {}
-        return {
+        out = {
             "worst_task_id": keys.get("task_id"),
             "worst_owner_id": keys.get("owner_id"),
             "worst_core_type": keys.get("core_type"),
             "worst_core_id": keys.get("core_id"),
         }
+        rows = _global_rows(dump, path) if dump is not None and path and index else None
+        if rows is not None and 0 <= index[0] < len(rows):
+            out["worst_index"] = (int(rows[index[0]]), *index[1:])
+        return out
 
     return locate
+
+
+def _global_rows(dump: Any, path: str) -> np.ndarray | None:
+    """The whole tensor's row of each row of record ``path`` (its integer coordinate along its first
+    dimension), or None where it has none (an L0 record, or an L1 record read whole: rows are their own).
+
+    Args:
+        dump: An open ``Dump``.
+        path: The record's path.
+    """
+    array = dump.record_array(path)
+    if not array.dims:
+        return None
+    coord = array.coords.get(array.dims[0])
+    if coord is None or coord.ndim != 1 or np.asarray(coord.values).dtype.kind not in "iu":
+        return None
+    return np.asarray(coord.values)
 
 
 def compare_record(pair: RecordPair) -> dict[str, Any]:
@@ -695,9 +724,10 @@ def compare_records(
     for pair in pairs:
         note = "truncated record: NaN where not captured" if pair.truncated else ""
         try:
-            prefixes = stored_prefixes(_open(pair.a), _open(pair.b), pair.path, pair.path_b) if pair.truncated else None
+            dump_a = _open(pair.a)
+            prefixes = stored_prefixes(dump_a, _open(pair.b), pair.path, pair.path_b) if pair.truncated else None
             if prefixes is None:
-                xa = record_source(_open(pair.a), pair.path, pair.truncated)
+                xa = record_source(dump_a, pair.path, pair.truncated)
                 xb = record_source(_open(pair.b), pair.path_b or pair.path, pair.truncated)
             else:
                 xa, xb, note = prefixes.a, prefixes.b, prefixes.note
@@ -716,7 +746,8 @@ def compare_records(
         if prefixes is not None:
             partial[len(rows)] = prefixes.shape_a
         plan = prepare_pair(pair.keys, xa, xb, rtol=pair.rtol, atol=pair.atol, notes=[note])
-        rows.append(_job(plan, xa, xb, pair.block_bytes, _locator(pair.keys)) if plan.compute else plan.row)
+        locate = _locator(pair.keys, dump_a, pair.path)
+        rows.append(_job(plan, xa, xb, pair.block_bytes, locate) if plan.compute else plan.row)
     out = _run(rows, advance, threads, one_blas_thread=True)
     for k, logical in partial.items():
         as_partial(out[k], logical)

@@ -174,6 +174,7 @@ def _draw(
     title: str,
     label: str,
     colorbar: bool,
+    origin: tuple[int, int] = (0, 0),
 ) -> Any:
     import matplotlib
     from matplotlib.ticker import MaxNLocator
@@ -190,7 +191,7 @@ def _draw(
         interpolation="nearest",
         cmap=colormap,
         norm=norm,
-        extent=(-0.5, n_cols - 0.5, n_rows - 0.5, -0.5),
+        extent=(origin[1] - 0.5, origin[1] + n_cols - 0.5, origin[0] + n_rows - 0.5, origin[0] - 0.5),
     )
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
@@ -201,6 +202,21 @@ def _draw(
         bar = ax.figure.colorbar(image, ax=ax)
         bar.set_label(label)
     return ax
+
+
+def _origin(da: Any) -> tuple[int, int]:
+    """The whole tensor's index of ``da``'s first row and column: where a dimension has an integer coordinate
+    that counts up by one (an L1 record's global rows), its first value; else 0."""
+    out = []
+    dims = ("", da.dims[0]) if da.ndim == 1 else tuple(da.dims[:2])
+    for dim in dims:
+        coord = da.coords.get(dim) if dim else None
+        values = None if coord is None or coord.ndim != 1 else np.asarray(coord.values)
+        if values is not None and values.size and values.dtype.kind in "iu" and np.all(np.diff(values) == 1):
+            out.append(int(values[0]))
+        else:
+            out.append(0)
+    return out[0], out[1]
 
 
 def _extent(da: Any) -> tuple[int, int]:
@@ -221,7 +237,8 @@ def plot_heatmap(
     """Heatmap of the first two dimensions of ``da`` (see :func:`heatmap_values`).
 
     Axes are labelled with the dimension names and ticks in original indices, so a strided heatmap of
-    a huge tensor still reads in the tensor's coordinates. NaN cells (e.g. not captured by a truncated
+    a huge tensor still reads in the tensor's coordinates, and an L1 record's rows read as the whole
+    tensor's (its row coordinate, e.g. rows 24..31, not 0..7). NaN cells (e.g. not captured by a truncated
     record) are drawn light grey. Signed data: :data:`DIVERGING` centred on 0; otherwise :data:`SEQUENTIAL`.
 
     Args:
@@ -255,6 +272,7 @@ def plot_heatmap(
         title=title,
         label=label or f"{name} ({da.dtype})",
         colorbar=colorbar,
+        origin=_origin(da),
     )
 
 
@@ -323,6 +341,7 @@ def plot_diff(
         title=title,
         label=label or f"A − B ({name})",
         colorbar=colorbar,
+        origin=_origin(a),
     )
 
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeAlias
 
 import pandas as pd
 
-from megadump_zarr.analyse.matching import execution_order, scalar
+from megadump_zarr.analyse.matching import execution_order, holds_payload, scalar
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -158,8 +158,7 @@ class DumpSide:
         Args:
             row: A ``records()`` row.
         """
-        value = scalar(row.get("payload"))
-        return True if value is None else bool(value)
+        return holds_payload(row)
 
     def lineage(self, path: str, row: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The lineage columns of a record (``role``, ``capture_phase``, ``producers``, ``consumers``, ``ports``).

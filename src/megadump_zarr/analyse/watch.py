@@ -67,7 +67,8 @@ def watch(
         interval: Seconds between polls.
         once: Read what is committed now and stop (the root must exist; a local directory with nothing
             committed yet gives no event).
-        timeout: Stop after this many seconds (None: never; a root that does not exist yet is waited for).
+        timeout: Stop after this many seconds (None: never; a local root that does not exist yet is waited for
+            where its parent directory exists).
         replicas: Shell-style tensor name patterns of records that should be identical on every rank (windows
             written by a flight recorder with ``replicas`` add theirs).
         stop: Called between polls; true stops the watch.
@@ -76,9 +77,11 @@ def watch(
             (e.g. to write them as TensorBoard scalars).
 
     Raises:
-        ValueError: A bad interval or timeout; with ``once``, a root that is not a dump.
+        ValueError: A bad interval or timeout; a local root whose parent directory does not exist; with ``once``,
+            a root that is not a dump.
     """
     _check(interval, timeout)
+    _check_parent(str(root))
     patterns = () if replicas is None else ((replicas,) if isinstance(replicas, str) else tuple(replicas))
     tracker = ReplicaTracker(patterns)
     deadline = None if timeout is None else time.monotonic() + float(timeout)
@@ -111,6 +114,19 @@ def _open(root: Any, storage_options: dict[str, Any] | None, once: bool) -> Any:
         if once and not _unwritten(text):
             raise
         return None  # not written yet: the root's document comes with the first committed window
+
+
+def _check_parent(text: str) -> None:
+    """A local root is waited for only where its parent directory exists (the job that writes it creates the
+    root itself): a root whose parent is missing too is a mistyped path, refused at once."""
+    import os
+
+    path = text[len("file://") :] if text.startswith("file://") else text
+    if "://" in path or os.path.exists(path):
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ValueError(f"{text}: no such dump, and its parent directory {parent} does not exist either")
 
 
 def _unwritten(text: str) -> bool:

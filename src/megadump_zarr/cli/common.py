@@ -20,6 +20,8 @@ from typing import Any
 
 from rich.console import Console
 
+from megadump_zarr.layout.sizes import human_bytes as human_bytes
+from megadump_zarr.store.option_keys import check_storage_options
 from megadump_zarr.tables import to_jsonable  # shared with the report (issue 25)
 
 __all__ = [
@@ -175,7 +177,18 @@ def storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
             raise CliError(f"-S {key}: expected a string, got {shown}")
         if key in _OPTION_BOOLS and not isinstance(value, bool):
             raise CliError(f"-S {key}: expected true or false, got {str(value)[:40]!r}")
+    for url in _urls(args):
+        try:
+            check_storage_options(url, options)
+        except ValueError as error:
+            raise CliError(str(error)) from None
     return options
+
+
+def _urls(args: argparse.Namespace) -> list[str]:
+    """The URL arguments of a command (dump roots, upload targets): what ``-S`` options are for."""
+    values = [v for value in vars(args).values() for v in (value if isinstance(value, list) else [value])]
+    return [str(v) for v in values if isinstance(v, (str, os.PathLike)) and "://" in str(v)]
 
 
 def _invocation(text: str) -> int | str:
@@ -493,18 +506,6 @@ def read_error(path: str, options: dict[str, Any] | None, error: BaseException) 
 
 
 # ---------------------------------------------------------------------------------------------- output
-def human_bytes(n: float | None) -> str:
-    """``1536`` → ``1.5 KiB``."""
-    if n is None:
-        return "—"
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
 @contextlib.contextmanager
 def progress_on_stderr(ctx: Context) -> Iterator[bool]:
     """Route progress bars that library code draws on rich's global console to stderr.

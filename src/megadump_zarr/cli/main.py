@@ -24,7 +24,8 @@ __all__ = ["build_parser", "main", "run"]
 
 EXIT_RULE = (
     "Exit status, for every command: 0 ok; 1 a check failed (compare fail, verify problems, replay "
-    "mismatch, report failures, upload not verified); 2 bad input (usage, missing path, unknown "
+    "mismatch, report failures, upload not verified, a missing or corrupt chunk met while reading); 2 bad "
+    "input (usage, missing path, unknown "
     "stage/record/selector, a filter that matches nothing, unreadable dump, object-store error)."
 )
 """The exit-code rule, printed by ``megadump --help``."""

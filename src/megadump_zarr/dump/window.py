@@ -178,10 +178,15 @@ def _statistics(invocation: DumpInvocation) -> Any:
 
 
 def _row_coordinate(snapshot: L1Snapshot) -> np.ndarray | None:
-    """Global indices along axis 0 when the record is a whole-row slice of its declared tensor."""
+    """Global indices along axis 0 when the record is a proper whole-row slice of its declared tensor (its
+    task holds some rows: the operand is split there). A record holding every row of its tensor (an operand
+    every task reads whole, such as a weight) gets none: its first dimension keeps the graph's name and
+    lines up with the same dimension of the task's other operands."""
     plan = snapshot.record
     shape, declared = plan.actual_shape, plan.declared_shape
     if plan.truncated or not shape or len(shape) != len(declared) or shape[1:] != declared[1:]:
+        return None
+    if shape[0] == declared[0]:
         return None
     row_bytes = math.prod(int(d) for d in shape[1:]) * snapshot.data.dtype.itemsize
     if row_bytes == 0 or plan.source_offset_bytes % row_bytes:

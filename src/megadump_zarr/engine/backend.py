@@ -9,7 +9,8 @@ Groups (the stored layout's paths, so a path that works with zarr works here):
   the stage, stitched from its task records along the split axis, with coordinates along that axis:
   the global index (named as the axis), ``task_id``, ``owner_id``, ``core_type``, ``core_id`` and
   ``worker``. A tensor that is an input and an output of the stage is two variables, ``input.NAME`` and
-  ``output.NAME``. Per-task slices that cannot be stitched (per-expert weights) are stacked along a new
+  ``output.NAME``. A tensor every task reads whole (not split, a weight) is one variable with the graph's
+  dimension names and no task coordinates. Per-task slices that cannot be stitched (per-expert weights) are stacked along a new
   ``NAME.task`` axis when their shapes agree (coordinates ``NAME.task_id``, ...), else one variable per
   task (``NAME.task_000003``).
 

@@ -629,27 +629,6 @@ class Dump:
             attrs["missingRows"] = max(0, int(declared[0]) - captured)
         return stitch(pieces, name=name, attrs=attrs)
 
-    # ------------------------------------------------------------------ integrity
-    def verify(self, *, deep: bool = False) -> Any:
-        """Deprecated: use ``megadump_zarr.verify_dump(dump, deep=...)``; this method warns and calls it.
-
-        Args:
-            deep: Also recompute every record's stored statistics from its data and compare.
-
-        Returns:
-            A ``megadump_zarr.verify.VerifyReport`` (``.ok``, ``.problems``, ``.to_dict()``).
-        """
-        import importlib
-        import warnings
-
-        warnings.warn(
-            "Dump.verify() is deprecated and goes in the next release: use "
-            "megadump_zarr.verify.verify_dump(dump, deep=...)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return importlib.import_module("megadump_zarr.verify").verify_dump(self, deep=deep)
-
     # ------------------------------------------------------------------ display
     def __repr__(self) -> str:
         infos = self._scan()

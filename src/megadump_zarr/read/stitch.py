@@ -22,6 +22,10 @@ The result is ordered by global row, one entry per distinct row:
   copy's NaN padding is filled from the other one). A mismatch raises ``ValueError`` naming both
   records and the rows. Only the blocks that hold duplicated rows pay for the check.
 
+An operand every task reads whole (each record holds every row of ``declaredShape``, a weight for example)
+is not split: the result is the tensor itself, with its dimension names and no coordinates (the copies are still checked
+equal).
+
 Coordinates along the split dimension: the global index (named as the dimension, an index), and
 per-row ``task_id``, ``owner_id``, ``core_type``, ``core_id`` and ``worker`` of the record the row comes
 from (``-1`` where a task has no owner or no fixed worker, ``""`` for an unknown core type); they all lie
@@ -188,6 +192,17 @@ def _runs(piece_of: np.ndarray, local_of: np.ndarray) -> list[tuple[int, int, in
     return [(int(a), int(b), int(piece_of[a]), int(local_of[a])) for a, b in zip(starts, stops)]
 
 
+def _read_whole(pieces: Sequence[Piece], attrs: dict[str, Any]) -> bool:
+    """Whether several records each hold every row of their declared tensor (an operand every task reads
+    whole, not split): per-row task and core coordinates would name one arbitrary task for rows every task
+    holds."""
+    declared = attrs.get("declaredShape")
+    if len(pieces) < 2 or not isinstance(declared, list) or not declared:
+        return False
+    every = np.arange(int(declared[0]), dtype=np.int64)
+    return all(p.rows.shape == every.shape and np.array_equal(np.sort(p.rows), every) for p in pieces)
+
+
 def stitch(
     pieces: Sequence[Piece], *, name: str, dims: Sequence[str] | None = None, attrs: dict[str, Any] | None = None
 ) -> xr.DataArray:
@@ -197,7 +212,8 @@ def stitch(
         pieces: The records.
         name: Tensor name (the DataArray's name, and for messages).
         dims: Dimension names of the result (default: the first piece's that has them).
-        attrs: Attributes of the result.
+        attrs: Attributes of the result; its ``declaredShape`` (when given) tells an operand every record
+            holds whole (no coordinates) from a split one.
 
     Raises:
         ValueError: No pieces, or shapes that differ beyond axis 0.
@@ -278,6 +294,10 @@ def stitch(
     else:
         result = da.zeros((0, *pieces[0].data.shape[1:]), dtype=dtype)
 
+    out_attrs = dict(attrs or {})
+    if _read_whole(pieces, out_attrs):  # not split: the tensor itself, its dimensions as the graph names them
+        return xr.DataArray(result, dims=dims, name=name, attrs=out_attrs)
+
     def per_row(attr: str) -> np.ndarray:
         values = np.array([getattr(p, attr) for p in pieces], dtype=np.int64)
         return values[piece_of] if piece_of.size else np.zeros(0, dtype=np.int64)
@@ -299,5 +319,5 @@ def stitch(
         captured = np.zeros(unique_rows.shape[0], dtype=bool)
         np.logical_or.at(captured, np.searchsorted(unique_rows, rows), stored)
         coords["captured"] = (dims[0], captured)
-    out = xr.DataArray(result, dims=dims, coords=coords, name=name, attrs=dict(attrs or {}))
+    out = xr.DataArray(result, dims=dims, coords=coords, name=name, attrs=out_attrs)
     return out.set_xindex("owner_id")

@@ -64,6 +64,9 @@ table { border-collapse: collapse; } th, td { padding: 3px 7px; border-bottom: 1
 #records tr.fail td:first-child { color: var(--fail); font-weight: 600; }
 #records tr:hover { background: #f6f8fa; } #records td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .table-wrap { max-height: 70vh; overflow: auto; border: 1px solid var(--line); }
+#records { width: 100%; font-size: 12px; } #records th { white-space: normal; } #records th, #records td { padding: 3px 5px; }
+#records td.text { white-space: normal; } #records td.wrap { white-space: normal; min-width: 8em; }
+.map-wrap { max-width: 100%; overflow-x: auto; }
 .controls { display: flex; gap: 10px; align-items: center; margin: 8px 0; } .controls input { width: 320px; padding: 4px 6px; }
 table.errormap td { width: 56px; height: 26px; text-align: center; font-size: 11px; border: 1px solid #fff; }
 table.errormap th { font-weight: 500; color: var(--muted); font-size: 12px; }
@@ -135,10 +138,16 @@ SCRIPT = r"""
   var filter = document.getElementById("filter"), failuresOnly = document.getElementById("failures-only");
   var columns = data.columns, rows = data.rows.map(function (r, i) { r.__order = i; return r; });
   var sortKey = "__order", sortDir = 1, PAGE = 200, limit = PAGE;
+  var WRAP = {path: 1, note: 1};  // long text wraps: the table stays as wide as the page
+  function breakable(html) { return html.replace(/([_.\/])/g, "$1<wbr>"); }  // names break after _ . and /
   var more = document.getElementById("more");
   var head = table.querySelector("thead tr");
   columns.forEach(function (c) {
-    var th = document.createElement("th"); th.textContent = c; th.dataset.key = c;
+    var th = document.createElement("th"); th.dataset.key = c;
+    c.split("_").forEach(function (part, i) {  // headers may break after an underscore
+      if (i) { th.appendChild(document.createTextNode("_")); th.appendChild(document.createElement("wbr")); }
+      th.appendChild(document.createTextNode(part));
+    });
     th.addEventListener("click", function () {
       sortDir = sortKey === c ? -sortDir : 1; sortKey = c;
       head.querySelectorAll("th").forEach(function (h) { h.className = ""; });
@@ -165,7 +174,9 @@ SCRIPT = r"""
     var html = shown.slice(0, limit).map(function (r) {
       var bad = r.verdict !== undefined ? r.verdict !== "pass" : (r.nan_count || r.inf_count);
       return "<tr class=\"" + (bad ? "fail" : "ok") + "\" data-order=\"" + r.__order + "\">" + columns.map(function (c) {
-        var v = r[c]; return "<td" + (typeof v === "number" ? " class=\"num\"" : "") + ">" + escape(fmt(v)) + "</td>";
+        var v = r[c];
+        if (typeof v === "number") return "<td class=\"num\">" + escape(fmt(v)) + "</td>";
+        return "<td class=\"" + (WRAP[c] ? "wrap" : "text") + "\">" + breakable(escape(fmt(v))) + "</td>";
       }).join("") + "</tr>";
     }).join("");
     body.innerHTML = html;

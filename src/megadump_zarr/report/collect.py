@@ -60,11 +60,9 @@ _TABLE_COLUMNS = (
     "core_type",
     "core_id",
     "io",
-    "dtype_a",
-    "dtype_b",
-    "shape_a",
-    "shape_b",
-    "cosine",
+    "dtype",
+    "shape",
+    "1-cos",
     "max_abs",
     "max_rel",
     "rmse",
@@ -115,6 +113,8 @@ class ReportData:
         error_maps: Per invocation, a stage × owner (or core) grid of worst relative errors.
         rows: The per-record table, failures first.
         columns: The table's column names, in order.
+        shared: Key columns left out of the table because every record has the same value there
+            (column -> value).
         worst: For the worst records, the difference heatmap and histogram.
         notes: Things the reader should know (e.g. analysis functions not available).
         stored: Record path -> ``[pack array, row]`` of dump A's packed records (``layout="packs"``): where
@@ -131,6 +131,7 @@ class ReportData:
     error_maps: list[dict[str, Any]] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)
     columns: list[str] = field(default_factory=list)
+    shared: dict[str, Any] = field(default_factory=dict)
     worst: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     stored: dict[str, list[Any]] = field(default_factory=dict)
@@ -163,29 +164,76 @@ def _where(row: Any, columns: tuple[str, ...] = _LOCATION) -> dict[str, Any] | N
     return out
 
 
-def _table(frame: pd.DataFrame, columns: tuple[str, ...]) -> tuple[list[str], list[dict[str, Any]]]:
+def _display_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with the table's derived columns: ``dtype`` and ``shape`` (side A's, ``A vs B`` where the
+    sides differ: one column each keeps the table inside a 1400-pixel window) and ``1-cos`` (``1 - cosine``:
+    a cosine of 0.99999 rounds to 1 in any short format, its distance from 1 does not)."""
+    out = {}
+    for name in ("dtype", "shape"):
+        a, b = f"{name}_a", f"{name}_b"
+        if a in frame.columns and b in frame.columns:
+            out[name] = [_side_pair(x, y) for x, y in zip(frame[a], frame[b])]
+    if "cosine" in frame.columns:
+        out["1-cos"] = 1.0 - pd.to_numeric(frame["cosine"], errors="coerce")
+    return frame.assign(**out)
+
+
+def _side_pair(a: Any, b: Any) -> Any:
+    a, b = to_jsonable(a), to_jsonable(b)
+    if a == b or b is None:
+        return a
+    if a is None:
+        return b
+
+    def text(v: Any) -> str:
+        return "×".join(str(d) for d in v) if isinstance(v, list) else str(v)
+
+    return f"{text(a)} vs {text(b)}"
+
+
+_SHARED_COLUMNS = ("rank", "window", "invocation", "step", "core_type", "io")
+"""Key columns the table leaves out where every record has the same value (said once above the table)."""
+
+
+def _table(frame: pd.DataFrame, columns: tuple[str, ...]) -> tuple[list[str], list[dict[str, Any]], dict[str, Any]]:
+    """The table's columns (those with a value), its rows, and the :data:`_SHARED_COLUMNS` left out
+    because every one of two or more records has the same value there (column -> that value)."""
     present = [c for c in columns if c in frame.columns]
     present = [c for c in present if frame[c].notna().any()] if len(frame) else present
+    shared: dict[str, Any] = {}
+    if len(frame) > 1:
+        for c in _SHARED_COLUMNS:
+            if c in present and frame[c].notna().all() and frame[c].nunique() == 1:
+                shared[c] = to_jsonable(frame[c].iloc[0])
+        present = [c for c in present if c not in shared]
     rows = [{c: to_jsonable(v) for c, v in zip(present, values)} for values in frame[present].itertuples(index=False)]
-    return present, rows
+    return present, rows, shared
 
 
 # ------------------------------------------------------------------------------------------- analysis
-def _analysis(name: str) -> Any:
-    """A function of ``megadump_zarr.analyse`` by name, or None where this version has none."""
-    from megadump_zarr import analyse
-
-    return getattr(analyse, name, None)
-
-
 def _error_maps(result: pd.DataFrame, by: str) -> list[dict[str, Any]]:
-    """Per invocation, a stage × owner (or core) grid of ``analyse.errormap.error_map``'s worst relative
-    error and failing counts; empty where the records have no owners (or cores), e.g. L0."""
+    """Per invocation, a stage × owner grid of ``analyse.errormap.error_map``'s worst relative error and
+    failing counts; by core where the records have no owners, by task where they have no cores either
+    (``analyse.errormap.mapped_by``; each map's ``by`` says which, ``asked`` what was asked); empty where
+    they have no stage (L0).
+
+    Args:
+        result: The compare result.
+        by: ``"owner"`` or ``"core"``.
+    """
+    from megadump_zarr.analyse.errormap import mapped_by
+
+    return [m | {"asked": by} for m in _error_maps_by(result, mapped_by(result, by))]
+
+
+def _error_maps_by(result: pd.DataFrame, by: str) -> list[dict[str, Any]]:
+    """:func:`_error_maps` for one ``by``; empty where no record has its key."""
     from megadump_zarr.analyse.errormap import BY_KEYS, error_map
 
     keys = list(BY_KEYS[by])
     table = error_map(result, by=by)
-    table = table[table["stage"].notna() & table[keys[-1]].notna()]
+    identity = "task_id" if by == "task" else keys[-1]  # the key a grid column needs
+    table = table[table["stage"].notna() & table[identity].notna()]
     if table.empty:
         return []
     steps = {}
@@ -222,7 +270,7 @@ def _error_maps(result: pd.DataFrame, by: str) -> list[dict[str, Any]]:
                 "where": where | {"step": to_jsonable(steps.get(tuple(labels)))},
                 "by": by,
                 "rows": stages,
-                "columns": [" ".join(str(v) for v in c) for c in columns],
+                "columns": [" ".join(str(v) for v in c if v is not None) for c in columns],
                 "cells": cells,
             }
         )
@@ -290,6 +338,7 @@ def _worst(dump_a: Any, dump_b: Any, result: pd.DataFrame, limit: int) -> tuple[
             a, b = _open_pair(dump_a, dump_b, row)
             (va, steps, dims), (vb, _, _) = _strided(a, DIFF_MAX_SIZE), _strided(b, DIFF_MAX_SIZE)
             diff = va - vb
+            index = _axis_indices(a, dims, steps, diff.shape)
         except (ValueError, KeyError, OSError, TypeError) as error:
             notes.append(f"no difference heatmap for {row['path']}: {error}")
             continue
@@ -305,6 +354,7 @@ def _worst(dump_a: Any, dump_b: Any, result: pd.DataFrame, limit: int) -> tuple[
                 "logical_shape": to_jsonable(row.get("shape_a")),
                 "steps": [int(v) for v in steps],  # every steps[0]-th row, steps[1]-th column of the tensor
                 "dims": [str(d) for d in dims],
+                "index": index,  # the whole tensor's index of each shown row and column
                 "limit": limit_abs,
                 # Quantised to 0..254 around 0 (127); 255 marks a non-finite cell. Small enough to embed.
                 "cells": _quantise(diff, limit_abs),
@@ -313,6 +363,27 @@ def _worst(dump_a: Any, dump_b: Any, result: pd.DataFrame, limit: int) -> tuple[
             }
         )
     return out, notes
+
+
+def _axis_indices(da: Any, dims: tuple[str, str], steps: tuple[int, int], shape: tuple[int, ...]) -> list[list[int]]:
+    """The whole tensor's index of each row and column a heatmap shows: the record's integer coordinate
+    along that dimension where it has one (an L1 record's global rows), else the position in the record.
+
+    Args:
+        da: The record (a DataArray).
+        dims: The heatmap's row and column dimensions (``""``: a 1-D record's single row).
+        steps: Their strides.
+        shape: The heatmap's shape.
+    """
+    out = []
+    for dim, step, n in zip(dims, steps, shape):
+        coord = getattr(da, "coords", {}).get(dim) if dim else None
+        values = None if coord is None or coord.ndim != 1 else np.asarray(coord.values)
+        if values is not None and values.dtype.kind in "iu":
+            out.append([int(v) for v in values[::step][:n]])
+        else:
+            out.append([i * step for i in range(n)])
+    return out
 
 
 def _quantise(diff: np.ndarray, limit: float) -> list[int]:
@@ -354,7 +425,8 @@ def collect_comparison(
         pair: ``{step of A: step of B}``, as in ``compare`` (default: each step with the same step).
         accept_partial: As in ``compare``: truncated records that pass on their stored part pass.
     """
-    from megadump_zarr.analyse import compare
+    from megadump_zarr.analyse.compare import compare, first_divergence
+    from megadump_zarr.analyse.rootcause import root_cause
     from megadump_zarr.analyse.side import open_side
 
     if by not in ("owner", "core"):
@@ -383,23 +455,20 @@ def collect_comparison(
         "rtol": to_jsonable(rtol),
         "atol": to_jsonable(atol),
     }
-    first = _analysis("first_divergence")
-    root = _analysis("root_cause")
-    if root is None:
-        notes.append("root cause analysis is not available in this version of megadump_zarr")
     worst_rows, worst_notes = _worst(dump_a, dump_b, result, worst)
     notes.extend(worst_notes)
-    columns, rows = _table(failures_first(result), _TABLE_COLUMNS)
+    columns, rows, shared = _table(_display_columns(failures_first(result)), _TABLE_COLUMNS)
     return ReportData(
         kind="compare",
         title=f"megadump report: {_url(a)} vs {_url(b)}",
         sources={"a": _url(a), "b": _url(b), "root_a": _root(dump_a), "root_b": _root(dump_b)},
         summary=summary,
-        first_divergence=_where(first(result)) if first is not None else None,
-        root_cause=_with_replay(_where(root(result)) if root is not None else None, dump_a),
+        first_divergence=_where(first_divergence(result)),
+        root_cause=_with_replay(_where(root_cause(result)), dump_a),
         error_maps=_error_maps(result, by),
         rows=rows,
         columns=columns,
+        shared=shared,
         worst=worst_rows,
         notes=notes,
         stored=_stored_of(dump_a, result),
@@ -425,7 +494,7 @@ def collect_single(a: Any, *, names: Any = None, select: dict[str, Any] | None =
     nonfinite = records[(nan.fillna(0) > 0) | (inf.fillna(0) > 0)] if len(records) else records
     first = nonfinite.iloc[0] if len(nonfinite) else None
     ordered = pd.concat([nonfinite, records.drop(nonfinite.index)]) if len(records) else records
-    columns, rows = _table(ordered, _STATS_COLUMNS)
+    columns, rows, shared = _table(ordered, _STATS_COLUMNS)
     summary = {
         "verdict": "nonfinite" if len(nonfinite) else "finite",
         "records": len(records),
@@ -440,6 +509,7 @@ def collect_single(a: Any, *, names: Any = None, select: dict[str, Any] | None =
         first_nonfinite=_where(first),
         rows=rows,
         columns=columns,
+        shared=shared,
         stored=_stored(records),  # the rows just read: no second catalogue walk
     )
 

@@ -177,8 +177,14 @@ def _heat_color(value: float | None, top: float) -> str:
 
 def _error_maps(data: ReportData) -> str:
     if not data.error_maps:
-        return '<p class="note">No L1 owner/core grid in these records.</p>'
+        return '<p class="note">No stage grid: these records have no L1 stage, task, owner or core (L0).</p>'
     parts = []
+    first = data.error_maps[0]
+    if first.get("asked") not in (None, first["by"]):
+        missing = "owners" if first["asked"] == "owner" else "cores"
+        if first["by"] == "task" and first["asked"] == "owner":
+            missing = "owners or cores"
+        parts.append(f'<p class="note">These records have no {missing}: the grid is by {escape(first["by"])}.</p>')
     for m in data.error_maps:
         values = [
             c["worst_rel"] for line in m["cells"] for c in line if c and isinstance(c.get("worst_rel"), (int, float))
@@ -205,8 +211,8 @@ def _error_maps(data: ReportData) -> str:
                 )
             body.append(f"<tr><th>{escape(stage)}</th>{''.join(cells)}</tr>")
         parts.append(
-            f'<h3>{escape(where)}</h3><table class="errormap"><thead><tr><th>stage</th>{head}</tr></thead>'
-            f"<tbody>{''.join(body)}</tbody></table>"
+            f'<h3>{escape(where)}</h3><div class="map-wrap"><table class="errormap"><thead><tr><th>stage</th>{head}'
+            f"</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
         )
     return (
         "".join(parts) + '<p class="note">Cells: worst relative error of the records of that stage and '
@@ -265,20 +271,22 @@ def _histogram_svg(hist: dict[str, Any]) -> str:
 
 
 def _heatmap(i: int, w: dict[str, Any]) -> str:
-    """The canvas of worst record ``i`` inside its axes: dimension names and ticks in tensor indices."""
+    """The canvas of worst record ``i`` inside its axes: dimension names, and ticks in the whole tensor's
+    indices (an L1 record's global rows)."""
     rows, cols = w["shape"][0], (w["shape"][1] if len(w["shape"]) > 1 else 1)
     scale = max(1, 288 // max(rows, cols))  # the script sizes the canvas the same way
     steps, dims = w.get("steps") or [1, 1], w.get("dims") or ["", ""]
+    index = w.get("index") or [[r * steps[0] for r in range(rows)], [c * steps[1] for c in range(cols)]]
     y_ticks = (
         "".join(
-            f'<span class="tick y-tick" style="top:{(r + 0.5) * scale:.1f}px">{r * steps[0]}</span>'
+            f'<span class="tick y-tick" style="top:{(r + 0.5) * scale:.1f}px">{index[0][r]}</span>'
             for r in _ticks(rows)
         )
         if rows > 1
         else ""
     )
     x_ticks = "".join(
-        f'<span class="tick x-tick" style="left:{(c + 0.5) * scale:.1f}px">{c * steps[1]}</span>' for c in _ticks(cols)
+        f'<span class="tick x-tick" style="left:{(c + 0.5) * scale:.1f}px">{index[1][c]}</span>' for c in _ticks(cols)
     )
 
     def label(dim: str, step: int) -> str:
@@ -381,6 +389,8 @@ def render_html(data: ReportData) -> str:
         sections = ""
         failures_toggle = '<label><input type="checkbox" id="failures-only"> non-finite only</label>'
     notes = "".join(f'<p class="note">{escape(n)}</p>' for n in data.notes)
+    same = ", ".join(f"{k} {_text(v, k)}" for k, v in data.shared.items())
+    shared = f'<p class="note" id="shared-columns">Every record: {escape(same)}.</p>' if same else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
@@ -393,7 +403,7 @@ def render_html(data: ReportData) -> str:
 {notes}
 {sections}
 <h2>Records</h2>
-<div class="controls"><input id="filter" type="search" placeholder="filter: name, stage, verdict, path ...">
+{shared}<div class="controls"><input id="filter" type="search" placeholder="filter: name, stage, verdict, path ...">
 {failures_toggle}<span id="shown-count" class="note"></span></div>
 <div class="table-wrap"><table id="records"><thead><tr></tr></thead><tbody></tbody></table></div>
 <p><button id="more" type="button" hidden>show more records</button></p>

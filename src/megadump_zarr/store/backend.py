@@ -24,7 +24,7 @@ import shutil
 import threading
 from typing import Any
 
-__all__ = ["SYNC_MODES", "Backend", "Buffer", "FsspecBackend", "LocalBackend", "open_backend"]
+__all__ = ["SYNC_MODES", "Backend", "Buffer", "FsspecBackend", "LocalBackend"]
 
 Buffer = bytes | bytearray | memoryview | Any  # anything exposing the buffer protocol as bytes
 """A value to store: any C-contiguous buffer; the local backend also takes a tuple of buffers (the
@@ -484,22 +484,3 @@ def _as_bytes(data: Buffer) -> bytes:
     if isinstance(data, bytes):
         return data
     return memoryview(data).cast("B").tobytes()
-
-
-def open_backend(root: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> Backend:
-    """The backend for a dump root.
-
-    Args:
-        root: Local path, ``file://`` URL (both local), or any other fsspec URL.
-        storage_options: fsspec options (ignored for local roots).
-    """
-    text = os.fspath(root)
-    if "://" not in text:
-        return LocalBackend(text)
-    if text.startswith("file://"):
-        return LocalBackend(text[len("file://") :])
-    if text.partition("://")[0].lower() in ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl"):
-        from megadump_zarr.store.object_backend import ObjectStoreBackend  # retries, bounded concurrency
-
-        return ObjectStoreBackend(text, storage_options)
-    return FsspecBackend(text, storage_options)

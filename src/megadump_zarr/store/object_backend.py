@@ -1,7 +1,7 @@
 """Object stores (``s3://``, ``gs://``, ``az://``, ...): bounded concurrency, retries, atomic window claims.
 
 :class:`ObjectStoreBackend` is the :class:`~megadump_zarr.store.backend.Backend` that
-:func:`~megadump_zarr.store.backend.open_backend` returns for object-store URLs. The window writer calls
+:func:`~megadump_zarr.store.roots.open_backend` returns for object-store URLs. The window writer calls
 ``put`` / ``put_many`` from its thread pool (32 threads for remote roots); every request made here goes
 through one retry loop and one semaphore, so the number of requests in flight is bounded
 (``max_concurrency``) however many writer threads there are, and ``put_many`` fans its items out

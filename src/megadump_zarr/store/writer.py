@@ -43,7 +43,8 @@ import numpy as np
 
 from megadump_zarr.codecs import parse_compressor
 from megadump_zarr.layout.write_model import InvocationWrite, WindowWrite
-from megadump_zarr.store.backend import Backend, LocalBackend, open_backend
+from megadump_zarr.store.backend import Backend, LocalBackend
+from megadump_zarr.store.roots import open_backend
 from megadump_zarr.store.chunk_digests import note_chunk_digest, splice_chunk_digests
 from megadump_zarr.store.encoding import NO_COMPRESSION, RAW_BELOW_BYTES, Encoder, joined
 from megadump_zarr.store.metadata import (

@@ -50,6 +50,7 @@ from typing import Any
 from megadump_zarr.store.object_backend import ObjectInfo, ObjectStoreBackend, RetryPolicy
 from megadump_zarr.store.root_index import index_root, plain_document
 from megadump_zarr.layout.paths import RANK_DIR, WINDOW_DIR
+from megadump_zarr.layout.sizes import human_bytes, transfer_rate
 
 __all__ = ["UploadError", "UploadReport", "upload", "upload_windows"]
 
@@ -95,11 +96,11 @@ class UploadReport:
 
     def summary(self) -> str:
         """One line for people."""
-        rate = self.uploaded_bytes / self.seconds / 2**20 if self.seconds > 0 else 0.0
+        rate = transfer_rate(self.uploaded_bytes, self.seconds)
         text = (
             f"{len(self.windows)} window(s) verified at {self.url}: {self.uploaded_objects} object(s) "
-            f"({self.uploaded_bytes / 2**20:.1f} MiB) uploaded, {self.present_objects} already present, "
-            f"{self.seconds:.1f} s ({rate:.0f} MiB/s)"
+            f"({human_bytes(self.uploaded_bytes)}) uploaded, {self.present_objects} already present, "
+            f"{self.seconds:.1f} s" + (f" ({rate})" if rate else "")
         )
         if self.skipped:
             text += f"; {len(self.skipped)} skipped"

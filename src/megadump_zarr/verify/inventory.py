@@ -4,7 +4,7 @@ listed array is stored, each array's document has its recorded digest, each chun
 :func:`load_inventory` reads and validates the inventory (and its SHA-256, which the window document records);
 :func:`check_listed_arrays` compares the window's arrays and their documents with it; the chunk check
 (:mod:`~megadump_zarr.verify.chunks`) compares each chunk it reads with its entry (:func:`check_chunk_digest`), and
-:func:`check_stored_chunks` reads the chunks of the stored arrays the chunk check does not see (a pack's stored
+:func:`~megadump_zarr.verify.chunks.check_stored_chunks` reads the chunks of the stored arrays the chunk check does not see (a pack's stored
 arrays, which the readers describe as the records they hold).
 """
 
@@ -17,7 +17,6 @@ from megadump_zarr.layout.inventory import (
     INVENTORY_FILE,
     InventoryEntry,
     InventoryError,
-    chunk_digest,
     inventory_digest,
     metadata_digest,
     parse_inventory,
@@ -27,11 +26,8 @@ from megadump_zarr.verify.report import CheckState, short
 __all__ = [
     "check_chunk_digest",
     "check_listed_arrays",
-    "check_stored_chunks",
     "load_inventory",
 ]
-
-_BATCH = 64
 
 
 def load_inventory(state: CheckState, store: Any, window: str, attrs: dict[str, Any]) -> dict[str, InventoryEntry]:
@@ -119,50 +115,3 @@ def check_chunk_digest(state: CheckState, window: str, path: str, index: int, ke
         f"from elsewhere (another task, window or dump, or swapped with another)",
     )
     return True
-
-
-def check_stored_chunks(state: CheckState, store: Any, window: str, stored: dict[str, Any], seen: set[str]) -> None:
-    """Read the chunks of the inventoried arrays the chunk check did not read and compare their digests.
-
-    Args:
-        state: The window's check state.
-        store: The dump store.
-        window: The window key.
-        stored: The window's consolidated metadata as stored.
-        seen: Paths of the arrays the chunk check read.
-    """
-    from megadump_zarr.read.location import get_many
-    from megadump_zarr.verify.chunks import expected_chunks, open_array
-
-    for path in sorted(set(state.inventory or {}) - seen):
-        doc = stored.get(path)
-        if not isinstance(doc, dict) or doc.get("node_type") != "array":
-            continue
-        grid = expected_chunks(doc)
-        if grid is None:
-            continue
-        array_key = f"{window}/{path}"
-        try:
-            zarray = open_array(store, array_key, doc)
-        except Exception:  # noqa: BLE001 - a malformed document is named by the document checks
-            continue
-        keys = [f"{array_key}/{zarray.metadata.encode_chunk_key(c)}" for c in grid]
-        if len(keys) != len(state.inventory[path].chunks):
-            state.add(
-                f"{array_key}/zarr.json",
-                f"its grid has {len(keys)} chunk(s) but the window inventory lists {len(state.inventory[path].chunks)}",
-            )
-        for start in range(0, len(keys), _BATCH):
-            batch = keys[start : start + _BATCH]
-            fetch = [k for k in batch if k not in state.digested]  # a pack's: read whole by the pack checks
-            fetched = dict(zip(fetch, get_many(store, fetch)))
-            for offset, key in enumerate(batch):
-                if key in state.damaged:
-                    continue
-                if key in state.digested:
-                    digest = state.digested[key]
-                elif fetched[key] is None:  # named by the chunk check and the pack checks, as the readers name it
-                    continue
-                else:
-                    digest, _ = chunk_digest(fetched[key])
-                check_chunk_digest(state, window, path, start + offset, key, digest)

@@ -98,8 +98,8 @@ class CheckState:
         stored_bytes: Bytes of the chunks read.
         partial_records: Records flagged ``partial: true``.
         unbound: Checksummed arrays that record no ``chunkCrc32c`` (a note, not a problem).
-        shard_bound: Keys of the packed record arrays bound to their place by their pack shard's ``shardCrc32c``
-            (``verify.packs``): not counted in ``unbound``.
+        shard_bound: Keys of the arrays bound to their place otherwise: packed record arrays by their pack shard's
+            ``shardCrc32c`` (``verify.packs``): not counted in ``unbound``.
         unchecked: Arrays with chunks but no checksum: decoded only (a note, not a problem).
         digested: Window-inventory digests of the chunks the pack checks read whole (``verify.packs``), by key,
             so that ``verify.inventory`` reads none of them again.

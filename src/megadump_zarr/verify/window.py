@@ -13,9 +13,11 @@ window, the store key and what is wrong:
 - packs (:mod:`~megadump_zarr.verify.packs`): stored pack documents, each row's task ids and row coordinates,
   each shard read once; the packed records themselves are checked as the readers describe them (their
   documents against the pack's, their chunks where their rows are);
-- chunks (:mod:`~megadump_zarr.verify.chunks`): every chunk present, its crc32c holds, it is bound to its
-  place (``chunkCrc32c``, :mod:`~megadump_zarr.verify.placement`); arrays without the attribute (older
-  dumps, packs, no checksum) are counted in a *not bound* note, not as problems;
+- inventory (:mod:`~megadump_zarr.verify.inventory`): every array the window holds is listed in its inventory,
+  each document and chunk has the digest listed there;
+- chunks (:mod:`~megadump_zarr.verify.chunks`): every chunk present, its crc32c holds;
+- bindings (:mod:`~megadump_zarr.verify.bindings`): a task group's ``taskId`` equals its name, a pack's
+  ``taskCount`` its rows, a row coordinate holds the rows its records' ``sourceOffsetBytes`` give;
 - ``deep``: the statistics stored in each record are recomputed from the data and compared.
 
 Kept partial launches (``on_error="keep"``): the window attribute ``partialLaunches`` and records with
@@ -28,10 +30,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from megadump_zarr.verify.chunks import check_chunks
+from megadump_zarr.verify.chunks import check_chunks, check_stored_chunks
 from megadump_zarr.verify.bindings import check_bindings, check_coordinate_values
 from megadump_zarr.verify.documents import check_manifest, check_node_documents, check_records_table
-from megadump_zarr.verify.inventory import check_listed_arrays, check_stored_chunks, load_inventory
+from megadump_zarr.verify.inventory import check_listed_arrays, load_inventory
 from megadump_zarr.verify.packs import check_pack_documents
 from megadump_zarr.layout.paths import WINDOW_PATH
 from megadump_zarr.layout.schema import format_problem
@@ -147,7 +149,7 @@ def verify_window(
 
 def _digesting(fetch: Callable[[list[str]], list[Any]], state: CheckState) -> Callable[[list[str]], list[Any]]:
     """``fetch`` that also keeps each chunk's inventory digest (``state.digested``): what the pack expansion reads
-    (a pack's ``row_fields``) is not read again by :func:`~megadump_zarr.verify.inventory.check_stored_chunks`."""
+    (a pack's ``row_fields``) is not read again by :func:`~megadump_zarr.verify.chunks.check_stored_chunks`."""
     from megadump_zarr.layout.inventory import chunk_digest
 
     def fetched(keys: list[str]) -> list[Any]:
@@ -218,8 +220,8 @@ def _result(state: CheckState, status: str, deep: bool, partial: tuple[Any, ...]
         )
     if state.unbound:
         notes.append(
-            f"{state.unbound} array(s) not bound: they record no chunkCrc32c (coordinate arrays, and arrays or packs "
-            f"written before it existed or without checksums), so a chunk valid elsewhere cannot be told from theirs"
+            f"{state.unbound} array(s) not bound: they record no chunkCrc32c (arrays or packs written before it "
+            f"existed or without checksums), so a chunk valid elsewhere cannot be told from theirs"
         )
     return WindowCheck(
         state.window,

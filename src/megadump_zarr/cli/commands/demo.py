@@ -10,6 +10,7 @@ import shutil
 import sys
 
 from megadump_zarr.cli.common import EXIT_OK, CliError, Context, add_output_flags, human_bytes
+from megadump_zarr.layout.sizes import compression, compression_text
 
 __all__ = ["launchers", "register"]
 
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         summary = run_demo(args.out, steps=args.steps, dtype=args.dtype, device=args.device)
     except FileExistsError as error:
         raise CliError(str(error)) from None
-    ratio = summary.raw_bytes / summary.stored_bytes if summary.stored_bytes else 0.0
+    squeeze = compression(summary.raw_bytes, summary.stored_bytes)
     if ctx.json:
         ctx.emit_json(
             {
@@ -86,6 +87,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
                 "tensors": summary.tensors,
                 "raw_bytes": summary.raw_bytes,
                 "stored_bytes": summary.stored_bytes,
+                "compression": squeeze,
                 "example_group": summary.example_group,
             }
         )
@@ -98,8 +100,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         console.print(f"  {level}: {root}", highlight=False)
     console.print(
         f"  {summary.windows} windows, {summary.invocations} invocations, {summary.tasks} L1 tasks, "
-        f"{summary.tensors} tensors; {human_bytes(summary.raw_bytes)} raw, {human_bytes(summary.stored_bytes)} stored "
-        f"(ratio {ratio:.2f})",
+        f"{summary.tensors} tensors; {human_bytes(summary.raw_bytes)} logical, {human_bytes(summary.stored_bytes)} on "
+        f"disk ({compression_text(squeeze)})",
         highlight=False,
     )
     python, megadump = launchers()

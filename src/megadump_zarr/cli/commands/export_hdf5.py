@@ -31,7 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Write one window group (ROOT/rank_R/window_WWWW) to an HDF5 file that "
         "xr.open_dataset(FILE, engine='h5netcdf', group=...) reads, with the same group paths "
         "(megadump_zarr.interop.export_hdf5). WINDOW may also be a dump root: --rank/--window pick "
-        "the window (optional when the root holds only one).",
+        "the window (optional when the root holds only one); a --rank/--window that matches no window is bad "
+        "input (exit 2): the message lists the windows that exist.",
     )
     parser.add_argument("window", metavar="WINDOW", help="window group path/URL, or a dump root with --rank/--window")
     parser.add_argument("file", metavar="FILE.h5", help="HDF5 file to create")

@@ -11,6 +11,8 @@ from typing import Any
 from rich.text import Text
 from rich.tree import Tree
 
+from megadump_zarr.layout.sizes import COMPRESSION, compression, compression_text
+
 from megadump_zarr.cli.common import (
     EXIT_OK,
     Context,
@@ -37,8 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="tree of ranks, windows and invocations with sizes",
         description="Show a dump's ranks and windows (status, level, invocations, created/committed) with their "
         "sizes: logical bytes (sum of the records' bytes), stored bytes (sum of stored_bytes: "
-        "truncated records store a prefix), bytes on disk (local roots) and the compression ratio "
-        "logical/on-disk (logical/stored for URL roots). Aborted and writing (torn) windows are "
+        f"truncated records store a prefix), bytes on disk (local roots) and the {COMPRESSION} (local "
+        "roots; — on object stores, whose bytes on disk are not measured). Aborted and writing (torn) windows are "
         "marked. PATH may also be a directory holding several dump roots (e.g. a demo run's l0/ and "
         "l1/). JSON: {root, windows: [...]} or, for such a directory, {roots: [...]}.",
     )
@@ -94,7 +96,6 @@ def summarise(dump: Any) -> dict[str, Any]:
         raw = int(pd.to_numeric(mine["bytes"], errors="coerce").fillna(0).sum()) if len(mine) else 0
         stored = int(pd.to_numeric(mine["stored_bytes"], errors="coerce").fillna(0).sum()) if len(mine) else 0
         disk = _disk_bytes(dump, w.path)
-        denominator = disk if disk else stored
         attrs = _window_attrs(dump, w.path)
         invocations = []
         if len(mine):
@@ -129,7 +130,7 @@ def summarise(dump: Any) -> dict[str, Any]:
                 "raw_bytes": raw,
                 "stored_bytes": stored,
                 "disk_bytes": disk,
-                "ratio": (raw / denominator) if denominator else None,
+                "compression": compression(raw, disk),
                 "invocation_list": invocations,
             }
         )
@@ -145,10 +146,6 @@ def _present(value: Any) -> Any:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
     return value
-
-
-def _ratio(value: float | None) -> str:
-    return "—" if value is None else f"{value:.2f}"
 
 
 def _tree(summary: dict[str, Any]) -> Tree:
@@ -184,7 +181,7 @@ def _tree(summary: dict[str, Any]) -> Tree:
             text.append(f"\n{human_bytes(w['raw_bytes'])} logical, {human_bytes(w['stored_bytes'])} stored")
             if w["disk_bytes"] is not None:
                 text.append(f", {human_bytes(w['disk_bytes'])} on disk")
-            text.append(f", ratio {_ratio(w['ratio'])}")
+            text.append(f", {compression_text(w['compression'])}")
             created, committed = w["created_at"], w["committed_at"]
             if committed is None and status == "writing":
                 committed = "never (torn, or still being written)"

@@ -55,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--by",
         choices=("owner", "core", "task"),
         default="owner",
-        help="errormap: columns per owner (default), core or task",
+        help="errormap: columns per owner (default; by core, then task, where the records have no owners), core or task",
     )
     parser.add_argument(
         "--value",
@@ -132,23 +132,26 @@ def _same_rows(a: Selected, b: Selected) -> None:
 
 def _errormap(args: argparse.Namespace, ctx: Context, dump_a: Any, dump_b: Any, figure: Any) -> dict[str, Any]:
     from megadump_zarr.analyse import compare
-    from megadump_zarr.analyse.errormap import error_map
+    from megadump_zarr.analyse.errormap import error_map, mapped_by
     from megadump_zarr.analyse.errormap_plot import error_grid, plot_error_map
 
     records_a, records_b = matching_pair(dump_a, dump_b, args, f"{args.path} or {args.diff}")
     paths = sorted(set(records_a["path"]) | set(records_b["path"]))
     with progress_on_stderr(ctx) as progress:
         result = compare(dump_a, dump_b, progress=progress, path=paths)
-    table = error_map(result, by=args.by)
+    by = mapped_by(result, args.by)
+    if by != args.by:
+        ctx.note(f"these records have no {args.by}s: the error map is by {by}")
+    table = error_map(result, by=by)
     ax = figure.add_subplot()
     try:
-        plot_error_map(table, ax, by=args.by, value=args.value)
+        plot_error_map(table, ax, by=by, value=args.value)
     except ValueError as error:
         raise CliError(str(error)) from None
     ax.set_title(f"{args.path} vs {args.diff} · {_span(result)}\n" + ax.get_title(), fontsize=9)
-    worst, failures, stages, columns = error_grid(table, by=args.by, value=args.value)
+    worst, failures, stages, columns = error_grid(table, by=by, value=args.value)
     return {
-        "by": args.by,
+        "by": by,
         "value": args.value,
         "stages": stages,
         "columns": columns,

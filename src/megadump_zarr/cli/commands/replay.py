@@ -36,7 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "is the culprit) or 'correct on its inputs' (exit 0: look upstream). Dumps of the demo model "
         "need no reference; for other kernels pass --reference module:attr (a tile function "
         "fn(tile), an OperatorNode, or a MegaKernel holding the stage; MODULE is imported from the "
-        "installed packages, PYTHONPATH or the current directory).",
+        "installed packages, PYTHONPATH or the current directory). A --stage, --task or --owner that "
+        "names no task of the dump is bad input (exit 2): the message lists the ones that exist.",
     )
     parser.add_argument("path", metavar="DUMP", help="dump root: directory or URL")
     parser.add_argument("--stage", required=True, metavar="S", help="the task's stage")

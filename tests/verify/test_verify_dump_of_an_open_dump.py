@@ -1,5 +1,5 @@
-"""``Dump.verify()`` is deprecated (issue 25: the read layer no longer imports ``verify``): it warns, points at
-``verify_dump(dump)`` and still gives the same report for one release; ``verify_dump`` takes an open Dump."""
+"""``verify_dump`` takes an open Dump as well as a root; a Dump has no ``verify`` method (the read layer ranks
+below ``verify`` and does not reach up to it)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def damaged(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A demo dump whose first record's first chunk is gone (a committed window: a problem to report)."""
     from megadump_zarr.demo.run import run_demo
 
-    root = run_demo(tmp_path_factory.mktemp("deprecated") / "run", steps=2).root / "l0"
+    root = run_demo(tmp_path_factory.mktemp("open_dump") / "run", steps=2).root / "l0"
     path = open_dump(root).records()["path"].iloc[0]
     span = record_chunk(root, path)
     Path(span.file).unlink()
@@ -32,8 +32,7 @@ def test_verify_dump_takes_an_open_dump_and_names_its_root(damaged: Path) -> Non
     assert [(p.window, p.key, p.what) for p in report.problems] == [(p.window, p.key, p.what) for p in by_url.problems]
 
 
-def test_dump_verify_warns_and_still_works(damaged: Path) -> None:
+def test_an_open_dump_has_no_verify_method(damaged: Path) -> None:
     dump = open_dump(damaged)
-    with pytest.warns(DeprecationWarning, match=r"Dump.verify\(\) is deprecated .*verify_dump\(dump, deep=\.\.\.\)"):
-        report = dump.verify(deep=True)
-    assert report.deep and report.to_dict() == verify_dump(dump, deep=True).to_dict()
+    assert not hasattr(dump, "verify")
+    assert verify_dump(dump, deep=True).deep
