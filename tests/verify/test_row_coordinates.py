@@ -1,5 +1,6 @@
-"""A task group's row coordinate is bound to its place by its values: a fresh dump verifies without a
-*not bound* note, and a coordinate chunk copied from another task (valid there) is a problem naming it."""
+"""A task group's row coordinate is bound to its place, by the window inventory and by its values: a fresh dump
+verifies without a note, and a coordinate chunk copied from another task (valid there) is a problem naming it
+twice (its digest, and the rows its record's ``sourceOffsetBytes`` give)."""
 
 from __future__ import annotations
 
@@ -35,4 +36,5 @@ def test_a_coordinate_chunk_from_another_task_is_a_problem(mlp: Path, tmp_path: 
     result = cli_runner(capsys, monkeypatch)("verify", root)
     assert result.code == 1, result.out + result.err
     assert f"{STAGE}/task_000003/token" in result.out
-    assert "row coordinate holds rows 0..7, but input_00_x of its task group holds rows 24..31" in result.out
+    assert "chunk has digest" in result.out and "the window inventory records" in result.out  # moved in
+    assert "row coordinate holds rows [0, 1, 2, 3]... but its record input_00_x starts at row 24" in result.out

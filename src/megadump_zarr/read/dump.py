@@ -40,6 +40,7 @@ from megadump_zarr.read.catalog import (
 from megadump_zarr.read.documents import check_array_doc, check_attributes, count_field, shape_field
 from megadump_zarr.read.errors import DumpIntegrityError, FormatVersionError
 from megadump_zarr.read.integrity import CommittedWindows, IntegrityStore, guard_read
+from megadump_zarr.read.inventory import Inventories
 from megadump_zarr.read.location import DumpLocation, open_location, store_path
 from megadump_zarr.read.pack_arrays import is_packed_array
 from megadump_zarr.read.select import (
@@ -122,7 +123,12 @@ class Dump:
         self._store = (
             location.store
             if isinstance(location.store, IntegrityStore)
-            else IntegrityStore(location.store, CommittedWindows(self._windows, window_info), location.url)
+            else IntegrityStore(
+                location.store,
+                CommittedWindows(self._windows, window_info),
+                location.url,
+                Inventories(location.url, required=not getattr(location.store, "made_in_memory", False)),
+            )
         )
         self._frames: dict[str, pd.DataFrame] = {}
 

@@ -10,6 +10,8 @@ from a chunk that is not its place's. One crc32c pass per chunk gives both its c
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from collections.abc import Mapping
 import math
 from typing import Any
@@ -43,15 +45,23 @@ def grid_index(shape: tuple[int, ...], chunks: tuple[int, ...], coords: tuple[in
     return index if math.prod(counts) else None
 
 
+_NOT_INVENTORIED: Mapping[str, InventoryEntry] = MappingProxyType({})
+"""A window read without an inventory (:class:`Inventories` with ``required=False``): nothing to check against."""
+
+
 class Inventories:
     """The inventories of a dump's committed windows, by window key, as the integrity store reads them.
 
     Args:
         url: The dump root as given, for messages.
+        required: Whether a committed window without an inventory is refused (False only for a store whose
+            documents are made in memory from another tool's files, e.g. an msprobe directory read in place:
+            nothing of ours wrote them, so there is no inventory to hold them to).
     """
 
-    def __init__(self, url: str = "") -> None:
+    def __init__(self, url: str = "", required: bool = True) -> None:
         self._url = url
+        self._required = required
         self._windows: dict[str, Mapping[str, InventoryEntry] | DumpIntegrityError] = {}
         self._documents: dict[str, str] = {}  # array key -> its checked document digest
         self.pending: dict[str, Any] = {}  # window -> the read of its inventory in flight (the integrity store's)
@@ -73,6 +83,9 @@ class Inventories:
             raw: The inventory file's bytes.
         """
         key = f"{window}/{INVENTORY_FILE}" if window else INVENTORY_FILE
+        if raw is None and not self._required:
+            self._windows[window] = _NOT_INVENTORIED
+            return
         if raw is None:
             self._windows[window] = DumpIntegrityError(
                 f"{key}{self._where()} is missing: a committed window lists every array it holds and its chunks' "
@@ -119,7 +132,7 @@ class Inventories:
         entries = self._windows.get(window)
         if isinstance(entries, DumpIntegrityError):
             raise DumpIntegrityError(f"chunk {chunk_key} cannot be trusted: {entries}", key=chunk_key)
-        if entries is None or not stored:
+        if entries is None or entries is _NOT_INVENTORIED or not stored:
             return
         path = array_key[len(window) + 1 :] if window else array_key
         entry = entries.get(path)

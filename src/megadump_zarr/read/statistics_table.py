@@ -24,6 +24,7 @@ import numpy as np
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
+from megadump_zarr.layout.digest import DIGEST_ITEMSIZES
 from megadump_zarr.layout.statistics import (
     DIGEST_COLUMN,
     DIGESTS_ATTRIBUTE,
@@ -62,23 +63,6 @@ _COLUMNS = (
     "l2norm",
     DIGEST_COLUMN,
 )
-_ITEMSIZE = {
-    "bool": 1,
-    "int8": 1,
-    "uint8": 1,
-    "int16": 2,
-    "uint16": 2,
-    "float16": 2,
-    "bfloat16": 2,
-    "int32": 4,
-    "uint32": 4,
-    "float32": 4,
-    "int64": 8,
-    "uint64": 8,
-    "float64": 8,
-    "float8_e4m3fn": 1,
-    "float8_e5m2": 1,
-}
 
 
 def _table_groups(nodes: Mapping[str, dict[str, Any]]) -> list[str]:
@@ -374,7 +358,7 @@ def _append(
         shape=shape,
         stored_shape=(),
         truncated=False,
-        bytes=math.prod(shape) * _ITEMSIZE.get(dtype, 0),
+        bytes=math.prod(shape) * DIGEST_ITEMSIZES.get(dtype, 0),
         stored_bytes=0,
         min=_float(table["min"][i]),
         max=_float(table["max"][i]),

@@ -80,12 +80,17 @@ def _group(attrs: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"attributes": attrs or {}, "zarr_format": 3, "node_type": "group"}
 
 
-def _list_dir(root: str, storage_options: dict[str, Any] | None, prefix: str) -> list[str]:
-    """Names directly below ``prefix`` of the root (local directory, or an fsspec listing)."""
+def _list(root: str, storage_options: dict[str, Any] | None, prefix: str, directories: bool) -> list[str]:
+    """Names directly below ``prefix`` of the root (local directory, or an fsspec listing): its directories, or
+    its files."""
     if "://" not in root or root.startswith("file://"):
         path = os.path.join(root.removeprefix("file://"), prefix)
         try:
-            return sorted(entry.name for entry in os.scandir(path) if entry.is_dir(follow_symlinks=False))
+            return sorted(
+                entry.name
+                for entry in os.scandir(path)
+                if (entry.is_dir if directories else entry.is_file)(follow_symlinks=False)
+            )
         except OSError:
             return []
     import fsspec
@@ -95,7 +100,20 @@ def _list_dir(root: str, storage_options: dict[str, Any] | None, prefix: str) ->
         found = fs.ls(f"{path.rstrip('/')}/{prefix}".rstrip("/"), detail=True, refresh=True)
     except FileNotFoundError:
         return []
-    return sorted({str(p["name"]).rstrip("/").rpartition("/")[2] for p in found if p.get("type") == "directory"})
+    names = (
+        str(p["name"]).rstrip("/").rpartition("/")[2] for p in found if (p.get("type") == "directory") == directories
+    )
+    return sorted(set(names))
+
+
+def _list_dir(root: str, storage_options: dict[str, Any] | None, prefix: str) -> list[str]:
+    """Directory names directly below ``prefix`` of the root."""
+    return _list(root, storage_options, prefix, directories=True)
+
+
+def _list_files(root: str, storage_options: dict[str, Any] | None, prefix: str) -> list[str]:
+    """File names directly below ``prefix`` of the root."""
+    return _list(root, storage_options, prefix, directories=False)
 
 
 def _other_nodes(backend: Backend, root: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
@@ -218,24 +236,6 @@ def close_session(backend: Backend, key: str) -> None:
         key: What :func:`open_session` returned.
     """
     backend.delete_prefix(key)
-
-
-def _list_files(root: str, storage_options: dict[str, Any] | None, prefix: str) -> list[str]:
-    """File names directly below ``prefix`` of the root (local directory, or an fsspec listing)."""
-    if "://" not in root or root.startswith("file://"):
-        path = os.path.join(root.removeprefix("file://"), prefix)
-        try:
-            return sorted(entry.name for entry in os.scandir(path) if entry.is_file(follow_symlinks=False))
-        except OSError:
-            return []
-    import fsspec
-
-    fs, path = fsspec.core.url_to_fs(root, **(storage_options or {}))
-    try:
-        found = fs.ls(f"{path.rstrip('/')}/{prefix}".rstrip("/"), detail=True, refresh=True)
-    except FileNotFoundError:
-        return []
-    return sorted(str(p["name"]).rstrip("/").rpartition("/")[2] for p in found if p.get("type") != "directory")
 
 
 def _dead_here(raw: bytes | None) -> bool:

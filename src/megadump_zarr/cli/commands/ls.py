@@ -123,8 +123,7 @@ COLUMNS = (
         "stored",
         lambda r: "stats only" if r.get("payload") is False or r.get("payload") == False else "",  # noqa: E712
         key="payload",
-        hoist=True,
-        drop=1,
+        hoist=True,  # never dropped: whether a row holds its tensor at all
     ),
     Column("status", style=_status_style, hoist=True),
     Column("path", drop=10),

@@ -106,6 +106,10 @@ class MsprobeStore(Store):
         FileNotFoundError: ``root`` is not a directory.
     """
 
+    made_in_memory = True
+    """Its documents are made in memory from msprobe's files: no window inventory binds them (the readers
+    check what msprobe stores, and ``verify`` says it holds no checksums)."""
+
     supports_writes = False
     supports_deletes = False
     supports_partial_writes = False
