@@ -106,7 +106,7 @@ def test_watch_names_both_anomalies_while_a_local_dump_is_written(tmp_path):
 def test_watch_names_both_anomalies_on_s3(tmp_path):
     pytest.importorskip("s3fs")
     with moto_s3("dumps") as endpoint:
-        url = "s3://dumps/run"
+        url = "s3://dumps/watched-run"  # moto keeps its buckets for the whole process: a name no other test writes
         options = {"key": KEY, "secret": SECRET, "endpoint_url": endpoint}
         watcher = _Watcher(url, "-S", f"endpoint_url={endpoint}", "-S", f"key={KEY}", "-S", f"secret={SECRET}")
         try:

@@ -103,6 +103,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         f"{summary.tensors} tensors; {human_bytes(summary.raw_bytes)} logical, {human_bytes(summary.stored_bytes)} on "
         f"disk ({compression_text(squeeze)})",
         highlight=False,
+        soft_wrap=True,  # one line at any width
     )
     python, megadump = launchers()
     if summary.example_group:

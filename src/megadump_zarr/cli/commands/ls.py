@@ -96,6 +96,9 @@ def _kernel(row: Any) -> str:
     return f"{kernel}{' (bwd)' if backward else ''}"
 
 
+OPEN_WITH = "open with xarray"
+"""The heading of the column holding the line that opens a record's stored values with plain xarray."""
+
 COLUMNS = (
     Column("rank", justify="right", hoist=True, drop=3),
     Column("win", key="window", justify="right", hoist=True, drop=3),
@@ -141,18 +144,25 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             ctx.console.print(safe_text(str(path)), highlight=False, markup=False, soft_wrap=True)
         return EXIT_OK
     root = str(dump.root)
-    columns = [*COLUMNS, Column("open with xarray", lambda r: record_snippet(root, r) or "", key="zarr_group")]
+    columns = [*COLUMNS, Column(OPEN_WITH, lambda r: record_snippet(root, r) or "", key="zarr_group")]
     if records["rank"].nunique() <= 1:
         columns = [c for c in columns if c.key != "rank"]
     if not args.include_incomplete:
         columns = [c for c in columns if c.key != "status"]
     fitted = fit_table(records, columns, width=ctx.console.width)
-    if "path" in fitted.dropped:
-        fitted.dropped.remove("path")
+    # the paths: --quiet gives them; the locations, when too wide for a column: each on a line of its own, whole
+    unlisted = [heading for heading in ("path", OPEN_WITH) if heading in fitted.dropped]
+    if unlisted:
+        fitted.dropped = [heading for heading in fitted.dropped if heading not in unlisted]
         fitted.below = [line for line in fitted.below if not line.startswith("columns left out")]
         if fitted.dropped:
             fitted.below.append(f"columns left out to fit {ctx.console.width} columns: {', '.join(fitted.dropped)}")
     print_fitted(ctx.console, fitted)
+    if OPEN_WITH in unlisted:
+        for _, row in records.iterrows():
+            snippet = record_snippet(root, row)
+            if snippet is not None:
+                ctx.console.print(safe_text(snippet), highlight=False, markup=False, soft_wrap=True)
     shown = "path" in fitted.headings
     hint = "" if shown else " (record paths, what show and plot take: --quiet, or a wider console)"
     ctx.note(
