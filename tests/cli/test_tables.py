@@ -60,7 +60,8 @@ def body(out: str) -> list[str]:
 
 
 def assert_fits(out: str, width: int) -> None:
-    too_long = [line for line in out.splitlines() if len(line) > width]
+    # a location (ls's "open with xarray" lines) is printed whole, to paste, whatever the width
+    too_long = [line for line in out.splitlines() if len(line) > width and not line.startswith("xr.open_zarr(")]
     assert not too_long, too_long
     assert "…" not in out  # nothing cut
 

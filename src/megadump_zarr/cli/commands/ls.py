@@ -159,6 +159,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             fitted.below.append(f"columns left out to fit {ctx.console.width} columns: {', '.join(fitted.dropped)}")
     print_fitted(ctx.console, fitted)
     if OPEN_WITH in unlisted:
+        ctx.console.print(f"\n{OPEN_WITH}, row by row (each whole, to paste):", highlight=False, markup=False)
         for _, row in records.iterrows():
             snippet = record_snippet(root, row)
             if snippet is not None:
