@@ -1,8 +1,8 @@
 """What a result looks like to the faces: JSON-ready values and the order failures are shown in.
 
 Both faces that present results use these, ``cli`` (``--json``, the compare table) and ``report`` (the HTML
-report's data), so they live in a leaf below both that imports nothing of the package (issue 25: the
-report no longer imports the CLI; numpy and pandas load only when a value needs them).
+report's data), so they live in a leaf below both that imports nothing of the package (numpy and pandas load
+only when a value needs them).
 """
 
 from __future__ import annotations

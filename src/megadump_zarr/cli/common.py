@@ -22,7 +22,7 @@ from rich.console import Console
 
 from megadump_zarr.layout.sizes import human_bytes as human_bytes
 from megadump_zarr.store.option_keys import check_storage_options
-from megadump_zarr.tables import to_jsonable  # shared with the report (issue 25)
+from megadump_zarr.tables import to_jsonable  # shared with the report
 
 __all__ = [
     "EXIT_CHECK_FAILED",

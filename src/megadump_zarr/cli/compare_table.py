@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from megadump_zarr.tables import failures_first  # shared with the report (issue 25)
+from megadump_zarr.tables import failures_first  # shared with the report
 from megadump_zarr.cli.render import Column, Fitted, fit_table, is_missing, location, location_parts, shape_text
 
 __all__ = ["COLUMNS", "compare_table", "failures_first", "one_minus_cos", "worst_text"]

@@ -1,7 +1,6 @@
 """The path grammar of a dump: ``rank_{r}/window_{wwww}/invocation_{iiiiii}_{direction}/.../task_{tttttt}``.
 
-The regexes that parse the components and the builders that write them, in one place (issue 25: they were
-in eight modules and built in seven). A parser's groups are the numbers (and the direction) as text.
+The regexes that parse the components and the builders that write them, in one place. A parser's groups are the numbers (and the direction) as text.
 Every pattern is anchored with ``\\Z`` and takes ASCII digits only (``[0-9]``): ``$`` would let a trailing
 newline through (a directory ``window_0001\\n`` read as window 1) and ``\\d`` other scripts' digits.
 """

@@ -38,7 +38,7 @@ _SOURCES: dict[str, tuple[Callable[..., MegaKernel], Callable[[Any], str] | None
 TRUSTED_SOURCES: dict[str, str] = {"megadump_zarr.demo.MoEBlock": "megadump_zarr.demo.model:register_replay_source"}
 """The fixed table of sources a dump may name without the user registering them: source name ->
 ``"module:function"`` that registers it (:func:`register_source`). Only these are ever imported because of
-a dump; the name is data here, so replay does not depend on the demo (issue 25)."""
+a dump; the name is data here, so replay does not depend on the demo."""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Schema checks of a committed window's documents that readers rely on (issue 23.4).
+"""Schema checks of a committed window's documents that readers rely on.
 
 Each document's kind (``node_type``), ``zarr_format``, the window's format version and layout
 (:func:`~megadump_zarr.layout.schema.format_problem`), the invocations' ``level``/``rank`` (the window's), ``direction``
