@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from megadump_zarr.analyse.matching import scalar
 from megadump_zarr.layout.recorder import (
     KIND_NONFINITE,
     PART_TRIGGER,
@@ -162,28 +163,13 @@ class AnomalyEvent:
 WatchEvent = WindowEvent | StepEvent | AnomalyEvent
 
 
-def _value(value: Any) -> Any:
-    if value is None:
-        return None
-    try:
-        if pd.isna(value):
-            return None
-    except (TypeError, ValueError):
-        return value
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.floating):
-        return float(value)
-    return value
-
-
 def _int(value: Any) -> int | None:
-    value = _value(value)
+    value = scalar(value)
     return None if value is None else int(value)
 
 
 def _core(row: Any) -> str | None:
-    core_type, core_id = _value(row.get("core_type")), _int(row.get("core_id"))
+    core_type, core_id = scalar(row.get("core_type")), _int(row.get("core_id"))
     return None if core_type is None or core_id is None else f"{core_type}{core_id}"
 
 
@@ -230,14 +216,14 @@ def _nonfinite_event(rank: int, window: int, records: pd.DataFrame) -> AnomalyEv
         rank,
         window,
         _int(row.get("step")),
-        _value(row.get("kernel")),
-        _value(row.get("direction")),
-        _value(row.get("stage")),
+        scalar(row.get("kernel")),
+        scalar(row.get("direction")),
+        scalar(row.get("stage")),
         _int(row.get("task_id")),
         _int(row.get("owner_id")),
         _core(row),
-        _value(row.get("name")),
-        _value(row.get("io")) or _value(row.get("role")),
+        scalar(row.get("name")),
+        scalar(row.get("io")) or scalar(row.get("role")),
         _int(row.get("index")),
         float(nan + inf),
         None,
@@ -261,7 +247,7 @@ def step_events(rank: int, window: int, records: pd.DataFrame) -> list[StepEvent
     frame["_core"] = [None if o is not None else _core(r) for o, (_, r) in zip(frame["_owner"], frame.iterrows())]
     keys = ["step", "kernel", "direction", "_stage", "_owner", "_core"]
     for key, rows in frame.groupby(keys, sort=True, dropna=False):
-        step, kernel, direction, stage, owner, core = (_value(k) for k in key)
+        step, kernel, direction, stage, owner, core = (scalar(k) for k in key)
         outputs = rows[rows["io"] == "output"] if "io" in rows else rows
         picked = outputs if len(outputs) else rows
         norms = picked["l2norm"].dropna().to_numpy(dtype=np.float64)
