@@ -111,7 +111,7 @@ def check_rows(label: str, pack: str, nodes: dict[str, dict[str, Any]], rows: Pa
                 record = attrs[row]
                 if record.get("truncated"):
                     continue
-                first = _first_row(record, doc["shape"][1:], itemsize(doc.get("data_type")))
+                first = first_row(record, doc["shape"][1:], itemsize(doc.get("data_type")))
                 if first is not None and first != start:
                     raise ValueError(
                         f"{where}: row {row} holds {dim} [{start}, {stop}) but its record {name} starts at row "
@@ -119,8 +119,14 @@ def check_rows(label: str, pack: str, nodes: dict[str, dict[str, Any]], rows: Pa
                     )
 
 
-def _first_row(attrs: dict[str, Any], shape: list[int], size: int) -> int | None:
-    """The first global row of a whole-row slice of its declared tensor (``None``: not one)."""
+def first_row(attrs: dict[str, Any], shape: list[int], size: int) -> int | None:
+    """The first global row of a whole-row slice of its declared tensor (``None``: not one).
+
+    Args:
+        attrs: The record's attributes (``actualShape``, ``declaredShape``, ``sourceOffsetBytes``).
+        shape: Its stored shape.
+        size: Bytes per element of its stored ``data_type``.
+    """
     actual, declared, offset = attrs.get("actualShape"), attrs.get("declaredShape"), attrs.get("sourceOffsetBytes")
     if (
         not isinstance(actual, list)

@@ -12,19 +12,21 @@ A statistics table is bound by the inventory alone (its chunks and documents are
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 from megadump_zarr.layout.paths import TASK_DIR
+from megadump_zarr.read.pack_nodes import first_row as slice_first_row
 from megadump_zarr.verify.report import CheckState, short
 
 __all__ = ["check_bindings", "check_coordinate_values", "first_row", "row_coordinates"]
 
 
 def first_row(attrs: Any, shape: Any, size: int) -> int | None:
-    """The first global row of a whole-row slice of its declared tensor (``None``: it is not one).
+    """The first global row of a whole-row slice of its declared tensor (``None``: it is not one, it is
+    truncated, or its ``actualShape`` holds other than integers); the readers' rule
+    (:func:`~megadump_zarr.read.pack_nodes.first_row`) under verify's stricter checks.
 
     Args:
         attrs: The record's attributes.
@@ -33,22 +35,10 @@ def first_row(attrs: Any, shape: Any, size: int) -> int | None:
     """
     if not isinstance(attrs, dict) or attrs.get("truncated"):
         return None
-    actual, declared, offset = attrs.get("actualShape"), attrs.get("declaredShape"), attrs.get("sourceOffsetBytes")
-    if (
-        not isinstance(actual, list)
-        or not isinstance(declared, list)
-        or not actual
-        or len(actual) != len(declared)
-        or list(actual[1:]) != list(declared[1:])
-        or list(actual) != list(shape)
-        or type(offset) is not int
-        or not all(type(d) is int for d in actual)
-    ):
+    actual = attrs.get("actualShape")
+    if isinstance(actual, list) and not all(type(d) is int for d in actual):
         return None
-    row_bytes = math.prod(actual[1:]) * size
-    if row_bytes <= 0 or offset % row_bytes:
-        return None
-    return offset // row_bytes
+    return slice_first_row(attrs, shape, size)
 
 
 def row_coordinates(nodes: dict[str, Any], skip: Any = ()) -> list[tuple[str, str, int, int]]:
