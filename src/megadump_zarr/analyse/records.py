@@ -67,17 +67,16 @@ def prefetch_records(dump: Any) -> Any:
     Args:
         dump: An opened :class:`~megadump_zarr.read.dump.Dump` (anything else is returned unchanged).
     """
-    if active_client() is None or not hasattr(dump, "_scan") or not hasattr(dump, "_frames"):
+    if active_client() is None or not hasattr(dump, "unbuilt_windows"):
         return dump
     from megadump_zarr.read.source import DumpSource
 
     source = DumpSource.of(dump)
     if source is None:
         return dump
-    infos = [info for info in dump._scan() if info.final and info.key not in dump._frames]
+    infos = dump.unbuilt_windows()
     if len(infos) < 2:
         return dump
     frames = map_ordered(window_frame, [WindowUnit(source, info.key) for info in infos])
-    for info, frame in zip(infos, frames):
-        dump._frames[info.key] = frame
+    dump.keep_records({info.key: frame for info, frame in zip(infos, frames)})
     return dump

@@ -40,7 +40,6 @@ from xarray.core import indexing
 
 from megadump_zarr.layout.paths import rank_dir, task_dir, window_dir
 from megadump_zarr.read import open_dump
-from megadump_zarr.read.catalog import scan_windows, window_nodes
 from megadump_zarr.read.dump import Dump
 
 __all__ = ["open_group_dataset", "open_groups"]
@@ -262,27 +261,30 @@ def _l0_dataset(
 
 
 class _Catalog:
-    """The groups of one dump: attributes from the window documents, records from ``records()``."""
+    """The groups of one dump: attributes from its catalogue (scanned once, by the ``Dump``), records from
+    ``records()``."""
 
     def __init__(self, dump: Dump) -> None:
         self.dump = dump
-        self.windows = [w for w in scan_windows(dump.store, {}) if w.status == "complete"]
+        self.windows = [w for w in dump.catalogue() if w.status == "complete"]
         records = dump.records()
         parts = records["path"].str.split("/")
         records = records.assign(
-            _inv=parts.str[2], _stage=parts.map(lambda p: p[4] if len(p) > 5 and p[3] == "stages" else None)
+            _inv=records["invocation_name"],
+            _stage=parts.map(lambda p: p[4] if len(p) > 5 and p[3] == "stages" else None),
         )
         self.records = records
-        self._nodes: dict[str, dict[str, dict[str, Any]]] = {}
 
-    def nodes(self, info: Any) -> dict[str, dict[str, Any]]:
-        if info.key not in self._nodes:
-            self._nodes[info.key] = window_nodes(self.dump.store, info)
-        return self._nodes[info.key]
+    def invocations(self, info: Any) -> list[str]:
+        """The invocation groups of a window its manifest lists (else those its records name)."""
+        names = info.attrs.get("invocations")
+        if isinstance(names, list):
+            return [str(n) for n in names]
+        r = self.records
+        return sorted(set(r[(r["rank"] == info.rank) & (r["window"] == info.window)]["_inv"].dropna()))
 
     def group_attrs(self, info: Any, rel: str) -> dict[str, Any]:
-        doc = self.nodes(info).get(rel) or {}
-        return dict(doc.get("attributes") or {})
+        return self.dump.group_attributes(info, rel)
 
     def window(self, rank: int, window: int) -> Any:
         for info in self.windows:
@@ -296,8 +298,8 @@ class _Catalog:
     def invocation_rows(self, info: Any, invocation: str) -> pd.DataFrame:
         r = self.records
         rows = r[(r["rank"] == info.rank) & (r["window"] == info.window) & (r["_inv"] == invocation)]
-        if not len(rows) and invocation not in self.nodes(info):
-            names = sorted({k.split("/")[0] for k in self.nodes(info) if k.startswith("invocation_")})
+        if not len(rows) and invocation not in self.invocations(info):
+            names = self.invocations(info)
             raise ValueError(f"{self.dump.root}: {info.key} has no {invocation} (invocations: {', '.join(names)})")
         return rows
 
@@ -438,10 +440,7 @@ def open_groups(
         out.setdefault(rank_path, xr.Dataset())
         window_path = f"{rank_path}/{window_dir(info.window)}"
         out[window_path] = xr.Dataset(attrs=dict(info.attrs))
-        names = info.attrs.get("invocations")
-        if not isinstance(names, list):
-            names = sorted({k.split("/")[0] for k in cat.nodes(info) if k.startswith("invocation_")})
-        for name in names:
+        for name in cat.invocations(info):
             if invocation_sel is not None and name != invocation_sel:
                 continue
             for rel, ds in _invocation_node(cat, info, str(name), dtype, drop).items():

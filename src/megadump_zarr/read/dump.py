@@ -223,6 +223,36 @@ class Dump:
             return frames[0].copy()
         return pd.concat(frames, ignore_index=True)
 
+    def catalogue(self) -> list[WindowInfo]:
+        """Every window's catalogue entry (key, status, attributes), torn ones included, scanned once per
+        ``Dump`` and kept: what faces that list groups (the xarray engine) read instead of scanning again."""
+        return self._scan()
+
+    def group_attributes(self, info: WindowInfo, rel: str) -> dict[str, Any]:
+        """The attributes of node ``rel`` (relative to window ``info``), ``{}`` when it has none.
+
+        Args:
+            info: A window of :meth:`catalogue`.
+            rel: A group path relative to the window (``invocation_000000_forward/stages/attn``).
+        """
+        doc = self._nodes(info).get(rel) or {}
+        attrs = doc.get("attributes")
+        return dict(attrs) if isinstance(attrs, dict) else {}
+
+    def unbuilt_windows(self) -> list[WindowInfo]:
+        """The committed windows whose records table is not built yet (a committed window never changes, so
+        a table built once, here or on a cluster and handed to :meth:`keep_records`, is kept)."""
+        return [info for info in self._scan() if info.final and info.key not in self._frames]
+
+    def keep_records(self, frames: dict[str, pd.DataFrame]) -> None:
+        """Keep records tables built elsewhere (a dask cluster), by window key, for committed windows only.
+
+        Args:
+            frames: Window key -> its records table, as :meth:`records` builds it.
+        """
+        final = {info.key for info in self._scan() if info.final}
+        self._frames.update({key: frame for key, frame in frames.items() if key in final})
+
     # ------------------------------------------------------------------ selection (see read.select)
     def _windows_for(self, rank: int, window: int | None) -> list[WindowInfo]:
         return pick_windows(self._scan(), rank, window, self.root)
