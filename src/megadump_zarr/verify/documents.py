@@ -75,8 +75,9 @@ def strip_consolidated(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 def check_node_documents(
     state: CheckState, store: Any, window: str, nodes: dict[str, Any], packed: Mapping[str, Any] | None = None
-) -> list[str]:
-    """Each node's own document exists, parses and equals its consolidated entry; returns the good paths.
+) -> dict[str, Any]:
+    """Each node's own document exists, parses and equals its consolidated entry; returns the good paths, each
+    with its opened zarr array (``None`` for a group).
 
     Args:
         state: The window's check state.
@@ -90,7 +91,7 @@ def check_node_documents(
     from megadump_zarr.read.location import get_many
 
     packed = packed or {}
-    good: list[str] = []
+    good: dict[str, Any] = {}
     paths = sorted(nodes)
     for start in range(0, len(paths), 256):
         batch = paths[start : start + 256]
@@ -108,14 +109,15 @@ def check_node_documents(
                     continue
                 if entry["node_type"] == "group" and not group_consolidated_agrees(state, key, path, own, nodes):
                     continue
+            zarray = None
             if entry["node_type"] == "array":
                 try:
-                    open_array_checked(store, f"{window}/{path}", entry)
+                    zarray = open_array_checked(store, f"{window}/{path}", entry)
                 except ValueError as error:
                     state.add(key, str(error).removeprefix(key).lstrip(": ") or str(error))
                     continue
                 _check_record_attributes(state, key, entry)
-            good.append(path)
+            good[path] = zarray
     return good
 
 

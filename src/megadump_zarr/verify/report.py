@@ -48,7 +48,7 @@ class WindowCheck:
         partial_launches: The window's ``partialLaunches`` attribute (salvaged failed launches).
         partial_records: Records flagged ``partial: true``.
         deep: Whether statistics were recomputed.
-        notes: What was not checked and why (``N array(s) not bound: ...``); never a problem.
+        notes: What was not checked and why (``N array(s) carry no checksum: ...``); never a problem.
     """
 
     window: str
@@ -97,9 +97,6 @@ class CheckState:
         chunks: Chunks checked.
         stored_bytes: Bytes of the chunks read.
         partial_records: Records flagged ``partial: true``.
-        unbound: Checksummed arrays that record no ``chunkCrc32c`` (a note, not a problem).
-        shard_bound: Keys of the arrays bound to their place otherwise: packed record arrays by their pack shard's
-            ``shardCrc32c`` (``verify.packs``): not counted in ``unbound``.
         unchecked: Arrays with chunks but no checksum: decoded only (a note, not a problem).
         digested: Window-inventory digests of the chunks the pack checks read whole (``verify.packs``), by key,
             so that ``verify.inventory`` reads none of them again.
@@ -117,9 +114,7 @@ class CheckState:
     chunks: int = 0
     stored_bytes: int = 0
     partial_records: int = 0
-    unbound: int = 0
     unchecked: int = 0
-    shard_bound: set[str] = field(default_factory=set)
     read_chunks: dict[str, Any] = field(default_factory=dict)
     inventory: dict[str, Any] | None = None
     digested: dict[str, int] = field(default_factory=dict)

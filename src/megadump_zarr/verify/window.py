@@ -128,7 +128,7 @@ def verify_window(
     if packs is not None:
         check_pack_documents(state, store, window, stored, packs)
     check_records_table(state, window, status, attrs, {k: v for k, v in nodes.items() if k in good})
-    arrays = {path: nodes[path] for path in good if nodes[path].get("node_type") == "array"}
+    arrays = {path: (nodes[path], zarray) for path, zarray in good.items() if zarray is not None}
     if not msprobe:
         check_listed_arrays(state, window, stored)
     wanted = [] if msprobe else check_bindings(state, window, stored, nodes, {} if packs is None else packs.virtual)
@@ -136,14 +136,8 @@ def verify_window(
     if not msprobe:
         check_stored_chunks(state, store, window, stored, set(arrays))
         check_coordinate_values(state, store, window, nodes, wanted)
-    _check_partial(
-        state,
-        window,
-        attrs,
-        arrays,
-        partial_launches,
-        {path: nodes[path] for path in good if nodes[path].get("node_type") == "group"},
-    )
+    groups = {path: nodes[path] for path, zarray in good.items() if zarray is None}
+    _check_partial(state, window, attrs, {p: doc for p, (doc, _) in arrays.items()}, partial_launches, groups)
     return _result(state, status, deep, partial_launches)
 
 
@@ -217,11 +211,6 @@ def _result(state: CheckState, status: str, deep: bool, partial: tuple[Any, ...]
         notes.append(
             f"{state.unchecked} array(s) carry no checksum (no crc32c codec): their chunks were decoded, so damage "
             f"that still decodes cannot be found"
-        )
-    if state.unbound:
-        notes.append(
-            f"{state.unbound} array(s) not bound: they record no chunkCrc32c (arrays or packs written before it "
-            f"existed or without checksums), so a chunk valid elsewhere cannot be told from theirs"
         )
     return WindowCheck(
         state.window,
