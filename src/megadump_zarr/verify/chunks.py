@@ -68,7 +68,7 @@ def check_chunks(
         state: The window's check state.
         store: The dump store.
         window: The window key.
-        arrays: The arrays to check (path below the window -> (document, its opened zarr array)).
+        arrays: The arrays to check (path below the window -> (document, its zarr metadata)).
         deep: Also recompute the stored statistics.
         tick: Called with the number of chunk bytes checked.
         msprobe: The window is an msprobe dump read in place: its statistics are msprobe's own, computed in
@@ -84,10 +84,10 @@ def check_chunks(
     todo: list[tuple[str, int, str, bool]] = []  # (array path, grid index, chunk key, checksum) of every chunk
     whole = []  # arrays with every chunk present: decoded when they carry no checksum, or with ``deep``
     for path in sorted(arrays):
-        doc, zarray = arrays[path]
+        doc, metadata = arrays[path]
         array_key = f"{window}/{path}"
         state.arrays += 1
-        keys = grid_keys(state, array_key, doc, zarray, (state.inventory or {}).get(path))
+        keys = grid_keys(state, array_key, doc, metadata, (state.inventory or {}).get(path))
         if keys is None:
             continue
         missing = [k for k in keys if k not in present and k not in state.read_chunks]
@@ -112,12 +112,13 @@ def check_chunks(
                 bad.add(path)
     for path in whole:
         if path not in bad:
-            doc, zarray = arrays[path]
+            doc = arrays[path][0]
+            zarray = open_array(store, f"{window}/{path}", doc)
             stored = None if packs is None else packs.array(store, path, doc)
             _check_decode(state, zarray, f"{window}/{path}", doc, deep, msprobe, stored)
 
 
-def grid_keys(state: CheckState, array_key: str, doc: dict[str, Any], zarray: Any, listed: Any) -> list[str] | None:
+def grid_keys(state: CheckState, array_key: str, doc: dict[str, Any], metadata: Any, listed: Any) -> list[str] | None:
     """The chunk keys of an array's grid in C order (``None``: it cannot be enumerated, the problem added); a grid
     of another length than the inventory lists is a problem.
 
@@ -125,14 +126,14 @@ def grid_keys(state: CheckState, array_key: str, doc: dict[str, Any], zarray: An
         state: The window's check state.
         array_key: The array's key.
         doc: Its document.
-        zarray: The opened array (its metadata encodes the keys).
+        metadata: Its zarr metadata (it encodes the keys).
         listed: Its inventory entry (``None``: not listed).
     """
     expected = expected_chunks(doc)
     if expected is None:
         state.add(f"{array_key}/zarr.json", "its chunk grid is not a regular grid this verifier can enumerate")
         return None
-    encode = zarray.metadata.encode_chunk_key
+    encode = metadata.encode_chunk_key
     keys = [f"{array_key}/{encode(c)}" for c in expected]
     if listed is not None and len(listed.chunks) != len(keys):
         state.add(
@@ -350,7 +351,7 @@ def check_stored_chunks(state: CheckState, store: Any, window: str, stored: dict
             zarray = open_array(store, f"{window}/{path}", doc)
         except Exception:  # noqa: BLE001 - a malformed document is named by the document checks
             continue
-        keys = grid_keys(state, f"{window}/{path}", doc, zarray, state.inventory[path]) or []
+        keys = grid_keys(state, f"{window}/{path}", doc, zarray.metadata, state.inventory[path]) or []
         todo += [(path, i, k) for i, k in enumerate(keys) if k not in state.damaged]
     for start in range(0, len(todo), _BATCH):
         batch = todo[start : start + _BATCH]

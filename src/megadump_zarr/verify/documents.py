@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+import json
 import math
 from typing import Any
 
@@ -77,7 +78,8 @@ def check_node_documents(
     state: CheckState, store: Any, window: str, nodes: dict[str, Any], packed: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """Each node's own document exists, parses and equals its consolidated entry; returns the good paths, each
-    with its opened zarr array (``None`` for a group).
+    with its zarr array metadata (``None`` for a group): zarr parses each form of array document once (the same
+    document but for its attributes, which zarr reads as any JSON object, is the same form).
 
     Args:
         state: The window's check state.
@@ -92,6 +94,7 @@ def check_node_documents(
 
     packed = packed or {}
     good: dict[str, Any] = {}
+    forms: dict[str, Any] = {}  # an array document without its attributes -> its parsed metadata
     paths = sorted(nodes)
     for start in range(0, len(paths), 256):
         batch = paths[start : start + 256]
@@ -109,15 +112,19 @@ def check_node_documents(
                     continue
                 if entry["node_type"] == "group" and not group_consolidated_agrees(state, key, path, own, nodes):
                     continue
-            zarray = None
+            metadata = None
             if entry["node_type"] == "array":
+                attrs = entry.get("attributes", {})
+                form = json.dumps({k: v for k, v in entry.items() if k != "attributes"}, sort_keys=True)
                 try:
-                    zarray = open_array_checked(store, f"{window}/{path}", entry)
+                    metadata = forms.get(form) if isinstance(attrs, dict) else None
+                    metadata = metadata or open_array_checked(store, f"{window}/{path}", entry).metadata
                 except ValueError as error:
                     state.add(key, str(error).removeprefix(key).lstrip(": ") or str(error))
                     continue
+                forms[form] = metadata
                 _check_record_attributes(state, key, entry)
-            good[path] = zarray
+            good[path] = metadata
     return good
 
 

@@ -128,7 +128,7 @@ def verify_window(
     if packs is not None:
         check_pack_documents(state, store, window, stored, packs)
     check_records_table(state, window, status, attrs, {k: v for k, v in nodes.items() if k in good})
-    arrays = {path: (nodes[path], zarray) for path, zarray in good.items() if zarray is not None}
+    arrays = {path: (nodes[path], metadata) for path, metadata in good.items() if metadata is not None}
     if not msprobe:
         check_listed_arrays(state, window, stored)
     wanted = [] if msprobe else check_bindings(state, window, stored, nodes, {} if packs is None else packs.virtual)
@@ -136,7 +136,7 @@ def verify_window(
     if not msprobe:
         check_stored_chunks(state, store, window, stored, set(arrays))
         check_coordinate_values(state, store, window, nodes, wanted)
-    groups = {path: nodes[path] for path, zarray in good.items() if zarray is None}
+    groups = {path: nodes[path] for path, metadata in good.items() if metadata is None}
     _check_partial(state, window, attrs, {p: doc for p, (doc, _) in arrays.items()}, partial_launches, groups)
     return _result(state, status, deep, partial_launches)
 
