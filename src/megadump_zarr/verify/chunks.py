@@ -24,7 +24,7 @@ from megadump_zarr.layout.inventory import chunk_digest
 from megadump_zarr.verify.inventory import check_chunk_digest
 from megadump_zarr.verify.report import CheckState, short
 
-__all__ = ["ChunkRead", "check_chunks", "check_stored_chunks", "expected_chunks", "open_array", "stats_tolerance"]
+__all__ = ["ChunkRead", "check_chunks", "expected_chunks", "open_array", "stats_tolerance"]
 
 _BATCH = 64  # chunks fetched concurrently
 _MAX_LISTED = 20  # missing chunks listed per array before "and N more"
@@ -61,8 +61,11 @@ def check_chunks(
     tick: Callable[[int], None] | None,
     msprobe: bool = False,
     packs: Any = None,
+    stored: dict[str, Any] | None = None,
 ) -> None:
     """Every chunk of every array is present, its crc32c holds and it has its inventory digest; the rest must decode.
+    The inventoried arrays the readers describe otherwise (a pack's stored arrays) have their chunks' digests
+    compared (the shards the pack checks read whole are not read again, ``state.digested``).
 
     Args:
         state: The window's check state.
@@ -76,12 +79,13 @@ def check_chunks(
         packs: The window's :class:`~megadump_zarr.read.pack_rows.PackedWindow` (``None``: it holds no pack): a
             packed record's chunk is its row's inner chunk, read with its shard (``state.read_chunks``), and it
             is decoded where it is stored.
+        stored: The window's consolidated metadata as stored (``None``: only ``arrays``).
     """
     from megadump_zarr.read.integrity import has_crc32c
     from megadump_zarr.read.location import list_prefix
 
     present = set(list_prefix(store, f"{window}/"))
-    todo: list[tuple[str, int, str, bool]] = []  # (array path, grid index, chunk key, checksum) of every chunk
+    todo: list[tuple[str, int, str, bool | None]] = []  # (array path, grid index, chunk key, checksum)
     whole = []  # arrays with every chunk present: decoded when they carry no checksum, or with ``deep``
     for path in sorted(arrays):
         doc, metadata = arrays[path]
@@ -101,12 +105,19 @@ def check_chunks(
         todo += found
         if not missing and (not checksum or deep):
             whole.append(path)
+    todo += _stored_chunks(state, store, window, stored or {}, set(arrays))
     bad = set()
     for start in range(0, len(todo), _BATCH):
         batch = todo[start : start + _BATCH]
-        fetch = [k for _, _, k, _ in batch if k not in state.read_chunks]  # a pack's: read with its shard
+        fetch = [k for _, _, k, c in batch if k not in (state.read_chunks if c is not None else state.digested)]
         fetched = dict(zip(fetch, _get_many(store, fetch)))
         for path, index, key, checksum in batch:
+            if checksum is None:  # absent or unreadable: named by the pack checks, as the readers name it
+                raw = fetched.get(key)
+                if key in state.digested or isinstance(raw, bytes):
+                    digest = state.digested[key] if key in state.digested else chunk_digest(raw)[0]
+                    check_chunk_digest(state, window, path, index, key, digest)
+                continue
             raw = fetched[key] if key in fetched else state.read_chunks.pop(key)
             if not _check_chunk(state, window, path, index, key, raw, checksum, tick):
                 bad.add(path)
@@ -331,34 +342,20 @@ def _compare_stats(
             state.add(key, f"attributes.stats.{name} is {short(have)} but the data give {short(value)}")
 
 
-def check_stored_chunks(state: CheckState, store: Any, window: str, stored: dict[str, Any], seen: set[str]) -> None:
-    """Read the chunks of the inventoried arrays the chunk check did not read and compare their digests (a pack's
-    stored arrays; the shards the pack checks read whole are not read again, ``state.digested``).
-
-    Args:
-        state: The window's check state.
-        store: The dump store.
-        window: The window key.
-        stored: The window's consolidated metadata as stored.
-        seen: Paths of the arrays the chunk check read.
-    """
-    todo: list[tuple[str, int, str]] = []
+def _stored_chunks(
+    state: CheckState, store: Any, window: str, stored: dict[str, Any], seen: set[str]
+) -> list[tuple[str, int, str, None]]:
+    """``(array path, grid index, chunk key, None)`` of the chunks of the inventoried arrays not in ``seen``, but
+    those of the shards the pack checks found damaged."""
+    todo: list[tuple[str, int, str, None]] = []
     for path in sorted(set(state.inventory or {}) - seen):
         doc = stored.get(path)
         if not isinstance(doc, dict) or doc.get("node_type") != "array" or expected_chunks(doc) is None:
             continue
         try:
-            zarray = open_array(store, f"{window}/{path}", doc)
+            metadata = open_array(store, f"{window}/{path}", doc).metadata
         except Exception:  # noqa: BLE001 - a malformed document is named by the document checks
             continue
-        keys = grid_keys(state, f"{window}/{path}", doc, zarray.metadata, state.inventory[path]) or []
-        todo += [(path, i, k) for i, k in enumerate(keys) if k not in state.damaged]
-    for start in range(0, len(todo), _BATCH):
-        batch = todo[start : start + _BATCH]
-        fetch = [k for _, _, k in batch if k not in state.digested]
-        fetched = dict(zip(fetch, _get_many(store, fetch)))
-        for path, index, key in batch:
-            raw = fetched.get(key)
-            if key in state.digested or isinstance(raw, bytes):  # absent or unreadable: named as the readers name it
-                digest = state.digested[key] if key in state.digested else chunk_digest(raw)[0]
-                check_chunk_digest(state, window, path, index, key, digest)
+        keys = grid_keys(state, f"{window}/{path}", doc, metadata, state.inventory[path]) or []
+        todo += [(path, i, k, None) for i, k in enumerate(keys) if k not in state.damaged]
+    return todo

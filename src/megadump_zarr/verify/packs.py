@@ -48,7 +48,7 @@ _BATCH = 16  # shards (up to PACK_SHARD_BYTES each, uncompressed) fetched at onc
 
 def _check_shards(state: CheckState, packs: Any, base: Any, window: str) -> None:
     """Read each record shard of each pack once, whole: its window-inventory digest is taken from those bytes
-    (``state.digested``, compared by :func:`~megadump_zarr.verify.chunks.check_stored_chunks`), and so are the
+    (``state.digested``, compared by :func:`~megadump_zarr.verify.chunks.check_chunks`), and so are the
     record chunks it holds (:meth:`~megadump_zarr.read.pack_rows.PackedWindow.split_shard`: the readers' own
     index checks and messages), kept for the chunk check as what it needs of each (``state.read_chunks``,
     :class:`~megadump_zarr.verify.chunks.ChunkRead`). A row coordinate's chunk is computed

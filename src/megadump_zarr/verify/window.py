@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from megadump_zarr.verify.chunks import check_chunks, check_stored_chunks
+from megadump_zarr.verify.chunks import check_chunks
 from megadump_zarr.verify.bindings import check_bindings, check_coordinate_values
 from megadump_zarr.verify.documents import check_manifest, check_node_documents, check_records_table
 from megadump_zarr.verify.inventory import check_listed_arrays, load_inventory
@@ -132,10 +132,8 @@ def verify_window(
     if not msprobe:
         check_listed_arrays(state, window, stored)
     wanted = [] if msprobe else check_bindings(state, window, stored, nodes, {} if packs is None else packs.virtual)
-    check_chunks(state, store, window, arrays, deep, tick, msprobe, packs)
-    if not msprobe:
-        check_stored_chunks(state, store, window, stored, set(arrays))
-        check_coordinate_values(state, store, window, nodes, wanted)
+    check_chunks(state, store, window, arrays, deep, tick, msprobe, packs, stored)
+    check_coordinate_values(state, store, window, nodes, wanted)
     groups = {path: nodes[path] for path, metadata in good.items() if metadata is None}
     _check_partial(state, window, attrs, {p: doc for p, (doc, _) in arrays.items()}, partial_launches, groups)
     return _result(state, status, deep, partial_launches)
@@ -143,7 +141,7 @@ def verify_window(
 
 def _digesting(fetch: Callable[[list[str]], list[Any]], state: CheckState) -> Callable[[list[str]], list[Any]]:
     """``fetch`` that also keeps each chunk's inventory digest (``state.digested``): what the pack expansion reads
-    (a pack's ``row_fields``) is not read again by :func:`~megadump_zarr.verify.chunks.check_stored_chunks`."""
+    (a pack's ``row_fields``) is not read again by :func:`~megadump_zarr.verify.chunks.check_chunks`."""
     from megadump_zarr.layout.inventory import chunk_digest
 
     def fetched(keys: list[str]) -> list[Any]:
