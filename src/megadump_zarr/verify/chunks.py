@@ -4,7 +4,7 @@ Each chunk is read once (batched across arrays, ``_BATCH`` at a time) and checke
 ends with ``crc32c`` has that checksum verified, and every chunk has the digest the window inventory records for
 its place (:func:`~megadump_zarr.verify.inventory.check_chunk_digest`, from the same crc32c pass); a chunk without
 a checksum must also decode. A pack's record chunks were read with their whole shard by
-:mod:`~megadump_zarr.verify.packs` (what the checks need of each is in ``state.read_chunks``): they are checked
+:func:`read_shards` (what the checks need of each is in ``state.read_chunks``): they are checked
 from those bytes, not read again. With ``deep`` the statistics stored in each record (``stats``: min, max, mean,
 l2norm, nanCount, infCount, see :mod:`megadump_zarr.store.tensor_stats`) are recomputed from the data and compared
 (counts, min and max exactly; mean and l2norm to a relative 1e-9, the float64 rounding of merging per-chunk sums).
@@ -24,9 +24,10 @@ from megadump_zarr.layout.inventory import chunk_digest
 from megadump_zarr.verify.inventory import check_chunk_digest
 from megadump_zarr.verify.report import CheckState, short
 
-__all__ = ["ChunkRead", "check_chunks", "expected_chunks", "open_array", "stats_tolerance"]
+__all__ = ["ChunkRead", "check_chunks", "read_shards", "expected_chunks", "open_array", "stats_tolerance"]
 
 _BATCH = 64  # chunks fetched concurrently
+_SHARDS = 16  # pack shards (up to PACK_SHARD_BYTES each, uncompressed) fetched at once
 _MAX_LISTED = 20  # missing chunks listed per array before "and N more"
 _MAX_CHUNKS = 10_000_000
 _REL = 1e-9
@@ -183,7 +184,7 @@ def _check_chunk(
 @dataclass(frozen=True)
 class ChunkRead:
     """What the chunk check needs of a stored chunk's bytes, so they need not be kept (a pack's record chunks are
-    read with their whole shard before the chunk check, ``verify.packs``).
+    read with their whole shard before the chunk check, :func:`read_shards`).
 
     Args:
         nbytes: Its stored size.
@@ -359,3 +360,32 @@ def _stored_chunks(
         keys = grid_keys(state, f"{window}/{path}", doc, metadata, state.inventory[path]) or []
         todo += [(path, i, k, None) for i, k in enumerate(keys) if k not in state.damaged]
     return todo
+
+
+def read_shards(state: CheckState, packs: Any, base: Any, window: str) -> None:
+    """Read each record shard of each pack once, whole: its window-inventory digest is taken from those bytes
+    (``state.digested``, compared by :func:`check_chunks`), and so are the
+    record chunks it holds (:meth:`~megadump_zarr.read.pack_rows.PackedWindow.split_shard`: the readers' own
+    index checks and messages), kept for the chunk check as what it needs of each (``state.read_chunks``,
+    :class:`ChunkRead`). A row coordinate's chunk is computed
+    (:func:`~megadump_zarr.store.packs.range_chunk`), as the readers compute it.
+    """
+    from megadump_zarr.read.location import get_many
+    from megadump_zarr.read.pack_rows import sized_store
+    from megadump_zarr.store.packs import RangeSource, range_chunk
+
+    for rel, source in packs.sources.items():
+        if isinstance(source, RangeSource):
+            state.read_chunks[f"{window}/{rel}"] = ChunkRead.of(f"{window}/{rel}", range_chunk(source))
+    held = packs.shard_chunks()  # shard -> the record chunks it holds
+    shards, sized = sorted(held), sized_store(base) is not None
+    for start in range(0, len(shards), _SHARDS):
+        batch = shards[start : start + _SHARDS]
+        for shard, raw in zip(batch, get_many(base, batch)):
+            if raw is not None:
+                state.digested[shard] = chunk_digest(raw)[0]
+            for key, chunk in packs.split_shard(held[shard], shard, raw, sized):
+                summary = ChunkRead.of(key, chunk) if isinstance(chunk, bytes) else chunk
+                state.read_chunks[key] = summary
+                if not isinstance(summary, ChunkRead) or summary.error is not None:
+                    state.damaged.add(shard)  # named by its rows, as the readers name it: not also as moved

@@ -1,7 +1,7 @@
 """What a verification finds: :class:`Problem`, :class:`WindowCheck`, and the state a window's checks fill.
 
-The window's checks (:mod:`~megadump_zarr.verify.documents`, :mod:`~megadump_zarr.verify.packs`,
-:mod:`~megadump_zarr.verify.chunks`, :mod:`~megadump_zarr.verify.schema`) each add problems to one
+The window's checks (:mod:`~megadump_zarr.verify.documents`, :mod:`~megadump_zarr.verify.inventory`,
+:mod:`~megadump_zarr.verify.chunks`, :mod:`~megadump_zarr.verify.bindings`) each add problems to one
 :class:`CheckState`; :func:`megadump_zarr.verify.window.verify_window` turns it into a :class:`WindowCheck`.
 """
 
@@ -98,13 +98,13 @@ class CheckState:
         stored_bytes: Bytes of the chunks read.
         partial_records: Records flagged ``partial: true``.
         unchecked: Arrays with chunks but no checksum: decoded only (a note, not a problem).
-        digested: Window-inventory digests of the chunks the pack checks read whole (``verify.packs``), by key,
+        digested: Window-inventory digests of the chunks the pack checks read whole (``verify.chunks.read_shards``), by key,
             so that ``verify.inventory`` reads none of them again.
         damaged: Pack shards whose rows the pack checks found damaged (named there, not again as moved).
         keep: Chunk keys whose bytes the chunk check keeps in ``kept`` (row coordinates, ``verify.bindings``).
         kept: Those chunks' bytes, by key.
         inventory: The window inventory's entries by array path (``verify.inventory``; ``None``: not loaded).
-        read_chunks: The packed records' chunks already read with their whole pack shard (``verify.packs``), by key:
+        read_chunks: The packed records' chunks already read with their whole pack shard (``verify.chunks.read_shards``), by key:
             what the chunk check needs of each (``verify.chunks.ChunkRead``), so no shard is read twice.
     """
 

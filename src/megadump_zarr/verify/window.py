@@ -7,15 +7,14 @@ Checks of a committed (``complete`` or ``aborted``) window, each failure one :cl
 window, the store key and what is wrong:
 
 - the window's ``zarr.json`` parses, its status is known, it carries consolidated metadata of every node;
-- documents (:mod:`~megadump_zarr.verify.documents`): the manifest agrees with itself, every node's own
-  document equals its consolidated entry, record attributes agree with their arrays, the records-table
-  fields parse; the schema (:mod:`~megadump_zarr.verify.schema`): kinds, versions, level, direction;
-- packs (:mod:`~megadump_zarr.verify.packs`): stored pack documents, each row's task ids and row coordinates,
-  each shard read once; the packed records themselves are checked as the readers describe them (their
-  documents against the pack's, their chunks where their rows are);
+- documents (:mod:`~megadump_zarr.verify.documents`): the manifest agrees with itself, the schema (kinds,
+  versions, level, direction), every node's own document equals its consolidated entry (a pack's stored documents
+  the window document's), record attributes agree with their arrays, the records-table fields parse; the packed
+  records themselves are checked as the readers describe them (their chunks where their rows are);
 - inventory (:mod:`~megadump_zarr.verify.inventory`): every array the window holds is listed in its inventory,
   each document and chunk has the digest listed there;
-- chunks (:mod:`~megadump_zarr.verify.chunks`): every chunk present, its crc32c holds;
+- chunks (:mod:`~megadump_zarr.verify.chunks`): every chunk present, read once (a pack's shards whole), its crc32c
+  holds and it has its inventory digest;
 - bindings (:mod:`~megadump_zarr.verify.bindings`): a task group's ``taskId`` equals its name, a pack's
   ``taskCount`` its rows, a row coordinate holds the rows its records' ``sourceOffsetBytes`` give;
 - ``deep``: the statistics stored in each record are recomputed from the data and compared.
@@ -30,15 +29,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from megadump_zarr.verify.chunks import check_chunks
+from megadump_zarr.verify.chunks import check_chunks, read_shards
 from megadump_zarr.verify.bindings import check_bindings, check_coordinate_values
-from megadump_zarr.verify.documents import check_manifest, check_node_documents, check_records_table
+from megadump_zarr.verify.documents import (
+    check_manifest,
+    check_node_documents,
+    check_pack_documents,
+    check_records_table,
+    check_schema,
+)
 from megadump_zarr.verify.inventory import check_listed_arrays, load_inventory
-from megadump_zarr.verify.packs import check_pack_documents
 from megadump_zarr.layout.paths import WINDOW_PATH
 from megadump_zarr.layout.schema import format_problem
 from megadump_zarr.verify.report import CheckState, Problem, WindowCheck, short
-from megadump_zarr.verify.schema import check_schema
 
 __all__ = ["Problem", "WindowCheck", "verify_window"]
 
@@ -126,7 +129,8 @@ def verify_window(
     check_schema(state, store, window, doc, nodes)
     good = check_node_documents(state, store, window, nodes, {} if packs is None else packs.virtual)
     if packs is not None:
-        check_pack_documents(state, store, window, stored, packs)
+        check_pack_documents(state, store, window, stored)
+        read_shards(state, packs, store, window)
     check_records_table(state, window, status, attrs, {k: v for k, v in nodes.items() if k in good})
     arrays = {path: (nodes[path], metadata) for path, metadata in good.items() if metadata is not None}
     if not msprobe:
