@@ -71,8 +71,8 @@ def check_bindings(
     state: CheckState, window: str, stored: dict[str, Any], nodes: dict[str, Any], virtual: Any = ()
 ) -> list[tuple[str, list[tuple[str, int, int]]]]:
     """Task ids against group names, task counts against rows, row coordinates' documents; returns the row
-    coordinates whose values :func:`check_coordinate_values` checks once the chunk check has read them (their chunk
-    keys are added to ``state.keep``).
+    coordinates whose values :func:`check_coordinate_values` checks once the chunk check has read them (their paths
+    are added to ``state.keep``).
 
     Args:
         state: The window's check state.
@@ -104,20 +104,9 @@ def check_bindings(
                     f"attributes.sourceOffsetBytes puts its first row at {other_start}, its sibling "
                     f"{record.rpartition('/')[2]}'s at {start}: they share one row coordinate",
                 )
-        state.keep.update(_chunk_keys(window, coordinate, doc))
+        state.keep.add(coordinate)
         wanted.append((coordinate, records))
     return wanted
-
-
-def _chunk_keys(window: str, path: str, doc: dict[str, Any]) -> list[str]:
-    from megadump_zarr.verify.chunks import expected_chunks
-
-    encoding = doc.get("chunk_key_encoding") or {}
-    sep = (encoding.get("configuration") or {}).get("separator", "/")
-    return [
-        f"{window}/{path}/c{sep}{sep.join(str(i) for i in c)}" if c else f"{window}/{path}/c"
-        for c in expected_chunks(doc) or []
-    ]
 
 
 def check_coordinate_values(
@@ -131,7 +120,7 @@ def check_coordinate_values(
     check kept when they are stored plainly, read with zarr otherwise).
 
     Args:
-        state: The window's check state (``state.kept``: chunk key -> bytes).
+        state: The window's check state (``state.kept``: array path -> its chunks' bytes).
         store: The dump store.
         window: The window key.
         nodes: The window's nodes.
@@ -143,7 +132,7 @@ def check_coordinate_values(
         doc = nodes[coordinate]
         record, start, rows = records[0]
         key = f"{window}/{coordinate}"
-        values = _plain_values(doc, [state.kept.pop(k, None) for k in _chunk_keys(window, coordinate, doc)], rows)
+        values = _plain_values(doc, state.kept.pop(coordinate, []), rows)
         if values is None:
             try:
                 values = np.asarray(open_array(store, key, doc)[...])

@@ -169,8 +169,8 @@ def _check_chunk(
     if raw is None:
         state.add(key, "chunk is missing")
         return False
-    if key in state.keep and not isinstance(raw, ChunkRead):
-        state.kept[key] = raw
+    if path in state.keep and not isinstance(raw, ChunkRead):
+        state.kept.setdefault(path, []).append(raw)
     read = raw if isinstance(raw, ChunkRead) else ChunkRead.of(key, raw, checksum)
     state.stored_bytes += read.nbytes
     if tick is not None:
@@ -223,18 +223,13 @@ def _get_many(store: Any, keys: list[str]) -> list[Any]:
     try:
         return get_many(store, keys)
     except DumpIntegrityError:  # a damaged read: name each chunk it fails
-        return [_get_or_problem(store, key) for key in keys]
-
-
-def _get_or_problem(store: Any, key: str) -> Any:
-    """The chunk's bytes, ``None`` when absent, or the integrity error reading it raised."""
-    from megadump_zarr.read.errors import DumpIntegrityError
-    from megadump_zarr.read.location import get_bytes
-
-    try:
-        return get_bytes(store, key)
-    except DumpIntegrityError as error:
-        return error
+        found: list[Any] = []
+        for key in keys:
+            try:
+                found += get_many(store, [key])
+            except DumpIntegrityError as error:
+                found.append(error)
+        return found
 
 
 def open_array(store: Any, key: str, doc: dict[str, Any]) -> Any:

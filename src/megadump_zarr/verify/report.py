@@ -101,8 +101,9 @@ class CheckState:
         digested: Window-inventory digests of the chunks the pack checks read whole (``verify.chunks.read_shards``), by key,
             so that ``verify.inventory`` reads none of them again.
         damaged: Pack shards whose rows the pack checks found damaged (named there, not again as moved).
-        keep: Chunk keys whose bytes the chunk check keeps in ``kept`` (row coordinates, ``verify.bindings``).
-        kept: Those chunks' bytes, by key.
+        keep: Paths of the arrays whose chunks' bytes the chunk check keeps in ``kept`` (row coordinates,
+            ``verify.bindings``).
+        kept: Those chunks' bytes in grid order, by array path.
         inventory: The window inventory's entries by array path (``verify.inventory``; ``None``: not loaded).
         read_chunks: The packed records' chunks already read with their whole pack shard (``verify.chunks.read_shards``), by key:
             what the chunk check needs of each (``verify.chunks.ChunkRead``), so no shard is read twice.
