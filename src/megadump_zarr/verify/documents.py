@@ -23,7 +23,6 @@ import math
 from typing import Any
 
 from megadump_zarr.layout.paths import INVOCATION_DIR, PACK_DIR, TASK_DIR, WINDOW_PATH
-from megadump_zarr.layout.schema import format_problem
 from megadump_zarr.verify.report import CheckState, short
 
 __all__ = [
@@ -31,21 +30,23 @@ __all__ = [
     "check_node_documents",
     "check_pack_documents",
     "check_records_table",
-    "check_schema",
     "strip_consolidated",
 ]
 
 
-def check_manifest(state: CheckState, window: str, attrs: dict[str, Any], nodes: dict[str, Any]) -> None:
-    """The window's attributes agree with its path and with the invocation groups it holds.
+def check_manifest(state: CheckState, store: Any, window: str, doc: dict[str, Any], nodes: dict[str, Any]) -> None:
+    """The window's attributes agree with its path and with the invocation groups it holds; every schema field
+    readers would misread is a problem (:func:`_check_schema`).
 
     Args:
         state: The window's check state.
+        store: The dump store.
         window: The window key.
-        attrs: The window document's attributes.
+        doc: The parsed window document.
         nodes: Its consolidated metadata (path -> document).
     """
-    doc_key = f"{window}/zarr.json"
+    doc_key, attrs = f"{window}/zarr.json", doc["attributes"]
+    _check_schema(state, store, window, doc, nodes)
     match = WINDOW_PATH.fullmatch(window)
     if match:
         rank, index = int(match.group(1)), int(match.group(2))
@@ -296,22 +297,12 @@ def check_pack_documents(state: CheckState, base: Any, window: str, stored: dict
 _DIRECTIONS = ("forward", "backward")
 
 
-def check_schema(state: CheckState, store: Any, window: str, doc: dict[str, Any], nodes: dict[str, Any]) -> None:
-    """Add a problem for every schema field of ``window`` that readers would misread.
-
-    Args:
-        state: The window's verify state (``state.add(key, what)``).
-        store: The dump store.
-        window: The window key ``rank_{r}/window_{wwww}``.
-        doc: The parsed window document.
-        nodes: Its consolidated metadata (path -> document).
-    """
+def _check_schema(state: CheckState, store: Any, window: str, doc: dict[str, Any], nodes: dict[str, Any]) -> None:
+    """Kinds, ``zarr_format``, parents, invocations and the rank document (the format version is checked before
+    any check, :func:`~megadump_zarr.verify.window.verify_window`)."""
     key = f"{window}/zarr.json"
-    attrs = doc.get("attributes") or {}
+    attrs = doc["attributes"]
     _check_kind(state, key, doc, "group")
-    problem = format_problem(attrs, "attributes")
-    if problem is not None:
-        state.add(key, problem)
     for path, entry in nodes.items():
         if not isinstance(entry, dict):
             continue  # named by the node check
@@ -381,10 +372,9 @@ def _task_records(invocation: str, nodes: dict[str, Any]) -> int:
 
 
 def _check_rank_document(state: Any, store: Any, window: str) -> None:
-    from megadump_zarr.read.location import get_bytes
+    from megadump_zarr.read.location import get_bytes, parse_json
 
-    rank = window.split("/")[0]
-    key = f"{rank}/zarr.json"
+    key = f"{window.split('/')[0]}/zarr.json"
     try:
         raw = get_bytes(store, key)
     except Exception as error:  # noqa: BLE001 - any failure to read it is the finding
@@ -394,11 +384,6 @@ def _check_rank_document(state: Any, store: Any, window: str) -> None:
         state.add(key, "the rank group document is missing")
         return
     try:
-        doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as error:
+        _check_kind(state, key, parse_json(raw, key), "group")
+    except ValueError as error:  # not JSON, or not a JSON object
         state.add(key, f"the rank document does not parse: {error}")
-        return
-    if not isinstance(doc, dict):
-        state.add(key, f"the rank document is a {type(doc).__name__}, not a JSON object")
-        return
-    _check_kind(state, key, doc, "group")

@@ -36,7 +36,6 @@ from megadump_zarr.verify.documents import (
     check_node_documents,
     check_pack_documents,
     check_records_table,
-    check_schema,
 )
 from megadump_zarr.verify.inventory import check_listed_arrays, load_inventory
 from megadump_zarr.layout.paths import WINDOW_PATH
@@ -125,8 +124,7 @@ def verify_window(
         nodes, packs = expanded
     if not msprobe:  # first: what the inventory binds, the pack checks leave to it
         load_inventory(state, store, window, attrs)
-    check_manifest(state, window, attrs, nodes)
-    check_schema(state, store, window, doc, nodes)
+    check_manifest(state, store, window, doc, nodes)
     good = check_node_documents(state, store, window, nodes, {} if packs is None else packs.virtual)
     if packs is not None:
         check_pack_documents(state, store, window, stored)
