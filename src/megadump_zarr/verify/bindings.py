@@ -112,7 +112,7 @@ def check_coordinate_values(
         nodes: The window's nodes.
         wanted: What :func:`check_bindings` returned.
     """
-    from megadump_zarr.verify.chunks import open_array
+    from megadump_zarr.read.documents import open_array_checked
 
     for coordinate, records in wanted:
         doc = nodes[coordinate]
@@ -121,7 +121,7 @@ def check_coordinate_values(
         values = _plain_values(doc, state.kept.pop(coordinate, []), rows)
         if values is None:
             try:
-                values = np.asarray(open_array(store, key, doc)[...])
+                values = np.asarray(open_array_checked(store, key, doc)[...])
             except Exception:  # noqa: BLE001 - a chunk that does not read is named by the chunk check
                 continue
         if not np.array_equal(values, np.arange(start, start + rows, dtype=np.int64)):

@@ -21,10 +21,11 @@ from typing import Any
 import numpy as np
 
 from megadump_zarr.layout.inventory import chunk_digest
+from megadump_zarr.read.documents import open_array_checked
 from megadump_zarr.verify.inventory import check_chunk_digest
 from megadump_zarr.verify.report import CheckState, short
 
-__all__ = ["ChunkRead", "check_chunks", "read_shards", "expected_chunks", "open_array", "stats_tolerance"]
+__all__ = ["ChunkRead", "check_chunks", "expected_chunks", "read_shards", "stats_tolerance"]
 
 _BATCH = 64  # chunks fetched concurrently
 _SHARDS = 16  # pack shards (up to PACK_SHARD_BYTES each, uncompressed) fetched at once
@@ -125,7 +126,7 @@ def check_chunks(
     for path in whole:
         if path not in bad:
             doc = arrays[path][0]
-            zarray = open_array(store, f"{window}/{path}", doc)
+            zarray = open_array_checked(store, f"{window}/{path}", doc)
             stored = None if packs is None else packs.array(store, path, doc)
             _check_decode(state, zarray, f"{window}/{path}", doc, deep, msprobe, stored)
 
@@ -201,7 +202,6 @@ class ChunkRead:
     @classmethod
     def of(cls, key: str, raw: Any, checksum: bool = True) -> ChunkRead:
         """The summary of chunk ``key``'s stored bytes ``raw`` (its trailing crc32c checked with ``checksum``)."""
-        from megadump_zarr.layout.inventory import chunk_digest
         from megadump_zarr.read.errors import DumpIntegrityError
         from megadump_zarr.read.integrity import verify_crc32c
 
@@ -230,15 +230,6 @@ def _get_many(store: Any, keys: list[str]) -> list[Any]:
             except DumpIntegrityError as error:
                 found.append(error)
         return found
-
-
-def open_array(store: Any, key: str, doc: dict[str, Any]) -> Any:
-    """The zarr array at ``key`` of ``store``, opened from its (already read) document ``doc``."""
-    import zarr
-
-    from megadump_zarr.read.location import store_path
-
-    return zarr.Array.from_dict(store_path(store, key), doc)
 
 
 def _check_decode(
@@ -349,8 +340,8 @@ def _stored_chunks(
         if not isinstance(doc, dict) or doc.get("node_type") != "array" or expected_chunks(doc) is None:
             continue
         try:
-            metadata = open_array(store, f"{window}/{path}", doc).metadata
-        except Exception:  # noqa: BLE001 - a malformed document is named by the document checks
+            metadata = open_array_checked(store, f"{window}/{path}", doc).metadata
+        except ValueError:  # a malformed document is named by the document checks
             continue
         keys = grid_keys(state, f"{window}/{path}", doc, metadata, state.inventory[path]) or []
         todo += [(path, i, k, None) for i, k in enumerate(keys) if k not in state.damaged]

@@ -136,8 +136,7 @@ def verify_window(
     wanted = [] if msprobe else check_bindings(state, window, stored, nodes, {} if packs is None else packs.virtual)
     check_chunks(state, store, window, arrays, deep, tick, msprobe, packs, stored)
     check_coordinate_values(state, store, window, nodes, wanted)
-    groups = {path: nodes[path] for path, metadata in good.items() if metadata is None}
-    _check_partial(state, window, attrs, {p: doc for p, (doc, _) in arrays.items()}, partial_launches, groups)
+    _check_partial(state, window, attrs, nodes, good, partial_launches)
     return _result(state, status, deep, partial_launches)
 
 
@@ -157,12 +156,7 @@ def _digesting(fetch: Callable[[list[str]], list[Any]], state: CheckState) -> Ca
 
 
 def _check_partial(
-    state: CheckState,
-    window: str,
-    attrs: dict[str, Any],
-    arrays: dict[str, dict[str, Any]],
-    partial_launches: tuple[Any, ...],
-    groups: dict[str, dict[str, Any]] | None = None,
+    state: CheckState, window: str, attrs: dict[str, Any], nodes: dict[str, Any], good: dict[str, Any], partial: tuple
 ) -> None:
     """``partialLaunches`` names listed invocations; every record flagged ``partial`` belongs to one of them.
 
@@ -171,38 +165,23 @@ def _check_partial(
     """
     doc_key = f"{window}/zarr.json"
     listed = attrs.get("invocations") if isinstance(attrs.get("invocations"), list) else []
-    for name in partial_launches:
+    for name in partial:
         if not isinstance(name, str) or name not in listed:
             state.add(doc_key, f"attributes.partialLaunches names {short(name)}, which is not a listed invocation")
-    flagged = [p for p, d in arrays.items() if isinstance(d.get("attributes"), dict) and d["attributes"].get("partial")]
-    state.partial_records = len(flagged) + _statistics_only_records(groups or {}, partial_launches)
-    stray = [p for p in flagged if p.split("/")[0] not in partial_launches]
+    documents = {p: nodes[p].get("attributes") for p in good}
+    flagged = [p for p, a in documents.items() if good[p] is not None and isinstance(a, dict) and a.get("partial")]
+    state.partial_records = len(flagged)
+    for launch in partial:  # its statistics table, a group
+        table = documents.get(f"{launch}/statistics") if good.get(f"{launch}/statistics", 0) is None else None
+        counts = [table.get(k) for k in ("recordCount", "payloadCount")] if isinstance(table, dict) else []
+        if counts and "statisticsLayout" in table and all(type(v) is int for v in counts):
+            state.partial_records += max(counts[0] - counts[1], 0)
+    stray = [p for p in flagged if p.split("/")[0] not in partial]
     if stray:
         state.add(
             f"{window}/{stray[0]}/zarr.json",
-            f"{len(stray)} record(s) are flagged partial outside the window's partialLaunches {list(partial_launches)}",
+            f"{len(stray)} record(s) are flagged partial outside the window's partialLaunches {list(partial)}",
         )
-
-
-def _statistics_only_records(groups: dict[str, dict[str, Any]], partial_launches: tuple[Any, ...]) -> int:
-    """Statistics-only records in the statistics tables (``INVOCATION/statistics``) of the partial launches."""
-    count = 0
-    for path, doc in groups.items():
-        parts = path.split("/")
-        attrs = doc.get("attributes")
-        if (
-            len(parts) != 2
-            or parts[1] != "statistics"
-            or parts[0] not in partial_launches
-            or not isinstance(attrs, dict)
-        ):
-            continue
-        records, payloads = attrs.get("recordCount"), attrs.get("payloadCount")
-        if "statisticsLayout" in attrs and all(
-            isinstance(v, int) and not isinstance(v, bool) for v in (records, payloads)
-        ):
-            count += max(records - payloads, 0)
-    return count
 
 
 def _result(state: CheckState, status: str, deep: bool, partial: tuple[Any, ...]) -> WindowCheck:
