@@ -1,6 +1,5 @@
 """A chunk valid elsewhere but not here is named by plain ``verify``: the window inventory
-(``layout.inventory``) binds every chunk to its place; ``chunkCrc32c`` (``store.chunk_digests``) is what a window
-without an inventory could still bind, with a *not bound* note for the rest.
+(``layout.inventory``) binds every chunk to its place.
 """
 
 from __future__ import annotations
@@ -35,17 +34,6 @@ def test_a_fresh_dump_is_bound_everywhere(root: Path) -> None:
     """The window inventory binds every array (coordinates too): no *not bound* note on a healthy dump."""
     report = verify_dump(root)
     assert report.ok and report.windows[0].notes == () and report.to_dict()["windows"][0]["notes"] == []
-
-
-def test_without_an_inventory_unbound_arrays_verify_with_a_note(root: Path) -> None:
-    from megadump_zarr.verify.placement import placement
-    from megadump_zarr.verify.report import CheckState
-
-    state = CheckState(WINDOW)
-    doc = {"codecs": [{"name": "bytes"}, {"name": "crc32c"}], "attributes": {}}
-    assert placement(state, f"{WINDOW}/x", doc, [f"{WINDOW}/x/c.0"]) is None and state.unbound == 1
-    state.inventory = {}
-    assert placement(state, f"{WINDOW}/y", doc, [f"{WINDOW}/y/c.0"]) is None and state.unbound == 1
 
 
 def test_swapped_chunks_each_with_a_valid_crc_are_named(root: Path) -> None:

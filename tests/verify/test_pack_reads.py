@@ -235,3 +235,17 @@ def test_every_array_of_both_layouts_is_bound(tmp_path: Path) -> None:
         report = verify_dump(root)
         assert report.ok, report.problems
         assert [n for w in report.windows for n in w.notes if "not bound" in n] == [], layout
+
+
+def test_verify_reads_every_stored_file_once_in_both_layouts(tmp_path: Path) -> None:
+    """Each document, inventory and chunk of a dump is read by ``verify`` exactly once (one read checks it against
+    everything that binds it), in both layouts."""
+    from tests._faults import dump_demo_step
+
+    for layout in ("packs", "tasks"):
+        root = tmp_path / layout
+        dump_demo_step(root, "L1", layout=layout)
+        files = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+        store = Counting(LocalStore(str(root), read_only=True))
+        assert verify_dump(store).ok
+        assert dict(store.reads) == dict.fromkeys(files, 1), layout

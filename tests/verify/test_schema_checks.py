@@ -1,5 +1,5 @@
 """Issue 23.4: ``verify --deep`` said ok for documents readers misread; each is now a problem naming the
-document and field (megadump_zarr.verify.schema)."""
+document and field (megadump_zarr.verify.documents)."""
 
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+import functools
 import os
 from typing import Any
 
@@ -111,16 +112,6 @@ def window_keys(store: Any) -> list[str]:
     return [key for _, _, key in sorted(keys)]
 
 
-class _VerifyOne:
-    """``verify_window`` of one window key, picklable for dask workers."""
-
-    def __init__(self, url: str, storage_options: Mapping[str, Any] | None, deep: bool, msprobe: bool) -> None:
-        self.url, self.storage_options, self.deep, self.msprobe = url, dict(storage_options or {}), deep, msprobe
-
-    def __call__(self, window: str) -> WindowCheck:
-        return verify_window(self.url, self.storage_options, window, deep=self.deep, msprobe=self.msprobe)
-
-
 def verify_dump(
     url: str | os.PathLike[str] | Any,
     storage_options: Mapping[str, Any] | None = None,
@@ -180,7 +171,8 @@ def verify_dump(
 
         # workers resolve a local path themselves: send it absolute (a remote cluster sees the same mount)
         where = text if not isinstance(text, str) or "://" in text else os.path.abspath(os.path.expanduser(text))
-        results = map_ordered(_VerifyOne(where, storage_options, deep, in_place), keys, progress=report)
+        one = functools.partial(verify_window, where, dict(storage_options or {}), deep=deep, msprobe=in_place)
+        results = map_ordered(one, keys, progress=report)  # a partial of a module function: picklable for dask
         return VerifyReport(location.url, tuple(results), deep, source, notes)
     results = []
     for done, key in enumerate(keys):

@@ -17,32 +17,16 @@ from typing import Any
 import numpy as np
 
 from megadump_zarr.layout.paths import TASK_DIR
-from megadump_zarr.read.pack_nodes import first_row as slice_first_row
+from megadump_zarr.read.pack_nodes import first_row
 from megadump_zarr.verify.report import CheckState, short
 
-__all__ = ["check_bindings", "check_coordinate_values", "first_row", "row_coordinates"]
+__all__ = ["check_bindings", "check_coordinate_values"]
 
 
-def first_row(attrs: Any, shape: Any, size: int) -> int | None:
-    """The first global row of a whole-row slice of its declared tensor (``None``: it is not one, it is
-    truncated, or its ``actualShape`` holds other than integers); the readers' rule
-    (:func:`~megadump_zarr.read.pack_nodes.first_row`) under verify's stricter checks.
-
-    Args:
-        attrs: The record's attributes.
-        shape: Its stored shape.
-        size: Bytes per element of its stored ``data_type``.
-    """
-    if not isinstance(attrs, dict) or attrs.get("truncated"):
-        return None
-    actual = attrs.get("actualShape")
-    if isinstance(actual, list) and not all(type(d) is int for d in actual):
-        return None
-    return slice_first_row(attrs, shape, size)
-
-
-def row_coordinates(nodes: dict[str, Any], skip: Any = ()) -> list[tuple[str, str, int, int]]:
-    """``(coordinate path, record path, first row, rows)`` of every record with a stored row coordinate.
+def _row_coordinates(nodes: dict[str, Any], skip: Any) -> dict[str, list[tuple[str, int, int]]]:
+    """Stored row coordinate path -> ``(record path, first row, rows)`` of each record along it: the first row by
+    the readers' rule (:func:`~megadump_zarr.read.pack_nodes.first_row`) where the record is a whole-row slice of
+    its declared tensor, not truncated, with an ``actualShape`` of integers.
 
     Args:
         nodes: Path below the window -> document.
@@ -50,7 +34,7 @@ def row_coordinates(nodes: dict[str, Any], skip: Any = ()) -> list[tuple[str, st
     """
     from megadump_zarr.read.catalog import itemsize
 
-    found = []
+    found: dict[str, list[tuple[str, int, int]]] = {}
     for path, doc in nodes.items():
         attrs = doc.get("attributes") if isinstance(doc, dict) else None
         dims = doc.get("dimension_names") if isinstance(doc, dict) else None
@@ -58,12 +42,17 @@ def row_coordinates(nodes: dict[str, Any], skip: Any = ()) -> list[tuple[str, st
             continue
         parent = path.rpartition("/")[0]
         coordinate = f"{parent}/{dims[0]}" if parent else str(dims[0])
-        if coordinate in skip or not isinstance(nodes.get(coordinate), dict):
+        actual = attrs.get("actualShape")
+        if (
+            coordinate in skip
+            or not isinstance(nodes.get(coordinate), dict)
+            or attrs.get("truncated")
+            or (isinstance(actual, list) and not all(type(d) is int for d in actual))
+        ):
             continue
-        shape = doc.get("shape")
-        start = first_row(attrs, shape, itemsize(doc.get("data_type")))
+        start = first_row(attrs, doc.get("shape"), itemsize(doc.get("data_type")))
         if start is not None:
-            found.append((coordinate, path, start, int(shape[0])))
+            found.setdefault(coordinate, []).append((path, start, int(doc["shape"][0])))
     return found
 
 
@@ -71,8 +60,8 @@ def check_bindings(
     state: CheckState, window: str, stored: dict[str, Any], nodes: dict[str, Any], virtual: Any = ()
 ) -> list[tuple[str, list[tuple[str, int, int]]]]:
     """Task ids against group names, task counts against rows, row coordinates' documents; returns the row
-    coordinates whose values :func:`check_coordinate_values` checks once the chunk check has read them (their chunk
-    keys are added to ``state.keep``).
+    coordinates whose values :func:`check_coordinate_values` checks once the chunk check has read them (their paths
+    are added to ``state.keep``).
 
     Args:
         state: The window's check state.
@@ -83,11 +72,8 @@ def check_bindings(
     """
     _check_task_ids(state, window, nodes)
     _check_task_counts(state, window, stored)
-    by_coordinate: dict[str, list[tuple[str, int, int]]] = {}
-    for coordinate, record, start, rows in row_coordinates(nodes, virtual):
-        by_coordinate.setdefault(coordinate, []).append((record, start, rows))
     wanted = []
-    for coordinate, records in sorted(by_coordinate.items()):
+    for coordinate, records in sorted(_row_coordinates(nodes, virtual).items()):
         doc = nodes[coordinate]
         record, start, rows = records[0]
         if doc.get("data_type") != "int64" or doc.get("shape") != [rows]:
@@ -104,20 +90,9 @@ def check_bindings(
                     f"attributes.sourceOffsetBytes puts its first row at {other_start}, its sibling "
                     f"{record.rpartition('/')[2]}'s at {start}: they share one row coordinate",
                 )
-        state.keep.update(_chunk_keys(window, coordinate, doc))
+        state.keep.add(coordinate)
         wanted.append((coordinate, records))
     return wanted
-
-
-def _chunk_keys(window: str, path: str, doc: dict[str, Any]) -> list[str]:
-    from megadump_zarr.verify.chunks import expected_chunks
-
-    encoding = doc.get("chunk_key_encoding") or {}
-    sep = (encoding.get("configuration") or {}).get("separator", "/")
-    return [
-        f"{window}/{path}/c{sep}{sep.join(str(i) for i in c)}" if c else f"{window}/{path}/c"
-        for c in expected_chunks(doc) or []
-    ]
 
 
 def check_coordinate_values(
@@ -131,22 +106,22 @@ def check_coordinate_values(
     check kept when they are stored plainly, read with zarr otherwise).
 
     Args:
-        state: The window's check state (``state.kept``: chunk key -> bytes).
+        state: The window's check state (``state.kept``: array path -> its chunks' bytes).
         store: The dump store.
         window: The window key.
         nodes: The window's nodes.
         wanted: What :func:`check_bindings` returned.
     """
-    from megadump_zarr.verify.chunks import open_array
+    from megadump_zarr.read.documents import open_array_checked
 
     for coordinate, records in wanted:
         doc = nodes[coordinate]
         record, start, rows = records[0]
         key = f"{window}/{coordinate}"
-        values = _plain_values(doc, [state.kept.pop(k, None) for k in _chunk_keys(window, coordinate, doc)], rows)
+        values = _plain_values(doc, state.kept.pop(coordinate, []), rows)
         if values is None:
             try:
-                values = np.asarray(open_array(store, key, doc)[...])
+                values = np.asarray(open_array_checked(store, key, doc)[...])
             except Exception:  # noqa: BLE001 - a chunk that does not read is named by the chunk check
                 continue
         if not np.array_equal(values, np.arange(start, start + rows, dtype=np.int64)):

@@ -1,12 +1,13 @@
 """Checks of a window's chunks: every chunk the grid implies is there, its checksum holds, it is in its place.
 
-A chunk whose codec chain ends with ``crc32c`` has that checksum verified over its stored bytes and is
-bound to its place (:mod:`~megadump_zarr.verify.placement`); a chunk without a checksum must decode. A pack's
-record chunks were read with their whole shard by :mod:`~megadump_zarr.verify.packs` (what the checks need of each
-is in ``state.read_chunks``): they are checked from those bytes, not read again.
-With ``deep`` the statistics stored in each record (``stats``: min, max, mean, l2norm, nanCount, infCount,
-see :mod:`megadump_zarr.store.tensor_stats`) are recomputed from the data and compared (counts, min and max
-exactly; mean and l2norm to a relative 1e-9, the float64 rounding of merging per-chunk sums).
+Each chunk is read once (batched across arrays, ``_BATCH`` at a time) and checked once: a chunk whose codec chain
+ends with ``crc32c`` has that checksum verified, and every chunk has the digest the window inventory records for
+its place (:func:`~megadump_zarr.verify.inventory.check_chunk_digest`, from the same crc32c pass); a chunk without
+a checksum must also decode. A pack's record chunks were read with their whole shard by
+:func:`read_shards` (what the checks need of each is in ``state.read_chunks``): they are checked
+from those bytes, not read again. With ``deep`` the statistics stored in each record (``stats``: min, max, mean,
+l2norm, nanCount, infCount, see :mod:`megadump_zarr.store.tensor_stats`) are recomputed from the data and compared
+(counts, min and max exactly; mean and l2norm to a relative 1e-9, the float64 rounding of merging per-chunk sums).
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ from typing import Any
 import numpy as np
 
 from megadump_zarr.layout.inventory import chunk_digest
+from megadump_zarr.read.documents import open_array_checked
 from megadump_zarr.verify.inventory import check_chunk_digest
-from megadump_zarr.verify.placement import check_place, placement
 from megadump_zarr.verify.report import CheckState, short
 
-__all__ = ["ChunkRead", "check_chunks", "check_stored_chunks", "expected_chunks", "open_array", "stats_tolerance"]
+__all__ = ["ChunkRead", "check_chunks", "expected_chunks", "read_shards", "stats_tolerance"]
 
 _BATCH = 64  # chunks fetched concurrently
+_SHARDS = 16  # pack shards (up to PACK_SHARD_BYTES each, uncompressed) fetched at once
 _MAX_LISTED = 20  # missing chunks listed per array before "and N more"
 _MAX_CHUNKS = 10_000_000
 _REL = 1e-9
@@ -56,19 +58,22 @@ def check_chunks(
     state: CheckState,
     store: Any,
     window: str,
-    arrays: dict[str, dict[str, Any]],
+    arrays: dict[str, tuple[dict[str, Any], Any]],
     deep: bool,
     tick: Callable[[int], None] | None,
     msprobe: bool = False,
     packs: Any = None,
+    stored: dict[str, Any] | None = None,
 ) -> None:
-    """Every chunk of every array is present, its crc32c holds and it is in its place; the rest must decode.
+    """Every chunk of every array is present, its crc32c holds and it has its inventory digest; the rest must decode.
+    The inventoried arrays the readers describe otherwise (a pack's stored arrays) have their chunks' digests
+    compared (the shards the pack checks read whole are not read again, ``state.digested``).
 
     Args:
         state: The window's check state.
         store: The dump store.
         window: The window key.
-        arrays: The arrays to check (path below the window -> document).
+        arrays: The arrays to check (path below the window -> (document, its zarr metadata)).
         deep: Also recompute the stored statistics.
         tick: Called with the number of chunk bytes checked.
         msprobe: The window is an msprobe dump read in place: its statistics are msprobe's own, computed in
@@ -76,84 +81,114 @@ def check_chunks(
         packs: The window's :class:`~megadump_zarr.read.pack_rows.PackedWindow` (``None``: it holds no pack): a
             packed record's chunk is its row's inner chunk, read with its shard (``state.read_chunks``), and it
             is decoded where it is stored.
+        stored: The window's consolidated metadata as stored (``None``: only ``arrays``).
     """
     from megadump_zarr.read.integrity import has_crc32c
-    from megadump_zarr.read.errors import DumpIntegrityError
     from megadump_zarr.read.location import list_prefix
 
     present = set(list_prefix(store, f"{window}/"))
+    todo: list[tuple[str, int, str, bool | None]] = []  # (array path, grid index, chunk key, checksum)
+    whole = []  # arrays with every chunk present: decoded when they carry no checksum, or with ``deep``
     for path in sorted(arrays):
-        doc = arrays[path]
+        doc, metadata = arrays[path]
         array_key = f"{window}/{path}"
         state.arrays += 1
-        expected = expected_chunks(doc)
-        if expected is None:
-            state.add(f"{array_key}/zarr.json", "its chunk grid is not a regular grid this verifier can enumerate")
+        keys = grid_keys(state, array_key, doc, metadata, (state.inventory or {}).get(path))
+        if keys is None:
             continue
-        zarray = open_array(store, array_key, doc)
-        keys = [f"{array_key}/{zarray.metadata.encode_chunk_key(c)}" for c in expected]
-        grid_index = {k: i for i, k in enumerate(keys)}
-        listed = (state.inventory or {}).get(path)
-        if listed is not None and len(listed.chunks) != len(keys):
-            state.add(
-                f"{array_key}/zarr.json",
-                f"its grid has {len(keys)} chunk(s) but the window inventory lists {len(listed.chunks)}",
-            )
-        place = placement(state, array_key, doc, keys)
         missing = [k for k in keys if k not in present and k not in state.read_chunks]
         for k in missing[:_MAX_LISTED]:
             state.add(k, "chunk is missing")
         if len(missing) > _MAX_LISTED:
             state.add(array_key, f"and {len(missing) - _MAX_LISTED} more chunks are missing")
-        keys = [k for k in keys if k in present or k in state.read_chunks]
         checksum = has_crc32c(doc)
-        state.unchecked += 0 if checksum or not keys or listed is not None else 1  # the inventory binds it
-        bad = False
-        for start in range(0, len(keys), _BATCH):
-            batch = keys[start : start + _BATCH]
-            fetch = [k for k in batch if k not in state.read_chunks]  # a pack's: read with its shard
-            fetched = dict(zip(fetch, _get_many(store, fetch)))
-            for key in batch:
-                raw = state.read_chunks.pop(key) if key not in fetched else fetched[key]
-                state.chunks += 1
-                if isinstance(raw, DumpIntegrityError):
-                    state.add(key, str(raw).removeprefix(f"chunk {key} is ").strip())
-                    bad = True
-                    continue
-                if raw is None:
-                    state.add(key, "chunk is missing")
-                    bad = True
-                    continue
-                if key in state.keep and not isinstance(raw, ChunkRead):
-                    state.kept[key] = raw
-                read = raw if isinstance(raw, ChunkRead) else ChunkRead.of(key, raw, checksum)
-                state.stored_bytes += read.nbytes
-                if tick is not None:
-                    tick(read.nbytes)
-                if checksum:
-                    if read.error is not None:
-                        state.add(key, str(read.error).removeprefix(f"chunk {key} is ").strip())
-                        bad = True
-                        continue
-                    if listed is None:  # the inventory binds it otherwise (one problem per chunk)
-                        bad = check_place(state, key, read.tail, place) or bad
-                if listed is not None and read.digest is not None:  # a whole chunk: is it this place's?
-                    bad = check_chunk_digest(state, window, path, grid_index[key], key, read.digest) or bad
-        if bad or missing:
-            continue
-        if not checksum or deep:
+        found = [(path, i, k, checksum) for i, k in enumerate(keys) if k in present or k in state.read_chunks]
+        state.unchecked += 0 if checksum or not found or path in (state.inventory or {}) else 1
+        todo += found
+        if not missing and (not checksum or deep):
+            whole.append(path)
+    todo += _stored_chunks(state, store, window, stored or {}, set(arrays))
+    bad = set()
+    for start in range(0, len(todo), _BATCH):
+        batch = todo[start : start + _BATCH]
+        fetch = [k for _, _, k, c in batch if k not in (state.read_chunks if c is not None else state.digested)]
+        fetched = dict(zip(fetch, _get_many(store, fetch)))
+        for path, index, key, checksum in batch:
+            if checksum is None:  # absent or unreadable: named by the pack checks, as the readers name it
+                raw = fetched.get(key)
+                if key in state.digested or isinstance(raw, bytes):
+                    digest = state.digested[key] if key in state.digested else chunk_digest(raw)[0]
+                    check_chunk_digest(state, window, path, index, key, digest)
+                continue
+            raw = fetched[key] if key in fetched else state.read_chunks.pop(key)
+            if not _check_chunk(state, window, path, index, key, raw, checksum, tick):
+                bad.add(path)
+    for path in whole:
+        if path not in bad:
+            doc = arrays[path][0]
+            zarray = open_array_checked(store, f"{window}/{path}", doc)
             stored = None if packs is None else packs.array(store, path, doc)
-            _check_decode(state, zarray, array_key, doc, deep, msprobe, stored)
+            _check_decode(state, zarray, f"{window}/{path}", doc, deep, msprobe, stored)
+
+
+def grid_keys(state: CheckState, array_key: str, doc: dict[str, Any], metadata: Any, listed: Any) -> list[str] | None:
+    """The chunk keys of an array's grid in C order (``None``: it cannot be enumerated, the problem added); a grid
+    of another length than the inventory lists is a problem.
+
+    Args:
+        state: The window's check state.
+        array_key: The array's key.
+        doc: Its document.
+        metadata: Its zarr metadata (it encodes the keys).
+        listed: Its inventory entry (``None``: not listed).
+    """
+    expected = expected_chunks(doc)
+    if expected is None:
+        state.add(f"{array_key}/zarr.json", "its chunk grid is not a regular grid this verifier can enumerate")
+        return None
+    encode = metadata.encode_chunk_key
+    keys = [f"{array_key}/{encode(c)}" for c in expected]
+    if listed is not None and len(listed.chunks) != len(keys):
+        state.add(
+            f"{array_key}/zarr.json",
+            f"its grid has {len(keys)} chunk(s) but the window inventory lists {len(listed.chunks)}",
+        )
+    return keys
+
+
+def _check_chunk(
+    state: CheckState, window: str, path: str, index: int, key: str, raw: Any, checksum: bool, tick: Any
+) -> bool:
+    """One chunk read (bytes, :class:`ChunkRead`, ``None`` or the integrity error its read raised): its crc32c
+    holds and it has its inventory digest; returns whether it is good. Row coordinates' bytes are kept."""
+    from megadump_zarr.read.errors import DumpIntegrityError
+
+    state.chunks += 1
+    if isinstance(raw, DumpIntegrityError):
+        state.add(key, str(raw).removeprefix(f"chunk {key} is ").strip())
+        return False
+    if raw is None:
+        state.add(key, "chunk is missing")
+        return False
+    if path in state.keep and not isinstance(raw, ChunkRead):
+        state.kept.setdefault(path, []).append(raw)
+    read = raw if isinstance(raw, ChunkRead) else ChunkRead.of(key, raw, checksum)
+    state.stored_bytes += read.nbytes
+    if tick is not None:
+        tick(read.nbytes)
+    if checksum and read.error is not None:
+        state.add(key, str(read.error).removeprefix(f"chunk {key} is ").strip())
+        return False
+    return read.digest is None or not check_chunk_digest(state, window, path, index, key, read.digest)
 
 
 @dataclass(frozen=True)
 class ChunkRead:
     """What the chunk check needs of a stored chunk's bytes, so they need not be kept (a pack's record chunks are
-    read with their whole shard before the chunk check, ``verify.packs``).
+    read with their whole shard before the chunk check, :func:`read_shards`).
 
     Args:
         nbytes: Its stored size.
-        tail: Its last 4 bytes (its crc32c when it carries one; all of it when shorter).
         error: What :func:`~megadump_zarr.read.integrity.verify_crc32c` raised on it (``None``: it holds, or
             was not checked).
         digest: Its digest (:func:`megadump_zarr.layout.inventory.chunk_digest`, the same crc32c pass that checks
@@ -161,14 +196,12 @@ class ChunkRead:
     """
 
     nbytes: int
-    tail: bytes
     error: Exception | None = None
     digest: int | None = None
 
     @classmethod
     def of(cls, key: str, raw: Any, checksum: bool = True) -> ChunkRead:
         """The summary of chunk ``key``'s stored bytes ``raw`` (its trailing crc32c checked with ``checksum``)."""
-        from megadump_zarr.layout.inventory import chunk_digest
         from megadump_zarr.read.errors import DumpIntegrityError
         from megadump_zarr.read.integrity import verify_crc32c
 
@@ -179,7 +212,7 @@ class ChunkRead:
                 verify_crc32c(key, np.frombuffer(raw, dtype=np.uint8))
             except DumpIntegrityError as failed:
                 error = failed
-        return cls(len(raw), bytes(raw[-4:]), error, digest)
+        return cls(len(raw), error, digest)
 
 
 def _get_many(store: Any, keys: list[str]) -> list[Any]:
@@ -190,27 +223,13 @@ def _get_many(store: Any, keys: list[str]) -> list[Any]:
     try:
         return get_many(store, keys)
     except DumpIntegrityError:  # a damaged read: name each chunk it fails
-        return [_get_or_problem(store, key) for key in keys]
-
-
-def _get_or_problem(store: Any, key: str) -> Any:
-    """The chunk's bytes, ``None`` when absent, or the integrity error reading it raised."""
-    from megadump_zarr.read.errors import DumpIntegrityError
-    from megadump_zarr.read.location import get_bytes
-
-    try:
-        return get_bytes(store, key)
-    except DumpIntegrityError as error:
-        return error
-
-
-def open_array(store: Any, key: str, doc: dict[str, Any]) -> Any:
-    """The zarr array at ``key`` of ``store``, opened from its (already read) document ``doc``."""
-    import zarr
-
-    from megadump_zarr.read.location import store_path
-
-    return zarr.Array.from_dict(store_path(store, key), doc)
+        found: list[Any] = []
+        for key in keys:
+            try:
+                found += get_many(store, [key])
+            except DumpIntegrityError as error:
+                found.append(error)
+        return found
 
 
 def _check_decode(
@@ -310,47 +329,49 @@ def _compare_stats(
             state.add(key, f"attributes.stats.{name} is {short(have)} but the data give {short(value)}")
 
 
-def check_stored_chunks(state: CheckState, store: Any, window: str, stored: dict[str, Any], seen: set[str]) -> None:
-    """Read the chunks of the inventoried arrays the chunk check did not read and compare their digests.
-
-    Args:
-        state: The window's check state.
-        store: The dump store.
-        window: The window key.
-        stored: The window's consolidated metadata as stored.
-        seen: Paths of the arrays the chunk check read.
-    """
-    from megadump_zarr.read.location import get_many
-
+def _stored_chunks(
+    state: CheckState, store: Any, window: str, stored: dict[str, Any], seen: set[str]
+) -> list[tuple[str, int, str, None]]:
+    """``(array path, grid index, chunk key, None)`` of the chunks of the inventoried arrays not in ``seen``, but
+    those of the shards the pack checks found damaged."""
+    todo: list[tuple[str, int, str, None]] = []
     for path in sorted(set(state.inventory or {}) - seen):
         doc = stored.get(path)
-        if not isinstance(doc, dict) or doc.get("node_type") != "array":
+        if not isinstance(doc, dict) or doc.get("node_type") != "array" or expected_chunks(doc) is None:
             continue
-        grid = expected_chunks(doc)
-        if grid is None:
-            continue
-        array_key = f"{window}/{path}"
         try:
-            zarray = open_array(store, array_key, doc)
-        except Exception:  # noqa: BLE001 - a malformed document is named by the document checks
+            metadata = open_array_checked(store, f"{window}/{path}", doc).metadata
+        except ValueError:  # a malformed document is named by the document checks
             continue
-        keys = [f"{array_key}/{zarray.metadata.encode_chunk_key(c)}" for c in grid]
-        if len(keys) != len(state.inventory[path].chunks):
-            state.add(
-                f"{array_key}/zarr.json",
-                f"its grid has {len(keys)} chunk(s) but the window inventory lists {len(state.inventory[path].chunks)}",
-            )
-        for start in range(0, len(keys), _BATCH):
-            batch = keys[start : start + _BATCH]
-            fetch = [k for k in batch if k not in state.digested]  # a pack's: read whole by the pack checks
-            fetched = dict(zip(fetch, get_many(store, fetch)))
-            for offset, key in enumerate(batch):
-                if key in state.damaged:
-                    continue
-                if key in state.digested:
-                    digest = state.digested[key]
-                elif fetched[key] is None:  # named by the chunk check and the pack checks, as the readers name it
-                    continue
-                else:
-                    digest, _ = chunk_digest(fetched[key])
-                check_chunk_digest(state, window, path, start + offset, key, digest)
+        keys = grid_keys(state, f"{window}/{path}", doc, metadata, state.inventory[path]) or []
+        todo += [(path, i, k, None) for i, k in enumerate(keys) if k not in state.damaged]
+    return todo
+
+
+def read_shards(state: CheckState, packs: Any, base: Any, window: str) -> None:
+    """Read each record shard of each pack once, whole: its window-inventory digest is taken from those bytes
+    (``state.digested``, compared by :func:`check_chunks`), and so are the
+    record chunks it holds (:meth:`~megadump_zarr.read.pack_rows.PackedWindow.split_shard`: the readers' own
+    index checks and messages), kept for the chunk check as what it needs of each (``state.read_chunks``,
+    :class:`ChunkRead`). A row coordinate's chunk is computed
+    (:func:`~megadump_zarr.store.packs.range_chunk`), as the readers compute it.
+    """
+    from megadump_zarr.read.location import get_many
+    from megadump_zarr.read.pack_rows import sized_store
+    from megadump_zarr.store.packs import RangeSource, range_chunk
+
+    for rel, source in packs.sources.items():
+        if isinstance(source, RangeSource):
+            state.read_chunks[f"{window}/{rel}"] = ChunkRead.of(f"{window}/{rel}", range_chunk(source))
+    held = packs.shard_chunks()  # shard -> the record chunks it holds
+    shards, sized = sorted(held), sized_store(base) is not None
+    for start in range(0, len(shards), _SHARDS):
+        batch = shards[start : start + _SHARDS]
+        for shard, raw in zip(batch, get_many(base, batch)):
+            if raw is not None:
+                state.digested[shard] = chunk_digest(raw)[0]
+            for key, chunk in packs.split_shard(held[shard], shard, raw, sized):
+                summary = ChunkRead.of(key, chunk) if isinstance(chunk, bytes) else chunk
+                state.read_chunks[key] = summary
+                if not isinstance(summary, ChunkRead) or summary.error is not None:
+                    state.damaged.add(shard)  # named by its rows, as the readers name it: not also as moved

@@ -1,9 +1,14 @@
-"""Checks of a committed window's documents: the manifest, every node's own document, record attributes.
+"""Checks of a committed window's documents: the manifest, the schema, every node's own document, record attributes.
 
 - the manifest agrees with itself (``windowIndex``/``rank`` with the path, ``invocations`` with the
   invocation groups present, ``invocationCount``, ``level``);
+- the schema readers rely on: each document's kind (``node_type``) and ``zarr_format``, the window's format version
+  and layout (:func:`~megadump_zarr.layout.schema.format_problem`), the invocations' ``level``/``rank`` (the
+  window's), ``direction`` (as the group name says) and ``taskCount`` (the task records below it), every
+  consolidated node's parent a listed group, and the rank group document;
 - every node's own ``zarr.json`` exists, parses and equals its consolidated entry (a group's own
-  consolidated metadata too); every array document is a valid Zarr v3 array document;
+  consolidated metadata too); every array document is a valid Zarr v3 array document; a task-record pack's stored
+  documents (what plain zarr reads) equal the window document's entries the readers are built from;
 - record attributes agree with the array (``storedShape`` and ``storedBytes`` with ``shape`` × itemsize,
   ``fullBytes`` with ``actualShape``, a truncated record stores a flat prefix no longer than its logical
   size and lies inside its ``declaredShape``);
@@ -13,32 +18,35 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+import json
 import math
 from typing import Any
 
-from megadump_zarr.layout.paths import WINDOW_PATH
+from megadump_zarr.layout.paths import INVOCATION_DIR, PACK_DIR, TASK_DIR, WINDOW_PATH
 from megadump_zarr.verify.report import CheckState, short
 
 __all__ = [
     "check_manifest",
     "check_node_documents",
+    "check_pack_documents",
     "check_records_table",
-    "group_consolidated_agrees",
-    "stored_agrees",
     "strip_consolidated",
 ]
 
 
-def check_manifest(state: CheckState, window: str, attrs: dict[str, Any], nodes: dict[str, Any]) -> None:
-    """The window's attributes agree with its path and with the invocation groups it holds.
+def check_manifest(state: CheckState, store: Any, window: str, doc: dict[str, Any], nodes: dict[str, Any]) -> None:
+    """The window's attributes agree with its path and with the invocation groups it holds; every schema field
+    readers would misread is a problem (:func:`_check_schema`).
 
     Args:
         state: The window's check state.
+        store: The dump store.
         window: The window key.
-        attrs: The window document's attributes.
+        doc: The parsed window document.
         nodes: Its consolidated metadata (path -> document).
     """
-    doc_key = f"{window}/zarr.json"
+    doc_key, attrs = f"{window}/zarr.json", doc["attributes"]
+    _check_schema(state, store, window, doc, nodes)
     match = WINDOW_PATH.fullmatch(window)
     if match:
         rank, index = int(match.group(1)), int(match.group(2))
@@ -75,8 +83,10 @@ def strip_consolidated(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 def check_node_documents(
     state: CheckState, store: Any, window: str, nodes: dict[str, Any], packed: Mapping[str, Any] | None = None
-) -> list[str]:
-    """Each node's own document exists, parses and equals its consolidated entry; returns the good paths.
+) -> dict[str, Any]:
+    """Each node's own document exists, parses and equals its consolidated entry; returns the good paths, each
+    with its zarr array metadata (``None`` for a group): zarr parses each form of array document once (the same
+    document but for its attributes, which zarr reads as any JSON object, is the same form).
 
     Args:
         state: The window's check state.
@@ -84,13 +94,14 @@ def check_node_documents(
         window: The window key.
         nodes: Its nodes (path relative to the window -> consolidated entry).
         packed: The nodes a task-record pack stands for (no document of their own: their pack's are checked,
-            :mod:`megadump_zarr.verify.packs`).
+            :func:`check_pack_documents`).
     """
     from megadump_zarr.read.documents import open_array_checked
     from megadump_zarr.read.location import get_many
 
     packed = packed or {}
-    good: list[str] = []
+    good: dict[str, Any] = {}
+    forms: dict[str, Any] = {}  # an array document without its attributes -> its parsed metadata
     paths = sorted(nodes)
     for start in range(0, len(paths), 256):
         batch = paths[start : start + 256]
@@ -108,14 +119,19 @@ def check_node_documents(
                     continue
                 if entry["node_type"] == "group" and not group_consolidated_agrees(state, key, path, own, nodes):
                     continue
+            metadata = None
             if entry["node_type"] == "array":
+                attrs = entry.get("attributes", {})
+                form = json.dumps({k: v for k, v in entry.items() if k != "attributes"}, sort_keys=True)
                 try:
-                    open_array_checked(store, f"{window}/{path}", entry)
+                    metadata = forms.get(form) if isinstance(attrs, dict) else None
+                    metadata = metadata or open_array_checked(store, f"{window}/{path}", entry).metadata
                 except ValueError as error:
                     state.add(key, str(error).removeprefix(key).lstrip(": ") or str(error))
                     continue
+                forms[form] = metadata
                 _check_record_attributes(state, key, entry)
-            good.append(path)
+            good[path] = metadata
     return good
 
 
@@ -253,3 +269,121 @@ def check_records_table(
         state.add(key if what else f"{window}/zarr.json", what or text)
     except (TypeError, OverflowError) as error:  # a field no check above anticipated: still one named problem
         state.add(f"{window}/zarr.json", f"the records table cannot be built: {type(error).__name__}: {error}")
+
+
+def check_pack_documents(state: CheckState, base: Any, window: str, stored: dict[str, Any]) -> None:
+    """The stored documents of a window's task-record packs (what plain zarr reads) equal the window document's
+    entries the readers are built from.
+
+    Args:
+        state: The window's check state.
+        base: The dump's store.
+        window: The window key.
+        stored: The window document's consolidated nodes, as stored.
+    """
+    from megadump_zarr.read.location import get_many
+    from megadump_zarr.read.pack_nodes import stored_pack_nodes
+
+    nodes = stored_pack_nodes(stored)
+    paths = sorted(nodes)
+    for path, raw in zip(paths, get_many(base, [f"{window}/{p}/zarr.json" for p in paths])):
+        key = f"{window}/{path}/zarr.json"
+        entry = nodes[path]
+        own = stored_agrees(state, key, raw, entry, "pack")
+        if own is not None and own.get("node_type") == "group":
+            group_consolidated_agrees(state, key, path, own, nodes)
+
+
+_DIRECTIONS = ("forward", "backward")
+
+
+def _check_schema(state: CheckState, store: Any, window: str, doc: dict[str, Any], nodes: dict[str, Any]) -> None:
+    """Kinds, ``zarr_format``, parents, invocations and the rank document (the format version is checked before
+    any check, :func:`~megadump_zarr.verify.window.verify_window`)."""
+    key = f"{window}/zarr.json"
+    attrs = doc["attributes"]
+    _check_kind(state, key, doc, "group")
+    for path, entry in nodes.items():
+        if not isinstance(entry, dict):
+            continue  # named by the node check
+        node_key = f"{window}/{path}/zarr.json"
+        if entry.get("zarr_format") != 3:
+            state.add(node_key, f"zarr_format {short(entry.get('zarr_format'))} is not 3")
+        parent = path.rpartition("/")[0]
+        if parent and not (isinstance(nodes.get(parent), dict) and nodes[parent].get("node_type") == "group"):
+            state.add(
+                f"{window}/{parent}/zarr.json",
+                f"group {parent!r} holding {path!r} is missing from the "
+                "window's consolidated metadata (a deleted document)",
+            )
+        if "/" not in path and INVOCATION_DIR.match(path):
+            _check_invocation(state, node_key, path, entry, attrs, nodes)
+    _check_rank_document(state, store, window)
+
+
+def _check_kind(state: Any, key: str, doc: dict[str, Any], kind: str) -> None:
+    if doc.get("node_type") != kind:
+        state.add(key, f"node_type {short(doc.get('node_type'))} is not {kind!r}")
+    if doc.get("zarr_format") != 3:
+        state.add(key, f"zarr_format {short(doc.get('zarr_format'))} is not 3")
+
+
+def _check_invocation(
+    state: Any, key: str, path: str, entry: dict[str, Any], window_attrs: dict[str, Any], nodes: dict[str, Any]
+) -> None:
+    if entry.get("node_type") != "group":
+        state.add(key, f"node_type {short(entry.get('node_type'))} is not 'group'")
+        return
+    attrs = entry.get("attributes")
+    if not isinstance(attrs, dict):
+        return
+    named = INVOCATION_DIR.match(path).group(2)
+    direction = attrs.get("direction")
+    if direction is not None and direction not in _DIRECTIONS:
+        state.add(key, f"attributes.direction {short(direction)} is not one of {list(_DIRECTIONS)}")
+    elif direction is not None and named in _DIRECTIONS and named != direction:
+        state.add(key, f"attributes.direction {direction!r} disagrees with the group name {path!r}")
+    for field in ("level", "rank"):
+        if field in attrs and field in window_attrs and attrs[field] != window_attrs[field]:
+            state.add(
+                key,
+                f"attributes.{field} {short(attrs[field])} disagrees with the window's {short(window_attrs[field])}",
+            )
+    count = attrs.get("taskCount")
+    if count is not None and window_attrs.get("level") == "L1":
+        found = _task_records(path, nodes)
+        if count != found:
+            state.add(key, f"attributes.taskCount {short(count)} disagrees with the {found} task records below it")
+
+
+def _task_records(invocation: str, nodes: dict[str, Any]) -> int:
+    """Task groups (``stages/S/task_*``) plus the tasks of task-record packs (``stages/S/pack_*`` taskCount)."""
+    count = 0
+    for path, entry in nodes.items():
+        parts = path.split("/")
+        if len(parts) != 4 or parts[0] != invocation or parts[1] != "stages" or not isinstance(entry, dict):
+            continue
+        if TASK_DIR.match(parts[3]):
+            count += 1
+        elif PACK_DIR.match(parts[3]):
+            tasks = (entry.get("attributes") or {}).get("taskCount")
+            count += tasks if type(tasks) is int else 0
+    return count
+
+
+def _check_rank_document(state: Any, store: Any, window: str) -> None:
+    from megadump_zarr.read.location import get_bytes, parse_json
+
+    key = f"{window.split('/')[0]}/zarr.json"
+    try:
+        raw = get_bytes(store, key)
+    except Exception as error:  # noqa: BLE001 - any failure to read it is the finding
+        state.add(key, f"the rank document cannot be read: {error}")
+        return
+    if raw is None:
+        state.add(key, "the rank group document is missing")
+        return
+    try:
+        _check_kind(state, key, parse_json(raw, key), "group")
+    except ValueError as error:  # not JSON, or not a JSON object
+        state.add(key, f"the rank document does not parse: {error}")

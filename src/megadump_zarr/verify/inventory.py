@@ -3,9 +3,8 @@ listed array is stored, each array's document has its recorded digest, each chun
 
 :func:`load_inventory` reads and validates the inventory (and its SHA-256, which the window document records);
 :func:`check_listed_arrays` compares the window's arrays and their documents with it; the chunk check
-(:mod:`~megadump_zarr.verify.chunks`) compares each chunk it reads with its entry (:func:`check_chunk_digest`), and
-:func:`~megadump_zarr.verify.chunks.check_stored_chunks` reads the chunks of the stored arrays the chunk check does not see (a pack's stored
-arrays, which the readers describe as the records they hold).
+(:mod:`~megadump_zarr.verify.chunks`) compares each chunk it reads with its entry (:func:`check_chunk_digest`), the
+chunks of a pack's stored arrays (which the readers describe as the records they hold) too.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What a verification finds: :class:`Problem`, :class:`WindowCheck`, and the state a window's checks fill.
 
-The window's checks (:mod:`~megadump_zarr.verify.documents`, :mod:`~megadump_zarr.verify.packs`,
-:mod:`~megadump_zarr.verify.chunks`, :mod:`~megadump_zarr.verify.schema`) each add problems to one
+The window's checks (:mod:`~megadump_zarr.verify.documents`, :mod:`~megadump_zarr.verify.inventory`,
+:mod:`~megadump_zarr.verify.chunks`, :mod:`~megadump_zarr.verify.bindings`) each add problems to one
 :class:`CheckState`; :func:`megadump_zarr.verify.window.verify_window` turns it into a :class:`WindowCheck`.
 """
 
@@ -48,7 +48,7 @@ class WindowCheck:
         partial_launches: The window's ``partialLaunches`` attribute (salvaged failed launches).
         partial_records: Records flagged ``partial: true``.
         deep: Whether statistics were recomputed.
-        notes: What was not checked and why (``N array(s) not bound: ...``); never a problem.
+        notes: What was not checked and why (``N array(s) carry no checksum: ...``); never a problem.
     """
 
     window: str
@@ -97,17 +97,15 @@ class CheckState:
         chunks: Chunks checked.
         stored_bytes: Bytes of the chunks read.
         partial_records: Records flagged ``partial: true``.
-        unbound: Checksummed arrays that record no ``chunkCrc32c`` (a note, not a problem).
-        shard_bound: Keys of the arrays bound to their place otherwise: packed record arrays by their pack shard's
-            ``shardCrc32c`` (``verify.packs``): not counted in ``unbound``.
         unchecked: Arrays with chunks but no checksum: decoded only (a note, not a problem).
-        digested: Window-inventory digests of the chunks the pack checks read whole (``verify.packs``), by key,
+        digested: Window-inventory digests of the chunks the pack checks read whole (``verify.chunks.read_shards``), by key,
             so that ``verify.inventory`` reads none of them again.
         damaged: Pack shards whose rows the pack checks found damaged (named there, not again as moved).
-        keep: Chunk keys whose bytes the chunk check keeps in ``kept`` (row coordinates, ``verify.bindings``).
-        kept: Those chunks' bytes, by key.
+        keep: Paths of the arrays whose chunks' bytes the chunk check keeps in ``kept`` (row coordinates,
+            ``verify.bindings``).
+        kept: Those chunks' bytes in grid order, by array path.
         inventory: The window inventory's entries by array path (``verify.inventory``; ``None``: not loaded).
-        read_chunks: The packed records' chunks already read with their whole pack shard (``verify.packs``), by key:
+        read_chunks: The packed records' chunks already read with their whole pack shard (``verify.chunks.read_shards``), by key:
             what the chunk check needs of each (``verify.chunks.ChunkRead``), so no shard is read twice.
     """
 
@@ -117,9 +115,7 @@ class CheckState:
     chunks: int = 0
     stored_bytes: int = 0
     partial_records: int = 0
-    unbound: int = 0
     unchecked: int = 0
-    shard_bound: set[str] = field(default_factory=set)
     read_chunks: dict[str, Any] = field(default_factory=dict)
     inventory: dict[str, Any] | None = None
     digested: dict[str, int] = field(default_factory=dict)

@@ -7,15 +7,14 @@ Checks of a committed (``complete`` or ``aborted``) window, each failure one :cl
 window, the store key and what is wrong:
 
 - the window's ``zarr.json`` parses, its status is known, it carries consolidated metadata of every node;
-- documents (:mod:`~megadump_zarr.verify.documents`): the manifest agrees with itself, every node's own
-  document equals its consolidated entry, record attributes agree with their arrays, the records-table
-  fields parse; the schema (:mod:`~megadump_zarr.verify.schema`): kinds, versions, level, direction;
-- packs (:mod:`~megadump_zarr.verify.packs`): stored pack documents, each row's task ids and row coordinates,
-  each shard read once; the packed records themselves are checked as the readers describe them (their
-  documents against the pack's, their chunks where their rows are);
+- documents (:mod:`~megadump_zarr.verify.documents`): the manifest agrees with itself, the schema (kinds,
+  versions, level, direction), every node's own document equals its consolidated entry (a pack's stored documents
+  the window document's), record attributes agree with their arrays, the records-table fields parse; the packed
+  records themselves are checked as the readers describe them (their chunks where their rows are);
 - inventory (:mod:`~megadump_zarr.verify.inventory`): every array the window holds is listed in its inventory,
   each document and chunk has the digest listed there;
-- chunks (:mod:`~megadump_zarr.verify.chunks`): every chunk present, its crc32c holds;
+- chunks (:mod:`~megadump_zarr.verify.chunks`): every chunk present, read once (a pack's shards whole), its crc32c
+  holds and it has its inventory digest;
 - bindings (:mod:`~megadump_zarr.verify.bindings`): a task group's ``taskId`` equals its name, a pack's
   ``taskCount`` its rows, a row coordinate holds the rows its records' ``sourceOffsetBytes`` give;
 - ``deep``: the statistics stored in each record are recomputed from the data and compared.
@@ -30,15 +29,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from megadump_zarr.verify.chunks import check_chunks, check_stored_chunks
+from megadump_zarr.verify.chunks import check_chunks, read_shards
 from megadump_zarr.verify.bindings import check_bindings, check_coordinate_values
-from megadump_zarr.verify.documents import check_manifest, check_node_documents, check_records_table
+from megadump_zarr.verify.documents import (
+    check_manifest,
+    check_node_documents,
+    check_pack_documents,
+    check_records_table,
+)
 from megadump_zarr.verify.inventory import check_listed_arrays, load_inventory
-from megadump_zarr.verify.packs import check_pack_documents
 from megadump_zarr.layout.paths import WINDOW_PATH
 from megadump_zarr.layout.schema import format_problem
 from megadump_zarr.verify.report import CheckState, Problem, WindowCheck, short
-from megadump_zarr.verify.schema import check_schema
 
 __all__ = ["Problem", "WindowCheck", "verify_window"]
 
@@ -122,34 +124,25 @@ def verify_window(
         nodes, packs = expanded
     if not msprobe:  # first: what the inventory binds, the pack checks leave to it
         load_inventory(state, store, window, attrs)
-    check_manifest(state, window, attrs, nodes)
-    check_schema(state, store, window, doc, nodes)
+    check_manifest(state, store, window, doc, nodes)
     good = check_node_documents(state, store, window, nodes, {} if packs is None else packs.virtual)
     if packs is not None:
-        check_pack_documents(state, store, window, stored, packs)
+        check_pack_documents(state, store, window, stored)
+        read_shards(state, packs, store, window)
     check_records_table(state, window, status, attrs, {k: v for k, v in nodes.items() if k in good})
-    arrays = {path: nodes[path] for path in good if nodes[path].get("node_type") == "array"}
+    arrays = {path: (nodes[path], metadata) for path, metadata in good.items() if metadata is not None}
     if not msprobe:
         check_listed_arrays(state, window, stored)
     wanted = [] if msprobe else check_bindings(state, window, stored, nodes, {} if packs is None else packs.virtual)
-    check_chunks(state, store, window, arrays, deep, tick, msprobe, packs)
-    if not msprobe:
-        check_stored_chunks(state, store, window, stored, set(arrays))
-        check_coordinate_values(state, store, window, nodes, wanted)
-    _check_partial(
-        state,
-        window,
-        attrs,
-        arrays,
-        partial_launches,
-        {path: nodes[path] for path in good if nodes[path].get("node_type") == "group"},
-    )
+    check_chunks(state, store, window, arrays, deep, tick, msprobe, packs, stored)
+    check_coordinate_values(state, store, window, nodes, wanted)
+    _check_partial(state, window, attrs, nodes, good, partial_launches)
     return _result(state, status, deep, partial_launches)
 
 
 def _digesting(fetch: Callable[[list[str]], list[Any]], state: CheckState) -> Callable[[list[str]], list[Any]]:
     """``fetch`` that also keeps each chunk's inventory digest (``state.digested``): what the pack expansion reads
-    (a pack's ``row_fields``) is not read again by :func:`~megadump_zarr.verify.chunks.check_stored_chunks`."""
+    (a pack's ``row_fields``) is not read again by :func:`~megadump_zarr.verify.chunks.check_chunks`."""
     from megadump_zarr.layout.inventory import chunk_digest
 
     def fetched(keys: list[str]) -> list[Any]:
@@ -163,12 +156,7 @@ def _digesting(fetch: Callable[[list[str]], list[Any]], state: CheckState) -> Ca
 
 
 def _check_partial(
-    state: CheckState,
-    window: str,
-    attrs: dict[str, Any],
-    arrays: dict[str, dict[str, Any]],
-    partial_launches: tuple[Any, ...],
-    groups: dict[str, dict[str, Any]] | None = None,
+    state: CheckState, window: str, attrs: dict[str, Any], nodes: dict[str, Any], good: dict[str, Any], partial: tuple
 ) -> None:
     """``partialLaunches`` names listed invocations; every record flagged ``partial`` belongs to one of them.
 
@@ -177,38 +165,23 @@ def _check_partial(
     """
     doc_key = f"{window}/zarr.json"
     listed = attrs.get("invocations") if isinstance(attrs.get("invocations"), list) else []
-    for name in partial_launches:
+    for name in partial:
         if not isinstance(name, str) or name not in listed:
             state.add(doc_key, f"attributes.partialLaunches names {short(name)}, which is not a listed invocation")
-    flagged = [p for p, d in arrays.items() if isinstance(d.get("attributes"), dict) and d["attributes"].get("partial")]
-    state.partial_records = len(flagged) + _statistics_only_records(groups or {}, partial_launches)
-    stray = [p for p in flagged if p.split("/")[0] not in partial_launches]
+    documents = {p: nodes[p].get("attributes") for p in good}
+    flagged = [p for p, a in documents.items() if good[p] is not None and isinstance(a, dict) and a.get("partial")]
+    state.partial_records = len(flagged)
+    for launch in partial:  # its statistics table, a group
+        table = documents.get(f"{launch}/statistics") if good.get(f"{launch}/statistics", 0) is None else None
+        counts = [table.get(k) for k in ("recordCount", "payloadCount")] if isinstance(table, dict) else []
+        if counts and "statisticsLayout" in table and all(type(v) is int for v in counts):
+            state.partial_records += max(counts[0] - counts[1], 0)
+    stray = [p for p in flagged if p.split("/")[0] not in partial]
     if stray:
         state.add(
             f"{window}/{stray[0]}/zarr.json",
-            f"{len(stray)} record(s) are flagged partial outside the window's partialLaunches {list(partial_launches)}",
+            f"{len(stray)} record(s) are flagged partial outside the window's partialLaunches {list(partial)}",
         )
-
-
-def _statistics_only_records(groups: dict[str, dict[str, Any]], partial_launches: tuple[Any, ...]) -> int:
-    """Statistics-only records in the statistics tables (``INVOCATION/statistics``) of the partial launches."""
-    count = 0
-    for path, doc in groups.items():
-        parts = path.split("/")
-        attrs = doc.get("attributes")
-        if (
-            len(parts) != 2
-            or parts[1] != "statistics"
-            or parts[0] not in partial_launches
-            or not isinstance(attrs, dict)
-        ):
-            continue
-        records, payloads = attrs.get("recordCount"), attrs.get("payloadCount")
-        if "statisticsLayout" in attrs and all(
-            isinstance(v, int) and not isinstance(v, bool) for v in (records, payloads)
-        ):
-            count += max(records - payloads, 0)
-    return count
 
 
 def _result(state: CheckState, status: str, deep: bool, partial: tuple[Any, ...]) -> WindowCheck:
@@ -217,11 +190,6 @@ def _result(state: CheckState, status: str, deep: bool, partial: tuple[Any, ...]
         notes.append(
             f"{state.unchecked} array(s) carry no checksum (no crc32c codec): their chunks were decoded, so damage "
             f"that still decodes cannot be found"
-        )
-    if state.unbound:
-        notes.append(
-            f"{state.unbound} array(s) not bound: they record no chunkCrc32c (arrays or packs written before it "
-            f"existed or without checksums), so a chunk valid elsewhere cannot be told from theirs"
         )
     return WindowCheck(
         state.window,

@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "arrays), every chunk is present and its crc32c checksum holds. --deep also recomputes each "
         "record's stored statistics from the data. Torn (writing) windows are listed, not checked; "
         "windows holding salvaged partial launches are reported. What could not be checked is printed as a "
-        "note line (arrays without a checksum, chunks not bound to their place). A raw msprobe directory "
+        "note line (arrays without a checksum). A raw msprobe directory "
         "(read in place) stores no checksums: verify says so and checks what it can (every tensor file "
         "present and safe, its size and header against the declared shape and dtype, the documents, every "
         "tensor decoding; --deep: msprobe's own statistics); a refused tensor file is a problem. Exit 0 all "
