@@ -23,6 +23,7 @@ import unicodedata
 
 import numpy as np
 
+from megadump_zarr.layout.dtypes import DATA_TYPES, ML_FLOATS
 from megadump_zarr.codecs import CompressorSpec
 from megadump_zarr.store import chunking
 from megadump_zarr.store.packs import sharded_codecs
@@ -45,25 +46,8 @@ __all__ = [
     "stats_bytes",
 ]
 
-SUPPORTED_DTYPES = (
-    "bool",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "float16",
-    "float32",
-    "float64",
-    "bfloat16",
-    "float8_e4m3fn",
-    "float8_e5m2",
-)
+SUPPORTED_DTYPES = DATA_TYPES
 _SUPPORTED = frozenset(SUPPORTED_DTYPES)
-_ML_FLOATS = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
 
 
 @functools.lru_cache(maxsize=64)
@@ -95,7 +79,7 @@ def fill_value_for(dtype: np.dtype) -> bool | int | float:
     name = data_type_name(dtype)
     if name == "bool":
         return False
-    if name in _ML_FLOATS or name.startswith("float"):
+    if name in ML_FLOATS or name.startswith("float"):
         return 0.0
     return 0
 
