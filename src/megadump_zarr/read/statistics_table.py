@@ -24,7 +24,7 @@ import numpy as np
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
-from megadump_zarr.layout.digest import DIGEST_ITEMSIZES
+from megadump_zarr.layout.dtypes import itemsize
 from megadump_zarr.layout.statistics import (
     DIGEST_COLUMN,
     DIGESTS_ATTRIBUTE,
@@ -240,9 +240,9 @@ def _read_with_zarr(store: Store, wanted: list[tuple[str, dict[str, Any]]]) -> l
     """Columns read through zarr (a missing chunk gives the fill value), concurrently."""
     if not wanted:
         return []
-    from megadump_zarr.read.truncated import open_zarr_array
+    from megadump_zarr.read.documents import open_array_checked
 
-    arrays = [open_zarr_array(store, key, doc) for key, doc in wanted]
+    arrays = [open_array_checked(store, key, doc) for key, doc in wanted]
 
     async def run() -> list[Any]:
         return list(await asyncio.gather(*(a._async_array.getitem(()) for a in arrays)))
@@ -358,7 +358,7 @@ def _append(
         shape=shape,
         stored_shape=(),
         truncated=False,
-        bytes=math.prod(shape) * DIGEST_ITEMSIZES.get(dtype, 0),
+        bytes=math.prod(shape) * itemsize(dtype),
         stored_bytes=0,
         min=_float(table["min"][i]),
         max=_float(table["max"][i]),
