@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 import os
 from typing import Any
 
-from megadump_zarr.store.backend import Buffer
+from megadump_zarr.store.backend import Buffer, as_bytes
 from megadump_zarr.store.retry import TRANSIENT_CODES, RetryPolicy, FailureKind, status_kind
 
 __all__ = ["ObjectInfo", "s3_config"]
@@ -181,7 +181,7 @@ class FsspecClient:
             kwargs["mode"] = "create"
         if attributes and self._s3:
             kwargs["Metadata"] = dict(attributes)
-        payload = data if isinstance(data, bytes) else memoryview(data).cast("B").tobytes()
+        payload = as_bytes(data)
         try:
             self.fs.pipe_file(path, payload, **kwargs)
         except TypeError:  # a file system without mode= / metadata: plain overwrite
