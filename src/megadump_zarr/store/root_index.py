@@ -64,6 +64,14 @@ INDEX_LIMIT = 4 << 20
 _ATTEMPTS = 5
 
 
+def _loads(raw: bytes | None) -> Any:
+    """The JSON value of ``raw``; None when absent or not JSON."""
+    try:
+        return json.loads(raw) if raw is not None else None
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
 def _plain(doc: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in doc.items() if key != "consolidated_metadata"}
 
@@ -138,11 +146,7 @@ def _other_nodes(backend: Backend, root: str, storage_options: dict[str, Any] | 
             found = [p[len(prefix) :] for p in fs.find(prefix + name) if p.endswith("/zarr.json")]
         for key in sorted(found):
             key = key.replace(os.sep, "/")
-            raw = backend.get(key)
-            try:
-                doc = json.loads(raw) if raw is not None else None
-            except (ValueError, UnicodeDecodeError):
-                doc = None
+            doc = _loads(backend.get(key))
             if isinstance(doc, dict) and doc.get("node_type") in ("group", "array"):
                 out[key[: -len("/zarr.json")]] = _plain(doc) if doc.get("node_type") == "group" else doc
     return out
@@ -165,13 +169,7 @@ def _complete_windows(
             if known is not None and f"{rank}/{window}" in known:
                 out[f"{rank}/{window}"] = known[f"{rank}/{window}"]
                 continue
-            raw = backend.get(f"{rank}/{window}/zarr.json")
-            if raw is None:
-                continue
-            try:
-                doc = json.loads(raw)
-            except (ValueError, UnicodeDecodeError):
-                continue
+            doc = _loads(backend.get(f"{rank}/{window}/zarr.json"))
             attrs = doc.get("attributes") if isinstance(doc, dict) else None
             if isinstance(attrs, dict) and attrs.get("status") == "complete":
                 out[f"{rank}/{window}"] = doc
@@ -205,13 +203,7 @@ def index_documents(
 
 
 def _read(backend: Backend, key: str) -> dict[str, Any] | None:
-    raw = backend.get(key)
-    if raw is None:
-        return None
-    try:
-        doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        return None
+    doc = _loads(backend.get(key))
     return doc if isinstance(doc, dict) and doc.get("node_type") == "group" else None
 
 
@@ -240,10 +232,7 @@ def close_session(backend: Backend, key: str) -> None:
 
 def _dead_here(raw: bytes | None) -> bool:
     """Whether a marker was written on this host by a process that no longer runs."""
-    try:
-        marker = json.loads(raw) if raw is not None else None
-    except (ValueError, UnicodeDecodeError):
-        return False
+    marker = _loads(raw)
     if not isinstance(marker, dict) or marker.get("host") != socket.gethostname():
         return False
     pid = marker.get("pid")
@@ -367,10 +356,7 @@ def plain_document(raw: bytes) -> bytes | None:
     Args:
         raw: The ``zarr.json`` bytes.
     """
-    try:
-        doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        return None
+    doc = _loads(raw)
     if not isinstance(doc, dict) or doc.get("node_type") != "group":
         return None
     return _dumps(_plain(doc))
