@@ -31,7 +31,6 @@ from megadump_zarr.store.packs import sharded_codecs
 __all__ = [
     "CRC32C_CODEC",
     "SUPPORTED_DTYPES",
-    "array_document",
     "array_document_bytes",
     "codecs_for",
     "consolidated_group_bytes",
@@ -124,31 +123,6 @@ def codecs_for(dtype: np.dtype, spec: CompressorSpec, checksum: bool = True) -> 
     return chain
 
 
-def array_document(
-    shape: Sequence[int],
-    dtype: np.dtype,
-    chunks: Sequence[int],
-    compressor: CompressorSpec,
-    attributes: Mapping[str, Any],
-    dimension_names: Sequence[str],
-    checksum: bool = True,
-) -> dict[str, Any]:
-    """An array's ``zarr.json`` document, keys in zarr-python's order.
-
-    Args:
-        shape: Array shape.
-        dtype: A supported numpy dtype.
-        chunks: Regular chunk shape.
-        compressor: Parsed compressor.
-        attributes: JSON-serialisable user attributes.
-        dimension_names: One name per axis (the key is omitted for 0-d arrays, as zarr does).
-        checksum: Chunks carry a ``crc32c`` checksum (see :func:`codecs_for`).
-    """
-    return json.loads(
-        array_document_bytes(shape, dtype, chunks, compressor, dumps(dict(attributes)), dimension_names, checksum)
-    )
-
-
 def array_document_bytes(
     shape: Sequence[int],
     dtype: np.dtype,
@@ -158,7 +132,8 @@ def array_document_bytes(
     dimension_names: Sequence[str],
     checksum: bool = True,
 ) -> bytes:
-    """:func:`array_document` encoded with :func:`dumps`, splicing in attributes that are already encoded.
+    """An array's ``zarr.json`` document (keys in zarr-python's order) encoded with :func:`dumps`, splicing in
+    attributes that are already encoded.
 
     Args:
         shape: Array shape.
@@ -166,7 +141,7 @@ def array_document_bytes(
         chunks: Regular chunk shape.
         compressor: Parsed compressor.
         attributes_json: The attributes object, already encoded with :func:`dumps`.
-        dimension_names: One name per axis.
+        dimension_names: One name per axis (the key is omitted for 0-d arrays, as zarr does).
         checksum: Chunks carry a ``crc32c`` checksum (see :func:`codecs_for`).
     """
     if type(shape) is tuple and type(chunks) is tuple and type(dimension_names) is tuple:  # the writer's jobs
