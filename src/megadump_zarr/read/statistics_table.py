@@ -30,39 +30,18 @@ from megadump_zarr.layout.statistics import (
     DIGESTS_ATTRIBUTE,
     MD5_COLUMN,
     MSPROBE_MD5,
+    STATISTICS_COORDINATES,
     STATISTICS_GROUP,
     STATISTICS_LAYOUT_ATTRIBUTE,
     STATISTICS_LAYOUT_VERSIONS,
+    STATISTICS_VARIABLES,
 )
 
 __all__ = ["STATISTICS_COLUMNS", "load_tables", "merge_statistics"]
 
 STATISTICS_COLUMNS = ("payload", DIGEST_COLUMN, "element_count", MD5_COLUMN)
 """Columns the records table gains (after the other extra columns)."""
-_COLUMNS = (
-    "stage",
-    "task_id",
-    "owner_id",
-    "core_type",
-    "core_id",
-    "worker",
-    "io",
-    "index",
-    "name",
-    "param_position",
-    "shape",
-    "dtype",
-    "path",
-    "payload",
-    "element_count",
-    "nan_count",
-    "inf_count",
-    "min",
-    "max",
-    "mean",
-    "l2norm",
-    DIGEST_COLUMN,
-)
+_COLUMNS = (*STATISTICS_COORDINATES, *STATISTICS_VARIABLES)
 
 
 def _table_groups(nodes: Mapping[str, dict[str, Any]]) -> list[str]:
