@@ -16,6 +16,7 @@ import math
 from typing import Any
 
 from megadump_zarr.layout.dtypes import itemsize
+from megadump_zarr.layout.limits import INT64_LIMIT
 
 __all__ = [
     "INT64_MAX",
@@ -30,7 +31,7 @@ __all__ = [
     "shape_field",
 ]
 
-INT64_MAX = (1 << 63) - 1
+INT64_MAX = INT64_LIMIT - 1
 MAX_NDIM = 32
 """Most dimensions an array may have (numpy's own limit is 64; no dumped tensor has more than a few)."""
 
