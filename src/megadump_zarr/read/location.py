@@ -80,11 +80,11 @@ def open_location(url: str | os.PathLike[str] | Store, storage_options: dict[str
             what = "does not exist" if not os.path.exists(path) else "is not a directory"
             raise ValueError(f"{text} is not a megadump_zarr dump root: the path {what}")
         return DumpLocation(LocalStore(path, read_only=True), text)
+    from megadump_zarr.store.object_clients import S3_SCHEMES, s3_config
+
     options = dict(storage_options or {})
     fs_options = dict(options)
-    if text.split("://", 1)[0].lower() in ("s3", "s3a"):
-        from megadump_zarr.store.object_clients import s3_config
-
+    if text.split("://", 1)[0].lower() in S3_SCHEMES:
         # an AWS configuration that cannot work fails here, in one line, resolved as writes and uploads resolve it
         s3_config(options)
         # s3fs otherwise sends a HEAD before every whole-object GET (to split big objects into concurrent

@@ -44,7 +44,7 @@ import uuid
 
 from megadump_zarr.store.backend import Backend, Buffer
 from megadump_zarr.store.object_clients import PART_BYTES, ObjectInfo as ObjectInfo, FsspecClient, ObstoreS3Client
-from megadump_zarr.store.object_clients import s3_config as s3_config
+from megadump_zarr.store.object_clients import S3_SCHEMES, s3_config as s3_config
 from megadump_zarr.store.redact import Scrubber, redact_options as redact_options
 from megadump_zarr.store.retry import ObjectStoreError as ObjectStoreError, RetryPolicy as RetryPolicy, FailureKind
 from megadump_zarr.store.retry import status_kind as status_kind  # noqa: F401 - tests import it from here
@@ -68,7 +68,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 OBJECT_STORE_SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl"})
-_S3_SCHEMES = frozenset({"s3", "s3a"})
 
 
 def _split_url(url: str) -> tuple[str, str, str]:
@@ -114,7 +113,7 @@ class ObjectStoreBackend(Backend):
         if not bucket:
             raise ValueError(f"object-store URL has no bucket: {self.url}")
         self._client: Any = None
-        if scheme in _S3_SCHEMES and client != "fsspec":
+        if scheme in S3_SCHEMES and client != "fsspec":
             translated = s3_config(self._options)
             try:
                 import obstore  # noqa: F401
@@ -338,11 +337,6 @@ class ObjectStoreBackend(Backend):
             pass
 
     def delete_prefix(self, prefix: str) -> None:
-        """Remove the object at ``prefix`` and every object below ``prefix/`` (missing is fine).
-
-        Args:
-            prefix: Relative key, or key prefix.
-        """
         keys = [prefix.rstrip("/"), *self.list(prefix.rstrip("/") + "/")]
         for start in range(0, len(keys), 1000):  # S3 DeleteObjects takes at most 1000 keys
             self.delete(keys[start : start + 1000])

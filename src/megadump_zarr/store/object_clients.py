@@ -18,7 +18,10 @@ from typing import Any
 from megadump_zarr.store.backend import Buffer, as_bytes
 from megadump_zarr.store.retry import TRANSIENT_CODES, RetryPolicy, FailureKind, status_kind
 
-__all__ = ["ObjectInfo", "s3_config"]
+__all__ = ["S3_SCHEMES", "ObjectInfo", "s3_config"]
+
+S3_SCHEMES = frozenset({"s3", "s3a"})
+"""The URL schemes of S3 (what :func:`s3_config` configures)."""
 
 _SINGLE_PUT_LIMIT = 64 << 20  # larger objects go up in parts (S3's single PUT limit is 5 GiB)
 PART_BYTES = 16 << 20
