@@ -44,6 +44,7 @@ from typing import Any
 import uuid
 
 from megadump_zarr.store.backend import Backend
+from megadump_zarr.store.metadata import dumps, group_document
 from megadump_zarr.layout.paths import RANK_DIR, SESSION_MARKER, WINDOW_DIR
 
 __all__ = [
@@ -76,16 +77,8 @@ def _plain(doc: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in doc.items() if key != "consolidated_metadata"}
 
 
-def _dumps(doc: dict[str, Any]) -> bytes:
-    return json.dumps(doc, separators=(",", ":"), allow_nan=True).encode()
-
-
 def _consolidated(entries: dict[str, Any]) -> dict[str, Any]:
     return {"kind": "inline", "must_understand": False, "metadata": entries}
-
-
-def _group(attrs: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"attributes": attrs or {}, "zarr_format": 3, "node_type": "group"}
 
 
 def _list(root: str, storage_options: dict[str, Any] | None, prefix: str, directories: bool) -> list[str]:
@@ -196,9 +189,9 @@ def index_documents(
         for path, node in inner.items():
             root_entries[f"{key}/{path}"] = node
             rank_entries[rank][f"{window}/{path}"] = node
-    out = {"zarr.json": _dumps({**_plain(root_doc), "consolidated_metadata": _consolidated(root_entries)})}
+    out = {"zarr.json": dumps({**_plain(root_doc), "consolidated_metadata": _consolidated(root_entries)})}
     for rank, doc in rank_docs.items():
-        out[f"{rank}/zarr.json"] = _dumps({**_plain(doc), "consolidated_metadata": _consolidated(rank_entries[rank])})
+        out[f"{rank}/zarr.json"] = dumps({**_plain(doc), "consolidated_metadata": _consolidated(rank_entries[rank])})
     return out
 
 
@@ -311,7 +304,7 @@ def index_root(
         if root_doc is None:
             return False
         ranks = sorted({key.split("/")[0] for key in windows}, key=lambda n: int(n[5:]))
-        rank_docs = {rank: _read(backend, f"{rank}/zarr.json") or _group() for rank in ranks}
+        rank_docs = {rank: _read(backend, f"{rank}/zarr.json") or group_document({}) for rank in ranks}
         try:
             others = _other_nodes(backend, root, storage_options)
         except Exception:  # noqa: BLE001
@@ -347,7 +340,7 @@ def strip_index(backend: Backend, ranks: list[str] | tuple[str, ...] = ()) -> No
             continue
         doc = _read(backend, key)
         if doc is not None and doc.get("consolidated_metadata") is not None:
-            backend.put(key, _dumps(_plain(doc)), atomic=True)
+            backend.put(key, dumps(_plain(doc)), atomic=True)
 
 
 def plain_document(raw: bytes) -> bytes | None:
@@ -359,4 +352,4 @@ def plain_document(raw: bytes) -> bytes | None:
     doc = _loads(raw)
     if not isinstance(doc, dict) or doc.get("node_type") != "group":
         return None
-    return _dumps(_plain(doc))
+    return dumps(_plain(doc))
