@@ -36,6 +36,7 @@ from megadump_zarr.layout.statistics import (
     STATISTICS_LAYOUT_VERSIONS,
     STATISTICS_VARIABLES,
 )
+from megadump_zarr.read.location import get_many
 
 __all__ = ["STATISTICS_COLUMNS", "load_tables", "merge_statistics"]
 
@@ -120,7 +121,7 @@ def _read_columns(store: Store, wanted: list[tuple[str, dict[str, Any]]]) -> lis
         for key, raw in zip(keys, chunks):
             if raw is not None:
                 store.check_read(key, raw)
-    fetched = iter(chunks or _store_chunks(store, keys))
+    fetched = iter(chunks or get_many(store, keys))
     values: list[list[Any] | None] = []
     for (key, doc), plan in zip(wanted, plans):
         raw = next(fetched) if plan is not None else None
@@ -149,16 +150,6 @@ def _local_chunks(store: Store, keys: list[str]) -> list[bytes | None] | None:
         except FileNotFoundError:
             chunks.append(None)  # read through the store: a fill value, or the integrity error of a missing chunk
     return chunks
-
-
-def _store_chunks(store: Store, keys: list[str]) -> list[bytes | None]:
-    """The chunks at ``keys`` of any store, fetched concurrently in one event-loop call."""
-    from zarr.core.buffer import default_buffer_prototype
-
-    async def fetch() -> list[Any]:
-        return list(await asyncio.gather(*(store.get(key, default_buffer_prototype()) for key in keys)))
-
-    return [None if raw is None else raw.to_bytes() for raw in sync(fetch())] if keys else []
 
 
 def _plain_plan(doc: dict[str, Any]) -> tuple[str, list[str]] | None:
