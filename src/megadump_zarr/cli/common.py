@@ -39,6 +39,7 @@ __all__ = [
     "tolerance_type",
     "add_storage_options",
     "check_endpoint",
+    "checked_storage_options",
     "child_roots",
     "filter_records",
     "human_bytes",
@@ -471,6 +472,18 @@ def check_endpoint(url: str, options: dict[str, Any] | None) -> None:
             f"cannot reach the object store endpoint {parts.scheme}://{host}:{port} for {url}: {reason} "
             "(nothing was read or written)"
         ) from None
+
+
+def checked_storage_options(args: argparse.Namespace, url: str) -> dict[str, Any] | None:
+    """The ``-S`` storage options (:func:`storage_options`), ``url``'s explicit endpoint probed (:func:`check_endpoint`).
+
+    Args:
+        args: The parsed command line.
+        url: The dump root or destination the options are for.
+    """
+    options = storage_options(args)
+    check_endpoint(url, options)
+    return options
 
 
 def open_dump_arg(path: str, options: dict[str, Any] | None = None) -> Any:

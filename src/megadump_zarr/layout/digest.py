@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from megadump_zarr.layout.dtypes import ITEMSIZES
+
 __all__ = [
     "DIGEST_ALGORITHM",
     "DIGEST_DTYPE_CODES",
@@ -75,23 +77,7 @@ DIGEST_DTYPE_CODES = {
     "float8_e5m2": 15,
 }
 """The dtype codes mixed into a digest (the L1 ABI's ``dtype_code``)."""
-DIGEST_ITEMSIZES = {
-    "bool": 1,
-    "int8": 1,
-    "uint8": 1,
-    "float8_e4m3fn": 1,
-    "float8_e5m2": 1,
-    "int16": 2,
-    "uint16": 2,
-    "float16": 2,
-    "bfloat16": 2,
-    "int32": 4,
-    "uint32": 4,
-    "float32": 4,
-    "int64": 8,
-    "uint64": 8,
-    "float64": 8,
-}
+DIGEST_ITEMSIZES = ITEMSIZES
 """Bytes per element of each dtype a digest is defined for."""
 
 

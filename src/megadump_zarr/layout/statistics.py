@@ -13,6 +13,7 @@ __all__ = [
     "DIGEST_COLUMN",
     "MD5_COLUMN",
     "MSPROBE_MD5",
+    "STATISTICS_COORDINATES",
     "STATISTICS_GROUP",
     "STATISTICS_LAYOUT_ATTRIBUTE",
     "STATISTICS_LAYOUT_VERSION",
@@ -34,6 +35,23 @@ DIGESTS_ATTRIBUTE = "digests"
 """Group attribute: ``false`` when the digest column holds placeholders (a source that has no digests)."""
 DIGEST_ALGORITHM_ATTRIBUTE = "digestAlgorithm"
 """Group attribute naming the digest's construction (:data:`megadump_zarr.layout.digest.DIGEST_ALGORITHM`)."""
+STATISTICS_COORDINATES = (
+    "stage",
+    "task_id",
+    "owner_id",
+    "core_type",
+    "core_id",
+    "worker",
+    "io",
+    "index",
+    "name",
+    "param_position",
+    "shape",
+    "dtype",
+    "path",
+    "payload",
+)
+"""The coordinate columns of a table (one value per row: where the record lies and what it is), in order."""
 STATISTICS_VARIABLES = ("element_count", "nan_count", "inf_count", "min", "max", "mean", "l2norm", DIGEST_COLUMN)
 """The statistics columns of a layout-2 table, in order."""
 MD5_COLUMN = "md5"

@@ -22,9 +22,9 @@ import numpy as np
 import pandas as pd
 from zarr.abc.store import Store
 
+from megadump_zarr.layout.dtypes import itemsize
 from megadump_zarr.read.documents import (
     INT64_MAX,
-    itemsize,
     check_attributes,
     count_field,
     int_field,

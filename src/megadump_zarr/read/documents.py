@@ -15,7 +15,8 @@ from collections.abc import Mapping
 import math
 from typing import Any
 
-import numpy as np
+from megadump_zarr.layout.dtypes import itemsize
+from megadump_zarr.layout.limits import INT64_LIMIT
 
 __all__ = [
     "INT64_MAX",
@@ -24,12 +25,13 @@ __all__ = [
     "check_attributes",
     "count_field",
     "int_field",
+    "itemsize",
     "open_array_checked",
     "optional_str",
     "shape_field",
 ]
 
-INT64_MAX = (1 << 63) - 1
+INT64_MAX = INT64_LIMIT - 1
 MAX_NDIM = 32
 """Most dimensions an array may have (numpy's own limit is 64; no dumped tensor has more than a few)."""
 
@@ -169,32 +171,3 @@ def open_array_checked(store: Any, key: str, doc: Mapping[str, Any]) -> Any:
     except Exception as error:  # zarr raises ValueError, TypeError, KeyError, ... for a malformed document
         text = " ".join(str(error).split())[:300] or type(error).__name__
         raise ValueError(f"{key}/zarr.json is not a valid Zarr v3 array document: {text}") from None
-
-
-_ITEMSIZE = {
-    name: np.dtype(name).itemsize
-    for name in (
-        "bool",
-        "int8",
-        "int16",
-        "int32",
-        "int64",
-        "uint8",
-        "uint16",
-        "uint32",
-        "uint64",
-        "float16",
-        "float32",
-        "float64",
-    )
-}
-_ITEMSIZE.update(bfloat16=2, float8_e4m3fn=1, float8_e5m2=1)  # ml_dtypes not imported for their sizes
-
-
-def itemsize(data_type: str) -> int:
-    """Bytes per element of a stored Zarr ``data_type`` (0 when unknown).
-
-    Args:
-        data_type: The array document's ``data_type`` (``float32``, ``bfloat16``, ...).
-    """
-    return _ITEMSIZE.get(data_type, 0) if isinstance(data_type, str) else 0

@@ -66,7 +66,8 @@ def open_location(url: str | os.PathLike[str] | Store, storage_options: dict[str
             for local paths and ``Store`` objects.
 
     Raises:
-        ValueError: A local path that does not exist or is not a directory.
+        ValueError: A local path that does not exist or is not a directory; for ``s3://``, an AWS configuration
+            that cannot work (unknown profile, no credentials, malformed endpoint, plain HTTP refused).
     """
     if isinstance(url, Store):
         return DumpLocation(url, str(url))
@@ -79,31 +80,18 @@ def open_location(url: str | os.PathLike[str] | Store, storage_options: dict[str
             what = "does not exist" if not os.path.exists(path) else "is not a directory"
             raise ValueError(f"{text} is not a megadump_zarr dump root: the path {what}")
         return DumpLocation(LocalStore(path, read_only=True), text)
+    from megadump_zarr.store.object_clients import S3_SCHEMES, s3_config
+
     options = dict(storage_options or {})
-    if text.split("://", 1)[0].lower() in ("s3", "s3a"):
-        _check_s3(options)
     fs_options = dict(options)
-    if text.split("://", 1)[0].lower() in ("s3", "s3a"):
+    if text.split("://", 1)[0].lower() in S3_SCHEMES:
+        # an AWS configuration that cannot work fails here, in one line, resolved as writes and uploads resolve it
+        s3_config(options)
         # s3fs otherwise sends a HEAD before every whole-object GET (to split big objects into concurrent
         # ranges): two requests per document and chunk, for chunks far below its 50 MiB block size
         fs_options.setdefault("max_concurrency", 1)
     store = FsspecStore.from_url(text.rstrip("/"), storage_options=fs_options, read_only=True)
     return DumpLocation(store, text, options)
-
-
-def _check_s3(options: dict[str, Any]) -> None:
-    """Fail at once, in one line, on an AWS configuration that cannot work (as writes and uploads do).
-
-    The same resolution as the object backend's (:func:`megadump_zarr.store.object_clients.s3_config`):
-    options, then ``AWS_*`` environment variables, then the profile's files; s3fs (botocore) then reads
-    with the same endpoint, region and credentials.
-
-    Raises:
-        ValueError: Unknown profile, no credentials, malformed endpoint, plain HTTP refused.
-    """
-    from megadump_zarr.store.object_clients import s3_config
-
-    s3_config(options)
 
 
 def store_path(store: Store, key: str) -> StorePath:

@@ -24,45 +24,25 @@ import numpy as np
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
-from megadump_zarr.layout.digest import DIGEST_ITEMSIZES
+from megadump_zarr.layout.dtypes import itemsize
 from megadump_zarr.layout.statistics import (
     DIGEST_COLUMN,
     DIGESTS_ATTRIBUTE,
     MD5_COLUMN,
     MSPROBE_MD5,
+    STATISTICS_COORDINATES,
     STATISTICS_GROUP,
     STATISTICS_LAYOUT_ATTRIBUTE,
     STATISTICS_LAYOUT_VERSIONS,
+    STATISTICS_VARIABLES,
 )
+from megadump_zarr.read.location import get_many
 
 __all__ = ["STATISTICS_COLUMNS", "load_tables", "merge_statistics"]
 
 STATISTICS_COLUMNS = ("payload", DIGEST_COLUMN, "element_count", MD5_COLUMN)
 """Columns the records table gains (after the other extra columns)."""
-_COLUMNS = (
-    "stage",
-    "task_id",
-    "owner_id",
-    "core_type",
-    "core_id",
-    "worker",
-    "io",
-    "index",
-    "name",
-    "param_position",
-    "shape",
-    "dtype",
-    "path",
-    "payload",
-    "element_count",
-    "nan_count",
-    "inf_count",
-    "min",
-    "max",
-    "mean",
-    "l2norm",
-    DIGEST_COLUMN,
-)
+_COLUMNS = (*STATISTICS_COORDINATES, *STATISTICS_VARIABLES)
 
 
 def _table_groups(nodes: Mapping[str, dict[str, Any]]) -> list[str]:
@@ -141,7 +121,7 @@ def _read_columns(store: Store, wanted: list[tuple[str, dict[str, Any]]]) -> lis
         for key, raw in zip(keys, chunks):
             if raw is not None:
                 store.check_read(key, raw)
-    fetched = iter(chunks or _store_chunks(store, keys))
+    fetched = iter(chunks or get_many(store, keys))
     values: list[list[Any] | None] = []
     for (key, doc), plan in zip(wanted, plans):
         raw = next(fetched) if plan is not None else None
@@ -170,16 +150,6 @@ def _local_chunks(store: Store, keys: list[str]) -> list[bytes | None] | None:
         except FileNotFoundError:
             chunks.append(None)  # read through the store: a fill value, or the integrity error of a missing chunk
     return chunks
-
-
-def _store_chunks(store: Store, keys: list[str]) -> list[bytes | None]:
-    """The chunks at ``keys`` of any store, fetched concurrently in one event-loop call."""
-    from zarr.core.buffer import default_buffer_prototype
-
-    async def fetch() -> list[Any]:
-        return list(await asyncio.gather(*(store.get(key, default_buffer_prototype()) for key in keys)))
-
-    return [None if raw is None else raw.to_bytes() for raw in sync(fetch())] if keys else []
 
 
 def _plain_plan(doc: dict[str, Any]) -> tuple[str, list[str]] | None:
@@ -240,9 +210,9 @@ def _read_with_zarr(store: Store, wanted: list[tuple[str, dict[str, Any]]]) -> l
     """Columns read through zarr (a missing chunk gives the fill value), concurrently."""
     if not wanted:
         return []
-    from megadump_zarr.read.truncated import open_zarr_array
+    from megadump_zarr.read.documents import open_array_checked
 
-    arrays = [open_zarr_array(store, key, doc) for key, doc in wanted]
+    arrays = [open_array_checked(store, key, doc) for key, doc in wanted]
 
     async def run() -> list[Any]:
         return list(await asyncio.gather(*(a._async_array.getitem(()) for a in arrays)))
@@ -358,7 +328,7 @@ def _append(
         shape=shape,
         stored_shape=(),
         truncated=False,
-        bytes=math.prod(shape) * DIGEST_ITEMSIZES.get(dtype, 0),
+        bytes=math.prod(shape) * itemsize(dtype),
         stored_bytes=0,
         min=_float(table["min"][i]),
         max=_float(table["max"][i]),

@@ -47,13 +47,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from megadump_zarr.layout.dtypes import ML_FLOATS
+
 if TYPE_CHECKING:
     import dask.array as da
     import xarray as xr
 
 __all__ = ["Piece", "stitch"]
-
-_ML_FLOATS = frozenset(("bfloat16", "float8_e4m3fn", "float8_e5m2"))
 
 
 @dataclass
@@ -127,7 +127,7 @@ def _verify(
     for dup, offset, label, (first, last) in zip(duplicates, offsets, labels, rows):
         dup = np.asarray(dup)
         target = out[offset : offset + dup.shape[0]]
-        if merge and (target.dtype.kind == "f" or target.dtype.name in _ML_FLOATS):
+        if merge and (target.dtype.kind == "f" or target.dtype.name in ML_FLOATS):
             a = target.astype(np.float64)
             b = dup.astype(np.float64)
             both = ~np.isnan(a) & ~np.isnan(b)

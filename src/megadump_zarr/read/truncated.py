@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import zarr
-from zarr.abc.store import Store
 
+from megadump_zarr.layout.dtypes import ML_FLOATS
 from megadump_zarr.read.documents import open_array_checked
 from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.integrity import GuardedArray
@@ -57,8 +57,6 @@ __all__ = [
     "stored_dask",
     "truncated_dask",
 ]
-
-_ML_FLOATS = frozenset(("bfloat16", "float8_e4m3fn", "float8_e5m2"))
 
 
 def captured_rows(logical_shape: Sequence[int], stored_elements: int) -> int:
@@ -143,18 +141,8 @@ class FlatPrefix:
         return block[start - first * row : stop - first * row]
 
 
-def open_zarr_array(store: Store, key: str, doc: dict[str, Any]) -> zarr.Array:
-    """A zarr array built from its (already fetched) ``zarr.json`` document: no extra ``get``.
-
-    Args:
-        store: The dump store.
-        key: Array path relative to the root.
-        doc: Its ``zarr.json`` document (from consolidated metadata or a listing).
-
-    Raises:
-        ValueError: The document is not a valid array document (names the key and the field).
-    """
-    return open_array_checked(store, key, doc)
+open_zarr_array = open_array_checked
+"""A zarr array built from its (already fetched) ``zarr.json`` document: no extra ``get``."""
 
 
 def _token(*parts: Any) -> str:
@@ -192,7 +180,7 @@ def logical_dtype(dtype: np.dtype) -> np.dtype:
         dtype: The stored dtype.
     """
     dtype = np.dtype(dtype)
-    if dtype.kind == "f" or dtype.name in _ML_FLOATS:
+    if dtype.kind == "f" or dtype.name in ML_FLOATS:
         return dtype
     return np.dtype(np.float64)
 

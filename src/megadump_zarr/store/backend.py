@@ -1,8 +1,8 @@
 """Where the bytes go: a tiny key/value interface over a local directory or an fsspec file system.
 
 Keys are ``/``-separated paths relative to the dump root (``rank_0/window_0000/zarr.json``). The interface
-is deliberately small (put, put many, exists, get, claim) so that an object-store backend with retries
-can be added later without touching the writer.
+is small (put, put many, exists, get, claim), so the writer is the same over every backend (object stores:
+:mod:`megadump_zarr.store.object_backend`).
 
 - :class:`LocalBackend` (plain paths and ``file://`` URLs) uses ``os`` calls directly: one ``open`` +
   ``write`` + ``close`` per file, parent directories created once and remembered, payloads written from
@@ -24,7 +24,7 @@ import shutil
 import threading
 from typing import Any
 
-__all__ = ["SYNC_MODES", "Backend", "Buffer", "FsspecBackend", "LocalBackend"]
+__all__ = ["SYNC_MODES", "Backend", "Buffer", "FsspecBackend", "LocalBackend", "as_bytes"]
 
 Buffer = bytes | bytearray | memoryview | Any  # anything exposing the buffer protocol as bytes
 """A value to store: any C-contiguous buffer; the local backend also takes a tuple of buffers (the
@@ -47,13 +47,13 @@ class Backend(ABC):
     def __init__(self, url: str) -> None:
         self.url = url
 
-    @abstractmethod
     def location(self, key: str) -> str:
-        """User-facing path or URL of ``key``.
+        """User-facing path or URL of ``key`` (``url/key``).
 
         Args:
             key: Relative key.
         """
+        return f"{self.url}/{key}" if key else self.url
 
     @abstractmethod
     def put(self, key: str, data: Buffer, *, atomic: bool = False) -> None:
@@ -431,14 +431,11 @@ class FsspecBackend(Backend):
         self.fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
         self._root = path.rstrip("/")
 
-    def location(self, key: str) -> str:
-        return f"{self.url}/{key}" if key else self.url
-
     def _path(self, key: str) -> str:
         return f"{self._root}/{key}" if key else self._root
 
     def put(self, key: str, data: Buffer, *, atomic: bool = False) -> None:
-        self.fs.pipe_file(self._path(key), _as_bytes(data))
+        self.fs.pipe_file(self._path(key), as_bytes(data))
         if self.observer is not None:
             self.observer(key, data)
 
@@ -446,7 +443,7 @@ class FsspecBackend(Backend):
         if len(items) == 1:
             self.put(*items[0])
         elif items:
-            self.fs.pipe({self._path(key): _as_bytes(data) for key, data in items})
+            self.fs.pipe({self._path(key): as_bytes(data) for key, data in items})
             if self.observer is not None:
                 for key, data in items:
                     self.observer(key, data)
@@ -480,7 +477,12 @@ class FsspecBackend(Backend):
             raise FileExistsError(self.location(prefix))
 
 
-def _as_bytes(data: Buffer) -> bytes:
+def as_bytes(data: Buffer) -> bytes:
+    """``data`` as ``bytes`` (copied unless it is ``bytes`` already).
+
+    Args:
+        data: Any C-contiguous buffer.
+    """
     if isinstance(data, bytes):
         return data
     return memoryview(data).cast("B").tobytes()

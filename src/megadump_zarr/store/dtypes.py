@@ -122,24 +122,13 @@ class _MLDtypesFloat:
 
     @classmethod
     def _check_json_v3(cls, data: DTypeJSON) -> bool:
-        """Whether ``data`` is this type's Zarr v3 name.
-
-        Args:
-            data: The ``data_type`` field of Zarr v3 array metadata.
-        """
+        """Whether ``data`` (a Zarr v3 ``data_type`` field) is this type's name."""
         return data == cls._zarr_v3_name
 
     @classmethod
     def _from_json_v3(cls, data: DTypeJSON) -> Self:
-        """Build the data type from its Zarr v3 JSON form.
-
-        Args:
-            data: The ``data_type`` field of Zarr v3 array metadata.
-
-        Raises:
-            DataTypeValidationError: ``data`` is not this type's name, which
-                tells zarr's registry to try the next data type.
-        """
+        """The data type of a Zarr v3 ``data_type`` field; ``DataTypeValidationError`` (zarr's registry then
+        tries the next type) when it is not this type's name."""
         if cls._check_json_v3(data):
             return cls()
         msg = f"Invalid JSON representation of {cls.__name__}: got {data!r}, expected {cls._zarr_v3_name!r}."
@@ -147,36 +136,18 @@ class _MLDtypesFloat:
 
     @classmethod
     def _from_json_v2(cls, data: DTypeJSON) -> Self:
-        """Reject Zarr v2 metadata, which cannot name this type.
-
-        Args:
-            data: The ``dtype`` field of Zarr v2 array metadata.
-
-        Raises:
-            DataTypeValidationError: Always, so that zarr's registry moves on.
-        """
+        """Always ``DataTypeValidationError`` (Zarr v2 cannot name this type; zarr's registry moves on)."""
         msg = f"{cls._zarr_v3_name} has no Zarr v2 representation; got {data!r}."
         raise DataTypeValidationError(msg)
 
     def to_json(self, zarr_format: ZarrFormat) -> str:  # type: ignore[override]
-        """Return the ``data_type`` metadata value.
-
-        Args:
-            zarr_format: Must be 3.
-
-        Raises:
-            ValueError: ``zarr_format`` is not 3.
-        """
+        """The ``data_type`` metadata value (``ValueError`` unless ``zarr_format`` is 3)."""
         if zarr_format == 3:
             return self._zarr_v3_name
         raise _v2_unsupported(self._zarr_v3_name, zarr_format)
 
     def _check_scalar(self, data: object) -> bool:
-        """Whether ``data`` can be converted to this type.
-
-        Args:
-            data: A candidate scalar: a number, a numpy scalar or a numeric string.
-        """
+        """Whether ``data`` (a number, a numpy scalar or a numeric string) can be converted to this type."""
         if isinstance(data, str):
             try:
                 float(data)
@@ -242,15 +213,8 @@ class _MLDtypesFloat:
         raise TypeError(msg)
 
     def to_json_scalar(self, data: object, *, zarr_format: ZarrFormat) -> float | str:
-        """Encode a fill value for Zarr v3 metadata.
-
-        Args:
-            data: A value accepted by :meth:`cast_scalar`.
-            zarr_format: Must be 3.
-
-        Raises:
-            ValueError: ``zarr_format`` is not 3.
-        """
+        """A fill value (what :meth:`cast_scalar` accepts) for Zarr v3 metadata (``ValueError`` unless
+        ``zarr_format`` is 3)."""
         if zarr_format != 3:
             raise _v2_unsupported(self._zarr_v3_name, zarr_format)
         value = self.cast_scalar(data)
@@ -269,22 +233,13 @@ class _MLDtypesFloat:
 
 
 def _isnan(value: object) -> bool:
-    """``numpy.isnan`` without the "invalid value" warning that signalling NaNs raise.
-
-    Args:
-        value: A float or numpy float scalar.
-    """
+    """``numpy.isnan`` without the "invalid value" warning that signalling NaNs raise."""
     with np.errstate(invalid="ignore"):
         return bool(np.isnan(value))
 
 
 def _v2_unsupported(name: str, zarr_format: object) -> ValueError:
-    """Build the error raised when a Zarr v2 encoding is requested.
-
-    Args:
-        name: The Zarr v3 data type name.
-        zarr_format: The requested format.
-    """
+    """The error raised when a Zarr v2 encoding of type ``name`` is requested."""
     return ValueError(f"{name} is only supported in Zarr format 3, not zarr_format={zarr_format!r}.")
 
 

@@ -23,6 +23,7 @@ import unicodedata
 
 import numpy as np
 
+from megadump_zarr.layout.dtypes import DATA_TYPES, ML_FLOATS
 from megadump_zarr.codecs import CompressorSpec
 from megadump_zarr.store import chunking
 from megadump_zarr.store.packs import sharded_codecs
@@ -30,7 +31,6 @@ from megadump_zarr.store.packs import sharded_codecs
 __all__ = [
     "CRC32C_CODEC",
     "SUPPORTED_DTYPES",
-    "array_document",
     "array_document_bytes",
     "codecs_for",
     "consolidated_group_bytes",
@@ -45,25 +45,8 @@ __all__ = [
     "stats_bytes",
 ]
 
-SUPPORTED_DTYPES = (
-    "bool",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "float16",
-    "float32",
-    "float64",
-    "bfloat16",
-    "float8_e4m3fn",
-    "float8_e5m2",
-)
+SUPPORTED_DTYPES = DATA_TYPES
 _SUPPORTED = frozenset(SUPPORTED_DTYPES)
-_ML_FLOATS = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
 
 
 @functools.lru_cache(maxsize=64)
@@ -95,7 +78,7 @@ def fill_value_for(dtype: np.dtype) -> bool | int | float:
     name = data_type_name(dtype)
     if name == "bool":
         return False
-    if name in _ML_FLOATS or name.startswith("float"):
+    if name in ML_FLOATS or name.startswith("float"):
         return 0.0
     return 0
 
@@ -140,31 +123,6 @@ def codecs_for(dtype: np.dtype, spec: CompressorSpec, checksum: bool = True) -> 
     return chain
 
 
-def array_document(
-    shape: Sequence[int],
-    dtype: np.dtype,
-    chunks: Sequence[int],
-    compressor: CompressorSpec,
-    attributes: Mapping[str, Any],
-    dimension_names: Sequence[str],
-    checksum: bool = True,
-) -> dict[str, Any]:
-    """An array's ``zarr.json`` document, keys in zarr-python's order.
-
-    Args:
-        shape: Array shape.
-        dtype: A supported numpy dtype.
-        chunks: Regular chunk shape.
-        compressor: Parsed compressor.
-        attributes: JSON-serialisable user attributes.
-        dimension_names: One name per axis (the key is omitted for 0-d arrays, as zarr does).
-        checksum: Chunks carry a ``crc32c`` checksum (see :func:`codecs_for`).
-    """
-    return json.loads(
-        array_document_bytes(shape, dtype, chunks, compressor, dumps(dict(attributes)), dimension_names, checksum)
-    )
-
-
 def array_document_bytes(
     shape: Sequence[int],
     dtype: np.dtype,
@@ -174,7 +132,8 @@ def array_document_bytes(
     dimension_names: Sequence[str],
     checksum: bool = True,
 ) -> bytes:
-    """:func:`array_document` encoded with :func:`dumps`, splicing in attributes that are already encoded.
+    """An array's ``zarr.json`` document (keys in zarr-python's order) encoded with :func:`dumps`, splicing in
+    attributes that are already encoded.
 
     Args:
         shape: Array shape.
@@ -182,7 +141,7 @@ def array_document_bytes(
         chunks: Regular chunk shape.
         compressor: Parsed compressor.
         attributes_json: The attributes object, already encoded with :func:`dumps`.
-        dimension_names: One name per axis.
+        dimension_names: One name per axis (the key is omitted for 0-d arrays, as zarr does).
         checksum: Chunks carry a ``crc32c`` checksum (see :func:`codecs_for`).
     """
     if type(shape) is tuple and type(chunks) is tuple and type(dimension_names) is tuple:  # the writer's jobs

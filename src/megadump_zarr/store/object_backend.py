@@ -1,60 +1,32 @@
 """Object stores (``s3://``, ``gs://``, ``az://``, ...): bounded concurrency, retries, atomic window claims.
 
 :class:`ObjectStoreBackend` is the :class:`~megadump_zarr.store.backend.Backend` that
-:func:`~megadump_zarr.store.roots.open_backend` returns for object-store URLs. The window writer calls
-``put`` / ``put_many`` from its thread pool (32 threads for remote roots); every request made here goes
-through one retry loop and one semaphore, so the number of requests in flight is bounded
-(``max_concurrency``) however many writer threads there are, and ``put_many`` fans its items out
-concurrently (up to the same bound) instead of sending them one after the other.
+:func:`~megadump_zarr.store.roots.open_backend` returns for object-store URLs. Every request goes through one
+retry loop and one semaphore, so at most ``max_concurrency`` requests are in flight however many writer
+threads call ``put`` / ``put_many``, and ``put_many`` fans its items out concurrently up to that bound.
 
-Client library. ``s3://`` goes through obstore (Rust ``object_store``; requests never hold the GIL) when
-it is installed and ``storage_options`` can be translated (see :func:`s3_config`); everything else goes
-through fsspec (s3fs, gcsfs, adlfs), wrapped in the same retry loop. Measured on moto's server on loopback
-(this project's 2-core machine, shared and noisy; moto in the same process and in a child process):
+Client library (:mod:`megadump_zarr.store.object_clients`). ``s3://`` goes through obstore (Rust
+``object_store``; requests never hold the GIL; 1.3-2x s3fs's throughput for small and big objects on moto)
+when it is installed and ``storage_options`` can be translated (:func:`s3_config`); everything else goes
+through fsspec (s3fs, gcsfs, adlfs), wrapped in the same retry loop.
 
-    ======================================================  ==============  ===============
-    workload                                                s3fs            obstore
-    ======================================================  ==============  ===============
-    1000 x 8 KiB puts from 32 threads (objects/s)           139-186         280-324
-    32 x 4 MiB puts from 8 threads (MiB/s)                  119-142         208-254
-    WindowWriter, 1024 x 8 KiB arrays (~2,600 objects), s   14.7-15.7       10.1-11.0
-    WindowWriter, 32 x 4 MiB bf16 arrays, s                 1.17-1.47       0.93-0.95
-    ======================================================  ==============  ===============
+Retries (:class:`RetryPolicy`, :mod:`megadump_zarr.store.retry`): HTTP 5xx, 429 / ``SlowDown`` / throttling,
+``RequestTimeout``, dropped or reset connections and timeouts are retried with exponential backoff and equal
+jitter; any other 4xx fails at once. After ``attempts`` tries the error is :class:`ObjectStoreError` naming the
+operation, the object's URL, the number of attempts and the last error. obstore's own retries are off so that
+one policy decides. Every put replaces a whole object, so a retried request whose first attempt landed is
+harmless. ``WindowWriter``/``tensor_dump`` use the process default (:func:`set_default_retry_policy`, or
+``with retry_policy(attempts=5): ...``); ``ObjectStoreBackend(..., retry=...)`` and
+``transfer.upload(..., retry=...)`` take one directly.
 
-(the writer rows compare the previous ``FsspecBackend`` with this backend). obstore is 1.3-2x faster for
-both many small and big objects (s3fs signs and parses every request in Python on one asyncio loop,
-competing for the GIL with the compression threads), so it is the default. moto itself (one Python
-process) caps both at ~300 small objects/s, so against real S3 the gap is likely larger.
+Credentials: ``storage_options`` are never written to the store, logged, or shown in a ``repr`` or an error
+message (:func:`redact_options`; every message is scrubbed of secret values, :mod:`megadump_zarr.store.redact`).
 
-Retries (:class:`RetryPolicy`): HTTP 5xx, 429 / ``SlowDown`` / throttling, ``RequestTimeout``, dropped
-or reset connections and timeouts are retried with exponential backoff and jitter (the delay before
-attempt ``n + 1`` is uniform in ``[d/2, d]`` with ``d = min(max_delay, base_delay * 2**(n-1))``); any
-other 4xx (403, 404, 412, ...) fails at once. After ``attempts`` tries the error is
-:class:`ObjectStoreError` naming the operation, the object's URL, the number of attempts and the last
-error. The client library's own retries are switched off (obstore) so that one policy decides (the
-fsspec fallback keeps its library's retries underneath). Every put is idempotent (whole-object replace),
-so a retried request whose first attempt did land is harmless. ``WindowWriter``/``tensor_dump`` take no
-retry argument: they get the process default, set with :func:`set_default_retry_policy` or, for a block,
-``with retry_policy(attempts=5, base_delay=0.05): ...``; ``ObjectStoreBackend(..., retry=...)`` and
-``transfer.upload(..., retry=...)`` take one directly. The default (8 tries, 0.1 s doubling to at most
-10 s) gives up after about 13 s of backoff at worst, plus the request timeouts.
-
-Credentials: ``storage_options`` are never written to the store, never logged, and never appear in a
-``repr`` or an error message (:func:`redact_options`; every message is scrubbed of secret values).
-
-Window claims: ``claim`` creates ``{window}/zarr.json`` with a conditional put (``If-None-Match: *``,
-supported by S3 since 2024, by moto, by obstore's ``mode="create"`` and by s3fs's ``mode="create"``), so
-of two writers racing for one window exactly one wins; the placeholder document says status
-``"writing"`` and carries a random claim token, which also tells a retried claim whose first attempt did
-land (the retry then gets 412) from a window that another writer holds. A store without conditional
-puts (HTTP 501 / not supported) falls back to "check absence, then write", which two writers racing
-within one round trip could both pass; the dump schedule gives each (rank, window) to one process,
-which is what makes that fallback safe in practice.
-
-Pieces: the retry policy, :class:`ObjectStoreError` and error classification live in
-:mod:`megadump_zarr.store.retry`, secret scrubbing in :mod:`megadump_zarr.store.redact`, and the
-per-library clients (obstore, fsspec) with :func:`s3_config` and :class:`ObjectInfo` in
-:mod:`megadump_zarr.store.object_clients`; their public names are re-exported here.
+Window claims: ``claim`` creates ``{window}/zarr.json`` with a conditional put (``If-None-Match: *``), so of two
+writers racing for one window exactly one wins; the placeholder says status ``"writing"`` and carries a random
+claim token, which tells a retried claim whose first attempt landed (the retry gets 412) from a window another
+writer holds. A store without conditional puts (HTTP 501) falls back to "check absence, then write"; the dump
+schedule gives each (rank, window) to one process, which makes that fallback safe.
 """
 
 from __future__ import annotations
@@ -72,7 +44,7 @@ import uuid
 
 from megadump_zarr.store.backend import Backend, Buffer
 from megadump_zarr.store.object_clients import PART_BYTES, ObjectInfo as ObjectInfo, FsspecClient, ObstoreS3Client
-from megadump_zarr.store.object_clients import s3_config as s3_config
+from megadump_zarr.store.object_clients import S3_SCHEMES, s3_config as s3_config
 from megadump_zarr.store.redact import Scrubber, redact_options as redact_options
 from megadump_zarr.store.retry import ObjectStoreError as ObjectStoreError, RetryPolicy as RetryPolicy, FailureKind
 from megadump_zarr.store.retry import status_kind as status_kind  # noqa: F401 - tests import it from here
@@ -96,7 +68,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 OBJECT_STORE_SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl"})
-_S3_SCHEMES = frozenset({"s3", "s3a"})
 
 
 def _split_url(url: str) -> tuple[str, str, str]:
@@ -142,7 +113,7 @@ class ObjectStoreBackend(Backend):
         if not bucket:
             raise ValueError(f"object-store URL has no bucket: {self.url}")
         self._client: Any = None
-        if scheme in _S3_SCHEMES and client != "fsspec":
+        if scheme in S3_SCHEMES and client != "fsspec":
             translated = s3_config(self._options)
             try:
                 import obstore  # noqa: F401
@@ -176,9 +147,6 @@ class ObjectStoreBackend(Backend):
         )
 
     # -- keys ------------------------------------------------------------------------------------------
-    def location(self, key: str) -> str:
-        return f"{self.url}/{key}" if key else self.url
-
     def _path(self, key: str) -> str:
         if not self._base:
             return key
@@ -369,11 +337,6 @@ class ObjectStoreBackend(Backend):
             pass
 
     def delete_prefix(self, prefix: str) -> None:
-        """Remove the object at ``prefix`` and every object below ``prefix/`` (missing is fine).
-
-        Args:
-            prefix: Relative key, or key prefix.
-        """
         keys = [prefix.rstrip("/"), *self.list(prefix.rstrip("/") + "/")]
         for start in range(0, len(keys), 1000):  # S3 DeleteObjects takes at most 1000 keys
             self.delete(keys[start : start + 1000])

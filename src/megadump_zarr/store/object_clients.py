@@ -15,10 +15,13 @@ from datetime import datetime, timedelta, timezone
 import os
 from typing import Any
 
-from megadump_zarr.store.backend import Buffer
+from megadump_zarr.store.backend import Buffer, as_bytes
 from megadump_zarr.store.retry import TRANSIENT_CODES, RetryPolicy, FailureKind, status_kind
 
-__all__ = ["ObjectInfo", "s3_config"]
+__all__ = ["S3_SCHEMES", "ObjectInfo", "s3_config"]
+
+S3_SCHEMES = frozenset({"s3", "s3a"})
+"""The URL schemes of S3 (what :func:`s3_config` configures)."""
 
 _SINGLE_PUT_LIMIT = 64 << 20  # larger objects go up in parts (S3's single PUT limit is 5 GiB)
 PART_BYTES = 16 << 20
@@ -181,7 +184,7 @@ class FsspecClient:
             kwargs["mode"] = "create"
         if attributes and self._s3:
             kwargs["Metadata"] = dict(attributes)
-        payload = data if isinstance(data, bytes) else memoryview(data).cast("B").tobytes()
+        payload = as_bytes(data)
         try:
             self.fs.pipe_file(path, payload, **kwargs)
         except TypeError:  # a file system without mode= / metadata: plain overwrite

@@ -44,6 +44,7 @@ from typing import Any
 import uuid
 
 from megadump_zarr.store.backend import Backend
+from megadump_zarr.store.metadata import dumps, group_document
 from megadump_zarr.layout.paths import RANK_DIR, SESSION_MARKER, WINDOW_DIR
 
 __all__ = [
@@ -64,20 +65,20 @@ INDEX_LIMIT = 4 << 20
 _ATTEMPTS = 5
 
 
+def _loads(raw: bytes | None) -> Any:
+    """The JSON value of ``raw``; None when absent or not JSON."""
+    try:
+        return json.loads(raw) if raw is not None else None
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
 def _plain(doc: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in doc.items() if key != "consolidated_metadata"}
 
 
-def _dumps(doc: dict[str, Any]) -> bytes:
-    return json.dumps(doc, separators=(",", ":"), allow_nan=True).encode()
-
-
 def _consolidated(entries: dict[str, Any]) -> dict[str, Any]:
     return {"kind": "inline", "must_understand": False, "metadata": entries}
-
-
-def _group(attrs: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"attributes": attrs or {}, "zarr_format": 3, "node_type": "group"}
 
 
 def _list(root: str, storage_options: dict[str, Any] | None, prefix: str, directories: bool) -> list[str]:
@@ -138,11 +139,7 @@ def _other_nodes(backend: Backend, root: str, storage_options: dict[str, Any] | 
             found = [p[len(prefix) :] for p in fs.find(prefix + name) if p.endswith("/zarr.json")]
         for key in sorted(found):
             key = key.replace(os.sep, "/")
-            raw = backend.get(key)
-            try:
-                doc = json.loads(raw) if raw is not None else None
-            except (ValueError, UnicodeDecodeError):
-                doc = None
+            doc = _loads(backend.get(key))
             if isinstance(doc, dict) and doc.get("node_type") in ("group", "array"):
                 out[key[: -len("/zarr.json")]] = _plain(doc) if doc.get("node_type") == "group" else doc
     return out
@@ -165,13 +162,7 @@ def _complete_windows(
             if known is not None and f"{rank}/{window}" in known:
                 out[f"{rank}/{window}"] = known[f"{rank}/{window}"]
                 continue
-            raw = backend.get(f"{rank}/{window}/zarr.json")
-            if raw is None:
-                continue
-            try:
-                doc = json.loads(raw)
-            except (ValueError, UnicodeDecodeError):
-                continue
+            doc = _loads(backend.get(f"{rank}/{window}/zarr.json"))
             attrs = doc.get("attributes") if isinstance(doc, dict) else None
             if isinstance(attrs, dict) and attrs.get("status") == "complete":
                 out[f"{rank}/{window}"] = doc
@@ -198,20 +189,14 @@ def index_documents(
         for path, node in inner.items():
             root_entries[f"{key}/{path}"] = node
             rank_entries[rank][f"{window}/{path}"] = node
-    out = {"zarr.json": _dumps({**_plain(root_doc), "consolidated_metadata": _consolidated(root_entries)})}
+    out = {"zarr.json": dumps({**_plain(root_doc), "consolidated_metadata": _consolidated(root_entries)})}
     for rank, doc in rank_docs.items():
-        out[f"{rank}/zarr.json"] = _dumps({**_plain(doc), "consolidated_metadata": _consolidated(rank_entries[rank])})
+        out[f"{rank}/zarr.json"] = dumps({**_plain(doc), "consolidated_metadata": _consolidated(rank_entries[rank])})
     return out
 
 
 def _read(backend: Backend, key: str) -> dict[str, Any] | None:
-    raw = backend.get(key)
-    if raw is None:
-        return None
-    try:
-        doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        return None
+    doc = _loads(backend.get(key))
     return doc if isinstance(doc, dict) and doc.get("node_type") == "group" else None
 
 
@@ -240,10 +225,7 @@ def close_session(backend: Backend, key: str) -> None:
 
 def _dead_here(raw: bytes | None) -> bool:
     """Whether a marker was written on this host by a process that no longer runs."""
-    try:
-        marker = json.loads(raw) if raw is not None else None
-    except (ValueError, UnicodeDecodeError):
-        return False
+    marker = _loads(raw)
     if not isinstance(marker, dict) or marker.get("host") != socket.gethostname():
         return False
     pid = marker.get("pid")
@@ -322,7 +304,7 @@ def index_root(
         if root_doc is None:
             return False
         ranks = sorted({key.split("/")[0] for key in windows}, key=lambda n: int(n[5:]))
-        rank_docs = {rank: _read(backend, f"{rank}/zarr.json") or _group() for rank in ranks}
+        rank_docs = {rank: _read(backend, f"{rank}/zarr.json") or group_document({}) for rank in ranks}
         try:
             others = _other_nodes(backend, root, storage_options)
         except Exception:  # noqa: BLE001
@@ -358,7 +340,7 @@ def strip_index(backend: Backend, ranks: list[str] | tuple[str, ...] = ()) -> No
             continue
         doc = _read(backend, key)
         if doc is not None and doc.get("consolidated_metadata") is not None:
-            backend.put(key, _dumps(_plain(doc)), atomic=True)
+            backend.put(key, dumps(_plain(doc)), atomic=True)
 
 
 def plain_document(raw: bytes) -> bytes | None:
@@ -367,10 +349,7 @@ def plain_document(raw: bytes) -> bytes | None:
     Args:
         raw: The ``zarr.json`` bytes.
     """
-    try:
-        doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        return None
+    doc = _loads(raw)
     if not isinstance(doc, dict) or doc.get("node_type") != "group":
         return None
-    return _dumps(_plain(doc))
+    return dumps(_plain(doc))

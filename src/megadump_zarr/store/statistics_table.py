@@ -34,6 +34,7 @@ from megadump_zarr.layout.statistics import (
 )
 from megadump_zarr.layout.write_model import StatisticsTable
 from megadump_zarr.store import chunking
+from megadump_zarr.store.encoding import Encoder, joined
 from megadump_zarr.store.metadata import array_document_bytes, codecs_for, dumps
 
 __all__ = ["STATISTICS_GROUP", "STATISTICS_LAYOUT_VERSION", "statistics_nodes"]
@@ -41,27 +42,11 @@ __all__ = ["STATISTICS_GROUP", "STATISTICS_LAYOUT_VERSION", "statistics_nodes"]
 _DIMS = ("record",)
 
 
-def _compress(spec: CompressorSpec, raw: bytes | np.ndarray, itemsize: int) -> bytes:
+def _chunk(spec: CompressorSpec, checksum: bool, raw: bytes | np.ndarray, itemsize: int) -> bytes:
+    """One stored chunk of a column: its bytes encoded and sealed as the window writer's (:class:`Encoder`)."""
     data = np.frombuffer(raw, dtype=np.uint8) if isinstance(raw, bytes) else raw.reshape(-1).view(np.uint8)
-    if spec.kind == "none":
-        return data.tobytes()
-    if spec.kind == "zstd":
-        from numcodecs import Zstd
-
-        return bytes(Zstd(level=spec.level, checksum=False).encode(data))
-    from numcodecs import Blosc
-
-    shuffle = {"noshuffle": Blosc.NOSHUFFLE, "shuffle": Blosc.SHUFFLE, "bitshuffle": Blosc.BITSHUFFLE}
-    codec = Blosc(cname=spec.cname, clevel=spec.level, shuffle=shuffle[spec.shuffle], blocksize=0, typesize=itemsize)
-    return bytes(codec.encode(data))
-
-
-def _seal(encoded: bytes, checksum: bool) -> bytes:
-    if not checksum:
-        return encoded
-    import google_crc32c
-
-    return encoded + int(google_crc32c.value(encoded)).to_bytes(4, "little")
+    encoder = Encoder(spec, checksum)
+    return bytes(joined(encoder.seal(encoder.encode(data, itemsize))))
 
 
 def _string_document(length: int, spec: CompressorSpec, checksum: bool, attrs: dict[str, Any]) -> bytes:
@@ -95,12 +80,12 @@ def _column(
             from numcodecs import VLenUTF8
 
             raw = bytes(VLenUTF8().encode(values))
-            key_chunk = _seal(_compress(spec, raw, 1), checksum)
+            key_chunk = _chunk(spec, checksum, raw, 1)
         return document, key_chunk
     values = np.ascontiguousarray(values)
     document = array_document_bytes((length,), values.dtype, (max(length, 1),), spec, dumps(attrs), _DIMS, checksum)
     if length:
-        key_chunk = _seal(_compress(spec, values, values.dtype.itemsize), checksum)
+        key_chunk = _chunk(spec, checksum, values, values.dtype.itemsize)
     return document, key_chunk
 
 

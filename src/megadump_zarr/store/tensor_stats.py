@@ -23,11 +23,12 @@ from typing import Any
 
 import numpy as np
 
+from megadump_zarr.layout.dtypes import ML_FLOATS
+
 __all__ = ["StatsAccumulator", "compute_stats"]
 
 SLICE_ELEMENTS = 1 << 18  # elements per float64 working slice (2 MiB: stays in cache across the passes)
 _NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-_ML_FLOATS = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
 
 
 def _kind(dtype: np.dtype) -> str:
@@ -35,7 +36,7 @@ def _kind(dtype: np.dtype) -> str:
         return "bool"
     if dtype.kind in "iu":
         return "int"
-    if dtype.kind == "f" or dtype.name in _ML_FLOATS:
+    if dtype.kind == "f" or dtype.name in ML_FLOATS:
         return "float"
     raise TypeError(f"statistics are not defined for dtype {dtype}")
 

@@ -12,8 +12,7 @@ from megadump_zarr.cli.common import (
     Context,
     add_output_flags,
     add_storage_options,
-    check_endpoint,
-    storage_options,
+    checked_storage_options,
 )
 
 __all__ = ["register"]
@@ -109,13 +108,13 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 
     if "://" not in args.url or args.url.startswith("file://"):
         raise CliError(f"URL must be an object-store URL such as s3://bucket/prefix, got {args.url!r}")
-    check_endpoint(args.url, storage_options(args))
+    options = checked_storage_options(args, args.url)
     failed = False
     try:
         report = upload(
             args.local,
             args.url,
-            storage_options=storage_options(args),
+            storage_options=options,
             threads=args.threads,
             delete_local=args.delete_local,
             progress=ctx.progress and not ctx.json,

@@ -14,9 +14,8 @@ from megadump_zarr.cli.common import (
     Context,
     add_output_flags,
     add_storage_options,
-    check_endpoint,
+    checked_storage_options,
     read_error,
-    storage_options,
 )
 
 __all__ = ["register"]
@@ -81,8 +80,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     """Watch; exit 1 when an anomaly was named."""
     from megadump_zarr.analyse.watch import watch
 
-    options = storage_options(args)
-    check_endpoint(args.path, options)
+    options = checked_storage_options(args, args.path)
     scalars = _tensorboard(args.tensorboard)
     events = watch(
         args.path,

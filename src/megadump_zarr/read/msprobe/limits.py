@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-__all__ = ["check_declared_bytes", "check_npy_header", "supported_itemsize"]
+from megadump_zarr.read.documents import INT64_MAX
 
-INT64_MAX = (1 << 63) - 1
+__all__ = ["check_declared_bytes", "check_npy_header", "supported_itemsize"]
 
 
 def supported_itemsize(dtype: str, what: str) -> int:

@@ -188,9 +188,8 @@ class MsprobeStore(Store):
         data = load_tensor(item, mmap=True)  # checked again: dtype, shape, a plain tensor (nothing read yet)
         if data.ndim == 0:
             return memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8))
-        row_bytes = data.dtype.itemsize * math.prod(data.shape[1:])
-        out = np.zeros(rows * row_bytes, dtype=np.uint8)  # the edge chunk stays padded with the fill value (0)
-        self._fill(item, data, start, stop, row_bytes, out[: (stop - start) * row_bytes])
+        out = np.empty(rows * data.dtype.itemsize * math.prod(data.shape[1:]), dtype=np.uint8)
+        self._fill(item, data, start, stop, out)
         return memoryview(out)
 
     def read_chunk_into(self, key: str, out: np.ndarray) -> bool:
@@ -210,27 +209,26 @@ class MsprobeStore(Store):
             return False
         item, (start, stop, rows) = found
         data = load_tensor(item, mmap=True)  # checked again: dtype, shape, a plain tensor (nothing read yet)
-        if data.ndim == 0:
+        if data.ndim == 0 or out.size != rows * data.dtype.itemsize * math.prod(data.shape[1:]):
             return False
-        row_bytes = data.dtype.itemsize * math.prod(data.shape[1:])
-        if out.size != rows * row_bytes:
-            return False
-        used = (stop - start) * row_bytes
-        self._fill(item, data, start, stop, row_bytes, out[:used])
-        out[used:] = 0  # the edge chunk is padded with the fill value (0)
+        self._fill(item, data, start, stop, out)
         return True
 
     @staticmethod
-    def _fill(item: Tensor, data: np.ndarray, start: int, stop: int, row_bytes: int, out: np.ndarray) -> None:
-        """Rows ``start:stop`` of ``data`` (the file's tensor, memory-mapped) as little-endian bytes in ``out``."""
+    def _fill(item: Tensor, data: np.ndarray, start: int, stop: int, out: np.ndarray) -> None:
+        """Rows ``start:stop`` of ``data`` (the file's tensor, memory-mapped) as little-endian bytes at the head
+        of ``out`` (one chunk); the rest of an edge chunk is the fill value (0)."""
+        row_bytes = data.dtype.itemsize * math.prod(data.shape[1:])
+        used = (stop - start) * row_bytes
         where = _file_offset(data)
         if where is not None and item.file is not None:  # whole rows in one read (kernel readahead, no GIL)
-            _pread_into(item.file, out, where + start * row_bytes)
-            return
-        piece = np.ascontiguousarray(data[start:stop])
-        if piece.dtype.byteorder == ">":
-            piece = piece.astype(piece.dtype.newbyteorder("<"))
-        out[...] = piece.reshape(-1).view(np.uint8)
+            _pread_into(item.file, out[:used], where + start * row_bytes)
+        else:
+            piece = np.ascontiguousarray(data[start:stop])
+            if piece.dtype.byteorder == ">":
+                piece = piece.astype(piece.dtype.newbyteorder("<"))
+            out[:used] = piece.reshape(-1).view(np.uint8)
+        out[used:] = 0
 
     # ------------------------------------------------------------------ zarr Store interface
     def __eq__(self, value: object) -> bool:
