@@ -387,9 +387,9 @@ def test_the_reference_compare_runs_in_the_lane_pool(roots, lanes, monkeypatch):
     seen: set[str] = set()
     fold = pairs.block_metrics
 
-    def spy(job: Any, i: int) -> Any:
+    def spy(job: Any, i: int, stored: Any = None) -> Any:
         seen.add(threading.current_thread().name)
-        return fold(job, i)
+        return fold(job, i, stored)
 
     monkeypatch.setattr(pairs, "block_metrics", spy)
     ref, names, select = _case(roots, "big", "perturbed")

@@ -604,12 +604,15 @@ class _Job:
     partials: dict[int, MetricAccumulator] = field(default_factory=dict)
 
 
-def block_metrics(job: _Job, i: int) -> MetricAccumulator:
-    """Block ``i`` of a pair read from both sides and folded into its own accumulator (any thread)."""
+def block_metrics(job: _Job, i: int, stored: tuple[Any, Any] | None = None) -> MetricAccumulator:
+    """Block ``i`` of a pair read from both sides (or given, ``stored``: both sides' stored blocks, fetched by
+    :func:`read_batch`) and folded into its own accumulator (any thread)."""
     from megadump_zarr.read.chunks import ChunkRows, read_many
 
     index = job.blocks[i]
-    if isinstance(job.a, ChunkRows) and isinstance(job.b, ChunkRows):  # both sides' chunks fetched in one go
+    if stored is not None:
+        block_a, block_b = read_native_block(stored[0], ()), read_native_block(stored[1], ())
+    elif isinstance(job.a, ChunkRows) and isinstance(job.b, ChunkRows):  # both sides' chunks fetched in one go
         stored_a, stored_b = read_many([(job.a, index), (job.b, index)])
         block_a, block_b = read_native_block(stored_a, ()), read_native_block(stored_b, ())
     else:
@@ -617,6 +620,60 @@ def block_metrics(job: _Job, i: int) -> MetricAccumulator:
     acc = MetricAccumulator(job.shape, rtol=job.plan.rtol, atol=job.plan.atol, exact=job.plan.exact)
     acc.update(block_a, block_b, block_offset(job.shape, index))
     return acc
+
+
+_BATCH_BYTES = 1 << 20
+"""Stored bytes of the block pairs one lane fetches in one round trip to zarr's event loop (small records:
+one round trip per block would cost more than reading and folding it)."""
+_BATCH_BLOCKS = 256
+"""Block pairs one lane fetches in one round trip, at most."""
+
+
+def block_bytes(job: _Job, i: int) -> int | None:
+    """Stored bytes of block ``i`` of both sides, or None when it is not read through
+    :class:`~megadump_zarr.read.chunks.ChunkRows` on both sides (then it is read on its own).
+
+    Args:
+        job: The pair.
+        i: The block.
+    """
+    from megadump_zarr.read.chunks import ChunkRows
+
+    if not (isinstance(job.a, ChunkRows) and isinstance(job.b, ChunkRows)):
+        return None
+    start, stop, _ = job.blocks[i][0].indices(job.shape[0]) if job.shape else (0, 1, 1)
+    return (stop - start) * math.prod(job.shape[1:]) * (job.a.dtype.itemsize + job.b.dtype.itemsize)
+
+
+def read_batch(items: list[tuple[_Job, int]]) -> list[tuple[Any, Any]] | None:
+    """Both sides' stored blocks of several block pairs, their chunks fetched together (one round trip:
+    :func:`~megadump_zarr.read.chunks.read_many`), or None when any of them raises (each is then read on its
+    own, so that each gets its own error).
+
+    Args:
+        items: ``(job, block)`` pairs whose sides are both ``ChunkRows`` (:func:`block_bytes` not None).
+    """
+    from megadump_zarr.read.chunks import read_many
+
+    try:
+        stored = read_many([(x, job.blocks[i]) for job, i in items for x in (job.a, job.b)])
+    except Exception:
+        return None
+    return [(stored[2 * n], stored[2 * n + 1]) for n in range(len(items))]
+
+
+def _take(work: list[tuple[int, int]], at: int, jobs: dict[int, _Job]) -> int:
+    """The end of the batch of ``work`` starting at ``at``: consecutive small block pairs read through
+    ``ChunkRows``, at most :data:`_BATCH_BYTES` and :data:`_BATCH_BLOCKS` of them (at least one item)."""
+    end, size = at + 1, block_bytes(jobs[work[at][0]], work[at][1])
+    if size is None:
+        return end
+    while end < len(work) and end - at < _BATCH_BLOCKS:
+        more = block_bytes(jobs[work[end][0]], work[end][1])
+        if more is None or size + more > _BATCH_BYTES:
+            break
+        end, size = end + 1, size + more
+    return end
 
 
 def merge_in_order(shape: tuple[int, ...], plan: PairPlan, partials: list[MetricAccumulator]) -> MetricAccumulator:
@@ -655,28 +712,34 @@ def _run(
             if not isinstance(slot, _Job) or not slot.blocks:
                 advance()
     lock = threading.Lock()
-    queue = iter(work)
+    cursor = [0]  # the next item of ``work``
+
+    def fold(k: int, i: int, stored: tuple[Any, Any] | None) -> None:
+        job = jobs[k]
+        if job.failed_at is None or i < job.failed_at:  # blocks after a failed one are not needed
+            try:
+                job.partials[i] = block_metrics(job, i, stored)
+            except Exception as exc:
+                with lock:
+                    if job.failed_at is None or i < job.failed_at:
+                        job.failed_at, job.error = i, exc
+        with lock:
+            job.left -= 1
+            finished = job.left == 0
+        if finished and advance is not None:
+            advance()
 
     def lane() -> None:
         while True:
             with lock:
-                item = next(queue, None)
-            if item is None:
-                break
-            k, i = item
-            job = jobs[k]
-            if job.failed_at is None or i < job.failed_at:  # blocks after a failed one are not needed
-                try:
-                    job.partials[i] = block_metrics(job, i)
-                except Exception as exc:
-                    with lock:
-                        if job.failed_at is None or i < job.failed_at:
-                            job.failed_at, job.error = i, exc
-            with lock:
-                job.left -= 1
-                finished = job.left == 0
-            if finished and advance is not None:
-                advance()
+                at = cursor[0]
+                if at >= len(work):
+                    break
+                cursor[0] = end = _take(work, at, jobs)
+            batch = work[at:end]
+            stored = read_batch([(jobs[k], i) for k, i in batch]) if len(batch) > 1 else None
+            for n, (k, i) in enumerate(batch):
+                fold(k, i, None if stored is None else stored[n])
 
     lanes = max(1, min(threads or _THREADS, len(work)))
     with single_threaded_blas() if one_blas_thread else contextlib.nullcontext():
