@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from megadump_zarr.analyse import compare, pairs
+from megadump_zarr.analyse import compare, lanes, pairs
 from megadump_zarr.analyse.metrics import compute_metrics
-from megadump_zarr.analyse.pairs import RecordPair, compare_records, record_source
+from megadump_zarr.analyse.record_pairs import RecordPair, compare_records, record_source
 from megadump_zarr.layout.write_model import ArrayWrite, InvocationWrite, WindowWrite
 from megadump_zarr.read import open_dump
 from megadump_zarr.read.chunks import ChunkRows
@@ -146,7 +146,7 @@ def test_threaded_rows_match_compute_metrics_through_zarr(dumps):
 def test_compare_frame_is_the_same_with_one_lane(dumps, monkeypatch):
     a, b = dumps
     threaded = compare(a, b)
-    monkeypatch.setattr(pairs, "_THREADS", 1)
+    monkeypatch.setattr(lanes, "_THREADS", 1)
     serial = compare(a, b)
     pd.testing.assert_frame_equal(threaded, serial, check_exact=True)
     for column in ("cosine", "max_abs", "rmse", "euc_dist", "max_rel"):

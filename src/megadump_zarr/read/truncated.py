@@ -24,7 +24,9 @@ most the one or two stored chunks behind them, and blocks wholly past the prefix
 from __future__ import annotations
 
 from collections.abc import Sequence
+import copy
 import hashlib
+import json
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +34,7 @@ import numpy as np
 import zarr
 from zarr.abc.store import Store
 
-from megadump_zarr.read.documents import open_array_checked
+from megadump_zarr.read.documents import check_array_doc, open_array_checked
 from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.integrity import GuardedArray
 
@@ -143,8 +145,27 @@ class FlatPrefix:
         return block[start - first * row : stop - first * row]
 
 
+_PARSED: dict[str, Any] = {}
+"""Parsed zarr metadata by array document less its ``attributes`` (:func:`_structure`): the records of a window
+share a few layouts, and zarr's parse of a document costs more than reading a small record."""
+_PARSED_MAX = 1024
+
+
+def _structure(doc: Any) -> str | None:
+    """A document's fields other than ``attributes``, as canonical JSON (None: not a plain document)."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("attributes", {}), dict):
+        return None
+    try:
+        return json.dumps({k: v for k, v in doc.items() if k != "attributes"}, sort_keys=True, allow_nan=True)
+    except (TypeError, ValueError):
+        return None
+
+
 def open_zarr_array(store: Store, key: str, doc: dict[str, Any]) -> zarr.Array:
     """A zarr array built from its (already fetched) ``zarr.json`` document: no extra ``get``.
+
+    A document whose fields other than ``attributes`` equal those of one zarr parsed before takes that parse,
+    with its own attributes (zarr's metadata is immutable); the cheap checks of the document run every time.
 
     Args:
         store: The dump store.
@@ -154,7 +175,21 @@ def open_zarr_array(store: Store, key: str, doc: dict[str, Any]) -> zarr.Array:
     Raises:
         ValueError: The document is not a valid array document (names the key and the field).
     """
-    return open_array_checked(store, key, doc)
+    from zarr.core.array import AsyncArray
+
+    from megadump_zarr.read.location import store_path
+
+    structure = _structure(doc)
+    parsed = _PARSED.get(structure) if structure is not None else None
+    if parsed is None:
+        array = open_array_checked(store, key, doc)
+        if structure is not None and len(_PARSED) < _PARSED_MAX:
+            _PARSED[structure] = array.metadata
+        return array
+    check_array_doc(doc, f"{key}/zarr.json")
+    metadata = copy.copy(parsed)
+    object.__setattr__(metadata, "attributes", doc.get("attributes") or {})  # as zarr's own parse sets it
+    return zarr.Array(AsyncArray(metadata=metadata, store_path=store_path(store, key)))
 
 
 def _token(*parts: Any) -> str:
