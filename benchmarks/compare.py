@@ -123,7 +123,7 @@ def bench(base: str, side_bytes: int, repeat: int) -> dict[str, Any]:
     dump_a, dump_b = open_dump(root_a), open_dump(root_b)
     paths = list(dump_a.records()["path"])
 
-    from megadump_zarr.analyse import pairs
+    from megadump_zarr.analyse import lanes as lane_module
     from megadump_zarr.analyse.metrics import (
         DEFAULT_BLOCK_BYTES,
         iter_blocks,
@@ -131,7 +131,7 @@ def bench(base: str, side_bytes: int, repeat: int) -> dict[str, Any]:
         row_chunks,
         shape_of,
     )
-    from megadump_zarr.analyse.pairs import record_source
+    from megadump_zarr.analyse.record_pairs import record_source
 
     def read_both_dask() -> int:
         n = 0
@@ -157,7 +157,7 @@ def bench(base: str, side_bytes: int, repeat: int) -> dict[str, Any]:
         for path in paths:
             xa, xb = record_source(dump_a, path, False), record_source(dump_b, path, False)
             work += [(xa, xb, i) for i in iter_blocks(shape_of(xa), DEFAULT_BLOCK_BYTES, row_chunks(xa))]
-        lanes = pairs._THREADS
+        lanes = lane_module._THREADS
         with ThreadPoolExecutor(lanes) as pool:
             return sum(pool.map(lane, [work[k::lanes] for k in range(lanes)]))
 
@@ -165,11 +165,11 @@ def bench(base: str, side_bytes: int, repeat: int) -> dict[str, Any]:
         return compare(dump_a, dump_b)
 
     def run_serial() -> Any:  # the same comparison in one lane (for information: the threads' gain)
-        threads, pairs._THREADS = pairs._THREADS, 1
+        threads, lane_module._THREADS = lane_module._THREADS, 1
         try:
             return compare(dump_a, dump_b)
         finally:
-            pairs._THREADS = threads
+            lane_module._THREADS = threads
 
     names = list(dict.fromkeys(dump_a.records()["name"]))
     reference = {name: np.asarray(dump_b.tensor(name).values) for name in names}  # the eager run, in memory
@@ -178,11 +178,11 @@ def bench(base: str, side_bytes: int, repeat: int) -> dict[str, Any]:
         return compare(dump_a, reference)
 
     def run_eager_serial() -> Any:
-        threads, pairs._THREADS = pairs._THREADS, 1
+        threads, lane_module._THREADS = lane_module._THREADS, 1
         try:
             return compare(dump_a, reference)
         finally:
-            pairs._THREADS = threads
+            lane_module._THREADS = threads
 
     load_before = os.getloadavg()
     read_both()  # warm the page cache and the catalogues for both contenders
@@ -239,7 +239,7 @@ def bench(base: str, side_bytes: int, repeat: int) -> dict[str, Any]:
         "peak_extra_rss_chunks": rss.extra / CHUNK_BYTES,
         "peak_traced_mib": traced / 2**20,
         "peak_traced_chunks": traced / CHUNK_BYTES,
-        "threads": pairs._THREADS,
+        "threads": lane_module._THREADS,
         "cores": os.cpu_count(),
     }
 

@@ -11,7 +11,7 @@ import pytest
 from megadump_zarr.analyse import compare
 from megadump_zarr.analyse.matching import KEY_COLUMNS
 from megadump_zarr.analyse.metrics import compute_metrics
-from megadump_zarr.analyse.pairs import RecordPair, compare_records
+from megadump_zarr.analyse.record_pairs import RecordPair, compare_records
 from megadump_zarr.layout.write_model import ArrayWrite, InvocationWrite, WindowWrite
 from megadump_zarr.read import open_dump
 from megadump_zarr.store.writer import WindowWriter

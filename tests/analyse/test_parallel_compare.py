@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from megadump_zarr.analyse import compare, pairs
+from megadump_zarr.analyse import compare, lanes, pairs
 from megadump_zarr.analyse.metrics import compute_metrics
-from megadump_zarr.analyse.pairs import RecordPair, compare_records, record_source
+from megadump_zarr.analyse.record_pairs import RecordPair, compare_records, record_source
 from megadump_zarr.layout.write_model import ArrayWrite, InvocationWrite, WindowWrite
 from megadump_zarr.read import open_dump
 from megadump_zarr.read.chunks import ChunkRows
@@ -146,7 +146,7 @@ def test_threaded_rows_match_compute_metrics_through_zarr(dumps):
 def test_compare_frame_is_the_same_with_one_lane(dumps, monkeypatch):
     a, b = dumps
     threaded = compare(a, b)
-    monkeypatch.setattr(pairs, "_THREADS", 1)
+    monkeypatch.setattr(lanes, "_THREADS", 1)
     serial = compare(a, b)
     pd.testing.assert_frame_equal(threaded, serial, check_exact=True)
     for column in ("cosine", "max_abs", "rmse", "euc_dist", "max_rel"):
@@ -298,3 +298,37 @@ def test_read_many_falls_back_to_zarr_on_a_corrupt_chunk(tmp_path):
     message = _error(lambda: read_many([(fast, (slice(0, 3 * fast.chunks[0]),))]))
     assert "f32" in message  # zarr's integrity error names the record's chunk, as a plain read does
     assert fast.fast_reads == 0
+
+
+def test_small_records_fetched_together_keep_their_own_errors(tmp_path, monkeypatch):
+    """Small records' blocks are fetched many at a time (one round trip per batch); a corrupt chunk and a missing
+    one among them fail only their own records, with their own keys, and every other record passes, in one lane
+    and in four."""
+    rng = np.random.default_rng(5)
+    arrays = {f"r{k:02d}": rng.standard_normal((4, 16), dtype=np.float32) for k in range(40)}
+    a = _write(tmp_path / "a", arrays, "default")
+    b = _write(tmp_path / "b", arrays, "default")
+    corrupt, missing = _chunk_file(b, "r07", 0), _chunk_file(b, "r23", 0)
+    raw = bytearray(corrupt.read_bytes())
+    raw[len(raw) // 2] ^= 0x10
+    corrupt.write_bytes(bytes(raw))
+    missing.unlink()
+    fetched: list[int] = []
+    batch = lanes.read_batch
+
+    def counting(items):
+        fetched.append(len(items))
+        return batch(items)
+
+    monkeypatch.setattr(lanes, "read_batch", counting)
+    frames = []
+    for threads in (1, 4):
+        monkeypatch.setattr(lanes, "_THREADS", threads)
+        frames.append(compare(a, b))
+    pd.testing.assert_frame_equal(frames[0], frames[1], check_exact=True)
+    result = frames[0].set_index("name")
+    failed = result[result["verdict"] != "pass"]
+    assert sorted(failed.index) == ["r07", "r23"] and set(failed["verdict"]) == {"missing_data"}
+    assert "crc32c checksum mismatch" in failed.loc["r07", "note"] and corrupt.name in failed.loc["r07", "note"]
+    assert "is missing" in failed.loc["r23", "note"] and "r23" in failed.loc["r23", "note"]
+    assert len(result) == 40 and max(fetched) > 1  # blocks were fetched together

@@ -1,5 +1,5 @@
 """compare(dump, reference) and compare(mapping, mapping) in the block lanes of the dump-vs-dump compare
-(:func:`megadump_zarr.analyse.pairs.compare_arrays`): 1, 2 and 4 lanes give the same frame, and every row
+(:func:`megadump_zarr.analyse.lanes.compare_arrays`): 1, 2 and 4 lanes give the same frame, and every row
 has the bits :func:`~megadump_zarr.analyse.pairs.compare_pair` gives for its name on one thread (the serial
 path these compares took before)."""
 
@@ -18,9 +18,10 @@ import torch
 import xarray as xr
 
 from megadump_zarr import TensorDumpConfig, compare, tensor_dump
-from megadump_zarr.analyse import pairs
+from megadump_zarr.analyse import lanes as lane_module
 from megadump_zarr.analyse.matching import KEY_COLUMNS
-from megadump_zarr.analyse.pairs import ArrayPair, compare_arrays, compare_pair, empty_row
+from megadump_zarr.analyse.lanes import ArrayPair, compare_arrays
+from megadump_zarr.analyse.pairs import compare_pair, empty_row
 from megadump_zarr.analyse.reference import reference_pairs
 from megadump_zarr.analyse.side import DumpSide, ReferenceSide
 from megadump_zarr.demo.model import DemoConfig, MoEBlock
@@ -180,12 +181,12 @@ def lanes(monkeypatch):
     made: list[Any] = []
 
     def run(n: int, fn: Any) -> Any:
-        monkeypatch.setattr(pairs, "_THREADS", n)
-        monkeypatch.setattr(pairs, "_POOL", None)
+        monkeypatch.setattr(lane_module, "_THREADS", n)
+        monkeypatch.setattr(lane_module, "_POOL", None)
         try:
             return fn()
         finally:
-            made.append(pairs._POOL)
+            made.append(lane_module._POOL)
 
     yield run
     for pool in made:
@@ -385,13 +386,13 @@ def test_two_collections_in_any_lanes(lanes):
 def test_the_reference_compare_runs_in_the_lane_pool(roots, lanes, monkeypatch):
     """With several lanes the blocks are folded on the compare pool's threads, not on the caller's."""
     seen: set[str] = set()
-    fold = pairs.block_metrics
+    fold = lane_module.block_metrics
 
-    def spy(job: Any, i: int) -> Any:
+    def spy(job: Any, i: int, stored: Any = None) -> Any:
         seen.add(threading.current_thread().name)
-        return fold(job, i)
+        return fold(job, i, stored)
 
-    monkeypatch.setattr(pairs, "block_metrics", spy)
+    monkeypatch.setattr(lane_module, "block_metrics", spy)
     ref, names, select = _case(roots, "big", "perturbed")
     lanes(4, lambda: compare(roots["big"], ref, names=names, **select))
     assert seen and all(name.startswith("megadump-compare") for name in seen), seen

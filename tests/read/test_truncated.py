@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dask.array as da
 import numpy as np
+import zarr
 from zarr.storage import LocalStore
 
 from megadump_zarr.read import open_dump
@@ -181,3 +182,34 @@ def test_records_say_what_the_statistics_cover(truncated_dump, tmp_path):
     assert row["max"] == float(stored.reshape(-1)[:512].max())  # the prefix's, as the scope says
     whole = open_dump(write(tmp_path / "whole", cap=None)).records()
     assert set(whole["stats_scope"]) == {"whole"}
+
+
+def test_arrays_of_one_layout_keep_their_own_attributes_and_errors(tmp_path):
+    """open_zarr_array reuses zarr's parse of a document layout it has seen: each array still has its own
+    attributes, key and values, and a document that differs in any other field is parsed (and refused) anew."""
+    import json
+
+    import pytest
+
+    from megadump_zarr.read.truncated import open_zarr_array
+
+    store = LocalStore(tmp_path, read_only=False)
+    rng = np.random.default_rng(0)
+    values, docs = {}, {}
+    for name in ("a", "b"):
+        array = zarr.create_array(store, name=name, shape=(4, 3), chunks=(2, 3), dtype="float32")
+        values[name] = rng.standard_normal((4, 3), dtype=np.float32)
+        array[...] = values[name]
+        array.attrs.update({"name": name, "note": f"record {name}"})
+        docs[name] = json.loads((tmp_path / name / "zarr.json").read_text())
+    first, second = open_zarr_array(store, "a", docs["a"]), open_zarr_array(store, "b", docs["b"])
+    assert dict(first.attrs) == {"name": "a", "note": "record a"}
+    assert dict(second.attrs) == {"name": "b", "note": "record b"}
+    assert second.metadata.attributes is not first.metadata.attributes
+    assert np.array_equal(first[...], values["a"]) and np.array_equal(second[...], values["b"])
+    assert second.metadata.to_dict() == zarr.open_array(store, path="b", mode="r").metadata.to_dict()
+    bad = dict(docs["b"], data_type="float33")
+    with pytest.raises(ValueError, match=r"b/zarr.json is not a valid Zarr v3 array document"):
+        open_zarr_array(store, "b", bad)
+    with pytest.raises(ValueError, match=r"b/zarr.json: shape"):
+        open_zarr_array(store, "b", dict(docs["b"], shape=[4, -3]))

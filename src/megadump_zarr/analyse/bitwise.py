@@ -21,7 +21,8 @@ import pandas as pd
 
 from megadump_zarr.analyse.matching import holds_payload, scalar
 from megadump_zarr.analyse.metrics import DEFAULT_BLOCK_BYTES, iter_blocks, read_native_block, row_chunks, shape_of
-from megadump_zarr.analyse.pairs import empty_row, record_source
+from megadump_zarr.analyse.pairs import empty_row
+from megadump_zarr.analyse.record_pairs import record_source
 from megadump_zarr.analyse.verdict import (
     bitwise_digest_verdict,
     bitwise_md5_verdict,

@@ -12,11 +12,12 @@ The dump-level functions use only three methods of a dump (``megadump_zarr.read.
 
 :func:`compare` runs one way: each argument opened once as a side (:func:`megadump_zarr.analyse.side.open_side`:
 a dump, named tensors or one array), then the records matched (:mod:`megadump_zarr.analyse.matching`), each
-match made a row or a record pair (:mod:`megadump_zarr.analyse.pairs`, :mod:`megadump_zarr.analyse.summary`,
+match made a row or a record pair (:mod:`megadump_zarr.analyse.record_pairs`, :mod:`megadump_zarr.analyse.summary`,
 :mod:`megadump_zarr.analyse.bitwise`), the pairs' metrics and verdicts computed, and the rows framed.
 
 A ``Dump`` from :func:`megadump_zarr.read.open_dump` is read faster: each record's zarr array
-directly, chunk-aligned, both sides decoded in parallel threads (:mod:`megadump_zarr.analyse.pairs`).
+directly, chunk-aligned, both sides decoded in parallel threads (:mod:`megadump_zarr.analyse.record_pairs`,
+:mod:`megadump_zarr.analyse.lanes`).
 Arrays are never loaded whole: :mod:`megadump_zarr.analyse.metrics` reads them block by block.
 """
 
@@ -42,17 +43,9 @@ from megadump_zarr.analyse.matching import (
     scalar,
 )
 from megadump_zarr.analyse.metrics import DEFAULT_BLOCK_BYTES
-from megadump_zarr.analyse.pairs import (
-    METRIC_COLUMNS,
-    ArrayPair,
-    RecordPair,
-    compare_arrays,
-    compare_pair,
-    compare_record,
-    compare_records,
-    empty_row,
-    single_threaded_blas,
-)
+from megadump_zarr.analyse.lanes import ArrayPair, compare_arrays, single_threaded_blas
+from megadump_zarr.analyse.pairs import METRIC_COLUMNS, compare_pair, empty_row
+from megadump_zarr.analyse.record_pairs import RecordPair, compare_record, compare_records
 from megadump_zarr.analyse.reference import reference_pairs
 from megadump_zarr.analyse.side import DumpSide, ReferenceSide, Side, open_dump_side, open_side
 from megadump_zarr.analyse.summary import is_summary_pair, summary_row
@@ -169,7 +162,7 @@ def compare(
       ``records()`` with the record filters of ``Dump.tensor`` and the CLI
       (:func:`megadump_zarr.read.select.filter_mask`: ``owner=1``, ``core="MIX5"``, ``task="task_000003"``,
       ...) or by any other column (equality; a list/tuple/set value means "any of"). Each record pair is one
-      picklable unit (:func:`megadump_zarr.analyse.pairs.compare_record`) run through
+      picklable unit (:func:`megadump_zarr.analyse.record_pairs.compare_record`) run through
       :func:`megadump_zarr.analyse.parallel.map_ordered`: on a ``distributed`` cluster when a client
       is active, else in local threads.
     * a dump and a reference: a mapping name → tensor/array (e.g. a ``state_dict``, tensors of an eager run) or
@@ -288,7 +281,7 @@ def _advancer(progress: bool | Callable[[], None], total: int, description: str)
 def _run_units(units: list[RecordPair], advance: Callable[[], None]) -> list[dict[str, Any]]:
     """Rows of the record units: on the active ``distributed`` cluster, one task per record
     (:func:`~megadump_zarr.analyse.parallel.map_ordered`), else here with every block of every record in
-    one queue for this process's threads (:func:`~megadump_zarr.analyse.pairs.compare_records`)."""
+    one queue for this process's threads (:func:`~megadump_zarr.analyse.record_pairs.compare_records`)."""
     from megadump_zarr._parallel import active_client, map_ordered
 
     if active_client() is None or len(units) <= 1:
@@ -353,7 +346,7 @@ def _compare_dumps(
 
 def _record_slot(a: DumpSide, b: DumpSide, match: RecordMatch, tol: dict[str, Any]) -> dict[str, Any] | RecordPair:
     """A matched record's result row when it needs no element-wise comparison (one side only, statistics
-    only), else its :class:`~megadump_zarr.analyse.pairs.RecordPair`."""
+    only), else its :class:`~megadump_zarr.analyse.record_pairs.RecordPair`."""
     present = match.present
     keys = _match_keys(match, (a if match.row_a is not None else b).lineage(match.path))
     if match.only is not None:
@@ -476,7 +469,7 @@ def _compare_dump_reference(
     tol: dict[str, Any],
 ) -> pd.DataFrame:
     """A dump and named tensors (:func:`megadump_zarr.analyse.reference.reference_pairs`), in the dump's order,
-    every block of every name in the lanes of :func:`~megadump_zarr.analyse.pairs.compare_arrays`."""
+    every block of every name in the lanes of :func:`~megadump_zarr.analyse.lanes.compare_arrays`."""
     slots = reference_pairs(dump, reference, names, select, tol)
     with _advancer(progress, len(slots), "comparing tensors") as advance:
         rows = compare_arrays(slots, advance)
@@ -491,7 +484,7 @@ def _compare_collections(
     tol: dict[str, Any],
 ) -> pd.DataFrame:
     """Two collections of named tensors, name by name (A's names first, then B's others), every block of
-    every name in the lanes of :func:`~megadump_zarr.analyse.pairs.compare_arrays`."""
+    every name in the lanes of :func:`~megadump_zarr.analyse.lanes.compare_arrays`."""
     if names is None:
         names_a, names_b = a.names(), b.names()
         names = names_a + [n for n in names_b if n not in set(names_a)]

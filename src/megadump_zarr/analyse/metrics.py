@@ -792,7 +792,7 @@ def compute_metrics(
     acc = MetricAccumulator(shape_a, rtol=rtol, atol=atol, exact=exact)
     for index in iter_blocks(shape_a, block_bytes, row_chunks(a) or row_chunks(b)):
         # each block folded on its own and merged in block order: the same sums in the same order as the
-        # threaded comparison of dump records (megadump_zarr.analyse.pairs), so both give the same bits
+        # threaded comparison of dump records (megadump_zarr.analyse.lanes), so both give the same bits
         part = MetricAccumulator(shape_a, rtol=rtol, atol=atol, exact=exact)
         part.update(read_native_block(a, index), read_native_block(b, index), block_offset(shape_a, index))
         acc.merge(part)

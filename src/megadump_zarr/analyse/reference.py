@@ -6,7 +6,7 @@ tensor holds only the rows its records captured: the reference is taken at those
 owner and core that produced it from the tensor's per-row coordinates.
 
 :func:`reference_pairs` opens each name's tensor (lazily: metadata and the row coordinates) and makes it an
-:class:`~megadump_zarr.analyse.pairs.ArrayPair`; :func:`~megadump_zarr.analyse.pairs.compare_arrays` then
+:class:`~megadump_zarr.analyse.lanes.ArrayPair`; :func:`~megadump_zarr.analyse.lanes.compare_arrays` then
 reads every chunk-aligned block of every name in one queue of lanes, the lanes of a dump-against-dump
 comparison, and merges each name's blocks in block order (the bits of :func:`~megadump_zarr.analyse.pairs.compare_pair`).
 """
@@ -20,7 +20,8 @@ import pandas as pd
 
 from megadump_zarr.analyse.matching import align_reference, common_keys, reference_order, scalar, selected_keys
 from megadump_zarr.analyse.metrics import dtype_name, shape_of
-from megadump_zarr.analyse.pairs import ArrayPair, compare_pair, empty_row
+from megadump_zarr.analyse.lanes import ArrayPair
+from megadump_zarr.analyse.pairs import compare_pair, empty_row
 from megadump_zarr.analyse.side import DumpSide, ReferenceSide
 
 __all__ = ["reference_pairs"]
@@ -34,7 +35,7 @@ def reference_pairs(
     tol: dict[str, Any],
 ) -> list[dict[str, Any] | ArrayPair]:
     """A dump compared with named tensors: one slot per row, a row already made (a name one side lacks, a
-    tensor the dump cannot give) or the pair to compare (:func:`~megadump_zarr.analyse.pairs.compare_arrays`).
+    tensor the dump cannot give) or the pair to compare (:func:`~megadump_zarr.analyse.lanes.compare_arrays`).
 
     The names come in the dump's execution order (names it does not hold last), each compared with the
     dump's tensor of that name (``Dump.tensor(name, **select)``); a name one side lacks is a ``missing`` row.

@@ -27,6 +27,7 @@ through zarr, so every error and every fill value is zarr's own: the fast path n
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 from typing import Any
@@ -142,7 +143,7 @@ class ChunkRows:
         self.compressor, self.crc32c = compressor, crc32c
         self.fast_reads = 0  # row ranges this path read itself (the rest went through zarr)
         self._lock = threading.Lock()
-        self._chunk_bytes = int(np.prod(chunks)) * dtype.itemsize
+        self._chunk_bytes = math.prod(chunks) * dtype.itemsize
         self._direct = _direct_reader(store) if compressor is None and not crc32c and locate is None else None
 
     def __getstate__(self) -> dict[str, Any]:  # dask may pickle it to a worker: the lock stays behind

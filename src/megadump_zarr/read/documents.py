@@ -12,6 +12,8 @@ array document happens when the array is opened (:func:`open_array_checked`).
 from __future__ import annotations
 
 from collections.abc import Mapping
+import copy
+import json
 import math
 from typing import Any
 
@@ -151,8 +153,27 @@ def check_array_doc(doc: Mapping[str, Any], where: str, itemsize: int = 1) -> tu
     return shape
 
 
+_PARSED: dict[str, Any] = {}
+"""zarr's parsed metadata by array document less its ``attributes`` (:func:`_structure`): the records of a window
+share a few layouts, and zarr's parse of a document (about 76 us) costs more than reading a small record."""
+_PARSED_MAX = 1024
+
+
+def _structure(doc: Mapping[str, Any]) -> str | None:
+    """A document's fields other than ``attributes``, as canonical JSON (``None``: not a plain document)."""
+    if not isinstance(doc.get("attributes", {}), dict):
+        return None
+    try:
+        return json.dumps({k: v for k, v in doc.items() if k != "attributes"}, sort_keys=True, allow_nan=True)
+    except (TypeError, ValueError):
+        return None
+
+
 def open_array_checked(store: Any, key: str, doc: Mapping[str, Any]) -> Any:
     """``zarr.Array.from_dict`` of a document, any parse failure turned into one ``ValueError`` naming the key.
+
+    A document whose fields other than ``attributes`` equal those of one zarr parsed before takes that parse,
+    with its own attributes (zarr's metadata is immutable); the document's own checks run every time.
 
     Args:
         store: The dump store.
@@ -160,14 +181,24 @@ def open_array_checked(store: Any, key: str, doc: Mapping[str, Any]) -> Any:
         doc: Its ``zarr.json`` document.
     """
     import zarr
+    from zarr.core.array import AsyncArray
 
     from megadump_zarr.read.location import store_path
 
     if not isinstance(doc, dict):
         raise ValueError(f"{key}/zarr.json is not a JSON object")
     check_array_doc(doc, f"{key}/zarr.json")
+    structure = _structure(doc)
+    parsed = _PARSED.get(structure) if structure is not None else None
+    if parsed is not None:
+        metadata = copy.copy(parsed)
+        object.__setattr__(metadata, "attributes", doc.get("attributes") or {})  # as zarr's own parse sets it
+        return zarr.Array(AsyncArray(metadata=metadata, store_path=store_path(store, key)))
     try:
-        return zarr.Array.from_dict(store_path(store, key), dict(doc))
+        array = zarr.Array.from_dict(store_path(store, key), dict(doc))
     except Exception as error:  # zarr raises ValueError, TypeError, KeyError, ... for a malformed document
         text = " ".join(str(error).split())[:300] or type(error).__name__
         raise ValueError(f"{key}/zarr.json is not a valid Zarr v3 array document: {text}") from None
+    if structure is not None and len(_PARSED) < _PARSED_MAX:
+        _PARSED[structure] = array.metadata
+    return array
