@@ -34,7 +34,8 @@ from megadump_zarr.read.documents import (
 from megadump_zarr.read.statistics_table import STATISTICS_COLUMNS, merge_statistics
 from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.integrity import below_checks
-from megadump_zarr.read.location import get_json, get_many, list_dir, list_dirs, list_prefix, parse_json
+from megadump_zarr.read.windows import window_dirs
+from megadump_zarr.read.location import get_json, get_many, list_dir, list_prefix, parse_json
 from megadump_zarr.read.errors import FormatVersionError
 from megadump_zarr.read.pack_nodes import Fetch, is_packed, window_column_keys
 from megadump_zarr.read.pack_rows import PackedWindow, expand_torn, expand_window
@@ -232,20 +233,12 @@ def scan_windows(store: Store, cache: dict[str, WindowInfo] | None = None) -> li
         cache: Window key -> info of windows seen before; updated in place.
     """
     cache = {} if cache is None else cache
-    keys: list[tuple[int, int, str]] = []
-    rank_names = [(name, match) for name in list_dir(store, "") if (match := RANK_DIR.match(name))]
-    for (rank_name, rank_match), window_names in zip(rank_names, list_dirs(store, [n for n, _ in rank_names])):
-        for window_name in window_names:  # the ranks are listed concurrently: one round trip, not one per rank
-            window_match = WINDOW_DIR.match(window_name)
-            if window_match:
-                rank, window = int(rank_match.group(1)), int(window_match.group(1))
-                if rank > INT64_MAX or window > INT64_MAX:
-                    raise ValueError(
-                        f"{rank_name}/{window_name}: a rank or window index beyond int64 "
-                        "(no writer makes one; remove or rename the directory)"
-                    )
-                keys.append((rank, window, f"{rank_name}/{window_name}"))
-    keys.sort()
+    keys = window_dirs(store)
+    for rank, window, key in keys:
+        if rank > INT64_MAX or window > INT64_MAX:
+            raise ValueError(
+                f"{key}: a rank or window index beyond int64 (no writer makes one; remove or rename the directory)"
+            )
     missing = [key for _, _, key in keys if key not in cache or not cache[key].final]
     raws = get_many(store, [f"{key}/zarr.json" for key in missing])
     docs = {key: _parsed(key, raw) for key, raw in zip(missing, raws) if raw is not None}

@@ -19,7 +19,6 @@ import os
 from typing import Any
 
 from megadump_zarr.verify.window import Problem, WindowCheck, verify_window
-from megadump_zarr.layout.paths import RANK_DIR, WINDOW_DIR
 
 __all__ = ["MSPROBE_NOTE", "SOURCES", "Problem", "VerifyReport", "WindowCheck", "verify_dump", "verify_window"]
 
@@ -94,24 +93,6 @@ class VerifyReport:
         }
 
 
-def window_keys(store: Any) -> list[str]:
-    """``rank_{r}/window_{wwww}`` keys of a root, ordered by (rank, window); nothing is parsed.
-
-    Args:
-        store: The dump store.
-    """
-    from megadump_zarr.read.location import list_dir, list_dirs
-
-    keys = []
-    ranks = [(name, match) for name in list_dir(store, "") if (match := RANK_DIR.match(name))]
-    for (rank_name, rank), window_names in zip(ranks, list_dirs(store, [name for name, _ in ranks])):
-        for window_name in window_names:  # ranks listed concurrently: one round trip, not one per rank
-            window = WINDOW_DIR.match(window_name)
-            if window:
-                keys.append((int(rank.group(1)), int(window.group(1)), f"{rank_name}/{window_name}"))
-    return [key for _, _, key in sorted(keys)]
-
-
 def verify_dump(
     url: str | os.PathLike[str] | Any,
     storage_options: Mapping[str, Any] | None = None,
@@ -139,6 +120,7 @@ def verify_dump(
     from megadump_zarr.read.dump import Dump
     from megadump_zarr.read.integrity import IntegrityStore
     from megadump_zarr.read.location import open_location
+    from megadump_zarr.read.windows import window_dirs
 
     from zarr.abc.store import Store
 
@@ -161,7 +143,7 @@ def verify_dump(
     source, notes = ("msprobe", (MSPROBE_NOTE,)) if in_place else ("zarr", ())
     location = open_location(text, dict(storage_options or {}))
     check_root(location.store, location.url)
-    keys = window_keys(location.store) if windows is None else list(windows)
+    keys = [key for _, _, key in window_dirs(location.store)] if windows is None else list(windows)
     total = len(keys)
     if active_client() is not None and total > 1:
 

@@ -2,7 +2,7 @@
 
 Each chunk is read once (batched across arrays, ``_BATCH`` at a time) and checked once: a chunk whose codec chain
 ends with ``crc32c`` has that checksum verified, and every chunk has the digest the window inventory records for
-its place (:func:`~megadump_zarr.verify.inventory.check_chunk_digest`, from the same crc32c pass); a chunk without
+its place (:func:`~megadump_zarr.read.inventory.inventory_problems`, from the same crc32c pass); a chunk without
 a checksum must also decode. A pack's record chunks were read with their whole shard by
 :func:`read_shards` (what the checks need of each is in ``state.read_chunks``): they are checked
 from those bytes, not read again. With ``deep`` the statistics stored in each record (``stats``: min, max, mean,
@@ -22,7 +22,7 @@ import numpy as np
 
 from megadump_zarr.layout.inventory import chunk_digest
 from megadump_zarr.read.documents import open_array_checked
-from megadump_zarr.verify.inventory import check_chunk_digest
+from megadump_zarr.read.inventory import inventory_problems
 from megadump_zarr.verify.report import CheckState, short
 
 __all__ = ["ChunkRead", "check_chunks", "expected_chunks", "read_shards", "stats_tolerance"]
@@ -118,7 +118,7 @@ def check_chunks(
                 raw = fetched.get(key)
                 if key in state.digested or isinstance(raw, bytes):
                     digest = state.digested[key] if key in state.digested else chunk_digest(raw)[0]
-                    check_chunk_digest(state, window, path, index, key, digest)
+                    _check_digest(state, window, path, index, key, digest)
                 continue
             raw = fetched[key] if key in fetched else state.read_chunks.pop(key)
             if not _check_chunk(state, window, path, index, key, raw, checksum, tick):
@@ -148,11 +148,8 @@ def grid_keys(state: CheckState, array_key: str, doc: dict[str, Any], metadata: 
         return None
     encode = metadata.encode_chunk_key
     keys = [f"{array_key}/{encode(c)}" for c in expected]
-    if listed is not None and len(listed.chunks) != len(keys):
-        state.add(
-            f"{array_key}/zarr.json",
-            f"its grid has {len(keys)} chunk(s) but the window inventory lists {len(listed.chunks)}",
-        )
+    if listed is not None:
+        state.extend(inventory_problems(array_key, listed, grid=len(keys)))
     return keys
 
 
@@ -179,7 +176,18 @@ def _check_chunk(
     if checksum and read.error is not None:
         state.add(key, str(read.error).removeprefix(f"chunk {key} is ").strip())
         return False
-    return read.digest is None or not check_chunk_digest(state, window, path, index, key, read.digest)
+    return read.digest is None or not _check_digest(state, window, path, index, key, read.digest, checksum)
+
+
+def _check_digest(
+    state: CheckState, window: str, path: str, index: int, key: str, digest: int, trailing: bool = True
+) -> bool:
+    """Chunk ``index`` of the array at ``path`` has its inventory digest (an array the inventory does not list is
+    named once, by the listing check); returns whether it has not."""
+    entry = (state.inventory or {}).get(path)
+    return entry is not None and state.extend(
+        inventory_problems(f"{window}/{path}", entry, chunks=[(key, index, digest, trailing)])
+    )
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """What a verification finds: :class:`Problem`, :class:`WindowCheck`, and the state a window's checks fill.
 
-The window's checks (:mod:`~megadump_zarr.verify.documents`, :mod:`~megadump_zarr.verify.inventory`,
+The window's checks (:mod:`~megadump_zarr.verify.documents`, :mod:`~megadump_zarr.read.inventory`,
 :mod:`~megadump_zarr.verify.chunks`, :mod:`~megadump_zarr.verify.bindings`) each add problems to one
 :class:`CheckState`; :func:`megadump_zarr.verify.window.verify_window` turns it into a :class:`WindowCheck`.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 import json
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -99,12 +100,12 @@ class CheckState:
         partial_records: Records flagged ``partial: true``.
         unchecked: Arrays with chunks but no checksum: decoded only (a note, not a problem).
         digested: Window-inventory digests of the chunks the pack checks read whole (``verify.chunks.read_shards``), by key,
-            so that ``verify.inventory`` reads none of them again.
+            so that the chunk check reads none of them again.
         damaged: Pack shards whose rows the pack checks found damaged (named there, not again as moved).
         keep: Paths of the arrays whose chunks' bytes the chunk check keeps in ``kept`` (row coordinates,
             ``verify.bindings``).
         kept: Those chunks' bytes in grid order, by array path.
-        inventory: The window inventory's entries by array path (``verify.inventory``; ``None``: not loaded).
+        inventory: The window inventory's entries by array path (``read.inventory.read_inventory``; ``None``: not loaded).
         read_chunks: The packed records' chunks already read with their whole pack shard (``verify.chunks.read_shards``), by key:
             what the chunk check needs of each (``verify.chunks.ChunkRead``), so no shard is read twice.
     """
@@ -126,6 +127,12 @@ class CheckState:
     def add(self, key: str, what: str) -> None:
         """Add the problem ``what`` at store key ``key``."""
         self.problems.append(Problem(self.window, key, what))
+
+    def extend(self, found: Iterable[Any]) -> bool:
+        """Add each :class:`~megadump_zarr.read.inventory.InventoryProblem` found; returns whether there was one."""
+        count = len(self.problems)
+        self.problems += [Problem(self.window, p.key, p.described) for p in found]
+        return len(self.problems) > count
 
 
 def short(value: Any) -> str:

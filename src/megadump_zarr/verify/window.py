@@ -11,8 +11,8 @@ window, the store key and what is wrong:
   versions, level, direction), every node's own document equals its consolidated entry (a pack's stored documents
   the window document's), record attributes agree with their arrays, the records-table fields parse; the packed
   records themselves are checked as the readers describe them (their chunks where their rows are);
-- inventory (:mod:`~megadump_zarr.verify.inventory`): every array the window holds is listed in its inventory,
-  each document and chunk has the digest listed there;
+- inventory (:mod:`~megadump_zarr.read.inventory`, the readers' rule): every array the window holds is listed in
+  its inventory and every listed array is held, each document and chunk has the digest listed there;
 - chunks (:mod:`~megadump_zarr.verify.chunks`): every chunk present, read once (a pack's shards whole), its crc32c
   holds and it has its inventory digest;
 - bindings (:mod:`~megadump_zarr.verify.bindings`): a task group's ``taskId`` equals its name, a pack's
@@ -37,7 +37,6 @@ from megadump_zarr.verify.documents import (
     check_pack_documents,
     check_records_table,
 )
-from megadump_zarr.verify.inventory import check_listed_arrays, load_inventory
 from megadump_zarr.layout.paths import WINDOW_PATH
 from megadump_zarr.layout.schema import format_problem
 from megadump_zarr.verify.report import CheckState, Problem, WindowCheck, short
@@ -123,7 +122,7 @@ def verify_window(
     if expanded is not None:
         nodes, packs = expanded
     if not msprobe:  # first: what the inventory binds, the pack checks leave to it
-        load_inventory(state, store, window, attrs)
+        _load_inventory(state, store, window, attrs)
     check_manifest(state, store, window, doc, nodes)
     good = check_node_documents(state, store, window, nodes, {} if packs is None else packs.virtual)
     if packs is not None:
@@ -132,12 +131,35 @@ def verify_window(
     check_records_table(state, window, status, attrs, {k: v for k, v in nodes.items() if k in good})
     arrays = {path: (nodes[path], metadata) for path, metadata in good.items() if metadata is not None}
     if not msprobe:
-        check_listed_arrays(state, window, stored)
+        _check_listed_arrays(state, window, stored)
     wanted = [] if msprobe else check_bindings(state, window, stored, nodes, {} if packs is None else packs.virtual)
     check_chunks(state, store, window, arrays, deep, tick, msprobe, packs, stored)
     check_coordinate_values(state, store, window, nodes, wanted)
     _check_partial(state, window, attrs, nodes, good, partial_launches)
     return _result(state, status, deep, partial_launches)
+
+
+def _load_inventory(state: CheckState, store: Any, window: str, attrs: dict[str, Any]) -> None:
+    """Read the window inventory into ``state.inventory`` (``{}`` when it cannot be used), its problem added."""
+    from megadump_zarr.layout.inventory import INVENTORY_DIGEST_ATTR, INVENTORY_FILE
+    from megadump_zarr.read.inventory import read_inventory
+    from megadump_zarr.read.location import get_bytes
+
+    key = f"{window}/{INVENTORY_FILE}"
+    state.inventory, problem = read_inventory(get_bytes(store, key), key, attrs.get(INVENTORY_DIGEST_ATTR), True)
+    state.extend([] if problem is None else [problem])
+
+
+def _check_listed_arrays(state: CheckState, window: str, stored: dict[str, Any]) -> None:
+    """Every stored array is in the inventory with its document's digest, and every inventoried array is stored."""
+    from megadump_zarr.read.inventory import inventory_problems
+
+    inventory = state.inventory or {}
+    arrays = {p: d for p, d in stored.items() if isinstance(d, dict) and d.get("node_type") == "array"}
+    for path in sorted(arrays):
+        state.extend(inventory_problems(f"{window}/{path}", inventory.get(path), arrays[path]))
+    for path in sorted(set(inventory) - set(arrays)):
+        state.add(f"{window}/{path}", "array is in the window inventory but the window does not hold it")
 
 
 def _digesting(fetch: Callable[[list[str]], list[Any]], state: CheckState) -> Callable[[list[str]], list[Any]]:
