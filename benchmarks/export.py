@@ -1,6 +1,6 @@
 """Export benchmark: our Zarr window writer against the seed's layout, on the same decoded Device buffer.
 
-    python -m benchmarks.export [--quick] [--json OUT] [--repeats N] [--dir DIR]
+    python -m benchmarks.export [--quick] [--json OUT] [--repeats N] [--dir DIR] [--only P1|P2] [--skip-async]
 
 Workloads (P1, P2 of the export issue) start from one packed L1 Device buffer on the host, as the dumper
 has it after the launch's single Device-to-Host copy:
@@ -16,11 +16,24 @@ has it after the launch's single Device-to-Host copy:
   ``os.write``/``os.close`` and one ``os.sync()``: what the tasks writer costs above the file system.
 * raw — the same payload bytes written to one file: the physical limit.
 
-Every contender ends with ``os.sync()`` inside its timed region, so all pay for their disk writes the
-same way. Pairs run interleaved (seed, ours, ours-none, raw, seed, ...) because the disk is noisy.
-P2 also runs 16,384 records over four launches (one window, four invocations), and counts the
-file-system operations per record of one untimed run of each layout (``FsOps``: every ``mkdir``,
-file ``open``, ``write``/``writev``, ``close``, ``rename``, ``fsync``/``syncfs`` the process makes).
+Isolation (``benchmarks/_isolation.py``): no contender pays for another's dirty pages, deletions or
+garbage. Each timed run is a fresh ``python -m benchmarks.export --worker SPEC`` process that builds the
+workload untimed, then ``gc.collect()``, ``os.sync()`` and waits until the block device holding the
+scratch directory has settled (no request in flight, no discard issued, under 4 MiB written in 0.5 s; at
+most 15 s; each workload's JSON counts ``unsettled_runs``), then times its contender writing into a fresh
+directory, ``os.sync()`` included, and reports its wall seconds, its own CPU seconds
+(``getrusage(RUSAGE_SELF)`` over the timed region, every thread) and its peak RSS above the start.
+Contenders run interleaved across repeats (seed, ours, packs, ..., seed, ours, packs, ...) so drift hits
+all alike. Outputs are deleted only after all timing is done (this disk is mounted with ``discard``:
+deleting tens of thousands of files stalls file creation for seconds); only when the kept outputs would
+pass ``--keep-gib`` (default half the free space, at most 16 GiB: P1 at full size) are they deleted
+earlier, then synced and settled before the next run. The file-system floor is timed the same way (its
+tree is one untimed run of ours, kept, read back by the worker). P2 also runs 16,384 records over four
+launches (one window, four invocations; seed, tasks and packs layouts), and counts the file-system
+operations per record of one untimed run of each layout after the timed runs (``FsOps``: every
+``mkdir``, file ``open``, ``write``/``writev``, ``close``, ``rename``, ``fsync``/``syncfs`` the process
+makes). The load average at the start and at the end of timing is printed: other processes on the
+machine move the wall times, less so the CPU seconds.
 ``--durability`` also times the durable commit done with an ``fsync`` of every file and directory.
 P3 (async export) runs the demo MoE block under an L0 dump and compares the time the step thread spends
 in ``dumper.step()`` with asynchronous vs synchronous export.
@@ -32,15 +45,18 @@ import argparse
 import json
 import os
 from pathlib import Path
-import resource
+import shutil
 import statistics
+import tempfile
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from benchmarks._common import PeakRss, machine, print_table, scratch_dir, start_run, sync_disk, write_json
+from benchmarks._common import machine, print_table, scratch_dir, start_run, sync_disk, write_json
+from benchmarks._isolation import SETTLE_TIMEOUT_S, Retained, retained, run_isolated, settle_disk, timed_run
 from megadump_zarr.dump.l1_plan import L1RecordPlan
 from megadump_zarr.dump.snapshots import payload_snapshot
 from megadump_zarr.dump.window import DumpInvocation, build_window
@@ -372,115 +388,168 @@ def fs_floor(entries: list[tuple[str, bytes | None]], root: Path) -> None:
     os.sync()
 
 
-def _cpu() -> float:
-    """This process's CPU time (user + system, every thread): a steadier measure than wall time when
-    other work shares the cores (our writer overlaps two threads, the seed runs one)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 def _du(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def contender(
+    key: str,
+    buffer: torch.Tensor,
+    plans: list[L1RecordPlan],
+    launches: int,
+    template: list[tuple[str, bytes | None]],
+) -> Callable[[Path], None]:
+    """The run of one contender, writing below the root it is given.
+
+    Args:
+        key: ``seed``, ``ours``, ``ours_nocrc``, ``ours_nodurable``, ``ours_none``, ``ours_packs``,
+            ``ours_fsync``, ``raw`` or ``fs_floor``.
+        buffer: The Device buffer.
+        plans: Its records.
+        launches: Launches (invocations) in the window.
+        template: The tasks tree for ``fs_floor`` (:func:`tree_template`).
+    """
+    runs: dict[str, Callable[[Path], None]] = {
+        "seed": lambda root: seed_layout(buffer, plans, root, launches),
+        "ours": lambda root: ours(buffer, plans, root, launches=launches),
+        "ours_nocrc": lambda root: ours(buffer, plans, root, launches=launches, checksum=False),
+        "ours_nodurable": lambda root: ours(buffer, plans, root, launches=launches, durable=False),
+        "ours_none": lambda root: ours(buffer, plans, root, "none", launches=launches),
+        "ours_packs": lambda root: ours(buffer, plans, root, launches=launches, pack=True),  # layout="packs"
+        "ours_fsync": lambda root: ours(buffer, plans, root, launches=launches, durable="fsync"),
+        "raw": lambda root: raw(buffer, plans, root, launches),
+        "fs_floor": lambda root: fs_floor(template, root),
+    }
+    return runs[key]
+
+
+def worker(spec: dict[str, Any]) -> None:
+    """One isolated timed run (``--worker SPEC``): build the workload untimed, run the contender on a settled
+    disk (:func:`benchmarks._isolation.timed_run`), write the result to ``spec["result"]``.
+
+    Args:
+        spec: ``count``, ``payload_bytes``, ``dtype``, ``launches``, ``contender``, ``root``, ``template``
+            (the tasks tree for ``fs_floor``, or None), ``result`` and optionally ``settle_timeout``.
+    """
+    buffer, plans = make_workload(spec["count"], spec["payload_bytes"], DTYPES[spec["dtype"]])
+    template = tree_template(Path(spec["template"])) if spec.get("template") else []
+    run = contender(spec["contender"], buffer, plans, spec["launches"], template)
+    result = timed_run(run, Path(spec["root"]), spec.get("settle_timeout", SETTLE_TIMEOUT_S))
+    Path(spec["result"]).write_text(json.dumps(result), encoding="utf-8")
 
 
 def run_workload(
     name: str,
     count: int,
     payload_bytes: int,
-    dtype: torch.dtype,
+    dtype: str,
     repeats: int,
-    base: str | None,
+    keeper: Retained,
     *,
     launches: int = 1,
     variants: bool = True,
     fsync: bool = False,
     fs_ops: bool = False,
+    settle_timeout: float = SETTLE_TIMEOUT_S,
 ) -> dict[str, Any]:
-    """Interleaved timings of every contender on one workload.
+    """Interleaved, isolated timings of every contender on one workload (see the module docstring).
 
     Args:
         name: Workload label.
         count: Records per launch.
         payload_bytes: Bytes per record.
-        dtype: Element type.
+        dtype: Element type (a key of :data:`DTYPES`).
         repeats: Runs per contender.
-        base: Scratch parent directory.
+        keeper: Where outputs go and stay until all timing is done.
         launches: Launches (invocations) in the window.
-        variants: Also time ours without checksums, without the durable commit, and uncompressed, and raw.
+        variants: Also time ours without checksums, without the durable commit, and uncompressed, raw and the
+            file-system floor of the tasks tree.
         fsync: Also time the durable commit done with an fsync per file and directory.
-        fs_ops: Count the file-system calls per record of one untimed run of seed and ours (and packs, with
-            ``variants``).
+        fs_ops: Count the file-system calls per record of one untimed run of seed, ours and packs (after
+            the timed runs).
+        settle_timeout: Most seconds each run waits for the disk to settle.
     """
-    buffer, plans = make_workload(count, payload_bytes, dtype)
-    contenders = {
-        "seed": lambda root: seed_layout(buffer, plans, root, launches),
-        "ours": lambda root: ours(buffer, plans, root, launches=launches),
-    }
+    buffer, plans = make_workload(count, payload_bytes, DTYPES[dtype])
+    payload = sum(p.payload_bytes for p in plans) * launches
+    records = count * launches
+    keys = ["seed", "ours", "ours_packs"]
     if variants:
-        contenders |= {
-            "ours_nocrc": lambda root: ours(buffer, plans, root, launches=launches, checksum=False),
-            "ours_nodurable": lambda root: ours(buffer, plans, root, launches=launches, durable=False),
-            "ours_none": lambda root: ours(buffer, plans, root, "none", launches=launches),
-            "ours_packs": lambda root: ours(buffer, plans, root, launches=launches, pack=True),  # layout="packs"
-            "raw": lambda root: raw(buffer, plans, root, launches),
-        }
-    template: list[tuple[str, bytes | None]] = []
-    if variants:
-        contenders["fs_floor"] = lambda root: fs_floor(template, root)
+        keys += ["ours_nocrc", "ours_nodurable", "ours_none", "raw", "fs_floor"]
     if fsync:
-        contenders["ours_fsync"] = lambda root: ours(buffer, plans, root, launches=launches, durable="fsync")
-    times: dict[str, list[float]] = {k: [] for k in contenders}
-    cpu: dict[str, list[float]] = {k: [] for k in contenders}
-    peaks: dict[str, list[int]] = {k: [] for k in contenders}
+        keys.append("ours_fsync")
+    expected = payload * 3 // 2 + records * 3 * 4096  # a run's disk use, for the keep budget
+    tag = "".join(c if c.isalnum() else "_" for c in name.split(" (")[0])
+    template_root: Path | None = None
+    if variants or "fs_floor" in keys:
+        template_root = keeper.fresh(f"{tag}_floor_template")
+        ours(buffer, plans, template_root, launches=launches, durable=False)  # untimed: the tree to copy
+        keeper.keep(template_root, _du(template_root))
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in keys}
     stored: dict[str, int] = {}
     breakdown: dict[str, dict[str, Any]] = {}
-    # Every run keeps its output until the workload ends: this disk is mounted with `discard`, and
-    # deleting tens of thousands of files stalls the next run's file creation for seconds.
-    with scratch_dir(base) as scratch:
-        if variants:
-            template.extend(floor_template(buffer, plans, Path(scratch) / "floor_template", launches))
-        for repeat in range(repeats):
-            for key, run in contenders.items():
-                root = Path(scratch) / f"{key}_{repeat}"
-                sync_disk()
-                with PeakRss() as rss:
-                    start, cpu_start = time.perf_counter(), _cpu()
-                    run(root)
-                    sync_disk()
-                    times[key].append(time.perf_counter() - start)
-                    cpu[key].append(_cpu() - cpu_start)
-                peaks[key].append(rss.extra)
-                stored[key] = _du(root)
-                if repeat == 0 and key in ("ours", "ours_packs"):
-                    breakdown[key] = stored_breakdown(root, count * launches)
-        ops = {}
-        if fs_ops:
-            for key in ("seed", "ours", "ours_packs") if variants else ("seed", "ours"):
-                sync_disk()
-                ops[key] = count_fs_ops(contenders[key], Path(scratch) / f"{key}_ops", count * launches)
-    sync_disk()
-    time.sleep(2)  # let the deletions' discards settle before the next workload
-    med = {k: statistics.median(v) for k, v in times.items()}
-    payload = sum(p.payload_bytes for p in plans) * launches
+    for repeat in range(repeats):
+        for key in keys:  # interleaved: A B C A B C ..., each in a fresh process on a settled disk
+            keeper.make_room(expected, protect=(template_root,) if template_root else ())
+            root = keeper.fresh(f"{tag}_{key}_{repeat}")
+            spec = {
+                "count": count,
+                "payload_bytes": payload_bytes,
+                "dtype": dtype,
+                "launches": launches,
+                "contender": key,
+                "root": str(root),
+                "template": str(template_root) if key == "fs_floor" else None,
+                "settle_timeout": settle_timeout,
+            }
+            runs[key].append(run_isolated("benchmarks.export", spec))
+            stored[key] = _du(root)
+            keeper.keep(root, stored[key])
+            if repeat == 0 and key in ("ours", "ours_packs"):
+                breakdown[key] = stored_breakdown(root, records)
+    ops = {}
+    if fs_ops:  # untimed, after every timed run of this workload
+        for key in ("seed", "ours", "ours_packs"):
+            keeper.make_room(expected, protect=(template_root,) if template_root else ())
+            root = keeper.fresh(f"{tag}_{key}_ops")
+            ops[key] = count_fs_ops(contender(key, buffer, plans, launches, []), root, records)
+            keeper.keep(root, _du(root))
+    med = {k: statistics.median(r["wall_s"] for r in v) for k, v in runs.items()}
+    cpu = {k: statistics.median(r["cpu_s"] for r in v) for k, v in runs.items()}
+    settles = [r for v in runs.values() for r in v]
     result = {
         "workload": name,
         "layout": "tasks",
         "payload_bytes": payload,
-        "records": count * launches,
+        "records": records,
         "baseline_s": med["seed"],
         "ours_s": med["ours"],
         "ratio": med["seed"] / med["ours"],
-        "peak_extra_rss_bytes": max(peaks["ours"]),
-        "peak_extra_rss_share": max(peaks["ours"]) / payload,
-        "baseline_peak_extra_rss_bytes": max(peaks["seed"]),
+        "peak_extra_rss_bytes": max(r["peak_extra_rss"] for r in runs["ours"]),
+        "peak_extra_rss_share": max(r["peak_extra_rss"] for r in runs["ours"]) / payload,
+        "baseline_peak_extra_rss_bytes": max(r["peak_extra_rss"] for r in runs["seed"]),
         "stored_bytes_ours": stored["ours"],
         "stored_bytes_seed": stored["seed"],
         "stored_vs_payload": stored["ours"] / payload,
         "seed_stored_vs_payload": stored["seed"] / payload,
-        "baseline_cpu_s": statistics.median(cpu["seed"]),
-        "ours_cpu_s": statistics.median(cpu["ours"]),
-        "cpu_ratio": statistics.median(cpu["seed"]) / statistics.median(cpu["ours"]),
-        "times": times,
+        "baseline_cpu_s": cpu["seed"],
+        "ours_cpu_s": cpu["ours"],
+        "cpu_ratio": cpu["seed"] / cpu["ours"],
+        "ours_packs_s": med["ours_packs"],
+        "packs_layout": "packs",
+        "packs_vs_seed": med["seed"] / med["ours_packs"],
+        "packs_speedup": med["ours"] / med["ours_packs"],
+        "packs_cpu_s": cpu["ours_packs"],
+        "packs_cpu_ratio": cpu["seed"] / cpu["ours_packs"],
+        "stored_vs_payload_packs": stored["ours_packs"] / payload,
+        "median_s": med,
+        "median_cpu_s": cpu,
+        "settle_max_s": max(r["settle_s"] for r in settles),
+        "unsettled_runs": sum(not r["settled"] for r in settles),
+        "isolation": "fresh process per run, fresh directory, os.sync() + disk settled before each",
+        "times": {k: [r["wall_s"] for r in v] for k, v in runs.items()},
     }
     if variants:
         result |= {
@@ -491,12 +560,9 @@ def run_workload(
             "crc_cost": med["ours"] / med["ours_nocrc"] - 1,
             "ours_nodurable_s": med["ours_nodurable"],
             "durable_cost": med["ours"] / med["ours_nodurable"] - 1,
-            "ours_packs_s": med["ours_packs"],
-            "packs_layout": "packs",
-            "packs_speedup": med["ours"] / med["ours_packs"],
-            "stored_vs_payload_packs": stored["ours_packs"] / payload,
             "fs_floor_s": med["fs_floor"],
             "tasks_vs_floor": med["ours"] / med["fs_floor"],
+            "fs_floor_cpu_s": cpu["fs_floor"],
         }
     if fsync:
         result |= {"ours_fsync_s": med["ours_fsync"], "fsync_vs_syncfs": med["ours_fsync"] / med["ours"]}
@@ -552,55 +618,74 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-async", action="store_true")
     parser.add_argument("--durability", action="store_true", help="also time an fsync per file and directory")
     parser.add_argument("--only", choices=("P1", "P2"), default=None, help="run one export workload (and P2x4)")
+    parser.add_argument(
+        "--keep-gib",
+        type=float,
+        default=None,
+        help="GiB of outputs kept until all timing is done (default: half the free space, at most 16)",
+    )
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # one isolated timed run (JSON spec)
     args = parser.parse_args(argv)
+    if args.worker is not None:
+        worker(json.loads(args.worker))
+        return 0
     repeats = args.repeats or (1 if args.quick else 3)
     big = (32, 4 << 20) if args.quick else (256, 4 << 20)
     small = (512, 8 << 10) if args.quick else (4096, 8 << 10)
     print(f"machine: {machine()}")
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     entries: list[dict[str, Any]] = []
+    scratch_parent = args.dir or tempfile.gettempdir()
+    free = shutil.disk_usage(scratch_parent).free
+    budget = int(args.keep_gib * 2**30) if args.keep_gib is not None else min(free // 2, 16 << 30)
 
     def done(entry: dict[str, Any]) -> None:  # one line per workload as it ends (a long run may be cut short)
         entries.append(entry)
         print(json.dumps({k: v for k, v in entry.items() if k != "times"}), flush=True)
 
-    if args.only in (None, "P1"):
-        done(
-            run_workload(
-                f"P1 {big[0]} x {big[1] >> 20} MiB bf16",
-                big[0],
-                big[1],
-                torch.bfloat16,
-                repeats,
-                args.dir,
-                fsync=args.durability,
+    with retained(args.dir, budget) as keeper:
+        if args.only in (None, "P1"):
+            done(
+                run_workload(
+                    f"P1 {big[0]} x {big[1] >> 20} MiB bf16",
+                    big[0],
+                    big[1],
+                    "bfloat16",
+                    repeats,
+                    keeper,
+                    fsync=args.durability,
+                )
             )
-        )
-    if args.only in (None, "P2"):
-        done(
-            run_workload(
-                f"P2 {small[0]} x {small[1] >> 10} KiB fp32 (tasks layout)",
-                small[0],
-                small[1],
-                torch.float32,
-                repeats,
-                args.dir,
-                fsync=args.durability,
-                fs_ops=True,
+        if args.only in (None, "P2"):
+            done(
+                run_workload(
+                    f"P2 {small[0]} x {small[1] >> 10} KiB fp32 (tasks layout)",
+                    small[0],
+                    small[1],
+                    "float32",
+                    repeats,
+                    keeper,
+                    fsync=args.durability,
+                    fs_ops=True,
+                )
             )
-        )
-        done(
-            run_workload(
-                f"P2 {4 * small[0]} records over 4 launches (tasks layout)",
-                small[0],
-                small[1],
-                torch.float32,
-                repeats,
-                args.dir,
-                launches=4,
-                variants=False,
-                fs_ops=True,
+            done(
+                run_workload(
+                    f"P2 {4 * small[0]} records over 4 launches (tasks layout)",
+                    small[0],
+                    small[1],
+                    "float32",
+                    repeats,
+                    keeper,
+                    launches=4,
+                    variants=False,
+                    fs_ops=True,
+                )
             )
-        )
+        early_clears = keeper.early_clears
+    print(f"load average at end of timing: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if early_clears:
+        print(f"outputs past the keep budget were removed, synced and settled {early_clears} times")
     print_table(
         entries,
         [
@@ -611,6 +696,7 @@ def main(argv: list[str] | None = None) -> int:
             ("ours_nocrc_s", "no-crc s"),
             ("ours_nodurable_s", "no-durable s"),
             ("ours_packs_s", "packs s"),
+            ("packs_vs_seed", "seed/packs"),
             ("fs_floor_s", "fs floor s"),
             ("tasks_vs_floor", "tasks/floor"),
             ("ours_none_s", "ours-none s"),
@@ -621,6 +707,9 @@ def main(argv: list[str] | None = None) -> int:
             ("baseline_cpu_s", "seed cpu s"),
             ("ours_cpu_s", "ours cpu s"),
             ("cpu_ratio", "cpu seed/ours"),
+            ("packs_cpu_s", "packs cpu s"),
+            ("packs_cpu_ratio", "cpu seed/packs"),
+            ("unsettled_runs", "unsettled runs"),
         ],
     )
     for entry in entries:
@@ -638,6 +727,7 @@ def main(argv: list[str] | None = None) -> int:
                 + ")"
             )
     if not args.skip_async:
+        settle_disk(Path(scratch_parent))  # the kept outputs' deletions and discards end before P3 starts
         p3 = run_async(args.quick, args.dir)
         entries.append(p3)
         print(

@@ -9,6 +9,7 @@ same invocation.
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 import warnings
@@ -572,3 +573,13 @@ def test_row_stats_equal_the_accumulator_on_any_values(data, dtype, rows, size):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # NaN/Inf rows never warn in the vectorised path
         assert json.dumps(row_stats(parts)) == expected
+
+
+def test_packing_leaves_the_callers_attributes_untouched(tmp_path):
+    invocation = mixed_invocation()
+    before = copy.deepcopy([(g.path, g.attrs) for g in invocation.groups])
+    window = _write(tmp_path / "dump", True, invocation)
+    assert [(g.path, g.attrs) for g in invocation.groups] == before  # owner.id, taskId, ... still there
+    pack = json.loads((window / INV / "stages" / "up" / "pack_0000" / "zarr.json").read_bytes())["attributes"]
+    assert pack["taskAttributes"]["owner"] == {"label": "expert"}  # the per-task id lives in owner_id
+    assert "taskId" not in pack["taskAttributes"] and pack["taskAttributes"]["stage"] == "up"

@@ -24,7 +24,6 @@ task group (``MIN_PACK_TASKS``). See :mod:`megadump_zarr.store.packs` and :mod:`
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,12 +146,15 @@ def _optional_int(value: Any) -> int | None | bool:
 def _task_row(path: str, attrs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], str] | None:
     """``(shared attributes, per-task values by array name, signature text)`` of a packable task group, or
     ``None`` when its attributes or name do not fit the per-task arrays."""
-    shared = copy.deepcopy(dict(attrs))
+    shared = dict(attrs)  # copied along the paths values are taken from; the rest is shared, never mutated
     values: dict[str, Any] = {}
     for name, where in TASK_COLUMNS:
         holder = shared
         for step in where[:-1]:
-            holder = holder.get(step) if isinstance(holder, dict) else None
+            inner = holder.get(step) if isinstance(holder, dict) else None
+            if isinstance(inner, dict):
+                inner = holder[step] = dict(inner)
+            holder = inner
         if not isinstance(holder, dict) or where[-1] not in holder:
             if name == TASK_COLUMNS[0][0]:
                 return None  # a pack row is a task: its id is required

@@ -29,7 +29,8 @@ Protocol:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import UTC, datetime
 import gc
@@ -56,7 +57,7 @@ from megadump_zarr.store.metadata import (
     plain_group_bytes,
     stats_bytes,
 )
-from megadump_zarr.store.pack_writer import submit_pack
+from megadump_zarr.store.pack_writer import row_stats, submit_pack
 from megadump_zarr.layout.paths import rank_dir, window_path
 from megadump_zarr.layout.schema import (
     FORMAT_ATTR,
@@ -329,8 +330,13 @@ class WindowWriter:
 
     # -- workers -----------------------------------------------------------------------------------
 
-    def _chunk(self, job: ArrayJob, index: int) -> tuple[Any, StatsAccumulator | None]:
+    def _chunk(self, job: ArrayJob, index: int, stats: bool = True) -> tuple[Any, StatsAccumulator | None]:
         """Encode chunk ``index`` of an array (zero-copy view unless it is a padded edge chunk).
+
+        Args:
+            job: The array.
+            index: The chunk's index.
+            stats: Compute the chunk's partial statistics (False: the caller has them).
 
         Returns:
             The stored chunk (see :meth:`Encoder.seal`) and the chunk's partial statistics (``None``
@@ -345,21 +351,27 @@ class WindowWriter:
             if stop - start < plan.chunks[0]:  # edge chunk: pad to the full chunk shape with the fill (0)
                 payload = np.zeros(plan.chunks, dtype=data.dtype)
                 payload[: stop - start] = piece
-        acc = StatsAccumulator(data.dtype).update(piece) if job.stats else None
+        acc = StatsAccumulator(data.dtype).update(piece) if job.stats and stats else None
         raw = _stored_raw(job)
         sealed = self._seal(self._encoder.encode(payload.reshape(-1).view(np.uint8), data.dtype.itemsize, raw))
         if self.checksum:
             note_chunk_digest(job, index, sealed)  # chunks bound to their place (store.chunk_digests)
         return sealed, acc
 
-    def _document(self, job: ArrayJob, acc: StatsAccumulator | None) -> bytes:
-        """The array's ``zarr.json`` bytes, with statistics spliced into the attributes."""
+    def _document(self, job: ArrayJob, acc: StatsAccumulator | None, result: dict[str, Any] | None = None) -> bytes:
+        """The array's ``zarr.json`` bytes, with statistics spliced into the attributes.
+
+        Args:
+            job: The array.
+            acc: Its statistics accumulated over its chunks (``None``: none yet).
+            result: Its statistics already computed (``StatsAccumulator.result()``; wins over ``acc``).
+        """
         attrs_json = job.attrs_json
         if job.stats:
-            if acc is None:
-                acc = StatsAccumulator(job.data.dtype)
+            if result is None:
+                result = (acc if acc is not None else StatsAccumulator(job.data.dtype)).result()
             sep = b"," if attrs_json != b"{}" else b""
-            attrs_json = attrs_json[:-1] + sep + b'"stats":' + stats_bytes(acc.result()) + b"}"
+            attrs_json = attrs_json[:-1] + sep + b'"stats":' + stats_bytes(result) + b"}"
         attrs_json = splice_chunk_digests(job, attrs_json, self.checksum)
         plan = job.chunks
         return array_document_bytes(
@@ -375,12 +387,14 @@ class WindowWriter:
     def _write_small(self, batch: list[tuple[ArrayJob, str]]) -> None:
         """Write arrays of at most one chunk: chunk then ``zarr.json`` of each, as one backend batch."""
         items: list[tuple[str, Any]] = []
-        for job, prefix in batch:
+        known = _batch_stats(batch)
+        for position, (job, prefix) in enumerate(batch):
             acc = None
+            result = known.get(position)
             if job.chunks.count:
-                encoded, acc = self._chunk(job, 0)
+                encoded, acc = self._chunk(job, 0, stats=result is None)
                 items.append((f"{prefix}/{job.chunks.key(0)}", encoded))
-            job.document = self._document(job, acc)
+            job.document = self._document(job, acc, result)
             items.append((f"{prefix}/zarr.json", job.document))
         self.backend.put_many(items)
         for job, _ in batch:
@@ -442,17 +456,8 @@ class WindowSession:
         """
         if self.status != "writing":
             raise RuntimeError(f"window {self.url} is already committed ({self.status})")
-        # Every object planned here lives until the invocation is written, so a cyclic collection frees none
-        # of them; paused, a window of 4096 small records skips full collections that scan the whole process
-        # (~0.1 s measured in benchmarks/export.py P2).
-        paused = gc.isenabled()
-        if paused:
-            gc.disable()
-        try:
+        with _collection_paused():
             self._write_invocation(invocation)
-        finally:
-            if paused:
-                gc.enable()
 
     def _write_invocation(self, invocation: InvocationWrite) -> None:
         w = self.writer
@@ -562,9 +567,10 @@ class WindowSession:
         if on_error not in ("keep", "discard"):
             raise ValueError(f"on_error must be 'keep' or 'discard', got {on_error!r}")
         try:
-            for invocation in invocations:
-                self.write_invocation(invocation)
-            return self.commit(status)
+            with _collection_paused():  # the invocations and the commit: one pause, no collection in between
+                for invocation in invocations:
+                    self.write_invocation(invocation)
+                return self.commit(status)
         except BaseException as error:
             error.add_note(f"while exporting Tensor dump window {self.url}")
             if on_error == "discard":
@@ -612,6 +618,10 @@ class WindowSession:
             raise ValueError(f"status must be one of {list(_STATUSES)}, got {status!r}")
         if self.status != "writing":
             raise RuntimeError(f"window {self.url} is already committed ({self.status})")
+        with _collection_paused():
+            return self._commit(status)
+
+    def _commit(self, status: str) -> str:
         w = self.writer
         data_groups = {path.rpartition("/")[0] for path, (kind, _) in self._nodes.items() if kind == "array"}
         entries: dict[str, list[tuple[str, bytes]]] = defaultdict(list)
@@ -662,6 +672,45 @@ class WindowSession:
         data = inventory_bytes(arrays, self.writer._chunk_digests.take(self.key))
         self.writer.backend.put(f"{self.key}/{INVENTORY_FILE}", data)
         self.attrs[INVENTORY_DIGEST_ATTR] = inventory_digest(data)
+
+
+def _batch_stats(batch: list[tuple[ArrayJob, str]]) -> dict[int, dict[str, Any]]:
+    """Statistics of a batch's one-chunk arrays, computed block-wise for arrays of one dtype and size
+    (:func:`~megadump_zarr.store.pack_writer.row_stats`, equal to each array's own accumulator bit for bit):
+    position in ``batch`` -> ``StatsAccumulator.result()``. Arrays alone of their kind are left out.
+
+    Args:
+        batch: ``(array, key prefix)`` pairs of :meth:`WindowWriter._write_small`.
+    """
+    alike: dict[tuple[np.dtype, int], list[int]] = {}
+    for position, (job, _) in enumerate(batch):
+        if job.stats and job.chunks.count == 1 and job.data.size and job.data.flags.c_contiguous:
+            alike.setdefault((job.data.dtype, job.data.size), []).append(position)
+    known: dict[int, dict[str, Any]] = {}
+    for positions in alike.values():
+        if len(positions) > 1:
+            known.update(zip(positions, row_stats([batch[p][0].data for p in positions]), strict=True))
+    return known
+
+
+@contextmanager
+def _collection_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a window's nodes are planned, written and committed.
+
+    Every object planned for a window lives until the window is committed, so a cyclic collection frees
+    none of them; one running in between scans them all (a window of 4096 small records triggers full
+    collections of ~0.1 s CPU each, measured in benchmarks/export.py P2). Once the caller drops the window,
+    reference counting frees its objects and later collections never see them. Nested pauses leave the
+    collector to the outermost one.
+    """
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
 
 
 def _leaf_groups(nodes: Any) -> dict[str, tuple[bytes, list[ArrayJob]]]:
