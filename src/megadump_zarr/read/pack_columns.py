@@ -41,7 +41,7 @@ from megadump_zarr.layout.packs import (
 )
 from megadump_zarr.layout.paths import task_dir
 
-__all__ = ["ColumnChunkError", "PackRows", "column_keys", "decode_pack", "is_record"]
+__all__ = ["ColumnChunkError", "PackRows", "column_keys", "decode_columns", "decode_pack", "is_record"]
 
 _CRC = struct.Struct("<I")
 _BYTES = {"name": "bytes", "configuration": {"endian": "little"}}
@@ -191,6 +191,29 @@ def decode_pack(
         ValueError: A malformed pack (naming the document and field).
         ColumnChunkError: An array's chunk absent, damaged or another array's.
     """
+    count, shared, columns, records = decode_columns(pack, nodes, chunks, label)
+    return PackRows(_tasks(label, count, shared, columns, records), _records(label, count, records, columns)), columns
+
+
+def decode_columns(
+    pack: str, nodes: Mapping[str, Any], chunks: Mapping[str, bytes | None], label: str
+) -> tuple[int, dict[str, Any], dict[str, np.ndarray], dict[str, dict[str, Any]]]:
+    """A pack's group attributes and its arrays along ``task``, checked and decoded (no row is built).
+
+    Args:
+        pack: The pack's path relative to the window.
+        nodes: The window's nodes (the pack group, its arrays).
+        chunks: Component -> stored chunk of each array :func:`column_keys` names (``None``: absent).
+        label: The pack as messages name it (window key included).
+
+    Returns:
+        ``(count, shared, columns, records)``: its ``taskCount``, its ``taskAttributes``, every array that is not a
+        record decoded (component -> values), and its record arrays' documents (component -> document).
+
+    Raises:
+        ValueError: A malformed pack (naming the document and field).
+        ColumnChunkError: An array's chunk absent, damaged or another array's.
+    """
     group = nodes.get(pack)
     attrs = group.get("attributes") if isinstance(group, dict) and group.get("node_type") == "group" else None
     where = f"{label}/zarr.json"
@@ -217,7 +240,7 @@ def decode_pack(
         rows = len(STATISTICS) if name == STATISTIC_ARRAY else count
         columns[name] = decode_column(doc, chunks.get(name), f"{label}/{name}/zarr.json", f"{label}/{name}/c", rows)
     _check_names(label, records, arrays, columns)
-    return PackRows(_tasks(label, count, shared, columns, records), _records(label, count, records, columns)), columns
+    return count, shared, columns, records
 
 
 def _row_dims(records: Mapping[str, dict[str, Any]], columns: Mapping[str, np.ndarray]) -> list[str]:
