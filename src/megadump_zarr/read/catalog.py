@@ -37,7 +37,8 @@ from megadump_zarr.read.integrity import below_checks
 from megadump_zarr.read.location import get_json, get_many, list_dir, list_dirs, list_prefix, parse_json
 from megadump_zarr.read.errors import FormatVersionError
 from megadump_zarr.read.pack_nodes import Fetch, is_packed, window_column_keys
-from megadump_zarr.read.pack_records import PackTable, pack_columns, pack_tables, rest_nodes
+from megadump_zarr.read.pack_checks import PackTable, pack_tables, rest_nodes, window_packs
+from megadump_zarr.read.pack_records import pack_columns
 from megadump_zarr.read.pack_rows import PackedWindow, expand_torn, expand_window
 from megadump_zarr.read.truncated import stats_scope
 from megadump_zarr.layout.paths import INVOCATION_DIR, RANK_DIR, TASK_DIR, WINDOW_DIR
@@ -156,7 +157,7 @@ class WindowInfo:
         pack_rows: Record path (relative to the root) -> ``(pack array path, row)`` of its packed records.
         packs: Where its packed records are stored (``None``: it holds no task-record pack); ``nodes`` then
             describe them as task groups, record arrays and row coordinates (:mod:`megadump_zarr.read.pack_rows`).
-        tables: A committed window's packs, decoded and checked (:mod:`megadump_zarr.read.pack_records`: its
+        tables: A committed window's packs, decoded and checked (read.pack_checks; its
             records table is built from them); ``None`` for a window without packs.
         stored: The consolidated nodes as stored (its packs as packs), where ``tables`` are given.
     """
@@ -386,13 +387,10 @@ def window_info(key: str, raw: bytes | None, doc: dict[str, Any] | None = None, 
         nodes = None
     if nodes is None or attrs.get(STORAGE_ATTR) != PACK_STORAGE:
         return WindowInfo(rank, window, key, status, attrs, nodes)
-    tables = pack_tables(key, nodes, fetch)
-    if tables is None:  # a pack the fast checks refuse: its expansion names the problem
-        info = WindowInfo(rank, window, key, status, attrs, nodes)
-        info.nodes = _take_packs(info, nodes, expand_window(key, nodes, fetch))
-        return info
-    if not tables:
+    packs, kept = window_packs(nodes)
+    if not packs:
         return WindowInfo(rank, window, key, status, attrs, nodes)
+    tables = pack_tables(key, packs, fetch, stored=kept)  # a malformed pack raises here, naming it
     stored = nodes
     return _PackedWindowInfo(
         rank,
@@ -403,7 +401,7 @@ def window_info(key: str, raw: bytes | None, doc: dict[str, Any] | None = None, 
         nodes,
         tables=tables,
         stored=stored,
-        expand=lambda: expand_window(key, stored, fetch),
+        expand=lambda: expand_window(key, stored, fetch, tables=tables),
     )
 
 
