@@ -4,15 +4,23 @@ one block of rows per record array, the same table, value for value, as the task
 from __future__ import annotations
 
 from pathlib import Path
+import shutil
+import tempfile
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 import pandas as pd
 import pytest
 
 from megadump_zarr import open_dump
 from megadump_zarr.read.catalog import WindowInfo, records_frame
+from megadump_zarr.read.errors import DumpIntegrityError
+from tests._packs import stored_columns, write_column
 from tests.store.test_packs_writer import _write, mixed_invocation
 
 FIXTURE = Path(__file__).parent / "data" / "format9" / "packs"
+WINDOW = "rank_0/window_0000"
+PACK = "invocation_000000_forward/stages/combine/pack_0000"  # tasks 13-16, rows along token
 
 
 @pytest.fixture(scope="module")
@@ -52,3 +60,29 @@ def test_records_of_a_packed_window_build_no_task_group(packed, monkeypatch):
     records = open_dump(packed).records()
     assert len(records) == 16 and records["pack_array"].notna().sum() == 15
     assert (records.loc[records["pack_array"].notna(), "pack_row"] >= 0).all()
+
+
+_EDITED = ("task_id", "core_id", "worker_id", "token_start", "token_stop", "input_01_ws_offset", "stage_task_index")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(column=st.sampled_from(_EDITED), values=st.lists(st.integers(-3, 40), min_size=4, max_size=4))
+def test_edited_pack_columns_are_refused_or_read_as_stored(tmp_path, column, values):
+    """Any consistent edit of a pack's array along ``task`` (valid chunk, crc32c and ``chunkCrc32c``): the records
+    table either refuses the pack, naming one of its arrays, or holds what the arrays hold, the same table as the
+    task groups the rows stand for."""
+    root = Path(tempfile.mkdtemp(dir=tmp_path))
+    shutil.copytree(FIXTURE, root, dirs_exist_ok=True)
+    if column == "token_start":  # both bounds moved together: only the rows' places change
+        write_column(root / WINDOW, PACK, "token_stop", [v + 8 for v in values])
+    write_column(root / WINDOW, PACK, column, values)
+    try:
+        records = open_dump(root).records()
+    except DumpIntegrityError as error:
+        assert (error.key or "").startswith(f"{WINDOW}/{PACK}/"), error
+        assert str(error).startswith("malformed task-record pack: "), error
+        return
+    rows = records[records["zarr_group"] == f"{WINDOW}/{PACK}"].sort_values(["pack_row", "name"])
+    stored = stored_columns(root / WINDOW, PACK)
+    assert rows.drop_duplicates("pack_row")["task_id"].tolist() == stored["task_id"].tolist()
+    pd.testing.assert_frame_equal(records, _expanded_records(root))  # exact: one dump, two routes
