@@ -157,7 +157,7 @@ class WindowInfo:
         pack_rows: Record path (relative to the root) -> ``(pack array path, row)`` of its packed records.
         packs: Where its packed records are stored (``None``: it holds no task-record pack); ``nodes`` then
             describe them as task groups, record arrays and row coordinates (:mod:`megadump_zarr.read.pack_rows`).
-        tables: A committed window's packs, decoded and checked (read.pack_checks; its
+        tables: A committed window's packs, decoded and checked (:mod:`megadump_zarr.read.pack_checks`: its
             records table is built from them); ``None`` for a window without packs.
         stored: The consolidated nodes as stored (its packs as packs), where ``tables`` are given.
     """
