@@ -755,22 +755,17 @@ def _packed_rows(info: WindowInfo, nodes: Mapping[str, dict[str, Any]], columns:
     return True
 
 
-def _execution_key(columns: Mapping[str, list[Any]], i: int) -> tuple[Any, ...]:
-    def number(name: str) -> int:
-        value = columns[name][i]
-        return -1 if value is None else int(value)
+def _execution_order(columns: Mapping[str, list[Any]]) -> list[int]:
+    """The rows' order by rank, window, invocation, task id, worker, inputs before outputs, port index, ABI
+    parameter position, then path (a missing number counts as -1): one stable sort over whole columns."""
 
-    return (
-        number("rank"),
-        number("window"),
-        number("invocation"),
-        number("task_id"),
-        number("worker"),
-        1 if columns["io"][i] == "output" else 0,
-        number("index"),
-        number("param_position"),
-        columns["path"][i],
-    )
+    def number(name: str) -> np.ndarray:
+        return np.array([-1 if value is None else int(value) for value in columns[name]], dtype=np.int64)
+
+    paths = np.array(columns["path"], dtype=str) if columns["path"] else np.zeros(0, dtype=str)
+    outputs = np.array([io == "output" for io in columns["io"]], dtype=bool)
+    keys = (paths, number("param_position"), number("index"), outputs, number("worker"), number("task_id"))
+    return np.lexsort((*keys, number("invocation"), number("window"), number("rank"))).tolist()
 
 
 def records_frame(
@@ -807,10 +802,10 @@ def records_frame(
                 for name, _ in tables[info.key]
             }
             merge_statistics(info.key, info.status, invocations, tables[info.key], columns)
-    order = sorted(range(len(columns["path"])), key=lambda i: _execution_key(columns, i))
+    order = _execution_order(columns)
     data: dict[str, Any] = {}
     for name, values in columns.items():
-        values = [values[i] for i in order]
+        values = list(map(values.__getitem__, order))
         if name in ("rank", "window"):
             data[name] = np.array(values, dtype=np.int64)
         elif name == "invocation":
