@@ -38,6 +38,8 @@ from megadump_zarr.read.windows import window_dirs
 from megadump_zarr.read.location import get_json, get_many, list_dir, list_prefix, parse_json
 from megadump_zarr.read.errors import FormatVersionError
 from megadump_zarr.read.pack_nodes import Fetch, is_packed, window_column_keys
+from megadump_zarr.read.pack_checks import PackTable, pack_tables, rest_nodes, window_packs
+from megadump_zarr.read.pack_records import pack_columns
 from megadump_zarr.read.pack_rows import PackedWindow, expand_torn, expand_window
 from megadump_zarr.read.truncated import stats_scope
 from megadump_zarr.layout.paths import INVOCATION_DIR, RANK_DIR, TASK_DIR, WINDOW_DIR
@@ -156,6 +158,9 @@ class WindowInfo:
         pack_rows: Record path (relative to the root) -> ``(pack array path, row)`` of its packed records.
         packs: Where its packed records are stored (``None``: it holds no task-record pack); ``nodes`` then
             describe them as task groups, record arrays and row coordinates (:mod:`megadump_zarr.read.pack_rows`).
+        tables: A committed window's packs, decoded and checked (:mod:`megadump_zarr.read.pack_checks`: its
+            records table is built from them); ``None`` for a window without packs.
+        stored: The consolidated nodes as stored (its packs as packs), where ``tables`` are given.
     """
 
     rank: int
@@ -167,6 +172,8 @@ class WindowInfo:
     damaged: list[str] = field(default_factory=list)
     pack_rows: dict[str, tuple[str, int]] = field(default_factory=dict)
     packs: PackedWindow | None = None
+    tables: list[PackTable] | None = None
+    stored: dict[str, dict[str, Any]] | None = None
 
     @property
     def level(self) -> str | None:
@@ -184,6 +191,66 @@ class WindowInfo:
     def final(self) -> bool:
         """Whether the window was committed (its documents never change again)."""
         return self.status in _FINAL and self.nodes is not None
+
+
+class _PackedWindowInfo(WindowInfo):
+    """A committed packed window whose packs are described as task groups, record arrays and row coordinates
+    (``nodes``, ``packs``, ``pack_rows``) when a reader first asks: its records table needs only its ``tables``.
+
+    Args:
+        expand: Gives ``(nodes, packs)`` (:func:`~megadump_zarr.read.pack_rows.expand_window`).
+        args, kwargs: :class:`WindowInfo`'s.
+    """
+
+    def __init__(self, *args: Any, expand: Any, **kwargs: Any) -> None:
+        self._expand = None
+        super().__init__(*args, **kwargs)
+        self._expand = expand
+
+    def _expanded(self) -> None:
+        if self._expand is None:
+            return
+        expanded = self._expand()  # a DumpIntegrityError leaves it to expand (and raise) again
+        self._expand = None
+        if expanded is not None:
+            self._nodes, self._packs = expanded
+            self._pack_rows = self._packs.pack_rows()
+
+    @property  # type: ignore[override]
+    def nodes(self) -> dict[str, dict[str, Any]] | None:
+        self._expanded()
+        return self._nodes
+
+    @nodes.setter
+    def nodes(self, value: dict[str, dict[str, Any]] | None) -> None:
+        self._nodes = value
+
+    @property  # type: ignore[override]
+    def packs(self) -> PackedWindow | None:
+        self._expanded()
+        return self._packs
+
+    @packs.setter
+    def packs(self, value: PackedWindow | None) -> None:
+        self._packs = value
+
+    @property  # type: ignore[override]
+    def pack_rows(self) -> dict[str, tuple[str, int]]:
+        self._expanded()
+        return self._pack_rows
+
+    @pack_rows.setter
+    def pack_rows(self, value: dict[str, tuple[str, int]]) -> None:
+        self._pack_rows = value
+
+    @property
+    def final(self) -> bool:
+        """Whether the window was committed (it was: only committed windows are described so)."""
+        return self.status in _FINAL and self._nodes is not None
+
+    def __getstate__(self) -> dict[str, Any]:  # shipped to dask workers: expanded first (a closure stays behind)
+        self._expanded()
+        return dict(self.__dict__)
 
 
 def check_root(store: Store, url: str) -> dict[str, Any]:
@@ -311,10 +378,24 @@ def window_info(key: str, raw: bytes | None, doc: dict[str, Any] | None = None, 
         status = "writing"  # a torn window whose status was edited: not committed, whatever it says
     if status == "writing" or not isinstance(nodes, dict):
         nodes = None
-    info = WindowInfo(rank, window, key, status, attrs, nodes)
-    if nodes is not None and attrs.get(STORAGE_ATTR) == PACK_STORAGE:
-        info.nodes = _take_packs(info, nodes, expand_window(key, nodes, fetch))
-    return info
+    if nodes is None or attrs.get(STORAGE_ATTR) != PACK_STORAGE:
+        return WindowInfo(rank, window, key, status, attrs, nodes)
+    packs, kept = window_packs(nodes)
+    if not packs:
+        return WindowInfo(rank, window, key, status, attrs, nodes)
+    tables = pack_tables(key, packs, fetch, stored=kept)  # a malformed pack raises here, naming it
+    stored = nodes
+    return _PackedWindowInfo(
+        rank,
+        window,
+        key,
+        status,
+        attrs,
+        nodes,
+        tables=tables,
+        stored=stored,
+        expand=lambda: expand_window(key, stored, fetch, tables=tables),
+    )
 
 
 def _take_packs(
@@ -535,8 +616,15 @@ def _stats_value(stats: Mapping[str, Any], key: str) -> float | None:
         return None
 
 
-def _window_rows(info: WindowInfo, nodes: Mapping[str, dict[str, Any]], columns: dict[str, list[Any]]) -> None:
-    """Append one row per stored tensor of a window to ``columns``."""
+def _window_rows(
+    info: WindowInfo,
+    nodes: Mapping[str, dict[str, Any]],
+    columns: dict[str, list[Any]],
+    pack_rows: Mapping[str, tuple[str, int]] | None = None,
+) -> None:
+    """Append one row per stored tensor of a window to ``columns`` (``pack_rows``: where its packed records are,
+    ``info.pack_rows`` when not given)."""
+    pack_rows = info.pack_rows if pack_rows is None else pack_rows
     invocations: dict[str, dict[str, Any]] = {}
     tasks: dict[str, dict[str, Any]] = {}
     window_level = info.level
@@ -622,7 +710,7 @@ def _window_rows(info: WindowInfo, nodes: Mapping[str, dict[str, Any]], columns:
         row[MD5_COLUMN].append(None)  # msprobe's digest: statistics-only rows of its statistics tables only
         row["element_count"].append(math.prod(shape))
         row["partial"].append(attrs.get("partial") is True)  # salvaged from a failed launch (on_error="keep")
-        stored_at = info.pack_rows.get(row["path"][-1]) if info.pack_rows else None
+        stored_at = pack_rows.get(row["path"][-1]) if pack_rows else None
         row["pack_array"].append(None if stored_at is None else stored_at[0])
         row["pack_row"].append(-1 if stored_at is None else stored_at[1])
         opened = row["path"][-1] if stored_at is None else stored_at[0]  # the array plain xarray shows
@@ -635,22 +723,42 @@ _NO_TASK = dict.fromkeys(
 )
 
 
-def _execution_key(columns: Mapping[str, list[Any]], i: int) -> tuple[Any, ...]:
-    def number(name: str) -> int:
-        value = columns[name][i]
-        return -1 if value is None else int(value)
+def _packed_rows(info: WindowInfo, nodes: Mapping[str, dict[str, Any]], columns: dict[str, list[Any]]) -> bool:
+    """Append the rows of a committed packed window to ``columns``: its stored records one by one, its packs'
+    records one block per record array (:func:`~megadump_zarr.read.pack_records.pack_columns`); ``False`` (nothing
+    appended) where a value does not fit the table."""
+    found: dict[str, list[Any]] = {name: [] for name in columns}
+    try:
+        _window_rows(info, rest_nodes(nodes), found, {})
+        invocations: dict[str, dict[str, Any]] = {}
+        for table in info.tables or ():
+            name, _, stage = table.pack.split("/")[:3]
+            if name not in invocations:
+                invocations[name] = _invocation_info(name, nodes, info.key)
+            stage_attrs = _group_attrs(nodes, f"{name}/stages/{stage}", info.key)
+            block = pack_columns(
+                (info.rank, info.window, info.key), table, invocations[name], info.level, info.status, stage_attrs
+            )
+            for key, values in block.items():
+                found[key].extend(values)
+    except ValueError:
+        return False
+    for key, values in found.items():
+        columns[key].extend(values)
+    return True
 
-    return (
-        number("rank"),
-        number("window"),
-        number("invocation"),
-        number("task_id"),
-        number("worker"),
-        1 if columns["io"][i] == "output" else 0,
-        number("index"),
-        number("param_position"),
-        columns["path"][i],
-    )
+
+def _execution_order(columns: Mapping[str, list[Any]]) -> list[int]:
+    """The rows' order by rank, window, invocation, task id, worker, inputs before outputs, port index, ABI
+    parameter position, then path (a missing number counts as -1): one stable sort over whole columns."""
+
+    def number(name: str) -> np.ndarray:
+        return np.array([-1 if value is None else int(value) for value in columns[name]], dtype=np.int64)
+
+    paths = np.array(columns["path"], dtype=str) if columns["path"] else np.zeros(0, dtype=str)
+    outputs = np.array([io == "output" for io in columns["io"]], dtype=bool)
+    keys = (paths, number("param_position"), number("index"), outputs, number("worker"), number("task_id"))
+    return np.lexsort((*keys, number("invocation"), number("window"), number("rank"))).tolist()
 
 
 def records_frame(
@@ -675,17 +783,22 @@ def records_frame(
     """
     columns: dict[str, list[Any]] = {name: [] for name in (*RECORD_COLUMNS, *EXTRA_COLUMNS)}
     for info, nodes in windows:
-        _window_rows(info, nodes, columns)
+        if info.tables is not None and info.stored is not None:
+            nodes = info.stored
+            if not _packed_rows(info, nodes, columns):
+                _window_rows(info, info.nodes or {}, columns)  # a value the table cannot hold: named there
+        else:
+            _window_rows(info, nodes, columns)
         if tables and tables.get(info.key):
             invocations = {
                 name: {**_invocation_info(name, nodes), "rank": info.rank, "window": info.window}
                 for name, _ in tables[info.key]
             }
             merge_statistics(info.key, info.status, invocations, tables[info.key], columns)
-    order = sorted(range(len(columns["path"])), key=lambda i: _execution_key(columns, i))
+    order = _execution_order(columns)
     data: dict[str, Any] = {}
     for name, values in columns.items():
-        values = [values[i] for i in order]
+        values = list(map(values.__getitem__, order))
         if name in ("rank", "window"):
             data[name] = np.array(values, dtype=np.int64)
         elif name == "invocation":

@@ -189,7 +189,7 @@ class Dump:
         cached = self._frames.get(info.key)
         if cached is not None:
             return cached
-        nodes = self._nodes(info)
+        nodes = info.stored if info.tables is not None and info.stored is not None else self._nodes(info)
         frame = records_frame([(info, nodes)], {info.key: load_tables(self.store, info.key, nodes)})
         if info.final:
             self._frames[info.key] = frame

@@ -41,7 +41,16 @@ from megadump_zarr.layout.packs import (
 )
 from megadump_zarr.layout.paths import task_dir
 
-__all__ = ["ColumnChunkError", "PackRows", "column_keys", "decode_pack", "is_record"]
+__all__ = [
+    "ColumnChunkError",
+    "PackRows",
+    "column_keys",
+    "decode_columns",
+    "decode_pack",
+    "is_record",
+    "pack_rows",
+    "row_dims",
+]
 
 _CRC = struct.Struct("<I")
 _BYTES = {"name": "bytes", "configuration": {"endian": "little"}}
@@ -176,7 +185,8 @@ def _int_or_none(values: np.ndarray) -> list[int | None]:
 def decode_pack(
     pack: str, nodes: Mapping[str, Any], chunks: Mapping[str, bytes | None], label: str
 ) -> tuple[PackRows, dict[str, np.ndarray]]:
-    """Each row of a pack: its task entry and its record attributes, decoded from the pack's arrays.
+    """Each row of a pack: its task entry and its record attributes, decoded from the pack's arrays (its rows
+    unchecked: ``read.pack_checks`` checks them).
 
     Args:
         pack: The pack's path relative to the window.
@@ -186,6 +196,29 @@ def decode_pack(
 
     Returns:
         ``(rows, columns)``: the rows, and every array decoded (component -> values).
+
+    Raises:
+        ValueError: A malformed pack (naming the document and field).
+        ColumnChunkError: An array's chunk absent, damaged or another array's.
+    """
+    count, shared, columns, records = decode_columns(pack, nodes, chunks, label)
+    return pack_rows(count, shared, columns, records), columns
+
+
+def decode_columns(
+    pack: str, nodes: Mapping[str, Any], chunks: Mapping[str, bytes | None], label: str
+) -> tuple[int, dict[str, Any], dict[str, np.ndarray], dict[str, dict[str, Any]]]:
+    """A pack's group attributes and its arrays along ``task``, checked and decoded (no row is built).
+
+    Args:
+        pack: The pack's path relative to the window.
+        nodes: The window's nodes (the pack group, its arrays).
+        chunks: Component -> stored chunk of each array :func:`column_keys` names (``None``: absent).
+        label: The pack as messages name it (window key included).
+
+    Returns:
+        ``(count, shared, columns, records)``: its ``taskCount``, its ``taskAttributes``, every array that is not a
+        record decoded (component -> values), and its record arrays' documents (component -> document).
 
     Raises:
         ValueError: A malformed pack (naming the document and field).
@@ -217,10 +250,10 @@ def decode_pack(
         rows = len(STATISTICS) if name == STATISTIC_ARRAY else count
         columns[name] = decode_column(doc, chunks.get(name), f"{label}/{name}/zarr.json", f"{label}/{name}/c", rows)
     _check_names(label, records, arrays, columns)
-    return PackRows(_tasks(label, count, shared, columns, records), _records(label, count, records, columns)), columns
+    return count, shared, columns, records
 
 
-def _row_dims(records: Mapping[str, dict[str, Any]], columns: Mapping[str, np.ndarray]) -> list[str]:
+def row_dims(records: Mapping[str, dict[str, Any]], columns: Mapping[str, np.ndarray]) -> list[str]:
     """The row coordinates of a pack: the first record dimensions with their ``{dim}_start``/``{dim}_stop``."""
     dims = []
     for doc in records.values():
@@ -238,7 +271,7 @@ def _check_names(
     """Every array of the pack is one the format names: a pack never holds an array readers would skip."""
     known = {name for name, _ in TASK_COLUMNS} | {CORE_TYPE_ARRAY, STATISTIC_ARRAY, *TILE_ROWS[1:]}
     known |= {name for record in records for name in (record, offset_array(record), stats_array(record))}
-    for dim in _row_dims(records, columns):
+    for dim in row_dims(records, columns):
         known |= set(row_bound_arrays(dim))
         missing = [name for name in row_bound_arrays(dim) if name not in columns]
         if missing:
@@ -253,93 +286,57 @@ def _check_names(
 
 
 def _tasks(
-    label: str, count: int, shared: dict[str, Any], columns: Mapping[str, np.ndarray], records: Mapping[str, Any]
+    count: int, shared: dict[str, Any], columns: Mapping[str, np.ndarray], records: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
-    """Each row's task entry: its group name, its task attributes and its row coordinates' bounds."""
+    """Each row's task entry: its group name, its task attributes and its row coordinates' bounds (the rows
+    checked first: ``read.pack_checks.check_pack``)."""
     attrs = _copies(shared, count)
     values: dict[str, list[Any]] = {}
     for name, path in TASK_COLUMNS:
         if name not in columns:
             continue
-        if columns[name].dtype.kind != "i":
-            raise ValueError(f"{label}/{name}/zarr.json: data_type must be int64")
-        if bool(np.any(columns[name] < NONE)):
-            row = int(np.argmax(columns[name] < NONE))
-            raise ValueError(
-                f"{label}/{name}: row {row} holds {int(columns[name][row])}, not an id (>= 0) or {NONE} (none)"
-            )
         values[name] = _int_or_none(columns[name])
         for row, value in zip(attrs, values[name]):
             holder = row
             for step in path[:-1]:
-                holder = holder.get(step) if isinstance(holder, dict) else None
-            if not isinstance(holder, dict):
-                raise ValueError(
-                    f"{label}/zarr.json: attributes.{TASK_ATTRIBUTES_ATTR} has no {'.'.join(path[:-1])} object for {name}"
-                )
+                holder = holder[step]
             holder[path[-1]] = value
     key, start, stop = TILE_ROWS
-    if start in columns or stop in columns:
-        if start not in columns or stop not in columns:
-            raise ValueError(f"{label}/{start if start not in columns else stop}/zarr.json: {key} needs both arrays")
+    if start in columns:
         for row, a, b in zip(attrs, _int_or_none(columns[start]), _int_or_none(columns[stop])):
             row[key] = None if a is None or b is None else [a, b]
     if CORE_TYPE_ARRAY in columns:
-        if columns[CORE_TYPE_ARRAY].dtype.kind != "U":
-            raise ValueError(f"{label}/{CORE_TYPE_ARRAY}/zarr.json: data_type must be fixed_length_utf32")
         for row, value in zip(attrs, columns[CORE_TYPE_ARRAY].tolist()):
             row["coreType"] = value
     ids = values[TASK_ARRAY]
     workers = values.get("worker_id", [None] * count)
     cores = values.get("core_id", [None] * count)
-    bounds = {}
-    for dim in _row_dims(records, columns):
-        first, last = row_bound_arrays(dim)
-        bounds[dim] = (columns[first].tolist(), columns[last].tolist())
-    tasks = []
-    for row in range(count):
-        task, worker, core = ids[row], workers[row], cores[row]
-        if task is None or task < 0 or (worker is not None and (core is None or core < 0)):
-            raise ValueError(
-                f"{label}/{TASK_ARRAY}: row {row} holds task {task}, worker {worker}, core {core}: not a task group's ids"
-            )
-        coords = {}
-        for dim, (starts, stops) in bounds.items():
-            if stops[row] < starts[row]:
-                raise ValueError(
-                    f"{label}/{row_bound_arrays(dim)[0]}: row {row} holds [{starts[row]}, {stops[row]}), not row bounds"
-                )
-            coords[dim] = [starts[row], stops[row]]
-        name = task_dir(task, None if worker is None else core)
-        tasks.append({"group": name, "attrs": attrs[row], "coords": coords})
-    return tasks
+    bounds = {
+        dim: tuple(columns[name].tolist() for name in row_bound_arrays(dim)) for dim in row_dims(records, columns)
+    }
+    return [
+        {
+            "group": task_dir(ids[row], None if workers[row] is None else cores[row]),
+            "attrs": attrs[row],
+            "coords": {dim: [starts[row], stops[row]] for dim, (starts, stops) in bounds.items()},
+        }
+        for row in range(count)
+    ]
 
 
 def _records(
-    label: str, count: int, records: Mapping[str, dict[str, Any]], columns: Mapping[str, np.ndarray]
+    count: int, records: Mapping[str, dict[str, Any]], columns: Mapping[str, np.ndarray]
 ) -> dict[str, list[dict[str, Any]]]:
     """Each record's attributes of each row: what the rows share, its offset and its statistics."""
     found = {}
     for name, doc in records.items():
-        shared = doc["attributes"][RECORD_ATTRIBUTES_ATTR]
-        if not isinstance(shared, dict):
-            raise ValueError(f"{label}/{name}/zarr.json: attributes.{RECORD_ATTRIBUTES_ATTR} is not an object")
-        rows = _copies(shared, count)
+        rows = _copies(doc["attributes"][RECORD_ATTRIBUTES_ATTR], count)
         offsets = columns.get(offset_array(name))
         if offsets is not None:
-            if offsets.dtype.kind != "i" or offsets.ndim != 1:
-                raise ValueError(f"{label}/{offset_array(name)}/zarr.json: must be int64 along task")
             for row, value in zip(rows, _int_or_none(offsets)):
                 row["sourceOffsetBytes"] = value
         stats = columns.get(stats_array(name))
         if stats is not None:
-            if stats.dtype.kind != "f" or stats.shape != (count, len(STATISTICS)):
-                raise ValueError(
-                    f"{label}/{stats_array(name)}/zarr.json: must be float64 of shape [{count}, {len(STATISTICS)}]"
-                )
-            counts = stats[:, [i for i, key in enumerate(STATISTICS) if key.endswith("Count")]]
-            if not bool(np.all((counts >= 0) & (counts <= 2**53) & (counts == np.trunc(counts)))):
-                raise ValueError(f"{label}/{stats_array(name)}: a count column holds a value that is not a count")
             # counts are integers; so are the min and max of an integer or boolean record (exact up to 2**53)
             integral = {key for key in STATISTICS if key.endswith("Count")}
             if str(doc.get("data_type")).startswith(("int", "uint", "bool")):
@@ -351,3 +348,17 @@ def _records(
                 }
         found[name] = rows
     return found
+
+
+def pack_rows(
+    count: int, shared: dict[str, Any], columns: Mapping[str, np.ndarray], records: Mapping[str, dict[str, Any]]
+) -> PackRows:
+    """Each row of a checked pack (``read.pack_checks.check_pack``): its task entry and its record attributes.
+
+    Args:
+        count: Its rows.
+        shared: Its ``taskAttributes``.
+        columns: Its arrays along ``task``, decoded.
+        records: Its record arrays' documents.
+    """
+    return PackRows(_tasks(count, shared, columns, records), _records(count, records, columns))

@@ -29,6 +29,7 @@ from zarr.abc.store import RangeByteRequest, Store, SuffixByteRequest
 from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.integrity import below_checks
 from megadump_zarr.read.pack_nodes import PACK, PACK_PATH, Fetch, expand_packs, replace_packs, stored_pack_nodes
+from megadump_zarr.read.pack_checks import PackTable
 from megadump_zarr.layout.packs import TASK_ARRAY
 from megadump_zarr.store.packs import RangeSource, ShardSource, decode_index, index_nbytes
 
@@ -351,7 +352,7 @@ class PackedWindow:
 
 
 def expand_window(
-    key: str, nodes: Mapping[str, Any], fetch: Fetch, final: bool = True
+    key: str, nodes: Mapping[str, Any], fetch: Fetch, final: bool = True, tables: list[PackTable] | None = None
 ) -> tuple[dict[str, Any], PackedWindow] | None:
     """A committed window's consolidated nodes with every pack replaced by its task groups, record arrays and
     row coordinates, and where those are stored; ``None`` when the window holds no pack.
@@ -361,13 +362,14 @@ def expand_window(
         nodes: Its consolidated nodes (path relative to the window -> document).
         fetch: Reads keys relative to the root (its packs' arrays along ``task``).
         final: The window is committed.
+        tables: Its packs already read and checked (:func:`~megadump_zarr.read.pack_checks.pack_tables`).
 
     Raises:
         DumpIntegrityError: A malformed pack (naming its document and field), or a task group both stored
             and packed.
     """
     stored = stored_pack_nodes(dict(nodes))
-    replaced = replace_packs(dict(nodes), key, strict=True, fetch=fetch)
+    replaced = replace_packs(dict(nodes), key, strict=True, fetch=fetch, tables=tables)
     if replaced is None:
         return None
     metadata, virtual, sources = replaced

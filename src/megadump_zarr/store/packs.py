@@ -256,9 +256,9 @@ def expand_pack(
     nodes: Mapping[str, dict[str, Any]],
     tasks: list[dict[str, Any]],
     records: Mapping[str, list[dict[str, Any]]],
-    where: str = "",
 ) -> tuple[dict[str, dict[str, Any]], dict[str, ShardSource | RangeSource]]:
-    """The task groups, record arrays and row coordinates one pack's rows stand for.
+    """The task groups, record arrays and row coordinates one checked pack's rows stand for
+    (``read.pack_checks.check_pack`` checks the rows and the record arrays' documents first).
 
     Args:
         pack: The pack group's path relative to the window (``invocation_.../stages/{stage}/pack_0000``).
@@ -266,25 +266,18 @@ def expand_pack(
         tasks: Each row's ``{"group": name, "attrs": task attributes, "coords": {dim: [start, stop]}}``, decoded
             from the pack's arrays along ``task`` (``read.pack_columns``).
         records: Record component -> each row's record attributes (decoded likewise).
-        where: Window key, for messages.
 
     Returns:
         ``(virtual, sources)``: virtual nodes (task groups without consolidated metadata, record arrays,
         row coordinate arrays) keyed by path relative to the window, and the source of every virtual
         chunk keyed by its key relative to the window.
-
-    Raises:
-        ValueError: A malformed pack (the message names the document and field).
     """
     stage = pack.rpartition("/")[0]
-    label = f"{where}/{pack}" if where else pack
     virtual: dict[str, dict[str, Any]] = {}
     sources: dict[str, ShardSource | RangeSource] = {}
     groups: list[str] = []
-    for row, entry in enumerate(tasks):
+    for entry in tasks:
         group = f"{stage}/{entry['group']}"
-        if group in virtual:
-            raise ValueError(f"{label}/task_id: task group {entry['group']!r} appears twice")
         groups.append(group)
         virtual[group] = {"attributes": entry["attrs"], "zarr_format": 3, "node_type": "group"}
         for dim, (start, stop) in entry["coords"].items():
@@ -293,12 +286,11 @@ def expand_pack(
                 sources[f"{group}/{dim}/c.0"] = RangeSource(start, stop)
     for component, rows in records.items():
         path = f"{pack}/{component}"
-        _expand_records(label, path, component, nodes[path], rows, groups, virtual, sources)
+        _expand_records(path, component, nodes[path], rows, groups, virtual, sources)
     return virtual, sources
 
 
 def _expand_records(
-    label: str,
     path: str,
     component: str,
     doc: dict[str, Any],
@@ -307,31 +299,12 @@ def _expand_records(
     virtual: dict[str, dict[str, Any]],
     sources: dict[str, ShardSource | RangeSource],
 ) -> None:
-    where = f"{label}/{component}/zarr.json"
-    shape = doc.get("shape")
-    if not isinstance(shape, list) or len(shape) < 2 or shape[0] != len(groups):
-        raise ValueError(f"{where}: shape {shape!r} must be [{len(groups)}, *record_shape]")
-    codecs = doc.get("codecs")
-    try:
-        (sharding,) = codecs
-        config = sharding["configuration"]
-        assert sharding["name"] == "sharding_indexed" and config.get("index_location", "end") == "end"
-        inner_shape, inner_codecs = list(config["chunk_shape"]), list(config["codecs"])
-        shard_shape = list(doc["chunk_grid"]["configuration"]["chunk_shape"])
-    except (TypeError, ValueError, KeyError, AssertionError):
-        raise ValueError(
-            f"{where}: a pack record array must have one sharding_indexed codec (index at the end)"
-        ) from None
-    record_shape = shape[1:]
-    if inner_shape != [1, *record_shape] or len(shard_shape) != len(shape) or shard_shape[1:] != record_shape:
-        raise ValueError(
-            f"{where}: inner chunk {inner_shape!r} / shard {shard_shape!r} do not hold one record of {record_shape!r}"
-        )
-    per_shard = shard_shape[0]
-    if not isinstance(per_shard, int) or per_shard < 1:
-        raise ValueError(f"{where}: shard shape {shard_shape!r} has no rows")
+    record_shape = doc["shape"][1:]
+    (sharding,) = doc["codecs"]
+    inner_codecs = list(sharding["configuration"]["codecs"])
+    per_shard = doc["chunk_grid"]["configuration"]["chunk_shape"][0]
     dims = doc.get("dimension_names")
-    record_dims = list(dims[1:]) if isinstance(dims, list) and len(dims) == len(shape) else None
+    record_dims = list(dims[1:]) if isinstance(dims, list) and len(dims) == len(doc["shape"]) else None
     zeros = ".0" * len(record_shape)
     for row, (group, attrs) in enumerate(zip(groups, records)):
         node: dict[str, Any] = {

@@ -1,0 +1,88 @@
+"""A committed packed window's records table comes from its packs' arrays along ``task`` (``read.pack_records``):
+one block of rows per record array, the same table, value for value, as the task groups its rows stand for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+import shutil
+import tempfile
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+import pandas as pd
+import pytest
+
+from megadump_zarr import open_dump
+from megadump_zarr.read.catalog import WindowInfo, records_frame
+from megadump_zarr.read.errors import DumpIntegrityError
+from tests._packs import stored_columns, write_column
+from tests.store.test_packs_writer import _write, mixed_invocation
+
+FIXTURE = Path(__file__).parent / "data" / "format9" / "packs"
+WINDOW = "rank_0/window_0000"
+PACK = "invocation_000000_forward/stages/combine/pack_0000"  # tasks 13-16, rows along token
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("pack-records") / "packed"
+    _write(root, True, mixed_invocation(seed=3))
+    return root
+
+
+def _expanded_records(root: Path) -> pd.DataFrame:
+    """The records table read from the task groups, record arrays and row coordinates the packs stand for."""
+    dump = open_dump(root)
+    frames = []
+    for info in dump._scan():  # noqa: SLF001 - the catalogue's windows, as records() reads them
+        nodes = info.nodes
+        plain = WindowInfo(info.rank, info.window, info.key, info.status, info.attrs, nodes, pack_rows=info.pack_rows)
+        frames.append(records_frame([(plain, nodes)]))
+    return pd.concat(frames, ignore_index=True)
+
+
+@pytest.mark.parametrize("which", ["written", "fixture"])
+def test_records_from_the_packs_arrays_equal_the_task_groups_they_stand_for(packed, which):
+    root = packed if which == "written" else FIXTURE
+    records = open_dump(root).records()
+    assert records["pack_array"].notna().sum() >= 8
+    pd.testing.assert_frame_equal(records, _expanded_records(root))  # exact: one dump, two routes
+
+
+def test_records_of_a_packed_window_build_no_task_group(packed, monkeypatch):
+    """``records()`` reads the packs' arrays, never a document per task group or record."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the packs were expanded into task groups")
+
+    monkeypatch.setattr("megadump_zarr.read.catalog.expand_window", refuse)
+    monkeypatch.setattr("megadump_zarr.read.pack_nodes.expand_pack", refuse)
+    records = open_dump(packed).records()
+    assert len(records) == 16 and records["pack_array"].notna().sum() == 15
+    assert (records.loc[records["pack_array"].notna(), "pack_row"] >= 0).all()
+
+
+_EDITED = ("task_id", "core_id", "worker_id", "token_start", "token_stop", "input_01_ws_offset", "stage_task_index")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(column=st.sampled_from(_EDITED), values=st.lists(st.integers(-3, 40), min_size=4, max_size=4))
+def test_edited_pack_columns_are_refused_or_read_as_stored(tmp_path, column, values):
+    """Any consistent edit of a pack's array along ``task`` (valid chunk, crc32c and ``chunkCrc32c``): the records
+    table either refuses the pack, naming one of its arrays, or holds what the arrays hold, the same table as the
+    task groups the rows stand for."""
+    root = Path(tempfile.mkdtemp(dir=tmp_path))
+    shutil.copytree(FIXTURE, root, dirs_exist_ok=True)
+    if column == "token_start":  # both bounds moved together: only the rows' places change
+        write_column(root / WINDOW, PACK, "token_stop", [v + 8 for v in values])
+    write_column(root / WINDOW, PACK, column, values)
+    try:
+        records = open_dump(root).records()
+    except DumpIntegrityError as error:
+        assert (error.key or "").startswith(f"{WINDOW}/{PACK}/"), error
+        assert str(error).startswith("malformed task-record pack: "), error
+        return
+    rows = records[records["zarr_group"] == f"{WINDOW}/{PACK}"].sort_values(["pack_row", "name"])
+    stored = stored_columns(root / WINDOW, PACK)
+    assert rows.drop_duplicates("pack_row")["task_id"].tolist() == stored["task_id"].tolist()
+    pd.testing.assert_frame_equal(records, _expanded_records(root))  # exact: one dump, two routes
