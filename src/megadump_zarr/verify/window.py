@@ -164,7 +164,7 @@ def _check_listed_arrays(state: CheckState, window: str, stored: dict[str, Any])
 
 def _digesting(fetch: Callable[[list[str]], list[Any]], state: CheckState) -> Callable[[list[str]], list[Any]]:
     """``fetch`` that also keeps each chunk's inventory digest (``state.digested``): what the pack expansion reads
-    (a pack's ``row_fields``) is not read again by :func:`~megadump_zarr.verify.chunks.check_chunks`."""
+    (a pack's arrays along ``task``) is not read again by :func:`~megadump_zarr.verify.chunks.check_chunks`."""
     from megadump_zarr.layout.inventory import chunk_digest
 
     def fetched(keys: list[str]) -> list[Any]:
