@@ -79,6 +79,9 @@ def test_edited_pack_columns_are_refused_or_read_as_stored(tmp_path, column, val
     try:
         records = open_dump(root).records()
     except DumpIntegrityError as error:
+        if str(error).endswith("is both stored and in a task-record pack"):  # an id edited to a stored task's
+            assert (error.key or "").startswith(f"{WINDOW}/{PACK.rpartition('/')[0]}/task_"), error
+            return
         assert (error.key or "").startswith(f"{WINDOW}/{PACK}/"), error
         assert str(error).startswith("malformed task-record pack: "), error
         return
