@@ -42,7 +42,6 @@ __all__ = [
     "GuardedArray",
     "IntegrityStore",
     "chunk_grid",
-    "expected_chunk",
     "guard_read",
     "guard_window_group",
     "has_crc32c",
@@ -100,21 +99,10 @@ def _coords(doc: Mapping[str, Any], name: str) -> tuple[int, ...] | None:
     return tuple(int(p) for p in parts)
 
 
-def expected_chunk(doc: Mapping[str, Any], name: str) -> bool:
-    """Whether chunk ``name`` (relative to its array) is one the writer must have written.
-
-    Args:
-        doc: The array document.
-        name: Chunk key relative to the array (``c.0.0``).
-    """
-    grid = chunk_grid(doc)
-    coords = _coords(doc, name)
-    if grid is None or coords is None:
-        return False
-    shape, chunks = grid
-    if len(coords) != len(shape):
-        return False
-    return all(0 <= c < -(-s // k) for c, s, k in zip(coords, shape, chunks))
+def _expected_chunk(doc: Mapping[str, Any], name: str) -> bool:
+    """Whether chunk ``name`` (relative to its array, ``c.0.0``) lies in the array's grid: its writer wrote it."""
+    grid, coords = chunk_grid(doc), _coords(doc, name)
+    return grid is not None and coords is not None and grid_index(*grid, coords) is not None
 
 
 def has_crc32c(doc: Mapping[str, Any]) -> bool:
@@ -280,7 +268,7 @@ class IntegrityStore(WrapperStore[Store]):
         window, array_key, doc = found
         name = key[len(array_key) + 1 :]
         if value is None:
-            if expected_chunk(doc, name):
+            if _expected_chunk(doc, name):
                 raise DumpIntegrityError(
                     f"chunk {key}{self._where()} is missing: its window is committed, so every chunk of "
                     f"{array_key} (shape {doc.get('shape')}) must exist",
