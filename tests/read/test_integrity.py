@@ -234,14 +234,9 @@ def test_a_torn_window_chunk_is_still_checked_by_the_fast_read(dump_copy: Path) 
     assert rows.fast_reads == 0
 
 
-def test_a_pack_array_read_builds_no_per_task_view(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Reading a chunk of a packed window's stored array through the dump's store checks it against the window
-    inventory only: the store parses no catalogue, so the packs' per-task view is never built (and a chunk moved
-    in from another array is still refused)."""
-    import zarr
-
-    import megadump_zarr.read.catalog as catalog
-
+def _packed_stats(tmp_path: Path) -> tuple[Path, list[Path], str]:
+    """A copy of the stored packs fixture: (root, the chunk of each of its packs' ``_stats`` arrays, the first's
+    array key)."""
     root = shutil.copytree(Path(__file__).parent / "data" / "format9" / "packs", tmp_path / "packed")
     window = root / "rank_0" / "window_0000"
     listed = json.loads((window / "inventory.json").read_text())["arrays"]
@@ -251,15 +246,47 @@ def test_a_pack_array_read_builds_no_per_task_view(tmp_path: Path, monkeypatch: 
         if path.endswith("_stats")
     ]
     assert len(chunks) >= 2 and chunks[0].read_bytes() != chunks[1].read_bytes()
-    key = chunks[0].parent.relative_to(root).as_posix()
+    return root, chunks, chunks[0].parent.relative_to(root).as_posix()
 
-    def no_expansion(*args, **kwargs):
-        raise AssertionError("the packs' per-task view was built")
 
-    monkeypatch.setattr(catalog, "expand_window", no_expansion)
+def _no_expansion(*args, **kwargs):
+    raise AssertionError("the packs' per-task view was built")
+
+
+def test_a_pack_array_read_builds_no_per_task_view(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading a chunk of a packed window's stored array through the dump's store checks it against the window
+    inventory only: the store parses no catalogue, so the packs' per-task view is never built (and a chunk moved
+    in from another array is still refused)."""
+    import zarr
+
+    import megadump_zarr.read.catalog as catalog
+
+    root, chunks, key = _packed_stats(tmp_path)
+    monkeypatch.setattr(catalog, "expand_window", _no_expansion)
     dump = open_dump(root)
     assert len(dump.records()) > 0
     assert zarr.open_array(dump.store, path=key, mode="r")[...].size > 0
     chunks[0].write_bytes(chunks[1].read_bytes())  # another array's chunk, moved in after the catalogue was read
     with pytest.raises(DumpIntegrityError, match=f"chunk {re.escape(key)}/{chunks[0].name} .*window inventory"):
         zarr.open_array(dump.store, path=key, mode="r")[...]
+
+
+def test_a_dump_store_pickles_with_its_committed_windows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dump's store shipped to a worker carries which windows are committed (their stored documents, not the
+    catalogue: no per-task view is built) and refuses there what it refuses here."""
+    import pickle
+
+    import zarr
+
+    import megadump_zarr.read.catalog as catalog
+
+    root, chunks, key = _packed_stats(tmp_path)
+    monkeypatch.setattr(catalog, "expand_window", _no_expansion)
+    dump = open_dump(root)
+    assert len(dump.records()) > 0
+    copy = pickle.loads(pickle.dumps(dump.store))
+    expected = zarr.open_array(copy, path=key, mode="r")[...]
+    chunks[0].write_bytes(chunks[1].read_bytes())
+    with pytest.raises(DumpIntegrityError, match=f"chunk {re.escape(key)}/{chunks[0].name} .*window inventory"):
+        zarr.open_array(pickle.loads(pickle.dumps(dump.store)), path=key, mode="r")[...]
+    assert expected.size > 0

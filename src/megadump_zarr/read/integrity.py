@@ -120,6 +120,10 @@ def below_checks(store: Store) -> Store:
     return store.wrapped if isinstance(store, IntegrityStore) else store
 
 
+def _none_committed(window: str) -> None:
+    """No window is committed (a store wrapped without a reader's catalogue checks nothing)."""
+
+
 class IntegrityStore(WrapperStore[Store]):
     """A read-only store wrapper that refuses missing and corrupt chunks of committed windows.
 
@@ -140,7 +144,7 @@ class IntegrityStore(WrapperStore[Store]):
         depth: int = 2,
     ) -> None:
         super().__init__(store)
-        self._committed = committed or (lambda window: None)
+        self._committed = committed or _none_committed
         self._url = url
         self._inventories = inventories if inventories is not None else Inventories(url)
         self._depth = depth
