@@ -161,8 +161,8 @@ def test_corrupt_coordinate_chunk_of_a_stitched_tensor(dump_copy: Path, capsys: 
 
 
 def test_reads_that_never_scanned_the_catalogue(dump_copy: Path) -> None:
-    """A reader using Dump.store directly (the xarray engine does) is checked too: the wrapper reads the
-    window's document itself the first time it sees one of its chunks."""
+    """A reader using Dump.store directly (the xarray engine does) is checked too: the dump's catalogue, read at
+    open, says which windows are committed."""
     from megadump_zarr.read.truncated import open_zarr_array
 
     dump_root, path, chunk = _l0_x(dump_copy)
@@ -172,3 +172,121 @@ def test_reads_that_never_scanned_the_catalogue(dump_copy: Path) -> None:
     doc = window_doc["consolidated_metadata"]["metadata"][path.split("/", 2)[2]]
     with pytest.raises(DumpIntegrityError, match="is missing"):
         open_zarr_array(dump.store, path, doc)[...]
+
+
+def test_a_checked_chunk_has_its_crc32c_computed_once(dump_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast row read of a committed window's chunks does not check again the crc32c the integrity store
+    checked (with the chunk's inventory digest, in one pass): one crc32c pass per chunk."""
+    import google_crc32c
+
+    from megadump_zarr.read.chunks import ChunkRows, chunk_rows
+    from megadump_zarr.read.integrity import GuardedArray
+    from megadump_zarr.read.truncated import open_zarr_array
+
+    dump_root, path, _ = _l0_x(dump_copy)
+    dump = open_dump(dump_root)
+    expected = dump.record_array(path).values
+    window_doc = json.loads((dump_root / "rank_0" / "window_0000" / "zarr.json").read_text())
+    doc = window_doc["consolidated_metadata"]["metadata"][path.split("/", 2)[2]]
+    assert doc["codecs"][-1]["name"] == "crc32c"
+    rows = chunk_rows(GuardedArray(open_zarr_array(dump.store, path, doc), path))
+    assert isinstance(rows, ChunkRows)
+    passes = {"value": 0, "extend": 0}
+    value, extend = google_crc32c.value, google_crc32c.extend
+
+    def counted_value(data):
+        passes["value"] += 1
+        return value(data)
+
+    def counted_extend(crc, data):
+        passes["extend"] += 1
+        return extend(crc, data)
+
+    monkeypatch.setattr(google_crc32c, "value", counted_value)
+    monkeypatch.setattr(google_crc32c, "extend", counted_extend)
+    chunks = -(-expected.shape[0] // rows.chunks[0])
+    np.testing.assert_array_equal(rows[0 : expected.shape[0]], expected)
+    assert rows.fast_reads == 1
+    assert passes == {"value": 0, "extend": chunks}
+
+
+def test_a_torn_window_chunk_is_still_checked_by_the_fast_read(dump_copy: Path) -> None:
+    """A chunk the integrity store passes through (its window is not committed) has its crc32c checked where it is
+    decoded: a flipped byte is never returned as a value."""
+    from megadump_zarr.read.chunks import ChunkRows, chunk_rows
+    from megadump_zarr.read.integrity import GuardedArray
+    from megadump_zarr.read.truncated import open_zarr_array
+
+    dump_root, path, chunk = _l0_x(dump_copy)
+    window = dump_root / "rank_0" / "window_0000" / "zarr.json"
+    window_doc = json.loads(window.read_text())
+    doc = window_doc["consolidated_metadata"]["metadata"][path.split("/", 2)[2]]
+    window_doc["attributes"]["status"] = "writing"
+    window.write_text(json.dumps(window_doc))
+    raw = bytearray(chunk.read_bytes())
+    raw[len(raw) // 2] ^= 0x40
+    chunk.write_bytes(bytes(raw))
+    dump = open_dump(dump_root)
+    rows = chunk_rows(GuardedArray(open_zarr_array(dump.store, path, doc), path))
+    assert isinstance(rows, ChunkRows)
+    with pytest.raises(DumpIntegrityError, match=re.escape(f"{path}/{chunk.name}")):
+        rows[0 : doc["shape"][0]]
+    assert rows.fast_reads == 0
+
+
+def _packed_stats(tmp_path: Path) -> tuple[Path, list[Path], str]:
+    """A copy of the stored packs fixture: (root, the chunk of each of its packs' ``_stats`` arrays, the first's
+    array key)."""
+    root = shutil.copytree(Path(__file__).parent / "data" / "format9" / "packs", tmp_path / "packed")
+    window = root / "rank_0" / "window_0000"
+    listed = json.loads((window / "inventory.json").read_text())["arrays"]
+    chunks = [
+        next(p for p in sorted((window / path).iterdir()) if p.name != "zarr.json")
+        for path in sorted(listed)
+        if path.endswith("_stats")
+    ]
+    assert len(chunks) >= 2 and chunks[0].read_bytes() != chunks[1].read_bytes()
+    return root, chunks, chunks[0].parent.relative_to(root).as_posix()
+
+
+def _no_expansion(*args, **kwargs):
+    raise AssertionError("the packs' per-task view was built")
+
+
+def test_a_pack_array_read_builds_no_per_task_view(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading a chunk of a packed window's stored array through the dump's store checks it against the window
+    inventory only: the store parses no catalogue, so the packs' per-task view is never built (and a chunk moved
+    in from another array is still refused)."""
+    import zarr
+
+    import megadump_zarr.read.catalog as catalog
+
+    root, chunks, key = _packed_stats(tmp_path)
+    monkeypatch.setattr(catalog, "expand_window", _no_expansion)
+    dump = open_dump(root)
+    assert len(dump.records()) > 0
+    assert zarr.open_array(dump.store, path=key, mode="r")[...].size > 0
+    chunks[0].write_bytes(chunks[1].read_bytes())  # another array's chunk, moved in after the catalogue was read
+    with pytest.raises(DumpIntegrityError, match=f"chunk {re.escape(key)}/{chunks[0].name} .*window inventory"):
+        zarr.open_array(dump.store, path=key, mode="r")[...]
+
+
+def test_a_dump_store_pickles_with_its_committed_windows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dump's store shipped to a worker carries which windows are committed (their stored documents, not the
+    catalogue: no per-task view is built) and refuses there what it refuses here."""
+    import pickle
+
+    import zarr
+
+    import megadump_zarr.read.catalog as catalog
+
+    root, chunks, key = _packed_stats(tmp_path)
+    monkeypatch.setattr(catalog, "expand_window", _no_expansion)
+    dump = open_dump(root)
+    assert len(dump.records()) > 0
+    copy = pickle.loads(pickle.dumps(dump.store))
+    expected = zarr.open_array(copy, path=key, mode="r")[...]
+    chunks[0].write_bytes(chunks[1].read_bytes())
+    with pytest.raises(DumpIntegrityError, match=f"chunk {re.escape(key)}/{chunks[0].name} .*window inventory"):
+        zarr.open_array(pickle.loads(pickle.dumps(dump.store)), path=key, mode="r")[...]
+    assert expected.size > 0

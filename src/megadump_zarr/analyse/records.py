@@ -55,6 +55,7 @@ def window_frame(unit: WindowUnit) -> Any:
         info = window_info(unit.key, get_bytes(dump.store, f"{unit.key}/zarr.json"), fetch=store_fetch(dump.store))
     if not info.final:
         raise ValueError(f"window {unit.key} of {unit.source.url} is not committed (status {info.status})")
+    dump._windows.setdefault(unit.key, info)  # its catalogue's: the dump's integrity checks hold its chunks to it
     return dump._window_frame(info)
 
 

@@ -10,8 +10,9 @@ plain array itself:
   (the store stack is the dump's own, :class:`~megadump_zarr.read.integrity.IntegrityStore`, so a missing
   chunk of a committed window is refused exactly as for zarr); a packed record's one chunk is a ranged read
   of its shard, after the shard index check (:mod:`megadump_zarr.read.pack_rows`);
-* the trailing ``crc32c`` is verified and the chunk decompressed (blosc, zstd, or none) in the calling
-  thread, straight into the output block where the chunk lies inside it: C code that releases the GIL,
+* the trailing ``crc32c`` is verified once (by the integrity store, in the same pass as the chunk's inventory
+  digest, for a whole chunk of a committed window; here otherwise) and the chunk decompressed (blosc, zstd, or
+  none) in the calling thread, straight into the output block where the chunk lies inside it: C code that releases the GIL,
   so several readers use several cores.
 * a store that can fill a buffer itself (an msprobe dump read in place:
   :meth:`~megadump_zarr.read.msprobe.store.MsprobeStore.read_chunk_into`, found below the dump's
@@ -210,10 +211,22 @@ class ChunkRows:
             self._read_direct([key for _, key, _ in requests], first, last, start, stop, out)
             return out
         raws = sync(_fetch(requests))
-        return self._assemble(start, stop, first, raws)
+        return self._assemble(start, stop, first, raws, self._store_checks(requests))
 
-    def _assemble(self, start: int, stop: int, first: int, raws: list[Any]) -> np.ndarray:
-        """Rows ``start:stop`` decoded from the stored chunks ``raws`` (chunk ``first`` onwards)."""
+    def _store_checks(self, requests: list[tuple[Any, str, Any]]) -> bool:
+        """Whether the store checked the trailing crc32c of every chunk it returned for ``requests`` (whole chunks
+        of one array the dump's integrity store checks against its window's inventory): one check per chunk."""
+        checks = getattr(self.store, "checks", None)
+        return (
+            self.crc32c
+            and callable(checks)
+            and all(byte_range is None for _, _, byte_range in requests)
+            and checks(requests[0][1])
+        )
+
+    def _assemble(self, start: int, stop: int, first: int, raws: list[Any], checked: bool = False) -> np.ndarray:
+        """Rows ``start:stop`` decoded from the stored chunks ``raws`` (chunk ``first`` onwards; ``checked``: their
+        crc32c was checked where they were read)."""
         step = self.chunks[0]
         out = np.empty((stop - start,) + self.shape[1:], dtype=self.dtype)
         for i, raw in enumerate(raws, start=first):
@@ -222,7 +235,7 @@ class ChunkRows:
             lo, hi = max(start, i * step), min(stop, (i + 1) * step)
             inside = lo == i * step and hi == (i + 1) * step
             target = out[lo - start : hi - start] if inside else np.empty(self.chunks, dtype=self.dtype)
-            self._decode(raw, target)
+            self._decode(raw, target, checked)
             if not inside:
                 out[lo - start : hi - start] = target[lo - i * step : hi - i * step]
         return out
@@ -240,16 +253,18 @@ class ChunkRows:
             if not inside:
                 out[lo - start : hi - start] = target[lo - i * step : hi - i * step]
 
-    def _decode(self, raw: Any, target: np.ndarray) -> None:
-        """Decode one stored chunk into ``target`` (C-contiguous, exactly one chunk's bytes)."""
+    def _decode(self, raw: Any, target: np.ndarray, checked: bool = False) -> None:
+        """Decode one stored chunk into ``target`` (C-contiguous, exactly one chunk's bytes; ``checked``: its crc32c
+        was checked where it was read)."""
         if raw is None:
             raise _Fallback("chunk absent")
         data = raw.as_numpy_array().view(np.uint8).reshape(-1)
         if self.crc32c:
-            import google_crc32c
+            if not checked:
+                import google_crc32c
 
-            if data.size < 4 or int.from_bytes(bytes(data[-4:]), "little") != int(google_crc32c.value(data[:-4])):
-                raise _Fallback("checksum")
+                if data.size < 4 or int.from_bytes(bytes(data[-4:]), "little") != int(google_crc32c.value(data[:-4])):
+                    raise _Fallback("checksum")
             data = data[:-4]
         dest = target.reshape(-1).view(np.uint8)
         if dest.size != self._chunk_bytes:
@@ -332,7 +347,7 @@ def read_many(items: list[tuple[Any, tuple[slice, ...]]]) -> list[Any]:
             continue
         start, stop, first, at, count = plan
         try:
-            block = x._assemble(start, stop, first, raws[at : at + count])
+            block = x._assemble(start, stop, first, raws[at : at + count], x._store_checks(keys[at : at + count]))
         except Exception:  # zarr reads it again and raises (or fills) exactly as it would have
             out.append(x.guarded[index])
             continue

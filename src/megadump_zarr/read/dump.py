@@ -34,12 +34,11 @@ from megadump_zarr.read.catalog import (
     itemsize,
     records_frame,
     scan_windows,
-    window_info,
     window_nodes,
 )
 from megadump_zarr.read.documents import check_array_doc, check_attributes, count_field, shape_field
 from megadump_zarr.read.errors import DumpIntegrityError, FormatVersionError
-from megadump_zarr.read.integrity import CommittedWindows, IntegrityStore, guard_read
+from megadump_zarr.read.integrity import IntegrityStore, guard_read
 from megadump_zarr.read.inventory import Inventories
 from megadump_zarr.read.location import DumpLocation, open_location, store_path
 from megadump_zarr.read.pack_arrays import is_packed_array
@@ -102,6 +101,29 @@ def open_dump(url: str | os.PathLike[str] | Store, storage_options: dict[str, An
     return dump
 
 
+class _CommittedNodes:
+    """The consolidated nodes as stored of the windows a :class:`Dump`'s catalogue read as committed, by window key
+    (its integrity store's :data:`~megadump_zarr.read.integrity.Committed`: that store parses no catalogue).
+
+    Args:
+        infos: The dump's window catalogue (shared: windows scanned later count too).
+    """
+
+    def __init__(self, infos: dict[str, Any]) -> None:
+        self.infos = infos
+
+    def __call__(self, window: str) -> dict[str, dict[str, Any]] | None:
+        info = self.infos.get(window)
+        if info is None or isinstance(info, dict):  # a copy shipped to a worker holds the nodes themselves
+            return info
+        if not info.final:
+            return None
+        return info.stored if info.stored is not None else info.nodes
+
+    def __getstate__(self) -> dict[str, Any]:  # the nodes, not the catalogue (whose packed windows would expand)
+        return {"infos": {key: nodes for key in list(self.infos) if (nodes := self(key)) is not None}}
+
+
 def _int_or(value: Any, default: int = -1) -> int:
     return default if value is None or value is pd.NA else int(value)
 
@@ -125,7 +147,7 @@ class Dump:
             if isinstance(location.store, IntegrityStore)
             else IntegrityStore(
                 location.store,
-                CommittedWindows(self._windows, window_info),
+                _CommittedNodes(self._windows),
                 location.url,
                 Inventories(location.url, required=not getattr(location.store, "made_in_memory", False)),
             )

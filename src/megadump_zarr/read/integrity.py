@@ -2,13 +2,17 @@
 
 zarr reads a missing chunk as the array's fill value (zeros here), and a corrupt chunk fails deep in a
 codec (``RuntimeError`` from blosc, a bare ``ValueError`` from ``crc32c``). A committed window
-(``complete`` or ``aborted``) holds every chunk of every array it lists: the writer writes each one,
-padding the edge chunk, so the chunk count follows from ``shape`` and the chunk grid. :class:`IntegrityStore`
-wraps the dump's store and, for a chunk key of an array of a committed window:
+(``complete`` or ``aborted``) lists every array it holds and each chunk's digest in its inventory
+(:mod:`megadump_zarr.layout.inventory`). :class:`IntegrityStore` wraps the dump's store and parses no catalogue:
+the reader that owns it says which windows are committed and gives their consolidated array documents as read
+(``committed``). A key is a chunk of a committed window's array when the window's inventory lists that array (the
+longest listed path that prefixes the key; an array the documents describe and the inventory does not list is
+refused as added or moved in), and then:
 
 - a ``get`` that finds nothing raises :class:`~megadump_zarr.read.errors.DumpIntegrityError` naming the key;
-- a whole-chunk ``get`` whose codec chain ends with ``crc32c`` has its checksum verified here (one C
-  call, the same one zarr makes again on decode), so a mismatch names the key and both checksums.
+- a whole-chunk ``get`` is checked once against the inventory: one crc32c pass gives the chunk's digest and
+  checks its trailing ``crc32c`` (:func:`~megadump_zarr.layout.inventory.chunk_digest`), so a mismatch names the key
+  and what is wrong, and a reader of what this store checked need not check the checksum again (:meth:`checks`).
 
 Keys of torn (``writing``) windows, documents and anything outside a committed window pass through
 unchanged. A packed record is read by row (:mod:`megadump_zarr.read.pack_rows`), after its own check of its
@@ -21,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Mapping
-import contextlib
 import itertools
 from typing import Any
 
@@ -31,29 +34,24 @@ from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import WrapperStore
 
 from megadump_zarr.layout.inventory import INVENTORY_FILE, chunk_digest
-from megadump_zarr.layout.paths import WINDOW_KEY
 from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.inventory import Inventories, grid_index
-from megadump_zarr.read.location import parse_json
-from megadump_zarr.read.pack_nodes import is_packed, window_column_keys
 
 __all__ = [
-    "ChunkLookup",
-    "CommittedWindows",
+    "Committed",
     "GuardedArray",
     "IntegrityStore",
     "chunk_grid",
-    "expected_chunk",
     "guard_read",
     "guard_window_group",
     "has_crc32c",
     "verify_crc32c",
-    "window_lookup",
 ]
 
 
-ChunkLookup = Callable[[str], "tuple[str, dict[str, Any]] | None"]
-"""``lookup(key) -> (array key, array document)`` when ``key`` lies inside an array of a committed window."""
+Committed = Callable[[str], "Mapping[str, dict[str, Any]] | None"]
+"""``committed(window key) -> its consolidated nodes as stored`` (path below the window -> document) when the
+reader read the window as committed, else ``None``."""
 
 
 def chunk_grid(doc: Mapping[str, Any]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
@@ -101,21 +99,10 @@ def _coords(doc: Mapping[str, Any], name: str) -> tuple[int, ...] | None:
     return tuple(int(p) for p in parts)
 
 
-def expected_chunk(doc: Mapping[str, Any], name: str) -> bool:
-    """Whether chunk ``name`` (relative to its array) is one the writer must have written.
-
-    Args:
-        doc: The array document.
-        name: Chunk key relative to the array (``c.0.0``).
-    """
-    grid = chunk_grid(doc)
-    coords = _coords(doc, name)
-    if grid is None or coords is None:
-        return False
-    shape, chunks = grid
-    if len(coords) != len(shape):
-        return False
-    return all(0 <= c < -(-s // k) for c, s, k in zip(coords, shape, chunks))
+def _expected_chunk(doc: Mapping[str, Any], name: str) -> bool:
+    """Whether chunk ``name`` (relative to its array, ``c.0.0``) lies in the array's grid: its writer wrote it."""
+    grid, coords = chunk_grid(doc), _coords(doc, name)
+    return grid is not None and coords is not None and grid_index(*grid, coords) is not None
 
 
 def has_crc32c(doc: Mapping[str, Any]) -> bool:
@@ -127,39 +114,14 @@ def has_crc32c(doc: Mapping[str, Any]) -> bool:
     return name == "crc32c"
 
 
-def window_lookup(windows: Callable[[str], Mapping[str, dict[str, Any]] | None], depth: int = 2) -> ChunkLookup:
-    """A :data:`ChunkLookup` over windows whose key is the first ``depth`` path components.
-
-    Args:
-        windows: Window key (``rank_0/window_0000``, or ``""`` with ``depth=0``) -> consolidated nodes
-            of that window when it is committed, else ``None``.
-        depth: Path components of a window key (2 below a dump root, 0 when the store is the window).
-    """
-
-    def lookup(key: str) -> tuple[str, dict[str, Any]] | None:
-        parts = key.split("/")
-        if len(parts) <= depth + 1 or parts[-1] == "zarr.json":
-            return None
-        window = "/".join(parts[:depth])
-        nodes = windows(window)
-        if not nodes:
-            return None
-        rest = parts[depth:]
-        for cut in range(len(rest) - 1, 0, -1):  # "." separator: one component; "/": several
-            doc = nodes.get("/".join(rest[:cut]))
-            if isinstance(doc, dict) and doc.get("node_type") == "array":
-                array_key = "/".join(parts[: depth + cut])
-                return array_key, doc
-        return None
-
-    lookup.depth = depth  # type: ignore[attr-defined]
-    return lookup
-
-
 def below_checks(store: Store) -> Store:
     """The dump's store below its integrity checks (what reads that check what they read themselves use: a
     pack's shard index, its per-task arrays)."""
     return store.wrapped if isinstance(store, IntegrityStore) else store
+
+
+def _none_committed(window: str) -> None:
+    """No window is committed (a store wrapped without a reader's catalogue checks nothing)."""
 
 
 class IntegrityStore(WrapperStore[Store]):
@@ -167,20 +129,66 @@ class IntegrityStore(WrapperStore[Store]):
 
     Args:
         store: The dump's store.
-        lookup: Which keys are chunks of committed windows' arrays (see :func:`window_lookup`).
+        committed: Which windows are committed, and their consolidated nodes as stored (see :data:`Committed`).
         url: The dump root as given, for messages.
+        inventories: The windows' inventories, as read (one per dump, shared by its copies of this store).
+        depth: Path components of a window key (2 below a dump root, 0 when the store is the window).
     """
 
     def __init__(
-        self, store: Store, lookup: ChunkLookup | None = None, url: str = "", inventories: Inventories | None = None
+        self,
+        store: Store,
+        committed: Committed | None = None,
+        url: str = "",
+        inventories: Inventories | None = None,
+        depth: int = 2,
     ) -> None:
         super().__init__(store)
-        self._lookup = lookup or (lambda key: None)
+        self._committed = committed or _none_committed
         self._url = url
         self._inventories = inventories if inventories is not None else Inventories(url)
+        self._depth = depth
 
     def _with_store(self, store: Store) -> IntegrityStore:
-        return type(self)(store, self._lookup, self._url, self._inventories)
+        return type(self)(store, self._committed, self._url, self._inventories, self._depth)
+
+    def _window(self, key: str) -> tuple[str, Mapping[str, dict[str, Any]]] | None:
+        """``(window key, its nodes)`` when ``key`` lies below a committed window's node (not a document)."""
+        parts = key.split("/")
+        if len(parts) <= self._depth + 1 or parts[-1] in ("zarr.json", INVENTORY_FILE):
+            return None
+        window = "/".join(parts[: self._depth])
+        nodes = self._committed(window)
+        return None if nodes is None else (window, nodes)
+
+    def _array(self, key: str) -> tuple[str, str, dict[str, Any]] | None:
+        """``(window, array key, array document)`` when ``key`` lies inside an array of a committed window: one its
+        inventory lists, else (an array added or moved in, which the check refuses) one its documents describe."""
+        found = self._window(key)
+        if found is None:
+            return None
+        window, nodes = found
+        listed = self._inventories.listed(window)
+        rest = key.split("/")[self._depth :]
+        for source in (listed, nodes):
+            for cut in range(len(rest) - 1, 0, -1):  # "." separator: one component; "/": several
+                path = "/".join(rest[:cut])
+                if path in source:
+                    doc = nodes.get(path)
+                    if not isinstance(doc, dict) or doc.get("node_type") != "array":
+                        break
+                    return window, f"{window}/{path}" if window else path, doc
+        return None
+
+    def checks(self, key: str) -> bool:
+        """Whether a whole-chunk ``get`` of ``key`` through this store checks its trailing crc32c (its reader then
+        need not check it again).
+
+        Args:
+            key: The chunk's key relative to the root.
+        """
+        found = self._array(key)
+        return found is not None and has_crc32c(found[2])
 
     def check_read(self, key: str, data: bytes) -> None:
         """Check a whole chunk that a fast path read below this store (its bytes ``data``) as a ``get`` would.
@@ -195,7 +203,7 @@ class IntegrityStore(WrapperStore[Store]):
         from zarr.core.buffer import default_buffer_prototype
         from zarr.core.sync import sync
 
-        if self._lookup(key) is None:
+        if self._window(key) is None:
             return
         prototype = default_buffer_prototype()
         sync(self._learn_inventory(key, prototype))
@@ -215,23 +223,17 @@ class IntegrityStore(WrapperStore[Store]):
         from zarr.core.sync import sync
 
         checked = self.__dict__.setdefault("_whole_checked", set())
-        if key in checked or self._lookup(key) is None:
+        if key in checked or self._window(key) is None:
             return
         sync(self.get(key, default_buffer_prototype()))
         checked.add(key)
 
-    def _window_of(self, key: str) -> str:
-        """The window key of a key inside a committed window's array (the lookup's first components)."""
-        depth = getattr(self._lookup, "depth", 2)
-        return "/".join(key.split("/")[:depth])
-
     async def _learn_inventory(self, key: str, prototype: BufferPrototype) -> None:
-        """Read the window inventory of a chunk key of a committed window (once per window)."""
-        if self._lookup(key) is None:
+        """Read the inventory of the committed window of ``key`` (once per window)."""
+        found = self._window(key)
+        if found is None or self._inventories.known(found[0]):
             return
-        window = self._window_of(key)
-        if self._inventories.known(window):
-            return
+        window = found[0]
         pending = self._inventories.pending  # concurrent first reads of one window share one read of it
         fetch = pending.get(window)
         if fetch is None:
@@ -264,13 +266,13 @@ class IntegrityStore(WrapperStore[Store]):
         return f" in {self._url}" if self._url else ""
 
     def _check(self, key: str, value: Buffer | None, byte_range: ByteRequest | None) -> Buffer | None:
-        found = self._lookup(key)
+        found = self._array(key)
         if found is None:
             return value
-        array_key, doc = found
+        window, array_key, doc = found
         name = key[len(array_key) + 1 :]
         if value is None:
-            if expected_chunk(doc, name):
+            if _expected_chunk(doc, name):
                 raise DumpIntegrityError(
                     f"chunk {key}{self._where()} is missing: its window is committed, so every chunk of "
                     f"{array_key} (shape {doc.get('shape')}) must exist",
@@ -285,34 +287,12 @@ class IntegrityStore(WrapperStore[Store]):
             coords = _coords(doc, name)
             grid = chunk_grid(doc)
             index = grid_index(*grid, coords) if grid is not None and coords is not None else None
-            window = self._window_of(key)
-            stored = getattr(self._lookup, "stored", lambda w, p: True)(window, array_key[len(window) + 1 :])
-            self._inventories.check(window, array_key, doc, key, index, digest, stored, trailing)
+            self._inventories.check(window, array_key, doc, key, index, digest, trailing)
         return value
-
-    async def _learn(self, key: str, prototype: BufferPrototype) -> None:
-        """Read the window document of a chunk key the catalogue has not scanned yet (once per window)."""
-        lookup = self._lookup
-        if not isinstance(lookup, CommittedWindows) or key.endswith("zarr.json"):
-            return
-        match = WINDOW_KEY.match(key)  # a key inside a node below the window, not the window's own zarr.json
-        if match is None or not match.group(2).rpartition("/")[0] or lookup.known(match.group(1)):
-            return
-        raw = await self._store.get(f"{match.group(1)}/zarr.json", prototype)
-        data = None if raw is None else raw.to_bytes()
-        doc = None
-        if data is not None:
-            with contextlib.suppress(ValueError):  # a document that does not parse: window_info names it
-                doc = parse_json(data, f"{match.group(1)}/zarr.json")
-        keys = window_column_keys(match.group(1), doc) if is_packed(doc) else []
-        values = await asyncio.gather(*(self._store.get(k, prototype) for k in keys))
-        fetched = {k: None if v is None else v.to_bytes() for k, v in zip(keys, values)}
-        lookup.learn(match.group(1), data, lambda wanted: [fetched.get(k) for k in wanted], doc)
 
     async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
         value = await self._store.get(key, prototype, byte_range)
-        await self._learn(key, prototype)
-        if value is not None and byte_range is None:
+        if value is None or byte_range is None:
             await self._learn_inventory(key, prototype)
         return self._check(key, value, byte_range)
 
@@ -322,8 +302,7 @@ class IntegrityStore(WrapperStore[Store]):
         key_ranges = list(key_ranges)
         values = await self._store.get_partial_values(prototype, key_ranges)
         for (key, byte_range), value in zip(key_ranges, values):
-            await self._learn(key, prototype)
-            if value is not None and byte_range is None:
+            if value is None or byte_range is None:
                 await self._learn_inventory(key, prototype)
         return [self._check(key, value, byte_range) for (key, byte_range), value in zip(key_ranges, values)]
 
@@ -419,62 +398,6 @@ class GuardedArray:
         return guard_read(self.array, self.key, lambda: self.array[selection], self.root)
 
 
-class CommittedWindows:
-    """A picklable :data:`ChunkLookup` over a dump's window catalogue (see :func:`window_lookup`).
-
-    Args:
-        infos: Window key -> ``WindowInfo`` (the ``Dump``'s own cache, shared: windows scanned later
-            count too). Only committed (``final``) windows with consolidated nodes are checked.
-        describe: Turns a window document into its ``WindowInfo`` (the catalogue's ``window_info``, given by the
-            dump that owns the catalogue: this layer reads no catalogue of its own).
-    """
-
-    depth = 2
-    """Path components of a window key below the dump root."""
-
-    def __init__(self, infos: dict[str, Any], describe: Callable[..., Any]) -> None:
-        self.infos = infos
-        self.describe = describe
-        self.not_final: set[str] = set()  # windows whose document was read and is not committed (or unreadable)
-
-    def stored(self, window: str, path: str) -> bool:
-        """Whether the array at ``path`` below ``window`` is stored (not a pack's record described as an array)."""
-        packs = getattr(self.infos.get(window), "packs", None)
-        return packs is None or path not in packs.virtual
-
-    def known(self, window: str) -> bool:
-        """Whether the window's status is known (scanned by the dump, or learned by :meth:`learn`)."""
-        return window in self.infos or window in self.not_final
-
-    def learn(self, window: str, raw: bytes | None, fetch: Any, doc: dict[str, Any] | None = None) -> None:
-        """Record a window document read by the store itself (a reader that did not scan it, e.g. the engine).
-
-        Args:
-            window: The window key.
-            raw: Its document (``None``: absent).
-            fetch: Reads keys of the dump (its packs' per-task arrays, read with the document).
-            doc: The document already parsed from ``raw``, if it was.
-        """
-        try:
-            info = self.describe(window, raw, doc, fetch=fetch)
-        except ValueError:
-            info = None
-        if info is not None and info.final:
-            self.infos.setdefault(window, info)
-        else:
-            self.not_final.add(window)
-
-    def _nodes(self, window: str) -> Mapping[str, dict[str, Any]] | None:
-        info = self.infos.get(window)
-        if info is None or not getattr(info, "final", False):
-            return None
-        packs = getattr(info, "packs", None)
-        return info.nodes if packs is None else packs.checked_nodes(info.nodes)
-
-    def __call__(self, key: str) -> tuple[str, dict[str, Any]] | None:
-        return window_lookup(self._nodes)(key)
-
-
 def guard_window_group(group: Any, url: str = "") -> Any:
     """The same zarr window group, reopened over an :class:`IntegrityStore` when the window is committed.
 
@@ -503,9 +426,5 @@ def guard_window_group(group: Any, url: str = "") -> Any:
     ):
         return group
     depth = len(window.split("/")) if window else 0
-
-    def windows(key: str) -> Mapping[str, dict[str, Any]] | None:
-        return nodes if key == window else None
-
-    store = IntegrityStore(group.store, window_lookup(windows, depth), url)
+    store = IntegrityStore(group.store, lambda key: nodes if key == window else None, url, depth=depth)
     return zarr.open_group(store, path=window, mode="r", zarr_format=3)

@@ -177,6 +177,15 @@ class Inventories:
         """Whether the window's inventory was read."""
         return window in self._windows
 
+    def listed(self, window: str) -> Mapping[str, InventoryEntry]:
+        """The arrays the window's inventory lists, by path below the window (empty: not read, or not usable).
+
+        Args:
+            window: The window key.
+        """
+        entries = self._windows.get(window)
+        return entries if isinstance(entries, Mapping) else _NOT_INVENTORIED
+
     def learn(self, window: str, raw: bytes | None) -> None:
         """Parse a window's inventory (its bytes; ``None``: absent, which every read of its chunks then names).
 
@@ -198,7 +207,6 @@ class Inventories:
         chunk_key: str,
         index: int | None,
         digest: int,
-        stored: bool = True,
         trailing: bool = True,
     ) -> None:
         """Refuse a chunk that is not its place's (or whose array or document is not its writer's).
@@ -210,8 +218,6 @@ class Inventories:
             chunk_key: The chunk's key.
             index: Its position in the grid's C order (``None``: not a chunk of the grid).
             digest: Its digest (:func:`~megadump_zarr.layout.inventory.chunk_digest` of its stored bytes).
-            stored: Whether the array is stored (a pack's records, described as arrays of their own, are not: their
-                chunks lie in the pack's arrays, whose whole shards the inventory binds).
             trailing: The digest is the chunk's own valid trailing crc32c.
 
         Raises:
@@ -222,7 +228,7 @@ class Inventories:
             raise DumpIntegrityError(
                 f"chunk {chunk_key} cannot be trusted: {entries.message(self._where)}", key=chunk_key
             )
-        if entries is None or entries is _NOT_INVENTORIED or not stored:
+        if entries is None or entries is _NOT_INVENTORIED:
             return
         entry = entries.get(array_key[len(window) + 1 :] if window else array_key)
         checked = entry is not None and self._documents.get(array_key) == entry.metadata

@@ -127,12 +127,11 @@ class PackedWindow:
     virtual: dict[str, dict[str, Any]]
     _indexes: dict[str, _Index] = field(default_factory=dict, repr=False)
     _opened: dict[str, tuple[Store, Any]] = field(default_factory=dict, repr=False)
-    _checked_nodes: dict[str, dict[str, Any]] | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __getstate__(self) -> dict[str, Any]:  # shipped to dask workers: caches stay behind
         state = dict(self.__dict__)
-        state["_indexes"], state["_opened"], state["_checked_nodes"], state["_lock"] = {}, {}, None, None
+        state["_indexes"], state["_opened"], state["_lock"] = {}, {}, None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -141,14 +140,6 @@ class PackedWindow:
 
     def _key(self, rel: str) -> str:
         return f"{self.window}/{rel}" if self.window else rel
-
-    def checked_nodes(self, nodes: dict[str, Any]) -> dict[str, Any]:
-        """``nodes`` (the window's, as the catalogue describes it) with the stored pack arrays added: what the
-        dump's integrity checks know of the window, so a missing shard of a committed window is refused on any
-        read of it (zarr's own too), not only by the index check."""
-        if self._checked_nodes is None:
-            self._checked_nodes = {**nodes, **self.packs}
-        return self._checked_nodes
 
     def open_pack(self, store: Store, array: str, doc: dict[str, Any]) -> Any:
         """The zarr array of stored pack array ``array`` (key relative to the root), opened once per store (its
