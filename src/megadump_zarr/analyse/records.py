@@ -46,17 +46,7 @@ def window_frame(unit: WindowUnit) -> Any:
     Raises:
         ValueError: The window is missing or not committed (the message names it).
     """
-    from megadump_zarr.read.catalog import store_fetch, window_info
-    from megadump_zarr.read.location import get_bytes
-
-    dump = unit.source.open()
-    info = dump._windows.get(unit.key)
-    if info is None or not info.final:
-        info = window_info(unit.key, get_bytes(dump.store, f"{unit.key}/zarr.json"), fetch=store_fetch(dump.store))
-    if not info.final:
-        raise ValueError(f"window {unit.key} of {unit.source.url} is not committed (status {info.status})")
-    dump._windows.setdefault(unit.key, info)  # its catalogue's: the dump's integrity checks hold its chunks to it
-    return dump._window_frame(info)
+    return unit.source.open().window_records(unit.key)
 
 
 def prefetch_records(dump: Any) -> Any:

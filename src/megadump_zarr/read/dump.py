@@ -34,13 +34,15 @@ from megadump_zarr.read.catalog import (
     itemsize,
     records_frame,
     scan_windows,
+    store_fetch,
+    window_info,
     window_nodes,
 )
 from megadump_zarr.read.documents import check_array_doc, check_attributes, count_field, shape_field
 from megadump_zarr.read.errors import DumpIntegrityError, FormatVersionError
 from megadump_zarr.read.integrity import IntegrityStore, guard_read
 from megadump_zarr.read.inventory import Inventories
-from megadump_zarr.read.location import DumpLocation, open_location, store_path
+from megadump_zarr.read.location import DumpLocation, get_bytes, open_location, store_path
 from megadump_zarr.read.pack_arrays import is_packed_array
 from megadump_zarr.read.select import (
     check_tensor_choice,
@@ -216,6 +218,25 @@ class Dump:
         if info.final:
             self._frames[info.key] = frame
         return frame
+
+    def window_records(self, key: str) -> pd.DataFrame:
+        """The records table of one committed window (what :meth:`records` concatenates), read on its own: a
+        window this ``Dump`` has not scanned yet is read and joins its catalogue (a dask worker builds one
+        window's table this way).
+
+        Args:
+            key: The window key (``rank_0/window_0003``).
+
+        Raises:
+            ValueError: The window is missing or not committed (the message names it).
+        """
+        info = self._windows.get(key)
+        if info is None or not info.final:
+            info = window_info(key, get_bytes(self.store, f"{key}/zarr.json"), fetch=store_fetch(self.store))
+        if not info.final:
+            raise ValueError(f"window {key} of {self.root} is not committed (status {info.status})")
+        self._windows.setdefault(key, info)  # the integrity checks read which windows are committed here
+        return self._window_frame(info)
 
     def records(self, *, include_incomplete: bool = False) -> pd.DataFrame:
         """One row per stored tensor, from metadata only (no chunk is read).
