@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import functools
 from typing import Any
 
-from megadump_zarr.layout.packs import RECORD_ATTRIBUTES_ATTR
+from megadump_zarr.layout.packs import RECORD_ATTRIBUTES_ATTR, row_bound_arrays
 from megadump_zarr.read.pack_checks import PackTable
-from megadump_zarr.read.pack_columns import pack_rows, row_dims
+from megadump_zarr.read.pack_columns import record_rows, row_dims
 from megadump_zarr.store.packs import ShardSource
 
 __all__ = ["PackedCoordinate", "PackedRecord", "PackedTasks"]
@@ -88,15 +88,6 @@ class PackedCoordinate:
         }
 
 
-def _row_table(table: PackTable, row: int) -> tuple[Any, list[str]]:
-    """One row of a pack decoded (:func:`~megadump_zarr.read.pack_columns.pack_rows` of that row alone), and the
-    pack's row coordinates."""
-    columns = {
-        name: values[row : row + 1] if len(values) == table.count else values for name, values in table.columns.items()
-    }
-    return pack_rows(1, table.shared, columns, table.records), row_dims(table.records, table.columns)
-
-
 def _record_doc(pack_doc: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:
     """One record's description from its pack array's document and its row's attributes."""
     shape = list(pack_doc["shape"][1:])
@@ -125,38 +116,54 @@ class PackedTasks:
 
     def __init__(self, tables: list[PackTable]) -> None:
         self.tables = tables
+        self._found: dict[str, PackedRecord | PackedCoordinate | None] = {}
+        self._attributes: dict[tuple[str, str], list[dict[str, Any]]] = {}
+
+    def _record_attributes(self, table: PackTable, row: int, component: str) -> dict[str, Any]:
+        """One record's attributes in one row of a pack: its record array's rows decoded once
+        (:func:`~megadump_zarr.read.pack_columns.record_rows`), when one of them is first opened."""
+        key = (table.pack, component)
+        if key not in self._attributes:
+            self._attributes[key] = record_rows(table.count, {component: table.records[component]}, table.columns)[
+                component
+            ]
+        return self._attributes[key][row]
 
     @functools.cached_property
-    def _rows(self) -> dict[str, tuple[PackTable, int]]:
-        """Task group path -> ``(pack, row)``."""
-        found: dict[str, tuple[PackTable, int]] = {}
+    def _rows(self) -> dict[str, tuple[PackTable, int, list[str]]]:
+        """Task group path -> ``(pack, row, the pack's row coordinates)``."""
+        found: dict[str, tuple[PackTable, int, list[str]]] = {}
         for table in self.tables:
             stage = table.pack.rpartition("/")[0]
+            dims = row_dims(table.records, table.columns)
             for row, group in enumerate(table.groups):
-                found[f"{stage}/{group}"] = (table, row)
+                found[f"{stage}/{group}"] = (table, row, dims)
         return found
 
     def find(self, rel: str) -> PackedRecord | PackedCoordinate | None:
-        """The packed record or row coordinate at ``rel`` (``None``: not one).
+        """The packed record or row coordinate at ``rel`` (``None``: not one), described once.
 
         Args:
             rel: A path relative to the window (``{stage}/{task group}/{name}``).
         """
+        if rel not in self._found:
+            self._found[rel] = self._describe(rel)
+        return self._found[rel]
+
+    def _describe(self, rel: str) -> PackedRecord | PackedCoordinate | None:
         group, _, name = rel.rpartition("/")
         found = self._rows.get(group)
         if found is None:
             return None
-        table, row = found
+        table, row, dims = found
+        coords = {}
+        for dim in dims:
+            start, stop = (int(table.columns[bound][row]) for bound in row_bound_arrays(dim))
+            coords[dim] = (start, stop)
         record = table.records.get(name)
-        rows, dims = _row_table(table, row)
         if record is None:
-            if name not in dims:
-                return None
-            start, stop = rows.tasks[0]["coords"][name]
-            return PackedCoordinate(name, int(start), int(stop))
+            return PackedCoordinate(name, *coords[name]) if name in coords else None
         if not isinstance((record.get("attributes") or {}).get(RECORD_ATTRIBUTES_ATTR), dict):
             return None
-        coords = {dim: (int(a), int(b)) for dim, (a, b) in rows.tasks[0]["coords"].items()}
-        return PackedRecord(
-            rel, f"{table.pack}/{name}", row, record, _record_doc(record, rows.records[name][0]), coords
-        )
+        doc = _record_doc(record, self._record_attributes(table, row, name))
+        return PackedRecord(rel, f"{table.pack}/{name}", row, record, doc, coords)
