@@ -618,7 +618,7 @@ def verify_root(root: str | os.PathLike[str], committed: dict[str, str]) -> Kill
         try:  # the committed window document, and its nodes as the readers describe them (packs: their task groups)
             window_doc = json.loads(stored(f"{key}/zarr.json"))
             info = dump._info(key)
-            nodes = info.nodes
+            nodes = dump._nodes(info)  # noqa: SLF001 - the task-group view of its packs
             invocations = window_doc["attributes"]["invocations"]
         except (OSError, ValueError, KeyError, TypeError) as error:
             result.problems.append(f"{window_path}: complete, but its window document is unusable: {error!r}")
@@ -653,9 +653,8 @@ def verify_root(root: str | os.PathLike[str], committed: dict[str, str]) -> Kill
                 continue
             array_key = f"{key}/{rel}"
             try:  # each stored array's own document (what zarr.open_array(path) reads) must exist and agree
-                packed = None if info.packs is None else info.packs.array(dump.store, rel, doc)
-                if packed is not None:  # a packed record (its pack row) or a packed task's row coordinate
-                    values = np.asarray(packed[...])
+                if info.packed(rel) is not None:  # a packed record (its pack row) or a packed task's row coordinate
+                    values = np.asarray(dump._array(info, rel, doc)[...])  # noqa: SLF001 - the readers' own route
                 else:
                     own_doc = json.loads(stored(f"{array_key}/zarr.json"))
                     if own_doc.get("shape") != doc.get("shape") or own_doc.get("data_type") != doc.get("data_type"):

@@ -9,6 +9,7 @@ import tempfile
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -35,7 +36,7 @@ def _expanded_records(root: Path) -> pd.DataFrame:
     dump = open_dump(root)
     frames = []
     for info in dump._scan():  # noqa: SLF001 - the catalogue's windows, as records() reads them
-        nodes = info.nodes
+        nodes = dump._nodes(info)  # noqa: SLF001 - the packs described as task groups
         plain = WindowInfo(info.rank, info.window, info.key, info.status, info.attrs, nodes, pack_rows=info.pack_rows)
         frames.append(records_frame([(plain, nodes)]))
     return pd.concat(frames, ignore_index=True)
@@ -89,3 +90,40 @@ def test_edited_pack_columns_are_refused_or_read_as_stored(tmp_path, column, val
     stored = stored_columns(root / WINDOW, PACK)
     assert rows.drop_duplicates("pack_row")["task_id"].tolist() == stored["task_id"].tolist()
     pd.testing.assert_frame_equal(records, _expanded_records(root))  # exact: one dump, two routes
+
+
+def _same(got, want) -> None:
+    """Two DataArrays alike: dims, attributes, coordinates and values, byte for byte (bfloat16 and NaN included)."""
+    assert got.dims == want.dims and got.attrs == want.attrs and got.name == want.name
+    assert sorted(got.coords) == sorted(want.coords)
+    for name in want.coords:
+        np.testing.assert_array_equal(got.coords[name].values, want.coords[name].values)
+    assert got.dtype == want.dtype
+    assert np.asarray(got.values).tobytes() == np.asarray(want.values).tobytes()
+
+
+def test_a_packed_record_opens_from_its_row_without_the_window_described_as_task_groups(packed, monkeypatch):
+    """``record_array`` and ``tensor`` of packed records read ``(pack array, row)`` with what their pack's arrays
+    along ``task`` give for that row: the same values, attributes, dimensions and row coordinates as the task
+    groups the rows stand for, and no task group is described for it."""
+    import zarr
+
+    expected = open_dump(packed)
+    paths = list(expected.records().query("pack_array.notna()", engine="python")["path"])
+    want = {path: expected.record_array(path) for path in paths}
+    want_x = expected.tensor("x", stage="up", io="input")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the packs were expanded into task groups")
+
+    monkeypatch.setattr("megadump_zarr.read.pack_rows.replace_packs", refuse)
+    monkeypatch.setattr("megadump_zarr.read.pack_nodes.expand_pack", refuse)
+    dump = open_dump(packed)
+    records = dump.records().set_index("path")
+    for path in paths:
+        got = dump.record_array(path)
+        _same(got, want[path])
+        row = records.loc[path]
+        stored = zarr.open_array(str(packed / row["pack_array"]), mode="r")[int(row["pack_row"])]
+        assert np.asarray(got.values).tobytes() == np.asarray(stored).tobytes()
+    _same(dump.tensor("x", stage="up", io="input"), want_x)

@@ -194,8 +194,9 @@ def _view_says(root: Path, store_kind: type[Counting], key: str) -> str | None:
     readers' index check and ranged read of its row's inner chunk (``read.pack_rows``)."""
     store = store_kind(LocalStore(str(root), read_only=True))
     info = window_info(WINDOW, get_bytes(store, f"{WINDOW}/zarr.json"), fetch=store_fetch(store))
+    record = info.packed(key[len(WINDOW) + 1 :].rpartition("/")[0])  # where its row is, from its pack's arrays
     try:
-        raw = info.packs.read_chunk(store, key[len(WINDOW) + 1 :])
+        raw = info.packs.read_row(store, record)
     except DumpIntegrityError as error:
         return str(error).removeprefix(f"chunk {key} is ").strip()
     if raw is None:

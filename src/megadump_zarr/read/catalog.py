@@ -37,7 +37,8 @@ from megadump_zarr.read.integrity import below_checks
 from megadump_zarr.read.windows import window_dirs
 from megadump_zarr.read.location import get_json, get_many, list_dir, list_prefix, parse_json
 from megadump_zarr.read.errors import FormatVersionError
-from megadump_zarr.read.pack_nodes import Fetch, is_packed, window_column_keys
+from megadump_zarr.read.pack_nodes import Fetch, is_packed, stored_pack_nodes, window_column_keys
+from megadump_zarr.read.pack_record import PackedCoordinate, PackedRecord, PackedTasks
 from megadump_zarr.read.pack_checks import PackTable, pack_tables, rest_nodes, window_packs
 from megadump_zarr.read.pack_records import pack_columns
 from megadump_zarr.read.pack_rows import PackedWindow, expand_torn, expand_window
@@ -192,10 +193,21 @@ class WindowInfo:
         """Whether the window was committed (its documents never change again)."""
         return self.status in _FINAL and self.nodes is not None
 
+    def packed(self, rel: str) -> PackedRecord | PackedCoordinate | None:
+        """The packed record or row coordinate at ``rel`` (relative to the window) of a committed packed window,
+        found from its checked packs; ``None``: not one (or a window read otherwise).
+
+        Args:
+            rel: A path relative to the window.
+        """
+        return None
+
 
 class _PackedWindowInfo(WindowInfo):
-    """A committed packed window whose packs are described as task groups, record arrays and row coordinates
-    (``nodes``, ``packs``, ``pack_rows``) when a reader first asks: its records table needs only its ``tables``.
+    """A committed packed window: ``nodes`` are its consolidated nodes as stored (its packs as packs), ``packs``
+    where its packed records are, found by task path from its checked ``tables`` when a reader opens one
+    (:meth:`packed`). Its packs are described as task groups, record arrays and row coordinates only for the
+    views that list groups (:meth:`task_nodes`).
 
     Args:
         expand: Gives ``(nodes, packs)`` (:func:`~megadump_zarr.read.pack_rows.expand_window`).
@@ -204,53 +216,43 @@ class _PackedWindowInfo(WindowInfo):
 
     def __init__(self, *args: Any, expand: Any, **kwargs: Any) -> None:
         self._expand = None
+        self._task_nodes: dict[str, dict[str, Any]] | None = None
         super().__init__(*args, **kwargs)
         self._expand = expand
+        self._tasks = PackedTasks(self.tables or [])
+        stored = stored_pack_nodes(self.stored or {})
+        arrays = {path: doc for path, doc in stored.items() if doc.get("node_type") == "array"}
+        self.packs = PackedWindow(self.key, True, {}, arrays, {})
 
-    def _expanded(self) -> None:
-        if self._expand is None:
-            return
-        expanded = self._expand()  # a DumpIntegrityError leaves it to expand (and raise) again
-        self._expand = None
-        if expanded is not None:
-            self._nodes, self._packs = expanded
-            self._pack_rows = self._packs.pack_rows()
+    def packed(self, rel: str) -> PackedRecord | PackedCoordinate | None:
+        return self._tasks.find(rel)
 
-    @property  # type: ignore[override]
-    def nodes(self) -> dict[str, dict[str, Any]] | None:
-        self._expanded()
-        return self._nodes
-
-    @nodes.setter
-    def nodes(self, value: dict[str, dict[str, Any]] | None) -> None:
-        self._nodes = value
-
-    @property  # type: ignore[override]
-    def packs(self) -> PackedWindow | None:
-        self._expanded()
-        return self._packs
-
-    @packs.setter
-    def packs(self, value: PackedWindow | None) -> None:
-        self._packs = value
+    def task_nodes(self) -> dict[str, dict[str, Any]]:
+        """Its nodes with every pack described as the task groups, record arrays and row coordinates it holds."""
+        if self._task_nodes is None:
+            expanded = self._expand()  # a DumpIntegrityError leaves it to expand (and raise) again
+            self._task_nodes, self._pack_rows = (
+                (self.nodes or {}, {})
+                if expanded is None
+                else (
+                    expanded[0],
+                    expanded[1].pack_rows(),
+                )
+            )
+        return self._task_nodes
 
     @property  # type: ignore[override]
     def pack_rows(self) -> dict[str, tuple[str, int]]:
-        self._expanded()
+        self.task_nodes()
         return self._pack_rows
 
     @pack_rows.setter
     def pack_rows(self, value: dict[str, tuple[str, int]]) -> None:
         self._pack_rows = value
 
-    @property
-    def final(self) -> bool:
-        """Whether the window was committed (it was: only committed windows are described so)."""
-        return self.status in _FINAL and self._nodes is not None
-
     def __getstate__(self) -> dict[str, Any]:  # shipped to dask workers: expanded first (a closure stays behind)
-        self._expanded()
-        return dict(self.__dict__)
+        self.task_nodes()
+        return {**self.__dict__, "_expand": None}
 
 
 def check_root(store: Store, url: str) -> dict[str, Any]:
@@ -449,6 +451,8 @@ def window_nodes(store: Store, info: WindowInfo) -> dict[str, dict[str, Any]]:
         store: The dump store.
         info: The window.
     """
+    if isinstance(info, _PackedWindowInfo):
+        return info.task_nodes()
     if info.nodes is not None:
         return info.nodes
     prefix = f"{info.key}/"
@@ -786,7 +790,9 @@ def records_frame(
         if info.tables is not None and info.stored is not None:
             nodes = info.stored
             if not _packed_rows(info, nodes, columns):
-                _window_rows(info, info.nodes or {}, columns)  # a value the table cannot hold: named there
+                _window_rows(
+                    info, info.task_nodes() if isinstance(info, _PackedWindowInfo) else info.nodes or {}, columns
+                )  # a value the table cannot hold: named there
         else:
             _window_rows(info, nodes, columns)
         if tables and tables.get(info.key):

@@ -43,7 +43,8 @@ from megadump_zarr.read.errors import DumpIntegrityError, FormatVersionError
 from megadump_zarr.read.integrity import IntegrityStore, guard_read
 from megadump_zarr.read.inventory import Inventories
 from megadump_zarr.read.location import DumpLocation, get_bytes, open_location, store_path
-from megadump_zarr.read.pack_arrays import is_packed_array
+from megadump_zarr.read.pack_arrays import RangeArray, RowArray, is_packed_array
+from megadump_zarr.read.pack_record import PackedCoordinate, PackedRecord
 from megadump_zarr.read.select import (
     check_tensor_choice,
     listing,
@@ -200,9 +201,27 @@ class Dump:
     def _nodes(self, info: WindowInfo) -> dict[str, dict[str, Any]]:
         return window_nodes(self.store, info)
 
+    def _node(self, info: WindowInfo, rel: str) -> dict[str, Any] | None:
+        """The document of node ``rel`` of a window: a packed record's or row coordinate's description (found
+        from its pack, :mod:`megadump_zarr.read.pack_record`), else the window's node."""
+        found = info.packed(rel)
+        if found is not None:
+            return found.doc
+        return (info.nodes if info.nodes is not None else self._nodes(info)).get(rel)
+
     def _array(self, info: WindowInfo, rel: str, doc: dict[str, Any]) -> Any:
         """The stored array of node ``rel`` of a window: a zarr array, or where a packed record or row
         coordinate is stored (``(pack array, row)``, :mod:`megadump_zarr.read.pack_rows`)."""
+        found = info.packed(rel)
+        if isinstance(found, PackedRecord):
+            array = f"{info.key}/{found.array}" if info.key else found.array
+            key = f"{info.key}/{rel}" if info.key else rel
+            packs = info.packs
+            return RowArray(
+                packs, self.store, array, found.pack_doc, found.row, key, found.shape, self.root, found.source()
+            )
+        if isinstance(found, PackedCoordinate):
+            return RangeArray(found.start, found.stop)
         if info.packs is not None:
             packed = info.packs.array(self.store, rel, doc, self.root)
             if packed is not None:
@@ -470,7 +489,7 @@ class Dump:
             )
         info = self._info(match.group(1))
         rel = match.group(2)
-        doc = self._nodes(info).get(rel)
+        doc = self._node(info, rel)
         if not isinstance(doc, dict) or doc.get("node_type") != "array":
             frame = self._window_frame(info)
             if "payload" in frame and ((frame["path"] == path.strip("/")) & ~frame["payload"]).any():
@@ -497,7 +516,7 @@ class Dump:
             return None
         group = rel.rpartition("/")[0]
         coord_rel = f"{group}/{dims[0]}" if group else dims[0]
-        coord = self._nodes(info).get(coord_rel)
+        coord = self._node(info, coord_rel)
         if coord is None or coord.get("node_type") != "array" or coord.get("attributes") or coord_rel == rel:
             return None
         if list(coord.get("shape", [])) != [doc["shape"][0]]:
@@ -548,10 +567,9 @@ class Dump:
         dims = tuple(doc.get("dimension_names") or (f"dim_{i}" for i in range(array.ndim)))
         coords = {}
         group = rel.rpartition("/")[0]
-        nodes = self._nodes(info)
         for axis, dim in enumerate(dims):
             coord_rel = f"{group}/{dim}" if group else dim
-            coord = nodes.get(coord_rel)
+            coord = self._node(info, coord_rel)
             if (
                 coord_rel != rel
                 and coord is not None

@@ -33,6 +33,8 @@ class RowArray:
         key: The record's path (relative to the root), for messages.
         shape: The record's shape.
         root: The dump root, for messages.
+        source: Where its chunk is in the pack array's shards, when ``packs`` does not already know
+            (:meth:`~megadump_zarr.read.pack_record.PackedRecord.source`).
     """
 
     pack_row = True
@@ -48,6 +50,7 @@ class RowArray:
         key: str,
         shape: tuple[int, ...],
         root: str = "",
+        source: Any = None,
     ) -> None:
         self.packs, self.store, self.array_key, self.doc = packs, store, array, doc
         self.row, self.key, self.root = row, key, root
@@ -56,6 +59,8 @@ class RowArray:
         self.chunks = shape if all(shape) else tuple(max(1, s) for s in shape)
         self.chunk_key = f"{key}/c{'.0' * len(shape)}"
         self._rel = self.chunk_key[len(packs.window) + 1 :] if packs.window else self.chunk_key
+        if source is not None:
+            packs.sources.setdefault(self._rel, source)
         self._checked = False
         self._reader: Any = None  # the fast path's reader of the row (read.chunks.ChunkRows), once made
 

@@ -49,6 +49,7 @@ __all__ = [
     "decode_pack",
     "is_record",
     "pack_rows",
+    "record_rows",
     "row_dims",
 ]
 
@@ -324,7 +325,7 @@ def _tasks(
     ]
 
 
-def _records(
+def record_rows(
     count: int, records: Mapping[str, dict[str, Any]], columns: Mapping[str, np.ndarray]
 ) -> dict[str, list[dict[str, Any]]]:
     """Each record's attributes of each row: what the rows share, its offset and its statistics."""
@@ -361,4 +362,4 @@ def pack_rows(
         columns: Its arrays along ``task``, decoded.
         records: Its record arrays' documents.
     """
-    return PackRows(_tasks(count, shared, columns, records), _records(count, records, columns))
+    return PackRows(_tasks(count, shared, columns, records), record_rows(count, records, columns))

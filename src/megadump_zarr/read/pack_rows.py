@@ -311,6 +311,17 @@ class PackedWindow:
             split.append((key, data if len(data) == nbytes else _short_read(shard, source, entry, len(data), key)))
         return split
 
+    def read_row(self, store: Store, record: Any) -> bytes | None:
+        """The stored inner chunk of a packed record (its chunk, checksum included), as :meth:`read_chunk` reads it.
+
+        Args:
+            store: The dump's store.
+            record: The record (:class:`~megadump_zarr.read.pack_record.PackedRecord`).
+        """
+        rel = f"{record.path}/c{'.0' * len(record.shape)}"
+        self.sources.setdefault(rel, record.source())
+        return self.read_chunk(store, rel)
+
     def read_chunk(self, store: Store, rel: str, where: str = "") -> bytes | None:
         """The stored bytes of record chunk ``rel`` (its inner chunk, checksum included): one ranged read after
         the index check; ``None``: absent from a torn window.
