@@ -205,7 +205,7 @@ def test_a_checked_chunk_has_its_crc32c_computed_once(dump_copy: Path, monkeypat
     monkeypatch.setattr(google_crc32c, "value", counted_value)
     monkeypatch.setattr(google_crc32c, "extend", counted_extend)
     chunks = -(-expected.shape[0] // rows.chunks[0])
-    np.testing.assert_array_equal(rows[0 : expected.shape[0]], expected)
+    np.testing.assert_array_equal(rows[0 : expected.shape[0]], expected)  # exact: stored bytes
     assert rows.fast_reads == 1
     assert passes == {"value": 0, "extend": chunks}
 
