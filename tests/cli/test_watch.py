@@ -51,7 +51,13 @@ class _Watcher:
         """The writer waits after the NaN's after-steps were committed until the watcher named the NaN: the
         watcher reads windows while the writer is still running."""
         if step == scenario.NAN_STEP + scenario.AFTER:
-            assert self.nan_named.wait(300), "the watcher did not name the NaN while the writer ran"
+            if not self.nan_named.wait(240):
+                self.process.kill()  # no watcher left behind; what it said goes into the failure
+                named = sorted({(e.get("window"), e["event"]) for e in self.events})
+                raise AssertionError(
+                    f"the watcher did not name the NaN while the writer ran (exit {self.process.wait()}; events by "
+                    f"window {named}); its stderr: {self.process.stderr.read()[-3000:]}"
+                )
 
     def finish(self):
         code = self.process.wait(timeout=400)

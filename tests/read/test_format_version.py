@@ -87,3 +87,22 @@ def test_verify_refuses_a_window_of_another_format(tmp_path, capsys):
     assert main(["verify", str(root)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "this version reads format 9 only" in err[0]
+
+
+def test_a_window_claimed_and_not_yet_written_is_torn_not_another_format(tmp_path):
+    """An object store's claim placeholder (``status: writing``, a claim token, no manifest yet) is a window being
+    written: readers and ``verify`` list it as ``writing``; a watcher polling a live run must not stop on it."""
+    from megadump_zarr.verify import verify_dump
+
+    root = _dump(tmp_path / "d")
+    claimed = root / "rank_0" / "window_0001"
+    claimed.mkdir()
+    placeholder = {"zarr_format": 3, "node_type": "group", "attributes": {"status": "writing", "claimToken": "t"}}
+    (claimed / "zarr.json").write_text(json.dumps(placeholder))
+    dump = open_dump(root)
+    assert dict(zip(dump.windows()["path"], dump.windows()["status"])) == {
+        WINDOW: "complete",
+        "rank_0/window_0001": "writing",
+    }
+    assert len(dump.records()) == 1
+    assert [w.status for w in verify_dump(root).windows] == ["complete", "writing"]

@@ -68,6 +68,8 @@ def format_problem(attrs: Mapping[str, Any], where: str) -> str | None:
         where: The window, for the message (``rank_0/window_0000``).
     """
     version = attrs.get(FORMAT_ATTR)
+    if version is None and attrs.get("status") == "writing":
+        return None  # a claim not written over yet (an object store's placeholder): a torn window, nothing to read
     if type(version) is not int:
         shown = "no" if version is None else f"the {FORMAT_ATTR} {str(version)[:40]!r}, not a"
         return f"{where}: the window has {shown} format version; this version reads format {FORMAT_VERSION} only"
