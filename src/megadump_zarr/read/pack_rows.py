@@ -313,21 +313,6 @@ class PackedWindow:
         entry = _entry(shard, found[0], found[1], source, key, self.final)
         return None if entry is None else (shard, entry[0], entry[1])
 
-    def split_shard(
-        self, chunks: list[tuple[str, ShardSource]], shard: str, raw: bytes | None, sized: bool
-    ) -> list[tuple[str, bytes | DumpIntegrityError | None]]:
-        """The record chunks of one shard taken from its whole stored bytes (one read of it), each as
-        :meth:`locate` and a ranged read give it: its bytes, ``None`` (no shard, or an absent inner chunk of a
-        torn window), or the :class:`DumpIntegrityError` they raise, with the same text.
-
-        Args:
-            chunks: ``(record chunk key, source)`` of the shard's inner chunks (:meth:`shard_chunks`).
-            shard: The shard's key relative to the root.
-            raw: The shard's stored bytes (``None``: absent).
-            sized: The store tells sizes (the entries are then checked against the shard's size).
-        """
-        return split_shard(chunks, shard, raw, sized, self.final)
-
     def read_row(self, store: Store, record: Any) -> bytes | None:
         """The stored inner chunk of a packed record (its chunk, checksum included), as :meth:`read_chunk` reads it.
 
