@@ -324,7 +324,7 @@ def _decode_packed(state: CheckState, store: Any, window: str, records: list[Any
             zarray = open_array_checked(store, f"{window}/{array}", doc)
         except ValueError:  # named by the pack's checks
             continue
-        per_shard, count = int(zarray.chunks[0]), int(zarray.shape[0])
+        per_shard, count = int(doc["chunk_grid"]["configuration"]["chunk_shape"][0]), int(zarray.shape[0])
         for first in sorted({row - row % per_shard for row in rows}):
             last = min(first + per_shard, count)
             block = None
