@@ -33,7 +33,7 @@ from megadump_zarr.read.pack_checks import PackTable
 from megadump_zarr.layout.packs import TASK_ARRAY
 from megadump_zarr.store.packs import RangeSource, ShardSource, decode_index, index_nbytes
 
-__all__ = ["PackedWindow", "expand_torn", "expand_window", "sized_store"]
+__all__ = ["PackedWindow", "expand_torn", "expand_window", "sized_store", "split_shard"]
 
 _Index = tuple[list[tuple[int, int] | None], int | None]
 
@@ -88,6 +88,50 @@ def _short_read(shard: str, source: ShardSource, entry: tuple[int, int], got: in
         f"(offset {offset}, {nbytes} bytes) lies outside the shard (read {got} bytes)",
         key=key,
     )
+
+
+def split_shard(
+    chunks: list[tuple[str, ShardSource]], shard: str, raw: bytes | None, sized: bool, final: bool = True
+) -> list[tuple[str, bytes | DumpIntegrityError | None]]:
+    """The record chunks of one shard taken from its whole stored bytes (one read of it), each as
+    :meth:`PackedWindow.locate` and a ranged read give it: its bytes, ``None`` (no shard, or an absent inner chunk
+    of a torn window), or the :class:`DumpIntegrityError` they raise, with the same text.
+
+    Args:
+        chunks: ``(record chunk key, source)`` of the shard's inner chunks (keys relative to the root).
+        shard: The shard's key relative to the root.
+        raw: The shard's stored bytes (``None``: absent).
+        sized: The store tells sizes (the entries are then checked against the shard's size).
+        final: Its window is committed (an absent inner chunk is then damage).
+    """
+    if raw is None:
+        return [(key, None) for key, _ in chunks]
+    size = len(raw) if sized else None
+    split: list[tuple[str, bytes | DumpIntegrityError | None]] = []
+    decoded: dict[int, list[tuple[int, int] | None] | ValueError] = {}
+    for key, source in chunks:
+        count = source.count
+        if count not in decoded:
+            try:  # the suffix read of the index, from the same bytes
+                decoded[count] = decode_index(raw[max(0, len(raw) - index_nbytes(count)) :], count, shard)
+            except ValueError as error:
+                decoded[count] = error
+        entries = decoded[count]
+        if isinstance(entries, ValueError):
+            split.append((key, _corrupt_index(shard, key, entries)))
+            continue
+        try:
+            entry = _entry(shard, entries, size, source, key, final)
+        except DumpIntegrityError as error:
+            split.append((key, error))
+            continue
+        if entry is None:
+            split.append((key, None))
+            continue
+        offset, nbytes = entry
+        data = raw[offset : offset + nbytes]  # the ranged read
+        split.append((key, data if len(data) == nbytes else _short_read(shard, source, entry, len(data), key)))
+    return split
 
 
 def sized_store(store: Store) -> Store | None:
@@ -268,48 +312,6 @@ class PackedWindow:
             return None
         entry = _entry(shard, found[0], found[1], source, key, self.final)
         return None if entry is None else (shard, entry[0], entry[1])
-
-    def split_shard(
-        self, chunks: list[tuple[str, ShardSource]], shard: str, raw: bytes | None, sized: bool
-    ) -> list[tuple[str, bytes | DumpIntegrityError | None]]:
-        """The record chunks of one shard taken from its whole stored bytes (one read of it), each as
-        :meth:`locate` and a ranged read give it: its bytes, ``None`` (no shard, or an absent inner chunk of a
-        torn window), or the :class:`DumpIntegrityError` they raise, with the same text.
-
-        Args:
-            chunks: ``(record chunk key, source)`` of the shard's inner chunks (:meth:`shard_chunks`).
-            shard: The shard's key relative to the root.
-            raw: The shard's stored bytes (``None``: absent).
-            sized: The store tells sizes (the entries are then checked against the shard's size).
-        """
-        if raw is None:
-            return [(key, None) for key, _ in chunks]
-        size = len(raw) if sized else None
-        split: list[tuple[str, bytes | DumpIntegrityError | None]] = []
-        decoded: dict[int, list[tuple[int, int] | None] | ValueError] = {}
-        for key, source in chunks:
-            count = source.count
-            if count not in decoded:
-                try:  # the suffix read of the index, from the same bytes
-                    decoded[count] = decode_index(raw[max(0, len(raw) - index_nbytes(count)) :], count, shard)
-                except ValueError as error:
-                    decoded[count] = error
-            entries = decoded[count]
-            if isinstance(entries, ValueError):
-                split.append((key, _corrupt_index(shard, key, entries)))
-                continue
-            try:
-                entry = _entry(shard, entries, size, source, key, self.final)
-            except DumpIntegrityError as error:
-                split.append((key, error))
-                continue
-            if entry is None:
-                split.append((key, None))
-                continue
-            offset, nbytes = entry
-            data = raw[offset : offset + nbytes]  # the ranged read
-            split.append((key, data if len(data) == nbytes else _short_read(shard, source, entry, len(data), key)))
-        return split
 
     def read_row(self, store: Store, record: Any) -> bytes | None:
         """The stored inner chunk of a packed record (its chunk, checksum included), as :meth:`read_chunk` reads it.

@@ -12,25 +12,25 @@ A statistics table is bound by the inventory alone (its chunks and documents are
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from megadump_zarr.layout.paths import TASK_DIR
-from megadump_zarr.read.pack_nodes import first_row
 from megadump_zarr.verify.report import CheckState, short
 
 __all__ = ["check_bindings", "check_coordinate_values"]
 
 
-def _row_coordinates(nodes: dict[str, Any], skip: Any) -> dict[str, list[tuple[str, int, int]]]:
+def _row_coordinates(nodes: dict[str, Any]) -> dict[str, list[tuple[str, int, int]]]:
     """Stored row coordinate path -> ``(record path, first row, rows)`` of each record along it: the first row by
-    the readers' rule (:func:`~megadump_zarr.read.pack_nodes.first_row`) where the record is a whole-row slice of
-    its declared tensor, not truncated, with an ``actualShape`` of integers.
+    the writer's rule (:func:`_first_row`) where the record is a whole-row slice of its declared tensor, not
+    truncated, with an ``actualShape`` of integers.
 
     Args:
-        nodes: Path below the window -> document.
-        skip: Paths that are not stored (a pack's computed coordinates).
+        nodes: Path below the window -> document (a task-record pack's coordinates are bounds along ``task``,
+            checked with the pack: ``read.pack_checks.check_pack``).
     """
     from megadump_zarr.read.catalog import itemsize
 
@@ -44,20 +44,46 @@ def _row_coordinates(nodes: dict[str, Any], skip: Any) -> dict[str, list[tuple[s
         coordinate = f"{parent}/{dims[0]}" if parent else str(dims[0])
         actual = attrs.get("actualShape")
         if (
-            coordinate in skip
-            or not isinstance(nodes.get(coordinate), dict)
+            not isinstance(nodes.get(coordinate), dict)
             or attrs.get("truncated")
             or (isinstance(actual, list) and not all(type(d) is int for d in actual))
         ):
             continue
-        start = first_row(attrs, doc.get("shape"), itemsize(doc.get("data_type")))
+        start = _first_row(attrs, doc.get("shape"), itemsize(doc.get("data_type")))
         if start is not None:
             found.setdefault(coordinate, []).append((path, start, int(doc["shape"][0])))
     return found
 
 
+def _first_row(attrs: dict[str, Any], shape: Any, size: int) -> int | None:
+    """The first global row of a whole-row slice of its declared tensor (``None``: not one): ``actualShape`` is the
+    stored shape and ``declaredShape`` but along axis 0, and ``sourceOffsetBytes`` a whole number of its rows.
+
+    Args:
+        attrs: The record's attributes (``actualShape``, ``declaredShape``, ``sourceOffsetBytes``).
+        shape: Its stored shape.
+        size: Bytes per element of its stored ``data_type``.
+    """
+    actual, declared, offset = attrs.get("actualShape"), attrs.get("declaredShape"), attrs.get("sourceOffsetBytes")
+    if (
+        not isinstance(actual, list)
+        or not isinstance(declared, list)
+        or not actual
+        or len(actual) != len(declared)
+        or list(actual[1:]) != list(declared[1:])
+        or not isinstance(shape, list)
+        or list(actual) != list(shape)
+        or type(offset) is not int
+    ):
+        return None
+    row_bytes = math.prod(int(d) for d in actual[1:]) * size
+    if row_bytes <= 0 or offset % row_bytes:
+        return None
+    return offset // row_bytes
+
+
 def check_bindings(
-    state: CheckState, window: str, stored: dict[str, Any], nodes: dict[str, Any], virtual: Any = ()
+    state: CheckState, window: str, stored: dict[str, Any], nodes: dict[str, Any]
 ) -> list[tuple[str, list[tuple[str, int, int]]]]:
     """Task ids against group names, task counts against rows, row coordinates' documents; returns the row
     coordinates whose values :func:`check_coordinate_values` checks once the chunk check has read them (their paths
@@ -67,13 +93,12 @@ def check_bindings(
         state: The window's check state.
         window: The window key.
         stored: The window's consolidated metadata as stored.
-        nodes: Its nodes as the readers describe them (a pack's tasks as groups).
-        virtual: Paths of the nodes that are not stored (computed from a pack).
+        nodes: Its nodes but a task-record pack's.
     """
     _check_task_ids(state, window, nodes)
     _check_task_counts(state, window, stored)
     wanted = []
-    for coordinate, records in sorted(_row_coordinates(nodes, virtual).items()):
+    for coordinate, records in sorted(_row_coordinates(nodes).items()):
         doc = nodes[coordinate]
         record, start, rows = records[0]
         if doc.get("data_type") != "int64" or doc.get("shape") != [rows]:

@@ -3,16 +3,17 @@
 Each chunk is read once (batched across arrays, ``_BATCH`` at a time) and checked once: a chunk whose codec chain
 ends with ``crc32c`` has that checksum verified, and every chunk has the digest the window inventory records for
 its place (:func:`~megadump_zarr.read.inventory.inventory_problems`, from the same crc32c pass); a chunk without
-a checksum must also decode. A pack's record chunks were read with their whole shard by
-:func:`read_shards` (what the checks need of each is in ``state.read_chunks``): they are checked
-from those bytes, not read again. With ``deep`` the statistics stored in each record (``stats``: min, max, mean,
-l2norm, nanCount, infCount, see :mod:`megadump_zarr.store.tensor_stats`) are recomputed from the data and compared
-(counts, min and max exactly; mean and l2norm to a relative 1e-9, the float64 rounding of merging per-chunk sums).
+a checksum must also decode. A packed record's chunk is its row's inner chunk, read with its whole shard by
+:func:`~megadump_zarr.verify.packs.read_shards` (what the checks need of each is in ``state.read_chunks``): it is
+checked from those bytes, not read again, and decoded from its pack array. With ``deep`` the statistics stored in
+each record (``stats``: min, max, mean, l2norm, nanCount, infCount, see :mod:`megadump_zarr.store.tensor_stats`; a
+packed record's are its row's) are recomputed from the data and compared (counts, min and max exactly; mean and
+l2norm to a relative 1e-9, the float64 rounding of merging per-chunk sums).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 import itertools
 import math
@@ -25,10 +26,9 @@ from megadump_zarr.read.documents import open_array_checked
 from megadump_zarr.read.inventory import inventory_problems
 from megadump_zarr.verify.report import CheckState, short
 
-__all__ = ["ChunkRead", "check_chunks", "expected_chunks", "read_shards", "stats_tolerance"]
+__all__ = ["ChunkRead", "check_chunks", "expected_chunks", "packed_chunk_key", "stats_tolerance"]
 
 _BATCH = 64  # chunks fetched concurrently
-_SHARDS = 16  # pack shards (up to PACK_SHARD_BYTES each, uncompressed) fetched at once
 _MAX_LISTED = 20  # missing chunks listed per array before "and N more"
 _MAX_CHUNKS = 10_000_000
 _REL = 1e-9
@@ -62,8 +62,8 @@ def check_chunks(
     deep: bool,
     tick: Callable[[int], None] | None,
     msprobe: bool = False,
-    packs: Any = None,
     stored: dict[str, Any] | None = None,
+    packed: Mapping[str, Any] | None = None,
 ) -> None:
     """Every chunk of every array is present, its crc32c holds and it has its inventory digest; the rest must decode.
     The inventoried arrays the readers describe otherwise (a pack's stored arrays) have their chunks' digests
@@ -78,10 +78,10 @@ def check_chunks(
         tick: Called with the number of chunk bytes checked.
         msprobe: The window is an msprobe dump read in place: its statistics are msprobe's own, computed in
             the tensor's dtype, so ``deep`` compares mean and l2norm to that rounding (:func:`stats_tolerance`).
-        packs: The window's :class:`~megadump_zarr.read.pack_rows.PackedWindow` (``None``: it holds no pack): a
-            packed record's chunk is its row's inner chunk, read with its shard (``state.read_chunks``), and it
-            is decoded where it is stored.
         stored: The window's consolidated metadata as stored (``None``: only ``arrays``).
+        packed: The window's packed records by path (:class:`~megadump_zarr.read.pack_record.PackedRecord`): each
+            one's chunk is its row's inner chunk, read with its shard (``state.read_chunks``,
+            :func:`~megadump_zarr.verify.packs.read_shards`), and it is decoded from its pack array.
     """
     from megadump_zarr.read.integrity import has_crc32c
     from megadump_zarr.read.location import list_prefix
@@ -89,13 +89,18 @@ def check_chunks(
     present = set(list_prefix(store, f"{window}/"))
     todo: list[tuple[str, int, str, bool | None]] = []  # (array path, grid index, chunk key, checksum)
     whole = []  # arrays with every chunk present: decoded when they carry no checksum, or with ``deep``
-    for path in sorted(arrays):
-        doc, metadata = arrays[path]
+    packed = packed or {}
+    for path in sorted({*arrays, *packed}):
         array_key = f"{window}/{path}"
         state.arrays += 1
-        keys = grid_keys(state, array_key, doc, metadata, (state.inventory or {}).get(path))
-        if keys is None:
-            continue
+        if path in packed:  # its one chunk, read with its shard
+            doc = packed[path].doc
+            keys = [] if 0 in packed[path].shape else [packed_chunk_key(window, packed[path])]
+        else:
+            doc, metadata = arrays[path]
+            keys = grid_keys(state, array_key, doc, metadata, (state.inventory or {}).get(path))
+            if keys is None:
+                continue
         missing = [k for k in keys if k not in present and k not in state.read_chunks]
         for k in missing[:_MAX_LISTED]:
             state.add(k, "chunk is missing")
@@ -124,11 +129,11 @@ def check_chunks(
             if not _check_chunk(state, window, path, index, key, raw, checksum, tick):
                 bad.add(path)
     for path in whole:
-        if path not in bad:
+        if path not in bad and path not in packed:
             doc = arrays[path][0]
             zarray = open_array_checked(store, f"{window}/{path}", doc)
-            stored = None if packs is None else packs.array(store, path, doc)
-            _check_decode(state, zarray, f"{window}/{path}", doc, deep, msprobe, stored)
+            _check_decode(state, zarray, f"{window}/{path}", doc, deep, msprobe)
+    _decode_packed(state, store, window, [packed[p] for p in whole if p in packed and p not in bad], deep)
 
 
 def grid_keys(state: CheckState, array_key: str, doc: dict[str, Any], metadata: Any, listed: Any) -> list[str] | None:
@@ -247,7 +252,6 @@ def _check_decode(
     doc: dict[str, Any],
     deep: bool,
     msprobe: bool,
-    stored: Any = None,
 ) -> None:
     """Decode every chunk (row block by row block); with ``deep`` recompute the statistics.
 
@@ -258,9 +262,7 @@ def _check_decode(
         doc: Its document.
         deep: Recompute the statistics.
         msprobe: An msprobe dump read in place (:func:`stats_tolerance`).
-        stored: Where a packed record is stored (its pack row, read instead of ``zarray``).
     """
-    reader = zarray if stored is None else stored
     from megadump_zarr.store.tensor_stats import StatsAccumulator
 
     shape = tuple(zarray.shape)
@@ -273,7 +275,7 @@ def _check_decode(
     step = zarray.chunks[0] if shape else 1
     for start in range(0, shape[0] if shape else 1, step):
         try:
-            block = reader[start : start + step] if shape else reader[...]
+            block = zarray[start : start + step] if shape else zarray[...]
         except Exception as error:  # a codec failure of a chunk without a checksum
             chunk = zarray.metadata.encode_chunk_key((start // step,) + (0,) * (len(shape) - 1)) if shape else "c"
             state.add(
@@ -287,6 +289,82 @@ def _check_decode(
         computed = acc.result()
         rel, mean_abs = (_REL, 1e-300) if not msprobe else stats_tolerance(zarray.dtype, computed, math.prod(shape))
         _compare_stats(state, f"{array_key}/zarr.json", stored, computed, rel, mean_abs)
+
+
+def packed_chunk_key(window: str, record: Any) -> str:
+    """The key a packed record's one chunk is named by (``{window}/{stage}/{task group}/{record}/c.0.0``), as the
+    readers name it.
+
+    Args:
+        window: The window key.
+        record: The record (:class:`~megadump_zarr.read.pack_record.PackedRecord`).
+    """
+    return f"{window}/{record.path}/c" + ".0" * len(record.shape)
+
+
+def _decode_packed(state: CheckState, store: Any, window: str, records: list[Any], deep: bool) -> None:
+    """Decode packed records from their pack arrays (a shard's rows in one read where all of them are wanted, else
+    row by row); with ``deep`` recompute each one's statistics and compare them with its row's.
+
+    Args:
+        state: The window's check state.
+        store: The dump's store.
+        window: The window key.
+        records: The records whose chunk the chunk check found good
+            (:class:`~megadump_zarr.read.pack_record.PackedRecord`).
+        deep: Recompute the statistics.
+    """
+    by_array: dict[str, dict[int, Any]] = {}
+    for record in records:
+        by_array.setdefault(record.array, {})[record.row] = record
+    for array in sorted(by_array):
+        rows = by_array[array]
+        doc = next(iter(rows.values())).pack_doc
+        try:
+            zarray = open_array_checked(store, f"{window}/{array}", doc)
+        except ValueError:  # named by the pack's checks
+            continue
+        per_shard, count = int(doc["chunk_grid"]["configuration"]["chunk_shape"][0]), int(zarray.shape[0])
+        for first in sorted({row - row % per_shard for row in rows}):
+            last = min(first + per_shard, count)
+            block = None
+            if all(row in rows for row in range(first, last)):
+                try:
+                    block = np.asarray(zarray[first:last])
+                except Exception:  # noqa: BLE001 - read row by row below, naming the one that fails
+                    block = None
+            for row in (r for r in range(first, last) if r in rows):
+                data = block[row - first] if block is not None else _packed_row(state, window, zarray, rows[row])
+                if data is not None and deep:
+                    _check_packed_stats(state, window, rows[row], data)
+
+
+def _packed_row(state: CheckState, window: str, zarray: Any, record: Any) -> np.ndarray | None:
+    """One packed record read from its pack array (``None``: it does not decode, the problem added)."""
+    try:
+        return np.asarray(zarray[record.row])
+    except Exception as error:  # a codec failure of a chunk without a checksum
+        state.add(
+            packed_chunk_key(window, record),
+            f"chunk does not decode ({type(error).__name__}: {' '.join(str(error).split())[:120]})",
+        )
+        return None
+
+
+def _check_packed_stats(state: CheckState, window: str, record: Any, data: np.ndarray) -> None:
+    """A packed record's statistics (its row's) against those recomputed from its data."""
+    from megadump_zarr.store.tensor_stats import StatsAccumulator
+
+    attrs = record.doc.get("attributes")
+    stored = attrs.get("stats") if isinstance(attrs, dict) else None
+    if not isinstance(stored, dict):
+        return
+    try:
+        acc = StatsAccumulator(data.dtype)
+    except TypeError:
+        return
+    acc.update(data)
+    _compare_stats(state, f"{window}/{record.path}/zarr.json", stored, acc.result(), _REL, 1e-300)
 
 
 def stats_tolerance(dtype: Any, computed: dict[str, Any], size: int) -> tuple[float, float]:
@@ -354,32 +432,3 @@ def _stored_chunks(
         keys = grid_keys(state, f"{window}/{path}", doc, metadata, state.inventory[path]) or []
         todo += [(path, i, k, None) for i, k in enumerate(keys) if k not in state.damaged]
     return todo
-
-
-def read_shards(state: CheckState, packs: Any, base: Any, window: str) -> None:
-    """Read each record shard of each pack once, whole: its window-inventory digest is taken from those bytes
-    (``state.digested``, compared by :func:`check_chunks`), and so are the
-    record chunks it holds (:meth:`~megadump_zarr.read.pack_rows.PackedWindow.split_shard`: the readers' own
-    index checks and messages), kept for the chunk check as what it needs of each (``state.read_chunks``,
-    :class:`ChunkRead`). A row coordinate's chunk is computed
-    (:func:`~megadump_zarr.store.packs.range_chunk`), as the readers compute it.
-    """
-    from megadump_zarr.read.location import get_many
-    from megadump_zarr.read.pack_rows import sized_store
-    from megadump_zarr.store.packs import RangeSource, range_chunk
-
-    for rel, source in packs.sources.items():
-        if isinstance(source, RangeSource):
-            state.read_chunks[f"{window}/{rel}"] = ChunkRead.of(f"{window}/{rel}", range_chunk(source))
-    held = packs.shard_chunks()  # shard -> the record chunks it holds
-    shards, sized = sorted(held), sized_store(base) is not None
-    for start in range(0, len(shards), _SHARDS):
-        batch = shards[start : start + _SHARDS]
-        for shard, raw in zip(batch, get_many(base, batch)):
-            if raw is not None:
-                state.digested[shard] = chunk_digest(raw)[0]
-            for key, chunk in packs.split_shard(held[shard], shard, raw, sized):
-                summary = ChunkRead.of(key, chunk) if isinstance(chunk, bytes) else chunk
-                state.read_chunks[key] = summary
-                if not isinstance(summary, ChunkRead) or summary.error is not None:
-                    state.damaged.add(shard)  # named by its rows, as the readers name it: not also as moved

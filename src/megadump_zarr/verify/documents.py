@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-import json
 import math
 from typing import Any
 
@@ -29,6 +28,7 @@ __all__ = [
     "check_manifest",
     "check_node_documents",
     "check_pack_documents",
+    "check_packed_records",
     "check_records_table",
     "strip_consolidated",
 ]
@@ -81,55 +81,44 @@ def strip_consolidated(doc: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if k != "consolidated_metadata"}
 
 
-def check_node_documents(
-    state: CheckState, store: Any, window: str, nodes: dict[str, Any], packed: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
+def check_node_documents(state: CheckState, store: Any, window: str, nodes: dict[str, Any]) -> dict[str, Any]:
     """Each node's own document exists, parses and equals its consolidated entry; returns the good paths, each
-    with its zarr array metadata (``None`` for a group): zarr parses each form of array document once (the same
-    document but for its attributes, which zarr reads as any JSON object, is the same form).
+    with its zarr array metadata (``None`` for a group), parsed as the readers parse it
+    (:func:`~megadump_zarr.read.documents.open_array_checked`: each form of array document once).
 
     Args:
         state: The window's check state.
         store: The dump's store.
         window: The window key.
-        nodes: Its nodes (path relative to the window -> consolidated entry).
-        packed: The nodes a task-record pack stands for (no document of their own: their pack's are checked,
-            :func:`check_pack_documents`).
+        nodes: Its nodes (path relative to the window -> consolidated entry), but a task-record pack's
+            (:func:`check_pack_documents`).
     """
     from megadump_zarr.read.documents import open_array_checked
     from megadump_zarr.read.location import get_many
 
-    packed = packed or {}
     good: dict[str, Any] = {}
-    forms: dict[str, Any] = {}  # an array document without its attributes -> its parsed metadata
     paths = sorted(nodes)
     for start in range(0, len(paths), 256):
         batch = paths[start : start + 256]
-        stored = [p for p in batch if p not in packed]
-        raws = dict(zip(stored, get_many(store, [f"{window}/{p}/zarr.json" for p in stored])))
+        raws = dict(zip(batch, get_many(store, [f"{window}/{p}/zarr.json" for p in batch])))
         for path in batch:
             key = f"{window}/{path}/zarr.json"
             entry = nodes[path]
             if not isinstance(entry, dict) or entry.get("node_type") not in ("group", "array"):
                 state.add(f"{window}/zarr.json", f"consolidated entry {path!r} is not a group or array document")
                 continue
-            if path not in packed:
-                own = stored_agrees(state, key, raws[path], entry, "node")
-                if own is None:
-                    continue
-                if entry["node_type"] == "group" and not group_consolidated_agrees(state, key, path, own, nodes):
-                    continue
+            own = stored_agrees(state, key, raws[path], entry, "node")
+            if own is None:
+                continue
+            if entry["node_type"] == "group" and not group_consolidated_agrees(state, key, path, own, nodes):
+                continue
             metadata = None
             if entry["node_type"] == "array":
-                attrs = entry.get("attributes", {})
-                form = json.dumps({k: v for k, v in entry.items() if k != "attributes"}, sort_keys=True)
                 try:
-                    metadata = forms.get(form) if isinstance(attrs, dict) else None
-                    metadata = metadata or open_array_checked(store, f"{window}/{path}", entry).metadata
+                    metadata = open_array_checked(store, f"{window}/{path}", entry).metadata
                 except ValueError as error:
                     state.add(key, str(error).removeprefix(key).lstrip(": ") or str(error))
                     continue
-                forms[form] = metadata
                 _check_record_attributes(state, key, entry)
             good[path] = metadata
     return good
@@ -254,21 +243,69 @@ def _check_truncated_rows(state: CheckState, key: str, attrs: dict[str, Any], ac
 
 
 def check_records_table(
-    state: CheckState, window: str, status: str, attrs: dict[str, Any], nodes: dict[str, Any]
+    state: CheckState,
+    window: str,
+    status: str,
+    attrs: dict[str, Any],
+    nodes: dict[str, Any],
+    tables: list[Any] | None = None,
 ) -> None:
-    """The fields the records table reads parse (types, int64 ranges)."""
+    """The fields the records table reads parse (types, int64 ranges), a packed window's packs' as the readers read
+    them (:func:`~megadump_zarr.read.pack_records.pack_columns`).
+
+    Args:
+        state: The window's check state.
+        window: The window key.
+        status: Its status.
+        attrs: Its attributes.
+        nodes: Its good nodes, but a task-record pack's (path relative to the window -> document).
+        tables: Its packs, read and checked (:func:`~megadump_zarr.read.pack_checks.pack_tables`; ``None``: none).
+    """
     from megadump_zarr.read.catalog import WindowInfo, records_frame
 
     match = WINDOW_PATH.fullmatch(window)
     rank, index = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
     try:
-        records_frame([(WindowInfo(rank, index, window, status, attrs, nodes), nodes)])
+        info = WindowInfo(rank, index, window, status, attrs, nodes)
+        records_frame([(info, nodes)])
+        if tables:
+            _check_pack_fields(info, nodes, tables)
     except ValueError as error:
         text = str(error)
         key, _, what = text.partition(": ")
         state.add(key if what else f"{window}/zarr.json", what or text)
     except (TypeError, OverflowError) as error:  # a field no check above anticipated: still one named problem
         state.add(f"{window}/zarr.json", f"the records table cannot be built: {type(error).__name__}: {error}")
+
+
+_NO_INVOCATION = dict.fromkeys(("invocation", "step", "direction", "kernel", "level"))
+
+
+def _check_pack_fields(info: Any, nodes: dict[str, Any], tables: list[Any]) -> None:
+    """The records-table fields of a window's packs: each invocation's and stage's attributes that hold a pack, and
+    each pack's columns (raises the readers' ``ValueError`` naming the field)."""
+    from megadump_zarr.read.catalog import data_groups
+    from megadump_zarr.read.documents import check_attributes
+    from megadump_zarr.read.pack_records import pack_columns
+
+    invocations = sorted({table.pack.split("/")[0] for table in tables})
+    data_groups(info, {name: nodes[name] for name in invocations if name in nodes})  # its fields, as records() reads
+    for table in tables:
+        stage = table.pack.rpartition("/")[0]
+        stage_attrs = check_attributes(nodes.get(stage) or {}, f"{info.key}/{stage}/zarr.json")
+        pack_columns((info.rank, info.window, info.key), table, _NO_INVOCATION, info.level, info.status, stage_attrs)
+
+
+def check_packed_records(state: CheckState, window: str, records: Mapping[str, Any]) -> None:
+    """Each packed record's attributes (its row's) agree with its array, as a stored record's do.
+
+    Args:
+        state: The window's check state.
+        window: The window key.
+        records: Its packed records by path (:class:`~megadump_zarr.read.pack_record.PackedRecord`).
+    """
+    for path in sorted(records):
+        _check_record_attributes(state, f"{window}/{path}/zarr.json", records[path].doc)
 
 
 def check_pack_documents(state: CheckState, base: Any, window: str, stored: dict[str, Any]) -> None:
@@ -281,10 +318,12 @@ def check_pack_documents(state: CheckState, base: Any, window: str, stored: dict
         window: The window key.
         stored: The window document's consolidated nodes, as stored.
     """
+    from megadump_zarr.read.documents import open_array_checked
     from megadump_zarr.read.location import get_many
-    from megadump_zarr.read.pack_nodes import stored_pack_nodes
+    from megadump_zarr.read.pack_checks import rest_nodes
 
-    nodes = stored_pack_nodes(stored)
+    rest = rest_nodes(stored)
+    nodes = {path: node for path, node in stored.items() if path not in rest}
     paths = sorted(nodes)
     for path, raw in zip(paths, get_many(base, [f"{window}/{p}/zarr.json" for p in paths])):
         key = f"{window}/{path}/zarr.json"
@@ -292,6 +331,11 @@ def check_pack_documents(state: CheckState, base: Any, window: str, stored: dict
         own = stored_agrees(state, key, raw, entry, "pack")
         if own is not None and own.get("node_type") == "group":
             group_consolidated_agrees(state, key, path, own, nodes)
+        elif own is not None and own.get("node_type") == "array":
+            try:  # what plain zarr and the readers' row reads open
+                open_array_checked(base, f"{window}/{path}", entry)
+            except ValueError as error:
+                state.add(key, str(error).removeprefix(key).lstrip(": ") or str(error))
 
 
 _DIRECTIONS = ("forward", "backward")

@@ -7,14 +7,17 @@ Checks of a committed (``complete`` or ``aborted``) window, each failure one :cl
 window, the store key and what is wrong:
 
 - the window's ``zarr.json`` parses, its status is known, it carries consolidated metadata of every node;
+- packs (:mod:`~megadump_zarr.verify.packs`), a packed window's as stored: their arrays along ``task`` checked with
+  the readers' rule (a malformed pack is one problem, and the window is not checked further), each packed record
+  found at its (pack array, row) as the readers find it;
 - documents (:mod:`~megadump_zarr.verify.documents`): the manifest agrees with itself, the schema (kinds,
   versions, level, direction), every node's own document equals its consolidated entry (a pack's stored documents
-  the window document's), record attributes agree with their arrays, the records-table fields parse; the packed
-  records themselves are checked as the readers describe them (their chunks where their rows are);
+  the window document's), record attributes (a packed record's: its row's) agree with their arrays, the
+  records-table fields parse;
 - inventory (:mod:`~megadump_zarr.read.inventory`, the readers' rule): every array the window holds is listed in
   its inventory and every listed array is held, each document and chunk has the digest listed there;
-- chunks (:mod:`~megadump_zarr.verify.chunks`): every chunk present, read once (a pack's shards whole), its crc32c
-  holds and it has its inventory digest;
+- chunks (:mod:`~megadump_zarr.verify.chunks`): every chunk present, read once (a pack's shards whole, each row's
+  inner chunk split from them with the readers' index checks), its crc32c holds and it has its inventory digest;
 - bindings (:mod:`~megadump_zarr.verify.bindings`): a task group's ``taskId`` equals its name, a pack's
   ``taskCount`` its rows, a row coordinate holds the rows its records' ``sourceOffsetBytes`` give;
 - ``deep``: the statistics stored in each record are recomputed from the data and compared.
@@ -29,14 +32,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from megadump_zarr.verify.chunks import check_chunks, read_shards
+from megadump_zarr.verify.chunks import check_chunks
 from megadump_zarr.verify.bindings import check_bindings, check_coordinate_values
 from megadump_zarr.verify.documents import (
     check_manifest,
     check_node_documents,
     check_pack_documents,
+    check_packed_records,
     check_records_table,
 )
+from megadump_zarr.verify.packs import load_packs, packed_records, read_shards
 from megadump_zarr.layout.paths import WINDOW_PATH
 from megadump_zarr.layout.schema import format_problem
 from megadump_zarr.verify.report import CheckState, Problem, WindowCheck, short
@@ -66,8 +71,7 @@ def verify_window(
     """
     from megadump_zarr.read.errors import DumpIntegrityError
     from megadump_zarr.read.location import get_bytes, open_location, parse_json
-    from megadump_zarr.read.catalog import is_packed, store_fetch
-    from megadump_zarr.read.pack_rows import expand_window
+    from megadump_zarr.layout.schema import PACK_STORAGE, STORAGE_ATTR
 
     from megadump_zarr.read.documents import INT64_MAX
 
@@ -113,29 +117,31 @@ def verify_window(
     if not isinstance(nodes, dict):
         state.add(doc_key, "a committed window has no consolidated metadata (consolidated_metadata.metadata)")
         return _result(state, status, deep, partial_launches)
-    stored, packs = nodes, None
-    try:  # the packed records, as the readers describe them (task groups, record arrays, row coordinates)
-        expanded = expand_window(window, nodes, _digesting(store_fetch(store), state)) if is_packed(doc) else None
+    stored, rest, records, tables = nodes, nodes, {}, None
+    try:  # the packs as stored: their arrays along task read once and checked with the readers' rule
+        loaded = load_packs(state, store, window, nodes) if attrs.get(STORAGE_ATTR) == PACK_STORAGE else None
     except DumpIntegrityError as error:  # a malformed task-record pack: the readers cannot place its rows
         state.add(error.key or doc_key, str(error))
         return _result(state, "unknown", deep, ())
-    if expanded is not None:
-        nodes, packs = expanded
+    if loaded is not None:
+        tables, rest = loaded
+        records = packed_records(tables)
     if not msprobe:  # first: what the inventory binds, the pack checks leave to it
         _load_inventory(state, store, window, attrs)
-    check_manifest(state, store, window, doc, nodes)
-    good = check_node_documents(state, store, window, nodes, {} if packs is None else packs.virtual)
-    if packs is not None:
+    check_manifest(state, store, window, doc, stored)
+    good = check_node_documents(state, store, window, rest)
+    if tables is not None:
         check_pack_documents(state, store, window, stored)
-        read_shards(state, packs, store, window)
-    check_records_table(state, window, status, attrs, {k: v for k, v in nodes.items() if k in good})
-    arrays = {path: (nodes[path], metadata) for path, metadata in good.items() if metadata is not None}
+        check_packed_records(state, window, records)
+        read_shards(state, store, window, records)
+    check_records_table(state, window, status, attrs, {k: v for k, v in rest.items() if k in good}, tables)
+    arrays = {path: (rest[path], metadata) for path, metadata in good.items() if metadata is not None}
     if not msprobe:
         _check_listed_arrays(state, window, stored)
-    wanted = [] if msprobe else check_bindings(state, window, stored, nodes, {} if packs is None else packs.virtual)
-    check_chunks(state, store, window, arrays, deep, tick, msprobe, packs, stored)
-    check_coordinate_values(state, store, window, nodes, wanted)
-    _check_partial(state, window, attrs, nodes, good, partial_launches)
+    wanted = [] if msprobe else check_bindings(state, window, stored, rest)
+    check_chunks(state, store, window, arrays, deep, tick, msprobe, stored, records)
+    check_coordinate_values(state, store, window, rest, wanted)
+    _check_partial(state, window, attrs, rest, good, partial_launches, records)
     return _result(state, status, deep, partial_launches)
 
 
@@ -162,28 +168,28 @@ def _check_listed_arrays(state: CheckState, window: str, stored: dict[str, Any])
         state.add(f"{window}/{path}", "array is in the window inventory but the window does not hold it")
 
 
-def _digesting(fetch: Callable[[list[str]], list[Any]], state: CheckState) -> Callable[[list[str]], list[Any]]:
-    """``fetch`` that also keeps each chunk's inventory digest (``state.digested``): what the pack expansion reads
-    (a pack's arrays along ``task``) is not read again by :func:`~megadump_zarr.verify.chunks.check_chunks`."""
-    from megadump_zarr.layout.inventory import chunk_digest
-
-    def fetched(keys: list[str]) -> list[Any]:
-        values = fetch(keys)
-        for key, value in zip(keys, values):
-            if value is not None:
-                state.digested[key] = chunk_digest(value)[0]
-        return values
-
-    return fetched
-
-
 def _check_partial(
-    state: CheckState, window: str, attrs: dict[str, Any], nodes: dict[str, Any], good: dict[str, Any], partial: tuple
+    state: CheckState,
+    window: str,
+    attrs: dict[str, Any],
+    nodes: dict[str, Any],
+    good: dict[str, Any],
+    partial: tuple,
+    packed: Mapping[str, Any],
 ) -> None:
     """``partialLaunches`` names listed invocations; every record flagged ``partial`` belongs to one of them.
 
     Statistics-only records of a partial launch (statistics-first modes) have no array: they are counted
     from the launch's statistics table (``recordCount - payloadCount``), its payload arrays as arrays.
+
+    Args:
+        state: The window's check state.
+        window: The window key.
+        attrs: Its attributes.
+        nodes: Its nodes, but a task-record pack's.
+        good: The good ones (:func:`~megadump_zarr.verify.documents.check_node_documents`).
+        partial: Its ``partialLaunches``.
+        packed: Its packed records by path (:class:`~megadump_zarr.read.pack_record.PackedRecord`).
     """
     doc_key = f"{window}/zarr.json"
     listed = attrs.get("invocations") if isinstance(attrs.get("invocations"), list) else []
@@ -192,6 +198,7 @@ def _check_partial(
             state.add(doc_key, f"attributes.partialLaunches names {short(name)}, which is not a listed invocation")
     documents = {p: nodes[p].get("attributes") for p in good}
     flagged = [p for p, a in documents.items() if good[p] is not None and isinstance(a, dict) and a.get("partial")]
+    flagged = sorted(flagged + [p for p, record in packed.items() if record.doc["attributes"].get("partial")])
     state.partial_records = len(flagged)
     for launch in partial:  # its statistics table, a group
         table = documents.get(f"{launch}/statistics") if good.get(f"{launch}/statistics", 0) is None else None
