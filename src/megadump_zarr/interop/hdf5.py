@@ -452,7 +452,9 @@ class _PackedArray:
         if not isinstance(member, PackedRecord):
             return cls(key, member.doc, RangeArray(member.start, member.stop))
         array = f"{group.path}/{member.array}" if group.path else member.array
-        stored = RowArray(packs, group.store, array, member.pack_doc, member.row, key, member.shape, "", member.source())
+        stored = RowArray(
+            packs, group.store, array, member.pack_doc, member.row, key, member.shape, "", member.source()
+        )
         return cls(key, member.doc, stored)
 
     def __getitem__(self, selection: Any) -> Any:

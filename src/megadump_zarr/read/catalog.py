@@ -244,13 +244,7 @@ class _PackedWindowInfo(WindowInfo):
         """
         self.tables, self.stored = tables, stored
         self._tasks = PackedTasks(tables)
-        arrays = {
-            path: doc
-            for table in tables
-            for path, doc in stored.items()
-            if path.startswith(f"{table.pack}/") and doc.get("node_type") == "array"
-        }
-        self.packs = PackedWindow(self.key, self.final, {}, arrays, {})
+        self.packs = PackedWindow(self.key, self.final, {}, {}, {})  # each row opened with its pack's document
 
     @property
     def tasks(self) -> PackedTasks | None:
@@ -365,9 +359,9 @@ def _parsed(key: str, raw: bytes) -> dict[str, Any] | None:
 
 
 def store_fetch(store: Store) -> Fetch:
-    """Reads keys of ``store`` concurrently, below its integrity checks (what a packed window's expansion reads:
-    per-task arrays, which it checks itself: their crc32c and the ``chunkCrc32c`` binding them to their
-    pack). Through the checks, each chunk would first make the store expand its window again to look it up."""
+    """Reads keys of ``store`` concurrently, below its integrity checks (what a packed window's pack checks read:
+    per-task arrays, which they check themselves: their crc32c and the ``chunkCrc32c`` binding them to their
+    pack). Through the checks, each chunk would first make the store look its window up again."""
     inner = below_checks(store)
     return lambda keys: get_many(inner, keys)
 
@@ -604,6 +598,7 @@ def data_groups(info: WindowInfo, nodes: Mapping[str, dict[str, Any]]) -> list[D
 
     def task_group(group: str, task_nodes: Mapping[str, dict[str, Any]]) -> DataGroup:
         parts = group.split("/")
+        shared = common(parts[0])  # its invocation checked first
         return DataGroup(
             level="L1",
             key=f"{info.key}/{group}",
@@ -611,7 +606,7 @@ def data_groups(info: WindowInfo, nodes: Mapping[str, dict[str, Any]]) -> list[D
             stage_component=parts[2],
             task_id=int(TASK_DIR.match(parts[3]).group(1)),
             task_name=parts[3],
-            **common(parts[0]),
+            **shared,
         )
 
     for path, doc in nodes.items():

@@ -125,7 +125,7 @@ class _CommittedNodes:
             return None
         return info.stored if info.stored is not None else info.nodes
 
-    def __getstate__(self) -> dict[str, Any]:  # the nodes, not the catalogue (whose packed windows would expand)
+    def __getstate__(self) -> dict[str, Any]:  # the nodes, not the catalogue (its checked packs stay behind)
         return {"infos": {key: nodes for key in list(self.infos) if (nodes := self(key)) is not None}}
 
 

@@ -2,9 +2,11 @@
 arrays along ``task`` (:class:`~megadump_zarr.read.pack_checks.PackTable`) for that row only.
 
 :class:`PackedTasks` finds the task a path of the records table (``{stage}/{task group}/{record}``) names in a
-committed window's packs, and gives a :class:`PackedRecord` (the record: its pack array, row, shape, dimension
-names, attributes) or a :class:`PackedCoordinate` (a row coordinate: its bounds). Nothing is built for the other
-rows of the window.
+window's packs (committed, or torn and listed), and gives a :class:`PackedRecord` (the record: its pack array, row,
+shape, dimension names, attributes) or a :class:`PackedCoordinate` (a row coordinate: its bounds). Nothing is built
+for the other rows of the window. The views that list groups (``Dump.tree``, ``Dump.dataset``, ``export_hdf5``)
+take the task groups, their attributes and members from it too (:meth:`PackedTasks.groups`,
+:meth:`~PackedTasks.task_attributes`, :meth:`~PackedTasks.members`).
 """
 
 from __future__ import annotations
