@@ -618,7 +618,8 @@ def verify_root(root: str | os.PathLike[str], committed: dict[str, str]) -> Kill
         try:  # the committed window document, and its nodes as the readers describe them (packs: their task groups)
             window_doc = json.loads(stored(f"{key}/zarr.json"))
             info = dump._info(key)
-            nodes = dump._nodes(info)  # noqa: SLF001 - the task-group view of its packs
+            # a packed window's task groups, records and row coordinates, each described from its pack's row
+            nodes = info.task_nodes() if hasattr(info, "task_nodes") else dump._nodes(info)  # noqa: SLF001
             invocations = window_doc["attributes"]["invocations"]
         except (OSError, ValueError, KeyError, TypeError) as error:
             result.problems.append(f"{window_path}: complete, but its window document is unusable: {error!r}")

@@ -259,10 +259,10 @@ def test_a_pack_array_read_builds_no_per_task_view(tmp_path: Path, monkeypatch: 
     in from another array is still refused)."""
     import zarr
 
-    import megadump_zarr.read.catalog as catalog
+    import megadump_zarr.read.pack_rows as pack_rows
 
     root, chunks, key = _packed_stats(tmp_path)
-    monkeypatch.setattr(catalog, "expand_window", _no_expansion)
+    monkeypatch.setattr(pack_rows, "expand_window", _no_expansion)
     dump = open_dump(root)
     assert len(dump.records()) > 0
     assert zarr.open_array(dump.store, path=key, mode="r")[...].size > 0
@@ -278,10 +278,10 @@ def test_a_dump_store_pickles_with_its_committed_windows(tmp_path: Path, monkeyp
 
     import zarr
 
-    import megadump_zarr.read.catalog as catalog
+    import megadump_zarr.read.pack_rows as pack_rows
 
     root, chunks, key = _packed_stats(tmp_path)
-    monkeypatch.setattr(catalog, "expand_window", _no_expansion)
+    monkeypatch.setattr(pack_rows, "expand_window", _no_expansion)
     dump = open_dump(root)
     assert len(dump.records()) > 0
     copy = pickle.loads(pickle.dumps(dump.store))

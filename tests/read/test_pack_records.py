@@ -32,11 +32,12 @@ def packed(tmp_path_factory) -> Path:
 
 
 def _expanded_records(root: Path) -> pd.DataFrame:
-    """The records table read from the task groups, record arrays and row coordinates the packs stand for."""
+    """The records table read record by record from the task groups, records and row coordinates the packs stand
+    for, each described from its pack's row (``task_nodes``)."""
     dump = open_dump(root)
     frames = []
     for info in dump._scan():  # noqa: SLF001 - the catalogue's windows, as records() reads them
-        nodes = dump._nodes(info)  # noqa: SLF001 - the packs described as task groups
+        nodes = info.task_nodes() if hasattr(info, "task_nodes") else dump._nodes(info)  # noqa: SLF001
         plain = WindowInfo(info.rank, info.window, info.key, info.status, info.attrs, nodes, pack_rows=info.pack_rows)
         frames.append(records_frame([(plain, nodes)]))
     return pd.concat(frames, ignore_index=True)
@@ -56,7 +57,7 @@ def test_records_of_a_packed_window_build_no_task_group(packed, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the packs were expanded into task groups")
 
-    monkeypatch.setattr("megadump_zarr.read.catalog.expand_window", refuse)
+    monkeypatch.setattr("megadump_zarr.read.pack_rows.expand_window", refuse)
     monkeypatch.setattr("megadump_zarr.read.pack_nodes.expand_pack", refuse)
     records = open_dump(packed).records()
     assert len(records) == 16 and records["pack_array"].notna().sum() == 15

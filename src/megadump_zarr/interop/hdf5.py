@@ -341,28 +341,30 @@ def _hierarchy(group: Any) -> tuple[dict[str, dict[str, Any]], dict[str, list[tu
     A committed window answers from its consolidated metadata. A torn window (status ``"writing"``: group
     documents are only written at commit) is listed from the store: every ``zarr.json`` below it, groups
     without a document implied (empty attributes) by the arrays under them. A window's task-record packs
-    are exported as the task groups they hold, one HDF5 group per row, each record read from its row
-    (:mod:`megadump_zarr.read.pack_rows`).
+    are exported as the task groups they hold, one HDF5 group per row, its attributes, records and row
+    coordinates described from the pack's checked arrays along ``task`` and each record read from its row
+    (:mod:`megadump_zarr.read.pack_record`); a torn window's pack cut short by the kill is left out.
     """
     import zarr
 
-    from megadump_zarr.read.location import get_json, get_many, list_prefix, parse_json
-    from megadump_zarr.read.pack_nodes import PACK
     from megadump_zarr.read.catalog import store_fetch
-    from megadump_zarr.read.pack_rows import expand_torn, expand_window
+    from megadump_zarr.read.location import get_json, get_many, list_prefix, parse_json
+    from megadump_zarr.read.pack_checks import PACK, pack_tables, rest_nodes, window_packs
+    from megadump_zarr.read.pack_record import PackedTasks
+    from megadump_zarr.read.pack_rows import PackedWindow
 
     prefix = f"{group.path}/" if group.path else ""
     groups: dict[str, dict[str, Any]] = {"": group.attrs.asdict()}
     arrays: dict[str, list[tuple[str, Any]]] = {}
     committed = group.metadata.consolidated_metadata is not None
     if committed:
-        expanded = None
+        packs: dict[str, dict[str, dict[str, Any]]] = {}
         if any(PACK.match(path) for path in group.metadata.consolidated_metadata.flattened_metadata):
-            # a window holding a pack: its documents as stored, expanded to the task groups its rows stand for
+            # a window holding a pack: its documents as stored, its packs read and checked
             consolidated = (get_json(group.store, f"{prefix}zarr.json") or {}).get("consolidated_metadata") or {}
             nodes = dict(consolidated.get("metadata") or {})
-            expanded = expand_window(group.path, nodes, store_fetch(group.store))
-        if expanded is None:
+            packs, kept = window_packs(nodes)
+        if not packs:
             members = sorted(group.members(max_depth=None), key=lambda item: (item[0].count("/"), item[0]))
             for path, node in members:
                 if isinstance(node, zarr.Group):
@@ -371,6 +373,7 @@ def _hierarchy(group: Any) -> tuple[dict[str, dict[str, Any]], dict[str, list[tu
                     parent, _, name = path.rpartition("/")
                     arrays.setdefault(parent, []).append((name, node))
             return groups, arrays
+        tables = pack_tables(group.path, packs, store_fetch(group.store), stored=kept)
     else:
         keys = [k for k in list_prefix(group.store, prefix) if k.endswith("/zarr.json") and k != f"{prefix}zarr.json"]
         nodes = {
@@ -378,20 +381,24 @@ def _hierarchy(group: Any) -> tuple[dict[str, dict[str, Any]], dict[str, list[tu
             for key, raw in zip(keys, get_many(group.store, keys))
             if raw is not None
         }
-        expanded = expand_torn(group.path, nodes, store_fetch(group.store))
-    packs = None
-    if expanded is not None:
-        nodes, packs = expanded
+        packs, _ = window_packs(nodes)
+        tables = pack_tables(group.path, packs, store_fetch(group.store), strict=False)
     found: dict[str, dict[str, Any]] = {}
-    for path in sorted(nodes, key=lambda p: (p.count("/"), p)):
-        doc = nodes[path]
+    for path, doc in rest_nodes(nodes).items():
         if doc.get("node_type") == "group":
             found[path] = doc.get("attributes") or {}
         elif doc.get("node_type") == "array":
             parent, _, name = path.rpartition("/")
-            array = zarr.Array.from_dict(group.store_path / path, doc)
-            stored = None if packs is None else packs.array(group.store, path, doc)
-            arrays.setdefault(parent, []).append((name, array if stored is None else _PackedArray(array, stored)))
+            arrays.setdefault(parent, []).append((name, zarr.Array.from_dict(group.store_path / path, doc)))
+    tasks = PackedTasks(tables)
+    packed = PackedWindow(group.path, committed, {}, {}, {})  # one shard index read per shard
+    for task_group in tasks.groups():
+        found[task_group] = tasks.task_attributes(task_group) or {}
+        for name in tasks.members(task_group):
+            member = tasks.find(f"{task_group}/{name}")
+            if member is not None:
+                array = _PackedArray.of(group, packed, f"{task_group}/{name}", member)
+                arrays.setdefault(task_group, []).append((name, array))
     if not committed:
         for parent in list(arrays):
             parts = parent.split("/") if parent else []
@@ -405,17 +412,56 @@ def _hierarchy(group: Any) -> tuple[dict[str, dict[str, Any]], dict[str, list[tu
 
 
 class _PackedArray:
-    """A packed record (or a packed task's row coordinate) as the export sees an array: its document's
-    metadata, read from where it is stored (its pack row)."""
+    """A packed record (or a packed task's row coordinate) as the export sees an array: its description (shape,
+    data type, chunks, dimension names, attributes), read from where it is stored (its pack row).
 
-    def __init__(self, array: Any, stored: Any) -> None:
-        self._array, self._stored = array, stored
+    Args:
+        path: Its path as the export names it (relative to the store's root).
+        doc: Its description (:class:`~megadump_zarr.read.pack_record.PackedRecord` ``.doc``).
+        stored: Where it is read from (:class:`~megadump_zarr.read.pack_arrays.RowArray` or ``RangeArray``).
+    """
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._array, name)
+    def __init__(self, path: str, doc: Mapping[str, Any], stored: Any) -> None:
+        from types import SimpleNamespace
+
+        self.path, self._stored = path, stored
+        self.shape, self.dtype, self.chunks = tuple(stored.shape), stored.dtype, tuple(stored.chunks)
+        self.ndim = len(self.shape)
+        names = doc.get("dimension_names")
+        self.metadata = SimpleNamespace(
+            dimension_names=tuple(names) if names else None,
+            encode_chunk_key=lambda coords: "c" + "".join(f".{c}" for c in coords),
+        )
+        attrs = dict(doc.get("attributes") or {})
+        self.attrs = SimpleNamespace(asdict=lambda: dict(attrs))
+
+    @classmethod
+    def of(cls, group: Any, packs: Any, rel: str, member: Any) -> _PackedArray:
+        """A packed member of window ``group`` found at ``rel`` (its path relative to the window).
+
+        Args:
+            group: The window's zarr group.
+            packs: Reads the window's rows (:class:`~megadump_zarr.read.pack_rows.PackedWindow`).
+            rel: The member's path relative to the window.
+            member: A :class:`~megadump_zarr.read.pack_record.PackedRecord` or ``PackedCoordinate``.
+        """
+        from megadump_zarr.read.pack_arrays import RangeArray, RowArray
+        from megadump_zarr.read.pack_record import PackedRecord
+
+        key = f"{group.path}/{rel}" if group.path else rel
+        if not isinstance(member, PackedRecord):
+            return cls(key, member.doc, RangeArray(member.start, member.stop))
+        array = f"{group.path}/{member.array}" if group.path else member.array
+        stored = RowArray(
+            packs, group.store, array, member.pack_doc, member.row, key, member.shape, "", member.source()
+        )
+        return cls(key, member.doc, stored)
 
     def __getitem__(self, selection: Any) -> Any:
         return self._stored[selection]
+
+    def get_block_selection(self, coords: tuple[int, ...]) -> Any:
+        return self._stored.get_block_selection(coords)
 
 
 def _producer() -> str:

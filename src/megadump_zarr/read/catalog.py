@@ -13,6 +13,7 @@ Everything here comes from metadata only, never from chunks:
 
 from __future__ import annotations
 
+from collections import ChainMap
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 import math
@@ -37,11 +38,19 @@ from megadump_zarr.read.integrity import below_checks
 from megadump_zarr.read.windows import window_dirs
 from megadump_zarr.read.location import get_json, get_many, list_dir, list_prefix, parse_json
 from megadump_zarr.read.errors import FormatVersionError
-from megadump_zarr.read.pack_nodes import Fetch, is_packed, stored_pack_nodes, window_column_keys
 from megadump_zarr.read.pack_record import PackedCoordinate, PackedRecord, PackedTasks
-from megadump_zarr.read.pack_checks import PackTable, pack_tables, rest_nodes, window_packs
+from megadump_zarr.read.pack_checks import (
+    Fetch,
+    PackTable,
+    is_packed,
+    pack_tables,
+    rest_nodes,
+    window_column_keys,
+    window_packs,
+)
 from megadump_zarr.read.pack_records import pack_columns
-from megadump_zarr.read.pack_rows import PackedWindow, expand_torn, expand_window
+from megadump_zarr.read.pack_rows import PackedWindow
+from megadump_zarr.store.metadata import consolidated_sort_key
 from megadump_zarr.read.truncated import stats_scope
 from megadump_zarr.layout.paths import INVOCATION_DIR, RANK_DIR, TASK_DIR, WINDOW_DIR
 from megadump_zarr.layout.schema import PACK_STORAGE, STORAGE_ATTR, format_problem
@@ -156,12 +165,14 @@ class WindowInfo:
         attrs: The window manifest (empty when the window has no ``zarr.json``).
         nodes: Consolidated metadata (flat relative path -> document), or ``None`` for a torn window.
         damaged: Keys of a torn window's documents that were cut short (skipped when listing).
-        pack_rows: Record path (relative to the root) -> ``(pack array path, row)`` of its packed records.
-        packs: Where its packed records are stored (``None``: it holds no task-record pack); ``nodes`` then
-            describe them as task groups, record arrays and row coordinates (:mod:`megadump_zarr.read.pack_rows`).
-        tables: A committed window's packs, decoded and checked (:mod:`megadump_zarr.read.pack_checks`: its
-            records table is built from them); ``None`` for a window without packs.
-        stored: The consolidated nodes as stored (its packs as packs), where ``tables`` are given.
+        pack_rows: Record path (relative to the root) -> ``(pack array path, row)`` of its packed records, where
+            they are described as task groups (:meth:`_PackedWindowInfo.task_nodes`).
+        packs: Reads its packed records by row (``None``: it holds no task-record pack,
+            :mod:`megadump_zarr.read.pack_rows`).
+        tables: Its packs, decoded and checked (:mod:`megadump_zarr.read.pack_checks`: its records table and its
+            packed task groups are built from them); ``None`` for a window without packs (or a torn one not listed
+            yet).
+        stored: Its nodes as stored (its packs as packs), where ``tables`` are given.
     """
 
     rank: int
@@ -193,9 +204,14 @@ class WindowInfo:
         """Whether the window was committed (its documents never change again)."""
         return self.status in _FINAL and self.nodes is not None
 
+    @property
+    def tasks(self) -> PackedTasks | None:
+        """The task groups of its checked packs (``None``: it holds none, or a torn window not listed yet)."""
+        return None
+
     def packed(self, rel: str) -> PackedRecord | PackedCoordinate | None:
-        """The packed record or row coordinate at ``rel`` (relative to the window) of a committed packed window,
-        found from its checked packs; ``None``: not one (or a window read otherwise).
+        """The packed record or row coordinate at ``rel`` (relative to the window), found from its checked packs;
+        ``None``: not one (or a window read otherwise).
 
         Args:
             rel: A path relative to the window.
@@ -204,55 +220,59 @@ class WindowInfo:
 
 
 class _PackedWindowInfo(WindowInfo):
-    """A committed packed window: ``nodes`` are its consolidated nodes as stored (its packs as packs), ``packs``
-    where its packed records are, found by task path from its checked ``tables`` when a reader opens one
-    (:meth:`packed`). Its packs are described as task groups, record arrays and row coordinates only for the
-    views that list groups (:meth:`task_nodes`).
+    """A window of the packs layout: ``stored`` are its nodes as stored (its packs as packs), ``tables`` its
+    checked packs (a committed window's from its scan, a torn window's once it is listed, :func:`window_nodes`),
+    from which its packed task groups, records and row coordinates are found by path (:attr:`tasks`) and read
+    by row (``packs``).
 
     Args:
-        expand: Gives ``(nodes, packs)`` (:func:`~megadump_zarr.read.pack_rows.expand_window`).
         args, kwargs: :class:`WindowInfo`'s.
     """
 
-    def __init__(self, *args: Any, expand: Any, **kwargs: Any) -> None:
-        self._expand = None
-        self._task_nodes: dict[str, dict[str, Any]] | None = None
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._expand = expand
-        self._tasks = PackedTasks(self.tables or [])
-        stored = stored_pack_nodes(self.stored or {})
-        arrays = {path: doc for path, doc in stored.items() if doc.get("node_type") == "array"}
-        self.packs = PackedWindow(self.key, True, {}, arrays, {})
+        self._tasks: PackedTasks | None = None
+        if self.tables is not None:
+            self.take_packs(self.tables, self.stored or {})
+
+    def take_packs(self, tables: list[PackTable], stored: dict[str, dict[str, Any]]) -> None:
+        """Hold its checked packs and its nodes as stored (a torn window's, once listed).
+
+        Args:
+            tables: Its packs, read and checked (:func:`~megadump_zarr.read.pack_checks.pack_tables`).
+            stored: Its nodes (path relative to the window -> document), its packs as packs.
+        """
+        self.tables, self.stored = tables, stored
+        self._tasks = PackedTasks(tables)
+        self.packs = PackedWindow(self.key, self.final, {}, {}, {})  # each row opened with its pack's document
+
+    @property
+    def tasks(self) -> PackedTasks | None:
+        return self._tasks
 
     def packed(self, rel: str) -> PackedRecord | PackedCoordinate | None:
-        return self._tasks.find(rel)
+        return None if self._tasks is None else self._tasks.find(rel)
 
     def task_nodes(self) -> dict[str, dict[str, Any]]:
-        """Its nodes with every pack described as the task groups, record arrays and row coordinates it holds."""
-        if self._task_nodes is None:
-            expanded = self._expand()  # a DumpIntegrityError leaves it to expand (and raise) again
-            self._task_nodes, self._pack_rows = (
-                (self.nodes or {}, {})
-                if expanded is None
-                else (
-                    expanded[0],
-                    expanded[1].pack_rows(),
-                )
-            )
-        return self._task_nodes
-
-    @property  # type: ignore[override]
-    def pack_rows(self) -> dict[str, tuple[str, int]]:
-        self.task_nodes()
-        return self._pack_rows
-
-    @pack_rows.setter
-    def pack_rows(self, value: dict[str, tuple[str, int]]) -> None:
-        self._pack_rows = value
-
-    def __getstate__(self) -> dict[str, Any]:  # shipped to dask workers: expanded first (a closure stays behind)
-        self.task_nodes()
-        return {**self.__dict__, "_expand": None}
+        """Its nodes with its packs left out and each packed task group and record described one by one, from its
+        checked packs (what the records table reads record by record to name a value of a pack it cannot hold);
+        where each packed record is goes to ``pack_rows``."""
+        stored = rest_nodes(self.stored or {})
+        tasks = self._tasks or PackedTasks([])
+        found: dict[str, dict[str, Any]] = {}
+        pack_rows: dict[str, tuple[str, int]] = {}
+        root = f"{self.key}/" if self.key else ""
+        for group in tasks.groups():
+            found[group] = {"node_type": "group", "attributes": tasks.task_attributes(group) or {}}
+            for name in tasks.members(group):
+                member = tasks.find(f"{group}/{name}")
+                if member is not None:
+                    found[f"{group}/{name}"] = member.doc
+                if isinstance(member, PackedRecord):
+                    pack_rows[f"{root}{group}/{name}"] = (f"{root}{member.array}", member.row)
+        self.pack_rows = pack_rows
+        merged = {**stored, **found}
+        return {path: merged[path] for path in sorted(merged, key=consolidated_sort_key)}
 
 
 def check_root(store: Store, url: str) -> dict[str, Any]:
@@ -339,9 +359,9 @@ def _parsed(key: str, raw: bytes) -> dict[str, Any] | None:
 
 
 def store_fetch(store: Store) -> Fetch:
-    """Reads keys of ``store`` concurrently, below its integrity checks (what a packed window's expansion reads:
-    per-task arrays, which it checks itself: their crc32c and the ``chunkCrc32c`` binding them to their
-    pack). Through the checks, each chunk would first make the store expand its window again to look it up."""
+    """Reads keys of ``store`` concurrently, below its integrity checks (what a packed window's pack checks read:
+    per-task arrays, which they check themselves: their crc32c and the ``chunkCrc32c`` binding them to their
+    pack). Through the checks, each chunk would first make the store look its window up again."""
     inner = below_checks(store)
     return lambda keys: get_many(inner, keys)
 
@@ -380,36 +400,15 @@ def window_info(key: str, raw: bytes | None, doc: dict[str, Any] | None = None, 
         status = "writing"  # a torn window whose status was edited: not committed, whatever it says
     if status == "writing" or not isinstance(nodes, dict):
         nodes = None
-    if nodes is None or attrs.get(STORAGE_ATTR) != PACK_STORAGE:
+    if attrs.get(STORAGE_ATTR) != PACK_STORAGE:
         return WindowInfo(rank, window, key, status, attrs, nodes)
+    if nodes is None:  # torn: its packs are read when it is listed (window_nodes)
+        return _PackedWindowInfo(rank, window, key, status, attrs)
     packs, kept = window_packs(nodes)
     if not packs:
         return WindowInfo(rank, window, key, status, attrs, nodes)
     tables = pack_tables(key, packs, fetch, stored=kept)  # a malformed pack raises here, naming it
-    stored = nodes
-    return _PackedWindowInfo(
-        rank,
-        window,
-        key,
-        status,
-        attrs,
-        nodes,
-        tables=tables,
-        stored=stored,
-        expand=lambda: expand_window(key, stored, fetch, tables=tables),
-    )
-
-
-def _take_packs(
-    info: WindowInfo, nodes: dict[str, dict[str, Any]], expanded: tuple[dict[str, Any], PackedWindow] | None
-) -> dict[str, dict[str, Any]]:
-    """A window's nodes with its packed records described as task groups, record arrays and row coordinates
-    (``nodes`` when it holds no pack); where they are stored goes to ``info.packs`` and ``info.pack_rows``."""
-    if expanded is None:
-        return nodes
-    nodes, info.packs = expanded
-    info.pack_rows = info.packs.pack_rows()
-    return nodes
+    return _PackedWindowInfo(rank, window, key, status, attrs, nodes, tables=tables, stored=nodes)
 
 
 def commit_evidence_problem(attrs: Mapping[str, Any], nodes: Any) -> str | None:
@@ -441,18 +440,18 @@ def commit_evidence_problem(attrs: Mapping[str, Any], nodes: Any) -> str | None:
 
 
 def window_nodes(store: Store, info: WindowInfo) -> dict[str, dict[str, Any]]:
-    """Every node below a window (flat relative path -> ``zarr.json`` document).
+    """Every node below a window as stored (flat relative path -> ``zarr.json`` document); a window's
+    task-record packs are packs here, its packed task groups are ``info.tasks``.
 
     Committed windows answer from their consolidated metadata. A torn window is listed: every
     ``*/zarr.json`` key below it is fetched (metadata only, never chunks); a document cut short by the
-    kill that tore the window is skipped, and its key is listed in ``info.damaged``.
+    kill that tore the window is skipped, and its key is listed in ``info.damaged``. A torn packed window's
+    packs are read and checked then (``info.tables``), a pack cut short by the kill left out.
 
     Args:
         store: The dump store.
         info: The window.
     """
-    if isinstance(info, _PackedWindowInfo):
-        return info.task_nodes()
     if info.nodes is not None:
         return info.nodes
     prefix = f"{info.key}/"
@@ -465,9 +464,10 @@ def window_nodes(store: Store, info: WindowInfo) -> dict[str, dict[str, Any]]:
             nodes[key[len(prefix) : -len("/zarr.json")]] = parse_json(raw, key)
         except ValueError:
             info.damaged.append(key)  # torn mid-write: the node never finished, so it is not part of the window
-    if info.attrs.get(STORAGE_ATTR) != PACK_STORAGE:
-        return nodes
-    return _take_packs(info, nodes, expand_torn(info.key, nodes, store_fetch(store)))
+    if isinstance(info, _PackedWindowInfo):
+        packs, _ = window_packs(nodes)
+        info.take_packs(pack_tables(info.key, packs, store_fetch(store), strict=False), nodes)
+    return nodes
 
 
 @dataclass(frozen=True)
@@ -568,7 +568,8 @@ def _task_info(nodes: Mapping[str, dict[str, Any]], group: str, window_key: str)
 def data_groups(info: WindowInfo, nodes: Mapping[str, dict[str, Any]]) -> list[DataGroup]:
     """The data groups of one window, ordered by path.
 
-    An L0 invocation group counts when it holds arrays; an L1 task group is any ``stages/*/task_*``.
+    An L0 invocation group counts when it holds arrays; an L1 task group is any ``stages/*/task_*``, stored or
+    packed (``info.tasks``).
 
     Args:
         info: The window.
@@ -576,37 +577,54 @@ def data_groups(info: WindowInfo, nodes: Mapping[str, dict[str, Any]]) -> list[D
     """
     found: dict[str, DataGroup] = {}
     invocations: dict[str, dict[str, Any]] = {}
-    for path, doc in nodes.items():
-        parts = path.split("/")
-        if not INVOCATION_DIR.match(parts[0]):
-            continue
-        inv = invocations.get(parts[0])
+
+    def invocation(name: str) -> dict[str, Any]:
+        inv = invocations.get(name)
         if inv is None:
-            inv = invocations[parts[0]] = _invocation_info(parts[0], nodes, info.key)
-        common = dict(
+            inv = invocations[name] = _invocation_info(name, nodes, info.key)
+        return inv
+
+    def common(name: str) -> dict[str, Any]:
+        inv = invocation(name)
+        return dict(
             rank=info.rank,
             window=info.window,
             invocation=inv["invocation"],
-            invocation_name=parts[0],
+            invocation_name=name,
             kernel=inv["kernel"],
             direction=inv["direction"],
             status=info.status,
         )
+
+    def task_group(group: str, task_nodes: Mapping[str, dict[str, Any]]) -> DataGroup:
+        parts = group.split("/")
+        shared = common(parts[0])  # its invocation checked first
+        return DataGroup(
+            level="L1",
+            key=f"{info.key}/{group}",
+            stage=_task_info(task_nodes, group, info.key)["stage"],
+            stage_component=parts[2],
+            task_id=int(TASK_DIR.match(parts[3]).group(1)),
+            task_name=parts[3],
+            **shared,
+        )
+
+    for path, doc in nodes.items():
+        parts = path.split("/")
+        if not INVOCATION_DIR.match(parts[0]):
+            continue
         if len(parts) >= 4 and parts[1] == "stages" and TASK_DIR.match(parts[3]):
             group = "/".join(parts[:4])
             if group not in found:
-                stage = _task_info(nodes, group, info.key)["stage"]
-                found[group] = DataGroup(
-                    level="L1",
-                    key=f"{info.key}/{group}",
-                    stage=stage,
-                    stage_component=parts[2],
-                    task_id=int(TASK_DIR.match(parts[3]).group(1)),
-                    task_name=parts[3],
-                    **common,
-                )
+                found[group] = task_group(group, nodes)
         elif len(parts) == 2 and doc.get("node_type") == "array" and parts[0] not in found:
-            found[parts[0]] = DataGroup(level="L0", key=f"{info.key}/{parts[0]}", **common)
+            found[parts[0]] = DataGroup(level="L0", key=f"{info.key}/{parts[0]}", **common(parts[0]))
+        else:
+            invocation(parts[0])  # checked as every invocation holding a node
+    tasks = info.tasks
+    for group in tasks.groups() if tasks is not None else ():
+        if INVOCATION_DIR.match(group.split("/")[0]) and group not in found:
+            found[group] = task_group(group, ChainMap({group: {"attributes": tasks.task_attributes(group)}}, nodes))
     return [found[k] for k in sorted(found)]
 
 

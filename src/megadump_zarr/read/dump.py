@@ -44,6 +44,7 @@ from megadump_zarr.read.integrity import IntegrityStore, guard_read
 from megadump_zarr.read.inventory import Inventories
 from megadump_zarr.read.location import DumpLocation, get_bytes, open_location, store_path
 from megadump_zarr.read.pack_arrays import RangeArray, RowArray, is_packed_array
+from megadump_zarr.read.pack_checks import rest_nodes
 from megadump_zarr.read.pack_record import PackedCoordinate, PackedRecord
 from megadump_zarr.read.select import (
     check_tensor_choice,
@@ -56,6 +57,7 @@ from megadump_zarr.read.select import (
     single_group,
 )
 from megadump_zarr.read.stitch import Piece, stitch
+from megadump_zarr.store.metadata import consolidated_sort_key
 from megadump_zarr.read.truncated import (
     captured_mask,
     captured_rows,
@@ -123,7 +125,7 @@ class _CommittedNodes:
             return None
         return info.stored if info.stored is not None else info.nodes
 
-    def __getstate__(self) -> dict[str, Any]:  # the nodes, not the catalogue (whose packed windows would expand)
+    def __getstate__(self) -> dict[str, Any]:  # the nodes, not the catalogue (its checked packs stay behind)
         return {"infos": {key: nodes for key in list(self.infos) if (nodes := self(key)) is not None}}
 
 
@@ -204,10 +206,11 @@ class Dump:
     def _node(self, info: WindowInfo, rel: str) -> dict[str, Any] | None:
         """The document of node ``rel`` of a window: a packed record's or row coordinate's description (found
         from its pack, :mod:`megadump_zarr.read.pack_record`), else the window's node."""
+        nodes = info.nodes if info.nodes is not None else self._nodes(info)  # a torn window's packs: read now
         found = info.packed(rel)
         if found is not None:
             return found.doc
-        return (info.nodes if info.nodes is not None else self._nodes(info)).get(rel)
+        return nodes.get(rel)
 
     def _array(self, info: WindowInfo, rel: str, doc: dict[str, Any]) -> Any:
         """The stored array of node ``rel`` of a window: a zarr array, or where a packed record or row
@@ -222,10 +225,6 @@ class Dump:
             )
         if isinstance(found, PackedCoordinate):
             return RangeArray(found.start, found.stop)
-        if info.packs is not None:
-            packed = info.packs.array(self.store, rel, doc, self.root)
-            if packed is not None:
-                return packed
         return open_zarr_array(self.store, f"{info.key}/{rel}", doc)
 
     def _window_frame(self, info: WindowInfo) -> pd.DataFrame:
@@ -297,8 +296,10 @@ class Dump:
             info: A window of :meth:`catalogue`.
             rel: A group path relative to the window (``invocation_000000_forward/stages/attn``).
         """
-        doc = self._nodes(info).get(rel) or {}
-        attrs = doc.get("attributes")
+        nodes = self._nodes(info)
+        attrs = info.tasks.task_attributes(rel) if info.tasks is not None else None
+        if attrs is None:
+            attrs = (nodes.get(rel) or {}).get("attributes")
         return dict(attrs) if isinstance(attrs, dict) else {}
 
     def unbuilt_windows(self) -> list[WindowInfo]:
@@ -415,26 +416,35 @@ class Dump:
 
     def _manual_dataset(self, info: WindowInfo, rel: str, attrs: dict[str, Any]) -> xr.Dataset:
         """A Dataset of the arrays directly in ``rel``, from the window's nodes (torn windows have no group
-        documents; a packed window's task groups are not stored as groups)."""
+        documents), or of a packed task group's records and row coordinates, each from its pack's row."""
         import xarray as xr
 
         nodes = self._nodes(info)
-        prefix = f"{rel}/" if rel else ""
+        tasks = info.tasks
+        task_attrs = tasks.task_attributes(rel) if tasks is not None else None
+        if task_attrs is not None:  # a packed task group: its members described from its pack
+            paths = sorted((f"{rel}/{name}" for name in tasks.members(rel)), key=consolidated_sort_key)
+            members = {path: info.packed(path) for path in paths}
+            entries = [(path, member.doc) for path, member in members.items() if member is not None]
+            group_attrs = task_attrs
+        else:
+            prefix = f"{rel}/" if rel else ""
+            entries = [
+                (path, doc)
+                for path, doc in nodes.items()
+                if doc.get("node_type") == "array" and path.startswith(prefix) and "/" not in path[len(prefix) :]
+            ]
+            group_attrs = (nodes.get(rel) or {}).get("attributes") or {}
         variables: dict[str, xr.Variable] = {}
         coords: dict[str, xr.Variable] = {}
-        for path, doc in nodes.items():
-            if doc.get("node_type") != "array" or not path.startswith(prefix) or "/" in path[len(prefix) :]:
-                continue
-            name = path[len(prefix) :]
+        for path, doc in entries:
+            name = path.rpartition("/")[2]
             key = f"{info.key}/{path}"
             array = self._array(info, path, doc)
             dims = tuple(doc.get("dimension_names") or (f"{name}_dim_{i}" for i in range(array.ndim)))
             variable = xr.Variable(dims, stored_dask(array, key, self.root), attrs=doc.get("attributes") or {})
             (coords if dims == (name,) else variables)[name] = variable
-        group_doc = nodes.get(rel) or {}
-        return xr.Dataset(
-            variables, coords=xr.Coordinates(coords, indexes={}), attrs={**(group_doc.get("attributes") or {}), **attrs}
-        )
+        return xr.Dataset(variables, coords=xr.Coordinates(coords, indexes={}), attrs={**group_attrs, **attrs})
 
     def tree(self, *, include_incomplete: bool = False) -> xr.DataTree:
         """The whole dump as a lazy ``xarray.DataTree``: ``/rank_{r}/window_{wwww}/invocation_.../...``.
@@ -469,10 +479,13 @@ class Dump:
                     nodes[path] = node.to_dataset(inherit=False)
             else:
                 nodes[f"/{info.key}"] = xr.Dataset(attrs=info.attrs)
-                members = self._nodes(info)
+                members = rest_nodes(self._nodes(info))  # its packs: the task groups they hold, below
                 parents = {p.rpartition("/")[0] for p, d in members.items() if d.get("node_type") == "array"}
                 if info.nodes is not None:  # committed (a packed window): every group, with its attributes
                     parents |= {p for p, d in members.items() if d.get("node_type") == "group"}
+                tasks = info.tasks
+                if tasks is not None:  # a torn window's packed task group shows once it holds an array
+                    parents |= {g for g in tasks.groups() if info.nodes is not None or tasks.members(g)}
                 for rel in sorted(parents):
                     nodes[f"/{info.key}/{rel}" if rel else f"/{info.key}"] = self._manual_dataset(
                         info, rel, info.attrs if not rel else {}

@@ -5,9 +5,9 @@ for task groups.
 (:func:`~megadump_zarr.read.pack_columns.decode_columns`) and checks them with whole-column numpy reads
 (:func:`check_pack`): ids, row bounds against the records' shapes and offsets, record documents, group names
 unique in the window and never both stored and packed. A malformed pack raises
-:class:`~megadump_zarr.read.errors.DumpIntegrityError` naming its document or chunk. The records table
-(:mod:`megadump_zarr.read.pack_records`) and the task groups the rows stand for (:mod:`megadump_zarr.read.pack_nodes`)
-are built from the checked :class:`PackTable` s.
+:class:`~megadump_zarr.read.errors.DumpIntegrityError` naming its document or chunk (a torn window's pack cut
+short is left out instead). The records table (:mod:`megadump_zarr.read.pack_records`) and the task groups the
+rows stand for (:mod:`megadump_zarr.read.pack_record`) are built from the checked :class:`PackTable` s.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from megadump_zarr.layout.packs import (
     stats_array,
 )
 from megadump_zarr.layout.paths import task_dir
+from megadump_zarr.layout.schema import PACK_STORAGE, STORAGE_ATTR
 from megadump_zarr.read.documents import itemsize
 from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.pack_columns import column_keys, decode_columns, row_dims
@@ -46,8 +47,12 @@ __all__ = [
     "Fetch",
     "PackTable",
     "check_pack",
+    "first_row",
+    "first_rows",
+    "is_packed",
     "pack_tables",
     "rest_nodes",
+    "window_column_keys",
     "window_packs",
 ]
 
@@ -87,6 +92,32 @@ PACK_TASK = re.compile(rf"^([^/]+/stages/[^/]+/{re.escape(PACK_PREFIX)}\d+)/{re.
 Fetch = Callable[[list[str]], list["bytes | None"]]
 """Reads keys (relative to the root) concurrently, ``None`` for an absent one: a pack's arrays along ``task`` are
 what a packed window's records are read from."""
+
+
+def is_packed(doc: Any) -> bool:
+    """Whether a parsed window document's manifest names the packs layout (what readers dispatch on).
+
+    Args:
+        doc: The window document, parsed (``None``: it did not parse).
+    """
+    attrs = doc.get("attributes") if isinstance(doc, dict) else None
+    return isinstance(attrs, dict) and attrs.get(STORAGE_ATTR) == PACK_STORAGE
+
+
+def window_column_keys(window: str, doc: Any) -> list[str]:
+    """The chunk keys (relative to the root) of the per-task arrays of a committed window document's packs
+    (``[]`` when it holds no consolidated metadata: the catalogue names that).
+
+    Args:
+        window: The window key.
+        doc: The window document, parsed (the catalogue parses it once, for this and for ``window_info``).
+    """
+    try:
+        packs, _ = window_packs(doc["consolidated_metadata"]["metadata"])
+    except (TypeError, KeyError, AttributeError):
+        return []
+    root = f"{window}/" if window else ""
+    return [root + key for pack in sorted(packs) for key in column_keys(pack, packs[pack]).values()]
 
 
 class _Expansion(ValueError):
@@ -208,7 +239,7 @@ def check_pack(
 
     Whole columns at once: ids (an id >= 0 or none, a worker's core), row bounds, each record's document (one
     record per row, sharded), offsets and statistics, each row coordinate's bounds against the records along it
-    (their length, and a whole-row slice's first row, ``read.pack_nodes.first_row``), group names unique.
+    (their length, and a whole-row slice's first row, :func:`first_rows`), group names unique.
 
     Args:
         label: The pack as messages name it (window key included).
@@ -386,11 +417,21 @@ def _check_coordinates(
         raise ValueError(min(found)[4])
 
 
-def _first_rows(
-    attrs: Mapping[str, Any], doc: dict[str, Any], offsets: np.ndarray | None, count: int
+def first_rows(
+    attrs: Mapping[str, Any], shape: Any, size: int, offsets: np.ndarray
 ) -> tuple[np.ndarray | None, np.ndarray]:
-    """Which rows are a whole-row slice of the declared tensor, and each one's first global row (``None``: no
-    row is one): the writer's rule, ``read.pack_nodes.first_row``."""
+    """The whole-row rule (the writer's, for a record's row coordinate): which of some offsets place a whole-row
+    slice of the declared tensor, and each one's first global row (``None``: no offset can, whatever it is).
+
+    A record is a whole-row slice when its ``actualShape`` is its stored shape and equals ``declaredShape`` but
+    along axis 0; its first row is then ``sourceOffsetBytes`` over the bytes of one row, when that divides.
+
+    Args:
+        attrs: The record's attributes (``actualShape``, ``declaredShape``).
+        shape: Its stored shape.
+        size: Bytes per element of its stored ``data_type``.
+        offsets: Its ``sourceOffsetBytes``, one per row of a pack (int64; ``NONE``: none).
+    """
     actual, declared = attrs.get("actualShape"), attrs.get("declaredShape")
     none = (None, np.zeros(0, dtype=np.int64))
     if (
@@ -399,15 +440,40 @@ def _first_rows(
         or not actual
         or len(actual) != len(declared)
         or list(actual[1:]) != list(declared[1:])
-        or list(actual) != list(doc["shape"][1:])
+        or not isinstance(shape, list)
+        or list(actual) != list(shape)
     ):
         return none
-    if offsets is None:
-        offset = attrs.get("sourceOffsetBytes")
-        if type(offset) is not int:
-            return none
-        offsets = np.full(count, offset, dtype=np.int64)
-    row_bytes = math.prod(int(d) for d in actual[1:]) * itemsize(doc.get("data_type"))
+    row_bytes = math.prod(int(d) for d in actual[1:]) * size
     if row_bytes <= 0:
         return none
     return (offsets != NONE) & (offsets % row_bytes == 0), offsets // row_bytes
+
+
+def first_row(attrs: Mapping[str, Any], shape: Any, size: int) -> int | None:
+    """The first global row of a whole-row slice of its declared tensor (``None``: not one): :func:`first_rows`
+    of its ``sourceOffsetBytes``.
+
+    Args:
+        attrs: The record's attributes (``actualShape``, ``declaredShape``, ``sourceOffsetBytes``).
+        shape: Its stored shape.
+        size: Bytes per element of its stored ``data_type``.
+    """
+    offset = attrs.get("sourceOffsetBytes")
+    if type(offset) is not int or offset < 0:
+        return None
+    whole, firsts = first_rows(attrs, shape, size, np.array([offset], dtype=np.int64))
+    return int(firsts[0]) if whole is not None and bool(whole[0]) else None
+
+
+def _first_rows(
+    attrs: Mapping[str, Any], doc: dict[str, Any], offsets: np.ndarray | None, count: int
+) -> tuple[np.ndarray | None, np.ndarray]:
+    """Which rows of a pack's record are a whole-row slice of the declared tensor, and each one's first global row
+    (:func:`first_rows`; the offsets all rows share when the pack stores none per row)."""
+    if offsets is None:
+        offset = attrs.get("sourceOffsetBytes")
+        if type(offset) is not int:
+            return None, np.zeros(0, dtype=np.int64)
+        offsets = np.full(count, offset, dtype=np.int64)
+    return first_rows(attrs, doc["shape"][1:], itemsize(doc.get("data_type")), offsets)

@@ -1,50 +1,30 @@
-"""A packed window's task groups, record arrays and row coordinates, from its documents and its packs' arrays
-along ``task`` (never its records' data).
+"""A packed window described as per-task nodes: task groups, record arrays and row coordinates, from its checked
+packs' arrays along ``task`` (what ``verify`` still checks a packed window by; readers find each packed record
+from its pack instead, :mod:`megadump_zarr.read.pack_record`).
 
-A task-record pack (:mod:`megadump_zarr.store.packs`) stands for the task groups, record arrays and row
-coordinates its rows are. :func:`replace_packs` turns a window's nodes (its consolidated metadata, or a torn
-window's listed documents) into those nodes, with the source of every virtual chunk (an inner chunk of a shard,
-or a row range), from each pack's per-task arrays, read and checked in one batch (`read.pack_checks`). Readers
-that open a packed record by its task-group path use the result, and :mod:`megadump_zarr.read.pack_rows` reads
-each where it is stored.
+:func:`replace_packs` turns a window's consolidated nodes into those nodes, with the source of every virtual chunk
+(an inner chunk of a shard, or a row range) (:func:`~megadump_zarr.read.pack_rows.expand_window`).
+:func:`first_row` is :func:`megadump_zarr.read.pack_checks.first_row`, named here for ``verify``.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from megadump_zarr.layout.schema import PACK_STORAGE, STORAGE_ATTR
-from megadump_zarr.read.pack_columns import column_keys, pack_rows
-from megadump_zarr.read.pack_checks import PACK, PACK_PATH, PACK_TASK, Fetch, PackTable, pack_tables, window_packs
+from megadump_zarr.read.pack_columns import pack_rows
+from megadump_zarr.read.pack_checks import PACK, PACK_PATH, Fetch, PackTable, first_row, pack_tables, window_packs
 from megadump_zarr.store.metadata import consolidated_sort_key
 from megadump_zarr.store.packs import RangeSource, ShardSource, expand_pack
 
 __all__ = [
-    "Fetch",
-    "PACK",
-    "PACK_PATH",
-    "PACK_TASK",
     "expand_packs",
     "first_row",
     "flat_group",
-    "is_packed",
     "replace_packs",
     "stored_pack_nodes",
-    "window_column_keys",
 ]
 
 _EMPTY_CONSOLIDATED = {"kind": "inline", "must_understand": False, "metadata": {}}
-
-
-def is_packed(doc: Any) -> bool:
-    """Whether a parsed window document's manifest names the packs layout (what readers dispatch on).
-
-    Args:
-        doc: The window document, parsed (``None``: it did not parse).
-    """
-    attrs = doc.get("attributes") if isinstance(doc, dict) else None
-    return isinstance(attrs, dict) and attrs.get(STORAGE_ATTR) == PACK_STORAGE
 
 
 def flat_group(node: dict[str, Any]) -> dict[str, Any]:
@@ -55,47 +35,6 @@ def flat_group(node: dict[str, Any]) -> dict[str, Any]:
         "consolidated_metadata": dict(_EMPTY_CONSOLIDATED, metadata={}),
         "node_type": "group",
     }
-
-
-def first_row(attrs: dict[str, Any], shape: list[int], size: int) -> int | None:
-    """The first global row of a whole-row slice of its declared tensor (``None``: not one).
-
-    Args:
-        attrs: The record's attributes (``actualShape``, ``declaredShape``, ``sourceOffsetBytes``).
-        shape: Its stored shape.
-        size: Bytes per element of its stored ``data_type``.
-    """
-    actual, declared, offset = attrs.get("actualShape"), attrs.get("declaredShape"), attrs.get("sourceOffsetBytes")
-    if (
-        not isinstance(actual, list)
-        or not isinstance(declared, list)
-        or not actual
-        or len(actual) != len(declared)
-        or list(actual[1:]) != list(declared[1:])
-        or list(actual) != list(shape)
-        or type(offset) is not int
-    ):
-        return None
-    row_bytes = math.prod(int(d) for d in actual[1:]) * size
-    if row_bytes <= 0 or offset % row_bytes:
-        return None
-    return offset // row_bytes
-
-
-def window_column_keys(window: str, doc: Any) -> list[str]:
-    """The chunk keys (relative to the root) of the per-task arrays of a committed window document's packs
-    (``[]`` when it holds no consolidated metadata: the catalogue names that).
-
-    Args:
-        window: The window key.
-        doc: The window document, parsed (the catalogue parses it once, for this and for ``window_info``).
-    """
-    try:
-        packs, _ = window_packs(doc["consolidated_metadata"]["metadata"])
-    except (TypeError, KeyError, AttributeError):
-        return []
-    root = f"{window}/" if window else ""
-    return [root + key for pack in sorted(packs) for key in column_keys(pack, packs[pack]).values()]
 
 
 def expand_packs(

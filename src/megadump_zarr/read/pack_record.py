@@ -2,9 +2,11 @@
 arrays along ``task`` (:class:`~megadump_zarr.read.pack_checks.PackTable`) for that row only.
 
 :class:`PackedTasks` finds the task a path of the records table (``{stage}/{task group}/{record}``) names in a
-committed window's packs, and gives a :class:`PackedRecord` (the record: its pack array, row, shape, dimension
-names, attributes) or a :class:`PackedCoordinate` (a row coordinate: its bounds). Nothing is built for the other
-rows of the window.
+window's packs (committed, or torn and listed), and gives a :class:`PackedRecord` (the record: its pack array, row,
+shape, dimension names, attributes) or a :class:`PackedCoordinate` (a row coordinate: its bounds). Nothing is built
+for the other rows of the window. The views that list groups (``Dump.tree``, ``Dump.dataset``, ``export_hdf5``)
+take the task groups, their attributes and members from it too (:meth:`PackedTasks.groups`,
+:meth:`~PackedTasks.task_attributes`, :meth:`~PackedTasks.members`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 from megadump_zarr.layout.packs import RECORD_ATTRIBUTES_ATTR, row_bound_arrays
 from megadump_zarr.read.pack_checks import PackTable
-from megadump_zarr.read.pack_columns import record_rows, row_dims
+from megadump_zarr.read.pack_columns import pack_rows, record_rows, row_dims
 from megadump_zarr.store.packs import ShardSource
 
 __all__ = ["PackedCoordinate", "PackedRecord", "PackedTasks"]
@@ -88,6 +90,11 @@ class PackedCoordinate:
         }
 
 
+def _is_record(doc: dict[str, Any]) -> bool:
+    """Whether a pack's record array document describes one record per row (its ``recordAttributes``)."""
+    return isinstance((doc.get("attributes") or {}).get(RECORD_ATTRIBUTES_ATTR), dict)
+
+
 def _record_doc(pack_doc: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:
     """One record's description from its pack array's document and its row's attributes."""
     shape = list(pack_doc["shape"][1:])
@@ -108,7 +115,7 @@ def _record_doc(pack_doc: dict[str, Any], attrs: dict[str, Any]) -> dict[str, An
 
 
 class PackedTasks:
-    """The task groups of a committed window's checked packs, found by path (relative to the window).
+    """The task groups of a window's checked packs, found by path (relative to the window).
 
     Args:
         tables: The window's packs, read and checked (:func:`~megadump_zarr.read.pack_checks.pack_tables`).
@@ -118,6 +125,39 @@ class PackedTasks:
         self.tables = tables
         self._found: dict[str, PackedRecord | PackedCoordinate | None] = {}
         self._attributes: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self._tasks: dict[str, list[dict[str, Any]]] = {}
+
+    def groups(self) -> list[str]:
+        """Every task group the packs' rows stand for (paths relative to the window), pack by pack, in row order."""
+        return list(self._rows)
+
+    def task_attributes(self, group: str) -> dict[str, Any] | None:
+        """The attributes of task group ``group`` (what its pack's tasks share, with its row's values of the arrays
+        along ``task``); ``None``: not a packed task group. Each pack's rows are decoded once, when first asked.
+
+        Args:
+            group: A path relative to the window (``{stage}/{task group}``).
+        """
+        found = self._rows.get(group)
+        if found is None:
+            return None
+        table, row, _ = found
+        if table.pack not in self._tasks:
+            self._tasks[table.pack] = pack_rows(table.count, table.shared, table.columns, {}).tasks
+        return dict(self._tasks[table.pack][row]["attrs"])
+
+    def members(self, group: str) -> list[str]:
+        """The names of task group ``group``'s row coordinates and records (``[]``: not a packed task group),
+        each one :meth:`find` describes.
+
+        Args:
+            group: A path relative to the window (``{stage}/{task group}``).
+        """
+        found = self._rows.get(group)
+        if found is None:
+            return []
+        table, _, dims = found
+        return [*dims, *(name for name, doc in table.records.items() if _is_record(doc))]
 
     def _record_attributes(self, table: PackTable, row: int, component: str) -> dict[str, Any]:
         """One record's attributes in one row of a pack: its record array's rows decoded once
@@ -163,7 +203,7 @@ class PackedTasks:
         record = table.records.get(name)
         if record is None:
             return PackedCoordinate(name, *coords[name]) if name in coords else None
-        if not isinstance((record.get("attributes") or {}).get(RECORD_ATTRIBUTES_ATTR), dict):
+        if not _is_record(record):
             return None
         doc = _record_doc(record, self._record_attributes(table, row, name))
         return PackedRecord(rel, f"{table.pack}/{name}", row, record, doc, coords)

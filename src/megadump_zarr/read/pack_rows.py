@@ -1,14 +1,12 @@
 """Packed records read where they are stored: row ``r`` of a task-record pack's array, ``(array, row)``.
 
 A window of the packs layout stores the small records of a stage as task-record packs (:mod:`megadump_zarr.store.packs`):
-sharded arrays with one row per task, one inner chunk per row. The catalogue describes each packed record
-from the window document alone (:func:`expand_window`: its task group, its record array document and its row
-coordinates, :mod:`megadump_zarr.read.pack_nodes`), and :class:`PackedWindow` keeps where each one is stored.
-Nothing serves a virtual key space: a reader opens the record as
+sharded arrays with one row per task, one inner chunk per row. Readers find a packed record from its pack's
+checked arrays along ``task`` (:mod:`megadump_zarr.read.pack_record`) and open it as
 :class:`~megadump_zarr.read.pack_arrays.RowArray`, row ``r`` of the stored pack array (what
 ``zarr.open_array(pack)[r]`` reads: the fast path reads the same inner chunk with one ranged read, zarr's own
-sharding codec is the fallback), and a row coordinate as :class:`~megadump_zarr.read.pack_arrays.RangeArray`,
-computed from the task's ``coords`` entry (:meth:`PackedWindow.array`).
+sharding codec is the fallback); :class:`PackedWindow` reads a window's rows. (:func:`expand_window`, the packs
+described as per-task nodes with the source of every chunk, is what ``verify`` still checks a packed window by.)
 
 Never silent zeros: zarr reads an absent inner chunk as the fill value, so before a row of a committed window
 is read its shard's index is checked (one suffix read per shard, kept): a missing shard, a shard index whose
@@ -28,12 +26,11 @@ from zarr.abc.store import RangeByteRequest, Store, SuffixByteRequest
 
 from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.integrity import below_checks
-from megadump_zarr.read.pack_nodes import PACK, PACK_PATH, Fetch, expand_packs, replace_packs, stored_pack_nodes
-from megadump_zarr.read.pack_checks import PackTable
-from megadump_zarr.layout.packs import TASK_ARRAY
+from megadump_zarr.read.pack_nodes import replace_packs, stored_pack_nodes
+from megadump_zarr.read.pack_checks import Fetch, PackTable
 from megadump_zarr.store.packs import RangeSource, ShardSource, decode_index, index_nbytes
 
-__all__ = ["PackedWindow", "expand_torn", "expand_window", "sized_store", "split_shard"]
+__all__ = ["PackedWindow", "expand_window", "sized_store", "split_shard"]
 
 _Index = tuple[list[tuple[int, int] | None], int | None]
 
@@ -154,14 +151,16 @@ def _pack_row(source: ShardSource) -> tuple[str, int]:
 
 @dataclass
 class PackedWindow:
-    """Where a window's packed records are stored (the catalogue's, with its window's expanded nodes).
+    """Reads a window's packed records by row: each row's shard index checked first (kept per shard).
 
     Args:
         window: The window key (``rank_0/window_0000``; ``""`` when the store's root is the window).
         final: The window is committed: an absent inner chunk is damage, not a row still being written.
-        sources: Record or row-coordinate chunk key, relative to the window -> where its bytes are.
+        sources: Record chunk key, relative to the window -> where its bytes are (filled as rows are opened;
+            :func:`expand_window` gives every one, and row coordinates' too).
         packs: Stored pack array path relative to the window -> its stored document.
-        virtual: The packs' task groups, record arrays and row coordinates (path relative to the window).
+        virtual: The packs' task groups, record arrays and row coordinates (path relative to the window;
+            :func:`expand_window`'s, else empty).
     """
 
     window: str
@@ -197,16 +196,6 @@ class PackedWindow:
         self._opened[array] = (store, zarray)
         return zarray
 
-    def pack_rows(self) -> dict[str, tuple[str, int]]:
-        """Record path (relative to the root) -> ``(pack array path, row)``: the records table's ``pack_array``
-        and ``pack_row``."""
-        found: dict[str, tuple[str, int]] = {}
-        for rel, source in self.sources.items():
-            if isinstance(source, ShardSource):
-                array, row = _pack_row(source)
-                found[self._key(rel.rpartition("/")[0])] = (self._key(array), row)
-        return found
-
     def shard_chunks(self) -> dict[str, list[tuple[str, ShardSource]]]:
         """Shard key -> ``(record chunk key, source)`` of each inner chunk it holds, keys relative to the root."""
         found: dict[str, list[tuple[str, ShardSource]]] = {}
@@ -216,9 +205,10 @@ class PackedWindow:
         return found
 
     def array(self, store: Store, rel: str, doc: dict[str, Any], root: str = "") -> Any:
-        """The stored form of node ``rel`` (relative to the window) when it is a packed record (a
-        :class:`~megadump_zarr.read.pack_arrays.RowArray`) or a row coordinate (a
-        :class:`~megadump_zarr.read.pack_arrays.RangeArray`); ``None`` for a stored array.
+        """The stored form of node ``rel`` (relative to the window) of :func:`expand_window`'s ``virtual`` nodes
+        when it is a packed record (a :class:`~megadump_zarr.read.pack_arrays.RowArray`) or a row coordinate (a
+        :class:`~megadump_zarr.read.pack_arrays.RangeArray`); ``None`` for a stored array (what ``verify`` reads a
+        packed window's nodes by).
 
         Args:
             store: The dump's store.
@@ -379,33 +369,3 @@ def expand_window(
     metadata, virtual, sources = replaced
     packs = {path: doc for path, doc in stored.items() if isinstance(doc, dict) and doc.get("node_type") == "array"}
     return metadata, PackedWindow(key, final, sources, packs, virtual)
-
-
-def expand_torn(key: str, nodes: dict[str, dict[str, Any]], fetch: Fetch) -> tuple[dict[str, Any], PackedWindow] | None:
-    """A torn window's listed documents (path relative to the window -> document) with its packs replaced, as
-    :func:`expand_window` does; a pack cut short by the kill that tore the window is left out (its rows are
-    not part of the window yet). ``None`` when it holds no pack.
-
-    Args:
-        key: The window key.
-        nodes: Its listed documents.
-        fetch: Reads keys relative to the root (its packs' arrays along ``task``).
-    """
-    packs: dict[str, dict[str, dict[str, Any]]] = {}
-    for path, doc in nodes.items():
-        match = PACK_PATH.match(path) if PACK.match(path) else None
-        if match is not None:
-            packs.setdefault(match.group(1), {})[path] = doc
-    packs = {
-        pack: docs
-        for pack, docs in packs.items()
-        if f"{pack}/{TASK_ARRAY}" in docs  # a pack whose task array is not written yet
-    }
-    if not packs:
-        return None
-    virtual, sources = expand_packs(key, packs, strict=False, fetch=fetch)
-    taken = {path for docs in packs.values() for path in docs}
-    kept = {path: doc for path, doc in nodes.items() if path not in taken}
-    stored = {path: doc for docs in packs.values() for path, doc in docs.items() if doc.get("node_type") == "array"}
-    kept.update(virtual)
-    return kept, PackedWindow(key, False, sources, stored, virtual)
