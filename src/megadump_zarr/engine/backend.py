@@ -200,7 +200,9 @@ def _stacked(name: str, dump: Dump, rows: pd.DataFrame, task_core: dict[int, str
         axis = f"{name}.task"
         members = [lazy_of(a.data) for a in arrays]
         token = hashlib.sha1(repr([a.data.name for a in arrays]).encode()).hexdigest()[:16]
-        stacked = xr.DataArray(as_dask(StackedArray(members), f"megadump-stack-{token}"), dims=(axis, *arrays[0].dims))
+        stacked = xr.DataArray(
+            as_dask(StackedArray(members), f"megadump-stack-{token}", inline=False), dims=(axis, *arrays[0].dims)
+        )
         coords = {
             "task_id": rows["task_id"].to_numpy(np.int64),
             "owner_id": rows["owner_id"].fillna(-1).to_numpy(np.int64),

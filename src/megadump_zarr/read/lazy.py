@@ -422,13 +422,15 @@ _LAZY: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
 long as a dask array of that name does)."""
 
 
-def as_dask(lazy: Any, name: str) -> da.Array:
+def as_dask(lazy: Any, name: str, inline: bool = True) -> da.Array:
     """``lazy`` (a :class:`RecordArray` or another lazy array with ``dask_chunks``) as a dask array: one block per
     stored chunk, each read by ``lazy[block]``.
 
     Args:
         lazy: The lazy array.
         name: The dask name (stable: the same record gives the same name).
+        inline: Each task holds the array (a record: small); False: the graph holds it once, under its own key
+            (a stitched tensor holds every record it reads: a worker gets it once, not with every task).
     """
     import dask.array as da
 
@@ -438,7 +440,7 @@ def as_dask(lazy: Any, name: str) -> da.Array:
         name=name,
         lock=False,
         asarray=False,
-        inline_array=True,
+        inline_array=inline,
         meta=np.empty((0,) * lazy.ndim, dtype=lazy.dtype),
     )
     _LAZY[name] = lazy

@@ -194,7 +194,7 @@ def stitch(
         unique_rows,
         (dup_pos, dup_piece, dup_local),
     )
-    result = as_dask(stitched, f"megadump-stitch-{_token(name, pieces, dtype)}")
+    result = as_dask(stitched, f"megadump-stitch-{_token(name, pieces, dtype)}", inline=False)
 
     out_attrs = dict(attrs or {})
     if _read_whole(pieces, out_attrs):  # not split: the tensor itself, its dimensions as the graph names them
