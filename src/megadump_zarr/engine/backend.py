@@ -21,7 +21,7 @@ is qualified by its axis on the second (``slot.task_id``).
 
 Laziness: every data variable is an xarray ``BackendArray`` over the reader's lazy array (a record's
 :class:`~megadump_zarr.read.lazy.RecordArray`, a stitched tensor's :class:`~megadump_zarr.read.stitched.StitchedArray`,
-a stack of records' :class:`~megadump_zarr.read.lazy.StackedArray`), as xarray's own zarr backend indexes a zarr
+a stack of records' :class:`~megadump_zarr.read.stitched.StackedArray`), as xarray's own zarr backend indexes a zarr
 array: an indexing reads the chunks it selects, through no dask graph, so nothing is read until values are asked
 for; ``chunks={}`` gives dask arrays cut as the reader's blocks (one per task record or stored chunk),
 ``chunks=None`` lazily indexed numpy. Coordinates are read eagerly (they are the small global-index arrays the
@@ -47,7 +47,8 @@ from xarray.core import indexing
 from megadump_zarr.layout.paths import rank_dir, task_dir, window_dir
 from megadump_zarr.read import open_dump
 from megadump_zarr.read.dump import Dump
-from megadump_zarr.read.lazy import StackedArray, as_dask, lazy_of
+from megadump_zarr.read.lazy import as_dask, lazy_of
+from megadump_zarr.read.stitched import StackedArray
 
 __all__ = ["open_group_dataset", "open_groups"]
 

@@ -45,7 +45,6 @@ if TYPE_CHECKING:
 __all__ = [
     "FlatPrefix",
     "RecordArray",
-    "StackedArray",
     "as_dask",
     "basic_index",
     "lazy_of",
@@ -329,46 +328,6 @@ class FlatPrefix:
         first, last = start // row, -(-stop // row)
         block = np.asarray(self.source[first:last]).reshape(-1)
         return block[start - first * row : stop - first * row]
-
-
-class StackedArray:
-    """Lazy arrays of one shape stacked along a new first axis (one record per task, when they cannot be
-    stitched): a selection reads only the members it picks.
-
-    Args:
-        members: The lazy arrays (at least one, shapes equal).
-    """
-
-    def __init__(self, members: Sequence[Any]) -> None:
-        if not members:
-            raise ValueError("StackedArray.members must hold at least one array, got none")
-        shapes = {tuple(m.shape) for m in members}
-        if len(shapes) != 1:
-            raise ValueError(f"StackedArray.members must have one shape, got {sorted(shapes)}")
-        self.members = list(members)
-        self.shape = (len(self.members), *tuple(members[0].shape))
-        self.ndim = len(self.shape)
-        self.dtype = np.result_type(*(np.dtype(m.dtype) for m in members))
-        self.chunks = (1, *(tuple(members[0].chunks) if self.ndim > 1 else ()))
-
-    def dask_chunks(self) -> tuple[tuple[int, ...], ...]:
-        """One block per member along the new axis, each member's own blocks along the others."""
-        first = self.members[0]
-        rest = first.dask_chunks() if hasattr(first, "dask_chunks") else tuple((d,) for d in first.shape)
-        return ((1,) * len(self.members), *rest)
-
-    def __getitem__(self, selection: Any) -> np.ndarray:
-        index = basic_index(selection, self.shape)
-        if index is None:
-            raise TypeError(f"a stack of records takes integers and slices, got {selection!r}")
-        picked = range(len(self.members))[index[0]]
-        if isinstance(picked, int):
-            return np.asarray(self.members[picked][index[1:]]).astype(self.dtype, copy=False)
-        blocks = [np.asarray(self.members[i][index[1:]]).astype(self.dtype, copy=False) for i in picked]
-        if not blocks:
-            empty = np.empty(self.shape[1:], dtype=self.dtype)[index[1:]]
-            return np.empty((0, *empty.shape), dtype=self.dtype)
-        return np.stack(blocks)
 
 
 def read_many(items: list[tuple[Any, tuple[Any, ...]]]) -> list[Any]:

@@ -8,6 +8,9 @@ are read), and the duplicate copies of the selected rows are read and checked ag
 (:func:`verify_copies`): bitwise equality, or, when a truncated record takes part, equality where both copies
 hold a value (the truncated copy's NaN padding is filled from the other one). Rows without duplicates pay for no
 check; a mismatch raises ``ValueError`` naming both records and the global rows.
+
+Records that cannot be stitched (per-task weight slices) but have one shape are a :class:`StackedArray`: stacked
+along a new first axis, a selection reading only the records it picks.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import numpy as np
 from megadump_zarr.layout.dtypes import ML_FLOATS
 from megadump_zarr.read.lazy import basic_index, row_span
 
-__all__ = ["StitchedArray", "row_runs", "verify_copies"]
+__all__ = ["StackedArray", "StitchedArray", "row_runs", "verify_copies"]
 
 
 def verify_copies(
@@ -204,3 +207,43 @@ class StitchedArray:
             labels.append(self.paths[s])
             rows.append((int(self.unique_rows[positions[r0]]), int(self.unique_rows[positions[r1 - 1]])))
         return verify_copies(part, copies, offsets, merge, self.paths[p], labels, rows)
+
+
+class StackedArray:
+    """Lazy arrays of one shape stacked along a new first axis (one record per task, when they cannot be
+    stitched): a selection reads only the members it picks.
+
+    Args:
+        members: The lazy arrays (at least one, shapes equal).
+    """
+
+    def __init__(self, members: Sequence[Any]) -> None:
+        if not members:
+            raise ValueError("StackedArray.members must hold at least one array, got none")
+        shapes = {tuple(m.shape) for m in members}
+        if len(shapes) != 1:
+            raise ValueError(f"StackedArray.members must have one shape, got {sorted(shapes)}")
+        self.members = list(members)
+        self.shape = (len(self.members), *tuple(members[0].shape))
+        self.ndim = len(self.shape)
+        self.dtype = np.result_type(*(np.dtype(m.dtype) for m in members))
+        self.chunks = (1, *(tuple(members[0].chunks) if self.ndim > 1 else ()))
+
+    def dask_chunks(self) -> tuple[tuple[int, ...], ...]:
+        """One block per member along the new axis, each member's own blocks along the others."""
+        first = self.members[0]
+        rest = first.dask_chunks() if hasattr(first, "dask_chunks") else tuple((d,) for d in first.shape)
+        return ((1,) * len(self.members), *rest)
+
+    def __getitem__(self, selection: Any) -> np.ndarray:
+        index = basic_index(selection, self.shape)
+        if index is None:
+            raise TypeError(f"a stack of records takes integers and slices, got {selection!r}")
+        picked = range(len(self.members))[index[0]]
+        if isinstance(picked, int):
+            return np.asarray(self.members[picked][index[1:]]).astype(self.dtype, copy=False)
+        blocks = [np.asarray(self.members[i][index[1:]]).astype(self.dtype, copy=False) for i in picked]
+        if not blocks:
+            empty = np.empty(self.shape[1:], dtype=self.dtype)[index[1:]]
+            return np.empty((0, *empty.shape), dtype=self.dtype)
+        return np.stack(blocks)
