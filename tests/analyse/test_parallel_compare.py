@@ -1,5 +1,6 @@
 """Compare on both cores: the threaded comparison of dump records gives the serial comparison's bits, and
-the chunk fast path (megadump_zarr.read.chunks) reads exactly what zarr reads, failures included."""
+the chunk fast path of the record's lazy array (megadump_zarr.read.lazy, megadump_zarr.read.chunks) reads exactly what
+zarr reads, failures included."""
 
 from __future__ import annotations
 
@@ -15,9 +16,8 @@ from megadump_zarr.analyse.metrics import compute_metrics
 from megadump_zarr.analyse.record_pairs import RecordPair, compare_records, record_source
 from megadump_zarr.layout.write_model import ArrayWrite, InvocationWrite, WindowWrite
 from megadump_zarr.read import open_dump
-from megadump_zarr.read.chunks import ChunkRows
 from megadump_zarr.read.errors import DumpIntegrityError
-from megadump_zarr.read.integrity import GuardedArray
+from megadump_zarr.read.lazy import RecordArray
 from megadump_zarr.store.writer import WindowWriter
 
 CHUNK_BYTES = 16 << 10  # small chunks: every record spans many chunks and many blocks
@@ -165,8 +165,8 @@ def _record(root: Path, name: str):
 def test_fast_rows_are_zarrs_bytes(dumps, name):
     dump, path = _record(dumps[0], name)
     fast = record_source(dump, path, False)
-    assert isinstance(fast, ChunkRows)
-    whole = fast.guarded[...]
+    assert isinstance(fast, RecordArray) and fast.reader is not None
+    whole = fast.read_by_source(...)
     n, step = fast.shape[0], fast.chunks[0]
     assert n > 3 * step  # several chunks, and an edge chunk (n is not a multiple of the chunk rows)
     cases = [
@@ -183,7 +183,11 @@ def test_fast_rows_are_zarrs_bytes(dumps, name):
         assert got.dtype == whole.dtype and got.shape == whole[rows].shape
         assert got.tobytes() == whole[rows].tobytes(), rows
     assert fast.fast_reads == len(cases)
-    assert fast[::2].tobytes() == whole[::2].tobytes() and fast.fast_reads == len(cases)  # strided: zarr's read
+    assert (
+        fast[::2].tobytes() == whole[::2].tobytes() and fast.fast_reads == len(cases) + 1
+    )  # strided: the rows it spans
+    sparse = slice(0, n, 2 * step)  # a stride past whole chunks: zarr reads only the chunks it needs
+    assert fast[sparse].tobytes() == whole[sparse].tobytes() and fast.fast_reads == len(cases) + 1
 
 
 def _chunk_file(root: Path, name: str, index: int) -> Path:
@@ -210,13 +214,13 @@ def test_a_corrupt_or_missing_chunk_fails_as_through_zarr(tmp_path):
     corrupt.write_bytes(bytes(raw))
     message = _error(lambda: fast[0 : 2 * step])
     assert "is corrupt: crc32c checksum mismatch" in message and corrupt.name in message
-    assert message == _error(lambda: GuardedArray(fast.guarded.array, fast.key, dump.root)[0 : 2 * step])
+    assert message == _error(lambda: fast.read_by_source(slice(0, 2 * step)))
     missing = _chunk_file(root, "x", 2)
     missing.unlink()
     message = _error(lambda: fast[2 * step : 3 * step])
     assert "is missing: its window is committed" in message and missing.name in message
     assert fast.fast_reads == 0
-    assert fast[0:step].tobytes() == fast.guarded[0:step].tobytes() and fast.fast_reads == 1
+    assert fast[0:step].tobytes() == fast.read_by_source(slice(0, step)).tobytes() and fast.fast_reads == 1
 
 
 def test_compare_finds_a_corrupt_chunk_with_the_fast_path(tmp_path):
@@ -241,16 +245,18 @@ def test_dask_reads_take_the_fast_path_with_zarrs_bytes(dumps):
         getattr(v, "value", v)
         for task in dict(lazy.data.__dask_graph__()).values()
         for v in getattr(task, "args", ())
-        if isinstance(getattr(v, "value", v), ChunkRows)
+        if isinstance(getattr(v, "value", v), RecordArray)
     }
-    whole = source.guarded[...]
+    whole = source.read_by_source(...)
     assert lazy.values.tobytes() == whole.tobytes()
     assert source.fast_reads == -(-source.shape[0] // source.chunks[0])  # every chunk, none through zarr
     step, n = source.chunks[0], source.shape[1]
     assert source[0:step, 0:n].tobytes() == whole[0:step].tobytes()
     reads = source.fast_reads
-    assert source[0:step, 0 : n - 1].tobytes() == whole[0:step, 0 : n - 1].tobytes()  # part of an axis: zarr
-    assert source[0:step, 1:n].tobytes() == whole[0:step, 1:n].tobytes() and source.fast_reads == reads
+    # part of an axis: the chunks of its rows, then cut
+    assert source[0:step, 0 : n - 1].tobytes() == whole[0:step, 0 : n - 1].tobytes()
+    assert source[0:step, 1:n].tobytes() == whole[0:step, 1:n].tobytes() and source.fast_reads == reads + 2
+    assert source[3, 2:5].tobytes() == whole[3, 2:5].tobytes() and source.fast_reads == reads + 3
 
 
 def test_fast_rows_pickle_for_dask_workers(dumps):
@@ -260,32 +266,33 @@ def test_fast_rows_pickle_for_dask_workers(dumps):
     fast = record_source(dump, path, False)
     copy = pickle.loads(pickle.dumps(fast))
     assert (
-        isinstance(copy, ChunkRows) and copy[0 : fast.chunks[0]].tobytes() == fast.guarded[0 : fast.chunks[0]].tobytes()
+        isinstance(copy, RecordArray)
+        and copy[0 : fast.chunks[0]].tobytes() == fast.read_by_source(slice(0, fast.chunks[0])).tobytes()
     )
     assert copy.fast_reads == 1
 
 
 @pytest.mark.parametrize("name", ["f32", "bf16", "row"])
 def test_read_many_fetches_both_sides_with_zarrs_bytes(dumps, name):
-    from megadump_zarr.read.chunks import read_many
+    from megadump_zarr.read.lazy import read_many
 
     (dump_a, path), (dump_b, _) = _record(dumps[0], name), _record(dumps[1], name)
     fast_a, fast_b = record_source(dump_a, path, False), record_source(dump_b, path, False)
     n, step = fast_a.shape[0], fast_a.chunks[0]
-    whole_a, whole_b = fast_a.guarded[...], fast_b.guarded[...]
+    whole_a, whole_b = fast_a.read_by_source(...), fast_b.read_by_source(...)
     for rows in (slice(0, step), slice(5, 2 * step + 3), slice(2 * step, n)):
         index = (rows,)
         got_a, got_b, plain = read_many([(fast_a, index), (fast_b, index), (whole_a, index)])
         assert got_a.tobytes() == whole_a[rows].tobytes() and got_b.tobytes() == whole_b[rows].tobytes(), rows
         assert got_a.dtype == whole_a.dtype and got_b.shape == whole_b[rows].shape
-        assert plain.tobytes() == whole_a[rows].tobytes()  # not a ChunkRows: read by indexing
+        assert plain.tobytes() == whole_a[rows].tobytes()  # not a RecordArray: read by indexing
     assert fast_a.fast_reads == fast_b.fast_reads == 3
-    strided = read_many([(fast_a, (slice(0, n, 2),))])[0]  # no plain row range: zarr's own read
-    assert strided.tobytes() == whole_a[::2].tobytes() and fast_a.fast_reads == 3
+    strided = read_many([(fast_a, (slice(0, n, 2),))])[0]  # the rows it spans, then cut
+    assert strided.tobytes() == whole_a[::2].tobytes() and fast_a.fast_reads == 4
 
 
 def test_read_many_falls_back_to_zarr_on_a_corrupt_chunk(tmp_path):
-    from megadump_zarr.read.chunks import read_many
+    from megadump_zarr.read.lazy import read_many
 
     rng = np.random.default_rng(3)
     root = _write(tmp_path / "a", {"f32": rng.standard_normal((300, 64), dtype=np.float32)}, "default")

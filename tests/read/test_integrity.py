@@ -179,8 +179,7 @@ def test_a_checked_chunk_has_its_crc32c_computed_once(dump_copy: Path, monkeypat
     checked (with the chunk's inventory digest, in one pass): one crc32c pass per chunk."""
     import google_crc32c
 
-    from megadump_zarr.read.chunks import ChunkRows, chunk_rows
-    from megadump_zarr.read.integrity import GuardedArray
+    from megadump_zarr.read.lazy import RecordArray
     from megadump_zarr.read.truncated import open_zarr_array
 
     dump_root, path, _ = _l0_x(dump_copy)
@@ -189,8 +188,8 @@ def test_a_checked_chunk_has_its_crc32c_computed_once(dump_copy: Path, monkeypat
     window_doc = json.loads((dump_root / "rank_0" / "window_0000" / "zarr.json").read_text())
     doc = window_doc["consolidated_metadata"]["metadata"][path.split("/", 2)[2]]
     assert doc["codecs"][-1]["name"] == "crc32c"
-    rows = chunk_rows(GuardedArray(open_zarr_array(dump.store, path, doc), path))
-    assert isinstance(rows, ChunkRows)
+    rows = RecordArray(open_zarr_array(dump.store, path, doc), path)
+    assert rows.reader is not None  # the fast path reads it
     passes = {"value": 0, "extend": 0}
     value, extend = google_crc32c.value, google_crc32c.extend
 
@@ -213,8 +212,7 @@ def test_a_checked_chunk_has_its_crc32c_computed_once(dump_copy: Path, monkeypat
 def test_a_torn_window_chunk_is_still_checked_by_the_fast_read(dump_copy: Path) -> None:
     """A chunk the integrity store passes through (its window is not committed) has its crc32c checked where it is
     decoded: a flipped byte is never returned as a value."""
-    from megadump_zarr.read.chunks import ChunkRows, chunk_rows
-    from megadump_zarr.read.integrity import GuardedArray
+    from megadump_zarr.read.lazy import RecordArray
     from megadump_zarr.read.truncated import open_zarr_array
 
     dump_root, path, chunk = _l0_x(dump_copy)
@@ -227,8 +225,8 @@ def test_a_torn_window_chunk_is_still_checked_by_the_fast_read(dump_copy: Path) 
     raw[len(raw) // 2] ^= 0x40
     chunk.write_bytes(bytes(raw))
     dump = open_dump(dump_root)
-    rows = chunk_rows(GuardedArray(open_zarr_array(dump.store, path, doc), path))
-    assert isinstance(rows, ChunkRows)
+    rows = RecordArray(open_zarr_array(dump.store, path, doc), path)
+    assert rows.reader is not None  # the fast path reads it
     with pytest.raises(DumpIntegrityError, match=re.escape(f"{path}/{chunk.name}")):
         rows[0 : doc["shape"][0]]
     assert rows.fast_reads == 0

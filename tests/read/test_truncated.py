@@ -146,7 +146,7 @@ def test_a_record_marked_truncated_that_is_not_a_flat_prefix_is_named(tmp_path):
     import zarr
 
     from megadump_zarr.read.errors import DumpIntegrityError
-    from megadump_zarr.read.truncated import truncated_dask
+    from megadump_zarr.read.lazy import truncated_dask
 
     array = zarr.create_array(str(tmp_path / "a"), shape=(4, 8), chunks=(4, 8), dtype="float32")
     key = "rank_0/window_0000/invocation_000000_forward/stages/s/task_000000/input_00_x"

@@ -5,7 +5,7 @@ block order.
 :func:`~megadump_zarr.analyse.metrics.compute_metrics`); ``threads`` lanes take the next blocks, read them from
 both sides and fold each into an accumulator of its own (:func:`block_metrics`); each pair's accumulators are
 merged in block order at the end (:func:`merge_in_order`), so the result does not depend on the lanes. A lane
-fetches the chunks of consecutive small block pairs read through :class:`~megadump_zarr.read.chunks.ChunkRows`
+fetches the chunks of consecutive small block pairs read through :class:`~megadump_zarr.read.lazy.RecordArray`
 in one round trip to zarr's event loop (:func:`read_batch`, at most :data:`_BATCH_BYTES`): a record of a few
 hundred bytes costs less to read and fold than one round trip.
 
@@ -160,12 +160,12 @@ def block_metrics(job: Job, i: int, stored: tuple[Any, Any] | None = None) -> Me
         i: The block.
         stored: Both sides' stored blocks, already fetched (:func:`read_batch`); None: read here.
     """
-    from megadump_zarr.read.chunks import ChunkRows, read_many
+    from megadump_zarr.read.lazy import read_many
 
     index = job.blocks[i]
     if stored is not None:
         block_a, block_b = read_native_block(stored[0], ()), read_native_block(stored[1], ())
-    elif isinstance(job.a, ChunkRows) and isinstance(job.b, ChunkRows):  # both sides' chunks fetched in one go
+    elif _batchable(job):  # both sides' chunks fetched in one go
         stored_a, stored_b = read_many([(job.a, index), (job.b, index)])
         block_a, block_b = read_native_block(stored_a, ()), read_native_block(stored_b, ())
     else:
@@ -182,17 +182,22 @@ _BATCH_BLOCKS = 256
 """Block pairs one lane fetches in one round trip, at most."""
 
 
+def _batchable(job: Job) -> bool:
+    """Whether both sides of a pair are read by the fast path, their chunks fetchable together."""
+    from megadump_zarr.read.lazy import RecordArray
+
+    return all(isinstance(x, RecordArray) and x.batchable for x in (job.a, job.b))
+
+
 def block_bytes(job: Job, i: int) -> int | None:
-    """Stored bytes of block ``i`` of both sides, or None when it is not read through
-    :class:`~megadump_zarr.read.chunks.ChunkRows` on both sides (then it is read on its own).
+    """Stored bytes of block ``i`` of both sides, or None when it is not read by the fast path of a
+    :class:`~megadump_zarr.read.lazy.RecordArray` on both sides (then it is read on its own).
 
     Args:
         job: The pair.
         i: The block.
     """
-    from megadump_zarr.read.chunks import ChunkRows
-
-    if not (isinstance(job.a, ChunkRows) and isinstance(job.b, ChunkRows)):
+    if not _batchable(job):
         return None
     start, stop, _ = job.blocks[i][0].indices(job.shape[0]) if job.shape else (0, 1, 1)
     return (stop - start) * math.prod(job.shape[1:]) * (job.a.dtype.itemsize + job.b.dtype.itemsize)
@@ -200,13 +205,13 @@ def block_bytes(job: Job, i: int) -> int | None:
 
 def read_batch(items: list[tuple[Job, int]]) -> list[tuple[Any, Any]] | None:
     """Both sides' stored blocks of several block pairs, their chunks fetched together (one round trip:
-    :func:`~megadump_zarr.read.chunks.read_many`), or None when any of them raises (each is then read on its
+    :func:`~megadump_zarr.read.lazy.read_many`), or None when any of them raises (each is then read on its
     own, so that each gets its own error).
 
     Args:
-        items: ``(job, block)`` pairs whose sides are both ``ChunkRows`` (:func:`block_bytes` not None).
+        items: ``(job, block)`` pairs whose sides are both batchable (:func:`block_bytes` not None).
     """
-    from megadump_zarr.read.chunks import read_many
+    from megadump_zarr.read.lazy import read_many
 
     try:
         stored = read_many([(x, job.blocks[i]) for job, i in items for x in (job.a, job.b)])
@@ -217,7 +222,7 @@ def read_batch(items: list[tuple[Job, int]]) -> list[tuple[Any, Any]] | None:
 
 def _take(work: list[tuple[int, int]], at: int, jobs: dict[int, Job]) -> int:
     """The end of the batch of ``work`` starting at ``at``: consecutive small block pairs read through
-    ``ChunkRows``, at most :data:`_BATCH_BYTES` and :data:`_BATCH_BLOCKS` of them (at least one item)."""
+    the fast path, at most :data:`_BATCH_BYTES` and :data:`_BATCH_BLOCKS` of them (at least one item)."""
     end, size = at + 1, block_bytes(jobs[work[at][0]], work[at][1])
     if size is None:
         return end

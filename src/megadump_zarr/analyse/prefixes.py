@@ -44,11 +44,11 @@ class Prefixes:
 def _stored_view(dump: Any, path: str) -> tuple[Any, tuple[int, ...], int, str]:
     """A record's stored array (read through the dump's integrity checks), its logical shape, how many of its
     elements are stored and its stored dtype."""
-    from megadump_zarr.read.integrity import GuardedArray
+    from megadump_zarr.read.lazy import RecordArray
 
     info, rel, doc = dump._record(path)
     attrs = doc.get("attributes") or {}
-    array = GuardedArray(dump._array(info, rel, doc), f"{info.key}/{rel}", getattr(dump, "root", ""))
+    array = RecordArray(dump._array(info, rel, doc), f"{info.key}/{rel}", getattr(dump, "root", ""))
     stored = tuple(int(d) for d in array.shape)
     actual = attrs.get("actualShape")
     logical = tuple(int(d) for d in actual) if attrs.get("truncated") and isinstance(actual, list) else stored
@@ -65,7 +65,7 @@ def stored_prefixes(dump_a: Any, dump_b: Any, path_a: str, path_b: str | None = 
         path_a: A's record path.
         path_b: B's record path.
     """
-    from megadump_zarr.read.truncated import FlatPrefix
+    from megadump_zarr.read.lazy import FlatPrefix
 
     if not all(hasattr(d, "_record") and hasattr(d, "_array") for d in (dump_a, dump_b)):
         return None

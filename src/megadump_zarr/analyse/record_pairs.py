@@ -65,9 +65,8 @@ def _open(source: Any) -> Any:
 
 def record_source(dump: Any, path: str, truncated: bool) -> Any:
     """Record ``path`` of ``dump`` as an array-like for :func:`~megadump_zarr.analyse.pairs.compare_pair`: its stored
-    zarr array, or its
-    pack row (read chunk by chunk through the dump's integrity checks; chunk-aligned row blocks of a plain layout
-    decoded in the calling thread, :mod:`megadump_zarr.read.chunks`), or the logical-shape view of a truncated
+    values as a :class:`~megadump_zarr.read.lazy.RecordArray` (read chunk by chunk through the dump's integrity
+    checks, row blocks of a plain layout decoded in the calling thread), or the logical-shape view of a truncated
     record.
 
     Args:
@@ -76,16 +75,12 @@ def record_source(dump: Any, path: str, truncated: bool) -> Any:
         truncated: The record is truncated.
     """
     if not truncated and hasattr(dump, "_record") and hasattr(dump, "store"):
-        from megadump_zarr.read.integrity import GuardedArray
+        from megadump_zarr.read.lazy import RecordArray
 
         info, rel, doc = dump._record(path)
         attrs = doc.get("attributes") or {}
         if not attrs.get("truncated"):
-            from megadump_zarr.read.chunks import chunk_rows
-
-            key = f"{info.key}/{rel}"
-            guarded = GuardedArray(dump._array(info, rel, doc), key, getattr(dump, "root", ""))
-            return chunk_rows(guarded)
+            return RecordArray(dump._array(info, rel, doc), f"{info.key}/{rel}", getattr(dump, "root", ""))
     return dump.record_array(path)
 
 

@@ -19,15 +19,21 @@ indices and task coordinates); a tensor whose axis disagrees with an earlier one
 ``VAR.DIM`` (and its coordinates ``VAR.DIM``, ``VAR.task_id``, ...). A coordinate name used by two axes
 is qualified by its axis on the second (``slot.task_id``).
 
-Laziness: every data variable is an xarray ``BackendArray`` over the reader's dask array, so nothing is
-read until values are asked for; ``chunks={}`` gives dask arrays cut as the reader's blocks (one per
-task record or stored chunk), ``chunks=None`` lazily indexed numpy. Coordinates are read eagerly (they
-are the small global-index arrays the stitch reads anyway).
+Laziness: every data variable is an xarray ``BackendArray`` over the reader's lazy array (a record's
+:class:`~megadump_zarr.read.lazy.RecordArray`, a stitched tensor's :class:`~megadump_zarr.read.stitched.StitchedArray`,
+a stack of records' :class:`~megadump_zarr.read.stitched.StackedArray`), as xarray's own zarr backend indexes a zarr
+array: an indexing reads the chunks it selects, through no dask graph, so nothing is read until values are asked
+for; ``chunks={}`` gives dask arrays cut as the reader's blocks (one per task record or stored chunk),
+``chunks=None`` lazily indexed numpy. Coordinates are read eagerly (they are the small global-index arrays the
+stitch reads anyway). Stages are told apart by the records table's columns: a record's ``stage``, and its stage
+group, the parent of its task group (``group``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+import hashlib
+import posixpath
 import re
 from typing import Any
 
@@ -41,6 +47,8 @@ from xarray.core import indexing
 from megadump_zarr.layout.paths import rank_dir, task_dir, window_dir
 from megadump_zarr.read import open_dump
 from megadump_zarr.read.dump import Dump
+from megadump_zarr.read.lazy import as_dask, lazy_of
+from megadump_zarr.read.stitched import StackedArray
 
 __all__ = ["open_group_dataset", "open_groups"]
 
@@ -54,23 +62,23 @@ _TASK_COORDS = ("task_id", "owner_id", "core_type", "core_id", "worker")
 
 
 class LazyReaderArray(BackendArray):
-    """A reader dask array as an xarray backend array: values are computed only for what is indexed.
+    """A reader's lazy array as an xarray backend array: an indexing reads what it selects (no dask graph).
 
     Args:
-        data: The reader's dask array.
+        lazy: The reader's lazy array (integers and slices select; numpy arrays out).
         dtype: The dtype handed to xarray (the stored one, or the ``upcast`` one).
     """
 
-    def __init__(self, data: da.Array, dtype: np.dtype) -> None:
-        self.data = data
-        self.shape = tuple(int(n) for n in data.shape)
+    def __init__(self, lazy: Any, dtype: np.dtype) -> None:
+        self.lazy = lazy
+        self.shape = tuple(int(n) for n in lazy.shape)
         self.dtype = np.dtype(dtype)
 
     def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
         return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.BASIC, self._raw)
 
     def _raw(self, key: tuple[Any, ...]) -> np.ndarray:
-        values = np.asarray(self.data[key].compute(scheduler="sync"))
+        values = np.asarray(self.lazy[key])
         return values if values.dtype == self.dtype else values.astype(self.dtype)
 
 
@@ -87,18 +95,23 @@ def _upcast_dtype(upcast: Any) -> np.dtype | None:
 
 
 def _variable(array: xr.DataArray, upcast: np.dtype | None) -> xr.Variable:
-    """The lazily indexed variable of a reader DataArray, upcast when asked."""
+    """The lazily indexed variable of a reader DataArray (its reader's lazy array: no dask graph is computed to
+    index it), upcast when asked; data no reader's lazy array stands behind (a dask array built elsewhere, numpy)
+    is indexed as it is."""
     data = array.data
-    if not isinstance(data, da.Array):
-        data = da.from_array(np.asarray(data), chunks=-1)
+    lazy = lazy_of(data)
+    if lazy is None:
+        lazy = data if isinstance(data, da.Array) else np.asarray(data)
+    chunks = data.chunks if isinstance(data, da.Array) else tuple((int(n),) for n in lazy.shape)
     attrs = dict(array.attrs)
-    dtype = np.dtype(data.dtype)
-    encoding: dict[str, Any] = {"preferred_chunks": dict(zip(array.dims, data.chunks)), "dtype": dtype}
+    dtype = np.dtype(lazy.dtype)
+    encoding: dict[str, Any] = {"preferred_chunks": dict(zip(array.dims, chunks)), "dtype": dtype}
     if upcast is not None and dtype.name in _ML_FLOATS:
         attrs["upcastFrom"] = dtype.name
         dtype = upcast
-    lazy = indexing.LazilyIndexedArray(LazyReaderArray(data, dtype))
-    return xr.Variable(array.dims, lazy, attrs=attrs, encoding=encoding)
+    return xr.Variable(
+        array.dims, indexing.LazilyIndexedArray(LazyReaderArray(lazy, dtype)), attrs=attrs, encoding=encoding
+    )
 
 
 def _coord_values(coord: xr.DataArray) -> np.ndarray:
@@ -186,8 +199,10 @@ def _stacked(name: str, dump: Dump, rows: pd.DataFrame, task_core: dict[int, str
     dims = {a.dims for a in arrays}
     if len(shapes) == 1 and len(dims) == 1:
         axis = f"{name}.task"
-        stacked = xr.concat(
-            [a.drop_vars(list(a.coords)) for a in arrays], dim=axis, join="override", combine_attrs="drop_conflicts"
+        members = [lazy_of(a.data) for a in arrays]
+        token = hashlib.sha1(repr([a.data.name for a in arrays]).encode()).hexdigest()[:16]
+        stacked = xr.DataArray(
+            as_dask(StackedArray(members), f"megadump-stack-{token}", inline=False), dims=(axis, *arrays[0].dims)
         )
         coords = {
             "task_id": rows["task_id"].to_numpy(np.int64),
@@ -268,12 +283,7 @@ class _Catalog:
         self.dump = dump
         self.windows = [w for w in dump.catalogue() if w.status == "complete"]
         records = dump.records()
-        parts = records["path"].str.split("/")
-        records = records.assign(
-            _inv=records["invocation_name"],
-            _stage=parts.map(lambda p: p[4] if len(p) > 5 and p[3] == "stages" else None),
-        )
-        self.records = records
+        self.records = records.assign(_inv=records["invocation_name"], _stage_group=_stage_groups(records))
 
     def invocations(self, info: Any) -> list[str]:
         """The invocation groups of a window its manifest lists (else those its records name)."""
@@ -302,6 +312,23 @@ class _Catalog:
             names = self.invocations(info)
             raise ValueError(f"{self.dump.root}: {info.key} has no {invocation} (invocations: {', '.join(names)})")
         return rows
+
+
+def _stage_groups(records: pd.DataFrame) -> list[str | None]:
+    """Per record, its L1 stage group relative to its invocation group (``stages/{stage}``): the parent of its task
+    group (the records table's ``group``); None for an L0 record.
+
+    Args:
+        records: The dump's records table.
+    """
+    out: list[str | None] = []
+    for level, group, rank, window, invocation in zip(
+        records["level"], records["group"], records["rank"], records["window"], records["invocation_name"]
+    ):
+        parent = posixpath.dirname(group) if level == "L1" and isinstance(group, str) else ""
+        below = f"{rank_dir(int(rank))}/{window_dir(int(window))}/{invocation}/"
+        out.append(parent[len(below) :] if parent.startswith(below) and len(parent) > len(below) else None)
+    return out
 
 
 def _parse_group(group: str | None) -> tuple[int | None, int | None, str | None, str | None]:
@@ -340,26 +367,27 @@ def _invocation_node(
         if stage is not None:
             raise ValueError(f"{cat.dump.root}: {info.key}/{invocation} is an L0 invocation; it has no stage {stage!r}")
         return {"": _l0_dataset(cat.dump, rows, attrs, upcast, drop)}
-    stages = list(dict.fromkeys(s for s in rows["_stage"] if s))
+    groups = list(dict.fromkeys(g for g in rows["_stage_group"] if g))  # "stages/{name}", below the invocation
+    stages = [posixpath.basename(g) for g in groups]  # the stage groups' names
     out: dict[str, xr.Dataset] = {} if stage is not None else {"": xr.Dataset(attrs={**attrs, "stages": stages})}
-    wanted = (
-        stages
-        if stage is None
-        else [s for s in stages if s == stage or str(rows[rows["_stage"] == s]["stage"].iloc[0]) == stage]
-    )
+    wanted = [
+        g
+        for g, named in zip(groups, stages)
+        if stage is None or named == stage or str(rows[rows["_stage_group"] == g]["stage"].iloc[0]) == stage
+    ]
     if stage is not None and not wanted:
         raise ValueError(
             f"{cat.dump.root}: {info.key}/{invocation} has no stage {stage!r} (stages: {', '.join(stages)})"
         )
-    for component in wanted:
-        stage_rows = rows[rows["_stage"] == component]
+    for rel in wanted:
+        stage_rows = rows[rows["_stage_group"] == rel]
         stage_attrs = {
-            **cat.group_attrs(info, f"{invocation}/stages/{component}"),
+            **cat.group_attrs(info, f"{invocation}/{rel}"),
             "invocation": invocation,
             "stage": str(stage_rows["stage"].iloc[0]),
         }
         ds = _stage_dataset(cat.dump, stage_rows, stage_attrs, upcast, drop)
-        out["" if stage is not None else f"stages/{component}"] = ds
+        out["" if stage is not None else rel] = ds
     if stage is None:
         out["stages"] = xr.Dataset()
     return out

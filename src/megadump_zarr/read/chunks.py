@@ -3,8 +3,8 @@
 zarr's synchronous API runs every read on its one event-loop thread: that thread verifies checksums,
 copies each decoded chunk into the output and runs the asyncio machinery of every chunk, so readers in
 several threads still queue behind it (measured on the P7 compare benchmark: about half of all CPU time of a
-read ran on that thread). :class:`ChunkRows` reads a chunk-aligned row range ``x[start:stop]`` of a
-plain array itself:
+read ran on that thread). A :class:`ChunkReader` reads rows ``start:stop`` of a plain array itself, for the
+record's lazy array (:class:`~megadump_zarr.read.lazy.RecordArray`):
 
 * the chunk bytes of the range come from the dump's store in one ``get`` per chunk, all issued at once
   (the store stack is the dump's own, :class:`~megadump_zarr.read.integrity.IntegrityStore`, so a missing
@@ -21,24 +21,24 @@ plain array itself:
 
 Only the simplest layout takes this path: a regular grid whose chunks span every axis but the first, the
 codecs ``bytes`` (little endian on a little-endian host), at most one of ``blosc``/``zstd``, and
-optionally ``crc32c`` last. Anything else (other selections, other codecs, a chunk that is absent, does
-not decode or fails its checksum) is read by the wrapped :class:`~megadump_zarr.read.integrity.GuardedArray`
-through zarr, so every error and every fill value is zarr's own: the fast path never decides a failure.
+optionally ``crc32c`` last (:func:`zarr_reader`, :func:`row_reader`: None otherwise). A range the reader
+cannot read (a chunk that is absent, does not decode or fails its checksum) raises :class:`Fallback`: the lazy
+array then reads it through zarr, so every error and every fill value is zarr's own: the fast path never decides a
+failure.
 """
 
 from __future__ import annotations
 
 import math
 import sys
-import threading
 from typing import Any
 
 import numpy as np
 
-__all__ = ["ChunkRows", "chunk_rows", "read_many"]
+__all__ = ["ChunkReader", "Fallback", "fetch", "row_reader", "zarr_reader"]
 
 
-class _Fallback(Exception):
+class Fallback(Exception):
     """The fast path cannot read this range; zarr reads it."""
 
 
@@ -67,55 +67,56 @@ def _codec_plan(metadata: Any, itemsize: int) -> tuple[str | None, bool] | None:
     return None
 
 
-def chunk_rows(guarded: Any) -> Any:
-    """``guarded`` wrapped in a :class:`ChunkRows` when its layout takes the fast path, else ``guarded``
-    (reads metadata only: a few attribute lookups).
+def zarr_reader(array: Any) -> ChunkReader | None:
+    """A :class:`ChunkReader` of a zarr v3 array when its layout takes the fast path, else None (reads metadata
+    only: a few attribute lookups).
 
     Args:
-        guarded: A :class:`~megadump_zarr.read.integrity.GuardedArray` of a zarr v3 array, or of a packed record
-            (:class:`~megadump_zarr.read.pack_arrays.RowArray`: its one chunk is its row's inner chunk).
+        array: The zarr array.
     """
-    array = getattr(guarded, "array", None)
-    if getattr(array, "pack_row", False):  # a RowArray: a packed record
-        return _row_chunks(guarded, array)
     try:
         metadata, store_path = array.metadata, array.store_path
-        dtype = np.dtype(guarded.dtype)
-        shape, chunks = tuple(int(s) for s in guarded.shape), tuple(int(c) for c in guarded.chunks)
+        dtype = np.dtype(array.dtype)
+        shape, chunks = tuple(int(s) for s in array.shape), tuple(int(c) for c in array.chunks)
     except (TypeError, ValueError, AttributeError):
-        return guarded
+        return None
     from zarr.core.chunk_grids import RegularChunkGrid
 
     if not shape or len(chunks) != len(shape) or type(getattr(metadata, "chunk_grid", None)) is not RegularChunkGrid:
-        return guarded
+        return None
     if chunks[1:] != shape[1:] or dtype.hasobject or dtype.fields is not None or dtype.kind in "OSU":
-        return guarded
+        return None
     plan = _codec_plan(metadata, dtype.itemsize)
     if plan is None:
-        return guarded
-    return ChunkRows(guarded, store_path.store, store_path.path, dtype, shape, chunks, plan[0], plan[1])
+        return None
+    return ChunkReader(
+        store_path.store, store_path.path, dtype, shape, chunks, plan[0], plan[1], encode=metadata.encode_chunk_key
+    )
 
 
-def _row_chunks(guarded: Any, row: Any) -> Any:
-    """A packed record's :class:`ChunkRows`: its one chunk is read with one ranged read of its shard."""
+def row_reader(row: Any) -> ChunkReader | None:
+    """A packed record's :class:`ChunkReader` (its one chunk read with one ranged read of its shard), else None.
+
+    Args:
+        row: The record's :class:`~megadump_zarr.read.pack_arrays.RowArray`.
+    """
     from types import SimpleNamespace
 
     dtype, shape = np.dtype(row.dtype), tuple(int(s) for s in row.shape)
     if not shape or 0 in shape or dtype.hasobject or dtype.fields is not None or dtype.kind in "OSU":
-        return guarded
+        return None
     codecs = getattr(row.pack.metadata, "codecs", None) or ()
     inner = getattr(codecs[0], "codecs", None) if len(codecs) == 1 else None
     plan = None if inner is None else _codec_plan(SimpleNamespace(codecs=inner), dtype.itemsize)
     if plan is None:
-        return guarded
-    return ChunkRows(guarded, row.store, row.key, dtype, shape, shape, plan[0], plan[1], locate=row.locate)
+        return None
+    return ChunkReader(row.store, row.key, dtype, shape, shape, plan[0], plan[1], locate=row.locate)
 
 
-class ChunkRows:
-    """A record array whose chunk-aligned row slices are read and decoded here (see the module docstring).
+class ChunkReader:
+    """Rows ``start:stop`` of one record's chunk grid, fetched and decoded here (see the module docstring).
 
     Args:
-        guarded: The record's :class:`~megadump_zarr.read.integrity.GuardedArray` (every other read).
         store: The store the array lives in (the dump's stack: integrity checks).
         key: The array's key in that store.
         dtype: Its numpy dtype.
@@ -123,13 +124,13 @@ class ChunkRows:
         chunks: Its chunk shape (spanning every axis but the first).
         compressor: ``"blosc"``, ``"zstd"`` or None.
         crc32c: The chunks end with a crc32c checksum.
+        encode: ``encode(chunk coordinates) -> chunk key`` below ``key`` (a plain array's grid).
         locate: For a packed record (one chunk): ``locate() -> (shard key, offset, nbytes)`` of its inner chunk,
             index checked (``None``: absent, read by zarr).
     """
 
     def __init__(
         self,
-        guarded: Any,
         store: Any,
         key: str,
         dtype: np.dtype,
@@ -137,56 +138,22 @@ class ChunkRows:
         chunks: tuple[int, ...],
         compressor: str | None,
         crc32c: bool,
+        encode: Any = None,
         locate: Any = None,
     ) -> None:
-        self.guarded, self.store, self.key, self.locate = guarded, store, key, locate
+        self.store, self.key, self.encode, self.locate = store, key, encode, locate
         self.dtype, self.shape, self.ndim, self.chunks = dtype, shape, len(shape), chunks
         self.compressor, self.crc32c = compressor, crc32c
-        self.fast_reads = 0  # row ranges this path read itself (the rest went through zarr)
-        self._lock = threading.Lock()
         self._chunk_bytes = math.prod(chunks) * dtype.itemsize
-        self._direct = _direct_reader(store) if compressor is None and not crc32c and locate is None else None
+        self.direct = _direct_reader(store) if compressor is None and not crc32c and locate is None else None
 
-    def __getstate__(self) -> dict[str, Any]:  # dask may pickle it to a worker: the lock stays behind
-        state = dict(self.__dict__)
-        state.pop("_lock", None)
-        return state
+    def requests(self, start: int, stop: int) -> tuple[int, list[tuple[Any, str, Any]]]:
+        """``(first, requests)``: the first chunk holding rows ``start:stop`` and the reads of every chunk holding
+        them, ``(store, key, byte range or None)`` each (a packed record's: a range of its shard).
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-
-    def __getitem__(self, selection: Any) -> Any:
-        rows = self._rows(selection)
-        if rows is not None:
-            try:
-                out = self._read(*rows)
-            except Exception:  # zarr reads it again and raises (or fills) exactly as it would have
-                pass
-            else:
-                with self._lock:
-                    self.fast_reads += 1
-                return out
-        return self.guarded[selection]
-
-    def _rows(self, selection: Any) -> tuple[int, int] | None:
-        """``(start, stop)`` of a plain row slice (``x[a:b]``, ``x[a:b, :]``, ``x[a:b, 0:n]`` with ``n`` the whole
-        axis, as dask asks for a chunk), else None."""
-        if not isinstance(selection, tuple):
-            selection = (selection,)
-        if not selection or not all(isinstance(s, slice) for s in selection):
-            return None
-        first, rest = selection[0], selection[1:]
-        if len(rest) >= self.ndim or first.step not in (None, 1):
-            return None
-        if any(s.indices(n) != (0, n, 1) for s, n in zip(rest, self.shape[1:])):  # each a whole trailing axis
-            return None
-        start, stop, _ = first.indices(self.shape[0])
-        return (start, stop) if stop > start else None
-
-    def _keys(self, start: int, stop: int) -> tuple[int, int, list[tuple[Any, str, Any]]]:
-        """``(first, last, requests)``: the chunks holding rows ``start:stop`` and their reads, ``(store, key,
-        byte range or None)`` each (a packed record's: a range of its shard)."""
+        Raises:
+            Fallback: A packed record whose inner chunk is absent (a torn window).
+        """
         step = self.chunks[0]
         first, last = start // step, (stop - 1) // step
         if self.locate is not None:
@@ -194,28 +161,36 @@ class ChunkRows:
 
             found = self.locate()
             if found is None:
-                raise _Fallback("an absent inner chunk of a torn window")
+                raise Fallback("an absent inner chunk of a torn window")
             shard, offset, nbytes = found
-            return first, last, [(self.store, shard, RangeByteRequest(offset, offset + nbytes))]
-        encode = self.guarded.array.metadata.encode_chunk_key
+            return first, [(self.store, shard, RangeByteRequest(offset, offset + nbytes))]
         prefix = f"{self.key}/" if self.key else ""
-        keys = [f"{prefix}{encode((i,) + (0,) * (self.ndim - 1))}" for i in range(first, last + 1)]
-        return first, last, [(self.store, key, None) for key in keys]
+        keys = [f"{prefix}{self.encode((i,) + (0,) * (self.ndim - 1))}" for i in range(first, last + 1)]
+        return first, [(self.store, key, None) for key in keys]
 
-    def _read(self, start: int, stop: int) -> np.ndarray:
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` (``stop > start``), as stored.
+
+        Raises:
+            Fallback: The fast path cannot read them (zarr reads them, and says why).
+        """
         from zarr.core.sync import sync
 
-        first, last, requests = self._keys(start, stop)
-        if self._direct is not None:
+        first, requests = self.requests(start, stop)
+        if self.direct is not None:
             out = np.empty((stop - start,) + self.shape[1:], dtype=self.dtype)
-            self._read_direct([key for _, key, _ in requests], first, last, start, stop, out)
+            self._read_direct([key for _, key, _ in requests], first, start, stop, out)
             return out
-        raws = sync(_fetch(requests))
-        return self._assemble(start, stop, first, raws, self._store_checks(requests))
+        raws = sync(fetch(requests))
+        return self.assemble(start, stop, first, raws, self.store_checks(requests))
 
-    def _store_checks(self, requests: list[tuple[Any, str, Any]]) -> bool:
+    def store_checks(self, requests: list[tuple[Any, str, Any]]) -> bool:
         """Whether the store checked the trailing crc32c of every chunk it returned for ``requests`` (whole chunks
-        of one array the dump's integrity store checks against its window's inventory): one check per chunk."""
+        of one array the dump's integrity store checks against its window's inventory): one check per chunk.
+
+        Args:
+            requests: What :meth:`requests` gave.
+        """
         checks = getattr(self.store, "checks", None)
         return (
             self.crc32c
@@ -224,14 +199,24 @@ class ChunkRows:
             and checks(requests[0][1])
         )
 
-    def _assemble(self, start: int, stop: int, first: int, raws: list[Any], checked: bool = False) -> np.ndarray:
-        """Rows ``start:stop`` decoded from the stored chunks ``raws`` (chunk ``first`` onwards; ``checked``: their
-        crc32c was checked where they were read)."""
+    def assemble(self, start: int, stop: int, first: int, raws: list[Any], checked: bool = False) -> np.ndarray:
+        """Rows ``start:stop`` decoded from the stored chunks ``raws``.
+
+        Args:
+            start: First row.
+            stop: Row past the last.
+            first: The chunk ``raws[0]`` is.
+            raws: The fetched chunks (a failed fetch: its exception).
+            checked: Their crc32c was checked where they were read.
+
+        Raises:
+            Fallback: A chunk is absent, failed to fetch, or does not decode here.
+        """
         step = self.chunks[0]
         out = np.empty((stop - start,) + self.shape[1:], dtype=self.dtype)
         for i, raw in enumerate(raws, start=first):
             if isinstance(raw, BaseException):
-                raise _Fallback("the chunk's get failed") from raw
+                raise Fallback("the chunk's get failed") from raw
             lo, hi = max(start, i * step), min(stop, (i + 1) * step)
             inside = lo == i * step and hi == (i + 1) * step
             target = out[lo - start : hi - start] if inside else np.empty(self.chunks, dtype=self.dtype)
@@ -240,16 +225,16 @@ class ChunkRows:
                 out[lo - start : hi - start] = target[lo - i * step : hi - i * step]
         return out
 
-    def _read_direct(self, keys: list[str], first: int, last: int, start: int, stop: int, out: np.ndarray) -> None:
-        """Chunks ``first..last`` read by the store itself into ``out`` (rows ``start:stop``)."""
+    def _read_direct(self, keys: list[str], first: int, start: int, stop: int, out: np.ndarray) -> None:
+        """Chunks ``first..`` (``keys``) read by the store itself into ``out`` (rows ``start:stop``)."""
         step = self.chunks[0]
-        for i, key in zip(range(first, last + 1), keys):
+        for i, key in enumerate(keys, start=first):
             lo, hi = max(start, i * step), min(stop, (i + 1) * step)
             inside = lo == i * step and hi == (i + 1) * step
             target = out[lo - start : hi - start] if inside else np.empty(self.chunks, dtype=self.dtype)
             dest = target.reshape(-1).view(np.uint8)
-            if dest.size != self._chunk_bytes or not self._direct(key, dest):
-                raise _Fallback("not a stored chunk of the store")
+            if dest.size != self._chunk_bytes or not self.direct(key, dest):
+                raise Fallback("not a stored chunk of the store")
             if not inside:
                 out[lo - start : hi - start] = target[lo - i * step : hi - i * step]
 
@@ -257,18 +242,18 @@ class ChunkRows:
         """Decode one stored chunk into ``target`` (C-contiguous, exactly one chunk's bytes; ``checked``: its crc32c
         was checked where it was read)."""
         if raw is None:
-            raise _Fallback("chunk absent")
+            raise Fallback("chunk absent")
         data = raw.as_numpy_array().view(np.uint8).reshape(-1)
         if self.crc32c:
             if not checked:
                 import google_crc32c
 
                 if data.size < 4 or int.from_bytes(bytes(data[-4:]), "little") != int(google_crc32c.value(data[:-4])):
-                    raise _Fallback("checksum")
+                    raise Fallback("checksum")
             data = data[:-4]
         dest = target.reshape(-1).view(np.uint8)
         if dest.size != self._chunk_bytes:
-            raise _Fallback("chunk size")
+            raise Fallback("chunk size")
         if self.compressor == "blosc":
             from numcodecs.blosc import decompress
 
@@ -279,7 +264,7 @@ class ChunkRows:
             zstd_decompress(data, dest)
         else:
             if data.size != dest.size:
-                raise _Fallback("raw size")
+                raise Fallback("raw size")
             dest[...] = data
 
 
@@ -299,7 +284,7 @@ def _direct_reader(store: Any) -> Any:
     return reader if callable(reader) else None
 
 
-async def _fetch(requests: list[tuple[Any, str, Any]]) -> list[Any]:
+async def fetch(requests: list[tuple[Any, str, Any]]) -> list[Any]:
     """Every ``store.get(key, byte_range)`` at once; a failed get is returned as its exception (its reader falls
     back)."""
     import asyncio
@@ -312,46 +297,3 @@ async def _fetch(requests: list[tuple[Any, str, Any]]) -> list[Any]:
             *(store.get(key, prototype, byte_range) for store, key, byte_range in requests), return_exceptions=True
         )
     )
-
-
-def read_many(items: list[tuple[Any, tuple[slice, ...]]]) -> list[Any]:
-    """``x[index]`` of every ``(x, index)``, the chunk fetches of all the :class:`ChunkRows` row ranges among
-    them issued together (one round trip to zarr's event loop, the stores' reads running concurrently),
-    each range decoded in the calling thread. A compare lane reads the same block of both sides this way.
-    Other items, and a range the fast path cannot read, are read by ``x[index]`` (zarr's own errors).
-
-    Args:
-        items: Array-likes and their index tuples.
-    """
-    from zarr.core.sync import sync
-
-    plans: list[tuple[int, int, int, int, int] | None] = []  # (start, stop, first, key offset, key count)
-    keys: list[tuple[Any, str, Any]] = []
-    for x, index in items:
-        rows = x._rows(index) if isinstance(x, ChunkRows) and x._direct is None else None
-        if rows is not None:
-            try:
-                first, _, requests = x._keys(*rows)
-            except Exception:  # a packed record whose index check fails or finds no chunk: zarr's read says so
-                rows = None
-        if rows is None:
-            plans.append(None)
-            continue
-        plans.append((rows[0], rows[1], first, len(keys), len(requests)))
-        keys.extend(requests)
-    raws = sync(_fetch(keys)) if keys else []
-    out: list[Any] = []
-    for (x, index), plan in zip(items, plans):
-        if plan is None:
-            out.append(x[index] if index else x[...])
-            continue
-        start, stop, first, at, count = plan
-        try:
-            block = x._assemble(start, stop, first, raws[at : at + count], x._store_checks(keys[at : at + count]))
-        except Exception:  # zarr reads it again and raises (or fills) exactly as it would have
-            out.append(x.guarded[index])
-            continue
-        with x._lock:
-            x.fast_reads += 1
-        out.append(block)
-    return out

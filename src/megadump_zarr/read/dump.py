@@ -57,6 +57,7 @@ from megadump_zarr.read.select import (
     single_group,
 )
 from megadump_zarr.read.stitch import Piece, stitch
+from megadump_zarr.read.lazy import RecordArray, record_lazy, stored_dask, truncated_dask
 from megadump_zarr.store.metadata import consolidated_sort_key
 from megadump_zarr.read.truncated import (
     captured_mask,
@@ -64,9 +65,6 @@ from megadump_zarr.read.truncated import (
     check_padded_rows,
     logical_dims,
     open_zarr_array,
-    record_dask,
-    stored_dask,
-    truncated_dask,
 )
 
 if TYPE_CHECKING:
@@ -698,7 +696,7 @@ class Dump:
             pieces.append(
                 Piece(
                     path=key,
-                    data=record_dask(array, attrs, key, self.root),
+                    data=record_lazy(array, attrs, key, self.root),
                     rows=np.asarray(global_rows, dtype=np.int64),
                     dims=(tuple(attrs["logicalDims"]) if isinstance(attrs.get("logicalDims"), list) else None)
                     if truncated
@@ -834,7 +832,7 @@ def _read_coordinates(store: Store, coords: list[tuple[str, Any]]) -> list[np.nd
     if not coords:
         return []
     if any(is_packed_array(array) for _, array in coords):
-        return [np.asarray(guard_read(array, key, lambda a=array: a[...])) for key, array in coords]
+        return [np.asarray(RecordArray(array, key)[...]) for key, array in coords]
     arrays = [array for _, array in coords]
 
     async def run() -> list[Any]:

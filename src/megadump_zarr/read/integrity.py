@@ -39,7 +39,6 @@ from megadump_zarr.read.inventory import Inventories, grid_index
 
 __all__ = [
     "Committed",
-    "GuardedArray",
     "IntegrityStore",
     "chunk_grid",
     "guard_read",
@@ -379,23 +378,6 @@ def _find_bad_chunk(array: Any, key: str) -> str | None:
     except Exception:
         return None
     return None
-
-
-class GuardedArray:
-    """A zarr array for ``dask.array.from_array`` whose reads go through :func:`guard_read`.
-
-    Args:
-        array: The zarr array.
-        key: Its key relative to the root.
-        root: The dump root, for messages.
-    """
-
-    def __init__(self, array: Any, key: str, root: str = "") -> None:
-        self.array, self.key, self.root = array, key, root
-        self.shape, self.dtype, self.ndim, self.chunks = array.shape, array.dtype, array.ndim, array.chunks
-
-    def __getitem__(self, selection: Any) -> Any:
-        return guard_read(self.array, self.key, lambda: self.array[selection], self.root)
 
 
 def guard_window_group(group: Any, url: str = "") -> Any:

@@ -1,11 +1,12 @@
 """A packed record as an array: row ``r`` of its pack's stored array (:class:`RowArray`), and a packed task's row
 coordinate computed from its ``coords`` entry (:class:`RangeArray`).
 
-Both answer what the readers ask of a zarr array (``shape``, ``dtype``, ``chunks``, basic selections, the one
-block); where a row is stored and the check of its shard's index are :mod:`megadump_zarr.read.pack_rows`'.
-A row is read by the fast path where its codecs allow (one ranged read of its inner chunk, checksum checked and
-decoded in the calling thread, :mod:`megadump_zarr.read.chunks`), else by zarr's sharding codec, whose errors
-are named: a crc32c mismatch of the inner chunk with both checksums, as a chunk of the tasks layout.
+Both are sources of a record's lazy array (:class:`~megadump_zarr.read.lazy.RecordArray`): they answer what it
+asks of a zarr array (``shape``, ``dtype``, ``chunks``, basic selections, the one block); where a row is stored
+and the check of its shard's index are :mod:`megadump_zarr.read.pack_rows`'. A row is read by the fast path where its
+codecs allow (one ranged read of its inner chunk located by :meth:`RowArray.locate`, checksum checked and decoded in
+the calling thread, :mod:`megadump_zarr.read.chunks`), else by zarr's sharding codec, whose errors are named: a
+crc32c mismatch of the inner chunk with both checksums, as a chunk of the tasks layout.
 """
 
 from __future__ import annotations
@@ -37,9 +38,6 @@ class RowArray:
             (:meth:`~megadump_zarr.read.pack_record.PackedRecord.source`).
     """
 
-    pack_row = True
-    """What the chunk reader recognises a packed record by (``read.chunks.chunk_rows``)."""
-
     def __init__(
         self,
         packs: Any,
@@ -62,7 +60,7 @@ class RowArray:
         if source is not None:
             packs.sources.setdefault(self._rel, source)
         self._checked = False
-        self._reader: Any = None  # the fast path's reader of the row (read.chunks.ChunkRows), once made
+        self._reader: Any = False  # the fast path's reader of the row (read.chunks.ChunkReader), once made
 
     def __repr__(self) -> str:
         return f"<RowArray {self.array_key} row {self.row}: {self.key}>"
@@ -70,7 +68,7 @@ class RowArray:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state.pop("pack", None)
-        state["_reader"] = None
+        state["_reader"] = False
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -131,19 +129,18 @@ class RowArray:
         return self[...]
 
     def _whole(self) -> np.ndarray | None:
-        """The whole record by the fast path (one ranged read of its inner chunk, checked and decoded here, as
-        :mod:`megadump_zarr.read.chunks` reads a plain chunk); ``None`` when it cannot (other codecs, or a chunk
-        that fails: zarr then reads it, and says why). Zarr's own read of a row costs a second read of the shard
-        index, each time."""
-        from megadump_zarr.read.chunks import ChunkRows, chunk_rows
-        from megadump_zarr.read.integrity import GuardedArray
+        """The whole record by the fast path (one ranged read of its inner chunk, checked and decoded here,
+        :func:`~megadump_zarr.read.chunks.row_reader`); ``None`` when it cannot (other codecs, or a chunk that fails:
+        zarr then reads it, and says why). Zarr's own read of a row costs a second read of the shard index, each
+        time."""
+        from megadump_zarr.read.chunks import row_reader
 
-        if self._reader is None:
-            self._reader = chunk_rows(GuardedArray(self, self.key, self.root))
-        if not isinstance(self._reader, ChunkRows):
+        if self._reader is False:
+            self._reader = row_reader(self)
+        if self._reader is None or not self.shape:
             return None
         try:
-            return self._reader._read(0, self.shape[0])
+            return self._reader.read(0, self.shape[0])
         except Exception:  # noqa: BLE001 - zarr reads it again and raises (or fills) exactly as it would have
             return None
 

@@ -17,10 +17,13 @@ The result is ordered by global row, one entry per distinct row:
   only (True) and which are NaN padding past a stored prefix, in whole or in part (False);
 - rows captured by several records (an input every task reads, such as a whole routing table, or
   broadcast workers) are taken from the first record in (first row, task id, worker, path) order, and
-  the other copies are checked against it *when the data is computed*: bitwise equality, or, when a
+  the other copies are checked against it *when the values are read*: bitwise equality, or, when a
   truncated record takes part, equality where both copies hold a captured value (the truncated
   copy's NaN padding is filled from the other one). A mismatch raises ``ValueError`` naming both
-  records and the rows. Only the blocks that hold duplicated rows pay for the check.
+  records and the rows. Only the rows read that have other copies pay for the check.
+
+The values are one lazy array, :class:`~megadump_zarr.read.stitched.StitchedArray` (the xarray engine indexes it
+directly), wrapped in dask once: one block per run of rows of one record within one of its stored chunks.
 
 An operand every task reads whole (each record holds every row of ``declaredShape``, a weight for example)
 is not split: the result is the tensor itself, with its dimension names and no coordinates (the copies are still checked
@@ -47,10 +50,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from megadump_zarr.layout.dtypes import ML_FLOATS
+from megadump_zarr.read.lazy import as_dask
+from megadump_zarr.read.stitched import StitchedArray
 
 if TYPE_CHECKING:
-    import dask.array as da
     import xarray as xr
 
 __all__ = ["Piece", "stitch"]
@@ -62,7 +65,8 @@ class Piece:
 
     Args:
         path: The record's path relative to the dump root (for messages).
-        data: Its data in logical shape (dask).
+        data: Its data in logical shape: a lazy array (:class:`~megadump_zarr.read.lazy.RecordArray`), or any
+            array-like with ``shape``, ``dtype`` and row slices.
         rows: Global index along axis 0 of each of its rows.
         dims: Its dimension names (``None`` when unknown, e.g. truncated records).
         task_id: Task id.
@@ -76,7 +80,7 @@ class Piece:
     """
 
     path: str
-    data: da.Array
+    data: Any
     rows: np.ndarray
     dims: tuple[str, ...] | None = None
     task_id: int = -1
@@ -113,83 +117,15 @@ def _check_pieces(pieces: Sequence[Piece], name: str) -> None:
             raise ValueError(f"record {p.path}: {p.rows.shape[0]} global indices for {p.data.shape[0]} rows")
 
 
-def _verify(
-    primary: np.ndarray,
-    duplicates: list[np.ndarray],
-    offsets: list[int],
-    merge: bool,
-    primary_label: str,
-    labels: list[str],
-    rows: list[tuple[int, int]],
-) -> np.ndarray:
-    """Check (and, in merge mode, fill) one block's duplicated rows against its primary rows."""
-    out = np.array(primary, copy=True)
-    for dup, offset, label, (first, last) in zip(duplicates, offsets, labels, rows):
-        dup = np.asarray(dup)
-        target = out[offset : offset + dup.shape[0]]
-        if merge and (target.dtype.kind == "f" or target.dtype.name in ML_FLOATS):
-            a = target.astype(np.float64)
-            b = dup.astype(np.float64)
-            both = ~np.isnan(a) & ~np.isnan(b)
-            if not np.array_equal(a[both], b[both]):
-                raise ValueError(
-                    f"records {primary_label} and {label} hold different values for global rows "
-                    f"{first}..{last}; read them one by one with Dump.record_array(path)"
-                )
-            fill = np.isnan(a) & ~np.isnan(b)
-            target[fill] = dup.astype(target.dtype)[fill]
-        elif (
-            np.ascontiguousarray(target).tobytes()
-            != np.ascontiguousarray(dup.astype(target.dtype, copy=False)).tobytes()
-        ):
-            raise ValueError(
-                f"records {primary_label} and {label} hold different values for global rows "
-                f"{first}..{last}; read them one by one with Dump.record_array(path)"
-            )
-    return out
-
-
-def _single_block(array: da.Array) -> da.Array:
-    return array.rechunk(tuple(-1 for _ in range(array.ndim))) if array.npartitions > 1 else array
-
-
-def _verified_block(
-    primary: da.Array, primary_label: str, dups: list[tuple[da.Array, int, str, tuple[int, int]]], merge: bool
-) -> da.Array:
-    import dask.array as da
-    from dask.highlevelgraph import HighLevelGraph
-
-    primary = _single_block(primary)
-    parts = [_single_block(d) for d, _, _, _ in dups]
-    token = hashlib.sha1(
-        repr((primary.name, [p.name for p in parts], [o for _, o, _, _ in dups], merge)).encode()
-    ).hexdigest()
-    name = f"megadump-verify-{token[:16]}"
-    zeros = (0,) * primary.ndim
-    task = (
-        _verify,
-        (primary.name, *zeros),
-        [(p.name, *zeros) for p in parts],
-        [o for _, o, _, _ in dups],
-        merge,
-        primary_label,
-        [lab for _, _, lab, _ in dups],
-        [r for _, _, _, r in dups],
-    )
-    graph = HighLevelGraph.from_collections(name, {(name, *zeros): task}, dependencies=[primary, *parts])
-    return da.Array(graph, name, primary.chunks, dtype=primary.dtype, meta=primary._meta)
-
-
-def _runs(piece_of: np.ndarray, local_of: np.ndarray) -> list[tuple[int, int, int, int]]:
-    """Maximal runs of output positions that come from consecutive rows of one piece:
-    ``(first output, last output + 1, piece, first local row)``."""
-    n = piece_of.shape[0]
-    if n == 0:
-        return []
-    breaks = np.flatnonzero((piece_of[1:] != piece_of[:-1]) | (local_of[1:] != local_of[:-1] + 1)) + 1
-    starts = np.concatenate(([0], breaks))
-    stops = np.concatenate((breaks, [n]))
-    return [(int(a), int(b), int(piece_of[a]), int(local_of[a])) for a, b in zip(starts, stops)]
+def _token(name: str, pieces: Sequence[Piece], dtype: np.dtype) -> str:
+    """A stable dask name of a stitch: its tensor, each piece's data (its record, or its dask name) and rows."""
+    parts = []
+    for p in pieces:
+        data = p.data
+        ident = getattr(data, "name", None) if not hasattr(data, "key") else (data.root, data.key, data.shape)
+        rows = hashlib.sha1(np.ascontiguousarray(p.rows).tobytes()).hexdigest()
+        parts.append((p.path, ident if ident is not None else id(data), rows, p.truncated))
+    return hashlib.sha1(repr((name, parts, str(dtype))).encode()).hexdigest()[:16]
 
 
 def _read_whole(pieces: Sequence[Piece], attrs: dict[str, Any]) -> bool:
@@ -218,7 +154,6 @@ def stitch(
     Raises:
         ValueError: No pieces, or shapes that differ beyond axis 0.
     """
-    import dask.array as da
     import xarray as xr
 
     pieces = list(pieces)
@@ -249,50 +184,17 @@ def stitch(
     dup_order = np.argsort(dup_pos, kind="stable")
     dup_pos, dup_piece, dup_local = dup_pos[dup_order], dup_piece[dup_order], dup_local[dup_order]
 
-    blocks: list[da.Array] = []
-    for start, stop, p, l0 in _runs(piece_of, local_of):
-        data = pieces[p].data
-        lo, hi = np.searchsorted(dup_pos, [start, stop])
-        if lo == hi:
-            blocks.append(data[l0 : l0 + stop - start])
-            continue
-        bounds = np.cumsum((0, *data.chunks[0]))
-        cuts = sorted({l0, l0 + stop - start, *(int(b) for b in bounds if l0 < b < l0 + stop - start)})
-        for a, b in zip(cuts[:-1], cuts[1:]):
-            out_a, out_b = start + a - l0, start + b - l0
-            d_lo, d_hi = np.searchsorted(dup_pos, [out_a, out_b])
-            if d_lo == d_hi:
-                blocks.append(data[a:b])
-                continue
-            block_dups = []
-            merge = pieces[p].truncated
-            sub = np.lexsort((dup_local[d_lo:d_hi], dup_piece[d_lo:d_hi]))
-            positions, sources, locals_ = dup_pos[d_lo:d_hi][sub], dup_piece[d_lo:d_hi][sub], dup_local[d_lo:d_hi][sub]
-            breaks = (
-                np.flatnonzero(
-                    (sources[1:] != sources[:-1])
-                    | (locals_[1:] != locals_[:-1] + 1)
-                    | (positions[1:] != positions[:-1] + 1)
-                )
-                + 1
-            )
-            for r0, r1 in zip(np.concatenate(([0], breaks)), np.concatenate((breaks, [positions.shape[0]]))):
-                s, sl0, span = int(sources[r0]), int(locals_[r0]), int(r1 - r0)
-                merge = merge or pieces[s].truncated
-                block_dups.append(
-                    (
-                        pieces[s].data[sl0 : sl0 + span],
-                        int(positions[r0]) - out_a,
-                        pieces[s].path,
-                        (int(unique_rows[positions[r0]]), int(unique_rows[positions[r1 - 1]])),
-                    )
-                )
-            blocks.append(_verified_block(data[a:b], pieces[p].path, block_dups, merge))
-    blocks = [b if b.dtype == dtype else b.astype(dtype) for b in blocks]
-    if blocks:
-        result = da.concatenate(blocks, axis=0) if len(blocks) > 1 else blocks[0]
-    else:
-        result = da.zeros((0, *pieces[0].data.shape[1:]), dtype=dtype)
+    stitched = StitchedArray(
+        [p.data for p in pieces],
+        [p.path for p in pieces],
+        [p.truncated for p in pieces],
+        dtype,
+        piece_of,
+        local_of,
+        unique_rows,
+        (dup_pos, dup_piece, dup_local),
+    )
+    result = as_dask(stitched, f"megadump-stitch-{_token(name, pieces, dtype)}", inline=False)
 
     out_attrs = dict(attrs or {})
     if _read_whole(pieces, out_attrs):  # not split: the tensor itself, its dimensions as the graph names them

@@ -1,4 +1,4 @@
-"""A record's data in its logical shape, lazily (dask), including truncated records.
+"""A truncated record's logical shape: its dtype, dimension names, captured rows and the bounds a document must keep.
 
 A truncated record (attribute ``truncated: true``) is stored as a flat prefix: the first
 ``storedShape[0]`` elements, in C order, of a tensor whose logical shape is ``actualShape``. The view
@@ -12,39 +12,30 @@ What was captured: :func:`captured_rows` counts the rows whose every element was
 carries a boolean ``captured`` coordinate along its first dimension (:func:`captured_mask`): True where a row
 holds stored values only, False where any of its elements is NaN padding. A NaN in a ``captured`` row is a
 NaN the tensor held. A record's statistics (``attributes.stats``) are those of the stored prefix: the
-records table says so in its ``stats_scope`` column (:func:`stats_scope`). :class:`FlatPrefix` reads the
-first elements of any array in C order, flat (what a partial comparison compares).
+records table says so in its ``stats_scope`` column (:func:`stats_scope`).
 
-Laziness: the view is cut into row blocks (axis 0, every other axis whole) of about one stored chunk
-each. The task of a block reads only the flat range ``[start, stop)`` it covers, with zarr's own
-indexing (``zarr.Array[start:stop]``), so selecting a few rows (``.isel(row=slice(0, 8))``) reads at
-most the one or two stored chunks behind them, and blocks wholly past the prefix read nothing.
+The view itself is a :class:`~megadump_zarr.read.lazy.RecordArray` with a logical shape: a selection reads only
+the stored elements of the rows it touches (``.isel(row=slice(0, 8))`` reads at most the one or two stored
+chunks behind them), and rows wholly past the prefix read nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-import hashlib
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-import zarr
 
 from megadump_zarr.layout.dtypes import ML_FLOATS
 from megadump_zarr.read.documents import open_array_checked
 from megadump_zarr.read.errors import DumpIntegrityError
-from megadump_zarr.read.integrity import GuardedArray
-
-if TYPE_CHECKING:
-    import dask.array as da
 
 __all__ = [
     "MAX_DERIVED_ROWS",
     "MAX_LOGICAL_BYTES",
     "MAX_NAN_BLOCKS",
     "ROWS_PER_STORED_ELEMENT",
-    "FlatPrefix",
     "captured_mask",
     "captured_rows",
     "check_logical_shape",
@@ -52,10 +43,7 @@ __all__ = [
     "logical_dims",
     "logical_dtype",
     "open_zarr_array",
-    "record_dask",
     "stats_scope",
-    "stored_dask",
-    "truncated_dask",
 ]
 
 
@@ -103,74 +91,8 @@ def stats_scope(attrs: dict[str, Any], has_stats: bool) -> str | None:
     return "prefix" if attrs.get("truncated") else "whole"
 
 
-class FlatPrefix:
-    """The first ``elements`` elements of an array in C order, as a 1-D array-like read block by block
-    (a truncated record's stored prefix, or the same elements of a whole record).
-
-    Args:
-        source: An array-like with ``shape``, ``dtype`` and ``__getitem__`` on row slices (a zarr array).
-        elements: How many elements (at most the source's size).
-    """
-
-    def __init__(self, source: Any, elements: int) -> None:
-        self.source = source
-        self.source_shape = tuple(int(d) for d in source.shape)
-        size = math.prod(self.source_shape)
-        if not 0 <= int(elements) <= size:
-            raise ValueError(f"FlatPrefix.elements must be within 0..{size}, got {elements!r}")
-        self.shape = (int(elements),)
-        self.dtype = source.dtype
-        self.ndim = 1
-
-    def __getitem__(self, index: Any) -> np.ndarray:
-        key = index[0] if isinstance(index, tuple) and index else index
-        if isinstance(key, tuple) and not key or key is Ellipsis:
-            key = slice(None)
-        if not isinstance(key, slice):
-            raise TypeError(f"FlatPrefix reads slices, got {index!r}")
-        start, stop, step = key.indices(self.shape[0])
-        if step != 1:
-            raise TypeError(f"FlatPrefix reads contiguous slices, got step {step}")
-        if stop <= start:
-            return np.empty(0, dtype=self.dtype)
-        if len(self.source_shape) <= 1:
-            return np.asarray(self.source[start:stop]).reshape(-1)
-        row = math.prod(self.source_shape[1:])
-        first, last = start // row, -(-stop // row)
-        block = np.asarray(self.source[first:last]).reshape(-1)
-        return block[start - first * row : stop - first * row]
-
-
 open_zarr_array = open_array_checked
 """A zarr array built from its (already fetched) ``zarr.json`` document: no extra ``get``."""
-
-
-def _token(*parts: Any) -> str:
-    return hashlib.sha1(repr(parts).encode()).hexdigest()[:16]
-
-
-def stored_dask(array: zarr.Array, key: str, root: str = "") -> da.Array:
-    """The stored array as dask, one dask block per stored chunk (decoded in dask's threads where the layout
-    allows: :mod:`megadump_zarr.read.chunks`).
-
-    Args:
-        array: The zarr array.
-        key: Its path (for a stable dask name).
-        root: The dump root (for a stable dask name).
-    """
-    import dask.array as da
-    from megadump_zarr.read.chunks import chunk_rows
-
-    chunks = array.chunks if array.ndim else ()
-    return da.from_array(
-        chunk_rows(GuardedArray(array, key, root)),
-        chunks=chunks,
-        name=f"megadump-stored-{_token(root, key)}",
-        lock=False,
-        asarray=False,
-        inline_array=True,
-        meta=np.empty((0,) * array.ndim, dtype=array.dtype),
-    )
 
 
 def logical_dtype(dtype: np.dtype) -> np.dtype:
@@ -201,19 +123,6 @@ def logical_dims(attrs: dict[str, Any], ndim: int) -> tuple[str, ...]:
         return tuple(named)
     return tuple("row" if axis == 0 else f"dim_{axis}" for axis in range(ndim))
 
-
-def _read_flat(array: zarr.Array, start: int, stop: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """Elements ``[start, stop)`` of the logical flat tensor, NaN past the stored prefix."""
-    out = np.full(stop - start, np.nan, dtype=dtype)
-    stored = int(array.shape[0])
-    if start < stored:
-        end = min(stop, stored)
-        out[: end - start] = np.asarray(array[start:end]).astype(dtype, copy=False)
-    return out.reshape(shape)
-
-
-_NAN_BLOCK_ELEMENTS = 1 << 22
-"""Elements of one block of a truncated view past its stored prefix (all NaN, no read)."""
 
 MAX_LOGICAL_BYTES = 1 << 40
 """Largest logical size (1 TiB) a record's ``actualShape`` may describe: no device tensor is larger, and
@@ -283,81 +192,3 @@ def check_padded_rows(actual: Sequence[int], stored_elements: int, key: str) -> 
             f"max({MAX_DERIVED_ROWS}, {ROWS_PER_STORED_ELEMENT} x stored elements)); the document was edited",
             key=f"{key}/zarr.json",
         )
-
-
-def truncated_dask(array: zarr.Array, logical_shape: Sequence[int], key: str, root: str = "") -> da.Array:
-    """The logical-shape view of a truncated record (see the module docstring).
-
-    Args:
-        array: The stored flat prefix (1-D zarr array).
-        logical_shape: ``actualShape`` of the record.
-        key: Its path (for a stable dask name).
-        root: The dump root (for a stable dask name).
-    """
-    import dask.array as da
-    from dask.highlevelgraph import HighLevelGraph
-
-    shape = tuple(logical_shape)
-    if array.ndim != 1:  # the writer stores a truncated record as the flat prefix of its elements, always 1-D
-        raise DumpIntegrityError(
-            f"{key}/zarr.json: attributes.truncated is true, but the record stores a {list(array.shape)} array, not "
-            "the 1-D flat prefix a truncated record stores; the document was edited",
-            key=f"{key}/zarr.json",
-        )
-    check_logical_shape(shape, array.dtype.itemsize, key)
-    array = GuardedArray(array, key, root)
-    dtype = logical_dtype(array.dtype)
-    name = f"megadump-truncated-{_token(root, key, shape)}"
-    if not shape:  # a 0-d tensor has one element: never truncated, but stay total
-        graph = {(name,): (_read_flat, array, 0, 1, (), dtype)}
-        return da.Array(HighLevelGraph.from_collections(name, graph, dependencies=()), name, (), dtype=dtype)
-    row = math.prod(shape[1:])
-    stored_chunk = int(array.chunks[0]) if array.ndim and array.chunks[0] else max(1, int(array.shape[0]))
-    rows_per_block = max(1, stored_chunk // row) if row else max(1, shape[0])
-    # rows holding captured elements: one block per stored chunk; past the prefix (NaN, nothing to read)
-    # few large blocks, so the graph and any pass over the view cost the stored bytes, not the logical size
-    captured_rows = min(shape[0], -(-int(array.shape[0]) // row)) if row else shape[0]
-    nan_rows = (
-        max(rows_per_block, _NAN_BLOCK_ELEMENTS // row, -(-(shape[0] - captured_rows) // MAX_NAN_BLOCKS))
-        if row
-        else max(1, shape[0])
-    )
-    block_rows: list[int] = []
-    left = shape[0]
-    done = 0
-    while left > 0:
-        block_rows.append(
-            min(
-                rows_per_block if done < captured_rows else nan_rows,
-                left,
-                captured_rows - done if done < captured_rows else left,
-            )
-        )
-        left -= block_rows[-1]
-        done += block_rows[-1]
-    if not block_rows:
-        block_rows = [0]
-    chunks = (tuple(block_rows), *((d,) for d in shape[1:]))
-    graph: dict[Any, Any] = {}
-    first = 0
-    rest_index = (0,) * (len(shape) - 1)
-    for index, rows in enumerate(block_rows):
-        block_shape = (rows, *shape[1:])
-        graph[(name, index, *rest_index)] = (_read_flat, array, first * row, (first + rows) * row, block_shape, dtype)
-        first += rows
-    return da.Array(HighLevelGraph.from_collections(name, graph, dependencies=()), name, chunks, dtype=dtype)
-
-
-def record_dask(array: zarr.Array, attrs: dict[str, Any], key: str, root: str = "") -> da.Array:
-    """A record's data in its logical shape: the stored array, or the truncated view.
-
-    Args:
-        array: The stored zarr array.
-        attrs: The record's attributes (``truncated``, ``actualShape``).
-        key: Its path.
-        root: The dump root.
-    """
-    actual = attrs.get("actualShape")
-    if attrs.get("truncated") and isinstance(actual, list):
-        return truncated_dask(array, actual, key, root)
-    return stored_dask(array, key, root)
