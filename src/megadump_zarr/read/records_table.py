@@ -9,22 +9,18 @@ add their statistics-only rows (:mod:`megadump_zarr.read.statistics_table`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-import math
+import gc
 from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
-from megadump_zarr.layout.dtypes import itemsize
-from megadump_zarr.layout.statistics import DIGEST_COLUMN, MD5_COLUMN
-from megadump_zarr.read.documents import check_attributes, count_field, int_field, optional_str, shape_field
-from megadump_zarr.read.group_attrs import group_attrs as _group_attrs
-from megadump_zarr.read.group_attrs import invocation_info as _invocation_info
-from megadump_zarr.read.group_attrs import task_info as _task_info
+from megadump_zarr.layout.statistics import DIGEST_COLUMN
+from megadump_zarr.read.group_attrs import group_attrs, invocation_info
 from megadump_zarr.read.pack_checks import PackTable, rest_nodes
 from megadump_zarr.read.pack_records import pack_columns
 from megadump_zarr.read.statistics_table import STATISTICS_COLUMNS, merge_statistics
-from megadump_zarr.read.truncated import stats_scope
+from megadump_zarr.read.window_rows import FLOAT_COLUMNS, RowsWindow, window_rows
 
 __all__ = ["EXTRA_COLUMNS", "RECORD_COLUMNS", "Window", "records_frame"]
 
@@ -105,33 +101,15 @@ _INT_COLUMNS = (
     "bytes",
     "stored_bytes",
 )
-_FLOAT_COLUMNS = ("min", "max", "mean", "l2norm")
 
 
-class Window(Protocol):
+class Window(RowsWindow, Protocol):
     """What the records table reads of a window (:class:`~megadump_zarr.read.catalog.WindowInfo`)."""
 
-    rank: int
-    window: int
-    key: str
-    status: str
     nodes: dict[str, dict[str, Any]] | None
     pack_rows: dict[str, tuple[str, int]]
     tables: list[PackTable] | None
     stored: dict[str, dict[str, Any]] | None
-
-    @property
-    def level(self) -> str | None: ...
-
-
-def _stats_value(stats: Mapping[str, Any], key: str) -> float | None:
-    value = stats.get(key)
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
 
 
 def _window_rows(
@@ -142,103 +120,9 @@ def _window_rows(
 ) -> None:
     """Append one row per stored tensor of a window to ``columns`` (``pack_rows``: where its packed records are,
     ``info.pack_rows`` when not given)."""
-    pack_rows = info.pack_rows if pack_rows is None else pack_rows
-    invocations: dict[str, dict[str, Any]] = {}
-    tasks: dict[str, dict[str, Any]] = {}
-    window_level = info.level
-    for path, doc in nodes.items():
-        if doc.get("node_type") != "array":
-            continue
-        where = f"{info.key}/{path}/zarr.json"
-        attrs = check_attributes(doc, where)
-        if not attrs or "name" not in attrs:
-            continue  # coordinate arrays carry no record attributes
-        parts = path.split("/")
-        inv = invocations.get(parts[0])
-        if inv is None:
-            inv = invocations[parts[0]] = _invocation_info(parts[0], nodes, info.key)
-        is_l1 = len(parts) >= 5 and parts[1] == "stages"
-        data_type = optional_str(attrs.get("originalDtype"), where, "attributes.originalDtype") or optional_str(
-            doc.get("data_type"), where, "data_type"
-        )
-        size = itemsize(doc.get("data_type"))
-        stored_shape = shape_field(doc.get("shape"), where, "shape", size)  # the rest is checked when opened
-        actual = attrs.get("actualShape")
-        shape = shape_field(actual, where, "attributes.actualShape", size) if actual is not None else stored_shape
-        full = count_field(attrs.get("fullBytes"), where, "attributes.fullBytes")
-        stored = count_field(attrs.get("storedBytes"), where, "attributes.storedBytes")
-        stats = attrs.get("stats") or {}
-        if not isinstance(stats, dict):
-            raise ValueError(f"{where}: attributes.stats {str(stats)[:60]!r} is not a JSON object")
-        columns["stats_scope"].append(stats_scope(attrs, bool(stats)))
-        nan_count = count_field(stats.get("nanCount"), where, "attributes.stats.nanCount")
-        inf_count = count_field(stats.get("infCount"), where, "attributes.stats.infCount")
-        name = attrs["name"]
-        if not isinstance(name, str):
-            raise ValueError(f"{where}: attributes.name {str(name)[:60]!r} is not a string")
-        group = "/".join(parts[:-1])
-        if is_l1:
-            task = tasks.get(group)
-            if task is None:
-                task = tasks[group] = _task_info(nodes, "/".join(parts[:4]), info.key)
-        else:
-            task = _NO_TASK
-        row = columns
-        row["rank"].append(info.rank)
-        row["window"].append(info.window)
-        row["invocation"].append(inv["invocation"])
-        row["step"].append(inv["step"])
-        row["direction"].append(inv["direction"])
-        row["kernel"].append(inv["kernel"])
-        row["level"].append(inv["level"] or window_level or ("L1" if is_l1 else "L0"))
-        for key in (
-            "stage",
-            "task_id",
-            "stage_task_index",
-            "owner_label",
-            "owner_id",
-            "core_type",
-            "core_id",
-            "worker",
-        ):
-            row[key].append(task[key])
-        row["io"].append(optional_str(attrs.get("io"), where, "attributes.io") if is_l1 else None)
-        row["index"].append(int_field(attrs.get("index"), where, "attributes.index") if is_l1 else None)
-        row["name"].append(name)
-        row["dtype"].append(data_type)
-        row["shape"].append(shape)
-        row["stored_shape"].append(stored_shape)
-        row["truncated"].append(bool(attrs.get("truncated", False)))
-        row["bytes"].append(int(full) if full is not None else math.prod(shape) * size)
-        row["stored_bytes"].append(int(stored) if stored is not None else math.prod(stored_shape) * size)
-        for key in _FLOAT_COLUMNS:
-            row[key].append(_stats_value(stats, key))
-        row["nan_count"].append(nan_count)
-        row["inf_count"].append(inf_count)
-        row["path"].append(f"{info.key}/{path}")
-        row["role"].append(attrs.get("role"))
-        row["capture_phase"].append(attrs.get("capturePhase"))
-        row["status"].append(info.status)
-        row["param_position"].append(int_field(attrs.get("paramPosition"), where, "attributes.paramPosition"))
-        row["note"].append(attrs.get("note") if is_l1 else None)
-        row["invocation_name"].append(parts[0])
-        row["group"].append(f"{info.key}/{group}")
-        row["payload"].append(True)
-        row[DIGEST_COLUMN].append(None)  # the device digest comes from a statistics table, when there is one
-        row[MD5_COLUMN].append(None)  # msprobe's digest: statistics-only rows of its statistics tables only
-        row["element_count"].append(math.prod(shape))
-        row["partial"].append(attrs.get("partial") is True)  # salvaged from a failed launch (on_error="keep")
-        stored_at = pack_rows.get(row["path"][-1]) if pack_rows else None
-        row["pack_array"].append(None if stored_at is None else stored_at[0])
-        row["pack_row"].append(-1 if stored_at is None else stored_at[1])
-        opened = row["path"][-1] if stored_at is None else stored_at[0]  # the array plain xarray shows
-        row["zarr_group"].append(opened.rpartition("/")[0])
-        row["variable"].append(opened.rpartition("/")[2])
-
-
-_NO_TASK = dict.fromkeys(
-    ("stage", "task_id", "stage_task_index", "owner_label", "owner_id", "core_type", "core_id", "worker")
-)
+    block = window_rows(info, nodes, info.pack_rows if pack_rows is None else pack_rows)
+    for key, values in block.items():
+        columns[key].extend(values)
 
 
 def _packed_rows(info: Window, nodes: Mapping[str, dict[str, Any]], columns: dict[str, list[Any]]) -> bool:
@@ -252,8 +136,8 @@ def _packed_rows(info: Window, nodes: Mapping[str, dict[str, Any]], columns: dic
         for table in info.tables or ():
             name, _, stage = table.pack.split("/")[:3]
             if name not in invocations:
-                invocations[name] = _invocation_info(name, nodes, info.key)
-            stage_attrs = _group_attrs(nodes, f"{name}/stages/{stage}", info.key)
+                invocations[name] = invocation_info(name, nodes, info.key)
+            stage_attrs = group_attrs(nodes, f"{name}/stages/{stage}", info.key)
             block = pack_columns(
                 (info.rank, info.window, info.key), table, invocations[name], info.level, info.status, stage_attrs
             )
@@ -299,6 +183,19 @@ def records_frame(
         windows: ``(window, nodes)`` pairs (see :func:`window_nodes`).
         tables: Window key -> its statistics tables (``read.statistics.load_tables``), when read.
     """
+    paused = gc.isenabled()
+    if paused:  # every row built here lives in the table: a collection frees none, and rescans the window's documents
+        gc.disable()
+    try:
+        return _frame(windows, tables)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _frame(
+    windows: Iterable[tuple[Window, Mapping[str, dict[str, Any]]]], tables: Mapping[str, list[Any]] | None
+) -> pd.DataFrame:
     columns: dict[str, list[Any]] = {name: [] for name in (*RECORD_COLUMNS, *EXTRA_COLUMNS)}
     for info, nodes in windows:
         if info.tables is not None and info.stored is not None:
@@ -312,7 +209,7 @@ def records_frame(
             _window_rows(info, nodes, columns)
         if tables and tables.get(info.key):
             invocations = {
-                name: {**_invocation_info(name, nodes), "rank": info.rank, "window": info.window}
+                name: {**invocation_info(name, nodes), "rank": info.rank, "window": info.window}
                 for name, _ in tables[info.key]
             }
             merge_statistics(info.key, info.status, invocations, tables[info.key], columns)
@@ -330,7 +227,7 @@ def records_frame(
             data[name] = pd.array(values, dtype="Int64")
         elif name in _INT_COLUMNS:
             data[name] = pd.array([None if v is None else int(v) for v in values], dtype="Int64")
-        elif name in _FLOAT_COLUMNS:
+        elif name in FLOAT_COLUMNS:
             data[name] = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
         elif name == "pack_row":
             data[name] = np.array([-1 if v is None else int(v) for v in values], dtype=np.int64)
