@@ -207,7 +207,8 @@ def _columns(
     _check(original, _STR_TYPES, where, lambda v, w: optional_str(v, w, "attributes.originalDtype"))
     fallback = [None if o else t for o, t in zip(original, data_types)]  # read where no originalDtype is
     _check(fallback, _STR_TYPES, where, lambda v, w: optional_str(v, w, "data_type"))
-    sizes = list(map(itemsize, data_types))
+    named = {t: itemsize(t) for t in set([t for t in data_types if type(t) is str])}  # each data type sized once
+    sizes = [named[t] if type(t) is str else itemsize(t) for t in data_types]
     stored_shapes = _shapes(raw_shapes, sizes, where, "shape")
     if actual.count(None) == n:
         shapes = stored_shapes
@@ -217,7 +218,7 @@ def _columns(
     _ints(full, where, "attributes.fullBytes", 0)
     _ints(stored, where, "attributes.storedBytes", 0)
     stats = [s or {} for s in stats]
-    if not all(type(s) is dict for s in stats):
+    if not set(map(type, stats)) <= {dict}:
         for i, a in enumerate(attrs):
             _stats(a, where(i))
     nan_count, inf_count, *floats = _transpose([tuple(map(s.get, _STATS_FIELDS)) for s in stats], len(_STATS_FIELDS))
@@ -235,7 +236,7 @@ def _columns(
     _ints(index, where, "attributes.index")
     _ints(param, where, "attributes.paramPosition")
 
-    task_rows = map(itemgetter(*TASK_COLUMNS), (tasks[g] if l1 else _NO_TASK for g, l1 in zip(groups, is_l1)))
+    task_rows = map(itemgetter(*TASK_COLUMNS), [tasks[g] if l1 else _NO_TASK for g, l1 in zip(groups, is_l1)])
     task_columns = _transpose(list(task_rows), len(TASK_COLUMNS))
     inv_columns = _transpose(list(map(itemgetter(*_INVOCATION_COLUMNS), map(invocations.__getitem__, names))), 5)
     window_level = info.level
@@ -262,7 +263,7 @@ def _columns(
         "bytes": [e * z if f is None else f for f, e, z in zip(full, elements, sizes)],
         "stored_bytes": [e * z if f is None else f for f, e, z in zip(stored, stored_elements, sizes)],
         **{
-            column: [v if type(v) is float else stats_value(v) for v in values]
+            column: [v if type(v) is float or v is None else stats_value(v) for v in values]
             for column, values in zip(FLOAT_COLUMNS, floats)
         },
         "nan_count": nan_count,
