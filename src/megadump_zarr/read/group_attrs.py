@@ -17,12 +17,26 @@ __all__ = ["group_attrs", "invocation_info", "task_info"]
 
 
 def group_attrs(nodes: Mapping[str, dict[str, Any]], path: str, window_key: str = "") -> dict[str, Any]:
-    """A group's checked attributes (``{}`` when it has no document)."""
+    """A group's checked attributes (``{}`` when it has no document).
+
+    Args:
+        nodes: The window's nodes.
+        path: The group's path relative to the window.
+        window_key: The window's key (``rank_0/window_0000``), for messages.
+    """
     where = f"{window_key}/{path}/zarr.json" if window_key else f"{path}/zarr.json"
     return check_attributes(nodes.get(path) or {}, where)
 
 
 def invocation_info(name: str, nodes: Mapping[str, dict[str, Any]], window_key: str = "") -> dict[str, Any]:
+    """The checked invocation columns of an invocation group (``invocation``, ``step``, ``direction``, ``kernel``,
+    ``level``); its id and direction fall back to its name's.
+
+    Args:
+        name: The invocation group's name (``invocation_000000_forward``).
+        nodes: The window's nodes.
+        window_key: The window's key, for messages.
+    """
     attrs = group_attrs(nodes, name, window_key)
     where = f"{window_key}/{name}/zarr.json" if window_key else f"{name}/zarr.json"
     match = INVOCATION_DIR.match(name)
@@ -41,7 +55,13 @@ def invocation_info(name: str, nodes: Mapping[str, dict[str, Any]], window_key: 
 
 
 def task_info(nodes: Mapping[str, dict[str, Any]], group: str, window_key: str) -> dict[str, Any]:
-    """The checked task columns of an L1 task group ``invocation/stages/stage/task``."""
+    """The checked task columns of an L1 task group ``invocation/stages/stage/task``.
+
+    Args:
+        nodes: The window's nodes.
+        group: The task group's path relative to the window.
+        window_key: The window's key, for messages.
+    """
     parts = group.split("/")
     task_attrs = group_attrs(nodes, group, window_key)
     stage_attrs = group_attrs(nodes, "/".join(parts[:3]), window_key)
