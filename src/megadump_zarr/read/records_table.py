@@ -226,7 +226,7 @@ def _frame(
         elif name == "element_count":
             data[name] = pd.array(values, dtype="Int64")
         elif name in _INT_COLUMNS:
-            data[name] = pd.array([None if v is None else int(v) for v in values], dtype="Int64")
+            data[name] = _int64(values)
         elif name in FLOAT_COLUMNS:
             data[name] = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
         elif name == "pack_row":
@@ -240,3 +240,13 @@ def _frame(
         else:
             data[name] = pd.array(values, dtype=object)
     return pd.DataFrame(data, columns=[*RECORD_COLUMNS, *EXTRA_COLUMNS])
+
+
+def _int64(values: list[Any]) -> Any:
+    """A nullable ``Int64`` column of whole numbers (``None``: missing); a column of Python ints in one conversion."""
+    if set(map(type, values)) <= {int}:
+        try:
+            return pd.arrays.IntegerArray(np.array(values, dtype=np.int64), np.zeros(len(values), dtype=bool))
+        except OverflowError:
+            pass  # beyond int64: refused below, as any other column
+    return pd.array([None if v is None else int(v) for v in values], dtype="Int64")
