@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 
 from megadump_zarr import open_dump
-from megadump_zarr.read.catalog import WindowInfo, records_frame
+from megadump_zarr.read.catalog import WindowInfo
+from megadump_zarr.read.records_table import records_frame
 from megadump_zarr.read.errors import DumpIntegrityError
 from tests._packs import stored_columns, write_column
 from tests.store.test_packs_writer import _write, mixed_invocation
