@@ -181,6 +181,40 @@ def test_unknown_storage_option_and_unreachable_endpoint(cli) -> None:
         assert "never-shown-secret" not in result.err
 
 
+# Every command that takes a dump root, window or destination URL with -S options (decode-buffer writes only
+# after decoding its buffer): an unreachable endpoint is one error line before anything is read or written.
+URL_COMMANDS = [
+    ("ls", "{url}"),
+    ("verify", "{url}"),
+    ("info", "{url}"),
+    ("show", "{url}"),
+    ("stats", "{url}"),
+    ("compare", "{url}", "{url}"),
+    ("report", "{url}", "-o", "{tmp}/report.html"),
+    ("replay", "{url}", "--stage", "s", "--task", "0"),
+    ("plot", "{url}", "--out", "{tmp}/plot.png"),
+    ("export-hdf5", "{url}", "{tmp}/window.h5"),
+    ("export-tensorboard", "{url}", "{tmp}/tensorboard"),
+    ("watch", "{url}", "--once"),
+    ("upload", "{tmp}/local", "{url}"),
+    ("convert", "{tmp}/legacy", "{url}"),
+]
+
+
+@pytest.mark.parametrize("command", URL_COMMANDS, ids=[c[0] for c in URL_COMMANDS])
+def test_every_url_command_probes_the_endpoint_first(cli, tmp_path: Path, command: tuple[str, ...]) -> None:
+    pytest.importorskip("s3fs")
+    with socket.socket() as probe:  # a port nothing listens on: refused at once, no retries
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = [part.format(url="s3://bucket/run", tmp=tmp_path) for part in command]
+    result = cli(*args, "-S", f"endpoint_url=http://127.0.0.1:{port}")
+    assert_input_error(
+        result, f"cannot reach the object store endpoint http://127.0.0.1:{port} for s3://bucket/run", "(nothing was"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.skipif(importlib.util.find_spec("gcsfs") is not None, reason="gcsfs is installed")
 def test_upload_gs_without_gcsfs(l0: Path, cli) -> None:
     assert_input_error(cli("upload", l0, "gs://bucket/run", "--quiet"), "gcsfs", "not installed")

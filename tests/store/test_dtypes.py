@@ -1,4 +1,4 @@
-"""Tests for megadump_zarr.store.dtypes: bfloat16/float8 Zarr v3 data types and dtype names."""
+"""Tests for megadump_zarr.store.dtypes: bfloat16/float8 Zarr v3 data types."""
 
 from __future__ import annotations
 
@@ -20,23 +20,9 @@ from hypothesis import strategies as st
 from zarr.codecs import BytesCodec
 from zarr.dtype import DataTypeValidationError, data_type_registry, parse_dtype
 
-from megadump_zarr.store.dtypes import BFloat16, Float8E4M3FN, Float8E5M2, dtype_name, numpy_dtype
+from megadump_zarr.store.dtypes import BFloat16, Float8E4M3FN, Float8E5M2
 
 ZDTYPES = [BFloat16, Float8E4M3FN, Float8E5M2]
-NAMES = [
-    "bool",
-    "uint8",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "float16",
-    "float32",
-    "float64",
-    "bfloat16",
-    "float8_e4m3fn",
-    "float8_e5m2",
-]
 
 # (raw bits, the float value those bits must mean) per type; NaN entries carry payloads/signs.
 SPECIAL_BITS: dict[type, list[tuple[int, float]]] = {
@@ -503,68 +489,3 @@ def test_plain_reader_loads_only_the_light_store_modules(
         "megadump_zarr.store.zarr_plugin",
     ]
     assert out["torch_loaded"] is False
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_numpy_dtype_and_dtype_name_are_inverse(name: str) -> None:
-    dtype = numpy_dtype(name)
-
-    assert isinstance(dtype, np.dtype)
-    assert dtype_name(dtype) == name
-    assert dtype_name(dtype.newbyteorder(">")) == name
-    assert dtype_name(dtype.type) == name
-
-
-def test_numpy_dtype_values() -> None:
-    assert [numpy_dtype(n) for n in NAMES] == [
-        np.dtype(np.bool_),
-        np.dtype(np.uint8),
-        np.dtype(np.int8),
-        np.dtype(np.int16),
-        np.dtype(np.int32),
-        np.dtype(np.int64),
-        np.dtype(np.float16),
-        np.dtype(np.float32),
-        np.dtype(np.float64),
-        np.dtype(ml_dtypes.bfloat16),
-        np.dtype(ml_dtypes.float8_e4m3fn),
-        np.dtype(ml_dtypes.float8_e5m2),
-    ]
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_numpy_dtype_reads_the_same_bits_as_torch(name: str) -> None:
-    """The torch dtype of the same name interprets every bit pattern identically."""
-    torch = pytest.importorskip("torch")
-    dtype = numpy_dtype(name)
-    torch_dtype = getattr(torch, name)
-    if name == "bool":
-        raw = bytes([0, 1] * 8)
-    elif dtype.itemsize <= 2:
-        raw = np.arange(256**dtype.itemsize, dtype=f"u{dtype.itemsize}").tobytes()
-    else:
-        raw = np.random.default_rng(0).integers(0, 256, size=4096 * dtype.itemsize, dtype=np.uint8).tobytes()
-
-    with np.errstate(invalid="ignore"):  # signalling NaNs set the invalid flag on conversion
-        ours = np.frombuffer(raw, dtype=dtype).astype(np.float64)
-    theirs = torch.frombuffer(bytearray(raw), dtype=torch_dtype).to(torch.float64).numpy()
-
-    assert torch_dtype.itemsize == dtype.itemsize
-    np.testing.assert_array_equal(ours, theirs)
-
-
-def test_numpy_dtype_rejects_unknown_names() -> None:
-    expected = (
-        "unsupported dtype 'float128'; expected one of ['bool', 'uint8', 'int8', 'int16', 'int32', 'int64', "
-        "'float16', 'float32', 'float64', 'bfloat16', 'float8_e4m3fn', 'float8_e5m2']"
-    )
-    with pytest.raises(ValueError, match=re.escape(expected)):
-        numpy_dtype("float128")
-    with pytest.raises(ValueError, match=r"^unsupported dtype 'torch\.float32'; expected one of \["):
-        numpy_dtype("torch.float32")
-
-
-@pytest.mark.parametrize("unsupported", [np.complex64, np.uint16, "U4", ml_dtypes.float8_e4m3fnuz])
-def test_dtype_name_rejects_unsupported_dtypes(unsupported: Any) -> None:
-    with pytest.raises(ValueError, match=r"^unsupported dtype dtype\(.*\); expected one of \['bool', "):
-        dtype_name(unsupported)

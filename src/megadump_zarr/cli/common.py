@@ -51,7 +51,6 @@ __all__ = [
     "read_error",
     "progress_on_stderr",
     "record_select",
-    "storage_options",
 ]
 
 EXIT_OK = 0
@@ -156,7 +155,7 @@ _OPTION_STRINGS = ("endpoint_url", "key", "secret", "token", "profile", "region_
 _OPTION_BOOLS = ("anon", "use_ssl", "requester_pays", "version_aware", "allow_http")
 
 
-def storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
+def _storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
     """The ``--storage-option`` values as a dict (None when none were given).
 
     Raises:
@@ -474,23 +473,34 @@ def check_endpoint(url: str, options: dict[str, Any] | None) -> None:
         ) from None
 
 
-def checked_storage_options(args: argparse.Namespace, url: str) -> dict[str, Any] | None:
-    """The ``-S`` storage options (:func:`storage_options`), ``url``'s explicit endpoint probed (:func:`check_endpoint`).
+def checked_storage_options(args: argparse.Namespace, *urls: str | None) -> dict[str, Any] | None:
+    """The ``-S`` storage options of a command as a dict (None when none were given), each checked against the
+    command's URLs, and each URL's explicit endpoint probed (:func:`check_endpoint`): every command that takes a
+    dump root, window or destination reads its options here.
 
     Args:
         args: The parsed command line.
-        url: The dump root or destination the options are for.
+        urls: The dump roots, windows or destinations the options are for (``None``: an optional one not given).
+
+    Raises:
+        CliError: An option of the wrong type or unknown to the URL's file system, or an endpoint that cannot
+            be reached (exit 2).
     """
-    options = storage_options(args)
-    check_endpoint(url, options)
+    options = _storage_options(args)
+    for url in dict.fromkeys(u for u in urls if u is not None):
+        check_endpoint(url, options)
     return options
 
 
 def open_dump_arg(path: str, options: dict[str, Any] | None = None) -> Any:
-    """``open_dump(path)`` with a command-line error (and a hint when ``path`` holds dump roots)."""
+    """``open_dump(path)`` with a command-line error (and a hint when ``path`` holds dump roots).
+
+    Args:
+        path: The dump root given.
+        options: The storage options from :func:`checked_storage_options` (``path``'s endpoint already probed).
+    """
     from megadump_zarr.read import open_dump
 
-    check_endpoint(path, options)
     try:
         return open_dump(path, storage_options=options)
     except (ValueError, OSError) as error:

@@ -118,15 +118,14 @@ def shape_field(value: Any, where: str, field: str, itemsize: int = 1) -> tuple[
     return tuple(value)
 
 
-def check_array_doc(doc: Mapping[str, Any], where: str, itemsize: int = 1) -> tuple[int, ...]:
+def check_array_doc(doc: Mapping[str, Any], where: str) -> tuple[int, ...]:
     """The cheap checks of an array document: ``shape``, the chunk grid, ``dimension_names``; its shape.
 
     Args:
         doc: The array's ``zarr.json`` document.
         where: Its key.
-        itemsize: Bytes per element of its ``data_type`` (0 or 1 when unknown).
     """
-    shape = shape_field(doc.get("shape"), where, "shape", itemsize)
+    shape = shape_field(doc.get("shape"), where, "shape")
     grid = doc.get("chunk_grid")
     if grid is not None:
         config = grid.get("configuration") if isinstance(grid, dict) else None

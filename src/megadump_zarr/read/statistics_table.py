@@ -280,7 +280,7 @@ def merge_statistics(
                 if columns["truncated"][row]:  # the payload is a prefix; the device's statistics cover it whole
                     _whole_statistics(columns, row, table, i)
                 continue
-            _append(columns, inv, table, i, path, status, invocation_name, window_key)
+            _append(columns, inv, table, i, path, status, invocation_name)
 
 
 def _whole_statistics(columns: dict[str, list[Any]], row: int, table: dict[str, list[Any]], i: int) -> None:
@@ -300,7 +300,6 @@ def _append(
     path: str,
     status: str,
     invocation_name: str,
-    window_key: str,
 ) -> None:
     """One statistics-only row."""
     is_l1 = bool(table["stage"][i])

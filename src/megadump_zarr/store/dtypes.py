@@ -1,4 +1,4 @@
-"""Zarr v3 data types for bfloat16 and float8, plus torch-style dtype names.
+"""Zarr v3 data types for bfloat16 and float8.
 
 zarr-python 3.1 ships no data types for the ``ml_dtypes`` floats that MegaKernel
 tensors use, so this module defines them as zarr ``ZDType`` classes:
@@ -47,7 +47,6 @@ first used, and a numpy dtype cannot be an ``ml_dtypes`` one before ``ml_dtypes`
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
 import string
 import sys
 from dataclasses import dataclass
@@ -64,7 +63,7 @@ if TYPE_CHECKING:
     from zarr.core.common import JSON, ZarrFormat
     from zarr.core.dtype.common import DTypeJSON
 
-__all__ = ["BFloat16", "Float8E4M3FN", "Float8E5M2", "dtype_name", "numpy_dtype"]
+__all__ = ["BFloat16", "Float8E4M3FN", "Float8E5M2"]
 
 
 class _MLType:
@@ -313,65 +312,3 @@ class Float8E5M2(_Float8):
 for _cls in (BFloat16, Float8E4M3FN, Float8E5M2):
     data_type_registry.register(_cls._zarr_v3_name, _cls)
 del _cls
-
-
-_PLAIN_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
-_ML_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
-
-
-class _NumpyDtypes(Mapping[str, "np.dtype[Any]"]):
-    """Torch-style name -> numpy dtype; the ``ml_dtypes`` ones are looked up (and ``ml_dtypes`` imported)
-    only when asked for, so a float32 lookup imports nothing."""
-
-    def __getitem__(self, name: str) -> np.dtype[Any]:
-        if name in _PLAIN_DTYPES:
-            return np.dtype(name)
-        if name in _ML_DTYPES:
-            import ml_dtypes
-
-            return np.dtype(getattr(ml_dtypes, name))
-        raise KeyError(name)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(_PLAIN_DTYPES + _ML_DTYPES)
-
-    def __len__(self) -> int:
-        return len(_PLAIN_DTYPES) + len(_ML_DTYPES)
-
-
-NUMPY_DTYPES: Mapping[str, np.dtype[Any]] = _NumpyDtypes()
-"""Every supported dtype by its torch-style name, in a fixed order (a read-only mapping)."""
-
-
-def numpy_dtype(name: str) -> np.dtype[Any]:
-    """Return the numpy dtype for a torch-style dtype name.
-
-    Args:
-        name: A torch dtype name without the ``torch.`` prefix, e.g. ``"bfloat16"``.
-
-    Raises:
-        ValueError: ``name`` is not a supported dtype.
-    """
-    try:
-        return NUMPY_DTYPES[name]
-    except KeyError:
-        raise ValueError(f"unsupported dtype {name!r}; expected one of {list(NUMPY_DTYPES)}") from None
-
-
-def dtype_name(np_dtype: Any) -> str:
-    """Return the torch-style name of a numpy dtype; the inverse of :func:`numpy_dtype`.
-
-    Args:
-        np_dtype: Anything ``numpy.dtype`` accepts, e.g. ``np.float32`` or
-            ``ml_dtypes.bfloat16``. Byte order is ignored.
-
-    Raises:
-        ValueError: The dtype is not one of the supported ones.
-    """
-    wanted = np.dtype(np_dtype).newbyteorder("=")
-    # an ml_dtypes dtype exists only once ml_dtypes is imported: without it, the plain names are the candidates
-    names = NUMPY_DTYPES if "ml_dtypes" in sys.modules else _PLAIN_DTYPES
-    for name in names:
-        if NUMPY_DTYPES[name] == wanted:
-            return name
-    raise ValueError(f"unsupported dtype {wanted!r}; expected one of {list(NUMPY_DTYPES)}")

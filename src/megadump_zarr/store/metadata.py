@@ -30,7 +30,6 @@ from megadump_zarr.store.packs import sharded_codecs
 
 __all__ = [
     "CRC32C_CODEC",
-    "SUPPORTED_DTYPES",
     "array_document_bytes",
     "codecs_for",
     "consolidated_group_bytes",
@@ -45,15 +44,14 @@ __all__ = [
     "stats_bytes",
 ]
 
-SUPPORTED_DTYPES = DATA_TYPES
-_SUPPORTED = frozenset(SUPPORTED_DTYPES)
+_SUPPORTED = frozenset(DATA_TYPES)
 
 
 @functools.lru_cache(maxsize=64)
 def _data_type_name(dtype: np.dtype) -> str:
     name = dtype.name
     if name not in _SUPPORTED:
-        raise TypeError(f"unsupported dtype {dtype} for a tensor dump array; supported: {list(SUPPORTED_DTYPES)}")
+        raise TypeError(f"unsupported dtype {dtype} for a tensor dump array; supported: {list(DATA_TYPES)}")
     return name
 
 

@@ -238,7 +238,6 @@ def invocation_nodes(
         packs, packed = pack_groups_of(
             invocation.groups,
             groups,
-            encoded,
             pending,
             coords,
             chunk_bytes=chunk_bytes,

@@ -86,7 +86,6 @@ class PackRecord:
         dims: The record's dimension names.
         rows: The record of each task (C-contiguous, little-endian, one dtype and shape).
         shared: The record attributes every row holds alike (``recordAttributes``).
-        offsets: Each row's ``sourceOffsetBytes`` (``-1``: ``null``), or ``None`` when the rows have none.
         raw: Stored uncompressed (the tasks layout's raw rule: under 256 bytes).
     """
 
@@ -95,7 +94,6 @@ class PackRecord:
     dims: tuple[str, ...]
     rows: list[np.ndarray]
     shared: dict[str, Any]
-    offsets: np.ndarray | None
     raw: bool
     document: bytes | None = field(default=None, repr=False)  # set by the writer
     written: bool = False  # set by the writer once every shard and the zarr.json are stored
@@ -209,7 +207,6 @@ def _is_range(values: np.ndarray) -> bool:
 def pack_groups_of(
     declared: Sequence[Any],
     groups: Mapping[str, Mapping[str, Any]],
-    encoded: Mapping[str, bytes],
     records: Sequence[tuple[str, np.ndarray, tuple[str, ...], dict[str, Any]]],
     coords: Mapping[tuple[str, str], tuple[np.ndarray, str]],
     *,
@@ -222,7 +219,6 @@ def pack_groups_of(
     Args:
         declared: The invocation's ``GroupWrite`` list (its order is the rows' order).
         groups: Every group path (declared and implicit) to its attributes.
-        encoded: Every group path to its encoded attributes.
         records: ``(path, data, dims, attrs)`` of every data array, validated and normalised.
         coords: ``(group, dim) -> (values, first array path)`` of every coordinate, validated.
         chunk_bytes: The writer's chunk size.
@@ -366,7 +362,7 @@ def _pack(path: str, stage: str, groups: Mapping[str, Mapping[str, Any]], rows: 
             columns.append(PackColumn(offset_array(name), offsets, (TASK_DIM,)))
         rows_data = [p[1] for p in picked]
         components.append(
-            PackRecord(name, tuple(data.shape), tuple(dims), rows_data, shared, offsets, data.nbytes < RAW_BELOW_BYTES)
+            PackRecord(name, tuple(data.shape), tuple(dims), rows_data, shared, data.nbytes < RAW_BELOW_BYTES)
         )
     attrs = {
         "stage": stage_name,

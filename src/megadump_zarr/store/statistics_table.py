@@ -69,7 +69,7 @@ def _string_document(length: int, spec: CompressorSpec, checksum: bool, attrs: d
 
 
 def _column(
-    name: str, values: np.ndarray, spec: CompressorSpec, checksum: bool, attrs: dict[str, Any]
+    values: np.ndarray, spec: CompressorSpec, checksum: bool, attrs: dict[str, Any]
 ) -> tuple[bytes, bytes | None]:
     """``(document, chunk)`` of one column (no chunk for an empty table)."""
     length = len(values)
@@ -121,7 +121,7 @@ def statistics_nodes(
     chunk_key = "c" + chunking.CHUNK_KEY_SEPARATOR + "0"
     for name, values in columns.items():
         attrs = {} if name in table.coords else {"coordinates": coordinate_names}
-        document, chunk = _column(name, np.asarray(values), spec, checksum, attrs)
+        document, chunk = _column(np.asarray(values), spec, checksum, attrs)
         if chunk is not None:
             items.append((f"{name}/{chunk_key}", chunk))
         items.append((f"{name}/zarr.json", document))

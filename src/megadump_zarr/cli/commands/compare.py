@@ -18,9 +18,9 @@ from megadump_zarr.cli.common import (
     add_output_flags,
     add_storage_options,
     add_tolerance_flags,
+    checked_storage_options,
     matching_pair,
     open_dump_arg,
-    storage_options,
     to_jsonable,
 )
 from megadump_zarr.cli.compare_table import compare_table
@@ -455,7 +455,7 @@ def _write_csv(args: argparse.Namespace, result: Any, records_a: Any, records_b:
 def run(args: argparse.Namespace, ctx: Context) -> int:
     """Compare, print the table (or the ``--by`` error map) and the verdict; exit 1 on any failing record."""
     _check_flags(args, ctx)
-    options = storage_options(args)
+    options = checked_storage_options(args, args.a, args.b)
     dump_a, dump_b = open_dump_arg(args.a, options), open_dump_arg(args.b, options)
     records_a, records_b = matching_pair(dump_a, dump_b, args, f"{args.a} or {args.b}")
     result, total, stopped = _compare(args, ctx, dump_a, dump_b, records_a, records_b)

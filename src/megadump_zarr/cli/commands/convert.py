@@ -10,8 +10,8 @@ from megadump_zarr.cli.common import (
     Context,
     add_output_flags,
     add_storage_options,
+    checked_storage_options,
     progress_on_stderr,
-    storage_options,
 )
 
 __all__ = ["register"]
@@ -60,12 +60,13 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     if source == "auto":
         source = "msprobe" if is_msprobe_dump(args.legacy_dir) else "legacy"
     convert = convert_msprobe if source == "msprobe" else convert_legacy
+    options = checked_storage_options(args, args.url)
     try:
         with progress_on_stderr(ctx) as progress:
             windows = convert(
                 args.legacy_dir,
                 args.url,
-                storage_options=storage_options(args),
+                storage_options=options,
                 compressor=args.compressor,
                 progress=progress,
             )

@@ -14,7 +14,7 @@ from megadump_zarr.cli.common import (
     add_location_flags,
     add_output_flags,
     add_storage_options,
-    storage_options,
+    checked_storage_options,
 )
 from megadump_zarr.cli.render import Column, frame_table
 
@@ -180,7 +180,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             check_inside_root(local, window.path)
         except ValueError as error:
             raise CliError(str(error)) from None
-    with WindowWriter(args.out, storage_options=storage_options(args)) as writer:
+    with WindowWriter(args.out, storage_options=checked_storage_options(args, args.out)) as writer:
         try:
             url = writer.write_window(window, status="aborted")
         except FileExistsError as error:

@@ -14,10 +14,9 @@ from megadump_zarr.cli.common import (
     add_location_flags,
     add_output_flags,
     add_storage_options,
-    check_endpoint,
+    checked_storage_options,
     human_bytes,
     progress_on_stderr,
-    storage_options,
 )
 
 __all__ = ["register", "resolve_window"]
@@ -93,8 +92,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     from megadump_zarr.interop import export_hdf5
     from megadump_zarr.read.errors import DumpIntegrityError
 
-    options = storage_options(args)
-    check_endpoint(args.window, options)
+    options = checked_storage_options(args, args.window)
     window = resolve_window(args.window, args.rank, args.window_index, options)
     target = Path(args.file).expanduser()
     compression = None if args.compression == "none" else args.compression

@@ -10,8 +10,8 @@ from megadump_zarr.cli.common import (
     Context,
     add_output_flags,
     add_storage_options,
+    checked_storage_options,
     open_dump_arg,
-    storage_options,
 )
 
 __all__ = ["register"]
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     """Export the scalars."""
     from megadump_zarr.interop.tensorboard import export_tensorboard
 
-    dump = open_dump_arg(args.path, storage_options(args))
+    dump = open_dump_arg(args.path, checked_storage_options(args, args.path))
     try:
         count = export_tensorboard(dump, args.out)
     except ValueError as error:

@@ -18,11 +18,11 @@ from megadump_zarr.cli.common import (
     Context,
     add_output_flags,
     add_storage_options,
+    checked_storage_options,
     child_roots,
     human_bytes,
     open_dump_arg,
     read_error,
-    storage_options,
 )
 
 __all__ = ["register", "summarise"]
@@ -206,7 +206,7 @@ def _tree(summary: dict[str, Any]) -> Tree:
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     """Print the tree (or JSON) of one dump root, or of each dump root below ``PATH``."""
-    options = storage_options(args)
+    options = checked_storage_options(args, args.path)
     from megadump_zarr.read import open_dump
 
     try:

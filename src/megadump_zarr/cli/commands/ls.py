@@ -11,10 +11,10 @@ from megadump_zarr.cli.common import (
     add_filters,
     add_output_flags,
     add_storage_options,
+    checked_storage_options,
     human_bytes,
     matching_records,
     open_dump_arg,
-    storage_options,
 )
 from megadump_zarr.cli.render import Column, cell, fit_table, is_missing, print_fitted, safe_text
 from megadump_zarr.read.open_snippet import record_snippet
@@ -47,7 +47,7 @@ def selected_records(args: argparse.Namespace) -> tuple[Any, Any]:
     Raises:
         CliError: The filters match nothing (exit 2; the message names the filter and the values that exist).
     """
-    dump = open_dump_arg(args.path, storage_options(args))
+    dump = open_dump_arg(args.path, checked_storage_options(args, args.path))
     return dump, matching_records(dump, args)
 
 

@@ -10,10 +10,10 @@ from megadump_zarr.cli.common import (
     EXIT_OK,
     CliError,
     Context,
+    checked_storage_options,
     matching_pair,
     open_dump_arg,
     progress_on_stderr,
-    storage_options,
 )
 from megadump_zarr.cli.commands.show import add_selector
 from megadump_zarr.cli.render import is_missing, shape_text
@@ -178,7 +178,7 @@ def _span(result: Any) -> str:
     return " · ".join(parts)
 
 
-def _tensor_plot(args: argparse.Namespace, dump_a: Any, figure: Any) -> dict[str, Any]:
+def _tensor_plot(args: argparse.Namespace, dump_a: Any, figure: Any, options: dict[str, Any] | None) -> dict[str, Any]:
     from megadump_zarr.analyse.plot import plot_diff, plot_heatmap, plot_histogram
 
     selected = select_tensor(dump_a, args.selector, args)
@@ -186,7 +186,7 @@ def _tensor_plot(args: argparse.Namespace, dump_a: Any, figure: Any) -> dict[str
     ax = figure.add_subplot()
     data = selected.data
     if args.diff:
-        reference = select_tensor(open_dump_arg(args.diff, storage_options(args)), args.selector, args)
+        reference = select_tensor(open_dump_arg(args.diff, options), args.selector, args)
         _same_rows(selected, reference)
         if args.kind == "heatmap":
             plot_diff(data, reference.data, ax, max_size=args.max_size, where=where)
@@ -214,13 +214,14 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 
     from megadump_zarr.cli.outputs import claim_output
 
-    dump_a = open_dump_arg(args.path, storage_options(args))
+    options = checked_storage_options(args, args.path, args.diff)
+    dump_a = open_dump_arg(args.path, options)
     figure = Figure(figsize=(8, 5) if args.kind == "hist" else (8, 6), layout="constrained")
     FigureCanvasAgg(figure)
     if args.kind == "errormap":
-        info = _errormap(args, ctx, dump_a, open_dump_arg(args.diff, storage_options(args)), figure)
+        info = _errormap(args, ctx, dump_a, open_dump_arg(args.diff, options), figure)
     else:
-        info = _tensor_plot(args, dump_a, figure)
+        info = _tensor_plot(args, dump_a, figure, options)
     with claim_output(out, args.overwrite) as temporary:
         figure.savefig(temporary, dpi=args.dpi, format=out.suffix[1:].lower())
     info = {"out": str(out), "kind": args.kind, "diff": args.diff, **info, "bytes": out.stat().st_size}

@@ -17,8 +17,8 @@ from megadump_zarr.cli.common import (
     add_output_flags,
     add_storage_options,
     add_tolerance_flags,
+    checked_storage_options,
     open_dump_arg,
-    storage_options,
 )
 
 __all__ = ["register"]
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     """Replay and report; exit 1 when the task is wrong on its own inputs."""
     from megadump_zarr.replay import replay
 
-    dump = open_dump_arg(args.path, storage_options(args))
+    dump = open_dump_arg(args.path, checked_storage_options(args, args.path))
     if (
         args.reference and os.getcwd() not in sys.path
     ):  # --reference mygolden:fn finds ./mygolden.py, as `python -m` would

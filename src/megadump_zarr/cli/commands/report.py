@@ -14,11 +14,11 @@ from megadump_zarr.cli.common import (
     add_filters,
     add_output_flags,
     add_storage_options,
-    matching_pair,
     add_tolerance_flags,
+    checked_storage_options,
+    matching_pair,
     matching_records,
     open_dump_arg,
-    storage_options,
 )
 from megadump_zarr.cli.commands.compare import RecordsView, step_pair  # the same record views and --pair
 
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     if args.worst < 0:
         raise CliError(f"--worst must be >= 0, got {args.worst}")
     output = Path(args.output)
-    options = storage_options(args)
+    options = checked_storage_options(args, args.a, args.b)
     with claim_output(output, args.overwrite) as temp:  # claimed before any work: a taken name fails at once
         data = _collect(args, options)
         page = render_html(data)

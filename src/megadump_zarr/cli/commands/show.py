@@ -15,8 +15,8 @@ from megadump_zarr.cli.common import (
     add_filters,
     add_output_flags,
     add_storage_options,
+    checked_storage_options,
     open_dump_arg,
-    storage_options,
 )
 from megadump_zarr.cli.render import cell, is_missing, safe_text, shape_text
 from megadump_zarr.cli.tensors import Selected, flat_head, select_tensor
@@ -184,7 +184,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 
     if args.head < 0:
         raise CliError(f"--head must not be negative, got {args.head}")
-    dump = open_dump_arg(args.path, storage_options(args))
+    dump = open_dump_arg(args.path, checked_storage_options(args, args.path))
     selected = select_tensor(dump, args.selector, args)
     info = describe(selected, str(dump.root))
     head = _as_float(flat_head(selected.data, args.head))

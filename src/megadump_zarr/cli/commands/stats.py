@@ -93,9 +93,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     from megadump_zarr.analyse.compare import execution_order
 
     from megadump_zarr.analyse.records import prefetch_records
-    from megadump_zarr.cli.common import matching_records, open_dump_arg, storage_options
+    from megadump_zarr.cli.common import checked_storage_options, matching_records, open_dump_arg
 
-    dump = prefetch_records(open_dump_arg(args.path, storage_options(args)))  # per-window tables on the cluster
+    options = checked_storage_options(args, args.path)
+    dump = prefetch_records(open_dump_arg(args.path, options))  # per-window tables on the cluster
     records = matching_records(dump, args)
     if len(records):
         records = execution_order(records)

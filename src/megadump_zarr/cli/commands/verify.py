@@ -13,9 +13,8 @@ from megadump_zarr.cli.common import (
     Context,
     add_output_flags,
     add_storage_options,
-    check_endpoint,
+    checked_storage_options,
     human_bytes,
-    storage_options,
 )
 
 __all__ = ["register"]
@@ -86,8 +85,7 @@ def _line(ctx: Context, text: str) -> None:
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     """Verify and report; exit 1 when anything is wrong."""
-    options = storage_options(args)
-    check_endpoint(args.path, options)
+    options = checked_storage_options(args, args.path)
     try:
         report = _run_with_progress(ctx, args.path, options, args.deep)
     except ValueError as error:

@@ -47,7 +47,7 @@ def record_node(
         ``(document, [(chunk key relative to the array, rows)])``.
     """
     from megadump_zarr.store.chunking import plan_chunks
-    from megadump_zarr.store.dtypes import NUMPY_DTYPES
+    from megadump_zarr.layout.dtypes import NUMPY_DTYPES
     from megadump_zarr.store.encoding import NO_COMPRESSION
 
     dtype = np.dtype(NUMPY_DTYPES[item.dtype])

@@ -23,7 +23,7 @@ def supported_itemsize(dtype: str, what: str) -> int:
         dtype: torch-style dtype name (``float32``, ``bfloat16``).
         what: The file and field, for the message (``msprobe /x/dump.json at data.k.input_args[0].dtype``).
     """
-    from megadump_zarr.store.dtypes import NUMPY_DTYPES
+    from megadump_zarr.layout.dtypes import NUMPY_DTYPES
 
     found = NUMPY_DTYPES.get(dtype)
     if found is None:

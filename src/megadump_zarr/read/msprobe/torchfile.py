@@ -234,7 +234,7 @@ def _dense_problem(view: _TensorView) -> str | None:
 
 def _checked(file: Path) -> tuple[_TensorView, int, int, np.dtype]:
     """Parse ``file`` and refuse it unless its storage holds its tensor densely; ``(view, start, size, dtype)``."""
-    from megadump_zarr.store.dtypes import NUMPY_DTYPES
+    from megadump_zarr.layout.dtypes import NUMPY_DTYPES
 
     try:
         view, start, size = _parsed(file)
