@@ -340,8 +340,7 @@ def _parsed(key: str, raw: bytes) -> dict[str, Any] | None:
 
 def store_fetch(store: Store) -> Fetch:
     """Reads keys of ``store`` concurrently, below its integrity checks (what a packed window's expansion reads:
-    per-task arrays, which it checks itself: their crc32c and the ``chunkCrc32c`` binding them to their
-    pack). Through the checks, each chunk would first make the store expand its window again to look it up."""
+    per-task arrays, which it checks itself against the window inventory read in the same batch). Through the checks, each chunk would first make the store expand its window again to look it up."""
     inner = below_checks(store)
     return lambda keys: get_many(inner, keys)
 

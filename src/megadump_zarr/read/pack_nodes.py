@@ -15,8 +15,17 @@ import math
 from typing import Any
 
 from megadump_zarr.layout.schema import PACK_STORAGE, STORAGE_ATTR
-from megadump_zarr.read.pack_columns import column_keys, pack_rows
-from megadump_zarr.read.pack_checks import PACK, PACK_PATH, PACK_TASK, Fetch, PackTable, pack_tables, window_packs
+from megadump_zarr.read.pack_columns import pack_rows
+from megadump_zarr.read.pack_checks import (
+    PACK,
+    PACK_PATH,
+    PACK_TASK,
+    Fetch,
+    PackTable,
+    batch_keys,
+    pack_tables,
+    window_packs,
+)
 from megadump_zarr.store.metadata import consolidated_sort_key
 from megadump_zarr.store.packs import RangeSource, ShardSource, expand_pack
 
@@ -83,8 +92,9 @@ def first_row(attrs: dict[str, Any], shape: list[int], size: int) -> int | None:
 
 
 def window_column_keys(window: str, doc: Any) -> list[str]:
-    """The chunk keys (relative to the root) of the per-task arrays of a committed window document's packs
-    (``[]`` when it holds no consolidated metadata: the catalogue names that).
+    """The keys (relative to the root) a committed window document's packs are read from: the chunks of their
+    per-task arrays and the window's inventory (``[]`` when it holds no pack or no consolidated metadata: the
+    catalogue names that).
 
     Args:
         window: The window key.
@@ -94,8 +104,7 @@ def window_column_keys(window: str, doc: Any) -> list[str]:
         packs, _ = window_packs(doc["consolidated_metadata"]["metadata"])
     except (TypeError, KeyError, AttributeError):
         return []
-    root = f"{window}/" if window else ""
-    return [root + key for pack in sorted(packs) for key in column_keys(pack, packs[pack]).values()]
+    return batch_keys(window, packs) if packs else []
 
 
 def expand_packs(

@@ -113,16 +113,16 @@ def verify_window(
     if not isinstance(nodes, dict):
         state.add(doc_key, "a committed window has no consolidated metadata (consolidated_metadata.metadata)")
         return _result(state, status, deep, partial_launches)
-    stored, packs = nodes, None
+    stored, packs, kept = nodes, None, {}
     try:  # the packed records, as the readers describe them (task groups, record arrays, row coordinates)
-        expanded = expand_window(window, nodes, _digesting(store_fetch(store), state)) if is_packed(doc) else None
+        expanded = expand_window(window, nodes, _digesting(store_fetch(store), state, kept)) if is_packed(doc) else None
     except DumpIntegrityError as error:  # a malformed task-record pack: the readers cannot place its rows
         state.add(error.key or doc_key, str(error))
         return _result(state, "unknown", deep, ())
     if expanded is not None:
         nodes, packs = expanded
     if not msprobe:  # first: what the inventory binds, the pack checks leave to it
-        _load_inventory(state, store, window, attrs)
+        _load_inventory(state, store, window, attrs, kept)
     check_manifest(state, store, window, doc, nodes)
     good = check_node_documents(state, store, window, nodes, {} if packs is None else packs.virtual)
     if packs is not None:
@@ -139,14 +139,16 @@ def verify_window(
     return _result(state, status, deep, partial_launches)
 
 
-def _load_inventory(state: CheckState, store: Any, window: str, attrs: dict[str, Any]) -> None:
-    """Read the window inventory into ``state.inventory`` (``{}`` when it cannot be used), its problem added."""
+def _load_inventory(state: CheckState, store: Any, window: str, attrs: dict[str, Any], kept: dict[str, Any]) -> None:
+    """Read the window inventory into ``state.inventory`` (``{}`` when it cannot be used), its problem added (its bytes
+    from ``kept`` when the pack checks read them)."""
     from megadump_zarr.layout.inventory import INVENTORY_DIGEST_ATTR, INVENTORY_FILE
     from megadump_zarr.read.inventory import read_inventory
     from megadump_zarr.read.location import get_bytes
 
     key = f"{window}/{INVENTORY_FILE}"
-    state.inventory, problem = read_inventory(get_bytes(store, key), key, attrs.get(INVENTORY_DIGEST_ATTR), True)
+    raw = kept[key] if key in kept else get_bytes(store, key)
+    state.inventory, problem = read_inventory(raw, key, attrs.get(INVENTORY_DIGEST_ATTR), True)
     state.extend([] if problem is None else [problem])
 
 
@@ -162,15 +164,19 @@ def _check_listed_arrays(state: CheckState, window: str, stored: dict[str, Any])
         state.add(f"{window}/{path}", "array is in the window inventory but the window does not hold it")
 
 
-def _digesting(fetch: Callable[[list[str]], list[Any]], state: CheckState) -> Callable[[list[str]], list[Any]]:
-    """``fetch`` that also keeps each chunk's inventory digest (``state.digested``): what the pack expansion reads
-    (a pack's arrays along ``task``) is not read again by :func:`~megadump_zarr.verify.chunks.check_chunks`."""
-    from megadump_zarr.layout.inventory import chunk_digest
+def _digesting(
+    fetch: Callable[[list[str]], list[Any]], state: CheckState, kept: dict[str, Any]
+) -> Callable[[list[str]], list[Any]]:
+    """``fetch`` that also keeps each chunk's inventory digest (``state.digested``) and the window inventory's bytes
+    (``kept``): what the pack checks read (a pack's arrays along ``task``, the inventory) is not read again."""
+    from megadump_zarr.layout.inventory import INVENTORY_FILE, chunk_digest
 
     def fetched(keys: list[str]) -> list[Any]:
         values = fetch(keys)
         for key, value in zip(keys, values):
-            if value is not None:
+            if key.rpartition("/")[2] == INVENTORY_FILE:
+                kept[key] = value
+            elif value is not None:
                 state.digested[key] = chunk_digest(value)[0]
         return values
 
