@@ -190,7 +190,7 @@ def _window_attrs(store: Any, key: str) -> dict[str, Any]:
 
 
 def _refuse(window: str, what: str) -> MigrationError:
-    return MigrationError(f"{window}: {what}; the window was not migrated (megadump verify names what is wrong)")
+    return MigrationError(f"{window}: {what}; not migrated, nothing was written (only a whole window is migrated)")
 
 
 def stripped(node: Any) -> Any:
