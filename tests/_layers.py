@@ -37,6 +37,7 @@ RANKS: dict[str, int] = {
     "store": 5,
     "read": 6,
     "verify": 7,
+    "migrate": 7,
     "analyse": 8,
     "replay": 9,
     "api": 10,

@@ -230,21 +230,6 @@ def task_dirs(root: str | os.PathLike[str]) -> list[str]:
     return sorted(found)
 
 
-_DIGESTS = ("chunkCrc32c", "shardCrc32c")
-
-
-def without_digests(value: Any) -> Any:
-    """``value`` (a document, attributes, or anything inside) without the ``chunkCrc32c`` chunk digests
-    (``store.chunk_digests``) and the packs' ``shardCrc32c`` shard digests (``store.packs``): each layout's
-    writer records its own, the stored fixtures of older schemas neither, and comparisons across those
-    layouts compare everything else."""
-    if isinstance(value, dict):
-        return {k: without_digests(v) for k, v in value.items() if k not in _DIGESTS}
-    if isinstance(value, list):
-        return [without_digests(v) for v in value]
-    return value
-
-
 def tear(root: Path, window: str = "rank_0/window_0000") -> None:
     """Make a committed window look torn as the writer leaves it when killed before its commit: status
     ``writing``, no consolidated metadata, no group documents except each pack's (its attributes, written with

@@ -1,7 +1,7 @@
 """A stored pack's arrays along ``task`` and its rows, and edits of them written back as the writer writes them.
 
 A pack (``store.packs``) keeps what each task group holds for its task as plain arrays along ``task`` (ids, row
-bounds, offsets, statistics), each one raw chunk whose crc32c its document records (``chunkCrc32c``). Tests
+bounds, offsets, statistics), each one raw chunk whose digest the window inventory lists. Tests
 that read or damage rows use these helpers, so each test says what it changes, not how the format stores it.
 """
 
@@ -17,6 +17,7 @@ import google_crc32c
 import numpy as np
 
 from megadump_zarr.read.pack_columns import column_keys, decode_pack
+from tests._layout import document_in_inventory, record_in_inventory
 
 Rows = tuple[list[Any], dict[str, list[Any]]]
 
@@ -92,7 +93,8 @@ def edit_document(window: Path, pack: str, component: str, edit: Callable[[dict[
 
 def write_column(window: Path, pack: str, name: str, values: Any) -> None:
     """Overwrite one per-task array of a stored pack consistently, as the writer would have written it: its raw
-    chunk with a valid crc32c, and the ``chunkCrc32c`` and shape in every copy of its document.
+    chunk with a valid crc32c, its shape in every copy of its document, and the chunk's and the document's digests
+    in the window inventory (and the inventory's digest in the window document).
 
     Args:
         window: The window directory.
@@ -113,9 +115,11 @@ def write_column(window: Path, pack: str, name: str, values: Any) -> None:
     def rewrite(node: dict[str, Any]) -> None:
         node["shape"] = list(data.shape)
         node["chunk_grid"]["configuration"]["chunk_shape"] = [max(1, d) for d in data.shape]
-        node["attributes"]["chunkCrc32c"] = f"{crc:08x}"
 
     edit_document(window, pack, name, rewrite)
+    root, array = window.parent.parent, f"{window.parent.name}/{window.name}/{pack}/{name}"
+    record_in_inventory(root, f"{array}/{key}", raw + struct.pack("<I", crc))
+    document_in_inventory(root, array)
 
 
 def expanded(window: Path, pack: str) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:

@@ -17,7 +17,7 @@ from tests.dump._dump_helpers import read_json
 def test_pack_storage_names_the_stores_layout():
     # one spelling of the window attribute, in the layout leaf; the dumper and the store both take it from there
     assert window_module.PACK_STORAGE is packs.PACK_STORAGE is schema.PACK_STORAGE == "task_record_packs"
-    assert FORMAT_VERSION == 9
+    assert FORMAT_VERSION == 10
 
 
 def test_l1_windows_flag_task_groups_and_stamp_the_packs_layout(tmp_path, monkeypatch):
@@ -37,12 +37,12 @@ def test_l1_windows_flag_task_groups_and_stamp_the_packs_layout(tmp_path, monkey
     ):
         block(block.make_input())
     (window,) = built
-    assert window.attrs["schemaVersion"] == 9 and window.attrs["stageViewStorage"] == "task_record_packs"
+    assert window.attrs["schemaVersion"] == 10 and window.attrs["stageViewStorage"] == "task_record_packs"
     groups = window.invocations[0].groups
     assert [g.path for g in groups if g.task] == [f"stages/expert_up/task_{e:06d}" for e in range(4)]
     assert [g.path for g in groups if not g.task] == ["stages/expert_up"]
     attrs = read_json(tmp_path / "rank_0" / "window_0000" / "zarr.json")["attributes"]
-    assert (attrs["schemaVersion"], attrs["stageViewStorage"]) == (9, "task_record_packs")
+    assert (attrs["schemaVersion"], attrs["stageViewStorage"]) == (10, "task_record_packs")
     # each expert's tile has its own row count (ragged): a shape unique in its stage is not packed (a one-row
     # pack stores more files and bytes than the task group), so every task stays a task group
     assert [
@@ -57,7 +57,7 @@ def test_default_layout_is_a_group_per_task(tmp_path):
     with tensor_dump(TensorDumpConfig(tmp_path, level="L1", kernel_names="moe_experts", stages="expert_up")):
         block(block.make_input())
     attrs = read_json(tmp_path / "rank_0" / "window_0000" / "zarr.json")["attributes"]
-    assert (attrs["schemaVersion"], attrs["stageViewStorage"]) == (9, "array_per_task_record")
+    assert (attrs["schemaVersion"], attrs["stageViewStorage"]) == (10, "array_per_task_record")
     stage = tmp_path / "rank_0/window_0000/invocation_000000_forward/stages/expert_up"
     assert sorted(p.name for p in stage.iterdir() if p.is_dir()) == [f"task_{e:06d}" for e in range(4)]
 

@@ -479,7 +479,6 @@ def test_a_packed_window_exports_a_group_per_task(tmp_path: Path) -> None:
     variables, values and attributes as the tasks layout of the same step (the pack arrays themselves are not
     exported)."""
     from tests._faults import dump_demo_step
-    from tests._layout import without_digests
 
     window = Path("rank_0") / "window_0000"
     dump_demo_step(tmp_path / "tasks", "L1")
@@ -493,7 +492,7 @@ def test_a_packed_window_exports_a_group_per_task(tmp_path: Path) -> None:
         with h5py.File(path, "r") as f:
 
             def visit(name: str, obj: Any) -> None:
-                attrs = without_digests(decode_hdf5_attrs(obj.attrs))
+                attrs = decode_hdf5_attrs(obj.attrs)
                 if isinstance(obj, h5py.Group):
                     groups[name] = attrs
                 else:

@@ -75,7 +75,7 @@ def test_l1_round_trip(tmp_path: Path, legacy: dict[str, Any]) -> None:
     attrs = zarr.open_group(str(window), mode="r").attrs.asdict()
     assert attrs["status"] == "complete"
     assert (
-        attrs["schemaVersion"] == FORMAT_VERSION == 9 and attrs["stageViewStorage"] == "array_per_task_record"
+        attrs["schemaVersion"] == FORMAT_VERSION == 10 and attrs["stageViewStorage"] == "array_per_task_record"
     )  # task groups (the default layout)
     assert attrs["convertedFrom"]["schemaVersion"] == 4
     assert attrs["convertedFrom"]["path"] == str(legacy["l1_manifest"].parent.resolve())
@@ -116,7 +116,6 @@ def test_l1_round_trip(tmp_path: Path, legacy: dict[str, Any]) -> None:
                 expected["legacyFile"] = tensor_meta["file"]
                 got = dict(variable.attrs)
                 assert set(got.pop("stats")) >= {"min", "max", "mean"}
-                assert len(got.pop("chunkCrc32c")) % 8 == 0  # the converted chunks are bound to their place
                 assert got == expected
                 if record.truncated:
                     assert variable.dims == (f"{record.io}_{record.index:02d}_element",)
@@ -173,7 +172,6 @@ def test_l0_round_trip_hard_links_loaded_once(
             assert variable.dims == tuple(f"{name}_dim_{i}" for i in range(tensor.tensor.dim()))
             got = dict(variable.attrs)
             got.pop("stats")
-            assert len(got.pop("chunkCrc32c")) % 8 == 0  # the converted chunks are bound to their place
             expected = {k: v for k, v in meta.items() if k != "file"}
             expected["legacyFile"] = meta["file"]
             expected["ports"] = [{("legacyFile" if k == "file" else k): v for k, v in p.items()} for p in meta["ports"]]

@@ -28,7 +28,7 @@ def test_integers_are_exact():
 
 
 def test_a_changed_missing_or_extra_stored_file_fails(tmp_path):
-    root = Path(shutil.copytree(Path(__file__).parent / "data" / "format9", tmp_path / "f9"))
+    root = Path(shutil.copytree(Path(__file__).parent / "data" / "format10", tmp_path / "f10"))
     levels = ("l0", "tasks", "packs")
     assert assert_stored_bytes_unchanged(root, levels) == len((root / "SHA256SUMS").read_text().splitlines())
     chunk = next(p for p in sorted((root / "tasks").rglob("c*")) if p.is_file() and p.name != "zarr.json")

@@ -1,12 +1,12 @@
 """The stored fixture of the current format, one dump per layout, read as zarr reads its stored bytes.
 
-``tests/read/data/format9/`` holds one forward step of the default demo block in each layout: ``l0`` (the L0
+``tests/read/data/format10/`` holds one forward step of the default demo block in each layout: ``l0`` (the L0
 layout), ``tasks`` (an L1 dump, a Zarr group per task) and ``packs`` (the same step in task-record packs), with
 ``SHA256SUMS``. It was written by ``tests/read/data/make_fixtures.py`` (its docstring says how to regenerate it:
 only with a new format version). These tests hold the format still:
 
 - every stored file hashes to its line of ``SHA256SUMS`` (none missing, none extra);
-- each window says format 9 and its layout;
+- each window says format 10 and its layout;
 - every record reads exactly as zarr-python reads its stored bytes (its own array, or the row of the pack array
   the records table names), and the records table's integers and statistics are the stored ones, exactly;
 - today's writer writes the same files for the same step, and the same records (floats within tolerance: they
@@ -32,7 +32,7 @@ from tests.read._fixture_checks import (
     assert_stored_bytes_unchanged,
 )
 
-DATA = Path(__file__).parent / "data" / "format9"
+DATA = Path(__file__).parent / "data" / "format10"
 LAYOUTS = ("l0", "tasks", "packs")
 STORAGE = {"l0": "array_per_tensor_with_ports", "tasks": "array_per_task_record", "packs": "task_record_packs"}
 WINDOW = "rank_0/window_0000"
@@ -41,7 +41,7 @@ WINDOW = "rank_0/window_0000"
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory) -> Path:
     """A working copy of the fixture (reads never touch the stored files)."""
-    return Path(shutil.copytree(DATA, tmp_path_factory.mktemp("format9") / "f"))
+    return Path(shutil.copytree(DATA, tmp_path_factory.mktemp("format10") / "f"))
 
 
 @pytest.fixture(scope="module")

@@ -57,13 +57,18 @@ def test_the_current_format_opens(tmp_path):
 @pytest.mark.parametrize(
     ("version", "says"),
     [
-        (8, "format 8 was written by a pre-release of megadump_zarr; this version reads format 9 only (re-dump it)"),
-        (5, "format 5 was written by a pre-release of megadump_zarr; this version reads format 9 only (re-dump it)"),
         (
-            10,
-            "format 10 was written by a newer megadump_zarr; this version reads format 9 only (upgrade megadump_zarr)",
+            9,
+            "format 9 was written by an earlier megadump_zarr; this version reads format 10 only "
+            "(convert the dump in place: megadump migrate ROOT)",
         ),
-        (None, "the window has no format version; this version reads format 9 only"),
+        (8, "format 8 was written by a pre-release of megadump_zarr; this version reads format 10 only (re-dump it)"),
+        (5, "format 5 was written by a pre-release of megadump_zarr; this version reads format 10 only (re-dump it)"),
+        (
+            11,
+            "format 11 was written by a newer megadump_zarr; this version reads format 10 only (upgrade megadump_zarr)",
+        ),
+        (None, "the window has no format version; this version reads format 10 only"),
     ],
 )
 def test_another_format_is_refused_at_open_naming_both_versions(tmp_path, capsys, version, says):
@@ -86,7 +91,7 @@ def test_verify_refuses_a_window_of_another_format(tmp_path, capsys):
         verify_dump(root)
     assert main(["verify", str(root)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: ") and "this version reads format 9 only" in err[0]
+    assert len(err) == 1 and err[0].startswith("error: ") and "this version reads format 10 only" in err[0]
 
 
 def test_a_window_claimed_and_not_yet_written_is_torn_not_another_format(tmp_path):

@@ -235,7 +235,7 @@ def test_a_torn_window_chunk_is_still_checked_by_the_fast_read(dump_copy: Path) 
 def _packed_stats(tmp_path: Path) -> tuple[Path, list[Path], str]:
     """A copy of the stored packs fixture: (root, the chunk of each of its packs' ``_stats`` arrays, the first's
     array key)."""
-    root = shutil.copytree(Path(__file__).parent / "data" / "format9" / "packs", tmp_path / "packed")
+    root = shutil.copytree(Path(__file__).parent / "data" / "format10" / "packs", tmp_path / "packed")
     window = root / "rank_0" / "window_0000"
     listed = json.loads((window / "inventory.json").read_text())["arrays"]
     chunks = [

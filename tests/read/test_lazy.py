@@ -21,7 +21,7 @@ from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.lazy import FlatPrefix, RecordArray
 from megadump_zarr.store.writer import WindowWriter
 
-FIXTURES = Path(__file__).parent / "data" / "format9"
+FIXTURES = Path(__file__).parent / "data" / "format10"
 CHUNK_BYTES = 1 << 10  # small chunks: every record spans many
 
 

@@ -17,7 +17,7 @@ from megadump_zarr import open_dump, verify_dump
 from megadump_zarr.interop import export_hdf5
 from tests._layout import tear
 
-FIXTURES = Path(__file__).parent / "data" / "format9"
+FIXTURES = Path(__file__).parent / "data" / "format10"
 WINDOW = "rank_0/window_0000"
 
 

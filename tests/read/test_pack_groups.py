@@ -1,7 +1,7 @@
 """A packed window's task groups as the views that list groups show them (``Dump.tree``, ``Dump.dataset``, the
 xarray engine's group attributes, ``export_hdf5``), committed or torn: described from its packs' checked arrays
 along ``task`` (``read.pack_record``), never from the window described as per-task nodes, and the same groups,
-variables and values as the tasks layout of the same step (``tests/read/data/format9/{tasks,packs}``)."""
+variables and values as the tasks layout of the same step (``tests/read/data/format10/{tasks,packs}``)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import pytest
 import xarray as xr
 
 from megadump_zarr import open_dump
-from tests._layout import tear, without_digests
+from tests._layout import tear
 
-DATA = Path(__file__).parent / "data" / "format9"
+DATA = Path(__file__).parent / "data" / "format10"
 WINDOW = "rank_0/window_0000"
 STAGE = "invocation_000000_forward/stages/combine"
 PACKED = (13, 14, 15, 16)  # combine's tasks in pack_0000; task 17 keeps its task group
@@ -50,11 +50,8 @@ def layouts(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def _unbound(dataset: xr.Dataset) -> xr.Dataset:
-    """``dataset`` loaded, without the chunk digests each layout binds its chunks with (``chunkCrc32c``)."""
-    dataset = dataset.load()
-    for variable in dataset.variables.values():
-        variable.attrs = without_digests(dict(variable.attrs))
-    return dataset
+    """``dataset`` loaded (its values read, so both layouts compare by value)."""
+    return dataset.load()
 
 
 def test_a_committed_packed_windows_groups_come_from_its_packs(layouts, no_per_task_nodes):
@@ -132,7 +129,7 @@ def _h5_contents(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     with h5py.File(path, "r") as f:
 
         def visit(name: str, obj: Any) -> None:
-            attrs = without_digests(decode_hdf5_attrs(obj.attrs))
+            attrs = decode_hdf5_attrs(obj.attrs)
             if isinstance(obj, h5py.Group):
                 groups[name] = attrs
             else:

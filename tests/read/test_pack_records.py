@@ -20,7 +20,7 @@ from megadump_zarr.read.errors import DumpIntegrityError
 from tests._packs import stored_columns, write_column
 from tests.store.test_packs_writer import _write, mixed_invocation
 
-FIXTURE = Path(__file__).parent / "data" / "format9" / "packs"
+FIXTURE = Path(__file__).parent / "data" / "format10" / "packs"
 WINDOW = "rank_0/window_0000"
 PACK = "invocation_000000_forward/stages/combine/pack_0000"  # tasks 13-16, rows along token
 
@@ -71,7 +71,7 @@ _EDITED = ("task_id", "core_id", "worker_id", "token_start", "token_stop", "inpu
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(column=st.sampled_from(_EDITED), values=st.lists(st.integers(-3, 40), min_size=4, max_size=4))
 def test_edited_pack_columns_are_refused_or_read_as_stored(tmp_path, column, values):
-    """Any consistent edit of a pack's array along ``task`` (valid chunk, crc32c and ``chunkCrc32c``): the records
+    """Any consistent edit of a pack's array along ``task`` (valid chunk and crc32c, its digests in the window inventory): the records
     table either refuses the pack, naming one of its arrays, or holds what the arrays hold, the same table as the
     task groups the rows stand for."""
     root = Path(tempfile.mkdtemp(dir=tmp_path))

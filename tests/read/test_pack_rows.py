@@ -1,7 +1,7 @@
 """Task-record packs read where they are stored: each packed record is row ``r`` of its pack's array
 (``read.pack_rows``).
 
-The stored fixture of one demo step in both layouts (``tests/read/data/format9/tasks`` and ``.../packs``, written
+The stored fixture of one demo step in both layouts (``tests/read/data/format10/tasks`` and ``.../packs``, written
 by today's writer) is read in both: every reader must read the packed dump like the tasks one (records, values,
 tensors, datasets, compare, verify), name each damage of a shard, and refuse each hostile edit of a pack's
 arrays along ``task``.
@@ -28,10 +28,10 @@ from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.location import get_bytes
 from megadump_zarr.store.packs import decode_index, encode_index, index_nbytes
 from megadump_zarr.verify import verify_dump
-from tests._layout import tear, without_digests
+from tests._layout import tear
 from tests._packs import edit_document, stored_columns, write_column
 
-DATA = Path(__file__).parent / "data" / "format9"
+DATA = Path(__file__).parent / "data" / "format10"
 WINDOW = "rank_0/window_0000"
 STAGES = f"{WINDOW}/invocation_000000_forward/stages"
 PACK = "invocation_000000_forward/stages/combine/pack_0000"  # combine's tasks 13-16, one shard per record
@@ -104,11 +104,11 @@ def test_data_groups_open_with_xarray_without_warnings(roots):
             plain / STAGES / "combine/task_000015", consolidated=True, chunks=None, create_default_indexes=False
         )
         ds = open_dump(packed).dataset(stage="combine", task=15)  # the task's rows of its pack
-        want = _unbound(want.load())
-        xr.testing.assert_identical(_unbound(ds.load()), want)  # exact: stored bytes
+        want = want.load()
+        xr.testing.assert_identical(ds.load(), want)  # exact: stored bytes
         tree = open_dump(packed).tree()
         xr.testing.assert_identical(
-            _unbound(tree[f"{STAGES}/combine/task_000015"].to_dataset().load()), want
+            tree[f"{STAGES}/combine/task_000015"].to_dataset().load(), want
         )  # exact: stored bytes
     assert set(tree[f"{STAGES}/combine"].children) == {
         "task_000013",
@@ -118,15 +118,8 @@ def test_data_groups_open_with_xarray_without_warnings(roots):
         "task_000017",
     }
     xr.testing.assert_identical(
-        _unbound(open_dump(packed).dataset(task=15).load()), _unbound(open_dump(plain).dataset(task=15).load())
+        open_dump(packed).dataset(task=15).load(), open_dump(plain).dataset(task=15).load()
     )  # exact: stored bytes
-
-
-def _unbound(dataset: xr.Dataset) -> xr.Dataset:
-    """``dataset`` without the chunk digests each layout binds its chunks with (``chunkCrc32c``)."""
-    for variable in dataset.variables.values():
-        variable.attrs.pop("chunkCrc32c", None)
-    return dataset
 
 
 def test_flipped_byte_in_an_inner_chunk_refuses_the_shard_and_verify_names_the_task(packed_copy):
@@ -320,7 +313,7 @@ def assert_same_dump(plain: Path, packed: Path) -> int:
     pd.testing.assert_frame_equal(_same(a.records()), _same(b.records()))  # exact: one run, two layouts
     for path in a.records()["path"]:
         left, right = a.record_array(path), b.record_array(path)
-        assert left.dims == right.dims and without_digests(left.attrs) == without_digests(right.attrs), path
+        assert left.dims == right.dims and left.attrs == right.attrs, path
         np.testing.assert_array_equal(left.values, right.values)  # exact: one run, two layouts
     assert verify_dump(b, deep=True).ok
     assert any("/pack_" in f for f in _files(packed))
@@ -333,8 +326,8 @@ def assert_same_dump(plain: Path, packed: Path) -> int:
             other = right.variables[name]
             assert variable.dims == other.dims and variable.dtype == other.dtype, (row.group, name)
             assert variable.values.tobytes() == other.values.tobytes(), (row.group, name)  # exact: one run
-            assert without_digests(variable.attrs) == without_digests(other.attrs), (row.group, name)
-        assert without_digests(left.attrs) == without_digests(right.attrs), row.group
+            assert variable.attrs == other.attrs, (row.group, name)
+        assert left.attrs == right.attrs, row.group
     return len(groups)
 
 
@@ -456,8 +449,8 @@ def test_a_task_count_that_is_not_the_packs_rows_is_refused(packed_copy):
     ],
 )
 def test_consistently_edited_row_values_are_refused(packed_copy, column, values, key, why):
-    """A pack's arrays along ``task`` edited consistently (valid crc32c, ``chunkCrc32c`` and shape in every copy of
-    the document): row bounds against their records' length (a hostile ``[8, 10**12]`` never reaches a reader
+    """A pack's arrays along ``task`` edited consistently (valid crc32c, shape in every copy of the document, and
+    the window inventory's digests): row bounds against their records' length (a hostile ``[8, 10**12]`` never reaches a reader
     that would allocate it) and against ``sourceOffsetBytes``, ids that name no task group or one twice, a row
     count that is not the pack's."""
     if column == "token_start" and values[0] == 0:  # a shifted start: its stop too, so only the length differs
@@ -467,7 +460,7 @@ def test_consistently_edited_row_values_are_refused(packed_copy, column, values,
 
 
 def test_a_column_chunk_from_another_array_is_refused(packed_copy):
-    """``owner_id``'s chunk replaced by ``core_id``'s (same shape, valid crc32c): its ``chunkCrc32c`` names it."""
+    """``owner_id``'s chunk replaced by ``core_id``'s (same shape, valid crc32c): the window inventory names it."""
     pack = packed_copy / WINDOW / PACK
     (pack / "owner_id" / "c.0").write_bytes((pack / "core_id" / "c.0").read_bytes())
     key = f"{WINDOW}/{PACK}/owner_id/c"

@@ -544,7 +544,7 @@ _R = ("attributes", "recordAttributes")  # what every row of a record array hold
     ("node", "field", "value", "expected"),
     [
         ("task_id", ("shape",), [3], "error"),
-        ("task_id", ("attributes", "chunkCrc32c"), "00000000", "error"),
+        ("task_id", ("attributes", "note"), "edited", "error"),  # its document digest in the window inventory
         ("token_start", ("shape",), [3], "error"),
         ("token_stop", ("chunk_grid", "configuration", "chunk_shape"), [2], "error"),
         ("input_00_ys_offset", ("data_type",), "float64", "error"),
@@ -607,7 +607,7 @@ def test_pack_row_edits(packed: dict[str, Any], name: str, edit: Any) -> None:
 
     window = packed["root"] / PACK_WINDOW
     pack = _unpermute(packed)
-    files = [*window.rglob("zarr.json"), *(window / pack).rglob("c*")]
+    files = [*window.rglob("zarr.json"), window / "inventory.json", *(window / pack).rglob("c*")]
     originals = {p: p.read_bytes() for p in files if p.is_file()}
     try:
         write_column(window, pack, name, edit(stored_columns(window, pack)[name].tolist()))

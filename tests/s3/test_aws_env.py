@@ -20,7 +20,7 @@ from megadump_zarr import open_dump
 from megadump_zarr.store.object_backend import ObjectStoreBackend, s3_config
 from tests.s3.conftest import ACCESS_KEY, SECRET, run_dump
 
-SMALL = Path(__file__).resolve().parents[1] / "read" / "data" / "format9" / "l0"
+SMALL = Path(__file__).resolve().parents[1] / "read" / "data" / "format10" / "l0"
 MEGADUMP = [sys.executable, "-m", "megadump_zarr.cli.main"]
 
 

@@ -194,7 +194,7 @@ def test_layout_attributes_and_status(tmp_path, helpers):
     assert session.commit() == str(window)
     assert window_status(tmp_path, 3, 12) == "complete"
     attrs = helpers.read_json(window / "zarr.json")["attributes"]
-    assert attrs["schemaVersion"] == 9 and attrs["rank"] == 3 and attrs["status"] == "complete"
+    assert attrs["schemaVersion"] == 10 and attrs["rank"] == 3 and attrs["status"] == "complete"
     assert attrs["createdAt"].endswith("Z") and attrs["committedAt"] >= attrs["createdAt"]
     task = helpers.read_json(window / INV / "stages/expert_up/task_000003/zarr.json")
     assert task["attributes"] == {"taskId": 3, "coreType": "AIC", "coreId": 1}

@@ -2,8 +2,8 @@
 dump per kind, each a ``verify`` problem (exit 1) naming the array and a reader error, never a value.
 
 The mutations are what a checksum alone cannot see: a chunk (a pack's whole shard) moved from the other launch of
-the same window (the next step's, valid everywhere, its ``chunkCrc32c``/``shardCrc32c`` copied into every copy of the
-document as a careful forger would), a document edited in every copy, and the bindings the window inventory cannot
+the same window (the next step's, valid everywhere: no document records a chunk's digest, only the window
+inventory does), a document edited in every copy, and the bindings the window inventory cannot
 give (a task id against its group's name, a row coordinate against ``sourceOffsetBytes``, a pack's task count
 against its rows), the inventory rewritten to match where a forger could.
 """
@@ -85,18 +85,15 @@ def forge_inventory(window: Path, paths: list[str]) -> None:
     (window / "zarr.json").write_text(json.dumps(doc))
 
 
-def _move_chunk(root: Path, path: str, attr: str | None) -> Path:
-    """Replace every chunk of the array at ``path`` (below the window, in the first launch) with the second launch's,
-    copying the digest attribute ``attr`` into every copy of its document; returns the chunk file moved."""
+def _move_chunk(root: Path, path: str) -> Path:
+    """Replace every chunk of the array at ``path`` (below the window, in the first launch) with the second launch's;
+    returns the chunk file moved."""
     source, target = root / W0 / path.replace(INV, INV1, 1), root / W0 / path
     moved = None
     for chunk in sorted(p for p in source.iterdir() if p.name != "zarr.json"):
         assert chunk.read_bytes() != (target / chunk.name).read_bytes()  # a different, valid chunk
         shutil.copyfile(chunk, target / chunk.name)
         moved = target / chunk.name
-    if attr is not None:
-        value = json.loads((source / "zarr.json").read_text())["attributes"][attr]
-        edit_everywhere(root / W0, path, lambda doc: doc["attributes"].__setitem__(attr, value))
     assert moved is not None
     return moved
 
@@ -137,7 +134,7 @@ def test_task_record_chunk_from_another_window(
     root = _copy(pristine, tmp_path, "tasks")
     path = _record(root, name="ws", stage="expert_up")
     array = path[len(W0) + 1 :]
-    _move_chunk(root, array, "chunkCrc32c")
+    _move_chunk(root, array)
     _verify(root, capsys, path)
     with pytest.raises(DumpIntegrityError, match=path):
         open_dump(root).record_array(path).values
@@ -148,7 +145,7 @@ def test_l0_record_chunk_from_another_window(
 ) -> None:
     root = _copy(pristine, tmp_path, "l0")
     path = _record(root, name="x")
-    _move_chunk(root, path[len(W0) + 1 :], "chunkCrc32c")
+    _move_chunk(root, path[len(W0) + 1 :])
     _verify(root, capsys, path)
     with pytest.raises(DumpIntegrityError, match=path):
         open_dump(root).record_array(path).values
@@ -161,7 +158,7 @@ def test_pack_record_shard_from_another_window(
     records = open_dump(root).records()
     row = records[(records["invocation"] == 0) & records["pack_array"].notna()].iloc[0]
     array = str(row["pack_array"])
-    _move_chunk(root, array[len(W0) + 1 :], "shardCrc32c")
+    _move_chunk(root, array[len(W0) + 1 :])
     _verify(root, capsys, array)
     with pytest.raises(DumpIntegrityError, match=array):
         open_dump(root).record_array(str(row["path"])).values

@@ -14,7 +14,7 @@ from megadump_zarr import open_dump
 from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.verify import verify_dump
 
-DATA = Path(__file__).parents[1] / "read" / "data" / "format9" / "packs"
+DATA = Path(__file__).parents[1] / "read" / "data" / "format10" / "packs"
 WINDOW = "rank_0/window_0000"
 PACK = "invocation_000000_forward/stages/combine/pack_0000"
 COLUMNS = [

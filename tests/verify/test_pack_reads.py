@@ -1,6 +1,6 @@
 """Issue 26: ``verify`` reads each pack shard once.
 
-A pack's record shard used to be read whole for its digest (``shardCrc32c``) and again, through the reader's
+A pack's record shard used to be read whole for its digest and again, through the reader's
 view, as one suffix read of its index plus one ranged read per inner chunk. Now the whole shard is read once and
 both checks take their bytes from it (and a pack's row id chunks are read once, not once to see them present and
 again to decode them). These tests count the reads of a store below the view, and check that
@@ -25,7 +25,7 @@ from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.integrity import verify_crc32c
 from megadump_zarr.read.catalog import store_fetch, window_info
 from megadump_zarr.read.location import get_bytes
-from megadump_zarr.store import pack_writer, packs
+from megadump_zarr.store import packs
 from megadump_zarr.store.packs import decode_index, encode_index, index_nbytes
 from megadump_zarr.store.writer import WindowWriter
 from megadump_zarr.verify import verify_dump
@@ -79,11 +79,9 @@ def _task(task_id: int) -> tuple[GroupWrite, list[ArrayWrite]]:
     return GroupWrite(path, attrs, task=True), arrays
 
 
-def _write(root: Path, monkeypatch: pytest.MonkeyPatch, digests: bool) -> Path:
+def _write(root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     with monkeypatch.context() as patch:
         patch.setattr(packs, "PACK_SHARD_BYTES", ROWS * 6 * 4)
-        if not digests:
-            patch.setattr(pack_writer, "shard_digest", lambda *args: None)  # the writer before shardCrc32c
         with WindowWriter(root, pack=True) as writer:
             tasks = [_task(i) for i in range(1, TASKS + 1)]
             invocation = InvocationWrite(
@@ -96,10 +94,10 @@ def _write(root: Path, monkeypatch: pytest.MonkeyPatch, digests: bool) -> Path:
     return root
 
 
-@pytest.fixture(scope="module", params=[True, False], ids=["digests", "no-digests"])
-def written(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with pytest.MonkeyPatch.context() as monkeypatch:
-        return _write(tmp_path_factory.mktemp("pack-reads") / "dump", monkeypatch, request.param)
+        return _write(tmp_path_factory.mktemp("pack-reads") / "dump", monkeypatch)
 
 
 @pytest.fixture

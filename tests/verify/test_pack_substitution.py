@@ -2,8 +2,8 @@
 swapped with another shard of the same shape), each with a valid crc32c.
 
 A shard's index crc32c covers only offsets and sizes, the same for every shard of one shape, and each inner chunk's
-crc32c holds; the pack writer therefore records each shard's digest (``shardCrc32c``, ``store.packs.shard_digest``)
-and plain ``verify`` names the shard whose digest is not the one recorded for its place. ``--deep`` names them too
+crc32c holds; the window inventory therefore lists each shard's digest (``layout.inventory.chunk_digest``) and
+plain ``verify`` names the shard whose digest is not the one recorded for its place. ``--deep`` names them too
 (the pack's per-row statistics disagree with the data).
 """
 
@@ -18,7 +18,6 @@ import pytest
 import torch
 
 from megadump_zarr.layout.write_model import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
-from megadump_zarr.store import pack_writer
 from megadump_zarr.store.writer import WindowWriter
 from megadump_zarr.verify import verify_dump
 
@@ -103,20 +102,12 @@ def test_plain_verify_names_a_shard_copied_from_another_window(hand: Path) -> No
     assert ELSEWHERE in problems[0].what
 
 
-def test_packs_record_one_digest_per_shard_and_are_bound(
-    hand: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The writer records 8 hex digits per shard and a verified pack window has no "not bound" note; a pack
-    without the attribute is bound all the same, by its window's inventory."""
+def test_a_pack_window_is_bound_by_its_inventory_alone(hand: Path) -> None:
+    """The writer records no shard digest in a record array's document (format 10: the window inventory lists each
+    shard's), and a verified pack window has no "not bound" note."""
     doc = json.loads((_shard(hand, 0, "input_00_w").parent / "zarr.json").read_text())
-    assert len(doc["attributes"]["shardCrc32c"]) == 8, doc["attributes"]
-    report = verify_dump(hand)
-    assert report.ok and all(not w.notes for w in report.windows), report
-    monkeypatch.setattr(pack_writer, "shard_digest", lambda *args: None)  # the writer before shardCrc32c
-    older = _write_hand(tmp_path / "older")
-    doc = json.loads((_shard(older, 0, "input_00_w").parent / "zarr.json").read_text())
     assert "shardCrc32c" not in doc["attributes"], doc["attributes"]
-    report = verify_dump(older)
+    report = verify_dump(hand)
     assert report.ok and all(not w.notes for w in report.windows), report
 
 

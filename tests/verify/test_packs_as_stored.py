@@ -23,7 +23,7 @@ from megadump_zarr.verify import verify_dump
 
 from tests._tasks import task_attrs
 
-DATA = Path(__file__).parents[1] / "read" / "data" / "format9" / "packs"
+DATA = Path(__file__).parents[1] / "read" / "data" / "format10" / "packs"
 WINDOW = "rank_0/window_0000"
 PACK = "invocation_000000_forward/stages/combine/pack_0000"  # combine's tasks 13-16, one shard per record
 TREE = (  # the per-task tree of a packed window and each step that builds or reads it

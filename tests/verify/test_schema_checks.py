@@ -109,7 +109,7 @@ def test_each_blind_spot_is_a_problem_naming_document_and_field(root: Path, case
 
 
 def test_the_format_is_one_constant() -> None:
-    assert FORMAT_VERSION == 9
+    assert FORMAT_VERSION == 10
 
 
 def test_another_format_is_refused(root: Path) -> None:

@@ -14,6 +14,7 @@ __all__ = [
     "CAPTURE_PHASES",
     "FORMAT_ATTR",
     "FORMAT_VERSION",
+    "MIGRATABLE_VERSION",
     "L0_STORAGE",
     "LEVELS",
     "MSPROBE_STORAGE",
@@ -26,9 +27,14 @@ __all__ = [
     "format_problem",
 ]
 
-FORMAT_VERSION = 9
+FORMAT_VERSION = 10
 """The one on-disk format every writer stamps on a window and every reader reads (attribute :data:`FORMAT_ATTR`).
 A window of any other version is refused when the dump is opened (:func:`format_problem`)."""
+
+MIGRATABLE_VERSION = 9
+"""The one older format ``megadump migrate ROOT`` rewrites in place to :data:`FORMAT_VERSION` (its windows differ in
+metadata only: each array document also records its chunks' crc32c, ``chunkCrc32c``, and each pack record array its
+shards' digests, ``shardCrc32c``, both also in the window inventory)."""
 
 FORMAT_ATTR = "schemaVersion"
 """The window manifest attribute holding the format version."""
@@ -81,6 +87,11 @@ def format_problem(attrs: Mapping[str, Any], where: str) -> str | None:
                 f"{sorted(STORAGE_KINDS)}"
             )
         return None
+    if version == MIGRATABLE_VERSION:
+        return (
+            f"{where}: format {version} was written by an earlier megadump_zarr; this version reads format "
+            f"{FORMAT_VERSION} only (convert the dump in place: megadump migrate ROOT)"
+        )
     if version < FORMAT_VERSION:
         return (
             f"{where}: format {version} was written by a pre-release of megadump_zarr; this version reads format "

@@ -267,8 +267,8 @@ def _parsed(key: str, raw: bytes) -> dict[str, Any] | None:
 
 def store_fetch(store: Store) -> Fetch:
     """Reads keys of ``store`` concurrently, below its integrity checks (what a packed window's pack checks read:
-    per-task arrays, which they check themselves: their crc32c and the ``chunkCrc32c`` binding them to their
-    pack). Through the checks, each chunk would first make the store look its window up again."""
+    per-task arrays, which they check themselves against the window inventory read in the same batch). Through the
+    checks, each chunk would first make the store look its window up again."""
     inner = below_checks(store)
     return lambda keys: get_many(inner, keys)
 

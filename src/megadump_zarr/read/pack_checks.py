@@ -1,8 +1,9 @@
 """A committed packed window's packs read and checked as whole columns: what their rows must satisfy to stand
 for task groups.
 
-:func:`pack_tables` reads every pack of a window (one concurrent batch of its arrays along ``task``), decodes them
-(:func:`~megadump_zarr.read.pack_columns.decode_columns`) and checks them with whole-column numpy reads
+:func:`pack_tables` reads every pack of a window (one concurrent batch of its arrays along ``task`` and the window's
+inventory, :func:`batch_keys`), decodes them (:func:`~megadump_zarr.read.pack_columns.decode_columns`: each chunk
+the one the inventory lists for its place) and checks them with whole-column numpy reads
 (:func:`check_pack`): ids, row bounds against the records' shapes and offsets, record documents, group names
 unique in the window and never both stored and packed. A malformed pack raises
 :class:`~megadump_zarr.read.errors.DumpIntegrityError` naming its document or chunk (a torn window's pack cut
@@ -37,7 +38,9 @@ from megadump_zarr.layout.packs import (
 from megadump_zarr.layout.paths import task_dir
 from megadump_zarr.layout.schema import PACK_STORAGE, STORAGE_ATTR
 from megadump_zarr.read.documents import itemsize
+from megadump_zarr.layout.inventory import INVENTORY_FILE
 from megadump_zarr.read.errors import DumpIntegrityError
+from megadump_zarr.read.inventory import read_inventory
 from megadump_zarr.read.pack_columns import column_keys, decode_columns, row_dims
 
 __all__ = [
@@ -46,6 +49,7 @@ __all__ = [
     "PACK_TASK",
     "Fetch",
     "PackTable",
+    "batch_keys",
     "check_pack",
     "first_row",
     "first_rows",
@@ -105,8 +109,9 @@ def is_packed(doc: Any) -> bool:
 
 
 def window_column_keys(window: str, doc: Any) -> list[str]:
-    """The chunk keys (relative to the root) of the per-task arrays of a committed window document's packs
-    (``[]`` when it holds no consolidated metadata: the catalogue names that).
+    """The keys (relative to the root) a committed window document's packs are read from: the chunks of their
+    per-task arrays and the window's inventory (``[]`` when it holds no pack or no consolidated metadata: the
+    catalogue names that).
 
     Args:
         window: The window key.
@@ -116,8 +121,7 @@ def window_column_keys(window: str, doc: Any) -> list[str]:
         packs, _ = window_packs(doc["consolidated_metadata"]["metadata"])
     except (TypeError, KeyError, AttributeError):
         return []
-    root = f"{window}/" if window else ""
-    return [root + key for pack in sorted(packs) for key in column_keys(pack, packs[pack]).values()]
+    return batch_keys(window, packs) if packs else []
 
 
 class _Expansion(ValueError):
@@ -152,6 +156,20 @@ def rest_nodes(nodes: Mapping[str, Any]) -> dict[str, Any]:
     return {path: node for path, node in nodes.items() if not (PACK.match(path) and PACK_PATH.match(path))}
 
 
+def batch_keys(window: str, packs: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The keys (relative to the root) :func:`pack_tables` reads in one batch: the chunk of every pack array along
+    ``task``, then the window's inventory (which lists each chunk's digest).
+
+    Args:
+        window: The window key.
+        packs: Pack path -> its nodes (:func:`window_packs`).
+    """
+    root = f"{window}/" if window else ""
+    return [root + key for pack in sorted(packs) for key in column_keys(pack, packs[pack]).values()] + [
+        root + INVENTORY_FILE
+    ]
+
+
 def pack_tables(
     window: str,
     packs: Mapping[str, dict[str, dict[str, Any]]],
@@ -159,29 +177,38 @@ def pack_tables(
     strict: bool = True,
     stored: Mapping[str, Any] | None = None,
 ) -> list[PackTable]:
-    """Some packs of a window, their arrays along ``task`` read (one batch), decoded and checked.
+    """Some packs of a window, their arrays along ``task`` read with the window's inventory (one batch,
+    :func:`batch_keys`), decoded and checked.
 
     Args:
         window: The window key.
         packs: Pack path -> its nodes (:func:`window_packs`).
         fetch: Reads keys relative to the root.
-        strict: A malformed pack raises (a committed window); else it is left out (a torn window's pack cut short).
+        strict: A malformed pack raises (a committed window: each chunk must be the one its inventory lists); else
+            it is left out (a torn window's pack cut short; a torn window's chunks are not inventoried).
         stored: The window's other nodes: a task group stored there and packed too raises.
 
     Raises:
-        DumpIntegrityError: A malformed pack (naming its document or chunk and what is wrong), a task group in two
-            packs, or both stored and packed.
+        DumpIntegrityError: A malformed pack (naming its document or chunk and what is wrong), a committed window's
+            inventory missing or not valid, a task group in two packs, or both stored and packed.
     """
     root = f"{window}/" if window else ""
-    keys = {(pack, name): root + key for pack in sorted(packs) for name, key in column_keys(pack, packs[pack]).items()}
-    fetched = dict(zip(keys, fetch(list(keys.values())))) if keys else {}
+    if not packs:
+        return []
+    keys = batch_keys(window, packs)
+    fetched = dict(zip(keys, fetch(keys)))
+    inventory = None
+    if strict:
+        inventory, problem = read_inventory(fetched[root + INVENTORY_FILE], root + INVENTORY_FILE)
+        if problem is not None:
+            raise DumpIntegrityError(f"the packs cannot be trusted: {problem.message()}", key=problem.key)
     tables: list[PackTable] = []
     seen: set[str] = set()
     for pack in sorted(packs):
-        chunks = {name: raw for (owner, name), raw in fetched.items() if owner == pack}
+        chunks = {name: fetched[root + key] for name, key in column_keys(pack, packs[pack]).items()}
         label = root + pack
         try:
-            count, shared, columns, records = decode_columns(pack, packs[pack], chunks, label)
+            count, shared, columns, records = decode_columns(pack, packs[pack], chunks, label, inventory)
             groups = check_pack(label, count, shared, columns, records)
         except _Expansion as error:
             if not strict:

@@ -2,14 +2,15 @@
 
 A pack (:mod:`megadump_zarr.store.packs`, names in :mod:`megadump_zarr.layout.packs`) stores what a task group
 holds for its task as ordinary arrays along ``task`` (ids, row bounds, offsets, statistics), each one raw chunk
-whose crc32c its document records (``chunkCrc32c``), and what its tasks hold alike once, as attributes.
-:func:`column_keys` names the chunks to read (one batch per window), :func:`decode_pack` checks and decodes them
+whose digest its window's inventory lists (:mod:`megadump_zarr.layout.inventory`), and what its tasks hold alike
+once, as attributes. :func:`column_keys` names the chunks to read (one batch per window, with the window's
+inventory), :func:`decode_pack` checks and decodes them
 with whole-column numpy reads and gives each row's task entry and record attributes, which
 :func:`~megadump_zarr.store.packs.expand_pack` turns into the task groups the rows stand for.
 
 Every bound is checked before anything is allocated: each array's shape against the pack's ``taskCount`` and
-``task_id``, each chunk's length against its shape; a chunk that is absent, damaged or another array's raises
-:class:`ColumnChunkError` naming its key.
+``task_id``, each chunk's length against its shape; a chunk that is absent, damaged or not the one the window
+inventory lists for its place raises :class:`ColumnChunkError` naming its key.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from megadump_zarr.layout.packs import (
     row_bound_arrays,
     stats_array,
 )
+from megadump_zarr.layout.inventory import InventoryEntry, chunk_digest, metadata_digest
 from megadump_zarr.layout.paths import task_dir
 
 __all__ = [
@@ -56,11 +58,10 @@ __all__ = [
 _CRC = struct.Struct("<I")
 _BYTES = {"name": "bytes", "configuration": {"endian": "little"}}
 _DTYPES = {"int64": np.dtype("<i8"), "float64": np.dtype("<f8")}
-_DIGEST = "chunkCrc32c"
 
 
 class ColumnChunkError(ValueError):
-    """A pack array's chunk that is absent, damaged or another array's (the message names its key)."""
+    """A pack array's chunk that is absent, damaged or not its place's (the message names its key)."""
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,9 @@ def _dtype(data_type: Any, where: str) -> np.dtype:
     raise ValueError(f"{where}: data_type {str(data_type)[:80]!r} is not int64, float64 or fixed_length_utf32")
 
 
-def decode_column(doc: dict[str, Any], raw: bytes | None, where: str, key: str, rows: int) -> np.ndarray:
+def decode_column(
+    doc: dict[str, Any], raw: bytes | None, where: str, key: str, rows: int, listed: Any = ...
+) -> np.ndarray:
     """The values of one pack array that is not a record, from its one stored chunk.
 
     Args:
@@ -133,10 +136,13 @@ def decode_column(doc: dict[str, Any], raw: bytes | None, where: str, key: str, 
         key: Its chunk's key, for messages.
         rows: The pack's rows: the length of its first dimension (``None`` is never passed: the
             ``statistic`` coordinate is checked against :data:`STATISTICS` instead).
+        listed: Its array's entry in the window inventory (``None``: the inventory does not list it); ``...`` (the
+            default): its window has no inventory to check it against (a torn window).
 
     Raises:
         ValueError: A document that is not one raw chunk of ``rows`` rows (naming the field).
-        ColumnChunkError: The chunk is absent, the wrong size, fails its crc32c or is another array's.
+        ColumnChunkError: The document or the chunk is not the one the window inventory lists for its place, or
+            the chunk is absent, the wrong size or fails its crc32c.
     """
     dtype = _dtype(doc.get("data_type"), where)
     shape = doc.get("shape")
@@ -151,6 +157,8 @@ def decode_column(doc: dict[str, Any], raw: bytes | None, where: str, key: str, 
     if codecs not in ([_BYTES], [_BYTES, {"name": "crc32c"}]):
         raise ValueError(f"{where}: codecs {str(codecs)[:120]} are not one raw chunk (bytes, crc32c)")
     checksum = len(codecs) == 2
+    if listed is not ...:
+        _check_document(where, doc, listed)
     size = math.prod(shape) * dtype.itemsize
     if size == 0:
         return np.zeros(shape, dtype=dtype)
@@ -159,18 +167,37 @@ def decode_column(doc: dict[str, Any], raw: bytes | None, where: str, key: str, 
     if len(raw) != size + 4 * checksum:
         raise ColumnChunkError(f"{key}: chunk is {len(raw)} bytes, expected {size + 4 * checksum}")
     body = raw[:size]
+    digest = None
     if checksum:
         (stored,) = _CRC.unpack(raw[size:])
         actual = google_crc32c.value(body)
         if actual != stored:
             raise ColumnChunkError(f"{key}: checksum mismatch (stored {stored:#010x}, computed {actual:#010x})")
-        recorded = (doc.get("attributes") or {}).get(_DIGEST)
-        if recorded != f"{stored:08x}":
-            raise ColumnChunkError(
-                f"{key}: its crc32c {stored:08x} is not the {_DIGEST} {str(recorded)[:20]!r} of its document "
-                "(a chunk written for another array)"
-            )
+        digest = stored  # (the inventory's digest of a chunk ending with its valid crc32c)
+    if listed is not ...:
+        _check_chunk(key, listed, chunk_digest(raw)[0] if digest is None else digest)
     return np.frombuffer(body, dtype=dtype).reshape(shape)
+
+
+def _check_document(where: str, doc: dict[str, Any], listed: InventoryEntry | None) -> None:
+    """Refuse a column whose document is not the one its window's inventory lists."""
+    if listed is None:
+        raise ColumnChunkError(f"{where}: its array is not in the window inventory (added or moved in)")
+    if (meta := metadata_digest(doc)) != listed.metadata:
+        raise ColumnChunkError(
+            f"{where}: has digest {meta} but the window inventory records {listed.metadata}: the document was edited"
+        )
+
+
+def _check_chunk(key: str, listed: InventoryEntry, digest: int) -> None:
+    """Refuse a column chunk that is not the one its window's inventory lists for its place."""
+    recorded = listed.chunks[0] if len(listed.chunks) == 1 else -1
+    if recorded != digest:
+        shown = "no chunk" if recorded is None else "another grid" if recorded == -1 else f"digest {recorded:08x}"
+        raise ColumnChunkError(
+            f"{key}: digest {digest:08x} is not the chunk the window inventory lists for this place ({shown}): "
+            "a chunk written for another array"
+        )
 
 
 def _copies(value: Any, count: int) -> list[Any]:
@@ -184,7 +211,11 @@ def _int_or_none(values: np.ndarray) -> list[int | None]:
 
 
 def decode_pack(
-    pack: str, nodes: Mapping[str, Any], chunks: Mapping[str, bytes | None], label: str
+    pack: str,
+    nodes: Mapping[str, Any],
+    chunks: Mapping[str, bytes | None],
+    label: str,
+    inventory: Mapping[str, InventoryEntry] | None = None,
 ) -> tuple[PackRows, dict[str, np.ndarray]]:
     """Each row of a pack: its task entry and its record attributes, decoded from the pack's arrays (its rows
     unchecked: ``read.pack_checks`` checks them).
@@ -194,20 +225,26 @@ def decode_pack(
         nodes: The window's nodes (the pack group, its arrays).
         chunks: Component -> stored chunk of each array :func:`column_keys` names (``None``: absent).
         label: The pack as messages name it (window key included).
+        inventory: The window inventory's entries by array path below the window, each chunk checked against its
+            entry (``None``: not checked, a torn window's).
 
     Returns:
         ``(rows, columns)``: the rows, and every array decoded (component -> values).
 
     Raises:
         ValueError: A malformed pack (naming the document and field).
-        ColumnChunkError: An array's chunk absent, damaged or another array's.
+        ColumnChunkError: An array's chunk absent, damaged or not its place's.
     """
-    count, shared, columns, records = decode_columns(pack, nodes, chunks, label)
+    count, shared, columns, records = decode_columns(pack, nodes, chunks, label, inventory)
     return pack_rows(count, shared, columns, records), columns
 
 
 def decode_columns(
-    pack: str, nodes: Mapping[str, Any], chunks: Mapping[str, bytes | None], label: str
+    pack: str,
+    nodes: Mapping[str, Any],
+    chunks: Mapping[str, bytes | None],
+    label: str,
+    inventory: Mapping[str, InventoryEntry] | None = None,
 ) -> tuple[int, dict[str, Any], dict[str, np.ndarray], dict[str, dict[str, Any]]]:
     """A pack's group attributes and its arrays along ``task``, checked and decoded (no row is built).
 
@@ -216,6 +253,8 @@ def decode_columns(
         nodes: The window's nodes (the pack group, its arrays).
         chunks: Component -> stored chunk of each array :func:`column_keys` names (``None``: absent).
         label: The pack as messages name it (window key included).
+        inventory: The window inventory's entries by array path below the window, each chunk checked against its
+            entry (``None``: not checked, a torn window's).
 
     Returns:
         ``(count, shared, columns, records)``: its ``taskCount``, its ``taskAttributes``, every array that is not a
@@ -223,7 +262,7 @@ def decode_columns(
 
     Raises:
         ValueError: A malformed pack (naming the document and field).
-        ColumnChunkError: An array's chunk absent, damaged or another array's.
+        ColumnChunkError: An array's chunk absent, damaged or not its place's.
     """
     group = nodes.get(pack)
     attrs = group.get("attributes") if isinstance(group, dict) and group.get("node_type") == "group" else None
@@ -249,7 +288,10 @@ def decode_columns(
         if name in records:
             continue
         rows = len(STATISTICS) if name == STATISTIC_ARRAY else count
-        columns[name] = decode_column(doc, chunks.get(name), f"{label}/{name}/zarr.json", f"{label}/{name}/c", rows)
+        listed = ... if inventory is None else inventory.get(f"{pack}/{name}")
+        columns[name] = decode_column(
+            doc, chunks.get(name), f"{label}/{name}/zarr.json", f"{label}/{name}/c", rows, listed
+        )
     _check_names(label, records, arrays, columns)
     return count, shared, columns, records
 

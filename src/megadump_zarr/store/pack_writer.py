@@ -1,13 +1,14 @@
 """Writing task-record packs: the pack's arrays along ``task``, then one backend put per record shard.
 
 A pack's per-task arrays (ids, row bounds, offsets, the ``statistic`` coordinate; see
-:mod:`megadump_zarr.store.packs`) are written first, each one raw chunk and its ``zarr.json`` recording the
-chunk's crc32c (``chunkCrc32c``). Each shard of a pack's record array then holds ``shard_rows`` records: every
+:mod:`megadump_zarr.store.packs`) are written first, each one raw chunk (its bytes, then their crc32c) and its
+``zarr.json``. Each shard of a pack's record array then holds ``shard_rows`` records: every
 inner chunk is exactly the chunk the tasks layout would have stored for that record (the record's bytes,
 encoded with the writer's codec, or raw under 256 bytes, then its crc32c), followed by the shard index. A shard
 is one job on the writer's pool and one ``put`` (the local backend writes its parts with ``writev``); the job
-that finishes a record array's last shard writes its statistics array (``{record}_stats``), then its document,
-whose ``attributes.shardCrc32c`` binds each shard to its place.
+that finishes a record array's last shard writes its statistics array (``{record}_stats``), then its document.
+What binds each chunk and shard to its place is the window inventory (:mod:`megadump_zarr.layout.inventory`),
+which the backend's observer fills as they are written.
 
 Statistics are computed for all rows of a shard at once (:func:`row_stats`), along axis 1, with the
 exact arithmetic of :class:`~megadump_zarr.store.tensor_stats.StatsAccumulator` (same casts, same reductions
@@ -40,9 +41,8 @@ from megadump_zarr.layout.packs import (
     TASK_DIM,
     stats_array,
 )
-from megadump_zarr.store.chunk_digests import DIGEST_ATTR
 from megadump_zarr.store.pack_groups import PackColumn, PackGroup, PackRecord
-from megadump_zarr.store.packs import SHARD_DIGEST_ATTR, encode_index, shard_digest, shard_rows
+from megadump_zarr.store.packs import encode_index, shard_rows
 from megadump_zarr.store.tensor_stats import SLICE_ELEMENTS, StatsAccumulator
 
 __all__ = ["row_stats", "submit_pack"]
@@ -152,11 +152,10 @@ class _Parts:
         return tuple(self.parts) if self.local else b"".join(self.parts)
 
 
-def _record_attributes(pack: PackGroup, record: PackRecord, crcs: list[int | None]) -> bytes:
-    """``{"coordinates": "task_id ...", "recordAttributes": {...}, "shardCrc32c": "..."}``: the pack's per-task
-    arrays (so plain xarray shows them along ``task``), what every row holds alike, then each shard's digest in
-    grid order (8 hex digits each; none without checksums, as the tasks layout's ``chunkCrc32c``)."""
-    head = (
+def _record_attributes(pack: PackGroup, record: PackRecord) -> bytes:
+    """``{"coordinates": "task_id ...", "recordAttributes": {...}}``: the pack's per-task arrays (so plain xarray
+    shows them along ``task``), then what every row holds alike."""
+    return (
         b"{"
         + dumps(COORDINATES_ATTR)
         + b":"
@@ -165,21 +164,14 @@ def _record_attributes(pack: PackGroup, record: PackRecord, crcs: list[int | Non
         + dumps(RECORD_ATTRIBUTES_ATTR)
         + b":"
         + dumps(record.shared)
+        + b"}"
     )
-    if any(crc is None for crc in crcs):
-        return head + b"}"
-    digests = "".join(f"{crc:08x}" for crc in crcs).encode()
-    return head + b',"' + SHARD_DIGEST_ATTR.encode() + b'":"' + digests + b'"}'
 
 
-def _column_chunk(data: np.ndarray, checksum: bool) -> tuple[bytes, bytes]:
-    """``(stored chunk, attributes JSON)`` of a pack array that is not a record: its raw bytes, then their crc32c,
-    recorded in its attributes (``chunkCrc32c``) to bind the chunk to its place."""
+def _column_chunk(data: np.ndarray, checksum: bool) -> bytes:
+    """The stored chunk of a pack array that is not a record: its raw bytes, then their crc32c (with checksums)."""
     raw = np.ascontiguousarray(data).tobytes()
-    if not checksum:
-        return raw, b"{}"
-    crc = google_crc32c.value(raw)
-    return raw + _CRC.pack(crc), b'{"' + DIGEST_ATTR.encode() + b'":"' + f"{crc:08x}".encode() + b'"}'
+    return raw + _CRC.pack(google_crc32c.value(raw)) if checksum else raw
 
 
 def _text_document(column: PackColumn, attrs_json: bytes, checksum: bool) -> bytes:
@@ -207,7 +199,7 @@ def _text_document(column: PackColumn, attrs_json: bytes, checksum: bool) -> byt
 
 def _column_items(column: PackColumn, prefix: str, checksum: bool) -> list[tuple[str, Any]]:
     """The backend items of one pack array that is not a record: its chunk, then its document."""
-    chunk, attrs_json = _column_chunk(column.data, checksum)
+    chunk, attrs_json = _column_chunk(column.data, checksum), b"{}"
     if column.data.dtype.kind == "U":
         column.document = _text_document(column, attrs_json, checksum)
     else:
@@ -262,7 +254,7 @@ def _submit_record(writer: Any, pack: PackGroup, record: PackRecord, key: str, p
     zeros = ".0" * len(record.shape)
     local = isinstance(writer.backend, LocalBackend)
     lock = threading.Lock()
-    state: dict[str, Any] = {"left": shards, "stats": [None] * shards, "crcs": [0] * shards}
+    state: dict[str, Any] = {"left": shards, "stats": [None] * shards}
 
     def run(index: int) -> None:
         start = index * per_shard
@@ -272,14 +264,12 @@ def _submit_record(writer: Any, pack: PackGroup, record: PackRecord, key: str, p
         parts = _Parts(len(rows) * (2 if checksum else 1) + 1, local)
         entries: list[tuple[int, int] | None] = []
         offset = 0
-        crcs: list[bytes] = []
         for row in rows:
             encoded = encode(row.reshape(-1).view(np.uint8), itemsize, raw)
             size = encoded.nbytes if isinstance(encoded, np.ndarray) else len(encoded)
             parts.add(encoded)
             if checksum:
-                crcs.append(_CRC.pack(google_crc32c.value(encoded)))
-                parts.add(crcs[-1])
+                parts.add(_CRC.pack(google_crc32c.value(encoded)))
                 size += 4
             entries.append((offset, size))
             offset += size
@@ -289,7 +279,6 @@ def _submit_record(writer: Any, pack: PackGroup, record: PackRecord, key: str, p
         writer.backend.put(f"{key}/c.{index}{zeros}", parts.buffers())
         with lock:
             state["stats"][index] = stats
-            state["crcs"][index] = shard_digest(b"".join(crcs), index_bytes) if checksum else None
             state["left"] -= 1
             last = state["left"] == 0
         if last:
@@ -302,7 +291,7 @@ def _submit_record(writer: Any, pack: PackGroup, record: PackRecord, key: str, p
                 record.dtype,
                 (per_shard, *record.shape),
                 NO_COMPRESSION if raw else writer.compressor,
-                _record_attributes(pack, record, state["crcs"]),
+                _record_attributes(pack, record),
                 (TASK_DIM, *record.dims),
                 checksum,
             )

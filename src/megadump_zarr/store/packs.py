@@ -12,15 +12,15 @@ signature as one **pack** ``stages/{stage}/pack_{pppp}/`` (names: :mod:`megadump
   ``{dim}_start``/``{dim}_stop`` per row coordinate (each task's rows ``[start, stop)`` in the stitched tensor);
 * per record: ``{record}`` (below), ``{record}_offset`` (int64 along ``task``: ``sourceOffsetBytes``) and
   ``{record}_stats`` (float64 ``(task, statistic)``, with the ``statistic`` coordinate naming its columns);
-* every array that is not a record is one raw chunk (``bytes`` + ``crc32c``) whose crc32c its document records
-  as ``chunkCrc32c`` (binding it to its place, as the tasks layout's arrays);
+* every array that is not a record is one raw chunk (``bytes`` + ``crc32c``);
 * ``{record}`` (``input_00_x`` ...) — shape ``(T, *record_shape)``, dims ``("task", *record_dims)``, Zarr v3
   ``sharding_indexed``: inner chunk ``(1, *record_shape)`` whose codec chain is exactly the tasks layout's
   record chunk (bytes, blosc or none, crc32c), shards of ``shard_rows`` tasks, index at the end (``(offset,
   nbytes)`` little-endian uint64 per inner chunk, then its crc32c). Attributes: ``coordinates`` (the per-task
-  arrays, so plain xarray shows them as coordinates along ``task``), ``recordAttributes`` (what every row
-  holds alike) and ``shardCrc32c`` (:data:`SHARD_DIGEST_ATTR`, with checksums only): 8 lower-case hex digits
-  per shard in grid order, :func:`shard_digest`, binding each shard to its place.
+  arrays, so plain xarray shows them as coordinates along ``task``) and ``recordAttributes`` (what every row
+  holds alike).
+
+What binds every chunk and shard to its place is the window inventory (:mod:`megadump_zarr.layout.inventory`).
 
 So a stage of 2048 tasks of two 8 KiB records is 8 shard files plus a handful of small arrays instead of
 22,528 files and directories, and every array is a plain Zarr v3 array that zarr-python and tensorstore read.
@@ -53,7 +53,6 @@ __all__ = [
     "PACK_PREFIX",
     "PACK_SHARD_BYTES",
     "PACK_STORAGE",
-    "SHARD_DIGEST_ATTR",
     "TASK_DIM",
     "RangeSource",
     "ShardSource",
@@ -64,13 +63,9 @@ __all__ = [
     "pack_name",
     "range_chunk",
     "shard_rows",
-    "shard_digest",
-    "shard_digest_of",
     "sharded_codecs",
 ]
 
-SHARD_DIGEST_ATTR = "shardCrc32c"
-"""A record array's attribute binding each shard to its place: :func:`shard_digest` of each, 8 hex digits, grid order."""
 PACK_MAX_RECORD_BYTES = 1 << 20
 """Records up to this size (and the writer's chunk size) are packed; larger ones keep an array each."""
 PACK_SHARD_BYTES = 4 << 20
@@ -129,48 +124,6 @@ def encode_index(entries: list[tuple[int, int] | None]) -> bytes:
             table[i] = entry
     raw = table.tobytes()
     return raw + _CRC.pack(google_crc32c.value(raw))
-
-
-def shard_digest(chunk_crcs: bytes, index: bytes) -> int:
-    """A shard's digest (:data:`SHARD_DIGEST_ATTR`): the crc32c of its inner chunks' stored crc32c (in index
-    order) followed by its index without the index's own crc32c.
-
-    Not the crc32c of the shard's bytes: bytes followed by their own crc32c always have the same crc32c, so a
-    run of checksummed chunks would leave only the index to tell shards apart. Each chunk's crc32c stands
-    for its bytes (``verify`` checks them), so this binds the same bytes without a second pass over them.
-
-    Args:
-        chunk_crcs: The 4 trailing bytes of each inner chunk present, in index order.
-        index: The shard index as stored (:func:`encode_index`).
-    """
-    return google_crc32c.value(chunk_crcs + index[:-4])
-
-
-def shard_digest_of(raw: bytes, count: int, key: str) -> int:
-    """:func:`shard_digest` of the stored shard ``raw`` of ``count`` inner chunks (each ending with its crc32c).
-
-    Args:
-        raw: The shard's bytes.
-        count: Inner chunks per shard.
-        key: The shard's key (for messages).
-
-    Raises:
-        ValueError: The index is damaged, an entry lies outside the shard, or a chunk fails its crc32c (named by
-            the chunk check: this digest binds intact chunks to their place).
-    """
-    size = index_nbytes(count)
-    index = raw[len(raw) - size :]
-    crcs = []
-    for entry in decode_index(index, count, key):
-        if entry is not None:
-            offset, nbytes = entry
-            if nbytes < 4 or offset + nbytes > len(raw) - size:
-                raise ValueError(f"{key}: shard index entry {entry} lies outside the shard's chunks")
-            crc = raw[offset + nbytes - 4 : offset + nbytes]
-            if _CRC.pack(google_crc32c.value(raw[offset : offset + nbytes - 4])) != crc:
-                raise ValueError(f"{key}: inner chunk {entry} fails its crc32c")
-            crcs.append(crc)
-    return shard_digest(b"".join(crcs), index)
 
 
 def decode_index(raw: bytes, count: int, key: str) -> list[tuple[int, int] | None]:

@@ -46,7 +46,6 @@ from megadump_zarr.codecs import parse_compressor
 from megadump_zarr.layout.write_model import InvocationWrite, WindowWrite
 from megadump_zarr.store.backend import Backend, LocalBackend
 from megadump_zarr.store.roots import open_backend
-from megadump_zarr.store.chunk_digests import note_chunk_digest, splice_chunk_digests
 from megadump_zarr.store.encoding import NO_COMPRESSION, RAW_BELOW_BYTES, Encoder, joined
 from megadump_zarr.store.metadata import (
     array_document_bytes,
@@ -353,10 +352,7 @@ class WindowWriter:
                 payload[: stop - start] = piece
         acc = StatsAccumulator(data.dtype).update(piece) if job.stats and stats else None
         raw = _stored_raw(job)
-        sealed = self._seal(self._encoder.encode(payload.reshape(-1).view(np.uint8), data.dtype.itemsize, raw))
-        if self.checksum:
-            note_chunk_digest(job, index, sealed)  # chunks bound to their place (store.chunk_digests)
-        return sealed, acc
+        return self._seal(self._encoder.encode(payload.reshape(-1).view(np.uint8), data.dtype.itemsize, raw)), acc
 
     def _document(self, job: ArrayJob, acc: StatsAccumulator | None, result: dict[str, Any] | None = None) -> bytes:
         """The array's ``zarr.json`` bytes, with statistics spliced into the attributes.
@@ -372,7 +368,6 @@ class WindowWriter:
                 result = (acc if acc is not None else StatsAccumulator(job.data.dtype)).result()
             sep = b"," if attrs_json != b"{}" else b""
             attrs_json = attrs_json[:-1] + sep + b'"stats":' + stats_bytes(result) + b"}"
-        attrs_json = splice_chunk_digests(job, attrs_json, self.checksum)
         plan = job.chunks
         return array_document_bytes(
             plan.shape,

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from megadump_zarr.layout.inventory import chunk_digest
+from megadump_zarr.layout.inventory import INVENTORY_FILE, chunk_digest
 from megadump_zarr.read.pack_checks import PackTable
 from megadump_zarr.read.pack_record import PackedRecord
 from megadump_zarr.verify.chunks import ChunkRead, packed_chunk_key
@@ -29,7 +29,7 @@ _SHARDS = 16  # pack shards (up to PACK_SHARD_BYTES each, uncompressed) fetched 
 
 
 def load_packs(
-    state: CheckState, store: Any, window: str, nodes: dict[str, Any]
+    state: CheckState, store: Any, window: str, nodes: dict[str, Any], kept: dict[str, Any]
 ) -> tuple[list[PackTable], dict[str, Any]] | None:
     """A packed window's packs read and checked, and its nodes that are not at or below a pack; ``None``: it holds
     no pack.
@@ -39,6 +39,7 @@ def load_packs(
         store: The dump's store.
         window: The window key.
         nodes: Its consolidated nodes as stored (path relative to the window -> document).
+        kept: Gets the window inventory's bytes, read in the packs' batch (key -> bytes), so it is read once.
 
     Raises:
         DumpIntegrityError: A malformed pack (naming its document or chunk), a task group in two packs, or one
@@ -48,22 +49,27 @@ def load_packs(
     from megadump_zarr.read.location import get_many
     from megadump_zarr.read.pack_checks import pack_tables, rest_nodes, window_packs
 
-    packs, kept = window_packs(nodes)
+    packs, rest = window_packs(nodes)
     if not packs:
         return None
     inner = below_checks(store)
-    tables = pack_tables(window, packs, _digesting(lambda keys: get_many(inner, keys), state), stored=kept)
+    tables = pack_tables(window, packs, _digesting(lambda keys: get_many(inner, keys), state, kept), stored=rest)
     return tables, rest_nodes(nodes)
 
 
-def _digesting(fetch: Callable[[list[str]], list[Any]], state: CheckState) -> Callable[[list[str]], list[Any]]:
-    """``fetch`` that also keeps each chunk's inventory digest (``state.digested``): what the pack checks read (a
-    pack's arrays along ``task``) is not read again by :func:`~megadump_zarr.verify.chunks.check_chunks`."""
+def _digesting(
+    fetch: Callable[[list[str]], list[Any]], state: CheckState, kept: dict[str, Any]
+) -> Callable[[list[str]], list[Any]]:
+    """``fetch`` that also keeps each chunk's inventory digest (``state.digested``) and the window inventory's bytes
+    (``kept``): what the pack checks read (a pack's arrays along ``task``, the inventory) is not read again by
+    :func:`~megadump_zarr.verify.chunks.check_chunks` or the inventory check."""
 
     def fetched(keys: list[str]) -> list[Any]:
         values = fetch(keys)
         for key, value in zip(keys, values):
-            if value is not None:
+            if key.rpartition("/")[2] == INVENTORY_FILE:
+                kept[key] = value
+            elif value is not None:
                 state.digested[key] = chunk_digest(value)[0]
         return values
 

@@ -117,9 +117,9 @@ def verify_window(
     if not isinstance(nodes, dict):
         state.add(doc_key, "a committed window has no consolidated metadata (consolidated_metadata.metadata)")
         return _result(state, status, deep, partial_launches)
-    stored, rest, records, tables = nodes, nodes, {}, None
+    stored, rest, records, tables, kept = nodes, nodes, {}, None, {}
     try:  # the packs as stored: their arrays along task read once and checked with the readers' rule
-        loaded = load_packs(state, store, window, nodes) if attrs.get(STORAGE_ATTR) == PACK_STORAGE else None
+        loaded = load_packs(state, store, window, nodes, kept) if attrs.get(STORAGE_ATTR) == PACK_STORAGE else None
     except DumpIntegrityError as error:  # a malformed task-record pack: the readers cannot place its rows
         state.add(error.key or doc_key, str(error))
         return _result(state, "unknown", deep, ())
@@ -127,7 +127,7 @@ def verify_window(
         tables, rest = loaded
         records = packed_records(tables)
     if not msprobe:  # first: what the inventory binds, the pack checks leave to it
-        _load_inventory(state, store, window, attrs)
+        _load_inventory(state, store, window, attrs, kept)
     check_manifest(state, store, window, doc, stored)
     good = check_node_documents(state, store, window, rest)
     if tables is not None:
@@ -145,14 +145,16 @@ def verify_window(
     return _result(state, status, deep, partial_launches)
 
 
-def _load_inventory(state: CheckState, store: Any, window: str, attrs: dict[str, Any]) -> None:
-    """Read the window inventory into ``state.inventory`` (``{}`` when it cannot be used), its problem added."""
+def _load_inventory(state: CheckState, store: Any, window: str, attrs: dict[str, Any], kept: dict[str, Any]) -> None:
+    """Read the window inventory into ``state.inventory`` (``{}`` when it cannot be used), its problem added (its bytes
+    from ``kept`` when the pack checks read them)."""
     from megadump_zarr.layout.inventory import INVENTORY_DIGEST_ATTR, INVENTORY_FILE
     from megadump_zarr.read.inventory import read_inventory
     from megadump_zarr.read.location import get_bytes
 
     key = f"{window}/{INVENTORY_FILE}"
-    state.inventory, problem = read_inventory(get_bytes(store, key), key, attrs.get(INVENTORY_DIGEST_ATTR), True)
+    raw = kept[key] if key in kept else get_bytes(store, key)
+    state.inventory, problem = read_inventory(raw, key, attrs.get(INVENTORY_DIGEST_ATTR), True)
     state.extend([] if problem is None else [problem])
 
 

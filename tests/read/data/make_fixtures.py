@@ -1,12 +1,12 @@
 """Write the stored fixture of the current format: one dump per layout of one forward step of the demo block.
 
-``tests/read/data/format9/`` holds ``l0/`` (the L0 layout: the expert kernel's tensors), ``tasks/`` (an L1 dump
+``tests/read/data/format10/`` holds ``l0/`` (the L0 layout: the expert kernel's tensors), ``tasks/`` (an L1 dump
 in the tasks layout: a Zarr group per task) and ``packs/`` (the same step in the packs layout), and
 ``SHA256SUMS`` (the sha256 of every stored file; ``tests/read/test_fixtures.py`` checks it, so the format
 cannot drift silently). Regenerate only when the format itself changes (with a new format version)::
 
-    rm -rf tests/read/data/format9
-    PYTHONPATH=src .venv/bin/python tests/read/data/make_fixtures.py tests/read/data/format9
+    rm -rf tests/read/data/format10
+    PYTHONPATH=src .venv/bin/python tests/read/data/make_fixtures.py tests/read/data/format10
 
 Only the public API and the demo block are used.
 """
