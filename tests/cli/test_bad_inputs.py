@@ -198,6 +198,7 @@ URL_COMMANDS = [
     ("watch", "{url}", "--once"),
     ("upload", "{tmp}/local", "{url}"),
     ("convert", "{tmp}/legacy", "{url}"),
+    ("migrate", "{url}"),
 ]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from megadump_zarr.cli.render import safe_text
-from megadump_zarr.cli.common import EXIT_OK, Context, add_output_flags, add_storage_options, storage_options
+from megadump_zarr.cli.common import EXIT_OK, Context, add_output_flags, add_storage_options, checked_storage_options
 
 __all__ = ["register"]
 
@@ -32,7 +32,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     """Migrate and say what was done with each window."""
     from megadump_zarr.migrate import migrate_dump
 
-    report = migrate_dump(args.path, storage_options(args))
+    report = migrate_dump(args.path, checked_storage_options(args, args.path))
     if ctx.json:
         ctx.emit_json(report.to_dict())
         return EXIT_OK
