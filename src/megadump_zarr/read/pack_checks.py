@@ -460,7 +460,7 @@ def first_row(attrs: Mapping[str, Any], shape: Any, size: int) -> int | None:
         size: Bytes per element of its stored ``data_type``.
     """
     offset = attrs.get("sourceOffsetBytes")
-    if type(offset) is not int or offset < 0:
+    if type(offset) is not int or not 0 <= offset < 2**63:
         return None
     whole, firsts = first_rows(attrs, shape, size, np.array([offset], dtype=np.int64))
     return int(firsts[0]) if whole is not None and bool(whole[0]) else None
