@@ -122,16 +122,23 @@ def write_column(window: Path, pack: str, name: str, values: Any) -> None:
     document_in_inventory(root, array)
 
 
-def expanded(window: Path, pack: str) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-    """``(virtual nodes, chunk sources)``: the task groups, record arrays and row coordinates a stored pack's rows
-    stand for, as the readers build them (``store.packs.expand_pack``).
+def packed_tasks(window: Path, packs: list[str] | None = None, strict: bool = True) -> Any:
+    """The task groups a window's stored packs stand for, as the readers find them
+    (:class:`~megadump_zarr.read.pack_record.PackedTasks` of the packs read and checked by
+    ``read.pack_checks.pack_tables``).
 
     Args:
         window: The window directory.
-        pack: The pack's path relative to it.
+        packs: The packs' paths relative to it (default: every ``pack_*`` group below it).
+        strict: A malformed pack raises (a committed window); else it is left out (a torn window's pack cut short).
     """
-    from megadump_zarr.store.packs import expand_pack
+    from megadump_zarr.read.pack_checks import pack_tables
+    from megadump_zarr.read.pack_record import PackedTasks
 
-    nodes = _nodes(window, pack)
-    rows, _ = decode_pack(pack, nodes, _chunks(window, pack, nodes), pack)
-    return expand_pack(pack, nodes, rows.tasks, rows.records)
+    if packs is None:
+        packs = sorted(d.parent.relative_to(window).as_posix() for d in window.rglob("pack_*/zarr.json"))
+
+    def fetch(keys: list[str]) -> list[bytes | None]:
+        return [(window / key).read_bytes() if (window / key).is_file() else None for key in keys]
+
+    return PackedTasks(pack_tables("", {pack: _nodes(window, pack) for pack in packs}, fetch, strict))

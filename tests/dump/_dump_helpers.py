@@ -14,13 +14,14 @@ import torch
 
 from megadump_zarr.diagnostics import LaunchContext
 from megadump_zarr.runtime import Graph, MegaKernel, OperatorNode, SplitSpec, TensorSpec, compile_runtime
-from tests._packs import expanded, stored_rows
+from tests._packs import packed_tasks
 
 
 # --------------------------------------------------------------------------- store helpers
 # The packs layout stores a stage's small task records as task-record packs; these helpers read a node path of
 # the tasks layout's view (stages/{stage}/task_.../input_00_x) from its physical document or, in a packed stage,
-# from the pack's expansion (store.packs.expand_pack: the writer's contract with the readers).
+# from the pack row that holds it, as the readers find it (read.pack_record.PackedTasks: the writer's contract
+# with the readers).
 def _stage_of(path: Path) -> Path | None:
     for stage in (path, *path.parents):
         if stage.parent.name == "stages":
@@ -28,31 +29,37 @@ def _stage_of(path: Path) -> Path | None:
     return None
 
 
-def _pack_view(path: Path) -> tuple[Path, dict[str, dict[str, Any]], dict[str, Any]] | None:
-    """``(window, virtual nodes, chunk sources)`` of the packs of the stage holding ``path``, or None."""
+def _pack_view(path: Path) -> tuple[Path, Any] | None:
+    """``(window, PackedTasks)`` of the packs of the stage holding ``path``, or None."""
     stage = _stage_of(path)
     window = next((a for a in path.parents if a.name.startswith("window_")), None)
     if stage is None or window is None:
         return None
-    virtual: dict[str, dict[str, Any]] = {}
-    sources: dict[str, Any] = {}
-    for pack in sorted(p for p in stage.glob("pack_*") if p.is_dir()):
-        more, where = expanded(window, pack.relative_to(window).as_posix())
-        virtual |= more
-        sources |= where
-    return window, virtual, sources
+    packs = sorted(p.relative_to(window).as_posix() for p in stage.glob("pack_*") if (p / "zarr.json").is_file())
+    return window, packed_tasks(window, packs, strict=False)
+
+
+def _packed(path: Path) -> tuple[Path, Any, Any] | None:
+    """``(window, task attributes or None, packed member or None)`` of ``path`` in its stage's packs, or None."""
+    view = _pack_view(path)
+    if view is None:
+        return None
+    window, tasks = view
+    rel = path.relative_to(window).as_posix()
+    return window, tasks.task_attributes(rel), tasks.find(rel)
 
 
 def view_doc(path: str | Path) -> dict[str, Any]:
-    """The document of the node at ``path`` in the schema-6 view (physical, or expanded from its pack)."""
+    """The document of the node at ``path`` in the schema-6 view (physical, or described from its pack row)."""
     path = Path(path)
     if (path / "zarr.json").is_file():
         return read_json(path / "zarr.json")
-    view = _pack_view(path)
-    doc = None if view is None else view[1].get(path.relative_to(view[0]).as_posix())
-    if doc is None:
-        raise FileNotFoundError(f"no node at {path} (nor in a pack of its stage)")
-    return doc
+    found = _packed(path)
+    if found is not None and found[1] is not None:
+        return {"node_type": "group", "attributes": found[1]}
+    if found is not None and found[2] is not None:
+        return found[2].doc
+    raise FileNotFoundError(f"no node at {path} (nor in a pack of its stage)")
 
 
 def read_json(path: str | Path) -> dict[str, Any]:
@@ -74,12 +81,14 @@ def pack_row(path: str | Path) -> tuple[Path, int]:
     stage = _stage_of(path)
     assert stage is not None, path
     task = path if path.parent == stage else next(a for a in path.parents if a.parent == stage)
-    for pack in sorted(p for p in stage.glob("pack_*") if p.is_dir()):
-        window = next(a for a in pack.parents if a.name.startswith("window_"))
-        tasks = stored_rows(window, pack.relative_to(window).as_posix())[0]
-        for row, entry in enumerate(tasks):
-            if entry["group"] == task.name:
-                return pack, row
+    view = _pack_view(task)
+    assert view is not None, path
+    window, tasks = view
+    group = task.relative_to(window).as_posix()
+    for name in tasks.members(group):
+        member = tasks.find(f"{group}/{name}")
+        if hasattr(member, "row"):
+            return window / member.array.rpartition("/")[0], member.row
     raise FileNotFoundError(f"task group {task} is in no pack of {stage}")
 
 
@@ -90,13 +99,13 @@ def read_array(path: str | Path) -> np.ndarray:
     path = Path(path)
     if (path / "zarr.json").is_file():
         return zarr.open_array(str(path), mode="r")[...]
-    doc = view_doc(path)
-    if path.parent.parent == _stage_of(path) and path.name in doc.get("dimension_names", ()) and len(doc["shape"]) == 1:
-        window, _, sources = _pack_view(path)  # a row coordinate: arange(start, stop)
-        source = sources.get(f"{path.relative_to(window).as_posix()}/c.0")
-        return np.arange(source.start, source.stop, dtype=np.int64) if source else np.zeros(0, np.int64)
-    pack, row = pack_row(path)
-    return zarr.open_array(str(pack / path.name), mode="r")[row]
+    found = _packed(path)
+    member = None if found is None else found[2]
+    if member is None:
+        raise FileNotFoundError(f"no array at {path} (nor in a pack of its stage)")
+    if not hasattr(member, "row"):  # a row coordinate: arange(start, stop)
+        return np.arange(member.start, member.stop, dtype=np.int64)
+    return zarr.open_array(str(found[0] / member.array), mode="r")[member.row]
 
 
 def open_task(task: str | Path) -> Any:
@@ -115,19 +124,21 @@ def view_children(group: str | Path) -> tuple[list[str], list[str]]:
     """(groups, arrays) directly below ``group`` in the schema-6 view (packs replaced by their task groups)."""
     group = Path(group)
     direct = {
-        p.name: read_json(p / "zarr.json")
+        p.name: read_json(p / "zarr.json")["node_type"]
         for p in (group.iterdir() if group.is_dir() else ())
         if (p / "zarr.json").is_file() and not p.name.startswith("pack_")
     }
     view = _pack_view(group / "x") if group.parent.name == "stages" else _pack_view(group)
     if view is not None:
-        prefix = group.relative_to(view[0]).as_posix() + "/"
-        direct |= {
-            k[len(prefix) :]: v for k, v in view[1].items() if k.startswith(prefix) and "/" not in k[len(prefix) :]
-        }
+        window, tasks = view
+        rel = group.relative_to(window).as_posix()
+        if rel in tasks.groups():
+            direct |= {name: "array" for name in tasks.members(rel)}
+        else:
+            direct |= {g.rpartition("/")[2]: "group" for g in tasks.groups() if g.rpartition("/")[0] == rel}
     return (
-        sorted(k for k, v in direct.items() if v["node_type"] == "group"),
-        sorted(k for k, v in direct.items() if v["node_type"] == "array"),
+        sorted(k for k, v in direct.items() if v == "group"),
+        sorted(k for k, v in direct.items() if v == "array"),
     )
 
 

@@ -3,6 +3,7 @@ one block of rows per record array, the same table, value for value, as the task
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 import shutil
 import tempfile
@@ -44,6 +45,24 @@ def _expanded_records(root: Path) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+def _no_per_task_tree() -> None:
+    """Nothing can describe a packed window as task groups, records and row coordinates: the per-task tree
+    (``read/pack_nodes.py``, ``pack_rows.expand_window``, ``store.packs.expand_pack``) is gone."""
+    import megadump_zarr.read.pack_rows as pack_rows
+    import megadump_zarr.store.packs as packs
+
+    assert importlib.util.find_spec("megadump_zarr.read.pack_nodes") is None
+    assert not [name for name in ("expand_window", "expand_torn", "replace_packs") if hasattr(pack_rows, name)]
+    assert not [name for name in ("expand_pack", "RangeSource", "range_chunk") if hasattr(packs, name)]
+    assert not [
+        name for name in ("virtual", "sources", "array", "shard_chunks") if hasattr(pack_rows.PackedWindow, name)
+    ]
+
+
+def test_the_per_task_tree_of_a_packed_window_is_gone():
+    _no_per_task_tree()
+
+
 @pytest.mark.parametrize("which", ["written", "fixture"])
 def test_records_from_the_packs_arrays_equal_the_task_groups_they_stand_for(packed, which):
     root = packed if which == "written" else FIXTURE
@@ -52,14 +71,10 @@ def test_records_from_the_packs_arrays_equal_the_task_groups_they_stand_for(pack
     pd.testing.assert_frame_equal(records, _expanded_records(root))  # exact: one dump, two routes
 
 
-def test_records_of_a_packed_window_build_no_task_group(packed, monkeypatch):
+def test_records_of_a_packed_window_build_no_task_group(packed):
     """``records()`` reads the packs' arrays, never a document per task group or record."""
 
-    def refuse(*args, **kwargs):
-        raise AssertionError("the packs were expanded into task groups")
-
-    monkeypatch.setattr("megadump_zarr.read.pack_rows.expand_window", refuse)
-    monkeypatch.setattr("megadump_zarr.read.pack_nodes.expand_pack", refuse)
+    _no_per_task_tree()
     records = open_dump(packed).records()
     assert len(records) == 16 and records["pack_array"].notna().sum() == 15
     assert (records.loc[records["pack_array"].notna(), "pack_row"] >= 0).all()
@@ -104,7 +119,7 @@ def _same(got, want) -> None:
     assert np.asarray(got.values).tobytes() == np.asarray(want.values).tobytes()  # exact: stored bytes
 
 
-def test_a_packed_record_opens_from_its_row_without_the_window_described_as_task_groups(packed, monkeypatch):
+def test_a_packed_record_opens_from_its_row_without_the_window_described_as_task_groups(packed):
     """``record_array`` and ``tensor`` of packed records read ``(pack array, row)`` with what their pack's arrays
     along ``task`` give for that row: the same values, attributes, dimensions and row coordinates as the task
     groups the rows stand for, and no task group is described for it."""
@@ -115,11 +130,7 @@ def test_a_packed_record_opens_from_its_row_without_the_window_described_as_task
     want = {path: expected.record_array(path) for path in paths}
     want_x = expected.tensor("x", stage="up", io="input")
 
-    def refuse(*args, **kwargs):
-        raise AssertionError("the packs were expanded into task groups")
-
-    monkeypatch.setattr("megadump_zarr.read.pack_rows.replace_packs", refuse)
-    monkeypatch.setattr("megadump_zarr.read.pack_nodes.expand_pack", refuse)
+    _no_per_task_tree()
     dump = open_dump(packed)
     records = dump.records().set_index("path")
     for path in paths:

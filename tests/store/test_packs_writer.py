@@ -2,9 +2,9 @@
 
 The promises held here: a pack's documents are zarr-python's own; zarr-python, tensorstore and plain
 ``xr.open_zarr`` read every pack array bit-exactly, the per-task values as coordinates along ``task``;
-statistics equal the accumulator's; and the task groups a pack's rows stand for (``expand_pack``) are, node for
-node and chunk byte for chunk byte, what the tasks layout's writer (``WindowWriter(pack=False)``) stores for the
-same invocation.
+statistics equal the accumulator's; and the task groups a pack's rows stand for, as the readers find them
+(``read.pack_record.PackedTasks``), are, node for node and chunk byte for chunk byte, what the tasks layout's
+writer (``WindowWriter(pack=False)``) stores for the same invocation.
 """
 
 from __future__ import annotations
@@ -20,21 +20,21 @@ from hypothesis.extra import numpy as hnp
 import ml_dtypes
 import numpy as np
 import pytest
+import zarr
 
 from megadump_zarr.layout.write_model import ArrayWrite, GroupWrite, InvocationWrite, WindowWrite
+from megadump_zarr.read.pack_record import PackedCoordinate, PackedRecord
 from megadump_zarr.store.pack_writer import row_stats
 from megadump_zarr.store.packs import (
     PACK_MAX_RECORD_BYTES,
     PACK_SHARD_BYTES,
-    RangeSource,
     ShardSource,
     decode_index,
     index_nbytes,
-    range_chunk,
 )
 from megadump_zarr.store.tensor_stats import SLICE_ELEMENTS, StatsAccumulator
 from megadump_zarr.store.writer import WindowWriter
-from tests._packs import expanded, stored_columns, stored_rows
+from tests._packs import packed_tasks, stored_columns, stored_rows
 
 INV = "invocation_000000_forward"
 
@@ -318,51 +318,40 @@ def _shard_chunk(window: Path, source: ShardSource) -> bytes:
     return shard[entry[0] : entry[0] + entry[1]]
 
 
-def test_expand_pack_is_the_tasks_writers_view(windows):
+def test_packed_tasks_are_the_tasks_writers_view(windows):
+    """Every task group a pack's rows stand for, as the readers find it (``PackedTasks``), is the tasks layout's: the
+    same groups and members, the same attributes, each record's document as the tasks writer stores it and its
+    pack row's inner chunk byte for byte the tasks layout's chunk, each row coordinate the stored values."""
     packed, plain = windows
-    nodes = _documents(packed)
     wanted = _documents(plain)
-    view: dict[str, dict] = {path: doc for path, doc in nodes.items() if "/pack_" not in path}
+    tasks = packed_tasks(packed)
+    view = {path for path in _documents(packed) if not any(part.startswith("pack_") for part in path.split("/"))}
     chunks = 0
-    for pack in sorted(p for p, d in nodes.items() if p.rpartition("/")[2].startswith("pack_")):
-        virtual, sources = expanded(packed, pack)
-        view |= virtual
-        for key, source in sources.items():
-            stored = (plain / key).read_bytes()
-            if isinstance(source, ShardSource):
-                assert _shard_chunk(packed, source) == stored, key
-                chunks += 1
-            else:
-                assert isinstance(source, RangeSource)
-                values = np.arange(source.start, source.stop, dtype=np.int64)
-                if source.stop - source.start < 32:
-                    assert range_chunk(source) == stored, key
-                else:  # schema 6 compressed coordinates of 32 rows or more; the readers compute them
-                    import zarr
-
-                    assert zarr.open_array(str(plain / key.rpartition("/")[0]))[...].tolist() == values.tolist()
+    for group in tasks.groups():
+        view.add(group)
+        assert wanted[group]["node_type"] == "group", group
+        assert tasks.task_attributes(group) == wanted[group]["attributes"], group
+        for name in tasks.members(group):
+            rel = f"{group}/{name}"
+            view.add(rel)
+            member, expected = tasks.find(rel), wanted[rel]
+            doc = member.doc
+            if isinstance(member, PackedCoordinate):  # computed by the readers, whatever the tasks writer's codecs
+                assert doc == {k: expected[k] for k in doc}, rel
+                stored = zarr.open_array(str(plain / rel), mode="r")[...].tolist()
+                assert list(range(member.start, member.stop)) == stored, rel
+                continue
+            assert isinstance(member, PackedRecord), rel
+            assert doc == {k: expected[k] for k in doc}, rel  # codecs, chunk grid, fill value, attributes included
+            assert set(expected) - set(doc) <= {"zarr_format", "chunk_key_encoding", "storage_transformers"}, rel
+            key = f"{rel}/c{'.0' * len(member.shape)}"
+            assert _shard_chunk(packed, member.source()) == (plain / key).read_bytes(), key
+            chunks += 1
     assert chunks == 5 * 2 + 2 * 3 + 3
     assert sorted(view) == sorted(wanted)
-    differ = set()
-    for path, doc in view.items():
-        expected = wanted[path]
-        if expected["node_type"] == "group" and "consolidated_metadata" in expected and path not in nodes:
-            # a virtual task group comes without consolidated metadata (the reader's store adds it)
-            assert doc == {k: v for k, v in expected.items() if k != "consolidated_metadata"}, path
-            continue
-        if doc != expected:
-            differ.add(path)
-            assert doc["attributes"] == {} and doc["dimension_names"] == [path.rpartition("/")[2]]
-            assert {k: v for k, v in doc.items() if k != "codecs"} == {
-                k: v for k, v in expected.items() if k != "codecs"
-            }
-            assert doc["codecs"] == [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]
-            assert [c["name"] for c in expected["codecs"]] == ["bytes", "blosc", "crc32c"]
-    # only the 40-row coordinates of stage up's first pack
-    assert differ == {f"{INV}/{_task('up', t)}/token" for t in range(5)}
 
 
-def test_torn_window_keeps_pack_arrays_readable(tmp_path):
+def test_torn_window_keeps_pack_arrays_readable(tmp_path, windows):
     writer = WindowWriter(tmp_path, durable=False, pack=True)
     session = writer.begin(0, 0, {"level": "L1"})
     session.write_invocation(mixed_invocation())
@@ -373,8 +362,12 @@ def test_torn_window_keeps_pack_arrays_readable(tmp_path):
     for name in ("task_id", "owner_id", "core_id", "input_00_x", "output_00_y", "input_00_x_stats"):
         assert (pack / name / "zarr.json").is_file()
     window = tmp_path / "rank_0" / "window_0000"
-    virtual, _ = expanded(window, f"{INV}/stages/up/pack_0000")
-    assert f"{INV}/{_task('up', 4)}/output_00_y" in virtual
+    rel = f"{INV}/{_task('up', 4)}/output_00_y"
+    member = packed_tasks(window, [f"{INV}/stages/up/pack_0000"], strict=False).find(rel)
+    assert isinstance(member, PackedRecord)
+    row = zarr.open_array(str(window / member.array), mode="r")[member.row]
+    expected = zarr.open_array(str(windows[1] / rel), mode="r")[...]
+    assert row.tobytes() == expected.tobytes()  # exact: stored bytes
 
 
 def test_pack_false_writes_task_groups(windows):

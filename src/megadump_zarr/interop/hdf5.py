@@ -391,7 +391,7 @@ def _hierarchy(group: Any) -> tuple[dict[str, dict[str, Any]], dict[str, list[tu
             parent, _, name = path.rpartition("/")
             arrays.setdefault(parent, []).append((name, zarr.Array.from_dict(group.store_path / path, doc)))
     tasks = PackedTasks(tables)
-    packed = PackedWindow(group.path, committed, {}, {}, {})  # one shard index read per shard
+    packed = PackedWindow(group.path, committed)  # one shard index read per shard
     for task_group in tasks.groups():
         found[task_group] = tasks.task_attributes(task_group) or {}
         for name in tasks.members(task_group):

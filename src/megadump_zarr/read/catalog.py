@@ -151,7 +151,7 @@ class _PackedWindowInfo(WindowInfo):
         """
         self.tables, self.stored = tables, stored
         self._tasks = PackedTasks(tables)
-        self.packs = PackedWindow(self.key, self.final, {}, {}, {})  # each row opened with its pack's document
+        self.packs = PackedWindow(self.key, self.final)  # each row opened with its pack's document
 
     @property
     def tasks(self) -> PackedTasks | None:

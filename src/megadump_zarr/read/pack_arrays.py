@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 from zarr.abc.store import Store
 
+from megadump_zarr.store.packs import ShardSource
+
 __all__ = ["RangeArray", "RowArray", "is_packed_array"]
 
 
@@ -33,8 +35,8 @@ class RowArray:
         row: The record's row in it.
         key: The record's path (relative to the root), for messages.
         shape: The record's shape.
-        root: The dump root, for messages.
-        source: Where its chunk is in the pack array's shards, when ``packs`` does not already know
+        root: The dump root, for messages (``""``: none).
+        source: Where its chunk is in the pack array's shards
             (:meth:`~megadump_zarr.read.pack_record.PackedRecord.source`).
     """
 
@@ -47,18 +49,16 @@ class RowArray:
         row: int,
         key: str,
         shape: tuple[int, ...],
-        root: str = "",
-        source: Any = None,
+        root: str,
+        source: ShardSource,
     ) -> None:
         self.packs, self.store, self.array_key, self.doc = packs, store, array, doc
-        self.row, self.key, self.root = row, key, root
+        self.row, self.key, self.root, self.source = row, key, root, source
         self.pack = packs.open_pack(store, array, doc)
         self.shape, self.ndim, self.dtype = shape, len(shape), self.pack.dtype
         self.chunks = shape if all(shape) else tuple(max(1, s) for s in shape)
         self.chunk_key = f"{key}/c{'.0' * len(shape)}"
         self._rel = self.chunk_key[len(packs.window) + 1 :] if packs.window else self.chunk_key
-        if source is not None:
-            packs.sources.setdefault(self._rel, source)
         self._checked = False
         self._reader: Any = False  # the fast path's reader of the row (read.chunks.ChunkReader), once made
 
@@ -91,7 +91,7 @@ class RowArray:
         """``(shard key, offset, nbytes)`` of the row's inner chunk, index checked (``None``: absent, torn); its
         shard is checked whole against the window inventory first (rows are read by byte range, which the
         inventory cannot bind; the integrity store checks each shard once)."""
-        located = self.packs.locate(self.store, self._rel, self._where)
+        located = self.packs.locate(self.store, self._rel, self.source, self._where)
         if located is not None:
             from megadump_zarr.read.errors import DumpIntegrityError
             from megadump_zarr.read.integrity import IntegrityStore
@@ -107,7 +107,7 @@ class RowArray:
     def inner_chunk(self) -> bytes | None:
         """The row's stored inner chunk (the record's chunk, checksum included), index checked."""
         self.locate()
-        return self.packs.read_chunk(self.store, self._rel, self._where)
+        return self.packs.read_chunk(self.store, self._rel, self.source, self._where)
 
     def __getitem__(self, selection: Any) -> Any:
         if not isinstance(selection, tuple):
@@ -151,7 +151,7 @@ class RowArray:
         inner = (self.doc.get("codecs") or [{}])[0].get("configuration") or {}
         if not has_crc32c({"codecs": inner.get("codecs")}):
             return
-        data = self.packs.read_chunk(self.store, self._rel, self._where)
+        data = self.packs.read_chunk(self.store, self._rel, self.source, self._where)
         if data is not None:
             verify_crc32c(self.chunk_key, np.frombuffer(data, dtype=np.uint8), self._where)
 

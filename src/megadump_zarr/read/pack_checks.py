@@ -124,7 +124,7 @@ def window_column_keys(window: str, doc: Any) -> list[str]:
     return batch_keys(window, packs) if packs else []
 
 
-class _Expansion(ValueError):
+class _NotOneRecordPerRow(ValueError):
     """A record array that cannot hold one record per row (named by its pack's task id array)."""
 
 
@@ -210,7 +210,7 @@ def pack_tables(
         try:
             count, shared, columns, records = decode_columns(pack, packs[pack], chunks, label, inventory)
             groups = check_pack(label, count, shared, columns, records)
-        except _Expansion as error:
+        except _NotOneRecordPerRow as error:
             if not strict:
                 continue
             raise DumpIntegrityError(f"malformed task-record pack: {error}", key=f"{label}/{TASK_ARRAY}") from None
@@ -230,14 +230,15 @@ def pack_tables(
         seen.update(paths)
         tables.append(PackTable(pack, count, shared, columns, records, groups))
     if stored is not None and {"/".join(path.split("/")[:4]) for path in stored} & seen:
-        clash = next(path for path in _virtual_paths(tables) if path in stored)
+        clash = next(path for path in _packed_paths(tables) if path in stored)
         where = f"{window}/{clash}" if window else clash
         raise DumpIntegrityError(f"{where} is both stored and in a task-record pack", key=where)
     return tables
 
 
-def _virtual_paths(tables: list[PackTable]) -> Iterator[str]:
-    """The paths of the task groups, row coordinates and records the packs stand for, in the expansion's order."""
+def _packed_paths(tables: list[PackTable]) -> Iterator[str]:
+    """The paths of the task groups, row coordinates and records the packs stand for: each pack's groups with their
+    row coordinates, then its records row by row."""
     for table in tables:
         stage = table.pack.rpartition("/")[0]
         dims = row_dims(table.records, table.columns)
@@ -376,7 +377,7 @@ def _check_sharded(where: str, doc: dict[str, Any], count: int) -> None:
     """A record array's document is ``count`` rows of one record each, sharded, the index at the end."""
     shape = doc.get("shape")
     if not isinstance(shape, list) or len(shape) < 2 or shape[0] != count:
-        raise _Expansion(f"{where}: shape {shape!r} must be [{count}, *record_shape]")
+        raise _NotOneRecordPerRow(f"{where}: shape {shape!r} must be [{count}, *record_shape]")
     try:
         (sharding,) = doc.get("codecs")
         config = sharding["configuration"]
@@ -384,14 +385,16 @@ def _check_sharded(where: str, doc: dict[str, Any], count: int) -> None:
         inner, shard = list(config["chunk_shape"]), list(doc["chunk_grid"]["configuration"]["chunk_shape"])
         list(config["codecs"])
     except (TypeError, ValueError, KeyError, AssertionError):
-        raise _Expansion(
+        raise _NotOneRecordPerRow(
             f"{where}: a pack record array must have one sharding_indexed codec (index at the end)"
         ) from None
     record = shape[1:]
     if inner != [1, *record] or len(shard) != len(shape) or shard[1:] != record:
-        raise _Expansion(f"{where}: inner chunk {inner!r} / shard {shard!r} do not hold one record of {record!r}")
+        raise _NotOneRecordPerRow(
+            f"{where}: inner chunk {inner!r} / shard {shard!r} do not hold one record of {record!r}"
+        )
     if not isinstance(shard[0], int) or shard[0] < 1:
-        raise _Expansion(f"{where}: shard shape {shard!r} has no rows")
+        raise _NotOneRecordPerRow(f"{where}: shard shape {shard!r} has no rows")
 
 
 def _check_coordinates(
@@ -487,7 +490,7 @@ def first_row(attrs: Mapping[str, Any], shape: Any, size: int) -> int | None:
         size: Bytes per element of its stored ``data_type``.
     """
     offset = attrs.get("sourceOffsetBytes")
-    if type(offset) is not int or offset < 0:
+    if type(offset) is not int or not 0 <= offset < 2**63:
         return None
     whole, firsts = first_rows(attrs, shape, size, np.array([offset], dtype=np.int64))
     return int(firsts[0]) if whole is not None and bool(whole[0]) else None

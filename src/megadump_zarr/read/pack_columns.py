@@ -4,9 +4,9 @@ A pack (:mod:`megadump_zarr.store.packs`, names in :mod:`megadump_zarr.layout.pa
 holds for its task as ordinary arrays along ``task`` (ids, row bounds, offsets, statistics), each one raw chunk
 whose digest its window's inventory lists (:mod:`megadump_zarr.layout.inventory`), and what its tasks hold alike
 once, as attributes. :func:`column_keys` names the chunks to read (one batch per window, with the window's
-inventory), :func:`decode_pack` checks and decodes them
-with whole-column numpy reads and gives each row's task entry and record attributes, which
-:func:`~megadump_zarr.store.packs.expand_pack` turns into the task groups the rows stand for.
+inventory), :func:`decode_pack` checks and decodes them with whole-column numpy reads and gives each row's task
+entry and record attributes, from which :mod:`megadump_zarr.read.pack_record` finds the task groups the rows
+stand for.
 
 Every bound is checked before anything is allocated: each array's shape against the pack's ``taskCount`` and
 ``task_id``, each chunk's length against its shape; a chunk that is absent, damaged or not the one the window

@@ -5,8 +5,9 @@ sharded arrays with one row per task, one inner chunk per row. Readers find a pa
 checked arrays along ``task`` (:mod:`megadump_zarr.read.pack_record`) and open it as
 :class:`~megadump_zarr.read.pack_arrays.RowArray`, row ``r`` of the stored pack array (what
 ``zarr.open_array(pack)[r]`` reads: the fast path reads the same inner chunk with one ranged read, zarr's own
-sharding codec is the fallback); :class:`PackedWindow` reads a window's rows. (:func:`expand_window`, the packs
-described as per-task nodes with the source of every chunk, is what ``verify`` still checks a packed window by.)
+sharding codec is the fallback); :class:`PackedWindow` reads a window's rows, each found by its
+:class:`~megadump_zarr.store.packs.ShardSource` (inner chunk ``slot`` of a shard), and :func:`split_shard` takes
+the rows of one shard from its whole bytes (what ``verify`` reads a shard by).
 
 Never silent zeros: zarr reads an absent inner chunk as the fill value, so before a row of a committed window
 is read its shard's index is checked (one suffix read per shard, kept): a missing shard, a shard index whose
@@ -17,7 +18,6 @@ whose crc32c fails is named with both checksums, as a tasks-layout chunk is.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 import threading
 from typing import Any
@@ -26,11 +26,9 @@ from zarr.abc.store import RangeByteRequest, Store, SuffixByteRequest
 
 from megadump_zarr.read.errors import DumpIntegrityError
 from megadump_zarr.read.integrity import below_checks
-from megadump_zarr.read.pack_nodes import replace_packs, stored_pack_nodes
-from megadump_zarr.read.pack_checks import Fetch, PackTable
-from megadump_zarr.store.packs import RangeSource, ShardSource, decode_index, index_nbytes
+from megadump_zarr.store.packs import ShardSource, decode_index, index_nbytes
 
-__all__ = ["PackedWindow", "expand_window", "sized_store", "split_shard"]
+__all__ = ["PackedWindow", "sized_store", "split_shard"]
 
 _Index = tuple[list[tuple[int, int] | None], int | None]
 
@@ -142,13 +140,6 @@ def sized_store(store: Store) -> Store | None:
     return inner if type(inner).getsize is not Store.getsize else None
 
 
-def _pack_row(source: ShardSource) -> tuple[str, int]:
-    """``(pack array path, row)`` of a record chunk's inner chunk (one row per inner chunk; shard ``c.{i}.0...``
-    holds rows ``i * count`` onwards), the path relative to the window."""
-    array, _, chunk = source.shard.rpartition("/")
-    return array, int(chunk.split(".")[1]) * source.count + source.slot
-
-
 @dataclass
 class PackedWindow:
     """Reads a window's packed records by row: each row's shard index checked first (kept per shard).
@@ -156,18 +147,10 @@ class PackedWindow:
     Args:
         window: The window key (``rank_0/window_0000``; ``""`` when the store's root is the window).
         final: The window is committed: an absent inner chunk is damage, not a row still being written.
-        sources: Record chunk key, relative to the window -> where its bytes are (filled as rows are opened;
-            :func:`expand_window` gives every one, and row coordinates' too).
-        packs: Stored pack array path relative to the window -> its stored document.
-        virtual: The packs' task groups, record arrays and row coordinates (path relative to the window;
-            :func:`expand_window`'s, else empty).
     """
 
     window: str
     final: bool
-    sources: dict[str, ShardSource | RangeSource]
-    packs: dict[str, dict[str, Any]]
-    virtual: dict[str, dict[str, Any]]
     _indexes: dict[str, _Index] = field(default_factory=dict, repr=False)
     _opened: dict[str, tuple[Store, Any]] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -195,46 +178,6 @@ class PackedWindow:
         zarray = open_array_checked(store, array, doc)
         self._opened[array] = (store, zarray)
         return zarray
-
-    def shard_chunks(self) -> dict[str, list[tuple[str, ShardSource]]]:
-        """Shard key -> ``(record chunk key, source)`` of each inner chunk it holds, keys relative to the root."""
-        found: dict[str, list[tuple[str, ShardSource]]] = {}
-        for rel, source in self.sources.items():
-            if isinstance(source, ShardSource):
-                found.setdefault(self._key(source.shard), []).append((self._key(rel), source))
-        return found
-
-    def array(self, store: Store, rel: str, doc: dict[str, Any], root: str = "") -> Any:
-        """The stored form of node ``rel`` (relative to the window) of :func:`expand_window`'s ``virtual`` nodes
-        when it is a packed record (a :class:`~megadump_zarr.read.pack_arrays.RowArray`) or a row coordinate (a
-        :class:`~megadump_zarr.read.pack_arrays.RangeArray`); ``None`` for a stored array (what ``verify`` reads a
-        packed window's nodes by).
-
-        Args:
-            store: The dump's store.
-            rel: The node's path relative to the window.
-            doc: Its document (the catalogue's).
-            root: The dump root, for messages.
-
-        Raises:
-            DumpIntegrityError: A packed node the expansion gave no place (none does; never a silent fill).
-        """
-        from megadump_zarr.read.pack_arrays import RangeArray, RowArray
-
-        if rel not in self.virtual:
-            return None
-        zeros = ".0" * len(doc.get("shape") or [])
-        source = self.sources.get(f"{rel}/c{zeros}")
-        shape = tuple(int(s) for s in doc.get("shape") or ())
-        if isinstance(source, ShardSource):
-            array, row = _pack_row(source)
-            return RowArray(self, store, self._key(array), self.packs[array], row, self._key(rel), shape, root)
-        if source is None and (not shape or 0 in shape):
-            return RangeArray(0, 0)
-        if isinstance(source, RangeSource):
-            return RangeArray(source.start, source.stop)
-        key = self._key(rel)  # a pack's node with no stored place: never read as fill values from a virtual key
-        raise DumpIntegrityError(f"{key}: a packed node with no place in its pack (shape {list(shape)})", key=key)
 
     # ------------------------------------------------------------------ the shard index check
     def index(self, store: Store, shard: str, count: int, key: str) -> _Index | None:
@@ -277,20 +220,19 @@ class PackedWindow:
             self._indexes[shard] = found
         return found
 
-    def locate(self, store: Store, rel: str, where: str = "") -> tuple[str, int, int] | None:
+    def locate(self, store: Store, rel: str, source: ShardSource, where: str = "") -> tuple[str, int, int] | None:
         """``(shard key, offset, nbytes)`` of record chunk ``rel`` (relative to the window), its shard index
         checked; ``None``: absent from a torn window.
 
         Args:
             store: The dump's store.
             rel: The record chunk's key relative to the window (``.../task_000001/output_00_y/c.0.0``).
+            source: Where it is: an inner chunk of a shard of its pack array.
             where: `` in ROOT`` for messages.
 
         Raises:
             DumpIntegrityError: See the module docstring.
         """
-        source = self.sources[rel]
-        assert isinstance(source, ShardSource)
         key, shard = self._key(rel), self._key(source.shard)
         found = self.index(store, shard, source.count, key)
         if found is None:
@@ -311,28 +253,26 @@ class PackedWindow:
             record: The record (:class:`~megadump_zarr.read.pack_record.PackedRecord`).
         """
         rel = f"{record.path}/c{'.0' * len(record.shape)}"
-        self.sources.setdefault(rel, record.source())
-        return self.read_chunk(store, rel)
+        return self.read_chunk(store, rel, record.source())
 
-    def read_chunk(self, store: Store, rel: str, where: str = "") -> bytes | None:
+    def read_chunk(self, store: Store, rel: str, source: ShardSource, where: str = "") -> bytes | None:
         """The stored bytes of record chunk ``rel`` (its inner chunk, checksum included): one ranged read after
         the index check; ``None``: absent from a torn window.
 
         Args:
             store: The dump's store.
             rel: The record chunk's key relative to the window.
+            source: Where it is: an inner chunk of a shard of its pack array.
             where: `` in ROOT`` for messages.
         """
         from zarr.core.buffer import default_buffer_prototype
         from zarr.core.sync import sync
 
-        found = self.locate(store, rel, where)
+        found = self.locate(store, rel, source, where)
         if found is None:
             return None
         shard, offset, nbytes = found
         value = sync(store.get(shard, default_buffer_prototype(), RangeByteRequest(offset, offset + nbytes)))
-        source = self.sources[rel]
-        assert isinstance(source, ShardSource)
         if value is None:
             if self.final:
                 raise DumpIntegrityError(
@@ -343,29 +283,3 @@ class PackedWindow:
         if len(data) != nbytes:
             raise _short_read(shard, source, (offset, nbytes), len(data), self._key(rel))
         return data
-
-
-def expand_window(
-    key: str, nodes: Mapping[str, Any], fetch: Fetch, final: bool = True, tables: list[PackTable] | None = None
-) -> tuple[dict[str, Any], PackedWindow] | None:
-    """A committed window's consolidated nodes with every pack replaced by its task groups, record arrays and
-    row coordinates, and where those are stored; ``None`` when the window holds no pack.
-
-    Args:
-        key: The window key.
-        nodes: Its consolidated nodes (path relative to the window -> document).
-        fetch: Reads keys relative to the root (its packs' arrays along ``task``).
-        final: The window is committed.
-        tables: Its packs already read and checked (:func:`~megadump_zarr.read.pack_checks.pack_tables`).
-
-    Raises:
-        DumpIntegrityError: A malformed pack (naming its document and field), or a task group both stored
-            and packed.
-    """
-    stored = stored_pack_nodes(dict(nodes))
-    replaced = replace_packs(dict(nodes), key, strict=True, fetch=fetch, tables=tables)
-    if replaced is None:
-        return None
-    metadata, virtual, sources = replaced
-    packs = {path: doc for path, doc in stored.items() if isinstance(doc, dict) and doc.get("node_type") == "array"}
-    return metadata, PackedWindow(key, final, sources, packs, virtual)

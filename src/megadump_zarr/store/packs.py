@@ -1,4 +1,4 @@
-"""Task-record packs: the shards of a pack's record arrays, and the task groups a pack's rows stand for.
+"""Task-record packs: the shards of a pack's record arrays (their codecs, index and digest), and where a row is.
 
 The tasks layout gives every L1 task a group, every record an array and every row coordinate an array: 11
 file-system operations for a task of two records, the whole cost of a window of small tiles. The packs layout
@@ -25,17 +25,14 @@ What binds every chunk and shard to its place is the window inventory (:mod:`meg
 So a stage of 2048 tasks of two 8 KiB records is 8 shard files plus a handful of small arrays instead of
 22,528 files and directories, and every array is a plain Zarr v3 array that zarr-python and tensorstore read.
 
-Readers describe a pack's rows as the task groups they stand for: :func:`expand_pack` turns a pack's documents
-and its decoded per-task values (``read.pack_columns``) into task groups, record arrays and row coordinates,
-and tells where each record's chunk is (an inner chunk of a shard, byte for byte the tasks layout's chunk,
-checksum included; or a row-index range).
+Readers find a packed record at its row (``read.pack_record``): :class:`ShardSource` names the inner chunk of a
+shard that holds it (byte for byte the tasks layout's chunk, checksum included), read after :func:`decode_index`
+of its shard's index.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-import functools
 import struct
 from typing import Any
 
@@ -54,14 +51,11 @@ __all__ = [
     "PACK_SHARD_BYTES",
     "PACK_STORAGE",
     "TASK_DIM",
-    "RangeSource",
     "ShardSource",
     "decode_index",
     "encode_index",
-    "expand_pack",
     "index_nbytes",
     "pack_name",
-    "range_chunk",
     "shard_rows",
     "sharded_codecs",
 ]
@@ -150,7 +144,7 @@ def decode_index(raw: bytes, count: int, key: str) -> list[tuple[int, int] | Non
 
 @dataclass(frozen=True)
 class ShardSource:
-    """A virtual record chunk: inner chunk ``slot`` of shard ``shard`` (path relative to the window).
+    """Where a packed record's chunk is: inner chunk ``slot`` of shard ``shard`` (path relative to the window).
 
     Args:
         shard: The shard's key relative to the window.
@@ -161,118 +155,3 @@ class ShardSource:
     shard: str
     slot: int
     count: int
-
-
-@dataclass(frozen=True)
-class RangeSource:
-    """A virtual row coordinate chunk: int64 ``arange(start, stop)``, raw, with its crc32c."""
-
-    start: int
-    stop: int
-
-
-def range_chunk(source: RangeSource) -> bytes:
-    """The stored bytes of a virtual coordinate chunk (little-endian int64, then the crc32c)."""
-    data = np.arange(source.start, source.stop, dtype="<i8").tobytes()
-    return data + _CRC.pack(google_crc32c.value(data))
-
-
-_RAW_CODECS = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]
-_KEY_ENCODING = {"name": "default", "configuration": {"separator": "."}}
-
-
-def _coordinate_doc(dim: str, length: int) -> dict[str, Any]:
-    """A row coordinate's document (its nested parts shared by every coordinate of one dimension and length:
-    documents are read, never changed)."""
-    return dict(_coordinate_template(dim, length))
-
-
-@functools.lru_cache(maxsize=1024)
-def _coordinate_template(dim: str, length: int) -> dict[str, Any]:
-    return {
-        "shape": [length],
-        "data_type": "int64",
-        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [max(1, length)]}},
-        "chunk_key_encoding": _KEY_ENCODING,
-        "fill_value": 0,
-        "codecs": _RAW_CODECS,
-        "attributes": {},
-        "dimension_names": [dim],
-        "zarr_format": 3,
-        "node_type": "array",
-        "storage_transformers": [],
-    }
-
-
-def expand_pack(
-    pack: str,
-    nodes: Mapping[str, dict[str, Any]],
-    tasks: list[dict[str, Any]],
-    records: Mapping[str, list[dict[str, Any]]],
-) -> tuple[dict[str, dict[str, Any]], dict[str, ShardSource | RangeSource]]:
-    """The task groups, record arrays and row coordinates one checked pack's rows stand for
-    (``read.pack_checks.check_pack`` checks the rows and the record arrays' documents first).
-
-    Args:
-        pack: The pack group's path relative to the window (``invocation_.../stages/{stage}/pack_0000``).
-        nodes: Window nodes (relative path -> document) holding at least the pack's record arrays.
-        tasks: Each row's ``{"group": name, "attrs": task attributes, "coords": {dim: [start, stop]}}``, decoded
-            from the pack's arrays along ``task`` (``read.pack_columns``).
-        records: Record component -> each row's record attributes (decoded likewise).
-
-    Returns:
-        ``(virtual, sources)``: virtual nodes (task groups without consolidated metadata, record arrays,
-        row coordinate arrays) keyed by path relative to the window, and the source of every virtual
-        chunk keyed by its key relative to the window.
-    """
-    stage = pack.rpartition("/")[0]
-    virtual: dict[str, dict[str, Any]] = {}
-    sources: dict[str, ShardSource | RangeSource] = {}
-    groups: list[str] = []
-    for entry in tasks:
-        group = f"{stage}/{entry['group']}"
-        groups.append(group)
-        virtual[group] = {"attributes": entry["attrs"], "zarr_format": 3, "node_type": "group"}
-        for dim, (start, stop) in entry["coords"].items():
-            virtual[f"{group}/{dim}"] = _coordinate_doc(dim, stop - start)
-            if stop > start:
-                sources[f"{group}/{dim}/c.0"] = RangeSource(start, stop)
-    for component, rows in records.items():
-        path = f"{pack}/{component}"
-        _expand_records(path, component, nodes[path], rows, groups, virtual, sources)
-    return virtual, sources
-
-
-def _expand_records(
-    path: str,
-    component: str,
-    doc: dict[str, Any],
-    records: list[dict[str, Any]],
-    groups: list[str],
-    virtual: dict[str, dict[str, Any]],
-    sources: dict[str, ShardSource | RangeSource],
-) -> None:
-    record_shape = doc["shape"][1:]
-    (sharding,) = doc["codecs"]
-    inner_codecs = list(sharding["configuration"]["codecs"])
-    per_shard = doc["chunk_grid"]["configuration"]["chunk_shape"][0]
-    dims = doc.get("dimension_names")
-    record_dims = list(dims[1:]) if isinstance(dims, list) and len(dims) == len(doc["shape"]) else None
-    zeros = ".0" * len(record_shape)
-    for row, (group, attrs) in enumerate(zip(groups, records)):
-        node: dict[str, Any] = {
-            "shape": list(record_shape),
-            "data_type": doc.get("data_type"),
-            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(record_shape)}},
-            "chunk_key_encoding": doc.get("chunk_key_encoding", _KEY_ENCODING),
-            "fill_value": doc.get("fill_value"),
-            "codecs": inner_codecs,
-            "attributes": attrs,
-        }
-        if record_dims is not None:
-            node["dimension_names"] = record_dims
-        node |= {"zarr_format": 3, "node_type": "array", "storage_transformers": []}
-        virtual[f"{group}/{component}"] = node
-        sources[f"{group}/{component}/c{zeros}"] = ShardSource(
-            f"{path}/c.{row // per_shard}{zeros}", row % per_shard, per_shard
-        )

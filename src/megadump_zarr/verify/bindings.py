@@ -12,7 +12,6 @@ A statistics table is bound by the inventory alone (its chunks and documents are
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -25,7 +24,7 @@ __all__ = ["check_bindings", "check_coordinate_values"]
 
 def _row_coordinates(nodes: dict[str, Any]) -> dict[str, list[tuple[str, int, int]]]:
     """Stored row coordinate path -> ``(record path, first row, rows)`` of each record along it: the first row by
-    the writer's rule (:func:`_first_row`) where the record is a whole-row slice of its declared tensor, not
+    the writer's rule (:func:`~megadump_zarr.read.pack_checks.first_row`) where the record is a whole-row slice of its declared tensor, not
     truncated, with an ``actualShape`` of integers.
 
     Args:
@@ -33,6 +32,7 @@ def _row_coordinates(nodes: dict[str, Any]) -> dict[str, list[tuple[str, int, in
             checked with the pack: ``read.pack_checks.check_pack``).
     """
     from megadump_zarr.read.catalog import itemsize
+    from megadump_zarr.read.pack_checks import first_row
 
     found: dict[str, list[tuple[str, int, int]]] = {}
     for path, doc in nodes.items():
@@ -49,37 +49,10 @@ def _row_coordinates(nodes: dict[str, Any]) -> dict[str, list[tuple[str, int, in
             or (isinstance(actual, list) and not all(type(d) is int for d in actual))
         ):
             continue
-        start = _first_row(attrs, doc.get("shape"), itemsize(doc.get("data_type")))
+        start = first_row(attrs, doc.get("shape"), itemsize(doc.get("data_type")))
         if start is not None:
             found.setdefault(coordinate, []).append((path, start, int(doc["shape"][0])))
     return found
-
-
-def _first_row(attrs: dict[str, Any], shape: Any, size: int) -> int | None:
-    """The first global row of a whole-row slice of its declared tensor (``None``: not one): ``actualShape`` is the
-    stored shape and ``declaredShape`` but along axis 0, and ``sourceOffsetBytes`` a whole number of its rows.
-
-    Args:
-        attrs: The record's attributes (``actualShape``, ``declaredShape``, ``sourceOffsetBytes``).
-        shape: Its stored shape.
-        size: Bytes per element of its stored ``data_type``.
-    """
-    actual, declared, offset = attrs.get("actualShape"), attrs.get("declaredShape"), attrs.get("sourceOffsetBytes")
-    if (
-        not isinstance(actual, list)
-        or not isinstance(declared, list)
-        or not actual
-        or len(actual) != len(declared)
-        or list(actual[1:]) != list(declared[1:])
-        or not isinstance(shape, list)
-        or list(actual) != list(shape)
-        or type(offset) is not int
-    ):
-        return None
-    row_bytes = math.prod(int(d) for d in actual[1:]) * size
-    if row_bytes <= 0 or offset % row_bytes:
-        return None
-    return offset // row_bytes
 
 
 def check_bindings(
