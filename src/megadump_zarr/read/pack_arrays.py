@@ -104,11 +104,6 @@ class RowArray:
                     raise
         return located
 
-    def inner_chunk(self) -> bytes | None:
-        """The row's stored inner chunk (the record's chunk, checksum included), index checked."""
-        self.locate()
-        return self.packs.read_chunk(self.store, self._rel, self.source, self._where)
-
     def __getitem__(self, selection: Any) -> Any:
         if not isinstance(selection, tuple):
             selection = (selection,)
