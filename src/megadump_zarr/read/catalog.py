@@ -20,7 +20,6 @@ from typing import Any
 
 from zarr.abc.store import Store
 
-from megadump_zarr.layout.dtypes import itemsize
 from megadump_zarr.read.documents import INT64_MAX, check_attributes
 from megadump_zarr.read.group_attrs import invocation_info as _invocation_info
 from megadump_zarr.read.group_attrs import task_info as _task_info
@@ -40,7 +39,6 @@ from megadump_zarr.read.pack_checks import (
 )
 from megadump_zarr.read.pack_rows import PackedWindow
 from megadump_zarr.store.metadata import consolidated_sort_key
-from megadump_zarr.read.records_table import records_frame  # verify.documents and read.dump import it from here
 from megadump_zarr.layout.paths import INVOCATION_DIR, RANK_DIR, TASK_DIR, WINDOW_DIR
 from megadump_zarr.layout.schema import PACK_STORAGE, STORAGE_ATTR, format_problem
 
@@ -51,8 +49,6 @@ __all__ = [
     "check_root",
     "data_groups",
     "is_packed",
-    "itemsize",
-    "records_frame",
     "scan_windows",
     "window_nodes",
 ]

@@ -31,13 +31,13 @@ from megadump_zarr.read.catalog import (
     WindowInfo,
     check_root,
     data_groups,
-    itemsize,
-    records_frame,
     scan_windows,
     store_fetch,
     window_info,
     window_nodes,
 )
+from megadump_zarr.layout.dtypes import itemsize
+from megadump_zarr.read.records_table import records_frame
 from megadump_zarr.read.documents import check_array_doc, check_attributes, count_field, shape_field
 from megadump_zarr.read.errors import DumpIntegrityError, FormatVersionError
 from megadump_zarr.read.integrity import IntegrityStore, guard_read

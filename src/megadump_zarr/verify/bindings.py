@@ -31,7 +31,7 @@ def _row_coordinates(nodes: dict[str, Any]) -> dict[str, list[tuple[str, int, in
         nodes: Path below the window -> document (a task-record pack's coordinates are bounds along ``task``,
             checked with the pack: ``read.pack_checks.check_pack``).
     """
-    from megadump_zarr.read.catalog import itemsize
+    from megadump_zarr.layout.dtypes import itemsize
     from megadump_zarr.read.pack_checks import first_row
 
     found: dict[str, list[tuple[str, int, int]]] = {}

@@ -175,7 +175,7 @@ def group_consolidated_agrees(
 
 
 def _check_record_attributes(state: CheckState, key: str, doc: dict[str, Any]) -> None:
-    from megadump_zarr.read.catalog import itemsize
+    from megadump_zarr.layout.dtypes import itemsize
 
     attrs = doc.get("attributes")
     if not isinstance(attrs, dict) or "name" not in attrs:
@@ -261,7 +261,8 @@ def check_records_table(
         nodes: Its good nodes, but a task-record pack's (path relative to the window -> document).
         tables: Its packs, read and checked (:func:`~megadump_zarr.read.pack_checks.pack_tables`; ``None``: none).
     """
-    from megadump_zarr.read.catalog import WindowInfo, records_frame
+    from megadump_zarr.read.catalog import WindowInfo
+    from megadump_zarr.read.records_table import records_frame
 
     match = WINDOW_PATH.fullmatch(window)
     rank, index = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
