@@ -53,6 +53,12 @@ class PackedRecord:
         """The record's shape (the pack array's without its ``task`` axis)."""
         return tuple(int(s) for s in self.doc["shape"])
 
+    @property
+    def chunk(self) -> str:
+        """The key its one chunk is named by, relative to the window (``{path}/c.0.0``): the tasks layout's key of the
+        same record's chunk."""
+        return f"{self.path}/c" + ".0" * len(self.shape)
+
     def source(self) -> ShardSource:
         """Where its chunk is: inner chunk ``row % rows per shard`` of shard ``c.{row // rows per shard}.0...``."""
         per_shard = int(self.pack_doc["chunk_grid"]["configuration"]["chunk_shape"][0])

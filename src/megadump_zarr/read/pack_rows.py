@@ -252,8 +252,7 @@ class PackedWindow:
             store: The dump's store.
             record: The record (:class:`~megadump_zarr.read.pack_record.PackedRecord`).
         """
-        rel = f"{record.path}/c{'.0' * len(record.shape)}"
-        return self.read_chunk(store, rel, record.source())
+        return self.read_chunk(store, record.chunk, record.source())
 
     def read_chunk(self, store: Store, rel: str, source: ShardSource, where: str = "") -> bytes | None:
         """The stored bytes of record chunk ``rel`` (its inner chunk, checksum included): one ranged read after

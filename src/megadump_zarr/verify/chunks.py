@@ -26,7 +26,7 @@ from megadump_zarr.read.documents import open_array_checked
 from megadump_zarr.read.inventory import inventory_problems
 from megadump_zarr.verify.report import CheckState, short
 
-__all__ = ["ChunkRead", "check_chunks", "expected_chunks", "packed_chunk_key", "stats_tolerance"]
+__all__ = ["ChunkRead", "check_chunks", "expected_chunks", "stats_tolerance"]
 
 _BATCH = 64  # chunks fetched concurrently
 _MAX_LISTED = 20  # missing chunks listed per array before "and N more"
@@ -95,7 +95,7 @@ def check_chunks(
         state.arrays += 1
         if path in packed:  # its one chunk, read with its shard
             doc = packed[path].doc
-            keys = [] if 0 in packed[path].shape else [packed_chunk_key(window, packed[path])]
+            keys = [] if 0 in packed[path].shape else [f"{window}/{packed[path].chunk}"]
         else:
             doc, metadata = arrays[path]
             keys = grid_keys(state, array_key, doc, metadata, (state.inventory or {}).get(path))
@@ -291,17 +291,6 @@ def _check_decode(
         _compare_stats(state, f"{array_key}/zarr.json", stored, computed, rel, mean_abs)
 
 
-def packed_chunk_key(window: str, record: Any) -> str:
-    """The key a packed record's one chunk is named by (``{window}/{stage}/{task group}/{record}/c.0.0``), as the
-    readers name it.
-
-    Args:
-        window: The window key.
-        record: The record (:class:`~megadump_zarr.read.pack_record.PackedRecord`).
-    """
-    return f"{window}/{record.path}/c" + ".0" * len(record.shape)
-
-
 def _decode_packed(state: CheckState, store: Any, window: str, records: list[Any], deep: bool) -> None:
     """Decode packed records from their pack arrays (a shard's rows in one read where all of them are wanted, else
     row by row); with ``deep`` recompute each one's statistics and compare them with its row's.
@@ -345,7 +334,7 @@ def _packed_row(state: CheckState, window: str, zarray: Any, record: Any) -> np.
         return np.asarray(zarray[record.row])
     except Exception as error:  # a codec failure of a chunk without a checksum
         state.add(
-            packed_chunk_key(window, record),
+            f"{window}/{record.chunk}",
             f"chunk does not decode ({type(error).__name__}: {' '.join(str(error).split())[:120]})",
         )
         return None

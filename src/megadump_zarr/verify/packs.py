@@ -20,7 +20,7 @@ from typing import Any
 from megadump_zarr.layout.inventory import INVENTORY_FILE, chunk_digest
 from megadump_zarr.read.pack_checks import PackTable
 from megadump_zarr.read.pack_record import PackedRecord
-from megadump_zarr.verify.chunks import ChunkRead, packed_chunk_key
+from megadump_zarr.verify.chunks import ChunkRead
 from megadump_zarr.verify.report import CheckState
 
 __all__ = ["load_packs", "packed_records", "read_shards"]
@@ -115,7 +115,7 @@ def read_shards(state: CheckState, store: Any, window: str, records: Mapping[str
     held: dict[str, list[tuple[str, Any]]] = {}  # shard -> (record chunk key, source) of each inner chunk it holds
     for rel, record in records.items():
         source = record.source()
-        held.setdefault(f"{window}/{source.shard}", []).append((packed_chunk_key(window, record), source))
+        held.setdefault(f"{window}/{source.shard}", []).append((f"{window}/{record.chunk}", source))
     shards, sized = sorted(held), sized_store(store) is not None
     for start in range(0, len(shards), _SHARDS):
         batch = shards[start : start + _SHARDS]
