@@ -67,7 +67,7 @@ CHUNK_DIGEST_ATTR = "chunkCrc32c"
 SHARD_DIGEST_ATTR = "shardCrc32c"
 """Format 9: a pack record array's digest of each shard (:func:`format9_shard_digest`), 8 hex digits each, in grid order."""
 DIGEST_ATTRS = (CHUNK_DIGEST_ATTR, SHARD_DIGEST_ATTR)
-"""The attributes format 10 no longer writes."""
+"""The attributes format 9 writes and format 10 does not."""
 OUTCOMES = ("migrated", "current", "skipped")
 """What :func:`migrate_dump` did with a window: rewrote it, found it already current, left it (not committed)."""
 _BATCH = 256  # chunks read concurrently
